@@ -1,0 +1,115 @@
+"""Check, then time, each stage of a ladder at each size; turn the times into records.
+
+A stage is timed only after it passed its check on the same inputs at the same size: a fast wrong
+kernel gets no figure. Each record carries the device, versions and date, so a figure in the README
+or a notebook can always say where it came from.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from . import device as _device
+from . import peers
+from .check import compare, poison_like
+from .ladder import Operator, Size, Stage, as_size, size_label
+from .results import environment, now
+from .timing import Timing, measure, rotation_count
+
+
+def _to_device_sets(inputs: tuple, out_template: np.ndarray, n_sets: int) -> list[tuple]:
+    from numba import cuda
+
+    host = [np.ascontiguousarray(a) for a in inputs]
+    return [tuple(cuda.to_device(a) for a in host) + (cuda.to_device(poison_like(out_template)),)
+            for _ in range(n_sets)]
+
+
+def _figures(op: Operator, size: Size, timing: Timing, traffic: int, peaks: dict) -> dict:
+    bytes_min = int(op.bytes_moved(size))
+    flops = int(op.flops(size))
+    gbps = bytes_min / timing.median_us / 1e3
+    gflops = flops / timing.median_us / 1e3
+    if op.bound == "compute" and peaks.get("gemm_fp32_gflops"):
+        pct, peak_kind = 100 * gflops / peaks["gemm_fp32_gflops"], "gemm_fp32_gflops"
+    elif peaks.get("copy_gbps"):
+        pct, peak_kind = 100 * gbps / peaks["copy_gbps"], "copy_gbps"
+    else:
+        pct, peak_kind = None, None
+    return {
+        **timing.as_dict(),
+        "bytes": bytes_min, "stage_bytes": int(traffic), "flops": flops,
+        "gbps": gbps, "stage_gbps": traffic / timing.median_us / 1e3, "gflops": gflops,
+        "pct_of_peak": pct, "peak_kind": peak_kind,
+    }
+
+
+def bench_size(op: Operator, stages: list[Stage], size, peaks: dict, rng: np.random.Generator,
+               env: dict, progress: Callable[[str], None] | None = None, with_peer: bool = True) -> tuple[list[dict], list[str]]:
+    """Records for every stage (and the peer) at one size, and a list of failures."""
+    from numba import cuda
+
+    size = as_size(size)
+    inputs = op.make_inputs(size, rng)
+    ref = op.reference(*inputs)
+    out_template = op.make_output(size)
+    bytes_per_set = sum(a.nbytes for a in inputs) + out_template.nbytes
+    n_sets = rotation_count(bytes_per_set, env.get("l2_bytes") or 60 << 20)
+    arg_sets = _to_device_sets(inputs, out_template, n_sets)
+    base = {"device": env["device"], "versions": env, "date": now(), "op": op.name, "size": list(size),
+            "size_label": size_label(size), "dtype": np.dtype(op.dtype).name,
+            "rotation_sets": n_sets, "working_set_bytes": n_sets * bytes_per_set}
+    records, failures = [], []
+
+    def check_and_time(name: str, launch: Callable, tol: float, traffic: int) -> dict | None:
+        d_out = arg_sets[0][-1]
+        d_out.copy_to_device(poison_like(out_template))
+        launch(*arg_sets[0])
+        cuda.synchronize()
+        result = compare(name, size, d_out.copy_to_host(), ref, tol)
+        if not result.passed:
+            failures.append(f"{name} @ {size_label(size)}: {result.message}")
+            return None
+        timing = measure(launch, arg_sets)
+        return {**base, "rel_err": result.rel_err, **_figures(op, size, timing, traffic, peaks)}
+
+    peer_summary = None
+    peer = op.peer(size) if (with_peer and op.peer) else None
+    if peer is not None:
+        name, launch = peer
+        if progress:
+            progress(f"{op.name} · {name} @ {size_label(size)}")
+        rec = check_and_time(name, launch, op.tolerance_for(size, op.dtype), int(op.bytes_moved(size)))
+        if rec is not None:
+            rec.update(stage=name, order=0, kind="peer")
+            records.append(rec)
+            peer_summary = {k: rec[k] for k in ("stage", "median_us", "gbps", "gflops", "host_call_us")}
+            peer_summary["name"] = peer_summary.pop("stage")
+    for stage in stages:
+        if progress:
+            progress(f"{stage.key} @ {size_label(size)}")
+        tol = stage.tolerance if stage.tolerance is not None else op.tolerance_for(size, stage.dtype)
+        rec = check_and_time(stage.key, stage.launch, tol, stage.traffic(size))
+        if rec is not None:
+            rec.update(stage=stage.name, order=stage.order, kind="stage", summary=stage.summary, peer=peer_summary)
+            records.append(rec)
+    del arg_sets
+    peers._VIEWS.clear()
+    return records, failures
+
+
+def bench(op: Operator, stages: list[Stage] | None = None, sizes=None, peaks: dict | None = None,
+          seed: int | None = None, progress: Callable[[str], None] | None = None) -> tuple[list[dict], list[str]]:
+    if _device.is_simulator():
+        raise RuntimeError("timing needs a real GPU: in the simulator timings mean nothing "
+                           "(`workbench plot` shows figures recorded on a GPU)")
+    env = environment()
+    rng = np.random.default_rng(seed)
+    records, failures = [], []
+    for size in (sizes or op.bench_sizes):
+        recs, fails = bench_size(op, stages or op.stages, size, peaks or {}, rng, env, progress)
+        records += recs
+        failures += fails
+    return records, failures

@@ -1,0 +1,48 @@
+"""Source of a stage: the launcher and every kernel and device function it reaches.
+
+Notebooks show the kernel read from ``solutions/`` (never pasted), and the PTX check needs to know
+which module-level kernels a stage owns.
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+
+
+def _is_kernel(obj) -> bool:
+    # CUDADispatcher on a GPU, FakeCUDAKernel in the simulator: both keep the Python function.
+    return hasattr(obj, "py_func") and type(obj).__name__ in {"CUDADispatcher", "FakeCUDAKernel"}
+
+
+def _reachable(func, seen: dict) -> None:
+    """Collect the kernels/device functions referenced by name from ``func``, depth first."""
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return
+    names = set(code.co_names)
+    for const in code.co_consts:  # nested functions / comprehensions
+        if hasattr(const, "co_names"):
+            names |= set(const.co_names)
+    for name in sorted(names):
+        obj = func.__globals__.get(name)
+        if _is_kernel(obj) and name not in seen:
+            seen[name] = obj
+            _reachable(obj.py_func, seen)
+
+
+def kernels_of(stage) -> dict:
+    """Module-level kernels and device functions that ``stage``'s launcher reaches, by name."""
+    seen: dict = {}
+    _reachable(stage.launch, seen)
+    return seen
+
+
+def stage_source(stage) -> str:
+    parts = []
+    # In file order, so helpers read before the kernels that use them.
+    kernels = sorted(kernels_of(stage).values(), key=lambda k: k.py_func.__code__.co_firstlineno)
+    for obj in kernels:
+        parts.append(textwrap.dedent(inspect.getsource(obj.py_func)))
+    parts.append(textwrap.dedent(inspect.getsource(stage.launch)))
+    return "\n\n".join(p.rstrip() for p in parts) + "\n"

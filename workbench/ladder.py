@@ -1,0 +1,248 @@
+"""Operators and their ladders of stages.
+
+An :class:`Operator` says what is computed and how to judge it: a float64 reference, a generator of
+random inputs, the output's shape, and models of the bytes a kernel must move and the flops it must
+do. Each :class:`Stage` is one rung of the ladder: a name, a paragraph on what changed from the
+previous rung and why, and a launcher that runs the stage's kernel(s) on device arrays.
+
+A ``solutions/<op>.py`` module builds one Operator and decorates its launchers with ``op.stage``.
+The decorated name stays callable (``reduction.fused(x, out)``), and checks its arguments first.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import device as _device
+
+Size = tuple  # an operator's problem size, e.g. (n,) or (rows, cols) or (M, N, K)
+
+
+class InputError(ValueError):
+    """Bad input to a stage: the message names what was expected."""
+
+
+def as_size(size: Any) -> Size:
+    if isinstance(size, (int, np.integer)):
+        return (int(size),)
+    return tuple(int(s) for s in size)
+
+
+def size_label(size: Size) -> str:
+    return "x".join(str(s) for s in size)
+
+
+@dataclass
+class Stage:
+    op: "Operator"
+    name: str
+    order: int
+    summary: str
+    launch: Callable[..., None]
+    bytes_moved: Callable[[Size], int] | None = None  # this stage's own traffic, if not the op's minimum
+    flops: Callable[[Size], int] | None = None
+    gpu_only: str | None = None  # reason this stage cannot run in the simulator
+    tolerance: float | None = None  # overrides the operator's tolerance for this stage
+    dtype: Any = None  # the precision the stage computes in; the PTX check forbids f64 when float32
+
+    @property
+    def key(self) -> str:
+        return f"{self.op.name}.{self.name}"
+
+    @property
+    def title(self) -> str:
+        return f"{self.order}. {self.name}"
+
+    def __call__(self, *args, **kwargs):
+        """Run the stage on device arrays after checking them (dtype, shape, contiguity, device)."""
+        if self.gpu_only and _device.is_simulator():
+            raise RuntimeError(f"{self.key} needs a real GPU: {self.gpu_only}")
+        self.op.validate(*args, **kwargs)
+        return self.launch(*args, **kwargs)
+
+    def traffic(self, size: Size) -> int:
+        return int((self.bytes_moved or self.op.bytes_moved)(size))
+
+    def work(self, size: Size) -> int:
+        return int((self.flops or self.op.flops)(size))
+
+    def source(self) -> str:
+        """The launcher's source and the source of every kernel it names (for notebooks and docs)."""
+        from .introspect import stage_source
+
+        return stage_source(self)
+
+    def __repr__(self) -> str:
+        return f"<Stage {self.key} #{self.order}>"
+
+
+@dataclass
+class Operator:
+    """What a ladder computes, and how to judge and measure any stage of it.
+
+    make_inputs(size, rng) -> tuple of host arrays (random, never zeros or arange)
+    make_output(size) -> an empty host array of the output's shape and dtype
+    reference(*inputs) -> float64 array of the output's shape
+    bytes_moved(size) / flops(size) -> the minimum a kernel must move / compute
+    validate(*device_arrays) -> raise InputError naming what was expected
+    peer(size) -> (library name, callable(*device_inputs, out)) or None where no library is installed
+    """
+
+    name: str
+    title: str
+    reference: Callable[..., np.ndarray]
+    make_inputs: Callable[[Size, np.random.Generator], tuple]
+    make_output: Callable[[Size], np.ndarray]
+    bytes_moved: Callable[[Size], int]
+    flops: Callable[[Size], int]
+    validate: Callable[..., None]
+    check_sizes: Sequence[Size]  # on a GPU
+    sim_sizes: Sequence[Size]  # in the simulator: small, slow is the simulator
+    bench_sizes: Sequence[Size]  # latency against size, small (launch-bound) to large (bandwidth-bound)
+    headline_size: Size  # the size of the staircase and the README table
+    dtype: Any = np.float32
+    tolerance: Callable[[Size, Any], float] | None = None
+    peer: Callable[[Size], tuple[str, Callable] | None] | None = None
+    bound: str = "memory"  # "memory" or "compute": which measured peak "% of peak" refers to
+    stages: list[Stage] = field(default_factory=list)
+
+    def stage(
+        self,
+        name: str,
+        summary: str,
+        *,
+        bytes_moved: Callable[[Size], int] | None = None,
+        flops: Callable[[Size], int] | None = None,
+        gpu_only: str | None = None,
+        tolerance: float | None = None,
+        dtype: Any = None,
+    ):
+        """Register the decorated launcher as the next stage of this ladder."""
+        if any(s.name == name for s in self.stages):
+            raise ValueError(f"{self.name} already has a stage named {name!r}")
+
+        def register(launch: Callable[..., None]) -> Stage:
+            st = Stage(
+                self, name, len(self.stages) + 1, " ".join(summary.split()), launch,
+                bytes_moved, flops, gpu_only, tolerance, dtype or self.dtype,
+            )
+            self.stages.append(st)
+            return st
+
+        return register
+
+    def __getitem__(self, name: str) -> Stage:
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(f"{self.name} has no stage {name!r}; stages: {', '.join(s.name for s in self.stages)}")
+
+    def tolerance_for(self, size: Size, dtype: Any) -> float:
+        if self.tolerance is not None:
+            return float(self.tolerance(size, dtype))
+        return DEFAULT_TOLERANCE[np.dtype(dtype).name]
+
+
+# ‖out − ref‖ / ‖ref‖ that a correct kernel stays under, by the precision it computes in.
+DEFAULT_TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}
+
+
+# -- the registry of operators -----------------------------------------------------------------
+
+def load_operators() -> dict[str, Operator]:
+    """Import every ``solutions`` module and return its operators by name, in ladder order."""
+    import solutions
+
+    ops: dict[str, Operator] = {}
+    for info in sorted(pkgutil.iter_modules(solutions.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"solutions.{info.name}")
+        op = getattr(module, "op", None)
+        if isinstance(op, Operator):
+            ops[op.name] = op
+    order = getattr(solutions, "LADDER_ORDER", ())
+    return dict(sorted(ops.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])))
+
+
+def resolve(target: str) -> tuple[Operator, list[Stage]]:
+    """'reduction' -> all stages; 'reduction.fused' -> that stage."""
+    ops = load_operators()
+    op_name, _, stage_name = target.partition(".")
+    if op_name not in ops:
+        raise KeyError(f"no operator {op_name!r}; known: {', '.join(ops) or 'none'}")
+    op = ops[op_name]
+    return op, ([op[stage_name]] if stage_name else list(op.stages))
+
+
+# -- helpers that launchers and validators share ------------------------------------------------
+
+def blocks_for(n: int, threads: int) -> int:
+    """Blocks needed to give each of n items a thread (at least one block)."""
+    return max(1, (n + threads - 1) // threads)
+
+
+def is_device_array(a) -> bool:
+    """A numba device array, or anything exporting __cuda_array_interface__ (torch, CuPy)."""
+    if isinstance(a, np.ndarray):
+        return False
+    if _device.is_simulator():
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        return isinstance(a, FakeCUDAArray)
+    return hasattr(a, "__cuda_array_interface__")
+
+
+def expect_device_array(name: str, a, *, dtype=None, ndim: int | None = None, shape=None,
+                        contiguous: bool = True, min_size: int = 1) -> None:
+    """Raise InputError naming what was expected of argument ``name``."""
+    if isinstance(a, np.ndarray):
+        raise InputError(
+            f"{name} is a host (numpy) array; stages take device arrays: pass cuda.to_device({name}) "
+            f"(or a torch/CuPy CUDA tensor)")
+    if not is_device_array(a):
+        raise InputError(f"{name} must be a CUDA device array, got {type(a).__name__}")
+    if not hasattr(a, "is_c_contiguous"):  # a torch/CuPy array: look at it through numba
+        from numba import cuda
+
+        a = cuda.as_cuda_array(a)
+    if dtype is not None and np.dtype(a.dtype) != np.dtype(dtype):
+        raise InputError(f"{name} must have dtype {np.dtype(dtype).name}, got {np.dtype(a.dtype).name}")
+    if ndim is not None and a.ndim != ndim:
+        raise InputError(f"{name} must be {ndim}-D, got shape {tuple(a.shape)}")
+    if shape is not None and tuple(a.shape) != tuple(shape):
+        raise InputError(f"{name} must have shape {tuple(shape)}, got {tuple(a.shape)}")
+    if contiguous and not a.is_c_contiguous():
+        raise InputError(f"{name} must be C-contiguous (row-major, no strides); make a contiguous copy first")
+    if a.size < min_size:
+        raise InputError(f"{name} is empty: a stage needs at least {min_size} element(s)")
+
+
+def scratch(key: str, shape, dtype=np.float32):
+    """A device buffer cached by (key, shape, dtype): workspace a launcher reuses across calls
+    (allocating inside a timed launcher would time the allocator)."""
+    from numba import cuda
+
+    k = (key, tuple(np.atleast_1d(shape)), np.dtype(dtype).str)
+    buf = _SCRATCH.get(k)
+    if buf is None:
+        buf = cuda.device_array(shape, dtype=dtype)
+        _SCRATCH[k] = buf
+    return buf
+
+
+_SCRATCH: dict = {}
+
+
+def sm_count() -> int:
+    """Multiprocessors on this device (132 on an H100/H200); a plausible 132 in the simulator."""
+    if _device.is_simulator():
+        return 132
+    from numba import cuda
+
+    return cuda.get_current_device().MULTIPROCESSOR_COUNT

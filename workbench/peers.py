@@ -1,0 +1,66 @@
+"""The library a user would otherwise call (torch, else CuPy), on the workbench's own device arrays.
+
+Arrays are shared zero-copy through ``__cuda_array_interface__``, so a peer reads the very buffers the
+stages read. Views are cached per buffer so that timing a peer does not time the wrapping.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import lru_cache
+
+from . import device as _device
+
+
+@lru_cache(maxsize=None)
+def library(name: str):
+    """The imported module if installed and usable on this GPU, else None (never in the simulator)."""
+    if _device.is_simulator():
+        return None
+    try:
+        module = importlib.import_module(name)
+    except Exception:
+        return None
+    if name == "torch" and not module.cuda.is_available():
+        return None
+    return module
+
+
+def torch():
+    return library("torch")
+
+
+def cupy():
+    return library("cupy")
+
+
+_VIEWS: dict = {}
+
+
+def _key(a) -> tuple:
+    cai = a.__cuda_array_interface__
+    return (cai["data"][0], tuple(cai["shape"]), cai["typestr"], cai.get("strides"))
+
+
+def as_torch(a):
+    """A torch tensor viewing device array ``a`` (no copy)."""
+    k = ("torch",) + _key(a)
+    if k not in _VIEWS:
+        _VIEWS[k] = torch().as_tensor(a, device="cuda")
+    return _VIEWS[k]
+
+
+def as_cupy(a):
+    k = ("cupy",) + _key(a)
+    if k not in _VIEWS:
+        _VIEWS[k] = cupy().asarray(a)
+    return _VIEWS[k]
+
+
+def versions() -> dict:
+    out = {}
+    for name in ("torch", "cupy"):
+        module = library(name)
+        if module is not None:
+            out[name] = module.__version__
+    return out

@@ -1,0 +1,147 @@
+"""How long does a kernel take? CUDA events, warm-up, medians, and no Python in the numbers.
+
+Three traps, and what this module does about each:
+
+* **Launch gaps.** A numba launch costs about 30 µs of Python; a kernel can finish in 5. Timing
+  launches back to back would then time Python. So before each sample we park the GPU on a short
+  sleep kernel long enough for Python to enqueue the whole sample behind it: the sampled launches
+  then run back to back on the GPU, and the events around them measure only GPU time. What one
+  call costs a Python caller (launch + wait) is reported separately as ``host_call_us``.
+* **Caches.** An input that fits in L2 (50-60 MB on an H100/H200) is read from cache on the second
+  run. Callers pass several copies of the inputs (``arg_sets``) whose total exceeds L2; each launch
+  uses the next copy.
+* **Noise.** Warm-up first (compilation, module load), then many samples; the median and the
+  10th/90th percentiles are reported.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+_SLEEP_NS = 1000
+
+
+@dataclass
+class Timing:
+    median_us: float
+    p10_us: float
+    p90_us: float
+    min_us: float
+    samples: int
+    launches_per_sample: int
+    host_call_us: float  # one synchronous call from Python: launch overhead + run + wait
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+_sleep_kernel = None
+_us_per_sleep: float | None = None
+
+
+def _sleeper():
+    """A one-thread kernel that keeps the GPU busy for a chosen time, calibrated once."""
+    global _sleep_kernel, _us_per_sleep
+    if _sleep_kernel is None:
+        from numba import cuda, uint32
+
+        @cuda.jit
+        def sleep(iterations):
+            for _ in range(iterations):
+                cuda.nanosleep(uint32(_SLEEP_NS))
+
+        _sleep_kernel = sleep
+        sleep[1, 1](10)
+        cuda.synchronize()
+        start, end = cuda.event(), cuda.event()
+        start.record()
+        sleep[1, 1](2000)
+        end.record()
+        end.synchronize()
+        _us_per_sleep = max(cuda.event_elapsed_time(start, end) * 1000 / 2000, 0.05)
+    return _sleep_kernel, _us_per_sleep
+
+
+def keep_gpu_busy(microseconds: float) -> None:
+    kernel, us_per = _sleeper()
+    kernel[1, 1](int(min(microseconds, 200_000) / us_per) + 1)
+
+
+def _elapsed_us(fn: Callable, args: tuple) -> float:
+    from numba import cuda
+
+    start, end = cuda.event(), cuda.event()
+    start.record()
+    fn(*args)
+    end.record()
+    end.synchronize()
+    return cuda.event_elapsed_time(start, end) * 1000
+
+
+def host_call_latency(fn: Callable, args: tuple, calls: int = 20) -> float:
+    """Median wall time of one call plus synchronize, as a Python user experiences it."""
+    from numba import cuda
+
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn(*args)
+        cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e6)
+    return float(np.median(times))
+
+
+def measure(fn: Callable, arg_sets: Sequence[tuple], *, samples: int = 25, min_sample_us: float = 2000.0,
+            max_launches: int = 400, budget_s: float = 3.0) -> Timing:
+    """Time ``fn(*args)`` on the GPU, rotating through ``arg_sets``."""
+    from numba import cuda
+
+    if not arg_sets:
+        raise ValueError("measure() needs at least one argument set")
+    for args in arg_sets[:3]:  # warm-up: compile, load modules, touch the buffers
+        fn(*args)
+    cuda.synchronize()
+    one = float(np.median([_elapsed_us(fn, arg_sets[i % len(arg_sets)]) for i in range(3)]))
+    host_us = host_call_latency(fn, arg_sets[0], calls=10 if one < 10_000 else 3)
+
+    # Python enqueue time per call (no waiting): how long the GPU must be kept busy ahead of a sample.
+    t0 = time.perf_counter()
+    enqueued = 0
+    while enqueued < 20 and (time.perf_counter() - t0) < 0.05:
+        fn(*arg_sets[enqueued % len(arg_sets)])
+        enqueued += 1
+    enqueue_us = (time.perf_counter() - t0) * 1e6 / enqueued
+    cuda.synchronize()
+
+    launches = int(min(max_launches, max(1, math.ceil(min_sample_us / max(one, 0.5)))))
+    start, end = cuda.event(), cuda.event()
+    per_launch = []
+    deadline = time.perf_counter() + budget_s
+    k = 0
+    for s in range(samples):
+        if one < enqueue_us * 2:  # Python is slower than the GPU: hide it behind a sleep
+            keep_gpu_busy(launches * enqueue_us * 1.5 + 50)
+        start.record()
+        for _ in range(launches):
+            fn(*arg_sets[k % len(arg_sets)])
+            k += 1
+        end.record()
+        end.synchronize()
+        per_launch.append(cuda.event_elapsed_time(start, end) * 1000 / launches)
+        if s >= 4 and time.perf_counter() > deadline:
+            break
+    t = np.array(per_launch)
+    return Timing(float(np.median(t)), float(np.percentile(t, 10)), float(np.percentile(t, 90)),
+                  float(t.min()), len(t), launches, host_us)
+
+
+def rotation_count(bytes_per_set: int, l2_bytes: int, max_sets: int = 64) -> int:
+    """How many copies of the inputs make a working set of at least 3x the L2 cache."""
+    if bytes_per_set <= 0:
+        return 1
+    return int(min(max_sets, max(1, math.ceil(3 * l2_bytes / bytes_per_set))))
