@@ -163,9 +163,11 @@ def load_operators() -> dict[str, Operator]:
         if info.name.startswith("_"):
             continue
         module = importlib.import_module(f"solutions.{info.name}")
-        op = getattr(module, "op", None)
-        if isinstance(op, Operator):
-            ops[op.name] = op
+        # A module defines its operator as `op`, and may list further ones (a fused variant with its
+        # own reference, say) in `OPERATORS`.
+        for op in [getattr(module, "op", None), *getattr(module, "OPERATORS", ())]:
+            if isinstance(op, Operator):
+                ops[op.name] = op
     order = getattr(solutions, "LADDER_ORDER", ())
     return dict(sorted(ops.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])))
 

@@ -125,7 +125,10 @@ def check_stages(stages) -> list[KernelReport]:
         for module_name, qualname, types in collect_launches(stage):
             items.append((stage.key, module_name, qualname, types, forbid))
     payload = base64.b64encode(pickle.dumps(items)).decode()
-    env = dict(os.environ, WORKBENCH_MODE="compile", NUMBA_ENABLE_CUDASIM="0")
+    from .results import REPO_ROOT
+
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, WORKBENCH_MODE="compile", NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=path)
     run = subprocess.run([sys.executable, "-m", "workbench.ptxcheck"], input=payload, capture_output=True,
                          text=True, env=env, timeout=1800)
     if run.returncode != 0:
@@ -134,8 +137,11 @@ def check_stages(stages) -> list[KernelReport]:
 
 
 def _main() -> None:
+    # Run as __main__, but pickle KernelReport under its importable name.
+    from workbench.ptxcheck import compile_all as importable_compile_all
+
     items = pickle.loads(base64.b64decode(sys.stdin.read()))
-    reports = compile_all(items)
+    reports = importable_compile_all(items)
     sys.stdout.write("\n" + base64.b64encode(pickle.dumps(reports)).decode() + "\n")
 
 

@@ -1,0 +1,294 @@
+"""The harness itself: device choice, checks, results files, the PTX check, the CLI."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import workbench
+from workbench import results
+from workbench.check import CheckResult, check_stage, compare, poison_like, relative_error
+from workbench.cli import _parse_size, ladder_table, main, update_readme
+from workbench.ladder import InputError, as_size, load_operators, resolve
+from workbench.timing import rotation_count
+
+pytestmark = pytest.mark.sim_only
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _python(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, **env}, timeout=120)
+
+
+# -- device choice -------------------------------------------------------------------------------
+
+def test_no_gpu_here_means_simulator():
+    assert workbench.MODE == "sim"
+    import numba
+
+    assert numba.config.ENABLE_CUDASIM
+
+
+def test_probe_says_why_without_importing_numba():
+    # device.py on its own, as workbench/__init__ runs it: before numba exists in the process.
+    run = _python("import sys, importlib.util as u; s = u.spec_from_file_location('d', 'workbench/device.py'); "
+                  "d = sys.modules['d'] = u.module_from_spec(s); s.loader.exec_module(d); p = d.probe(); "
+                  "print(p.gpus, p.reason); assert 'numba' not in sys.modules")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("0 ")
+
+
+def test_bad_mode_is_named():
+    run = _python("import workbench", WORKBENCH_MODE="turbo")
+    assert run.returncode != 0 and "WORKBENCH_MODE must be one of" in run.stderr
+
+
+def test_gpu_mode_without_gpu_fails_loudly():
+    run = _python("import workbench", WORKBENCH_MODE="gpu")
+    assert run.returncode != 0 and "WORKBENCH_MODE=gpu" in run.stderr
+
+
+def test_numba_imported_first_in_the_wrong_mode_is_an_error():
+    run = _python("import numba; import workbench", NUMBA_ENABLE_CUDASIM="0", WORKBENCH_MODE="sim")
+    assert run.returncode != 0 and "numba was imported before workbench" in run.stderr
+
+
+def test_simulator_notice_is_said_once():
+    run = _python("import workbench.device as d; d.choose_mode(); d.announce(); d.announce()")
+    assert run.stderr.count("numba's CUDA simulator") == 1
+
+
+# -- checks --------------------------------------------------------------------------------------
+
+def test_poison_is_nan_for_floats_and_odd_for_ints():
+    assert np.isnan(poison_like(np.zeros(3, np.float32))).all()
+    assert (poison_like(np.zeros(3, np.int32)) == np.iinfo(np.int32).min + 7).all()
+
+
+def test_compare_names_unwritten_elements():
+    ref = np.arange(1.0, 11.0)
+    out = ref.astype(np.float32)
+    out[6:] = np.nan
+    r = compare("x", (10,), out, ref, 1e-5)
+    assert not r.passed and r.first_bad_index == [6] and "never written" in r.message
+
+
+def test_compare_reports_first_wrong_index_and_worst():
+    rng = np.random.default_rng(1)
+    ref = rng.standard_normal((4, 5))
+    out = ref.astype(np.float32)
+    out[2, 3] += 10
+    r = compare("x", (4, 5), out, ref, 1e-5)
+    assert not r.passed and r.first_bad_index == [2, 3]
+    assert r.worst[0][0] == [2, 3]
+
+
+def test_compare_shape_mismatch():
+    r = compare("x", (3,), np.zeros(4, np.float32), np.ones(3), 1e-5)
+    assert not r.passed and "shape" in r.message
+
+
+def test_relative_error_of_zero_reference_is_absolute():
+    assert relative_error(np.array([0.5]), np.array([0.0])) == 0.5
+
+
+def _reduction():
+    return load_operators()["reduction"]
+
+
+def test_a_stage_writing_half_its_output_fails():
+    from numba import cuda
+
+    from solutions import reduction
+
+    @cuda.jit
+    def nothing(x, out):
+        pass
+
+    def lazy(x, out):
+        nothing[1, 1](x, out)
+
+    r = check_stage(reduction.op["fused"], 100, launch=lazy)
+    assert not r.passed and "never written" in r.message
+
+
+def test_a_stage_that_writes_its_input_fails():
+    from numba import cuda
+
+    from solutions import reduction
+
+    @cuda.jit
+    def scribble(x):
+        x[0] = 0
+
+    def vandal(x, out):
+        reduction.fused(x, out)
+        scribble[1, 1](x)
+
+    r = check_stage(reduction.op["fused"], 100, launch=vandal)
+    assert not r.passed and "input 0 was modified" in r.message
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case, match", [
+    ("host", "host \\(numpy\\) array"),
+    ("float64", "dtype float32"),
+    ("2d", "1-D"),
+    ("strided", "C-contiguous"),
+    ("empty", "empty"),
+    ("out_shape", "shape \\(1,\\)"),
+    ("list", "device array"),
+])
+def test_bad_input_is_named(case, match):
+    from numba import cuda
+
+    from solutions import reduction
+
+    x = np.random.default_rng(0).random(64).astype(np.float32)
+    out = cuda.device_array(1, np.float32)
+    args = {
+        "host": (x, out),
+        "float64": (cuda.to_device(x.astype(np.float64)), out),
+        "2d": (cuda.to_device(x.reshape(8, 8)), out),
+        "strided": (cuda.to_device(x)[::2], out),
+        "empty": (cuda.to_device(x[:0]), out),
+        "out_shape": (cuda.to_device(x), cuda.device_array(2, np.float32)),
+        "list": (list(x), out),
+    }[case]
+    with pytest.raises(InputError, match=match):
+        reduction.fused(*args)
+
+
+# -- registry -------------------------------------------------------------------------------------
+
+def test_registry_orders_stages_and_resolves_targets():
+    op, stages = resolve("reduction")
+    assert [s.order for s in stages] == list(range(1, len(stages) + 1))
+    assert resolve("reduction.fused")[1] == [op["fused"]]
+    with pytest.raises(KeyError, match="no stage"):
+        resolve("reduction.nope")
+    with pytest.raises(KeyError, match="no operator"):
+        resolve("nope")
+
+
+def test_every_stage_explains_itself_and_shows_its_kernels():
+    for op in load_operators().values():
+        for stage in op.stages:
+            assert len(stage.summary.split()) >= 12, f"{stage.key} needs a paragraph on what changed and why"
+            src = stage.source()
+            assert "def " in src and stage.launch.__name__ in src
+
+
+def test_sizes_parse():
+    assert as_size(5) == (5,)
+    assert _parse_size("32768x4096") == (32768, 4096)
+    assert _parse_size("2**28") == (2**28,)
+
+
+def test_rotation_covers_three_l2s():
+    assert rotation_count(1 << 30, 60 << 20) == 1
+    assert rotation_count(16 << 20, 60 << 20) == 12
+    assert rotation_count(4, 60 << 20) == 64
+
+
+# -- results ---------------------------------------------------------------------------------------
+
+def _record(stage="fused", size=(10,), us=1.0):
+    return {"op": "reduction", "stage": stage, "size": list(size), "dtype": "float32", "median_us": us,
+            "date": "2026-01-01T00:00:00+00:00"}
+
+
+def test_results_merge_replaces_same_key_and_keeps_others(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
+    results.save_records("Test GPU", [_record("a"), _record("b")])
+    results.save_records("Test GPU", [_record("a", us=2.0)])
+    data = results.load(tmp_path / "test-gpu.json")
+    assert data["schema"] == results.SCHEMA
+    assert sorted((r["stage"], r["median_us"]) for r in data["records"]) == [("a", 2.0), ("b", 1.0)]
+
+
+def test_interrupted_write_keeps_the_old_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
+    path = results.save_records("Test GPU", [_record("a")])
+    before = path.read_text()
+    with pytest.raises(TypeError):
+        results.save_records("Test GPU", [{**_record("b"), "median_us": object()}])  # not JSON: dies mid-write
+    assert path.read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["test-gpu.json"]
+
+
+def test_other_schema_is_refused(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps({"schema": 999, "records": []}))
+    with pytest.raises(ValueError, match="schema 999"):
+        results.load(p)
+
+
+# -- PTX check --------------------------------------------------------------------------------------
+
+def test_ptx_check_flags_float64_and_uncompilable_kernels():
+    from tests import ptx_samples
+    from workbench.ptxcheck import check_stages
+
+    reports = {r.stage: r for r in check_stages(ptx_samples.op.stages)}
+    assert reports["ptx_samples.clean"].ok, reports["ptx_samples.clean"].message
+    assert not reports["ptx_samples.promoted"].ok
+    assert "float64 instructions" in reports["ptx_samples.promoted"].message
+    assert not reports["ptx_samples.uncompilable"].ok
+    assert "does not compile" in reports["ptx_samples.uncompilable"].message
+
+
+# -- CLI ---------------------------------------------------------------------------------------------
+
+def test_cli_list_json(capsys):
+    assert main(["list", "--json"]) == 0
+    ops = {o["op"]: o for o in json.loads(capsys.readouterr().out)}
+    assert [s["name"] for s in ops["reduction"]["stages"]][:1] == ["naive"]
+
+
+def test_cli_check_json_and_exit_code(capsys):
+    assert main(["check", "reduction.fused", "--size", "33", "--size", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["passed"] for r in out] == [True, True]
+
+
+def test_cli_bench_refuses_in_simulator():
+    assert main(["bench", "reduction"]) == 2
+
+
+def test_cli_unknown_target_exits_nonzero():
+    assert main(["check", "reduction.nope"]) == 2
+
+
+def test_cli_doctor_warns_about_simulator(capsys):
+    assert main(["doctor", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["environment"]["mode"] == "sim"
+    assert any("simulator" in w for w in report["warnings"])
+
+
+def test_readme_table_is_regenerated_between_markers(tmp_path):
+    data = results.latest_file_with("reduction")
+    if data is None:
+        pytest.skip("no recorded reduction figures")
+    table = ladder_table("reduction", data)
+    assert "| 5 | fused |" in table and data["device"] in table
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- ladder:reduction -->\nold\n<!-- /ladder:reduction -->\nrest\n")
+    assert update_readme("reduction", table, readme)
+    text = readme.read_text()
+    assert "old" not in text and table in text and text.endswith("rest\n")
+
+
+def test_plots_draw_from_recorded_results(tmp_path):
+    data = results.latest_file_with("reduction")
+    if data is None:
+        pytest.skip("no recorded reduction figures")
+    assert main(["plot", "reduction", "--out", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "reduction_latency.png", "reduction_roofline.png", "reduction_staircase.png"]

@@ -1,0 +1,830 @@
+"""Make numba's CUDA simulator behave more like a GPU.
+
+numba's simulator (``NUMBA_ENABLE_CUDASIM=1``) runs each CUDA thread of a block as a Python thread,
+one block after another. That makes kernels easy to debug, but the simulator is forgiving where a
+GPU is not, and it has no warp-level intrinsics at all. ``install()`` patches its classes in memory
+(nothing on disk changes) so that:
+
+* the warp intrinsics exist (``cuda.shfl_sync``, ``shfl_up_sync``, ``shfl_down_sync``,
+  ``shfl_xor_sync``, ``ballot_sync``, ``any_sync``, ``all_sync``, ``eq_sync``, ``match_any_sync``,
+  ``match_all_sync``, ``syncwarp``, ``activemask``, ``lanemask_lt``), with the semantics of PTX's
+  ``shfl.sync``, ``vote.sync``, ``match.sync`` and ``bar.warp.sync`` as numba-cuda emits them, and
+  with misuse that would hang or give undefined results on a GPU stopped by a :class:`WarpSyncError`
+  that says what went wrong;
+* launches a GPU would refuse raise :class:`LaunchLimitError` (block and grid sizes, 48 KiB of
+  shared memory per block);
+* shared memory starts every block full of garbage (NaN for floats, the bytes of 0x7FFBADAD for
+  everything else), as it does on a GPU, so reading it before writing it shows up instead of
+  quietly reading zeros or the previous block's values;
+* ``cuda.popc``, ``cuda.ffs`` and ``cuda.clz`` count bits in the width of their argument's type, as
+  numba does (the simulator's versions assume a non-negative 32-bit value, which a ballot with lane
+  31 set is not);
+* :func:`record_launches` lists every kernel launch with numba's types for its arguments, so the
+  same kernels can be compiled for a real GPU elsewhere.
+
+Warp intrinsics are rendezvous: each lane deposits its operand and sleeps until every lane of the
+mask has; then each computes its own result from all the operands. To notice a rendezvous that can
+never complete (a lane in the mask took another branch, sits in ``syncthreads()``, or returned), the
+block scheduler is replaced too (see :class:`_Block`): numba's version polls every thread in a busy
+loop and only knows about ``syncthreads()``.
+"""
+
+from __future__ import annotations
+
+import operator
+import sys
+import threading
+from contextlib import contextmanager
+
+import numba
+import numpy as np
+
+if numba.config.ENABLE_CUDASIM:
+    from numba.cuda import types as _cuda_types
+    from numba.cuda.errors import normalize_kernel_dimensions
+    from numba.cuda.np.numpy_support import as_dtype
+    from numba.cuda.simulator import kernel as _kernel
+    from numba.cuda.simulator import kernelapi as _kernelapi
+    from numba.cuda.simulator.args import ArgHint
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+WARP_SIZE = 32
+FULL_MASK = 0xFFFFFFFF
+
+# Limits shared by every GPU numba-cuda supports (compute capability 3.5 to 12.x).
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK_DIM = (1024, 1024, 64)
+MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
+# Shared memory a block may use without the kernel opting in to more (cudaFuncSetAttribute with
+# cudaFuncAttributeMaxDynamicSharedMemorySize, which numba does not do). Static shared memory
+# (cuda.shared.array with a fixed shape) can never exceed it.
+SHARED_MEMORY_PER_BLOCK = 48 * 1024
+
+# What uninitialised shared memory holds here. As float32 and as float64 these bytes are NaN, so
+# the untyped dynamic buffer is NaN whichever float type a kernel views it as; ints read 0x7FFBADAD.
+POISON_WORD = 0x7FFBADAD
+_POISON_BYTES = np.frombuffer(np.uint32(POISON_WORD).tobytes(), dtype=np.uint8)
+
+# After a block fails, how long its launch waits for the other threads to notice and stop.
+_UNWIND_SECONDS = 1.0
+
+
+class LaunchLimitError(ValueError):
+    """A launch configuration or resource use that a GPU would refuse."""
+
+
+class WarpSyncError(RuntimeError):
+    """A warp intrinsic used in a way that hangs, or gives undefined results, on a GPU."""
+
+
+class _Aborted(RuntimeError):
+    """Raised in threads woken because their block already failed; never reaches the user."""
+
+
+_installed = False
+# numba's originals, which the patched versions call; set by install().
+_original_kernel_call = None
+_original_thread_run = None
+
+
+def install():
+    """Patch numba's CUDA simulator as the module docstring describes. Safe to call twice.
+
+    The simulator must be on (``NUMBA_ENABLE_CUDASIM=1`` before numba is first imported): on a GPU
+    there is nothing to patch, and the patched classes do not exist.
+    """
+    global _installed, _original_kernel_call, _original_thread_run
+    if not numba.config.ENABLE_CUDASIM:
+        raise RuntimeError(
+            "workbench.simulator.install() patches numba's CUDA simulator, which is off: set "
+            "NUMBA_ENABLE_CUDASIM=1 in the environment before numba is first imported."
+        )
+    if _installed:
+        return
+    _original_kernel_call = _kernel.FakeCUDAKernel.__call__
+    _original_thread_run = _kernel.BlockThread.run
+    _kernel.FakeCUDAKernel.__call__ = _launch
+    _kernel.BlockManager.run = _run_block
+    _kernel.BlockThread.run = _run_thread
+    _kernel.BlockThread.syncthreads = _syncthreads
+    _kernelapi.FakeCUDAShared.array = _shared_array
+    for function in _INTRINSICS:
+        setattr(_kernelapi.FakeCUDAModule, function.__name__, function)
+    _installed = True
+
+
+# ------------------------------------------------------------------------------------------------
+# Launches: limits and recording
+# ------------------------------------------------------------------------------------------------
+
+_recordings = []  # the lists of the active record_launches() blocks
+
+
+@contextmanager
+def record_launches():
+    """Record the kernel launches made inside the ``with`` block.
+
+    Yields a list that each launch appends ``(py_function, argument_types)`` to, where
+    ``argument_types`` is a tuple of numba types, as the GPU dispatcher would infer them: arrays by
+    dtype, dimensions and layout (a device array or ``cuda.In(...)`` wrapper types like the NumPy
+    array inside it), a Python int as int64, a float as float64. That is enough to compile the same
+    kernel, e.g. with ``cuda.compile_ptx(py_function, argument_types)``. Device-function calls are
+    not launches and are not recorded.
+    """
+    launches = []
+    _recordings.append(launches)
+    try:
+        yield launches
+    finally:
+        _recordings[:] = [active for active in _recordings if active is not launches]
+
+
+def _numba_type(arg):
+    while isinstance(arg, ArgHint):
+        arg = arg.value
+    if isinstance(arg, FakeCUDAArray):
+        arg = arg._ary
+    return numba.typeof(arg)
+
+
+def _launch(self, *args):
+    """FakeCUDAKernel.__call__, with the checks a GPU makes at launch, and launch recording."""
+    if self._device or _kernel._kernel_context is not None:
+        return _original_kernel_call(self, *args)  # a device function: a call, not a launch
+    grid_dim, block_dim = normalize_kernel_dimensions(self.grid_dim, self.block_dim)
+    _check_launch(grid_dim, block_dim, self.dynshared_size)
+    if _recordings:
+        launch = (self.fn, tuple(_numba_type(arg) for arg in args))
+        for launches in _recordings:
+            launches.append(launch)
+    return _original_kernel_call(self, *args)
+
+
+def _check_launch(grid_dim, block_dim, dynamic_shared_bytes):
+    """Raise LaunchLimitError for a configuration a GPU would refuse to launch."""
+    for name, dims in (("gridDim", grid_dim), ("blockDim", block_dim)):
+        for axis, n in zip("xyz", dims):
+            if n < 1:
+                raise LaunchLimitError(f"{name}.{axis} = {n}: every grid and block dimension must be at least 1")
+    threads = block_dim[0] * block_dim[1] * block_dim[2]
+    if threads > MAX_THREADS_PER_BLOCK:
+        raise LaunchLimitError(
+            f"a block of {' x '.join(map(str, block_dim))} = {threads} threads exceeds the limit of "
+            f"{MAX_THREADS_PER_BLOCK} threads per block"
+        )
+    for name, dims, limits in (("blockDim", block_dim, MAX_BLOCK_DIM), ("gridDim", grid_dim, MAX_GRID_DIM)):
+        for axis, n, limit in zip("xyz", dims, limits):
+            if n > limit:
+                raise LaunchLimitError(f"{name}.{axis} = {n} exceeds its limit of {limit}")
+    _check_shared_memory(0, dynamic_shared_bytes)
+
+
+def _check_shared_memory(static_bytes, dynamic_bytes):
+    total = static_bytes + dynamic_bytes
+    if total <= SHARED_MEMORY_PER_BLOCK:
+        return
+    limit = f"48 KiB ({SHARED_MEMORY_PER_BLOCK} bytes)"
+    if dynamic_bytes == 0:
+        raise LaunchLimitError(
+            f"static shared memory (cuda.shared.array) of {static_bytes} bytes per block exceeds the "
+            f"{limit} limit for static shared memory"
+        )
+    if static_bytes == 0:
+        what = f"dynamic shared memory of {dynamic_bytes} bytes per block"
+    else:
+        what = (
+            f"static ({static_bytes} bytes) + dynamic ({dynamic_bytes} bytes) shared memory = "
+            f"{total} bytes per block"
+        )
+    raise LaunchLimitError(
+        f"{what} exceeds the {limit} a block may use unless the kernel opts in to more "
+        "(cudaFuncAttributeMaxDynamicSharedMemorySize)"
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Shared memory: garbage at the start of every block, and the 48 KiB limit
+# ------------------------------------------------------------------------------------------------
+
+_shared_lock = threading.Lock()
+
+
+def _poison(array):
+    """Fill an array with garbage, as uninitialised GPU memory holds.
+
+    Floats become NaN, which spreads through any arithmetic, so a kernel reading shared memory it
+    never wrote (often: a missing syncthreads()) produces visibly wrong results. Other types get
+    the repeated bytes of POISON_WORD.
+    """
+    if array.dtype.kind in "fc":
+        array.fill(np.nan)
+    else:
+        raw = array.reshape(-1).view(np.uint8)
+        raw[:] = np.resize(_POISON_BYTES, raw.size)
+
+
+def _shared_array(self, shape, dtype, alignment=None):
+    """FakeCUDAShared.array that poisons new arrays and enforces the 48 KiB limit.
+
+    It keeps numba's scheme: shape 0 is a view of the launch's dynamic shared buffer; any other
+    shape is a static array, one per source line, shared by every thread of the launch (so two
+    allocations on one line alias). It must replace, not wrap, numba's method, because the source
+    line is found from the caller's frame.
+
+    The static size is known only when the allocation runs, so the limit is checked then, in the
+    first block, rather than before the kernel starts as a GPU would.
+    """
+    if alignment is not None:
+        raise RuntimeError("Array alignment is not supported in cudasim")
+    if isinstance(dtype, _cuda_types.Type):
+        dtype = as_dtype(dtype)
+    dtype = np.dtype(dtype)
+    if shape == 0:
+        count = self._dynshared_size // dtype.itemsize
+        return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+    caller = sys._getframe(1)
+    line = (caller.f_code.co_filename, caller.f_lineno)
+    with _shared_lock:
+        array = self._allocations.get(line)
+        if array is None:
+            nbytes = int(np.prod(shape)) * dtype.itemsize
+            static_bytes = sum(other.nbytes for other in self._allocations.values()) + nbytes
+            _check_shared_memory(static_bytes, self._dynshared_size)
+            array = np.empty(shape, dtype)
+            _poison(array)
+            self._allocations[line] = array
+    return array
+
+
+def _poison_shared_memory(shared):
+    """Poison a launch's shared memory; done at the start of every block, as a new block's is garbage."""
+    for array in shared._allocations.values():
+        _poison(array)
+    _poison(shared._dynshared)
+
+
+# ------------------------------------------------------------------------------------------------
+# The block scheduler: syncthreads(), warp rendezvous, deadlock detection
+# ------------------------------------------------------------------------------------------------
+
+_IN_SYNCTHREADS = "syncthreads()"  # a thread's sim_wait while it waits at the barrier
+
+
+class _Arrival:
+    """One lane's call of a warp intrinsic, waiting for the other lanes of its mask."""
+
+    __slots__ = ("thread", "lane", "kind", "mask", "value", "values")
+
+    def __init__(self, thread, lane, kind, mask, value):
+        self.thread = thread
+        self.lane = lane
+        self.kind = kind
+        self.mask = mask
+        self.value = value
+        self.values = None  # {lane: value} of the whole mask, once everyone has arrived
+
+
+class _Warp:
+    def __init__(self, lock, index, lanes):
+        self.index = index
+        self.first_thread = index * WARP_SIZE
+        self.existing = (1 << lanes) - 1  # the last warp of a block may be partial
+        # Lanes that have arrived at an intrinsic, by (intrinsic, mask). PTX completes a *.sync
+        # instruction when every lane of the mask has executed one "with the same qualifiers and
+        # same membermask": that is the key. Disjoint masks (two half-warps) proceed independently.
+        self.waiting = {}
+        self.at_activemask = []  # arrivals in activemask(), see _Block.activemask
+        self.arrived = threading.Condition(lock)
+
+
+class _Block:
+    """The synchronisation state of one simulated thread block.
+
+    Every thread reports here when it waits in syncthreads() or a warp intrinsic, and when it exits.
+    One lock guards it all, so "every thread still running is waiting, and no wait can complete"
+    is a fact checked at the moment it becomes true, instead of a guess made by polling with
+    timeouts. Conditions on that lock let threads sleep: one per warp (completing a warp intrinsic
+    wakes only that warp), one for the barrier, one for the thread that launched the block.
+
+    Under the lock:
+      live     threads started and not exited;
+      blocked  live threads waiting in syncthreads() or a warp intrinsic. Whoever completes a wait
+               counts the waiters out at once, before they get to run again, so a thread that
+               was just released is never mistaken for a stuck one;
+      failure  the (exception, traceback) that ends the block, or None. Once it is set, every wait
+               raises _Aborted, and the counts no longer matter.
+
+    A barrier completes as soon as all live threads are in it, and a warp intrinsic as soon as its
+    last lane arrives. So if all live threads are blocked, none of them will ever be released: a
+    deadlock, reported as a WarpSyncError (one always involves a warp intrinsic).
+    """
+
+    def __init__(self, block_dim, block_idx):
+        self.block_idx = block_idx
+        size = block_dim[0] * block_dim[1] * block_dim[2]
+        self.threads = [None] * size  # by linear thread id
+        self.lock = threading.Lock()
+        self.live = size
+        self.blocked = 0
+        self.failure = None
+        self.barrier = []
+        self.barrier_generation = 0
+        self.barrier_released = threading.Condition(self.lock)
+        self.finished = threading.Condition(self.lock)
+        self.warps = [
+            _Warp(self.lock, w, min(WARP_SIZE, size - w * WARP_SIZE)) for w in range(-(-size // WARP_SIZE))
+        ]
+
+    def add(self, thread):
+        thread.sim_block = self
+        thread.sim_wait = None  # what the thread waits in: _IN_SYNCTHREADS, an _Arrival, or None
+        thread.sim_exited = False
+        self.threads[thread.thread_id] = thread
+
+    def run(self):
+        """Start the threads; return when all have exited, or raise the block's failure."""
+        for thread in self.threads:
+            thread.start()
+        with self.lock:
+            while self.live and self.failure is None:
+                self.finished.wait()
+            if self.failure is not None:
+                # Give the woken threads a moment to stop, so none runs on into the next launch.
+                self.finished.wait_for(lambda: self.live == 0, timeout=_UNWIND_SECONDS)
+        if self.failure is not None:
+            exception, traceback = self.failure
+            raise exception.with_traceback(traceback)
+
+    # All methods below run with the lock held.
+
+    def _warp_of(self, thread):
+        return self.warps[thread.thread_id // WARP_SIZE]
+
+    def _block(self, thread, wait):
+        thread.sim_wait = wait
+        self.blocked += 1
+        self._settle_activemask(self._warp_of(thread))
+
+    def _wake(self, thread):
+        thread.sim_wait = None
+        self.blocked -= 1
+
+    def _sleep(self, condition, done):
+        """Sleep on condition until done(); raise _Aborted if the block fails first."""
+        while not done():
+            if self.failure is not None:
+                raise _Aborted("another thread of the block failed")
+            condition.wait()
+
+    def _raise_if_failed(self):
+        if self.failure is not None:
+            raise _Aborted("another thread of the block failed")
+
+    def _fail(self, failure):
+        if self.failure is not None:
+            return
+        self.failure = failure
+        for warp in self.warps:
+            warp.arrived.notify_all()
+        self.barrier_released.notify_all()
+        self.finished.notify_all()
+
+    def _release_barrier(self):
+        for thread in self.barrier:
+            self._wake(thread)
+        self.barrier = []
+        self.barrier_generation += 1
+        self.barrier_released.notify_all()
+
+    def _settle_activemask(self, warp):
+        """Complete the warp's activemask() calls once no other lane of it is running."""
+        if not warp.at_activemask:
+            return
+        calling = sum(1 << arrival.lane for arrival in warp.at_activemask)
+        for lane in _lanes(warp.existing & ~calling):
+            thread = self.threads[warp.first_thread + lane]
+            if not thread.sim_exited and thread.sim_wait is None:
+                return  # still running: it may yet call activemask() too
+        for arrival in warp.at_activemask:
+            arrival.values = calling
+            self._wake(arrival.thread)
+        warp.at_activemask = []
+        warp.arrived.notify_all()
+
+    def _check_deadlock(self):
+        if self.live and self.blocked == self.live:
+            self._fail((WarpSyncError(self._describe_deadlock()), None))
+
+    # Entry points, called by the simulated threads.
+
+    def syncthreads(self, thread):
+        with self.lock:
+            self._raise_if_failed()
+            generation = self.barrier_generation
+            self.barrier.append(thread)
+            self._block(thread, _IN_SYNCTHREADS)
+            if len(self.barrier) == self.live:
+                self._release_barrier()
+            else:
+                self._check_deadlock()
+            self._sleep(self.barrier_released, lambda: self.barrier_generation != generation)
+
+    def rendezvous(self, thread, kind, mask, value):
+        """Wait until every lane of mask has called intrinsic `kind` with this mask.
+
+        Returns {lane: value} for the lanes of the mask. Each lane gets its own _Arrival, and the
+        last lane to arrive hands all of them the same dict and removes the group: a fast lane
+        that goes straight on to its next call starts a new group and overwrites nothing that a
+        slower lane still has to read.
+        """
+        warp = self._warp_of(thread)
+        arrival = _Arrival(thread, thread.thread_id % WARP_SIZE, kind, mask, value)
+        with self.lock:
+            self._raise_if_failed()
+            group = warp.waiting.setdefault((kind, mask), [])
+            group.append(arrival)
+            self._block(thread, arrival)
+            if len(group) == mask.bit_count():
+                del warp.waiting[(kind, mask)]
+                values = {member.lane: member.value for member in group}
+                for member in group:
+                    member.values = values
+                    self._wake(member.thread)
+                warp.arrived.notify_all()
+            else:
+                self._check_deadlock()
+            self._sleep(warp.arrived, lambda: arrival.values is not None)
+        return arrival.values
+
+    def activemask(self, thread):
+        """The lanes of the thread's warp that call activemask() "together" with it.
+
+        On a GPU, activemask() returns the lanes executing that instruction with the caller. The
+        simulator's threads do not run in lockstep (one may finish the kernel before the next
+        starts), so "together" is approximated: wait until every other lane of the warp has
+        called activemask() too, or waits in syncthreads() or a warp intrinsic, or has exited;
+        the answer is the lanes that called. In converged code that is every lane that has not
+        exited, as on a GPU; inside a branch it leaves out lanes on the other path once they
+        wait or finish. It never deadlocks: it completes whenever a lane of the warp stops
+        running, so it is settled in _block() and thread_exited().
+        """
+        warp = self._warp_of(thread)
+        arrival = _Arrival(thread, thread.thread_id % WARP_SIZE, "activemask", None, None)
+        with self.lock:
+            self._raise_if_failed()
+            warp.at_activemask.append(arrival)
+            self._block(thread, arrival)
+            self._sleep(warp.arrived, lambda: arrival.values is not None)
+        return arrival.values
+
+    def thread_exited(self, thread):
+        with self.lock:
+            thread.sim_exited = True
+            self.live -= 1
+            self._settle_activemask(self._warp_of(thread))
+            if thread.exception is not None:
+                self._fail(thread.exception)
+            elif self.barrier and len(self.barrier) == self.live:
+                self._release_barrier()  # exited threads no longer count at the barrier
+            else:
+                self._check_deadlock()
+            if self.live == 0:
+                self.finished.notify_all()
+
+    def _describe_deadlock(self):
+        lines = [
+            f"deadlock in block {tuple(self.block_idx)}: every thread that has not exited is waiting, "
+            "and none of the waits can complete."
+        ]
+        for warp in self.warps:
+            for (kind, mask), group in warp.waiting.items():
+                arrived = sum(1 << member.lane for member in group)
+                by_place = {}
+                for lane in _lanes(mask & ~arrived):
+                    place = self._whereabouts(self.threads[warp.first_thread + lane])
+                    by_place.setdefault(place, []).append(lane)
+                missing = "; ".join(f"{_lane_words(lanes)}: {place}" for place, lanes in by_place.items())
+                lines.append(
+                    f"  warp {warp.index}: {_lane_words(_lanes(arrived))} wait in {kind}(mask={mask:#010x}) "
+                    f"for the rest of the mask, which never arrives ({missing})"
+                )
+        if self.barrier:
+            waiting = _ranges(thread.thread_id for thread in self.barrier)
+            lines.append(
+                f"  threads {waiting} (linear ids) wait in syncthreads(), which needs every thread "
+                "that has not exited"
+            )
+        lines.append(
+            "A warp intrinsic returns only when every lane named in its mask has called the same "
+            "intrinsic with the same mask. A lane that took another branch, waits in syncthreads() "
+            "or has returned never arrives: on a GPU the kernel hangs or computes garbage."
+        )
+        return "\n".join(lines)
+
+    @staticmethod
+    def _whereabouts(thread):
+        if thread.sim_exited:
+            return "exited"
+        if thread.sim_wait is _IN_SYNCTHREADS:
+            return "in syncthreads()"
+        return f"in {thread.sim_wait.kind}(mask={thread.sim_wait.mask:#010x})"
+
+
+def _run_block(self, grid_point, *args):
+    """BlockManager.run, rebuilt on _Block: one thread per CUDA thread, then sleep until done."""
+    _poison_shared_memory(_kernel._kernel_context.shared)
+    block = _Block(self._block_dim, grid_point)
+
+    def target():
+        self._f(*args)
+
+    for index in np.ndindex(*self._block_dim):
+        block.add(_kernel.BlockThread(target, self, grid_point, index, self._debug))
+    block.run()
+
+
+def _run_thread(self):
+    """BlockThread.run (which records the kernel's exception, if any), then report the exit."""
+    try:
+        _original_thread_run(self)
+    finally:
+        self.sim_block.thread_exited(self)
+
+
+def _syncthreads(self):
+    self.sim_block.syncthreads(self)
+
+
+def _lanes(bits):
+    return [lane for lane in range(WARP_SIZE) if bits >> lane & 1]
+
+
+def _ranges(numbers):
+    """'0-15, 20, 22-23' for 0, 1, ..., 15, 20, 22, 23."""
+    parts = []
+    for n in sorted(numbers):
+        if parts and parts[-1][1] == n - 1:
+            parts[-1][1] = n
+        else:
+            parts.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in parts)
+
+
+def _lane_words(lanes):
+    return f"lane {lanes[0]}" if len(lanes) == 1 else f"lanes {_ranges(lanes)}"
+
+
+# ------------------------------------------------------------------------------------------------
+# Warp intrinsics (methods of the simulator's fake `cuda` module)
+# ------------------------------------------------------------------------------------------------
+
+
+def _enter_warp_call(kind, mask):
+    """Check a warp intrinsic's mask for the calling thread; return (thread, lane, mask).
+
+    numba truncates the mask to 32 bits, so -1 means all lanes. The caller must be in its own mask
+    (PTX: undefined otherwise), and every lane the mask names must exist: in a block whose size is
+    not a multiple of 32 the last warp is partial, and the lanes it lacks never arrive.
+    """
+    thread = threading.current_thread()
+    mask = operator.index(mask) & FULL_MASK
+    lane = thread.thread_id % WARP_SIZE
+    if not mask >> lane & 1:
+        raise WarpSyncError(
+            f"{kind}: lane {lane} called it with mask {mask:#010x}, which does not include lane {lane}; "
+            "every calling lane must be in the mask (on a GPU the result is undefined)"
+        )
+    block = thread.sim_block
+    warp = block.warps[thread.thread_id // WARP_SIZE]
+    absent = mask & ~warp.existing
+    if absent:
+        raise WarpSyncError(
+            f"{kind}(mask={mask:#010x}): {_lane_words(_lanes(absent))} of warp {warp.index} do not exist: "
+            f"the block has {len(block.threads)} threads, so this warp has only "
+            f"{_lane_words(_lanes(warp.existing))}. Name only lanes that exist (cuda.activemask() "
+            "lists them), or make the block size a multiple of 32."
+        )
+    return thread, lane, mask
+
+
+def _check_word(kind, value):
+    """numba's shfl and match intrinsics take int32, int64, float32 or float64 values; nothing else."""
+    if type(value) is int:
+        ok = -(2**63) <= value < 2**63  # numba types a Python int as int64
+    elif type(value) is float:
+        ok = True
+    else:
+        ok = isinstance(value, np.generic) and value.dtype.kind in "if" and value.dtype.itemsize in (4, 8)
+    if not ok:
+        raise TypeError(
+            f"{kind} works on int32, int64, float32 and float64 values, as numba's does; got "
+            f"{value!r} of type {type(value).__name__}"
+        )
+
+
+def _like(received, own, kind, lane, source):
+    """Give a value that arrived from another lane the type of the caller's own value.
+
+    In compiled code a variable has one type in every lane; in the simulator, lanes that took
+    different paths can hold, say, a Python float and a numpy.float32. Same kind: convert. Int and
+    float: numba would have made both float, so the code likely relies on an int start value.
+    """
+    if type(received) is type(own):
+        return received
+    if isinstance(received, (float, np.floating)) == isinstance(own, (float, np.floating)):
+        return type(own)(received)
+    raise TypeError(
+        f"{kind}: lane {lane} passes a {type(own).__name__} but lane {source} passes a "
+        f"{type(received).__name__}. Compiled, the variable would have one float type in every lane: "
+        "start it from a float (0.0, not 0)."
+    )
+
+
+def _shuffle(kind, mask, value, b, source_lane):
+    _check_word(kind, value)
+    thread, lane, mask = _enter_warp_call(kind, mask)
+    # PTX uses only b[4:0]: a lane index or offset of 32 means 0, 33 means 1, -1 means 31.
+    source = source_lane(lane, operator.index(b) & (WARP_SIZE - 1))
+    if not mask >> source & 1:
+        raise WarpSyncError(
+            f"{kind}: lane {lane} reads lane {source}, which is not in the mask {mask:#010x}; "
+            "on a GPU the value it gets is undefined"
+        )
+    values = thread.sim_block.rendezvous(thread, kind, mask, value)
+    return _like(values[source], value, kind, lane, source)
+
+
+# Source lane j for each mode, from PTX's shfl.sync with the c operand numba passes (0x1f for idx,
+# down and bfly: clamp at lane 31; 0 for up: clamp at lane 0). Out of range, a lane reads itself.
+
+
+def _idx_source(lane, b):
+    return b
+
+
+def _up_source(lane, b):
+    return lane - b if lane >= b else lane
+
+
+def _down_source(lane, b):
+    return lane + b if lane + b < WARP_SIZE else lane
+
+
+def _xor_source(lane, b):
+    return lane ^ b
+
+
+def shfl_sync(self, mask, value, src_lane):
+    """Return `value` from lane ``src_lane % 32``.
+
+    numba's API has no width argument: shuffles always span the whole 32-lane warp. `value` is an
+    int32, int64, float32 or float64 (Python int and float count as the 64-bit types) and comes
+    back with the caller's type. Every lane named in `mask` must call the same intrinsic with the
+    same mask; the lane read must be one of them.
+    """
+    return _shuffle("shfl_sync", mask, value, src_lane, _idx_source)
+
+
+def shfl_up_sync(self, mask, value, delta):
+    """Return `value` from lane ``lane - delta``, or the caller's own if that is below 0.
+
+    Only ``delta % 32`` counts. See shfl_sync for width, types and mask.
+    """
+    return _shuffle("shfl_up_sync", mask, value, delta, _up_source)
+
+
+def shfl_down_sync(self, mask, value, delta):
+    """Return `value` from lane ``lane + delta``, or the caller's own if that is above 31.
+
+    Only ``delta % 32`` counts. See shfl_sync for width, types and mask.
+    """
+    return _shuffle("shfl_down_sync", mask, value, delta, _down_source)
+
+
+def shfl_xor_sync(self, mask, value, lane_mask):
+    """Return `value` from lane ``lane ^ (lane_mask % 32)``. See shfl_sync for width, types and mask."""
+    return _shuffle("shfl_xor_sync", mask, value, lane_mask, _xor_source)
+
+
+def _vote(kind, mask, predicate):
+    """Rendezvous on a predicate; return (ballot of the mask's lanes, mask)."""
+    if not isinstance(predicate, (bool, int, np.integer, np.bool_)):
+        raise TypeError(f"{kind}: the predicate must be an integer or a boolean, as numba requires; got {predicate!r}")
+    thread, _, mask = _enter_warp_call(kind, mask)
+    votes = thread.sim_block.rendezvous(thread, kind, mask, bool(predicate))
+    return sum(1 << lane for lane, vote in votes.items() if vote), mask
+
+
+def _int32(bits):
+    return np.uint32(bits).view(np.int32)
+
+
+def ballot_sync(self, mask, predicate):
+    """Bit i set if lane i of `mask` has a true predicate.
+
+    numba types the result int32, so with lane 31 set it is negative: a full-warp ballot is -1,
+    not 0xFFFFFFFF.
+    """
+    return _int32(_vote("ballot_sync", mask, predicate)[0])
+
+
+def any_sync(self, mask, predicate):
+    """True if the predicate is true in any lane of `mask`."""
+    return _vote("any_sync", mask, predicate)[0] != 0
+
+
+def all_sync(self, mask, predicate):
+    """True if the predicate is true in every lane of `mask`."""
+    ballot, mask = _vote("all_sync", mask, predicate)
+    return ballot == mask
+
+
+def eq_sync(self, mask, predicate):
+    """True if the predicate has the same truth value in every lane of `mask`."""
+    ballot, mask = _vote("eq_sync", mask, predicate)
+    return ballot in (0, mask)
+
+
+def _match(kind, mask, value):
+    """Rendezvous on a value's bits (floats compare as bits, as match.sync does).
+
+    Returns ({lane: bits} for the mask, the caller's bits, mask).
+    """
+    _check_word(kind, value)
+    thread, lane, mask = _enter_warp_call(kind, mask)
+    patterns = thread.sim_block.rendezvous(thread, kind, mask, np.asarray(value).tobytes())
+    return patterns, patterns[lane], mask
+
+
+def match_any_sync(self, mask, value):
+    """The lanes of `mask` whose value has the same bits as the caller's, as an int32 bit mask."""
+    patterns, own, _ = _match("match_any_sync", mask, value)
+    return _int32(sum(1 << lane for lane, pattern in patterns.items() if pattern == own))
+
+
+def match_all_sync(self, mask, value):
+    """``(mask, True)`` if every lane of `mask` has the same value, else ``(0, False)``; mask as int32."""
+    patterns, own, mask = _match("match_all_sync", mask, value)
+    if all(pattern == own for pattern in patterns.values()):
+        return _int32(mask), True
+    return np.int32(0), False
+
+
+def syncwarp(self, mask=FULL_MASK):
+    """Wait until every lane of `mask` has called syncwarp with this mask."""
+    thread, _, mask = _enter_warp_call("syncwarp", mask)
+    thread.sim_block.rendezvous(thread, "syncwarp", mask, None)
+
+
+def activemask(self):
+    """The lanes of the caller's warp running with it, as a uint32 (approximated: _Block.activemask)."""
+    thread = threading.current_thread()
+    return np.uint32(thread.sim_block.activemask(thread))
+
+
+def lanemask_lt(self):
+    """The lanes below the caller's, as a uint32: ``(1 << lane) - 1``."""
+    return np.uint32((1 << threading.current_thread().thread_id % WARP_SIZE) - 1)
+
+
+def _bits(value):
+    """An integer's bits as numba sees them: two's complement in its type's width (Python int: int64)."""
+    width = value.dtype.itemsize * 8 if isinstance(value, np.integer) else 64
+    return int(value) & ((1 << width) - 1), width
+
+
+def popc(self, value):
+    """Number of set bits (of a negative int too, e.g. a ballot with lane 31 set)."""
+    return _bits(value)[0].bit_count()
+
+
+def ffs(self, value):
+    """1-based position of the lowest set bit; 0 if none."""
+    bits = _bits(value)[0]
+    return (bits & -bits).bit_length()
+
+
+def clz(self, value):
+    """Number of leading zero bits, in the width of the value's type."""
+    bits, width = _bits(value)
+    return width - bits.bit_length()
+
+
+_INTRINSICS = (
+    shfl_sync,
+    shfl_up_sync,
+    shfl_down_sync,
+    shfl_xor_sync,
+    ballot_sync,
+    any_sync,
+    all_sync,
+    eq_sync,
+    match_any_sync,
+    match_all_sync,
+    syncwarp,
+    activemask,
+    lanemask_lt,
+    popc,
+    ffs,
+    clz,
+)
