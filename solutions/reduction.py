@@ -6,7 +6,7 @@ serialised atomics, too few bytes in flight, and the cost of combining the threa
 """
 
 import numpy as np
-from numba import cuda, float32, float64
+from numba import cuda, float32, float64, int32
 
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
 from workbench import peers
@@ -73,8 +73,13 @@ def _zero(out):
 @cuda.jit
 def _atomic_per_element(x, total):
     i = cuda.grid(1)
+    # HINT: One thread per element: each adds its element to the single running total.
+    # HINT: Thousands of threads update total[0] at once: a plain += loses updates; cuda.atomic.add(array, index, value) does not. Threads past the end of x must do nothing.
+    # HINT: if i < x.size: cuda.atomic.add(total, 0, float64(x[i]))
+    # BEGIN SOLUTION
     if i < x.size:
         cuda.atomic.add(total, 0, float64(x[i]))
+    # END SOLUTION
 
 
 @cuda.jit
@@ -107,10 +112,15 @@ def naive(x, out):
 def _grid_stride_partials(x, out):
     start = cuda.grid(1)
     stride = cuda.gridsize(1)
+    # HINT: Sum many elements privately in a register first, then do ONE atomic add per thread.
+    # HINT: Walk x with a grid-stride loop (start at cuda.grid(1), step cuda.gridsize(1)) so that neighbouring threads read neighbouring elements. Start the partial sum from float32(0.0).
+    # HINT: partial = float32(0.0); for i in range(start, x.size, stride): partial += x[i]; then cuda.atomic.add(out, 0, partial)
+    # BEGIN SOLUTION
     partial = float32(0.0)
     for i in range(start, x.size, stride):  # neighbouring threads read neighbouring elements
         partial += x[i]
     cuda.atomic.add(out, 0, partial)
+    # END SOLUTION
 
 
 def _grid(n, elements_per_thread):
@@ -139,6 +149,10 @@ def _shared_tree(x, out):
     partial = float32(0.0)
     for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
         partial += x[i]
+    # HINT: Store each thread's partial in shared memory, then halve the number of active threads at each step: thread t adds partials[t + half] into partials[t].
+    # HINT: Every step needs a cuda.syncthreads() (outside the if: every thread must reach it), so no thread reads a value before it is written. Thread 0 ends with the block's sum.
+    # HINT: partials[t] = partial; syncthreads; half = THREADS // 2; while half > 0: if t < half: partials[t] += partials[t + half]; syncthreads; half //= 2. Then thread 0: cuda.atomic.add(out, 0, partials[0]).
+    # BEGIN SOLUTION
     partials[t] = partial
     cuda.syncthreads()
     # Sequential addressing: active threads are contiguous (0..half-1), so whole warps retire
@@ -151,6 +165,7 @@ def _shared_tree(x, out):
         half //= 2
     if t == 0:
         cuda.atomic.add(out, 0, partials[0])
+    # END SOLUTION
 
 
 @op.stage("shared_tree", """
@@ -168,10 +183,15 @@ def shared_tree(x, out):
 @cuda.jit(device=True, inline=True)
 def _warp_sum(value):
     """Butterfly sum over the 32 lanes of a warp: registers only, no shared memory, no barrier."""
+    # HINT: Each step, every lane adds the value of the lane `offset` places above it; halve offset each step, starting at 16.
+    # HINT: cuda.shfl_down_sync(FULL_MASK, value, offset) returns `value` from lane (lane + offset); five steps (16, 8, 4, 2, 1) leave the warp's sum in lane 0.
+    # HINT: offset = 16; while offset > 0: value += cuda.shfl_down_sync(FULL_MASK, value, offset); offset //= 2
+    # BEGIN SOLUTION
     offset = 16
     while offset > 0:
         value += cuda.shfl_down_sync(FULL_MASK, value, offset)
         offset //= 2
+    # END SOLUTION
     return value
 
 
@@ -212,10 +232,10 @@ def warp_shuffle(x, out):
     _warp_shuffle[_grid(x.size, ELEMENTS_PER_THREAD), THREADS](x, out)
 
 
-# -- 5. fused: independent loads, one pass ------------------------------------------------------
+# -- 5. fused: independent loads, one launch ---------------------------------------------------
 
 @cuda.jit
-def _fused(x, out):
+def _fused(x, block_sums, blocks_done, out):
     n = x.size
     stride = cuda.gridsize(1)
     # Four accumulators fed by four loads that do not depend on each other: each thread keeps four
@@ -225,6 +245,10 @@ def _fused(x, out):
     a2 = float32(0.0)
     a3 = float32(0.0)
     i = cuda.grid(1)
+    # HINT: Each iteration issues four loads that do not depend on each other (i, i + stride, i + 2*stride, i + 3*stride) into the four accumulators, then advances by 4 * stride.
+    # HINT: Stop the unrolled loop while all four indices are in range (i + 3 * stride < n), then finish the remaining elements one stride at a time.
+    # HINT: while i + 3*stride < n: a0 += x[i]; a1 += x[i + stride]; a2 += x[i + 2*stride]; a3 += x[i + 3*stride]; i += 4*stride. Then: while i < n: a0 += x[i]; i += stride
+    # BEGIN SOLUTION
     while i + 3 * stride < n:
         a0 += x[i]
         a1 += x[i + stride]
@@ -234,22 +258,41 @@ def _fused(x, out):
     while i < n:  # the tail: fewer than four strides left
         a0 += x[i]
         i += stride
+    # END SOLUTION
     total = _block_sum((a0 + a1) + (a2 + a3))
+
+    # The last block to finish adds up the per-block sums, so no separate launch is needed to zero
+    # the output first, and the result is the same on every run (a fixed order of additions).
+    is_last = cuda.shared.array(1, int32)
     if cuda.threadIdx.x == 0:
-        cuda.atomic.add(out, 0, total)
+        block_sums[cuda.blockIdx.x] = total
+        cuda.threadfence()  # this block's sum is visible to all before it is counted as done
+        is_last[0] = cuda.atomic.add(blocks_done, 0, 1) == cuda.gridDim.x - 1
+    cuda.syncthreads()
+    if is_last[0]:
+        partial = float32(0.0)
+        for b in range(cuda.threadIdx.x, cuda.gridDim.x, THREADS):
+            partial += block_sums[b]
+        total = _block_sum(partial)
+        if cuda.threadIdx.x == 0:
+            out[0] = total
+            blocks_done[0] = 0  # ready for the next call
 
 
 def _resident_grid(n):
-    """A grid that fills the GPU once (a few blocks per multiprocessor), never more than n needs."""
+    """A grid that fills the GPU once (all the blocks a multiprocessor can hold), never more than n needs."""
     return min(_grid(n, LOADS_PER_THREAD), sm_count() * (2048 // THREADS))
 
 
 @op.stage("fused", """
-    One pass at memory speed. The grid is sized to the machine (as many blocks as can be resident at
-    once) instead of to the data, and each thread issues four independent loads per iteration into four
-    accumulators, so the memory system always has enough requests in flight to stay busy. Partials are
-    then reduced by warp shuffles and one atomic per block: the reduction itself is now a rounding
-    error in the run time, and the kernel reads the vector once at close to copy bandwidth.""")
+    One pass, one launch, at memory speed. The grid is sized to the machine (as many blocks as can be
+    resident at once) instead of to the data, and each thread issues four independent loads per
+    iteration into four accumulators, so the memory system always has enough requests in flight.
+    Blocks reduce with warp shuffles and store one sum each; the last block to finish (found with an
+    atomic ticket counter) adds those up. No atomics on the output, so no extra launch to zero it,
+    and the same answer on every run.""")
 def fused(x, out):
-    _zero[1, 1](out)
-    _fused[_resident_grid(x.size), THREADS](x, out)
+    blocks = _resident_grid(x.size)
+    block_sums = scratch("reduction.fused.block_sums", blocks)
+    blocks_done = scratch("reduction.fused.blocks_done", 1, np.int32, zeroed=True)  # reset by the last block
+    _fused[blocks, THREADS](x, block_sums, blocks_done, out)

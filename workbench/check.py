@@ -27,19 +27,49 @@ class CheckResult:
     skipped: bool = False
     first_bad_index: list | None = None
     worst: list = field(default_factory=list)  # [(index, got, expected)] of the largest errors
+    # What went wrong, as a short code the grader keys its advice on: "shape", "unwritten" (poison
+    # left in the output), "nan" (a NaN/inf the kernel computed), "all-zeros", "wrong-values",
+    # "input-modified", "exception"; "" when the check passed.
+    reason: str = ""
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
+# The NaN an output is poisoned with: a quiet NaN with a payload of its own, so that an element
+# still holding it was never written, while any other NaN was computed by the kernel.
+_POISON_BITS = {np.dtype(np.float32): (np.uint32, 0x7FC0DEAD), np.dtype(np.float64): (np.uint64, 0x7FF800000000DEAD)}
+
+
+def poison_value(dtype) -> np.ndarray:
+    """The value poison_like fills an array of ``dtype`` with, as a 0-d array."""
+    dtype = np.dtype(dtype)
+    if dtype in _POISON_BITS:
+        bits_type, bits = _POISON_BITS[dtype]
+        return np.array(bits, dtype=bits_type).view(dtype)
+    if np.issubdtype(dtype, np.floating):
+        return np.array(np.nan, dtype=dtype)
+    info = np.iinfo(dtype)
+    return np.array(info.min + 7 if np.issubdtype(dtype, np.signedinteger) else info.max - 7, dtype=dtype)
+
+
 def poison_like(template: np.ndarray) -> np.ndarray:
     """NaN for floats, an unlikely bit pattern for ints: what an unwritten element looks like."""
     out = np.empty_like(template)
-    if np.issubdtype(out.dtype, np.floating):
-        out.fill(np.nan)
-    else:
-        out.fill(np.iinfo(out.dtype).min + 7 if np.issubdtype(out.dtype, np.signedinteger) else np.iinfo(out.dtype).max - 7)
+    out.fill(poison_value(out.dtype))
     return out
+
+
+def is_poison(a: np.ndarray) -> np.ndarray:
+    """Elementwise: does ``a`` still hold poison_like's value (bit for bit, for floats)?"""
+    a = np.asarray(a)
+    p = poison_value(a.dtype)
+    if a.dtype in _POISON_BITS:
+        bits_type = _POISON_BITS[a.dtype][0]
+        return a.view(bits_type) == p.view(bits_type)
+    if np.issubdtype(a.dtype, np.floating):
+        return np.isnan(a)
+    return a == p
 
 
 def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
@@ -48,20 +78,75 @@ def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
     return float(diff / scale) if scale > 0 else float(diff)
 
 
+def _index(flat: int, shape) -> list:
+    return list(map(int, np.unravel_index(int(flat), shape)))
+
+
+def _compare_exact(key: str, size: Size, out: np.ndarray, ref: np.ndarray) -> CheckResult:
+    """Integer outputs (counts, indices): every element must match exactly."""
+    ref = np.asarray(ref)
+    if np.issubdtype(ref.dtype, np.floating):
+        ref = np.rint(ref)
+    want = ref.astype(np.int64)
+    got = out.astype(np.int64)
+    err = relative_error(got, want.astype(np.float64))
+    wrong = got != want
+    if not wrong.any():
+        return CheckResult(key, list(size), True, err, 0.0)
+    flat = np.flatnonzero(wrong)
+    result = CheckResult(key, list(size), False, err, 0.0, first_bad_index=_index(flat[0], out.shape))
+    order = flat[np.argsort(np.abs(got - want).ravel()[flat], kind="stable")[::-1][:5]]
+    result.worst = [[_index(i, out.shape), int(got.ravel()[i]), int(want.ravel()[i])] for i in order]
+    unwritten = is_poison(out) & wrong
+    if unwritten.any():
+        result.reason = "unwritten"
+        result.message = (f"{int(unwritten.sum())} of {out.size} output elements still hold the poison value "
+                          f"{int(poison_value(out.dtype))} the output was filled with (first at index "
+                          f"{_index(np.flatnonzero(unwritten)[0], out.shape)}): were they never written?")
+    elif not got.any() and want.any():
+        result.reason = "all-zeros"
+        result.message = "the output is all zeros: did the kernel compute and write anything?"
+    else:
+        result.reason = "wrong-values"
+        result.message = (f"{int(wrong.sum())} of {out.size} elements differ (integer outputs must match exactly); "
+                          f"first at index {result.first_bad_index}: got {int(got.ravel()[flat[0]])}, "
+                          f"expected {int(want.ravel()[flat[0]])}")
+    return result
+
+
 def compare(key: str, size: Size, out: np.ndarray, ref: np.ndarray, tolerance: float) -> CheckResult:
-    """Judge ``out`` against ``ref``; the message says what went wrong and where first."""
-    ref = np.asarray(ref, dtype=np.float64)
-    if out.shape != ref.shape:
+    """Judge ``out`` against ``ref``; the message says what went wrong and where first.
+
+    Integer outputs must match exactly (the tolerance is ignored). For floats, elements that still
+    hold the output's poison are reported as never written, other NaN/inf as computed.
+    """
+    if out.shape != np.shape(ref):
         return CheckResult(key, list(size), False, float("inf"), tolerance,
-                           f"output shape {out.shape} but expected {ref.shape}")
+                           f"output shape {out.shape} but expected {np.shape(ref)}", reason="shape")
+    if np.issubdtype(out.dtype, np.integer) or np.issubdtype(out.dtype, np.bool_):
+        return _compare_exact(key, size, out, ref)
+    ref = np.asarray(ref, dtype=np.float64)
     bad_nan = ~np.isfinite(out) & np.isfinite(ref)
     if bad_nan.any():
-        first = np.unravel_index(int(np.flatnonzero(bad_nan)[0]), out.shape)
+        first = _index(np.flatnonzero(bad_nan)[0], out.shape)
         n_bad = int(bad_nan.sum())
-        return CheckResult(key, list(size), False, float("nan"), tolerance,
-                           f"{n_bad} of {out.size} output elements are NaN/inf (first at index {list(map(int, first))}); "
-                           "the output was poisoned with NaN: were those elements never written?",
-                           first_bad_index=list(map(int, first)))
+        unwritten = bad_nan & is_poison(out)
+        n_unwritten = int(unwritten.sum())
+        if n_unwritten:
+            where = _index(np.flatnonzero(unwritten)[0], out.shape)
+            message = (f"{n_unwritten} of {out.size} output elements still hold the NaN the output was poisoned "
+                       f"with (first at index {where}): were they never written?")
+            if n_unwritten < n_bad:
+                message += f" {n_bad - n_unwritten} more are NaN/inf computed by the kernel."
+            reason = "unwritten"
+        else:
+            message = (f"{n_bad} of {out.size} output elements are NaN/inf computed by the kernel (first at index "
+                       f"{first}): a read of memory nobody wrote? Shared memory and new buffers start as garbage "
+                       "(NaN here): a missing cuda.syncthreads() between writing and reading shared memory, or "
+                       "a buffer or accumulator never initialised")
+            reason = "nan"
+        return CheckResult(key, list(size), False, float("nan"), tolerance, message, first_bad_index=first,
+                           worst=[[first, float(out[tuple(first)]), float(ref[tuple(first)])]], reason=reason)
     err = relative_error(out, ref)
     passed = err <= tolerance
     result = CheckResult(key, list(size), passed, err, tolerance)
@@ -77,6 +162,10 @@ def compare(key: str, size: Size, out: np.ndarray, ref: np.ndarray, tolerance: f
                         for i in order]
         result.message = (f"relative error {err:.3g} exceeds tolerance {tolerance:.1g}; "
                           f"{int(wrong.sum())} of {out.size} elements off, first at index {result.first_bad_index}")
+        result.reason = "wrong-values"
+        if not out.any() and ref.any():
+            result.reason = "all-zeros"
+            result.message = "the output is all zeros: did the kernel compute and write anything? " + result.message
     return result
 
 
@@ -91,8 +180,12 @@ def run_once(stage: Stage, inputs: tuple, out_template: np.ndarray, launch: Call
     return d_out.copy_to_host(), [d.copy_to_host() for d in d_inputs]
 
 
-def check_stage(stage: Stage, size, rng: np.random.Generator | None = None, launch: Callable | None = None) -> CheckResult:
-    """Check one stage at one size on fresh random inputs."""
+def check_stage(stage: Stage, size, rng: np.random.Generator | None = None, launch: Callable | None = None,
+                explain: Callable | None = None) -> CheckResult:
+    """Check one stage at one size on fresh random inputs.
+
+    ``launch`` replaces the stage's own launcher (the grader runs a learner's this way, judged by the
+    stage's operator); ``explain(inputs, out, ref)`` may add a hint to a failed comparison."""
     op: Operator = stage.op
     size = as_size(size)
     if stage.gpu_only and _device.is_simulator():
@@ -105,13 +198,25 @@ def check_stage(stage: Stage, size, rng: np.random.Generator | None = None, laun
     try:
         out, after = run_once(stage, inputs, op.make_output(size), launch)
     except Exception as exc:  # a crash is a failed check, reported with its cause
-        return CheckResult(stage.key, list(size), False, float("inf"), tol, f"{type(exc).__name__}: {exc}")
+        return CheckResult(stage.key, list(size), False, float("inf"), tol, f"{type(exc).__name__}: {exc}",
+                           reason="exception")
     result = compare(stage.key, size, out, ref, tol)
+    if not result.passed and explain is not None and result.reason != "shape":
+        try:
+            hint = explain(inputs, out, ref)
+        except Exception:  # a hint must never turn a verdict into a crash
+            hint = None
+        if hint:
+            result.message += f"; {hint}"
     for i, (before, now) in enumerate(zip(originals, after)):
         if not np.array_equal(before, now, equal_nan=True):
+            changed = np.flatnonzero(~((before == now) | (np.isnan(before) & np.isnan(now)))
+                                     if np.issubdtype(before.dtype, np.floating) else before != now)
+            where = f" (first at index {_index(changed[0], before.shape)})" if changed.size else ""
             result.passed = False
+            result.reason = result.reason or "input-modified"
             result.message = (result.message + "; " if result.message else "") + \
-                f"input {i} was modified: a stage must not write to its inputs"
+                f"input {i} was modified{where}: a stage must not write to its inputs"
     return result
 
 

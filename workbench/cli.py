@@ -464,6 +464,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("doctor", help="GPU, driver, CUDA, numba and numpy versions; known-bad combinations")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_doctor)
+
+    from .notebook import add_cli as add_notebooks_cli  # `workbench notebooks build [--execute]`
+
+    add_notebooks_cli(sub)
     return p
 
 

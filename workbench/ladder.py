@@ -225,15 +225,16 @@ def expect_device_array(name: str, a, *, dtype=None, ndim: int | None = None, sh
         raise InputError(f"{name} is empty: a stage needs at least {min_size} element(s)")
 
 
-def scratch(key: str, shape, dtype=np.float32):
+def scratch(key: str, shape, dtype=np.float32, zeroed: bool = False):
     """A device buffer cached by (key, shape, dtype): workspace a launcher reuses across calls
-    (allocating inside a timed launcher would time the allocator)."""
+    (allocating inside a timed launcher would time the allocator). ``zeroed`` fills it with zeros
+    once, when it is first allocated (for counters a kernel resets itself)."""
     from numba import cuda
 
     k = (key, tuple(np.atleast_1d(shape)), np.dtype(dtype).str)
     buf = _SCRATCH.get(k)
     if buf is None:
-        buf = cuda.device_array(shape, dtype=dtype)
+        buf = cuda.to_device(np.zeros(shape, dtype)) if zeroed else cuda.device_array(shape, dtype=dtype)
         _SCRATCH[k] = buf
     return buf
 

@@ -66,12 +66,19 @@ def collect_launches(stage, size=None) -> list[tuple[str, str, tuple]]:
 def _ptxas_resources(ptx: str) -> dict:
     if not shutil.which("ptxas"):
         return {}
-    with tempfile.TemporaryDirectory() as d:
-        src = os.path.join(d, "k.ptx")
-        with open(src, "w") as f:
-            f.write(ptx)
-        run = subprocess.run(["ptxas", "-v", f"-arch=sm_{CC[0]}{CC[1]}", src, "-o", os.path.join(d, "k.cubin")],
-                             capture_output=True, text=True)
+
+    def assemble(text: str) -> subprocess.CompletedProcess:
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "k.ptx")
+            with open(src, "w") as f:
+                f.write(text)
+            return subprocess.run(["ptxas", "-v", f"-arch=sm_{CC[0]}{CC[1]}", src, "-o", os.path.join(d, "k.cubin")],
+                                  capture_output=True, text=True)
+
+    run = assemble(ptx)
+    older = re.search(r"Unsupported \.version [\d.]+; current version is '([\d.]+)'", run.stderr)
+    if older:  # NVVM from the pip wheels may be newer than the system ptxas: try its PTX ISA version
+        run = assemble(re.sub(r"^\.version [\d.]+", f".version {older.group(1)}", ptx, count=1, flags=re.M))
     text = run.stderr
     regs = re.search(r"Used (\d+) registers", text)
     spills = re.findall(r"(\d+) bytes spill (?:stores|loads)", text)

@@ -27,9 +27,13 @@ mask has; then each computes its own result from all the operands. To notice a r
 never complete (a lane in the mask took another branch, sits in ``syncthreads()``, or returned), the
 block scheduler is replaced too (see :class:`_Block`): numba's version polls every thread in a busy
 loop and only knows about ``syncthreads()``.
-"""
 
-from __future__ import annotations
+One deliberate difference from PTX: a mask that names a lane which has returned from the kernel is
+an error here. PTX just leaves exited lanes out of the wait, but a shuffle that reads one gets an
+undefined value and a vote silently ignores it, so such a mask is almost always a bug (typically
+an early ``return`` before a full-warp reduction); build masks with ``cuda.activemask()`` or
+``cuda.ballot_sync`` instead.
+"""
 
 import operator
 import sys
@@ -51,7 +55,7 @@ if numba.config.ENABLE_CUDASIM:
 WARP_SIZE = 32
 FULL_MASK = 0xFFFFFFFF
 
-# Limits shared by every GPU numba-cuda supports (compute capability 3.5 to 12.x).
+# Limits of every CUDA GPU since compute capability 3.0.
 MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK_DIM = (1024, 1024, 64)
 MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
@@ -165,7 +169,9 @@ def _check_launch(grid_dim, block_dim, dynamic_shared_bytes):
     for name, dims in (("gridDim", grid_dim), ("blockDim", block_dim)):
         for axis, n in zip("xyz", dims):
             if n < 1:
-                raise LaunchLimitError(f"{name}.{axis} = {n}: every grid and block dimension must be at least 1")
+                raise LaunchLimitError(
+                    f"{name}.{axis} = {n}: every grid and block dimension must be at least 1"
+                )
     threads = block_dim[0] * block_dim[1] * block_dim[2]
     if threads > MAX_THREADS_PER_BLOCK:
         raise LaunchLimitError(
@@ -181,14 +187,14 @@ def _check_launch(grid_dim, block_dim, dynamic_shared_bytes):
 
 def _check_shared_memory(static_bytes, dynamic_bytes):
     total = static_bytes + dynamic_bytes
-    if total <= SHARED_MEMORY_PER_BLOCK:
-        return
     limit = f"48 KiB ({SHARED_MEMORY_PER_BLOCK} bytes)"
-    if dynamic_bytes == 0:
+    if static_bytes > SHARED_MEMORY_PER_BLOCK:
         raise LaunchLimitError(
             f"static shared memory (cuda.shared.array) of {static_bytes} bytes per block exceeds the "
             f"{limit} limit for static shared memory"
         )
+    if total <= SHARED_MEMORY_PER_BLOCK:
+        return
     if static_bytes == 0:
         what = f"dynamic shared memory of {dynamic_bytes} bytes per block"
     else:
@@ -314,9 +320,10 @@ class _Block:
       failure  the (exception, traceback) that ends the block, or None. Once it is set, every wait
                raises _Aborted, and the counts no longer matter.
 
-    A barrier completes as soon as all live threads are in it, and a warp intrinsic as soon as its
-    last lane arrives. So if all live threads are blocked, none of them will ever be released: a
-    deadlock, reported as a WarpSyncError (one always involves a warp intrinsic).
+    A barrier completes as soon as all live threads are in it, a warp intrinsic as soon as its last
+    lane arrives, and activemask() as soon as no other lane of its warp is running. So if all live
+    threads are blocked, none of them will ever be released: a deadlock, reported as a
+    WarpSyncError (one always involves a warp intrinsic).
     """
 
     def __init__(self, block_dim, block_idx):
@@ -517,7 +524,8 @@ class _Block:
         lines.append(
             "A warp intrinsic returns only when every lane named in its mask has called the same "
             "intrinsic with the same mask. A lane that took another branch, waits in syncthreads() "
-            "or has returned never arrives: on a GPU the kernel hangs or computes garbage."
+            "or has returned never arrives: on a GPU the kernel hangs or computes garbage. Name only "
+            "the lanes that take part (cuda.activemask() and cuda.ballot_sync build such masks)."
         )
         return "\n".join(lines)
 
@@ -709,7 +717,9 @@ def shfl_xor_sync(self, mask, value, lane_mask):
 def _vote(kind, mask, predicate):
     """Rendezvous on a predicate; return (ballot of the mask's lanes, mask)."""
     if not isinstance(predicate, (bool, int, np.integer, np.bool_)):
-        raise TypeError(f"{kind}: the predicate must be an integer or a boolean, as numba requires; got {predicate!r}")
+        raise TypeError(
+            f"{kind}: the predicate must be an integer or a boolean, as numba requires; got {predicate!r}"
+        )
     thread, _, mask = _enter_warp_call(kind, mask)
     votes = thread.sim_block.rendezvous(thread, kind, mask, bool(predicate))
     return sum(1 << lane for lane, vote in votes.items() if vote), mask

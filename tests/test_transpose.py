@@ -1,0 +1,103 @@
+"""The transpose ladder: every stage correct in the simulator on odd and degenerate shapes, compilable for
+sm_90 in float32, bad input refused, and (on a GPU) fast."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from solutions import transpose
+from workbench.check import check_stage, default_sizes
+from workbench.ladder import InputError
+from workbench.ptxcheck import check_stages
+
+op = transpose.op
+STAGES = [s.name for s in op.stages]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_stage_is_correct_at_every_checked_size(stage):
+    rng = np.random.default_rng()
+    for size in default_sizes(op):
+        result = check_stage(op[stage], size, rng)
+        assert result.passed, f"{result.key} @ {size}: {result.message}"
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_exact_and_distinct_values(stage):
+    """Every element distinct, so any swapped or repeated index shows; a transpose must be exact."""
+    x = (np.arange(40 * 33, dtype=np.float32).reshape(40, 33) * np.float32(1.5) + 1).astype(np.float32)
+    out = cuda.to_device(np.full((33, 40), np.nan, np.float32))
+    op[stage](cuda.to_device(x), out)
+    np.testing.assert_array_equal(out.copy_to_host(), x.T)
+
+
+def test_tiles_cover_the_matrix():
+    for rows, cols in [(1, 1), (1, 37), (37, 1), (33, 65), (64, 64), (65, 33)]:
+        assert transpose._tiles(rows, cols, 32) == -(-rows // 32) * -(-cols // 32)
+        assert transpose._tiles(rows, cols, 8) == -(-rows // 8) * -(-cols // 32)
+
+
+def _good(rows=4, cols=5):
+    return [cuda.to_device(np.ones((rows, cols), np.float32)), cuda.to_device(np.empty((cols, rows), np.float32))]
+
+
+@pytest.mark.parametrize("which, bad, match", [
+    (0, lambda: cuda.to_device(np.ones(20, np.float32)), "x must be 2-D"),
+    (0, lambda: cuda.to_device(np.ones((4, 5), np.float64)), "x must have dtype float32"),
+    (0, lambda: np.ones((4, 5), np.float32), "x is a host"),
+    (0, lambda: cuda.to_device(np.ones((5, 4), np.float32).T), "x must be C-contiguous"),
+    (1, lambda: cuda.to_device(np.empty((4, 5), np.float32)), r"out must have shape \(5, 4\)"),
+    (1, lambda: cuda.to_device(np.empty((5, 4), np.float64)), "out must have dtype float32"),
+    (1, lambda: np.empty((5, 4), np.float32), "out is a host"),
+])
+def test_bad_input_is_refused_with_a_clear_error(which, bad, match):
+    args = _good()
+    args[which] = bad()
+    with pytest.raises(InputError, match=match):
+        op.stages[-1](*args)
+
+
+@pytest.mark.sim_only
+def test_every_stage_compiles_for_sm90_and_float32_stays_float32():
+    reports = check_stages(op.stages)
+    assert {r.stage for r in reports} == {s.key for s in op.stages}
+    bad = [f"{r.kernel}: {r.message}" for r in reports if not r.ok]
+    assert not bad, "\n".join(bad)
+    spills = [r.kernel for r in reports if r.spill_bytes]
+    assert not spills, f"register spills in {spills}"
+    shared = {r.stage.split(".")[1]: r.shared_bytes for r in reports}
+    if shared.get("tiled") is not None:  # ptxas on PATH: the padded tile is one column wider
+        assert shared["tiled"] == 32 * 32 * 4 and shared["padded"] == 32 * 33 * 4
+
+
+@pytest.mark.gpu
+def test_every_stage_is_correct_at_the_gpu_sizes():
+    from workbench.check import check_ladder
+
+    bad = [f"{r.key} @ {r.size}: {r.message}" for r in check_ladder(op) if not r.passed]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.gpu
+def test_headline_must_show():
+    """At 16384 x 16384: each stage faster than the one before, the last >= 85% of measured copy
+    bandwidth and >= 2.5x torch's x.t().contiguous()."""
+    from workbench import peers
+    from workbench.bench import bench_size
+    from workbench.peaks import copy_bandwidth
+    from workbench.results import environment
+    from workbench.timing import measure
+
+    peaks = copy_bandwidth()
+    records, failures = bench_size(op, op.stages, op.headline_size, peaks, np.random.default_rng(),
+                                   environment())
+    assert not failures
+    stages = [r for r in records if r["kind"] == "stage"]
+    times = [r["median_us"] for r in stages]
+    assert all(a > b for a, b in zip(times, times[1:])), times
+    assert stages[-1]["gbps"] >= 0.85 * peaks["copy_gbps"]
+    torch = peers.torch()
+    if torch is not None:
+        x = torch.rand(op.headline_size, device="cuda")
+        contiguous = measure(lambda a: a.t().contiguous(), [(x,)])
+        assert contiguous.median_us >= 2.5 * times[-1]
