@@ -29,13 +29,11 @@ NEG_INF = np.float32(-np.inf)  # the value of "no candidate": loses to every fin
 
 def _inputs(size, rng):
     (n,) = size
-    # Quantised values (multiples of 1/8 in [-64, 64)): ties everywhere, and the maximum appears
-    # more than once: at a random place and again later.
+    # Quantised values (multiples of 1/8 in [-64, 64)): ties everywhere, and the maximum always
+    # appears at least twice, at random places.
     x = (rng.integers(-512, 512, n) / 8).astype(np.float32)
-    top = float(x.max())
     if n > 1:
-        x[rng.integers(0, n)] = top
-        x[rng.integers(0, n)] = top
+        x[rng.choice(n, size=2, replace=False)] = x.max()
     return (x,)
 
 

@@ -30,10 +30,12 @@ LOADS_PER_THREAD = 4  # independent elements each thread keeps in flight per ite
 def _inputs(size, rng):
     rows, cols = size
     # x spans every regime of GELU: the linear right tail, the curved middle and the left tail where
-    # it goes to -0 (x + bias reaches about +-7, where erf is saturated in float32).
+    # it goes to -0 (x + bias reaches about +-7, where erf is saturated in float32). The residual is
+    # positive and GELU is never below -0.17, so y stays >= 0.08: no sum cancels to near zero, where
+    # a correct float32 result could miss the relative tolerance (a 1 x 1 check would then fail by chance).
     x = rng.uniform(-6.0, 6.0, (rows, cols)).astype(np.float32)
     bias = rng.uniform(-1.0, 1.0, cols).astype(np.float32)
-    residual = rng.uniform(-1.0, 1.0, (rows, cols)).astype(np.float32)
+    residual = rng.uniform(0.25, 1.25, (rows, cols)).astype(np.float32)
     return x, bias, residual
 
 
@@ -291,8 +293,8 @@ def coalesced(x, bias, residual, out):
 @cuda.jit
 def _ilp(x, bias, residual, out):
     # HINT: load four elements (i, i + stride, i + 2 stride, i + 3 stride) before computing any of them.
-    # HINT: the stores cannot move above the loads of the next iteration (out might alias x), so put
-    # HINT: all eight loads first; then a tail loop for the last fewer-than-four strides.
+    # HINT: a load cannot move above an earlier store (out might alias x), so put all twelve loads
+    # HINT: (x, residual, bias) first; then a tail loop for the last fewer-than-four strides.
     # BEGIN SOLUTION
     n = x.size
     cols = bias.size
@@ -307,10 +309,14 @@ def _ilp(x, bias, residual, out):
         r1 = residual[i + stride]
         r2 = residual[i + 2 * stride]
         r3 = residual[i + 3 * stride]
-        out[i] = gelu(x0 + bias[i % cols]) + r0
-        out[i + stride] = gelu(x1 + bias[(i + stride) % cols]) + r1
-        out[i + 2 * stride] = gelu(x2 + bias[(i + 2 * stride) % cols]) + r2
-        out[i + 3 * stride] = gelu(x3 + bias[(i + 3 * stride) % cols]) + r3
+        b0 = bias[i % cols]
+        b1 = bias[(i + stride) % cols]
+        b2 = bias[(i + 2 * stride) % cols]
+        b3 = bias[(i + 3 * stride) % cols]
+        out[i] = gelu(x0 + b0) + r0
+        out[i + stride] = gelu(x1 + b1) + r1
+        out[i + 2 * stride] = gelu(x2 + b2) + r2
+        out[i + 3 * stride] = gelu(x3 + b3) + r3
         i += 4 * stride
     while i < n:  # the tail: fewer than four strides left
         out[i] = gelu(x[i] + bias[i % cols]) + residual[i]
@@ -359,10 +365,14 @@ def _resident(x, bias, residual, out):
         r1 = residual[i + stride]
         r2 = residual[i + 2 * stride]
         r3 = residual[i + 3 * stride]
-        out[i] = gelu(x0 + bias[col]) + r0
-        out[i + stride] = gelu(x1 + bias[c1]) + r1
-        out[i + 2 * stride] = gelu(x2 + bias[c2]) + r2
-        out[i + 3 * stride] = gelu(x3 + bias[c3]) + r3
+        b0 = bias[col]
+        b1 = bias[c1]
+        b2 = bias[c2]
+        b3 = bias[c3]
+        out[i] = gelu(x0 + b0) + r0
+        out[i + stride] = gelu(x1 + b1) + r1
+        out[i + 2 * stride] = gelu(x2 + b2) + r2
+        out[i + 3 * stride] = gelu(x3 + b3) + r3
         col = _wrap(c3 + step, cols)
         i += 4 * stride
     while i < n:

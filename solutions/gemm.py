@@ -370,7 +370,10 @@ def register_tile(A, B, C, alpha_beta, out):
 
 BM, BN, BK = 128, 128, 8  # the block tile and K-step of stage 6 (and of the fused and batched GEMMs)
 THREADS = 256  # 8 warps as 2 (rows) x 4 (columns), each warp a 64x32 tile, each thread 8x8
+K_STEPS = tuple(range(BK))  # unrolled with literal_unroll: every shared address a constant offset
+TILE_ROWS = 2 * BK  # two K-steps of tiles (double buffering): buffer b holds rows b*BK .. b*BK+BK-1
 SA = BM + 4  # row stride of the transposed A tile and of the B tile: 132 floats (528 bytes)
+TILE_FLOATS = TILE_ROWS * SA  # one flat shared array per operand (a module constant: numba needs one)
 A_LOADS = BM * BK // THREADS  # 4 floats of A and 4 of B per thread per K-step
 B_LOADS = BK * BN // THREADS
 
@@ -395,19 +398,19 @@ def _store_tiles(As, Bs, buf, t, a_next, b_next):
     """Registers to shared memory. A goes in transposed (As[k, m]), so that a thread's 4 rows at one
     k are 4 neighbouring floats, as B's 4 columns already are."""
     for i in range(4):
-        As[buf, (t % 2) * 4 + i, t // 2] = a_next[i]
-        Bs[buf, t // 32, (t % 32) * 4 + i] = b_next[i]
+        As[(buf * BK + (t % 2) * 4 + i) * SA + t // 2] = a_next[i]
+        Bs[(buf * BK + t // 32) * SA + (t % 32) * 4 + i] = b_next[i]
 
 
 @cuda.jit(device=True, inline=True)
 def _thread_origin(t):
-    """The first row and column (within the block tile) of this thread's 2x2 groups of 4x4 outputs.
-    Unsigned, so that indices built on them need no negative-index wrap-around (see stage 6)."""
-    t = uint32(t)
-    warp = t // uint32(32)
-    lane = t % uint32(32)
-    r0 = (warp // uint32(4)) * uint32(64) + (lane // uint32(4)) * uint32(4)
-    c0 = (warp % uint32(4)) * uint32(32) + (lane % uint32(4)) * uint32(4)
+    """The first row and column (within the block tile) of this thread's 2x2 groups of 4x4 outputs:
+    warp w = t // 32 owns the 64x32 sub-tile at ((w // 4) * 64, (w % 4) * 32), and lane l = t % 32
+    its 4x4 pieces at ((l // 4) * 4, (l % 4) * 4) within it. Unsigned, so that indices built on
+    them need no negative-index wrap-around (see stage 6)."""
+    ut = uint32(t)
+    r0 = (ut // uint32(128)) * uint32(64) + ((ut % uint32(32)) // uint32(4)) * uint32(4)
+    c0 = ((ut // uint32(32)) % uint32(4)) * uint32(32) + (ut % uint32(4)) * uint32(4)
     return r0, c0
 
 
@@ -417,8 +420,8 @@ def _block_product(A, B, row0, col0, acc):
 
     Thread (r0, c0) owns rows r0..r0+3 and r0+32..r0+35 and columns c0..c0+3 and c0+16..c0+19 of
     the block tile, so each of its shared reads is 4 neighbouring floats at a 16-byte boundary."""
-    As = cuda.shared.array((2, BK, SA), float32, alignment=ALIGN16)
-    Bs = cuda.shared.array((2, BK, SA), float32, alignment=ALIGN16)
+    As = cuda.shared.array(TILE_FLOATS, float32, alignment=ALIGN16)
+    Bs = cuda.shared.array(TILE_FLOATS, float32, alignment=ALIGN16)
     a = cuda.local.array(8, float32)
     b = cuda.local.array(8, float32)
     a_next = cuda.local.array(4, float32)
@@ -438,14 +441,18 @@ def _block_product(A, B, row0, col0, acc):
     cuda.syncthreads()
     buf = 0
     for k0 in range(0, K, BK):
+        ubuf = uint32(buf)
         if k0 + BK < K:  # global loads for the next step are in flight while we compute this one
             _load_tiles(A, B, row0, col0, k0 + BK, t, a_next, b_next)
-        for k in range(BK):
+        base = ubuf * uint32(BK * SA)
+        for k in cuda.literal_unroll(K_STEPS):
+            ia = base + uint32(k * SA) + r0
+            ib = base + uint32(k * SA) + c0
             for i in range(4):
-                a[i] = As[buf, k, r0 + uint32(i)]
-                a[4 + i] = As[buf, k, r0 + uint32(32 + i)]
-                b[i] = Bs[buf, k, c0 + uint32(i)]
-                b[4 + i] = Bs[buf, k, c0 + uint32(16 + i)]
+                a[i] = As[ia + uint32(i)]
+                a[4 + i] = As[ia + uint32(32 + i)]
+                b[i] = Bs[ib + uint32(i)]
+                b[4 + i] = Bs[ib + uint32(16 + i)]
             for m in range(8):
                 for n in range(8):
                     acc[m, n] += a[m] * b[n]

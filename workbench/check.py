@@ -28,8 +28,8 @@ class CheckResult:
     first_bad_index: list | None = None
     worst: list = field(default_factory=list)  # [(index, got, expected)] of the largest errors
     # What went wrong, as a short code the grader keys its advice on: "shape", "unwritten" (poison
-    # left in the output), "nan" (a NaN/inf the kernel computed), "all-zeros", "wrong-values",
-    # "input-modified", "exception"; "" when the check passed.
+    # left in the output), "uninitialised" (integer output = poison + answer), "nan" (a NaN/inf the
+    # kernel computed), "all-zeros", "wrong-values", "input-modified", "exception"; "" when passed.
     reason: str = ""
 
     def as_dict(self) -> dict:
@@ -98,7 +98,12 @@ def _compare_exact(key: str, size: Size, out: np.ndarray, ref: np.ndarray) -> Ch
     order = flat[np.argsort(np.abs(got - want).ravel()[flat], kind="stable")[::-1][:5]]
     result.worst = [[_index(i, out.shape), int(got.ravel()[i]), int(want.ravel()[i])] for i in order]
     unwritten = is_poison(out) & wrong
-    if unwritten.any():
+    poison = int(poison_value(out.dtype))
+    if np.array_equal(got - poison, want) and want.any():
+        result.reason = "uninitialised"
+        result.message = (f"every element is off by exactly {poison}, the garbage the output held before the call: "
+                          "it was accumulated into without being zeroed first")
+    elif unwritten.any():
         result.reason = "unwritten"
         result.message = (f"{int(unwritten.sum())} of {out.size} output elements still hold the poison value "
                           f"{int(poison_value(out.dtype))} the output was filled with (first at index "

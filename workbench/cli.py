@@ -468,6 +468,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .notebook import add_cli as add_notebooks_cli  # `workbench notebooks build [--execute]`
 
     add_notebooks_cli(sub)
+
+    from .grade import add_cli as add_grade_cli  # `workbench grade ...` and `workbench exercises build|check`
+
+    add_grade_cli(sub)
     return p
 
 

@@ -124,7 +124,7 @@ def _analyse(text: str, regions: list[Region], filename: str) -> None:
     functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     for region in regions:
         first, last = region.begin + 1, region.end + 1  # 1-based lines of the markers
-        owners = [f for f in functions if f.lineno < first and f.end_lineno >= last]
+        owners = [f for f in functions if f.lineno < first and f.end_lineno >= last - 1]  # last - 1: the region's last line
         if not owners:
             raise MarkerError(f"{filename}:{first}: a solution region must be inside a function (a kernel)")
         func = max(owners, key=lambda f: f.lineno)  # the innermost
@@ -353,7 +353,11 @@ def cmd_exercises(args) -> int:
         if not problems:
             console.print("exercises/ is up to date with solutions/")
         return 1 if problems else 0
-    results = build(Path(args.out) if args.out else None, backup=args.backup, modules=args.module or None)
+    try:
+        results = build(Path(args.out) if args.out else None, backup=args.backup, modules=args.module or None)
+    except MarkerError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
     colour = {"created": "green", "updated": "green", "unchanged": "dim", "kept": "yellow",
               "refused": "red", "backed-up": "yellow"}
     for r in results:

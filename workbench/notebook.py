@@ -323,9 +323,14 @@ def figures(op: Operator, upto: str | None = None) -> tuple[dict | None, bool, s
         return _live_data(op, stages), True, ""
     recorded = results.latest_file_with(op.name)
     if recorded is None:
-        return None, False, (f"No recorded figures yet for {op.name} (nothing in {results.results_dir()}). "
-                             f"On a GPU machine, `workbench run {op.name}` measures the ladder and records it; "
-                             "this cell will then draw them (with device and date).")
+        where = results.results_dir()
+        try:
+            where = where.resolve().relative_to(NOTEBOOK_DIR.parent.resolve())
+        except ValueError:
+            pass
+        return None, False, (f"No recorded figures yet for {op.name} in {where}/. On a GPU machine, "
+                             f"`workbench run {op.name}` measures the ladder and records it; this cell will then "
+                             "draw them (with device and date).")
     recs = [r for r in results.records_for(op.name, recorded)
             if r.get("kind") == "peer" or r.get("stage") in names]
     data = {"device": recorded.get("device", "?"), "peaks": recorded.get("peaks", {}), "records": recs}
@@ -371,6 +376,8 @@ def progress(op: Operator, upto: str | None = None) -> None:
     if note:
         print(note)
     if data is None:
+        if _has_stage_bytes(op):  # what needs no measurement: the bytes each stage moves, from its model
+            bytes_per_stage(op, upto)
         return
     panels = ["staircase", "latency"]
     if op.bound == "compute":
@@ -421,17 +428,19 @@ def plot_stage_bytes(data: dict, op_name: str, *, size=None, upto: str | None = 
         _, ax = plt.subplots(figsize=(7.5, 4))
     minimum = max((r["bytes"] for r in recs), default=0)
     values = [r.get("stage_bytes", r["bytes"]) for r in recs]
-    bars = ax.bar([r["stage"] for r in recs], [v / 1e6 for v in values],
+    unit, scale = next(((u, k) for u, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3))
+                        if max(values + [minimum]) >= k), ("B", 1))
+    bars = ax.bar([r["stage"] for r in recs], [v / scale for v in values],
                   color=[plots._color(i, len(names)) for i in range(len(recs))])
     for bar, v in zip(bars, values):
         ax.annotate(f"{v / minimum:.2g}x" if minimum else "", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center", va="bottom", fontsize=8)
+                    xytext=(0, 4), textcoords="offset points", ha="center", va="bottom", fontsize=8)
     if minimum:
-        ax.axhline(minimum / 1e6, **plots.PEAK_STYLE, label=f"minimum (each input read once, output written once) "
+        ax.axhline(minimum / scale, **plots.PEAK_STYLE, label=f"minimum (each input read once, output written once) "
                                                              f"{fmt_bytes(minimum)}")
         ax.legend(fontsize=8, loc="upper right")
-    ax.set_ylabel("MB moved per call")
-    ax.set_ylim(0, max([v / 1e6 for v in values] + [minimum / 1e6]) * 1.25 or 1)
+    ax.set_ylabel(f"{unit} moved per call")
+    ax.set_ylim(0, max([v / scale for v in values] + [minimum / scale]) * 1.25 or 1)
     ax.tick_params(axis="x", rotation=20)
     size_txt = recs[0]["size_label"] if recs else "?"
     prov = source or plots._provenance(data, recs, live)
@@ -496,10 +505,12 @@ def compare_all() -> None:
     from . import results
     from .ladder import load_operators
 
-    rows = []
+    rows, bars = [], []
     for name, op in load_operators().items():
         data = results.latest_file_with(name)
         best, peer = _best(op, data) if data else (None, None)
+        if best is not None:
+            bars.append((name, best, peer))
         if best is None:
             rows.append([name, op.bound, size_label(as_size(op.headline_size)), "—", "—", "—", "—", "—",
                          "no recorded figures yet"])
@@ -516,6 +527,28 @@ def compare_all() -> None:
                    "Every ladder's best stage against its library peer",
                    "% of peak: of the measured copy bandwidth (memory-bound) or cuBLAS fp32 rate (compute-bound). "
                    "best vs peer > 1 means the stage is faster than the library."))
+    if not bars:
+        return
+    import numpy as np
+
+    fig, (ax,) = _subplots(1, width=max(6.0, 0.9 * len(bars) + 2), height=4.2)
+    x = np.arange(len(bars))
+    ours = [b.get("pct_of_peak") or 0 for _, b, _ in bars]
+    theirs = [(p.get("pct_of_peak") or 0) if p else 0 for _, _, p in bars]
+    ax.bar(x - 0.2, ours, 0.4, label="best stage", color="tab:green")
+    ax.bar(x + 0.2, theirs, 0.4, label="library peer", color="tab:red", alpha=0.7)
+    for xi, v in zip(x, ours):
+        ax.annotate(f"{v:.0f}", (xi - 0.2, v), ha="center", va="bottom", fontsize=7)
+    ax.axhline(100, color="black", linestyle=":", linewidth=1)
+    ax.set_xticks(x, [f"{n}\n{b['stage']}" for n, b, _ in bars], rotation=30, fontsize=8, ha="right")
+    ax.set_ylabel("% of measured peak")
+    devices = sorted({b["device"] for _, b, _ in bars})
+    dates = sorted(b["date"][:10] for _, b, _ in bars)
+    when = dates[0] if dates[0] == dates[-1] else f"{dates[0]}..{dates[-1]}"
+    ax.set_title(f"best stage vs library, % of peak at each headline size\n{', '.join(devices)}, recorded {when}",
+                 fontsize=10)
+    ax.legend(fontsize=8)
+    _show(fig)
 
 
 def roofline_all() -> None:
@@ -551,23 +584,52 @@ def module_of(op: Operator):
 
 
 def model_text(fn) -> str | None:
-    """The expression of a model: 'lambda size: 4 * size[0] + 4' -> '4 * size[0] + 4'; a def's docstring."""
-    if getattr(fn, "__name__", "") != "<lambda>":
-        doc = inspect.getdoc(fn)
-        return doc.splitlines()[0] if doc else None
+    """How a model computes, as written in solutions/: a lambda's expression with its trailing comment
+    ('4 * size[0] + 4'), or a named function's whole source (several lines). None if unreadable."""
+    is_lambda = getattr(fn, "__name__", "") == "<lambda>"
     try:
-        src = textwrap.dedent(inspect.getsource(fn)).strip()
-    except (OSError, TypeError):
-        return None
-    src = src[src.find("lambda"):]
-    for end in range(len(src), 0, -1):  # trim what follows the lambda on its line(s) until it parses
+        src = textwrap.dedent(inspect.getsource(fn))
+    except Exception:  # e.g. a lambda on the line that closes a triple-quoted string
+        if not is_lambda:
+            return None
         try:
-            tree = ast.parse(src[:end], mode="eval")
-        except SyntaxError:
-            continue
-        if isinstance(tree.body, ast.Lambda):  # the longest prefix that is one lambda
-            return ast.unparse(tree.body.body)
-    return None
+            import linecache
+
+            first = fn.__code__.co_firstlineno
+            src = "".join(linecache.getlines(inspect.getsourcefile(fn))[first - 1:first + 4])
+        except Exception:
+            return None
+    if not is_lambda:
+        return src.strip()
+    candidates = []
+    at = src.find("lambda")
+    while at >= 0:
+        text = src[at:]
+        for end in range(len(text), 0, -1):  # the longest prefix that is one lambda
+            try:
+                tree = ast.parse(text[:end], mode="eval")
+            except SyntaxError:
+                continue
+            if isinstance(tree.body, ast.Lambda):
+                expr = ast.unparse(tree.body.body)
+                line_rest = text[end:].split("\n", 1)[0]
+                comment = line_rest.split("#", 1)[1].strip() if "#" in line_rest else ""
+                code = compile(text[:end], "<model>", "eval").co_consts
+                same = any(getattr(c, "co_code", None) == fn.__code__.co_code and c.co_names == fn.__code__.co_names
+                           for c in code)
+                candidates.append((not same, expr + (f"  # {comment}" if comment else "")))
+                break
+        at = src.find("lambda", at + 6)
+    return min(candidates)[1] if candidates else None
+
+
+def _model_md(label: str, fn) -> str:
+    text = model_text(fn)
+    if text is None:
+        return ""
+    if "\n" in text:
+        return f"- {label}:\n\n  ```python\n" + textwrap.indent(text, "  ") + "\n  ```"
+    return f"- {label}: `{text}`"
 
 
 def _lead(op: Operator) -> str:
@@ -578,7 +640,7 @@ def _lead(op: Operator) -> str:
 def _models_md(op: Operator) -> str:
     size = as_size(op.headline_size)
     b, f = int(op.bytes_moved(size)), int(op.flops(size))
-    bt, ft = model_text(op.bytes_moved), model_text(op.flops)
+    bt, ft = _model_md("bytes moved, at least", op.bytes_moved), _model_md("flops", op.flops)
     lines = ["## What the ladder must do: the models", ""]
     lines.append(
         "Every stage is judged against the least work any kernel must do: read each input once, write the "
@@ -590,10 +652,7 @@ def _models_md(op: Operator) -> str:
         lines.append(f"With `size` the problem size (here a tuple of {len(size)}, e.g. `{size_label(size)}` is "
                      f"`{tuple(size)}`):")
         lines.append("")
-    if bt:
-        lines.append(f"- bytes moved, at least: `{bt}`")
-    if ft:
-        lines.append(f"- flops: `{ft}`")
+    lines += [t for t in (bt, ft) if t]
     inten = f / b if b else float("inf")
     lines.append(f"- at the headline size {pretty_size(size)}: **{fmt_bytes(b)}** moved and **{fmt_count(f)}**, "
                  f"an arithmetic intensity of **{inten:.3g} flop/byte**.")
@@ -679,8 +738,13 @@ def build_notebook(op: Operator):
     short = module.__name__.rsplit(".", 1)[-1]
     doc = inspect.cleandoc(module.__doc__ or op.title)
     first, _, rest = doc.partition("\n")
+    story = f"**{first.strip()}**\n\n{rest.strip()}"
+    main = getattr(module, "op", None)
+    if isinstance(main, Operator) and main is not op:  # a further operator of a module (OPERATORS)
+        story = (f"This ladder lives in `solutions/{short}.py`, next to the `{main.name}` ladder "
+                 f"(notebook `{notebook_name(main)}`), whose story it shares:\n\n> " + story.replace("\n", "\n> "))
     cells = [
-        _md(f"# {op.title}: the `{op.name}` ladder\n\n**{first.strip()}**\n\n{rest.strip()}\n\n"
+        _md(f"# {op.title}: the `{op.name}` ladder\n\n{story}\n\n"
             f"The ladder has {len(op.stages)} stages: " + ", ".join(f"{s.order}. `{s.name}`" for s in op.stages)
             + f". Each section below shows a stage's kernel (read from `solutions/{short}.py`), checks it "
             "against a float64 reference, and plots how far the ladder has climbed so far."),
@@ -724,7 +788,7 @@ def build_notebook(op: Operator):
             "minimum bytes take at peak bandwidth, a floor no stage can cross."),
         _code("nb.progress(op)"),
     ]
-    if op.bound != "compute":
+    if op.bound != "compute" and op.flops(as_size(op.headline_size)) > 0:  # (no roofline point at 0 flops)
         cells += [
             _md("**Roofline**: each stage's arithmetic intensity (flops over minimum bytes) against its rate. "
                 "Under the slanted memory roof a kernel can only get faster by moving its bytes faster."),
@@ -737,9 +801,11 @@ def build_notebook(op: Operator):
         _md("**The ladder against the library** (the README's table): median time, effective rate, % of the "
             "measured peak, and the time ratio to the peer (above 1x: faster than the library)."),
         _code("nb.ladder_table(op)"),
-        _md(f"## Your turn\n\n`exercises/{short}.py` has this ladder with the heart of each kernel cut out "
-            "(between `# BEGIN SOLUTION` and `# END SOLUTION` in the solution, with hints). Fill it in, then "
-            "grade it: `notebooks/90_grade_yourself.ipynb`."),
+        _md(f"## Your turn\n\n`exercises/{short}.py` is this ladder with the heart of each kernel cut out: "
+            "each `TODO(exercise)` block replaces what sits between `# BEGIN SOLUTION` and `# END SOLUTION` in "
+            f"`solutions/{short}.py`, with numbered hints (read one at a time). Fill one in, then grade it "
+            f"with `workbench grade {op.name}` (or `{op.name}.STAGE`), or in "
+            "`notebooks/90_grade_yourself.ipynb`: the same checks the solutions pass, and on a GPU a speed bar."),
     ]
     return _finish(cells, op.name)
 
@@ -806,16 +872,19 @@ Every figure's title names the device and the date of its records: "recorded" (f
         _md("""\
 ## Exercises
 
-`exercises/` holds every ladder with the heart of each kernel cut out: in `solutions/`, the part a learner
-writes sits between `# BEGIN SOLUTION` and `# END SOLUTION`, after one to three `# HINT:` lines (vague, then
-specific); the exercise keeps the signature, the shared-memory declarations and the launcher, and turns the
-marked region into a stub with the hints. Fill one in, then grade it with
-`notebooks/90_grade_yourself.ipynb`: the same checks the solutions pass.
+`exercises/` holds every ladder with the heart of each kernel cut out (`exercises/README.md` lists them).
+In `solutions/`, the part a learner writes sits between `# BEGIN SOLUTION` and `# END SOLUTION`, after one
+to three `# HINT:` lines (vague, then specific); the exercise keeps the kernel's signature, its
+shared-memory declarations and the launcher, and turns the marked region into a `TODO(exercise)` block
+with the hints. Fill one in, then grade it: `workbench grade OP` (or `OP.STAGE`), or
+`notebooks/90_grade_yourself.ipynb`. The grader judges with the solution's reference, inputs and sizes,
+and on a GPU also asks for a share of the solution's speed.
 
 ## Commands
 
 `workbench list` (the ladders) · `check OP[.STAGE]` · `bench OP` (GPU) · `run OP` (check, bench, plot) ·
-`plot OP` · `table OP` · `ptx OP` · `doctor` · `notebooks build [--execute]`."""),
+`plot OP` · `table OP` · `ptx OP` · `doctor` · `grade [OP[.STAGE]]` · `exercises build` ·
+`notebooks build [--execute]` (these notebooks, from `solutions/`)."""),
     ]
     return _finish(cells, "start-here")
 
@@ -877,6 +946,9 @@ def kernel_env(extra: dict | None = None) -> dict:
     says just "python"), so the kernel imports the same workbench as the caller."""
     env = dict(os.environ)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    # ... and finds workbench and solutions even where the project is not pip-installed (`python3 -m workbench`)
+    root = str(NOTEBOOK_DIR.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     env.update(extra or {})
     return env

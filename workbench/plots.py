@@ -78,7 +78,13 @@ def staircase(data: dict, op: str, *, size=None, upto: str | None = None, metric
     ax.set_ylabel(unit)
     ax.set_title(f"{op} @ {size_txt}: {unit}\n{_provenance(data, recs, live)}", fontsize=10)
     ax.tick_params(axis="x", rotation=20)
-    ax.set_ylim(0, max(values + [peak or 0] + [r[metric] for r in recs if r.get('kind') == 'peer']) * 1.2 or 1)
+    top = max(values + [peak or 0] + [r[metric] for r in recs if r.get("kind") == "peer"], default=1) or 1
+    positive = [v for v in values if v > 0]
+    if positive and top / min(positive) > 100:  # early stages would be invisible on a linear axis
+        ax.set_yscale("log")
+        ax.set_ylim(min(positive) / 3, top * 40)  # headroom for the labels and the legend
+    else:
+        ax.set_ylim(0, top * 1.2)
     ax.legend(fontsize=8, loc="upper left")
     return ax
 
@@ -100,8 +106,12 @@ def latency(data: dict, op: str, *, upto: str | None = None, ax=None, live=False
         ax.plot(*zip(*pts), **PEER_STYLE, label=peer)
     copy = data.get("peaks", {}).get("copy_gbps")
     if copy and recs:
-        lo, hi = min(r["bytes"] for r in recs), max(r["bytes"] for r in recs)
-        ax.plot([lo, hi], [lo / copy / 1e3, hi / copy / 1e3], **PEAK_STYLE, label="bytes / peak bandwidth")
+        # The bandwidth floor, drawn only where it is within sight of the measurements.
+        floor_us = min(r["median_us"] for r in recs) / 3
+        lo = max(min(r["bytes"] for r in recs), floor_us * copy * 1e3)
+        hi = max(r["bytes"] for r in recs)
+        if hi > lo:
+            ax.plot([lo, hi], [lo / copy / 1e3, hi / copy / 1e3], **PEAK_STYLE, label="bytes / peak bandwidth")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("bytes moved (model)")
@@ -123,15 +133,15 @@ def roofline(data: dict, op: str | list[str], *, size=None, ax=None, live=False)
         recs = headline(_records(data, name), size if len(ops) == 1 else None)
         all_recs += recs
         stages = _stage_names(recs)
-        for r in recs:
+        # Stages of one operator share an intensity (same bytes and flops models): a legend, not labels.
+        for r in sorted(recs, key=lambda r: r.get("order", 0)):
             intensity = r["flops"] / r["bytes"]
+            label = f"{name}.{r['stage']}" if len(ops) > 1 else r["stage"]
             if r.get("kind") == "peer":
-                ax.scatter(intensity, r["gflops"], marker="x", color="tab:red", zorder=3)
-                ax.annotate(r["stage"], (intensity, r["gflops"]), fontsize=7, xytext=(4, -8), textcoords="offset points")
+                ax.scatter(intensity, r["gflops"], marker="x", color="tab:red", zorder=3, label=label)
             else:
-                ax.scatter(intensity, r["gflops"], color=_color(stages.index(r["stage"]), len(stages)), zorder=3)
-                ax.annotate(f"{name}.{r['stage']}" if len(ops) > 1 else r["stage"], (intensity, r["gflops"]),
-                            fontsize=7, xytext=(4, 2), textcoords="offset points")
+                ax.scatter(intensity, r["gflops"], color=_color(stages.index(r["stage"]), len(stages)), zorder=3,
+                           label=label)
     xs = [r["flops"] / r["bytes"] for r in all_recs] or [1]
     lo, hi = min(xs + [0.05]) / 2, max(xs + [100]) * 4
     copy = peaks.get("copy_gbps")
@@ -149,6 +159,7 @@ def roofline(data: dict, op: str | list[str], *, size=None, ax=None, live=False)
     ax.set_ylabel("GFLOP/s")
     ax.set_title(f"roofline: {', '.join(ops)}\n{_provenance(data, all_recs, live)}", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right", ncol=2 if len(all_recs) > 8 else 1)
     return ax
 
 

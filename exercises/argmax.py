@@ -1,0 +1,205 @@
+# --------------------------------------------------------------------------------------------------
+# EXERCISE generated from solutions/argmax.py by `workbench exercises build`. This copy is yours:
+# fill in every block marked TODO(exercise), then grade it:
+#     workbench grade argmax            (or argmax.<stage>; `workbench grade --help`)
+# The grader checks each stage against the operator in solutions/argmax.py (reference, inputs,
+# tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
+# is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
+# was filled with poison. On a GPU each stage must also reach 60% of the bandwidth of the
+# solution's stage, measured in the same run.
+# `workbench exercises build` never overwrites this file once you have edited it (the line below
+# tells it whether you have); `--backup` moves your copy aside first.
+# generated-sha256: 0ad027ba0507d627c7e3cbcc332c7dcb557dd2e3847b0781a2efc308b3e0df2a
+# --------------------------------------------------------------------------------------------------
+"""Argmax of a float32 vector: the index of its largest element, the LOWEST such index on a tie.
+
+The interview question: a reduction that carries a payload. Each step compares two (value, index)
+candidates and keeps the better one: the larger value, or on equal values the lower index (that is
+what numpy.argmax returns, and it makes the answer independent of the order threads finish in).
+Forgetting the tie rule is the classic wrong answer: it passes on random data and fails on real
+data, which has ties (quantised values, saturated sensors, padding). The inputs here always do.
+
+An argmax reads the vector once (4 bytes per element) and writes one index: bound by memory
+bandwidth. The stages differ in how many candidates survive to the final pass.
+
+Constraints: x is float32, 1-D, contiguous, n >= 1, finite (no NaN or inf); out is int32 of shape
+(1,) and receives the index. Ties go to the lowest index. x is never written.
+"""
+
+import numpy as np
+from numba import cuda, float32, int32
+
+from workbench import peers
+from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
+
+THREADS = 256
+WARPS = THREADS // 32
+FULL_MASK = 0xFFFFFFFF
+ELEMENTS_PER_THREAD = 16
+NO_INDEX = 2**31 - 1  # the index of "no candidate": loses every tie
+NEG_INF = np.float32(-np.inf)  # the value of "no candidate": loses to every finite value
+
+
+def _inputs(size, rng):
+    (n,) = size
+    # Quantised values (multiples of 1/8 in [-64, 64)): ties everywhere, and the maximum appears
+    # more than once: at a random place and again later.
+    x = (rng.integers(-512, 512, n) / 8).astype(np.float32)
+    top = float(x.max())
+    if n > 1:
+        x[rng.integers(0, n)] = top
+        x[rng.integers(0, n)] = top
+    return (x,)
+
+
+def _validate(x, out):
+    expect_device_array("x", x, dtype=np.float32, ndim=1)
+    expect_device_array("out", out, dtype=np.int32, shape=(1,))
+
+
+def explain(inputs, out, ref):
+    """The grader's hint for a wrong index: was it a tie broken the wrong way?"""
+    (x,) = inputs
+    got, want = int(out[0]), int(ref[0])
+    if 0 <= got < x.size and x[got] == x[want] and got != want:
+        return (f"index {got} holds the maximum too ({x[want]}), but so does index {want}: ties must go to "
+                "the LOWEST index (compare (value, index) pairs: larger value, or equal value and lower index)")
+    if 0 <= got < x.size:
+        return f"x[{got}] = {x[got]} but the maximum is x[{want}] = {x[want]}"
+    return None
+
+
+def _peer(size):
+    torch = peers.torch()
+    if torch is not None:
+        return "torch.argmax", lambda x, out: peers.as_torch(out).copy_(torch.argmax(peers.as_torch(x)).view(1))
+    cupy = peers.cupy()
+    if cupy is not None:
+        def run(x, out):
+            peers.as_cupy(out)[0] = cupy.argmax(peers.as_cupy(x))
+        return "cupy.argmax", run
+    return None
+
+
+op = Operator(
+    name="argmax",
+    title="Index of the maximum of a float32 vector (lowest index on ties)",
+    reference=lambda x: np.array([np.argmax(x)], dtype=np.int64),
+    make_inputs=_inputs,
+    make_output=lambda size: np.empty(1, np.int32),
+    bytes_moved=lambda size: 4 * size[0] + 4,
+    flops=lambda size: size[0],
+    validate=_validate,
+    tolerance=lambda size, dtype: 0.0,  # an index is right or wrong
+    peer=_peer,
+    check_sizes=[1, 31, 1000, 1_000_003, 2**24 + 1, 2**28],
+    sim_sizes=[1, 31, 33, 1000, 1021, 4099],
+    bench_sizes=[2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28],
+    headline_size=(2**28,),
+)
+
+
+@cuda.jit(device=True, inline=True)
+def _beats(value, index, best_value, best_index):
+    """(value, index) is the better candidate: larger, or as large and earlier."""
+    return value > best_value or (value == best_value and index < best_index)
+
+
+# -- 1. shared-memory tree, one element per thread -------------------------------------------------
+
+@cuda.jit
+def _block_argmax_tree(values, indices, has_indices, out_values, out_indices):
+    """Each block reduces THREADS candidates (values[i], and indices[i] if has_indices else i) to one."""
+    best_values = cuda.shared.array(THREADS, float32)
+    best_indices = cuda.shared.array(THREADS, int32)
+    t = cuda.threadIdx.x
+    i = cuda.blockIdx.x * THREADS + t
+    # EXERCISE: write this part of `_block_argmax_tree`. Read the hints one at a time.
+    #   hint 1 (nudge): Load one (value, index) candidate per thread into shared memory (past the end: NEG_INF, NO_INDEX), then halve the active threads each step like a sum tree.
+    #   hint 2: Combine with _beats(value, index, best_value, best_index): equal values keep the LOWER index. In the first pass (has_indices == 0) the index of values[i] is i.
+    #   hint 3 (nearly the answer): half = THREADS // 2; while half > 0: if t < half and _beats(best_values[t + half], best_indices[t + half], best_values[t], best_indices[t]): copy both; syncthreads; half //= 2. Thread 0 writes out_values/out_indices[blockIdx.x].
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@cuda.jit
+def _store_index(indices, out):
+    out[0] = indices[0]
+
+
+def _tree_argmax(values, indices, has_indices, out, level=0):
+    blocks = blocks_for(values.size, THREADS)
+    cand_values = scratch(f"argmax.tree.values.{level}", blocks, np.float32)
+    cand_indices = scratch(f"argmax.tree.indices.{level}", blocks, np.int32)
+    _block_argmax_tree[blocks, THREADS](values, indices, has_indices, cand_values, cand_indices)
+    if blocks == 1:
+        _store_index[1, 1](cand_indices, out)
+    else:  # one candidate per block: reduce the candidates the same way
+        _tree_argmax(cand_values, cand_indices, 1, out, level + 1)
+
+
+def _no_indices():
+    """A placeholder for the indices argument of the first pass, where an index is a position."""
+    return scratch("argmax.no_indices", 1, np.int32)
+
+
+@op.stage("shared_tree", """
+    One element per thread. Each block loads 256 (value, index) candidates into shared memory and
+    halves them eight times, keeping at each step the larger value or, on a tie, the lower index.
+    Thread 0 writes the block's winner; the winners (n / 256 of them) are reduced the same way,
+    recursively, until one is left. Correct, but a launch per level, a barrier per step, and
+    threads that each do one load and then mostly wait.""",
+    bytes_moved=lambda size: 4 * size[0] + 8 * blocks_for(size[0], THREADS) + 4)
+def shared_tree(x, out):
+    _tree_argmax(x, _no_indices(), 0, out)
+
+
+# -- 2. registers, warp shuffles, a resident grid ---------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def _warp_argmax(value, index):
+    """Butterfly over the warp's 32 candidates; every lane ends with the winner."""
+    offset = 16
+    while offset > 0:
+        other_value = cuda.shfl_xor_sync(FULL_MASK, value, offset)
+        other_index = cuda.shfl_xor_sync(FULL_MASK, index, offset)
+        if _beats(other_value, other_index, value, index):
+            value = other_value
+            index = other_index
+        offset //= 2
+    return value, index
+
+
+@cuda.jit
+def _block_argmax_shuffle(values, indices, has_indices, out_values, out_indices):
+    """Grid-stride over all candidates in registers, then warp shuffles: one winner per block."""
+    warp_values = cuda.shared.array(WARPS, float32)
+    warp_indices = cuda.shared.array(WARPS, int32)
+    lane = cuda.threadIdx.x % 32
+    warp = cuda.threadIdx.x // 32
+    # EXERCISE: write this part of `_block_argmax_shuffle`. Read the hints one at a time.
+    #   hint 1 (nudge): Each thread first keeps its own best candidate in registers over a grid-stride loop (its indices only grow, so a strict > keeps the earliest), then the warp combines its 32 candidates.
+    #   hint 2: _warp_argmax(value, index) does the shuffles; lane 0 of each warp writes to warp_values/warp_indices, syncthreads, and warp 0 combines those WARPS candidates the same way.
+    #   hint 3 (nearly the answer): best = (NEG_INF, NO_INDEX); for i in grid-stride: if values[i] > best: take (values[i], indices[i] if has_indices else i). Then _warp_argmax; lane 0 -> shared; syncthreads; warp 0: (warp_values[lane], warp_indices[lane]) if lane < WARPS else the empty candidate; _warp_argmax; thread 0 writes out_values/out_indices[blockIdx.x].
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def _resident_grid(n):
+    return min(blocks_for(n, THREADS * ELEMENTS_PER_THREAD), sm_count() * (2048 // THREADS))
+
+
+@op.stage("warp_shuffle", """
+    The grid is sized to fill the GPU once, and each thread first walks the vector with a
+    grid-stride loop keeping its best candidate in registers: coalesced loads, no shared memory,
+    and (because a thread's indices only grow) a strict > keeps the earliest index for free. A warp
+    then combines its 32 candidates with five butterfly shuffles of the (value, index) pair, warp 0
+    combines the block's 8, and one small second launch reduces the ~1000 block winners. Two
+    launches instead of four, at any n.""")
+def warp_shuffle(x, out):
+    blocks = _resident_grid(x.size)
+    cand_values = scratch("argmax.shuffle.values", blocks, np.float32)
+    cand_indices = scratch("argmax.shuffle.indices", blocks, np.int32)
+    _block_argmax_shuffle[blocks, THREADS](x, _no_indices(), 0, cand_values, cand_indices)
+    final_values = scratch("argmax.shuffle.final_values", 1, np.float32)
+    final_indices = scratch("argmax.shuffle.final_indices", 1, np.int32)
+    _block_argmax_shuffle[1, THREADS](cand_values, cand_indices, 1, final_values, final_indices)
+    _store_index[1, 1](final_indices, out)

@@ -1,0 +1,338 @@
+# --------------------------------------------------------------------------------------------------
+# EXERCISE generated from solutions/elementwise.py by `workbench exercises build`. This copy is yours:
+# fill in every block marked TODO(exercise), then grade it:
+#     workbench grade elementwise            (or elementwise.<stage>; `workbench grade --help`)
+# The grader checks each stage against the operator in solutions/elementwise.py (reference, inputs,
+# tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
+# is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
+# was filled with poison. On a GPU each stage must also reach 60% of the bandwidth of the
+# solution's stage, measured in the same run.
+# `workbench exercises build` never overwrites this file once you have edited it (the line below
+# tells it whether you have); `--backup` moves your copy aside first.
+# generated-sha256: b14798ab737911e9041a7cfe9304c92227c779861bce0efd6a0dbbbede47fd23
+# --------------------------------------------------------------------------------------------------
+"""y = GELU(x + bias) + residual on a float32 matrix, in five steps from three kernels to one pass at memory speed.
+
+The epilogue of a transformer layer: add a bias to every row, apply the exact (erf) GELU, add the
+residual. Per element it reads x and residual and writes y (12 bytes; bias is one row, read once and
+then cached) and does a few dozen arithmetic instructions, so a good kernel is bound by memory
+bandwidth. The ladder's questions: how many bytes does the chain of operations really move (fusion),
+do neighbouring threads touch neighbouring addresses (coalescing), and are enough loads in flight to
+keep memory busy (instruction-level parallelism)?
+"""
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+import os
+
+import numpy as np
+from numba import cuda, float32
+
+from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
+from workbench import peers
+
+THREADS = 256  # threads per block in the 1-D stages; a multiple of the 32-lane warp
+BLOCK_2D = (16, 16)  # threads per block in the 2-D stages (x, y)
+MAX_GRID_Y = 65535  # the CUDA limit on blocks in a grid's y dimension
+ELEMENTS_PER_THREAD = 16  # stages 3 and 4 size their grid so that each thread handles about this many
+LOADS_PER_THREAD = 4  # independent elements each thread keeps in flight per iteration (stages 4 and 5)
+
+
+# -- the operator ----------------------------------------------------------------------------------
+
+def _inputs(size, rng):
+    rows, cols = size
+    # x spans every regime of GELU: the linear right tail, the curved middle and the left tail where
+    # it goes to -0 (x + bias reaches about +-7, where erf is saturated in float32).
+    x = rng.uniform(-6.0, 6.0, (rows, cols)).astype(np.float32)
+    bias = rng.uniform(-1.0, 1.0, cols).astype(np.float32)
+    residual = rng.uniform(-1.0, 1.0, (rows, cols)).astype(np.float32)
+    return x, bias, residual
+
+
+# Cephes (S. L. Moshier, public domain) rational approximations of erf and erfc: float64 to ~1e-16
+# relative; numpy has no erf and the workbench does not depend on SciPy.
+_ERF_T = (9.60497373987051638749e0, 9.00260197203842689217e1, 2.23200534594684319226e3,
+          7.00332514112805075473e3, 5.55923013010394962768e4)
+_ERF_U = (1.0, 3.35617141647503099647e1, 5.21357949780152679795e2, 4.59432382970980127987e3,
+          2.26290000613890934246e4, 4.92673942608635921086e4)
+_ERFC_P = (2.46196981473530512524e-10, 5.64189564831068821977e-1, 7.46321056442269912687e0,
+           4.86371970985681366614e1, 1.96520832956077098242e2, 5.26445194995477358631e2,
+           9.34528527171957607540e2, 1.02755188689515710272e3, 5.57535335369399327526e2)
+_ERFC_Q = (1.0, 1.32281951154744992508e1, 8.67072140885989742329e1, 3.54937778887819891062e2,
+           9.75708501743205489753e2, 1.82390916687909736289e3, 2.24633760818710981792e3,
+           1.65666309194161350182e3, 5.57535340817727675546e2)
+_ERFC_R = (5.64189583547755073984e-1, 1.27536670759978104416e0, 5.01905042251180477414e0,
+           6.16021097993053585195e0, 7.40974269950448939160e0, 2.97886665372100240670e0)
+_ERFC_S = (1.0, 2.26052863220117276590e0, 9.39603524938001434673e0, 1.20489539808096656605e1,
+           1.70814450747565897222e1, 9.60896809063285878198e0, 3.36907645100081516050e0)
+
+
+def _poly(coefficients, z):
+    acc = np.full_like(z, coefficients[0])
+    for c in coefficients[1:]:
+        acc *= z
+        acc += c
+    return acc
+
+
+def _erfc64(z: np.ndarray) -> np.ndarray:
+    """erfc in float64, without the cancellation of 1 - erf(z) for large z."""
+    a = np.abs(z)
+    z2 = z * z
+    near = 1.0 - z * _poly(_ERF_T, z2) / _poly(_ERF_U, z2)  # |z| <= 1
+    a_far = np.clip(a, 1.0, 27.0)  # erfc(27) underflows: clamp keeps exp() quiet
+    tail = np.where(a_far < 8.0, _poly(_ERFC_P, a_far) / _poly(_ERFC_Q, a_far),
+                    _poly(_ERFC_R, a_far) / _poly(_ERFC_S, a_far)) * np.exp(-a_far * a_far)
+    tail = np.where(a > 27.0, 0.0, tail)
+    far = np.where(z > 0, tail, 2.0 - tail)
+    return np.where(a <= 1.0, near, far)
+
+
+def _gelu64(v: np.ndarray) -> np.ndarray:
+    """Exact GELU in float64: v * Phi(v), Phi(v) = erfc(-v / sqrt 2) / 2 (accurate in both tails)."""
+    out = np.empty_like(v)
+    flat_in, flat_out = v.reshape(-1), out.reshape(-1)
+    chunk = 1 << 16  # numpy releases the GIL: a 2^28-element reference takes seconds, not a minute
+
+    def work(start):
+        part = flat_in[start:start + chunk]
+        flat_out[start:start + chunk] = part * (0.5 * _erfc64(part * -np.sqrt(0.5)))
+
+    with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
+        list(pool.map(work, range(0, flat_in.size, chunk)))
+    return out
+
+
+def _reference(x, bias, residual):
+    return _gelu64(x.astype(np.float64) + bias.astype(np.float64)) + residual
+
+
+def _validate(x, bias, residual, out):
+    expect_device_array("x", x, dtype=np.float32, ndim=2)
+    rows, cols = x.shape
+    expect_device_array("bias", bias, dtype=np.float32, shape=(cols,))
+    expect_device_array("residual", residual, dtype=np.float32, shape=(rows, cols))
+    expect_device_array("out", out, dtype=np.float32, shape=(rows, cols))
+
+
+def _bytes_moved(size):
+    rows, cols = size
+    return 4 * (3 * rows * cols + cols)  # x, residual read once, y written once; bias read once
+
+
+def _unfused_bytes(size):
+    rows, cols = size
+    n = rows * cols
+    # bias add: read x, write t; GELU: read t, write g; residual add: read g and residual, write y.
+    return 4 * (2 * n + cols) + 4 * (2 * n) + 4 * (3 * n)
+
+
+def _peer(size):
+    torch = peers.torch()
+    if torch is not None:
+        gelu = torch.nn.functional.gelu  # approximate="none": the erf GELU
+
+        def run(x, bias, residual, out):
+            torch.add(gelu(peers.as_torch(x) + peers.as_torch(bias)), peers.as_torch(residual),
+                      out=peers.as_torch(out))
+
+        return "torch (gelu(x + bias) + residual)", run
+    cupy = peers.cupy()
+    if cupy is not None:
+        import cupyx.scipy.special as special
+
+        def run(x, bias, residual, out):
+            v = peers.as_cupy(x) + peers.as_cupy(bias)
+            cupy.add(v * (0.5 * (1.0 + special.erf(v * np.float32(np.sqrt(0.5))))), peers.as_cupy(residual),
+                     out=peers.as_cupy(out))
+
+        return "cupy (erf GELU, unfused)", run
+    return None
+
+
+op = Operator(
+    name="elementwise",
+    title="GELU(x + bias) + residual, float32",
+    reference=_reference,
+    make_inputs=_inputs,
+    make_output=lambda size: np.empty(size, np.float32),
+    bytes_moved=_bytes_moved,
+    flops=lambda size: 8 * size[0] * size[1],  # add, GELU (about five flops besides erf), add
+    validate=_validate,
+    peer=_peer,
+    check_sizes=[(1, 1), (1, 37), (37, 1), (1, 2**21 + 3), (1_000_003, 1), (33, 65), (1000, 4097),
+                 (4097, 1000), (16384, 16384)],
+    sim_sizes=[(1, 1), (1, 37), (37, 1), (33, 65), (70, 45)],
+    bench_sizes=[(32, 32), (128, 128), (512, 512), (1024, 1024), (2048, 2048), (4096, 4096),
+                 (8192, 8192), (16384, 16384)],
+    headline_size=(16384, 16384),
+)
+
+
+@cuda.jit(device=True, inline=True)
+def gelu(v):
+    """Exact GELU, in float32: math.erf on a float32 value calls libdevice's erff."""
+    return float32(0.5) * v * (float32(1.0) + math.erf(v * float32(0.7071067811865476)))
+
+
+def _launch_2d(kernel, rows, cols, *args):
+    """Launch ``kernel`` over a (rows, cols) grid of threads, x along rows and y along columns.
+    The y dimension holds at most 65535 blocks, so very wide matrices take several launches, each
+    told the first column it covers."""
+    columns_per_launch = MAX_GRID_Y * BLOCK_2D[1]
+    for col0 in range(0, cols, columns_per_launch):
+        width = min(columns_per_launch, cols - col0)
+        grid = (blocks_for(rows, BLOCK_2D[0]), blocks_for(width, BLOCK_2D[1]))
+        kernel[grid, BLOCK_2D](*args, col0)
+
+
+def _flat(a):
+    """The same buffer seen as a 1-D array (a view, no copy): one index walks the whole matrix."""
+    if not hasattr(a, "is_c_contiguous"):  # a torch / CuPy tensor: look at it through numba
+        a = cuda.as_cuda_array(a)
+    return a.reshape(a.size)
+
+
+# -- 1. unfused: three kernels ---------------------------------------------------------------------
+
+@cuda.jit
+def _add_bias(x, bias, t, col0):
+    # EXERCISE: write this part of `_add_bias`. Read the hints one at a time.
+    #   hint 1 (nudge): one thread per element: cuda.grid(2) gives this thread's two indices.
+    #   hint 2 (nearly the answer): t[row, col] = x[row, col] + bias[col], guarded against threads beyond the matrix.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@cuda.jit
+def _gelu(t, g, col0):
+    # EXERCISE: write this part of `_gelu`. Read the hints one at a time.
+    #   hint 1: the same mapping as the bias kernel; apply the gelu device function.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@cuda.jit
+def _add_residual(g, residual, out, col0):
+    # EXERCISE: write this part of `_add_residual`. Read the hints one at a time.
+    #   hint 1: the same mapping again: out = g + residual.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@op.stage("unfused", """
+    Three kernels, one per operation, as a chain of library calls would run them: add the bias,
+    apply GELU, add the residual, each one thread per element with row, col = cuda.grid(2), the way
+    NumPy indexes a matrix. The intermediates go through global memory: the first kernel writes
+    x + bias, the second reads it back and writes GELU of it, the third reads that back. 28 bytes
+    move per element where 12 would do, and each of the three launches waits for the one before.""",
+    bytes_moved=_unfused_bytes)
+def unfused(x, bias, residual, out):
+    rows, cols = x.shape
+    t = scratch("elementwise.unfused.biased", (rows, cols))
+    g = scratch("elementwise.unfused.activated", (rows, cols))
+    _launch_2d(_add_bias, rows, cols, x, bias, t)
+    _launch_2d(_gelu, rows, cols, t, g)
+    _launch_2d(_add_residual, rows, cols, g, residual, out)
+
+
+# -- 2. fused, same mapping ------------------------------------------------------------------------
+
+@cuda.jit
+def _fused_2d(x, bias, residual, out, col0):
+    # EXERCISE: write this part of `_fused_2d`. Read the hints one at a time.
+    #   hint 1 (nudge): do all three operations for your element in one thread: no intermediate leaves registers.
+    #   hint 2 (nearly the answer): out[row, col] = gelu(x[row, col] + bias[col]) + residual[row, col]
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@op.stage("fused", """
+    The three kernels become one: each thread reads its x and residual, adds, applies GELU and adds in
+    registers, and writes y once. Traffic drops from 28 to the minimum 12 bytes per element and two
+    launches disappear. The thread mapping is unchanged, and it is the next problem: cuda.grid(2)
+    returns (x, y) and x is the index that moves fastest across a warp, so the 32 threads of a warp
+    hold 16 different rows: each load instruction touches 16 rows, 64 KiB apart.""")
+def fused(x, bias, residual, out):
+    rows, cols = x.shape
+    _launch_2d(_fused_2d, rows, cols, x, bias, residual, out)
+
+
+# -- 3. coalesced: a flat grid-stride loop ---------------------------------------------------------
+
+@cuda.jit
+def _coalesced(x, bias, residual, out):
+    # EXERCISE: write this part of `_coalesced`. Read the hints one at a time.
+    #   hint 1 (nudge): x, residual and out are 1-D views here: walk them with a grid-stride loop.
+    #   hint 2 (nearly the answer): neighbouring threads take neighbouring elements; element i lies in column i % cols.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def _grid(n, elements_per_thread):
+    """Enough blocks of THREADS for each thread to handle about ``elements_per_thread`` elements."""
+    return blocks_for(n, THREADS * elements_per_thread)
+
+
+@op.stage("coalesced", """
+    The matrix is contiguous, so it can be walked as one flat vector: thread i takes element i, then
+    i + gridsize, and so on. At every step the 32 threads of a warp read 32 neighbouring floats, one
+    128-byte line of x and one of residual, and write one line of y: each memory transaction carries
+    only bytes that are used. The bias column is i % cols, one integer remainder per element.""")
+def coalesced(x, bias, residual, out):
+    n = x.shape[0] * x.shape[1]
+    _coalesced[_grid(n, ELEMENTS_PER_THREAD), THREADS](_flat(x), bias, _flat(residual), _flat(out))
+
+
+# -- 4. instruction-level parallelism: four elements in flight ---------------------------------------
+
+@cuda.jit
+def _ilp(x, bias, residual, out):
+    # EXERCISE: write this part of `_ilp`. Read the hints one at a time.
+    #   hint 1 (nudge): load four elements (i, i + stride, i + 2 stride, i + 3 stride) before computing any of them.
+    #   hint 2: the stores cannot move above the loads of the next iteration (out might alias x), so put
+    #   hint 3 (nearly the answer): all eight loads first; then a tail loop for the last fewer-than-four strides.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@op.stage("ilp", """
+    Each thread now loads four elements of x and four of residual, a grid stride apart, before it
+    computes any of them: eight independent loads in flight per thread instead of two. Memory latency
+    is several hundred cycles, and bandwidth is bytes in flight divided by latency, so more requests
+    in flight per thread means the same grid keeps memory busier.""")
+def ilp(x, bias, residual, out):
+    n = x.shape[0] * x.shape[1]
+    _ilp[_grid(n, ELEMENTS_PER_THREAD), THREADS](_flat(x), bias, _flat(residual), _flat(out))
+
+
+# -- 5. resident grid, no division ---------------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def _wrap(col, cols):
+    """col + step for a step < cols lands below 2 cols: one compare brings it back into range."""
+    return col - cols if col >= cols else col
+
+
+@cuda.jit
+def _resident(x, bias, residual, out):
+    n = x.size
+    cols = bias.size
+    stride = cuda.gridsize(1)
+    i = cuda.grid(1)
+    # EXERCISE: write this part of `_resident`. Read the hints one at a time.
+    #   hint 1 (nudge): compute i % cols and stride % cols once; then every later column is the previous one
+    #   hint 2 (nearly the answer): plus the step, wrapped by one compare (_wrap): no division inside the loop.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def _resident_grid(n):
+    """A grid that fills the GPU once (2048 resident threads per multiprocessor), never more than n needs."""
+    return min(_grid(n, LOADS_PER_THREAD), sm_count() * (2048 // THREADS))
+
+
+@op.stage("resident", """
+    Two last costs go. The grid is sized to the machine (exactly the blocks that can be resident at
+    once) instead of to the data, so no block waits for a slot and none is launched twice. And the
+    integer remainder that found each element's bias column, dozens of instructions per element, is
+    done once per thread: every later column is the previous one plus a fixed step, wrapped by one
+    compare. What remains per element is two loads, a store and the GELU arithmetic, and the kernel
+    moves its 12 bytes per element close to copy bandwidth.""")
+def resident(x, bias, residual, out):
+    n = x.shape[0] * x.shape[1]
+    _resident[_resident_grid(n), THREADS](_flat(x), bias, _flat(residual), _flat(out))

@@ -1,0 +1,676 @@
+# --------------------------------------------------------------------------------------------------
+# EXERCISE generated from solutions/layernorm.py by `workbench exercises build`. This copy is yours:
+# fill in every block marked TODO(exercise), then grade it:
+#     workbench grade layernorm            (or layernorm.<stage>; `workbench grade --help`)
+# The grader checks each stage against the operator in solutions/layernorm.py (reference, inputs,
+# tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
+# is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
+# was filled with poison. On a GPU each stage must also reach 60% of the bandwidth of the
+# solution's stage, measured in the same run.
+# `workbench exercises build` never overwrites this file once you have edited it (the line below
+# tells it whether you have); `--backup` moves your copy aside first.
+# generated-sha256: b63067c68da828071a77003f6f02980623e294422f123d09fe7d044e0c8b6f31
+# --------------------------------------------------------------------------------------------------
+"""LayerNorm over the rows of a float32 matrix, in five steps, then the fusions that make it cheap in a network.
+
+layernorm(x)[r, j] = (x[r, j] - mean_r) / sqrt(var_r + eps) * weight[j] + bias[j], with the biased
+variance var_r = mean over j of (x[r, j] - mean_r)^2 (as torch computes it) and eps = 1e-5.
+
+Like softmax, it reads each element once and writes it once for a few flops: memory-bound. The ladder
+is softmax's (thread per row, block per row, shared tree, warp shuffles, one read with the row in
+registers); what is new is the numerics of the variance:
+
+* E[x^2] - E[x]^2 is one pass and wrong: a row with mean 1e4 and std 1 has E[x^2] = 100000001, which
+  float32 stores to within 4, so the difference of two such numbers is noise (often negative: NaN).
+  Every stage here instead sums squared deviations from the mean: two passes over the row (over
+  registers in the fused stage), or Welford's running update where the row streams.
+* The mean itself is only as exact as float32 is near it: 1e4 is stored to within 5e-4, which is
+  5e-4 of a unit standard deviation. So every stage first subtracts the row's first element,
+  x0 = x[r, 0], from each element. That changes neither the variance nor x - mean, and the shifted
+  values are small: for the row above, x - x0 is exact (Sterbenz) and their mean is known to 1e-7.
+  A constant row becomes exactly zero, so its output is exactly the bias.
+
+After the ladder come the fusions that make LayerNorm cheap inside a network, each its own small
+operator with an unfused and a fused stage: bias + ReLU + LayerNorm, residual add + LayerNorm, and
+RMSNorm. Fusing saves the round trip of an intermediate matrix through memory, which for a
+memory-bound operator is most of the time.
+"""
+
+import math
+
+import numpy as np
+from numba import cuda, float32
+
+from workbench import peers
+from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+
+THREADS = 256  # threads per block in the block-per-row stages; a multiple of the 32-lane warp
+WARPS = THREADS // 32
+FULL_MASK = 0xFFFFFFFF
+EPS = np.float32(1e-5)  # a float32 global: numba types it float32, so no float64 creeps in
+
+VALUES_PER_THREAD = 16  # fused stages: row elements each thread keeps in registers
+MAX_ROW_THREADS = 1024
+REGISTER_COLS = 8192  # fused stages: rows up to this width stay in registers
+STREAM_THREADS = 1024  # fused layernorm, wider rows: threads per row
+EW_THREADS = 256  # elementwise kernels of the unfused stages
+EW_MAX_GRID_Y = 65535
+
+
+# -- inputs, references, checks shared by the operators of this module --------------------------
+
+def _rows(size, rng):
+    """Random rows with their own mean and spread, and rows a careless kernel gets wrong."""
+    rows, cols = size
+    mean = rng.uniform(-2.0, 2.0, (rows, 1))
+    std = rng.uniform(0.5, 2.0, (rows, 1))
+    x = (mean + std * rng.standard_normal((rows, cols))).astype(np.float32)
+    for r in range(0, rows, 8):  # mean 1e4, std 1: E[x^2] - E[x]^2 cancels catastrophically
+        x[r] = (1e4 + rng.standard_normal(cols)).astype(np.float32)
+    for r in range(3, rows, 8):  # constant: variance 0, the output must be exactly the bias
+        x[r] = np.float32(rng.uniform(-100.0, 100.0))
+    return x
+
+
+def _vector(cols, rng, low, high):
+    return rng.uniform(low, high, cols).astype(np.float32)
+
+
+def _layernorm64(h, weight, bias):
+    h = h.astype(np.float64)
+    mean = h.mean(axis=1, keepdims=True)
+    var = ((h - mean) ** 2).mean(axis=1, keepdims=True)
+    return (h - mean) / np.sqrt(var + float(EPS)) * weight.astype(np.float64) + bias.astype(np.float64)
+
+
+def _tolerance(size, dtype):
+    # float32 LayerNorm as libraries compute it (torch: Welford, no shift) is off by up to ~1e-3 of
+    # a standard deviation on the mean-1e4 rows (1 row in 8), because float32 holds a mean of 1e4 only
+    # to 5e-4; the stages here shift first and stay near 1e-6. The catastrophic E[x^2] - E[x]^2 is
+    # off by O(1) (or NaN) on those rows, far past this.
+    return 1e-3
+
+
+def _expect_matrix_and_vectors(x, vectors, out):
+    expect_device_array("x", x, dtype=np.float32, ndim=2)
+    cols = x.shape[1]
+    for name, v in vectors:
+        expect_device_array(name, v, dtype=np.float32, ndim=1)
+        if v.shape[0] != cols:
+            raise InputError(f"{name} must have one entry per column of x ({cols}); got length {v.shape[0]}")
+    expect_device_array("out", out, dtype=np.float32, ndim=2)
+    if tuple(out.shape) != tuple(x.shape):
+        raise InputError(f"out must have the shape of x, {tuple(x.shape)}; got {tuple(out.shape)}")
+
+
+def _returns_output(name, fn):
+    """A peer that allocates its result (torch has no out= for these): the bench checks the returned
+    tensor instead of out, and times the call as a user makes it, without a copy into out."""
+    fn.returns_output = True
+    return name, fn
+
+
+def _layernorm_peer(size):
+    torch = peers.torch()
+    if torch is None:
+        return None
+    F = torch.nn.functional
+    return _returns_output("torch.nn.functional.layer_norm", lambda x, w, b, out: F.layer_norm(
+        peers.as_torch(x), (x.shape[1],), peers.as_torch(w), peers.as_torch(b), float(EPS)))
+
+
+op = Operator(
+    name="layernorm",
+    title="LayerNorm over the rows of a float32 matrix",
+    reference=_layernorm64,
+    make_inputs=lambda size, rng: (_rows(size, rng), _vector(size[1], rng, 0.5, 1.5), _vector(size[1], rng, -1, 1)),
+    make_output=lambda size: np.empty(size, np.float32),
+    bytes_moved=lambda size: 2 * 4 * size[0] * size[1] + 2 * 4 * size[1],  # x in, out out, weight + bias in
+    flops=lambda size: 7 * size[0] * size[1],
+    validate=lambda x, weight, bias, out: _expect_matrix_and_vectors(x, [("weight", weight), ("bias", bias)], out),
+    tolerance=_tolerance,
+    peer=_layernorm_peer,
+    check_sizes=[(300, 1), (300, 33), (300, 1000), (300, 4097), (200, 32768), (32768, 4096)],
+    sim_sizes=[(3, 1), (5, 33), (4, 100), (2, 1000), (4, 4097)],
+    bench_sizes=[(256, 1024), (4096, 1024), (4096, 4096), (32768, 1024), (32768, 4096), (4096, 32768)],
+    headline_size=(32768, 4096),
+)
+
+
+# -- 1. naive: one thread per row ---------------------------------------------------------------
+
+@cuda.jit
+def _row_per_thread(x, weight, bias, out):
+    row = cuda.grid(1)
+    if row < x.shape[0]:
+        cols = x.shape[1]
+        x0 = x[row, 0]
+        # EXERCISE: write this part of `_row_per_thread`. Read the hints one at a time.
+        #   hint 1 (nudge): pass 1: the mean of the shifted values x - x0; pass 2: the mean of the squared
+        #   hint 2 (nearly the answer): deviations (x - x0 - mean)^2; pass 3: out = (x - x0 - mean) * rstd * weight + bias.
+        pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@op.stage("naive", """
+    One thread per row, three loops over it: the mean, the mean squared deviation from it, then the
+    output. Each element is shifted by the row's first element first, so a row with a large mean
+    loses no precision. Slow as softmax's naive stage is slow: a warp's 32 loads go to 32 different
+    rows (32 transactions for 128 useful bytes), and one thread per row is too few threads.""")
+def naive(x, weight, bias, out):
+    _row_per_thread[blocks_for(x.shape[0], THREADS), THREADS](x, weight, bias, out)
+
+
+# -- 2. coalesced: one block per row -----------------------------------------------------------
+
+@cuda.jit
+def _block_per_row(x, weight, bias, out):
+    partials = cuda.shared.array(THREADS, float32)
+    row = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    cols = x.shape[1]
+    x0 = x[row, 0]
+    # EXERCISE: write this part of `_block_per_row`. Read the hints one at a time.
+    #   hint 1 (nudge): thread t visits columns t, t + THREADS, ...; partial sums go to partials[t].
+    #   hint 2: after a barrier thread 0 adds them up and leaves the total in partials[0]; the same for
+    #   hint 3 (nearly the answer): the squared deviations. Barriers before partials[0] is read, and before it is reused.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@op.stage("coalesced", """
+    One block of 256 threads per row, striding across it together: each warp load is one 128-byte
+    transaction and the GPU is full of threads. The 256 partial sums meet in shared memory, where
+    thread 0 adds them up alone, twice per row (sum, then squared deviations), while the rest wait.""")
+def coalesced(x, weight, bias, out):
+    _block_per_row[x.shape[0], THREADS](x, weight, bias, out)
+
+
+# -- 3. shared-memory tree ---------------------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def _tree_sum(partials, t):
+    """Halve the active threads each step; the block's sum ends in partials[0], returned to all."""
+    half = THREADS // 2
+    while half > 0:
+        cuda.syncthreads()
+        if t < half:
+            partials[t] += partials[t + half]
+        half //= 2
+    cuda.syncthreads()
+    return partials[0]
+
+
+@cuda.jit
+def _block_per_row_tree(x, weight, bias, out):
+    partials = cuda.shared.array(THREADS, float32)
+    row = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    cols = x.shape[1]
+    x0 = x[row, 0]
+    # EXERCISE: write this part of `_block_per_row_tree`. Read the hints one at a time.
+    #   hint 1 (nudge): as before, with _tree_sum combining the partials (8 steps for 256 threads).
+    #   hint 2 (nearly the answer): a barrier between reading the mean from partials[0] and writing the next partials.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@op.stage("shared_tree", """
+    The partial sums are combined by a tree in shared memory, 8 halving steps instead of 255 serial
+    adds by one thread. Sequential addressing keeps the active threads contiguous: whole warps retire
+    together and shared-memory banks do not conflict.""")
+def shared_tree(x, weight, bias, out):
+    _block_per_row_tree[x.shape[0], THREADS](x, weight, bias, out)
+
+
+# -- 4. a warp per row, shuffles ---------------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def _warp_sum(value):
+    """Butterfly (xor) sum: after 5 steps every lane holds the sum of all 32."""
+    offset = 16
+    while offset > 0:
+        value += cuda.shfl_xor_sync(FULL_MASK, value, offset)
+        offset //= 2
+    return value
+
+
+@cuda.jit
+def _warp_per_row(x, weight, bias, out):
+    row = cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32
+    lane = cuda.threadIdx.x % 32
+    if row < x.shape[0]:  # warp-uniform: every lane of a warp shares the row
+        cols = x.shape[1]
+        x0 = x[row, 0]
+        # EXERCISE: write this part of `_warp_per_row`. Read the hints one at a time.
+        #   hint 1 (nudge): lane l visits columns l, l + 32, ...; _warp_sum combines the lanes' partials in
+        #   hint 2 (nearly the answer): registers and leaves the result in every lane: no shared memory, no barrier.
+        pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@op.stage("warp_shuffle", """
+    One warp per row, eight rows per block; the lanes combine their partial sums by reading each
+    other's registers (shfl_xor_sync): no shared memory, no barrier, no warp waiting for another.""")
+def warp_shuffle(x, weight, bias, out):
+    _warp_per_row[blocks_for(x.shape[0], WARPS), THREADS](x, weight, bias, out)
+
+
+# -- 5. fused: one read, the row in registers --------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def _merge(n_a, mean_a, m2_a, n_b, mean_b, m2_b):
+    """Chan's merge of two (count, mean, sum of squared deviations) summaries of parts of a row.
+    Exact in exact arithmetic and well-conditioned in float32: no large numbers are subtracted."""
+    n = n_a + n_b
+    fraction_b = n_b / max(n, float32(1.0))  # 0 when both parts are empty
+    delta = mean_b - mean_a
+    return n, mean_a + delta * fraction_b, m2_a + m2_b + delta * delta * n_a * fraction_b
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_merge(n, mean, m2):
+    offset = 16
+    while offset > 0:
+        n_o = cuda.shfl_xor_sync(FULL_MASK, n, offset)
+        mean_o = cuda.shfl_xor_sync(FULL_MASK, mean, offset)
+        m2_o = cuda.shfl_xor_sync(FULL_MASK, m2, offset)
+        n, mean, m2 = _merge(n, mean, m2, n_o, mean_o, m2_o)
+        offset //= 2
+    return n, mean, m2
+
+
+@cuda.jit(device=True, inline=True)
+def _block_merge(n, mean, m2):
+    """The block's (count, mean, M2), in every thread; one barrier. blockDim.x: a multiple of 32."""
+    warp_n = cuda.shared.array(32, float32)
+    warp_mean = cuda.shared.array(32, float32)
+    warp_m2 = cuda.shared.array(32, float32)
+    lane = cuda.threadIdx.x % 32
+    warp = cuda.threadIdx.x // 32
+    n, mean, m2 = _warp_merge(n, mean, m2)
+    if lane == 0:
+        warp_n[warp] = n
+        warp_mean[warp] = mean
+        warp_m2[warp] = m2
+    cuda.syncthreads()
+    if lane < cuda.blockDim.x // 32:
+        n = warp_n[lane]
+        mean = warp_mean[lane]
+        m2 = warp_m2[lane]
+    else:
+        n = float32(0.0)
+        mean = float32(0.0)
+        m2 = float32(0.0)
+    return _warp_merge(n, mean, m2)
+
+
+@cuda.jit(device=True, inline=True)
+def _row_mean_rstd(values, t, step, cols):
+    """Mean and 1/sqrt(var + eps) of a row held in registers, VALUES_PER_THREAD per thread (columns
+    t + k * step): two passes over this thread's registers, then one merge across the block."""
+    count = float32(0.0)
+    total = float32(0.0)
+    for k in range(VALUES_PER_THREAD):
+        if t + k * step < cols:
+            count += float32(1.0)
+            total += values[k]
+    mean = total / max(count, float32(1.0))
+    m2 = float32(0.0)
+    for k in range(VALUES_PER_THREAD):
+        if t + k * step < cols:
+            d = values[k] - mean
+            m2 += d * d
+    n, mean, m2 = _block_merge(count, mean, m2)
+    return mean, float32(1.0) / math.sqrt(m2 / n + EPS)
+
+
+@cuda.jit
+def _layernorm_in_registers(x, weight, bias, out):
+    values = cuda.local.array(VALUES_PER_THREAD, float32)  # fully unrolled loops keep it in registers
+    row = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    step = cuda.blockDim.x
+    cols = x.shape[1]
+    x0 = x[row, 0]
+    # EXERCISE: write this part of `_layernorm_in_registers`. Read the hints one at a time.
+    #   hint 1 (nudge): load columns t + k * step (k < VALUES_PER_THREAD) once, shifted by x0, into values[].
+    #   hint 2: _row_mean_rstd gives the row's mean and 1 / sqrt(var + eps) from the registers.
+    #   hint 3 (nearly the answer): write (values[k] - mean) * rstd * weight[j] + bias[j]: the row is never read again.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@cuda.jit
+def _layernorm_streaming(x, weight, bias, out):
+    row = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    cols = x.shape[1]
+    x0 = x[row, 0]
+    # EXERCISE: write this part of `_layernorm_streaming`. Read the hints one at a time.
+    #   hint 1 (nudge): Welford: for each element, n += 1; delta = d - mean; mean += delta / n; m2 += delta * (d - mean).
+    #   hint 2 (nearly the answer): _block_merge the threads' (n, mean, m2), then a second pass writes the output.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def row_threads(cols):
+    """Threads for a block that holds a row of ``cols`` in registers: a whole number of warps."""
+    warps = blocks_for(blocks_for(cols, VALUES_PER_THREAD), 32)
+    return min(MAX_ROW_THREADS, 32 * warps)
+
+
+def fused_registers(x, weight, bias, out):
+    _layernorm_in_registers[x.shape[0], row_threads(x.shape[1])](x, weight, bias, out)
+
+
+def fused_streaming(x, weight, bias, out):
+    _layernorm_streaming[x.shape[0], STREAM_THREADS](x, weight, bias, out)
+
+
+def _layernorm_rows(x, weight, bias, out):
+    if x.shape[1] <= REGISTER_COLS:
+        fused_registers(x, weight, bias, out)
+    else:
+        fused_streaming(x, weight, bias, out)
+
+
+@op.stage("fused", """
+    Each row is read from memory once. Rows up to 8192 wide stay in registers (16 values per thread,
+    up to 512 threads a row); each thread computes its values' count, mean and sum of squared
+    deviations with two passes over its registers, and Chan's formula merges those summaries across
+    the block in one reduction (one barrier), with no catastrophic subtraction anywhere. The output is
+    written from the registers. Wider rows stream: Welford's running update on one read, a second read
+    to write.""")
+def fused(x, weight, bias, out):
+    _layernorm_rows(x, weight, bias, out)
+
+
+# ================================================================================================
+# Fusions: bias + ReLU + LayerNorm, residual + LayerNorm, RMSNorm. Each: the unfused pair of kernels
+# a framework would launch, then one kernel.
+# ================================================================================================
+
+def _elementwise_grid(x):
+    """2-D grid for a [rows, cols] elementwise kernel: x covers columns, y walks the rows."""
+    return (blocks_for(x.shape[1], EW_THREADS), min(x.shape[0], EW_MAX_GRID_Y)), EW_THREADS
+
+
+# -- bias + ReLU + LayerNorm -------------------------------------------------------------------
+
+def _bias_relu64(x, lin_bias):
+    return np.maximum(x + lin_bias, np.float32(0.0))  # in float32, as a kernel computes it
+
+
+def _bias_relu_inputs(size, rng):
+    x = _rows(size, rng)
+    rows = size[0]
+    for r in range(5, rows, 8):  # all negative after the bias: ReLU leaves a constant (zero) row
+        x[r] = -200.0 + x[r] * np.float32(0.01)
+    cols = size[1]
+    return x, _vector(cols, rng, -0.5, 0.5), _vector(cols, rng, 0.5, 1.5), _vector(cols, rng, -1, 1)
+
+
+def _bias_relu_peer(size):
+    torch = peers.torch()
+    if torch is None:
+        return None
+    F = torch.nn.functional
+    return _returns_output("torch: layer_norm(relu(x + b))", lambda x, lb, w, b, out: F.layer_norm(
+        torch.relu(peers.as_torch(x) + peers.as_torch(lb)), (x.shape[1],), peers.as_torch(w), peers.as_torch(b),
+        float(EPS)))
+
+
+def _matrix_bytes(reads, writes):
+    return lambda size: 4 * size[0] * size[1] * (reads + writes)
+
+
+bias_relu_layernorm_op = Operator(
+    name="bias_relu_layernorm",
+    title="LayerNorm(ReLU(x + bias)): a linear layer's epilogue",
+    reference=lambda x, lb, w, b: _layernorm64(_bias_relu64(x, lb), w, b),
+    make_inputs=_bias_relu_inputs,
+    make_output=lambda size: np.empty(size, np.float32),
+    bytes_moved=lambda size: _matrix_bytes(1, 1)(size) + 3 * 4 * size[1],
+    flops=lambda size: 9 * size[0] * size[1],
+    validate=lambda x, lb, w, b, out: _expect_matrix_and_vectors(
+        x, [("lin_bias", lb), ("weight", w), ("bias", b)], out),
+    tolerance=_tolerance,
+    peer=_bias_relu_peer,
+    check_sizes=op.check_sizes,
+    sim_sizes=[(3, 1), (9, 33), (2, 1000)],
+    bench_sizes=op.bench_sizes,
+    headline_size=op.headline_size,
+)
+
+
+@cuda.jit
+def _bias_relu(x, lin_bias, h):
+    j = cuda.grid(1)
+    if j < x.shape[1]:
+        for row in range(cuda.blockIdx.y, x.shape[0], cuda.gridDim.y):
+            h[row, j] = max(x[row, j] + lin_bias[j], float32(0.0))
+
+
+@bias_relu_layernorm_op.stage("unfused", """
+    Two kernels, as eager framework code runs it: h = relu(x + bias) is written to memory, then the
+    fused LayerNorm reads it back. The matrix crosses memory four times (read x, write h, read h,
+    write out) instead of twice.""", bytes_moved=lambda size: _matrix_bytes(2, 2)(size) + 3 * 4 * size[1])
+def bias_relu_unfused(x, lin_bias, weight, bias, out):
+    h = scratch("bias_relu_layernorm.h", x.shape)
+    grid, threads = _elementwise_grid(x)
+    _bias_relu[grid, threads](x, lin_bias, h)
+    _layernorm_rows(h, weight, bias, out)
+
+
+@cuda.jit
+def _bias_relu_layernorm(x, lin_bias, weight, bias, out):
+    values = cuda.local.array(VALUES_PER_THREAD, float32)
+    row = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    step = cuda.blockDim.x
+    cols = x.shape[1]
+    h0 = max(x[row, 0] + lin_bias[0], float32(0.0))
+    # EXERCISE: write this part of `_bias_relu_layernorm`. Read the hints one at a time.
+    #   hint 1: the fused LayerNorm kernel, with relu(x + lin_bias) computed as each element is loaded.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@bias_relu_layernorm_op.stage("fused", """
+    One kernel: the bias and ReLU are applied as each element is loaded into registers, and the
+    intermediate never exists in memory. Rows wider than 8192 (which do not fit in registers) take
+    the unfused path.""")
+def bias_relu_fused(x, lin_bias, weight, bias, out):
+    if x.shape[1] > REGISTER_COLS:
+        return bias_relu_unfused.launch(x, lin_bias, weight, bias, out)
+    _bias_relu_layernorm[x.shape[0], row_threads(x.shape[1])](x, lin_bias, weight, bias, out)
+
+
+# -- residual add + LayerNorm ------------------------------------------------------------------
+
+def _residual_inputs(size, rng):
+    x = _rows(size, rng)
+    residual = rng.standard_normal(size).astype(np.float32)
+    residual[3::8] = np.float32(0.25)  # x's constant rows stay constant after the add
+    cols = size[1]
+    return x, residual, _vector(cols, rng, 0.5, 1.5), _vector(cols, rng, -1, 1)
+
+
+def _residual_peer(size):
+    torch = peers.torch()
+    if torch is None:
+        return None
+    F = torch.nn.functional
+    return _returns_output("torch: layer_norm(x + residual)", lambda x, r, w, b, out: F.layer_norm(
+        peers.as_torch(x) + peers.as_torch(r), (x.shape[1],), peers.as_torch(w), peers.as_torch(b), float(EPS)))
+
+
+residual_layernorm_op = Operator(
+    name="residual_layernorm",
+    title="LayerNorm(x + residual): a transformer block's add & norm",
+    reference=lambda x, r, w, b: _layernorm64(x + r, w, b),  # x + r in float32, as a kernel adds
+    make_inputs=_residual_inputs,
+    make_output=lambda size: np.empty(size, np.float32),
+    bytes_moved=lambda size: _matrix_bytes(2, 1)(size) + 2 * 4 * size[1],
+    flops=lambda size: 8 * size[0] * size[1],
+    validate=lambda x, r, w, b, out: (_expect_matrix_and_vectors(x, [("weight", w), ("bias", b)], out),
+                                      _expect_same_matrix("residual", r, x)),
+    tolerance=_tolerance,
+    peer=_residual_peer,
+    check_sizes=op.check_sizes,
+    sim_sizes=[(3, 1), (9, 33), (2, 1000)],
+    bench_sizes=op.bench_sizes,
+    headline_size=op.headline_size,
+)
+
+
+def _expect_same_matrix(name, a, x):
+    expect_device_array(name, a, dtype=np.float32, ndim=2)
+    if tuple(a.shape) != tuple(x.shape):
+        raise InputError(f"{name} must have the shape of x, {tuple(x.shape)}; got {tuple(a.shape)}")
+
+
+@cuda.jit
+def _add(x, residual, h):
+    j = cuda.grid(1)
+    if j < x.shape[1]:
+        for row in range(cuda.blockIdx.y, x.shape[0], cuda.gridDim.y):
+            h[row, j] = x[row, j] + residual[row, j]
+
+
+@residual_layernorm_op.stage("unfused", """
+    Two kernels: h = x + residual is written to memory, then the fused LayerNorm reads it back.
+    Five matrix-sized transfers (read x, read residual, write h, read h, write out) instead of three.""",
+    bytes_moved=lambda size: _matrix_bytes(3, 2)(size) + 2 * 4 * size[1])
+def residual_unfused(x, residual, weight, bias, out):
+    h = scratch("residual_layernorm.h", x.shape)
+    grid, threads = _elementwise_grid(x)
+    _add[grid, threads](x, residual, h)
+    _layernorm_rows(h, weight, bias, out)
+
+
+@cuda.jit
+def _residual_layernorm(x, residual, weight, bias, out):
+    values = cuda.local.array(VALUES_PER_THREAD, float32)
+    row = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    step = cuda.blockDim.x
+    cols = x.shape[1]
+    h0 = x[row, 0] + residual[row, 0]
+    # EXERCISE: write this part of `_residual_layernorm`. Read the hints one at a time.
+    #   hint 1: the fused LayerNorm kernel, loading x + residual.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@residual_layernorm_op.stage("fused", """
+    One kernel: x and the residual are added as they are loaded into registers; the sum never goes
+    to memory. Rows wider than 8192 take the unfused path.""")
+def residual_fused(x, residual, weight, bias, out):
+    if x.shape[1] > REGISTER_COLS:
+        return residual_unfused.launch(x, residual, weight, bias, out)
+    _residual_layernorm[x.shape[0], row_threads(x.shape[1])](x, residual, weight, bias, out)
+
+
+# -- RMSNorm -----------------------------------------------------------------------------------
+
+def _rmsnorm64(x, weight):
+    x = x.astype(np.float64)
+    return x / np.sqrt((x * x).mean(axis=1, keepdims=True) + float(EPS)) * weight.astype(np.float64)
+
+
+def _rmsnorm_inputs(size, rng):
+    x = _rows(size, rng)  # includes rows of magnitude 1e4 (squares near 1e8) and constant rows
+    for r in range(5, size[0], 8):  # tiny rows: mean square far below eps
+        x[r] *= np.float32(1e-4)
+    return x, _vector(size[1], rng, 0.5, 1.5)
+
+
+def _rmsnorm_peer(size):
+    torch = peers.torch()
+    if torch is None or not hasattr(torch.nn.functional, "rms_norm"):
+        return None
+    F = torch.nn.functional
+    return _returns_output("torch.nn.functional.rms_norm", lambda x, w, out: F.rms_norm(
+        peers.as_torch(x), (x.shape[1],), peers.as_torch(w), float(EPS)))
+
+
+rmsnorm_op = Operator(
+    name="rmsnorm",
+    title="RMSNorm over the rows of a float32 matrix",
+    reference=_rmsnorm64,
+    make_inputs=_rmsnorm_inputs,
+    make_output=lambda size: np.empty(size, np.float32),
+    bytes_moved=lambda size: _matrix_bytes(1, 1)(size) + 4 * size[1],
+    flops=lambda size: 4 * size[0] * size[1],
+    validate=lambda x, w, out: _expect_matrix_and_vectors(x, [("weight", w)], out),
+    peer=_rmsnorm_peer,
+    check_sizes=op.check_sizes,
+    sim_sizes=[(3, 1), (9, 33), (2, 1000)],
+    bench_sizes=op.bench_sizes,
+    headline_size=op.headline_size,
+)
+
+
+@cuda.jit
+def _row_rstd(x, rstd):
+    """A warp per row: 1 / sqrt(mean(x^2) + eps) into rstd[row]."""
+    row = cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32
+    lane = cuda.threadIdx.x % 32
+    if row < x.shape[0]:
+        squares = float32(0.0)
+        for j in range(lane, x.shape[1], 32):
+            squares += x[row, j] * x[row, j]
+        squares = _warp_sum(squares)
+        if lane == 0:
+            rstd[row] = float32(1.0) / math.sqrt(squares / float32(x.shape[1]) + EPS)
+
+
+@cuda.jit
+def _scale_rows(x, rstd, weight, out):
+    j = cuda.grid(1)
+    if j < x.shape[1]:
+        for row in range(cuda.blockIdx.y, x.shape[0], cuda.gridDim.y):
+            out[row, j] = x[row, j] * rstd[row] * weight[j]
+
+
+@rmsnorm_op.stage("unfused", """
+    Two kernels: a warp per row reduces mean(x^2) to one number per row, then an elementwise kernel
+    scales every element. The matrix is read twice from memory: by the time the second kernel runs,
+    the first one's reads are long gone from the cache.""", bytes_moved=lambda size: _matrix_bytes(2, 1)(size) + 4 * size[1])
+def rmsnorm_unfused(x, weight, out):
+    rstd = scratch("rmsnorm.rstd", (x.shape[0],))
+    _row_rstd[blocks_for(x.shape[0], WARPS), THREADS](x, rstd)
+    grid, threads = _elementwise_grid(x)
+    _scale_rows[grid, threads](x, rstd, weight, out)
+
+
+@cuda.jit(device=True, inline=True)
+def _block_sum(value):
+    """Sum over the block, in every thread; one barrier. blockDim.x: a multiple of 32."""
+    warp_sums = cuda.shared.array(32, float32)
+    lane = cuda.threadIdx.x % 32
+    value = _warp_sum(value)
+    if lane == 0:
+        warp_sums[cuda.threadIdx.x // 32] = value
+    cuda.syncthreads()
+    value = warp_sums[lane] if lane < cuda.blockDim.x // 32 else float32(0.0)
+    return _warp_sum(value)
+
+
+@cuda.jit
+def _rmsnorm_in_registers(x, weight, out):
+    values = cuda.local.array(VALUES_PER_THREAD, float32)
+    row = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    step = cuda.blockDim.x
+    cols = x.shape[1]
+    # EXERCISE: write this part of `_rmsnorm_in_registers`. Read the hints one at a time.
+    #   hint 1: load the row into registers once, summing squares as you go; _block_sum, then write.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@rmsnorm_op.stage("fused", """
+    One kernel, the row read once into registers: the sum of squares, one block reduction, and the
+    scaled row written from the registers. No mean to subtract, so one summary number per thread and
+    no numerical care beyond float32's range. Rows wider than 8192 take the unfused path.""")
+def rmsnorm_fused(x, weight, out):
+    if x.shape[1] > REGISTER_COLS:
+        return rmsnorm_unfused.launch(x, weight, out)
+    _rmsnorm_in_registers[x.shape[0], row_threads(x.shape[1])](x, weight, out)
+
+
+OPERATORS = [op, bias_relu_layernorm_op, residual_layernorm_op, rmsnorm_op]

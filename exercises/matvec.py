@@ -1,0 +1,140 @@
+# --------------------------------------------------------------------------------------------------
+# EXERCISE generated from solutions/matvec.py by `workbench exercises build`. This copy is yours:
+# fill in every block marked TODO(exercise), then grade it:
+#     workbench grade matvec            (or matvec.<stage>; `workbench grade --help`)
+# The grader checks each stage against the operator in solutions/matvec.py (reference, inputs,
+# tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
+# is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
+# was filled with poison. On a GPU each stage must also reach 60% of the bandwidth of the
+# solution's stage, measured in the same run.
+# `workbench exercises build` never overwrites this file once you have edited it (the line below
+# tells it whether you have); `--backup` moves your copy aside first.
+# generated-sha256: 27b156aa8a1f3991301f5fd473d198567b563a2de2b90d26a9b0adb596a057b3
+# --------------------------------------------------------------------------------------------------
+"""Matrix-vector product y = A x, A float32 of shape (rows, cols), row-major.
+
+The interview question: the obvious mapping, one thread per row, is wrong for a GPU. A warp's 32
+threads then read 32 different rows at the same column: addresses a whole row apart, 32 memory
+transactions for 32 useful floats. Give each row a whole warp instead: the lanes read 32
+neighbouring floats of the row (one transaction), each sums a strided slice, and five shuffles add
+the 32 partial sums. Same arithmetic, a different map from threads to data.
+
+A matrix-vector product reads A once (4 bytes per element, and two flops: a multiply and an add)
+plus x and y: about 2 flops per 4 bytes, far below any GPU's flop-to-byte ratio. It is bound by
+memory bandwidth, and a good kernel streams A at close to copy speed.
+
+Constraints: A is float32, 2-D, C-contiguous, any shape (rows, cols) >= (1, 1); x is float32 of
+length cols; y is float32 of length rows and is overwritten. A and x are never written.
+"""
+
+import numpy as np
+from numba import cuda, float32
+
+from workbench import peers
+from workbench.ladder import Operator, blocks_for, expect_device_array
+
+THREADS = 256
+WARPS = THREADS // 32
+FULL_MASK = 0xFFFFFFFF
+
+
+def _inputs(size, rng):
+    rows, cols = size
+    a = rng.uniform(-1.0, 1.0, (rows, cols)).astype(np.float32)
+    x = rng.uniform(-0.5, 1.5, cols).astype(np.float32)
+    return a, x
+
+
+def _validate(a, x, y):
+    expect_device_array("a", a, dtype=np.float32, ndim=2)
+    rows, cols = a.shape
+    expect_device_array("x", x, dtype=np.float32, shape=(cols,))
+    expect_device_array("y", y, dtype=np.float32, shape=(rows,))
+
+
+def _tolerance(size, dtype):
+    # Each output is a float32 dot product of length cols.
+    return max(1e-5, 4 * float(np.finfo(np.float32).eps) * np.sqrt(size[1]))
+
+
+def explain(inputs, out, ref):
+    """The grader's hint for wrong values: was the matrix read transposed?"""
+    a, x = inputs
+    rows, cols = a.shape
+    if rows == cols and rows > 1:
+        at_x = a.T.astype(np.float64) @ x.astype(np.float64)
+        if np.allclose(out, at_x, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(at_x).max()))):
+            return "the output equals A^T x: the matrix index is transposed (a[col, row] instead of a[row, col])"
+    return None
+
+
+def _peer(size):
+    torch = peers.torch()
+    if torch is not None:
+        return "torch.mv", lambda a, x, y: torch.mv(peers.as_torch(a), peers.as_torch(x), out=peers.as_torch(y))
+    cupy = peers.cupy()
+    if cupy is not None:
+        return "cupy.matmul", lambda a, x, y: cupy.matmul(peers.as_cupy(a), peers.as_cupy(x), out=peers.as_cupy(y))
+    return None
+
+
+op = Operator(
+    name="matvec",
+    title="Matrix-vector product y = A x (float32)",
+    reference=lambda a, x: a.astype(np.float64) @ x.astype(np.float64),
+    make_inputs=_inputs,
+    make_output=lambda size: np.empty(size[0], np.float32),
+    bytes_moved=lambda size: 4 * (size[0] * size[1] + size[0] + size[1]),
+    flops=lambda size: 2 * size[0] * size[1],
+    validate=_validate,
+    tolerance=_tolerance,
+    peer=_peer,
+    check_sizes=[(1, 1), (1000, 1000), (4097, 1023), (31, 100_003), (100_003, 31), (16384, 16384)],
+    sim_sizes=[(1, 1), (33, 31), (31, 70), (67, 129), (5, 300)],
+    bench_sizes=[(256, 256), (1024, 1024), (2048, 2048), (4096, 4096), (8192, 8192), (16384, 16384)],
+    headline_size=(16384, 16384),
+)
+
+
+# -- 1. one thread per row ------------------------------------------------------------------------
+
+@cuda.jit
+def _thread_per_row(a, x, y):
+    row = cuda.grid(1)
+    # EXERCISE: write this part of `_thread_per_row`. Read the hints one at a time.
+    #   hint 1 (nudge): One thread owns one row: it walks the row's columns and accumulates a dot product in a register.
+    #   hint 2: There are more threads than rows (the grid is rounded up to whole blocks): guard with row < a.shape[0]. Start the sum from float32(0.0), not 0.0, to stay in float32.
+    #   hint 3 (nearly the answer): if row < a.shape[0]: acc = float32(0.0); for col in range(a.shape[1]): acc += a[row, col] * x[col]; y[row] = acc
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@op.stage("thread_per_row", """
+    One thread per row, summing its row in a register. The arithmetic is right and each element of A
+    is read once, but a warp's 32 threads read 32 rows at the same column: addresses cols * 4 bytes
+    apart, so every load instruction needs 32 separate memory transactions, each delivering one
+    useful float of the 32 it fetches (the rest waits in cache, if it survives).""")
+def thread_per_row(a, x, y):
+    _thread_per_row[blocks_for(a.shape[0], THREADS), THREADS](a, x, y)
+
+
+# -- 2. one warp per row --------------------------------------------------------------------------
+
+@cuda.jit
+def _warp_per_row(a, x, y):
+    lane = cuda.threadIdx.x % 32
+    row = cuda.grid(1) // 32  # warp w of the grid owns row w
+    # EXERCISE: write this part of `_warp_per_row`. Read the hints one at a time.
+    #   hint 1 (nudge): A whole warp owns one row: lane k sums columns k, k + 32, k + 64, ... so that at each step the 32 lanes read 32 neighbouring floats (one transaction).
+    #   hint 2: Then add the 32 partial sums with cuda.shfl_down_sync(FULL_MASK, acc, offset) for offset = 16, 8, 4, 2, 1; lane 0 holds the total. Keep the row check outside the shuffles' branch: all 32 lanes must reach each shuffle.
+    #   hint 3 (nearly the answer): if row < a.shape[0]: acc = float32(0.0); for col in range(lane, a.shape[1], 32): acc += a[row, col] * x[col]; offset = 16; while offset > 0: acc += shfl_down_sync(FULL_MASK, acc, offset); offset //= 2; if lane == 0: y[row] = acc
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@op.stage("warp_per_row", """
+    One warp per row. Lane k sums columns k, k + 32, k + 64, ...: at every step the warp reads 32
+    neighbouring floats of its row, one 128-byte transaction fully used (coalesced). The 32 partial
+    sums are then added with five shfl_down_sync steps, register to register, and lane 0 writes the
+    result. Same flops, same bytes, 32 times fewer memory transactions: the kernel now streams A
+    at close to copy bandwidth (for rows of at least a few hundred columns).""")
+def warp_per_row(a, x, y):
+    _warp_per_row[blocks_for(a.shape[0] * 32, THREADS), THREADS](a, x, y)

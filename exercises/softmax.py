@@ -1,0 +1,347 @@
+# --------------------------------------------------------------------------------------------------
+# EXERCISE generated from solutions/softmax.py by `workbench exercises build`. This copy is yours:
+# fill in every block marked TODO(exercise), then grade it:
+#     workbench grade softmax            (or softmax.<stage>; `workbench grade --help`)
+# The grader checks each stage against the operator in solutions/softmax.py (reference, inputs,
+# tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
+# is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
+# was filled with poison. On a GPU each stage must also reach 60% of the bandwidth of the
+# solution's stage, measured in the same run.
+# `workbench exercises build` never overwrites this file once you have edited it (the line below
+# tells it whether you have); `--backup` moves your copy aside first.
+# generated-sha256: 53cafa229b43c82b3f37e2ea4f51c6851403d9afec6fcdcdc7678612600008f9
+# --------------------------------------------------------------------------------------------------
+"""Softmax over the rows of a float32 matrix, in five steps from a thread per row to one read at memory speed.
+
+softmax(x)[r, j] = exp(x[r, j] - m_r) / sum_k exp(x[r, k] - m_r), with m_r the row's maximum. Subtracting
+the maximum changes nothing mathematically and everything numerically: exp(89) is already inf in
+float32, and a row holding 1e4 would come out inf/inf = NaN without it.
+
+Each element is read once and written once (8 bytes) for a handful of flops, so softmax is bound by
+memory bandwidth, like a copy. What the ladder removes, step by step: uncoalesced loads, a thread that
+combines the others' results alone, barriers, and finally the extra reads of the row: the last stage
+reads each row from memory once, finds its maximum and its sum of exponentials together (the "online"
+softmax), keeps the row in registers, and writes the result.
+"""
+
+import math
+
+import numpy as np
+from numba import cuda, float32
+
+from workbench import peers
+from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
+
+THREADS = 256  # threads per block in the block-per-row stages; a multiple of the 32-lane warp
+WARPS = THREADS // 32
+FULL_MASK = 0xFFFFFFFF
+NEG_INF = np.float32(-np.inf)
+# The most negative float32: the fused stage's "no element seen yet" maximum. Unlike -inf, it keeps
+# exp(m_old - m_new) finite (exp(0) = 1, not exp(-inf + inf) = NaN) when nothing has been seen.
+LOWEST = np.float32(np.finfo(np.float32).min)
+
+VALUES_PER_THREAD = 16  # fused stage: row elements each thread keeps in registers
+MAX_ROW_THREADS = 1024  # the most threads a block may have
+REGISTER_COLS = 8192  # fused stage: rows up to this width stay in registers; wider ones stream
+STREAM_THREADS = 1024  # fused stage, wide rows: threads per row
+
+
+# -- the operator ------------------------------------------------------------------------------
+
+def _inputs(size, rng):
+    rows, cols = size
+    x = rng.normal(0.0, 2.0, (rows, cols)).astype(np.float32)
+    # Rows a careless kernel gets wrong, mixed in with the random ones:
+    for r in range(0, rows, 5):  # +-1e4: exp overflows unless the row maximum is subtracted first
+        x[r] = rng.uniform(-1e4, 1e4, cols).astype(np.float32)
+    for r in range(1, rows, 5):  # -inf but for one entry: the answer is one-hot, and -inf - -inf is NaN
+        x[r] = -np.inf
+        x[r, rng.integers(cols)] = rng.normal(0.0, 2.0)
+    return (x,)
+
+
+def _reference(x):
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _validate(x, out):
+    expect_device_array("x", x, dtype=np.float32, ndim=2)
+    expect_device_array("out", out, dtype=np.float32, ndim=2)
+    if tuple(out.shape) != tuple(x.shape):
+        raise InputError(f"out must have the shape of x, {tuple(x.shape)}; got {tuple(out.shape)}")
+
+
+def _peer(size):
+    torch = peers.torch()
+    if torch is not None:
+        return "torch.softmax", lambda x, out: torch.softmax(peers.as_torch(x), 1, out=peers.as_torch(out))
+    cupy = peers.cupy()
+    if cupy is not None:
+        try:
+            from cupyx.scipy.special import softmax as cupy_softmax
+        except ImportError:
+            return None
+
+        def run(x, out):
+            peers.as_cupy(out)[...] = cupy_softmax(peers.as_cupy(x), axis=1)  # allocates, then copies
+        return "cupyx.scipy.special.softmax", run
+    return None
+
+
+op = Operator(
+    name="softmax",
+    title="Softmax over the rows of a float32 matrix",
+    reference=_reference,
+    make_inputs=_inputs,
+    make_output=lambda size: np.empty(size, np.float32),
+    bytes_moved=lambda size: 2 * 4 * size[0] * size[1],  # read x once, write out once
+    flops=lambda size: 4 * size[0] * size[1],  # subtract, exp, add, multiply per element
+    validate=_validate,
+    peer=_peer,
+    check_sizes=[(300, 1), (300, 33), (300, 1000), (300, 4097), (200, 32768), (32768, 4096)],
+    sim_sizes=[(3, 1), (5, 33), (4, 100), (2, 1000), (3, 4097)],
+    bench_sizes=[(256, 1024), (4096, 1024), (4096, 4096), (32768, 1024), (32768, 4096), (4096, 32768)],
+    headline_size=(32768, 4096),
+)
+
+
+# -- 1. naive: one thread per row ---------------------------------------------------------------
+
+@cuda.jit
+def _row_per_thread(x, out):
+    row = cuda.grid(1)
+    if row < x.shape[0]:
+        cols = x.shape[1]
+        # EXERCISE: write this part of `_row_per_thread`. Read the hints one at a time.
+        #   hint 1 (nudge): three loops over the row: its maximum m, the sum s of exp(x - m), then out = exp(x - m) / s.
+        #   hint 2 (nearly the answer): start m at x[row, 0]; math.exp of a float32 value stays float32.
+        pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@op.stage("naive", """
+    One thread per row, three loops over its row: the maximum, the sum of exponentials, then the
+    output. Correct, and slow twice over: at each step the 32 threads of a warp read 32 different
+    rows, 32 separate memory transactions for 128 useful bytes, and a 32768-row matrix gives only
+    32768 threads, too few to keep the GPU's memory system busy.""")
+def naive(x, out):
+    _row_per_thread[blocks_for(x.shape[0], THREADS), THREADS](x, out)
+
+
+# -- 2. coalesced: one block per row -----------------------------------------------------------
+
+@cuda.jit
+def _block_per_row(x, out):
+    partials = cuda.shared.array(THREADS, float32)
+    row = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    cols = x.shape[1]
+    # EXERCISE: write this part of `_block_per_row`. Read the hints one at a time.
+    #   hint 1 (nudge): thread t visits columns t, t + THREADS, ...: neighbouring threads read neighbouring floats.
+    #   hint 2: each thread stores its partial max in partials[t]; after a barrier thread 0 combines them
+    #   hint 3 (nearly the answer): and puts the row max in partials[0]; the same again for the sum. Mind the barriers between.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@op.stage("coalesced", """
+    One block of 256 threads per row. The threads stride across the row together, so each warp's
+    load is one 128-byte transaction, and there are as many threads as the GPU can hold. The price is
+    combining 256 partial results: each thread leaves its partial max (then sum) in shared memory and
+    thread 0 loops over all of them while the other 255 wait at the barrier.""")
+def coalesced(x, out):
+    _block_per_row[x.shape[0], THREADS](x, out)
+
+
+# -- 3. shared-memory tree ---------------------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def _tree_max(partials, t):
+    """Halve the active threads each step; the block's maximum ends in partials[0]."""
+    half = THREADS // 2
+    while half > 0:
+        cuda.syncthreads()
+        if t < half:
+            partials[t] = max(partials[t], partials[t + half])
+        half //= 2
+    cuda.syncthreads()
+    return partials[0]
+
+
+@cuda.jit(device=True, inline=True)
+def _tree_sum(partials, t):
+    half = THREADS // 2
+    while half > 0:
+        cuda.syncthreads()
+        if t < half:
+            partials[t] += partials[t + half]
+        half //= 2
+    cuda.syncthreads()
+    return partials[0]
+
+
+@cuda.jit
+def _block_per_row_tree(x, out):
+    partials = cuda.shared.array(THREADS, float32)
+    row = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    cols = x.shape[1]
+    # EXERCISE: write this part of `_block_per_row_tree`. Read the hints one at a time.
+    #   hint 1 (nudge): as before, but combine the partials with _tree_max / _tree_sum (log2(256) = 8 steps).
+    #   hint 2 (nearly the answer): a barrier after reading partials[0], before the next tree overwrites it.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@op.stage("shared_tree", """
+    The 256 partials are combined by a tree in shared memory: at each step the lower half of the
+    active threads adds (or maxes) in the upper half's value, 8 steps instead of 255 serial ones by a
+    single thread. Sequential addressing keeps the active threads contiguous, so whole warps drop
+    out together and neighbouring threads hit neighbouring banks.""")
+def shared_tree(x, out):
+    _block_per_row_tree[x.shape[0], THREADS](x, out)
+
+
+# -- 4. a warp per row, shuffles ---------------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def _warp_max(value):
+    """Butterfly (xor) reduction: after 5 steps every lane holds the maximum of all 32."""
+    offset = 16
+    while offset > 0:
+        value = max(value, cuda.shfl_xor_sync(FULL_MASK, value, offset))
+        offset //= 2
+    return value
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_sum(value):
+    offset = 16
+    while offset > 0:
+        value += cuda.shfl_xor_sync(FULL_MASK, value, offset)
+        offset //= 2
+    return value
+
+
+@cuda.jit
+def _warp_per_row(x, out):
+    row = cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32
+    lane = cuda.threadIdx.x % 32
+    # The whole warp shares one row, so the whole warp takes this branch or skips it together:
+    # every lane named in FULL_MASK reaches the shuffles.
+    if row < x.shape[0]:
+        cols = x.shape[1]
+        # EXERCISE: write this part of `_warp_per_row`. Read the hints one at a time.
+        #   hint 1 (nudge): lane l visits columns l, l + 32, ...; combine the lanes' partials with _warp_max / _warp_sum.
+        #   hint 2 (nearly the answer): the xor butterfly leaves the result in every lane: no shared memory, no barrier.
+        pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@op.stage("warp_shuffle", """
+    One warp per row, eight rows per block. A warp's 32 lanes combine their partials by reading each
+    other's registers (shfl_xor_sync, 5 steps, the result lands in every lane): no shared memory and
+    no barrier, and warps never wait for each other. Each lane walks 1/32 of the row, so each thread
+    has more independent loads to keep in flight.""")
+def warp_shuffle(x, out):
+    _warp_per_row[blocks_for(x.shape[0], WARPS), THREADS](x, out)
+
+
+# -- 5. fused: online softmax, one read of the row ---------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def _merge(m_a, s_a, m_b, s_b):
+    """Combine two (maximum m, sum s of exp(x - m)) summaries of parts of a row into one: rescale the
+    sum with the smaller maximum by exp(smaller - larger). One exp, no branch."""
+    a_larger = m_a >= m_b
+    m = m_a if a_larger else m_b
+    smaller = m_b if a_larger else m_a
+    s_big = s_a if a_larger else s_b
+    s_small = s_b if a_larger else s_a
+    return m, s_big + s_small * math.exp(smaller - m)
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_merge(m, s):
+    offset = 16
+    while offset > 0:
+        m_other = cuda.shfl_xor_sync(FULL_MASK, m, offset)
+        s_other = cuda.shfl_xor_sync(FULL_MASK, s, offset)
+        m, s = _merge(m, s, m_other, s_other)
+        offset //= 2
+    return m, s
+
+
+@cuda.jit(device=True, inline=True)
+def _block_merge(m, s):
+    """(max, sum) of the whole block, in every thread: each warp merges in registers, then every warp
+    merges the warps' results from shared memory. One barrier. blockDim.x must be a multiple of 32."""
+    warp_m = cuda.shared.array(32, float32)
+    warp_s = cuda.shared.array(32, float32)
+    lane = cuda.threadIdx.x % 32
+    m, s = _warp_merge(m, s)
+    if lane == 0:
+        warp_m[cuda.threadIdx.x // 32] = m
+        warp_s[cuda.threadIdx.x // 32] = s
+    cuda.syncthreads()
+    if lane < cuda.blockDim.x // 32:
+        m = warp_m[lane]
+        s = warp_s[lane]
+    else:
+        m = LOWEST
+        s = float32(0.0)
+    return _warp_merge(m, s)
+
+
+@cuda.jit
+def _softmax_in_registers(x, out):
+    values = cuda.local.array(VALUES_PER_THREAD, float32)  # fully unrolled loops keep it in registers
+    row = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    step = cuda.blockDim.x
+    cols = x.shape[1]
+    # EXERCISE: write this part of `_softmax_in_registers`. Read the hints one at a time.
+    #   hint 1 (nudge): load this thread's elements (columns t + k * step) into values[] once, noting their maximum.
+    #   hint 2: replace each by exp(value - local max) and sum them: this thread's (max, sum) summary.
+    #   hint 3 (nearly the answer): _block_merge gives the row's (m, s); each output is values[k] * exp(local max - m) / s.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@cuda.jit
+def _softmax_streaming(x, out):
+    row = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    cols = x.shape[1]
+    # EXERCISE: write this part of `_softmax_streaming`. Read the hints one at a time.
+    #   hint 1 (nudge): one pass keeps a running (max, sum): merging in element v is _merge(m, s, v, 1).
+    #   hint 2 (nearly the answer): _block_merge, then a second pass writes exp(x - m) / s.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def row_threads(cols, values_per_thread=VALUES_PER_THREAD):
+    """Threads for a block that holds a row of ``cols`` in registers: a whole number of warps."""
+    warps = blocks_for(blocks_for(cols, values_per_thread), 32)
+    return min(MAX_ROW_THREADS, 32 * warps)
+
+
+def fused_registers(x, out):
+    """The fused stage's kernel for rows up to VALUES_PER_THREAD * MAX_ROW_THREADS wide."""
+    _softmax_in_registers[x.shape[0], row_threads(x.shape[1])](x, out)
+
+
+def fused_streaming(x, out):
+    """The fused stage's kernel for rows of any width (two reads of the row)."""
+    _softmax_streaming[x.shape[0], STREAM_THREADS](x, out)
+
+
+@op.stage("fused", """
+    The online softmax: one summary (m, s) = (maximum, sum of exp(x - m)) per thread, and two
+    summaries merge into one by rescaling the sum with the smaller maximum by exp(smaller - larger).
+    So a single read of the row yields both the maximum and the sum, and a single reduction (one
+    barrier) combines them. Rows up to 8192 wide stay in registers (16 per thread, up to 512 threads
+    a row): each element is read from memory once, exponentiated once, and written once, and the 16
+    independent loads per thread keep memory busy. Wider rows stream: one read for (m, s), a second
+    for the output.""")
+def fused(x, out):
+    if x.shape[1] <= REGISTER_COLS:
+        fused_registers(x, out)
+    else:
+        fused_streaming(x, out)

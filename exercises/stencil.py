@@ -1,0 +1,167 @@
+# --------------------------------------------------------------------------------------------------
+# EXERCISE generated from solutions/stencil.py by `workbench exercises build`. This copy is yours:
+# fill in every block marked TODO(exercise), then grade it:
+#     workbench grade stencil            (or stencil.<stage>; `workbench grade --help`)
+# The grader checks each stage against the operator in solutions/stencil.py (reference, inputs,
+# tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
+# is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
+# was filled with poison. On a GPU each stage must also reach 60% of the bandwidth of the
+# solution's stage, measured in the same run.
+# `workbench exercises build` never overwrites this file once you have edited it (the line below
+# tells it whether you have); `--backup` moves your copy aside first.
+# generated-sha256: 0524b7ddc9fc9d6b0fe841335befa1d22dc925d036e74208aa7fda95ea614cfe
+# --------------------------------------------------------------------------------------------------
+"""5x5 convolution of a float32 image, zero outside the image: out[r, c] = sum w[i, j] * img[r+i-2, c+j-2].
+
+The interview question: every output reads 25 inputs, and each input is read by 25 outputs. A
+naive kernel asks global memory (or, at best, the caches) 25 times for every pixel. A block that
+first copies its tile of the image into shared memory, together with the 2-pixel border (the halo)
+its outputs also need, reads each pixel from global memory about once and serves the 25 reads from
+on-chip memory. The details are the interview: which threads load the halo, what goes in it at the
+image's edge (zeros), and the barrier between loading and computing.
+
+Minimum traffic: read the image once, write the output once (8 bytes per pixel), plus the weights;
+50 flops per pixel (25 multiply-adds).
+
+Constraints: img is float32, 2-D, C-contiguous, any shape (rows, cols) >= (1, 1); w is float32 of
+shape (5, 5) (not symmetric: w[i, j] weights row offset i - 2 and column offset j - 2); out has
+img's shape and is overwritten. Pixels outside the image count as zero. img and w are never written.
+"""
+
+import numpy as np
+from numba import cuda, float32
+
+from workbench import peers
+from workbench.ladder import Operator, blocks_for, expect_device_array
+
+RADIUS = 2
+DIAMETER = 2 * RADIUS + 1
+TILE = 16  # a block computes a TILE x TILE patch of the output
+HALO_TILE = TILE + 2 * RADIUS  # the patch of the input it needs
+
+
+def _inputs(size, rng):
+    rows, cols = size
+    img = rng.uniform(-1.0, 2.0, (rows, cols)).astype(np.float32)
+    w = rng.uniform(-1.0, 1.0, (DIAMETER, DIAMETER)).astype(np.float32)
+    return img, w
+
+
+def _reference(img, w):
+    rows, cols = img.shape
+    padded = np.pad(img.astype(np.float64), RADIUS)
+    out = np.zeros((rows, cols))
+    for i in range(DIAMETER):
+        for j in range(DIAMETER):
+            out += float(w[i, j]) * padded[i:i + rows, j:j + cols]
+    return out
+
+
+def _validate(img, w, out):
+    expect_device_array("img", img, dtype=np.float32, ndim=2)
+    expect_device_array("w", w, dtype=np.float32, shape=(DIAMETER, DIAMETER))
+    expect_device_array("out", out, dtype=np.float32, shape=tuple(img.shape))
+
+
+def explain(inputs, out, ref):
+    """The grader's hint for wrong values: transposed weights, or rows and columns swapped?"""
+    img, w = inputs
+
+    def close(candidate):
+        scale = max(1.0, float(np.abs(candidate).max()))
+        return candidate.shape == out.shape and np.allclose(out, candidate, rtol=1e-4, atol=1e-4 * scale)
+
+    if close(_reference(img, np.ascontiguousarray(w.T))):
+        return "the output is the convolution with w transposed: use w[row offset, column offset] (w[i, j] with i for rows)"
+    if img.shape[0] == img.shape[1] and close(_reference(np.ascontiguousarray(img.T), w).T):
+        return "rows and columns are swapped somewhere: cuda.grid(2) returns (x, y) = (column, row)"
+    return None
+
+
+def _peer(size):
+    torch = peers.torch()
+    if torch is None:
+        return None
+    functional = torch.nn.functional
+
+    def run(img, w, out):
+        image = peers.as_torch(img)[None, None]
+        # conv2d is a cross-correlation, which is what this stencil computes.
+        result = functional.conv2d(image, peers.as_torch(w)[None, None], padding=RADIUS)
+        peers.as_torch(out).copy_(result[0, 0])
+
+    return "torch.conv2d", run
+
+
+op = Operator(
+    name="stencil",
+    title="5x5 convolution of a float32 image (zero padding)",
+    reference=_reference,
+    make_inputs=_inputs,
+    make_output=lambda size: np.empty(size, np.float32),
+    bytes_moved=lambda size: 4 * (2 * size[0] * size[1] + DIAMETER * DIAMETER),
+    flops=lambda size: 2 * DIAMETER * DIAMETER * size[0] * size[1],
+    validate=_validate,
+    peer=_peer,
+    check_sizes=[(1, 1), (3, 1000), (1000, 1000), (4099, 8191), (8192, 8192)],
+    sim_sizes=[(1, 1), (2, 7), (17, 33), (40, 23), (33, 50)],
+    bench_sizes=[(256, 256), (1024, 1024), (2048, 2048), (4096, 4096), (8192, 8192), (16384, 16384)],
+    headline_size=(8192, 8192),
+)
+
+
+def _grid(img):
+    rows, cols = img.shape
+    return (blocks_for(cols, TILE), blocks_for(rows, TILE)), (TILE, TILE)
+
+
+# -- 1. naive: every tap from global memory --------------------------------------------------------
+
+@cuda.jit
+def _naive(img, w, out):
+    col, row = cuda.grid(2)  # x is the fast axis: neighbouring threads take neighbouring columns
+    rows, cols = img.shape
+    # EXERCISE: write this part of `_naive`. Read the hints one at a time.
+    #   hint 1 (nudge): One thread per output pixel: sum the 25 products w[i, j] * img[row + i - RADIUS, col + j - RADIUS].
+    #   hint 2: Taps outside the image count as zero: skip them (0 <= r < rows and 0 <= c < cols). Threads past the edge of the image (the grid is rounded up to whole tiles) must not write.
+    #   hint 3 (nearly the answer): if row < rows and col < cols: acc = float32(0.0); for i in range(DIAMETER): r = row + i - RADIUS; if 0 <= r < rows: for j in range(DIAMETER): c = col + j - RADIUS; if 0 <= c < cols: acc += w[i, j] * img[r, c]. Then out[row, col] = acc.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@op.stage("naive", """
+    One thread per output pixel reads its 25 taps straight from global memory, skipping taps outside
+    the image. Neighbouring threads read neighbouring pixels (coalesced), and the caches catch much
+    of the 25-fold reuse, but every tap is still a load instruction through L1, with a bounds test
+    in front of it.""")
+def naive(img, w, out):
+    blocks, threads = _grid(img)
+    _naive[blocks, threads](img, w, out)
+
+
+# -- 2. shared-memory tile with a halo -------------------------------------------------------------
+
+@cuda.jit
+def _shared_tile(img, w, out):
+    tile = cuda.shared.array((HALO_TILE, HALO_TILE), float32)
+    weights = cuda.shared.array((DIAMETER, DIAMETER), float32)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    rows, cols = img.shape
+    row0 = cuda.blockIdx.y * TILE - RADIUS  # the image coordinates of tile[0, 0]
+    col0 = cuda.blockIdx.x * TILE - RADIUS
+    # EXERCISE: write this part of `_shared_tile`. Read the hints one at a time.
+    #   hint 1 (nudge): First the whole block copies its (TILE + 4) x (TILE + 4) input patch into `tile` (zeros outside the image) and the weights into `weights`; then each thread computes its pixel from shared memory only.
+    #   hint 2: There are more halo cells (20 x 20 = 400) than threads (256): loop over k = ty * TILE + tx, k + 256, ... and map k to (k // HALO_TILE, k % HALO_TILE). cuda.syncthreads() between loading and computing.
+    #   hint 3 (nearly the answer): for k in range(ty*TILE + tx, HALO_TILE*HALO_TILE, TILE*TILE): hr, hc = divmod(k, HALO_TILE); r, c = row0 + hr, col0 + hc; tile[hr, hc] = img[r, c] if in the image else 0. Weights: threads with k < 25. syncthreads. acc += weights[i, j] * tile[ty + i, tx + j]; write out[row0 + 2 + ty, col0 + 2 + tx] if inside.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@op.stage("shared_tile", """
+    Each 16x16 block first copies the 20x20 patch of the image its outputs need (its tile plus a
+    2-pixel halo, zeros beyond the image's edge) into shared memory, 400 loads shared by 256
+    threads, and the 25 weights beside it. After one barrier every tap is a shared-memory read: no
+    bounds tests in the inner loop, and each pixel comes from global memory 1.6 times (400 / 256)
+    instead of 25.""")
+def shared_tile(img, w, out):
+    blocks, threads = _grid(img)
+    _shared_tile[blocks, threads](img, w, out)

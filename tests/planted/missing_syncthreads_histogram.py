@@ -1,0 +1,30 @@
+"""Bug: histogram.shared_privatized without the cuda.syncthreads() between zeroing the shared bins and
+counting into them.
+
+A fast thread counts into bins that a slower thread has not zeroed yet (garbage + 1), and the slower
+thread then zeroes away counts already made. Expected: wrong counts, with advice naming syncthreads.
+"""
+
+from numba import cuda, int32
+
+from solutions.histogram import BINS, THREADS, _grid, _zero_bins
+
+EXPECT = {"stage": "histogram.shared_privatized", "reason": "wrong-values", "says": "syncthreads"}
+
+
+@cuda.jit
+def _privatized(x, out):
+    bins = cuda.shared.array(BINS, int32)
+    t = cuda.threadIdx.x
+    bins[t] = 0
+    # BUG: missing cuda.syncthreads() here
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+        cuda.atomic.add(bins, x[i], int32(1))
+    cuda.syncthreads()
+    if bins[t] != 0:
+        cuda.atomic.add(out, t, bins[t])
+
+
+def shared_privatized(x, out):
+    _zero_bins[1, BINS](out)
+    _privatized[_grid(x.size), THREADS](x, out)

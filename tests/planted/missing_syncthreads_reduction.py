@@ -1,0 +1,34 @@
+"""Bug: reduction.shared_tree without the cuda.syncthreads() inside the tree loop.
+
+Thread t reads partials[t + half] before the thread that owns it has written it: on a GPU a race that
+usually works in testing and fails in production; in the simulator shared memory starts as NaN, so
+the sum comes out NaN. Expected: a NaN computed by the kernel, with advice naming syncthreads.
+"""
+
+from numba import cuda, float32
+
+from solutions.reduction import THREADS, _grid, _zero, ELEMENTS_PER_THREAD
+
+EXPECT = {"stage": "reduction.shared_tree", "reason": "nan", "says": "syncthreads"}
+
+
+@cuda.jit
+def _tree(x, out):
+    partials = cuda.shared.array(THREADS, float32)
+    t = cuda.threadIdx.x
+    partial = float32(0.0)
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+        partial += x[i]
+    partials[t] = partial
+    half = THREADS // 2
+    while half > 0:
+        if t < half:
+            partials[t] += partials[t + half]  # BUG: no barrier: the partner may not have written yet
+        half //= 2
+    if t == 0:
+        cuda.atomic.add(out, 0, partials[0])
+
+
+def shared_tree(x, out):
+    _zero[1, 1](out)
+    _tree[_grid(x.size, ELEMENTS_PER_THREAD), THREADS](x, out)

@@ -1,0 +1,116 @@
+"""Softmax ladder: every stage correct in the simulator, on rows a careless kernel gets wrong; bad
+input refused; every kernel compiles for sm_90 without float64. `-m gpu` adds the GPU check sizes."""
+
+import math
+
+import numpy as np
+import pytest
+
+import workbench  # noqa: F401  (chooses GPU or simulator before numba is imported)
+from numba import cuda, float32
+
+from solutions import softmax
+from workbench.check import check_stage, poison_like
+from workbench.ladder import InputError
+
+op = softmax.op
+STAGES = [s.name for s in op.stages]
+
+
+def run(launch, x):
+    d_out = cuda.to_device(poison_like(np.empty(x.shape, np.float32)))
+    launch(cuda.to_device(x), d_out)
+    return d_out.copy_to_host()
+
+
+@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("size", op.sim_sizes, ids=lambda s: "x".join(map(str, s)))
+def test_stage_correct(stage, size):
+    result = check_stage(op[stage], size, np.random.default_rng(7))
+    assert result.passed, result.message
+
+
+def test_inputs_hold_the_adversarial_rows():
+    (x,) = op.make_inputs((11, 50), np.random.default_rng(0))
+    assert np.abs(x[0]).max() > 1e3  # +-1e4: overflows exp without the max subtracted
+    assert np.isneginf(x[1]).sum() == 49 and np.isfinite(x[1]).sum() == 1
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_adversarial_rows_exactly(stage):
+    """Each kind of hard row on its own, at widths that are not multiples of any block."""
+    rng = np.random.default_rng(3)
+    cols = 37
+    huge = rng.uniform(-1e4, 1e4, cols).astype(np.float32)
+    one_hot = np.full(cols, -np.inf, np.float32)
+    one_hot[29] = 1.5
+    offset = (80.0 + rng.standard_normal(cols)).astype(np.float32)  # exp(80+) overflows float32
+    x = np.stack([huge, one_hot, offset])
+    got = run(op[stage], x)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, softmax._reference(x), rtol=1e-5, atol=1e-7)
+    assert got[1, 29] == 1.0 and not got[1, np.arange(cols) != 29].any()
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_width_one(stage):
+    x = np.array([[3.0], [-1e4], [1e4]], np.float32)
+    assert (run(op[stage], x) == 1.0).all()
+
+
+def test_fused_streaming_path():
+    """The fused stage's kernel for rows too wide for registers, run on narrow rows in the simulator."""
+    rng = np.random.default_rng(5)
+    for size in [(3, 1), (4, 33), (2, 1500)]:
+        (x,) = op.make_inputs(size, rng)
+        np.testing.assert_allclose(run(lambda x, out: softmax.fused_streaming(x, out, threads=64), x), softmax._reference(x), rtol=1e-5, atol=1e-7)
+
+
+@cuda.jit
+def _no_max_subtracted(x, out):
+    row = cuda.grid(1)
+    if row < x.shape[0]:
+        s = float32(0.0)
+        for j in range(x.shape[1]):
+            s += math.exp(x[row, j])
+        for j in range(x.shape[1]):
+            out[row, j] = math.exp(x[row, j]) / s
+
+
+def test_inputs_catch_a_kernel_without_the_max():
+    result = check_stage(op["naive"], (4, 33), np.random.default_rng(1),
+                         launch=lambda x, out: _no_max_subtracted[1, 32](x, out))
+    assert not result.passed
+
+
+def test_bad_input():
+    x = cuda.to_device(np.ones((4, 5), np.float32))
+    out = cuda.device_array((4, 5), np.float32)
+    with pytest.raises(InputError, match="2-D"):
+        op["fused"](cuda.to_device(np.ones(5, np.float32)), cuda.device_array(5, np.float32))
+    with pytest.raises(InputError, match="dtype float32"):
+        op["fused"](cuda.to_device(np.ones((4, 5))), out)
+    with pytest.raises(InputError, match="host"):
+        op["fused"](np.ones((4, 5), np.float32), out)
+    with pytest.raises(InputError, match="shape of x"):
+        op["fused"](x, cuda.device_array((4, 6), np.float32))
+    with pytest.raises(InputError, match="contiguous"):
+        op["fused"](cuda.to_device(np.ones((5, 4), np.float32)).T, out)
+    with pytest.raises(InputError, match="empty"):
+        op["fused"](cuda.device_array((0, 5), np.float32), cuda.device_array((0, 5), np.float32))
+
+
+def test_compiles_for_sm90_in_float32():
+    from workbench.ptxcheck import check_stages
+
+    reports = check_stages(op.stages)
+    assert reports and all(r.ok for r in reports), [r.message for r in reports if not r.ok]
+    assert not any(r.spill_bytes for r in reports), [(r.kernel, r.spill_bytes) for r in reports]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("size", op.check_sizes, ids=lambda s: "x".join(map(str, s)))
+def test_stage_correct_on_gpu(stage, size):
+    result = check_stage(op[stage], size, np.random.default_rng(11))
+    assert result.passed, result.message
