@@ -317,8 +317,12 @@ def _register_tile(A, B, C, alpha_beta, out):
     col0 = cuda.blockIdx.x * BN2
     M, K = A.shape
     N = B.shape[1]
-    trow = (t // (BN2 // TN2)) * TM2
-    tcol = (t % (BN2 // TN2)) * TN2
+    # Thread (ty, tx) owns rows ty + 16 m and columns tx + 16 n: interleaved, not a contiguous 8x8
+    # patch, so that at each k a warp reads 16 neighbouring floats of B's tile (16 banks) and 2 of
+    # A's in different banks. A contiguous patch (columns tx*8 .. tx*8+7) puts 4 of the 16 threads'
+    # reads in each bank: a 4-way conflict that makes this stage slower than the last.
+    ty = t // (BN2 // TN2)
+    tx = t % (BN2 // TN2)
     for m in range(TM2):
         for n in range(TN2):
             acc[m, n] = float32(0.0)
@@ -337,9 +341,9 @@ def _register_tile(A, B, C, alpha_beta, out):
         cuda.syncthreads()
         for k in range(BK2):
             for m in range(TM2):
-                a[m] = As[trow + m, k]
+                a[m] = As[ty + 16 * m, k]
             for n in range(TN2):
-                b[n] = Bs[k, tcol + n]
+                b[n] = Bs[k, tx + 16 * n]
             for m in range(TM2):
                 for n in range(TN2):
                     acc[m, n] += a[m] * b[n]
@@ -349,8 +353,8 @@ def _register_tile(A, B, C, alpha_beta, out):
     beta = alpha_beta[1]
     for m in range(TM2):
         for n in range(TN2):
-            row = row0 + trow + m
-            col = col0 + tcol + n
+            row = row0 + ty + 16 * m
+            col = col0 + tx + 16 * n
             if row < M and col < N:
                 out[row, col] = _scale_and_add(acc[m, n], alpha, beta, C, row, col)
 
@@ -368,9 +372,9 @@ def register_tile(A, B, C, alpha_beta, out):
 
 # -- 6. vectorised shared loads, warp tiling, double buffering --------------------------------------
 
-BM, BN, BK = 128, 128, 8  # the block tile and K-step of stage 6 (and of the fused and batched GEMMs)
+BM, BN, BK = 128, 128, 8  # stage 6 block tile and K-step (also the fused and batched GEMMs'); BK = 8 is
+# written out step by step in _block_product
 THREADS = 256  # 8 warps as 2 (rows) x 4 (columns), each warp a 64x32 tile, each thread 8x8
-K_STEPS = tuple(range(BK))  # unrolled with literal_unroll: every shared address a constant offset
 TILE_ROWS = 2 * BK  # two K-steps of tiles (double buffering): buffer b holds rows b*BK .. b*BK+BK-1
 SA = BM + 4  # row stride of the transposed A tile and of the B tile: 132 floats (528 bytes)
 TILE_FLOATS = TILE_ROWS * SA  # one flat shared array per operand (a module constant: numba needs one)
@@ -415,6 +419,20 @@ def _thread_origin(t):
 
 
 @cuda.jit(device=True, inline=True)
+def _outer_product(As, Bs, ia, ib, a, b, acc):
+    """One k: 4 + 4 floats of A's tile column and 4 + 4 of B's tile row (four 16-byte loads, since
+    every index is unsigned and a multiple of 4 plus a constant), then 64 multiply-adds."""
+    for i in range(4):
+        a[i] = As[ia + uint32(i)]
+        a[4 + i] = As[ia + uint32(32 + i)]
+        b[i] = Bs[ib + uint32(i)]
+        b[4 + i] = Bs[ib + uint32(16 + i)]
+    for m in range(8):
+        for n in range(8):
+            acc[m, n] += a[m] * b[n]
+
+
+@cuda.jit(device=True, inline=True)
 def _block_product(A, B, row0, col0, acc):
     """acc (8x8, registers) = this thread's share of A[row0:row0+128, :] @ B[:, col0:col0+128].
 
@@ -444,18 +462,19 @@ def _block_product(A, B, row0, col0, acc):
         ubuf = uint32(buf)
         if k0 + BK < K:  # global loads for the next step are in flight while we compute this one
             _load_tiles(A, B, row0, col0, k0 + BK, t, a_next, b_next)
-        base = ubuf * uint32(BK * SA)
-        for k in cuda.literal_unroll(K_STEPS):
-            ia = base + uint32(k * SA) + r0
-            ib = base + uint32(k * SA) + c0
-            for i in range(4):
-                a[i] = As[ia + uint32(i)]
-                a[4 + i] = As[ia + uint32(32 + i)]
-                b[i] = Bs[ib + uint32(i)]
-                b[4 + i] = Bs[ib + uint32(16 + i)]
-            for m in range(8):
-                for n in range(8):
-                    acc[m, n] += a[m] * b[n]
+        ia = ubuf * uint32(BK * SA) + r0  # this thread's column of A's tile at k = 0
+        ib = ubuf * uint32(BK * SA) + c0  # and its row of B's tile
+        # numba has no "#pragma unroll", and the compiler will not unroll a 64-FMA body on its own:
+        # written out, the 8 steps' shared addresses are one register plus constant offsets, and
+        # no loop counter or address arithmetic competes with the multiply-adds for issue slots.
+        _outer_product(As, Bs, ia, ib, a, b, acc)
+        _outer_product(As, Bs, ia + uint32(1 * SA), ib + uint32(1 * SA), a, b, acc)
+        _outer_product(As, Bs, ia + uint32(2 * SA), ib + uint32(2 * SA), a, b, acc)
+        _outer_product(As, Bs, ia + uint32(3 * SA), ib + uint32(3 * SA), a, b, acc)
+        _outer_product(As, Bs, ia + uint32(4 * SA), ib + uint32(4 * SA), a, b, acc)
+        _outer_product(As, Bs, ia + uint32(5 * SA), ib + uint32(5 * SA), a, b, acc)
+        _outer_product(As, Bs, ia + uint32(6 * SA), ib + uint32(6 * SA), a, b, acc)
+        _outer_product(As, Bs, ia + uint32(7 * SA), ib + uint32(7 * SA), a, b, acc)
         if k0 + BK < K:
             # The other buffer was last read before the previous barrier: safe to overwrite now,
             # so one barrier per K-step suffices.
@@ -519,25 +538,97 @@ _mma_tf32 = cuda.declare_device(
     link=MMA_CU)
 _to_tf32 = cuda.declare_device("to_tf32", "float32(float32)", link=MMA_CU)
 
-TBM, TBN, TBK = 128, 128, 16  # block tile and K-step of the tensor-core stage
-TSA = TBK + 4  # A tile row stride (20 floats): fragment reads hit 32 different banks
-TSB = TBN + 8  # B tile row stride (136 floats): likewise
+TBM, TBN, TBK = 128, 128, 16  # block tile and K-step (two k8 steps of mma) of the tensor-core stage
+TC_FLOATS = 2 * TBM * TBK  # A's tiles, double-buffered (B's are the same size): 16 KiB each
+TC_TILE = TBM * TBK  # floats per buffer
 
 
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+# Shared memory in FRAGMENT ORDER: each lane's mma operands are 4 consecutive floats, so a warp
+# fetches its fragments with one 16-byte load per lane, 512 contiguous bytes per warp (no bank
+# conflicts, no padding). The price is paid once per element, when the tile is stored.
+
+@cuda.jit(device=True, inline=True)
+def _a_slot(r, k):
+    """Where element (r, k) of the 128x16 A tile goes. For m16 tile r // 16 and k8 step k // 8,
+    lane g*4 + q holds a0..a3 = A[g][q], A[g+8][q], A[g][q+4], A[g+8][q+4] (g, q: see gemm_mma.cu)."""
+    rr = r % 16
+    kk = k % 8
+    lane = (rr % 8) * 4 + kk % 4
+    return (((r // 16) * 2 + k // 8) * 32 + lane) * 4 + rr // 8 + 2 * (kk // 4)
+
+
+@cuda.jit(device=True, inline=True)
+def _b_slot(k, n):
+    """Where element (k, n) of the 16x128 B tile goes: lane g*4 + q holds b0, b1 = B[q][g], B[q+4][g]
+    of n8 tile 2p and then of n8 tile 2p+1, for each pair p of n8 tiles and k8 step k // 8."""
+    kk = k % 8
+    nt = n // 8
+    lane = (n % 8) * 4 + kk % 4
+    return (((k // 8) * 8 + nt // 2) * 32 + lane) * 4 + (nt % 2) * 2 + kk // 4
+
+
+@cuda.jit(device=True, inline=True)
+def _load_tc_tiles(A, B, row0, col0, k0, t, a_next, b_next):
+    """This thread's 8 floats of each next tile, chosen so that a warp reads whole 32-byte sectors
+    from global memory and its stores into fragment order spread over the banks: A rows
+    {0, 1, 8, 9} + 2h of an m16 tile, 8 neighbouring k each; B 8 k x 4 neighbouring columns."""
+    M, K = A.shape
+    N = B.shape[1]
+    lane = t % 32
+    for i in range(8):
+        c = (t // 32) * 8 + i  # 64 (m16 tile, k8 step, row pair) combinations, 8 per warp
+        r = (c % 8) * 16 + (c // 16) * 2 + (lane // 8) % 2 + 8 * (lane // 16)
+        k = ((c // 8) % 2) * 8 + lane % 8
+        a_next[i] = A[row0 + r, k0 + k] if row0 + r < M and k0 + k < K else float32(0.0)
+        k = (t // 4) % 16
+        n = t % 4 + 4 * (t // 64) + 16 * i
+        b_next[i] = B[k0 + k, col0 + n] if k0 + k < K and col0 + n < N else float32(0.0)
+
+
+@cuda.jit(device=True, inline=True)
+def _store_tc_tiles(As, Bs, base, t, a_next, b_next):
+    """Round to TF32 and store in fragment order (the same element choice as _load_tc_tiles)."""
+    lane = t % 32
+    for i in range(8):
+        c = (t // 32) * 8 + i
+        r = (c % 8) * 16 + (c // 16) * 2 + (lane // 8) % 2 + 8 * (lane // 16)
+        k = ((c // 8) % 2) * 8 + lane % 8
+        As[base + _a_slot(r, k)] = _to_tf32(a_next[i])
+        Bs[base + _b_slot((t // 4) % 16, t % 4 + 4 * (t // 64) + 16 * i)] = _to_tf32(b_next[i])
+
+
+@cuda.jit(device=True, inline=True)
+def _mma_k8(As, Bs, a_at, b_at, a, b, acc):
+    """One k8 step of this warp's 64x32 tile: 4 + 2 sixteen-byte fragment loads, 16 mma.sync.
+    a_at, b_at: unsigned index of this lane's fragment of the warp's first m16 tile / n8 pair."""
+    for e in range(16):  # a0..a3 of m16 tiles 0..3 (each 2 k8 steps x 32 lanes x 4 floats on)
+        a[e] = As[a_at + uint32((e // 4) * 256 + e % 4)]
+    for e in range(8):  # b0, b1 of n8 tiles 0..3: two 16-byte loads
+        b[e] = Bs[b_at + uint32((e // 4) * 128 + e % 4)]
+    for i in range(4):
+        for j in range(4):
+            d = _mma_tf32(a[4 * i], a[4 * i + 1], a[4 * i + 2], a[4 * i + 3], b[2 * j], b[2 * j + 1],
+                          acc[i, j, 0], acc[i, j, 1], acc[i, j, 2], acc[i, j, 3])
+            acc[i, j, 0] = d[0]  # constant tuple indices: d[e] in a loop would go through memory
+            acc[i, j, 1] = d[1]
+            acc[i, j, 2] = d[2]
+            acc[i, j, 3] = d[3]
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 1)))
 def _tensor_core(A, B, C, alpha_beta, out):
-    As = cuda.shared.array((2, TBM, TSA), float32)
-    Bs = cuda.shared.array((2, TBK, TSB), float32)
+    As = cuda.shared.array(TC_FLOATS, float32, alignment=ALIGN16)
+    Bs = cuda.shared.array(TC_FLOATS, float32, alignment=ALIGN16)
     acc = cuda.local.array((4, 4, 4), float32)  # [m16 tile, n8 tile, fragment element]
     a_next = cuda.local.array(8, float32)
     b_next = cuda.local.array(8, float32)
+    a = cuda.local.array(16, float32)  # this k8 step's fragments: 4 m16 tiles of A, 4 n8 tiles of B
+    b = cuda.local.array(8, float32)
     t = cuda.threadIdx.x
-    warp = t // 32
-    lane = t % 32
-    g = lane // 4  # the fragment's "group" (row within an 8-row half)
-    q = lane % 4  # and its "thread in group" (column pair)
-    wr = (warp // 4) * 64  # warp tile 64 rows x 32 columns: 4 m16 tiles x 4 n8 tiles
-    wc = (warp % 4) * 32
+    ut = uint32(t)
+    lane = ut % uint32(32)
+    wm = ut // uint32(128)  # warp tile: 64 rows (4 m16 tiles) x 32 columns (4 n8 tiles)
+    wn = (ut // uint32(32)) % uint32(4)  # (unsigned, as in stage 6: 16-byte loads need it)
     row0 = cuda.blockIdx.y * TBM
     col0 = cuda.blockIdx.x * TBN
     M, K = A.shape
@@ -546,45 +637,32 @@ def _tensor_core(A, B, C, alpha_beta, out):
         for j in range(4):
             for e in range(4):
                 acc[i, j, e] = float32(0.0)
-    # HINT: same double-buffered loop as stage 6 (tiles rounded to TF32 on their way to shared memory);
-    # HINT: per k8 step, load the A fragments (rows g and g+8, columns q and q+4 of each m16 tile) and
-    # HINT: the B fragments (rows q and q+4, column g of each n8 tile), then 16 _mma_tf32 calls.
+    # HINT: the double-buffered loop of stage 6, with tiles stored in fragment order (_store_tc_tiles);
+    # HINT: per K-step, two k8 steps of _mma_k8, each starting at this lane's fragment of the warp's
+    # HINT: first m16 tile ((wm * 8 + step) * 128 + lane * 4) and first n8 pair ((step * 8 + wn * 2) * 128 + lane * 4).
     # BEGIN SOLUTION
-    for k0 in range(-TBK, K, TBK):  # the first pass only loads tile 0
+    _load_tc_tiles(A, B, row0, col0, 0, t, a_next, b_next)
+    _store_tc_tiles(As, Bs, 0, t, a_next, b_next)
+    cuda.syncthreads()
+    buf = 0
+    for k0 in range(0, K, TBK):
         if k0 + TBK < K:
-            for i in range(8):  # A: 128 rows x 16 k; B: 16 k x 128 columns; coalesced
-                ar = row0 + t // 16 + 16 * i
-                ak = k0 + TBK + t % 16
-                a_next[i] = A[ar, ak] if ar < M and ak < K else float32(0.0)
-                bk = k0 + TBK + t // 128 + 2 * i
-                bc = col0 + t % 128
-                b_next[i] = B[bk, bc] if bk < K and bc < N else float32(0.0)
-        if k0 >= 0:
-            buf = (k0 // TBK) % 2
-            for kk in range(0, TBK, 8):
-                for i in range(4):
-                    r = wr + 16 * i + g
-                    a0 = As[buf, r, kk + q]
-                    a1 = As[buf, r + 8, kk + q]
-                    a2 = As[buf, r, kk + q + 4]
-                    a3 = As[buf, r + 8, kk + q + 4]
-                    for j in range(4):
-                        c = wc + 8 * j + g
-                        d = _mma_tf32(a0, a1, a2, a3, Bs[buf, kk + q, c], Bs[buf, kk + q + 4, c],
-                                      acc[i, j, 0], acc[i, j, 1], acc[i, j, 2], acc[i, j, 3])
-                        acc[i, j, 0] = d[0]  # constant tuple indices: d[e] in a loop would go
-                        acc[i, j, 1] = d[1]  # through local memory
-                        acc[i, j, 2] = d[2]
-                        acc[i, j, 3] = d[3]
+            _load_tc_tiles(A, B, row0, col0, k0 + TBK, t, a_next, b_next)
+        a_at = uint32(buf * TC_TILE) + wm * uint32(1024) + lane * uint32(4)
+        b_at = uint32(buf * TC_TILE) + wn * uint32(256) + lane * uint32(4)
+        _mma_k8(As, Bs, a_at, b_at, a, b, acc)  # k8 step 0
+        _mma_k8(As, Bs, a_at + uint32(128), b_at + uint32(1024), a, b, acc)  # k8 step 1
         if k0 + TBK < K:
-            nbuf = ((k0 + TBK) // TBK) % 2
-            for i in range(8):
-                As[nbuf, t // 16 + 16 * i, t % 16] = _to_tf32(a_next[i])
-                Bs[nbuf, t // 128 + 2 * i, t % 128] = _to_tf32(b_next[i])
-        cuda.syncthreads()
+            _store_tc_tiles(As, Bs, (1 - buf) * TC_TILE, t, a_next, b_next)
+            cuda.syncthreads()
+            buf = 1 - buf
     # END SOLUTION
     alpha = alpha_beta[0]
     beta = alpha_beta[1]
+    g = t % 32 // 4
+    q = t % 4
+    wr = (t // 128) * 64
+    wc = (t // 32 % 4) * 32
     for i in range(4):
         for j in range(4):
             for e in range(4):

@@ -15,7 +15,7 @@ THREADS = 256  # threads per block; a multiple of the 32-lane warp
 WARPS = THREADS // 32
 FULL_MASK = 0xFFFFFFFF
 ELEMENTS_PER_THREAD = 16  # stages 2-4 size their grid so that each thread sums about this many
-LOADS_PER_THREAD = 4  # independent loads each thread keeps in flight in the fused stage
+LOADS_PER_THREAD = 8  # independent loads each thread keeps in flight in the fused stage
 
 
 def _inputs(size, rng):
@@ -238,24 +238,24 @@ def warp_shuffle(x, out):
 def _fused(x, block_sums, blocks_done, out):
     n = x.size
     stride = cuda.gridsize(1)
-    # Four accumulators fed by four loads that do not depend on each other: each thread keeps four
-    # requests in flight, which is what it takes to cover memory latency at full bandwidth.
+    # Eight loads that depend neither on each other nor on the adds, per iteration: each thread keeps
+    # eight requests in flight, which is what it takes to cover memory latency at full bandwidth.
     a0 = float32(0.0)
     a1 = float32(0.0)
     a2 = float32(0.0)
     a3 = float32(0.0)
     i = cuda.grid(1)
-    # HINT: Each iteration issues four loads that do not depend on each other (i, i + stride, i + 2*stride, i + 3*stride) into the four accumulators, then advances by 4 * stride.
-    # HINT: Stop the unrolled loop while all four indices are in range (i + 3 * stride < n), then finish the remaining elements one stride at a time.
-    # HINT: while i + 3*stride < n: a0 += x[i]; a1 += x[i + stride]; a2 += x[i + 2*stride]; a3 += x[i + 3*stride]; i += 4*stride. Then: while i < n: a0 += x[i]; i += stride
+    # HINT: Each iteration issues eight loads that do not depend on each other (i, i + stride, ..., i + 7*stride), two into each of the four accumulators, then advances by 8 * stride.
+    # HINT: Run the unrolled loop while all eight indices are in range (i + 7 * stride < n), then finish the remaining elements one stride at a time.
+    # HINT: while i + 7*stride < n: a0 += x[i] + x[i + 4*stride]; a1 += x[i + stride] + x[i + 5*stride]; ... ; i += 8*stride. Then: while i < n: a0 += x[i]; i += stride
     # BEGIN SOLUTION
-    while i + 3 * stride < n:
-        a0 += x[i]
-        a1 += x[i + stride]
-        a2 += x[i + 2 * stride]
-        a3 += x[i + 3 * stride]
-        i += 4 * stride
-    while i < n:  # the tail: fewer than four strides left
+    while i + 7 * stride < n:
+        a0 += x[i] + x[i + 4 * stride]
+        a1 += x[i + stride] + x[i + 5 * stride]
+        a2 += x[i + 2 * stride] + x[i + 6 * stride]
+        a3 += x[i + 3 * stride] + x[i + 7 * stride]
+        i += 8 * stride
+    while i < n:  # the tail: fewer than eight strides left
         a0 += x[i]
         i += stride
     # END SOLUTION
@@ -286,8 +286,8 @@ def _resident_grid(n):
 
 @op.stage("fused", """
     One pass, one launch, at memory speed. The grid is sized to the machine (as many blocks as can be
-    resident at once) instead of to the data, and each thread issues four independent loads per
-    iteration into four accumulators, so the memory system always has enough requests in flight.
+    resident at once) instead of to the data, and each thread issues eight independent loads per
+    iteration, so the memory system always has enough requests in flight.
     Blocks reduce with warp shuffles and store one sum each; the last block to finish (found with an
     atomic ticket counter) adds those up. No atomics on the output, so no extra launch to zero it,
     and the same answer on every run.""")

@@ -71,9 +71,9 @@ ADVICE = {
                   "without being zeroed first: it starts as garbage)"),
     "uninitialised": ("the output was accumulated into (atomics, +=) without being set to zero first: device "
                       "memory starts as garbage, zero it in a kernel before accumulating"),
-    "nan": ("NaN computed: a read of memory that nobody wrote. Shared memory and new buffers start as garbage: "
-            "is there a cuda.syncthreads() between the threads' writes and their reads of each other's data, and "
-            "is every accumulator initialised?"),
+    "nan": ("is there a cuda.syncthreads() between the threads' writes to shared memory and their reads of "
+            "each other's data? Is every accumulator and buffer initialised before use (new device memory, like "
+            "shared memory, starts as garbage)?"),
     "all-zeros": "the output is all zeros: was the result computed but never stored?",
     "wrong-values": "wrong values: the report shows the first wrong index and the worst elements",
     "input-modified": "the stage wrote to an input: inputs are read-only (use a scratch buffer)",
@@ -183,6 +183,7 @@ class Report:
 
     def render(self, console=None) -> None:
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
         console = console or Console()
@@ -192,25 +193,25 @@ class Report:
             table.add_column(col, overflow="fold")
         for s in self.stages:
             if s.status == "skipped":
-                table.add_row(s.key, "", "[yellow]skip[/]", s.note)
+                table.add_row(s.key, "", "[yellow]skip[/]", escape(s.note))
                 continue
             for c in s.cases:
                 verdict = "[green]ok[/]" if c.passed else (
                     "[yellow]todo[/]" if c.reason == "not-implemented" else "[red]FAIL[/]")
                 detail = _speed_text(c) if c.kind == "speed" else ("" if c.passed else _one_line(c))
-                table.add_row(s.key, c.label, verdict, detail)
+                table.add_row(s.key, c.label, verdict, escape(detail))
         console.print(table)
         for s in self.stages:
             bad = [c for c in s.cases if not c.passed and c.reason != "not-implemented"]
             if not bad:
                 continue
             c = bad[0]
-            console.print(f"[bold]{s.key}[/] failed at {c.label}: {c.message}")
+            console.print(f"[bold]{s.key}[/] failed at {c.label}: {escape(c.message)}")
             if c.advice:
-                console.print(f"  [cyan]advice:[/] {c.advice}")
+                console.print(f"  [cyan]advice:[/] {escape(c.advice)}")
             worst = _worst_text(c)
             if worst:
-                console.print("  " + worst.replace("\n", "\n  "))
+                console.print(escape("  " + worst.replace("\n", "\n  ")))
         done, total = self.score
         colour = "green" if self.passed else "red"
         console.print(f"[{colour}]score: {done}/{total} stages passed[/]" + (
@@ -611,8 +612,8 @@ def run_case(stage, launch: Callable, size, rng: np.random.Generator, *, submiss
         case.passed = True
     if not case.passed:
         case.advice = ADVICE.get(case.reason, "")
-        if case.reason in ("nan", "wrong-values", "unwritten", "all-zeros") and _uses_shared_memory(launch):
-            case.advice = (case.advice + ". " if case.advice else "") + SHARED_MEMORY_ADVICE
+        if case.reason in ("wrong-values", "unwritten", "all-zeros") and _uses_shared_memory(launch):
+            case.advice = (case.advice + ". Also: " if case.advice else "") + SHARED_MEMORY_ADVICE
     return case
 
 

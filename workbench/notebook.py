@@ -743,6 +743,9 @@ def build_notebook(op: Operator):
     if isinstance(main, Operator) and main is not op:  # a further operator of a module (OPERATORS)
         story = (f"This ladder lives in `solutions/{short}.py`, next to the `{main.name}` ladder "
                  f"(notebook `{notebook_name(main)}`), whose story it shares:\n\n> " + story.replace("\n", "\n> "))
+    runnable = [s for s in op.stages if not s.gpu_only] or list(op.stages)
+    by_hand = (f"{short}.{runnable[0].name}" if getattr(module, runnable[0].name, None) is runnable[0]
+               else f"op[{runnable[0].name!r}]") if runnable else "print"
     cells = [
         _md(f"# {op.title}: the `{op.name}` ladder\n\n{story}\n\n"
             f"The ladder has {len(op.stages)} stages: " + ", ".join(f"{s.order}. `{s.name}`" for s in op.stages)
@@ -762,10 +765,9 @@ def build_notebook(op: Operator):
             "inputs = op.make_inputs(size, np.random.default_rng(0))\n"
             "d_inputs = [cuda.to_device(a) for a in inputs]\n"
             "d_out = cuda.device_array_like(op.make_output(size))\n"
-            f"op.stages[0](*d_inputs, d_out)  # the first stage, {op.stages[0].name!r}\n"
+            f"{by_hand}(*d_inputs, d_out)  # the stage checks its arguments, then launches its kernels\n"
             "got, want = d_out.copy_to_host(), op.reference(*inputs)\n"
-            "print(f\"size {size}: max |got - want| = {np.abs(got - want).max():.3g} (float64 reference)\")"
-            if op.stages else "print('no stages yet')"),
+            "print(f\"size {size}: max |got - want| = {np.abs(got - want).max():.3g} (float64 reference)\")"),
     ]
     for s in op.stages:
         ref = f"op[{s.name!r}]"
@@ -990,7 +992,7 @@ def build_all(out_dir: Path | str = NOTEBOOK_DIR, execute: bool = False, only: l
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
+    written, failed = [], []
     for name, nb in build_all_notebooks().items():
         if only and not any(o == name or o == name.split("_", 1)[-1].removesuffix(".ipynb") for o in only):
             continue
@@ -1002,9 +1004,16 @@ def build_all(out_dir: Path | str = NOTEBOOK_DIR, execute: bool = False, only: l
                 log(f"up to date: {path}")
                 continue
         if execute:
+            from nbclient.exceptions import CellExecutionError
+
             t0 = time.perf_counter()
             log(f"executing {name} ...")
-            execute_notebook(nb, out_dir, env=env)
+            try:
+                execute_notebook(nb, out_dir, env=env)
+            except CellExecutionError as exc:  # written anyway, with the traceback in the failing cell
+                first = next((ln for ln in str(exc).splitlines() if "Error" in ln and ":" in ln), str(exc)[:200])
+                log(f"  FAILED: {first.strip()}")
+                failed.append(name)
             log(f"  ran in {time.perf_counter() - t0:.0f} s")
         nbformat.validate(nb)
         tmp = path.with_suffix(".ipynb.tmp")
@@ -1012,7 +1021,13 @@ def build_all(out_dir: Path | str = NOTEBOOK_DIR, execute: bool = False, only: l
         os.replace(tmp, path)
         log(f"wrote {path}")
         written.append(path)
+    if failed:
+        raise NotebookFailed(f"a cell failed in {', '.join(failed)} (the traceback is in the notebook)")
     return written
+
+
+class NotebookFailed(RuntimeError):
+    """A notebook's cell raised while executing; the notebook was still written, with the traceback."""
 
 
 # -- CLI: `workbench notebooks build [--execute]` ----------------------------------------------------
@@ -1024,7 +1039,7 @@ def cmd_notebooks(args) -> int:
         return 0
     try:
         build_all(Path(args.out), execute=args.execute, only=args.only, force=args.force)
-    except HandEdited as exc:
+    except (HandEdited, NotebookFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # nbclient's CellExecutionError names the failing cell
