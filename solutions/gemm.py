@@ -360,11 +360,13 @@ def _register_tile(A, B, C, alpha_beta, out):
 
 
 @op.stage("register_tile", """
-    Each thread computes an 8x8 patch of a 128x128 block tile: per k it loads 8 values of A and 8 of
-    B into registers and does their 64 pairwise multiply-adds (an outer product). 16 shared loads
-    now feed 64 multiply-adds (4 per load, up from 1), and a 128x128 tile reuses each float loaded
-    from global memory 128 times. The thread's 64 accumulators, 16 operands and addresses take
-    about 100 registers: fewer threads fit on an SM, and each has far more work to hide latency.""")
+    Each thread computes an 8x8 set of outputs of a 128x128 block tile: per k it loads 8 values of A
+    and 8 of B into registers and does their 64 pairwise multiply-adds (an outer product). 16 shared
+    loads now feed 64 multiply-adds (4 per load, up from about 1), and each float loaded from global
+    memory is reused 128 times. Which 8x8 matters: a contiguous patch puts a warp's 16 reads of B's
+    tile 8 floats apart, 4 to a bank (a 4-way conflict that made this stage slower than the last),
+    so thread (ty, tx) owns the interleaved rows ty + 16m and columns tx + 16n instead. 64
+    accumulators and 16 operands take ~157 registers: one 256-thread block per SM.""")
 def register_tile(A, B, C, alpha_beta, out):
     M, N = out.shape
     _register_tile[(blocks_for(N, BN2), blocks_for(M, BM2)), THREADS2](A, B, C, alpha_beta, out)
@@ -514,14 +516,15 @@ def _vectorized(A, B, C, alpha_beta, out):
 
 
 @op.stage("vectorized", """
-    Stage 5 was limited by shared memory: 16 four-byte loads per 64 multiply-adds, with two-way bank
-    conflicts on A. Now A's tile is stored transposed, and each thread's 8x8 patch is split into four
-    4x4 pieces, so every shared read is 4 neighbouring floats at a 16-byte boundary. numba has no
-    float4, but with UNSIGNED index arithmetic (uint32) the compiler drops Python's negative-index
-    wrap-around, can prove the alignment, and emits ld.shared.v4: 4 loads per 64 multiply-adds.
-    Warps own 64x32 sub-tiles (warp tiling: a warp's reads hit few, conflict-free addresses), and the
-    tiles are double-buffered: the next K-step's global loads are issued before this step's arithmetic
-    and stored to the other buffer after it, with one barrier per step.""")
+    What stands between stage 5 and the FMA units is instruction issue: 16 scalar shared loads and a
+    loop's worth of index arithmetic per 64 multiply-adds. Three changes. (1) 16-byte shared loads:
+    A's tile is stored transposed and each thread's 8x8 is four 4x4 pieces, so every read is 4
+    neighbouring floats at a 16-byte boundary; numba has no float4, but with UNSIGNED indices
+    (uint32) the compiler drops Python's negative-index wrap-around, proves the alignment and emits
+    ld.shared.v4: 4 loads per 64 multiply-adds. (2) The 8 k-steps of a tile are written out (numba
+    has no #pragma unroll), so shared addresses are constant offsets. (3) Warp tiling and double
+    buffering: each warp owns a 64x32 sub-tile, and the next tile's global loads are issued before
+    this tile's arithmetic and stored to the other buffer after it, one barrier per step.""")
 def vectorized(A, B, C, alpha_beta, out):
     M, N = out.shape
     _vectorized[(blocks_for(N, BN), blocks_for(M, BM)), THREADS](A, B, C, alpha_beta, out)
@@ -676,13 +679,14 @@ def _tensor_core(A, B, C, alpha_beta, out):
 # random sign, so the result's relative error is a few 1e-4 whatever K is. The stage's tolerance,
 # 2e-3, leaves margin; a wrong index is off by O(1).
 @op.stage("tensor_core", """
-    The multiply-adds move to the tensor cores. A 20-line CUDA C++ device function issues one
-    mma.sync.m16n8k8 TF32 instruction (a 16x8x8 product per warp, 16 times the work of a warp-wide
-    FMA); numba links it in with cuda.declare_device + link=, and with link-time optimisation it is
-    inlined like a numba function. Everything else is numba: double-buffered 128x16 and 16x128
-    tiles, rounded to TF32 (10-bit mantissa) on their way into padded, bank-conflict-free shared
-    memory, and each warp reading its fragments straight from there. Accuracy is TF32's: relative
-    error ~3e-4, not 1e-6.""", gpu_only="links CUDA C++ (gemm_mma.cu) with link=, which the simulator cannot",
+    The multiply-adds move to the tensor cores. A few lines of CUDA C++ (gemm_mma.cu) issue one
+    mma.sync.m16n8k8 TF32 instruction: a 16x8x8 product per warp, 32 times the work of a warp-wide
+    FMA. numba links it with cuda.declare_device(..., link=) and, with link-time optimisation,
+    inlines it like a numba function. Everything else is numba: tiles are rounded to TF32 (10-bit
+    mantissa) on their way into shared memory and stored in FRAGMENT ORDER, so that each lane's
+    operands are 4 consecutive floats and a warp fetches them with 16-byte loads; double buffering
+    as in stage 6. Accuracy is TF32's: relative error ~3e-4 instead of ~1e-6.""",
+    gpu_only="links CUDA C++ (gemm_mma.cu) with link=, which the simulator cannot",
     tolerance=2e-3)
 def tensor_core(A, B, C, alpha_beta, out):
     M, N = out.shape

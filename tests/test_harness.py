@@ -70,11 +70,19 @@ def test_poison_is_nan_for_floats_and_odd_for_ints():
 
 
 def test_compare_names_unwritten_elements():
-    ref = np.arange(1.0, 11.0)
+    ref = np.random.default_rng(0).random(10)
     out = ref.astype(np.float32)
-    out[6:] = np.nan
+    out[6:] = poison_like(out[6:])
     r = compare("x", (10,), out, ref, 1e-5)
     assert not r.passed and r.first_bad_index == [6] and "never written" in r.message
+
+
+def test_compare_tells_computed_nan_from_poison():
+    ref = np.random.default_rng(0).random(10)
+    out = ref.astype(np.float32)
+    out[3] = np.float32(np.inf) - np.float32(np.inf)
+    r = compare("x", (10,), out, ref, 1e-5)
+    assert not r.passed and r.first_bad_index == [3] and "never written" not in r.message
 
 
 def test_compare_reports_first_wrong_index_and_worst():

@@ -191,11 +191,16 @@ def _bench(target: str, sizes, seed, save: bool) -> tuple[list, list]:
 def cmd_bench(args) -> int:
     if not _need_gpu("bench"):
         return 2
-    from .ladder import resolve
+    from .ladder import load_operators, resolve
 
-    op, _ = resolve(args.target)
-    sizes = args.size or ([op.headline_size] if args.quick else None)
-    records, failures = _bench(args.target, sizes, args.seed, save=not args.no_save)
+    targets = list(load_operators()) if args.target == "all" else [args.target]
+    records, failures = [], []
+    for target in targets:
+        op, _ = resolve(target)
+        sizes = args.size or ([op.headline_size] if args.quick else None)
+        recs, fails = _bench(target, sizes, args.seed, save=not args.no_save)
+        records += recs
+        failures += fails
     if args.json:
         print(json.dumps(records, indent=1))
     else:
@@ -426,7 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_check)
 
-    s = sub.add_parser("bench", help="check, time and record OP or OP.STAGE on the GPU")
+    s = sub.add_parser("bench", help="check, time and record OP or OP.STAGE (or all) on the GPU")
     s.add_argument("target")
     s.add_argument("--size", type=_parse_size, action="append")
     s.add_argument("--quick", action="store_true", help="only the headline size")
