@@ -9,7 +9,7 @@
 # solution's stage, measured in the same run.
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have); `--backup` moves your copy aside first.
-# generated-sha256: 0ad027ba0507d627c7e3cbcc332c7dcb557dd2e3847b0781a2efc308b3e0df2a
+# generated-sha256: 6575db712a82ed5786f7ee391218b6ecd64a50e1a14dcc62d9813ffd6834582d
 # --------------------------------------------------------------------------------------------------
 """Argmax of a float32 vector: the index of its largest element, the LOWEST such index on a tie.
 
@@ -42,13 +42,11 @@ NEG_INF = np.float32(-np.inf)  # the value of "no candidate": loses to every fin
 
 def _inputs(size, rng):
     (n,) = size
-    # Quantised values (multiples of 1/8 in [-64, 64)): ties everywhere, and the maximum appears
-    # more than once: at a random place and again later.
+    # Quantised values (multiples of 1/8 in [-64, 64)): ties everywhere, and the maximum always
+    # appears at least twice, at random places.
     x = (rng.integers(-512, 512, n) / 8).astype(np.float32)
-    top = float(x.max())
     if n > 1:
-        x[rng.integers(0, n)] = top
-        x[rng.integers(0, n)] = top
+        x[rng.choice(n, size=2, replace=False)] = x.max()
     return (x,)
 
 
@@ -97,6 +95,9 @@ op = Operator(
     bench_sizes=[2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28],
     headline_size=(2**28,),
 )
+
+# The grader's extra cases: the maximum's copies spread over blocks, and a tree of two levels.
+GRADE_EXTRA_SIZES = {"sim": [(1030,), (257,), (4100,)], "gpu": [(2**20 + 1,), (257,), (256 * 256 + 1,)]}
 
 
 @cuda.jit(device=True, inline=True)

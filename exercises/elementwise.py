@@ -9,7 +9,7 @@
 # solution's stage, measured in the same run.
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have); `--backup` moves your copy aside first.
-# generated-sha256: b14798ab737911e9041a7cfe9304c92227c779861bce0efd6a0dbbbede47fd23
+# generated-sha256: 5262d8cf3083ab89b4e284f3aebdf77c59db220c1224a5ccb77a6d91299beef5
 # --------------------------------------------------------------------------------------------------
 """y = GELU(x + bias) + residual on a float32 matrix, in five steps from three kernels to one pass at memory speed.
 
@@ -17,16 +17,19 @@ The epilogue of a transformer layer: add a bias to every row, apply the exact (e
 residual. Per element it reads x and residual and writes y (12 bytes; bias is one row, read once and
 then cached) and does a few dozen arithmetic instructions, so a good kernel is bound by memory
 bandwidth. The ladder's questions: how many bytes does the chain of operations really move (fusion),
-do neighbouring threads touch neighbouring addresses (coalescing), and are enough loads in flight to
-keep memory busy (instruction-level parallelism)?
+do neighbouring threads touch neighbouring addresses (coalescing), are enough loads in flight to keep
+memory busy (instruction-level parallelism), and how many instructions does finding each element
+cost (a remainder per element, a sign test per index)? At 2^28 elements the last two matter as much
+as the first two: with GELU's erf already costing ~25 instructions per element, index arithmetic is
+what keeps a numba kernel from streaming at full bandwidth.
 """
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, uint64
 
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
 from workbench import peers
@@ -34,8 +37,8 @@ from workbench import peers
 THREADS = 256  # threads per block in the 1-D stages; a multiple of the 32-lane warp
 BLOCK_2D = (16, 16)  # threads per block in the 2-D stages (x, y)
 MAX_GRID_Y = 65535  # the CUDA limit on blocks in a grid's y dimension
-ELEMENTS_PER_THREAD = 16  # stages 3 and 4 size their grid so that each thread handles about this many
-LOADS_PER_THREAD = 4  # independent elements each thread keeps in flight per iteration (stages 4 and 5)
+ELEMENTS_PER_THREAD = 16  # stage 3 sizes its grid so that each thread handles about this many
+LOADS_PER_THREAD = 4  # independent elements each thread keeps in flight per iteration (stage 4; 8 in stage 5)
 
 
 # -- the operator ----------------------------------------------------------------------------------
@@ -43,10 +46,12 @@ LOADS_PER_THREAD = 4  # independent elements each thread keeps in flight per ite
 def _inputs(size, rng):
     rows, cols = size
     # x spans every regime of GELU: the linear right tail, the curved middle and the left tail where
-    # it goes to -0 (x + bias reaches about +-7, where erf is saturated in float32).
+    # it goes to -0 (x + bias reaches about +-7, where erf is saturated in float32). The residual is
+    # positive and GELU is never below -0.17, so y stays >= 0.08: no sum cancels to near zero, where
+    # a correct float32 result could miss the relative tolerance (a 1 x 1 check would then fail by chance).
     x = rng.uniform(-6.0, 6.0, (rows, cols)).astype(np.float32)
     bias = rng.uniform(-1.0, 1.0, cols).astype(np.float32)
-    residual = rng.uniform(-1.0, 1.0, (rows, cols)).astype(np.float32)
+    residual = rng.uniform(0.25, 1.25, (rows, cols)).astype(np.float32)
     return x, bias, residual
 
 
@@ -158,7 +163,7 @@ op = Operator(
     make_inputs=_inputs,
     make_output=lambda size: np.empty(size, np.float32),
     bytes_moved=_bytes_moved,
-    flops=lambda size: 8 * size[0] * size[1],  # add, GELU (about five flops besides erf), add
+    flops=lambda size: 8 * size[0] * size[1],  # bias add, GELU (about six flops besides erf), residual add
     validate=_validate,
     peer=_peer,
     check_sizes=[(1, 1), (1, 37), (37, 1), (1, 2**21 + 3), (1_000_003, 1), (33, 65), (1000, 4097),
@@ -249,7 +254,8 @@ def _fused_2d(x, bias, residual, out, col0):
     registers, and writes y once. Traffic drops from 28 to the minimum 12 bytes per element and two
     launches disappear. The thread mapping is unchanged, and it is the next problem: cuda.grid(2)
     returns (x, y) and x is the index that moves fastest across a warp, so the 32 threads of a warp
-    hold 16 different rows: each load instruction touches 16 rows, 64 KiB apart.""")
+    hold 16 different rows: each load instruction touches 16 rows, a whole row (64 KiB at 16384
+    columns) apart, where one 128-byte line would do.""")
 def fused(x, bias, residual, out):
     rows, cols = x.shape
     _launch_2d(_fused_2d, rows, cols, x, bias, residual, out)
@@ -280,28 +286,7 @@ def coalesced(x, bias, residual, out):
     _coalesced[_grid(n, ELEMENTS_PER_THREAD), THREADS](_flat(x), bias, _flat(residual), _flat(out))
 
 
-# -- 4. instruction-level parallelism: four elements in flight ---------------------------------------
-
-@cuda.jit
-def _ilp(x, bias, residual, out):
-    # EXERCISE: write this part of `_ilp`. Read the hints one at a time.
-    #   hint 1 (nudge): load four elements (i, i + stride, i + 2 stride, i + 3 stride) before computing any of them.
-    #   hint 2: the stores cannot move above the loads of the next iteration (out might alias x), so put
-    #   hint 3 (nearly the answer): all eight loads first; then a tail loop for the last fewer-than-four strides.
-    pass  # TODO(exercise): not implemented yet: replace this line with your code
-
-
-@op.stage("ilp", """
-    Each thread now loads four elements of x and four of residual, a grid stride apart, before it
-    computes any of them: eight independent loads in flight per thread instead of two. Memory latency
-    is several hundred cycles, and bandwidth is bytes in flight divided by latency, so more requests
-    in flight per thread means the same grid keeps memory busier.""")
-def ilp(x, bias, residual, out):
-    n = x.shape[0] * x.shape[1]
-    _ilp[_grid(n, ELEMENTS_PER_THREAD), THREADS](_flat(x), bias, _flat(residual), _flat(out))
-
-
-# -- 5. resident grid, no division ---------------------------------------------------------------
+# -- 4. four elements in flight, no division ---------------------------------------------------------
 
 @cuda.jit(device=True, inline=True)
 def _wrap(col, cols):
@@ -310,29 +295,65 @@ def _wrap(col, cols):
 
 
 @cuda.jit
-def _resident(x, bias, residual, out):
+def _ilp(x, bias, residual, out):
     n = x.size
     cols = bias.size
     stride = cuda.gridsize(1)
     i = cuda.grid(1)
-    # EXERCISE: write this part of `_resident`. Read the hints one at a time.
-    #   hint 1 (nudge): compute i % cols and stride % cols once; then every later column is the previous one
-    #   hint 2 (nearly the answer): plus the step, wrapped by one compare (_wrap): no division inside the loop.
+    # EXERCISE: write this part of `_ilp`. Read the hints one at a time.
+    #   hint 1 (nudge): four elements a stride apart per iteration, and no remainder inside the loop.
+    #   hint 2: col = i % cols and step = stride % cols once; next column = _wrap(col + step, cols).
+    #   hint 3 (nearly the answer): a load cannot move above an earlier store (out might alias x): issue all twelve loads first.
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
-def _resident_grid(n):
-    """A grid that fills the GPU once (2048 resident threads per multiprocessor), never more than n needs."""
-    return min(_grid(n, LOADS_PER_THREAD), sm_count() * (2048 // THREADS))
+def _machine_grid(n, elements_per_thread, blocks_per_sm):
+    """A grid sized to the machine: ``blocks_per_sm`` blocks per multiprocessor, never more than it
+    takes to give each thread ``elements_per_thread`` elements."""
+    return min(_grid(n, elements_per_thread), sm_count() * blocks_per_sm)
 
 
-@op.stage("resident", """
-    Two last costs go. The grid is sized to the machine (exactly the blocks that can be resident at
-    once) instead of to the data, so no block waits for a slot and none is launched twice. And the
-    integer remainder that found each element's bias column, dozens of instructions per element, is
-    done once per thread: every later column is the previous one plus a fixed step, wrapped by one
-    compare. What remains per element is two loads, a store and the GELU arithmetic, and the kernel
-    moves its 12 bytes per element close to copy bandwidth.""")
-def resident(x, bias, residual, out):
+@op.stage("ilp", """
+    Each thread now loads four elements of x, residual and bias, a grid stride apart, before it computes
+    any of them, so each thread has eight streaming loads in flight instead of two. On its own that
+    bought nothing (measured on an H200: within 1% of the coalesced stage), because the kernel was busy
+    with arithmetic: every element paid a 64-bit integer remainder, i % cols, dozens of instructions. So the remainder goes too:
+    each thread computes its first column and the column step (stride % cols) once, and every later
+    column is the previous one plus the step, wrapped back by one compare. The grid is sized to the
+    machine, 32 blocks per multiprocessor (the fastest of those tried for this kernel on an H200).""")
+def ilp(x, bias, residual, out):
     n = x.shape[0] * x.shape[1]
-    _resident[_resident_grid(n), THREADS](_flat(x), bias, _flat(residual), _flat(out))
+    _ilp[_machine_grid(n, LOADS_PER_THREAD, 32), THREADS](_flat(x), bias, _flat(residual), _flat(out))
+
+
+# -- 5. eight in flight, unsigned indices ---------------------------------------------------------
+
+@cuda.jit
+def _ilp8_unsigned(x, bias, residual, out):
+    # Unsigned from the start, and only unsigned with unsigned: numba types uint64 combined with an int64
+    # (a bare literal such as 2 included) as int64, and the sign test would be back.
+    n = uint64(x.size)
+    cols = uint64(bias.size)
+    stride = uint64(cuda.gridsize(1))
+    i = uint64(cuda.grid(1))
+    # EXERCISE: write this part of `_ilp8_unsigned`. Read the hints one at a time.
+    #   hint 1 (nudge): the ilp kernel, eight elements per iteration, with every index a uint64.
+    #   hint 2 (nearly the answer): build the offsets by adding strides (s2 = stride + stride, ...): 2 * stride is a signed int64.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@op.stage("ilp8_unsigned", """
+    Two costs that hide in numba's index arithmetic. A signed index may be negative, and numba honours
+    Python's a[-1], so every access with an int64 index first tests the sign and adds the length:
+    three extra instructions per load and store, on four accesses per element. Made uint64 (and kept
+    away from int64: uint64 + int64, even 2 * stride, is an int64 again), the indices skip it. The freed
+    issue slots go to eight elements in flight per thread instead of four: sixteen streaming loads
+    outstanding per thread. That takes about 55 registers (ptxas -v), so four blocks fit on a
+    multiprocessor where six did at 40: fewer threads, each with twice the loads in flight, and
+    memory busier than before (latency hidden by parallelism within a thread rather than by more
+    threads). The grid is 8 blocks per multiprocessor (the fastest of those tried on an H200), and
+    the kernel moves its 12 bytes per element at over 90% of copy bandwidth.""")
+def ilp8_unsigned(x, bias, residual, out):
+    n = x.shape[0] * x.shape[1]
+    _ilp8_unsigned[_machine_grid(n, 2 * LOADS_PER_THREAD, 8), THREADS](
+        _flat(x), bias, _flat(residual), _flat(out))

@@ -9,7 +9,7 @@
 # solution's stage, measured in the same run.
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have); `--backup` moves your copy aside first.
-# generated-sha256: ee24dd4f2b3cb1948a10eff9ee9bab91023ebe0132091eda564ada98f10582af
+# generated-sha256: 8c16e4c16c645aeb1f0fb5b5dcafe0efc16cd3dab96c88fdf75b357a7d34b248
 # --------------------------------------------------------------------------------------------------
 """C = alpha * A @ B + beta * C in float32, from one thread per output to tensor cores.
 
@@ -34,7 +34,7 @@ import math
 import os
 
 import numpy as np
-from numba import cuda, float32, int64, uint32
+from numba import cuda, float32, int64, uint32, uint64
 
 from workbench import device as _device
 from workbench import peers
@@ -64,6 +64,11 @@ def _inputs(size, rng):
     B = rng.uniform(-1.0, 1.0, (K, N)).astype(np.float32)
     C = rng.uniform(-1.0, 1.0, (M, N)).astype(np.float32)
     alpha_beta = np.array([rng.uniform(0.5, 2.0), rng.uniform(-1.5, -0.25)], np.float32)
+    if M * N < 64:
+        # With a handful of outputs the norm can rest on one element whose two terms (alpha AB and
+        # beta C) nearly cancel, which would magnify its rounding error arbitrarily: there, C gets
+        # the sign that makes beta C add to alpha AB (relative error then measures the kernel).
+        C = np.abs(C) * -np.sign(A.astype(np.float64) @ B.astype(np.float64)).astype(np.float32)
     return A, B, C, alpha_beta
 
 
@@ -93,12 +98,8 @@ def _tolerance(size, dtype):
     # Each output is a K-term float32 dot product: its rounding error grows like sqrt(K) ulps of
     # the result for these zero-mean inputs (as in the reduction), whatever the order of additions.
     # 4 sqrt(K) eps is 2.1e-5 at K = 2048 and 4.3e-5 at K = 8191: a wrong index is off by O(1).
-    # With only a few outputs the norm can rest on one element whose two terms (alpha AB, beta C)
-    # nearly cancel, which magnifies its relative error by the cancellation ratio: below 64 outputs
-    # the tolerance widens (6.4e-4 at 1x1x1, still 1000x below what a wrong kernel gives).
     K = size[-1]
-    outputs = int(np.prod(size[:-1]))
-    return max(1e-5, 4 * EPS32 * math.sqrt(K)) * max(1.0, 64.0 / outputs)
+    return max(1e-5, 4 * EPS32 * math.sqrt(K))
 
 
 def _host_alpha_beta(alpha_beta):
@@ -290,7 +291,7 @@ BM2, BN2, BK2, TM2, TN2 = 128, 128, 8, 8, 8  # block tile 128x128, an 8x8 patch 
 THREADS2 = (BM2 // TM2) * (BN2 // TN2)  # 256
 
 
-@cuda.jit
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS2, 2)))  # <= 128 registers: 2 blocks per SM
 def _register_tile(A, B, C, alpha_beta, out):
     As = cuda.shared.array((BM2, BK2), float32)
     Bs = cuda.shared.array((BK2, BN2), float32)
@@ -302,8 +303,12 @@ def _register_tile(A, B, C, alpha_beta, out):
     col0 = cuda.blockIdx.x * BN2
     M, K = A.shape
     N = B.shape[1]
-    trow = (t // (BN2 // TN2)) * TM2
-    tcol = (t % (BN2 // TN2)) * TN2
+    # Thread (ty, tx) owns rows ty + 16 m and columns tx + 16 n: interleaved, not a contiguous 8x8
+    # patch, so that at each k a warp reads 16 neighbouring floats of B's tile (16 banks) and 2 of
+    # A's in different banks. A contiguous patch (columns tx*8 .. tx*8+7) puts 4 of the 16 threads'
+    # reads in each bank: a 4-way conflict that makes this stage slower than the last.
+    ty = t // (BN2 // TN2)
+    tx = t % (BN2 // TN2)
     for m in range(TM2):
         for n in range(TN2):
             acc[m, n] = float32(0.0)
@@ -315,18 +320,21 @@ def _register_tile(A, B, C, alpha_beta, out):
     beta = alpha_beta[1]
     for m in range(TM2):
         for n in range(TN2):
-            row = row0 + trow + m
-            col = col0 + tcol + n
+            row = row0 + ty + 16 * m
+            col = col0 + tx + 16 * n
             if row < M and col < N:
                 out[row, col] = _scale_and_add(acc[m, n], alpha, beta, C, row, col)
 
 
 @op.stage("register_tile", """
-    Each thread computes an 8x8 patch of a 128x128 block tile: per k it loads 8 values of A and 8 of
-    B into registers and does their 64 pairwise multiply-adds (an outer product). 16 shared loads
-    now feed 64 multiply-adds (4 per load, up from 1), and a 128x128 tile reuses each float loaded
-    from global memory 128 times. The thread's 64 accumulators, 16 operands and addresses take
-    about 100 registers: fewer threads fit on an SM, and each has far more work to hide latency.""")
+    Each thread computes an 8x8 set of outputs of a 128x128 block tile: per k it loads 8 values of A
+    and 8 of B into registers and does their 64 pairwise multiply-adds (an outer product). 16 shared
+    loads now feed 64 multiply-adds (4 per load, up from about 1), and each float loaded from global
+    memory is reused 128 times. Two details decide whether this beats stage 4. Which 8x8: a
+    contiguous patch puts a warp's 16 reads of B's tile 8 floats apart, 4 to a bank, so thread
+    (ty, tx) owns the interleaved rows ty + 16m and columns tx + 16n instead. And registers: the
+    kernel wants ~157, which leaves room for one 256-thread block per SM; launch_bounds=(256, 2)
+    caps it at 128 (a few bytes spill) so two blocks share an SM and hide each other's waits.""")
 def register_tile(A, B, C, alpha_beta, out):
     M, N = out.shape
     _register_tile[(blocks_for(N, BN2), blocks_for(M, BM2)), THREADS2](A, B, C, alpha_beta, out)
@@ -334,28 +342,34 @@ def register_tile(A, B, C, alpha_beta, out):
 
 # -- 6. vectorised shared loads, warp tiling, double buffering --------------------------------------
 
-BM, BN, BK = 128, 128, 8  # the block tile and K-step of stage 6 (and of the fused and batched GEMMs)
+BM, BN, BK = 128, 128, 8  # stage 6 block tile and K-step (also the fused and batched GEMMs'); BK = 8 is
+# written out step by step in _block_product
 THREADS = 256  # 8 warps as 2 (rows) x 4 (columns), each warp a 64x32 tile, each thread 8x8
 TILE_ROWS = 2 * BK  # two K-steps of tiles (double buffering): buffer b holds rows b*BK .. b*BK+BK-1
 SA = BM + 4  # row stride of the transposed A tile and of the B tile: 132 floats (528 bytes)
 TILE_FLOATS = TILE_ROWS * SA  # one flat shared array per operand (a module constant: numba needs one)
-A_LOADS = BM * BK // THREADS  # 4 floats of A and 4 of B per thread per K-step
-B_LOADS = BK * BN // THREADS
+
+
+@cuda.jit(device=True, inline=True)
+def _load_or_zero(X, r, c):
+    """X[r, c], or 0 outside X. The bounds are checked on signed values; the load itself then uses
+    unsigned indices, which need none of the negative-index wrap-around code numba adds otherwise."""
+    if r < X.shape[0] and c < X.shape[1]:
+        return X[uint64(r), uint64(c)]
+    return float32(0.0)
 
 
 @cuda.jit(device=True, inline=True)
 def _load_tiles(A, B, row0, col0, k0, t, a_next, b_next):
     """This thread's 4 floats of A's next tile (one row, 4 neighbouring k) and 4 of B's (one k, 4
     neighbouring columns) into registers, zero outside the matrices."""
-    M, K = A.shape
-    N = B.shape[1]
     ar = row0 + t // 2
     ak = k0 + (t % 2) * 4
     bk = k0 + t // 32
     bc = col0 + (t % 32) * 4
     for i in range(4):
-        a_next[i] = A[ar, ak + i] if ar < M and ak + i < K else float32(0.0)
-        b_next[i] = B[bk, bc + i] if bk < K and bc + i < N else float32(0.0)
+        a_next[i] = _load_or_zero(A, ar, ak + i)
+        b_next[i] = _load_or_zero(B, bk, bc + i)
 
 
 @cuda.jit(device=True, inline=True)
@@ -363,8 +377,8 @@ def _store_tiles(As, Bs, buf, t, a_next, b_next):
     """Registers to shared memory. A goes in transposed (As[k, m]), so that a thread's 4 rows at one
     k are 4 neighbouring floats, as B's 4 columns already are."""
     for i in range(4):
-        As[(buf * BK + (t % 2) * 4 + i) * SA + t // 2] = a_next[i]
-        Bs[(buf * BK + t // 32) * SA + (t % 32) * 4 + i] = b_next[i]
+        As[uint64((buf * BK + (t % 2) * 4 + i) * SA + t // 2)] = a_next[i]
+        Bs[uint64((buf * BK + t // 32) * SA + (t % 32) * 4 + i)] = b_next[i]
 
 
 @cuda.jit(device=True, inline=True)
@@ -377,6 +391,20 @@ def _thread_origin(t):
     r0 = (ut // uint32(128)) * uint32(64) + ((ut % uint32(32)) // uint32(4)) * uint32(4)
     c0 = ((ut // uint32(32)) % uint32(4)) * uint32(32) + (ut % uint32(4)) * uint32(4)
     return r0, c0
+
+
+@cuda.jit(device=True, inline=True)
+def _outer_product(As, Bs, ia, ib, a, b, acc):
+    """One k: 4 + 4 floats of A's tile column and 4 + 4 of B's tile row (four 16-byte loads, since
+    every index is unsigned and a multiple of 4 plus a constant), then 64 multiply-adds."""
+    for i in range(4):
+        a[i] = As[ia + uint32(i)]
+        a[4 + i] = As[ia + uint32(32 + i)]
+        b[i] = Bs[ib + uint32(i)]
+        b[4 + i] = Bs[ib + uint32(16 + i)]
+    for m in range(8):
+        for n in range(8):
+            acc[m, n] += a[m] * b[n]
 
 
 @cuda.jit(device=True, inline=True)
@@ -427,14 +455,16 @@ def _vectorized(A, B, C, alpha_beta, out):
 
 
 @op.stage("vectorized", """
-    Stage 5 was limited by shared memory: 16 four-byte loads per 64 multiply-adds, with two-way bank
-    conflicts on A. Now A's tile is stored transposed, and each thread's 8x8 patch is split into four
-    4x4 pieces, so every shared read is 4 neighbouring floats at a 16-byte boundary. numba has no
-    float4, but with UNSIGNED index arithmetic (uint32) the compiler drops Python's negative-index
-    wrap-around, can prove the alignment, and emits ld.shared.v4: 4 loads per 64 multiply-adds.
-    Warps own 64x32 sub-tiles (warp tiling: a warp's reads hit few, conflict-free addresses), and the
-    tiles are double-buffered: the next K-step's global loads are issued before this step's arithmetic
-    and stored to the other buffer after it, with one barrier per step.""")
+    What stands between stage 5 and the FMA units is instruction issue: 16 scalar shared loads and a
+    loop's worth of index arithmetic per 64 multiply-adds. Three changes. (1) 16-byte shared loads:
+    A's tile is stored transposed and each thread's 8x8 is four 4x4 pieces, so every read is 4
+    neighbouring floats at a 16-byte boundary; numba has no float4, but with UNSIGNED indices
+    (uint32) the compiler drops Python's negative-index wrap-around, proves the alignment and emits
+    ld.shared.v4: 4 loads per 64 multiply-adds. (2) The 8 k-steps of a tile are written out (numba
+    has no #pragma unroll), so shared addresses are constant offsets. (3) Warp tiling and double
+    buffering: each warp owns a 64x32 sub-tile, and the next tile's global loads are issued before
+    this tile's arithmetic and stored to the other buffer after it, one barrier per step. As in
+    stage 5, launch_bounds=(256, 2) keeps two blocks per SM.""")
 def vectorized(A, B, C, alpha_beta, out):
     M, N = out.shape
     _vectorized[(blocks_for(N, BN), blocks_for(M, BM)), THREADS](A, B, C, alpha_beta, out)
@@ -449,27 +479,98 @@ _mma_tf32 = cuda.declare_device(
     "mma_tf32_m16n8k8",
     "UniTuple(float32, 4)(float32, float32, float32, float32, float32, float32, float32, float32, float32, float32)",
     link=MMA_CU)
-_to_tf32 = cuda.declare_device("to_tf32", "float32(float32)", link=MMA_CU)
 
-TBM, TBN, TBK = 128, 128, 16  # block tile and K-step of the tensor-core stage
-TSA = TBK + 4  # A tile row stride (20 floats): fragment reads hit 32 different banks
-TSB = TBN + 8  # B tile row stride (136 floats): likewise
+_cp_async16 = cuda.declare_device("cp_async16", "int32(uint64, uint64, int32)", link=MMA_CU)
+_cp_async4 = cuda.declare_device("cp_async4", "int32(uint64, uint64, int32)", link=MMA_CU)
+_cp_async_wait_all = cuda.declare_device("cp_async_wait_all", "int32()", link=MMA_CU)
+
+TBM, TBN, TBK = 128, 128, 16  # block tile and K-step (two k8 steps of mma) of the tensor-core stage
+TSA = TBK + 4  # A tile row stride, 20 floats (80 bytes: rows stay 16-byte aligned for cp.async)
+TSB = TBN + 8  # B tile row stride, 136 floats
+A_TILE = TBM * TSA  # floats per buffer
+B_TILE = TBK * TSB
+A_FLOATS = 2 * A_TILE  # double-buffered: 2 x (10 + 8.5) KiB
+B_FLOATS = 2 * B_TILE
+
+
+@cuda.jit(device=True, inline=True)
+def _copy_tiles_async(A, B, As, Bs, buf, row0, col0, k0, t, vec):
+    """Start copying the K-step at k0 of A's and B's tiles into buffer buf, without waiting.
+    vec: rows of A and B are 16-byte aligned (K, N multiples of 4), so 16-byte chunks, 4 per
+    thread; else single floats, 16 per thread. Outside the matrices the copy writes zeros."""
+    M, K = A.shape
+    N = B.shape[1]
+    a_src = A.ctypes.data  # integer addresses: what the C++ side takes as pointers
+    b_src = B.ctypes.data
+    a_dst = As.ctypes.data + uint64(buf * A_TILE * 4)
+    b_dst = Bs.ctypes.data + uint64(buf * B_TILE * 4)
+    if vec:
+        for j in range(2):
+            c = t + 256 * j
+            r = c // 4  # A: 128 rows x 4 chunks
+            k = (c % 4) * 4
+            inside = row0 + r < M and k0 + k < K
+            src = a_src + uint64(((row0 + r) * K + k0 + k) * 4) if inside else a_src
+            _cp_async16(a_dst + uint64((r * TSA + k) * 4), src, 16 if inside else 0)
+            k = c // 32  # B: 16 rows x 32 chunks
+            n = (c % 32) * 4
+            inside = k0 + k < K and col0 + n < N
+            src = b_src + uint64(((k0 + k) * N + col0 + n) * 4) if inside else b_src
+            _cp_async16(b_dst + uint64((k * TSB + n) * 4), src, 16 if inside else 0)
+    else:
+        for j in range(8):
+            e = t + 256 * j
+            r = e // TBK
+            k = e % TBK
+            inside = row0 + r < M and k0 + k < K
+            src = a_src + uint64(((row0 + r) * K + k0 + k) * 4) if inside else a_src
+            _cp_async4(a_dst + uint64((r * TSA + k) * 4), src, 4 if inside else 0)
+            k = e // TBN
+            n = e % TBN
+            inside = k0 + k < K and col0 + n < N
+            src = b_src + uint64(((k0 + k) * N + col0 + n) * 4) if inside else b_src
+            _cp_async4(b_dst + uint64((k * TSB + n) * 4), src, 4 if inside else 0)
+
+
+@cuda.jit(device=True, inline=True)
+def _mma_k8(As, Bs, a_at, b_at, a, b, acc):
+    """One k8 step of this warp's 64x32 tile: fragments from shared memory (24 loads, conflict-free
+    thanks to the padded strides), then 16 mma.sync. a_at, b_at: unsigned index of this lane's
+    first A element (row g, column q of the warp's first m16 tile) and B element (row q, column g)."""
+    for i in range(4):  # m16 tiles: a0..a3 = rows g, g+8 x columns q, q+4
+        ia = a_at + uint32(i * 16 * TSA)
+        a[4 * i] = As[ia]
+        a[4 * i + 1] = As[ia + uint32(8 * TSA)]
+        a[4 * i + 2] = As[ia + uint32(4)]
+        a[4 * i + 3] = As[ia + uint32(8 * TSA + 4)]
+    for j in range(4):  # n8 tiles: b0, b1 = rows q, q+4 x column g
+        b[2 * j] = Bs[b_at + uint32(8 * j)]
+        b[2 * j + 1] = Bs[b_at + uint32(4 * TSB + 8 * j)]
+    for i in range(4):
+        for j in range(4):
+            d = _mma_tf32(a[4 * i], a[4 * i + 1], a[4 * i + 2], a[4 * i + 3], b[2 * j], b[2 * j + 1],
+                          acc[i, j, 0], acc[i, j, 1], acc[i, j, 2], acc[i, j, 3])
+            acc[i, j, 0] = d[0]  # constant tuple indices: d[e] in a loop would go through memory
+            acc[i, j, 1] = d[1]
+            acc[i, j, 2] = d[2]
+            acc[i, j, 3] = d[3]
 
 
 @cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
-def _tensor_core(A, B, C, alpha_beta, out):
-    As = cuda.shared.array((2, TBM, TSA), float32)
-    Bs = cuda.shared.array((2, TBK, TSB), float32)
+def _tensor_core(A, B, C, alpha_beta, out, vec):
+    As = cuda.shared.array(A_FLOATS, float32, alignment=ALIGN16)
+    Bs = cuda.shared.array(B_FLOATS, float32, alignment=ALIGN16)
     acc = cuda.local.array((4, 4, 4), float32)  # [m16 tile, n8 tile, fragment element]
-    a_next = cuda.local.array(8, float32)
-    b_next = cuda.local.array(8, float32)
+    a = cuda.local.array(16, float32)  # one k8 step's fragments: 4 m16 tiles of A, 4 n8 tiles of B
+    b = cuda.local.array(8, float32)
     t = cuda.threadIdx.x
-    warp = t // 32
-    lane = t % 32
-    g = lane // 4  # the fragment's "group" (row within an 8-row half)
-    q = lane % 4  # and its "thread in group" (column pair)
-    wr = (warp // 4) * 64  # warp tile 64 rows x 32 columns: 4 m16 tiles x 4 n8 tiles
-    wc = (warp % 4) * 32
+    ut = uint32(t)
+    g = (ut % uint32(32)) // uint32(4)  # fragment row group (see gemm_mma.cu)
+    q = ut % uint32(4)
+    wr = (ut // uint32(128)) * uint32(64)  # warp tile: 64 rows (4 m16 tiles) x 32 columns (4 n8 tiles)
+    wc = ((ut // uint32(32)) % uint32(4)) * uint32(32)
+    a_lane = (wr + g) * uint32(TSA) + q  # unsigned, as in stage 6: no wrap-around code
+    b_lane = q * uint32(TSB) + wc + g
     row0 = cuda.blockIdx.y * TBM
     col0 = cuda.blockIdx.x * TBN
     M, K = A.shape
@@ -479,36 +580,57 @@ def _tensor_core(A, B, C, alpha_beta, out):
             for e in range(4):
                 acc[i, j, e] = float32(0.0)
     # EXERCISE: write this part of `_tensor_core`. Read the hints one at a time.
-    #   hint 1 (nudge): same double-buffered loop as stage 6 (tiles rounded to TF32 on their way to shared memory);
-    #   hint 2: per k8 step, load the A fragments (rows g and g+8, columns q and q+4 of each m16 tile) and
-    #   hint 3 (nearly the answer): the B fragments (rows q and q+4, column g of each n8 tile), then 16 _mma_tf32 calls.
+    #   hint 1 (nudge): start the copy of K-step 0, wait for it, sync. Then per K-step: start the copy of the NEXT
+    #   hint 2: step into the other buffer, do two k8 steps of _mma_k8 on this one (columns 0 and 8),
+    #   hint 3 (nearly the answer): then wait for the copies and sync before the buffers swap roles.
     pass  # TODO(exercise): not implemented yet: replace this line with your code
     alpha = alpha_beta[0]
     beta = alpha_beta[1]
+    gi = t % 32 // 4
+    qi = t % 4
+    wri = (t // 128) * 64
+    wci = (t // 32 % 4) * 32
     for i in range(4):
         for j in range(4):
             for e in range(4):
-                row = row0 + wr + 16 * i + g + 8 * (e // 2)  # c0, c1: row g; c2, c3: row g + 8
-                col = col0 + wc + 8 * j + 2 * q + e % 2  # c0, c2: column 2q; c1, c3: 2q + 1
+                row = row0 + wri + 16 * i + gi + 8 * (e // 2)  # c0, c1: row g; c2, c3: row g + 8
+                col = col0 + wci + 8 * j + 2 * qi + e % 2  # c0, c2: column 2q; c1, c3: 2q + 1
                 if row < M and col < N:
                     out[row, col] = _scale_and_add(acc[i, j, e], alpha, beta, C, row, col)
 
 
-# TF32 keeps 10 mantissa bits: each product carries a relative rounding error up to 2^-11 of
-# random sign, so the result's relative error is a few 1e-4 whatever K is. The stage's tolerance,
+def _aligned16(a) -> bool:
+    return a.__cuda_array_interface__["data"][0] % 16 == 0
+
+
+# TF32 keeps 10 mantissa bits, and the float32 bits go in unrounded (the tensor core ignores the low
+# 13), so each product carries a relative error up to ~2^-10; with random signs the result's relative
+# error is ~7e-4 whatever K is (measured on an H200 from 1x1x1 to 8192^3). The stage's tolerance,
 # 2e-3, leaves margin; a wrong index is off by O(1).
+#
+# Shared memory: 2 buffers x (10 + 8.5) KiB = 37 KiB, under the 48 KiB a block may declare
+# statically. A third buffer (a deeper cp.async pipeline) would need dynamic shared memory above
+# 48 KiB, which needs cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES); numba-cuda 0.30 exposes no
+# API for it (only the cache-config and carveout attributes), so this stage stays at two buffers.
 @op.stage("tensor_core", """
-    The multiply-adds move to the tensor cores. A 20-line CUDA C++ device function issues one
-    mma.sync.m16n8k8 TF32 instruction (a 16x8x8 product per warp, 16 times the work of a warp-wide
-    FMA); numba links it in with cuda.declare_device + link=, and with link-time optimisation it is
-    inlined like a numba function. Everything else is numba: double-buffered 128x16 and 16x128
-    tiles, rounded to TF32 (10-bit mantissa) on their way into padded, bank-conflict-free shared
-    memory, and each warp reading its fragments straight from there. Accuracy is TF32's: relative
-    error ~3e-4, not 1e-6.""", gpu_only="links CUDA C++ (gemm_mma.cu) with link=, which the simulator cannot",
+    The multiply-adds move to the tensor cores. A few lines of CUDA C++ (gemm_mma.cu) issue one
+    mma.sync.m16n8k8 TF32 instruction, a 16x8x8 product per warp (32 times the work of a warp-wide
+    FMA), and cp.async copies from global to shared memory; numba links them with
+    cuda.declare_device(..., link=) and, with link-time optimisation, inlines them like numba
+    functions. Everything else is numba. The tiles now travel global -> shared by the copy engine
+    (16-byte chunks where rows are 16-byte aligned; array.ctypes.data gives the addresses), not
+    through registers: the next K-step lands while this one computes, and at 126 registers two
+    blocks share an SM. Each lane reads its fragments from padded, conflict-free shared memory with
+    unsigned indices. Accuracy is TF32's: the tensor core keeps 10 of the 23 mantissa bits of each
+    input, so the relative error is ~7e-4 instead of ~1e-6 (tolerance 2e-3).""",
+    gpu_only="links CUDA C++ (gemm_mma.cu) with link=, which the simulator cannot",
     tolerance=2e-3)
 def tensor_core(A, B, C, alpha_beta, out):
     M, N = out.shape
-    _tensor_core[(blocks_for(N, TBN), blocks_for(M, TBM)), THREADS](A, B, C, alpha_beta, out)
+    K = A.shape[1]
+    # 16-byte copies need 16-byte aligned rows: K and N multiples of 4, and aligned base addresses.
+    vec = K % 4 == 0 and N % 4 == 0 and _aligned16(A) and _aligned16(B)
+    _tensor_core[(blocks_for(N, TBN), blocks_for(M, TBM)), THREADS](A, B, C, alpha_beta, out, vec)
 
 
 # == gemm_bias_gelu: the epilogue, fused =============================================================
@@ -665,7 +787,7 @@ def _batched_peer(size):
 
 batched_op = Operator(
     name="gemm_batched",
-    title="Batched GEMM: out[i] = A[i] B[i]",
+    title="Batched GEMM: one product per matrix of the batch (out_i = A_i B_i)",
     reference=lambda A, B: A.astype(np.float64) @ B.astype(np.float64),
     make_inputs=_batched_inputs,
     make_output=lambda size: np.empty((size[0], size[1], size[2]), np.float32),

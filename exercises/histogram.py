@@ -9,7 +9,7 @@
 # solution's stage, measured in the same run.
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have); `--backup` moves your copy aside first.
-# generated-sha256: 6a389db7897985481cf4401c2722b2ebad558eee27a5384cf3582b2964b13555
+# generated-sha256: 77e01e70c56195b7e95c7c9b8de6a0abd786b3224ce8d8db1db3f57a446b2c1a
 # --------------------------------------------------------------------------------------------------
 """Histogram of a uint8 vector into 256 int32 bins: out[b] = number of i with x[i] == b.
 
@@ -84,6 +84,9 @@ op = Operator(
     bench_sizes=[2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28],
     headline_size=(2**28,),
 )
+
+# The grader's extra cases: several elements per thread in one block, and more than one block.
+GRADE_EXTRA_SIZES = {"sim": [(1025,), (8195,)], "gpu": [(2**20 + 3,), (255,), (132 * 8 * 4096 + 1,)]}
 
 
 @cuda.jit

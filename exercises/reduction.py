@@ -9,7 +9,7 @@
 # solution's stage, measured in the same run.
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have); `--backup` moves your copy aside first.
-# generated-sha256: 879394bbe8beae607f8e5810a1f40449602aced7313e9fc45627f9d9ad3280bb
+# generated-sha256: 00c27a03e0a0bc8db01a8d444701508ec41677420c30fe599f81c48df5ecd0e2
 # --------------------------------------------------------------------------------------------------
 """Sum of a float32 vector, in five steps from one atomic per element to one pass at memory speed.
 
@@ -28,7 +28,7 @@ THREADS = 256  # threads per block; a multiple of the 32-lane warp
 WARPS = THREADS // 32
 FULL_MASK = 0xFFFFFFFF
 ELEMENTS_PER_THREAD = 16  # stages 2-4 size their grid so that each thread sums about this many
-LOADS_PER_THREAD = 4  # independent loads each thread keeps in flight in the fused stage
+LOADS_PER_THREAD = 8  # independent loads each thread keeps in flight in the fused stage
 
 
 def _inputs(size, rng):
@@ -229,17 +229,17 @@ def warp_shuffle(x, out):
 def _fused(x, block_sums, blocks_done, out):
     n = x.size
     stride = cuda.gridsize(1)
-    # Four accumulators fed by four loads that do not depend on each other: each thread keeps four
-    # requests in flight, which is what it takes to cover memory latency at full bandwidth.
+    # Eight loads that depend neither on each other nor on the adds, per iteration: each thread keeps
+    # eight requests in flight, which is what it takes to cover memory latency at full bandwidth.
     a0 = float32(0.0)
     a1 = float32(0.0)
     a2 = float32(0.0)
     a3 = float32(0.0)
     i = cuda.grid(1)
     # EXERCISE: write this part of `_fused`. Read the hints one at a time.
-    #   hint 1 (nudge): Each iteration issues four loads that do not depend on each other (i, i + stride, i + 2*stride, i + 3*stride) into the four accumulators, then advances by 4 * stride.
-    #   hint 2: Stop the unrolled loop while all four indices are in range (i + 3 * stride < n), then finish the remaining elements one stride at a time.
-    #   hint 3 (nearly the answer): while i + 3*stride < n: a0 += x[i]; a1 += x[i + stride]; a2 += x[i + 2*stride]; a3 += x[i + 3*stride]; i += 4*stride. Then: while i < n: a0 += x[i]; i += stride
+    #   hint 1 (nudge): Each iteration issues eight loads that do not depend on each other (i, i + stride, ..., i + 7*stride), two into each of the four accumulators, then advances by 8 * stride.
+    #   hint 2: Run the unrolled loop while all eight indices are in range (i + 7 * stride < n), then finish the remaining elements one stride at a time.
+    #   hint 3 (nearly the answer): while i + 7*stride < n: a0 += x[i] + x[i + 4*stride]; a1 += x[i + stride] + x[i + 5*stride]; ... ; i += 8*stride. Then: while i < n: a0 += x[i]; i += stride
     pass  # TODO(exercise): not implemented yet: replace this line with your code
     total = _block_sum((a0 + a1) + (a2 + a3))
 
@@ -268,8 +268,8 @@ def _resident_grid(n):
 
 @op.stage("fused", """
     One pass, one launch, at memory speed. The grid is sized to the machine (as many blocks as can be
-    resident at once) instead of to the data, and each thread issues four independent loads per
-    iteration into four accumulators, so the memory system always has enough requests in flight.
+    resident at once) instead of to the data, and each thread issues eight independent loads per
+    iteration, so the memory system always has enough requests in flight.
     Blocks reduce with warp shuffles and store one sum each; the last block to finish (found with an
     atomic ticket counter) adds those up. No atomics on the output, so no extra launch to zero it,
     and the same answer on every run.""")

@@ -9,7 +9,7 @@
 # solution's stage, measured in the same run.
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have); `--backup` moves your copy aside first.
-# generated-sha256: 92598d4486788b90ee58d0c2d4df0bb25408abf24a699122db78a94c85e143ed
+# generated-sha256: 1c12cb09e2455123f821ba2184dac4948fc9c1036a0172a81f148b4578331f14
 # --------------------------------------------------------------------------------------------------
 """Inclusive prefix sum (scan) of a float32 vector: y[i] = x[0] + x[1] + ... + x[i].
 
@@ -83,6 +83,10 @@ op = Operator(
     bench_sizes=[2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28],
     headline_size=(2**28,),
 )
+
+# The grader's extra cases (besides the sizes above): a whole number of tiles, and enough tiles for
+# the tile totals to need a scan of their own (three levels of recursion on the GPU).
+GRADE_EXTRA_SIZES = {"sim": [(2050,), (2048,), (513,)], "gpu": [(2048 * 2048 + 1,), (2048 * 256,), (2**17 + 3,)]}
 
 
 @cuda.jit

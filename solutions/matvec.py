@@ -82,6 +82,9 @@ op = Operator(
     headline_size=(16384, 16384),
 )
 
+# The grader's extra cases: rows that do not fill a block of warps, a single row, a single column.
+GRADE_EXTRA_SIZES = {"sim": [(33, 65), (1, 300), (40, 1)], "gpu": [(1, 1_000_003), (1_000_003, 1), (8191, 8193)]}
+
 
 # -- 1. one thread per row ------------------------------------------------------------------------
 

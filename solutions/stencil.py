@@ -96,6 +96,9 @@ op = Operator(
     headline_size=(8192, 8192),
 )
 
+# The grader's extra cases: partial tiles on both edges, one row, one column.
+GRADE_EXTRA_SIZES = {"sim": [(18, 35), (1, 40), (19, 1)], "gpu": [(1, 100_003), (100_003, 1), (17, 4097)]}
+
 
 def _grid(img):
     rows, cols = img.shape

@@ -125,3 +125,29 @@ def test_headline_must_show():
     assert all(a > b for a, b in zip(times, times[1:])), times
     assert stages[-1]["gbps"] >= 0.85 * peaks["copy_gbps"]
     assert times[0] >= 2.5 * times[-1]
+
+
+_UNSIGNED_PTX = """
+import re, sys
+import workbench
+from numba import cuda, types
+from solutions import elementwise
+a1 = types.Array(types.float32, 1, "C")
+ptx, _ = cuda.compile_ptx(elementwise._ilp8_unsigned.py_func, (a1, a1, a1, a1), cc=(9, 0))
+print(len(re.findall(r"shr\\.s64", ptx)))
+"""
+
+
+@pytest.mark.sim_only
+def test_last_stage_indices_stay_unsigned():
+    """A signed index brings back numba's negative-index test (shr.s64 by 63, and, add) on every
+    access: the last stage's PTX must have none."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, WORKBENCH_MODE="compile", NUMBA_ENABLE_CUDASIM="0")
+    run = subprocess.run([sys.executable, "-c", _UNSIGNED_PTX], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == "0", "signed 64-bit index arithmetic in _ilp8_unsigned"

@@ -16,7 +16,7 @@ from numba import cuda
 from workbench import exercises as ex
 from workbench.grade import (find_launch, is_exercise, load_file, prepare, run_case, solution_module_name,
                              submission_path, targets)
-from workbench.ladder import InputError, load_operators
+from workbench.ladder import InputError, as_size, load_operators
 
 ROOT = Path(__file__).resolve().parent.parent
 INTERVIEW = ("scan", "histogram", "argmax", "matvec", "stencil")
@@ -145,20 +145,29 @@ def exercise_modules():
     return sorted({solution_module_name(s.op) for s in targets(None)})
 
 
-def test_every_marked_solution_has_an_exercise_and_the_interview_set_is_there():
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    """exercises/ as `build` writes it now: the tests below check the generator, not whether the
+    committed copy is stale (that is the test above)."""
+    out = tmp_path_factory.mktemp("exercises")
+    ex.build(out)
+    return out
+
+
+def test_every_marked_solution_has_an_exercise_and_the_interview_set_is_there(fresh):
     modules = exercise_modules()
     for name in INTERVIEW:
         assert f"solutions.{name}" in modules
     for module in modules:
-        assert (ROOT / "exercises" / (module.split(".")[-1] + ".py")).exists()
+        assert (fresh / (module.split(".")[-1] + ".py")).exists()
 
 
-def test_each_exercise_registers_its_own_operator_with_the_solutions_stages():
+def test_each_exercise_registers_its_own_operator_with_the_solutions_stages(fresh):
     from workbench.ladder import Operator
 
     ops = load_operators()
     for module in exercise_modules():
-        loaded = load_file(ROOT / "exercises" / (module.split(".")[-1] + ".py"))
+        loaded = load_file(fresh / (module.split(".")[-1] + ".py"))
         mine = {v.name: v for v in vars(loaded).values() if isinstance(v, Operator)}
         theirs = {name: op for name, op in ops.items() if solution_module_name(op) == module}
         assert set(mine) == set(theirs), module
@@ -169,27 +178,31 @@ def test_each_exercise_registers_its_own_operator_with_the_solutions_stages():
                 assert stage.launch.__module__ == loaded.__name__  # the exercise's own launchers
 
 
-def test_every_exercise_stage_is_found_not_implemented_before_running():
+def test_every_exercise_stage_is_found_not_implemented_before_running(fresh):
     stages = targets(None)
     assert len(stages) >= 2 * len(INTERVIEW)
     for stage in stages:
-        launch, verdict, _ = prepare(stage, "exercises")
+        launch, verdict, _ = prepare(stage, str(fresh))
         assert launch is None and verdict is not None, stage.key
         assert verdict.reason == "not-implemented", (stage.key, verdict.message)
-        assert "not implemented yet" in verdict.message and "exercises/" in verdict.message
+        assert "not implemented yet" in verdict.message and str(fresh) in verdict.message
 
 
-def test_stub_kernels_run_without_crashing_and_leave_the_output_wrong():
+@pytest.mark.sim_only
+def test_stub_kernels_run_without_crashing_and_leave_the_output_wrong(fresh):
     """The second line of defence: run anyway (as a learner might, by hand), a stub neither crashes
     nor produces a right answer."""
     for stage in targets(None):
         if stage.gpu_only:
             continue
-        path = submission_path("exercises", stage.op)
+        path = submission_path(str(fresh), stage.op)
         launch, _ = find_launch(load_file(path), stage.op.name, stage.name)
         case = run_case(stage, launch, stage.op.sim_sizes[1], np.random.default_rng(0), submission_file=str(path))
-        assert not case.passed, stage.key
-        assert case.reason in ("unwritten", "all-zeros", "wrong-values", "nan"), (stage.key, case.message)
+        # Never a crash. (Not always a wrong answer: a stubbed warp max in a softmax changes only the
+        # shift, to which softmax is blind. The grader's static check is what reports every stub.)
+        assert case.passed or case.reason in ("unwritten", "all-zeros", "wrong-values", "nan"), (stage.key, case.message)
+        if stage.op.name in INTERVIEW + ("reduction",) and stage.op.sim_sizes[1] != 1:
+            assert not case.passed, stage.key
 
 
 def test_solution_markers_are_found_per_stage():
@@ -235,7 +248,7 @@ def test_histogram_inputs_are_skewed_and_counts_are_exact():
 ])
 def test_bad_input_names_what_was_expected(name, make_bad, says):
     op = load_operators()[name]
-    size = op.sim_sizes[2]
+    size = as_size(op.sim_sizes[2])
     inputs = [cuda.to_device(a) for a in op.make_inputs(size, np.random.default_rng(0))]
     out = cuda.to_device(op.make_output(size))
     bad = make_bad(*inputs, out)
@@ -243,6 +256,7 @@ def test_bad_input_names_what_was_expected(name, make_bad, says):
         op.stages[0](*bad)
 
 
+@pytest.mark.sim_only
 def test_interview_stages_compile_for_sm90_in_float32():
     from workbench.ptxcheck import check_stages
 

@@ -53,10 +53,18 @@ def test_alpha_beta_honoured(stage, alpha, beta):
     assert result.passed, f"{stage.key} alpha={alpha} beta={beta}: {result.message}"
 
 
-def test_tolerance_grows_with_k_and_for_tiny_outputs():
+def test_tolerance_grows_with_k():
     assert gemm._tolerance((4096, 4096, 64), np.float32) == pytest.approx(1e-5)
     assert gemm._tolerance((64, 64, 8191), np.float32) == pytest.approx(4 * gemm.EPS32 * np.sqrt(8191))
-    assert gemm._tolerance((1, 1, 1), np.float32) == pytest.approx(64e-5)
+
+
+def test_tiny_outputs_have_no_cancellation():
+    """Below 64 outputs beta C is given the sign of alpha AB: no element's terms cancel."""
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        A, B, C, ab = gemm._inputs((3, 5, 2), rng)
+        product = ab[0] * (A.astype(np.float64) @ B)
+        assert (np.sign(product) == np.sign(ab[1] * C)).all()
 
 
 # -- bad inputs ------------------------------------------------------------------------------------
@@ -129,8 +137,12 @@ def test_every_kernel_compiles_for_sm90_without_float64():
     assert not bad, "\n".join(bad)
     kernels = {r.kernel.rsplit(".", 1)[-1] for r in reports}
     assert {"_naive", "_vectorized", "_fused_bias_gelu", "_batched"} <= kernels
-    spills = [f"{r.kernel}: {r.spill_bytes} B" for r in reports if r.spill_bytes]
-    assert not spills, f"register spills: {spills}"
+    # launch_bounds=(256, 2) caps stages 5 and 6 (and the fused/batched kernels) at 128 registers
+    # for two blocks per SM, at the price of a few spilled bytes; anything more is a regression.
+    for r in reports:
+        if r.registers is not None:
+            assert r.registers <= 128 or "_register" not in r.kernel, f"{r.kernel}: {r.registers} registers"
+            assert (r.spill_bytes or 0) <= 128, f"{r.kernel}: {r.spill_bytes} bytes of spill traffic"
 
 
 _PTX_SCRIPT = """

@@ -46,12 +46,8 @@ def test_inputs_hold_the_adversarial_rows():
     assert (x[3] == x[3, 0]).all()  # constant
 
 
-HARD = [(layernorm.op, "naive"), (layernorm.op, "coalesced"), (layernorm.op, "shared_tree"),
-        (layernorm.op, "warp_shuffle"), (layernorm.op, "fused")]
-
-
 @pytest.mark.parametrize("stage", [s.name for s in op.stages])
-@pytest.mark.parametrize("cols", [1, 33, 1000])
+@pytest.mark.parametrize("cols", [1, 1000])
 def test_constant_and_offset_rows_tightly(stage, cols):
     """A constant row's output is exactly the bias; a mean-1e4 row is as accurate as a mean-0 one
     (the op's tolerance admits library-grade float32 error on such rows; the stages do better)."""

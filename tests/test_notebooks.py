@@ -6,7 +6,6 @@ plotting path runs too (and once against an empty one: the "no recorded figures 
 """
 
 import json
-import math
 import os
 import time
 from pathlib import Path
@@ -214,17 +213,17 @@ def test_figures_draw_for_every_stage(name, fake_results, monkeypatch):
     shown = []
     monkeypatch.setattr(notebook, "_display", shown.append)
     op = OPS[name]
-    for stage in op.stages:
-        notebook.progress(op, upto=stage.name)
+    notebook.progress(op, upto=op.stages[0].name)  # the first section's figure: one stage so far
     notebook.progress(op)
     notebook.roofline(op)
     notebook.bytes_per_stage(op)
     notebook.ladder_table(op)
     notebook.models(op)
     figures = [x for x in shown if type(x).__name__ == "Figure"]
-    assert len(figures) == len(op.stages) + 3
-    last = figures[len(op.stages)]  # the whole ladder: every stage on the staircase
-    assert len(last.axes[0].patches) == len(op.stages)
+    assert len(figures) == 4
+    first, last = figures[0], figures[1]
+    assert len(first.axes[0].patches) == 1  # the staircase so far
+    assert len(last.axes[0].patches) == len(op.stages)  # the whole ladder
     assert "Test GPU, recorded 2026-01-01" in last.axes[0].get_title()
     assert any(type(x).__name__ == "Markdown" and "library.peer" in x.data for x in shown)
 
@@ -250,3 +249,46 @@ def test_start_here_and_compare_all_execute(which, tmp_path, fake_results):
             assert name in text
         assert any("image/png" in o.get("data", {}) for _, o in _outputs(nb))
         assert text.count("no recorded figures yet") <= len(load_operators()) - len(OPS)
+
+
+def test_live_figures_measure_each_stage_once(monkeypatch):
+    """On a GPU, progress() times the stages so far now: each stage (and the peer) once per size,
+    then reuses the figures; a stage that fails its check is reported, not timed again."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from workbench import bench, device, results
+
+    op = OPS["reduction"]
+    calls = []
+
+    def fake_bench_size(op_, stages, size, peaks, rng, env, progress=None, with_peer=True):
+        calls.append(([s.name for s in stages], tuple(size), with_peer))
+        recs = [dict(r, date="2026-01-02T00:00:00+00:00") for r in fake_records(op_) if r["size"] == list(size)
+                and (r["stage"] in [s.name for s in stages if s.name != "coalesced"]
+                     or (with_peer and r["kind"] == "peer"))]
+        fails = [f"{op_.name}.coalesced @ {size}: wrong"] if any(s.name == "coalesced" for s in stages) else []
+        return recs, fails
+
+    monkeypatch.setattr(device, "is_simulator", lambda: False)
+    monkeypatch.setattr(device, "mode", lambda: "gpu")
+    monkeypatch.setattr(bench, "bench_size", fake_bench_size)
+    monkeypatch.setattr(results, "environment", lambda: {"device": "Test GPU"})
+    monkeypatch.setattr(notebook, "LIVE", True)
+    monkeypatch.setattr(notebook, "_LIVE_CACHE", {})
+    monkeypatch.setattr(notebook, "_LIVE_ENV", {"peaks": PEAKS})
+    shown = []
+    monkeypatch.setattr(notebook, "_display", shown.append)
+
+    sizes = notebook._live_sizes(op)
+    assert len(sizes) == notebook.LIVE_SIZES and as_size(op.headline_size) in sizes
+    notebook.progress(op, upto="naive")
+    assert calls == [(["naive"], s, True) for s in sizes]
+    notebook.progress(op, upto="coalesced")
+    notebook.progress(op, upto="shared_tree")
+    assert [c[0] for c in calls[len(sizes):]] == [["coalesced"]] * len(sizes) + [["shared_tree"]] * len(sizes)
+    assert not any(c[2] for c in calls[len(sizes):])  # the peer is timed once per size
+    data, live, _ = notebook.figures(op, upto="shared_tree")
+    assert live and {r["stage"] for r in data["records"]} == {"naive", "shared_tree", "library.peer"}
+    fig = [x for x in shown if type(x).__name__ == "Figure"][-1]
+    assert "measured now 2026-01-02" in fig.axes[0].get_title()

@@ -26,7 +26,6 @@ the same checks and the same report.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -221,7 +220,8 @@ class Report:
         from rich.console import Console
 
         buf = io.StringIO()
-        self.render(Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False))
+        self.render(Console(file=buf, width=width, color_system=None, force_terminal=False, force_jupyter=False,
+                            highlight=False))
         return buf.getvalue()
 
 
@@ -321,8 +321,8 @@ def grade_sizes(op, mode: str, quick: bool = False) -> list[tuple]:
     else:
         largest = max(base, key=lambda s: int(np.prod(s)))
         extra = [tuple(d + 1 for d in middle)] + ([] if quick else [tuple(d + 1 for d in largest)])
-    if quick:
-        chosen = [base[0], middle, extra[0]]
+    if quick:  # the smallest size, and the middle one made awkward (one more in every dimension)
+        chosen = [base[0], extra[0]]
     else:
         chosen = base + extra
     out = []
@@ -434,6 +434,17 @@ def _sources(launch: Callable) -> list[tuple[str, str, int]]:
     return out
 
 
+def display_path(filename: str | None) -> str:
+    """A file name as a learner knows it: relative to here, or 'your notebook cell'."""
+    if not filename:
+        return "?"
+    if "ipykernel" in filename or filename.startswith("<"):
+        return "your notebook cell"
+    path = os.path.abspath(filename)
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
 def find_stubs(launch: Callable) -> list[str]:
     """'file:line in `func`' for every TODO(exercise) stub line the stage still reaches."""
     from .exercises import stub_lines
@@ -442,8 +453,7 @@ def find_stubs(launch: Callable) -> list[str]:
     filename = inspect.getsourcefile(launch) or "?"
     for qualname, source, first in _sources(launch):
         for line in stub_lines(source):
-            found.append(f"{os.path.relpath(filename) if os.path.isabs(filename) else filename}:"
-                         f"{first + line - 1} in `{qualname}`")
+            found.append(f"{display_path(filename)}, line {first + line - 1}, in `{qualname}`")
     return sorted(set(found))
 
 
@@ -536,7 +546,7 @@ def _classify_exception(exc: BaseException, filename: str | None) -> tuple[str, 
     mine = [f for f in frames if filename and os.path.abspath(f.filename) == os.path.abspath(filename)]
     if mine:
         f = mine[-1]
-        where = f" at {os.path.relpath(f.filename)}:{f.lineno} (`{(f.line or '').strip()}`)"
+        where = f" at {display_path(f.filename)}, line {f.lineno} (`{(f.line or '').strip()}`)"
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     if isinstance(exc, IndexError):
         return "out-of-bounds", f"out-of-bounds access{where}: {text}. Missing bounds check?"
@@ -544,7 +554,7 @@ def _classify_exception(exc: BaseException, filename: str | None) -> tuple[str, 
         return "launch-limit", f"launch refused{where}: {text}"
     if name == "WarpSyncError":
         return "warp-sync", f"{name}{where}: {str(exc).strip()}"
-    if name in ("TypingError", "LoweringError", "UnsupportedError", "NumbaError") or "numba.core.errors" in type(exc).__module__:
+    if type(exc).__module__.startswith("numba") and name.endswith("Error") and ".errors" in type(exc).__module__:
         return "compile-error", f"{name}{where}: {str(exc).strip()[:1500]}"
     return "exception", f"{name}{where}: {text}"
 
@@ -696,6 +706,9 @@ def prepare(stage, impl: str) -> tuple[Callable | None, CaseResult | None, str |
     launch, why = find_launch(module, stage.op.name, stage.name)
     if launch is None:
         reason = "answer-key" if "answer key" in why else "missing"
+        if impl == "exercises" and reason == "missing":
+            why += (" (the exercise predates this stage of the solution: `workbench exercises build` adds it, "
+                    "with --backup if you have edited the file)")
         return None, CaseResult(stage.key, [], False, reason, why, advice=ADVICE[reason], kind="stage"), str(path)
     stubs = find_stubs(launch)
     if stubs:
@@ -860,6 +873,8 @@ def grade(target: str | None = None, impl: str = "exercises", *, sizes=None, qui
     jobs = jobs or (max(1, os.cpu_count() or 1) if mode == "sim" else 1)  # one GPU: never time in parallel
     t0 = time.perf_counter()
     report = Report(impl, mode, seed)
+    if impl not in ("exercises", "solutions"):
+        impl = os.path.abspath(impl)  # the workers run from the repository root
     by_module: dict = {}
     stages = {}
     for stage in targets(target, impl):
@@ -970,7 +985,7 @@ def add_cli(sub) -> None:
     s.add_argument("--impl", default="exercises",
                    help="exercises (default), solutions (the answer key), or a path to a file or directory")
     s.add_argument("--size", type=_parse_size, action="append", help="grade at these sizes only (repeatable)")
-    s.add_argument("--quick", action="store_true", help="three sizes per stage instead of all")
+    s.add_argument("--quick", action="store_true", help="two sizes per stage (the smallest and an awkward one) instead of all")
     s.add_argument("--seed", type=int, help="reproduce a run (the report prints its seed)")
     s.add_argument("--timeout", type=float,
                    help=f"seconds per case (default {TIMEOUT_SIM_S:.0f} in the simulator, {TIMEOUT_GPU_S:.0f} on a GPU)")

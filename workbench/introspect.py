@@ -15,8 +15,10 @@ def _is_kernel(obj) -> bool:
     return hasattr(obj, "py_func") and type(obj).__name__ in {"CUDADispatcher", "FakeCUDAKernel"}
 
 
-def _reachable(func, seen: dict) -> None:
-    """Collect the kernels/device functions referenced by name from ``func``, depth first."""
+def _reachable(func, seen: dict, helpers: dict | None = None) -> None:
+    """Collect the kernels/device functions referenced by name from ``func``, depth first; with
+    ``helpers``, also follow (and collect) plain functions of the same module that a launcher calls,
+    such as a recursive scan's, and the kernels they launch."""
     code = getattr(func, "__code__", None)
     if code is None:
         return
@@ -28,21 +30,31 @@ def _reachable(func, seen: dict) -> None:
         obj = func.__globals__.get(name)
         if _is_kernel(obj) and name not in seen:
             seen[name] = obj
-            _reachable(obj.py_func, seen)
+            _reachable(obj.py_func, seen, helpers)
+        elif (helpers is not None and inspect.isfunction(obj) and obj.__module__ == func.__module__
+              and name not in helpers and obj is not func):
+            helpers[name] = obj
+            _reachable(obj, seen, helpers)
 
 
 def kernels_of(stage) -> dict:
     """Module-level kernels and device functions that ``stage``'s launcher reaches, by name."""
     seen: dict = {}
-    _reachable(stage.launch, seen)
+    _reachable(stage.launch, seen, {})
     return seen
 
 
 def stage_source(stage) -> str:
     parts = []
     # In file order, so helpers read before the kernels that use them.
-    kernels = sorted(kernels_of(stage).values(), key=lambda k: k.py_func.__code__.co_firstlineno)
-    for obj in kernels:
-        parts.append(textwrap.dedent(inspect.getsource(obj.py_func)))
+    seen: dict = {}
+    helpers: dict = {}
+    _reachable(stage.launch, seen, helpers)
+    # Helpers are shown only where they launch kernels (a recursive scan's driver, say), not every
+    # grid-size calculation.
+    launching = [h for h in helpers.values() if any(_is_kernel(h.__globals__.get(n)) for n in h.__code__.co_names)]
+    funcs = [k.py_func for k in seen.values()] + launching
+    for func in sorted(funcs, key=lambda f: f.__code__.co_firstlineno):
+        parts.append(textwrap.dedent(inspect.getsource(func)))
     parts.append(textwrap.dedent(inspect.getsource(stage.launch)))
     return "\n\n".join(p.rstrip() for p in parts) + "\n"

@@ -14,7 +14,10 @@ Two halves:
   in ladder order plus ``00_start_here`` and ``99_compare_all``; ``execute`` runs them with nbclient
   so that their outputs (tables, plots) show without running them.
 
-``workbench notebooks build [--execute] [--only OP] [--force]`` is the command.
+``workbench notebooks build [--execute] [--only OP] [--sim] [--recorded] [--force]`` is the command;
+``workbench notebooks list`` names the files. Committed notebooks are executed on CPU (or with
+``--recorded`` on a GPU) so that their figures are the recorded ones, with device and date; the tests
+check that their cells are what the builder makes from ``solutions/`` today.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import inspect
 import json
 import math
 import os
+import re
 import sys
 import textwrap
 import time
@@ -44,8 +48,9 @@ def _env_int(name: str) -> int | None:
 # The tests set WORKBENCH_NOTEBOOK_SIM_SIZES=2 to keep executing every notebook fast.
 SIM_SIZES: int | None = _env_int("WORKBENCH_NOTEBOOK_SIM_SIZES")
 # On a GPU, progress() measures the stages so far now, at this many sizes (smallest bench size, a middle
-# one, the headline size); set LIVE = False to show the figures recorded in results/ instead.
-LIVE = True
+# one, the headline size); LIVE = False (or WORKBENCH_NOTEBOOK_LIVE=0) shows the figures recorded in
+# results/ instead.
+LIVE = os.environ.get("WORKBENCH_NOTEBOOK_LIVE", "1").strip() != "0"
 LIVE_SIZES = 3
 FIG_DPI = 80  # figures embedded in the committed notebooks: legible, and small in git
 
@@ -126,6 +131,9 @@ def about_mode() -> None:
         print(device.SIMULATOR_NOTICE.format(reason=device.probe().reason))
         print("Here: check() runs every stage at the simulator sizes; plots show figures recorded on a GPU "
               "in results/ (labelled 'recorded', with device and date).")
+    elif device.mode() == "compile":
+        print("compile mode (WORKBENCH_MODE=compile): kernels compile to PTX but nothing runs; "
+              "plots show figures recorded in results/.")
     else:
         from . import results
 
@@ -196,10 +204,18 @@ class Source:
         return (f"# {self.title}\n" if self.title else "") + self.code
 
 
-def show_source(stage: Stage) -> None:
-    """The stage's kernels and launcher, read from solutions/ (never pasted), syntax-highlighted."""
+# The stage's paragraph in its decorator, which the notebook shows as text just above the source.
+_STAGE_PARAGRAPH = re.compile(r"""(@\w+\.stage\(\s*(["'])[^"']*\2,\s*)(\"\"\"|\'\'\')(.*?)\3""", re.S)
+
+
+def show_source(stage: Stage, paragraph: bool = False) -> None:
+    """The stage's kernels and launcher, read from solutions/ (never pasted), syntax-highlighted. The
+    paragraph in the stage's decorator is elided (the notebook prints it above) unless ``paragraph``."""
     module = stage.launch.__module__
-    _display(Source(stage.source(), f"{module.replace('.', '/')}.py: stage {stage.order}, {stage.name}"))
+    code = stage.source()
+    if not paragraph:
+        code = _STAGE_PARAGRAPH.sub(lambda m: m.group(1) + '"""(the paragraph above)"""', code, count=1)
+    _display(Source(code, f"{module.replace('.', '/')}.py: stage {stage.order}, {stage.name}"))
 
 
 # -- correctness ----------------------------------------------------------------------------------
@@ -298,9 +314,11 @@ def _live_data(op: Operator, stages: list[Stage]) -> dict:
             for r in new:
                 if r.get("kind") == "stage":
                     cache[r["stage"]] = r
+            for s in todo:  # a stage that failed its check gets no figure (and is not re-timed)
+                cache.setdefault(s.name, None)
             for failure in failures:
-                print(f"FAIL {failure}")
-        records += cache["__peer__"] + [cache[s.name] for s in stages if s.name in cache]
+                print(f"FAIL (not timed) {failure}")
+        records += cache["__peer__"] + [cache[s.name] for s in stages if cache.get(s.name) is not None]
     return {"device": env["device"], "peaks": peaks, "records": records}
 
 
@@ -388,13 +406,44 @@ def progress(op: Operator, upto: str | None = None) -> None:
     for name, ax in zip(panels, axes):
         if name == "staircase":
             plots.staircase(data, op.name, size=op.headline_size, upto=upto, metric=_metric(op), ax=ax, live=live)
+            bars = sorted({(r["order"], r["stage"]) for r in plots.headline(data["records"], op.headline_size)
+                           if r.get("kind") == "stage"})
+            _recolor(ax, op, [n for _, n in bars])
         elif name == "latency":
             plots.latency(data, op.name, upto=upto, ax=ax, live=live)
+            _recolor(ax, op)
         elif name == "roofline":
             plots.roofline(data, op.name, size=op.headline_size, ax=ax, live=live)
+            _recolor(ax, op)
         else:
-            plot_stage_bytes(data, op.name, size=op.headline_size, ax=ax, live=live)
+            plot_stage_bytes(data, op.name, size=op.headline_size, ax=ax, live=live, op=op)
     _show(fig)
+
+
+def stage_colors(op: Operator) -> dict:
+    """One colour per stage for the whole notebook, whatever subset of stages a figure shows (the plots
+    colour by position among the stages they are given, so 'so far' figures would shift colours)."""
+    from . import plots
+
+    return {s.name: plots._color(s.order - 1, len(op.stages)) for s in op.stages}
+
+
+def _recolor(ax, op: Operator, bar_names: list[str] | None = None) -> None:
+    colors = stage_colors(op)
+    if bar_names:
+        from matplotlib.patches import Rectangle
+
+        bars = [p for p in ax.patches if isinstance(p, Rectangle)]
+        for bar, name in zip(bars, bar_names):
+            if name in colors:
+                bar.set_facecolor(colors[name])
+    for artist in list(ax.lines) + list(ax.collections):
+        if artist.get_label() in colors:
+            artist.set_color(colors[artist.get_label()])
+    legend = ax.get_legend()
+    if legend is not None:  # its handles were copied when it was made: make it again
+        ax.legend(fontsize=legend.get_texts()[0].get_fontsize() if legend.get_texts() else 8, loc=legend._loc,
+                  ncol=getattr(legend, "_ncols", 1))
 
 
 def roofline(op: Operator) -> None:
@@ -408,11 +457,12 @@ def roofline(op: Operator) -> None:
         return
     fig, (ax,) = _subplots(1, width=8, height=4.8)
     plots.roofline(data, op.name, size=op.headline_size, ax=ax, live=live)
+    _recolor(ax, op)
     _show(fig)
 
 
 def plot_stage_bytes(data: dict, op_name: str, *, size=None, upto: str | None = None, ax=None, live: bool = False,
-                     source: str | None = None):
+                     source: str | None = None, op: Operator | None = None):
     """Bytes each stage moves (its own traffic model, ``stage_bytes``) against the minimum any kernel
     must move (``bytes``), one bar per stage at one size: what fusing kernels saves."""
     import matplotlib.pyplot as plt
@@ -430,8 +480,9 @@ def plot_stage_bytes(data: dict, op_name: str, *, size=None, upto: str | None = 
     values = [r.get("stage_bytes", r["bytes"]) for r in recs]
     unit, scale = next(((u, k) for u, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3))
                         if max(values + [minimum]) >= k), ("B", 1))
+    colors = stage_colors(op) if op is not None else {}
     bars = ax.bar([r["stage"] for r in recs], [v / scale for v in values],
-                  color=[plots._color(i, len(names)) for i in range(len(recs))])
+                  color=[colors.get(r["stage"], plots._color(i, len(names))) for i, r in enumerate(recs)])
     for bar, v in zip(bars, values):
         ax.annotate(f"{v / minimum:.2g}x" if minimum else "", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                     xytext=(0, 4), textcoords="offset points", ha="center", va="bottom", fontsize=8)
@@ -460,7 +511,7 @@ def bytes_per_stage(op: Operator, upto: str | None = None) -> None:
             for s in _stages_upto(op, upto)]}
         source = "from the stages' traffic models (no recorded figures needed)"
     fig, (ax,) = _subplots(1, width=7.5, height=4)
-    plot_stage_bytes(data, op.name, size=op.headline_size, upto=upto, ax=ax, live=live, source=source)
+    plot_stage_bytes(data, op.name, size=op.headline_size, upto=upto, ax=ax, live=live, source=source, op=op)
     _show(fig)
 
 
@@ -568,8 +619,65 @@ def roofline_all() -> None:
     if others:
         print(f"not recorded on {data.get('device')}: {', '.join(others)}")
     fig, (ax,) = _subplots(1, width=10, height=6)
-    plots.roofline(data, ops, ax=ax)
+    _roofline_of_operators(ax, data, ops)
     _show(fig)
+
+
+def _roofline_of_operators(ax, data: dict, ops: list[str]) -> None:
+    """One colour per operator: its stages as dots that darken up the ladder, its fastest stage ringed
+    and named, its library peer a cross; the memory and compute roofs from the recorded peaks."""
+    import matplotlib.pyplot as plt
+
+    from . import plots
+    from .ladder import load_operators
+
+    registry = load_operators()
+    cmap = plt.get_cmap("tab20")
+    shown, skipped = [], []
+    for i, name in enumerate(ops):
+        recs = plots.headline([r for r in data["records"] if r["op"] == name],
+                              registry[name].headline_size if name in registry else None)
+        if not recs or all(r["flops"] == 0 for r in recs):
+            skipped.append(name)  # no arithmetic (a transpose): no point on a log-log roofline
+            continue
+        color = cmap(i % 20)
+        stages = sorted((r for r in recs if r.get("kind") == "stage"), key=lambda r: r["order"])
+        for k, r in enumerate(stages):
+            ax.scatter(r["flops"] / r["bytes"], r["gflops"], color=color, s=18,
+                       alpha=0.35 + 0.65 * (k + 1) / len(stages), zorder=3)
+        best = min(stages, key=lambda r: r["median_us"], default=None)
+        if best is not None:
+            x, y = best["flops"] / best["bytes"], best["gflops"]
+            ax.scatter(x, y, s=70, facecolors="none", edgecolors=color, linewidths=1.5, zorder=4,
+                       label=f"{name} ({best['stage']})")
+            ax.annotate(name, (x, y), fontsize=7, xytext=(5, 3), textcoords="offset points", color=color)
+        for r in recs:
+            if r.get("kind") == "peer":
+                ax.scatter(r["flops"] / r["bytes"], r["gflops"], marker="x", color=color, s=30, zorder=4)
+        shown += recs
+    xs = [r["flops"] / r["bytes"] for r in shown if r["flops"]] or [1]
+    lo, hi = min(xs + [0.05]) / 2, max(xs + [100]) * 4
+    peaks = data.get("peaks", {})
+    copy = peaks.get("copy_gbps")
+    for key, label in (("gemm_fp32_gflops", "fp32 (cuBLAS)"), ("gemm_tf32_gflops", "TF32 (cuBLAS)")):
+        top = peaks.get(key)
+        if copy and top:
+            ax.plot([lo, top / copy, hi], [copy * lo, top, top], color="gray", linewidth=1)
+            ax.annotate(f"{label} {top / 1e3:.0f} TFLOP/s", (hi, top), ha="right", va="bottom", fontsize=7)
+    if copy:
+        ax.annotate(f"memory {copy:.0f} GB/s", (lo, copy * lo), fontsize=7, va="bottom")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (flop / byte, from the models)")
+    ax.set_ylabel("GFLOP/s")
+    ax.set_title("every ladder on one roofline (ringed: fastest stage, x: library peer)\n"
+                 + plots._provenance(data, shown, False), fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    if shown:
+        ax.legend(fontsize=7, loc="lower right", ncol=2 if len(ops) > 8 else 1)
+    if skipped:
+        ax.text(0.01, 0.99, "not drawn (no flops): " + ", ".join(skipped), transform=ax.transAxes,
+                fontsize=7, va="top")
 
 
 # == the builder ==================================================================================
@@ -630,11 +738,6 @@ def _model_md(label: str, fn) -> str:
     if "\n" in text:
         return f"- {label}:\n\n  ```python\n" + textwrap.indent(text, "  ") + "\n  ```"
     return f"- {label}: `{text}`"
-
-
-def _lead(op: Operator) -> str:
-    m = _metric(op)
-    return "GFLOP/s" if m == "gflops" else "GB/s (effective: the minimum bytes over the time)"
 
 
 def _models_md(op: Operator) -> str:
@@ -848,7 +951,8 @@ launcher that runs module-level `@cuda.jit` kernels on device arrays.
         cells += [
             _md(f"For example, the first stage of the `{example.name}` ladder, read from "
                 f"`solutions/{module_of(example).__name__.rsplit('.', 1)[-1]}.py`, and its check:"),
-            _code(f"op = nb.operator({example.name!r})\nnb.show_source(op.stages[0])"),
+            _code(f"op = nb.operator({example.name!r})\n"
+                  "nb.show_source(op.stages[0], paragraph=True)  # with the paragraph in its decorator"),
             _code("nb.check(op.stages[0])"),
         ]
     cells += [
@@ -1037,8 +1141,13 @@ def cmd_notebooks(args) -> int:
         for name in build_all_notebooks():
             print(name)
         return 0
+    env = {}
+    if args.sim:
+        env["WORKBENCH_MODE"] = "sim"
+    if args.recorded:
+        env["WORKBENCH_NOTEBOOK_LIVE"] = "0"
     try:
-        build_all(Path(args.out), execute=args.execute, only=args.only, force=args.force)
+        build_all(Path(args.out), execute=args.execute, only=args.only, force=args.force, env=env)
     except (HandEdited, NotebookFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -1055,4 +1164,8 @@ def add_cli(sub) -> None:
     s.add_argument("--only", action="append", help="an operator (e.g. reduction) or a file name; repeatable")
     s.add_argument("--out", default=str(NOTEBOOK_DIR))
     s.add_argument("--force", action="store_true", help="overwrite notebooks edited by hand")
+    s.add_argument("--sim", action="store_true", help="execute in the simulator even on a GPU machine")
+    s.add_argument("--recorded", action="store_true",
+                   help="on a GPU, plot the figures recorded in results/ instead of measuring them now "
+                        "(what the committed notebooks should show)")
     s.set_defaults(func=cmd_notebooks)

@@ -103,7 +103,10 @@ def compile_all(items: list[tuple[str, str, str, tuple, bool]]) -> list[KernelRe
             obj = importlib.import_module(module_name)
             for part in qualname.split("."):
                 obj = getattr(obj, part)
-            ptx, _ = cuda.compile_ptx(obj.py_func, tuple(types), cc=CC)
+            # The kernel's own launch_bounds (a register cap) change what ptxas reports: keep them.
+            bounds = getattr(obj, "targetoptions", {}).get("launch_bounds")
+            ptx, _ = cuda.compile_ptx(obj.py_func, tuple(types), cc=CC,
+                                      **({"launch_bounds": bounds} if bounds else {}))
         except Exception as exc:  # a typing or lowering error: what the GPU would have said
             rep.ok = False
             rep.message = f"does not compile for sm_{CC[0]}{CC[1]}: {type(exc).__name__}: {str(exc).strip()[:1500]}"

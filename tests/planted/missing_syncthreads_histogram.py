@@ -9,7 +9,8 @@ from numba import cuda, int32
 
 from solutions.histogram import BINS, THREADS, _grid, _zero_bins
 
-EXPECT = {"stage": "histogram.shared_privatized", "reason": "wrong-values", "says": "syncthreads"}
+# Which counts survive the race depends on thread timing: some wrong, or (at small sizes) all lost.
+EXPECT = {"stage": "histogram.shared_privatized", "reason": ["wrong-values", "all-zeros"], "says": "syncthreads"}
 
 
 @cuda.jit
