@@ -268,8 +268,10 @@ def ladder_table(op_name: str, data: dict) -> str:
     v = first["versions"]
     lines = [f"{op.title}, {first['size_label']} {first['dtype']} on **{data['device']}**, "
              f"{max(r['date'] for r in stages)[:10]} (numba-cuda {v.get('numba_cuda')}, numba {v.get('numba')}"
-             + (f", torch {v['torch']}" if 'torch' in v else "") + f"); measured copy peak "
-             f"{data['peaks'].get('copy_gbps', float('nan')):.0f} GB/s.", "",
+             + (f", torch {v['torch']}" if 'torch' in v else "") + "); % of peak is of the "
+             + (f"measured cuBLAS fp32 rate, {data['peaks'].get('gemm_fp32_gflops', float('nan')) / 1e3:.1f} TFLOP/s."
+                if op.bound == "compute" else
+                f"measured copy bandwidth, {data['peaks'].get('copy_gbps', float('nan')):.0f} GB/s."), "",
              "| # | stage | median µs | GB/s | GFLOP/s | % of peak | vs " + (peers_[0]["stage"] if peers_ else "peer") + " |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for r in stages:

@@ -159,7 +159,7 @@ def roofline(data: dict, op: str | list[str], *, size=None, ax=None, live=False)
     ax.set_ylabel("GFLOP/s")
     ax.set_title(f"roofline: {', '.join(ops)}\n{_provenance(data, all_recs, live)}", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right", ncol=2 if len(all_recs) > 8 else 1)
+    ax.legend(fontsize=7, loc="best", ncol=2 if len(all_recs) > 8 else 1)
     return ax
 
 
