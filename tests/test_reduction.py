@@ -30,8 +30,8 @@ def test_every_stage_compiles_for_sm90_and_float32_stays_float32():
 
 @pytest.mark.gpu
 def test_headline_must_show():
-XX
-    bandwidth, and each stage is faster than the one before (measured in one run)."""
+    """At 2^28 floats: the fused stage reaches >= 90% of measured copy bandwidth, and each stage is faster
+    than the one before (measured in one run)."""
     from workbench.bench import bench_size
     from workbench.peaks import copy_bandwidth
     from workbench.results import environment
