@@ -143,6 +143,11 @@ def test_build_all_keeps_outputs_and_refuses_to_overwrite_hand_edits(tmp_path):
     logs = []
     written = notebook.build_all(tmp_path, execute=False, only=["reduction"], log=logs.append)
     assert [p.name for p in written] == ["01_reduction.ipynb"]
+    stale = notebook.stale_notebooks(tmp_path)
+    assert "01_reduction.ipynb" not in stale and notebook.START_HERE in stale
+    from workbench.cli import main
+
+    assert main(["notebooks", "check", "--out", str(tmp_path)]) == 1
     path = written[0]
     nb = nbformat.read(path, as_version=4)
     nb.cells[2].outputs = [nbformat.v4.new_output("stream", text="kept\n")]
@@ -219,7 +224,8 @@ def test_figures_draw_for_every_stage(name, fake_results, monkeypatch):
     notebook.bytes_per_stage(op)
     notebook.ladder_table(op)
     notebook.models(op)
-    figures = [x for x in shown if type(x).__name__ == "Figure"]
+    figures = [x.figure for x in shown if isinstance(x, notebook.Picture)]
+    assert all(x.png.startswith(b"\x89PNG") for x in shown if isinstance(x, notebook.Picture))
     assert len(figures) == 4
     first, last = figures[0], figures[1]
     assert len(first.axes[0].patches) == 1  # the staircase so far
@@ -290,5 +296,5 @@ def test_live_figures_measure_each_stage_once(monkeypatch):
     assert not any(c[2] for c in calls[len(sizes):])  # the peer is timed once per size
     data, live, _ = notebook.figures(op, upto="shared_tree")
     assert live and {r["stage"] for r in data["records"]} == {"naive", "shared_tree", "library.peer"}
-    fig = [x for x in shown if type(x).__name__ == "Figure"][-1]
+    fig = [x.figure for x in shown if isinstance(x, notebook.Picture)][-1]
     assert "measured now 2026-01-02" in fig.axes[0].get_title()
