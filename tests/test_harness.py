@@ -300,3 +300,24 @@ def test_plots_draw_from_recorded_results(tmp_path):
     assert main(["plot", "reduction", "--out", str(tmp_path)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "reduction_latency.png", "reduction_roofline.png", "reduction_staircase.png"]
+
+
+def test_doctor_warns_about_numpy_25_with_numba_cuda_030(monkeypatch):
+    import numpy
+
+    from workbench import cli
+
+    monkeypatch.setattr(numpy, "__version__", "2.5.2")
+    monkeypatch.setattr(results, "environment", lambda: {"numba_cuda": "0.30.4", "mode": "sim", "device": "simulator"})
+    _, warnings = cli.doctor_report()
+    assert any("numpy 2.5.2 with numba-cuda 0.30.4" in w and "numpy<2.5" in w for w in warnings)
+
+
+def test_readme_opens_with_the_two_setup_commands_ci_runs():
+    text = open(os.path.join(ROOT, "README.md")).read()
+    block = text.split("<!-- setup -->", 1)[1].split("<!-- /setup -->", 1)[0]
+    commands = [ln for ln in block.splitlines() if ln.startswith("python")]
+    assert len(commands) == 2
+    assert "workbench run" in commands[0] and "pytest" in commands[1]
+    ci = open(os.path.join(ROOT, ".ci", "run")).read()
+    assert "<!-- setup -->" in ci and "pytest" in ci  # .ci/run runs the README's own test line
