@@ -10,7 +10,7 @@ import pytest
 
 import workbench
 from workbench import results
-from workbench.check import CheckResult, check_stage, compare, poison_like, relative_error
+from workbench.check import check_stage, compare, poison_like, relative_error
 from workbench.cli import _parse_size, ladder_table, main, update_readme
 from workbench.ladder import InputError, as_size, load_operators, resolve
 from workbench.timing import rotation_count

@@ -11,11 +11,10 @@ from typing import Callable
 
 import numpy as np
 
-from . import device as _device
 from . import peers
 from .check import compare, poison_like
 from .ladder import Operator, Size, Stage, as_size, size_label
-from .results import environment, now
+from .results import now
 from .timing import Timing, measure, rotation_count
 
 
@@ -101,21 +100,6 @@ def bench_size(op: Operator, stages: list[Stage], size, peaks: dict, rng: np.ran
         if rec is not None:
             rec.update(stage=stage.name, order=stage.order, kind="stage", summary=stage.summary, peer=peer_summary)
             records.append(rec)
-    del arg_sets
-    peers._VIEWS.clear()
+    peers._VIEWS.clear()  # the views keep this size's buffers alive
     return records, failures
 
-
-def bench(op: Operator, stages: list[Stage] | None = None, sizes=None, peaks: dict | None = None,
-          seed: int | None = None, progress: Callable[[str], None] | None = None) -> tuple[list[dict], list[str]]:
-    if _device.is_simulator():
-        raise RuntimeError("timing needs a real GPU: in the simulator timings mean nothing "
-                           "(`workbench plot` shows figures recorded on a GPU)")
-    env = environment()
-    rng = np.random.default_rng(seed)
-    records, failures = [], []
-    for size in (sizes or op.bench_sizes):
-        recs, fails = bench_size(op, stages or op.stages, size, peaks or {}, rng, env, progress)
-        records += recs
-        failures += fails
-    return records, failures

@@ -634,7 +634,7 @@ def compare_all() -> None:
 
 def roofline_all() -> None:
     """One roofline with every operator's stages (from the recorded file holding the most operators)."""
-    from . import plots, results
+    from . import results
     from .ladder import load_operators
 
     names = list(load_operators())

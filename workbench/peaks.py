@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda
 
 from .ladder import sm_count
 from .results import environment, now

@@ -4,7 +4,7 @@ Random floats almost never tie, so this passes a careless test; the grader's inp
 maximum. Expected: wrong index, with the hint that ties go to the lowest index.
 """
 
-from numba import cuda, float32, int32
+from numba import cuda, int32
 
 from solutions.argmax import NEG_INF, NO_INDEX, THREADS, _resident_grid, _store_index
 from workbench.ladder import scratch
