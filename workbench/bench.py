@@ -18,10 +18,15 @@ from .results import now
 from .timing import Timing, measure, rotation_count
 
 
-def _to_device_sets(inputs: tuple, out_template: np.ndarray, n_sets: int) -> list[tuple]:
+def rotating_arg_sets(inputs: tuple, out_template: np.ndarray, l2_bytes: int | None,
+                      max_sets: int = 64) -> list[tuple]:
+    """Device copies of (inputs..., poisoned output), enough of them that cycling through the sets
+    touches at least three L2 caches' worth of memory (see timing.rotation_count)."""
     from numba import cuda
 
     host = [np.ascontiguousarray(a) for a in inputs]
+    bytes_per_set = sum(a.nbytes for a in host) + out_template.nbytes
+    n_sets = rotation_count(bytes_per_set, l2_bytes or 60 << 20, max_sets=max_sets)
     return [tuple(cuda.to_device(a) for a in host) + (cuda.to_device(poison_like(out_template)),)
             for _ in range(n_sets)]
 
@@ -54,9 +59,9 @@ def bench_size(op: Operator, stages: list[Stage], size, peaks: dict, rng: np.ran
     inputs = op.make_inputs(size, rng)
     ref = op.reference(*inputs)
     out_template = op.make_output(size)
+    arg_sets = rotating_arg_sets(inputs, out_template, env.get("l2_bytes"))
+    n_sets = len(arg_sets)
     bytes_per_set = sum(a.nbytes for a in inputs) + out_template.nbytes
-    n_sets = rotation_count(bytes_per_set, env.get("l2_bytes") or 60 << 20)
-    arg_sets = _to_device_sets(inputs, out_template, n_sets)
     base = {"device": env["device"], "versions": env, "date": now(), "op": op.name, "size": list(size),
             "size_label": size_label(size), "dtype": np.dtype(op.dtype).name,
             "rotation_sets": n_sets, "working_set_bytes": n_sets * bytes_per_set}

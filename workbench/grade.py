@@ -635,11 +635,11 @@ def speed_case(stage, launch: Callable, bar: float, size=None) -> CaseResult:
     """Time the submission and the solution stage on the same inputs, in the same process (GPU only)."""
     from numba import cuda
 
-    from .bench import _to_device_sets
+    from .bench import rotating_arg_sets
     from .check import compare
     from .ladder import as_size
     from .results import environment
-    from .timing import measure, rotation_count
+    from .timing import measure
 
     op = stage.op
     module = importlib.import_module(solution_module_name(op))
@@ -647,9 +647,7 @@ def speed_case(stage, launch: Callable, bar: float, size=None) -> CaseResult:
     rng = np.random.default_rng(12345)
     inputs = op.make_inputs(size, rng)
     template = op.make_output(size)
-    bytes_per_set = sum(a.nbytes for a in inputs) + template.nbytes
-    n_sets = rotation_count(bytes_per_set, environment().get("l2_bytes") or 60 << 20, max_sets=16)
-    arg_sets = _to_device_sets(inputs, template, n_sets)
+    arg_sets = rotating_arg_sets(inputs, template, environment().get("l2_bytes"), max_sets=16)
     t0 = time.perf_counter()
     mine = measure(launch, arg_sets)
     ref_out = arg_sets[0][-1].copy_to_host()
