@@ -5,7 +5,8 @@ element), so the only questions are how the memory is touched and how many instr
 touch it. Reading x row by row is coalesced; then the writes walk down a column of out, one element
 per row. The ladder stages the data through a shared-memory tile so both sides are coalesced, removes
 the bank conflicts that tile causes, gives each thread several elements, strips numba's
-negative-index checks from the index arithmetic, and finally moves a bigger tile per block.
+negative-index checks from the index arithmetic, and finally moves a bigger tile per block with its
+loads issued back to back.
 """
 import numpy as np
 from numba import cuda, float32, uint64
