@@ -9,7 +9,7 @@
 # solution's stage, measured in the same run.
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have); `--backup` moves your copy aside first.
-# generated-sha256: b103f4b5bd220107caea957a4e8419d255e268ccbd1bb6b7ef6295a096bcabbb
+# generated-sha256: 978181de3c0fef1e247399bfc56cb4e039d45d5934bdd016ec54324e6c2bf38b
 # --------------------------------------------------------------------------------------------------
 """Transpose of a float32 matrix, in six steps from strided writes to one pass near memory speed.
 
@@ -18,7 +18,8 @@ element), so the only questions are how the memory is touched and how many instr
 touch it. Reading x row by row is coalesced; then the writes walk down a column of out, one element
 per row. The ladder stages the data through a shared-memory tile so both sides are coalesced, removes
 the bank conflicts that tile causes, gives each thread several elements, strips numba's
-negative-index checks from the index arithmetic, and finally moves a bigger tile per block.
+negative-index checks from the index arithmetic, and finally moves a bigger tile per block with its
+loads issued back to back.
 """
 import numpy as np
 from numba import cuda, float32, uint64
@@ -214,15 +215,18 @@ def unsigned(x, out):
     _unsigned[_tiles(rows, cols, TILE), (TILE, ROWS_PER_PASS)](x, out)
 
 
-# -- 6. a bigger tile --------------------------------------------------------------------------------
+# -- 6. a bigger tile, its loads staged in registers ---------------------------------------------
 
-BIG = 64  # the 64 x 64 tile of the last stage, moved by the same 32 x 8 threads
+BIG = 64  # the 64 x 64 tile of the last stage
 BIG_PADDED = BIG + 1
+BIG_ROWS_PER_PASS = 16  # moved by 32 x 16 threads: eight elements each per phase
+BIG_PASSES = BIG // BIG_ROWS_PER_PASS
 
 
 @cuda.jit
 def _big_tile(x, out):
     tile = cuda.shared.array((BIG, BIG_PADDED), float32)
+    staged = cuda.local.array(BIG_PASSES, float32)  # a column half's loads, before any shared store
     rows = uint64(x.shape[0])
     cols = uint64(x.shape[1])
     tiles_across = (cols + uint64(BIG - 1)) // uint64(BIG)
@@ -232,18 +236,22 @@ def _big_tile(x, out):
     tx = uint64(cuda.threadIdx.x)
     ty = uint64(cuda.threadIdx.y)
     # EXERCISE: write this part of `_big_tile`. Read the hints one at a time.
-    #   hint 1 (nudge): a 64 x 64 tile is two 32-column halves, each eight passes of 8 rows, in both phases.
-    #   hint 2 (nearly the answer): for h in range(BIG // TILE): hh = uint64(TILE * h); likewise kk for the passes.
+    #   hint 1 (nudge): a 64 x 64 tile is two 32-column halves, each BIG_PASSES passes of 16 rows, in both phases.
+    #   hint 2: in the load phase, first load a half's BIG_PASSES values into staged[] (0 outside x), then
+    #   hint 3 (nearly the answer): store them to the tile: no load waits behind a shared-memory store or a bounds branch.
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
 @op.stage("big_tile", """
-    The same 32 x 8 threads move a 64 x 64 tile (padded to 65 columns): sixteen elements per thread
-    instead of four. The per-block costs (finding the tile, one division; the barrier; starting and
-    retiring the block) are now shared by four times as many elements, and each thread has sixteen
-    independent loads to issue before it waits at the barrier. The shared tile grows to 16.6 KB and
-    the thread to about 40 registers: six blocks still fit on a multiprocessor.""")
+    Each block moves a 64 x 64 tile (padded to 65 columns) with 32 x 16 threads: eight elements per
+    thread and phase instead of four, so the per-block costs (finding the tile, one division; the
+    barrier; starting and retiring the block) are shared by four times as many elements. And the
+    loads are staged: each thread first loads its four values of a column half into registers
+    (zero outside x), then stores them to the tile. Written as load-check-store per element, as in
+    stage 5, each load in the PTX follows the previous element's bounds branch and shared store;
+    staged, the four loads go out back to back. Measured on an H200 at 16384 x 16384, in a tuning
+    run: 626 us for the 64 x 64 tile moved by 32 x 8 threads without staging, 554 us like this.""")
 def big_tile(x, out):
     rows, cols = x.shape
     blocks = max(1, ((rows + BIG - 1) // BIG) * ((cols + BIG - 1) // BIG))
-    _big_tile[blocks, (TILE, ROWS_PER_PASS)](x, out)
+    _big_tile[blocks, (TILE, BIG_ROWS_PER_PASS)](x, out)

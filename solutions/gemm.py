@@ -617,9 +617,9 @@ def _async_copy_gemm(A, B, C, alpha_beta, out, rows16):
     for m in range(8):
         for n in range(8):
             acc[m, n] = float32(0.0)
-    # HINT: start the copy of K-step 0 into buffer 0. Then per K-step: wait for this thread's copies
-    # HINT: (_cp_async_wait_all) and sync, start the copy of the NEXT step into the other buffer, and
-    # HINT: do this step's 16 k with two _eight_steps (the second 8 rows of the tiles further on).
+    # HINT: start the copy of K-step 0 into buffer 0 (_copy_step_async), then loop over K in steps of ABK.
+    # HINT: each step: _cp_async_wait_all() and cuda.syncthreads() first; only then start the NEXT step's copy, into buffer 1 - buf.
+    # HINT: compute with _eight_steps at ia = uint32(buf * ASYNC_TILE) + r0 (ib likewise with c0), then again 8 * SA further on.
     # BEGIN SOLUTION
     _copy_step_async(A, B, As, Bs, 0, row0, col0, 0, t, rows16)
     buf = 0

@@ -1,12 +1,13 @@
-"""LayerNorm over the rows of a float32 matrix, in six steps, then the fusions that make it cheap in a network.
+"""LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
 layernorm(x)[r, j] = (x[r, j] - mean_r) / sqrt(var_r + eps) * weight[j] + bias[j], with the biased
 variance var_r = mean over j of (x[r, j] - mean_r)^2 (as torch computes it) and eps = 1e-5.
 
 Like softmax, it reads each element once and writes it once for a few flops: memory-bound. The ladder
 is softmax's (thread per row, block per row, shared tree, warp shuffles, one read with the row in
-registers, and last a lean block per row whose re-reads hit the L1 cache, which beats the
-register-resident kernel); what is new is the numerics of the variance:
+registers, a lean block per row whose re-reads hit the L1 cache, which beats the register-resident
+kernel, and last the same with eight loads in flight per thread); what is new is the numerics of
+the variance:
 
 * E[x^2] - E[x]^2 is one pass and wrong: a row with mean 1e4 and std 1 has E[x^2] = 100000001, which
   float32 stores to within 4, so the difference of two such numbers is noise (often negative: NaN).
@@ -551,8 +552,8 @@ def _block_per_row_ilp(x, weight, bias, out):
     warp = cuda.threadIdx.x // 32
     cols = uint64(x.shape[1])
     x0 = x[row, 0]
-    # HINT: stage 6's three passes, each in two loops: first, while all ILP columns j + u * THREADS
-    # HINT: (u < ILP) exist, a fully unrolled `for u in range(ILP)` over them; then stage 6's loop for the rest.
+    # HINT: stage 6's three passes, each now in two loops: an unrolled one, eight columns a step, then stage 6's loop for the rest.
+    # HINT: the unrolled loop runs while j + (ILP - 1) * THREADS < cols, does `for u in range(ILP)` over columns j + u * THREADS, and steps j by ILP_SPAN.
     # HINT: in the write pass, load x, weight and bias of all ILP columns into xs, ws, bs before any store.
     # BEGIN SOLUTION
     last = uint64((ILP - 1) * THREADS)  # offset of a step's last column from its first

@@ -178,3 +178,27 @@ def test_stage_correct_at_check_sizes(stage):
             continue  # 8192^3 takes the first two stages several seconds a launch
         result = check_stage(stage, size, rng)
         assert result.passed, f"{stage.key} @ {size}: {result.message}"
+
+
+@pytest.mark.gpu
+def test_headline_targets():
+    """At 4096^3, in one run: each stage faster than the one before; the best CUDA-core stage at
+    >= 70% of cuBLAS fp32 (torch.addmm, TF32 off) and the tensor-core stage at >= 1.2x it."""
+    from tests.headline import assert_each_stage_faster, headline
+
+    _, stages, peer = headline(gemm.op, peaks={})
+    assert_each_stage_faster(stages)
+    if peer is not None:
+        by_name = {r["stage"]: r["gflops"] for r in stages}
+        cuda_core = max(g for name, g in by_name.items() if name != "tensor_core")
+        assert cuda_core >= 0.70 * peer["gflops"], (by_name, peer["gflops"])
+        assert by_name["tensor_core"] >= 1.2 * peer["gflops"], (by_name, peer["gflops"])
+
+
+@pytest.mark.gpu
+def test_fused_epilogue_beats_separate_kernels():
+    from tests.headline import headline
+
+    _, stages, _ = headline(gemm.bias_gelu_op, peaks={})
+    times = {r["stage"]: r["median_us"] for r in stages}
+    assert times["fused"] < times["separate"], times

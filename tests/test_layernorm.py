@@ -162,3 +162,16 @@ def test_stage_correct_on_gpu(key):
     for size in operator.check_sizes:
         result = check_stage(operator[key[1]], size, rng)
         assert result.passed, f"{size}: {result.message}"
+
+
+@pytest.mark.gpu
+def test_headline_targets():
+    """At 32768 x 4096, in one run: each stage faster than the one before, the last at >= 85% of the
+    copy bandwidth measured now and >= 1.15x torch.nn.functional.layer_norm."""
+    from tests.headline import assert_each_stage_faster, headline
+
+    peaks, stages, peer = headline(layernorm.op)
+    assert_each_stage_faster(stages)
+    assert stages[-1]["gbps"] >= 0.85 * peaks["copy_gbps"], (stages[-1]["gbps"], peaks["copy_gbps"])
+    if peer is not None:
+        assert peer["median_us"] >= 1.15 * stages[-1]["median_us"], (peer["median_us"], stages[-1]["median_us"])
