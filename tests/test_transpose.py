@@ -81,15 +81,10 @@ def test_every_stage_is_correct_at_the_gpu_sizes():
 @pytest.fixture(scope="module")
 def headline():
     """Every stage timed at 16384 x 16384 in one run, with the measured copy bandwidth."""
-    from workbench.bench import bench_size
-    from workbench.peaks import copy_bandwidth
-    from workbench.results import environment
+    from tests.headline import headline as measure_headline
 
-    peaks = copy_bandwidth()
-    records, failures = bench_size(op, op.stages, op.headline_size, peaks, np.random.default_rng(),
-                                   environment())
-    assert not failures
-    return peaks, [r for r in records if r["kind"] == "stage"]
+    peaks, stages, _ = measure_headline(op)
+    return peaks, stages
 
 
 @pytest.mark.gpu
