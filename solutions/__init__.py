@@ -2,16 +2,13 @@
 
 Notebooks show these kernels, the grader's answer key is these, and ``exercises/`` is generated
 from them. Importing a module here imports ``workbench`` first, which chooses GPU or simulator
-before numba is imported.
+before numba is imported. Where an operator is listed is its ``rank`` field (see CONTRIBUTING.md).
+
+``$WORKBENCH_SOLUTIONS_PATH`` adds folders of one's own ladder modules to this package.
 """
+
+import os
 
 import workbench  # noqa: F401  (must precede numba)
 
-# The order operators are listed in (modules not named here follow alphabetically).
-LADDER_ORDER = (
-    "reduction", "elementwise", "transpose", "softmax",
-    "layernorm", "bias_relu_layernorm", "residual_layernorm", "rmsnorm",
-    "gemm", "gemm_bias_gelu", "gemm_batched",
-    # the interview set
-    "scan", "histogram", "argmax", "matvec", "stencil",
-)
+__path__ += [p for p in os.environ.get("WORKBENCH_SOLUTIONS_PATH", "").split(os.pathsep) if p]  # noqa: F821

@@ -159,6 +159,9 @@ op = Operator(
     bench_sizes=[(32, 32), (128, 128), (512, 512), (1024, 1024), (2048, 2048), (4096, 4096),
                  (8192, 8192), (16384, 16384)],
     headline_size=(16384, 16384),
+    rank=20,
+    group="Elementwise + fusion: GELU(x + bias) + residual",
+    record_all_sizes=True,
 )
 
 

@@ -130,6 +130,9 @@ op = Operator(
     bench_sizes=[(128, 128, 128), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024),
                  (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)],
     headline_size=(4096, 4096, 4096),
+    rank=90,
+    group="GEMM, from one thread per output to tensor cores",
+    record_all_sizes=True,
 )
 
 
@@ -900,6 +903,9 @@ bias_gelu_op = Operator(
     sim_sizes=[(1, 1, 1), (17, 33, 19)],
     bench_sizes=[(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096)],
     headline_size=(4096, 4096, 4096),
+    rank=100,
+    group="GEMM with a fused bias + GELU epilogue, and batched GEMM",
+    record_all_sizes=True,
 )
 
 
@@ -1013,6 +1019,9 @@ batched_op = Operator(
     sim_sizes=[(1, 1, 1, 1), (3, 5, 7, 3), (2, 17, 9, 11)],
     bench_sizes=[(64, 128, 128, 64), (256, 128, 128, 64), (1024, 128, 128, 64), (4096, 128, 128, 64)],
     headline_size=(1024, 128, 128, 64),
+    rank=110,
+    group="GEMM with a fused bias + GELU epilogue, and batched GEMM",
+    record_all_sizes=True,
 )
 
 

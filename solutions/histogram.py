@@ -70,10 +70,10 @@ op = Operator(
     sim_sizes=[1, 31, 33, 1000, 4099],
     bench_sizes=[2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28],
     headline_size=(2**28,),
+    rank=130,
+    group="The interview set: scan, histogram, argmax, matrix-vector, stencil",
+    grade_sizes={"sim": [(1025,), (8195,)], "gpu": [(2**20 + 3,), (255,), (132 * 8 * 4096 + 1,)]},
 )
-
-# The grader's extra cases: several elements per thread in one block, and more than one block.
-GRADE_EXTRA_SIZES = {"sim": [(1025,), (8195,)], "gpu": [(2**20 + 3,), (255,), (132 * 8 * 4096 + 1,)]}
 
 
 @cuda.jit

@@ -124,6 +124,9 @@ op = Operator(
     sim_sizes=[(3, 1), (5, 33), (4, 100), (2, 1000), (3, 4097)],
     bench_sizes=[(256, 1024), (4096, 1024), (4096, 4096), (32768, 1024), (32768, 4096), (4096, 32768)],
     headline_size=(32768, 4096),
+    rank=50,
+    group="LayerNorm over rows",
+    record_all_sizes=True,
 )
 
 
@@ -671,6 +674,8 @@ bias_relu_layernorm_op = Operator(
     sim_sizes=[(3, 1), (9, 33), (2, 1000)],
     bench_sizes=op.bench_sizes,
     headline_size=op.headline_size,
+    rank=60,
+    group="Fusions around LayerNorm: bias + ReLU + LayerNorm, residual + LayerNorm, RMSNorm",
 )
 
 
@@ -817,6 +822,8 @@ residual_layernorm_op = Operator(
     sim_sizes=[(3, 1), (9, 33), (2, 1000)],
     bench_sizes=op.bench_sizes,
     headline_size=op.headline_size,
+    rank=70,
+    group="Fusions around LayerNorm: bias + ReLU + LayerNorm, residual + LayerNorm, RMSNorm",
 )
 
 
@@ -957,6 +964,8 @@ rmsnorm_op = Operator(
     sim_sizes=[(3, 1), (9, 33), (2, 1000)],
     bench_sizes=op.bench_sizes,
     headline_size=op.headline_size,
+    rank=80,
+    group="Fusions around LayerNorm: bias + ReLU + LayerNorm, residual + LayerNorm, RMSNorm",
 )
 
 

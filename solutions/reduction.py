@@ -60,6 +60,9 @@ op = Operator(
     sim_sizes=[1, 31, 33, 1000, 1021, 4099],
     bench_sizes=[2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28],
     headline_size=(2**28,),
+    rank=10,
+    group="Reduction: sum of a float32 vector",
+    record_all_sizes=True,
 )
 
 

@@ -69,11 +69,12 @@ op = Operator(
     sim_sizes=[1, 31, 2049, 257, 1000, 4099],
     bench_sizes=[2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28],
     headline_size=(2**28,),
+    rank=120,
+    group="The interview set: scan, histogram, argmax, matrix-vector, stencil",
+    grade_sizes={"sim": [(2050,), (2048,), (513,)], "gpu": [(2048 * 2048 + 1,), (2048 * 256,), (2**17 + 3,)]},
 )
 
 # The grader's extra cases (besides the sizes above): a whole number of tiles, and enough tiles for
-# the tile totals to need a scan of their own (three levels of recursion on the GPU).
-GRADE_EXTRA_SIZES = {"sim": [(2050,), (2048,), (513,)], "gpu": [(2048 * 2048 + 1,), (2048 * 256,), (2**17 + 3,)]}
 
 
 @cuda.jit

@@ -97,6 +97,9 @@ op = Operator(
     sim_sizes=[(3, 1), (5, 33), (4, 100), (2, 1000), (3, 4097)],
     bench_sizes=[(256, 1024), (4096, 1024), (4096, 4096), (32768, 1024), (32768, 4096), (4096, 32768)],
     headline_size=(32768, 4096),
+    rank=40,
+    group="Softmax over rows",
+    record_all_sizes=True,
 )
 
 

@@ -36,13 +36,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-HINT = re.compile(r"^(?P<indent>[ \t]*)# HINT:\s?(?P<text>.*?)\s*$")
-BEGIN = re.compile(r"^(?P<indent>[ \t]*)# BEGIN SOLUTION\s*$")
-END = re.compile(r"^(?P<indent>[ \t]*)# END SOLUTION\s*$")
-STUB_MARK = "TODO(exercise): not implemented yet"  # on the stub line only; the grader looks for it
+from .markers import BEGIN, END, HINT, MAX_HINTS, STUB_MARK, has_markers
+
 HASH_LINE = re.compile(r"^# generated-sha256: (?P<hash>[0-9a-f]{64})\s*$", re.M)
 HEADER_END = "# " + "-" * 98
-MAX_HINTS = 3
 
 
 class MarkerError(ValueError):
@@ -58,10 +55,6 @@ class Region:
     hints: list = field(default_factory=list)
     function: str = "?"
     stub: str = "pass"
-
-
-def has_markers(text: str) -> bool:
-    return any(BEGIN.match(line) for line in text.splitlines())
 
 
 def find_regions(text: str, filename: str = "<source>") -> list[Region]:
@@ -200,11 +193,6 @@ def is_pristine(text: str) -> bool:
     """Is this exactly what the generator wrote (no learner edits below the header)?"""
     recorded, body = split_header(text)
     return recorded is not None and digest(body) == recorded
-
-
-def stub_lines(source: str) -> list[int]:
-    """1-based lines of ``source`` that are still TODO(exercise) stubs."""
-    return [i for i, line in enumerate(source.splitlines(), 1) if STUB_MARK in line and not line.lstrip().startswith("#")]
 
 
 # -- build ----------------------------------------------------------------------------------------

@@ -7,14 +7,14 @@ previous rung and why, and a launcher that runs the stage's kernel(s) on device 
 
 A ``solutions/<op>.py`` module builds one Operator and decorates its launchers with ``op.stage``.
 The decorated name stays callable (``reduction.fused(x, out)``), and checks its arguments first.
+Everything else about an operator (where it is listed, how the grader judges it) is a declared field
+here, never a module-level name found by ``getattr``: ``workbench.registry`` finds the operators.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -109,7 +109,26 @@ class Operator:
     tolerance: Callable[[Size, Any], float] | None = None
     peer: Callable[[Size], tuple[str, Callable] | None] | None = None
     bound: str = "memory"  # "memory" or "compute": which measured peak "% of peak" refers to
+    size_names: Sequence[str] | None = None  # what each number of a size is; None: by their count
+
+    # -- where the operator appears: the README, notebooks and `workbench list` sort by (rank, name);
+    # operators that share a `group` share one README heading (a fusion beside the ladder it fuses).
+    rank: float = 1000.0
+    group: str | None = None  # the README heading; None: the operator's own title
+    record_all_sizes: bool = False  # the recording script measures every bench size (else the headline only)
+
+    # -- how the grader judges a learner's stage of this operator
+    grade_sizes: Mapping[str, Sequence[Size]] | None = None  # extra sizes by mode ("sim", "gpu"); None: derived
+    grade_speed_bar: float = 0.6  # fraction of the solution's bandwidth a stage must reach on a GPU
+    grade_speed_size: Size | None = None  # None: the headline size
+    # explain(inputs, out, ref) -> a sentence on why out is wrong (a tie broken the wrong way, ...) or None
+    explain: Callable[[tuple, np.ndarray, np.ndarray], str | None] | None = None
+    # adversarial_inputs(size, rng) -> [(label, inputs)]: inputs random draws never hit (all-negative,
+    # constant rows, huge logits, ties, ...), checked by the grader and the tests beside the random ones
+    adversarial_inputs: Callable[[Size, np.random.Generator], list[tuple[str, tuple]]] | None = None
+
     stages: list[Stage] = field(default_factory=list)
+    module: str | None = None  # the module that defines the operator (set by the registry)
 
     def stage(
         self,
@@ -142,44 +161,28 @@ class Operator:
                 return s
         raise KeyError(f"{self.name} has no stage {name!r}; stages: {', '.join(s.name for s in self.stages)}")
 
+    @property
+    def dims(self) -> tuple[str, ...]:
+        """The names of a size's numbers: ('n',), ('rows', 'cols'), ('M', 'N', 'K'), ..."""
+        if self.size_names:
+            return tuple(self.size_names)
+        return DEFAULT_SIZE_NAMES[len(as_size(self.headline_size))]
+
+    @property
+    def size_form(self) -> str:
+        """How a size of this operator is written on a command line: N, ROWSxCOLS, MxNxK, ..."""
+        return "x".join(d.upper() for d in self.dims)
+
     def tolerance_for(self, size: Size, dtype: Any) -> float:
         if self.tolerance is not None:
             return float(self.tolerance(size, dtype))
         return DEFAULT_TOLERANCE[np.dtype(dtype).name]
 
 
+DEFAULT_SIZE_NAMES = {1: ("n",), 2: ("rows", "cols"), 3: ("M", "N", "K"), 4: ("batch", "M", "N", "K")}
+
 # ‖out − ref‖ / ‖ref‖ that a correct kernel stays under, by the precision it computes in.
 DEFAULT_TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}
-
-
-# -- the registry of operators -----------------------------------------------------------------
-
-def load_operators() -> dict[str, Operator]:
-    """Import every ``solutions`` module and return its operators by name, in ladder order."""
-    import solutions
-
-    ops: dict[str, Operator] = {}
-    for info in sorted(pkgutil.iter_modules(solutions.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"solutions.{info.name}")
-        # A module defines its operator as `op`, and may list further ones (a fused variant with its
-        # own reference, say) in `OPERATORS`.
-        for op in [getattr(module, "op", None), *getattr(module, "OPERATORS", ())]:
-            if isinstance(op, Operator):
-                ops[op.name] = op
-    order = getattr(solutions, "LADDER_ORDER", ())
-    return dict(sorted(ops.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])))
-
-
-def resolve(target: str) -> tuple[Operator, list[Stage]]:
-    """'reduction' -> all stages; 'reduction.fused' -> that stage."""
-    ops = load_operators()
-    op_name, _, stage_name = target.partition(".")
-    if op_name not in ops:
-        raise KeyError(f"no operator {op_name!r}; known: {', '.join(ops) or 'none'}")
-    op = ops[op_name]
-    return op, ([op[stage_name]] if stage_name else list(op.stages))
 
 
 # -- helpers that launchers and validators share ------------------------------------------------
@@ -240,6 +243,11 @@ def scratch(key: str, shape, dtype=np.float32, zeroed: bool = False):
 
 
 _SCRATCH: dict = {}
+
+
+def clear_scratch() -> None:
+    """Forget every cached workspace buffer (the grader does, so a submission starts from garbage)."""
+    _SCRATCH.clear()
 
 
 def sm_count() -> int:

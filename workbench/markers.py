@@ -1,0 +1,31 @@
+"""The exercise markers in a ladder module, shared by the exercise generator and the grader.
+
+A solutions module marks what a learner should write::
+
+    # HINT: a nudge                       (1 to 3 hint lines, vague -> specific, directly before BEGIN)
+    # BEGIN SOLUTION
+    ...the code...
+    # END SOLUTION
+
+The generated exercise replaces each region by its hints and one stub line carrying ``STUB_MARK``.
+"""
+
+from __future__ import annotations
+
+import re
+
+HINT = re.compile(r"^(?P<indent>[ \t]*)# HINT:\s?(?P<text>.*?)\s*$")
+BEGIN = re.compile(r"^(?P<indent>[ \t]*)# BEGIN SOLUTION\s*$")
+END = re.compile(r"^(?P<indent>[ \t]*)# END SOLUTION\s*$")
+STUB_MARK = "TODO(exercise): not implemented yet"  # on the stub line only; the grader looks for it
+MAX_HINTS = 3
+
+
+def has_markers(text: str) -> bool:
+    """Does this source have at least one BEGIN SOLUTION region (is it, or part of it, an exercise)?"""
+    return any(BEGIN.match(line) for line in text.splitlines())
+
+
+def stub_lines(source: str) -> list[int]:
+    """1-based lines of ``source`` that are still TODO(exercise) stubs (not comments mentioning one)."""
+    return [i for i, line in enumerate(source.splitlines(), 1) if STUB_MARK in line and not line.lstrip().startswith("#")]

@@ -1,0 +1,92 @@
+"""Problem sizes typed by a person: parsed, and checked against the operator before anything runs.
+
+``1000``, ``2**20``, ``2^20``, ``1e6`` and ``32768x4096`` parse; a size of the wrong form for the
+operator, a zero or negative dimension, or one too large for the device (or for the simulator) is
+refused with one line that names the operator's size form and the limit.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .ladder import Operator, Size, size_label
+
+SIM_MAX_BYTES = 1 << 30  # the simulator keeps every array in host memory and runs a thread at a time
+SIM_SLOW_ELEMENTS = 1 << 18  # above this many output or input elements the simulator takes minutes
+SIM_ELEMENTS_PER_S = 20_000.0  # roughly what the simulator gets through (one Python thread per element)
+
+
+class SizeError(ValueError):
+    """A size that cannot be run; the message is one line for the user."""
+
+
+def eval_int(text: str) -> int:
+    """'4096', '2**28', '2^28', '1e6' -> int, without eval."""
+    text = text.strip()
+    for power in ("**", "^"):
+        if power in text:
+            base, _, exp = text.partition(power)
+            return int(base) ** int(exp)
+    if "e" in text:
+        value = float(text)
+        if not value.is_integer():
+            raise ValueError(text)
+        return int(value)
+    return int(text)
+
+
+def parse_size(text: str) -> Size:
+    """'32768x4096' -> (32768, 4096); raises SizeError with the accepted forms."""
+    try:
+        return tuple(eval_int(part) for part in text.lower().replace("×", "x").split("x"))
+    except (ValueError, OverflowError):
+        raise SizeError(f"size must look like 1000, 2**20, 1e6 or 32768x4096; got {text!r}") from None
+
+
+def _elements(size: Size) -> int:
+    return math.prod(size)
+
+
+def device_limit_bytes() -> tuple[int, str]:
+    """The most bytes one run may move, and where that limit comes from."""
+    from . import device
+
+    if device.is_simulator():
+        return SIM_MAX_BYTES, "the simulator's limit"
+    from numba import cuda
+
+    free, total = cuda.current_context().get_memory_info()
+    return int(total * 0.45), f"45% of this GPU's {total / 2**30:.0f} GiB (inputs, output and their copies)"
+
+
+def check_size(op: Operator, size: Size) -> Size:
+    """Return ``size`` if ``op`` can run it here, else raise SizeError naming what was expected."""
+    size = tuple(size)
+    form = op.size_form
+    if len(size) != len(op.dims):
+        raise SizeError(f"{op.name} takes {form} ({len(op.dims)} number{'s' * (len(op.dims) > 1)}, e.g. "
+                        f"{size_label(op.headline_size)}); got {size_label(size)}")
+    bad = [f"{name}={n}" for name, n in zip(op.dims, size) if n < 1]
+    if bad:
+        raise SizeError(f"{op.name} takes {form} with every number at least 1; got {', '.join(bad)}")
+    limit, why = device_limit_bytes()
+    need = int(op.bytes_moved(size))
+    if need > limit:
+        raise SizeError(f"{op.name} at {size_label(size)} moves {need / 2**30:.1f} GiB, more than {why} "
+                        f"({limit / 2**30:.1f} GiB); try {size_label(op.headline_size)} or smaller")
+    return size
+
+
+def simulator_warning(op: Operator, size: Size) -> str | None:
+    """A warning with an estimate when the simulator will be slow at this size, else None."""
+    from . import device
+
+    if not device.is_simulator():
+        return None
+    work = max(_elements(size), int(op.bytes_moved(size)) // 4)
+    if work <= SIM_SLOW_ELEMENTS:
+        return None
+    minutes = work / SIM_ELEMENTS_PER_S / 60
+    return (f"{op.name} at {size_label(size)} in the simulator: about {work:,} elements, roughly "
+            f"{minutes:.0f} minute(s) per stage (the simulator runs one Python thread per GPU thread); "
+            f"sizes up to {SIM_SLOW_ELEMENTS:,} elements take seconds")
