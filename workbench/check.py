@@ -16,21 +16,44 @@ from . import device as _device
 from .ladder import Operator, Size, Stage, as_size, size_label
 
 
+PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+
+
 @dataclass
 class CheckResult:
+    """One stage at one size: ``status`` is passed, failed or skipped (a stage the simulator cannot run
+    was never judged: it neither passed nor failed, and says why in ``message``)."""
+
     key: str
     size: list
-    passed: bool
-    rel_err: float
-    tolerance: float
+    status: str
+    rel_err: float | None
+    tolerance: float | None
     message: str = ""
-    skipped: bool = False
+    inputs: str = "random"  # which inputs: "random", or the label of an adversarial set ("all-negative", ...)
     first_bad_index: list | None = None
     worst: list = field(default_factory=list)  # [(index, got, expected)] of the largest errors
     # What went wrong, as a short code the grader keys its advice on: "shape", "unwritten" (poison
     # left in the output), "uninitialised" (integer output = poison + answer), "nan" (a NaN/inf the
     # kernel computed), "all-zeros", "wrong-values", "input-modified", "exception"; "" when passed.
     reason: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAILED
+
+    @property
+    def skipped(self) -> bool:
+        return self.status == SKIPPED
+
+    def fail(self, reason: str, message: str) -> None:
+        self.status = FAILED
+        self.reason = self.reason or reason
+        self.message = (self.message + "; " if self.message else "") + message
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -92,9 +115,9 @@ def _compare_exact(key: str, size: Size, out: np.ndarray, ref: np.ndarray) -> Ch
     err = relative_error(got, want.astype(np.float64))
     wrong = got != want
     if not wrong.any():
-        return CheckResult(key, list(size), True, err, 0.0)
+        return CheckResult(key, list(size), PASSED, err, 0.0)
     flat = np.flatnonzero(wrong)
-    result = CheckResult(key, list(size), False, err, 0.0, first_bad_index=_index(flat[0], out.shape))
+    result = CheckResult(key, list(size), FAILED, err, 0.0, first_bad_index=_index(flat[0], out.shape))
     order = flat[np.argsort(np.abs(got - want).ravel()[flat], kind="stable")[::-1][:5]]
     result.worst = [[_index(i, out.shape), int(got.ravel()[i]), int(want.ravel()[i])] for i in order]
     unwritten = is_poison(out) & wrong
@@ -126,7 +149,7 @@ def compare(key: str, size: Size, out: np.ndarray, ref: np.ndarray, tolerance: f
     hold the output's poison are reported as never written, other NaN/inf as computed.
     """
     if out.shape != np.shape(ref):
-        return CheckResult(key, list(size), False, float("inf"), tolerance,
+        return CheckResult(key, list(size), FAILED, float("inf"), tolerance,
                            f"output shape {out.shape} but expected {np.shape(ref)}", reason="shape")
     if np.issubdtype(out.dtype, np.integer) or np.issubdtype(out.dtype, np.bool_):
         return _compare_exact(key, size, out, ref)
@@ -150,11 +173,11 @@ def compare(key: str, size: Size, out: np.ndarray, ref: np.ndarray, tolerance: f
                        "(NaN here): a missing cuda.syncthreads() between writing and reading shared memory, or "
                        "a buffer or accumulator never initialised")
             reason = "nan"
-        return CheckResult(key, list(size), False, float("nan"), tolerance, message, first_bad_index=first,
+        return CheckResult(key, list(size), FAILED, float("nan"), tolerance, message, first_bad_index=first,
                            worst=[[first, float(out[tuple(first)]), float(ref[tuple(first)])]], reason=reason)
     err = relative_error(out, ref)
     passed = err <= tolerance
-    result = CheckResult(key, list(size), passed, err, tolerance)
+    result = CheckResult(key, list(size), PASSED if passed else FAILED, err, tolerance)
     if not passed:
         absdiff = np.abs(out.astype(np.float64) - ref)
         scale = max(float(np.abs(ref).max()), 1e-30)
@@ -186,27 +209,31 @@ def run_once(stage: Stage, inputs: tuple, out_template: np.ndarray, launch: Call
 
 
 def check_stage(stage: Stage, size, rng: np.random.Generator | None = None, launch: Callable | None = None,
-                explain: Callable | None = None) -> CheckResult:
-    """Check one stage at one size on fresh random inputs.
+                explain: Callable | None = None, inputs: tuple | None = None, label: str = "random") -> CheckResult:
+    """Check one stage at one size, on fresh random inputs or on the ``inputs`` given.
 
     ``launch`` replaces the stage's own launcher (the grader runs a learner's this way, judged by the
-    stage's operator); ``explain(inputs, out, ref)`` may add a hint to a failed comparison."""
+    stage's operator); ``explain(inputs, out, ref)`` may add a hint to a failed comparison (default:
+    the operator's own ``explain``); ``label`` names the inputs in the result ("all-negative", ...)."""
     op: Operator = stage.op
     size = as_size(size)
     if stage.gpu_only and _device.is_simulator():
-        return CheckResult(stage.key, list(size), True, 0.0, 0.0, f"skipped: {stage.gpu_only}", skipped=True)
-    rng = rng or np.random.default_rng()
-    inputs = op.make_inputs(size, rng)
+        return CheckResult(stage.key, list(size), SKIPPED, None, None,
+                           f"not run: the simulator cannot run it ({stage.gpu_only})", inputs=label)
+    if inputs is None:
+        inputs = op.make_inputs(size, rng or np.random.default_rng())
+    explain = explain or op.explain
     originals = [np.array(a, copy=True) for a in inputs]
     ref = op.reference(*inputs)
     tol = stage.tolerance if stage.tolerance is not None else op.tolerance_for(size, stage.dtype)
     try:
         out, after = run_once(stage, inputs, op.make_output(size), launch)
     except Exception as exc:  # a crash is a failed check, reported with its cause
-        return CheckResult(stage.key, list(size), False, float("inf"), tol, f"{type(exc).__name__}: {exc}",
-                           reason="exception")
+        return CheckResult(stage.key, list(size), FAILED, float("inf"), tol, f"{type(exc).__name__}: {exc}",
+                           reason="exception", inputs=label)
     result = compare(stage.key, size, out, ref, tol)
-    if not result.passed and explain is not None and result.reason != "shape":
+    result.inputs = label
+    if result.failed and explain is not None and result.reason != "shape":
         try:
             hint = explain(inputs, out, ref)
         except Exception:  # a hint must never turn a verdict into a crash
@@ -218,11 +245,15 @@ def check_stage(stage: Stage, size, rng: np.random.Generator | None = None, laun
             changed = np.flatnonzero(~((before == now) | (np.isnan(before) & np.isnan(now)))
                                      if np.issubdtype(before.dtype, np.floating) else before != now)
             where = f" (first at index {_index(changed[0], before.shape)})" if changed.size else ""
-            result.passed = False
-            result.reason = result.reason or "input-modified"
-            result.message = (result.message + "; " if result.message else "") + \
-                f"input {i} was modified{where}: a stage must not write to its inputs"
+            result.fail("input-modified", f"input {i} was modified{where}: a stage must not write to its inputs")
     return result
+
+
+def adversarial_cases(op: Operator, size, rng: np.random.Generator) -> list[tuple[str, tuple]]:
+    """The operator's adversarial input sets at ``size`` (all-negative, constant rows, ...), or []."""
+    if op.adversarial_inputs is None:
+        return []
+    return list(op.adversarial_inputs(as_size(size), rng))
 
 
 def default_sizes(op: Operator) -> list[Size]:
@@ -238,4 +269,6 @@ def check_ladder(op: Operator, stages: list[Stage] | None = None, sizes=None, se
             if progress:
                 progress(f"{stage.key} @ {size_label(as_size(size))}")
             results.append(check_stage(stage, size, rng))
+            for label, inputs in adversarial_cases(op, size, rng):
+                results.append(check_stage(stage, size, inputs=inputs, label=label))
     return results
