@@ -89,6 +89,12 @@ def source_file(op: Operator) -> Path:
     return Path(module_of(op).__file__)
 
 
+def notebook_name(op: Operator) -> str:
+    """NN_<op>.ipynb: NN is the operator's 1-based place in listing order (by rank)."""
+    names = list(load_operators())
+    return f"{names.index(op.name) + 1:02d}_{op.name}.ipynb"
+
+
 def operators_by_module() -> dict[str, list[Operator]]:
     """Short module name -> the operators it defines, in listing order."""
     out: dict[str, list[Operator]] = {}

@@ -136,6 +136,17 @@ def records_for(op: str, data: dict) -> list[dict]:
     return [r for r in data["records"] if r["op"] == op]
 
 
+def headline(recs: list[dict], size) -> list[dict]:
+    """The records at ``size`` (an operator's headline size); if none were taken there, at the largest
+    size recorded."""
+    import math
+
+    size = [int(d) for d in (size if isinstance(size, (tuple, list)) else (size,))] if size is not None else None
+    if size is None or not any(r["size"] == size for r in recs):
+        size = max((r["size"] for r in recs), key=math.prod, default=None)
+    return [r for r in recs if r["size"] == size]
+
+
 def latest_file_with(op: str) -> dict | None:
     """The recorded file with the newest records for ``op`` (what plots show without a GPU)."""
     best, best_date = None, ""

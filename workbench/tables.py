@@ -1,0 +1,128 @@
+"""Ladder tables in Markdown, and the README's ladder sections, generated from the registry and
+``results/``.
+
+The README's "The ladders" part lies between ``<!-- ladders -->`` and ``<!-- /ladders -->`` and is made
+here whole: a heading per ``Operator.group`` (in ``rank`` order), and for each operator its table (between
+``<!-- ladder:OP -->`` markers) and its committed plots. A new operator therefore appears in the README
+without anyone editing it: `workbench table --update-readme`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from . import paths, registry, results
+from .ladder import Operator
+
+
+def _fmt(x, spec: str) -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def peak_caption(op: Operator, peaks: dict) -> str:
+    if op.bound == "compute":
+        return f"the measured cuBLAS fp32 rate, {peaks.get('gemm_fp32_gflops', float('nan')) / 1e3:.1f} TFLOP/s"
+    return f"the measured copy bandwidth, {peaks.get('copy_gbps', float('nan')):.0f} GB/s"
+
+
+def ladder_table(op: Operator, data: dict) -> str:
+    """Markdown table of a ladder at its headline size, from one recorded results file."""
+    recs = results.headline(results.records_for(op.name, data), op.headline_size)
+    stages = sorted((r for r in recs if r.get("kind") == "stage"), key=lambda r: r["order"])
+    peers = [r for r in recs if r.get("kind") == "peer"]
+    if not stages:
+        return f"_no recorded figures for {op.name} yet: `workbench bench {op.name}` on a GPU records them_\n"
+    first = stages[0]
+    v = first["versions"]
+    torch = f", torch {v['torch']}" if "torch" in v else ""
+    lines = [f"{op.title}, {first['size_label']} {first['dtype']} on **{data['device']}**, "
+             f"{max(r['date'] for r in stages)[:10]} (numba-cuda {v.get('numba_cuda')}, numba {v.get('numba')}{torch}); "
+             f"% of peak is of {peak_caption(op, data.get('peaks') or {})}.", "",
+             "| # | stage | median µs | GB/s | GFLOP/s | % of peak | vs " + (peers[0]["stage"] if peers else "peer") + " |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for r in stages:
+        ratio = f"{r['peer']['median_us'] / r['median_us']:.2f}x" if r.get("peer") else "—"
+        lines.append(f"| {r['order']} | {r['stage']} | {r['median_us']:.1f} | {r['gbps']:.0f} | {r['gflops']:.0f} | "
+                     f"{_fmt(r.get('pct_of_peak'), '.0f')} | {ratio} |")
+    for r in peers:
+        lines.append(f"| — | {r['stage']} (library) | {r['median_us']:.1f} | {r['gbps']:.0f} | {r['gflops']:.0f} | "
+                     f"{_fmt(r.get('pct_of_peak'), '.0f')} | 1.00x |")
+    return "\n".join(lines) + "\n"
+
+
+def recorded_table(op: Operator) -> str:
+    """The table from the newest recorded file that has this operator (a note if none has)."""
+    data = results.latest_file_with(op.name)
+    return ladder_table(op, data) if data is not None else ladder_table(op, {"records": []})
+
+
+# -- the README --------------------------------------------------------------------------------------
+
+def between(text: str, name: str) -> tuple[str, str, str] | None:
+    """Split ``text`` at ``<!-- name -->`` ... ``<!-- /name -->``: (head, body, tail), or None."""
+    start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    if start not in text or end not in text.split(start, 1)[1]:
+        return None
+    head, rest = text.split(start, 1)
+    body, tail = rest.split(end, 1)
+    return head + start, body, end + tail
+
+
+def replace_between(text: str, name: str, body: str) -> str | None:
+    parts = between(text, name)
+    return None if parts is None else f"{parts[0]}\n{body}{parts[2]}"
+
+
+def committed_plots(op: Operator) -> list[Path]:
+    """The committed figures of an operator that README shows, in a fixed order."""
+    return [p for kind in ("staircase", "latency", "roofline")
+            if (p := paths.COMMITTED_PLOTS_DIR / f"{op.name}_{kind}.png").exists()]
+
+
+def notebook_label(ops: list[Operator]) -> str:
+    names = [registry.notebook_name(op) for op in ops]
+    if len(names) == 1:
+        return f"`notebooks/{names[0]}`"
+    numbers = [n.split("_", 1)[0] for n in names]
+    return f"notebooks {numbers[0]}-{numbers[-1]}"
+
+
+def readme_ladders() -> str:
+    """The whole generated "ladders" block: a heading per group, a table and plots per operator."""
+    groups: dict[str, list[Operator]] = {}
+    for op in registry.load_operators().values():
+        groups.setdefault(op.group or op.title, []).append(op)
+    out = []
+    for heading, ops in groups.items():
+        files = sorted({f"solutions/{registry.short_module_name(op)}.py" for op in ops})
+        where = f"`{files[0]}`" if len(files) == 1 else "`solutions/`"
+        out += [f"### {heading} ({where}, {notebook_label(ops)})", ""]
+        for op in ops:
+            out += [f"<!-- ladder:{op.name} -->", recorded_table(op).rstrip("\n"), f"<!-- /ladder:{op.name} -->", ""]
+            plots = committed_plots(op)
+            if plots:
+                out += [f"![{op.name} {p.stem.rsplit('_', 1)[1]}]({p.relative_to(paths.REPO_ROOT).as_posix()})"
+                        for p in plots] + [""]
+    return "\n".join(out)
+
+
+def render_readme(text: str) -> str:
+    """README text with its generated ladders block made anew (unchanged text if it has no markers)."""
+    new = replace_between(text, "ladders", readme_ladders())
+    return text if new is None else new
+
+
+def update_readme(readme: Path | None = None) -> str:
+    """Rewrite the README's generated block; returns "updated", "unchanged" or "no-markers"."""
+    readme = Path(readme or paths.README)
+    text = readme.read_text()
+    if between(text, "ladders") is None:
+        return "no-markers"
+    new = render_readme(text)
+    if new == text:
+        return "unchanged"
+    tmp = readme.with_suffix(".md.tmp")
+    tmp.write_text(new)
+    os.replace(tmp, readme)
+    return "updated"
