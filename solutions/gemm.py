@@ -92,10 +92,8 @@ def _tolerance(size, dtype):
 def _host_alpha_beta(alpha_beta):
     """alpha, beta as Python floats for torch's addmm. Read once per buffer and cached with the peer's
     array views (which the bench clears after each size), so timed peer calls never wait on a copy."""
-    key = ("gemm.alpha_beta",) + peers._key(alpha_beta)
-    if key not in peers._VIEWS:
-        peers._VIEWS[key] = tuple(float(v) for v in cuda.as_cuda_array(alpha_beta).copy_to_host())
-    return peers._VIEWS[key]
+    return peers.cached("gemm.alpha_beta", alpha_beta,
+                        lambda a: tuple(float(v) for v in cuda.as_cuda_array(a).copy_to_host()))
 
 
 def _peer(size):

@@ -105,6 +105,6 @@ def bench_size(op: Operator, stages: list[Stage], size, peaks: dict, rng: np.ran
         if rec is not None:
             rec.update(stage=stage.name, order=stage.order, kind="stage", summary=stage.summary, peer=peer_summary)
             records.append(rec)
-    peers._VIEWS.clear()  # the views keep this size's buffers alive
+    peers.clear_views()  # the views keep this size's buffers alive
     return records, failures
 
