@@ -13,6 +13,7 @@ here, never a module-level name found by ``getattr``: ``workbench.registry`` fin
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -62,6 +63,11 @@ class Stage:
         """Run the stage on device arrays after checking them (dtype, shape, contiguity, device)."""
         if self.gpu_only and _device.is_simulator():
             raise RuntimeError(f"{self.key} needs a real GPU: {self.gpu_only}")
+        signature = inspect.signature(self.launch)
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InputError(f"{self.key} takes {self.key.split('.')[1]}{signature}: {exc}") from None
         self.op.validate(*args, **kwargs)
         return self.launch(*args, **kwargs)
 

@@ -132,6 +132,15 @@ def save_records(device_name: str, records: list[dict], peaks: dict | None = Non
     return path
 
 
+def stored_peaks(device_name: str) -> dict | None:
+    """The peaks recorded for this device model, if a run measured them (else None: measure them)."""
+    path = path_for(device_name)
+    if not path.exists():
+        return None
+    stored = load(path).get("peaks") or {}
+    return stored if stored.get("copy_gbps") else None
+
+
 def records_for(op: str, data: dict) -> list[dict]:
     return [r for r in data["records"] if r["op"] == op]
 

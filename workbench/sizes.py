@@ -72,8 +72,12 @@ def check_size(op: Operator, size: Size) -> Size:
     limit, why = device_limit_bytes()
     need = int(op.bytes_moved(size))
     if need > limit:
+        from . import device
+
+        example = op.sim_sizes[-1] if device.is_simulator() else op.headline_size
         raise SizeError(f"{op.name} at {size_label(size)} moves {need / 2**30:.1f} GiB, more than {why} "
-                        f"({limit / 2**30:.1f} GiB); try {size_label(op.headline_size)} or smaller")
+                        f"({limit / 2**30:.1f} GiB); try {size_label(tuple(example) if not isinstance(example, int) else (example,))} "
+                        "or smaller")
     return size
 
 
