@@ -208,6 +208,11 @@ def run_once(stage: Stage, inputs: tuple, out_template: np.ndarray, launch: Call
     return d_out.copy_to_host(), [d.copy_to_host() for d in d_inputs]
 
 
+def tolerance_of(stage: Stage, size: Size) -> float:
+    """The relative error a correct run of ``stage`` at ``size`` stays under."""
+    return stage.tolerance if stage.tolerance is not None else stage.op.tolerance_for(size, stage.dtype)
+
+
 def check_stage(stage: Stage, size, rng: np.random.Generator | None = None, launch: Callable | None = None,
                 explain: Callable | None = None, inputs: tuple | None = None, label: str = "random") -> CheckResult:
     """Check one stage at one size, on fresh random inputs or on the ``inputs`` given.
@@ -222,16 +227,25 @@ def check_stage(stage: Stage, size, rng: np.random.Generator | None = None, laun
                            f"not run: the simulator cannot run it ({stage.gpu_only})", inputs=label)
     if inputs is None:
         inputs = op.make_inputs(size, rng or np.random.default_rng())
-    explain = explain or op.explain
     originals = [np.array(a, copy=True) for a in inputs]
-    ref = op.reference(*inputs)
-    tol = stage.tolerance if stage.tolerance is not None else op.tolerance_for(size, stage.dtype)
     try:
         out, after = run_once(stage, inputs, op.make_output(size), launch)
     except Exception as exc:  # a crash is a failed check, reported with its cause
-        return CheckResult(stage.key, list(size), FAILED, float("inf"), tol, f"{type(exc).__name__}: {exc}",
-                           reason="exception", inputs=label)
-    result = compare(stage.key, size, out, ref, tol)
+        return CheckResult(stage.key, list(size), FAILED, float("inf"), tolerance_of(stage, size),
+                           f"{type(exc).__name__}: {exc}", reason="exception", inputs=label)
+    return judge(stage, size, originals, out, after, explain=explain, label=label)
+
+
+def judge(stage: Stage, size, inputs: tuple, out: np.ndarray, inputs_after, *, explain: Callable | None = None,
+          label: str = "random") -> CheckResult:
+    """Judge a finished run of ``stage``: ``out`` against the reference of ``inputs`` (as they were
+    before the run), and ``inputs_after`` against ``inputs`` (a stage must not write to its inputs).
+    ``check_stage`` runs and judges; the grader runs a learner's launcher elsewhere and judges here."""
+    op: Operator = stage.op
+    size = as_size(size)
+    explain = explain or op.explain
+    ref = op.reference(*inputs)
+    result = compare(stage.key, size, out, ref, tolerance_of(stage, size))
     result.inputs = label
     if result.failed and explain is not None and result.reason != "shape":
         try:
@@ -240,7 +254,7 @@ def check_stage(stage: Stage, size, rng: np.random.Generator | None = None, laun
             hint = None
         if hint:
             result.message += f"; {hint}"
-    for i, (before, now) in enumerate(zip(originals, after)):
+    for i, (before, now) in enumerate(zip(inputs, inputs_after)):
         if not np.array_equal(before, now, equal_nan=True):
             changed = np.flatnonzero(~((before == now) | (np.isnan(before) & np.isnan(now)))
                                      if np.issubdtype(before.dtype, np.floating) else before != now)
