@@ -1,0 +1,117 @@
+// Tensor-core, ldmatrix and cp.async helpers for the half-precision GEMM ladder (solutions/hgemm.py),
+// the int8 GEMM (solutions/int8_gemm.py) and the deep-pipeline TF32 stage of solutions/gemm.py,
+// linked into numba kernels with cuda.declare_device(..., link=this file). numba compiles this file
+// with NVRTC and, with link-time optimisation (nvJitLink), inlines every call: each helper costs what
+// its one PTX instruction costs.
+//
+// numba's ABI for a foreign device function: return int (0: no Python exception), the result through
+// the first argument, a pointer. A numba UniTuple(T, n) is laid out as n values of T in a row.
+// Shared-memory addresses arrive as generic addresses (array.ctypes.data + byte offset) and are
+// converted here; global ones are generic addresses used as they are.
+//
+// Fragment layouts are documented once, in solutions/hgemm.py (and checked on the CPU by
+// tests/test_hgemm.py); the names below follow the PTX ISA, "Matrix Fragments for mma.m16n8k16".
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+struct f32x4 { float x, y, z, w; };
+struct u32x4 { unsigned x, y, z, w; };
+struct s32x4 { int x, y, z, w; };
+
+// d = a @ b + c for one m16n8k16 tile per warp: A 16x16 (row-major fragments), B 16x8 (column-major
+// fragments), half inputs packed two to a 32-bit register, float32 accumulators.
+extern "C" __device__ int mma_f16_m16n8k16(f32x4* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                           unsigned b0, unsigned b1, float c0, float c1, float c2, float c3)
+{
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+        : "=f"(d->x), "=f"(d->y), "=f"(d->z), "=f"(d->w)
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c0), "f"(c1), "f"(c2), "f"(c3));
+    return 0;
+}
+
+extern "C" __device__ int mma_bf16_m16n8k16(f32x4* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                            unsigned b0, unsigned b1, float c0, float c1, float c2, float c3)
+{
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};\n"
+        : "=f"(d->x), "=f"(d->y), "=f"(d->z), "=f"(d->w)
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c0), "f"(c1), "f"(c2), "f"(c3));
+    return 0;
+}
+
+// Four 8x8 matrices of 16-bit elements from shared memory, one 32-bit register of each per lane.
+// Lane l gives the address of row l % 8 of matrix l / 8 (16 bytes); lane t receives, of matrix j,
+// the two elements at row t / 4, columns 2 (t % 4) and 2 (t % 4) + 1. With .trans it receives them
+// from the transposed matrix: stored rows 2 (t % 4) and 2 (t % 4) + 1, column t / 4.
+extern "C" __device__ int ldmatrix_x4(u32x4* r, unsigned long long shared_row)
+{
+    unsigned addr = (unsigned)__cvta_generic_to_shared((void*)shared_row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r->x), "=r"(r->y), "=r"(r->z), "=r"(r->w) : "r"(addr));
+    return 0;
+}
+
+extern "C" __device__ int ldmatrix_x4_trans(u32x4* r, unsigned long long shared_row)
+{
+    unsigned addr = (unsigned)__cvta_generic_to_shared((void*)shared_row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r->x), "=r"(r->y), "=r"(r->z), "=r"(r->w) : "r"(addr));
+    return 0;
+}
+
+// One 16-byte asynchronous copy global -> shared (sm_80+), bypassing L1 (.cg). src_bytes < 16 fills
+// the rest of the 16 bytes with zeros: 0 for a chunk outside the matrix.
+extern "C" __device__ int cp_async_chunk16(int* result, unsigned long long shared_dst,
+                                           unsigned long long global_src, int src_bytes)
+{
+    unsigned dst = (unsigned)__cvta_generic_to_shared((void*)shared_dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(global_src), "r"(src_bytes));
+    *result = 0;
+    return 0;
+}
+
+// Close this thread's current group of copies (a pipeline stage).
+extern "C" __device__ int cp_async_commit(int* result)
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    *result = 0;
+    return 0;
+}
+
+// Wait until at most `pending` of this thread's most recent groups are still in flight. The count is
+// an immediate in PTX, so each value is its own instruction; called with a constant, the switch folds
+// away after inlining. A __syncthreads() after it makes every thread's landed copies visible to all.
+extern "C" __device__ int cp_async_wait_pending(int* result, int pending)
+{
+    switch (pending) {
+        case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+        case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+        case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+        case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+        case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
+        case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
+        case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
+        default: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;  // more: wait for all
+    }
+    *result = 0;
+    return 0;
+}
+
+// Two float32 values rounded (to nearest even) to two halves, packed in 32 bits: lo in the low 16.
+extern "C" __device__ int pack_f16x2(unsigned* r, float lo, float hi)
+{
+    __half2 h = __floats2half2_rn(lo, hi);
+    *r = *reinterpret_cast<unsigned*>(&h);
+    return 0;
+}
+
+extern "C" __device__ int pack_bf16x2(unsigned* r, float lo, float hi)
+{
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    *r = *reinterpret_cast<unsigned*>(&h);
+    return 0;
+}
