@@ -1,0 +1,108 @@
+"""Every stage of every operator in the registry: correct, compiled for sm_90, and (on a GPU) correct at
+the operator's check sizes. A new ``solutions/<op>.py`` is tested here without a line of its own;
+``tests/test_<op>.py`` keeps only what is specific to an operator.
+
+Tiers: the quick tier (the default) checks each stage at two simulator sizes (the smallest, and the
+middle one, which is not a multiple of any block) plus the operator's adversarial inputs at that middle
+size; ``-m slow`` checks every simulator size. ``-m gpu`` checks every check size on a GPU, except that
+a first ("naive") stage skips the largest, where it takes seconds a call and teaches nothing new.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from workbench.check import adversarial_cases, check_stage
+from workbench.ladder import as_size, size_label
+from workbench.ptxcheck import check_stages
+from workbench.registry import load_operators
+
+OPS = load_operators()
+STAGES = [s for op in OPS.values() for s in op.stages]
+
+
+def quick_sizes(op) -> list[tuple]:
+    sizes = [as_size(s) for s in op.sim_sizes]
+    return list(dict.fromkeys([sizes[0], sizes[len(sizes) // 2]]))
+
+
+def _failures(results) -> list[str]:
+    return [f"{r.key} @ {size_label(tuple(r.size))} ({r.inputs}): {r.message}" for r in results if r.failed]
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.key)
+def test_stage_correct_in_the_simulator(stage):
+    rng = np.random.default_rng(1)
+    sizes = quick_sizes(stage.op)
+    results = [check_stage(stage, size, rng) for size in sizes]
+    results += [check_stage(stage, sizes[-1], inputs=inputs, label=label)
+                for label, inputs in adversarial_cases(stage.op, sizes[-1], rng)]
+    assert not _failures(results), "\n".join(_failures(results))
+    if stage.gpu_only:
+        assert all(r.skipped and stage.gpu_only in r.message for r in results)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.key)
+def test_stage_correct_at_every_simulator_size(stage):
+    rng = np.random.default_rng(2)
+    results = []
+    for size in stage.op.sim_sizes:
+        results.append(check_stage(stage, size, rng))
+        results += [check_stage(stage, size, inputs=inputs, label=label)
+                    for label, inputs in adversarial_cases(stage.op, size, rng)]
+    assert not _failures(results), "\n".join(_failures(results))
+
+
+@pytest.mark.sim_only
+@pytest.mark.parametrize("op", list(OPS.values()), ids=lambda op: op.name)
+def test_every_kernel_compiles_for_sm90_without_spills(op):
+    reports = check_stages(op.stages)
+    compiled = {r.stage for r in reports}
+    missing = [s.key for s in op.stages if s.key not in compiled]
+    assert not missing, f"stages with no compiled kernel: {missing}"
+    bad = [f"{r.stage} {r.kernel}: {r.message}" for r in reports if not r.ok]
+    assert not bad, "\n".join(bad)
+    spills = [f"{r.stage} {r.kernel}" for r in reports if r.spill_bytes]
+    assert not spills, f"register spills in {spills}"
+
+
+def test_every_operator_is_complete():
+    """What a ladder needs to be listed, checked, measured, graded and shown."""
+    problems = []
+    for op in OPS.values():
+        if not op.stages:
+            problems.append(f"{op.name}: no stages")
+        if len(op.sim_sizes) < 2:
+            problems.append(f"{op.name}: give at least two simulator sizes (one not a multiple of any block)")
+        if as_size(op.headline_size) not in [as_size(s) for s in op.bench_sizes]:
+            problems.append(f"{op.name}: the headline size {op.headline_size} is not among its bench sizes")
+        for s in op.stages:
+            if len(s.summary.split()) < 12:
+                problems.append(f"{s.key}: its paragraph should say what changed and why ({s.summary!r})")
+        dims = {len(as_size(s)) for s in [*op.sim_sizes, *op.check_sizes, *op.bench_sizes, op.headline_size]}
+        if dims != {len(op.dims)}:
+            problems.append(f"{op.name}: sizes of different lengths {sorted(dims)} for the form {op.size_form}")
+    assert not problems, "\n".join(problems)
+
+
+def gpu_sizes(stage) -> list[tuple]:
+    sizes = [as_size(s) for s in stage.op.check_sizes]
+    if stage.order == 1 and len(sizes) > 2:
+        sizes.remove(max(sizes, key=lambda s: int(np.prod(s))))
+    return sizes
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.key)
+def test_stage_correct_on_the_gpu(stage):
+    rng = np.random.default_rng(3)
+    results = []
+    for size in gpu_sizes(stage):
+        results.append(check_stage(stage, size, rng))
+    mid = gpu_sizes(stage)[len(gpu_sizes(stage)) // 2]
+    results += [check_stage(stage, mid, inputs=inputs, label=label)
+                for label, inputs in adversarial_cases(stage.op, mid, rng)]
+    assert not _failures(results), "\n".join(_failures(results))
+    assert not any(r.skipped for r in results)
