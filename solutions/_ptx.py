@@ -1,0 +1,271 @@
+"""The PTX instructions numba lacks, as device functions the low-precision GEMM kernels call.
+
+On a GPU each name is a foreign function declared from CUDA C++ (``hgemm_mma.cu``, ``int8_gemm.cu``)
+with ``cuda.declare_device(..., link=)``: one PTX instruction, inlined at link time. In numba's CUDA
+simulator, which cannot link C++, each name is instead a Python emulation of what the instruction
+does, so the tensor-core kernels run on a CPU too and every address, edge and pipeline step of them
+is checked there:
+
+* the warp-wide instructions (``mma.sync``, ``ldmatrix``) gather the 32 lanes of the calling warp at
+  a barrier, compute the whole warp's result from the fragment layouts of the PTX ISA (written out
+  once below, in :func:`mma_a_element` and friends), and hand each lane its share;
+* ``cp.async`` is emulated *asynchronously*: a copy is recorded when issued and lands in shared memory
+  only when ``cp_async_wait_pending`` retires its group, so a kernel that reads a buffer before
+  waiting for it reads stale data in the simulator as it would on the GPU;
+* addresses are the integers a kernel computes (``array.ctypes.data`` + byte offset), read and written
+  with ``ctypes``: the simulator's arrays are NumPy arrays in this process.
+
+This module is shared by ``hgemm``, ``int8_gemm`` and ``gemm`` (its deep-pipeline TF32 stage); it is
+not a ladder (its name starts with ``_``, so the registry skips it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+import numpy as np
+
+from workbench import device as _device
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HGEMM_CU = os.path.join(HERE, "hgemm_mma.cu")
+INT8_CU = os.path.join(HERE, "int8_gemm.cu")
+
+WARP = 32
+
+
+# -- the fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16" and "... m16n8k32") -------------
+# Lane l of a warp, g = l // 4 (its "group"), q = l % 4 (its place in the group). Each register holds
+# two 16-bit elements (f16/bf16; element 0 in the low half) or four 8-bit ones (s8; element 0 in the
+# low byte), consecutive along k. These functions are the hardware's contract; the kernels in
+# hgemm.py / int8_gemm.py compute their own addresses, and tests/test_hgemm.py checks the two agree.
+
+def mma_a_element(lane, reg, e, per_reg=2):
+    """(row, k) of element e of A-fragment register reg (0..3) of lane, for an m16 x k(8 * per_reg) tile:
+    reg 0: row g, reg 1: row g + 8, reg 2: row g and k + 8 per_reg / 2... i.e. registers 2, 3 are the
+    second half of the k range."""
+    g, q = lane // 4, lane % 4
+    row = g + 8 * (reg % 2)
+    k = per_reg * q + e + 4 * per_reg * (reg // 2)
+    return row, k
+
+
+def mma_b_element(lane, reg, e, per_reg=2):
+    """(k, col) of element e of B-fragment register reg (0..1): column g, k = per_reg q + e (+ 4 per_reg)."""
+    g, q = lane // 4, lane % 4
+    return per_reg * q + e + 4 * per_reg * reg, g
+
+
+def mma_c_element(lane, i):
+    """(row, col) of accumulator i (0..3) of lane in the 16x8 tile: c0, c1 on row g, c2, c3 on row g + 8,
+    columns 2q and 2q + 1."""
+    g, q = lane // 4, lane % 4
+    return g + 8 * (i // 2), 2 * q + i % 2
+
+
+# -- the emulations ------------------------------------------------------------------------------------
+
+class _Warp:
+    def __init__(self):
+        self.barrier = threading.Barrier(WARP, timeout=300)
+        self.inputs = [None] * WARP
+        self.outputs = None
+
+
+_WARPS: dict = {}
+_WARPS_LOCK = threading.Lock()
+_COPIES = threading.local()  # this simulated thread's cp.async state
+
+
+def _whoami():
+    """(warp key, lane) of the calling simulated thread (one Python thread per CUDA thread)."""
+    t = threading.current_thread()
+    tid = getattr(t, "thread_id", None)
+    if tid is None:
+        raise RuntimeError("a warp-wide instruction was called outside a simulated kernel")
+    return (tuple(t.blockIdx), tid // WARP), tid % WARP
+
+
+def _warp_collective(value, combine):
+    """Every lane of the calling warp passes ``value``; ``combine(values of lanes 0..31)`` returns the 32
+    results, of which each lane gets its own. All 32 lanes must call (as .sync.aligned requires)."""
+    key, lane = _whoami()
+    with _WARPS_LOCK:
+        warp = _WARPS.get(key)
+        if warp is None or warp.barrier.broken:
+            warp = _WARPS[key] = _Warp()
+    warp.inputs[lane] = value
+    if warp.barrier.wait() == 0:
+        warp.outputs = combine(list(warp.inputs))
+    warp.barrier.wait()
+    result = warp.outputs[lane]
+    warp.barrier.wait()  # nobody starts the next instruction before every lane has its result
+    return result
+
+
+def _read(address, nbytes):
+    return np.frombuffer(ctypes.string_at(int(address), int(nbytes)), np.uint8)
+
+
+def _halves(words):
+    """32-bit registers -> their 16-bit elements (low half first), as uint16."""
+    return np.asarray(words, np.uint32).view(np.uint16)
+
+
+def _bytes(words):
+    return np.asarray(words, np.uint32).view(np.int8)
+
+
+def _f16_values(bits):
+    return bits.view(np.float16).astype(np.float32)
+
+
+def _bf16_values(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _emulate_mma(regs_of_lanes, per_reg, decode, acc_dtype):
+    """The product of one m16n8k(8 per_reg) mma from 32 lanes' (a regs, b regs, c values)."""
+    K = 8 * per_reg
+    A = np.zeros((16, K), np.float64)
+    B = np.zeros((K, 8), np.float64)
+    C = np.zeros((16, 8), np.float64)
+    for lane, (a, b, c) in enumerate(regs_of_lanes):
+        a_el, b_el = decode(np.array(a)), decode(np.array(b))
+        for reg in range(4):
+            for e in range(per_reg):
+                A[mma_a_element(lane, reg, e, per_reg)] = a_el[per_reg * reg + e]
+        for reg in range(2):
+            for e in range(per_reg):
+                B[mma_b_element(lane, reg, e, per_reg)] = b_el[per_reg * reg + e]
+        for i in range(4):
+            C[mma_c_element(lane, i)] = c[i]
+    if acc_dtype == np.int32:
+        D = (A.astype(np.int64) @ B.astype(np.int64) + C.astype(np.int64)).astype(np.int32)
+    else:
+        D = (A.astype(np.float32) @ B.astype(np.float32) + C.astype(np.float32)).astype(np.float32)
+    return [tuple(D[mma_c_element(lane, i)] for i in range(4)) for lane in range(WARP)]
+
+
+def _sim_mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    return _warp_collective(((a0, a1, a2, a3), (b0, b1), (c0, c1, c2, c3)),
+                            lambda lanes: _emulate_mma(lanes, 2, lambda w: _f16_values(_halves(w)), np.float32))
+
+
+def _sim_mma_bf16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    return _warp_collective(((a0, a1, a2, a3), (b0, b1), (c0, c1, c2, c3)),
+                            lambda lanes: _emulate_mma(lanes, 2, lambda w: _bf16_values(_halves(w)), np.float32))
+
+
+def _sim_mma_s8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    return _warp_collective(((a0, a1, a2, a3), (b0, b1), (c0, c1, c2, c3)),
+                            lambda lanes: _emulate_mma(lanes, 4, lambda w: _bytes(w).astype(np.float64),
+                                                       np.int32))
+
+
+def _emulate_ldmatrix(addresses, trans):
+    """Lane l addressed row l % 8 of matrix l // 8; lane t gets, of each matrix, the 32-bit pair at
+    row t // 4, columns 2 (t % 4), +1 (of the transposed matrix with trans)."""
+    out = [[0] * 4 for _ in range(WARP)]
+    for j in range(4):
+        m = np.stack([_read(addresses[8 * j + r], 16).view(np.uint16) for r in range(8)])
+        if trans:
+            m = m.T
+        for t in range(WARP):
+            lo, hi = int(m[t // 4, 2 * (t % 4)]), int(m[t // 4, 2 * (t % 4) + 1])
+            out[t][j] = lo | (hi << 16)
+    return [tuple(np.uint32(v) for v in regs) for regs in out]
+
+
+def _sim_ldmatrix_x4(shared_row):
+    return _warp_collective(int(shared_row), lambda lanes: _emulate_ldmatrix(lanes, False))
+
+
+def _sim_ldmatrix_x4_trans(shared_row):
+    return _warp_collective(int(shared_row), lambda lanes: _emulate_ldmatrix(lanes, True))
+
+
+def _copy_state():
+    if not hasattr(_COPIES, "issued"):
+        _COPIES.issued = []  # copies not yet committed to a group
+        _COPIES.groups = []  # committed groups, oldest first
+    return _COPIES
+
+
+def _sim_cp_async_chunk16(shared_dst, global_src, src_bytes):
+    data = np.zeros(16, np.uint8)
+    if src_bytes:
+        data[:src_bytes] = _read(global_src, src_bytes)  # global memory does not change during a kernel
+    _copy_state().issued.append((int(shared_dst), data.tobytes()))
+    return 0
+
+
+def _sim_cp_async_commit():
+    state = _copy_state()
+    state.groups.append(state.issued)
+    state.issued = []
+    return 0
+
+
+def _sim_cp_async_wait_pending(pending):
+    state = _copy_state()
+    while len(state.groups) > pending:  # the oldest groups land; the newest `pending` stay in flight
+        for dst, data in state.groups.pop(0):
+            ctypes.memmove(dst, data, len(data))
+    return 0
+
+
+def _sim_pack_f16x2(lo, hi):
+    bits = np.array([lo, hi], np.float32).astype(np.float16).view(np.uint16).astype(np.uint32)
+    return np.uint32(bits[0] | (bits[1] << 16))
+
+
+def round_to_bf16_bits(x):
+    """float32 values -> bfloat16 bit patterns (uint32), rounded to nearest, ties to even (finite x)."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint32)
+
+
+def _sim_pack_bf16x2(lo, hi):
+    bits = round_to_bf16_bits(np.array([lo, hi], np.float32))
+    return np.uint32(bits[0] | (bits[1] << 16))
+
+
+def _sim_dp4a_s8(a, b, c):
+    return np.int32(int(c) + int(np.dot(_bytes([a]).astype(np.int64), _bytes([b]).astype(np.int64))))
+
+
+# -- what the kernels call -----------------------------------------------------------------------------
+
+if _device.is_simulator():
+    mma_f16 = _sim_mma_f16
+    mma_bf16 = _sim_mma_bf16
+    mma_s8 = _sim_mma_s8
+    ldmatrix_x4 = _sim_ldmatrix_x4
+    ldmatrix_x4_trans = _sim_ldmatrix_x4_trans
+    cp_async_chunk16 = _sim_cp_async_chunk16
+    cp_async_commit = _sim_cp_async_commit
+    cp_async_wait_pending = _sim_cp_async_wait_pending
+    pack_f16x2 = _sim_pack_f16x2
+    pack_bf16x2 = _sim_pack_bf16x2
+    dp4a_s8 = _sim_dp4a_s8
+else:
+    from numba import cuda
+
+    _MMA_HALF = "UniTuple(float32, 4)(uint32, uint32, uint32, uint32, uint32, uint32, float32, float32, float32, float32)"
+    mma_f16 = cuda.declare_device("mma_f16_m16n8k16", _MMA_HALF, link=HGEMM_CU)
+    mma_bf16 = cuda.declare_device("mma_bf16_m16n8k16", _MMA_HALF, link=HGEMM_CU)
+    mma_s8 = cuda.declare_device(
+        "mma_s8_m16n8k32",
+        "UniTuple(int32, 4)(uint32, uint32, uint32, uint32, uint32, uint32, int32, int32, int32, int32)",
+        link=INT8_CU)
+    ldmatrix_x4 = cuda.declare_device("ldmatrix_x4", "UniTuple(uint32, 4)(uint64)", link=HGEMM_CU)
+    ldmatrix_x4_trans = cuda.declare_device("ldmatrix_x4_trans", "UniTuple(uint32, 4)(uint64)", link=HGEMM_CU)
+    cp_async_chunk16 = cuda.declare_device("cp_async_chunk16", "int32(uint64, uint64, int32)", link=HGEMM_CU)
+    cp_async_commit = cuda.declare_device("cp_async_commit", "int32()", link=HGEMM_CU)
+    cp_async_wait_pending = cuda.declare_device("cp_async_wait_pending", "int32(int32)", link=HGEMM_CU)
+    pack_f16x2 = cuda.declare_device("pack_f16x2", "uint32(float32, float32)", link=HGEMM_CU)
+    pack_bf16x2 = cuda.declare_device("pack_bf16x2", "uint32(float32, float32)", link=HGEMM_CU)
+    dp4a_s8 = cuda.declare_device("dp4a_s8", "int32(uint32, uint32, int32)", link=INT8_CU)

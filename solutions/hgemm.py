@@ -1,0 +1,725 @@
+"""Half-precision GEMM on tensor cores: out = A B with A (M x K) and B (K x N) in fp16 or bf16,
+accumulated in float32, written in the inputs' precision (what ``torch.matmul`` does at that dtype).
+
+Layout: row-major A, B and out, as torch stores them, so the peer (cuBLAS through torch.matmul) reads
+the very same buffers. B row-major means its columns, which the tensor core wants as consecutive k,
+are strided in memory: the ``ldmatrix`` stage loads them with ``.trans`` (the int8 GEMM, whose
+weights come as N x K, shows the other layout). Any M, N, K: tiles are zero-filled past the edges.
+
+Two operators share every stage: ``hgemm`` (fp16) and ``hgemm_bf16``. bf16 keeps float32's 8-bit
+exponent and only 8 bits of mantissa (fp16: 5 and 11): the same tensor-core speed, a wider range,
+four times coarser rounding.
+
+The ladder, and what each rung changes:
+
+1. ``cuda_core``: the float32 register-tile GEMM with halves converted on their way into shared
+   memory. Half the bytes of float32, the same FMA units: no faster than the float32 ladder.
+2. ``mma``: the multiply-adds go to the tensor cores, one ``mma.sync.m16n8k16`` (a 16x8x16 product,
+   4096 flops) per warp-instruction, from CUDA C++ linked into numba (numba-cuda has no tensor-core
+   API). Tiles travel global -> shared by ``cp.async``, double-buffered; each lane builds its
+   fragments from shared memory one 16-bit element at a time.
+3. ``ldmatrix``: one ``ldmatrix.x4`` loads four 8x8 matrices, a whole m16k16 A fragment (or, with
+   ``.trans``, two n8k16 B fragments), for the warp: 4x fewer shared-memory instructions, but the
+   unpadded row-major tiles put the 8 rows it reads in the same banks (4- and 8-way conflicts).
+4. ``swizzle``: the 16-byte chunks of each tile row are XOR-permuted by the row number, so the 8
+   rows an ``ldmatrix`` phase reads (and the chunks ``cp.async`` writes) land in 8 different bank
+   groups, with no padding bytes lost.
+5. ``pipeline``: four stages of tiles in flight instead of two: 64 KiB of dynamic shared memory,
+   past the 48 KiB a block gets by default (``workbench.launch.set_max_dynamic_shared_memory``).
+   ``cp.async.wait_group 2`` lets the copies of the next two K-steps run while this one computes.
+6. ``tuned``: a 128x256 block tile of 8 warps, each 64x64 (4x8 mma tiles), four stages in 96 KiB:
+   each fragment loaded from shared memory feeds twice the mma of stage 5's 64x32 warp tiles.
+
+Why not ``wgmma`` and TMA, what cuBLAS runs on Hopper? ``wgmma.mma_async`` is a warpgroup-wide (128
+threads), asynchronous instruction that reads its B operand (and optionally A) straight from shared
+memory through a 64-bit *matrix descriptor*, and TMA copies whole tiles with one thread through a
+*tensor map* built on the host (``cuTensorMapEncodeTiled``) and a shared-memory ``mbarrier``. From
+numba, the C++ side could issue the instructions, but the kernel around them cannot be written:
+numba cannot pass a 128-byte ``CUtensorMap`` as a ``__grid_constant__`` kernel parameter, cannot
+launch thread-block clusters, cannot declare the ``setmaxnreg`` register split between producer and
+consumer warpgroups, and its accumulators live in a local array that must stay in registers across
+the asynchronous wgmma (``wgmma.fence``/``commit_group``/``wait_group``) — without control of the
+register allocation that would spill. ``mma.sync`` is Ampere's synchronous warp-level instruction,
+which Hopper still runs, at about half of its tensor-core peak per SM: each warp waits for its own
+product, operands go through registers, and ldmatrix must feed them. That is the cost: the best
+mma.sync kernels reach about 60-70% of cuBLAS fp16 on an H100/H200 (cuBLAS 661 TFLOP/s on our
+H200); this ladder aims at 50-60%.
+"""
+
+import numpy as np
+from numba import cuda, float32, uint16, uint32, uint64
+
+from workbench import device as _device
+from workbench import peers
+from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
+from workbench.launch import set_max_dynamic_shared_memory
+
+from solutions._ptx import (cp_async_chunk16, cp_async_commit, cp_async_wait_pending, ldmatrix_x4,
+                            ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2)
+
+try:
+    import ml_dtypes
+
+    BF16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # numba-cuda takes bf16 arrays from ml_dtypes; without it there is no bf16 operator
+    BF16 = None
+
+
+def _gpu_options(**options):
+    """Compile options only the real GPU compiler takes (the simulator's cuda.jit accepts none)."""
+    return {} if _device.is_simulator() else options
+
+
+ALIGN16 = None if _device.is_simulator() else 16  # the simulator refuses alignment=
+
+
+# -- the operators --------------------------------------------------------------------------------
+
+def _inputs_for(dtype):
+    def make(size, rng):
+        M, N, K = size
+        # Both signs, so sums cancel and an indexing error cannot hide in a large mean. The values are
+        # exactly representable in the half type: the reference sees what the kernel sees.
+        A = rng.uniform(-1.0, 1.0, (M, K)).astype(dtype)
+        B = rng.uniform(-1.0, 1.0, (K, N)).astype(dtype)
+        return A, B
+    return make
+
+
+def _reference(A, B):
+    return A.astype(np.float64) @ B.astype(np.float64)
+
+
+def _validator_for(dtype):
+    def validate(A, B, out):
+        expect_device_array("A", A, dtype=dtype, ndim=2)
+        expect_device_array("B", B, dtype=dtype, ndim=2)
+        if A.shape[1] != B.shape[0]:
+            raise InputError(f"inner dimensions differ: A is {tuple(A.shape)} (M x K) but B is {tuple(B.shape)}; "
+                             f"B must have K = {A.shape[1]} rows")
+        expect_device_array("out", out, dtype=dtype, shape=(A.shape[0], B.shape[1]))
+    return validate
+
+
+# The output is rounded to the half type once: its relative error is about 2^-11 / sqrt(3) (fp16) or
+# 2^-8 / sqrt(3) (bf16) per element, 3e-4 or 2e-3 in norm; float32 accumulation adds ~sqrt(K) 6e-8.
+# The tolerances (2e-3 and 1e-2) leave margin; a wrong index or a dropped tile is off by O(1).
+TOLERANCE = {"float16": 2e-3, "bfloat16": 1e-2}
+
+
+def _torch_view(a):
+    """A torch tensor on the same buffer, at the same half type (torch cannot read ml_dtypes' bf16
+    typestr, so bf16 goes through an int16 view)."""
+    torch = peers.torch()
+
+    def make(a):
+        arr = a if hasattr(a, "is_c_contiguous") else cuda.as_cuda_array(a)
+        if np.dtype(arr.dtype) == np.float16:
+            return torch.as_tensor(arr, device="cuda")
+        return torch.as_tensor(arr.view(np.int16), device="cuda").view(torch.bfloat16)
+
+    return peers.cached("torch-half", a, make)
+
+
+def _peer(size):
+    torch = peers.torch()
+    if torch is None:
+        return None
+
+    def matmul(A, B, out):
+        torch.matmul(_torch_view(A), _torch_view(B), out=_torch_view(out))
+
+    return "torch.matmul", matmul
+
+
+def _operator(name, dtype, title, rank):
+    bytes_per = np.dtype(dtype).itemsize
+    return Operator(
+        name=name,
+        title=title,
+        reference=_reference,
+        make_inputs=_inputs_for(dtype),
+        make_output=lambda size: np.empty(size[:2], dtype),
+        bytes_moved=lambda size: bytes_per * (size[0] * size[2] + size[2] * size[1] + size[0] * size[1]),
+        flops=lambda size: 2 * size[0] * size[1] * size[2],
+        validate=_validator_for(dtype),
+        tolerance=lambda size, _dtype: TOLERANCE[np.dtype(dtype).name],
+        peer=_peer,
+        bound="compute",
+        dtype=dtype,
+        # Odd shapes: not multiples of any tile, K not a multiple of 16 (nor of 8: the scalar copy path)
+        check_sizes=[(1, 1, 1), (17, 33, 65), (33, 40, 24), (127, 129, 131), (200, 264, 168), (1000, 1000, 1000),
+                     (4097, 1000, 336), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)],
+        sim_sizes=[(1, 1, 1), (5, 7, 3), (17, 24, 40), (33, 9, 19)],
+        bench_sizes=[(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
+                     (8192, 8192, 8192)],
+        headline_size=(8192, 8192, 8192),
+        rank=95,
+        group="Half-precision GEMM on tensor cores (fp16, bf16)",
+        record_all_sizes=True,
+    )
+
+
+op = _operator("hgemm", np.float16, "fp16 GEMM on tensor cores: out = A B (float32 accumulation)", 95)
+bf16_op = _operator("hgemm_bf16", BF16, "bf16 GEMM on tensor cores: out = A B (float32 accumulation)", 96) \
+    if BF16 is not None else None
+OPERATORS = [o for o in (op, bf16_op) if o is not None]
+
+
+def _stage(name, summary, **options):
+    """Register one launcher as the same stage of both operators (fp16 and bf16)."""
+    def register(launch):
+        stages = [o.stage(name, summary, **options)(launch) for o in OPERATORS]
+        return stages[0]
+    return register
+
+
+def _bits(a):
+    """The raw 16-bit patterns of a half array (the mma stages only move bits; the tensor core
+    interprets them)."""
+    arr = a if hasattr(a, "is_c_contiguous") else cuda.as_cuda_array(a)
+    return arr.view(np.uint16)
+
+
+def _is_bf16(a) -> bool:
+    return np.dtype(a.dtype) != np.float16
+
+
+# -- 1. CUDA cores ------------------------------------------------------------------------------------
+
+CBM, CBN, CBK = 64, 64, 16  # block tile and K-step; 256 threads, each a 4x4 set of outputs
+CTHREADS = 256
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(CTHREADS, 4)))
+def _cuda_core(A, B, out):
+    As = cuda.shared.array((CBK, CBM), float32)  # A transposed: a thread's 4 rows at one k are neighbours
+    Bs = cuda.shared.array((CBK, CBN), float32)
+    acc = cuda.local.array((4, 4), float32)
+    a = cuda.local.array(4, float32)
+    b = cuda.local.array(4, float32)
+    t = cuda.threadIdx.x
+    ty = t // 16  # rows ty + 16 m, columns tx + 16 n: interleaved, so a warp's shared reads hit
+    tx = t % 16  # 16 neighbouring floats (no bank conflicts)
+    row0 = cuda.blockIdx.y * CBM
+    col0 = cuda.blockIdx.x * CBN
+    M, K = A.shape
+    N = B.shape[1]
+    for m in range(4):
+        for n in range(4):
+            acc[m, n] = float32(0.0)
+    for k0 in range(0, K, CBK):
+        for i in range(CBM * CBK // CTHREADS):  # 4 elements of each tile per thread, zero outside
+            e = t + i * CTHREADS
+            r = e // CBK
+            c = e % CBK
+            # the conversion to float32 happens once per element, on the way into shared memory
+            As[c, r] = float32(A[row0 + r, k0 + c]) if row0 + r < M and k0 + c < K else float32(0.0)
+            r = e // CBN
+            c = e % CBN
+            Bs[r, c] = float32(B[k0 + r, col0 + c]) if k0 + r < K and col0 + c < N else float32(0.0)
+        cuda.syncthreads()
+        for k in range(CBK):
+            for m in range(4):
+                a[m] = As[k, ty + 16 * m]
+            for n in range(4):
+                b[n] = Bs[k, tx + 16 * n]
+            for m in range(4):
+                for n in range(4):
+                    acc[m, n] += a[m] * b[n]
+        cuda.syncthreads()
+    for m in range(4):
+        for n in range(4):
+            row = row0 + ty + 16 * m
+            col = col0 + tx + 16 * n
+            if row < M and col < N:
+                out[row, col] = acc[m, n]  # rounded to the half type (nearest even) by the store
+
+
+@_stage("cuda_core", """
+    The float32 register-tile GEMM on half inputs: each element is converted to float32 once, on its
+    way into shared memory, and everything after runs on the FMA units in float32. The inputs are half
+    the bytes of float32, but GEMM is bound by arithmetic, not bytes: this runs at float32 speed (a
+    small tile, 4x4 outputs a thread). The tensor cores, not the narrower type, are what makes half
+    precision fast.""")
+def cuda_core(A, B, out):
+    M, N = out.shape
+    _cuda_core[(blocks_for(N, CBN), blocks_for(M, CBM)), CTHREADS](A, B, out)
+
+
+# == the tensor-core stages ============================================================================
+#
+# Block tile BM x BN, K-step BK = 32 halves, 8 warps as 2 (rows) x 4 (columns). Warp w owns rows
+# wr .. wr + 63 (4 m16 tiles) and columns wc .. wc + WN - 1 (WN / 8 n8 tiles) of the block tile.
+#
+# Fragments (PTX ISA "Matrix Fragments for mma.m16n8k16", f16/bf16; solutions/_ptx.py writes them out
+# as functions, tests/test_hgemm.py checks these kernels against them). Lane l, g = l // 4, q = l % 4:
+#   A (16x16, row): register r holds the two halves at row g + 8 (r % 2), k = 2q, 2q + 1 (+ 8 if r >= 2)
+#   B (16x8, col):  register r holds the two halves at k = 2q, 2q + 1 (+ 8 r), column g
+#   C (16x8):       c0, c1 at row g, columns 2q, 2q + 1; c2, c3 at row g + 8
+# ldmatrix.x4: lane l addresses row l % 8 of 8x8 matrix l // 8. For A at (m0, k0) the four matrices
+# are (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15): registers a0..a3
+# in order, and lane l addresses row m0 + l % 16, column k0 + 8 (l // 16). For B at (k0, n0), .trans,
+# they are (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15): b0, b1 of n8 tile n0 and
+# b0, b1 of tile n0 + 8, and lane l addresses row k0 + l % 16, column n0 + 8 (l // 16). Same formula.
+
+BM, BK = 128, 32
+THREADS = 256
+A_CHUNKS = BK // 8  # 16-byte chunks per A tile row: 4
+A_TILE_BYTES = BM * BK * 2  # 8 KiB
+
+
+def tile_bytes(bn):
+    """Bytes of one pipeline stage: an A tile (BM x BK) and a B tile (BK x bn) of halves."""
+    return A_TILE_BYTES + BK * bn * 2
+
+
+@cuda.jit(device=True, inline=True)
+def chunk_offset(row, chunk, chunks_per_row, swizzle):
+    """Byte offset of 16-byte chunk ``chunk`` of tile row ``row``. Swizzled, the chunk index is XORed
+    with bits of the row: rows of >= 8 chunks (128 bytes) XOR the low 3 bits with row % 8; rows of 4
+    chunks (two rows share a 128-byte line) XOR with (row // 2) % 4. Either way the 8 rows one
+    ldmatrix phase reads, at the same logical chunk, sit in 8 different 16-byte bank groups."""
+    if swizzle:
+        if chunks_per_row >= 8:
+            chunk = chunk ^ (row % 8)
+        else:
+            chunk = chunk ^ ((row // 2) % 4)
+    return (row * chunks_per_row + chunk) * 16
+
+
+@cuda.jit(device=True, inline=True)
+def element_offset(row, col, chunks_per_row, swizzle):
+    """Byte offset of the 16-bit element (row, col) of a tile (see chunk_offset)."""
+    return chunk_offset(row, col // 8, chunks_per_row, swizzle) + (col % 8) * 2
+
+
+@cuda.jit(device=True, inline=True)
+def _issue_copies(A, B, smem, a_at, b_at, row0, col0, k0, t, bn, vec, swizzle):
+    """Start copying K-step k0's A tile (BM x BK) to byte offset a_at of smem, and B's (BK x bn) to b_at.
+    vec (K and N multiples of 8, 16-byte aligned bases): cp.async, 16 bytes (8 halves) a chunk,
+    zero-filled outside the matrices, landing later. Otherwise plain 16-bit loads and stores, now."""
+    M, K = A.shape
+    N = B.shape[1]
+    b_chunks = bn // 8
+    if vec:
+        base = smem.ctypes.data
+        for j in range(BM * A_CHUNKS // THREADS):  # 2 chunks of A per thread
+            c = t + j * THREADS
+            r = c // A_CHUNKS
+            kc = c % A_CHUNKS
+            inside = row0 + r < M and k0 + kc * 8 < K
+            src = A.ctypes.data + uint64(((row0 + r) * K + k0 + kc * 8) * 2) if inside else A.ctypes.data
+            cp_async_chunk16(base + uint64(a_at + chunk_offset(r, kc, A_CHUNKS, swizzle)), src, 16 if inside else 0)
+        for j in range(BK * b_chunks // THREADS):  # 2 (bn = 128) or 4 (bn = 256) chunks of B per thread
+            c = t + j * THREADS
+            k = c // b_chunks
+            nc = c % b_chunks
+            inside = k0 + k < K and col0 + nc * 8 < N
+            src = B.ctypes.data + uint64(((k0 + k) * N + col0 + nc * 8) * 2) if inside else B.ctypes.data
+            cp_async_chunk16(base + uint64(b_at + chunk_offset(k, nc, b_chunks, swizzle)), src, 16 if inside else 0)
+    else:
+        for j in range(BM * BK // THREADS):
+            e = t + j * THREADS
+            r = e // BK
+            c = e % BK
+            v = A[row0 + r, k0 + c] if row0 + r < M and k0 + c < K else uint16(0)
+            smem[(a_at + element_offset(r, c, A_CHUNKS, swizzle)) // 2] = v
+        for j in range(BK * bn // THREADS):
+            e = t + j * THREADS
+            k = e // bn
+            c = e % bn
+            v = B[k0 + k, col0 + c] if k0 + k < K and col0 + c < N else uint16(0)
+            smem[(b_at + element_offset(k, c, b_chunks, swizzle)) // 2] = v
+
+
+@cuda.jit(device=True, inline=True)
+def _pair(smem, at):
+    """Two neighbouring halves of shared memory (byte offset at), packed: the first in the low 16 bits."""
+    return uint32(smem[at // 2]) | (uint32(smem[at // 2 + 1]) << uint32(16))
+
+
+@cuda.jit(device=True, inline=True)
+def _fragments_by_element(smem, a_at, b_at, kk, wr, wc, lane, nt, bn, swizzle, a, b):
+    """This lane's fragments for k = kk .. kk + 15 of the warp tile, assembled 16 bits at a time."""
+    g = lane // 4
+    q = lane % 4
+    for i in range(4):  # m16 tiles
+        for r in range(4):
+            row = wr + 16 * i + g + 8 * (r % 2)
+            k = kk + 2 * q + 8 * (r // 2)
+            a[4 * i + r] = _pair(smem, a_at + element_offset(row, k, A_CHUNKS, swizzle))
+    for j in range(nt):  # n8 tiles: k and k + 1 are in different rows of B's tile
+        for r in range(2):
+            k = kk + 2 * q + 8 * r
+            col = wc + 8 * j + g
+            lo = smem[(b_at + element_offset(k, col, bn // 8, swizzle)) // 2]
+            hi = smem[(b_at + element_offset(k + 1, col, bn // 8, swizzle)) // 2]
+            b[2 * j + r] = uint32(lo) | (uint32(hi) << uint32(16))
+
+
+@cuda.jit(device=True, inline=True)
+def _fragments_by_ldmatrix(smem, a_at, b_at, kk, wr, wc, lane, nt, bn, swizzle, a, b):
+    """This lane's fragments for k = kk .. kk + 15: one ldmatrix.x4 per m16 tile of A, one
+    ldmatrix.x4.trans per two n8 tiles of B (the lane addressing is in the comment above)."""
+    base = smem.ctypes.data
+    row_in = lane % 16
+    col_in = 8 * (lane // 16)
+    for i in range(4):
+        at = a_at + element_offset(wr + 16 * i + row_in, kk + col_in, A_CHUNKS, swizzle)
+        regs = ldmatrix_x4(base + uint64(at))
+        a[4 * i] = regs[0]
+        a[4 * i + 1] = regs[1]
+        a[4 * i + 2] = regs[2]
+        a[4 * i + 3] = regs[3]
+    for jj in range(nt // 2):
+        at = b_at + element_offset(kk + row_in, wc + 16 * jj + col_in, bn // 8, swizzle)
+        regs = ldmatrix_x4_trans(base + uint64(at))
+        b[4 * jj] = regs[0]
+        b[4 * jj + 1] = regs[1]
+        b[4 * jj + 2] = regs[2]
+        b[4 * jj + 3] = regs[3]
+
+
+@cuda.jit(device=True, inline=True)
+def _mma_all(a, b, acc, nt, bf16):
+    """The warp tile's 4 x nt mma.sync for one k16 step: acc[i, j] += A tile i @ B tile j."""
+    for i in range(4):
+        for j in range(nt):
+            if bf16:
+                d = mma_bf16(a[4 * i], a[4 * i + 1], a[4 * i + 2], a[4 * i + 3], b[2 * j], b[2 * j + 1],
+                             acc[i, j, 0], acc[i, j, 1], acc[i, j, 2], acc[i, j, 3])
+            else:
+                d = mma_f16(a[4 * i], a[4 * i + 1], a[4 * i + 2], a[4 * i + 3], b[2 * j], b[2 * j + 1],
+                            acc[i, j, 0], acc[i, j, 1], acc[i, j, 2], acc[i, j, 3])
+            acc[i, j, 0] = d[0]  # constant tuple indices: d[e] in a loop would go through memory
+            acc[i, j, 1] = d[1]
+            acc[i, j, 2] = d[2]
+            acc[i, j, 3] = d[3]
+
+
+@cuda.jit(device=True, inline=True)
+def _store(out, acc, row0, col0, lane, nt, bf16):
+    """acc to out, rounded to the half type two at a time (c0, c1 and c2, c3 are column neighbours)."""
+    M, N = out.shape
+    g = lane // 4
+    q = lane % 4
+    for i in range(4):
+        for j in range(nt):
+            col = col0 + 8 * j + 2 * q
+            for h in range(2):
+                row = row0 + 16 * i + g + 8 * h
+                if bf16:
+                    packed = pack_bf16x2(acc[i, j, 2 * h], acc[i, j, 2 * h + 1])
+                else:
+                    packed = pack_f16x2(acc[i, j, 2 * h], acc[i, j, 2 * h + 1])
+                if row < M and col < N:
+                    out[row, col] = uint16(packed & uint32(0xFFFF))
+                if row < M and col + 1 < N:
+                    out[row, col + 1] = uint16(packed >> uint32(16))
+
+
+@cuda.jit(device=True, inline=True)
+def _tensor_core_gemm(A, B, out, smem, bf16, vec, bn, stages, ldmatrix, swizzle):
+    """The main loop every tensor-core stage shares; the stages differ in the constants they pass.
+
+    ``stages`` buffers of (A tile, B tile), a ring: at K-step kt the copies of steps kt + 1 ..
+    kt + stages - 1 are in flight. One barrier per K-step: after it, step kt has landed for everyone
+    and everyone has finished computing step kt - 1, whose buffer the next copy then reuses."""
+    acc = cuda.local.array((4, 8, 4), float32)  # [m16 tile, n8 tile, c0..c3]; nt <= 8
+    a = cuda.local.array(16, uint32)
+    b = cuda.local.array(16, uint32)
+    t = cuda.threadIdx.x
+    lane = t % 32
+    warp = t // 32
+    wn = bn // 4  # warp tile columns: 32 (bn = 128) or 64 (bn = 256)
+    nt = wn // 8
+    wr = (warp // 4) * 64
+    wc = (warp % 4) * wn
+    row0 = cuda.blockIdx.y * BM
+    col0 = cuda.blockIdx.x * bn
+    K = A.shape[1]
+    step_bytes = tile_bytes(bn)
+    for i in range(4):
+        for j in range(nt):
+            for e in range(4):
+                acc[i, j, e] = float32(0.0)
+    steps = (K + BK - 1) // BK
+    for s in range(stages - 1):  # fill the pipeline
+        if s < steps:
+            _issue_copies(A, B, smem, s * step_bytes, s * step_bytes + A_TILE_BYTES, row0, col0, s * BK, t, bn,
+                          vec, swizzle)
+        cp_async_commit()  # one group per step, empty or not: the wait count below stays exact
+    for kt in range(steps):
+        cp_async_wait_pending(stages - 2)  # step kt has landed (at most stages - 2 newer groups pending)
+        cuda.syncthreads()
+        ahead = kt + stages - 1
+        if ahead < steps:
+            at = (ahead % stages) * step_bytes
+            _issue_copies(A, B, smem, at, at + A_TILE_BYTES, row0, col0, ahead * BK, t, bn, vec, swizzle)
+        cp_async_commit()
+        a_at = (kt % stages) * step_bytes
+        b_at = a_at + A_TILE_BYTES
+        for kk in range(0, BK, 16):
+            if ldmatrix:
+                _fragments_by_ldmatrix(smem, a_at, b_at, kk, wr, wc, lane, nt, bn, swizzle, a, b)
+            else:
+                _fragments_by_element(smem, a_at, b_at, kk, wr, wc, lane, nt, bn, swizzle, a, b)
+            _mma_all(a, b, acc, nt, bf16)
+    _store(out, acc, row0 + wr, col0 + wc, lane, nt, bf16)
+
+
+def address(a) -> int:
+    """Where a device array's data starts (the simulator's arrays are NumPy arrays in this process)."""
+    cai = getattr(a, "__cuda_array_interface__", None)
+    return cai["data"][0] if cai else a.ctypes.data
+
+
+def _vec_ok(A, B) -> bool:
+    """cp.async copies 16 aligned bytes: rows of A and B must start on 16-byte boundaries."""
+    K, N = A.shape[1], B.shape[1]
+    return K % 8 == 0 and N % 8 == 0 and address(A) % 16 == 0 and address(B) % 16 == 0
+
+
+def _launch(kernels, A, B, out, bn, dynamic_bytes=0):
+    """Pick the kernel for (bf16?, cp.async path?) and launch it over the block tiles of out."""
+    bf16 = _is_bf16(A)
+    A, B, out = _bits(A), _bits(B), _bits(out)
+    kernel = kernels[(bf16, _vec_ok(A, B))]
+    M, N = out.shape
+    grid = (blocks_for(N, bn), blocks_for(M, BM))
+    if dynamic_bytes:
+        set_max_dynamic_shared_memory(kernel, (A, B, out), dynamic_bytes)
+        kernel[grid, THREADS, 0, dynamic_bytes](A, B, out)
+    else:
+        kernel[grid, THREADS](A, B, out)
+
+
+# Each stage is four thin kernels, one per (bf16, vec): the flags are constants the compiler folds, so
+# each kernel holds one mma instruction and one copy path. Stages 2-4 keep two buffers of 16 KiB in
+# static shared memory (32 KiB); launch_bounds=(256, 2) keeps two blocks per SM (<= 128 registers).
+
+STATIC_BYTES = 2 * tile_bytes(128)
+
+
+# -- 2. mma.sync, fragments element by element ---------------------------------------------------------
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+def _mma_f16_vec(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+                      False, True, 128, 2, False, False)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+def _mma_f16_scalar(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+                      False, False, 128, 2, False, False)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+def _mma_bf16_vec(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+                      True, True, 128, 2, False, False)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+def _mma_bf16_scalar(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+                      True, False, 128, 2, False, False)
+
+
+MMA_KERNELS = {(False, True): _mma_f16_vec, (False, False): _mma_f16_scalar,
+               (True, True): _mma_bf16_vec, (True, False): _mma_bf16_scalar}
+
+
+@_stage("mma", """
+    The multiply-adds move to the tensor cores: mma.sync.m16n8k16 multiplies a 16x16 half tile by a
+    16x8 one into float32 accumulators for the whole warp, 4096 flops in one instruction, where a
+    warp-wide FMA does 64. numba has no tensor-core API, so four lines of CUDA C++ (hgemm_mma.cu)
+    issue it, linked with cuda.declare_device(..., link=) and inlined at link time. A block computes a
+    128x128 tile with 8 warps of 64x32 (4x4 mma tiles); the tiles travel by cp.async, double-buffered,
+    zero-filled past the edges (and by plain 16-bit loads when K or N is not a multiple of 8). Each
+    lane builds its fragments from shared memory 16 bits at a time, as the PTX fragment layout says: 24
+    shared loads per 16 mma, and B's pairs come from two different rows.""")
+def mma(A, B, out):
+    _launch(MMA_KERNELS, A, B, out, 128)
+
+
+# -- 3. ldmatrix ----------------------------------------------------------------------------------------
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+def _ldmatrix_f16_vec(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+                      False, True, 128, 2, True, False)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+def _ldmatrix_f16_scalar(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+                      False, False, 128, 2, True, False)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+def _ldmatrix_bf16_vec(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+                      True, True, 128, 2, True, False)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+def _ldmatrix_bf16_scalar(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+                      True, False, 128, 2, True, False)
+
+
+LDMATRIX_KERNELS = {(False, True): _ldmatrix_f16_vec, (False, False): _ldmatrix_f16_scalar,
+                    (True, True): _ldmatrix_bf16_vec, (True, False): _ldmatrix_bf16_scalar}
+
+
+@_stage("ldmatrix", """
+    ldmatrix.x4 is the load made for mma: the warp reads four 8x8 matrices of 16-bit elements, each
+    lane giving the address of one 16-byte row, and each lane receives exactly its fragment registers.
+    One instruction loads a whole m16k16 A fragment; with .trans, one loads the B fragments of two n8
+    tiles straight from B's row-major tile (the transpose the tensor core needs happens in the load).
+    6 shared-memory instructions per 16 mma instead of 40. What remains is bank conflicts: the tiles
+    are plain row-major, so the 8 rows of one matrix (64 or 256 bytes apart) fall in the same banks.""")
+def ldmatrix(A, B, out):
+    _launch(LDMATRIX_KERNELS, A, B, out, 128)
+
+
+# -- 4. swizzled shared layout ----------------------------------------------------------------------------
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+def _swizzle_f16_vec(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+                      False, True, 128, 2, True, True)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+def _swizzle_f16_scalar(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+                      False, False, 128, 2, True, True)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+def _swizzle_bf16_vec(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+                      True, True, 128, 2, True, True)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+def _swizzle_bf16_scalar(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+                      True, False, 128, 2, True, True)
+
+
+SWIZZLE_KERNELS = {(False, True): _swizzle_f16_vec, (False, False): _swizzle_f16_scalar,
+                   (True, True): _swizzle_bf16_vec, (True, False): _swizzle_bf16_scalar}
+
+
+@_stage("swizzle", """
+    The same kernel with the tiles' 16-byte chunks permuted: chunk c of row r is stored at position
+    c XOR (r mod 8) (for A's 64-byte rows, two to a 128-byte line: c XOR (r/2 mod 4)). An ldmatrix
+    phase reads one chunk from each of 8 consecutive rows: after the XOR those 8 chunks are in 8
+    different bank groups, so the 4- and 8-way conflicts of the last stage are gone, and the cp.async
+    writes stay conflict-free too. Padding each row would do the same at the cost of shared memory;
+    the XOR costs two integer instructions per address and no bytes.""")
+def swizzle(A, B, out):
+    _launch(SWIZZLE_KERNELS, A, B, out, 128)
+
+
+# -- 5. a deeper pipeline in dynamic shared memory ----------------------------------------------------------
+
+PIPE_STAGES = 4
+PIPE_BYTES = PIPE_STAGES * tile_bytes(128)  # 64 KiB: past the 48 KiB default
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+def _pipeline_f16_vec(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(0, uint16, alignment=ALIGN16),
+                      False, True, 128, PIPE_STAGES, True, True)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+def _pipeline_f16_scalar(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(0, uint16, alignment=ALIGN16),
+                      False, False, 128, PIPE_STAGES, True, True)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+def _pipeline_bf16_vec(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(0, uint16, alignment=ALIGN16),
+                      True, True, 128, PIPE_STAGES, True, True)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+def _pipeline_bf16_scalar(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(0, uint16, alignment=ALIGN16),
+                      True, False, 128, PIPE_STAGES, True, True)
+
+
+PIPELINE_KERNELS = {(False, True): _pipeline_f16_vec, (False, False): _pipeline_f16_scalar,
+                    (True, True): _pipeline_bf16_vec, (True, False): _pipeline_bf16_scalar}
+
+
+@_stage("pipeline", """
+    Two buffers let one K-step's copy overlap one K-step's arithmetic; at tensor-core speed a 16 KiB
+    step computes in less time than global memory takes to answer, so the warps wait at every barrier.
+    Four buffers keep three steps in flight: cp.async.wait_group 2 waits only for the oldest. The four
+    take 64 KiB, past the 48 KiB a block may declare statically, so they live in dynamic shared memory
+    (cuda.shared.array(0, ...)), and workbench.launch.set_max_dynamic_shared_memory raises the
+    kernel's limit through the driver (numba-cuda has no call for it). Two 64 KiB blocks still fit on
+    an SM (227 KiB).""")
+def pipeline(A, B, out):
+    _launch(PIPELINE_KERNELS, A, B, out, 128, PIPE_BYTES)
+
+
+# -- 6. the tuned tile: 128 x 256, warps of 64 x 64 --------------------------------------------------------
+
+TUNED_BN = 256
+TUNED_STAGES = 4
+TUNED_BYTES = TUNED_STAGES * tile_bytes(TUNED_BN)  # 96 KiB
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 1)))
+def _tuned_f16_vec(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(0, uint16, alignment=ALIGN16),
+                      False, True, TUNED_BN, TUNED_STAGES, True, True)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 1)))
+def _tuned_f16_scalar(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(0, uint16, alignment=ALIGN16),
+                      False, False, TUNED_BN, TUNED_STAGES, True, True)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 1)))
+def _tuned_bf16_vec(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(0, uint16, alignment=ALIGN16),
+                      True, True, TUNED_BN, TUNED_STAGES, True, True)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 1)))
+def _tuned_bf16_scalar(A, B, out):
+    _tensor_core_gemm(A, B, out, cuda.shared.array(0, uint16, alignment=ALIGN16),
+                      True, False, TUNED_BN, TUNED_STAGES, True, True)
+
+
+TUNED_KERNELS = {(False, True): _tuned_f16_vec, (False, False): _tuned_f16_scalar,
+                 (True, True): _tuned_bf16_vec, (True, False): _tuned_bf16_scalar}
+
+
+@_stage("tuned", """
+    The warp tile grows from 64x32 to 64x64 (4 x 8 mma tiles, 128 float32 accumulators a lane) and the
+    block tile to 128x256. Per k16 step a warp now issues 8 ldmatrix for 32 mma, where stage 5 issued 6
+    for 16: the shared-memory traffic per flop drops by a third, and each block reads A once for 256
+    columns instead of 128. The price is registers: about 200 a thread, one 256-thread block per SM
+    (launch_bounds=(256, 1)), with four 24 KiB stages (96 KiB) in flight to cover for the missing
+    second block.""")
+def tuned(A, B, out):
+    _launch(TUNED_KERNELS, A, B, out, TUNED_BN, TUNED_BYTES)
+
+
+# The kernels every stage launches, by stage name (for the tests' compile checks and the GPU script).
+KERNELS = {"cuda_core": {None: _cuda_core}, "mma": MMA_KERNELS, "ldmatrix": LDMATRIX_KERNELS,
+           "swizzle": SWIZZLE_KERNELS, "pipeline": PIPELINE_KERNELS, "tuned": TUNED_KERNELS}
+DYNAMIC_BYTES = {"pipeline": PIPE_BYTES, "tuned": TUNED_BYTES}
