@@ -838,6 +838,91 @@ def tensor_core(A, B, C, alpha_beta, out):
     _tensor_core[(blocks_for(N, TBN), blocks_for(M, TBM)), THREADS](A, B, C, alpha_beta, out, vec)
 
 
+# -- 9. tensor cores with a four-stage pipeline in dynamic shared memory ---------------------------------
+
+# cp.async.commit_group / wait_group N (hgemm_mma.cu): with several groups in flight, wait for the oldest.
+from solutions._ptx import cp_async_commit, cp_async_wait_pending  # noqa: E402
+from workbench.launch import set_max_dynamic_shared_memory  # noqa: E402
+
+DEEP_STAGES = 4  # K-steps of tiles in flight
+DEEP_BYTES = DEEP_STAGES * (A_TILE + B_TILE) * 4  # 74 KiB: past the 48 KiB default; two blocks fit an SM
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+def _tensor_core_deep(A, B, C, alpha_beta, out, vec):
+    smem = cuda.shared.array(0, float32, alignment=ALIGN16)  # dynamic: sized by the launch
+    As = smem[:DEEP_STAGES * A_TILE]
+    Bs = smem[DEEP_STAGES * A_TILE:]
+    acc = cuda.local.array((4, 4, 4), float32)
+    a = cuda.local.array(16, float32)
+    b = cuda.local.array(8, float32)
+    t = cuda.threadIdx.x
+    ut = uint32(t)
+    g = (ut % uint32(32)) // uint32(4)
+    q = ut % uint32(4)
+    wr = (ut // uint32(128)) * uint32(64)
+    wc = ((ut // uint32(32)) % uint32(4)) * uint32(32)
+    a_lane = (wr + g) * uint32(TSA) + q
+    b_lane = q * uint32(TSB) + wc + g
+    row0 = cuda.blockIdx.y * TBM
+    col0 = cuda.blockIdx.x * TBN
+    M, K = A.shape
+    N = B.shape[1]
+    for i in range(4):
+        for j in range(4):
+            for e in range(4):
+                acc[i, j, e] = float32(0.0)
+    steps = (K + TBK - 1) // TBK
+    for s in range(DEEP_STAGES - 1):  # fill the pipeline: one commit group per K-step, empty or not
+        if s < steps:
+            _copy_tiles_async(A, B, As, Bs, s, row0, col0, s * TBK, t, vec)
+        cp_async_commit()
+    for kt in range(steps):
+        cp_async_wait_pending(DEEP_STAGES - 2)  # step kt has landed; the two after it may still fly
+        cuda.syncthreads()  # ... for every thread; and everyone is done with step kt - 1's buffer
+        ahead = kt + DEEP_STAGES - 1
+        if ahead < steps:
+            _copy_tiles_async(A, B, As, Bs, ahead % DEEP_STAGES, row0, col0, ahead * TBK, t, vec)
+        cp_async_commit()
+        buf = kt % DEEP_STAGES
+        ia = uint32(buf * A_TILE) + a_lane
+        ib = uint32(buf * B_TILE) + b_lane
+        _mma_k8(As, Bs, ia, ib, a, b, acc)
+        _mma_k8(As, Bs, ia + uint32(8), ib + uint32(8 * TSB), a, b, acc)
+    alpha = alpha_beta[0]
+    beta = alpha_beta[1]
+    gi = t % 32 // 4
+    qi = t % 4
+    wri = (t // 128) * 64
+    wci = (t // 32 % 4) * 32
+    for i in range(4):
+        for j in range(4):
+            for e in range(4):
+                row = row0 + wri + 16 * i + gi + 8 * (e // 2)
+                col = col0 + wci + 8 * j + 2 * qi + e % 2
+                if row < M and col < N:
+                    out[row, col] = _scale_and_add(acc[i, j, e], alpha, beta, C, row, col)
+
+
+@op.stage("tensor_core_deep", """
+    Stage 8 with four buffers instead of two. With two, the copy of the next K-step has one step of
+    mma time to land; at tensor-core speed that is shorter than a trip to global memory, so warps wait
+    at the barrier. Four buffers keep three K-steps in flight (cp.async.wait_group 2 waits only for
+    the oldest), one barrier per step. They take 74 KiB, past the 48 KiB a block may declare
+    statically, so they live in dynamic shared memory (cuda.shared.array(0, ...)), and
+    workbench.launch.set_max_dynamic_shared_memory raises the kernel's limit through the driver:
+    numba-cuda has no call for it. Two blocks still share an SM (148 of its 227 KiB).""",
+    gpu_only="links CUDA C++ (gemm_mma.cu, hgemm_mma.cu) with link=, which the simulator cannot",
+    tolerance=2e-3)
+def tensor_core_deep(A, B, C, alpha_beta, out):
+    M, N = out.shape
+    K = A.shape[1]
+    vec = K % 4 == 0 and N % 4 == 0 and _aligned16(A) and _aligned16(B)
+    args = (A, B, C, alpha_beta, out, vec)
+    set_max_dynamic_shared_memory(_tensor_core_deep, args, DEEP_BYTES)
+    _tensor_core_deep[(blocks_for(N, TBN), blocks_for(M, TBM)), THREADS, 0, DEEP_BYTES](*args)
+
+
 # == gemm_bias_gelu: the epilogue, fused =============================================================
 
 SQRT_HALF = 0.7071067811865476
