@@ -1,260 +1,358 @@
-"""The notebooks: built from the registry, valid, executable on CPU (simulator), and committed up to date.
+"""The notebooks: built from the registry, valid, and committed as a fresh run prints them.
 
-Execution runs each notebook in a fresh ipykernel (the venv's interpreter) with ``WORKBENCH_MODE=sim``
-and the two smallest simulator sizes, against a results directory of synthetic GPU records so the
-plotting path runs too (and once against an empty one: the "no recorded figures yet" path).
+Default tier (about a minute on two cores): every notebook is built and structure-checked, the
+committed cells are compared with a fresh build, one representative notebook is executed in a fresh
+kernel (simulator, recorded figures) and its outputs compared with the committed ones, and the helpers
+the cells call are exercised in this process. ``-m slow`` executes every notebook and compares each.
 """
 
+from __future__ import annotations
+
+import io
 import json
 import os
+import re
+import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from workbench import notebook
-from workbench.ladder import as_size, load_operators, size_label
+from workbench import diff, markers, nb, registry
+from workbench.generate import notebooks as builder
+from workbench.ladder import as_size
 
-OPS = load_operators()
+OPS = registry.load_operators()
 REPO = Path(__file__).resolve().parent.parent
 COMMITTED = REPO / "notebooks"
-NB_ENV = {"WORKBENCH_MODE": "sim", "WORKBENCH_NOTEBOOK_SIM_SIZES": "2"}
-CELL_TIMEOUT_S = 150
+BUILT = builder.build_all_notebooks()
+# What the committed notebooks were executed with (`workbench notebooks build --execute --sim`).
+COMMITTED_ENV = {"WORKBENCH_MODE": "sim", "WORKBENCH_RESULTS": str(REPO / "results")}
+# The notebook the default tier executes: a ladder with a diff, a per-stage traffic model (the bytes
+# figure), a roofline and adversarial-free exact checks, and few, quick simulator cases.
+REPRESENTATIVE = registry.notebook_name(OPS["argmax"]) if "argmax" in OPS else next(iter(BUILT))
+CELL_TIMEOUT_S = 300
 
 
-# -- synthetic GPU records: every stage and a peer at every bench size ----------------------------------
+# -- what a run prints, with what legitimately varies between runs taken out ---------------------------
 
-PEAKS = {"copy_gbps": 4046.0, "gemm_fp32_gflops": 50900.0, "gemm_tf32_gflops": 350000.0,
-         "date": "2026-01-01T00:00:00+00:00"}
-
-
-def fake_records(op):
-    """Plausible records (a ladder that climbs towards the peak) in the schema bench.py writes."""
-    records = []
-    n = len(op.stages)
-    sizes = [as_size(s) for s in op.bench_sizes]
-    if as_size(op.headline_size) not in sizes:
-        sizes.append(as_size(op.headline_size))
-    for size in sizes:
-        b, f = int(op.bytes_moved(size)), int(op.flops(size))
-        peer_us = None
-        for order, name, frac, kind, traffic in (
-                [(0, "library.peer", 0.9, "peer", b)]
-                + [(s.order, s.name, 0.05 + 0.85 * s.order / n, "stage", s.traffic(size)) for s in op.stages]):
-            if op.bound == "compute":
-                us = 3.0 + f / (frac * PEAKS["gemm_fp32_gflops"]) / 1e3
-            else:
-                us = 3.0 + traffic / (frac * PEAKS["copy_gbps"]) / 1e3
-            gbps, gflops = b / us / 1e3, f / us / 1e3
-            pct = 100 * (gflops / PEAKS["gemm_fp32_gflops"] if op.bound == "compute" else gbps / PEAKS["copy_gbps"])
-            rec = {"device": "Test GPU", "versions": {"numba_cuda": "0.30.4", "numba": "0.61", "torch": "2.9"},
-                   "date": "2026-01-01T00:00:00+00:00", "op": op.name, "size": list(size),
-                   "size_label": size_label(size), "dtype": "float32", "median_us": us, "p10_us": us * 0.98,
-                   "p90_us": us * 1.02, "min_us": us * 0.97, "samples": 25, "launches_per_sample": 10,
-                   "host_call_us": us + 20, "bytes": b, "stage_bytes": traffic, "flops": f, "gbps": gbps,
-                   "stage_gbps": traffic / us / 1e3, "gflops": gflops, "pct_of_peak": pct,
-                   "peak_kind": "gemm_fp32_gflops" if op.bound == "compute" else "copy_gbps",
-                   "stage": name, "order": order, "kind": kind, "rel_err": 1e-7}
-            if kind == "peer":
-                peer_us = us
-            else:
-                rec["summary"] = ""
-                rec["peer"] = {"name": "library.peer", "median_us": peer_us, "gbps": b / peer_us / 1e3,
-                               "gflops": f / peer_us / 1e3, "host_call_us": peer_us + 20}
-            records.append(rec)
-    return records
+TIME = re.compile(r"\b\d+(?:\.\d+)?\s?(?:s|ms|µs)\b")
 
 
-@pytest.fixture(scope="module")
-def fake_results(tmp_path_factory):
-    d = tmp_path_factory.mktemp("results")
-    data = {"schema": 1, "device": "Test GPU", "peaks": PEAKS,
-            "records": [r for op in OPS.values() for r in fake_records(op)]}
-    (d / "test-gpu.json").write_text(json.dumps(data))
-    return d
+def _normal_text(text: str) -> str:
+    text = TIME.sub("<time>", text)
+    text = re.sub(r"([─━═\-])\1+", r"\1", text)  # table rules and column padding follow the times' widths
+    return re.sub(r"[ \t]+", " ", text).strip()
 
 
-def _outputs(nb):
-    for cell in nb.cells:
+def _png_size(data: str) -> tuple[int, int]:
+    import base64
+
+    from PIL import Image
+
+    return Image.open(io.BytesIO(base64.b64decode(data))).size
+
+
+def normalised_outputs(notebook) -> list[list]:
+    """Per code cell, its outputs with timings masked and images reduced to their pixel size."""
+    cells = []
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        outs = []
         for out in cell.get("outputs", []):
-            yield cell, out
+            kind = out["output_type"]
+            if kind == "stream":
+                outs.append((kind, out["name"], _normal_text(out["text"])))
+            elif kind == "error":
+                outs.append((kind, out["ename"], _normal_text(out["evalue"])))
+            else:
+                data = out.get("data", {})
+                shown = {m: (_png_size(v) if m == "image/png" else _normal_text(v if isinstance(v, str) else json.dumps(v)))
+                         for m, v in data.items()}
+                outs.append((kind, sorted(shown.items())))
+        cells.append(outs)
+    return cells
 
 
-def _text(nb) -> str:
-    parts = []
-    for _, out in _outputs(nb):
-        parts.append(out.get("text", "") + out.get("data", {}).get("text/plain", ""))
-    return "\n".join(parts)
+def _errors(notebook) -> list[str]:
+    return [f"{c.source[:80]!r}: {o.get('ename')}: {o.get('evalue')}"
+            for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
 
 
-def _execute(nb, tmp_path, results_dir):
-    start = time.perf_counter()
-    notebook.execute_notebook(nb, tmp_path, timeout=CELL_TIMEOUT_S,
-                              env={**NB_ENV, "WORKBENCH_RESULTS": str(results_dir)})
-    errors = [f"{''.join(c.source)[:80]!r}: {o.get('ename')}: {o.get('evalue')}"
-              for c, o in _outputs(nb) if o.output_type == "error"]
-    assert not errors, "\n".join(errors)
-    return time.perf_counter() - start
+def execute_fresh(name: str, tmp_path: Path, env: dict | None = None):
+    fresh = builder.build_all_notebooks()[name]
+    builder.execute_notebook(fresh, tmp_path, timeout=CELL_TIMEOUT_S, env={**COMMITTED_ENV, **(env or {})})
+    return fresh
 
 
-# -- building ----------------------------------------------------------------------------------------
+def assert_matches_a_fresh_run(name: str, tmp_path: Path) -> float:
+    started = time.perf_counter()
+    fresh = execute_fresh(name, tmp_path)
+    took = time.perf_counter() - started
+    assert not _errors(fresh), "\n".join(_errors(fresh))
+    committed = nbformat.read(COMMITTED / name, as_version=4)
+    fix = "re-run `workbench notebooks build --execute --sim` and commit the notebooks"
+    for i, (old, new) in enumerate(zip(normalised_outputs(committed), normalised_outputs(fresh))):
+        assert old == new, f"{name}, code cell {i}: the committed outputs are not what a fresh run prints: {fix}"
+    return took
+
+
+# -- building -----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", list(OPS))
 def test_built_notebook_is_valid_and_walks_every_stage(name):
     op = OPS[name]
-    nb = notebook.build_notebook(op)
-    nbformat.validate(nb)
-    sources = [c.source for c in nb.cells]
-    assert len({c.id for c in nb.cells}) == len(nb.cells)
-    assert nb.cells[0].source.startswith(f"# {op.title}")
+    built = BUILT[registry.notebook_name(op)]
+    nbformat.validate(built)
+    sources = [c.source for c in built.cells]
+    assert len({c.id for c in built.cells}) == len(built.cells)
+    assert sources[0].startswith(f"# {op.title}")
+    assert f"from solutions import {registry.short_module_name(op)}" in sources[2]
     for stage in op.stages:
         ref = f"op[{stage.name!r}]"
-        for call in (f"nb.show_source({ref})", f"nb.check({ref})", f"nb.progress(op, upto={stage.name!r})"):
-            assert call in sources, f"{name}: no cell {call}"
-        assert any(s.startswith(f"## {stage.order}. `{stage.name}`") and stage.summary in s for s in sources)
-    for call in ("nb.progress(op)", "nb.bytes_per_stage(op)", "nb.ladder_table(op)", "nb.about_mode()"):
+        paragraph = next(i for i, s in enumerate(sources) if s.startswith(f"## {stage.order}. `{stage.name}`"))
+        assert stage.summary in sources[paragraph]
+        expected = ([f"nb.show_diff({ref})"] if stage.order > 1 else []) + [
+            f"nb.show_source({ref})", f"nb.check({ref})", f"nb.progress(op, upto={stage.name!r})"]
+        following = sources[paragraph + 1: paragraph + 1 + len(expected)]
+        assert [s.split("  #")[0] for s in following] == expected, f"{stage.key}: {following}"
+    for call in ("nb.progress(op)", "nb.ladder_table(op)", "nb.about_mode()"):
         assert any(call in s for s in sources), call
-    assert any("workbench.MODE" in s for s in sources)
+    assert any("nb.bytes_per_stage(op)" in s for s in sources) == any(s.bytes_moved for s in op.stages)
 
 
-def test_numbering_follows_ladder_order():
-    import solutions
-
-    names = list(notebook.build_all_notebooks())
-    assert names[0] == notebook.START_HERE and names[-1] == notebook.COMPARE_ALL
-    ordered = [n for n in solutions.LADDER_ORDER if n in OPS]
-    extra = sorted(n for n in OPS if n not in ordered)  # modules not in LADDER_ORDER follow, never 90 or 99
-    for i, op_name in enumerate(ordered + extra):
-        assert f"{i + 1:02d}_{op_name}.ipynb" in names
-    assert "01_reduction.ipynb" in names and "09_gemm.ipynb" in names
-    assert not any(n.startswith("90_") for n in names)
+def test_numbering_follows_the_registry_order():
+    names = list(BUILT)
+    assert names[0] == builder.START_HERE and names[-2:] == [builder.GRADE_YOURSELF, builder.COMPARE_ALL]
+    for i, op_name in enumerate(OPS):  # load_operators() sorts by rank
+        assert names[i + 1] == f"{i + 1:02d}_{op_name}.ipynb"
 
 
 def test_model_text_reads_the_models():
-    assert notebook.model_text(OPS["reduction"].bytes_moved) == "4 * size[0] + 4"
-    assert notebook.model_text(OPS["reduction"].flops) == "size[0]"
+    assert builder.model_text(OPS["reduction"].bytes_moved) == "4 * size[0] + 4"
+    assert builder.model_text(OPS["reduction"].flops) == "size[0]"
     for op in OPS.values():  # every operator's models can be quoted in its notebook
-        assert notebook.model_text(op.bytes_moved), f"{op.name}: bytes model unreadable"
-        assert notebook.model_text(op.flops), f"{op.name}: flops model unreadable"
+        assert builder.model_text(op.bytes_moved), f"{op.name}: bytes model unreadable"
+        assert builder.model_text(op.flops), f"{op.name}: flops model unreadable"
 
 
-def test_build_all_keeps_outputs_and_refuses_to_overwrite_hand_edits(tmp_path):
+def test_build_keeps_outputs_and_refuses_to_overwrite_hand_edits(tmp_path):
     logs = []
-    written = notebook.build_all(tmp_path, execute=False, only=["reduction"], log=logs.append)
+    written = builder.build_all(tmp_path, only=["reduction"], log=logs.append)
     assert [p.name for p in written] == ["01_reduction.ipynb"]
-    stale = notebook.stale_notebooks(tmp_path)
-    assert "01_reduction.ipynb" not in stale and notebook.START_HERE in stale
+    stale = builder.stale_notebooks(tmp_path)
+    assert "01_reduction.ipynb" not in stale and builder.START_HERE in stale
+    path = written[0]
+    kept = nbformat.read(path, as_version=4)
+    kept.cells[2].outputs = [nbformat.v4.new_output("stream", text="kept\n")]
+    nbformat.write(kept, path)
+    assert builder.build_all(tmp_path, only=["reduction"], log=logs.append) == []  # unchanged: left alone
+    assert nbformat.read(path, as_version=4).cells[2].outputs[0]["text"] == "kept\n"
+    kept.cells[2].source += "\nprint('mine')"
+    nbformat.write(kept, path)
+    with pytest.raises(builder.HandEdited):
+        builder.build_all(tmp_path, only=["reduction"], log=logs.append)
+    assert builder.build_all(tmp_path, only=["reduction"], force=True, log=logs.append) == [path]
+
+
+def test_notebooks_cli_says_what_it_did(tmp_path, capsys):
     from workbench.cli import main
 
+    assert main(["notebooks", "build", "--only", "nosuchop", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no notebook for 'nosuchop'" in err and "reduction" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
     assert main(["notebooks", "check", "--out", str(tmp_path)]) == 1
-    path = written[0]
-    nb = nbformat.read(path, as_version=4)
-    nb.cells[2].outputs = [nbformat.v4.new_output("stream", text="kept\n")]
-    nbformat.write(nb, path)
-    assert notebook.build_all(tmp_path, only=["reduction"], log=logs.append) == []  # unchanged: left alone
-    assert nbformat.read(path, as_version=4).cells[2].outputs[0]["text"] == "kept\n"
-    nb.cells[2].source += "\nprint('mine')"
-    nbformat.write(nb, path)
-    with pytest.raises(notebook.HandEdited):
-        notebook.build_all(tmp_path, only=["reduction"], log=logs.append)
-    assert notebook.build_all(tmp_path, only=["reduction"], force=True, log=logs.append) == [path]
+    assert "out of date" in capsys.readouterr().out
+    assert main(["notebooks", "build", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert main(["notebooks", "check", "--out", str(tmp_path)]) == 0
+    assert f"all {len(BUILT)}" in capsys.readouterr().out  # a line on success, not silence
 
 
-# -- the committed notebooks match the builder ----------------------------------------------------------
+def test_a_throwaway_operator_gets_a_notebook_that_runs(tmp_path):
+    """An operator written in a folder of one's own ($WORKBENCH_SOLUTIONS_PATH) gets a notebook whose
+    import cell finds its module (`from solutions import <module>`) and whose cells run."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "twice.py").write_text(textwrap.dedent('''\
+        """Twice a float32 vector: the smallest ladder there is."""
+        import numpy as np
+        from numba import cuda
 
-@pytest.mark.parametrize("name", list(notebook.build_all_notebooks()))
-def test_committed_notebook_is_up_to_date(name):
+        from workbench.ladder import Operator, blocks_for, expect_device_array
+
+
+        def _validate(x, out):
+            expect_device_array("x", x, dtype=np.float32, ndim=1)
+            expect_device_array("out", out, dtype=np.float32, shape=x.shape)
+
+
+        op = Operator(name="twice", title="Twice a vector", reference=lambda x: 2.0 * x.astype(np.float64),
+                      make_inputs=lambda size, rng: (rng.standard_normal(size[0]).astype(np.float32),),
+                      make_output=lambda size: np.empty(size[0], np.float32),
+                      bytes_moved=lambda size: 8 * size[0], flops=lambda size: size[0], validate=_validate,
+                      check_sizes=[5], sim_sizes=[5, 33], bench_sizes=[1024], headline_size=(1024,), rank=5000)
+
+
+        @cuda.jit
+        def _twice(x, out):
+            i = cuda.grid(1)
+            if i < x.size:
+                out[i] = 2 * x[i]
+
+
+        @op.stage("simple", "One thread per element.")
+        def simple(x, out):
+            _twice[blocks_for(x.size, 64), 64](x, out)
+        '''))
+    script = textwrap.dedent(f'''\
+        import nbformat
+        from workbench import registry
+        from workbench.generate import notebooks as builder
+        op = registry.operator("twice")
+        name = registry.notebook_name(op)
+        notebook = builder.build_all_notebooks()[name]
+        code = [c for c in notebook.cells if c.cell_type == "code"]
+        notebook.cells = code[:1] + [c for c in code if c.source.startswith("nb.check(")]
+        builder.execute_notebook(notebook, {str(tmp_path)!r}, timeout=120, env={{"WORKBENCH_MODE": "sim"}})
+        text = "".join(o.get("text", "") + o.get("data", {{}}).get("text/plain", "")
+                       for c in notebook.cells for o in c.outputs)
+        errors = [o for c in notebook.cells for o in c.outputs if o.output_type == "error"]
+        print(name, "errors:", [e["evalue"] for e in errors])
+        print(text)
+        ''')
+    env = {**os.environ, "WORKBENCH_SOLUTIONS_PATH": str(folder), "WORKBENCH_MODE": "sim"}
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
+                         cwd=REPO)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"{len(OPS) + 1:02d}_twice.ipynb errors: []" in run.stdout, run.stdout[-3000:]
+    assert "twice.simple in the simulator: 2 of 2 cases pass" in run.stdout
+
+
+# -- the committed notebooks ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(BUILT))
+def test_committed_notebook_has_the_cells_solutions_make_today(name):
     path = COMMITTED / name
-    fix = "regenerate with `workbench notebooks build --execute` (on CPU it runs them in the simulator)"
+    fix = "regenerate with `workbench notebooks build --execute --sim`"
     assert path.exists(), f"{path} is missing: {fix}"
     committed = nbformat.read(path, as_version=4)
-    assert notebook.cell_sources(committed) == notebook.cell_sources(notebook.build_all_notebooks()[name]), \
+    assert builder.cell_sources(committed) == builder.cell_sources(BUILT[name]), \
         f"{path} differs from what solutions/ generates: {fix}"
-    assert notebook.source_hash(committed) == committed.metadata["workbench"]["source_hash"]
+    assert builder.source_hash(committed) == committed.metadata["workbench"]["source_hash"]
+    code = [c for c in committed.cells if c.cell_type == "code"]
+    assert all(c.get("outputs") for c in code), f"{name}: a code cell has no output (not executed?)"
+    assert not _errors(committed), _errors(committed)
 
 
-def test_committed_reduction_notebook_is_executed():
-    nb = nbformat.read(COMMITTED / "01_reduction.ipynb", as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    assert all(c.get("outputs") for c in code), "every code cell of the committed notebook shows its output"
-    assert not any(o.output_type == "error" for _, o in _outputs(nb))
+def test_committed_notebooks_never_call_a_skipped_stage_passed():
+    """A stage the simulator cannot run shows as skipped in its check's headline, never as a pass."""
+    gpu_only = [(op, s) for op in OPS.values() for s in op.stages if s.gpu_only]
+    assert gpu_only, "no GPU-only stage to look at"
+    for op, stage in gpu_only:
+        committed = nbformat.read(COMMITTED / registry.notebook_name(op), as_version=4)
+        cell = next(c for c in committed.cells if c.source == f"nb.check(op[{stage.name!r}])")
+        text = "".join(o.get("data", {}).get("text/plain", "") for o in cell.outputs)
+        assert f"{stage.key} in the simulator: no case run;" in text and "skipped: needs a GPU" in text, text[:300]
+        assert "pass" not in text.splitlines()[0].replace("passed", "")
 
 
-# -- executing (CPU, simulator) -------------------------------------------------------------------------
-
-# Executing a notebook costs a kernel start plus every check and figure (5-15 s on 2 cores): the full run
-# covers one ladder of each kind (memory-bound, with per-stage traffic, compute-bound); the others are
-# built and validated above, and their figures drawn in-process below. WORKBENCH_NOTEBOOK_TEST_ALL=1
-# executes every one.
-EXECUTED = [n for n in OPS if os.environ.get("WORKBENCH_NOTEBOOK_TEST_ALL")] or \
-    [n for n in ("reduction", "elementwise", "gemm") if n in OPS]
+def test_representative_notebook_matches_a_fresh_run(tmp_path):
+    took = assert_matches_a_fresh_run(REPRESENTATIVE, tmp_path)
+    print(f"{REPRESENTATIVE}: executed in {took:.1f} s")
 
 
-@pytest.mark.parametrize("name", EXECUTED)
-def test_notebook_executes_on_cpu_with_recorded_figures(name, tmp_path, fake_results):
-    op = OPS[name]
-    nb = notebook.build_notebook(op)
-    took = _execute(nb, tmp_path, fake_results)
-    text = _text(nb)
-    assert "workbench.MODE = 'sim'" in text
-    # every stage's check ran (or was skipped for a GPU-only stage) and every progress cell drew a figure
-    for stage in op.stages:
-        assert f"{stage.key} in the simulator" in text
-    images = [c for c, o in _outputs(nb) if "image/png" in o.get("data", {})]
-    assert len(images) >= len(op.stages) + 2, f"only {len(images)} figures"
-    assert "No recorded figures" not in text  # the records were found
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(BUILT))
+def test_every_notebook_matches_a_fresh_run(name, tmp_path):
+    took = assert_matches_a_fresh_run(name, tmp_path)
     print(f"{name}: executed in {took:.1f} s")
 
 
-@pytest.mark.parametrize("name", list(OPS))
-def test_figures_draw_for_every_stage(name, fake_results, monkeypatch):
-    """What the progress/roofline/bytes/table cells show, drawn in this process from synthetic records."""
+def test_grade_yourself_has_a_cell_to_fill_in_and_the_stages_to_grade():
+    committed = nbformat.read(COMMITTED / builder.GRADE_YOURSELF, as_version=4)
+    code = [c for c in committed.cells if c.cell_type == "code"]
+    listing = next(c for c in code if c.source == "nb.gradeable_stages()")
+    text = "".join(o.get("data", {}).get("text/plain", "") for o in listing.outputs)
+    for op in OPS.values():
+        for stage in op.stages:
+            assert stage.key in text, f"{stage.key} is not in the list of stages to grade"
+    yours = next(c for c in code if c.source.startswith("TARGET = "))
+    assert markers.STUB_MARK in yours.source
+    said = "".join(o.get("text", "") for o in yours.outputs)
+    assert "not implemented yet" in said and "mode: sim" in "".join(o.get("text", "") for o in code[0].outputs)
+
+
+# -- the helpers the cells call, in this process ----------------------------------------------------------
+
+def test_diff_shows_what_a_stage_changed_as_html_and_as_text():
+    stage = OPS["softmax"]["ilp"]
+    shown = nb.Diff(diff.stage_diff(stage))
+    html, text = shown._repr_html_(), repr(shown)
+    assert "<pre" in html and "<ins" in html and "<del" in html  # survives GitHub's stripped styles
+    assert "softmax.l1_reuse -&gt; softmax.ilp" in html
+    assert text.startswith("softmax.l1_reuse -> softmax.ilp")
+    added = [line for line in text.splitlines() if line.startswith("+")]
+    assert any("ILP" in line for line in added)
+    assert stage.summary[:40] not in text and diff.PARAGRAPH_PLACEHOLDER in text  # prose is not the diff
+    first = diff.stage_diff(OPS["softmax"].stages[0])
+    assert first.previous is None and first.removed == 0
+
+
+def test_elide_paragraph_keeps_the_code():
+    src = 'x = 1\n@op.stage("a", """\n  long\n  prose\n""", tolerance=1e-3)\ndef a(x, out):\n    pass\n'
+    assert diff.elide_paragraph(src) == ('x = 1\n@op.stage("a", ' + diff.PARAGRAPH_PLACEHOLDER
+                                         + ', tolerance=1e-3)\ndef a(x, out):\n    pass\n')
+
+
+def test_check_counts_skipped_apart_and_says_why():
+    gpu_only = next(s for op in OPS.values() for s in op.stages if s.gpu_only)
+    report = nb.CheckReport(gpu_only, 1)
+    from workbench.check import CheckResult
+
+    for size in ([1], [2], [3]):
+        report.add(CheckResult(gpu_only.key, size, "passed", 0.0, 1e-5), 0.1)
+    report.add(CheckResult(gpu_only.key, [4], "skipped", None, None, "not run"), 0.0)
+    assert report.headline().endswith(f"3 of 3 cases pass; 1 skipped: needs a GPU ({gpu_only.gpu_only})")
+    assert report.rows[-1][4] == "skipped" and report.rows[-1][2] == "—"
+
+
+def test_check_prints_a_line_per_case_while_it_runs(capsys):
+    stage = OPS["reduction"].stages[-1]
+    nb.check(stage, sizes=[(1,), (33,)])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[:2]] == ["1", "33"] and all(" s" in line for line in lines[:2])
+    assert lines[-1] == f"{stage.key} in the simulator: 2 of 2 cases pass"
+    skipped = next(s for op in OPS.values() for s in op.stages if s.gpu_only)
+    nb.check(skipped, sizes=[skipped.op.sim_sizes[0]])
+    assert "no case run; 1 skipped: needs a GPU" in capsys.readouterr().out
+
+
+def test_figures_draw_in_process_and_say_when_nothing_is_recorded(tmp_path, monkeypatch):
     import matplotlib
 
     matplotlib.use("Agg")
-    monkeypatch.setenv("WORKBENCH_RESULTS", str(fake_results))
-    monkeypatch.setattr(notebook, "LIVE", False)
     shown = []
-    monkeypatch.setattr(notebook, "_display", shown.append)
-    op = OPS[name]
-    notebook.progress(op, upto=op.stages[0].name)  # the first section's figure: one stage so far
-    notebook.progress(op)
-    notebook.roofline(op)
-    notebook.bytes_per_stage(op)
-    notebook.ladder_table(op)
-    notebook.models(op)
-    figures = [x.figure for x in shown if isinstance(x, notebook.Picture)]
-    assert all(x.png.startswith(b"\x89PNG") for x in shown if isinstance(x, notebook.Picture))
-    assert len(figures) == 4
-    first, last = figures[0], figures[1]
-    assert len(first.axes[0].patches) == 1  # the staircase so far
-    assert len(last.axes[0].patches) == len(op.stages)  # the whole ladder
-    assert "Test GPU, recorded 2026-01-01" in last.axes[0].get_title()
-    assert any(type(x).__name__ == "Markdown" and "library.peer" in x.data for x in shown)
-
-
-def test_reduction_notebook_says_when_there_are_no_recorded_figures(tmp_path):
-    nb = notebook.build_notebook(OPS["reduction"])
-    _execute(nb, tmp_path, tmp_path / "empty-results")
-    text = _text(nb)
-    assert "No recorded figures yet for reduction" in text
-    # the bytes-per-stage bars need no recording: they come from the models
-    assert any("image/png" in o.get("data", {}) for _, o in _outputs(nb))
-
-
-@pytest.mark.parametrize("which", ["start", "compare"])
-def test_start_here_and_compare_all_execute(which, tmp_path, fake_results):
-    ops = load_operators()
-    nb = notebook.build_start_here(ops) if which == "start" else notebook.build_compare_all(ops)
-    nbformat.validate(nb)
-    _execute(nb, tmp_path, fake_results)
-    text = _text(nb)
-    if which == "compare":
-        for name in OPS:  # (a module added since this test started may be listed without records)
-            assert name in text
-        assert any("image/png" in o.get("data", {}) for _, o in _outputs(nb))
-        assert text.count("no recorded figures yet") <= len(load_operators()) - len(OPS)
+    monkeypatch.setattr(nb, "show", shown.append)
+    op = OPS["elementwise"]
+    nb.progress(op, upto=op.stages[0].name)
+    nb.roofline(op)
+    nb.bytes_per_stage(op)
+    nb.ladder_table(op)
+    nb.models(op)
+    pictures = [x for x in shown if isinstance(x, nb.Picture)]
+    assert len(pictures) == 3 and all(p.png.startswith(b"\x89PNG") for p in pictures)
+    assert "recorded" in pictures[0].figure.get_axes()[0].get_title()
+    assert any(type(x).__name__ == "Markdown" and "| 1 | unfused |" in x.data for x in shown)
+    shown.clear()
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path / "empty"))
+    nb.progress(op)  # nothing recorded: says so, and draws the bytes per stage from the models
+    assert [type(x).__name__ for x in shown] == ["Picture"]
 
 
 def test_live_figures_measure_each_stage_once(monkeypatch):
@@ -266,13 +364,14 @@ def test_live_figures_measure_each_stage_once(monkeypatch):
     from workbench import bench, device, results
 
     op = OPS["reduction"]
+    recorded = results.load(REPO / "results" / "nvidia-h200.json")
     calls = []
 
     def fake_bench_size(op_, stages, size, peaks, rng, env, progress=None, with_peer=True):
         calls.append(([s.name for s in stages], tuple(size), with_peer))
-        recs = [dict(r, date="2026-01-02T00:00:00+00:00") for r in fake_records(op_) if r["size"] == list(size)
-                and (r["stage"] in [s.name for s in stages if s.name != "coalesced"]
-                     or (with_peer and r["kind"] == "peer"))]
+        names = [s.name for s in stages if s.name != "coalesced"]
+        recs = [dict(r, date="2026-01-02T00:00:00+00:00") for r in results.records_for(op_.name, recorded)
+                if r["size"] == list(size) and (r["stage"] in names or (with_peer and r["kind"] == "peer"))]
         fails = [f"{op_.name}.coalesced @ {size}: wrong"] if any(s.name == "coalesced" for s in stages) else []
         return recs, fails
 
@@ -280,21 +379,21 @@ def test_live_figures_measure_each_stage_once(monkeypatch):
     monkeypatch.setattr(device, "mode", lambda: "gpu")
     monkeypatch.setattr(bench, "bench_size", fake_bench_size)
     monkeypatch.setattr(results, "environment", lambda: {"device": "Test GPU"})
-    monkeypatch.setattr(notebook, "LIVE", True)
-    monkeypatch.setattr(notebook, "_LIVE_CACHE", {})
-    monkeypatch.setattr(notebook, "_LIVE_ENV", {"peaks": PEAKS})
+    monkeypatch.setattr(nb, "LIVE", True)
+    monkeypatch.setattr(nb, "_LIVE_CACHE", {})
+    monkeypatch.setattr(nb, "_LIVE_ENV", {"peaks": recorded["peaks"]})
     shown = []
-    monkeypatch.setattr(notebook, "_display", shown.append)
+    monkeypatch.setattr(nb, "show", shown.append)
 
-    sizes = notebook._live_sizes(op)
-    assert len(sizes) == notebook.LIVE_SIZES and as_size(op.headline_size) in sizes
-    notebook.progress(op, upto="naive")
+    sizes = nb.live_sizes(op)
+    assert len(sizes) == nb.LIVE_SIZES and as_size(op.headline_size) in sizes
+    nb.progress(op, upto="naive")
     assert calls == [(["naive"], s, True) for s in sizes]
-    notebook.progress(op, upto="coalesced")
-    notebook.progress(op, upto="shared_tree")
+    nb.progress(op, upto="coalesced")
+    nb.progress(op, upto="shared_tree")
     assert [c[0] for c in calls[len(sizes):]] == [["coalesced"]] * len(sizes) + [["shared_tree"]] * len(sizes)
     assert not any(c[2] for c in calls[len(sizes):])  # the peer is timed once per size
-    data, live, _ = notebook.figures(op, upto="shared_tree")
-    assert live and {r["stage"] for r in data["records"]} == {"naive", "shared_tree", "library.peer"}
-    fig = [x.figure for x in shown if isinstance(x, notebook.Picture)][-1]
-    assert "measured now 2026-01-02" in fig.axes[0].get_title()
+    data, live, _ = nb.figures(op, upto="shared_tree")
+    assert live and {r["stage"] for r in data["records"]} == {"naive", "shared_tree", "torch.sum"}
+    picture = [x for x in shown if isinstance(x, nb.Picture)][-1]
+    assert "measured now 2026-01-02" in picture.figure.get_axes()[0].get_title()

@@ -1,179 +1,502 @@
-"""The three pictures of a ladder, drawn from records (live, or recorded in ``results/``).
+"""Every picture of a ladder, drawn from records (measured now, or recorded in ``results/``).
 
-* staircase: effective bandwidth (or GFLOP/s) of each stage at the headline size, with the measured
-  peak and the library peer as horizontal lines;
-* latency against size, log-log, one line per stage: flat where launch-bound, a slope of one where
-  bandwidth-bound;
-* roofline: each stage's arithmetic intensity against its rate, under the memory and compute roofs.
+* staircase: each stage's rate at the headline size (effective GB/s, or GFLOP/s for a compute-bound
+  operator), with the measured peak and the library peer as horizontal lines;
+* latency against size, log-log, one line per stage and per shape family (softmax's rows of 1024
+  columns are one line, its rows of 4096 another: same bytes is not same shape);
+* roofline: each stage's arithmetic intensity against its rate, under the memory and compute roofs;
+* bytes per stage: what each stage's traffic model says it moves, against the minimum (fusion's gain);
+* across operators: each best stage against its library peer, and one roofline of every ladder.
 
-Every figure is titled with the device and the date of the records it shows.
+Every figure is titled with the operator, the size in words ("2^28 floats (1 GiB moved)"), and the
+device and date of its records. Figures are made to be read at the width JupyterLab and GitHub show
+them (about ``PAGE_WIDTH_PX`` = 1000 pixels): at most two panels side by side, no text under 9 points,
+legends under the axes (never over the data), and bar labels on an opaque box, so a peak or peer line
+passes behind them rather than through them. ``png(fig)`` is how every figure is saved, for the
+README's ``results/plots/`` and for the notebooks alike.
+
+Drawing functions take an axes first and return it; ``ladder_figure`` and ``save_all`` make whole
+figures. Stage colours follow a stage's place in its whole ladder, so a "so far" figure never shifts them.
 """
 
 from __future__ import annotations
 
+import io
+import math
+import textwrap
 from pathlib import Path
 
-import math
-
 import matplotlib.pyplot as plt
+import numpy as np
 
-from .ladder import as_size
+from . import registry, results
+from .ladder import Operator, as_size, size_label
+
+FIG_DPI = 100
+PAGE_WIDTH_PX = 1000  # what a notebook or README column shows; figures are made to read at this width
+PANEL_IN = (5.0, 4.6)  # one panel (inches) with its legend below it: two side by side fill the page
+TITLE_PT, LABEL_PT, SMALL_PT = 10.5, 10, 9  # smallest text: 9 pt at 100 dpi is 12.5 px
+TITLE_CHAR_EM = 0.62  # a title character's average width, in ems (titles wrap to their panel)
+PNG_PAD_IN = 0.08  # white margin around a saved figure's tight box
+LEGEND_COLUMN_PX = 250  # the width a legend column needs: a panel 500 px wide holds two  # a panel title wraps at this many characters
 
 STAGE_COLORS = plt.get_cmap("viridis")
-PEER_STYLE = dict(color="tab:red", linestyle="--", linewidth=1.5)
-PEAK_STYLE = dict(color="black", linestyle=":", linewidth=1.5)
+PEER_COLOR = "tab:red"
+PEER_STYLE = dict(color=PEER_COLOR, linestyle="--", linewidth=1.6)
+PEAK_STYLE = dict(color="black", linestyle=":", linewidth=1.6)
+FLOOR_STYLE = dict(color="0.45", linestyle=":", linewidth=2.2)
+# Shape families on the latency plot: the first is drawn solid with dots, the next ones differ in both.
+FAMILY_STYLES = [("-", "o"), ("--", "s"), ("-.", "^"), ((0, (1, 1)), "D")]
+LABEL_BOX = dict(boxstyle="square,pad=0.15", facecolor="white", edgecolor="none", alpha=0.9)
+LABEL_ZORDER = 6  # above every line
 
 
-def _records(data: dict, op: str) -> list[dict]:
-    return [r for r in data["records"] if r["op"] == op]
+# -- words --------------------------------------------------------------------------------------
+
+def binary_bytes(n: float) -> str:
+    """1073741828 -> '1 GiB'; 201326592 -> '192 MiB'."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
 
 
-def _provenance(data: dict, recs: list[dict], live: bool) -> str:
-    dates = sorted(r["date"][:10] for r in recs) or ["?"]
+def count_words(n: int) -> str:
+    """268435456 -> '2^28'; 1000003 -> '1,000,003'."""
+    if n >= 1024 and n & (n - 1) == 0:
+        return f"2^{n.bit_length() - 1}"
+    return f"{n:,}"
+
+
+def size_phrase(op: Operator, size) -> str:
+    """A size in words: '2^28 floats (1 GiB moved)', '32768x4096 floats (1 GiB moved)',
+    '4096x4096x4096 (MxNxK, 192 MiB moved)'."""
+    size = as_size(size)
+    moved = binary_bytes(op.bytes_moved(size))
+    if len(size) >= 3:
+        return f"{size_label(size)} ({op.size_form}, {moved} moved)"
+    noun = "floats" if np.dtype(op.dtype) == np.float32 else "elements"
+    shape = count_words(size[0]) if len(size) == 1 else size_label(size)
+    return f"{shape} {noun} ({moved} moved)"
+
+
+def provenance(data: dict, recs: list[dict], live: bool) -> str:
+    """'NVIDIA H200, recorded 2026-11-22' (or 'measured now'): where and when the records were taken."""
+    dates = sorted(r["date"][:10] for r in recs if r.get("date")) or ["?"]
     when = dates[-1] if dates[0] == dates[-1] else f"{dates[0]}..{dates[-1]}"
-    how = "measured now" if live else "recorded"
-    return f"{data.get('device', '?')}, {how} {when}"
+    return f"{data.get('device', '?')}, {'measured now' if live else 'recorded'} {when}"
 
 
-def _stage_names(recs: list[dict]) -> list[str]:
-    stages = sorted({(r["order"], r["stage"]) for r in recs if r.get("kind") == "stage"})
-    return [name for _, name in stages]
+def _title(ax, first: str, second: str = "") -> None:
+    """A title of one or two lines (what, then where and when), wrapped to the panel's width."""
+    chars = int(ax.figure.bbox.width / (TITLE_PT * FIG_DPI / 72 * TITLE_CHAR_EM))
+    lines = textwrap.wrap(first, max(chars, 30)) + ([second] if second else [])
+    ax.set_title("\n".join(lines), fontsize=TITLE_PT)
 
 
-def _color(i: int, n: int):
-    return STAGE_COLORS(0.1 + 0.8 * i / max(n - 1, 1))
+def metric_of(op: Operator) -> str:
+    """The record field a ladder is judged by: 'gflops' (compute-bound) or 'gbps' (memory-bound)."""
+    return "gflops" if op.bound == "compute" else "gbps"
 
 
-def headline(recs: list[dict], size) -> list[dict]:
-    size = list(as_size(size)) if size is not None else None
-    if size is None or not any(r["size"] == size for r in recs):
-        size = max((r["size"] for r in recs), key=math.prod, default=None)
-    return [r for r in recs if r["size"] == size]
+def unit_of(op: Operator) -> str:
+    return "GFLOP/s" if op.bound == "compute" else "GB/s (effective)"
 
 
-def staircase(data: dict, op: str, *, size=None, upto: str | None = None, metric: str = "gbps", ax=None, live=False):
-    """Bars per stage at one size; stages after ``upto`` are left out (notebooks reveal them one by one)."""
-    recs = headline(_records(data, op), size)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7.5, 4))
-    names = _stage_names(recs)
-    if upto is not None and upto in names:
-        names = names[: names.index(upto) + 1]
-    by_stage = {r["stage"]: r for r in recs if r.get("kind") == "stage"}
-    values = [by_stage[n][metric] for n in names]
-    bars = ax.bar(names, values, color=[_color(i, len(_stage_names(recs))) for i in range(len(names))])
-    for bar, name in zip(bars, names):
-        r = by_stage[name]
-        label = f"{r[metric]:.0f}" + (f"\n{r['pct_of_peak']:.0f}%" if r.get("pct_of_peak") is not None else "")
-        ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
-    peaks = data.get("peaks", {})
-    peak = peaks.get("copy_gbps") if metric == "gbps" else peaks.get("gemm_fp32_gflops")
+# -- records --------------------------------------------------------------------------------------
+
+def stage_color(op: Operator, order: int):
+    """The colour of stage ``order`` (1-based) of ``op``, whatever subset of stages a figure shows."""
+    n = max(len(op.stages), order, 1)
+    return STAGE_COLORS(0.1 + 0.8 * (order - 1) / max(n - 1, 1))
+
+
+def _stage_records(recs: list[dict], upto: str | None, op: Operator) -> list[dict]:
+    """The stage records of ``recs`` up to stage ``upto`` (by its order in ``op``), in ladder order."""
+    last = op[upto].order if upto is not None else math.inf
+    return sorted((r for r in recs if r.get("kind") == "stage" and r["order"] <= last), key=lambda r: r["order"])
+
+
+def _peers(recs: list[dict]) -> list[dict]:
+    return [r for r in recs if r.get("kind") == "peer"]
+
+
+def _legend_below(ax, most_columns: int = 3):
+    """A legend under the panel (under its tick labels and x label), so that it never covers the data.
+
+    It belongs to the panel's (sub)figure, placed "outside lower center": constrained layout makes room
+    for it, however tall the rotated tick labels are (``new_figure`` gives each panel a subfigure)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return None
+    fits = int(ax.figure.bbox.width // LEGEND_COLUMN_PX)  # columns that fit under the panel
+    ncols = max(1, min(most_columns, fits, len(handles)))
+    return ax.figure.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=SMALL_PT,
+                            frameon=False)
+
+
+def _ticks(ax) -> None:
+    ax.tick_params(labelsize=SMALL_PT)
+
+
+# -- one operator ---------------------------------------------------------------------------------
+
+def staircase(ax, data: dict, op: Operator, *, upto: str | None = None, live: bool = False):
+    """One bar per stage at the headline size, up to stage ``upto``; the measured peak (dotted) and the
+    library peer (dashed red) as lines. Each bar is labelled with its rate and its % of the peak."""
+    metric = metric_of(op)
+    recs = results.headline(results.records_for(op.name, data), op.headline_size)
+    stages = _stage_records(recs, upto, op)
+    peers = _peers(recs)
+    values = [r[metric] for r in stages]
+    bars = ax.bar([r["stage"] for r in stages], values, color=[stage_color(op, r["order"]) for r in stages],
+                  zorder=2)
+    peak = (data.get("peaks") or {}).get("gemm_fp32_gflops" if metric == "gflops" else "copy_gbps")
     if peak:
-        ax.axhline(peak, **PEAK_STYLE, label=f"measured peak ({'copy' if metric == 'gbps' else 'cuBLAS fp32'}) {peak:.0f}")
-    for r in recs:
-        if r.get("kind") == "peer":
-            ax.axhline(r[metric], **PEER_STYLE, label=f"{r['stage']} {r[metric]:.0f}")
-    unit = "GB/s (effective)" if metric == "gbps" else "GFLOP/s"
-    size_txt = recs[0]["size_label"] if recs else "?"
-    ax.set_ylabel(unit)
-    ax.set_title(f"{op} @ {size_txt}: {unit}\n{_provenance(data, recs, live)}", fontsize=10)
-    ax.tick_params(axis="x", rotation=20)
-    top = max(values + [peak or 0] + [r[metric] for r in recs if r.get("kind") == "peer"], default=1) or 1
+        ax.axhline(peak, **PEAK_STYLE, zorder=3,
+                   label=f"measured peak ({'cuBLAS fp32' if metric == 'gflops' else 'copy'}) {peak:.0f}")
+    for r in peers:
+        ax.axhline(r[metric], **PEER_STYLE, zorder=3, label=f"{r['stage']} {r[metric]:.0f}")
+    for bar, r in zip(bars, stages):
+        label = f"{r[metric]:.0f}" + (f"\n{r['pct_of_peak']:.0f}%" if r.get("pct_of_peak") is not None else "")
+        ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 2),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=SMALL_PT,
+                    bbox=LABEL_BOX, zorder=LABEL_ZORDER)
+    top = max(values + [peak or 0] + [r[metric] for r in peers], default=1) or 1
     positive = [v for v in values if v > 0]
     if positive and top / min(positive) > 100:  # early stages would be invisible on a linear axis
         ax.set_yscale("log")
-        ax.set_ylim(min(positive) / 3, top * 40)  # headroom for the labels and the legend
+        ax.set_ylim(min(positive) / 3, top * 6)  # room for two lines of label over the tallest bar
     else:
-        ax.set_ylim(0, top * 1.2)
-    ax.legend(fontsize=8, loc="upper left")
+        ax.set_ylim(0, top * 1.3)
+    ax.set_ylabel(unit_of(op), fontsize=LABEL_PT)
+    ax.tick_params(axis="x", rotation=25)
+    for label in ax.get_xticklabels():
+        label.set_horizontalalignment("right")
+        label.set_rotation_mode("anchor")
+    _ticks(ax)
+    size = as_size(recs[0]["size"]) if recs else as_size(op.headline_size)
+    _title(ax, f"{op.name} at {size_phrase(op, size)}", provenance(data, stages + peers, live))
+    _legend_below(ax)
     return ax
 
 
-def latency(data: dict, op: str, *, upto: str | None = None, ax=None, live=False):
-    """Median latency against bytes moved, log-log, one line per stage, the peer dashed."""
-    recs = _records(data, op)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7.5, 4))
-    names = _stage_names(recs)
-    if upto is not None and upto in names:
-        names = names[: names.index(upto) + 1]
-    all_names = _stage_names(recs)
-    for name in names:
-        pts = sorted((r["bytes"], r["median_us"]) for r in recs if r["stage"] == name)
-        ax.plot(*zip(*pts), marker="o", markersize=3, color=_color(all_names.index(name), len(all_names)), label=name)
-    for peer in sorted({r["stage"] for r in recs if r.get("kind") == "peer"}):
-        pts = sorted((r["bytes"], r["median_us"]) for r in recs if r["stage"] == peer)
-        ax.plot(*zip(*pts), **PEER_STYLE, label=peer)
-    copy = data.get("peaks", {}).get("copy_gbps")
-    if copy and recs:
-        # The bandwidth floor, drawn only where it is within sight of the measurements.
-        floor_us = min(r["median_us"] for r in recs) / 3
-        lo = max(min(r["bytes"] for r in recs), floor_us * copy * 1e3)
-        hi = max(r["bytes"] for r in recs)
-        if hi > lo:
-            ax.plot([lo, hi], [lo / copy / 1e3, hi / copy / 1e3], **PEAK_STYLE, label="bytes / peak bandwidth")
+def shape_families(sizes: list[tuple]) -> list[list[tuple]]:
+    """Sizes that grow together, each family in increasing order. All of one shape (a vector, squares,
+    cubes: each a multiple of the first) is one family; otherwise sizes are grouped by every dimension
+    but the first (softmax: rows of 1024 columns, rows of 4096, ...), so that two sizes moving the same
+    bytes in different shapes (32768x4096 and 4096x32768) are never joined by one line."""
+    sizes = sorted({as_size(s) for s in sizes}, key=lambda s: (math.prod(s), s))
+    if not sizes:
+        return []
+    first = np.array(sizes[0], dtype=float)
+    if len(first) == 1 or all(np.allclose(np.array(s) / first, s[0] / first[0]) for s in sizes):
+        return [sizes]
+    groups: dict[tuple, list[tuple]] = {}
+    for s in sizes:
+        groups.setdefault(s[1:], []).append(s)
+    return sorted(groups.values(), key=lambda g: (-len(g), math.prod(g[0])))
+
+
+def family_label(op: Operator, family: list[tuple]) -> str:
+    """'ROWSx1024' for rows of 1024 columns; a family of one size is that size."""
+    if len(family) == 1:
+        return size_label(family[0])
+    return "x".join([op.dims[0].upper()] + [str(d) for d in family[0][1:]])
+
+
+def time_floor(peaks: dict, recs: list[dict]) -> list[tuple[float, float]]:
+    """(bytes, µs) at each recorded size: the least time the roofline allows, the larger of the minimum
+    bytes at the copy bandwidth and the flops at the cuBLAS fp32 rate. Empty without measured peaks."""
+    copy, compute = peaks.get("copy_gbps"), peaks.get("gemm_fp32_gflops")
+    if not copy:
+        return []
+    floor = {}
+    for r in recs:
+        us = max(r["bytes"] / copy, r["flops"] / compute if compute else 0.0) / 1e3
+        floor[r["bytes"]] = max(floor.get(r["bytes"], 0.0), us)
+    return sorted(floor.items())
+
+
+def latency(ax, data: dict, op: Operator, *, upto: str | None = None, live: bool = False):
+    """Median latency against bytes moved, log-log: one line per stage (its colour) and shape family
+    (its line style and marker); the library peer in red; the roofline's least time as a floor."""
+    recs = results.records_for(op.name, data)
+    stages = _stage_records(recs, upto, op)
+    peers = _peers(recs)
+    families = shape_families([r["size"] for r in stages + peers])
+    family_of = {s: i for i, fam in enumerate(families) for s in fam}
+
+    def draw(rows: list[dict], color, label: str, peer: bool) -> None:
+        for i, fam in enumerate(families):
+            pts = sorted((r["bytes"], r["median_us"]) for r in rows if family_of[as_size(r["size"])] == i)
+            if not pts:
+                continue
+            style, marker = FAMILY_STYLES[i % len(FAMILY_STYLES)]
+            ax.plot(*zip(*pts), color=color, linestyle=style, marker=marker, markersize=4,
+                    linewidth=1.8 if peer else 1.4, label=label if i == 0 else None, zorder=3)
+
+    for order in sorted({r["order"] for r in stages}):
+        rows = [r for r in stages if r["order"] == order]
+        draw(rows, stage_color(op, order), rows[0]["stage"], peer=False)
+    for name in sorted({r["stage"] for r in peers}):
+        draw([r for r in peers if r["stage"] == name], PEER_COLOR, f"{name} (library)", peer=True)
+    shown = stages + peers
+    floor = time_floor(data.get("peaks") or {}, shown)
+    if shown:  # drawn only where it is within sight of the measurements
+        floor = [(b, us) for b, us in floor if us >= min(r["median_us"] for r in shown) / 3]
+    if len(floor) > 1:
+        compute = op.bound == "compute"
+        ax.plot(*zip(*floor), **FLOOR_STYLE, zorder=2,
+                label="floor: flops at the fp32 peak" if compute else "floor: bytes at the copy peak")
+    if len(families) > 1:
+        for i, fam in enumerate(families):
+            style, marker = FAMILY_STYLES[i % len(FAMILY_STYLES)]
+            ax.plot([], [], color="black", linestyle=style, marker=marker, markersize=4,
+                    label=f"shape {family_label(op, fam)}")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("bytes moved (model)")
-    ax.set_ylabel("median latency (µs)")
-    ax.set_title(f"{op}: latency against size\n{_provenance(data, recs, live)}", fontsize=10)
+    ax.set_xlabel("bytes moved (model)", fontsize=LABEL_PT)
+    ax.set_ylabel("median latency (µs)", fontsize=LABEL_PT)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    _ticks(ax)
+    _title(ax, f"{op.name}: latency against size", provenance(data, shown, live))
+    _legend_below(ax)
     return ax
 
 
-def roofline(data: dict, op: str | list[str], *, size=None, ax=None, live=False):
-    """Stages as points under the roofs min(bandwidth x intensity, compute peak)."""
-    ops = [op] if isinstance(op, str) else op
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7.5, 4.5))
-    peaks = data.get("peaks", {})
-    all_recs = []
-    for name in ops:
-        recs = headline(_records(data, name), size if len(ops) == 1 else None)
-        all_recs += recs
-        stages = _stage_names(recs)
-        # Stages of one operator share an intensity (same bytes and flops models): a legend, not labels.
-        for r in sorted(recs, key=lambda r: r.get("order", 0)):
-            intensity = r["flops"] / r["bytes"]
-            label = f"{name}.{r['stage']}" if len(ops) > 1 else r["stage"]
-            if r.get("kind") == "peer":
-                ax.scatter(intensity, r["gflops"], marker="x", color="tab:red", zorder=3, label=label)
-            else:
-                ax.scatter(intensity, r["gflops"], color=_color(stages.index(r["stage"]), len(stages)), zorder=3,
-                           label=label)
-    xs = [r["flops"] / r["bytes"] for r in all_recs] or [1]
-    lo, hi = min(xs + [0.05]) / 2, max(xs + [100]) * 4
+def _roofs(ax, peaks: dict, lo: float, hi: float) -> None:
+    """The memory roof (slanted) and the compute roofs (flat) between intensities lo and hi."""
     copy = peaks.get("copy_gbps")
+    if not copy:
+        return
     for key, label in (("gemm_fp32_gflops", "fp32 (cuBLAS)"), ("gemm_tf32_gflops", "TF32 (cuBLAS)")):
         top = peaks.get(key)
-        if copy and top:
-            ridge = top / copy
-            ax.plot([lo, ridge, hi], [copy * lo, top, top], color="gray", linewidth=1)
-            ax.annotate(f"{label} {top / 1e3:.0f} TFLOP/s", (hi, top), ha="right", va="bottom", fontsize=7)
-    if copy:
-        ax.annotate(f"memory {copy:.0f} GB/s", (lo, copy * lo), fontsize=7, rotation=0, va="bottom")
+        if top:
+            ax.plot([lo, top / copy, hi], [copy * lo, top, top], color="gray", linewidth=1, zorder=1)
+            ax.annotate(f"{label} {top / 1e3:.0f} TFLOP/s", (hi, top), xytext=(-2, 2), textcoords="offset points",
+                        ha="right", va="bottom", fontsize=SMALL_PT, color="0.3")
+    ax.annotate(f"memory {copy:.0f} GB/s", (lo, copy * lo), xytext=(2, 4), textcoords="offset points",
+                rotation=0, va="bottom", fontsize=SMALL_PT, color="0.3")
+
+
+def _roofline_axes(ax, xs: list[float], peaks: dict) -> None:
+    lo, hi = min(xs + [0.05]) / 2, max(xs + [100]) * 4
+    _roofs(ax, peaks, lo, hi)
+    tops = [v for k, v in peaks.items() if k.startswith("gemm_") and k.endswith("_gflops") and k != "gemm_fp16_gflops"]
+    if tops:  # room above the highest roof for its label
+        ax.set_ylim(top=max(tops) * 3)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (flop / byte, from the models)")
-    ax.set_ylabel("GFLOP/s")
-    ax.set_title(f"roofline: {', '.join(ops)}\n{_provenance(data, all_recs, live)}", fontsize=10)
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel("arithmetic intensity (flop / byte, from the models)", fontsize=LABEL_PT)
+    ax.set_ylabel("GFLOP/s", fontsize=LABEL_PT)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="best", ncol=2 if len(all_recs) > 8 else 1)
+    _ticks(ax)
+
+
+def has_roofline(op: Operator) -> bool:
+    """A roofline needs arithmetic: an operator with no flops (a transpose) has no point on it."""
+    return op.flops(as_size(op.headline_size)) > 0
+
+
+def roofline(ax, data: dict, op: Operator, *, upto: str | None = None, live: bool = False):
+    """Each stage at the headline size as a point (intensity from the models, rate measured) under the
+    memory and compute roofs; the library peer a red cross."""
+    recs = results.headline(results.records_for(op.name, data), op.headline_size)
+    stages = _stage_records(recs, upto, op)
+    peers = _peers(recs)
+    for r in stages:
+        ax.scatter(r["flops"] / r["bytes"], r["gflops"], color=stage_color(op, r["order"]), s=36, zorder=3,
+                   label=r["stage"])
+    for r in peers:
+        ax.scatter(r["flops"] / r["bytes"], r["gflops"], marker="x", color=PEER_COLOR, s=50, zorder=4,
+                   label=f"{r['stage']} (library)")
+    _roofline_axes(ax, [r["flops"] / r["bytes"] for r in stages + peers if r["flops"]], data.get("peaks") or {})
+    size = as_size(recs[0]["size"]) if recs else as_size(op.headline_size)
+    _title(ax, f"{op.name}: roofline at {size_phrase(op, size)}", provenance(data, stages + peers, live))
+    _legend_below(ax)
     return ax
 
 
-def save_all(data: dict, op: str, out_dir: Path, *, metric: str = "gbps", live: bool = False) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
+def has_stage_bytes(op: Operator) -> bool:
+    """Do some stages move more than the minimum (a traffic model of their own)?"""
+    return any(s.bytes_moved is not None for s in op.stages)
+
+
+def stage_bytes(ax, op: Operator, *, upto: str | None = None, size=None):
+    """Bytes each stage moves (its own traffic model) against the minimum any kernel must move, one bar
+    per stage at the headline size: what fusing kernels saves. Drawn from the models: no records needed."""
+    size = as_size(size or op.headline_size)
+    stages = [s for s in op.stages if upto is None or s.order <= op[upto].order]
+    minimum = int(op.bytes_moved(size))
+    values = [s.traffic(size) for s in stages]
+    unit, scale = next(((u, k) for u, k in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+                        if max(values + [minimum]) >= k), ("B", 1))
+    bars = ax.bar([s.name for s in stages], [v / scale for v in values],
+                  color=[stage_color(op, s.order) for s in stages], zorder=2)
+    for bar, v in zip(bars, values):
+        ax.annotate(f"{v / minimum:.2g}x" if minimum else "", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=SMALL_PT,
+                    bbox=LABEL_BOX, zorder=LABEL_ZORDER)
+    if minimum:
+        ax.axhline(minimum / scale, **PEAK_STYLE, zorder=3,
+                   label=f"minimum: each input read once, the output written once ({binary_bytes(minimum)})")
+    ax.set_ylabel(f"{unit} moved per call", fontsize=LABEL_PT)
+    ax.set_ylim(0, max([v / scale for v in values] + [minimum / scale]) * 1.25 or 1)
+    ax.tick_params(axis="x", rotation=25)
+    for label in ax.get_xticklabels():
+        label.set_horizontalalignment("right")
+        label.set_rotation_mode("anchor")
+    _ticks(ax)
+    _title(ax, f"{op.name}: bytes moved per stage at {size_phrase(op, size)}", "from the stages' traffic models")
+    _legend_below(ax)
+    return ax
+
+
+# -- across operators -----------------------------------------------------------------------------
+
+def best_stage(op: Operator, data: dict) -> tuple[dict | None, dict | None]:
+    """(the fastest stage's record, the library peer's record) at the operator's headline size."""
+    recs = results.headline(results.records_for(op.name, data), op.headline_size)
+    stages = [r for r in recs if r.get("kind") == "stage"]
+    peers = _peers(recs)
+    return min(stages, key=lambda r: r["median_us"], default=None), (peers[0] if peers else None)
+
+
+def best_against_peer(ax, rows: list[tuple[Operator, dict, dict | None]]):
+    """Each operator's best stage and its library peer, in % of the measured peak, side by side."""
+    x = np.arange(len(rows))
+    ours = [best.get("pct_of_peak") or 0 for _, best, _ in rows]
+    theirs = [(peer.get("pct_of_peak") or 0) if peer else 0 for _, _, peer in rows]
+    ax.bar(x - 0.2, ours, 0.4, label="best stage", color="tab:green", zorder=2)
+    ax.bar(x + 0.2, theirs, 0.4, label="library peer", color=PEER_COLOR, alpha=0.7, zorder=2)
+    for xi, v in zip(x, ours):
+        ax.annotate(f"{v:.0f}", (xi - 0.2, v), xytext=(0, 2), textcoords="offset points", ha="center",
+                    va="bottom", fontsize=SMALL_PT, bbox=LABEL_BOX, zorder=LABEL_ZORDER)
+    ax.axhline(100, **PEAK_STYLE, zorder=3, label="100% of the measured peak")
+    ax.set_xticks(x, [f"{op.name}\n{best['stage']}" for op, best, _ in rows])
+    ax.tick_params(axis="x", rotation=35)
+    for label in ax.get_xticklabels():
+        label.set_horizontalalignment("right")
+        label.set_rotation_mode("anchor")
+    ax.set_ylim(0, max(ours + theirs + [100]) * 1.15)
+    ax.set_ylabel("% of measured peak", fontsize=LABEL_PT)
+    _ticks(ax)
+    devices = sorted({best["device"] for _, best, _ in rows})
+    dates = sorted(best["date"][:10] for _, best, _ in rows)
+    when = dates[0] if dates[0] == dates[-1] else f"{dates[0]}..{dates[-1]}"
+    _title(ax, "best stage against the library, % of peak at each headline size",
+           f"{', '.join(devices)}, recorded {when}")
+    _legend_below(ax)
+    return ax
+
+
+def roofline_of_operators(ax, data: dict, ops: list[Operator]):
+    """One colour per operator: its stages as dots that darken up the ladder, its fastest stage ringed,
+    its library peer a cross; the memory and compute roofs from the recorded peaks. Operators without
+    flops (a transpose) have no point on a log-log roofline and are named in a note."""
+    cmap = plt.get_cmap("tab20")
+    shown, skipped = [], []
+    for i, op in enumerate(ops):
+        recs = results.headline(results.records_for(op.name, data), op.headline_size)
+        if not recs or all(r["flops"] == 0 for r in recs):
+            skipped.append(op.name)
+            continue
+        color = cmap(i % 20)
+        stages = sorted((r for r in recs if r.get("kind") == "stage"), key=lambda r: r["order"])
+        for k, r in enumerate(stages):
+            ax.scatter(r["flops"] / r["bytes"], r["gflops"], color=color, s=18,
+                       alpha=0.35 + 0.65 * (k + 1) / len(stages), zorder=3)
+        best, _ = best_stage(op, data)
+        if best is not None:
+            ax.scatter(best["flops"] / best["bytes"], best["gflops"], s=70, facecolors="none", edgecolors=color,
+                       linewidths=1.5, zorder=4, label=f"{op.name} ({best['stage']})")
+        for r in _peers(recs):
+            ax.scatter(r["flops"] / r["bytes"], r["gflops"], marker="x", color=color, s=30, zorder=4)
+        shown += recs
+    _roofline_axes(ax, [r["flops"] / r["bytes"] for r in shown if r["flops"]], data.get("peaks") or {})
+    _title(ax, "every ladder on one roofline (ringed: fastest stage, x: library peer)",
+           provenance(data, shown, False))
+    _legend_below(ax)
+    if skipped:
+        ax.text(0.01, 0.99, "not drawn (no flops): " + ", ".join(skipped), transform=ax.transAxes,
+                fontsize=SMALL_PT, va="top", bbox=LABEL_BOX)
+    return ax
+
+
+# -- figures --------------------------------------------------------------------------------------
+
+def new_figure(panels: int = 1, height: float = PANEL_IN[1]):
+    """A figure of ``panels`` panels side by side (at most two: wider would shrink below legible), each
+    in a subfigure of its own so that its legend sits under it."""
+    if not 1 <= panels <= 2:
+        raise ValueError(f"a figure holds one or two panels side by side, not {panels}")
+    width = PANEL_IN[0] * 2 if panels == 2 else PANEL_IN[0] * 1.6
+    fig = plt.figure(figsize=(width, height), dpi=FIG_DPI, layout="constrained")
+    subfigures = fig.subfigures(1, panels, squeeze=False)[0]
+    return fig, [sub.subplots() for sub in subfigures]
+
+
+# What each kind of panel draws, given (ax, data, op, upto, live).
+PANELS = {
+    "staircase": lambda ax, data, op, upto, live: staircase(ax, data, op, upto=upto, live=live),
+    "latency": lambda ax, data, op, upto, live: latency(ax, data, op, upto=upto, live=live),
+    "roofline": lambda ax, data, op, upto, live: roofline(ax, data, op, upto=upto, live=live),
+    "bytes": lambda ax, data, op, upto, live: stage_bytes(ax, op, upto=upto),
+}
+
+
+SAVED_KINDS = ("staircase", "latency", "roofline")  # what save_all writes (bytes per stage: notebooks only)
+
+
+def figure_kinds(op: Operator) -> list[str]:
+    """The figures an operator has: staircase and latency always; a roofline where it does arithmetic;
+    bytes per stage where some stage moves more than the minimum."""
+    return (["staircase", "latency"] + (["roofline"] if has_roofline(op) else [])
+            + (["bytes"] if has_stage_bytes(op) else []))
+
+
+def ladder_figure(data: dict, op: Operator, kinds: list[str], *, upto: str | None = None, live: bool = False):
+    """One figure of one or two panels (``kinds`` from PANELS) for ``op``'s stages up to ``upto``."""
+    fig, axes = new_figure(len(kinds))
+    for kind, ax in zip(kinds, axes):
+        PANELS[kind](ax, data, op, upto, live)
+    return fig
+
+
+def png(fig, dpi: int = FIG_DPI) -> bytes:
+    """The figure as a PNG with a 128-colour palette (plots lose nothing visible; files shrink ~3x)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", pad_inches=PNG_PAD_IN, facecolor="white",
+                metadata={"Software": None})
+    data = buf.getvalue()
+    try:
+        from PIL import Image
+    except ImportError:  # no Pillow: the full-colour PNG
+        return data
+    image = Image.open(io.BytesIO(data)).convert("RGB").quantize(colors=128, method=Image.Quantize.MEDIANCUT)
+    small = io.BytesIO()
+    image.save(small, format="PNG", optimize=True)
+    return small.getvalue() if small.tell() < len(data) else data
+
+
+def save(fig, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(png(fig))
+    plt.close(fig)
+    return path
+
+
+def save_all(data: dict, op: Operator | str, out_dir: Path, *, live: bool = False, metric: str | None = None) -> list[Path]:
+    """Write ``<op>_staircase.png``, ``_latency.png`` and (where the operator does arithmetic)
+    ``_roofline.png`` into ``out_dir``: the figures README shows. The metric follows the operator
+    (``metric`` is accepted for older callers and must agree)."""
+    op = registry.operator(op) if isinstance(op, str) else op
+    if metric is not None and metric != metric_of(op):
+        raise ValueError(f"{op.name} is {op.bound}-bound: its plots are in {metric_of(op)}, not {metric}")
     paths = []
-    for name, draw in (("staircase", lambda ax: staircase(data, op, metric=metric, ax=ax, live=live)),
-                       ("latency", lambda ax: latency(data, op, ax=ax, live=live)),
-                       ("roofline", lambda ax: roofline(data, op, ax=ax, live=live))):
-        fig, ax = plt.subplots(figsize=(7.5, 4.5))
-        draw(ax)
-        fig.tight_layout()
-        path = out_dir / f"{op}_{name}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
+    for kind in [k for k in figure_kinds(op) if k in SAVED_KINDS]:
+        paths.append(save(ladder_figure(data, op, [kind], live=live), Path(out_dir) / f"{op.name}_{kind}.png"))
     return paths

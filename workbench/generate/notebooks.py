@@ -1,0 +1,774 @@
+"""The notebook builder: one notebook per operator, built from the registry so it never drifts from ``solutions/``.
+
+``build_notebook(op)`` turns an Operator into a notebook (nbformat): the module's story, the bytes and
+flops models, how to run, one section per stage (its paragraph, its diff against the previous stage,
+its source, its check, the figures so far), and a closing section with the whole ladder against the
+library peer. ``build_all_notebooks()`` adds ``00_start_here``, ``90_grade_yourself`` and
+``99_compare_all``; ``build_all(out_dir, execute=...)`` writes them (numbered by the operators' place in
+``registry.load_operators()``, i.e. by ``rank``) and runs them with nbclient so their outputs show
+without running them. The cells call :mod:`workbench.nb`.
+
+``workbench notebooks build [--execute] [--only OP] [--sim] [--recorded] [--force]``,
+``workbench notebooks check`` (which are out of date) and ``workbench notebooks list``. Committed
+notebooks are executed on CPU (``WORKBENCH_MODE=sim``) so that their figures are the recorded ones, with
+device and date; the tests check that their cells are what this builder makes from ``solutions/`` today
+and that their outputs are what a fresh run prints.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import json
+import linecache
+import os
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from .. import paths, plots, registry
+from ..ladder import Operator, as_size, size_label
+
+START_HERE = "00_start_here.ipynb"
+GRADE_YOURSELF = "90_grade_yourself.ipynb"
+COMPARE_ALL = "99_compare_all.ipynb"
+KERNEL_NAME = "python3"
+EXECUTE_TIMEOUT_S = 1800  # per cell
+
+
+# -- cells --------------------------------------------------------------------------------------------
+
+def code_cell(src: str):
+    import nbformat.v4 as v4
+
+    return v4.new_code_cell(src.strip("\n"))
+
+
+def markdown_cell(src: str):
+    import nbformat.v4 as v4
+
+    return v4.new_markdown_cell(src.strip("\n"))
+
+
+def cell_sources(nb) -> list[tuple[str, str]]:
+    return [(c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"]) for c in nb.cells]
+
+
+def source_hash(nb) -> str:
+    return hashlib.sha256(json.dumps(cell_sources(nb)).encode()).hexdigest()[:16]
+
+
+def finish(cells: list, name: str):
+    """A notebook with stable cell ids (so rebuilding changes nothing that did not change)."""
+    import nbformat.v4 as v4
+
+    nb = v4.new_notebook()
+    for i, cell in enumerate(cells):
+        cell["id"] = f"{name[:40]}-{i:02d}"
+    nb.cells = cells
+    nb.metadata["kernelspec"] = {"name": KERNEL_NAME, "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    nb.metadata["workbench"] = {"generated_by": "workbench notebooks build", "source_hash": source_hash(nb)}
+    return nb
+
+
+# -- the models, quoted from solutions/ -----------------------------------------------------------------
+
+def _lambda_source(fn) -> str | None:
+    try:
+        return textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):  # e.g. a lambda on the line that closes a triple-quoted string
+        try:
+            first = fn.__code__.co_firstlineno
+            return "".join(linecache.getlines(inspect.getsourcefile(fn))[first - 1:first + 4])
+        except (OSError, TypeError):
+            return None
+
+
+def model_text(fn) -> str | None:
+    """How a model computes, as written in solutions/: a lambda's expression with its trailing comment
+    ('4 * size[0] + 4'), or a named function's whole source (several lines). None if unreadable."""
+    if getattr(fn, "__name__", "") != "<lambda>":
+        try:
+            return textwrap.dedent(inspect.getsource(fn)).strip()
+        except (OSError, TypeError):
+            return None
+    src = _lambda_source(fn)
+    if src is None:
+        return None
+    candidates = []
+    at = src.find("lambda")
+    while at >= 0:
+        text = src[at:]
+        for end in range(len(text), 0, -1):  # the longest prefix that is one lambda
+            try:
+                tree = ast.parse(text[:end], mode="eval")
+            except SyntaxError:
+                continue
+            if isinstance(tree.body, ast.Lambda):
+                expr = ast.unparse(tree.body.body)
+                line_rest = text[end:].split("\n", 1)[0]
+                comment = line_rest.split("#", 1)[1].strip() if "#" in line_rest else ""
+                consts = compile(text[:end], "<model>", "eval").co_consts
+                same = any(getattr(c, "co_code", None) == fn.__code__.co_code and c.co_names == fn.__code__.co_names
+                           for c in consts)
+                candidates.append((not same, expr + (f"  # {comment}" if comment else "")))
+                break
+        at = src.find("lambda", at + 6)
+    return min(candidates)[1] if candidates else None
+
+
+def _model_md(label: str, fn) -> str:
+    text = model_text(fn)
+    if text is None:
+        return ""
+    if "\n" in text:
+        return f"- {label}:\n\n  ```python\n" + textwrap.indent(text, "  ") + "\n  ```"
+    return f"- {label}: `{text}`"
+
+
+def models_md(op: Operator) -> str:
+    size = as_size(op.headline_size)
+    b, f = int(op.bytes_moved(size)), int(op.flops(size))
+    bt, ft = _model_md("bytes moved, at least", op.bytes_moved), _model_md("flops", op.flops)
+    lines = ["## What the ladder must do: the models", "",
+             "Every stage is judged against the least work any kernel must do: read each input once, write the "
+             "output once (the **bytes model**), and do the arithmetic the result needs (the **flops model**). "
+             "Rates in the plots divide these by the measured time, so a stage that moves more than the minimum "
+             "shows a lower rate, not a higher one.", ""]
+    if bt or ft:
+        lines += [f"With `size` the problem size (here a tuple of {len(size)}, e.g. `{size_label(size)}` is "
+                  f"`{tuple(size)}`):", ""]
+    lines += [t for t in (bt, ft) if t]
+    intensity = f"{f / b:.3g}" if b else "∞"
+    lines += [f"- at the headline size, {plots.size_phrase(op, size)}: **{plots.binary_bytes(b)}** moved and "
+              f"**{f:.3g} flop**, an arithmetic intensity of **{intensity} flop/byte**.", ""]
+    ridge = ("an H200 moves about 4 TB/s and computes about 50 TFLOP/s in fp32: about 12 flop per byte")
+    if op.bound == "compute":
+        lines.append(f"That intensity is far above the ridge of the roofline ({ridge}), so this ladder is "
+                     "**compute-bound**: it is measured in GFLOP/s and \"% of peak\" is of the library's (cuBLAS) "
+                     "fp32 rate on the same GPU.")
+    else:
+        lines.append(f"That is far below the ridge of the roofline ({ridge}), so this ladder is **memory-bound**: "
+                     "the best a stage can do is move the minimum bytes at the measured copy bandwidth, and "
+                     "\"% of peak\" is of that bandwidth.")
+    if plots.has_stage_bytes(op):
+        lines += ["", "Some stages move more than the minimum (their own traffic model), at the headline size:", ""]
+        for s in op.stages:
+            t = s.traffic(size)
+            lines.append(f"- {s.order}. `{s.name}`: {plots.binary_bytes(t)} ({t / b:.2g}x the minimum)")
+    return "\n".join(lines)
+
+
+HOW_TO_RUN_MD = """\
+## How to run this notebook
+
+The workbench decides when it is imported whether there is a CUDA GPU:
+
+- **GPU** (`workbench.MODE == 'gpu'`): `check()` runs each stage at the GPU check sizes (up to the
+  large ones), and `progress()` measures the stages so far *now*, at a few sizes, next to the library
+  peer. The plots say "measured now".
+- **CPU** (`workbench.MODE == 'sim'`): kernels run in numba's CUDA simulator, one Python thread per CUDA
+  thread. Every stage is still checked for correctness, at small sizes; timings would mean nothing, so
+  the plots show figures **recorded** on a GPU in `results/`, labelled with the device and date.
+
+`WORKBENCH_MODE=sim` forces the simulator on a GPU machine. The notebooks are generated from
+`solutions/` by `workbench notebooks build` (add `--execute` to run them): edit the ladder, not the notebook.
+"""
+
+
+# -- one operator ---------------------------------------------------------------------------------------
+
+def import_cell(op: Operator) -> str:
+    """The first code cell: the workbench (before numba), the helpers, the ladder's module and its operator.
+    ``from solutions import <module>`` finds operators from $WORKBENCH_SOLUTIONS_PATH too."""
+    short = registry.short_module_name(op)
+    return (f"import workbench                 # chooses GPU or simulator before numba is imported\n"
+            f"from workbench import nb\n"
+            f"from solutions import {short}   # the ladder's module, solutions/{short}.py\n\n"
+            f"op = nb.operator({op.name!r})   # its Operator: op[\"<stage name>\"] is a stage, callable\n"
+            f"nb.about_mode()")
+
+
+def story_md(op: Operator) -> str:
+    """The notebook's opening: the module's docstring (shared, with a pointer, by a module's further
+    operators), and the stages in order."""
+    module = registry.module_of(op)
+    short = registry.short_module_name(op)
+    doc = inspect.cleandoc(module.__doc__ or op.title)
+    first, _, rest = doc.partition("\n")
+    story = f"**{first.strip()}**\n\n{rest.strip()}"
+    main = registry.operators_by_module()[short][0]
+    if main is not op:
+        story = (f"This ladder lives in `solutions/{short}.py`, next to the `{main.name}` ladder "
+                 f"(notebook `{registry.notebook_name(main)}`), whose story it shares:\n\n> "
+                 + story.replace("\n", "\n> "))
+    return (f"# {op.title}: the `{op.name}` ladder\n\n{story}\n\n"
+            f"The ladder has {len(op.stages)} stages: " + ", ".join(f"{s.order}. `{s.name}`" for s in op.stages)
+            + f". Each section below shows what a stage changed from the one before (the diff), its kernels "
+            f"(read from `solutions/{short}.py`), checks it against a float64 reference, and plots how far the "
+            "ladder has climbed so far.")
+
+
+def by_hand_cell(op: Operator) -> str:
+    runnable = [s for s in op.stages if not s.gpu_only] or list(op.stages)
+    return ("import numpy as np\n"
+            "from numba import cuda\n\n"
+            "size = nb.check_sizes(op)[-1]\n"
+            "inputs = op.make_inputs(size, np.random.default_rng(0))\n"
+            "d_inputs = [cuda.to_device(a) for a in inputs]\n"
+            "d_out = cuda.device_array_like(op.make_output(size))\n"
+            f"op[{runnable[0].name!r}](*d_inputs, d_out)  # the stage checks its arguments, then launches its kernels\n"
+            "got, want = d_out.copy_to_host(), op.reference(*inputs)\n"
+            "print(f\"size {size}: max |got - want| = {np.abs(got - want).max():.3g} (float64 reference)\")")
+
+
+def stage_cells(op: Operator) -> list:
+    cells = []
+    for s in op.stages:
+        ref = f"op[{s.name!r}]"
+        text = f"## {s.order}. `{s.name}`\n\n{s.summary}"
+        if s.gpu_only:
+            text += f"\n\n> **GPU only**: {s.gpu_only}. In the simulator its check is skipped."
+        cells.append(markdown_cell(text))
+        if s.order > 1:
+            cells.append(code_cell(f"nb.show_diff({ref})  # what changed from stage {s.order - 1}"))
+        cells += [code_cell(f"nb.show_source({ref})"), code_cell(f"nb.check({ref})"),
+                  code_cell(f"nb.progress(op, upto={s.name!r})")]
+    return cells
+
+
+def build_notebook(op: Operator):
+    """The notebook for one operator: its story, its models, then a section per stage, then the whole ladder."""
+    short = registry.short_module_name(op)
+    cells = [
+        markdown_cell(story_md(op)),
+        markdown_cell(HOW_TO_RUN_MD),
+        code_cell(import_cell(op)),
+        markdown_cell(models_md(op)),
+        code_cell("nb.models(op)  # the same models at every bench size (and the time floor, where a peak is recorded)"),
+        markdown_cell("### Calling a stage by hand\n\nA stage is a plain function on device arrays. `check()` below "
+                      "does this for you (fresh random inputs, an output poisoned with NaN, a float64 reference), "
+                      "but nothing more is hidden:"),
+        code_cell(by_hand_cell(op)),
+    ]
+    cells += stage_cells(op)
+    metric_words = ("GFLOP/s, under the compute peak" if op.bound == "compute"
+                    else "effective GB/s, under the measured copy bandwidth")
+    cells += [
+        markdown_cell("## The whole ladder\n\n"
+                      f"**Staircase** (left): each stage at the headline size in {metric_words} (dotted line) and "
+                      "the library peer (dashed red). **Latency against size** (right), log-log: a flat line is "
+                      "launch-bound (a few µs whatever the size), a slope of one is bandwidth-bound; each shape "
+                      "family has its own line style; the dotted grey line is the least time the roofline allows, "
+                      "a floor no stage can cross."),
+        code_cell("nb.progress(op)"),
+    ]
+    if plots.has_roofline(op):
+        cells += [
+            markdown_cell("**Roofline**: each stage's arithmetic intensity (flops over minimum bytes) against its "
+                          "rate. Under the slanted memory roof a kernel can only get faster by moving its bytes "
+                          "faster; under a flat compute roof, by doing its arithmetic faster."),
+            code_cell("nb.roofline(op)"),
+        ]
+    if plots.has_stage_bytes(op):
+        cells += [
+            markdown_cell("**Bytes moved per stage** against the minimum: a stage that reads or writes an "
+                          "intermediate result in global memory pays for it in bytes; fusing kernels removes "
+                          "those round trips."),
+            code_cell("nb.bytes_per_stage(op)"),
+        ]
+    cells += [
+        markdown_cell("**The ladder against the library** (the README's table): median time, effective rate, % of "
+                      "the measured peak, and the time ratio to the peer (above 1x: faster than the library)."),
+        code_cell("nb.ladder_table(op)"),
+        markdown_cell(f"## Your turn\n\n`exercises/{short}.py` is this ladder with the heart of each kernel cut out: "
+                      "each `TODO(exercise)` block replaces what sits between `# BEGIN SOLUTION` and "
+                      f"`# END SOLUTION` in `solutions/{short}.py`, with numbered hints (read one at a time). Fill "
+                      f"one in, then grade it with `workbench grade {op.name}` (or `{op.name}.STAGE`), or in "
+                      f"`notebooks/{GRADE_YOURSELF}`: the same checks the solutions pass, and on a GPU a speed bar."),
+    ]
+    return finish(cells, op.name)
+
+
+# -- the notebooks around the ladders -------------------------------------------------------------------
+
+def build_start_here(ops: dict):
+    example = next(iter(ops.values()), None)
+    cells = [
+        markdown_cell("""\
+# numba-cuda-workbench: start here
+
+Learn to write fast GPU kernels with `numba.cuda` by watching them get fast. Each operator (a sum, an
+elementwise expression, a transpose, softmax, layernorm, a matrix product...) is a **ladder**: a sequence
+of kernels, each a small change from the one before (naive → coalesced → shared-memory tiles → warp-level →
+fused), each **correct on any valid input** and each **measured**. The notebooks walk one ladder each:
+what each stage changed, the kernel, its check, and how far the ladder has climbed so far."""),
+        markdown_cell(HOW_TO_RUN_MD.replace("this notebook", "the notebooks")),
+        code_cell("import workbench\nfrom workbench import nb\n\nnb.about_mode()"),
+        markdown_cell("## The ladders"),
+        code_cell("nb.list_ladders()"),
+        markdown_cell("""\
+## How a ladder works
+
+A ladder lives in one module, `solutions/<op>.py`. It builds an `Operator` (what is computed: a float64
+reference, random inputs, the output's shape, and **models** of the least bytes and flops any kernel must
+move and do) and registers each stage with `@op.stage("name", "what changed and why it is faster")` on a
+launcher that runs module-level `@cuda.jit` kernels on device arrays.
+
+- **Checked**: every stage runs on fresh random inputs (never zeros or `arange`, which hide wrong
+  indexing) and on the operator's adversarial inputs, into an output poisoned with NaN (an element never
+  written shows up), and is compared with a float64 reference by relative error ‖out − ref‖ / ‖ref‖;
+  sizes include ones that are not multiples of the block or tile. `workbench check OP[.STAGE]`.
+- **Measured** (GPU): median of many samples, with the inputs rotated through more memory than the L2
+  cache holds, launches back to back so Python is not in the numbers, next to the library peer (torch or
+  CuPy) on the same arrays. `workbench bench OP`, recorded in `results/<device>.json`.
+- **Compiled for sm_90** in the CPU test suite: `workbench ptx OP` shows registers, spills and shared memory.
+- **The diff is the lesson**: `workbench diff OP.STAGE` (and every notebook section) shows what a stage
+  changed from the one before."""),
+    ]
+    if example is not None and example.stages:
+        cells += [
+            markdown_cell(f"For example, the first stage of the `{example.name}` ladder, read from "
+                          f"`solutions/{registry.short_module_name(example)}.py`, and its check:"),
+            code_cell(f"op = nb.operator({example.name!r})\n"
+                      "nb.show_source(op.stages[0], paragraph=True)  # with the paragraph in its decorator"),
+            code_cell("nb.check(op.stages[0])"),
+        ]
+    cells.append(markdown_cell("""\
+## How to read the plots
+
+- **Staircase**: one bar per stage at the operator's headline (large) size, in effective GB/s (the
+  minimum bytes divided by the time) for memory-bound operators, GFLOP/s for compute-bound ones. The
+  dotted line is the peak measured on that GPU (a copy kernel's bandwidth, or cuBLAS's fp32 rate), the
+  dashed red line the library peer. Each bar is labelled with its rate and its % of the peak.
+- **Latency against size** (log-log): small sizes are launch-bound (a few µs, flat), large sizes
+  bandwidth-bound (a slope of one). Sizes of different shapes (rows of 1024 or of 4096 columns) get
+  their own line style. The dotted grey line is the least time the roofline allows: a floor.
+- **Roofline**: arithmetic intensity (flop per byte, from the models) against GFLOP/s, under the memory
+  roof (slanted) and the compute roofs (flat). Memory-bound operators sit far left.
+- **Bytes moved per stage**: each stage's own traffic against the minimum: what fusion saves.
+
+Every figure's title names the size in words, and the device and the date of its records: "recorded"
+(from `results/`) or "measured now" (on this GPU, this session)."""))
+    if example is not None and example.stages:
+        cells.append(code_cell("nb.progress(op)"))
+    cells.append(markdown_cell(f"""\
+## Exercises
+
+`exercises/` holds every ladder with the heart of each kernel cut out (`exercises/README.md` lists them).
+In `solutions/`, the part a learner writes sits between `# BEGIN SOLUTION` and `# END SOLUTION`, after one
+to three `# HINT:` lines (vague, then specific); the exercise keeps the kernel's signature, its
+shared-memory declarations and the launcher, and turns the marked region into a `TODO(exercise)` block
+with the hints. Fill one in, then grade it: `workbench grade OP` (or `OP.STAGE`), or
+`notebooks/{GRADE_YOURSELF}`. The grader judges with the solution's reference, inputs and sizes,
+and on a GPU also asks for a share of the solution's speed.
+
+## Commands
+
+`workbench list` (the ladders) · `check OP[.STAGE]` · `diff OP.STAGE` · `bench OP` (GPU) ·
+`run OP` (check, bench, plot) · `plot OP` · `table OP` · `ptx OP` · `doctor` · `grade [OP[.STAGE]]` ·
+`exercises build` · `notebooks build [--execute]` (these notebooks, from `solutions/`)."""))
+    return finish(cells, "start-here")
+
+
+def build_compare_all(ops: dict):
+    cells = [
+        markdown_cell("""\
+# Every ladder side by side
+
+Each operator's fastest stage at its headline size against its library peer, with its % of the measured
+peak (copy bandwidth for memory-bound operators, cuBLAS fp32 for compute-bound ones), then one roofline with
+every stage of every operator. Figures come from `results/` (recorded on a GPU, with device and date)."""),
+        code_cell("import workbench\nfrom workbench import nb\n\nnb.about_mode()"),
+        code_cell("nb.compare_all()"),
+        markdown_cell("Memory-bound operators sit left of the ridge, on the slanted roof: their ceiling is bandwidth. "
+                      "Compute-bound ones (GEMM) sit right, under the flat compute roofs."),
+        code_cell("nb.roofline_all()"),
+    ]
+    return finish(cells, "compare-all")
+
+
+GRADE_INTRO = """\
+# Grade yourself
+
+Write a kernel in a cell, grade it in the same cell. `grade_function("op.stage", launcher)` runs the same
+checks as `workbench grade` on the command line:
+
+* your stage is judged by the operator in `solutions/`: its float64 reference, its random inputs (fresh each
+  time, never zeros or `arange`) and its adversarial ones, its tolerance (integers: exact);
+* sizes that are not multiples of any block, the output filled with poison first, every element checked,
+  the inputs checked afterwards;
+* while your launcher runs, the grader watches it: a kernel must be launched (numpy on the host is not a
+  kernel), nothing copied back to the host, new device buffers come full of garbage (as on a GPU);
+* on a GPU, a speed bar: a share of the solution stage's bandwidth, timed in the same run.
+
+Without a GPU the kernels run in numba's CUDA simulator, which is slow but strict: out-of-range indices
+raise, blocks over 1024 threads are refused, and shared memory starts as garbage, so a missing
+`cuda.syncthreads()` shows. The outputs below come from such a CPU run.
+
+(In a notebook the grader runs in-process, so a kernel that never ends hangs the cell: interrupt it. The
+command line runs each submission in a subprocess with a timeout.)"""
+
+GRADE_IMPORTS = """\
+import workbench  # first: chooses GPU or simulator before numba is imported
+import numpy as np
+from numba import cuda, float32, int32
+
+from workbench import nb
+from workbench.grade import grade_function
+from workbench.ladder import blocks_for
+
+print("mode:", workbench.MODE)"""
+
+HISTOGRAM_V1 = """\
+@cuda.jit
+def count_v1(x, out):
+    i = cuda.grid(1)
+    cuda.atomic.add(out, x[i], int32(1))   # no bounds check, and out is never zeroed
+
+
+def histogram_v1(x, out):
+    count_v1[blocks_for(x.size, 128), 128](x, out)
+
+
+report = grade_function("histogram.global_atomics", histogram_v1, quick=True, seed=1)"""
+
+HISTOGRAM_V2 = """\
+@cuda.jit
+def count_v2(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        cuda.atomic.add(out, x[i], int32(1))
+
+
+def histogram_v2(x, out):
+    count_v2[blocks_for(x.size, 128), 128](x, out)   # out still holds whatever was there
+
+
+report = grade_function("histogram.global_atomics", histogram_v2, quick=True, seed=1)"""
+
+HISTOGRAM_V3 = """\
+@cuda.jit
+def zero_bins(out):
+    b = cuda.grid(1)
+    if b < out.size:
+        out[b] = 0
+
+
+def histogram_v3(x, out):
+    zero_bins[1, 256](out)
+    count_v2[blocks_for(x.size, 128), 128](x, out)
+
+
+report = grade_function("histogram.global_atomics", histogram_v3, seed=1)"""
+
+STENCIL_NO_BARRIER = """\
+from solutions.stencil import DIAMETER, HALO_TILE, RADIUS, TILE
+
+
+@cuda.jit
+def tiled_no_barrier(img, w, out):
+    tile = cuda.shared.array((HALO_TILE, HALO_TILE), float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    rows, cols = img.shape
+    row0 = cuda.blockIdx.y * TILE - RADIUS
+    col0 = cuda.blockIdx.x * TILE - RADIUS
+    for k in range(ty * TILE + tx, HALO_TILE * HALO_TILE, TILE * TILE):
+        r, c = row0 + k // HALO_TILE, col0 + k % HALO_TILE
+        tile[k // HALO_TILE, k % HALO_TILE] = img[r, c] if (0 <= r < rows and 0 <= c < cols) else float32(0.0)
+    # (missing: cuda.syncthreads())
+    row, col = row0 + RADIUS + ty, col0 + RADIUS + tx
+    if row < rows and col < cols:
+        acc = float32(0.0)
+        for i in range(DIAMETER):
+            for j in range(DIAMETER):
+                acc += w[i, j] * tile[ty + i, tx + j]
+        out[row, col] = acc
+
+
+def shared_tile(img, w, out):
+    grid = (blocks_for(img.shape[1], TILE), blocks_for(img.shape[0], TILE))
+    tiled_no_barrier[grid, (TILE, TILE)](img, w, out)
+
+
+report = grade_function("stencil.shared_tile", shared_tile, quick=True, seed=2)"""
+
+MATVEC_STUB = """\
+@cuda.jit
+def warp_per_row(a, x, y):
+    lane = cuda.threadIdx.x % 32
+    row = cuda.grid(1) // 32
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def launch_warp_per_row(a, x, y):
+    warp_per_row[blocks_for(a.shape[0] * 32, 256), 256](a, x, y)
+
+
+report = grade_function("matvec.warp_per_row", launch_warp_per_row, seed=3)"""
+
+
+def your_turn_cell(ops: dict) -> str:
+    """A cell to fill in: the first stage of the first ladder as a stub with its launcher's arguments,
+    graded as it stands (the grader says 'not implemented yet' until the stub line is replaced)."""
+    op = next(iter(ops.values()))
+    stage = op.stages[0]
+    params = list(inspect.signature(stage.launch).parameters)
+    args = ", ".join(params)
+    return (f'TARGET = "{stage.key}"   # any stage from the list above: keep its launcher\'s arguments\n\n\n'
+            "@cuda.jit\n"
+            f"def my_kernel({args}):\n"
+            "    i = cuda.grid(1)\n"
+            "    pass  # TODO(exercise): not implemented yet: replace this line with your code\n\n\n"
+            f"def my_launcher({args}):\n"
+            f"    my_kernel[blocks_for({params[0]}.size, 256), 256]({args})\n\n\n"
+            "report = grade_function(TARGET, my_launcher, quick=True)")
+
+
+def build_grade_yourself(ops: dict):
+    first = next(iter(ops.values()), None)
+    cells = [
+        markdown_cell(GRADE_INTRO),
+        code_cell(GRADE_IMPORTS),
+        markdown_cell("## What you can grade\n\nEvery stage of every ladder: write a launcher with the arguments "
+                      "shown (device arrays, the output last) and the kernels it launches. The exercise column says "
+                      "where the same stage waits for you as a file, with hints."),
+        code_cell("nb.gradeable_stages()"),
+    ]
+    if first is not None and first.stages:
+        cells += [
+            markdown_cell(f"## Your turn\n\nPick a stage, replace the stub line (and the launch, if your kernel "
+                          f"needs another grid), run the cell. As it stands it is the first stage of the "
+                          f"`{first.name}` ladder with nothing written yet, and the grader says so. Read the stage's "
+                          f"paragraph with `nb.show_source(nb.operator({first.name!r}).stages[0], paragraph=True)`, "
+                          "and its solution only when you have tried."),
+            code_cell(your_turn_cell(ops)),
+        ]
+    if {"histogram", "stencil", "matvec"} <= set(ops):
+        cells += [
+            markdown_cell("## Exercise 1: a histogram with global atomics\n\nThe statement is the module docstring "
+                          "of `solutions/histogram.py` and the stage's paragraph:"),
+            code_cell('import solutions.histogram as histogram\n\nstage = nb.operator("histogram")["global_atomics"]\n'
+                      'print(histogram.__doc__)\nprint(stage.title, "-", stage.summary)'),
+            markdown_cell("A first attempt: one thread per element, an atomic add per element. It forgets two things; "
+                          "the grader names each."),
+            code_cell(HISTOGRAM_V1),
+            markdown_cell("Out of bounds: the grid is rounded up to whole blocks of 128, so the last block has threads "
+                          "with no element. Add the check, and look again:"),
+            code_cell(HISTOGRAM_V2),
+            markdown_cell("Every bin is off by the same garbage value: the counts went on top of what the buffer "
+                          "held. Zero it first (in a kernel: a launcher must not compute on the host):"),
+            code_cell(HISTOGRAM_V3),
+            markdown_cell("## Exercise 2: the shared-memory tile of a 5x5 stencil\n\nThe tiled stage copies a 20x20 "
+                          "patch (16x16 outputs plus a 2-pixel halo) into shared memory, then computes from it. Here "
+                          "is a version that forgets the barrier between loading the patch and reading it. On a GPU "
+                          "it would often pass a quick test; in the simulator, shared memory starts as NaN:"),
+            code_cell(STENCIL_NO_BARRIER),
+            markdown_cell("## Exercise 3: a stub\n\nAn untouched exercise from `exercises/` still has its "
+                          "`TODO(exercise)` line; the grader says so without running it (on a real GPU a kernel "
+                          "cannot report an error without debug=True, so this is found by reading the source "
+                          "first):"),
+            code_cell(MATVEC_STUB),
+        ]
+    cells.append(markdown_cell("""\
+## From the command line
+
+The same grader, on the generated exercises (`exercises/`, yours to edit), on the answer key, or on any
+file that defines the stage's launcher:
+
+```
+workbench grade                      # every exercise
+workbench grade scan.reduce_then_scan
+workbench grade --impl solutions     # the answer key: passes everything
+workbench grade histogram --impl my_histogram.py --json --junit grade.xml
+```
+
+`tests/planted/` holds a catalog of classic wrong answers, each rejected for its reason."""))
+    return finish(cells, "grade-yourself")
+
+
+# -- the set ------------------------------------------------------------------------------------------
+
+def build_all_notebooks() -> dict:
+    """{file name: notebook} for every operator (numbered by listing order), plus start-here,
+    grade-yourself and compare-all."""
+    ops = registry.load_operators()
+    out = {START_HERE: build_start_here(ops)}
+    for op in ops.values():
+        out[registry.notebook_name(op)] = build_notebook(op)
+    out[GRADE_YOURSELF] = build_grade_yourself(ops)
+    out[COMPARE_ALL] = build_compare_all(ops)
+    return out
+
+
+class UnknownNotebook(LookupError):
+    """--only named neither an operator nor a notebook file."""
+
+
+def select(notebooks: dict, only: list[str] | None) -> dict:
+    """The notebooks ``only`` names (an operator, a file name, or a file name's stem); all without it."""
+    if not only:
+        return notebooks
+    picked = {}
+    for want in only:
+        hits = [name for name in notebooks
+                if want in (name, name.removesuffix(".ipynb"), name.split("_", 1)[-1].removesuffix(".ipynb"))]
+        if not hits:
+            raise UnknownNotebook(f"no notebook for {want!r}: --only takes an operator "
+                                  f"({', '.join(registry.load_operators())}) or a file name ({', '.join(notebooks)})")
+        picked.update((name, notebooks[name]) for name in hits)
+    return {name: nb for name, nb in notebooks.items() if name in picked}
+
+
+# -- writing and executing ----------------------------------------------------------------------------
+
+def kernel_env(extra: dict | None = None) -> dict:
+    """The environment for the notebook kernel: this interpreter's bin/ first on PATH (the kernelspec
+    says just "python"), so the kernel imports the same workbench as the caller, and the checkout on
+    PYTHONPATH, so it finds workbench and solutions even where the project is not pip-installed."""
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    root = str(paths.REPO_ROOT)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    env.update(extra or {})
+    return env
+
+
+def execute_notebook(nb, cwd: Path, timeout: int = EXECUTE_TIMEOUT_S, env: dict | None = None):
+    """Run every cell in a fresh kernel (kernel "python3", this interpreter), outputs written in place."""
+    from nbclient import NotebookClient
+
+    client = NotebookClient(nb, timeout=timeout, kernel_name=KERNEL_NAME, record_timing=False,
+                            resources={"metadata": {"path": str(cwd)}})
+    client.execute(env=kernel_env(env))
+    return nb
+
+
+class HandEdited(RuntimeError):
+    """A notebook was edited by hand since it was generated: not overwritten without --force."""
+
+
+class NotebookFailed(RuntimeError):
+    """A notebook's cell raised while executing; the notebook was still written, with the traceback."""
+
+
+def hand_edited(path: Path) -> bool:
+    import nbformat
+
+    try:
+        old = nbformat.read(path, as_version=4)
+    except (OSError, ValueError, nbformat.ValidationError):
+        return False
+    recorded = old.metadata.get("workbench", {}).get("source_hash")
+    return recorded is not None and recorded != source_hash(old)
+
+
+def build_all(out_dir: Path | str = paths.NOTEBOOKS_DIR, execute: bool = False, only: list[str] | None = None,
+              force: bool = False, env: dict | None = None, log=print) -> list[Path]:
+    """Write the notebooks (all, or those ``only`` names) into ``out_dir``.
+
+    Without ``execute``, a notebook whose cells are unchanged is left alone (its outputs kept); a changed
+    one is written without outputs. With ``execute`` each is run (nbclient) and saved with its outputs,
+    one line per notebook with its time. A notebook edited by hand since it was generated is not
+    overwritten unless ``force``."""
+    import nbformat
+
+    out_dir = Path(out_dir)
+    chosen = select(build_all_notebooks(), only)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written, failed = [], []
+    for i, (name, nb) in enumerate(chosen.items(), 1):
+        path = out_dir / name
+        if path.exists():
+            if not force and hand_edited(path):
+                raise HandEdited(f"{path} was edited by hand since it was generated; move it aside or pass --force")
+            if not execute and cell_sources(nbformat.read(path, as_version=4)) == cell_sources(nb):
+                log(f"up to date: {path}")
+                continue
+        if execute:
+            from nbclient.exceptions import CellExecutionError
+
+            started = time.perf_counter()
+            log(f"[{i}/{len(chosen)}] executing {name} ...")
+            try:
+                execute_notebook(nb, out_dir, env=env)
+            except CellExecutionError as exc:  # written anyway, with the traceback in the failing cell
+                first = next((ln for ln in str(exc).splitlines() if "Error" in ln and ":" in ln), str(exc)[:200])
+                log(f"  FAILED: {first.strip()}")
+                failed.append(name)
+            log(f"  ran in {time.perf_counter() - started:.0f} s")
+        nbformat.validate(nb)
+        tmp = path.with_suffix(".ipynb.tmp")
+        nbformat.write(nb, tmp)
+        os.replace(tmp, path)
+        log(f"wrote {path}")
+        written.append(path)
+    if failed:
+        raise NotebookFailed(f"a cell failed in {', '.join(failed)} (the traceback is in the notebook)")
+    return written
+
+
+def stale_notebooks(out_dir: Path | str = paths.NOTEBOOKS_DIR) -> list[str]:
+    """Notebooks that are missing or whose cells differ from what the builder makes now."""
+    import nbformat
+
+    stale = []
+    for name, nb in build_all_notebooks().items():
+        path = Path(out_dir) / name
+        if not path.exists() or cell_sources(nbformat.read(path, as_version=4)) != cell_sources(nb):
+            stale.append(name)
+    return stale
+
+
+# -- `workbench notebooks build|check|list` -------------------------------------------------------------
+
+def cmd_notebooks(args) -> int:
+    out = Path(args.out)
+    if args.action == "list":
+        for name in build_all_notebooks():
+            print(name)
+        return 0
+    if args.action == "check":
+        stale = stale_notebooks(out)
+        for name in stale:
+            print(f"out of date: {out / name}")
+        if stale:
+            only = " ".join(f"--only {n}" for n in stale)
+            print(f"rebuild: workbench notebooks build --execute {only}", file=sys.stderr)
+            return 1
+        print(f"notebooks up to date: all {len(build_all_notebooks())} in {out} match solutions/")
+        return 0
+    env = {}
+    if args.sim:
+        env["WORKBENCH_MODE"] = "sim"
+    if args.recorded:
+        env["WORKBENCH_NOTEBOOK_LIVE"] = "0"
+    try:
+        build_all(out, execute=args.execute, only=args.only, force=args.force, env=env)
+    except UnknownNotebook as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
+        return 2
+    except (HandEdited, NotebookFailed) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_cli(sub) -> None:
+    s = sub.add_parser("notebooks", help="build (and --execute) the notebooks from solutions/; check them")
+    s.add_argument("action", choices=["build", "check", "list"],
+                   help="build: write (and with --execute run) them; check: list those out of date; list: names")
+    s.add_argument("--execute", action="store_true", help="run them (nbclient) and save their outputs")
+    s.add_argument("--only", action="append", metavar="OP",
+                   help="an operator (e.g. reduction) or a notebook file name; repeatable")
+    s.add_argument("--out", default=str(paths.NOTEBOOKS_DIR), help="the folder to write (default: notebooks/)")
+    s.add_argument("--force", action="store_true", help="overwrite notebooks edited by hand")
+    s.add_argument("--sim", action="store_true", help="execute in the simulator even on a GPU machine")
+    s.add_argument("--recorded", action="store_true",
+                   help="on a GPU, plot the figures recorded in results/ instead of measuring them now "
+                        "(what the committed notebooks should show)")
+    s.set_defaults(func=cmd_notebooks)

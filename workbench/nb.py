@@ -1,0 +1,559 @@
+"""What a notebook's cells call: ``from workbench import nb``.
+
+Each generated notebook (``workbench notebooks build``) walks one ladder with these helpers:
+
+* ``about_mode()``: GPU or simulator, and what that means for the cells below;
+* ``models(op)``: the bytes and flops every stage must at least move and do, and the time floor;
+* ``show_diff(stage)``: what changed from the previous stage (the lesson), then ``show_source(stage)``:
+  the stage's kernels and launcher, read from ``solutions/`` (never pasted);
+* ``check(stage)``: the stage against the float64 reference at every check size and on the operator's
+  adversarial inputs, shown as a table that fills in while it runs; a failure raises, a stage the
+  simulator cannot run shows as skipped (never as passed);
+* ``progress(op, upto=...)``: the staircase and latency-against-size figures of the stages so far;
+  ``roofline(op)``, ``bytes_per_stage(op)``, ``ladder_table(op)`` for the whole ladder;
+* ``list_ladders()``, ``compare_all()``, ``roofline_all()``, ``gradeable_stages()`` across operators.
+
+Figures are drawn by :mod:`workbench.plots`. On a GPU they are measured now (a few sizes, the stages so
+far, each timed once per session); without one they come from ``results/`` and say where and when they
+were recorded, or say plainly that there are none yet.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import numpy as np
+
+from . import device, diff, markers, paths, plots, registry, results, tables
+from .check import adversarial_cases, check_stage
+from .ladder import Operator, Stage, as_size, size_label
+
+# -- knobs ----------------------------------------------------------------------------------------
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    return int(value) if value else None
+
+
+# In the simulator check() runs the SIM_SIZES smallest of the operator's sim_sizes (None: all of them).
+SIM_SIZES: int | None = _env_int("WORKBENCH_NOTEBOOK_SIM_SIZES")
+# On a GPU, progress() measures the stages so far now, at LIVE_SIZES sizes (smallest bench size, a middle
+# one, the headline size); WORKBENCH_NOTEBOOK_LIVE=0 shows the figures recorded in results/ instead.
+LIVE = os.environ.get("WORKBENCH_NOTEBOOK_LIVE", "1").strip() != "0"
+LIVE_SIZES = 3
+
+
+# -- showing things -------------------------------------------------------------------------------
+
+def show(obj) -> None:
+    """Display ``obj`` in a notebook (its richest form), or print it elsewhere."""
+    try:
+        from IPython.display import display
+    except ImportError:
+        print(obj)
+        return
+    display(obj)
+
+
+class LiveDisplay:
+    """An output that is redrawn in place as work goes on (a notebook's display_id); in a terminal,
+    each ``line`` is printed instead, so slow work is never silent."""
+
+    def __init__(self, obj):
+        self.obj = obj
+        self.handle = None
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+        except ImportError:
+            return
+        if get_ipython() is not None:
+            self.handle = display(obj, display_id=True)
+
+    def update(self, line: str = "") -> None:
+        if self.handle is not None:
+            self.handle.update(self.obj)
+        elif line:
+            print(line, flush=True)
+
+
+class Table:
+    """A small table that renders as HTML in a notebook and as aligned text elsewhere."""
+
+    def __init__(self, headers: list[str], rows: list[list], title: str = "", note: str = ""):
+        self.headers, self.title, self.note = headers, title, note
+        self.rows = [[str(c) for c in r] for r in rows]
+
+    def _repr_html_(self) -> str:
+        import html
+
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.headers)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in self.rows)
+        title = f"<p><b>{html.escape(self.title)}</b></p>" if self.title else ""
+        note = f"<p><i>{html.escape(self.note)}</i></p>" if self.note else ""
+        return f"{title}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
+
+    def __repr__(self) -> str:
+        widths = [max([len(h)] + [len(r[i]) for r in self.rows]) for i, h in enumerate(self.headers)]
+
+        def line(cells):
+            return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+        out = ([self.title] if self.title else []) + [line(self.headers), line(["-" * w for w in widths])]
+        return "\n".join(out + [line(r) for r in self.rows] + ([self.note] if self.note else []))
+
+
+class Source:
+    """Python source that renders syntax-highlighted in a notebook (inline styles: no stylesheet per
+    cell, so committed notebooks stay small) and as plain text elsewhere."""
+
+    def __init__(self, code: str, title: str = ""):
+        self.code, self.title = code, title
+
+    def _repr_html_(self) -> str:
+        import html
+
+        from pygments import highlight
+        from pygments.formatters import HtmlFormatter
+        from pygments.lexers import PythonLexer
+
+        body = highlight(self.code, PythonLexer(), HtmlFormatter(noclasses=True, nobackground=True))
+        return (f"<p><code>{html.escape(self.title)}</code></p>" if self.title else "") + body
+
+    def __repr__(self) -> str:
+        return (f"# {self.title}\n" if self.title else "") + self.code
+
+
+class Diff:
+    """A stage's change against the previous stage: HTML with added and removed lines marked, and the
+    unified diff as plain text (what GitHub and a terminal show)."""
+
+    def __init__(self, stage_diff: diff.StageDiff):
+        self.diff = stage_diff
+
+    def _repr_html_(self) -> str:
+        return diff.as_html(self.diff)
+
+    def __repr__(self) -> str:
+        return diff.as_text(self.diff)
+
+
+class Picture:
+    """A finished figure as the PNG ``plots.png`` makes (what README's figures are, too); ``figure``
+    keeps the matplotlib Figure for whoever wants to look closer."""
+
+    def __init__(self, figure):
+        self.figure, self.png = figure, plots.png(figure)
+
+    def _repr_png_(self) -> bytes:
+        return self.png
+
+    def __repr__(self) -> str:
+        titles = [ax.get_title().split("\n")[0] for ax in self.figure.get_axes() if ax.get_title()]
+        return f"<figure: {'; '.join(titles)}>"
+
+
+def show_figure(fig) -> None:
+    import matplotlib.pyplot as plt
+
+    show(Picture(fig))
+    plt.close(fig)
+
+
+def fmt_bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def fmt_count(n: float, unit: str = "flop") -> str:
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {prefix}{unit}"
+    return f"{int(n)} {unit}"
+
+
+def source_path(op: Operator) -> str:
+    """The ladder's file as a reader finds it: 'solutions/softmax.py' (absolute if outside the checkout)."""
+    path = registry.source_file(op).resolve()
+    try:
+        return path.relative_to(paths.REPO_ROOT.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+# -- the mode and the models ----------------------------------------------------------------------
+
+def operator(name: str) -> Operator:
+    return registry.operator(name)
+
+
+def about_mode() -> None:
+    """Print whether kernels run on a GPU or in the simulator, and what that means for this notebook."""
+    import workbench
+
+    print(f"workbench.MODE = {workbench.MODE!r}")
+    if device.is_simulator():
+        print(device.SIMULATOR_NOTICE.format(reason=device.probe().reason))
+        print("Here: check() runs every stage at the simulator sizes; plots show figures recorded on a GPU "
+              "in results/ (labelled 'recorded', with device and date).")
+    elif device.mode() == "compile":
+        print("compile mode (WORKBENCH_MODE=compile): kernels compile to PTX but nothing runs; "
+              "plots show figures recorded in results/.")
+    else:
+        env = results.environment()
+        print(f"GPU: {env['device']} (compute capability {env.get('compute_capability')}, "
+              f"{env.get('sm_count')} SMs), numba-cuda {env.get('numba_cuda')}")
+        print("Here: check() runs every stage at the GPU check sizes; progress() measures the stages so far "
+              "now (labelled 'measured now')" if LIVE else "Here: plots show figures recorded in results/.")
+
+
+def _recorded_peaks() -> tuple[dict, str]:
+    for data in results.load_all():
+        if (data.get("peaks") or {}).get("copy_gbps"):
+            return data["peaks"], data.get("device", "?")
+    return {}, ""
+
+
+def models(op: Operator) -> None:
+    """The bytes and flops a kernel must at least move/do at each bench size, and the time floor that
+    the measured peak bandwidth (or compute rate) puts under them."""
+    peaks, dev = _recorded_peaks()
+    compute = op.bound == "compute"
+    peak = peaks.get("gemm_fp32_gflops") if compute else peaks.get("copy_gbps")
+    headers = ["size", "bytes (minimum)", "flops", "flop / byte"]
+    if peak:
+        headers.append(f"floor at {peak:.0f} {'GFLOP/s' if compute else 'GB/s'} (µs)")
+    rows = []
+    for size in [as_size(s) for s in op.bench_sizes]:
+        b, f = int(op.bytes_moved(size)), int(op.flops(size))
+        row = [size_label(size), fmt_bytes(b), fmt_count(f), f"{f / b:.3g}" if b else "—"]
+        if peak:
+            row.append(f"{(f if compute else b) / peak / 1e3:.3g}")
+        rows.append(row)
+    note = (f"The floor is the time the {'measured cuBLAS fp32 rate' if compute else 'measured copy bandwidth'} "
+            f"of {dev} allows; no stage can beat it." if peak else
+            "No measured peak in results/ yet: run `workbench peaks` on a GPU to see the time floor.")
+    show(Table(headers, rows, f"{op.name}: what every stage must at least do", note))
+
+
+# -- source and diff ------------------------------------------------------------------------------
+
+def show_source(stage: Stage, paragraph: bool = False) -> None:
+    """The stage's kernels and launcher, read from solutions/ (never pasted), syntax-highlighted. The
+    paragraph in the stage's decorator is elided (the notebook prints it above) unless ``paragraph``."""
+    code = stage.source() if paragraph else diff.elide_paragraph(stage.source())
+    show(Source(code, f"{source_path(stage.op)}: stage {stage.order}, {stage.name}"))
+
+
+def show_diff(stage: Stage, against: Stage | None = None) -> None:
+    """What changed in the kernels and launcher from the previous stage (or ``against``)."""
+    show(Diff(diff.stage_diff(stage, against)))
+
+
+# -- correctness ----------------------------------------------------------------------------------
+
+def check_sizes(op: Operator) -> list:
+    """The sizes check() uses: the simulator sizes (the SIM_SIZES smallest) on CPU, check sizes on a GPU."""
+    if not device.is_simulator():
+        return [as_size(s) for s in op.check_sizes]
+    sizes = [as_size(s) for s in op.sim_sizes]
+    chosen = sorted(sizes, key=lambda s: (math.prod(s), s))[:SIM_SIZES] if SIM_SIZES else sizes
+    return [s for s in sizes if s in chosen]  # in the operator's own order
+
+
+class CheckReport(Table):
+    """The rows of a stage's check as they come in, and a headline that counts passed, failed and
+    skipped cases apart (a skipped case was never judged: it is not a pass)."""
+
+    HEADERS = ["size", "inputs", "rel. error", "tolerance", "result", "time", "note"]
+
+    def __init__(self, stage: Stage, total: int):
+        self.stage, self.total, self.results, self.running = stage, total, [], ""
+        self.where = "in the simulator" if device.is_simulator() else "on the GPU"
+        super().__init__(self.HEADERS, [], "", "rel. error = ‖out − ref‖ / ‖ref‖ against a float64 reference; "
+                         "the output was poisoned with NaN first. Adversarial inputs are the operator's own "
+                         "hard cases (ties, all-negative, huge values, ...).")
+        self.title = self.headline()
+
+    def add(self, result, seconds: float) -> str:
+        self.results.append(result)
+        verdict = {"passed": "passed", "failed": "FAILED", "skipped": "skipped"}[result.status]
+        row = [size_label(result.size), result.inputs,
+               "—" if result.rel_err is None else f"{result.rel_err:.3g}",
+               "—" if result.tolerance is None else f"{result.tolerance:.1g}",
+               verdict, "—" if result.skipped else f"{seconds:.2f} s", result.message]
+        self.rows.append(row)
+        self.title = self.headline()
+        return "  ".join(row[:6])
+
+    def skip_reason(self) -> str:
+        if self.stage.gpu_only:
+            return f"needs a GPU ({self.stage.gpu_only})"
+        return next((r.message for r in self.results if r.skipped), "")
+
+    def headline(self) -> str:
+        passed = sum(r.passed for r in self.results)
+        failed = sum(r.failed for r in self.results)
+        skipped = sum(r.skipped for r in self.results)
+        judged = passed + failed
+        text = f"{self.stage.key} {self.where}: "
+        text += f"{passed} of {judged} cases pass" if judged else "no case run"
+        if skipped:
+            text += f"; {skipped} skipped: {self.skip_reason()}"
+        if self.running:
+            text += f" (running {self.running}, {len(self.results) + 1} of about {self.total})"
+        return text
+
+    @property
+    def failures(self) -> list:
+        return [r for r in self.results if r.failed]
+
+
+def check(stage: Stage, sizes=None, seed: int = 0) -> None:
+    """Run the stage against the float64 reference at each size, on random inputs and on the operator's
+    adversarial ones; the table fills in while it runs. Raises if any case failed."""
+    sizes = [as_size(s) for s in sizes] if sizes else check_sizes(stage.op)
+    rng = np.random.default_rng(seed)
+    skip_all = bool(stage.gpu_only) and device.is_simulator()
+    report = CheckReport(stage, len(sizes))
+    live = LiveDisplay(report)
+    for size in sizes:
+        cases = [("random", None)]
+        while cases:
+            label, inputs = cases.pop(0)
+            report.running = f"{size_label(size)}, {label} inputs"
+            live.update()
+            started = time.perf_counter()
+            result = check_stage(stage, size, rng, inputs=inputs, label=label)
+            line = report.add(result, time.perf_counter() - started)
+            report.running = ""
+            live.update(line)
+            if label == "random" and not skip_all:  # the adversarial sets, drawn after the random case
+                extra = adversarial_cases(stage.op, size, rng)
+                cases += extra
+                report.total += len(extra)
+    report.title = report.headline()
+    live.update()
+    if live.handle is None:
+        print(report.title)
+    if report.failures:
+        raise AssertionError(f"{stage.key}: {len(report.failures)} case(s) failed: "
+                             + "; ".join(r.message for r in report.failures))
+
+
+# -- figures: live on a GPU, recorded otherwise -----------------------------------------------------
+
+_LIVE_CACHE: dict = {}  # (op, size) -> {stage name: record or None, "__peer__": [records]}
+_LIVE_ENV: dict = {}
+
+
+def live_sizes(op: Operator) -> list[tuple]:
+    """The sizes progress() measures on a GPU: the smallest bench size, a middle one, the headline size."""
+    sizes = [as_size(s) for s in op.bench_sizes]
+    picks = [sizes[0], sizes[len(sizes) // 2], as_size(op.headline_size)] if sizes else [as_size(op.headline_size)]
+    out: list[tuple] = []
+    for s in picks:
+        if s not in out:
+            out.append(s)
+    return sorted(out, key=math.prod)[-LIVE_SIZES:]
+
+
+def _live_peaks(env: dict) -> dict:
+    if "peaks" not in _LIVE_ENV:
+        stored = results.stored_peaks(env["device"])
+        if stored is None:
+            from .peaks import measure_peaks
+
+            print("measuring this GPU's peaks (copy bandwidth, library GEMM) once...")
+            stored = measure_peaks()
+        _LIVE_ENV["peaks"] = stored
+    return _LIVE_ENV["peaks"]
+
+
+def _live_data(op: Operator, stages: list[Stage]) -> dict:
+    """Measure (once per notebook session) the given stages and the peer at a few sizes."""
+    from .bench import bench_size
+
+    if "env" not in _LIVE_ENV:
+        _LIVE_ENV["env"] = results.environment()
+    env = _LIVE_ENV["env"]
+    peaks = _live_peaks(env)
+    rng = np.random.default_rng(0)
+    records = []
+    for size in live_sizes(op):
+        cache = _LIVE_CACHE.setdefault((op.name, size), {})
+        todo = [s for s in stages if s.name not in cache]
+        need_peer = "__peer__" not in cache
+        if todo or need_peer:
+            started = time.perf_counter()
+            new, failures = bench_size(op, todo, size, peaks, rng, env, with_peer=need_peer)
+            print(f"measured {', '.join(s.name for s in todo) or 'the peer'} at {size_label(size)} "
+                  f"in {time.perf_counter() - started:.1f} s", flush=True)
+            if need_peer:
+                cache["__peer__"] = [r for r in new if r.get("kind") == "peer"]
+            for r in new:
+                if r.get("kind") == "stage":
+                    cache[r["stage"]] = r
+            for s in todo:  # a stage that failed its check gets no figure (and is not re-timed)
+                cache.setdefault(s.name, None)
+            for failure in failures:
+                print(f"FAIL (not timed) {failure}")
+        records += cache["__peer__"] + [cache[s.name] for s in stages if cache.get(s.name) is not None]
+    return {"device": env["device"], "peaks": peaks, "records": records}
+
+
+def stages_upto(op: Operator, upto: str | None) -> list[Stage]:
+    if upto is None:
+        return list(op.stages)
+    return [s for s in op.stages if s.order <= op[upto].order]
+
+
+def figures(op: Operator, upto: str | None = None) -> tuple[dict | None, bool, str]:
+    """(data, live, note): the records to draw for ``op``'s stages up to ``upto``.
+
+    On a GPU (and LIVE), measured now; otherwise the newest recorded file in results/ for this op,
+    cut to the stages so far. ``data`` is None when there is nothing to show; ``note`` says why."""
+    stages = stages_upto(op, upto)
+    names = {s.name for s in stages}
+    if not device.is_simulator() and device.mode() == "gpu" and LIVE:
+        return _live_data(op, stages), True, ""
+    recorded = results.latest_file_with(op.name)
+    if recorded is None:
+        where = results.results_dir()
+        try:
+            where = where.resolve().relative_to(paths.REPO_ROOT.resolve())
+        except ValueError:
+            pass
+        return None, False, (f"No recorded figures yet for {op.name} in {where}/. On a GPU machine, "
+                             f"`workbench run {op.name}` measures the ladder and records it; this cell will then "
+                             "draw them (with device and date).")
+    recs = [r for r in results.records_for(op.name, recorded)
+            if r.get("kind") == "peer" or r.get("stage") in names]
+    data = {"device": recorded.get("device", "?"), "peaks": recorded.get("peaks", {}), "records": recs}
+    missing = [s.name for s in stages if not any(r.get("stage") == s.name for r in recs)]
+    note = ""
+    if missing:
+        note = (f"No recorded figures on {data['device']} for stage(s) {', '.join(missing)} yet "
+                f"(recorded before they existed?): `workbench bench {op.name}` on a GPU adds them.")
+    if not any(r.get("kind") == "stage" for r in recs):
+        return None, False, note
+    return data, False, note
+
+
+def progress(op: Operator, upto: str | None = None) -> None:
+    """The staircase so far and latency against size so far, side by side."""
+    data, live, note = figures(op, upto)
+    if note:
+        print(note)
+    if data is None:
+        if plots.has_stage_bytes(op):  # what needs no measurement: the bytes each stage moves, from its model
+            bytes_per_stage(op, upto)
+        return
+    show_figure(plots.ladder_figure(data, op, ["staircase", "latency"], upto=upto, live=live))
+
+
+def roofline(op: Operator) -> None:
+    """Every stage at the headline size under the memory and compute roofs."""
+    if not plots.has_roofline(op):
+        print(f"{op.name} does no arithmetic (0 flops): it has no point on a roofline.")
+        return
+    data, live, note = figures(op)
+    if note:
+        print(note)
+    if data is not None:
+        show_figure(plots.ladder_figure(data, op, ["roofline"], live=live))
+
+
+def bytes_per_stage(op: Operator, upto: str | None = None) -> None:
+    """The bytes each stage moves (its traffic model) against the minimum, from the models alone."""
+    show_figure(plots.ladder_figure({}, op, ["bytes"], upto=upto))
+
+
+def ladder_table(op: Operator) -> None:
+    """The ladder at its headline size against the library peer (the README's table)."""
+    from IPython.display import Markdown
+
+    data, live, note = figures(op)
+    if note:
+        print(note)
+    if data is None:
+        return
+    show(Markdown(("Measured now. " if live else "Recorded. ") + tables.ladder_table(op, data)))
+
+
+# -- across operators -----------------------------------------------------------------------------
+
+def list_ladders() -> None:
+    """Every operator, its stages and its notebook."""
+    rows = [[registry.notebook_name(op), op.title, op.bound, " → ".join(s.name for s in op.stages)]
+            for op in registry.load_operators().values()]
+    show(Table(["notebook", "operator", "bound by", "stages"], rows, "The ladders"))
+
+
+def compare_all() -> None:
+    """Each operator's best stage at its headline size against its library peer, from results/."""
+    rows, bars = [], []
+    for name, op in registry.load_operators().items():
+        data = results.latest_file_with(name)
+        best, peer = plots.best_stage(op, data) if data else (None, None)
+        if best is None:
+            rows.append([name, op.bound, size_label(as_size(op.headline_size)), "—", "—", "—", "—", "—",
+                         "no recorded figures yet"])
+            continue
+        bars.append((op, best, peer))
+        m = plots.metric_of(op)
+        unit = "GFLOP/s" if m == "gflops" else "GB/s"
+        pct = f"{best['pct_of_peak']:.0f}%" if best.get("pct_of_peak") is not None else "—"
+        rows.append([name, op.bound, best["size_label"], best["stage"], f"{best[m]:.0f} {unit}", pct,
+                     f"{peer['stage']} {peer[m]:.0f} {unit}" if peer else "—",
+                     f"{peer['median_us'] / best['median_us']:.2f}x" if peer else "—",
+                     f"{data.get('device', '?')}, {best['date'][:10]}"])
+    show(Table(["operator", "bound", "size", "best stage", "rate", "% of peak", "library peer",
+                "best vs peer (time ratio)", "recorded on"], rows,
+               "Every ladder's best stage against its library peer",
+               "% of peak: of the measured copy bandwidth (memory-bound) or cuBLAS fp32 rate (compute-bound). "
+               "best vs peer > 1 means the stage is faster than the library."))
+    if bars:
+        fig, (ax,) = plots.new_figure(1)
+        plots.best_against_peer(ax, bars)
+        show_figure(fig)
+
+
+def roofline_all() -> None:
+    """One roofline with every operator's stages (from the recorded file holding the most operators)."""
+    ops = list(registry.load_operators().values())
+    files = [(sum(1 for op in ops if results.records_for(op.name, d)), d) for d in results.load_all()]
+    files = [(k, d) for k, d in files if k]
+    if not files:
+        print(f"No recorded figures yet (nothing in {results.results_dir()}): run `workbench run OP` on a GPU.")
+        return
+    _, data = max(files, key=lambda kd: kd[0])
+    recorded = [op for op in ops if results.records_for(op.name, data)]
+    others = [op.name for op in ops if op not in recorded]
+    if others:
+        print(f"not recorded on {data.get('device')}: {', '.join(others)}")
+    fig, (ax,) = plots.new_figure(1, height=6.0)
+    plots.roofline_of_operators(ax, data, recorded)
+    show_figure(fig)
+
+
+def gradeable_stages() -> None:
+    """Every stage a learner can grade (``grade_function("op.stage", launcher)``), with the launcher's
+    arguments and whether its exercise in exercises/ has code to write."""
+    import inspect
+
+    rows = []
+    for op in registry.load_operators().values():
+        exercise = f"exercises/{registry.short_module_name(op)}.py"
+        for stage in op.stages:
+            todo = markers.has_markers(stage.source())
+            rows.append([stage.key, f"{stage.name}{inspect.signature(stage.launch)}",
+                         exercise if todo else "(given whole)", "GPU only" if stage.gpu_only else ""])
+    show(Table(["target", "launcher to write", "exercise", ""], rows, "Stages you can grade",
+               "Write a launcher with these arguments (device arrays, the output last) and the kernels it "
+               "launches; grade_function(target, launcher) judges it like the solution."))
