@@ -62,6 +62,15 @@ class CheckResult:
 # The NaN an output is poisoned with: a quiet NaN with a payload of its own, so that an element
 # still holding it was never written, while any other NaN was computed by the kernel.
 _POISON_BITS = {np.dtype(np.float32): (np.uint32, 0x7FC0DEAD), np.dtype(np.float64): (np.uint64, 0x7FF800000000DEAD)}
+# The 16-bit formats: fp16 (exponent 0x7C00, quiet bit 0x0200) and bf16 from ml_dtypes (exponent 0x7F80,
+# quiet bit 0x0040), each with a payload that a conversion of a computed NaN does not produce.
+_POISON_BITS[np.dtype(np.float16)] = (np.uint16, 0x7EAD)
+try:
+    import ml_dtypes
+
+    _POISON_BITS[np.dtype(ml_dtypes.bfloat16)] = (np.uint16, 0x7FED)
+except ImportError:  # pragma: no cover - bf16 arrays need ml_dtypes anyway
+    pass
 
 
 def poison_value(dtype) -> np.ndarray:

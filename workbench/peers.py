@@ -57,8 +57,15 @@ def clear_views() -> None:
 
 
 def as_torch(a):
-    """A torch tensor viewing device array ``a`` (no copy)."""
-    return cached("torch", a, lambda a: torch().as_tensor(a, device="cuda"))
+    """A torch tensor viewing device array ``a`` (no copy). A bfloat16 array (ml_dtypes) exports its
+    elements as 2 raw bytes (typestr '<V2'), which torch cannot read: it is viewed as int16 and the
+    tensor reinterpreted as torch.bfloat16."""
+    def make(a):
+        if a.__cuda_array_interface__["typestr"].endswith("V2") and getattr(a, "dtype", None) is not None \
+                and a.dtype.name == "bfloat16":
+            return torch().as_tensor(a.view("int16"), device="cuda").view(torch().bfloat16)
+        return torch().as_tensor(a, device="cuda")
+    return cached("torch", a, make)
 
 
 def as_cupy(a):
