@@ -439,7 +439,7 @@ def _tensor_core_gemm(A, B, out, smem, bf16, vec, bn, stages, ldmatrix, swizzle)
     row0 = cuda.blockIdx.y * BM
     col0 = cuda.blockIdx.x * bn
     K = A.shape[1]
-    step_bytes = tile_bytes(bn)
+    step_bytes = A_TILE_BYTES + BK * bn * 2  # one pipeline stage (tile_bytes(bn), here in the kernel)
     for i in range(4):
         for j in range(nt):
             for e in range(4):
@@ -500,31 +500,32 @@ def _launch(kernels, A, B, out, bn, dynamic_bytes=0):
 # static shared memory (32 KiB); launch_bounds=(256, 2) keeps two blocks per SM (<= 128 registers).
 
 STATIC_BYTES = 2 * tile_bytes(128)
+STATIC_HALVES = STATIC_BYTES // 2  # a module constant: cuda.shared.array needs one
 
 
 # -- 2. mma.sync, fragments element by element ---------------------------------------------------------
 
 @cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
 def _mma_f16_vec(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
                       False, True, 128, 2, False, False)
 
 
 @cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
 def _mma_f16_scalar(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
                       False, False, 128, 2, False, False)
 
 
 @cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
 def _mma_bf16_vec(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
                       True, True, 128, 2, False, False)
 
 
 @cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
 def _mma_bf16_scalar(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
                       True, False, 128, 2, False, False)
 
 
@@ -549,25 +550,25 @@ def mma(A, B, out):
 
 @cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
 def _ldmatrix_f16_vec(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
                       False, True, 128, 2, True, False)
 
 
 @cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
 def _ldmatrix_f16_scalar(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
                       False, False, 128, 2, True, False)
 
 
 @cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
 def _ldmatrix_bf16_vec(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
                       True, True, 128, 2, True, False)
 
 
 @cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
 def _ldmatrix_bf16_scalar(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
                       True, False, 128, 2, True, False)
 
 
@@ -590,25 +591,25 @@ def ldmatrix(A, B, out):
 
 @cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
 def _swizzle_f16_vec(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
                       False, True, 128, 2, True, True)
 
 
 @cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
 def _swizzle_f16_scalar(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
                       False, False, 128, 2, True, True)
 
 
 @cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
 def _swizzle_bf16_vec(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
                       True, True, 128, 2, True, True)
 
 
 @cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
 def _swizzle_bf16_scalar(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_BYTES // 2, uint16, alignment=ALIGN16),
+    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
                       True, False, 128, 2, True, True)
 
 

@@ -523,15 +523,12 @@ def _int8_gemm_dequantized(A, W, x_scale, w_scale, out, vec):
     r0 = cuda.blockIdx.y * IBM + (t // 32 // 4) * 64 + lane // 4
     c0 = cuda.blockIdx.x * IBN + (t // 32 % 4) * 64 + 2 * (lane % 4)
     for i in range(4):
-        for h in range(2):
-            row = r0 + 16 * i + 8 * h
-            if row < M:
-                xs = x_scale[row]  # one scale per row, loaded once for 16 outputs
-                for j in range(8):
-                    for e in range(2):
-                        col = c0 + 8 * j + e
-                        if col < N:
-                            out[row, col] = float32(acc[i, j, 2 * h + e]) * xs * w_scale[col]
+        for j in range(8):
+            for e in range(4):  # fully unrolled, so acc stays in registers (constant indices)
+                row = r0 + 16 * i + 8 * (e // 2)
+                col = c0 + 8 * j + e % 2
+                if row < M and col < N:
+                    out[row, col] = float32(acc[i, j, e]) * x_scale[row] * w_scale[col]
 
 
 @cuda.jit(**_gpu_options(launch_bounds=(ITHREADS, 1)))
