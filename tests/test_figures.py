@@ -125,9 +125,10 @@ def check_legible(fig, what: str) -> None:
 
 @pytest.mark.parametrize("op", OPS, ids=[op.name for op in OPS])
 def test_every_figure_of_an_operator_is_legible_at_1000px(op):
-    kinds = plots.figure_kinds(op)
-    figures = {"progress (staircase + latency)": plots.ladder_figure(DATA, op, ["staircase", "latency"]),
-               "first stage so far": plots.ladder_figure(DATA, op, ["staircase", "latency"], upto=op.stages[0].name)}
+    kinds = plots.figure_kinds(op, DATA)
+    progress = [k for k in kinds if k in ("staircase", "latency")]
+    figures = {"progress (staircase + latency)": plots.ladder_figure(DATA, op, progress),
+               "first stage so far": plots.ladder_figure(DATA, op, progress, upto=op.stages[0].name)}
     figures.update({kind: plots.ladder_figure(DATA, op, [kind]) for kind in kinds if kind in plots.SAVED_KINDS})
     if "bytes" in kinds:
         figures["bytes"] = plots.ladder_figure({}, op, ["bytes"])
@@ -136,7 +137,8 @@ def test_every_figure_of_an_operator_is_legible_at_1000px(op):
             check_legible(fig, f"{op.name} {what}")
         titles = [fig.get_axes()[0].get_title() for fig in figures.values()]
         assert not any("@" in t for t in titles), titles
-        assert plots.size_phrase(op, op.headline_size) in figures["progress (staircase + latency)"].get_axes()[0].get_title()
+        staircase_title = figures["progress (staircase + latency)"].get_axes()[0].get_title().replace("\n", " ")
+        assert plots.size_phrase(op, op.headline_size) in staircase_title
         assert "NVIDIA H200, recorded" in titles[0]
     finally:
         for fig in figures.values():
@@ -184,10 +186,10 @@ def test_latency_draws_one_line_per_shape_family():
         naive = [line for line in ax.get_lines() if line.get_color() is not None
                  and matplotlib.colors.same_color(line.get_color(), plots.stage_color(op, 1))]
         assert len(naive) == len(families)  # one line (or lone point) per family
-        bytes_of = {int(op.bytes_moved(s)): s for s in op.bench_sizes}
-        for line in naive:
-            shapes = {bytes_of[int(b)][1:] for b in line.get_xdata()}
-            assert len(shapes) == 1, f"one line joins sizes of different shapes: {shapes}"
+        recorded = {tuple(r["size"]) for r in results.records_for(op.name, DATA) if r["stage"] == "naive"}
+        family_bytes = [sorted(op.bytes_moved(s) for s in fam if s in recorded) for fam in families]
+        drawn_bytes = [sorted(line.get_xdata()) for line in naive]
+        assert sorted(drawn_bytes) == sorted(family_bytes), "a line joins sizes of different shapes"
         labels = [t.get_text() for t in ax.figure.legends[0].get_texts()]
         assert {"shape ROWSx1024", "shape ROWSx4096", "shape 4096x32768"} <= set(labels)
     finally:
@@ -220,11 +222,20 @@ def test_save_all_writes_the_readme_figures(tmp_path):
         assert width <= 1100 and math.isfinite(width)
 
 
+def test_a_latency_figure_needs_two_sizes():
+    one_size = [op for op in OPS if plots.recorded_sizes(DATA, op) == 1]
+    assert one_size and all("latency" not in plots.figure_kinds(op, DATA) for op in one_size)
+    assert "latency" in plots.figure_kinds(registry.operator("reduction"), DATA)
+
+
 def test_every_recorded_operator_has_its_committed_figures():
-    """README figures (results/plots/) exist for every operator with records, as save_all draws them."""
+    """README figures (results/plots/) exist for every operator with records, as save_all draws them,
+    and no other figure sits there."""
     committed = Path(__file__).resolve().parent.parent / "results" / "plots"
+    expected = {f"{op.name}_{kind}.png" for op in OPS for kind in plots.figure_kinds(op, DATA) if kind in plots.SAVED_KINDS}
+    assert {p.name for p in committed.glob("*.png")} == expected
     for op in OPS:
-        for kind in plots.figure_kinds(op):
+        for kind in plots.figure_kinds(op, DATA):
             if kind in plots.SAVED_KINDS:
                 assert (committed / f"{op.name}_{kind}.png").exists(), \
                     f"results/plots/{op.name}_{kind}.png is missing: `workbench plot {op.name} --out results/plots`"

@@ -446,7 +446,8 @@ def figures(op: Operator, upto: str | None = None) -> tuple[dict | None, bool, s
 
 
 def progress(op: Operator, upto: str | None = None) -> None:
-    """The staircase so far and latency against size so far, side by side."""
+    """The staircase so far and latency against size so far, side by side (the staircase alone where
+    only one size was measured)."""
     data, live, note = figures(op, upto)
     if note:
         print(note)
@@ -454,7 +455,8 @@ def progress(op: Operator, upto: str | None = None) -> None:
         if plots.has_stage_bytes(op):  # what needs no measurement: the bytes each stage moves, from its model
             bytes_per_stage(op, upto)
         return
-    show_figure(plots.ladder_figure(data, op, ["staircase", "latency"], upto=upto, live=live))
+    kinds = [k for k in plots.figure_kinds(op, data) if k in ("staircase", "latency")]
+    show_figure(plots.ladder_figure(data, op, kinds, upto=upto, live=live))
 
 
 def roofline(op: Operator) -> None:

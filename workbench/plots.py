@@ -450,10 +450,17 @@ PANELS = {
 SAVED_KINDS = ("staircase", "latency", "roofline")  # what save_all writes (bytes per stage: notebooks only)
 
 
-def figure_kinds(op: Operator) -> list[str]:
-    """The figures an operator has: staircase and latency always; a roofline where it does arithmetic;
-    bytes per stage where some stage moves more than the minimum."""
-    return (["staircase", "latency"] + (["roofline"] if has_roofline(op) else [])
+def recorded_sizes(data: dict, op: Operator) -> int:
+    """How many sizes the records hold for ``op`` (a latency line needs two)."""
+    return len({tuple(r["size"]) for r in results.records_for(op.name, data)})
+
+
+def figure_kinds(op: Operator, data: dict | None = None) -> list[str]:
+    """The figures an operator has: the staircase always; latency against size where the records hold
+    two sizes or more (given no ``data``: always); a roofline where it does arithmetic; bytes per stage
+    where some stage moves more than the minimum."""
+    latency_too = data is None or recorded_sizes(data, op) > 1
+    return (["staircase"] + (["latency"] if latency_too else []) + (["roofline"] if has_roofline(op) else [])
             + (["bytes"] if has_stage_bytes(op) else []))
 
 
@@ -490,13 +497,13 @@ def save(fig, path: Path) -> Path:
 
 
 def save_all(data: dict, op: Operator | str, out_dir: Path, *, live: bool = False, metric: str | None = None) -> list[Path]:
-    """Write ``<op>_staircase.png``, ``_latency.png`` and (where the operator does arithmetic)
-    ``_roofline.png`` into ``out_dir``: the figures README shows. The metric follows the operator
+    """Write ``<op>_staircase.png``, ``_latency.png`` (where two sizes or more were recorded) and
+    ``_roofline.png`` (where the operator does arithmetic) into ``out_dir``: the figures README shows. The metric follows the operator
     (``metric`` is accepted for older callers and must agree)."""
     op = registry.operator(op) if isinstance(op, str) else op
     if metric is not None and metric != metric_of(op):
         raise ValueError(f"{op.name} is {op.bound}-bound: its plots are in {metric_of(op)}, not {metric}")
     paths = []
-    for kind in [k for k in figure_kinds(op) if k in SAVED_KINDS]:
+    for kind in [k for k in figure_kinds(op, data) if k in SAVED_KINDS]:
         paths.append(save(ladder_figure(data, op, [kind], live=live), Path(out_dir) / f"{op.name}_{kind}.png"))
     return paths
