@@ -97,6 +97,23 @@ def test_packed_rows_of_one_and_two_columns(fmt):
         assert result.passed, result.message
 
 
+SLOW = pytest.mark.slow
+UNROLLED = [("softmax_bf16", "packed"), ("layernorm_fp16", "widened"), ("quantize", "vectorized"),
+            ("dequantize", "vectorized"),
+            *(pytest.param(*case, marks=SLOW) for case in [
+                ("softmax_fp16", "widened"), ("softmax_fp16", "fast_exp"), ("layernorm_bf16", "packed"),
+                ("rmsnorm_fp16", "packed"), ("gelu_fp16", "widened"), ("gelu_bf16", "packed")])]
+
+
+@pytest.mark.parametrize("name, stage", UNROLLED)
+def test_full_unrolled_steps(name, stage):
+    """The quick tier's sizes are too small for a whole unrolled step (eight loads a thread across a
+    256-thread block); each operator's last simulator size runs them, with a remainder and odd edges."""
+    op = OPS[name]
+    result = check_stage(op[stage], op.sim_sizes[-1], np.random.default_rng(6))
+    assert result.passed, result.message
+
+
 def test_row_words_cover_each_element_once():
     for cols in (1, 2, 3, 4, 37):
         seen = []
