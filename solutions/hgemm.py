@@ -191,7 +191,7 @@ CBM, CBN, CBK = 64, 64, 16  # block tile and K-step; 256 threads, each a 4x4 set
 CTHREADS = 256
 
 
-@cuda.jit(**_gpu_options(launch_bounds=(CTHREADS, 4)))
+@cuda.jit(**_gpu_options(launch_bounds=(CTHREADS, 2)))
 def _cuda_core(A, B, out):
     As = cuda.shared.array((CBK, CBM), float32)  # A transposed: a thread's 4 rows at one k are neighbours
     Bs = cuda.shared.array((CBK, CBN), float32)
@@ -505,25 +505,25 @@ STATIC_HALVES = STATIC_BYTES // 2  # a module constant: cuda.shared.array needs 
 
 # -- 2. mma.sync, fragments element by element ---------------------------------------------------------
 
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 1)))  # element-wise fragments: > 128 registers
 def _mma_f16_vec(A, B, out):
     _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
                       False, True, 128, 2, False, False)
 
 
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 1)))  # element-wise fragments: > 128 registers
 def _mma_f16_scalar(A, B, out):
     _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
                       False, False, 128, 2, False, False)
 
 
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 1)))  # element-wise fragments: > 128 registers
 def _mma_bf16_vec(A, B, out):
     _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
                       True, True, 128, 2, False, False)
 
 
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 1)))  # element-wise fragments: > 128 registers
 def _mma_bf16_scalar(A, B, out):
     _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
                       True, False, 128, 2, False, False)
