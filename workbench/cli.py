@@ -481,7 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_doctor)
 
-    from .grade import add_cli as add_grade_cli  # `workbench grade ...`
+    from .grade.cli import add_cli as add_grade_cli  # `workbench grade ...`
 
     add_grade_cli(sub)
     # TRANSITION(issue 9): the rooms are moving into workbench/generate/; until both have moved, hook

@@ -1,7 +1,7 @@
-"""Bug (of the other kind): histogram.global_atomics that launches the answer key's kernel.
+"""Cheat: histogram.global_atomics that launches the answer key's kernel.
 
-The launcher is the submission's own, the kernel is solutions.histogram._global_atomics. Expected:
-"launched the answer key's kernel".
+The launcher is the submission's own, the kernel is solutions.histogram._global_atomics. The answer
+key cannot be imported while grading. Expected: "answer key".
 """
 
 from solutions.histogram import THREADS, _global_atomics, _grid, _zero_bins

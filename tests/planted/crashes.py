@@ -1,16 +1,29 @@
 """Bug: a launcher that takes its whole process down (a stand-in for a segfault in a native library).
 
-Expected: this stage's cases fail with "the grading process ... exited", and grading goes on: the
-other stage in this file (a correct copy of the solution's) passes.
+Expected: this stage's case fails with "the process running your code exited with code 3", and
+grading goes on in a fresh process: the other stage in this file (a correct one) passes.
 """
 
 import os
 
 from numba import cuda, int32
 
-from solutions.histogram import BINS, THREADS, _grid, _zero_bins
+from workbench.ladder import blocks_for, sm_count
 
 EXPECT = {"stage": "histogram.global_atomics", "reason": "crash", "says": "exited with code 3"}
+BINS = 256
+THREADS = 256
+
+
+@cuda.jit
+def _zero_bins(out):
+    b = cuda.grid(1)
+    if b < out.size:
+        out[b] = 0
+
+
+def _grid(n):
+    return min(blocks_for(n, THREADS * 16), sm_count() * (2048 // THREADS))
 
 
 def global_atomics(x, out):

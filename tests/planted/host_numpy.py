@@ -1,12 +1,12 @@
 """Bug: histogram.global_atomics computed on the host with numpy instead of in a kernel.
 
-The answer is right, and it is not the exercise: the data goes to the host and back and no kernel
-runs. Expected: "no kernel was launched".
+The answer would be right, and it is not the exercise: the data goes to the host and back and no
+kernel runs. Device data is not readable on the host while the stage runs. Expected: "host-copy".
 """
 
 import numpy as np
 
-EXPECT = {"stage": "histogram.global_atomics", "reason": "no-kernel-launch", "says": "no kernel was launched"}
+EXPECT = {"stage": "histogram.global_atomics", "reason": "host-copy", "says": "copy_to_host"}
 
 
 def global_atomics(x, out):

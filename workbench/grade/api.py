@@ -1,0 +1,183 @@
+"""``grade()``: a submission's files, each in a worker process; ``grade_function()``: a launcher
+defined here (a notebook cell), in this process. Both judge with the same cases and the same report.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .. import device as _device
+from .. import registry
+from ..ladder import as_size
+from ..sizes import check_size
+from .cases import plan
+from .guards import Guard
+from .report import FAILED, Report, StageGrade
+from .stages import Listener, Submission, grade_stage, stage_verdict
+from .supervisor import CallReply, WorkerSession
+from .submission import describe_launcher
+from .targets import answer_key_code, display_path, grade_sizes, submission_path, targets
+from .watch import refusal_facts, run_watched
+
+TIMEOUT_SIM_S = 300.0  # per case, in the simulator: generous, it is slow
+TIMEOUT_GPU_S = 60.0
+SIM_SM_COUNT = 2  # the simulated device's multiprocessors while grading: grids sized from it stay small
+SPEED_NOT_JUDGED = "the speed bar (no GPU here: the simulator cannot time kernels)"
+
+
+def new_seed() -> int:
+    return int(np.random.SeedSequence().entropy % (2**31))
+
+
+def checked_sizes(stages, sizes) -> list | None:
+    """``sizes`` as tuples, each checked against every operator graded (a workbench.sizes.SizeError
+    names what was expected), before anything runs."""
+    if not sizes:
+        return None
+    sizes = [as_size(s) for s in sizes]
+    for op in {id(s.op): s.op for s in stages}.values():
+        for size in sizes:
+            check_size(op, size)
+    return sizes
+
+
+def grade(target: str | None = None, impl: str = "exercises", *, sizes=None, quick: bool = False,
+          seed: int | None = None, timeout: float | None = None, jobs: int | None = None, speed: bool = True,
+          listener: Listener | None = None) -> Report:
+    """Grade the stages of ``target`` (default: every exercise) in ``impl`` (exercises, solutions, a
+    file or a folder). One worker process per file, ``jobs`` files at a time.
+
+    Raises registry.UnknownTarget or sizes.SizeError for a bad target or size, before anything runs."""
+    mode = _device.mode()
+    seed = new_seed() if seed is None else int(seed)
+    timeout = timeout or (TIMEOUT_SIM_S if mode == "sim" else TIMEOUT_GPU_S)
+    jobs = jobs or (max(1, os.cpu_count() or 1) if mode == "sim" else 1)  # one GPU: never time in parallel
+    listener = listener or Listener()
+    stages = targets(target, impl)
+    sizes = checked_sizes(stages, sizes)
+    report = Report(impl, mode, seed)
+    if speed and mode == "sim":
+        report.not_judged.append(SPEED_NOT_JUDGED)
+    by_file: dict[Path, list] = {}
+    for stage in stages:
+        by_file.setdefault(submission_path(impl, stage.op), []).append(stage)
+    report.files = [display_path(path) for path in by_file]
+    t0 = time.perf_counter()
+
+    def grade_one(item):
+        path, file_stages = item
+        return _grade_file(path, file_stages, impl, sizes=sizes, quick=quick, seed=seed, timeout=timeout,
+                           speed=speed, listener=listener)
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for grades in pool.map(grade_one, by_file.items()):
+            report.stages += grades
+    report.stages.sort(key=lambda s: (s.key.split(".")[0], s.order))
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _answer_key_dirs() -> list[str]:
+    import solutions
+
+    return [os.path.realpath(p) for p in solutions.__path__]
+
+
+def _grade_file(path: Path, stages: list, impl: str, *, sizes, quick, seed, timeout, speed,
+                listener: Listener) -> list[StageGrade]:
+    shown = display_path(path)
+    listener.file_started(shown, len(stages))
+    key_dirs = _answer_key_dirs()
+    is_key = impl == "solutions" or any(os.path.realpath(path).startswith(d + os.sep) for d in key_dirs)
+    hint = ""
+    if impl == "exercises":
+        hint = (" (the exercise predates this stage of the solution: `workbench exercises build` adds it, "
+                "with --backup if you have edited the file)")
+    submission = Submission(str(path), shown, {} if is_key else answer_key_code(stages[0].op), True, hint)
+    if not path.exists():
+        build = ": run `workbench exercises build`" if impl == "exercises" else ""
+        return [stage_verdict(s, FAILED, "missing", f"{shown} does not exist{build}", file=shown) for s in stages]
+    job = {"type": "job", "submission": str(path.resolve()), "guard_answer_key": not is_key,
+           "answer_key_dirs": key_dirs, "sm_count": SIM_SM_COUNT}
+    session = WorkerSession(job, timeout)
+    grades = []
+    try:
+        for stage in stages:
+            cases = plan(stage.op, sizes or grade_sizes(stage.op, _device.mode(), quick), seed)
+            grade = grade_stage(stage, session, cases, submission, seed=seed, speed=speed, listener=listener)
+            listener.stage_done(grade)
+            grades.append(grade)
+    finally:
+        session.close()
+    return grades
+
+
+# -- in this process: a launcher defined in a notebook ----------------------------------------------
+
+class InProcessSession:
+    """The worker's part, played in this process for a function defined here: the same watch and
+    device-array guard, but no process boundary (a kernel that hangs hangs the caller)."""
+
+    def __init__(self, launcher: Callable, file: str | None):
+        self.launcher, self.file = launcher, file
+
+    def loaded(self) -> dict:
+        return {"ok": True}
+
+    def prepare(self, op: str, stage: str) -> dict:
+        from ..ladder import clear_scratch
+
+        clear_scratch()
+        return {"ok": True, "functions": describe_launcher(self.launcher)}
+
+    def call(self, stage: str, case_id: int, inputs: tuple, out: np.ndarray) -> CallReply:
+        outcome = run_watched(self.launcher, inputs, out, Guard(), self.file)
+        return CallReply(outcome.error, outcome.launches, refusal_facts(outcome.refusals), outcome.seconds,
+                         outcome.out, outcome.inputs_after)
+
+    def time(self, stage: str, inputs: tuple, out: np.ndarray) -> tuple[float, np.ndarray]:
+        from ..bench import rotating_arg_sets
+        from ..results import environment
+        from ..timing import measure
+
+        arg_sets = rotating_arg_sets(inputs, out, environment().get("l2_bytes"), max_sets=16)
+        return measure(self.launcher, arg_sets).median_us, arg_sets[0][-1].copy_to_host()
+
+
+def grade_function(op_stage: str, launcher: Callable, *, sizes=None, quick: bool = False, seed: int | None = None,
+                   speed: bool = True, show: bool = True) -> Report:
+    """Grade a launcher defined here (a notebook cell) as stage ``op.stage``, in this process.
+
+    The same cases, checks and report as ``workbench grade``, without the worker process: a kernel
+    that hangs hangs the notebook (interrupt the kernel). Prints the report unless show=False."""
+    mode = _device.mode()
+    seed = new_seed() if seed is None else int(seed)
+    _, (stage,) = registry.resolve(op_stage)
+    sizes = checked_sizes([stage], sizes)
+    try:
+        from inspect import getsourcefile
+
+        file = getsourcefile(launcher)
+    except TypeError:
+        file = None
+    name = getattr(launcher, "__qualname__", "function")
+    report = Report(f"{name} as {stage.key}", mode, seed, files=[f"{name} ({display_path(file)})"])
+    if speed and mode == "sim":
+        report.not_judged.append(SPEED_NOT_JUDGED)
+    submission = Submission(file, display_path(file), answer_key_code(stage.op), own_file_only=False)
+    t0 = time.perf_counter()
+    cases = plan(stage.op, sizes or grade_sizes(stage.op, mode, quick), seed)
+    grade = grade_stage(stage, InProcessSession(launcher, file), cases, submission, seed=seed, speed=speed,
+                        listener=Listener())
+    report.stages.append(grade)
+    report.seconds = time.perf_counter() - t0
+    if show:
+        print(report.text(), end="")
+    return report
+

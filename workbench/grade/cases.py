@@ -1,0 +1,173 @@
+"""One case, in the grader's process: the inputs made, the call made elsewhere, the verdict made here.
+
+The inputs come from the operator (random, with a seed the submission never sees, fresh for every
+call; and its adversarial sets at the small sizes), the output is poisoned, and the reference, the
+comparison and the verdict are computed here from what the call sent back, never from anything the
+submission's process says about itself beyond plain facts (what it launched, what was refused).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..check import adversarial_cases, judge, poison_like, tolerance_of
+from ..ladder import Size, as_size
+from .reasons import advice_for
+from .report import PASSED, SKIPPED, CaseResult
+from .supervisor import CallReply, CaseAborted
+
+ADVERSARIAL_SIZES = 2  # adversarial input sets are graded at this many of the smallest sizes
+AGAIN = "again, new inputs"  # the label of the call that repeats the first size with fresh inputs
+VALUE_REASONS = ("wrong-values", "all-zeros", "unwritten", "uninitialised", "nan")
+
+
+@dataclass
+class Case:
+    size: Size
+    inputs: str  # "random", an adversarial set's label, or AGAIN
+    make: Callable[[], tuple]  # the inputs, made when the case runs
+
+
+def plan(op, sizes, seed: int) -> list[Case]:
+    """The cases for one stage: each size on random inputs; the first size again on fresh inputs
+    (a stage that keeps results between calls fails it); the operator's adversarial sets at the
+    smallest sizes."""
+    sizes = [as_size(s) for s in sizes]
+
+    def random_inputs(size, stream):
+        return lambda: op.make_inputs(size, np.random.default_rng([seed, stream]))
+
+    cases = [Case(size, "random", random_inputs(size, i)) for i, size in enumerate(sizes)]
+    cases.insert(1, Case(sizes[0], AGAIN, random_inputs(sizes[0], 10_000)))
+    smallest = sorted(dict.fromkeys(sizes), key=lambda s: int(np.prod(s)))[:ADVERSARIAL_SIZES]
+    for j, size in enumerate(smallest):
+        for label, inputs in adversarial_cases(op, size, np.random.default_rng([seed, 20_000 + j])):
+            cases.append(Case(size, label, lambda inputs=inputs: inputs))
+    return cases
+
+
+def same_file(a: str | None, b: str | None) -> bool:
+    return bool(a and b) and os.path.realpath(a) == os.path.realpath(b)
+
+
+def foreign_code(functions: list[dict], submission_file: str | None, answer_key: dict[str, str],
+                 own_file_only: bool) -> tuple[str, str] | None:
+    """(reason, message) if the stage runs the answer key's code, or (``own_file_only``) code that is
+    not in the submission's file as written; None if all of it is the submission's own."""
+    for f in functions:
+        where = f"{f['file']}, line {f['line']}"
+        if f["fingerprint"] in answer_key and not same_file(f["file"], submission_file):
+            return "answer-key", f"`{f['qualname']}` ({where}) is the answer key's {answer_key[f['fingerprint']]}"
+        if not own_file_only:
+            continue
+        if not same_file(f["file"], submission_file):
+            return "exec", f"`{f['qualname']}` comes from {where}, not from the submission's file"
+        if f.get("source_matches") is False:
+            return "exec", (f"the code of `{f['qualname']}` is not the code written in its file at line "
+                            f"{f['line']}: it was compiled from other source")
+    return None
+
+
+def run_case(stage, session, case: Case, case_id: int, *, functions: list[dict], submission_file: str | None,
+             answer_key: dict[str, str], own_file_only: bool) -> CaseResult:
+    """Make the inputs, have ``session`` call the submission on them, and judge what came back."""
+    op = stage.op
+    inputs = tuple(case.make())
+    out = poison_like(op.make_output(case.size))
+    result = CaseResult(stage.key, list(case.size), PASSED, inputs=case.inputs, tolerance=tolerance_of(stage, case.size))
+    t0 = time.perf_counter()
+    try:
+        reply = session.call(stage.name, case_id, inputs, out)
+    except CaseAborted as aborted:
+        result.seconds = time.perf_counter() - t0
+        result.output = aborted.printed
+        return result.fail(aborted.reason, aborted.message, advice_for(aborted.reason))
+    result.seconds, result.output = reply.seconds, reply.printed
+    shared = any(f["shared_memory"] for f in functions)
+    verdict = _refused(reply) or _foreign(reply, submission_file, answer_key, own_file_only) or _raised(reply)
+    if verdict:
+        reason, message = verdict
+        if reason == "needs-gpu":
+            result.status, result.reason, result.message = SKIPPED, reason, message
+            return result
+        return result.fail(reason, message, advice_for(reason, shared))
+    if not reply.launches:
+        checked = judge(stage, case.size, inputs, reply.out, reply.inputs_after)
+        also = f" (and the output is wrong too: {checked.message})" if checked.failed else ""
+        return result.fail("no-kernel-launch", "no kernel was launched during the call" + also,
+                           advice_for("no-kernel-launch"))
+    checked = judge(stage, case.size, inputs, reply.out, reply.inputs_after, label=case.inputs)
+    result.rel_err = None if checked.rel_err is None or not np.isfinite(checked.rel_err) else float(checked.rel_err)
+    result.first_bad_index, result.worst = checked.first_bad_index, checked.worst
+    if checked.failed:
+        result.fail(checked.reason, checked.message, advice_for(checked.reason, shared))
+    return result
+
+
+REFUSED = {"host-copy": "it read device data on the host", "host-write": "it wrote the output from the host",
+           "process": "it started a process", "wrote-file": "it wrote to a file in the repository",
+           "answer-key": "it reached for the answer key"}
+
+
+def _refused(reply: CallReply) -> tuple[str, str] | None:
+    if reply.refusals:
+        first = reply.refusals[0]
+        more = f"; {len(reply.refusals) - 1} more refused" if len(reply.refusals) > 1 else ""
+        reason = first["reason"]
+        return reason, f"{REFUSED.get(reason, reason)}: {first['what']} (refused{more})"
+    if reply.strays:
+        return "background-process", "still running after the call: " + "; ".join(reply.strays)
+    return None
+
+
+def _foreign(reply: CallReply, submission_file, answer_key, own_file_only) -> tuple[str, str] | None:
+    return foreign_code(reply.launches, submission_file, answer_key, own_file_only)
+
+
+def _raised(reply: CallReply) -> tuple[str, str] | None:
+    if reply.error is None:
+        return None
+    return str(reply.error.get("reason", "exception")), str(reply.error.get("message", ""))
+
+
+def stale_if_repeat(cases: list[CaseResult]) -> None:
+    """A wrong answer on the repeated first size, right the first time: results kept between calls."""
+    first, again = cases[0] if cases else None, next((c for c in cases if c.inputs == AGAIN), None)
+    if first and again and first.passed and again.failed and again.reason in VALUE_REASONS:
+        again.reason = "stale"
+        again.message = f"right the first time, wrong on new inputs of the same size: {again.message}"
+        again.advice = advice_for("stale")
+
+
+def speed_case(stage, session, bar: float, seed: int) -> CaseResult:
+    """Time the submission (in its worker) and the solution stage (here) on the same inputs (GPU only)."""
+    from ..bench import rotating_arg_sets
+    from ..results import environment
+    from ..timing import measure
+
+    op = stage.op
+    size = as_size(op.grade_speed_size or op.headline_size)
+    inputs = op.make_inputs(size, np.random.default_rng([seed, 30_000]))
+    template = op.make_output(size)
+    t0 = time.perf_counter()
+    mine_us, out = session.time(stage.name, inputs, poison_like(template))
+    theirs = measure(stage.launch, rotating_arg_sets(inputs, template, environment().get("l2_bytes"), max_sets=16))
+    moved = op.bytes_moved(size)
+    ratio = theirs.median_us / mine_us
+    speed = {"gbps": moved / mine_us / 1e3, "solution_gbps": moved / theirs.median_us / 1e3, "ratio": ratio,
+             "bar": bar, "median_us": mine_us, "solution_median_us": theirs.median_us}
+    case = CaseResult(stage.key, list(size), PASSED, kind="speed", speed=speed, seconds=time.perf_counter() - t0)
+    checked = judge(stage, size, inputs, out, inputs)
+    if checked.failed:
+        case.fail(checked.reason or "wrong-values", f"wrong at the timing size: {checked.message}",
+                  advice_for(checked.reason))
+    elif ratio < bar:
+        case.fail("too-slow", f"{100 * ratio:.0f}% of the solution's bandwidth, the bar is {100 * bar:.0f}%",
+                  advice_for("too-slow"))
+    return case
+

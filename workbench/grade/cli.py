@@ -1,0 +1,142 @@
+"""``workbench grade``: the command line of the grader room (``add_cli`` hooks it into ``workbench``).
+
+Bad input (an unknown stage, a size of the wrong form, a missing file) is refused with one line
+before anything runs; an error in the grader itself is one line too, and says it is not the
+learner's; neither ever shows a traceback. Exit status: 0 all judged stages passed, 1 a stage failed
+(or nothing to grade), 2 bad input or a grader error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from .. import device as _device
+from ..registry import UnknownTarget
+from ..sizes import SizeError, parse_size
+from .api import TIMEOUT_GPU_S, TIMEOUT_SIM_S, grade
+from .report import CaseResult, StageGrade
+from .stages import Listener
+
+BAD_INPUT, GRADER_ERROR = 2, 2
+
+
+def size_argument(text: str) -> tuple:
+    try:
+        return parse_size(text)
+    except SizeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class ProgressBars(Listener):
+    """A bar for the stages and one for the cases of each stage being graded, on stderr."""
+
+    def __init__(self, progress, total_stages: int):
+        self.progress = progress
+        self.overall = progress.add_task("stages", total=total_stages)
+        self.tasks: dict = {}
+
+    def file_started(self, shown_as: str, stages: int) -> None:
+        self.progress.console.print(f"[dim]grading {shown_as}[/]")
+
+    def stage_started(self, key: str, cases: int) -> None:
+        self.tasks[key] = self.progress.add_task(f"  {key}", total=cases)
+
+    def case_done(self, key: str, result: CaseResult) -> None:
+        if key in self.tasks:
+            self.progress.advance(self.tasks[key])
+
+    def stage_done(self, grade: StageGrade) -> None:
+        task = self.tasks.pop(grade.key, None)
+        if task is not None:
+            self.progress.remove_task(task)
+        self.progress.advance(self.overall)
+
+
+class Lines(Listener):
+    """Without a terminal: one line per file, so a log shows what is being graded."""
+
+    def __init__(self, console):
+        self.console = console
+
+    def file_started(self, shown_as: str, stages: int) -> None:
+        self.console.print(f"grading {shown_as} ({stages} stage{'s' * (stages != 1)})")
+
+
+def cmd_grade(args) -> int:
+    from rich.console import Console
+
+    err = Console(stderr=True)
+    try:
+        return _grade(args, err)
+    except (UnknownTarget, SizeError) as exc:
+        err.print(f"[red]error:[/] {exc.args[0] if exc.args else exc}", highlight=False)
+        return BAD_INPUT
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted[/] (every grading process was stopped)")
+        return 130
+    except Exception as exc:  # the grader's own bug: one line, never a traceback, never the learner's fault
+        err.print(f"[red]grader error (not your code):[/] {type(exc).__name__}: {exc}", highlight=False)
+        return GRADER_ERROR
+
+
+def _grade(args, err) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .targets import BUILT_IN, targets
+
+    impl = args.impl
+    if impl not in BUILT_IN and not os.path.exists(impl):
+        err.print(f"[red]error:[/] --impl {impl}: no such file or folder (use exercises, solutions or a path)")
+        return BAD_INPUT
+    if not args.json:
+        _device.announce()
+    stages = targets(args.target, impl)  # an unknown target is refused here, before anything runs
+    options = dict(sizes=args.size, quick=args.quick, seed=args.seed, timeout=args.timeout, jobs=args.jobs,
+                   speed=not args.no_speed)
+    if args.json or not err.is_terminal:
+        report = grade(args.target, impl, listener=None if args.json else Lines(err), **options)
+    else:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err, transient=True) as progress:
+            report = grade(args.target, impl, listener=ProgressBars(progress, len(stages)), **options)
+    if args.junit:
+        Path(args.junit).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.junit).write_text(report.junit())
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=1))
+    else:
+        report.render()
+    if not report.stages:
+        err.print("[yellow]nothing to grade[/] (no exercise stage matched)")
+        return 1
+    if report.errors:
+        return GRADER_ERROR
+    return 0 if report.passed else 1
+
+
+def add_cli(sub) -> None:
+    """Add `workbench grade` to the CLI's subparsers."""
+    s = sub.add_parser("grade", help="grade exercises (or solutions, or a file): correctness, then speed on a GPU",
+                       description="Grade a submission against the answer key: every stage on random and "
+                                   "adversarial inputs at sizes that are not multiples of a block, in a separate "
+                                   "process; on a GPU, a speed bar.")
+    s.add_argument("target", nargs="?", help="OP or OP.STAGE (default: every exercise)")
+    s.add_argument("--impl", default="exercises",
+                   help="exercises (default), solutions (the answer key), or a path to a file or folder")
+    s.add_argument("--size", type=size_argument, action="append",
+                   help="grade at this size only, e.g. 1000 or 33x65 (repeatable)")
+    s.add_argument("--quick", action="store_true",
+                   help="two sizes per stage (the smallest and an awkward one) instead of all")
+    s.add_argument("--seed", type=int, help="reproduce a run (the report prints its seed)")
+    s.add_argument("--timeout", type=float,
+                   help=f"seconds per case (default {TIMEOUT_SIM_S:.0f} in the simulator, {TIMEOUT_GPU_S:.0f} on a GPU)")
+    s.add_argument("--jobs", type=int,
+                   help="files graded in parallel (default: CPU count in the simulator, 1 on a GPU)")
+    s.add_argument("--no-speed", action="store_true", help="skip the speed bar on a GPU")
+    s.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    s.add_argument("--junit", metavar="PATH", help="also write a JUnit XML report")
+    s.set_defaults(func=cmd_grade)
+

@@ -1,0 +1,83 @@
+"""Why a case failed, as a short code, and the advice a learner reads for each.
+
+The codes are shared by the report, the JSON and the JUnit output (the failure ``type``). Codes in
+:data:`HARNESS` are the grader's own trouble (a bad ``--size``, a bug here): never blamed on the
+submission, and never counted as a failed stage.
+"""
+
+from __future__ import annotations
+
+ADVICE = {
+    "not-implemented": ("not implemented yet: write the code where the TODO(exercise) line is, then delete "
+                        "that line"),
+    "missing": "the submission does not define this stage",
+    "import-error": ("the submission could not be imported: fix the error above (file and line are in the "
+                     "traceback)"),
+    "answer-key": ("the answer key (solutions/) is not yours to run while grading: write your own kernels "
+                   "(the exercise file has everything else you need)"),
+    "exec": ("code built at run time (exec, compile) cannot be graded: write your kernels in the file "
+             "itself"),
+    "out-of-bounds": ("out-of-bounds access: missing bounds check? The grid is rounded up to whole blocks, so "
+                      "the last block has threads with no element: guard every access (if i < x.size:)"),
+    "launch-limit": ("the launch was refused: a block may have at most 1024 threads (x*y*z) and 48 KiB of "
+                     "static shared memory; launch more blocks instead"),
+    "warp-sync": "a warp intrinsic was called by only part of the lanes in its mask (a shuffle inside a branch?)",
+    "race": ("threads of different blocks read and wrote the same global memory without atomics or an order "
+             "between them: on a GPU blocks run at the same time, so one block's write can be lost or read "
+             "half-done. Use cuda.atomic.* for shared counters and totals, or give each block its own output "
+             "and combine them in a second kernel"),
+    "unwritten": ("some output elements were never written: does every output element get a thread (or a "
+                  "loop iteration)? Check the grid size and the loop bounds. (Or the output was accumulated "
+                  "into without being zeroed first: it starts as garbage)"),
+    "uninitialised": ("the output was accumulated into (atomics, +=) without being set to zero first: device "
+                      "memory starts as garbage, zero it in a kernel before accumulating"),
+    "nan": ("is there a cuda.syncthreads() between the threads' writes to shared memory and their reads of "
+            "each other's data? Is every accumulator and buffer initialised before use (new device memory, "
+            "like shared memory, starts as garbage)?"),
+    "all-zeros": "the output is all zeros: was the result computed but never stored?",
+    "wrong-values": "wrong values: the report shows the first wrong index and the worst elements",
+    "shape": "the output has the wrong shape",
+    "stale": ("the same size called again with new inputs gave a wrong answer: does the stage keep results "
+              "(or buffers it never resets) from an earlier call?"),
+    "input-modified": "the stage wrote to an input: inputs are read-only (use a scratch buffer)",
+    "no-kernel-launch": ("no kernel was launched: the stage must compute on the GPU, in a @cuda.jit kernel "
+                         "(computing with numpy on the host is not the exercise)"),
+    "host-copy": ("the stage read device data on the host while running: the computation must stay on the "
+                  "GPU (no copy_to_host, numpy or indexing of device arrays in a launcher)"),
+    "host-write": ("the stage wrote its output from the host: the output must be written by your kernels "
+                   "(zero it in a kernel too)"),
+    "process": "a stage computes on the GPU and returns: it may not start processes",
+    "background-process": ("a process the stage started was still running after the call: a stage may not "
+                            "leave processes behind (they were stopped)"),
+    "wrote-file": ("the stage wrote to a file in the repository: grading must leave your files and the "
+                   "repository as they were (the write was refused)"),
+    "exited": "the stage ended the grading process: a launcher must return, not exit",
+    "channel": ("the grader's channel received data that was not the grader's: a submission must not write "
+                "to file descriptors it did not open"),
+    "compile-error": "the kernel does not compile for the GPU (the message names the line and the types)",
+    "exception": "the stage raised an exception",
+    "timeout": ("did not finish in time: a kernel that never ends? (a loop whose index never advances, a "
+                "cuda.syncthreads() that some threads never reach, a block waiting on another block)"),
+    "crash": ("the process running your code died during this case (a segfault in a kernel or a native "
+              "library your code called?)"),
+    "too-slow": "correct, but slower than the speed bar: see the stage's lesson for what makes it fast",
+    "needs-gpu": "the simulator cannot run this: grade it on a machine with a GPU",
+    "grader-error": "an error in the grader itself, not in your code: please report it (the message says where)",
+}
+
+# The grader's trouble, not the submission's: reported as errors, never as a failed stage.
+HARNESS = {"grader-error"}
+
+SHARED_MEMORY_ADVICE = ("this stage's kernels share data through shared memory: does a cuda.syncthreads() "
+                        "separate every write to it from other threads' reads (and is it initialised before "
+                        "use)? In the simulator, shared memory starts as garbage: NaN for floats, 0x7FFBADAD "
+                        "for ints")
+
+
+def advice_for(reason: str, uses_shared_memory: bool = False) -> str:
+    """The advice shown under a failed case: the reason's own, plus the shared-memory question where
+    wrong values may come from a missing barrier."""
+    advice = ADVICE.get(reason, "")
+    if uses_shared_memory and reason in ("wrong-values", "unwritten", "all-zeros", "stale"):
+        advice = (advice + ". Also: " if advice else "") + SHARED_MEMORY_ADVICE
+    return advice

@@ -1,0 +1,133 @@
+"""One stage, start to verdict: is it there, is it the submission's own code, does it still have its
+stub line, then its cases in order, then (on a GPU) the speed bar.
+
+A stage that still has a ``TODO(exercise)`` line is judged by what runs: at its first failed case it
+is "not implemented yet"; if every case passes it passes, with a note to delete the leftover line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import device as _device
+from .cases import Case, foreign_code, run_case, speed_case, stale_if_repeat
+from .reasons import ADVICE, advice_for
+from .report import ERROR, FAILED, NOT_IMPLEMENTED, PASSED, SKIPPED, CaseResult, StageGrade
+from .supervisor import GraderError
+
+
+# Cases after one of these are not run (they would hang or die the same way, a fresh process each).
+ABORTED = {"timeout": "it timed out", "crash": "the process running it died", "exited": "it exited",
+           "channel": "it wrote to the grader's channel"}
+
+
+@dataclass
+class Submission:
+    """Where a stage's code comes from and how far to trust it."""
+
+    file: str | None  # the file graded (None: unknown, e.g. a function typed in a console)
+    shown_as: str  # the file as the learner knows it
+    answer_key: dict = field(default_factory=dict)  # fingerprint -> name of the answer key's code
+    own_file_only: bool = True  # every function the stage runs must come from ``file`` as written
+    hint_missing: str = ""  # added to "the submission does not define this stage"
+
+
+class Listener:
+    """What the grader says while it works (the CLI draws progress bars from it)."""
+
+    def file_started(self, shown_as: str, stages: int) -> None: ...
+
+    def stage_started(self, key: str, cases: int) -> None: ...
+
+    def case_done(self, key: str, result: CaseResult) -> None: ...
+
+    def stage_done(self, grade: StageGrade) -> None: ...
+
+
+def stage_verdict(stage, status: str, reason: str, message: str, *, file: str = "",
+                  advice: str | None = None, notes=()) -> StageGrade:
+    """A stage judged as a whole, without cases (not there, not importable, not its own code, ...)."""
+    case = CaseResult(stage.key, [], SKIPPED if status == SKIPPED else FAILED, reason, message,
+                      ADVICE.get(reason, "") if advice is None else advice, kind="stage")
+    return StageGrade(stage.key, stage.order, status, [case], list(notes), file)
+
+
+def _load_verdict(stage, loaded: dict, submission: Submission) -> StageGrade | None:
+    if loaded.get("ok"):
+        refused = loaded.get("refusals") or []
+        if refused:  # it imported, but tried what it may not while doing so
+            reason = refused[0]["reason"]
+            return stage_verdict(stage, FAILED, reason, f"while importing: refused: {refused[0]['what']}",
+                                 file=submission.shown_as)
+        return None
+    reason = loaded.get("reason", "import-error")
+    if any(r["reason"] == "answer-key" for r in loaded.get("refusals") or []):
+        reason = "answer-key"
+    if reason == "needs-gpu":
+        return stage_verdict(stage, SKIPPED, reason, loaded.get("message", ""), file=submission.shown_as,
+                             notes=[f"needs a GPU: {loaded.get('message', '')}"])
+    message = loaded.get("message", "")
+    if loaded.get("printed"):
+        message += f"\nit printed: {loaded['printed'].strip()[:500]}"
+    return stage_verdict(stage, FAILED, reason, message, file=submission.shown_as)
+
+
+def grade_stage(stage, session, cases: list[Case], submission: Submission, *, seed: int, speed: bool,
+                listener: Listener) -> StageGrade:
+    """The stage's grade; the grader's own failures become status "error", never the learner's."""
+    try:
+        return _grade_stage(stage, session, cases, submission, seed=seed, speed=speed, listener=listener)
+    except GraderError as exc:
+        return stage_verdict(stage, ERROR, "grader-error", f"grader error (not your code): {exc}",
+                             file=submission.shown_as)
+
+
+def _grade_stage(stage, session, cases, submission: Submission, *, seed, speed, listener) -> StageGrade:
+    if stage.gpu_only and _device.is_simulator():
+        return stage_verdict(stage, SKIPPED, "needs-gpu", stage.gpu_only, file=submission.shown_as,
+                             notes=[f"needs a GPU: {stage.gpu_only}"])
+    verdict = _load_verdict(stage, session.loaded(), submission)
+    if verdict:
+        return verdict
+    prepared = session.prepare(stage.op.name, stage.name)
+    if not prepared.get("ok"):
+        return stage_verdict(stage, FAILED, "missing", prepared.get("message", "") + submission.hint_missing,
+                             file=submission.shown_as)
+    functions = prepared["functions"]
+    foreign = foreign_code(functions, submission.file, submission.answer_key, submission.own_file_only)
+    if foreign:
+        return stage_verdict(stage, FAILED, *foreign, file=submission.shown_as)
+    stubs = sorted({f"{submission.shown_as}, line {line}, in `{f['qualname']}`"
+                    for f in functions for line in f["stub_lines"]})
+    grade = StageGrade(stage.key, stage.order, PASSED, file=submission.shown_as)
+    listener.stage_started(stage.key, len(cases))
+    for i, case in enumerate(cases):
+        result = run_case(stage, session, case, i, functions=functions, submission_file=submission.file,
+                          answer_key=submission.answer_key, own_file_only=submission.own_file_only)
+        grade.cases.append(result)
+        listener.case_done(stage.key, result)
+        if result.reason == "needs-gpu":
+            grade.status = SKIPPED
+            grade.notes.append(f"needs a GPU: {result.message}")
+            return grade
+        if stubs and result.failed:
+            return _not_implemented(grade, stubs, result)
+        if result.reason in ABORTED:  # the next cases would go the same way: say so instead of waiting
+            grade.notes.append(f"the cases after {result.label} were not run: {ABORTED[result.reason]}")
+            break
+    stale_if_repeat(grade.cases)
+    if all(c.passed for c in grade.cases) and speed and not _device.is_simulator():
+        grade.cases.append(speed_case(stage, session, stage.op.grade_speed_bar, seed))
+    grade.status = PASSED if all(c.passed for c in grade.cases) else FAILED
+    if stubs:
+        grade.notes.append("it runs, but still has its TODO(exercise) line: delete it (" + "; ".join(stubs) + ")")
+    return grade
+
+
+def _not_implemented(grade: StageGrade, stubs: list[str], first: CaseResult) -> StageGrade:
+    grade.status = NOT_IMPLEMENTED
+    first.reason = "not-implemented"
+    first.message = (f"not implemented yet: {'; '.join(stubs)} still has the TODO(exercise) stub line, and "
+                     f"{first.label} fails ({first.message.splitlines()[0] if first.message else first.reason})")
+    first.advice = advice_for("not-implemented")
+    return grade

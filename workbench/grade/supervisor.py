@@ -1,0 +1,298 @@
+"""The grader's side of a grading worker: start it, talk to it, time it out, and leave nothing behind.
+
+A worker runs in a session of its own (so its process group is its own), from an empty temporary
+directory, with a ``sys.path`` that has the workbench but neither the repository nor ``solutions/``;
+its stdout and stderr go to a file the grader reads as the submission's output; the channel is a
+socket pair. After every call, any other process of the worker's session (or carrying its token in
+its environment) is a process the submission left behind: it is killed, and the case fails. When
+the worker is done, times out or dies, its whole process group is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .. import device as _device
+from ..paths import REPO_ROOT
+from .channel import Channel, ChannelClosed, ChannelGarbage, ChannelTimeout
+from .report import OUTPUT_SHOWN
+
+STARTUP_TIMEOUT_S = 120.0  # importing numba and the submission
+TOKEN_VARIABLE = "WORKBENCH_GRADE_TOKEN"
+
+
+class CaseAborted(Exception):
+    """The call did not come back: timed out, the worker died, or the channel got garbage. The
+    worker is gone; the next request starts a fresh one."""
+
+    def __init__(self, reason: str, message: str, printed: str = ""):
+        super().__init__(message)
+        self.reason, self.message, self.printed = reason, message, printed
+
+
+class GraderError(Exception):
+    """The grader's own failure (never the submission's)."""
+
+
+@dataclass
+class CallReply:
+    error: dict | None  # {"reason", "message"} when the launcher raised
+    launches: list  # submission.describe() of each kernel launched
+    refusals: list  # {"reason", "what"} for what the guards refused
+    seconds: float
+    out: np.ndarray | None = None
+    inputs_after: list = field(default_factory=list)
+    printed: str = ""  # what the submission printed during the call
+    strays: list = field(default_factory=list)  # processes it left running (killed since)
+
+
+class WorkerProcess:
+    """One worker process, from start to stop."""
+
+    def __init__(self, job: dict):
+        self.job = job
+        self.token = secrets.token_hex(8)
+        self.tmp = Path(tempfile.mkdtemp(prefix="workbench-grade-"))
+        self.output_file = open(self.tmp / "output.txt", "wb")
+        self.read_offset = 0
+        parent_end, child_end = socket.socketpair()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "workbench.grade.worker", str(child_end.fileno())],
+                pass_fds=[child_end.fileno()], stdin=subprocess.DEVNULL, stdout=self.output_file,
+                stderr=subprocess.STDOUT, cwd=self._workdir(), env=self._environment(), start_new_session=True)
+        finally:
+            child_end.close()
+        self.channel = Channel(parent_end)
+
+    def _workdir(self) -> str:
+        work = self.tmp / "cwd"
+        work.mkdir()
+        return str(work)
+
+    def _environment(self) -> dict:
+        """The grader's environment, but the worker finds the workbench through a folder that holds
+        only a link to it (not the repository, where solutions/ is), and writes no caches."""
+        import workbench
+
+        path_dir = self.tmp / "path"
+        path_dir.mkdir()
+        package = Path(workbench.__file__).resolve().parent
+        try:
+            (path_dir / "workbench").symlink_to(package, target_is_directory=True)
+            python_path = [str(path_dir)]
+        except OSError:  # no symlinks here: the folder above the package (the import hook still refuses solutions)
+            python_path = [str(package.parent)]
+        repo = os.path.realpath(REPO_ROOT)
+        kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                if p and os.path.realpath(p) != repo]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(python_path + kept), PYTHONSAFEPATH="1",
+                   PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", WORKBENCH_MODE=_device.mode(),
+                   NUMBA_CACHE_DIR=str(self.tmp / "numba-cache"), **{TOKEN_VARIABLE: self.token})
+        env.pop("WORKBENCH_SOLUTIONS_PATH", None)
+        return env
+
+    # -- talking -------------------------------------------------------------------------------------
+
+    def start(self, timeout: float = STARTUP_TIMEOUT_S) -> dict:
+        """Send the job; the reply says whether the submission imported."""
+        self.channel.send(self.job)
+        header, _ = self._receive(time.monotonic() + timeout, "importing the submission", timeout)
+        return header
+
+    def request(self, header: dict, arrays, timeout: float, doing: str) -> tuple[dict, list]:
+        try:
+            self.channel.send(header, arrays)
+        except OSError:
+            pass  # it died: receive says how
+        return self._receive(time.monotonic() + timeout, doing, timeout)
+
+    def _receive(self, deadline: float, doing: str, timeout: float) -> tuple[dict, list]:
+        try:
+            header, arrays = self.channel.receive(deadline)
+        except ChannelTimeout:
+            printed = self.printed()
+            self.stop()
+            raise CaseAborted("timeout", f"no result after {timeout:.0f} s {doing}: stopped", printed)
+        except ChannelClosed:
+            code = self._exit_code()
+            printed = self.printed()
+            self.stop()
+            how = f"exited (code {code})" if code == 0 else f"exited with code {code}"
+            raise CaseAborted("exited" if code == 0 else "crash",
+                              f"the process running your code {how} while {doing}", printed)
+        except ChannelGarbage as exc:
+            printed = self.printed()
+            self.stop()
+            raise CaseAborted("channel", f"the grader's channel got {exc} while {doing}", printed)
+        if header.get("type") == "internal-error":
+            raise GraderError(str(header.get("message", "")))
+        return header, arrays
+
+    def _exit_code(self):
+        try:
+            return self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            return "(still running: stopped)"
+
+    def printed(self) -> str:
+        """What the worker printed since the last time this was asked (the submission's output)."""
+        try:
+            with open(self.tmp / "output.txt", "rb") as f:
+                f.seek(self.read_offset)
+                data = f.read()
+        except OSError:
+            return ""
+        self.read_offset += len(data)
+        text = data.decode(errors="replace")
+        if len(text) > OUTPUT_SHOWN:
+            text = text[:OUTPUT_SHOWN] + f"\n... ({len(text) - OUTPUT_SHOWN} more characters)"
+        return text
+
+    # -- what it leaves behind -----------------------------------------------------------------------
+
+    def strays(self) -> list[str]:
+        """Other live processes of the worker's session or carrying its token: killed, and listed."""
+        found = []
+        for pid, description in _processes_of(self.proc.pid, self.token):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            found.append(description)
+        return found
+
+    def stop(self) -> None:
+        """End the worker and everything it started; remove its folder."""
+        if self.proc.poll() is None:
+            try:
+                self.channel.send({"type": "bye"})
+                self.proc.wait(timeout=2)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        for kill in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), self.proc.kill):
+            try:
+                kill()
+            except OSError:
+                pass
+        self.proc.wait()
+        self.strays()
+        self.channel.close()
+        self.output_file.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _processes_of(session: int, token: str) -> list[tuple[int, str]]:
+    """(pid, command line) of the live processes in ``session`` (as a session or process group), or
+    whose environment holds the token, other than the session leader itself. Linux only (/proc)."""
+    found = []
+    marker = f"{TOKEN_VARIABLE}={token}".encode()
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        if pid == session:
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            fields = stat[stat.rfind(")") + 2:].split()
+            state, pgrp, sid = fields[0], int(fields[2]), int(fields[3])
+            if state in "ZX":
+                continue  # already dead, waiting to be reaped
+            ours = session in (pgrp, sid) or marker in Path(f"/proc/{pid}/environ").read_bytes()
+            if ours:
+                name = stat[stat.find("(") + 1:stat.rfind(")")]
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found.append((pid, f"pid {pid} ({name}): {cmd.strip()[:120]}"))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+class WorkerSession:
+    """The grader's view of one submission file: a worker, started when first needed and again after
+    a case it did not come back from (its stage prepared again)."""
+
+    def __init__(self, job: dict, timeout: float):
+        self.job = job
+        self.timeout = timeout
+        self.worker: WorkerProcess | None = None
+        self.load_reply: dict | None = None
+        self.prepared: dict = {}  # stage name -> op name, for preparing again in a fresh worker
+
+    def loaded(self) -> dict:
+        """{"ok": True} or why the submission could not be imported."""
+        self._ensure()
+        return self.load_reply
+
+    def _ensure(self) -> WorkerProcess:
+        if self.worker is None or self.worker.proc.poll() is not None:
+            self.worker = WorkerProcess(self.job)
+            try:
+                reply = self.worker.start()
+            except CaseAborted as exc:
+                reply = {"type": "loaded", "ok": False, "reason": exc.reason, "message": exc.message,
+                         "refusals": []}
+            reply["printed"] = self.worker.printed()
+            if self.load_reply is None:
+                self.load_reply = reply
+            elif not reply.get("ok"):
+                raise GraderError(f"the submission imported once but not when the worker restarted: "
+                                  f"{reply.get('message')}")
+            for stage, op in self.prepared.items():
+                self.worker.request({"type": "prepare", "op": op, "stage": stage}, [], self.timeout,
+                                    "preparing the stage")
+        return self.worker
+
+    def prepare(self, op: str, stage: str) -> dict:
+        worker = self._ensure()
+        reply, _ = worker.request({"type": "prepare", "op": op, "stage": stage}, [], self.timeout,
+                                  "looking for the stage")
+        if reply.get("ok"):
+            self.prepared[stage] = op
+        reply["printed"] = worker.printed()
+        return reply
+
+    def call(self, stage: str, case_id: int, inputs: tuple, out: np.ndarray) -> CallReply:
+        worker = self._ensure()
+        header, arrays = worker.request({"type": "call", "stage": stage, "id": case_id}, [*inputs, out],
+                                        self.timeout, "running this case")
+        if header.get("type") != "called" or header.get("id") != case_id:
+            worker.stop()
+            raise CaseAborted("channel", "the grader's channel got a reply to a call it did not make")
+        reply = CallReply(header.get("error"), list(header.get("launches", [])), list(header.get("refusals", [])),
+                          float(header.get("seconds", 0.0)))
+        if reply.error is None:
+            if len(arrays) != len(inputs) + 1:
+                worker.stop()
+                raise CaseAborted("channel", "the grader's channel got a reply without the outputs")
+            reply.out, reply.inputs_after = arrays[0], arrays[1:]
+        reply.printed = worker.printed()
+        reply.strays = worker.strays()
+        return reply
+
+    def time(self, stage: str, inputs: tuple, out: np.ndarray) -> tuple[float, np.ndarray]:
+        worker = self._ensure()
+        header, arrays = worker.request({"type": "time", "stage": stage}, [*inputs, out], self.timeout,
+                                        "timing the stage")
+        if header.get("type") != "timed" or len(arrays) != 1:
+            raise CaseAborted("channel", "the grader's channel got a reply to a request it did not make")
+        return float(header["median_us"]), arrays[0]
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+            self.worker = None

@@ -1,0 +1,122 @@
+"""What to grade: which stages, which file holds the submission for each, and at which sizes.
+
+Everything here reads the answer key (``solutions/``) and the submission's *text*; nothing here
+imports a submission: its code only ever runs in the grading worker.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from .. import registry
+from ..ladder import Operator, Size, as_size
+from ..paths import EXERCISES_DIR, REPO_ROOT
+from .submission import describe_launcher
+
+BUILT_IN = ("exercises", "solutions")
+
+
+def is_exercise(stage) -> bool:
+    """Does the stage's solution code have a marked region (is it an exercise)?"""
+    return any(f["marked"] for f in describe_launcher(stage.launch))
+
+
+def answer_key_code(op) -> dict[str, str]:
+    """Fingerprint -> name of every marked function (an exercise's answer) in the module defining
+    ``op``: a submission running one of these, loaded from anywhere but its own file, runs the key."""
+    return dict(_answer_key_of_module(registry.module_of(op).__name__))
+
+
+@lru_cache(maxsize=None)
+def _answer_key_of_module(module_name: str) -> tuple:
+    module = sys.modules[module_name]
+    found = {}
+    for value in vars(module).values():
+        if isinstance(value, Operator):
+            for stage in value.stages:
+                for f in describe_launcher(stage.launch):
+                    if f["marked"]:
+                        found[f["fingerprint"]] = f"{module_name}.{f['qualname']}"
+    return tuple(found.items())
+
+
+def targets(target: str | None, impl: str = "exercises") -> list:
+    """Stages to grade: OP.STAGE; every exercise stage of OP (all its stages if none is marked); or,
+    with no target, every exercise stage of every operator (of those a folder of one's own has a file
+    for, or a single file is about). Raises registry.UnknownTarget for a name it does not know."""
+    if target:
+        op, stages = registry.resolve(target)
+        if "." in target:
+            return stages
+        return [s for s in stages if is_exercise(s)] or stages
+    stages = [s for op in registry.load_operators().values() for s in op.stages if is_exercise(s)]
+    if impl in BUILT_IN:
+        return stages
+    if os.path.isdir(impl):  # a folder of one's own: the exercises it holds
+        return [s for s in stages if submission_path(impl, s.op).exists()]
+    names = operators_in_file(Path(impl))
+    return [s for s in stages if s.op.name in names or registry.short_module_name(s.op) in names]
+
+
+def operators_in_file(path: Path) -> set[str]:
+    """Operator and module names a submission file is about, read from its text (never run): the
+    ``name=`` of each ``Operator(...)`` it builds, and its own name (``histogram.py``)."""
+    names = {path.stem}
+    try:
+        tree = ast.parse(path.read_text(errors="replace"))
+    except (SyntaxError, ValueError, OSError):
+        return names  # the worker reports the syntax error when it imports the file
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "Operator":
+            for kw in node.keywords:
+                if kw.arg == "name" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+                    names.add(kw.value.value)
+    return names
+
+
+def submission_path(impl: str, op) -> Path:
+    """The file that holds ``impl``'s version of ``op``'s stages."""
+    short = registry.short_module_name(op)
+    if impl == "solutions":
+        return registry.source_file(op)
+    if impl == "exercises":
+        return EXERCISES_DIR / f"{short}.py"
+    path = Path(impl)
+    return path / f"{short}.py" if path.is_dir() else path
+
+
+def display_path(filename: str | os.PathLike | None) -> str:
+    """A file name as a learner knows it: relative to the repository or here, or 'your notebook cell'."""
+    if not filename:
+        return "?"
+    filename = str(filename)
+    if "ipykernel" in filename or filename.startswith("<"):
+        return "your notebook cell"
+    path = os.path.abspath(filename)
+    for base in (os.getcwd(), str(REPO_ROOT)):
+        rel = os.path.relpath(path, base)
+        if not rel.startswith(".."):
+            return rel
+    return path
+
+
+def grade_sizes(op, mode: str, quick: bool = False) -> list[Size]:
+    """The operator's check sizes for this mode, plus its extra grading sizes (``Operator.grade_sizes``;
+    by default one more than the middle and the largest size in every dimension, so that no size is
+    a multiple of a block). Quick: the smallest size and the first extra one."""
+    base = [as_size(s) for s in (op.sim_sizes if mode == "sim" else op.check_sizes)]
+    declared = (op.grade_sizes or {}).get("sim" if mode == "sim" else "gpu")
+    if declared:
+        extra = [as_size(s) for s in declared]
+    else:
+        middle = base[len(base) // 2]
+        largest = max(base, key=lambda s: int(np.prod(s)))
+        extra = [tuple(d + 1 for d in middle), tuple(d + 1 for d in largest)]
+    chosen = [base[0], extra[0]] if quick else base + extra
+    return list(dict.fromkeys(chosen))  # in order, without repeats

@@ -1,0 +1,129 @@
+"""``python -m workbench.grade.worker FD``: the grading worker, the only process a submission's code
+runs in (the child side; ``supervisor`` is the parent's).
+
+It never sees the reference, the seed or a verdict. It imports the submission behind the guards
+(``guards``), then answers the grader's requests on the channel (file descriptor FD, a socket the
+grader made, moved out of the way of the submission's code): *prepare* a stage (find its launcher,
+describe the code it reaches), *call* it on inputs the grader sends and send back what it wrote,
+*time* it (on a GPU). The submission's prints go to this process's stdout and stderr, which the
+grader keeps apart from the channel and shows as the submission's output.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import sys
+import traceback
+
+import workbench  # noqa: F401  (chooses GPU or simulator before numba is imported)
+
+from .. import device as _device
+from ..ladder import clear_scratch
+from .channel import Channel
+from .guards import Guard
+from .submission import describe_launcher, find_launch, load_file
+from .watch import classify, import_error_text, refusal_facts, run_watched
+
+
+def _private_channel(fd: int) -> Channel:
+    """The channel on a descriptor of its own, not inherited by any process the code might start."""
+    high = random.randrange(300, 900)
+    os.dup2(fd, high, inheritable=False)
+    os.close(fd)
+    return Channel(socket.socket(fileno=high))
+
+
+def _use_few_multiprocessors(count: int | None) -> None:
+    """In the simulator, pretend the device has ``count`` SMs, so that grids sized from the SM count
+    are small and a missing grid-stride loop shows at small sizes."""
+    if not count or not _device.is_simulator():
+        return
+    from .. import simulator
+
+    if hasattr(simulator, "simulated_sm_count"):
+        simulator.simulated_sm_count(count)
+
+
+class Worker:
+    def __init__(self, job: dict, channel: Channel):
+        self.job = job
+        self.channel = channel
+        self.guard = Guard(job.get("answer_key_dirs", ()) if job.get("guard_answer_key") else ())
+        self.module = None
+        self.launches: dict = {}
+
+    def serve(self) -> int:
+        self.guard.install()
+        _use_few_multiprocessors(self.job.get("sm_count"))
+        self.channel.send(self.load())
+        while True:
+            header, arrays = self.channel.receive()
+            kind = header.get("type")
+            if kind == "bye":
+                return 0
+            try:
+                reply, out = {"prepare": self.prepare, "call": self.call, "time": self.time}[kind](header, arrays)
+            except Exception as exc:  # the grader's own code failed: say where, never blame the submission
+                tail = traceback.format_exception(type(exc), exc, exc.__traceback__)[-2:]
+                reply, out = {"type": "internal-error", "message": "".join(tail).strip()}, []
+            self.channel.send(reply, out)
+
+    def load(self) -> dict:
+        """Import the submission; the reply says why not if it could not be."""
+        path = self.job["submission"]
+        try:
+            self.module = load_file(path)
+        except BaseException as exc:  # a syntax error, an import error, exit(): the learner's file, reported
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            refusals = self.guard.take()
+            facts = classify(exc, path)
+            if refusals:
+                facts = {"reason": refusals[0].reason, "message": f"importing it was refused: {facts['message']}"}
+            elif facts["reason"] not in ("needs-gpu", "exited"):
+                facts = {"reason": "import-error", "message": import_error_text(exc, path)}
+            return {"type": "loaded", "ok": False, **facts, "refusals": refusal_facts(refusals)}
+        return {"type": "loaded", "ok": True, "refusals": refusal_facts(self.guard.take())}
+
+    def prepare(self, header: dict, arrays) -> tuple[dict, list]:
+        launch, why = find_launch(self.module, header["op"], header["stage"])
+        clear_scratch()  # a stage starts from fresh (garbage-filled) workspace buffers
+        if launch is None:
+            return {"type": "prepared", "ok": False, "message": why}, []
+        self.launches[header["stage"]] = launch
+        return {"type": "prepared", "ok": True, "functions": describe_launcher(launch)}, []
+
+    def call(self, header: dict, arrays: list) -> tuple[dict, list]:
+        launch = self.launches[header["stage"]]
+        outcome = run_watched(launch, tuple(arrays[:-1]), arrays[-1], self.guard, self.job["submission"])
+        reply = {"type": "called", "id": header["id"], "error": outcome.error, "launches": outcome.launches,
+                 "refusals": refusal_facts(outcome.refusals), "seconds": outcome.seconds}
+        return reply, ([outcome.out, *outcome.inputs_after] if outcome.error is None else [])
+
+    def time(self, header: dict, arrays: list) -> tuple[dict, list]:
+        """Time the launcher on device copies of the inputs (GPU only); send its first output back."""
+        from ..bench import rotating_arg_sets
+        from ..results import environment
+        from ..timing import measure
+
+        launch = self.launches[header["stage"]]
+        arg_sets = rotating_arg_sets(tuple(arrays[:-1]), arrays[-1], environment().get("l2_bytes"), max_sets=16)
+        timing = measure(launch, arg_sets)
+        return {"type": "timed", "median_us": timing.median_us}, [arg_sets[0][-1].copy_to_host()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    channel = _private_channel(int(argv[0]))
+    sys.argv = sys.argv[:1]  # nothing about the channel left where the submission could read it
+    job, _ = channel.receive()
+    code = Worker(job, channel).serve()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # not the submission's atexit handlers
+
+
+if __name__ == "__main__":
+    main()
