@@ -37,6 +37,20 @@ def _inputs(size, rng):
     return (x,)
 
 
+def _adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    (n,) = size
+    # All negative: a running best that starts at 0 (or at index 0 with the value 0) never moves.
+    negative = (-rng.uniform(1.0, 100.0, n)).astype(np.float32)
+    # One value everywhere, and it is float32's most negative: the answer is index 0, the lowest of
+    # a tie that spans the vector; a best started at that value with a strict > never moves.
+    lowest = np.full(n, np.finfo(np.float32).min, np.float32)
+    # The maximum once, at the very end: a loop that stops one element early misses it.
+    last = rng.uniform(-1.0, 1.0, n).astype(np.float32)
+    last[-1] = np.float32(2.0)
+    return [("all-negative", (negative,)), ("all-equal-lowest", (lowest,)), ("max-at-end", (last,))]
+
+
 def _validate(x, out):
     expect_device_array("x", x, dtype=np.float32, ndim=1)
     expect_device_array("out", out, dtype=np.int32, shape=(1,))
@@ -77,6 +91,7 @@ op = Operator(
     validate=_validate,
     tolerance=lambda size, dtype: 0.0,  # an index is right or wrong
     peer=_peer,
+    adversarial_inputs=_adversarial,
     check_sizes=[1, 31, 1000, 1_000_003, 2**24 + 1, 2**28],
     sim_sizes=[1, 31, 33, 1000, 1021, 4099],
     bench_sizes=[2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28],

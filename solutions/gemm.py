@@ -65,6 +65,15 @@ def _reference(A, B, C, alpha_beta):
     return product if beta == 0.0 else product + beta * C.astype(np.float64)
 
 
+def _adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    A, B, C, alpha_beta = _inputs(size, rng)
+    # beta = 0: as in BLAS, C is not read at all, so a C full of NaN and inf must not matter. A kernel
+    # that computes beta * C anyway gets 0 * NaN = NaN.
+    poisoned = np.where(rng.random(C.shape) < 0.5, np.float32(np.nan), np.float32(np.inf)).astype(np.float32)
+    return [("beta-zero-nan-C", (A, B, poisoned, np.array([alpha_beta[0], 0.0], np.float32)))]
+
+
 def _check_product_shapes(A, B):
     expect_device_array("A", A, dtype=np.float32, ndim=2)
     expect_device_array("B", B, dtype=np.float32, ndim=2)
@@ -121,6 +130,7 @@ op = Operator(
     validate=_validate,
     tolerance=_tolerance,
     peer=_peer,
+    adversarial_inputs=_adversarial,
     bound="compute",
     check_sizes=[(1, 1, 1), (17, 33, 65), (64, 64, 8191), (127, 129, 131), (1000, 1000, 1000),
                  (4097, 1000, 333), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)],
@@ -945,6 +955,14 @@ def _bias_gelu_reference(A, B, bias):
     return _gelu64(A.astype(np.float64) @ B.astype(np.float64) + bias.astype(np.float64))
 
 
+def _bias_gelu_adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    A, B, bias = _bias_gelu_inputs(size, rng)
+    # A bias far into GELU's tails, column by column: the output is exactly A B + bias, or -0.
+    far = np.where(rng.random(bias.size) < 0.5, -1.0, 1.0) * rng.uniform(50.0, 1e3, bias.size)
+    return [("saturated-tails", (A, B, far.astype(np.float32)))]
+
+
 def _bias_gelu_validate(A, B, bias, out):
     M, N = _check_product_shapes(A, B)
     expect_device_array("bias", bias, dtype=np.float32, shape=(N,))
@@ -981,6 +999,7 @@ bias_gelu_op = Operator(
     validate=_bias_gelu_validate,
     tolerance=_tolerance,
     peer=_bias_gelu_peer,
+    adversarial_inputs=_bias_gelu_adversarial,
     bound="compute",
     check_sizes=[(1, 1, 1), (17, 33, 65), (4097, 1000, 333), (4096, 4096, 4096)],
     sim_sizes=[(1, 1, 1), (17, 33, 19)],
@@ -1062,6 +1081,16 @@ def _batched_inputs(size, rng):
     return A, B
 
 
+def _batched_adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    batch, M, N, K = size
+    # Every product negative (A < 0 < B): an epilogue copied from a fused GEMM (a ReLU, a max with 0)
+    # or an accumulator started from a value instead of 0 shows.
+    A = -rng.uniform(0.5, 1.0, (batch, M, K)).astype(np.float32)
+    B = rng.uniform(0.5, 1.0, (batch, K, N)).astype(np.float32)
+    return [("all-negative-products", (A, B))]
+
+
 def _batched_validate(A, B, out):
     expect_device_array("A", A, dtype=np.float32, ndim=3)
     expect_device_array("B", B, dtype=np.float32, ndim=3)
@@ -1097,6 +1126,7 @@ batched_op = Operator(
     validate=_batched_validate,
     tolerance=lambda size, dtype: _tolerance(size, dtype),
     peer=_batched_peer,
+    adversarial_inputs=_batched_adversarial,
     bound="compute",
     check_sizes=[(1, 1, 1, 1), (3, 17, 33, 65), (1024, 128, 128, 64), (7, 200, 130, 129)],
     sim_sizes=[(1, 1, 1, 1), (3, 5, 7, 3), (2, 17, 9, 11)],

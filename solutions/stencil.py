@@ -34,6 +34,20 @@ def _inputs(size, rng):
     return img, w
 
 
+def _adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    rows, cols = size
+    w = rng.uniform(-1.0, 1.0, (DIAMETER, DIAMETER)).astype(np.float32)
+    # A constant image: inside, every output is the sum of the 25 weights; near the border only the
+    # weights that land on the image count. Clamping to the edge or wrapping around counts them all.
+    ones = np.ones((rows, cols), np.float32)
+    # One bright pixel in the corner, zeros elsewhere: the output around (0, 0) is w read backwards
+    # (out[r, c] = w[2 - r, 2 - c]), so a flipped or transposed w, or a shifted halo, shows.
+    corner = np.zeros((rows, cols), np.float32)
+    corner[0, 0] = 1.0
+    return [("constant-image", (ones, w)), ("corner-impulse", (corner, w))]
+
+
 def _reference(img, w):
     rows, cols = img.shape
     padded = np.pad(img.astype(np.float64), RADIUS)
@@ -93,6 +107,7 @@ op = Operator(
     flops=lambda size: 2 * DIAMETER * DIAMETER * size[0] * size[1],
     validate=_validate,
     peer=_peer,
+    adversarial_inputs=_adversarial,
     check_sizes=[(1, 1), (3, 1000), (1000, 1000), (4099, 8191), (8192, 8192)],
     sim_sizes=[(1, 1), (2, 7), (17, 33), (40, 23), (33, 50)],
     bench_sizes=[(256, 256), (1024, 1024), (2048, 2048), (4096, 4096), (8192, 8192), (16384, 16384)],

@@ -27,6 +27,21 @@ def _inputs(size, rng):
     return (rng.uniform(-1.0, 1.0, (rows, cols)).astype(np.float32),)
 
 
+def _adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    rows, cols = size
+    # float32's edges, scattered among ordinary values: the largest finite magnitudes, the smallest
+    # normal and subnormal ones, signed zeros. A transpose only moves bits, so each must arrive as it
+    # left: a tile staged in a narrower type (float16 overflows past 65504) or arithmetic on the way loses them.
+    info = np.finfo(np.float32)
+    edges = np.array([info.max, -info.max, info.tiny, -info.tiny, info.smallest_subnormal,
+                      -info.smallest_subnormal, 0.0, -0.0, 65520.0, -65520.0], np.float32)
+    x = rng.uniform(-1.0, 1.0, (rows, cols)).astype(np.float32)
+    at_edge = rng.random((rows, cols)) < 0.5
+    x[at_edge] = rng.choice(edges, int(at_edge.sum()))
+    return [("float32-extremes", (x,))]
+
+
 def _validate(x, out):
     expect_device_array("x", x, dtype=np.float32, ndim=2)
     rows, cols = x.shape
@@ -53,6 +68,7 @@ op = Operator(
     flops=lambda size: 0,
     validate=_validate,
     peer=_peer,
+    adversarial_inputs=_adversarial,
     check_sizes=[(1, 1), (1, 1_000_003), (1_000_003, 1), (33, 65), (65, 33), (1000, 4097), (4097, 1000),
                  (3_000_001, 3), (16384, 16384)],
     sim_sizes=[(1, 1), (1, 37), (37, 1), (33, 65), (70, 45)],

@@ -7,7 +7,7 @@
 from numba import cuda, float32
 
 EXPECT = {"target": "reduction.coalesced", "class": "geometry", "verdict": "reject",
-          "reasons": ["wrong-values"], "inputs": "large-first-element", "cpu": True, "quick": True}
+          "reasons": ["wrong-values"], "inputs": "large-first-element", "cpu": True}
 
 
 @cuda.jit

@@ -1,0 +1,247 @@
+"""The grader against its catalog (tests/grader_catalog/): every wrong submission rejected for a reason
+that teaches, every correct one accepted, and no submission able to crash ``workbench grade``, hang it,
+leave a process behind or write a file; and every operator with adversarial inputs.
+
+Each catalog file is graded as a learner grades it, ``workbench grade OP.STAGE --impl FILE --json``, in
+a process (and session) of its own, and judged from the exit status and the JSON report only. Tiers:
+the entries marked ``"quick"`` (one or two per class) run by default; the rest are ``-m slow`` (the
+simulator is slow: the whole catalog takes the better part of an hour); ``-m gpu`` grades every entry
+on a GPU, where the ones only a GPU can show (``"cpu": False``) must be rejected too.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from workbench.check import adversarial_cases, check_ladder
+from workbench.ladder import as_size
+from workbench.registry import load_operators, resolve
+
+ROOT = Path(__file__).resolve().parent.parent
+CATALOG = ROOT / "tests" / "grader_catalog"
+PLANTED = ROOT / "tests" / "planted"
+ENTRIES = sorted(CATALOG.glob("*.py"))
+CLASSES = ("race", "geometry", "numeric", "forgery", "correct")
+CASE_TIMEOUT_S = 120  # --timeout per case: a few SMs make every catalog kernel small
+RUN_TIMEOUT_S = 1500  # the whole `workbench grade` run of one entry, hangs included
+
+
+def expectation(path: Path) -> dict:
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "EXPECT":
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path.name} has no EXPECT")
+
+
+def tier(path: Path):
+    want = expectation(path)
+    marks = [] if want.get("quick") else [pytest.mark.slow]
+    return pytest.param(path, id=path.stem, marks=marks)
+
+
+# -- the catalog itself ----------------------------------------------------------------------------
+
+def test_catalog_covers_every_class_with_several_entries():
+    by_class: dict = {}
+    for path in ENTRIES:
+        want = expectation(path)
+        assert want["class"] in CLASSES, f"{path.name}: class {want['class']!r}"
+        assert want["verdict"] == ("accept" if want["class"] == "correct" else "reject"), path.name
+        assert want["verdict"] == "accept" or want.get("reasons"), f"{path.name}: say which reasons teach"
+        resolve(want["target"])  # a stage that exists
+        header = path.read_text().splitlines()[0]
+        assert header.startswith(("# WRONG", "# CORRECT")), f"{path.name}: start with what it gets wrong (or right)"
+        by_class.setdefault(want["class"], []).append(path.name)
+    wrong = sum(len(v) for k, v in by_class.items() if k != "correct")
+    assert wrong >= 40 and len(by_class.get("correct", [])) >= 15, {k: len(v) for k, v in by_class.items()}
+    for name in CLASSES:
+        assert len(by_class.get(name, [])) >= 3, f"only {by_class.get(name)} in class {name}"
+    for name in CLASSES:  # the quick tier shows every class
+        assert any(expectation(CATALOG / f).get("quick") for f in by_class[name]), f"no quick entry for {name}"
+
+
+def _code(path: Path) -> list[str]:
+    """The code lines of a file, without comments, docstring or blank lines."""
+    lines = []
+    for line in path.read_text().splitlines():
+        stripped = line.split("#")[0].strip()
+        if stripped and not stripped.startswith(('"""', "EXPECT", '"')):
+            lines.append(stripped)
+    return lines
+
+
+def test_no_catalog_entry_is_a_copy_of_a_planted_bug():
+    """A copy: the same mistake (stage and reason) in nearly the same code as a file of tests/planted/."""
+    planted = []
+    for p in PLANTED.glob("*.py"):
+        want = expectation(p)
+        reasons = want["reason"] if isinstance(want["reason"], list) else [want["reason"]]
+        planted.append((want["stage"], set(reasons), p.name, _code(p)))
+    for path in ENTRIES:
+        want, mine = expectation(path), _code(path)
+        if want["class"] == "correct":
+            continue
+        for stage, reasons, name, theirs in planted:
+            if stage == want["target"] and (reasons & set(want["reasons"]) or want["reasons"] == ["*"]):
+                similarity = difflib.SequenceMatcher(None, mine, theirs).ratio()
+                assert similarity < 0.8, f"{path.name} is {similarity:.0%} the code of tests/planted/{name}"
+
+
+# -- adversarial inputs: every operator has them, and the checks run them ---------------------------
+
+@pytest.mark.parametrize("op", list(load_operators().values()), ids=lambda op: op.name)
+def test_every_operator_has_adversarial_inputs(op):
+    """Sets at every simulator size, shaped and typed like the random inputs, with a finite reference."""
+    rng = np.random.default_rng(0)
+    for size in op.sim_sizes:
+        size = as_size(size)
+        sets = adversarial_cases(op, size, rng)
+        assert sets, f"{op.name}: no adversarial input sets at {size} (Operator.adversarial_inputs)"
+        labels = [label for label, _ in sets]
+        assert len(set(labels)) == len(labels) and "random" not in labels, labels
+        model = op.make_inputs(size, rng)
+        for label, inputs in sets:
+            assert len(inputs) == len(model), f"{op.name} {label}: {len(inputs)} inputs, not {len(model)}"
+            for got, want in zip(inputs, model):
+                assert (got.shape, got.dtype) == (want.shape, want.dtype), (op.name, label, got.shape, want.shape)
+            assert np.isfinite(np.asarray(op.reference(*inputs), dtype=np.float64)).all(), (op.name, label, size)
+
+
+def test_check_ladder_runs_the_adversarial_sets_beside_the_random_inputs():
+    op = load_operators()["argmax"]
+    size = as_size(op.sim_sizes[0])
+    results = check_ladder(op, stages=[op.stages[0]], sizes=[size], seed=0)
+    labels = {r.inputs for r in results}
+    assert labels == {"random"} | {label for label, _ in adversarial_cases(op, size, np.random.default_rng(0))}
+    assert all(r.passed for r in results), [r.message for r in results if not r.passed]
+
+
+# -- grading an entry ------------------------------------------------------------------------------
+
+def _processes_holding(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return [pid for pid in found if pid != os.getpid()]
+
+
+def _fingerprint(path: Path) -> tuple:
+    return hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns
+
+
+def grade_entry(path: Path, want: dict) -> tuple[int, dict | None, str, float]:
+    """`workbench grade TARGET --impl PATH --json` in a session of its own: (exit status, report, stderr,
+    seconds). Quick entries at the grader's quick sizes, the others at its full sizes."""
+    command = [sys.executable, "-m", "workbench.cli", "grade", want["target"], "--impl", str(path), "--json",
+               "--timeout", str(CASE_TIMEOUT_S), "--jobs", "1"]
+    if want.get("quick"):
+        command.append("--quick")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # a submission that kills its grader's group misses pytest
+    try:
+        stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError(f"`workbench grade` was still running after {RUN_TIMEOUT_S} s")
+    seconds = time.monotonic() - t0
+    try:
+        report = json.loads(stdout)
+    except json.JSONDecodeError:
+        report = None
+    return proc.returncode, report, stderr, seconds
+
+
+def _stage(report: dict, key: str) -> dict:
+    found = [s for s in report["stages"] if s["key"] == key]
+    assert len(found) == 1, f"the report has {len(found)} stages named {key}: {[s['key'] for s in report['stages']]}"
+    return found[0]
+
+
+def _describe(stage: dict) -> str:
+    rows = [f"{c['inputs']} @ {c['size']}: {c['status']} {c['reason']}: {c['message'][:200]}" for c in stage["cases"]]
+    return f"{stage['key']} {stage['status']} {stage.get('notes')}\n  " + "\n  ".join(rows)
+
+
+def check_verdict(path: Path, want: dict, returncode: int, report: dict | None, stderr: str) -> None:
+    assert "Traceback" not in stderr, f"`workbench grade` printed a traceback:\n{stderr[-3000:]}"
+    assert report is not None, f"no JSON report (exit status {returncode}):\n{stderr[-3000:]}"
+    stage = _stage(report, want["target"])
+    if want["verdict"] == "accept":
+        if want.get("may_need_gpu") and stage["status"] == "skipped":
+            notes = " ".join(stage["notes"]) + " ".join(c["message"] for c in stage["cases"])
+            assert "GPU" in notes, f"skipped without saying it needs a GPU: {_describe(stage)}"
+            return
+        assert stage["status"] == "passed", f"a correct submission was not accepted:\n{_describe(stage)}"
+        assert returncode == 0, f"exit status {returncode} for a passing stage"
+        return
+    assert stage["status"] == "failed", f"a wrong submission was not rejected:\n{_describe(stage)}"
+    assert returncode == 1, f"exit status {returncode} for a failed stage"
+    failed = [c for c in stage["cases"] if c["status"] == "failed"]
+    if want["reasons"] != ["*"]:
+        failed = [c for c in failed if c["reason"] in want["reasons"]]
+        assert failed, f"rejected, but not for {want['reasons']}:\n{_describe(stage)}"
+    if want.get("inputs"):
+        assert any(c["inputs"] == want["inputs"] for c in failed), (
+            f"not caught on the {want['inputs']!r} inputs:\n{_describe(stage)}")
+    teaching = [c for c in failed if c["message"].strip() and c["advice"].strip()]
+    assert teaching, f"no failed case says what went wrong and what to look at:\n{_describe(stage)}"
+
+
+def check_side_effects(path: Path, want: dict, before: tuple) -> None:
+    assert _fingerprint(path) == before, f"grading changed {path.name}"
+    assert not (CATALOG / "__pycache__").exists(), "grading byte-compiled next to the submission"
+    marker = want.get("leaves_no_process")
+    if marker:
+        left = _processes_holding(marker)
+        for pid in left:  # started by this test's grading run: stop them before failing
+            os.kill(pid, signal.SIGKILL)
+        assert not left, f"{len(left)} process(es) started by the submission outlived grading"
+    name = want.get("leaves_no_file")
+    if name:
+        written = ROOT / name
+        existed = written.exists()
+        written.unlink(missing_ok=True)
+        assert not existed, f"the submission wrote {name} into the repository"
+
+
+def grade_and_check(path: Path, on_gpu: bool) -> float:
+    want = expectation(path)
+    before = _fingerprint(path)
+    returncode, report, stderr, seconds = grade_entry(path, want)
+    check_side_effects(path, want, before)
+    if want.get("cpu", True) or on_gpu:
+        check_verdict(path, want, returncode, report, stderr)
+    else:  # only a GPU shows this one: on CPU, grading must survive it and say something
+        assert "Traceback" not in stderr and report is not None and returncode in (0, 1), stderr[-3000:]
+    return seconds
+
+
+@pytest.mark.sim_only
+@pytest.mark.parametrize("path", [tier(p) for p in ENTRIES])
+def test_catalog_entry_gets_its_verdict_in_the_simulator(path):
+    grade_and_check(path, on_gpu=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", ENTRIES, ids=lambda p: p.stem)
+def test_catalog_entry_gets_its_verdict_on_a_gpu(path):
+    grade_and_check(path, on_gpu=True)
