@@ -257,9 +257,13 @@ def clear_scratch() -> None:
 
 
 def sm_count() -> int:
-    """Multiprocessors on this device (132 on an H100/H200); a plausible 132 in the simulator."""
+    """Multiprocessors on this device (132 on an H100/H200). In the simulator, the simulated device's:
+    132 too, unless ``WORKBENCH_SIM_SM_COUNT`` or ``workbench.simulator.simulated_sm_count(n)`` says
+    fewer (the grader does, so that a grid sized from the SM count stays small)."""
     if _device.is_simulator():
-        return 132
+        from .simulator import sm_count as simulated_sm_count
+
+        return simulated_sm_count()
     from numba import cuda
 
     return cuda.get_current_device().MULTIPROCESSOR_COUNT

@@ -2,7 +2,7 @@
 
 numba's simulator (``NUMBA_ENABLE_CUDASIM=1``) runs each CUDA thread of a block as a Python thread,
 one block after another. That makes kernels easy to debug, but the simulator is forgiving where a
-GPU is not, and it has no warp-level intrinsics at all. ``install()`` patches its classes in memory
+GPU is not, and it lacks parts of numba's CUDA API. ``install()`` patches its classes in memory
 (nothing on disk changes) so that:
 
 * the warp intrinsics exist (``cuda.shfl_sync``, ``shfl_up_sync``, ``shfl_down_sync``,
@@ -11,14 +11,33 @@ GPU is not, and it has no warp-level intrinsics at all. ``install()`` patches it
   ``shfl.sync``, ``vote.sync``, ``match.sync`` and ``bar.warp.sync`` as numba-cuda emits them, and
   with misuse that would hang or give undefined results on a GPU stopped by a :class:`WarpSyncError`
   that says what went wrong;
+* data races are found (:mod:`workbench.simulator.races`): every access to global and shared
+  memory is checked against the earlier ones, and two that conflict (different threads, at least
+  one writing, nothing ordering them) stop the launch with a :class:`RaceError` naming the array,
+  the index, the two threads and blocks and the source lines. On by default;
+  ``WORKBENCH_SIM_RACECHECK=0`` or :func:`racecheck` turns it off;
+* the simulated device has :func:`sm_count` multiprocessors (132, like an H100/H200, unless
+  ``WORKBENCH_SIM_SM_COUNT`` or :func:`simulated_sm_count` says fewer): with few, a grid sized
+  from the SM count is small, so a kernel that forgot its grid-stride loop fails at small sizes;
+  ``cuda.get_current_device()`` reports it (``MULTIPROCESSOR_COUNT``) with the other usual limits;
 * launches a GPU would refuse raise :class:`LaunchLimitError` (block and grid sizes, 48 KiB of
-  shared memory per block);
+  shared memory per block), and, inside :func:`thread_budget`, launches too big to simulate in
+  reasonable time raise :class:`TooManyThreads` before they start (:func:`simulated_threads`,
+  :func:`estimated_seconds`);
 * shared memory starts every block full of garbage (NaN for floats, the bytes of 0x7FFBADAD for
   everything else), as it does on a GPU, so reading it before writing it shows up instead of
   quietly reading zeros or the previous block's values;
 * ``cuda.popc``, ``cuda.ffs`` and ``cuda.clz`` count bits in the width of their argument's type, as
   numba does (the simulator's versions assume a non-negative 32-bit value, which a ballot with lane
   31 set is not);
+* the rest of what numba offers on a GPU works: ``cuda.libdevice`` (and ``numba.cuda.libdevice``)
+  functions (:mod:`workbench.simulator.libdevice`), the cache-hint loads and stores
+  (``cuda.ldcs``, ``cuda.stcs``, ...), ``cuda.nanosleep``, ``alignment=`` of shared and local
+  arrays, and ``cuda.jit`` options that only matter to the compiler (``lineinfo``,
+  ``launch_bounds``, ``max_registers``, ``fastmath``, ``cache``, ``forceinline``, ``lto``, ...);
+  what the simulator cannot run (code linked with ``link=`` or ``cuda.declare_device``, a grid-wide
+  ``this_grid().sync()`` over several blocks, a block waiting for a later one) raises
+  :class:`NeedsGPU` with the reason, never a wrong answer;
 * :func:`record_launches` lists every kernel launch with numba's types for its arguments, so the
   same kernels can be compiled for a real GPU elsewhere.
 
@@ -33,24 +52,45 @@ an error here. PTX just leaves exited lanes out of the wait, but a shuffle that 
 undefined value and a vote silently ignores it, so such a mask is almost always a bug (typically
 an early ``return`` before a full-warp reduction); build masks with ``cuda.activemask()`` or
 ``cuda.ballot_sync`` instead.
+
+Cost (measured on a 2-core CPU shared with other jobs, so only a guide): a simulated thread costs
+about 0.3-1 ms, mostly the Python thread that runs it; race checking adds 2-4 µs per element access.
 """
 
 import operator
+import os
+import queue
 import sys
 import threading
+import time
 from contextlib import contextmanager
 
 import numba
 import numpy as np
 
+from . import libdevice as libdevice_bodies
+from . import races as race_detector
+from .races import RaceError
+
 if numba.config.ENABLE_CUDASIM:
     from numba.cuda import types as _cuda_types
     from numba.cuda.errors import normalize_kernel_dimensions
     from numba.cuda.np.numpy_support import as_dtype
+    from numba.cuda.simulator import api as _api
     from numba.cuda.simulator import kernel as _kernel
     from numba.cuda.simulator import kernelapi as _kernelapi
-    from numba.cuda.simulator.args import ArgHint
-    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+    from numba.cuda.simulator.args import ArgHint, InOut
+    from numba.cuda.simulator.cudadrv import devices as _devices
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray, FakeWithinKernelCUDAArray
+
+    _TrackedGlobalArray = race_detector.make_global_array_class(FakeWithinKernelCUDAArray)
+
+__all__ = [
+    "FULL_MASK", "POISON_WORD", "WARP_SIZE", "DEFAULT_SM_COUNT", "SECONDS_PER_THREAD",
+    "LaunchLimitError", "NeedsGPU", "RaceError", "TooManyThreads", "WarpSyncError",
+    "install", "record_launches", "racecheck", "racecheck_enabled", "sm_count", "simulated_sm_count",
+    "simulated_threads", "estimated_seconds", "thread_budget",
+]
 
 WARP_SIZE = 32
 FULL_MASK = 0xFFFFFFFF
@@ -72,6 +112,16 @@ _POISON_BYTES = np.frombuffer(np.uint32(POISON_WORD).tobytes(), dtype=np.uint8)
 # After a block fails, how long its launch waits for the other threads to notice and stop.
 _UNWIND_SECONDS = 1.0
 
+# The simulated device: an H100/H200 has 132 multiprocessors. Grading uses fewer (simulated_sm_count),
+# so that grids sized from the SM count are small enough to show a missing grid-stride loop.
+DEFAULT_SM_COUNT = 132
+SM_COUNT_ENV = "WORKBENCH_SIM_SM_COUNT"
+RACECHECK_ENV = "WORKBENCH_SIM_RACECHECK"
+
+# Wall time per simulated thread of a typical grading kernel (a few dozen element accesses, race
+# checking on), measured on the 2-core development machine while other jobs ran: for estimates only.
+SECONDS_PER_THREAD = 6e-4
+
 
 class LaunchLimitError(ValueError):
     """A launch configuration or resource use that a GPU would refuse."""
@@ -81,6 +131,16 @@ class WarpSyncError(RuntimeError):
     """A warp intrinsic used in a way that hangs, or gives undefined results, on a GPU."""
 
 
+class NeedsGPU(RuntimeError):
+    """Code the simulator cannot run (the message says why): run or grade it on a GPU.
+
+    Not a wrong answer: the code may well be right, the simulator just cannot tell."""
+
+
+class TooManyThreads(NeedsGPU):
+    """A launch with more threads than the simulator can run in the time the caller allowed."""
+
+
 class _Aborted(RuntimeError):
     """Raised in threads woken because their block already failed; never reaches the user."""
 
@@ -88,7 +148,7 @@ class _Aborted(RuntimeError):
 _installed = False
 # numba's originals, which the patched versions call; set by install().
 _original_kernel_call = None
-_original_thread_run = None
+_original_jit = None
 
 
 def install():
@@ -97,7 +157,7 @@ def install():
     The simulator must be on (``NUMBA_ENABLE_CUDASIM=1`` before numba is first imported): on a GPU
     there is nothing to patch, and the patched classes do not exist.
     """
-    global _installed, _original_kernel_call, _original_thread_run
+    global _installed, _original_kernel_call, _original_jit
     if not numba.config.ENABLE_CUDASIM:
         raise RuntimeError(
             "workbench.simulator.install() patches numba's CUDA simulator, which is off: set "
@@ -106,15 +166,145 @@ def install():
     if _installed:
         return
     _original_kernel_call = _kernel.FakeCUDAKernel.__call__
-    _original_thread_run = _kernel.BlockThread.run
+    _original_jit = _api.jit
     _kernel.FakeCUDAKernel.__call__ = _launch
-    _kernel.BlockManager.run = _run_block
-    _kernel.BlockThread.run = _run_thread
-    _kernel.BlockThread.syncthreads = _syncthreads
     _kernelapi.FakeCUDAShared.array = _shared_array
+    _kernelapi.FakeCUDALocal.array = _local_array
+    _kernelapi.GridGroup.sync = _grid_sync
     for function in _INTRINSICS:
         setattr(_kernelapi.FakeCUDAModule, function.__name__, function)
+    _install_atomics()
+    _install_device()
+    _install_api()
     _installed = True
+
+
+# ------------------------------------------------------------------------------------------------
+# Switches: race checking, the simulated SM count, the thread budget
+# ------------------------------------------------------------------------------------------------
+
+_racecheck_override = []  # the stack of racecheck() blocks
+_sm_count_override = []  # the stack of simulated_sm_count() blocks
+_budgets = []  # the active thread_budget() blocks
+
+
+def racecheck_enabled():
+    """Is race checking on? Yes, unless ``WORKBENCH_SIM_RACECHECK=0`` or inside ``racecheck(False)``."""
+    if _racecheck_override:
+        return _racecheck_override[-1]
+    setting = os.environ.get(RACECHECK_ENV, "1").strip().lower()
+    return setting not in ("0", "off", "false", "no")
+
+
+@contextmanager
+def racecheck(enabled=True):
+    """Turn race checking on (or off) for the launches inside the ``with`` block, whatever the
+    environment says."""
+    _racecheck_override.append(bool(enabled))
+    try:
+        yield
+    finally:
+        _racecheck_override.pop()
+
+
+def sm_count():
+    """Multiprocessors of the simulated device: 132 (an H100/H200), ``WORKBENCH_SIM_SM_COUNT``, or
+    the innermost :func:`simulated_sm_count`."""
+    if _sm_count_override:
+        return _sm_count_override[-1]
+    setting = os.environ.get(SM_COUNT_ENV, "").strip()
+    if not setting:
+        return DEFAULT_SM_COUNT
+    try:
+        count = int(setting)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"{SM_COUNT_ENV} must be a whole number of multiprocessors, at least 1; got {setting!r}")
+    return count
+
+
+@contextmanager
+def simulated_sm_count(count):
+    """Simulate a device with `count` multiprocessors inside the ``with`` block.
+
+    ``workbench.ladder.sm_count()`` and ``cuda.get_current_device().MULTIPROCESSOR_COUNT`` report it,
+    so a launcher that sizes its grid from the SM count launches few blocks: with 2 SMs and 8
+    blocks of 256 threads per SM, a kernel without a grid-stride loop leaves every element past
+    4096 untouched.
+    """
+    count = operator.index(count)
+    if count < 1:
+        raise ValueError(f"a device needs at least 1 multiprocessor; got {count}")
+    _sm_count_override.append(count)
+    try:
+        yield count
+    finally:
+        _sm_count_override.pop()
+
+
+def simulated_threads(grid, block):
+    """The number of CUDA threads a launch ``kernel[grid, block]`` runs (ints or 1-3 element tuples)."""
+    total = 1
+    for dims in (grid, block):
+        for n in (dims if isinstance(dims, (tuple, list)) else (dims,)):
+            total *= operator.index(n)
+    return total
+
+
+def estimated_seconds(threads):
+    """About how long the simulator takes to run `threads` CUDA threads (see SECONDS_PER_THREAD)."""
+    return threads * SECONDS_PER_THREAD
+
+
+class _Budget:
+    def __init__(self, max_threads):
+        self.max_threads = max_threads
+        self.used = 0
+
+
+@contextmanager
+def thread_budget(max_threads):
+    """Refuse launches that would take the threads run inside the ``with`` block past `max_threads`.
+
+    The launch that would cross the limit raises :class:`TooManyThreads` before it starts, with a
+    message that says how many threads it wanted, how long that would take, and what to do (grade
+    on a GPU, or size the grid from the data or from ``sm_count()``). Yields an object whose
+    ``used`` attribute counts the threads run so far.
+    """
+    budget = _Budget(operator.index(max_threads))
+    _budgets.append(budget)
+    try:
+        yield budget
+    finally:
+        _budgets.remove(budget)
+
+
+def _charge_budgets(kernel, grid_dim, block_dim):
+    threads = simulated_threads(grid_dim, block_dim)
+    for budget in _budgets:
+        if budget.used + threads > budget.max_threads:
+            blocks = simulated_threads(grid_dim, 1)
+            before = f" (after {budget.used:,} in earlier launches)" if budget.used else ""
+            raise TooManyThreads(
+                f"kernel {kernel.__name__} launches {blocks:,} blocks of {simulated_threads(1, block_dim):,} "
+                f"threads = {threads:,} threads{before}, past the {budget.max_threads:,} this check allows: "
+                f"the simulator runs one Python thread per CUDA thread, about "
+                f"{_duration(estimated_seconds(threads))} for this launch, so it cannot run it in "
+                "reasonable time. Grade it on a GPU, or use a smaller grid: size it from the data, or "
+                "from workbench.ladder.sm_count() (a few multiprocessors in the simulator), and loop "
+                "over the rest with a grid-stride loop."
+            )
+    for budget in _budgets:
+        budget.used += threads
+
+
+def _duration(seconds):
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} minutes"
+    return f"{seconds / 3600:.1f} hours"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -152,16 +342,72 @@ def _numba_type(arg):
 
 
 def _launch(self, *args):
-    """FakeCUDAKernel.__call__, with the checks a GPU makes at launch, and launch recording."""
+    """FakeCUDAKernel.__call__: numba's launch, with the checks a GPU makes, recording, the thread
+    budget, and race checking (which needs the array arguments wrapped, so numba's version is
+    rebuilt here rather than called)."""
     if self._device or _kernel._kernel_context is not None:
+        needs_gpu = getattr(self, "sim_needs_gpu", None)
+        if needs_gpu:
+            raise NeedsGPU(needs_gpu)
         return _original_kernel_call(self, *args)  # a device function: a call, not a launch
+    needs_gpu = getattr(self, "sim_needs_gpu", None)
+    if needs_gpu:
+        raise NeedsGPU(needs_gpu)
     grid_dim, block_dim = normalize_kernel_dimensions(self.grid_dim, self.block_dim)
     _check_launch(grid_dim, block_dim, self.dynshared_size)
+    _charge_budgets(self.fn, grid_dim, block_dim)
     if _recordings:
         launch = (self.fn, tuple(_numba_type(arg) for arg in args))
         for launches in _recordings:
             launches.append(launch)
-    return _original_kernel_call(self, *args)
+    races = race_detector.LaunchRaces(self.fn, _TrackedGlobalArray) if racecheck_enabled() else None
+    _run_kernel(self, grid_dim, block_dim, args, races)
+
+
+_active_races = None  # the LaunchRaces of the launch running now, if race checking is on
+
+
+def _run_kernel(kernel, grid_dim, block_dim, args, races):
+    """numba's FakeCUDAKernel.__call__ for a launch: arguments to fake device arrays, one block
+    after another, copies back to host arrays at the end."""
+    global _active_races
+    fake_cuda_module = _kernelapi.FakeCUDAModule(grid_dim, block_dim, kernel.dynshared_size)
+    names = kernel.fn.__code__.co_varnames[: kernel.fn.__code__.co_argcount]
+    with _kernel._push_kernel_context(fake_cuda_module):
+        retr = []  # copies back to host arrays passed directly, after the launch
+        fake_args = [
+            _fake_argument(kernel, arg, retr, races, names[i] if i < len(names) else f"argument {i}")
+            for i, arg in enumerate(args)
+        ]
+        workers = _take_workers(simulated_threads(1, block_dim))
+        _active_races = races
+        try:
+            with _kernelapi.swapped_cuda_module(kernel.fn, fake_cuda_module):
+                for grid_point in np.ndindex(*grid_dim):
+                    _run_block(workers, kernel.fn, grid_dim, block_dim, grid_point, fake_args, kernel._debug, races)
+        finally:
+            _active_races = None
+            _give_back_workers(workers)
+        for write_back in retr:
+            write_back()
+
+
+def _fake_argument(kernel, arg, retr, races, name):
+    """What the kernel gets for one argument (numba's fake_arg), tracked if race checking is on."""
+    numba_type = None
+    for extension in kernel.extensions:
+        numba_type, arg = extension.prepare_args(numba_type, arg, stream=0, retr=retr)
+    if isinstance(arg, np.ndarray) and arg.ndim > 0:
+        arg = InOut(arg).to_device(retr)
+    elif isinstance(arg, ArgHint):
+        arg = arg.to_device(retr)
+    elif isinstance(arg, np.void):
+        arg = FakeCUDAArray(arg)
+    if not isinstance(arg, FakeCUDAArray):
+        return arg
+    if races is not None and isinstance(arg._ary, np.ndarray):
+        return races.track_argument(arg, name)
+    return FakeWithinKernelCUDAArray(arg)
 
 
 def _check_launch(grid_dim, block_dim, dynamic_shared_bytes):
@@ -229,26 +475,37 @@ def _poison(array):
         raw[:] = np.resize(_POISON_BYTES, raw.size)
 
 
+def _check_alignment(alignment):
+    """numba accepts alignment= on shared and local arrays (a power of 2, in bytes); a numpy array
+    needs none, so here it is only checked."""
+    if alignment is None:
+        return
+    if not isinstance(alignment, (int, np.integer)) or alignment <= 0 or alignment & (alignment - 1):
+        raise ValueError(f"alignment must be a positive power of 2 (bytes); got {alignment!r}")
+
+
 def _shared_array(self, shape, dtype, alignment=None):
-    """FakeCUDAShared.array that poisons new arrays and enforces the 48 KiB limit.
+    """FakeCUDAShared.array that poisons new arrays, enforces the 48 KiB limit, and tracks accesses.
 
     It keeps numba's scheme: shape 0 is a view of the launch's dynamic shared buffer; any other
     shape is a static array, one per source line, shared by every thread of the launch (so two
     allocations on one line alias). It must replace, not wrap, numba's method, because the source
-    line is found from the caller's frame.
+    line is found from the caller's frame. With race checking on, kernels get a tracked view of
+    the array (one per line, so every thread sees the same object).
 
     The static size is known only when the allocation runs, so the limit is checked then, in the
     first block, rather than before the kernel starts as a GPU would.
     """
-    if alignment is not None:
-        raise RuntimeError("Array alignment is not supported in cudasim")
+    _check_alignment(alignment)
     if isinstance(dtype, _cuda_types.Type):
         dtype = as_dtype(dtype)
     dtype = np.dtype(dtype)
+    caller = sys._getframe(1)
+    races = _active_races
     if shape == 0:
         count = self._dynshared_size // dtype.itemsize
-        return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
-    caller = sys._getframe(1)
+        array = np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+        return array if races is None else races.track_shared(array, caller)
     line = (caller.f_code.co_filename, caller.f_lineno)
     with _shared_lock:
         array = self._allocations.get(line)
@@ -259,7 +516,20 @@ def _shared_array(self, shape, dtype, alignment=None):
             array = np.empty(shape, dtype)
             _poison(array)
             self._allocations[line] = array
-    return array
+        if races is None:
+            return array
+        tracked = self.__dict__.setdefault("sim_tracked", {})
+        if line not in tracked:
+            tracked[line] = races.track_shared(array, caller)
+        return tracked[line]
+
+
+def _local_array(self, shape, dtype, alignment=None):
+    """FakeCUDALocal.array, accepting alignment= as numba does on a GPU."""
+    _check_alignment(alignment)
+    if isinstance(dtype, _cuda_types.Type):
+        dtype = as_dtype(dtype)
+    return np.empty(shape, dtype)
 
 
 def _poison_shared_memory(shared):
@@ -326,8 +596,11 @@ class _Block:
     WarpSyncError (one always involves a warp intrinsic).
     """
 
-    def __init__(self, block_dim, block_idx):
+    def __init__(self, block_dim, block_idx, grid_dim=(1, 1, 1), races=None):
         self.block_idx = block_idx
+        self.linear_index = block_idx[0] + grid_dim[0] * (block_idx[1] + grid_dim[1] * block_idx[2])
+        self.races = races
+        self.shared_shadow = races.new_block_shadow() if races is not None else None
         size = block_dim[0] * block_dim[1] * block_dim[2]
         self.threads = [None] * size  # by linear thread id
         self.lock = threading.Lock()
@@ -336,6 +609,7 @@ class _Block:
         self.failure = None
         self.barrier = []
         self.barrier_generation = 0
+        self.votes = None  # syncthreads_count/and/or
         self.barrier_released = threading.Condition(self.lock)
         self.finished = threading.Condition(self.lock)
         self.warps = [
@@ -346,6 +620,11 @@ class _Block:
         thread.sim_block = self
         thread.sim_wait = None  # what the thread waits in: _IN_SYNCTHREADS, an _Arrival, or None
         thread.sim_exited = False
+        thread.sim_clock = None
+        if self.races is not None:
+            thread.sim_clock = race_detector.ThreadClock(
+                self.linear_index, self.block_idx, thread.thread_id, tuple(thread.threadIdx)
+            )
         self.threads[thread.thread_id] = thread
 
     def run(self):
@@ -397,6 +676,8 @@ class _Block:
         self.finished.notify_all()
 
     def _release_barrier(self):
+        if self.races is not None:
+            race_detector.barrier([thread.sim_clock for thread in self.barrier])
         for thread in self.barrier:
             self._wake(thread)
         self.barrier = []
@@ -436,6 +717,18 @@ class _Block:
                 self._check_deadlock()
             self._sleep(self.barrier_released, lambda: self.barrier_generation != generation)
 
+    def syncthreads_vote(self, thread, value, combine):
+        """syncthreads_count/and/or: a barrier at which every thread votes; `combine` counts the votes."""
+        if self.votes is None:
+            with self.lock:
+                if self.votes is None:
+                    self.votes = np.zeros(len(self.threads), dtype=np.bool_)
+        self.votes[thread.thread_id] = bool(value)
+        self.syncthreads(thread)
+        result = combine(self.votes)
+        self.syncthreads(thread)  # nobody votes again before everyone has counted
+        return result
+
     def rendezvous(self, thread, kind, mask, value):
         """Wait until every lane of mask has called intrinsic `kind` with this mask.
 
@@ -454,6 +747,8 @@ class _Block:
             if len(group) == mask.bit_count():
                 del warp.waiting[(kind, mask)]
                 values = {member.lane: member.value for member in group}
+                if self.races is not None:
+                    race_detector.warp_meeting([member.thread.sim_clock for member in group])
                 for member in group:
                     member.values = values
                     self._wake(member.thread)
@@ -538,29 +833,127 @@ class _Block:
         return f"in {thread.sim_wait.kind}(mask={thread.sim_wait.mask:#010x})"
 
 
-def _run_block(self, grid_point, *args):
-    """BlockManager.run, rebuilt on _Block: one thread per CUDA thread, then sleep until done."""
+def _run_block(workers, fn, grid_dim, block_dim, grid_point, args, debug, races):
+    """numba's BlockManager.run, rebuilt on _Block and reused threads: one per CUDA thread of the
+    block, then sleep until all are done."""
     _poison_shared_memory(_kernel._kernel_context.shared)
-    block = _Block(self._block_dim, grid_point)
+    block = _Block(block_dim, grid_point, grid_dim, races)
 
-    def target():
-        self._f(*args)
+    def job():
+        if debug:
+            np.seterr(divide="raise")  # numba's debug=True: division by zero raises
+        fn(*args)
 
-    for index in np.ndindex(*self._block_dim):
-        block.add(_kernel.BlockThread(target, self, grid_point, index, self._debug))
+    for worker, index in zip(workers, np.ndindex(*block_dim)):
+        worker.assign(job, grid_point, index, block_dim)
+        block.add(worker)
     block.run()
 
 
-def _run_thread(self):
-    """BlockThread.run (which records the kernel's exception, if any), then report the exit."""
-    try:
-        _original_thread_run(self)
-    finally:
-        self.sim_block.thread_exited(self)
+# Errors whose message is complete as it is: numba's thread runner prefixes every message with
+# "tid=[...] ctaid=[...]:", which would only clutter these.
+_OWN_ERRORS = (RaceError, NeedsGPU, WarpSyncError, LaunchLimitError, _Aborted)
 
 
-def _syncthreads(self):
-    self.sim_block.syncthreads(self)
+class _Worker(threading.Thread):
+    """A Python thread that runs one CUDA thread of one block after another.
+
+    Starting a Python thread costs more than most simulated CUDA threads do (a few hundred µs), so
+    threads are kept between blocks and launches: a launch takes as many idle workers as its
+    blocks have threads (see _take_workers) and gives them back at the end. ``threading.
+    current_thread()`` is the worker, so what the simulator's ``cuda`` module reads from it
+    (threadIdx, blockIdx, syncthreads) is set anew for each block by assign().
+    """
+
+    def __init__(self):
+        super().__init__(daemon=True, name="simulated CUDA thread")
+        self.jobs = queue.SimpleQueue()
+        self.busy = False  # running a CUDA thread (or stuck in one that never returned)
+        self.launched = False
+        self.job = None
+
+    def assign(self, job, grid_point, index, block_dim):
+        self.job = job
+        self.blockIdx = _kernelapi.Dim3(*grid_point)
+        self.threadIdx = _kernelapi.Dim3(*index)
+        self.thread_id = index[0] + block_dim[0] * (index[1] + block_dim[1] * index[2])
+        self.exception = None
+
+    def start(self):
+        """Run the assigned CUDA thread (called by _Block.run)."""
+        self.busy = True
+        if not self.launched:
+            self.launched = True
+            super().start()
+        self.jobs.put(self.job)
+
+    def run(self):
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            self.run_cuda_thread(job)
+
+    def run_cuda_thread(self, job):
+        """Run the kernel as one CUDA thread, record its exception (if any), report the exit."""
+        tracking = race_detector.current
+        tracking.clock, tracking.block = self.sim_clock, self.sim_block
+        try:
+            job()
+        except race_detector.SpinWait as error:
+            self.exception = (NeedsGPU(str(error)), sys.exc_info()[2])
+        except _OWN_ERRORS as error:
+            self.exception = (error, sys.exc_info()[2])
+        except Exception as error:
+            where = f"tid={list(self.threadIdx)} ctaid={list(self.blockIdx)}"
+            message = f"{where}: {error}" if str(error) else where
+            try:
+                renamed = type(error)(message)  # as numba does, so the message says which thread
+            except Exception:
+                renamed = error
+            self.exception = (renamed, sys.exc_info()[2])
+        finally:
+            tracking.clock = tracking.block = None
+            self.job = None
+            self.busy = False
+            self.sim_block.thread_exited(self)
+
+    # The kernel-side API numba's BlockThread offers.
+
+    def syncthreads(self):
+        self.sim_block.syncthreads(self)
+
+    def syncthreads_count(self, value):
+        return int(self.sim_block.syncthreads_vote(self, value, np.count_nonzero))
+
+    def syncthreads_and(self, value):
+        return 1 if self.sim_block.syncthreads_vote(self, value, np.all) else 0
+
+    def syncthreads_or(self, value):
+        return 1 if self.sim_block.syncthreads_vote(self, value, np.any) else 0
+
+    def __str__(self):
+        return f"Thread <<<{self.blockIdx}, {self.threadIdx}>>>"
+
+
+_idle_workers = []
+_workers_lock = threading.Lock()
+_MAX_IDLE_WORKERS = MAX_THREADS_PER_BLOCK
+
+
+def _take_workers(count):
+    with _workers_lock:
+        taken = _idle_workers[len(_idle_workers) - min(count, len(_idle_workers)):]
+        del _idle_workers[len(_idle_workers) - len(taken):]
+    return taken + [_Worker() for _ in range(count - len(taken))]
+
+
+def _give_back_workers(workers):
+    """Keep the workers that finished for later launches; one still running a CUDA thread (its
+    block failed and it has not noticed, or it loops forever) is left to itself."""
+    with _workers_lock:
+        room = _MAX_IDLE_WORKERS - len(_idle_workers)
+        _idle_workers.extend([worker for worker in workers if not worker.busy][:room])
 
 
 def _lanes(bits):
@@ -838,3 +1231,204 @@ _INTRINSICS = (
     ffs,
     clz,
 )
+
+
+# ------------------------------------------------------------------------------------------------
+# Fences and atomics: what orders blocks (for the race checker)
+# ------------------------------------------------------------------------------------------------
+
+
+def _threadfence(self):
+    """cuda.threadfence() (and threadfence_system()): no-op for memory here, a release for the
+    race checker: this thread's next atomic publishes what it did before the fence."""
+    tracking = race_detector.current
+    if tracking.clock is not None:
+        tracking.clock.fence(tracking.block.barrier_generation)
+
+
+_ATOMIC_OPERATIONS = ("add", "sub", "and_", "or_", "xor", "inc", "dec", "exch", "max", "min", "nanmax",
+                      "nanmin", "cas")
+
+
+def _tracked_atomic(original):
+    """An atomic that, on a tracked array, is checked and synchronised by the race checker."""
+
+    def atomic(self, array, index, *operands):
+        if isinstance(array, race_detector.TrackedMemory):
+            raw = race_detector.untracked(array)
+            return array.tracked_atomic(index, lambda: original(self, raw, index, *operands), sys._getframe(1))
+        return original(self, array, index, *operands)
+
+    atomic.__name__ = original.__name__
+    atomic.__doc__ = original.__doc__
+    return atomic
+
+
+def _tracked_compare_and_swap(original):
+    def compare_and_swap(self, array, old, value):
+        if isinstance(array, race_detector.TrackedMemory):
+            raw = race_detector.untracked(array)
+            index = (0,) * raw.ndim
+            return array.tracked_atomic(index, lambda: original(self, raw, old, value), sys._getframe(1))
+        return original(self, array, old, value)
+
+    return compare_and_swap
+
+
+def _install_atomics():
+    atomics = _kernelapi.FakeCUDAAtomic
+    for name in _ATOMIC_OPERATIONS:
+        setattr(atomics, name, _tracked_atomic(getattr(atomics, name)))
+    atomics.compare_and_swap = _tracked_compare_and_swap(atomics.compare_and_swap)
+
+
+def _grid_sync(self):
+    """this_grid().sync(): a barrier over every block of the grid, which blocks run one after
+    another cannot meet; with one block it is syncthreads(), as numba's simulator has it."""
+    grid = _kernel._kernel_context.gridDim
+    if grid.x * grid.y * grid.z > 1:
+        raise NeedsGPU(
+            "cuda.cg.this_grid().sync() waits for every block of the grid, but the simulator runs the "
+            "blocks one after another, so the first block would wait forever. A grid-wide barrier "
+            "needs a GPU (and a cooperative launch); or split the kernel in two launches at the barrier."
+        )
+    threading.current_thread().syncthreads()
+
+
+# ------------------------------------------------------------------------------------------------
+# The simulated device: its multiprocessor count and the usual limits
+# ------------------------------------------------------------------------------------------------
+
+# What cuda.get_current_device().<NAME> reports here: an H100/H200's values, except the SM count.
+DEVICE_ATTRIBUTES = {
+    "WARP_SIZE": WARP_SIZE,
+    "MAX_THREADS_PER_BLOCK": MAX_THREADS_PER_BLOCK,
+    "MAX_BLOCK_DIM_X": MAX_BLOCK_DIM[0],
+    "MAX_BLOCK_DIM_Y": MAX_BLOCK_DIM[1],
+    "MAX_BLOCK_DIM_Z": MAX_BLOCK_DIM[2],
+    "MAX_GRID_DIM_X": MAX_GRID_DIM[0],
+    "MAX_GRID_DIM_Y": MAX_GRID_DIM[1],
+    "MAX_GRID_DIM_Z": MAX_GRID_DIM[2],
+    "MAX_SHARED_MEMORY_PER_BLOCK": SHARED_MEMORY_PER_BLOCK,
+    "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": SHARED_MEMORY_PER_BLOCK,  # numba cannot opt in
+    "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR": 228 * 1024,
+    "MAX_THREADS_PER_MULTIPROCESSOR": 2048,
+    "MAX_BLOCKS_PER_MULTIPROCESSOR": 32,
+    "MAX_REGISTERS_PER_BLOCK": 65536,
+    "MAX_REGISTERS_PER_MULTIPROCESSOR": 65536,
+    "L2_CACHE_SIZE": 50 * 1024 * 1024,
+    "TOTAL_CONSTANT_MEMORY": 64 * 1024,
+}
+
+
+def _device_attribute(self, name):
+    """FakeCUDADevice.__getattr__: the simulated device's attributes (numba reads a real one's from
+    the driver by the same names)."""
+    if name == "MULTIPROCESSOR_COUNT":
+        return sm_count()
+    if name in DEVICE_ATTRIBUTES:
+        return DEVICE_ATTRIBUTES[name]
+    raise AttributeError(
+        f"the simulated device has no attribute {name!r}; it has MULTIPROCESSOR_COUNT, "
+        + ", ".join(DEVICE_ATTRIBUTES)
+    )
+
+
+def _install_device():
+    device = _devices.FakeCUDADevice
+    device.__getattr__ = _device_attribute
+    device.name = b"numba CUDA simulator (workbench)"
+
+
+# ------------------------------------------------------------------------------------------------
+# The rest of numba's CUDA API: libdevice, cache hints, nanosleep, jit options, declare_device
+# ------------------------------------------------------------------------------------------------
+
+
+def _load(array, index):
+    """A load with a cache hint (cuda.ldca, ldcg, ldcs, ldlu, ldcv): the hint only matters to caches."""
+    return array[index]
+
+
+def _store(array, index, value):
+    """A store with a cache hint (cuda.stcg, stcs, stwb, stwt): the hint only matters to caches."""
+    array[index] = value
+
+
+def _nanosleep(self, ns):
+    """cuda.nanosleep: let the other simulated threads run (a spin-wait loop needs them to)."""
+    time.sleep(0)
+
+
+_LOADS = ("ldca", "ldcg", "ldcs", "ldlu", "ldcv")
+_STORES = ("stcg", "stcs", "stwb", "stwt")
+
+# cuda.jit options that change only how the GPU compiler builds a kernel: accepted and ignored.
+COMPILER_ONLY_OPTIONS = frozenset({
+    "debug", "opt", "lineinfo", "cache", "launch_bounds", "max_registers", "lto", "fastmath",
+    "inline", "forceinline", "shared_memory_carveout", "extensions", "argtypes", "restype",
+})
+
+
+def jit(func_or_sig=None, device=False, link=(), boundscheck=None, **options):
+    """numba.cuda.jit for the simulator: numba's, accepting every option a GPU's accepts.
+
+    Options for the GPU compiler (``lineinfo``, ``launch_bounds``, ``max_registers``, ``fastmath``,
+    ``cache``, ...) change nothing here. ``link=`` (CUDA C++ or PTX linked in) cannot run in the
+    simulator: the kernel or device function raises :class:`NeedsGPU` when called.
+    """
+    unknown = sorted(set(options) - COMPILER_ONLY_OPTIONS)
+    if unknown:
+        raise TypeError(f"cuda.jit() got unexpected keyword argument(s) {', '.join(unknown)}; it takes "
+                        f"device, link, boundscheck, {', '.join(sorted(COMPILER_ONLY_OPTIONS))}")
+    kept = {name: options[name] for name in ("debug", "fastmath", "inline", "opt", "cache") if name in options}
+    make = _original_jit(func_or_sig, device=device, boundscheck=boundscheck, **kept)
+
+    def mark(kernel):
+        if link:
+            files = ", ".join(str(item) for item in (link if isinstance(link, (list, tuple)) else [link]))
+            kernel.sim_needs_gpu = (
+                f"{kernel.__name__} links code with link= ({files}), which the simulator cannot run"
+            )
+        return kernel
+
+    if isinstance(make, _kernel.FakeCUDAKernel):
+        return mark(make)
+    return lambda fn: mark(make(fn))
+
+
+def declare_device(name, sig, link=None, use_cooperative=False, abi="numba"):
+    """cuda.declare_device: a device function written in CUDA C++ or PTX. The simulator cannot run
+    it: calling it raises NeedsGPU (numba's simulator returns None, which fails obscurely)."""
+
+    def external(*args):
+        raise NeedsGPU(
+            f"{name} is declared with cuda.declare_device and comes from CUDA C++ or PTX "
+            f"({link or 'linked code'}), which the simulator cannot run"
+        )
+
+    external.__name__ = name
+    return external
+
+
+def _install_api():
+    module = _kernelapi.FakeCUDAModule
+    module.threadfence = _threadfence
+    module.threadfence_system = _threadfence
+    module.nanosleep = _nanosleep
+    module.libdevice = libdevice_bodies.install(unavailable=NeedsGPU)
+    for name in _LOADS:
+        setattr(module, name, staticmethod(_load))
+    for name in _STORES:
+        setattr(module, name, staticmethod(_store))
+    import numba.cuda
+    from numba.cuda import simulator as simulator_package
+
+    for namespace in (numba.cuda, _api, simulator_package):
+        namespace.jit = jit
+        namespace.declare_device = declare_device
+        for name in _LOADS:
+            setattr(namespace, name, _load)
+        for name in _STORES:
+            setattr(namespace, name, _store)
+    numba.cuda.libdevice = module.libdevice
