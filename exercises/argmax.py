@@ -1,15 +1,16 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/argmax.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade argmax            (or argmax.<stage>; `workbench grade --help`)
+#     workbench grade argmax            (or argmax.<stage>)
 # The grader checks each stage against the operator in solutions/argmax.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
-# was filled with poison. On a GPU each stage must also reach 60% of the bandwidth of the
-# solution's stage, measured in the same run.
+# was filled with poison. On a GPU each stage must also reach 60% of the
+# speed of the solution's stage, measured in the same run.
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
-# tells it whether you have); `--backup` moves your copy aside first.
-# generated-sha256: 6575db712a82ed5786f7ee391218b6ecd64a50e1a14dcc62d9813ffd6834582d
+# tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
+# and keeps your version beside it as a .bak file.
+# generated-sha256: 76cf2ab92322059f505a8c50a58655f76ab822eef5dbf2fa5118f69b4405259f
 # --------------------------------------------------------------------------------------------------
 """Argmax of a float32 vector: the index of its largest element, the LOWEST such index on a tie.
 
@@ -48,6 +49,20 @@ def _inputs(size, rng):
     if n > 1:
         x[rng.choice(n, size=2, replace=False)] = x.max()
     return (x,)
+
+
+def _adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    (n,) = size
+    # All negative: a running best that starts at 0 (or at index 0 with the value 0) never moves.
+    negative = (-rng.uniform(1.0, 100.0, n)).astype(np.float32)
+    # One value everywhere, and it is float32's most negative: the answer is index 0, the lowest of
+    # a tie that spans the vector; a best started at that value with a strict > never moves.
+    lowest = np.full(n, np.finfo(np.float32).min, np.float32)
+    # The maximum once, at the very end: a loop that stops one element early misses it.
+    last = rng.uniform(-1.0, 1.0, n).astype(np.float32)
+    last[-1] = np.float32(2.0)
+    return [("all-negative", (negative,)), ("all-equal-lowest", (lowest,)), ("max-at-end", (last,))]
 
 
 def _validate(x, out):
@@ -90,14 +105,16 @@ op = Operator(
     validate=_validate,
     tolerance=lambda size, dtype: 0.0,  # an index is right or wrong
     peer=_peer,
+    adversarial_inputs=_adversarial,
     check_sizes=[1, 31, 1000, 1_000_003, 2**24 + 1, 2**28],
     sim_sizes=[1, 31, 33, 1000, 1021, 4099],
     bench_sizes=[2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28],
     headline_size=(2**28,),
+    rank=140,
+    group="The interview set: scan, histogram, argmax, matrix-vector, stencil",
+    grade_sizes={"sim": [(1030,), (257,), (4100,)], "gpu": [(2**20 + 1,), (257,), (256 * 256 + 1,)]},
+    explain=explain,
 )
-
-# The grader's extra cases: the maximum's copies spread over blocks, and a tree of two levels.
-GRADE_EXTRA_SIZES = {"sim": [(1030,), (257,), (4100,)], "gpu": [(2**20 + 1,), (257,), (256 * 256 + 1,)]}
 
 
 @cuda.jit(device=True, inline=True)

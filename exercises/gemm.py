@@ -1,15 +1,16 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/gemm.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade gemm            (or gemm.<stage>; `workbench grade --help`)
+#     workbench grade gemm            (or gemm.<stage>; its other operators: gemm_bias_gelu, gemm_batched)
 # The grader checks each stage against the operator in solutions/gemm.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
-# was filled with poison. On a GPU each stage must also reach 60% of the bandwidth of the
-# solution's stage, measured in the same run.
+# was filled with poison. On a GPU each stage must also reach 60% of the
+# speed of the solution's stage, measured in the same run.
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
-# tells it whether you have); `--backup` moves your copy aside first.
-# generated-sha256: 4fc5758390c706faf63edbbe05e5d8c965106d463d17638a1de0aacef28fa75c
+# tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
+# and keeps your version beside it as a .bak file.
+# generated-sha256: b5293570afb9b166c58530943841b889c71f52b144a023df9bdcaa95048e06e3
 # --------------------------------------------------------------------------------------------------
 """C = alpha * A @ B + beta * C in float32, from one thread per output to tensor cores.
 
@@ -78,6 +79,15 @@ def _reference(A, B, C, alpha_beta):
     return product if beta == 0.0 else product + beta * C.astype(np.float64)
 
 
+def _adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    A, B, C, alpha_beta = _inputs(size, rng)
+    # beta = 0: as in BLAS, C is not read at all, so a C full of NaN and inf must not matter. A kernel
+    # that computes beta * C anyway gets 0 * NaN = NaN.
+    poisoned = np.where(rng.random(C.shape) < 0.5, np.float32(np.nan), np.float32(np.inf)).astype(np.float32)
+    return [("beta-zero-nan-C", (A, B, poisoned, np.array([alpha_beta[0], 0.0], np.float32)))]
+
+
 def _check_product_shapes(A, B):
     expect_device_array("A", A, dtype=np.float32, ndim=2)
     expect_device_array("B", B, dtype=np.float32, ndim=2)
@@ -105,10 +115,8 @@ def _tolerance(size, dtype):
 def _host_alpha_beta(alpha_beta):
     """alpha, beta as Python floats for torch's addmm. Read once per buffer and cached with the peer's
     array views (which the bench clears after each size), so timed peer calls never wait on a copy."""
-    key = ("gemm.alpha_beta",) + peers._key(alpha_beta)
-    if key not in peers._VIEWS:
-        peers._VIEWS[key] = tuple(float(v) for v in cuda.as_cuda_array(alpha_beta).copy_to_host())
-    return peers._VIEWS[key]
+    return peers.cached("gemm.alpha_beta", alpha_beta,
+                        lambda a: tuple(float(v) for v in cuda.as_cuda_array(a).copy_to_host()))
 
 
 def _peer(size):
@@ -136,6 +144,7 @@ op = Operator(
     validate=_validate,
     tolerance=_tolerance,
     peer=_peer,
+    adversarial_inputs=_adversarial,
     bound="compute",
     check_sizes=[(1, 1, 1), (17, 33, 65), (64, 64, 8191), (127, 129, 131), (1000, 1000, 1000),
                  (4097, 1000, 333), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)],
@@ -143,6 +152,9 @@ op = Operator(
     bench_sizes=[(128, 128, 128), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024),
                  (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)],
     headline_size=(4096, 4096, 4096),
+    rank=90,
+    group="GEMM, from one thread per output to tensor cores",
+    record_all_sizes=True,
 )
 
 
@@ -759,6 +771,91 @@ def tensor_core(A, B, C, alpha_beta, out):
     _tensor_core[(blocks_for(N, TBN), blocks_for(M, TBM)), THREADS](A, B, C, alpha_beta, out, vec)
 
 
+# -- 9. tensor cores with a four-stage pipeline in dynamic shared memory ---------------------------------
+
+# cp.async.commit_group / wait_group N (hgemm_mma.cu): with several groups in flight, wait for the oldest.
+from solutions._ptx import cp_async_commit, cp_async_wait_pending  # noqa: E402
+from workbench.launch import set_max_dynamic_shared_memory  # noqa: E402
+
+DEEP_STAGES = 4  # K-steps of tiles in flight
+DEEP_BYTES = DEEP_STAGES * (A_TILE + B_TILE) * 4  # 74 KiB: past the 48 KiB default; two blocks fit an SM
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
+def _tensor_core_deep(A, B, C, alpha_beta, out, vec):
+    smem = cuda.shared.array(0, float32, alignment=ALIGN16)  # dynamic: sized by the launch
+    As = smem[:DEEP_STAGES * A_TILE]
+    Bs = smem[DEEP_STAGES * A_TILE:]
+    acc = cuda.local.array((4, 4, 4), float32)
+    a = cuda.local.array(16, float32)
+    b = cuda.local.array(8, float32)
+    t = cuda.threadIdx.x
+    ut = uint32(t)
+    g = (ut % uint32(32)) // uint32(4)
+    q = ut % uint32(4)
+    wr = (ut // uint32(128)) * uint32(64)
+    wc = ((ut // uint32(32)) % uint32(4)) * uint32(32)
+    a_lane = (wr + g) * uint32(TSA) + q
+    b_lane = q * uint32(TSB) + wc + g
+    row0 = cuda.blockIdx.y * TBM
+    col0 = cuda.blockIdx.x * TBN
+    M, K = A.shape
+    N = B.shape[1]
+    for i in range(4):
+        for j in range(4):
+            for e in range(4):
+                acc[i, j, e] = float32(0.0)
+    steps = (K + TBK - 1) // TBK
+    for s in range(DEEP_STAGES - 1):  # fill the pipeline: one commit group per K-step, empty or not
+        if s < steps:
+            _copy_tiles_async(A, B, As, Bs, s, row0, col0, s * TBK, t, vec)
+        cp_async_commit()
+    for kt in range(steps):
+        cp_async_wait_pending(DEEP_STAGES - 2)  # step kt has landed; the two after it may still fly
+        cuda.syncthreads()  # ... for every thread; and everyone is done with step kt - 1's buffer
+        ahead = kt + DEEP_STAGES - 1
+        if ahead < steps:
+            _copy_tiles_async(A, B, As, Bs, ahead % DEEP_STAGES, row0, col0, ahead * TBK, t, vec)
+        cp_async_commit()
+        buf = kt % DEEP_STAGES
+        ia = uint32(buf * A_TILE) + a_lane
+        ib = uint32(buf * B_TILE) + b_lane
+        _mma_k8(As, Bs, ia, ib, a, b, acc)
+        _mma_k8(As, Bs, ia + uint32(8), ib + uint32(8 * TSB), a, b, acc)
+    alpha = alpha_beta[0]
+    beta = alpha_beta[1]
+    gi = t % 32 // 4
+    qi = t % 4
+    wri = (t // 128) * 64
+    wci = (t // 32 % 4) * 32
+    for i in range(4):
+        for j in range(4):
+            for e in range(4):
+                row = row0 + wri + 16 * i + gi + 8 * (e // 2)
+                col = col0 + wci + 8 * j + 2 * qi + e % 2
+                if row < M and col < N:
+                    out[row, col] = _scale_and_add(acc[i, j, e], alpha, beta, C, row, col)
+
+
+@op.stage("tensor_core_deep", """
+    Stage 8 with four buffers instead of two. With two, the copy of the next K-step has one step of
+    mma time to land; at tensor-core speed that is shorter than a trip to global memory, so warps wait
+    at the barrier. Four buffers keep three K-steps in flight (cp.async.wait_group 2 waits only for
+    the oldest), one barrier per step. They take 74 KiB, past the 48 KiB a block may declare
+    statically, so they live in dynamic shared memory (cuda.shared.array(0, ...)), and
+    workbench.launch.set_max_dynamic_shared_memory raises the kernel's limit through the driver:
+    numba-cuda has no call for it. Two blocks still share an SM (148 of its 227 KiB).""",
+    gpu_only="links CUDA C++ (gemm_mma.cu, hgemm_mma.cu) with link=, which the simulator cannot",
+    tolerance=2e-3)
+def tensor_core_deep(A, B, C, alpha_beta, out):
+    M, N = out.shape
+    K = A.shape[1]
+    vec = K % 4 == 0 and N % 4 == 0 and _aligned16(A) and _aligned16(B)
+    args = (A, B, C, alpha_beta, out, vec)
+    set_max_dynamic_shared_memory(_tensor_core_deep, args, DEEP_BYTES)
+    _tensor_core_deep[(blocks_for(N, TBN), blocks_for(M, TBM)), THREADS, 0, DEEP_BYTES](*args)
+
+
 # == gemm_bias_gelu: the epilogue, fused =============================================================
 
 SQRT_HALF = 0.7071067811865476
@@ -779,6 +876,14 @@ def _bias_gelu_inputs(size, rng):
 
 def _bias_gelu_reference(A, B, bias):
     return _gelu64(A.astype(np.float64) @ B.astype(np.float64) + bias.astype(np.float64))
+
+
+def _bias_gelu_adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    A, B, bias = _bias_gelu_inputs(size, rng)
+    # A bias far into GELU's tails, column by column: the output is exactly A B + bias, or -0.
+    far = np.where(rng.random(bias.size) < 0.5, -1.0, 1.0) * rng.uniform(50.0, 1e3, bias.size)
+    return [("saturated-tails", (A, B, far.astype(np.float32)))]
 
 
 def _bias_gelu_validate(A, B, bias, out):
@@ -817,11 +922,15 @@ bias_gelu_op = Operator(
     validate=_bias_gelu_validate,
     tolerance=_tolerance,
     peer=_bias_gelu_peer,
+    adversarial_inputs=_bias_gelu_adversarial,
     bound="compute",
     check_sizes=[(1, 1, 1), (17, 33, 65), (4097, 1000, 333), (4096, 4096, 4096)],
     sim_sizes=[(1, 1, 1), (17, 33, 19)],
     bench_sizes=[(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096)],
     headline_size=(4096, 4096, 4096),
+    rank=100,
+    group="GEMM with a fused bias + GELU epilogue, and batched GEMM",
+    record_all_sizes=True,
 )
 
 
@@ -887,6 +996,16 @@ def _batched_inputs(size, rng):
     return A, B
 
 
+def _batched_adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    batch, M, N, K = size
+    # Every product negative (A < 0 < B): an epilogue copied from a fused GEMM (a ReLU, a max with 0)
+    # or an accumulator started from a value instead of 0 shows.
+    A = -rng.uniform(0.5, 1.0, (batch, M, K)).astype(np.float32)
+    B = rng.uniform(0.5, 1.0, (batch, K, N)).astype(np.float32)
+    return [("all-negative-products", (A, B))]
+
+
 def _batched_validate(A, B, out):
     expect_device_array("A", A, dtype=np.float32, ndim=3)
     expect_device_array("B", B, dtype=np.float32, ndim=3)
@@ -922,11 +1041,15 @@ batched_op = Operator(
     validate=_batched_validate,
     tolerance=lambda size, dtype: _tolerance(size, dtype),
     peer=_batched_peer,
+    adversarial_inputs=_batched_adversarial,
     bound="compute",
     check_sizes=[(1, 1, 1, 1), (3, 17, 33, 65), (1024, 128, 128, 64), (7, 200, 130, 129)],
     sim_sizes=[(1, 1, 1, 1), (3, 5, 7, 3), (2, 17, 9, 11)],
     bench_sizes=[(64, 128, 128, 64), (256, 128, 128, 64), (1024, 128, 128, 64), (4096, 128, 128, 64)],
     headline_size=(1024, 128, 128, 64),
+    rank=110,
+    group="GEMM with a fused bias + GELU epilogue, and batched GEMM",
+    record_all_sizes=True,
 )
 
 

@@ -1,15 +1,16 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/histogram.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade histogram            (or histogram.<stage>; `workbench grade --help`)
+#     workbench grade histogram            (or histogram.<stage>)
 # The grader checks each stage against the operator in solutions/histogram.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
-# was filled with poison. On a GPU each stage must also reach 60% of the bandwidth of the
-# solution's stage, measured in the same run.
+# was filled with poison. On a GPU each stage must also reach 60% of the
+# speed of the solution's stage, measured in the same run.
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
-# tells it whether you have); `--backup` moves your copy aside first.
-# generated-sha256: 77e01e70c56195b7e95c7c9b8de6a0abd786b3224ce8d8db1db3f57a446b2c1a
+# tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
+# and keeps your version beside it as a .bak file.
+# generated-sha256: 79b5f281ee9bf2454bb6226fa34c95f61d783f4a6d271e2ba1b7e93d51909acd
 # --------------------------------------------------------------------------------------------------
 """Histogram of a uint8 vector into 256 int32 bins: out[b] = number of i with x[i] == b.
 
@@ -48,6 +49,17 @@ def _inputs(size, rng):
     return (x,)
 
 
+def _adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    (n,) = size
+    # Only the two edge values, 0 and 255: a table of 255 bins, or a loop over bins that stops one
+    # early (zeroing, flushing), gets bin 255 wrong.
+    edges = rng.choice(np.array([0, BINS - 1], np.uint8), n)
+    # Every element in one bin: every increment of the launch contends for the same counter.
+    one_bin = np.full(n, rng.integers(0, BINS), np.uint8)
+    return [("edge-bins", (edges,)), ("all-one-bin", (one_bin,))]
+
+
 def _validate(x, out):
     expect_device_array("x", x, dtype=np.uint8, ndim=1)
     expect_device_array("out", out, dtype=np.int32, shape=(BINS,))
@@ -78,15 +90,16 @@ op = Operator(
     validate=_validate,
     tolerance=lambda size, dtype: 0.0,  # counts are exact
     peer=_peer,
+    adversarial_inputs=_adversarial,
     dtype=np.int32,
     check_sizes=[1, 31, 1000, 1_000_003, 2**24 + 1, 2**28],
     sim_sizes=[1, 31, 33, 1000, 4099],
     bench_sizes=[2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28],
     headline_size=(2**28,),
+    rank=130,
+    group="The interview set: scan, histogram, argmax, matrix-vector, stencil",
+    grade_sizes={"sim": [(1025,), (8195,)], "gpu": [(2**20 + 3,), (255,), (132 * 8 * 4096 + 1,)]},
 )
-
-# The grader's extra cases: several elements per thread in one block, and more than one block.
-GRADE_EXTRA_SIZES = {"sim": [(1025,), (8195,)], "gpu": [(2**20 + 3,), (255,), (132 * 8 * 4096 + 1,)]}
 
 
 @cuda.jit

@@ -1,15 +1,16 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/matvec.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade matvec            (or matvec.<stage>; `workbench grade --help`)
+#     workbench grade matvec            (or matvec.<stage>)
 # The grader checks each stage against the operator in solutions/matvec.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
-# was filled with poison. On a GPU each stage must also reach 60% of the bandwidth of the
-# solution's stage, measured in the same run.
+# was filled with poison. On a GPU each stage must also reach 60% of the
+# speed of the solution's stage, measured in the same run.
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
-# tells it whether you have); `--backup` moves your copy aside first.
-# generated-sha256: ca03c5d3b112683829e40446f555c7d7b59e2709dafdd41beb37a65aeb83f004
+# tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
+# and keeps your version beside it as a .bak file.
+# generated-sha256: 23b462775bf8a9dcf0a1531a4697205356f870ea59d0bbb53c236405438fde56
 # --------------------------------------------------------------------------------------------------
 """Matrix-vector product y = A x, A float32 of shape (rows, cols), row-major.
 
@@ -43,6 +44,21 @@ def _inputs(size, rng):
     a = rng.uniform(-1.0, 1.0, (rows, cols)).astype(np.float32)
     x = rng.uniform(-0.5, 1.5, cols).astype(np.float32)
     return a, x
+
+
+def _adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    rows, cols = size
+    a, _ = _inputs(size, rng)
+    # x picks the last column alone: y must be exactly that column of A (a column loop that stops
+    # one early gives zeros).
+    last_column = np.zeros(cols, np.float32)
+    last_column[-1] = 1.0
+    # Every product negative (A < 0 < x): an accumulator started from a value other than 0, or a
+    # max with 0 left in, shows.
+    negative = -np.abs(a)
+    positive_x = rng.uniform(0.5, 1.5, cols).astype(np.float32)
+    return [("last-column-only", (a, last_column)), ("all-negative-products", (negative, positive_x))]
 
 
 def _validate(a, x, y):
@@ -89,14 +105,16 @@ op = Operator(
     validate=_validate,
     tolerance=_tolerance,
     peer=_peer,
+    adversarial_inputs=_adversarial,
     check_sizes=[(1, 1), (1000, 1000), (4097, 1023), (31, 100_003), (100_003, 31), (16384, 16384)],
     sim_sizes=[(1, 1), (33, 31), (31, 70), (67, 129), (5, 300)],
     bench_sizes=[(256, 256), (1024, 1024), (2048, 2048), (4096, 4096), (8192, 8192), (16384, 16384)],
     headline_size=(16384, 16384),
+    rank=150,
+    group="The interview set: scan, histogram, argmax, matrix-vector, stencil",
+    grade_sizes={"sim": [(33, 65), (1, 300), (40, 1)], "gpu": [(1, 1_000_003), (1_000_003, 1), (8191, 8193)]},
+    explain=explain,
 )
-
-# The grader's extra cases: rows that do not fill a block of warps, a single row, a single column.
-GRADE_EXTRA_SIZES = {"sim": [(33, 65), (1, 300), (40, 1)], "gpu": [(1, 1_000_003), (1_000_003, 1), (8191, 8193)]}
 
 
 # -- 1. one thread per row ------------------------------------------------------------------------

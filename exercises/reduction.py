@@ -1,15 +1,16 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/reduction.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade reduction            (or reduction.<stage>; `workbench grade --help`)
+#     workbench grade reduction            (or reduction.<stage>)
 # The grader checks each stage against the operator in solutions/reduction.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
-# was filled with poison. On a GPU each stage must also reach 60% of the bandwidth of the
-# solution's stage, measured in the same run.
+# was filled with poison. On a GPU each stage must also reach 60% of the
+# speed of the solution's stage, measured in the same run.
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
-# tells it whether you have); `--backup` moves your copy aside first.
-# generated-sha256: 00c27a03e0a0bc8db01a8d444701508ec41677420c30fe599f81c48df5ecd0e2
+# tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
+# and keeps your version beside it as a .bak file.
+# generated-sha256: 8705a70f24e1543834790c299684e3da2cdd87ee28cfdeb377234db1f33b506d
 # --------------------------------------------------------------------------------------------------
 """Sum of a float32 vector, in five steps from one atomic per element to one pass at memory speed.
 
@@ -35,6 +36,17 @@ def _inputs(size, rng):
     (n,) = size
     # Mean 0.5, both signs: a sum far from zero, so relative error means something.
     return (rng.uniform(-1.0, 2.0, n).astype(np.float32),)
+
+
+def _adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    (n,) = size
+    # A large first element. Past 2^25 a float32 total is a multiple of 4, so one running total that
+    # adds the elements in order drops every later one (each below 2): off by about n. Sums of short
+    # partial sums keep them (off by a few units in 2^25, far inside the tolerance).
+    x = rng.uniform(0.5, 1.5, n).astype(np.float32)
+    x[0] = np.float32(2**25)
+    return [("large-first-element", (x,))]
 
 
 def _validate(x, out):
@@ -69,10 +81,14 @@ op = Operator(
     validate=_validate,
     tolerance=_tolerance,
     peer=_peer,
+    adversarial_inputs=_adversarial,
     check_sizes=[1, 31, 33, 1000, 1_000_003, 2**24 + 1, 2**28],
     sim_sizes=[1, 31, 33, 1000, 1021, 4099],
     bench_sizes=[2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28],
     headline_size=(2**28,),
+    rank=10,
+    group="Reduction: sum of a float32 vector",
+    record_all_sizes=True,
 )
 
 

@@ -1,15 +1,16 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/scan.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade scan            (or scan.<stage>; `workbench grade --help`)
+#     workbench grade scan            (or scan.<stage>)
 # The grader checks each stage against the operator in solutions/scan.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
-# was filled with poison. On a GPU each stage must also reach 60% of the bandwidth of the
-# solution's stage, measured in the same run.
+# was filled with poison. On a GPU each stage must also reach 60% of the
+# speed of the solution's stage, measured in the same run.
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
-# tells it whether you have); `--backup` moves your copy aside first.
-# generated-sha256: 1c12cb09e2455123f821ba2184dac4948fc9c1036a0172a81f148b4578331f14
+# tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
+# and keeps your version beside it as a .bak file.
+# generated-sha256: 3cf2830f67356def4f600ea8048f32e15f897546562d29712a8e12024c2e8c65
 # --------------------------------------------------------------------------------------------------
 """Inclusive prefix sum (scan) of a float32 vector: y[i] = x[0] + x[1] + ... + x[i].
 
@@ -45,6 +46,17 @@ def _inputs(size, rng):
     return (rng.uniform(-1.0, 2.0, n).astype(np.float32),)
 
 
+def _adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    (n,) = size
+    # A large first element: every prefix starts at 2^25, where a float32 total is a multiple of 4.
+    # One running total that adds the elements in order drops every later one (each below 2), so
+    # y[i] stays 2^25 where it should grow by about i; a scan of short partial sums keeps them.
+    x = rng.uniform(0.5, 1.5, n).astype(np.float32)
+    x[0] = np.float32(2**25)
+    return [("large-first-element", (x,))]
+
+
 def _validate(x, y):
     expect_device_array("x", x, dtype=np.float32, ndim=1)
     expect_device_array("y", y, dtype=np.float32, shape=tuple(x.shape))
@@ -77,16 +89,18 @@ op = Operator(
     validate=_validate,
     tolerance=_tolerance,
     peer=_peer,
+    adversarial_inputs=_adversarial,
     check_sizes=[1, 31, 257, 2049, 65_537, 1_000_003, 2**24 + 1, 2**28],
     # The PTX check runs sim_sizes[2]: 2049 needs more than one tile, so every kernel is launched.
     sim_sizes=[1, 31, 2049, 257, 1000, 4099],
     bench_sizes=[2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28],
     headline_size=(2**28,),
+    rank=120,
+    group="The interview set: scan, histogram, argmax, matrix-vector, stencil",
+    grade_sizes={"sim": [(2050,), (2048,), (513,)], "gpu": [(2048 * 2048 + 1,), (2048 * 256,), (2**17 + 3,)]},
 )
 
 # The grader's extra cases (besides the sizes above): a whole number of tiles, and enough tiles for
-# the tile totals to need a scan of their own (three levels of recursion on the GPU).
-GRADE_EXTRA_SIZES = {"sim": [(2050,), (2048,), (513,)], "gpu": [(2048 * 2048 + 1,), (2048 * 256,), (2**17 + 3,)]}
 
 
 @cuda.jit

@@ -1,15 +1,16 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/softmax.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade softmax            (or softmax.<stage>; `workbench grade --help`)
+#     workbench grade softmax            (or softmax.<stage>)
 # The grader checks each stage against the operator in solutions/softmax.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
-# was filled with poison. On a GPU each stage must also reach 60% of the bandwidth of the
-# solution's stage, measured in the same run.
+# was filled with poison. On a GPU each stage must also reach 60% of the
+# speed of the solution's stage, measured in the same run.
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
-# tells it whether you have); `--backup` moves your copy aside first.
-# generated-sha256: 497f8c2470cd3aee8c713cb37fad36e40c7b8974eba4b92cccb55afc7fc0d23d
+# tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
+# and keeps your version beside it as a .bak file.
+# generated-sha256: 5080c1b6b6b0aad8014b44ba5107326dba60c2d6841d07f8b9b8f48346eb263e
 # --------------------------------------------------------------------------------------------------
 """Softmax over the rows of a float32 matrix, in seven steps from a thread per row to 92% of copy bandwidth.
 
@@ -72,6 +73,26 @@ def _reference(x):
     return e / e.sum(axis=1, keepdims=True)
 
 
+def _adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    rows, cols = size
+    # Every logit far below 0 (a third of the rows constant: the output is exactly 1 / cols). A
+    # running maximum started at 0 instead of -inf (or the row's first element) makes every exp
+    # underflow to 0, and 0 / 0 is NaN.
+    negative = rng.uniform(-1e4, -1e3, (rows, cols)).astype(np.float32)
+    negative[::3] = np.float32(rng.uniform(-1e4, -1e3))
+    # Masked rows (-inf) whose surviving logits are all far below 0, the first one masked: a
+    # maximum started at 0 sees only underflow, and an online softmax that merges a running maximum
+    # of -inf with a -inf element computes exp(-inf - -inf) = NaN.
+    masked = np.full((rows, cols), NEG_INF, np.float32)
+    for r in range(rows):
+        keep = rng.random(cols) < 0.3
+        keep[0] = cols == 1
+        keep[rng.integers(1, cols) if cols > 1 else 0] = True
+        masked[r, keep] = rng.uniform(-1e4, -9e3, int(keep.sum()))
+    return [("all-negative", (negative,)), ("masked-negative", (masked,))]
+
+
 def _validate(x, out):
     expect_device_array("x", x, dtype=np.float32, ndim=2)
     expect_device_array("out", out, dtype=np.float32, ndim=2)
@@ -106,10 +127,14 @@ op = Operator(
     flops=lambda size: 4 * size[0] * size[1],  # subtract, exp, add, multiply per element
     validate=_validate,
     peer=_peer,
+    adversarial_inputs=_adversarial,
     check_sizes=[(300, 1), (300, 33), (300, 1000), (300, 4097), (200, 32768), (32768, 4096)],
     sim_sizes=[(3, 1), (5, 33), (4, 100), (2, 1000), (3, 4097)],
     bench_sizes=[(256, 1024), (4096, 1024), (4096, 4096), (32768, 1024), (32768, 4096), (4096, 32768)],
     headline_size=(32768, 4096),
+    rank=40,
+    group="Softmax over rows",
+    record_all_sizes=True,
 )
 
 

@@ -1,15 +1,16 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/stencil.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade stencil            (or stencil.<stage>; `workbench grade --help`)
+#     workbench grade stencil            (or stencil.<stage>)
 # The grader checks each stage against the operator in solutions/stencil.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
-# was filled with poison. On a GPU each stage must also reach 60% of the bandwidth of the
-# solution's stage, measured in the same run.
+# was filled with poison. On a GPU each stage must also reach 60% of the
+# speed of the solution's stage, measured in the same run.
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
-# tells it whether you have); `--backup` moves your copy aside first.
-# generated-sha256: 3f6532eda8e30b119dd92732551ccecd82965b13a206bb2cb2689fa4d9532c23
+# tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
+# and keeps your version beside it as a .bak file.
+# generated-sha256: 740511661dfa1513c80a49924db7ff16960c4c6c8137c9f9b8aa6468a943f807
 # --------------------------------------------------------------------------------------------------
 """5x5 convolution of a float32 image, zero outside the image: out[r, c] = sum w[i, j] * img[r+i-2, c+j-2].
 
@@ -45,6 +46,20 @@ def _inputs(size, rng):
     img = rng.uniform(-1.0, 2.0, (rows, cols)).astype(np.float32)
     w = rng.uniform(-1.0, 1.0, (DIAMETER, DIAMETER)).astype(np.float32)
     return img, w
+
+
+def _adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    rows, cols = size
+    w = rng.uniform(-1.0, 1.0, (DIAMETER, DIAMETER)).astype(np.float32)
+    # A constant image: inside, every output is the sum of the 25 weights; near the border only the
+    # weights that land on the image count. Clamping to the edge or wrapping around counts them all.
+    ones = np.ones((rows, cols), np.float32)
+    # One bright pixel in the corner, zeros elsewhere: the output around (0, 0) is w read backwards
+    # (out[r, c] = w[2 - r, 2 - c]), so a flipped or transposed w, or a shifted halo, shows.
+    corner = np.zeros((rows, cols), np.float32)
+    corner[0, 0] = 1.0
+    return [("constant-image", (ones, w)), ("corner-impulse", (corner, w))]
 
 
 def _reference(img, w):
@@ -106,14 +121,16 @@ op = Operator(
     flops=lambda size: 2 * DIAMETER * DIAMETER * size[0] * size[1],
     validate=_validate,
     peer=_peer,
+    adversarial_inputs=_adversarial,
     check_sizes=[(1, 1), (3, 1000), (1000, 1000), (4099, 8191), (8192, 8192)],
     sim_sizes=[(1, 1), (2, 7), (17, 33), (40, 23), (33, 50)],
     bench_sizes=[(256, 256), (1024, 1024), (2048, 2048), (4096, 4096), (8192, 8192), (16384, 16384)],
     headline_size=(8192, 8192),
+    rank=160,
+    group="The interview set: scan, histogram, argmax, matrix-vector, stencil",
+    grade_sizes={"sim": [(18, 35), (1, 40), (19, 1)], "gpu": [(1, 100_003), (100_003, 1), (17, 4097)]},
+    explain=explain,
 )
-
-# The grader's extra cases: partial tiles on both edges, one row, one column.
-GRADE_EXTRA_SIZES = {"sim": [(18, 35), (1, 40), (19, 1)], "gpu": [(1, 100_003), (100_003, 1), (17, 4097)]}
 
 
 def _grid(img):

@@ -1,15 +1,16 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/transpose.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade transpose            (or transpose.<stage>; `workbench grade --help`)
+#     workbench grade transpose            (or transpose.<stage>)
 # The grader checks each stage against the operator in solutions/transpose.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
-# was filled with poison. On a GPU each stage must also reach 60% of the bandwidth of the
-# solution's stage, measured in the same run.
+# was filled with poison. On a GPU each stage must also reach 60% of the
+# speed of the solution's stage, measured in the same run.
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
-# tells it whether you have); `--backup` moves your copy aside first.
-# generated-sha256: 978181de3c0fef1e247399bfc56cb4e039d45d5934bdd016ec54324e6c2bf38b
+# tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
+# and keeps your version beside it as a .bak file.
+# generated-sha256: 87ff0f940faa6e6e7f01aab1e0b1a61e81a92e4f20e781db5acc6989fb591a47
 # --------------------------------------------------------------------------------------------------
 """Transpose of a float32 matrix, in six steps from strided writes to one pass near memory speed.
 
@@ -40,6 +41,21 @@ def _inputs(size, rng):
     return (rng.uniform(-1.0, 1.0, (rows, cols)).astype(np.float32),)
 
 
+def _adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    rows, cols = size
+    # float32's edges, scattered among ordinary values: the largest finite magnitudes, the smallest
+    # normal and subnormal ones, signed zeros. A transpose only moves bits, so each must arrive as it
+    # left: a tile staged in a narrower type (float16 overflows past 65504) or arithmetic on the way loses them.
+    info = np.finfo(np.float32)
+    edges = np.array([info.max, -info.max, info.tiny, -info.tiny, info.smallest_subnormal,
+                      -info.smallest_subnormal, 0.0, -0.0, 65520.0, -65520.0], np.float32)
+    x = rng.uniform(-1.0, 1.0, (rows, cols)).astype(np.float32)
+    at_edge = rng.random((rows, cols)) < 0.5
+    x[at_edge] = rng.choice(edges, int(at_edge.sum()))
+    return [("float32-extremes", (x,))]
+
+
 def _validate(x, out):
     expect_device_array("x", x, dtype=np.float32, ndim=2)
     rows, cols = x.shape
@@ -66,12 +82,16 @@ op = Operator(
     flops=lambda size: 0,
     validate=_validate,
     peer=_peer,
+    adversarial_inputs=_adversarial,
     check_sizes=[(1, 1), (1, 1_000_003), (1_000_003, 1), (33, 65), (65, 33), (1000, 4097), (4097, 1000),
                  (3_000_001, 3), (16384, 16384)],
     sim_sizes=[(1, 1), (1, 37), (37, 1), (33, 65), (70, 45)],
     bench_sizes=[(32, 32), (128, 128), (512, 512), (1024, 1024), (2048, 2048), (4096, 4096),
                  (8192, 8192), (16384, 16384)],
     headline_size=(16384, 16384),
+    rank=30,
+    group="Transpose",
+    record_all_sizes=True,
 )
 
 
