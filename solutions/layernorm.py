@@ -66,6 +66,30 @@ def _vector(cols, rng, low, high):
     return rng.uniform(low, high, cols).astype(np.float32)
 
 
+def _adversarial_rows(size, rng):
+    """Rows random draws never produce, for the LayerNorm-like operators of this module: {label: x}."""
+    rows, cols = size
+    # Variance near eps (a spread of 1e-3 to 1e-2): sqrt(var + eps) and sqrt(var) + eps differ by
+    # up to 40% here, where random rows (variance near 1) hide the difference: eps goes inside the root.
+    spread = rng.uniform(1e-3, 1e-2, (rows, 1))
+    near_eps = rng.uniform(-1.0, 1.0, (rows, 1)) + spread * rng.standard_normal((rows, cols))
+    # Constant rows, from 0 to +-1e4: variance exactly 0 and the output exactly the bias; without
+    # eps that is 0 / 0.
+    constant = np.repeat(rng.choice([0.0, 1e-3, -1e-3, 1.5, -7.0, 100.0, -1e4, 1e4], (rows, 1)), cols, axis=1)
+    # Near-constant rows: a spread of 1e-3 around a value up to 4 (variance far below eps), where
+    # E[x^2] - E[x]^2 in float32 is rounding noise, often negative (NaN).
+    near_constant = rng.uniform(-4.0, 4.0, (rows, 1)) + 1e-3 * rng.standard_normal((rows, cols))
+    return {"variance-near-eps": near_eps.astype(np.float32), "constant-rows": constant.astype(np.float32),
+            "near-constant": near_constant.astype(np.float32)}
+
+
+def _adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    cols = size[1]
+    return [(label, (x, _vector(cols, rng, 0.5, 1.5), _vector(cols, rng, -1, 1)))
+            for label, x in _adversarial_rows(size, rng).items()]
+
+
 def _layernorm64(h, weight, bias):
     h = h.astype(np.float64)
     mean = h.mean(axis=1, keepdims=True)
@@ -120,6 +144,7 @@ op = Operator(
     validate=lambda x, weight, bias, out: _expect_matrix_and_vectors(x, [("weight", weight), ("bias", bias)], out),
     tolerance=_tolerance,
     peer=_layernorm_peer,
+    adversarial_inputs=_adversarial,
     check_sizes=[(300, 1), (300, 33), (300, 1000), (300, 4097), (200, 32768), (32768, 4096)],
     sim_sizes=[(3, 1), (5, 33), (4, 100), (2, 1000), (3, 4097)],
     bench_sizes=[(256, 1024), (4096, 1024), (4096, 4096), (32768, 1024), (32768, 4096), (4096, 32768)],
@@ -644,6 +669,22 @@ def _bias_relu_inputs(size, rng):
     return x, _vector(cols, rng, -0.5, 0.5), _vector(cols, rng, 0.5, 1.5), _vector(cols, rng, -1, 1)
 
 
+def _bias_relu_adversarial(size, rng):
+    """LayerNorm's adversarial rows with a bias that is the same in every column (so ReLU(x + bias)
+    keeps the rows' shape where they stay positive), and rows that ReLU turns to all zeros."""
+    rows, cols = size
+    out = []
+    for label, x in _adversarial_rows(size, rng).items():
+        shift = np.float32(2.0 + 1e4 * (label == "constant-rows"))  # positive rows: ReLU keeps them
+        out.append((label, (x + shift, np.full(cols, np.float32(-0.5), np.float32), _vector(cols, rng, 0.5, 1.5),
+                            _vector(cols, rng, -1, 1))))
+    # Every x + bias negative: ReLU leaves rows of zeros (variance 0; the output is the bias).
+    negative = -rng.uniform(1.0, 100.0, (rows, cols)).astype(np.float32)
+    out.append(("relu-zero-rows", (negative, _vector(cols, rng, -0.5, 0.5), _vector(cols, rng, 0.5, 1.5),
+                                   _vector(cols, rng, -1, 1))))
+    return out
+
+
 def _bias_relu_peer(size):
     torch = peers.torch()
     if torch is None:
@@ -670,6 +711,7 @@ bias_relu_layernorm_op = Operator(
         x, [("lin_bias", lb), ("weight", w), ("bias", b)], out),
     tolerance=_tolerance,
     peer=_bias_relu_peer,
+    adversarial_inputs=_bias_relu_adversarial,
     check_sizes=op.check_sizes,
     sim_sizes=[(3, 1), (9, 33), (2, 1000)],
     bench_sizes=op.bench_sizes,
@@ -797,6 +839,19 @@ def _residual_inputs(size, rng):
     return x, residual, _vector(cols, rng, 0.5, 1.5), _vector(cols, rng, -1, 1)
 
 
+def _residual_adversarial(size, rng):
+    """LayerNorm's adversarial rows, plus a residual that is constant along each row (x + residual
+    keeps their shape), and a residual that cancels x exactly (rows of zeros: the output is the bias)."""
+    rows, cols = size
+    out = []
+    for label, x in _adversarial_rows(size, rng).items():
+        residual = np.repeat(rng.uniform(-1.0, 1.0, (rows, 1)), cols, axis=1).astype(np.float32)
+        out.append((label, (x, residual, _vector(cols, rng, 0.5, 1.5), _vector(cols, rng, -1, 1))))
+    x = rng.standard_normal(size).astype(np.float32)
+    out.append(("residual-cancels-x", (x, -x, _vector(cols, rng, 0.5, 1.5), _vector(cols, rng, -1, 1))))
+    return out
+
+
 def _residual_peer(size):
     torch = peers.torch()
     if torch is None:
@@ -818,6 +873,7 @@ residual_layernorm_op = Operator(
                                       _expect_same_matrix("residual", r, x)),
     tolerance=_tolerance,
     peer=_residual_peer,
+    adversarial_inputs=_residual_adversarial,
     check_sizes=op.check_sizes,
     sim_sizes=[(3, 1), (9, 33), (2, 1000)],
     bench_sizes=op.bench_sizes,
@@ -941,6 +997,21 @@ def _rmsnorm_inputs(size, rng):
     return x, _vector(size[1], rng, 0.5, 1.5)
 
 
+def _rmsnorm_adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    rows, cols = size
+    # A root mean square near sqrt(eps): x / sqrt(ms + eps) and x / (sqrt(ms) + eps) differ by up to 40%.
+    near_eps = rng.uniform(1e-3, 1e-2, (rows, 1)) * rng.standard_normal((rows, cols))
+    # Rows of zeros among ordinary ones: the output is 0 there; without eps, 0 / 0.
+    zeros = rng.standard_normal((rows, cols))
+    zeros[::2] = 0.0
+    # Constant rows, from 1e-3 to 1e4 in magnitude: the output is +-weight / sqrt(1 + eps / x^2).
+    constant = np.repeat(rng.choice([1e-3, -1e-3, 1.5, -7.0, 100.0, -1e4, 1e4], (rows, 1)), cols, axis=1)
+    weight = _vector(cols, rng, 0.5, 1.5)
+    return [(label, (x.astype(np.float32), weight)) for label, x in
+            (("rms-near-eps", near_eps), ("zero-rows", zeros), ("constant-rows", constant))]
+
+
 def _rmsnorm_peer(size):
     torch = peers.torch()
     if torch is None or not hasattr(torch.nn.functional, "rms_norm"):
@@ -960,6 +1031,7 @@ rmsnorm_op = Operator(
     flops=lambda size: 4 * size[0] * size[1],
     validate=lambda x, w, out: _expect_matrix_and_vectors(x, [("weight", w)], out),
     peer=_rmsnorm_peer,
+    adversarial_inputs=_rmsnorm_adversarial,
     check_sizes=op.check_sizes,
     sim_sizes=[(3, 1), (9, 33), (2, 1000)],
     bench_sizes=op.bench_sizes,
