@@ -13,7 +13,7 @@ import numpy as np
 
 from . import peers
 from .check import compare, poison_like
-from .ladder import Operator, Size, Stage, as_size, size_label
+from .ladder import Operator, Size, Stage, as_size, fill_from_host, size_label, to_device, to_host
 from .results import now
 from .timing import Timing, measure, rotation_count
 
@@ -22,12 +22,10 @@ def rotating_arg_sets(inputs: tuple, out_template: np.ndarray, l2_bytes: int | N
                       max_sets: int = 64) -> list[tuple]:
     """Device copies of (inputs..., poisoned output), enough of them that cycling through the sets
     touches at least three L2 caches' worth of memory (see timing.rotation_count)."""
-    from numba import cuda
-
     host = [np.ascontiguousarray(a) for a in inputs]
     bytes_per_set = sum(a.nbytes for a in host) + out_template.nbytes
     n_sets = rotation_count(bytes_per_set, l2_bytes or 60 << 20, max_sets=max_sets)
-    return [tuple(cuda.to_device(a) for a in host) + (cuda.to_device(poison_like(out_template)),)
+    return [tuple(to_device(a) for a in host) + (to_device(poison_like(out_template)),)
             for _ in range(n_sets)]
 
 
@@ -69,7 +67,7 @@ def bench_size(op: Operator, stages: list[Stage], size, peaks: dict, rng: np.ran
 
     def check_and_time(name: str, launch: Callable, tol: float, traffic: int) -> dict | None:
         d_out = arg_sets[0][-1]
-        d_out.copy_to_device(poison_like(out_template))
+        fill_from_host(d_out, poison_like(out_template))
         returned = launch(*arg_sets[0])
         cuda.synchronize()
         # A peer with no out= (torch.nn.functional.layer_norm, ...) may allocate and return its result
@@ -77,7 +75,7 @@ def bench_size(op: Operator, stages: list[Stage], size, peaks: dict, rng: np.ran
         if getattr(launch, "returns_output", False):
             got = cuda.as_cuda_array(returned).copy_to_host()
         else:
-            got = d_out.copy_to_host()
+            got = to_host(d_out)
         result = compare(name, size, got, ref, tol)
         if not result.passed:
             failures.append(f"{name} @ {size_label(size)}: {result.message}")

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from . import device as _device
-from .ladder import Operator, Size, Stage, as_size, size_label
+from .ladder import Operator, Size, Stage, as_size, size_label, to_device, to_host
 
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
@@ -210,11 +210,11 @@ def run_once(stage: Stage, inputs: tuple, out_template: np.ndarray, launch: Call
     """Copy inputs to the device, poison the output, run, copy back. Returns (out, inputs_after)."""
     from numba import cuda
 
-    d_inputs = [cuda.to_device(np.ascontiguousarray(a)) for a in inputs]
-    d_out = cuda.to_device(poison_like(out_template))
+    d_inputs = [to_device(a) for a in inputs]
+    d_out = to_device(poison_like(out_template))
     (launch or stage)(*d_inputs, d_out)
     cuda.synchronize()
-    return d_out.copy_to_host(), [d.copy_to_host() for d in d_inputs]
+    return to_host(d_out), [to_host(d) for d in d_inputs]
 
 
 def tolerance_of(stage: Stage, size: Size) -> float:
