@@ -40,6 +40,7 @@ from workbench import device  # noqa: E402
 from workbench.check import check_stage, compare  # noqa: E402
 from workbench.launch import SharedMemoryError, set_max_dynamic_shared_memory  # noqa: E402
 from workbench.timing import measure  # noqa: E402
+from workbench.ladder import to_device, to_host  # noqa: E402
 
 from solutions import gemm, hgemm, int8_gemm  # noqa: E402
 
@@ -133,7 +134,7 @@ def headline_inputs(op, rng):
     by_row = ROW_INPUTS.get(op.name, (0,))  # the inputs with one row per output row (A; gemm's C too)
     sampled = tuple(a[rows] if i in by_row else a for i, a in enumerate(host))
     ref = np.asarray(op.reference(*sampled), np.float64)
-    return [cuda.to_device(a) for a in host], rows, ref
+    return [to_device(a) for a in host], rows, ref
 
 
 def check_headline(stage, device_inputs, rows, ref):
@@ -143,7 +144,7 @@ def check_headline(stage, device_inputs, rows, ref):
     out = cuda.device_array(op.make_output(HEADLINE).shape, op.make_output(HEADLINE).dtype)
     stage(*device_inputs, out)
     cuda.synchronize()
-    got = out.copy_to_host()[rows]
+    got = to_host(out)[rows]
     tol = stage.tolerance if stage.tolerance is not None else op.tolerance_for(HEADLINE, stage.dtype)
     r = compare(stage.key, HEADLINE, got, ref if np.issubdtype(got.dtype, np.floating) or got.dtype.kind == "V"
                 else ref.astype(np.int64), tol)
@@ -218,10 +219,10 @@ def qlinear_error():
     rows = np.sort(rng.choice(M, SAMPLED_ROWS, replace=False))
     exact = x[rows].astype(np.float64) @ W.astype(np.float64).T  # the float32 layer, in float64
     out = cuda.device_array((M, N), np.float32)
-    args = [cuda.to_device(a) for a in (x, Wq, w_scale)] + [out]
+    args = [to_device(a) for a in (x, Wq, w_scale)] + [out]
     int8_gemm.qlinear_op["fused"](*args)
     cuda.synchronize()
-    y = out.copy_to_host()[rows]
+    y = to_host(out)[rows]
     err = float(np.linalg.norm(y - exact) / np.linalg.norm(exact))
     report = {"int8_rel_err_vs_fp32": err, "sampled_rows": SAMPLED_ROWS}
     if torch is not None:
