@@ -25,13 +25,17 @@ row with the second and third from L1, eight loads in flight per thread) and ask
 2. ``packed``: loads and stores of 32-bit words, two halves each, eight words in flight per thread:
    the float32 kernel's bytes in flight with half the load instructions per element. A row of an odd
    number of columns starts in the middle of a word, so each row has a 16-bit head and tail.
+3. (softmax) ``fast_exp``: at 2 bytes an element each element gets half the instructions it had in
+   float32, and libdevice's exact expf was most of them; the hardware's approximate exp2 is accurate
+   to a thousandth of a half's rounding.
 
 numba-cuda 0.30 has no half2 type and its cuda.fp16/cuda.bf16 functions are linked C++ (opaque calls
 in the PTX until link time), so the conversions here are libdevice's and plain bit operations, which
 compile to single PTX instructions: fp16 -> float32 is ``cvt.f32.f16``, float32 -> fp16 ``cvt.rn.f16.f32``
 (round to nearest even, subnormals kept, overflow to inf); bf16 -> float32 is a 16-bit shift (a bf16
-is a float32 with its low 16 mantissa bits dropped), float32 -> bf16 rounds to nearest even with an
-integer add (four instructions: sm_90's ``cvt.rn.bf16.f32`` is not reachable from numba).
+is a float32 with its low 16 mantissa bits dropped), float32 -> bf16 rounds to nearest even with
+integer adds (five integer instructions and a select that keeps NaN a NaN: sm_90's
+``cvt.rn.bf16.f32`` is not reachable from numba).
 """
 
 import math
@@ -380,9 +384,8 @@ def exact_exp(v):
 
 @cuda.jit(device=True, inline=True)
 def fast_exp(v):
-    """e^v as 2^(v log2 e) with the hardware's approximate exp2: ``mul.f32`` and ``ex2.approx.ftz.f32``,
-    relative error about 2^-22, a thousandth of an fp16's rounding (results below 2^-126 flush to 0,
-    and so would their 16-bit rounding, but for the rare bf16 subnormal)."""
+    """e^v as 2^(v log2 e) with the hardware's approximate exp2: ``mul.f32`` and ``ex2.approx.f32``,
+    relative error about 2^-22, a thousandth of an fp16's rounding."""
     return libdevice.fast_expf(v)
 
 
@@ -448,8 +451,8 @@ def _softmax_widened_bf16(x, out):
     element is widened to float32 as it is loaded and rounded to 16 bits once, as it is stored, so
     the maximum and the sum are float32. The bytes halve, but not the instructions: each element
     still takes a load per pass, one conversion each way (fp16: cvt.f32.f16 and cvt.rn.f16.f32; bf16:
-    a shift in, four integer instructions out), and eight 2-byte loads a thread keep half as many
-    bytes in flight as the float32 kernel's eight 4-byte ones.""")
+    a shift in, five integer instructions and a NaN select out), and eight 2-byte loads a thread
+    keep half as many bytes in flight as the float32 kernel's eight 4-byte ones.""")
 def softmax_widened(x, out):
     kernel = _softmax_widened_bf16 if is_bf16(x) else _softmax_widened_f16
     kernel[x.shape[0], THREADS](bits16(x), bits16(out))

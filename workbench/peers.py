@@ -68,6 +68,19 @@ def as_torch(a):
     return cached("torch", a, make)
 
 
+def to_host(a):
+    """A device array or a torch/CuPy tensor copied to a NumPy array. torch exports no
+    __cuda_array_interface__ for bfloat16, so such a tensor comes back through its int16 bits, as an
+    ml_dtypes.bfloat16 array (what a peer that returns its bf16 result hands the bench)."""
+    from numba import cuda
+
+    if getattr(a, "dtype", None) is not None and str(a.dtype) == "torch.bfloat16":
+        import ml_dtypes
+
+        return cuda.as_cuda_array(a.view(torch().int16)).copy_to_host().view(ml_dtypes.bfloat16)
+    return (a if hasattr(a, "copy_to_host") else cuda.as_cuda_array(a)).copy_to_host()
+
+
 def as_cupy(a):
     return cached("cupy", a, lambda a: cupy().asarray(a))
 
