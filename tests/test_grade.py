@@ -54,6 +54,8 @@ def grade_planted(path: Path):
         return grade(want["stage"], str(path), sizes=[(5,)], timeout=QUICK_TIMEOUT, jobs=1)
     if want.get("reason") == "crash":  # the whole op: the file's other stage must still be graded
         return grade(want["stage"].split(".")[0], str(path), quick=True, jobs=1)
+    if "sizes" in want:  # a bug that needs a size past the quick ones
+        return grade(want["stage"], str(path), sizes=[tuple(s) for s in want["sizes"]], jobs=1)
     return grade(want["stage"], str(path), quick=True, jobs=1)
 
 
@@ -78,7 +80,8 @@ def test_catalog_covers_the_classic_bugs_and_the_cheats():
         reasons |= set(want) if isinstance(want, list) else {want}
     for reason in ("nan", "out-of-bounds", "unwritten", "all-zeros", "uninitialised", "wrong-values",
                    "no-kernel-launch", "input-modified", "launch-limit", "timeout", "crash", "answer-key",
-                   "exec", "exited", "channel", "stale", "host-copy", "process", "background-process", "wrote-file"):
+                   "exec", "exited", "channel", "stale", "host-copy", "process", "background-process", "wrote-file",
+                   "race"):
         assert reason in reasons, reason
     assert len(PLANTED) >= 25 and len(CORRECT) >= 2
 
@@ -187,6 +190,24 @@ def test_missing_stage_and_broken_file_are_reported(tmp_path):
         (stage,) = grade("histogram.global_atomics", str(path), sizes=[(5,)], jobs=1).stages
         assert stage.status == "failed" and stage.cases[0].reason == reason, stage.cases[0].message
         assert path.name in stage.cases[0].message and says in stage.cases[0].message, stage.cases[0].message
+
+
+def test_a_launch_too_big_for_the_simulator_needs_a_gpu_and_is_not_a_wrong_answer(tmp_path):
+    """A persistent grid sized for a real H200 (132 SMs x 32 blocks) is more threads than the simulator
+    runs in a case's time: refused up front, "needs a GPU", with what to do; not failed, not a hang."""
+    mine = tmp_path / "persistent.py"
+    mine.write_text(
+        "from numba import cuda, int32\n\n\n"
+        "@cuda.jit\n"
+        "def _count(x, out):\n"
+        "    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):\n"
+        "        cuda.atomic.add(out, x[i], int32(1))\n\n\n"
+        "def global_atomics(x, out):\n"
+        "    _count[132 * 32, 256](x, out)  # (and never zeroes out: not what this test is about)\n")
+    report = grade("histogram.global_atomics", str(mine), sizes=[(100,)], jobs=1)
+    (stage,) = report.stages
+    assert stage.status == "skipped" and not report.graded, report.text()
+    assert "needs a GPU" in report.summary() and "grid-stride" in report.summary()
 
 
 def test_a_stage_the_simulator_cannot_run_is_skipped_and_counted_apart():

@@ -23,7 +23,7 @@ from .stages import Listener, Submission, grade_stage, stage_verdict
 from .supervisor import CallReply, WorkerSession
 from .submission import describe_launcher
 from .targets import answer_key_code, display_path, grade_sizes, submission_path, targets
-from .watch import refusal_facts, run_watched
+from .watch import refusal_facts, run_watched, simulated_device, threads_in
 
 TIMEOUT_SIM_S = 300.0  # per case, in the simulator: generous, it is slow
 TIMEOUT_GPU_S = 60.0
@@ -83,6 +83,12 @@ def grade(target: str | None = None, impl: str = "exercises", *, sizes=None, qui
     return report
 
 
+def _max_threads(timeout: float) -> int | None:
+    """In the simulator, the CUDA threads a call may launch in all: what runs in about the case's
+    timeout (more is refused up front as "needs a GPU", rather than left to time out)."""
+    return threads_in(timeout) if _device.is_simulator() else None
+
+
 def _answer_key_dirs() -> list[str]:
     import solutions
 
@@ -104,7 +110,7 @@ def _grade_file(path: Path, stages: list, impl: str, *, sizes, quick, seed, time
         build = ": run `workbench exercises build`" if impl == "exercises" else ""
         return [stage_verdict(s, FAILED, "missing", f"{shown} does not exist{build}", file=shown) for s in stages]
     job = {"type": "job", "submission": str(path.resolve()), "guard_answer_key": not is_key,
-           "answer_key_dirs": key_dirs, "sm_count": SIM_SM_COUNT}
+           "answer_key_dirs": key_dirs, "sm_count": SIM_SM_COUNT, "max_threads": _max_threads(timeout)}
     session = WorkerSession(job, timeout)
     grades = []
     try:
@@ -137,7 +143,7 @@ class InProcessSession:
         return {"ok": True, "functions": describe_launcher(self.launcher)}
 
     def call(self, stage: str, case_id: int, inputs: tuple, out: np.ndarray) -> CallReply:
-        outcome = run_watched(self.launcher, inputs, out, Guard(), self.file)
+        outcome = run_watched(self.launcher, inputs, out, Guard(), self.file, _max_threads(TIMEOUT_SIM_S))
         return CallReply(outcome.error, outcome.launches, refusal_facts(outcome.refusals), outcome.seconds,
                          outcome.out, outcome.inputs_after)
 
@@ -173,8 +179,9 @@ def grade_function(op_stage: str, launcher: Callable, *, sizes=None, quick: bool
     submission = Submission(file, display_path(file), answer_key_code(stage.op), own_file_only=False)
     t0 = time.perf_counter()
     cases = plan(stage.op, sizes or grade_sizes(stage.op, mode, quick), seed)
-    grade = grade_stage(stage, InProcessSession(launcher, file), cases, submission, seed=seed, speed=speed,
-                        listener=Listener())
+    with simulated_device(SIM_SM_COUNT):
+        grade = grade_stage(stage, InProcessSession(launcher, file), cases, submission, seed=seed, speed=speed,
+                            listener=Listener())
     report.stages.append(grade)
     report.seconds = time.perf_counter() - t0
     if show:

@@ -22,10 +22,10 @@ ADVICE = {
     "launch-limit": ("the launch was refused: a block may have at most 1024 threads (x*y*z) and 48 KiB of "
                      "static shared memory; launch more blocks instead"),
     "warp-sync": "a warp intrinsic was called by only part of the lanes in its mask (a shuffle inside a branch?)",
-    "race": ("threads of different blocks read and wrote the same global memory without atomics or an order "
-             "between them: on a GPU blocks run at the same time, so one block's write can be lost or read "
-             "half-done. Use cuda.atomic.* for shared counters and totals, or give each block its own output "
-             "and combine them in a second kernel"),
+    "race": ("two threads used the same memory, at least one writing, with nothing ordering them: within a "
+             "block, put a cuda.syncthreads() between the write and the other thread's read; across blocks "
+             "(which run at the same time on a GPU), use cuda.atomic.* for shared counters and totals, or give "
+             "each block its own output and combine them in a second kernel"),
     "unwritten": ("some output elements were never written: does every output element get a thread (or a "
                   "loop iteration)? Check the grid size and the loop bounds. (Or the output was accumulated "
                   "into without being zeroed first: it starts as garbage)"),

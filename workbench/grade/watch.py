@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -88,9 +88,11 @@ def _poisoned(allocate: Callable) -> Callable:
     return allocate_poisoned
 
 
-def run_watched(launch: Callable, inputs: tuple, out: np.ndarray, guard: Guard,
-                submission_file: str | None) -> CallOutcome:
-    """Run ``launch(*inputs, out)`` on device copies (``out`` arrives poisoned) and report the facts."""
+def run_watched(launch: Callable, inputs: tuple, out: np.ndarray, guard: Guard, submission_file: str | None,
+                max_threads: int | None = None) -> CallOutcome:
+    """Run ``launch(*inputs, out)`` on device copies (``out`` arrives poisoned) and report the facts.
+    In the simulator, launches past ``max_threads`` CUDA threads in all are refused (too slow to run:
+    "needs a GPU", never a hang)."""
     from numba import cuda
 
     d_inputs = [cuda.to_device(np.ascontiguousarray(a)) for a in inputs]
@@ -101,7 +103,7 @@ def run_watched(launch: Callable, inputs: tuple, out: np.ndarray, guard: Guard,
     t0 = time.perf_counter()
     watch = Watch()
     try:
-        with guard.call(d_out), watch:
+        with guard.call(d_out), watch, _thread_budget(max_threads):
             launch(*d_inputs, d_out)
             cuda.synchronize()
     except BaseException as exc:  # the learner's code: SystemExit and all, reported, never raised here
@@ -117,16 +119,38 @@ def run_watched(launch: Callable, inputs: tuple, out: np.ndarray, guard: Guard,
     return outcome
 
 
+def simulated_device(sm_count: int | None):
+    """In the simulator, a device with ``sm_count`` multiprocessors (a context manager), so that grids
+    sized from the SM count are small and a missing grid-stride loop shows at small sizes."""
+    if not sm_count or not _device.is_simulator():
+        return nullcontext()
+    from ..simulator import simulated_sm_count
+
+    return simulated_sm_count(sm_count)
+
+
+def threads_in(seconds: float) -> int:
+    """About how many CUDA threads the simulator runs in ``seconds``."""
+    from ..simulator import estimated_seconds
+
+    return int(seconds / estimated_seconds(1))
+
+
+def _thread_budget(max_threads: int | None):
+    if max_threads is None or not _device.is_simulator():
+        return nullcontext()
+    from ..simulator import thread_budget
+
+    return thread_budget(max_threads)
+
+
 # -- what the exception says -------------------------------------------------------------------------
-
-def _is(exc: BaseException, *names: str) -> bool:
-    """Is exc an instance of a class of one of these names (the simulator's own error classes)?"""
-    return any(k.__name__ in names for k in type(exc).__mro__)
-
 
 def classify(exc: BaseException, submission_file: str | None) -> dict:
     """{"reason", "message"} for an exception a submission raised, naming the line of the submission
     where it happened."""
+    from ..simulator import LaunchLimitError, NeedsGPU, RaceError, WarpSyncError
+
     name = type(exc).__name__
     text = str(exc).strip()
     first = text.splitlines()[0] if text else ""
@@ -135,15 +159,15 @@ def classify(exc: BaseException, submission_file: str | None) -> dict:
         return {"reason": "exited", "message": f"the stage called exit({exc.code!r}){where}"}
     if isinstance(exc, HostAccessRefused):
         return {"reason": "host-copy", "message": f"{first}{where}"}
-    if _is(exc, "NeedsGPU"):
-        return {"reason": "needs-gpu", "message": f"{first}{where}"}
-    if _is(exc, "RaceError"):
-        return {"reason": "race", "message": f"race between blocks{where}: {text[:1500]}"}
+    if isinstance(exc, NeedsGPU):
+        return {"reason": "needs-gpu", "message": f"{text}{where}"}
+    if isinstance(exc, RaceError):
+        return {"reason": "race", "message": f"a data race{where}: {text[:1500]}"}
     if isinstance(exc, IndexError):
         return {"reason": "out-of-bounds", "message": f"out-of-bounds access{where}: {first}. Missing bounds check?"}
-    if _is(exc, "LaunchLimitError"):
+    if isinstance(exc, LaunchLimitError):
         return {"reason": "launch-limit", "message": f"launch refused{where}: {first}"}
-    if _is(exc, "WarpSyncError"):
+    if isinstance(exc, WarpSyncError):
         return {"reason": "warp-sync", "message": f"{name}{where}: {text}"}
     if type(exc).__module__.startswith("numba") and ".errors" in type(exc).__module__:
         return {"reason": "compile-error", "message": f"{name}{where}: {text[:1500]}"}

@@ -24,7 +24,7 @@ from ..ladder import clear_scratch
 from .channel import Channel
 from .guards import Guard
 from .submission import describe_launcher, find_launch, load_file
-from .watch import classify, import_error_text, refusal_facts, run_watched
+from .watch import classify, import_error_text, refusal_facts, run_watched, simulated_device
 
 
 def _private_channel(fd: int) -> Channel:
@@ -33,17 +33,6 @@ def _private_channel(fd: int) -> Channel:
     os.dup2(fd, high, inheritable=False)
     os.close(fd)
     return Channel(socket.socket(fileno=high))
-
-
-def _use_few_multiprocessors(count: int | None) -> None:
-    """In the simulator, pretend the device has ``count`` SMs, so that grids sized from the SM count
-    are small and a missing grid-stride loop shows at small sizes."""
-    if not count or not _device.is_simulator():
-        return
-    from .. import simulator
-
-    if hasattr(simulator, "simulated_sm_count"):
-        simulator.simulated_sm_count(count)
 
 
 class Worker:
@@ -56,7 +45,10 @@ class Worker:
 
     def serve(self) -> int:
         self.guard.install()
-        _use_few_multiprocessors(self.job.get("sm_count"))
+        with simulated_device(self.job.get("sm_count")):
+            return self._serve()
+
+    def _serve(self) -> int:
         self.channel.send(self.load())
         while True:
             header, arrays = self.channel.receive()
@@ -97,7 +89,8 @@ class Worker:
 
     def call(self, header: dict, arrays: list) -> tuple[dict, list]:
         launch = self.launches[header["stage"]]
-        outcome = run_watched(launch, tuple(arrays[:-1]), arrays[-1], self.guard, self.job["submission"])
+        outcome = run_watched(launch, tuple(arrays[:-1]), arrays[-1], self.guard, self.job["submission"],
+                              self.job.get("max_threads"))
         reply = {"type": "called", "id": header["id"], "error": outcome.error, "launches": outcome.launches,
                  "refusals": refusal_facts(outcome.refusals), "seconds": outcome.seconds}
         return reply, ([outcome.out, *outcome.inputs_after] if outcome.error is None else [])
