@@ -135,8 +135,8 @@ def collect_unrunnable(stage) -> tuple[list[tuple[str, str, tuple]], list[str]]:
             except Exception as exc:  # expected: the kernel reaches what only a GPU has; the launch is recorded
                 why = f"{type(exc).__name__}: {str(exc).strip()[:300]}"
         if not launches and why:
-            notes.append(f"at size {size_label(size)} the launcher failed in the simulator before launching a "
-                         f"kernel ({why}): the kernel it picks there was not compiled")
+            notes.append(f"at size {size_label(size)} the launcher could not run in the simulator ({why}): a kernel "
+                         "it would launch only at such sizes is not compiled here")
         found += launches
     if not found:
         raise CollectError("its launcher launched no kernel in the simulator" + (f"; {notes[-1]}" if notes else ""))
