@@ -660,7 +660,10 @@ def _async_copy_floats(A, B, C, alpha_beta, out):
 
 
 def _aligned16(a) -> bool:
-    return a.__cuda_array_interface__["data"][0] % 16 == 0
+    # A device array exports its address through __cuda_array_interface__; the simulator's arrays are
+    # host arrays and export __array_interface__ instead.
+    interface = getattr(a, "__cuda_array_interface__", None) or a.__array_interface__
+    return interface["data"][0] % 16 == 0
 
 
 @op.stage("async_copy", """

@@ -42,9 +42,6 @@ def size_arg(text: str) -> tuple:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-_parse_size = size_arg  # TRANSITION(issue 9): the old grade.py imports this; removed once workbench/grade/ lands
-
-
 def _sizes_for(op, given) -> list | None:
     """The sizes a person gave, checked against ``op`` before anything runs (None: the defaults)."""
     if not given:
@@ -362,14 +359,18 @@ def cmd_ptx(args) -> int:
     table = Table(title_justify="left")
     for col in ("stage", "kernel", "registers", "spill B", "smem B", "result"):
         table.add_column(col)
+    verdicts = {"ok": "[green]ok[/]", "failed": "[red]FAIL[/]", "skipped": "[yellow]skipped[/]"}
     for r in reports:
         table.add_row(r.stage, r.kernel.rsplit(".", 1)[-1], _fmt(r.registers, "d"), _fmt(r.spill_bytes, "d"),
-                      _fmt(r.shared_bytes, "d"), "[green]ok[/]" if r.ok else f"[red]FAIL[/] {r.message}")
+                      _fmt(r.shared_bytes, "d"), verdicts[r.status] + (f" {r.message}" if r.message else ""))
     console.print(table)
     if not reports:
         err.print(f"[red]no kernel of {args.target} was compiled[/]")
         return 1
-    return 0 if all(r.ok for r in reports) else 1
+    failed = sum(r.failed for r in reports)
+    if failed:
+        err.print(f"[red]{failed} kernel(s) failed[/]")
+    return 1 if failed else 0
 
 
 # -- doctor --------------------------------------------------------------------------------------
@@ -484,18 +485,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .grade.cli import add_cli as add_grade_cli  # `workbench grade ...`
 
     add_grade_cli(sub)
-    # TRANSITION(issue 9): the rooms are moving into workbench/generate/; until both have moved, hook
-    # whichever module exists. Removed once the move lands.
-    try:
-        from .generate.exercises import add_cli as add_exercises_cli  # `workbench exercises build|check|reset`
-    except ImportError:
-        add_exercises_cli = None
-    if add_exercises_cli is not None and "exercises" not in sub.choices:
-        add_exercises_cli(sub)
-    try:
-        from .generate.notebooks import add_cli as add_notebooks_cli  # `workbench notebooks build|check`
-    except ImportError:
-        from .notebook import add_cli as add_notebooks_cli
+    from .generate.exercises import add_cli as add_exercises_cli  # `workbench exercises build|check|reset`
+
+    add_exercises_cli(sub)
+
+    from .generate.notebooks import add_cli as add_notebooks_cli  # `workbench notebooks build|check`
+
     add_notebooks_cli(sub)
     return p
 
