@@ -40,4 +40,4 @@ def _tree(x, out):
 
 def shared_tree(x, out):
     _zero[1, 1](out)
-    _tree[blocks_for(x.size, THREADS * 4), THREADS](x, out)
+    _tree[blocks_for(x.size, THREADS), THREADS](x, out)
