@@ -7,7 +7,8 @@ sides: it is prose that every stage rewrites, and the notebook prints it just ab
 as plain text, as coloured text for a terminal (``workbench diff softmax.ilp``), and as HTML with
 added and removed lines marked (each notebook section shows it under the stage's paragraph).
 
-The HTML is meant to read in two places: JupyterLab keeps its inline colours; GitHub's notebook view
+The HTML is meant to read in two places: JupyterLab keeps its inline colours (plain CSS properties,
+which its sanitizer lets through in untrusted notebooks too); GitHub's notebook view
 strips inline styles, so the lines sit in a ``<pre>`` (indentation and a fixed-width font survive) and
 added/removed lines are ``<ins>``/``<del>`` elements, which GitHub still shows underlined and struck
 through. Every line also keeps its ``+``/``-`` sign, so the diff reads even as plain text.
@@ -126,14 +127,14 @@ def as_rich(d: StageDiff):
 
 # Each line kind: the element that marks it (styles stripped, it still shows) and its inline style.
 _HTML_LINE = {
-    "+": ("ins", "background:#dafbe1;color:#116329;text-decoration:none"),
-    "-": ("del", "background:#ffebe9;color:#82071e;text-decoration:none"),
-    "@": ("span", "color:#0969da;background:#ddf4ff"),
+    "+": ("ins", "background-color:#dafbe1;color:#116329;text-decoration:none"),
+    "-": ("del", "background-color:#ffebe9;color:#82071e;text-decoration:none"),
+    "@": ("span", "color:#0969da;background-color:#ddf4ff"),
     " ": ("span", "color:#1f2328"),
 }
 _HTML_BLOCK = ("font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px;"
                "line-height:1.4;border:1px solid #d0d7de;border-radius:6px;padding:6px 8px;margin:4px 0;"
-               "overflow-x:auto;background:#ffffff;color:#1f2328")
+               "overflow-x:auto;background-color:#ffffff;color:#1f2328")
 
 
 def as_html(d: StageDiff) -> str:
