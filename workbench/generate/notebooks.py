@@ -617,8 +617,9 @@ def select(notebooks: dict, only: list[str] | None) -> dict:
         hits = [name for name in notebooks
                 if want in (name, name.removesuffix(".ipynb"), name.split("_", 1)[-1].removesuffix(".ipynb"))]
         if not hits:
+            extra = ", ".join(name.removesuffix(".ipynb") for name in (START_HERE, GRADE_YOURSELF, COMPARE_ALL))
             raise UnknownNotebook(f"no notebook for {want!r}: --only takes an operator "
-                                  f"({', '.join(registry.load_operators())}) or a file name ({', '.join(notebooks)})")
+                                  f"({', '.join(registry.load_operators())}), {extra}, or a file name")
         picked.update((name, notebooks[name]) for name in hits)
     return {name: nb for name, nb in notebooks.items() if name in picked}
 
