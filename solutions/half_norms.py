@@ -11,9 +11,10 @@ Why float32 inside (where accuracy goes): a 16-bit sum stops growing. fp16 has 1
 so past 2048 its spacing is 2 and adding 1 does nothing: summing 4096 ones in fp16 gives 2048, and the
 softmax of a constant row of 4096 comes out 1/2048, twice too large (the same sum in bf16 stops at
 256). Squares overflow: LayerNorm's variance of values near 300 needs 300^2 = 90000, past fp16's
-65504, so an fp16 sum of squares is inf. float32 statistics cost nothing here (the kernels are bound
-by memory, not arithmetic) and are exact to about 1e-7, far below the 16-bit rounding of the output
-(4.9e-4 relative for fp16, 3.9e-3 for bf16), which is where the error of a correct kernel comes from.
+65504, so an fp16 sum of squares is inf. float32 statistics cost no memory traffic (a float32 add is
+as fast as an fp16 one; what float32 costs is a conversion each way) and are exact to about 1e-7,
+far below the 16-bit rounding of the output (4.9e-4 relative for fp16, 3.9e-3 for bf16), which is
+where the error of a correct kernel comes from.
 ``tests/test_low_precision.py`` checks these numbers.
 
 The ladders start where the float32 ladders ended (a block of 256 threads per row, three reads of the
@@ -31,7 +32,7 @@ row with the second and third from L1, eight loads in flight per thread) and ask
 
 numba-cuda 0.30 has no half2 type and its cuda.fp16/cuda.bf16 functions are linked C++ (opaque calls
 in the PTX until link time), so the conversions here are libdevice's and plain bit operations, which
-compile to single PTX instructions: fp16 -> float32 is ``cvt.f32.f16``, float32 -> fp16 ``cvt.rn.f16.f32``
+compile to a few PTX instructions: fp16 -> float32 is ``cvt.f32.f16``, float32 -> fp16 ``cvt.rn.f16.f32``
 (round to nearest even, subnormals kept, overflow to inf); bf16 -> float32 is a 16-bit shift (a bf16
 is a float32 with its low 16 mantissa bits dropped), float32 -> bf16 rounds to nearest even with
 integer adds (five integer instructions and a select that keeps NaN a NaN: sm_90's
