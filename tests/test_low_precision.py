@@ -266,3 +266,23 @@ def test_widening_on_the_gpu_is_exact_for_every_pattern(fmt, widen):
     widen_all[256, 256](d)
     got, want = d.copy_to_host(), np.arange(1 << 16, dtype=np.uint16).view(fmt).astype(np.float32)
     assert ((got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt, narrow", [(F16, half_norms.float_to_f16), (BF16, half_norms.float_to_bf16)],
+                         ids=["fp16", "bf16"])
+def test_narrowing_on_the_gpu_rounds_to_nearest_even(fmt, narrow):
+    @cuda.jit
+    def narrow_all(values, out):
+        i = cuda.grid(1)
+        if i < values.size:
+            out[i] = narrow(values[i])
+
+    values = _float32_samples()
+    d = cuda.device_array(values.size, np.uint32)
+    narrow_all[(values.size + 255) // 256, 256](cuda.to_device(values), d)
+    got = d.copy_to_host().astype(np.uint16)
+    with np.errstate(over="ignore"):
+        want = values.astype(fmt).view(np.uint16)
+    nan = np.isnan(values)
+    assert (got[~nan] == want[~nan]).all() and np.isnan(got[nan].view(fmt).astype(np.float32)).all()
