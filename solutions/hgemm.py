@@ -46,13 +46,15 @@ mma.sync kernels reach about 60-70% of cuBLAS fp16 on an H100/H200 (cuBLAS 661 T
 H200); this ladder aims at 50-60%.
 """
 
+from dataclasses import dataclass
+
 import numpy as np
-from numba import cuda, float32, uint16, uint32, uint64
+from numba import cuda, float32, int32, uint16, uint32, uint64
 
 from workbench import device as _device
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
-from workbench.launch import set_max_dynamic_shared_memory
+from workbench.launch import SM90_OPTIN_LIMIT, STATIC_LIMIT, set_max_dynamic_shared_memory
 
 from solutions._ptx import (cp_async_chunk16, cp_async_commit, cp_async_wait_pending, ldmatrix_x4,
                             ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2)
@@ -249,8 +251,12 @@ def cuda_core(A, B, out):
 
 # == the tensor-core stages ============================================================================
 #
-# Block tile BM x BN, K-step BK = 32 halves, 8 warps as 2 (rows) x 4 (columns). Warp w owns rows
-# wr .. wr + 63 (4 m16 tiles) and columns wc .. wc + WN - 1 (WN / 8 n8 tiles) of the block tile.
+# Every stage from 2 on is one kernel source, ``_tensor_core_gemm``, compiled with different constants:
+# a block tile BM x BN, a K-step BK, warp tiles WM x WN (the block's (BM / WM) x (BN / WN) warps), a ring
+# of STAGES tile buffers, and two switches (fragments by ldmatrix or element by element; swizzled tiles
+# or not). :func:`build_kernel` makes a kernel from a :class:`Geometry` and the switches: numba treats
+# the variables a kernel closes over as compile-time constants, so every loop over tiles has a constant
+# trip count, is unrolled, and the accumulators stay in registers.
 #
 # Fragments (PTX ISA "Matrix Fragments for mma.m16n8k16", f16/bf16; solutions/_ptx.py writes them out
 # as functions, tests/test_hgemm.py checks these kernels against them). Lane l, g = l // 4, q = l % 4:
@@ -263,15 +269,57 @@ def cuda_core(A, B, out):
 # they are (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15): b0, b1 of n8 tile n0 and
 # b0, b1 of tile n0 + 8, and lane l addresses row k0 + l % 16, column n0 + 8 (l // 16). Same formula.
 
-BM, BK = 128, 32
-THREADS = 256
-A_CHUNKS = BK // 8  # 16-byte chunks per A tile row: 4
-A_TILE_BYTES = BM * BK * 2  # 8 KiB
 
+@dataclass(frozen=True)
+class Geometry:
+    """The constants one tensor-core kernel is compiled with (``scripts/gpu_hgemm_sweep.py`` times many)."""
 
-def tile_bytes(bn):
-    """Bytes of one pipeline stage: an A tile (BM x BK) and a B tile (BK x bn) of halves."""
-    return A_TILE_BYTES + BK * bn * 2
+    bm: int = 128  # block tile: rows of out
+    bn: int = 128  # block tile: columns of out
+    bk: int = 32  # K-step in halves: 32 (A tile rows of 64 bytes) or 64 (128 bytes)
+    wm: int = 64  # warp tile rows: wm / 16 m16 tiles
+    wn: int = 32  # warp tile columns: wn / 8 n8 tiles (a multiple of 16: one ldmatrix.x4.trans loads two)
+    stages: int = 2  # K-steps of tiles in the cp.async ring
+    min_blocks: int = 2  # launch_bounds: blocks per SM the register budget must leave room for
+    raster: int = 1  # tile rows one group of blocks walks together (1: the grid row by row); see block_tile
+
+    @property
+    def threads(self) -> int:
+        return 32 * (self.bm // self.wm) * (self.bn // self.wn)
+
+    @property
+    def step_bytes(self) -> int:
+        """One ring buffer: an A tile (bm x bk) and a B tile (bk x bn) of 16-bit elements."""
+        return 2 * (self.bm * self.bk + self.bk * self.bn)
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.stages * self.step_bytes
+
+    def problems(self) -> list:
+        """What makes this geometry impossible (an empty list: none)."""
+        found = []
+        if self.bm % self.wm or self.bn % self.wn:
+            found.append(f"the warp tile {self.wm}x{self.wn} must divide the block tile {self.bm}x{self.bn}")
+        if self.wm % 16 or self.wn % 16:
+            found.append(f"warp tile sides must be multiples of 16 (got {self.wm}x{self.wn})")
+        if self.bk not in (32, 64):
+            found.append(f"bk must be 32 or 64 (the swizzle patterns are for 64- and 128-byte rows), got {self.bk}")
+        if self.bn % 64:
+            found.append(f"bn must be a multiple of 64 (B tile rows of whole 128-byte lines), got {self.bn}")
+        if not 32 <= self.threads <= 1024:
+            found.append(f"{self.threads} threads per block (1 to 32 warps allowed)")
+        if not 2 <= self.stages <= 8:
+            found.append(f"stages must be 2 to 8 (cp.async.wait_group takes 0 to 6), got {self.stages}")
+        if self.smem_bytes > SM90_OPTIN_LIMIT:
+            found.append(f"{self.smem_bytes} bytes of shared memory, past the {SM90_OPTIN_LIMIT} an sm_90 block may have")
+        if self.min_blocks < 1 or self.raster < 1:
+            found.append("min_blocks and raster must be at least 1")
+        return found
+
+    def label(self) -> str:
+        return (f"{self.bm}x{self.bn}x{self.bk} warp {self.wm}x{self.wn} {self.threads}t {self.stages}st "
+                f"{self.smem_bytes // 1024}KiB lb{self.min_blocks} r{self.raster}")
 
 
 @cuda.jit(device=True, inline=True)
@@ -295,42 +343,64 @@ def element_offset(row, col, chunks_per_row, swizzle):
 
 
 @cuda.jit(device=True, inline=True)
-def _issue_copies(A, B, smem, a_at, b_at, row0, col0, k0, t, bn, vec, swizzle):
-    """Start copying K-step k0's A tile (BM x BK) to byte offset a_at of smem, and B's (BK x bn) to b_at.
+def block_tile(block, tiles_m, tiles_n, raster):
+    """(tile row, tile column) of out computed by the ``block``-th block of a 1-D grid.
+
+    raster = 1: row after row. raster = G: the tile rows in groups of G, each group walked column by
+    column. The ~130 blocks running at once then cover a G-row band of out: they share G panels of A
+    and about 130 / G panels of B, which stay in L2, where row after row they would stream all of B
+    from memory for every tile row."""
+    per_group = raster * tiles_n
+    first_row = (block // per_group) * raster
+    rows = min(tiles_m - first_row, raster)  # the last group may have fewer rows
+    within = block % per_group
+    return first_row + within % rows, within // rows
+
+
+@cuda.jit(device=True, inline=True)
+def _issue_copies(A, B, smem, a_at, b_at, row0, col0, k0, t, threads, bm, bn, bk, vec, swizzle):
+    """Start copying K-step k0's A tile (bm x bk) to byte offset a_at of smem, and B's (bk x bn) to b_at.
     vec (K and N multiples of 8, 16-byte aligned bases): cp.async, 16 bytes (8 halves) a chunk,
     zero-filled outside the matrices, landing later. Otherwise plain 16-bit loads and stores, now."""
     M, K = A.shape
     N = B.shape[1]
+    a_chunks = bk // 8
     b_chunks = bn // 8
     if vec:
         base = smem.ctypes.data
-        for j in range(BM * A_CHUNKS // THREADS):  # 2 chunks of A per thread
-            c = t + j * THREADS
-            r = c // A_CHUNKS
-            kc = c % A_CHUNKS
-            inside = row0 + r < M and k0 + kc * 8 < K
-            src = A.ctypes.data + uint64(((row0 + r) * K + k0 + kc * 8) * 2) if inside else A.ctypes.data
-            cp_async_chunk16(base + uint64(a_at + chunk_offset(r, kc, A_CHUNKS, swizzle)), src, 16 if inside else 0)
-        for j in range(BK * b_chunks // THREADS):  # 2 (bn = 128) or 4 (bn = 256) chunks of B per thread
-            c = t + j * THREADS
-            k = c // b_chunks
-            nc = c % b_chunks
-            inside = k0 + k < K and col0 + nc * 8 < N
-            src = B.ctypes.data + uint64(((k0 + k) * N + col0 + nc * 8) * 2) if inside else B.ctypes.data
-            cp_async_chunk16(base + uint64(b_at + chunk_offset(k, nc, b_chunks, swizzle)), src, 16 if inside else 0)
+        for j in range((bm * a_chunks + threads - 1) // threads):  # chunks of A per thread
+            c = t + j * threads
+            if (bm * a_chunks) % threads == 0 or c < bm * a_chunks:  # the test folds away when it divides
+                r = c // a_chunks
+                kc = c % a_chunks
+                inside = row0 + r < M and k0 + kc * 8 < K
+                src = A.ctypes.data + uint64(((row0 + r) * K + k0 + kc * 8) * 2) if inside else A.ctypes.data
+                cp_async_chunk16(base + uint64(a_at + chunk_offset(r, kc, a_chunks, swizzle)), src,
+                                 16 if inside else 0)
+        for j in range((bk * b_chunks + threads - 1) // threads):  # chunks of B per thread
+            c = t + j * threads
+            if (bk * b_chunks) % threads == 0 or c < bk * b_chunks:
+                k = c // b_chunks
+                nc = c % b_chunks
+                inside = k0 + k < K and col0 + nc * 8 < N
+                src = B.ctypes.data + uint64(((k0 + k) * N + col0 + nc * 8) * 2) if inside else B.ctypes.data
+                cp_async_chunk16(base + uint64(b_at + chunk_offset(k, nc, b_chunks, swizzle)), src,
+                                 16 if inside else 0)
     else:
-        for j in range(BM * BK // THREADS):
-            e = t + j * THREADS
-            r = e // BK
-            c = e % BK
-            v = A[row0 + r, k0 + c] if row0 + r < M and k0 + c < K else uint16(0)
-            smem[(a_at + element_offset(r, c, A_CHUNKS, swizzle)) // 2] = v
-        for j in range(BK * bn // THREADS):
-            e = t + j * THREADS
-            k = e // bn
-            c = e % bn
-            v = B[k0 + k, col0 + c] if k0 + k < K and col0 + c < N else uint16(0)
-            smem[(b_at + element_offset(k, c, b_chunks, swizzle)) // 2] = v
+        for j in range((bm * bk + threads - 1) // threads):
+            e = t + j * threads
+            if e < bm * bk:
+                r = e // bk
+                c = e % bk
+                v = A[row0 + r, k0 + c] if row0 + r < M and k0 + c < K else uint16(0)
+                smem[(a_at + element_offset(r, c, a_chunks, swizzle)) // 2] = v
+        for j in range((bk * bn + threads - 1) // threads):
+            e = t + j * threads
+            if e < bk * bn:
+                k = e // bn
+                c = e % bn
+                v = B[k0 + k, col0 + c] if k0 + k < K and col0 + c < N else uint16(0)
+                smem[(b_at + element_offset(k, c, b_chunks, swizzle)) // 2] = v
 
 
 @cuda.jit(device=True, inline=True)
@@ -340,15 +410,15 @@ def _pair(smem, at):
 
 
 @cuda.jit(device=True, inline=True)
-def _fragments_by_element(smem, a_at, b_at, kk, wr, wc, lane, nt, bn, swizzle, a, b):
+def _fragments_by_element(smem, a_at, b_at, kk, wr, wc, lane, mt, nt, bk, bn, swizzle, a, b):
     """This lane's fragments for k = kk .. kk + 15 of the warp tile, assembled 16 bits at a time."""
     g = lane // 4
     q = lane % 4
-    for i in range(4):  # m16 tiles
+    for i in range(mt):  # m16 tiles
         for r in range(4):
             row = wr + 16 * i + g + 8 * (r % 2)
             k = kk + 2 * q + 8 * (r // 2)
-            a[4 * i + r] = _pair(smem, a_at + element_offset(row, k, A_CHUNKS, swizzle))
+            a[4 * i + r] = _pair(smem, a_at + element_offset(row, k, bk // 8, swizzle))
     for j in range(nt):  # n8 tiles: k and k + 1 are in different rows of B's tile
         for r in range(2):
             k = kk + 2 * q + 8 * r
@@ -359,32 +429,44 @@ def _fragments_by_element(smem, a_at, b_at, kk, wr, wc, lane, nt, bn, swizzle, a
 
 
 @cuda.jit(device=True, inline=True)
-def _fragments_by_ldmatrix(smem, a_at, b_at, kk, wr, wc, lane, nt, bn, swizzle, a, b):
-    """This lane's fragments for k = kk .. kk + 15: one ldmatrix.x4 per m16 tile of A, one
-    ldmatrix.x4.trans per two n8 tiles of B (the lane addressing is in the comment above)."""
-    base = smem.ctypes.data
+def _ldmatrix_lane_offsets(a_lane, b_lane, wr, wc, lane, bk, bn, wn, swizzle):
+    """Where this lane's ldmatrix rows are in a ring buffer's tiles, computed once per kernel, outside
+    the K loop (byte offsets; the lane addressing is in the comment above):
+    a_lane[s]: the warp's m16 tile 0 at k16 step s. Tile i is 16 i rows further down, 32 i bk bytes:
+    the swizzle depends on row % 8 or (row // 2) % 4, which adding 16 rows does not change.
+    b_lane[p]: n8 tiles 2p and 2p + 1 at k16 step 0; step s is 16 s rows of B further, 32 s bn bytes."""
     row_in = lane % 16
     col_in = 8 * (lane // 16)
-    for i in range(4):
-        at = a_at + element_offset(wr + 16 * i + row_in, kk + col_in, A_CHUNKS, swizzle)
-        regs = ldmatrix_x4(base + uint64(at))
+    for s in range(bk // 16):
+        a_lane[s] = element_offset(wr + row_in, 16 * s + col_in, bk // 8, swizzle)
+    for p in range(wn // 16):
+        b_lane[p] = element_offset(row_in, wc + 16 * p + col_in, bn // 8, swizzle)
+
+
+@cuda.jit(device=True, inline=True)
+def _fragments_by_ldmatrix(smem, a_at, b_at, s, a_lane, b_lane, mt, nt, bk, bn, a, b):
+    """This lane's fragments for k16 step s of the tiles at a_at, b_at: one ldmatrix.x4 per m16 tile of
+    A, one ldmatrix.x4.trans per two n8 tiles of B. Each address is a precomputed lane offset plus a
+    constant: no index arithmetic between the mma."""
+    base = smem.ctypes.data
+    for i in range(mt):
+        regs = ldmatrix_x4(base + uint64(a_at + a_lane[s] + 32 * bk * i))
         a[4 * i] = regs[0]
         a[4 * i + 1] = regs[1]
         a[4 * i + 2] = regs[2]
         a[4 * i + 3] = regs[3]
-    for jj in range(nt // 2):
-        at = b_at + element_offset(kk + row_in, wc + 16 * jj + col_in, bn // 8, swizzle)
-        regs = ldmatrix_x4_trans(base + uint64(at))
-        b[4 * jj] = regs[0]
-        b[4 * jj + 1] = regs[1]
-        b[4 * jj + 2] = regs[2]
-        b[4 * jj + 3] = regs[3]
+    for p in range(nt // 2):
+        regs = ldmatrix_x4_trans(base + uint64(b_at + b_lane[p] + 32 * bn * s))
+        b[4 * p] = regs[0]
+        b[4 * p + 1] = regs[1]
+        b[4 * p + 2] = regs[2]
+        b[4 * p + 3] = regs[3]
 
 
 @cuda.jit(device=True, inline=True)
-def _mma_all(a, b, acc, nt, bf16):
-    """The warp tile's 4 x nt mma.sync for one k16 step: acc[i, j] += A tile i @ B tile j."""
-    for i in range(4):
+def _mma_all(a, b, acc, mt, nt, bf16):
+    """The warp tile's mt x nt mma.sync for one k16 step: acc[i, j] += A tile i @ B tile j."""
+    for i in range(mt):
         for j in range(nt):
             if bf16:
                 d = mma_bf16(a[4 * i], a[4 * i + 1], a[4 * i + 2], a[4 * i + 3], b[2 * j], b[2 * j + 1],
@@ -399,12 +481,23 @@ def _mma_all(a, b, acc, nt, bf16):
 
 
 @cuda.jit(device=True, inline=True)
-def _store(out, acc, row0, col0, lane, nt, bf16):
+def _k16_step(smem, a_at, b_at, s, wr, wc, lane, a_lane, b_lane, mt, nt, bk, bn, bf16, ldmatrix, swizzle, a, b,
+              acc):
+    """k16 step s of the K-step whose tiles are at a_at, b_at: load the fragments, issue the mma."""
+    if ldmatrix:
+        _fragments_by_ldmatrix(smem, a_at, b_at, s, a_lane, b_lane, mt, nt, bk, bn, a, b)
+    else:
+        _fragments_by_element(smem, a_at, b_at, 16 * s, wr, wc, lane, mt, nt, bk, bn, swizzle, a, b)
+    _mma_all(a, b, acc, mt, nt, bf16)
+
+
+@cuda.jit(device=True, inline=True)
+def _store(out, acc, row0, col0, lane, mt, nt, bf16):
     """acc to out, rounded to the half type two at a time (c0, c1 and c2, c3 are column neighbours)."""
     M, N = out.shape
     g = lane // 4
     q = lane % 4
-    for i in range(4):
+    for i in range(mt):
         for j in range(nt):
             col = col0 + 8 * j + 2 * q
             for h in range(2):
@@ -420,35 +513,39 @@ def _store(out, acc, row0, col0, lane, nt, bf16):
 
 
 @cuda.jit(device=True, inline=True)
-def _tensor_core_gemm(A, B, out, smem, bf16, vec, bn, stages, ldmatrix, swizzle):
-    """The main loop every tensor-core stage shares; the stages differ in the constants they pass.
+def _tensor_core_gemm(A, B, out, smem, acc, a, b, a_lane, b_lane,
+                      bm, bn, bk, wm, wn, stages, raster, bf16, vec, ldmatrix, swizzle):
+    """The kernel every tensor-core stage runs; the stages differ in the constants they pass.
 
     ``stages`` buffers of (A tile, B tile), a ring: at K-step kt the copies of steps kt + 1 ..
     kt + stages - 1 are in flight. One barrier per K-step: after it, step kt has landed for everyone
     and everyone has finished computing step kt - 1, whose buffer the next copy then reuses."""
-    acc = cuda.local.array((4, 8, 4), float32)  # [m16 tile, n8 tile, c0..c3]; nt <= 8
-    a = cuda.local.array(16, uint32)
-    b = cuda.local.array(16, uint32)
     t = cuda.threadIdx.x
     lane = t % 32
     warp = t // 32
-    wn = bn // 4  # warp tile columns: 32 (bn = 128) or 64 (bn = 256)
+    threads = 32 * (bm // wm) * (bn // wn)
+    mt = wm // 16
     nt = wn // 8
-    wr = (warp // 4) * 64
-    wc = (warp % 4) * wn
-    row0 = cuda.blockIdx.y * BM
-    col0 = cuda.blockIdx.x * bn
-    K = A.shape[1]
-    step_bytes = A_TILE_BYTES + BK * bn * 2  # one pipeline stage (tile_bytes(bn), here in the kernel)
-    for i in range(4):
+    wr = (warp // (bn // wn)) * wm  # this warp's tile inside the block's
+    wc = (warp % (bn // wn)) * wn
+    M, K = A.shape
+    N = B.shape[1]
+    tile_row, tile_col = block_tile(cuda.blockIdx.x, (M + bm - 1) // bm, (N + bn - 1) // bn, raster)
+    row0 = tile_row * bm
+    col0 = tile_col * bn
+    a_bytes = 2 * bm * bk
+    step_bytes = a_bytes + 2 * bk * bn
+    for i in range(mt):
         for j in range(nt):
             for e in range(4):
                 acc[i, j, e] = float32(0.0)
-    steps = (K + BK - 1) // BK
+    if ldmatrix:
+        _ldmatrix_lane_offsets(a_lane, b_lane, wr, wc, lane, bk, bn, wn, swizzle)
+    steps = (K + bk - 1) // bk
     for s in range(stages - 1):  # fill the pipeline
         if s < steps:
-            _issue_copies(A, B, smem, s * step_bytes, s * step_bytes + A_TILE_BYTES, row0, col0, s * BK, t, bn,
-                          vec, swizzle)
+            _issue_copies(A, B, smem, s * step_bytes, s * step_bytes + a_bytes, row0, col0, s * bk, t, threads,
+                          bm, bn, bk, vec, swizzle)
         cp_async_commit()  # one group per step, empty or not: the wait count below stays exact
     for kt in range(steps):
         cp_async_wait_pending(stages - 2)  # step kt has landed (at most stages - 2 newer groups pending)
@@ -456,17 +553,56 @@ def _tensor_core_gemm(A, B, out, smem, bf16, vec, bn, stages, ldmatrix, swizzle)
         ahead = kt + stages - 1
         if ahead < steps:
             at = (ahead % stages) * step_bytes
-            _issue_copies(A, B, smem, at, at + A_TILE_BYTES, row0, col0, ahead * BK, t, bn, vec, swizzle)
+            _issue_copies(A, B, smem, at, at + a_bytes, row0, col0, ahead * bk, t, threads, bm, bn, bk, vec, swizzle)
         cp_async_commit()
         a_at = (kt % stages) * step_bytes
-        b_at = a_at + A_TILE_BYTES
-        for kk in range(0, BK, 16):
-            if ldmatrix:
-                _fragments_by_ldmatrix(smem, a_at, b_at, kk, wr, wc, lane, nt, bn, swizzle, a, b)
-            else:
-                _fragments_by_element(smem, a_at, b_at, kk, wr, wc, lane, nt, bn, swizzle, a, b)
-            _mma_all(a, b, acc, nt, bf16)
-    _store(out, acc, row0 + wr, col0 + wc, lane, nt, bf16)
+        b_at = a_at + a_bytes
+        # The k16 steps written out rather than looped: numba's loop would stay a loop in the compiled
+        # code, and the next step's fragment loads could not start while this step's mma run.
+        _k16_step(smem, a_at, b_at, 0, wr, wc, lane, a_lane, b_lane, mt, nt, bk, bn, bf16, ldmatrix, swizzle, a, b, acc)
+        _k16_step(smem, a_at, b_at, 1, wr, wc, lane, a_lane, b_lane, mt, nt, bk, bn, bf16, ldmatrix, swizzle, a, b, acc)
+        if bk == 64:
+            _k16_step(smem, a_at, b_at, 2, wr, wc, lane, a_lane, b_lane, mt, nt, bk, bn, bf16, ldmatrix, swizzle,
+                      a, b, acc)
+            _k16_step(smem, a_at, b_at, 3, wr, wc, lane, a_lane, b_lane, mt, nt, bk, bn, bf16, ldmatrix, swizzle,
+                      a, b, acc)
+    _store(out, acc, row0 + wr, col0 + wc, lane, mt, nt, bf16)
+
+
+_BUILT: dict = {}
+
+
+def build_kernel(geometry: Geometry, bf16: bool, vec: bool, ldmatrix: bool = True, swizzle: bool = True):
+    """A kernel ``(A bits, B bits, out bits)`` for one geometry, element type and copy path. Launch it with
+    :func:`launch_tensor_core` (a 1-D grid, ``geometry.threads`` threads, ``geometry.smem_bytes`` of
+    dynamic shared memory). Kernels are made once per set of arguments."""
+    key = (geometry, bf16, vec, ldmatrix, swizzle)
+    if key in _BUILT:
+        return _BUILT[key]
+    problems = geometry.problems()
+    if problems:
+        raise ValueError(f"impossible tensor-core geometry {geometry}: " + "; ".join(problems))
+    # Plain ints and bools the kernel closes over: numba compiles them in as constants.
+    BM, BN, BK, WM, WN = geometry.bm, geometry.bn, geometry.bk, geometry.wm, geometry.wn
+    STAGES, RASTER = geometry.stages, geometry.raster
+    MT, NT = WM // 16, WN // 8
+    A_REGS, B_REGS = 4 * MT, 2 * NT
+    K16_STEPS, B_PAIRS = BK // 16, WN // 16
+    BF16, VEC, LDMATRIX, SWIZZLE = bool(bf16), bool(vec), bool(ldmatrix), bool(swizzle)
+
+    @cuda.jit(**_gpu_options(launch_bounds=(geometry.threads, geometry.min_blocks)))
+    def kernel(A, B, out):
+        smem = cuda.shared.array(0, uint16, alignment=ALIGN16)  # the ring, in dynamic shared memory
+        acc = cuda.local.array((MT, NT, 4), float32)  # [m16 tile, n8 tile, c0..c3]
+        a = cuda.local.array(A_REGS, uint32)
+        b = cuda.local.array(B_REGS, uint32)
+        a_lane = cuda.local.array(K16_STEPS, int32)
+        b_lane = cuda.local.array(B_PAIRS, int32)
+        _tensor_core_gemm(A, B, out, smem, acc, a, b, a_lane, b_lane,
+                          BM, BN, BK, WM, WN, STAGES, RASTER, BF16, VEC, LDMATRIX, SWIZZLE)
+
+    _BUILT[key] = kernel
+    return kernel
 
 
 def address(a) -> int:
@@ -481,57 +617,48 @@ def _vec_ok(A, B) -> bool:
     return K % 8 == 0 and N % 8 == 0 and address(A) % 16 == 0 and address(B) % 16 == 0
 
 
-def _launch(kernels, A, B, out, bn, dynamic_bytes=0):
-    """Pick the kernel for (bf16?, cp.async path?) and launch it over the block tiles of out."""
+def launch_tensor_core(geometry: Geometry, A, B, out, ldmatrix: bool = True, swizzle: bool = True):
+    """Run the tensor-core kernel of ``geometry`` on half arrays (fp16 or bf16): picks the kernel for
+    (bf16?, cp.async path?), raises the shared-memory limit past 48 KiB where needed, launches one
+    block per block tile of out."""
     bf16 = _is_bf16(A)
     A, B, out = _bits(A), _bits(B), _bits(out)
-    kernel = kernels[(bf16, _vec_ok(A, B))]
+    kernel = build_kernel(geometry, bf16, _vec_ok(A, B), ldmatrix, swizzle)
     M, N = out.shape
-    grid = (blocks_for(N, bn), blocks_for(M, BM))
-    if dynamic_bytes:
-        set_max_dynamic_shared_memory(kernel, (A, B, out), dynamic_bytes)
-        kernel[grid, THREADS, 0, dynamic_bytes](A, B, out)
-    else:
-        kernel[grid, THREADS](A, B, out)
+    blocks = blocks_for(M, geometry.bm) * blocks_for(N, geometry.bn)
+    nbytes = geometry.smem_bytes
+    if nbytes > STATIC_LIMIT:
+        set_max_dynamic_shared_memory(kernel, (A, B, out), nbytes)
+    kernel[blocks, geometry.threads, 0, nbytes](A, B, out)
 
 
-# Each stage is four thin kernels, one per (bf16, vec): the flags are constants the compiler folds, so
-# each kernel holds one mma instruction and one copy path. Stages 2-4 keep two buffers of 16 KiB in
-# static shared memory (32 KiB); launch_bounds=(256, 2) keeps two blocks per SM (<= 128 registers).
+# -- the stages' geometries ----------------------------------------------------------------------------------
+# Stages 2-5: a 128 x 128 block tile of 8 warps as 2 x 4, each 64 x 32 (4 x 4 mma tiles). Stage 2's
+# element-wise fragments need > 128 registers (one block per SM); stages 3-5 fit two blocks per SM.
 
-STATIC_BYTES = 2 * tile_bytes(128)
-STATIC_HALVES = STATIC_BYTES // 2  # a module constant: cuda.shared.array needs one
+MMA_GEOMETRY = Geometry(stages=2, min_blocks=1)
+LDMATRIX_GEOMETRY = Geometry(stages=2, min_blocks=2)
+PIPELINE = Geometry(stages=4, min_blocks=2)  # 64 KiB: past the 48 KiB default
+
+# Stage 6. To apply a result of scripts/gpu_hgemm_sweep.py, replace this line with the one it prints.
+TUNED = Geometry(bm=128, bn=256, bk=32, wm=64, wn=64, stages=4, min_blocks=1, raster=8)
+
+# Stage name -> (geometry, ldmatrix, swizzle)
+TENSOR_CORE_STAGES = {
+    "mma": (MMA_GEOMETRY, False, False),
+    "ldmatrix": (LDMATRIX_GEOMETRY, True, False),
+    "swizzle": (LDMATRIX_GEOMETRY, True, True),
+    "pipeline": (PIPELINE, True, True),
+    "tuned": (TUNED, True, True),
+}
+
+
+def _run_stage(name, A, B, out):
+    geometry, ldmatrix, swizzle = TENSOR_CORE_STAGES[name]
+    launch_tensor_core(geometry, A, B, out, ldmatrix, swizzle)
 
 
 # -- 2. mma.sync, fragments element by element ---------------------------------------------------------
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 1)))  # element-wise fragments: > 128 registers
-def _mma_f16_vec(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
-                      False, True, 128, 2, False, False)
-
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 1)))  # element-wise fragments: > 128 registers
-def _mma_f16_scalar(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
-                      False, False, 128, 2, False, False)
-
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 1)))  # element-wise fragments: > 128 registers
-def _mma_bf16_vec(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
-                      True, True, 128, 2, False, False)
-
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 1)))  # element-wise fragments: > 128 registers
-def _mma_bf16_scalar(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
-                      True, False, 128, 2, False, False)
-
-
-MMA_KERNELS = {(False, True): _mma_f16_vec, (False, False): _mma_f16_scalar,
-               (True, True): _mma_bf16_vec, (True, False): _mma_bf16_scalar}
-
 
 @_stage("mma", """
     The multiply-adds move to the tensor cores: mma.sync.m16n8k16 multiplies a 16x16 half tile by a
@@ -543,79 +670,24 @@ MMA_KERNELS = {(False, True): _mma_f16_vec, (False, False): _mma_f16_scalar,
     lane builds its fragments from shared memory 16 bits at a time, as the PTX fragment layout says: 24
     shared loads per 16 mma, and B's pairs come from two different rows.""")
 def mma(A, B, out):
-    _launch(MMA_KERNELS, A, B, out, 128)
+    _run_stage("mma", A, B, out)
 
 
 # -- 3. ldmatrix ----------------------------------------------------------------------------------------
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
-def _ldmatrix_f16_vec(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
-                      False, True, 128, 2, True, False)
-
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
-def _ldmatrix_f16_scalar(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
-                      False, False, 128, 2, True, False)
-
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
-def _ldmatrix_bf16_vec(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
-                      True, True, 128, 2, True, False)
-
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
-def _ldmatrix_bf16_scalar(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
-                      True, False, 128, 2, True, False)
-
-
-LDMATRIX_KERNELS = {(False, True): _ldmatrix_f16_vec, (False, False): _ldmatrix_f16_scalar,
-                    (True, True): _ldmatrix_bf16_vec, (True, False): _ldmatrix_bf16_scalar}
-
 
 @_stage("ldmatrix", """
     ldmatrix.x4 is the load made for mma: the warp reads four 8x8 matrices of 16-bit elements, each
     lane giving the address of one 16-byte row, and each lane receives exactly its fragment registers.
     One instruction loads a whole m16k16 A fragment; with .trans, one loads the B fragments of two n8
     tiles straight from B's row-major tile (the transpose the tensor core needs happens in the load).
-    6 shared-memory instructions per 16 mma instead of 40. What remains is bank conflicts: the tiles
-    are plain row-major, so the 8 rows of one matrix (64 or 256 bytes apart) fall in the same banks.""")
+    6 shared-memory instructions per 16 mma instead of 40, and each lane's addresses are computed once,
+    before the K loop. What remains is bank conflicts: the tiles are plain row-major, so the 8 rows of
+    one matrix (64 or 256 bytes apart) fall in the same banks.""")
 def ldmatrix(A, B, out):
-    _launch(LDMATRIX_KERNELS, A, B, out, 128)
+    _run_stage("ldmatrix", A, B, out)
 
 
 # -- 4. swizzled shared layout ----------------------------------------------------------------------------
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
-def _swizzle_f16_vec(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
-                      False, True, 128, 2, True, True)
-
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
-def _swizzle_f16_scalar(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
-                      False, False, 128, 2, True, True)
-
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
-def _swizzle_bf16_vec(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
-                      True, True, 128, 2, True, True)
-
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
-def _swizzle_bf16_scalar(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(STATIC_HALVES, uint16, alignment=ALIGN16),
-                      True, False, 128, 2, True, True)
-
-
-SWIZZLE_KERNELS = {(False, True): _swizzle_f16_vec, (False, False): _swizzle_f16_scalar,
-                   (True, True): _swizzle_bf16_vec, (True, False): _swizzle_bf16_scalar}
-
 
 @_stage("swizzle", """
     The same kernel with the tiles' 16-byte chunks permuted: chunk c of row r is stored at position
@@ -625,102 +697,45 @@ SWIZZLE_KERNELS = {(False, True): _swizzle_f16_vec, (False, False): _swizzle_f16
     writes stay conflict-free too. Padding each row would do the same at the cost of shared memory;
     the XOR costs two integer instructions per address and no bytes.""")
 def swizzle(A, B, out):
-    _launch(SWIZZLE_KERNELS, A, B, out, 128)
+    _run_stage("swizzle", A, B, out)
 
 
 # -- 5. a deeper pipeline in dynamic shared memory ----------------------------------------------------------
-
-PIPE_STAGES = 4
-PIPE_BYTES = PIPE_STAGES * tile_bytes(128)  # 64 KiB: past the 48 KiB default
-
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
-def _pipeline_f16_vec(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(0, uint16, alignment=ALIGN16),
-                      False, True, 128, PIPE_STAGES, True, True)
-
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
-def _pipeline_f16_scalar(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(0, uint16, alignment=ALIGN16),
-                      False, False, 128, PIPE_STAGES, True, True)
-
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
-def _pipeline_bf16_vec(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(0, uint16, alignment=ALIGN16),
-                      True, True, 128, PIPE_STAGES, True, True)
-
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
-def _pipeline_bf16_scalar(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(0, uint16, alignment=ALIGN16),
-                      True, False, 128, PIPE_STAGES, True, True)
-
-
-PIPELINE_KERNELS = {(False, True): _pipeline_f16_vec, (False, False): _pipeline_f16_scalar,
-                    (True, True): _pipeline_bf16_vec, (True, False): _pipeline_bf16_scalar}
-
 
 @_stage("pipeline", """
     Two buffers let one K-step's copy overlap one K-step's arithmetic; at tensor-core speed a 16 KiB
     step computes in less time than global memory takes to answer, so the warps wait at every barrier.
     Four buffers keep three steps in flight: cp.async.wait_group 2 waits only for the oldest. The four
-    take 64 KiB, past the 48 KiB a block may declare statically, so they live in dynamic shared memory
-    (cuda.shared.array(0, ...)), and workbench.launch.set_max_dynamic_shared_memory raises the
-    kernel's limit through the driver (numba-cuda has no call for it). Two 64 KiB blocks still fit on
-    an SM (227 KiB).""")
+    take 64 KiB, past the 48 KiB a block gets by default: workbench.launch.set_max_dynamic_shared_memory
+    raises the kernel's limit through the driver (numba-cuda has no call for it) before the launch
+    asks for them as dynamic shared memory. Two 64 KiB blocks still fit on an SM (227 KiB).""")
 def pipeline(A, B, out):
-    _launch(PIPELINE_KERNELS, A, B, out, 128, PIPE_BYTES)
+    _run_stage("pipeline", A, B, out)
 
 
-# -- 6. the tuned tile: 128 x 256, warps of 64 x 64 --------------------------------------------------------
-
-TUNED_BN = 256
-TUNED_STAGES = 4
-TUNED_BYTES = TUNED_STAGES * tile_bytes(TUNED_BN)  # 96 KiB
-
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 1)))
-def _tuned_f16_vec(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(0, uint16, alignment=ALIGN16),
-                      False, True, TUNED_BN, TUNED_STAGES, True, True)
-
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 1)))
-def _tuned_f16_scalar(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(0, uint16, alignment=ALIGN16),
-                      False, False, TUNED_BN, TUNED_STAGES, True, True)
-
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 1)))
-def _tuned_bf16_vec(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(0, uint16, alignment=ALIGN16),
-                      True, True, TUNED_BN, TUNED_STAGES, True, True)
-
-
-@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 1)))
-def _tuned_bf16_scalar(A, B, out):
-    _tensor_core_gemm(A, B, out, cuda.shared.array(0, uint16, alignment=ALIGN16),
-                      True, False, TUNED_BN, TUNED_STAGES, True, True)
-
-
-TUNED_KERNELS = {(False, True): _tuned_f16_vec, (False, False): _tuned_f16_scalar,
-                 (True, True): _tuned_bf16_vec, (True, False): _tuned_bf16_scalar}
-
+# -- 6. the tuned tile ------------------------------------------------------------------------------------
 
 @_stage("tuned", """
-    The warp tile grows from 64x32 to 64x64 (4 x 8 mma tiles, 128 float32 accumulators a lane) and the
-    block tile to 128x256. Per k16 step a warp now issues 8 ldmatrix for 32 mma, where stage 5 issued 6
-    for 16: the shared-memory traffic per flop drops by a third, and each block reads A once for 256
-    columns instead of 128. The price is registers: about 200 a thread, one 256-thread block per SM
-    (launch_bounds=(256, 1)), with four 24 KiB stages (96 KiB) in flight to cover for the missing
-    second block.""")
+    A bigger tile and a launch order for the cache. The warp tile grows from 64x32 to 64x64 (4 x 8 mma
+    tiles, 128 float32 accumulators a lane) and the block tile to 128x256: per k16 step a warp issues 8
+    ldmatrix for 32 mma where stage 5 issued 6 for 16, a third less shared-memory traffic per flop,
+    and each block reads A once for 256 columns instead of 128. The price is registers (about 200 a
+    thread: one block per SM) and fewer warps to hide latency, covered by four stages in flight. The
+    blocks are launched in bands of 8 tile rows walked column by column (block_tile), so the blocks
+    on the GPU at one time share their A and B panels in L2 instead of streaming B from memory for
+    every tile row. The numbers (tile, warp tile, K-step, stages, band) are TUNED, chosen among many
+    by scripts/gpu_hgemm_sweep.py on an H200.""")
 def tuned(A, B, out):
-    _launch(TUNED_KERNELS, A, B, out, TUNED_BN, TUNED_BYTES)
+    _run_stage("tuned", A, B, out)
 
 
-# The kernels every stage launches, by stage name (for the tests' compile checks and the GPU script).
-KERNELS = {"cuda_core": {None: _cuda_core}, "mma": MMA_KERNELS, "ldmatrix": LDMATRIX_KERNELS,
-           "swizzle": SWIZZLE_KERNELS, "pipeline": PIPELINE_KERNELS, "tuned": TUNED_KERNELS}
-DYNAMIC_BYTES = {"pipeline": PIPE_BYTES, "tuned": TUNED_BYTES}
+def stage_kernels(name):
+    """{(bf16, vec): kernel} of a tensor-core stage (for the tests' compile checks and the GPU scripts)."""
+    geometry, ldmatrix, swizzle = TENSOR_CORE_STAGES[name]
+    return {(bf16, vec): build_kernel(geometry, bf16, vec, ldmatrix, swizzle)
+            for bf16 in (False, True) for vec in (True, False)}
+
+
+# The kernels every stage launches, by stage name, and the stages past 48 KiB of shared memory.
+KERNELS = {"cuda_core": {None: _cuda_core}, **{name: stage_kernels(name) for name in TENSOR_CORE_STAGES}}
+DYNAMIC_BYTES = {name: g.smem_bytes for name, (g, _, _) in TENSOR_CORE_STAGES.items() if g.smem_bytes > STATIC_LIMIT}

@@ -127,7 +127,7 @@ def test_ldmatrix_lane_addresses_deliver_the_mma_fragments(swizzle):
     rng = np.random.default_rng(1)
     A = rng.integers(0, 2**16, (32, 32), dtype=np.uint16)  # a 32-row slice of a BK = 32 A tile
     B = rng.integers(0, 2**16, (32, 128), dtype=np.uint16)  # a B tile, 128 columns: 16 chunks a row
-    a_tile, b_tile = SharedTile(A, hgemm.A_CHUNKS, swizzle), SharedTile(B, 16, swizzle)
+    a_tile, b_tile = SharedTile(A, 32 // 8, swizzle), SharedTile(B, 16, swizzle)  # bk = 32: 4 chunks a row
     for m0, k0 in ((0, 0), (16, 16)):
         regs = _ptx._emulate_ldmatrix([a_tile.address(m0 + l % 16, k0 + 8 * (l // 16)) for l in range(32)], False)
         want, _ = _ptx_fragments_16(A[m0:m0 + 16, k0:k0 + 16], np.zeros((16, 8), np.uint16))
@@ -167,6 +167,41 @@ def test_int8_ldmatrix_lane_addresses_deliver_the_mma_fragments():
             want = [[_pack8([W[8 * tile + _ptx.mma_b_element(l, r, e, 4)[1], kk + _ptx.mma_b_element(l, r, e, 4)[0]]
                              for e in range(4)]) for r in range(2)] for l in range(32)]
             assert [[r[2 * tile], r[2 * tile + 1]] for r in regs] == want
+
+
+@pytest.mark.parametrize("chunks_per_row", [4, 8, 16, 32])
+@pytest.mark.parametrize("swizzle", [False, True])
+def test_ldmatrix_offsets_hoisted_out_of_the_loop_are_the_same_addresses(chunks_per_row, swizzle):
+    """The kernels compute each lane's ldmatrix offset once and add 16 rows per m16 tile (A) or per k16
+    step (B): that is only right if moving 16 rows down never changes the swizzle."""
+    offset = hgemm.element_offset.py_func
+    row_bytes = 16 * chunks_per_row
+    for row in range(16):
+        for col in range(0, 8 * chunks_per_row, 8):
+            for tiles in range(1, 5):
+                assert offset(row + 16 * tiles, col, chunks_per_row, swizzle) == \
+                    offset(row, col, chunks_per_row, swizzle) + 16 * tiles * row_bytes
+
+
+@pytest.mark.parametrize("raster", [1, 2, 3, 8])
+@pytest.mark.parametrize("tiles_m, tiles_n", [(1, 1), (5, 3), (8, 7), (2, 9)])
+def test_block_tile_visits_every_tile_once(raster, tiles_m, tiles_n):
+    tiles = [hgemm.block_tile.py_func(block, tiles_m, tiles_n, raster) for block in range(tiles_m * tiles_n)]
+    assert sorted(tiles) == [(r, c) for r in range(tiles_m) for c in range(tiles_n)]
+    if raster > 1 and tiles_m >= raster:  # a band of `raster` rows is walked column by column
+        assert tiles[:raster] == [(r, 0) for r in range(raster)]
+
+
+def test_geometry_problems_are_named():
+    assert hgemm.TUNED.problems() == [] and hgemm.PIPELINE.problems() == []
+    bad = hgemm.Geometry(bm=128, bn=96, bk=48, wm=48, wn=24, stages=1)
+    text = " ".join(bad.problems())
+    for words in ("must divide", "multiples of 16", "bk must be 32 or 64", "bn must be a multiple of 64",
+                  "stages must be"):
+        assert words in text, text
+    assert "bytes of shared memory" in " ".join(hgemm.Geometry(bn=256, bk=64, stages=5).problems())
+    with pytest.raises(ValueError, match="impossible tensor-core geometry"):
+        hgemm.build_kernel(bad, False, True)
 
 
 def _worst_conflict(chunks_per_row, swizzle):
@@ -271,6 +306,27 @@ def test_stage_correct_in_the_simulator_on_odd_shapes(op_name, stage_name):
     for size in (vec_size, (33, 9, 19)):
         result = check_stage(stage, size, np.random.default_rng(5))
         assert result.passed, f"{stage.key} @ {size}: {result.message}"
+
+
+# A geometry no stage uses: a K-step of 64 (four k16 steps, 128-byte swizzled A rows), 4 warps of 32x32,
+# 3 buffers (48 KiB, no opt-in), bands of 2 tile rows; both copy paths, partial last K-steps.
+SMALL_GEOMETRY = hgemm.Geometry(bm=64, bn=64, bk=64, wm=32, wn=32, stages=3, min_blocks=1, raster=2)
+
+
+@pytest.mark.sim_only
+@pytest.mark.parametrize("size", [(70, 136, 200), (33, 9, 19)], ids=str)
+def test_other_geometries_correct_in_the_simulator(size):
+    M, N, K = size
+    rng = np.random.default_rng(6)
+    A = rng.uniform(-1, 1, (M, K)).astype(np.float16)
+    B = rng.uniform(-1, 1, (K, N)).astype(np.float16)
+    from numba import cuda
+
+    out = cuda.device_array((M, N), np.float16)
+    hgemm.launch_tensor_core(SMALL_GEOMETRY, cuda.to_device(A), cuda.to_device(B), out)
+    want = A.astype(np.float64) @ B.astype(np.float64)
+    got = out.copy_to_host().astype(np.float64)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
 
 
 def test_bad_inputs_named():
