@@ -73,7 +73,7 @@ def bench_size(op: Operator, stages: list[Stage], size, peaks: dict, rng: np.ran
         # A peer with no out= (torch.nn.functional.layer_norm, ...) may allocate and return its result
         # instead, marked by a `returns_output` attribute: copying into out would time a second pass.
         if getattr(launch, "returns_output", False):
-            got = cuda.as_cuda_array(returned).copy_to_host()
+            got = peers.to_host(returned)
         else:
             got = to_host(d_out)
         result = compare(name, size, got, ref, tol)
