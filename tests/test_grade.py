@@ -26,7 +26,8 @@ from workbench.check import compare, is_poison, poison_like
 from workbench.grade import grade, grade_function
 from workbench.grade.channel import Channel, ChannelGarbage
 from workbench.grade.report import Report, StageGrade
-from workbench.grade.stages import Listener, Submission, grade_stage
+from workbench.grade.cases import Submission
+from workbench.grade.stages import Listener, grade_stage
 from workbench.grade.supervisor import GraderError
 from workbench.registry import UnknownTarget, resolve
 from workbench.sizes import SizeError
@@ -146,7 +147,7 @@ def test_the_generated_stubs_are_not_implemented_yet_never_a_crash(tmp_path):
     from workbench.generate.exercises import build
 
     exercises = tmp_path / "exercises"  # as built now (whether the committed copy is stale is another test)
-    build(exercises, only=["histogram", "scan", "reduction"])
+    build(exercises, only=["histogram", "scan"])
     junit = tmp_path / "grade.xml"
     before = {p: p.read_bytes() for p in exercises.iterdir()}
     done = subprocess.run([sys.executable, "-m", "workbench.cli", "grade", "--impl", str(exercises), "--quick",
@@ -154,14 +155,15 @@ def test_the_generated_stubs_are_not_implemented_yet_never_a_crash(tmp_path):
     assert done.returncode == 1, done.stderr
     assert {p: p.read_bytes() for p in exercises.iterdir()} == before  # grading never writes to them
     report = json.loads(done.stdout)
-    assert report["score"]["passed"] == 0 and report["score"]["judged"] == 9
-    assert report["score"]["not_implemented"] == 9
+    assert report["score"]["passed"] == 0 and report["score"]["judged"] == 4
+    assert report["score"]["not_implemented"] == 4
+    assert sorted(report["files"]) == [str(exercises / "histogram.py"), str(exercises / "scan.py")]
     for stage in report["stages"]:
         assert stage["status"] == "not-implemented", stage
         case = stage["cases"][-1]
         assert case["reason"] == "not-implemented" and "not implemented yet" in case["message"]
     suite = ElementTree.parse(junit).getroot()
-    assert int(suite.get("failures")) >= 9
+    assert int(suite.get("failures")) >= 4
     assert {f.get("type") for f in suite.iter("failure")} == {"not-implemented"}
 
 
@@ -222,21 +224,31 @@ def test_a_stage_the_simulator_cannot_run_is_skipped_and_counted_apart():
 # -- harness errors are the grader's, never the learner's -----------------------------------------
 
 @pytest.mark.parametrize("argv, says", [
-    (["histogram", "--size", "33x65"], "histogram takes N"),
     (["histogram", "--size", "-5"], "at least 1"),
     (["histogram", "--size", "2**40"], "more than"),
     (["histogram", "--size", "ten"], "size must look like"),
     (["histogram.nosuchstage"], "no stage 'nosuchstage'"),
     (["nosuchop"], "no operator 'nosuchop'"),
 ])
-def test_bad_input_is_one_line_before_anything_runs(argv, says):
-    done = subprocess.run([sys.executable, "-m", "workbench.cli", "grade", *argv, "--impl", "solutions"],
+def test_bad_input_is_one_line_before_anything_runs(argv, says, capsys):
+    from workbench.cli import main
+
+    try:
+        code = main(["grade", *argv, "--impl", "solutions"])
+    except SystemExit as exc:  # argparse refuses a --size it cannot parse
+        code = exc.code
+    out, err = capsys.readouterr()
+    assert code == 2 and not out.strip()
+    (line,) = [line for line in err.splitlines() if "error" in line]  # (argparse adds its usage)
+    assert says in line and "crash" not in err, err
+
+
+def test_bad_size_from_the_real_command_line_is_one_line_no_traceback():
+    done = subprocess.run([sys.executable, "-m", "workbench.cli", "grade", "histogram", "--size", "33x65"],
                           cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 2
-    assert says in done.stderr and "Traceback" not in done.stderr and "crash" not in done.stderr, done.stderr
-    (line,) = [line for line in done.stderr.splitlines() if "error:" in line]  # (argparse adds its usage)
-    assert says in line
-    assert not done.stdout.strip()
+    assert done.returncode == 2 and not done.stdout.strip()
+    assert "histogram takes N" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert "grading" not in done.stderr  # refused before anything ran
 
 
 def test_sizes_and_targets_are_refused_by_the_api_too():
@@ -280,6 +292,31 @@ def test_a_grader_error_is_not_counted_against_the_submission():
     assert report.score == (1, 1) and not report.passed
     assert "grader error (not your code)" in report.summary() and "grader error (not your code)" in report.text()
     assert "<error" in report.junit()
+
+
+def test_progress_bars_follow_stages_and_cases():
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from workbench.grade.cli import ProgressBars
+    from workbench.grade.report import CaseResult
+
+    console = Console(file=io.StringIO(), force_terminal=True, width=100)
+    with Progress(console=console, transient=True) as progress:
+        bars = ProgressBars(progress, total_stages=2)
+        bars.file_started("exercises/histogram.py", 2)
+        for key in ("histogram.global_atomics", "histogram.shared_privatized"):
+            bars.stage_started(key, 3)
+            for _ in range(3):
+                bars.case_done(key, CaseResult(key, [5], "passed"))
+            (task,) = [t for t in progress.tasks if t.description.strip() == key]
+            assert task.completed == 3
+            bars.stage_done(StageGrade(key, 1, "passed"))
+        (overall,) = progress.tasks
+        assert overall.completed == 2
+    assert "grading exercises/histogram.py" in console.file.getvalue()
 
 
 def test_summary_counts_skipped_apart():

@@ -16,14 +16,14 @@ from .. import device as _device
 from .. import registry
 from ..ladder import as_size
 from ..sizes import check_size
-from .cases import plan
+from .cases import Submission, plan
 from .guards import Guard
 from .report import FAILED, Report, StageGrade
-from .stages import Listener, Submission, grade_stage, stage_verdict
+from .stages import Listener, grade_stage, stage_verdict
 from .supervisor import CallReply, WorkerSession
 from .submission import describe_launcher
 from .targets import answer_key_code, display_path, grade_sizes, submission_path, targets
-from .watch import refusal_facts, run_watched, simulated_device, threads_in
+from .watch import classify, refusal_facts, run_watched, simulated_device, threads_in
 
 TIMEOUT_SIM_S = 300.0  # per case, in the simulator: generous, it is slow
 TIMEOUT_GPU_S = 60.0
@@ -70,14 +70,23 @@ def grade(target: str | None = None, impl: str = "exercises", *, sizes=None, qui
     report.files = [display_path(path) for path in by_file]
     t0 = time.perf_counter()
 
+    sessions: list[WorkerSession] = []  # every worker started, so that an interrupt can stop them all
+
     def grade_one(item):
         path, file_stages = item
         return _grade_file(path, file_stages, impl, sizes=sizes, quick=quick, seed=seed, timeout=timeout,
-                           speed=speed, listener=listener)
+                           speed=speed, listener=listener, sessions=sessions)
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
         for grades in pool.map(grade_one, by_file.items()):
             report.stages += grades
+    except BaseException:  # Ctrl-C (or worse): stop every worker now rather than after its stage
+        pool.shutdown(wait=False, cancel_futures=True)
+        for session in list(sessions):
+            session.close()
+        raise
+    pool.shutdown()
     report.stages.sort(key=lambda s: (s.key.split(".")[0], s.order))
     report.seconds = time.perf_counter() - t0
     return report
@@ -96,7 +105,7 @@ def _answer_key_dirs() -> list[str]:
 
 
 def _grade_file(path: Path, stages: list, impl: str, *, sizes, quick, seed, timeout, speed,
-                listener: Listener) -> list[StageGrade]:
+                listener: Listener, sessions: list) -> list[StageGrade]:
     shown = display_path(path)
     listener.file_started(shown, len(stages))
     key_dirs = _answer_key_dirs()
@@ -105,13 +114,15 @@ def _grade_file(path: Path, stages: list, impl: str, *, sizes, quick, seed, time
     if impl == "exercises":
         hint = (" (the exercise predates this stage of the solution: `workbench exercises build` adds it, "
                 "with --backup if you have edited the file)")
-    submission = Submission(str(path), shown, {} if is_key else answer_key_code(stages[0].op), True, hint)
+    submission = Submission(str(path), shown, {} if is_key else answer_key_code(stages[0].op), tuple(key_dirs),
+                            own_dirs=tuple(key_dirs) if is_key else (), hint_missing=hint)
     if not path.exists():
         build = ": run `workbench exercises build`" if impl == "exercises" else ""
         return [stage_verdict(s, FAILED, "missing", f"{shown} does not exist{build}", file=shown) for s in stages]
     job = {"type": "job", "submission": str(path.resolve()), "guard_answer_key": not is_key,
            "answer_key_dirs": key_dirs, "sm_count": SIM_SM_COUNT, "max_threads": _max_threads(timeout)}
     session = WorkerSession(job, timeout)
+    sessions.append(session)
     grades = []
     try:
         for stage in stages:
@@ -147,13 +158,17 @@ class InProcessSession:
         return CallReply(outcome.error, outcome.launches, refusal_facts(outcome.refusals), outcome.seconds,
                          outcome.out, outcome.inputs_after)
 
-    def time(self, stage: str, inputs: tuple, out: np.ndarray) -> tuple[float, np.ndarray]:
+    def time(self, stage: str, inputs: tuple, out: np.ndarray) -> tuple[float | None, np.ndarray | None, dict | None]:
         from ..bench import rotating_arg_sets
         from ..results import environment
         from ..timing import measure
 
         arg_sets = rotating_arg_sets(inputs, out, environment().get("l2_bytes"), max_sets=16)
-        return measure(self.launcher, arg_sets).median_us, arg_sets[0][-1].copy_to_host()
+        try:
+            timing = measure(self.launcher, arg_sets)
+        except Exception as exc:
+            return None, None, classify(exc, self.file)
+        return timing.median_us, arg_sets[0][-1].copy_to_host(), None
 
 
 def grade_function(op_stage: str, launcher: Callable, *, sizes=None, quick: bool = False, seed: int | None = None,
@@ -176,7 +191,8 @@ def grade_function(op_stage: str, launcher: Callable, *, sizes=None, quick: bool
     report = Report(f"{name} as {stage.key}", mode, seed, files=[f"{name} ({display_path(file)})"])
     if speed and mode == "sim":
         report.not_judged.append(SPEED_NOT_JUDGED)
-    submission = Submission(file, display_path(file), answer_key_code(stage.op), own_file_only=False)
+    submission = Submission(file, display_path(file), answer_key_code(stage.op), tuple(_answer_key_dirs()),
+                            own_file_only=False)
     t0 = time.perf_counter()
     cases = plan(stage.op, sizes or grade_sizes(stage.op, mode, quick), seed)
     with simulated_device(SIM_SM_COUNT):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -55,17 +55,42 @@ def same_file(a: str | None, b: str | None) -> bool:
     return bool(a and b) and os.path.realpath(a) == os.path.realpath(b)
 
 
-def foreign_code(functions: list[dict], submission_file: str | None, answer_key: dict[str, str],
-                 own_file_only: bool) -> tuple[str, str] | None:
+def _inside(path: str, folders) -> bool:
+    real = os.path.realpath(path)
+    return any(real.startswith(os.path.realpath(d) + os.sep) for d in folders)
+
+
+@dataclass
+class Submission:
+    """Where a stage's code comes from and how far to trust it."""
+
+    file: str | None  # the file graded (None: unknown, e.g. a function typed in a console)
+    shown_as: str  # the file as the learner knows it
+    answer_key: dict = field(default_factory=dict)  # fingerprint -> name of the answer key's code
+    answer_key_dirs: tuple = ()  # where the answer key lives (its `_*.py` modules are shared helpers)
+    own_file_only: bool = True  # every function the stage runs must come from ``file`` as written
+    own_dirs: tuple = ()  # folders whose files count as the submission's too (the answer key's own)
+    hint_missing: str = ""  # added to "the submission does not define this stage"
+
+    def owns(self, filename: str) -> bool:
+        """Is code from this file the submission's own (or shared infrastructure anyone may use)?"""
+        if same_file(filename, self.file) or (self.own_dirs and _inside(filename, self.own_dirs)):
+            return True
+        return os.path.basename(filename).startswith("_") and _inside(filename, self.answer_key_dirs)
+
+
+def foreign_code(functions: list[dict], submission: Submission) -> tuple[str, str] | None:
     """(reason, message) if the stage runs the answer key's code, or (``own_file_only``) code that is
     not in the submission's file as written; None if all of it is the submission's own."""
     for f in functions:
         where = f"{f['file']}, line {f['line']}"
-        if f["fingerprint"] in answer_key and not same_file(f["file"], submission_file):
-            return "answer-key", f"`{f['qualname']}` ({where}) is the answer key's {answer_key[f['fingerprint']]}"
-        if not own_file_only:
+        mine = submission.owns(f["file"])
+        if f["fingerprint"] in submission.answer_key and not mine:
+            key = submission.answer_key[f["fingerprint"]]
+            return "answer-key", f"`{f['qualname']}` ({where}) is the answer key's {key}"
+        if not submission.own_file_only:
             continue
-        if not same_file(f["file"], submission_file):
+        if not mine:
             return "exec", f"`{f['qualname']}` comes from {where}, not from the submission's file"
         if f.get("source_matches") is False:
             return "exec", (f"the code of `{f['qualname']}` is not the code written in its file at line "
@@ -73,13 +98,13 @@ def foreign_code(functions: list[dict], submission_file: str | None, answer_key:
     return None
 
 
-def run_case(stage, session, case: Case, case_id: int, *, functions: list[dict], submission_file: str | None,
-             answer_key: dict[str, str], own_file_only: bool) -> CaseResult:
+def run_case(stage, session, case: Case, case_id: int, *, functions: list[dict], submission: Submission) -> CaseResult:
     """Make the inputs, have ``session`` call the submission on them, and judge what came back."""
     op = stage.op
     inputs = tuple(case.make())
     out = poison_like(op.make_output(case.size))
-    result = CaseResult(stage.key, list(case.size), PASSED, inputs=case.inputs, tolerance=tolerance_of(stage, case.size))
+    result = CaseResult(stage.key, list(case.size), PASSED, inputs=case.inputs,
+                        tolerance=tolerance_of(stage, case.size))
     t0 = time.perf_counter()
     try:
         reply = session.call(stage.name, case_id, inputs, out)
@@ -89,7 +114,7 @@ def run_case(stage, session, case: Case, case_id: int, *, functions: list[dict],
         return result.fail(aborted.reason, aborted.message, advice_for(aborted.reason))
     result.seconds, result.output = reply.seconds, reply.printed
     shared = any(f["shared_memory"] for f in functions)
-    verdict = _refused(reply) or _foreign(reply, submission_file, answer_key, own_file_only) or _raised(reply)
+    verdict = _refused(reply) or foreign_code(reply.launches, submission) or _raised(reply.error)
     if verdict:
         reason, message = verdict
         if reason == "needs-gpu":
@@ -125,14 +150,10 @@ def _refused(reply: CallReply) -> tuple[str, str] | None:
     return None
 
 
-def _foreign(reply: CallReply, submission_file, answer_key, own_file_only) -> tuple[str, str] | None:
-    return foreign_code(reply.launches, submission_file, answer_key, own_file_only)
-
-
-def _raised(reply: CallReply) -> tuple[str, str] | None:
-    if reply.error is None:
+def _raised(error: dict | None) -> tuple[str, str] | None:
+    if error is None:
         return None
-    return str(reply.error.get("reason", "exception")), str(reply.error.get("message", ""))
+    return str(error.get("reason", "exception")), str(error.get("message", ""))
 
 
 def stale_if_repeat(cases: list[CaseResult]) -> None:
@@ -155,13 +176,20 @@ def speed_case(stage, session, bar: float, seed: int) -> CaseResult:
     inputs = op.make_inputs(size, np.random.default_rng([seed, 30_000]))
     template = op.make_output(size)
     t0 = time.perf_counter()
-    mine_us, out = session.time(stage.name, inputs, poison_like(template))
+    case = CaseResult(stage.key, list(size), PASSED, kind="speed")
+    try:
+        mine_us, out, error = session.time(stage.name, inputs, poison_like(template))
+    except CaseAborted as aborted:
+        return case.fail(aborted.reason, f"timing: {aborted.message}", advice_for(aborted.reason))
+    if error is not None:
+        reason, message = _raised(error)
+        return case.fail(reason, f"timing: {message}", advice_for(reason))
     theirs = measure(stage.launch, rotating_arg_sets(inputs, template, environment().get("l2_bytes"), max_sets=16))
     moved = op.bytes_moved(size)
     ratio = theirs.median_us / mine_us
     speed = {"gbps": moved / mine_us / 1e3, "solution_gbps": moved / theirs.median_us / 1e3, "ratio": ratio,
              "bar": bar, "median_us": mine_us, "solution_median_us": theirs.median_us}
-    case = CaseResult(stage.key, list(size), PASSED, kind="speed", speed=speed, seconds=time.perf_counter() - t0)
+    case.speed, case.seconds = speed, time.perf_counter() - t0
     checked = judge(stage, size, inputs, out, inputs)
     if checked.failed:
         case.fail(checked.reason or "wrong-values", f"wrong at the timing size: {checked.message}",

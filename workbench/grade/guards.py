@@ -3,8 +3,9 @@
 The grading worker installs all of these before it imports the submission; ``grade_function`` (in a
 notebook, in-process) uses only the device-array guard, for the length of each call.
 
-* **The answer key** (``solutions/``) cannot be imported (an import hook) nor read (an audit hook on
-  ``open``), so its source cannot be executed either.
+* **The answer key** (the ladder modules of ``solutions/``) cannot be imported (an import hook) nor
+  read (an audit hook on ``open``), so its source cannot be executed either. Its shared helpers
+  (``solutions/_*.py``, no answers in them) and the package itself may be.
 * **The repository** is not writable: opening a file in it for writing, removing, renaming or
   creating one is refused.
 * **Processes**: code of the submission may not start any (the libraries it calls may).
@@ -85,6 +86,11 @@ def _inside(path: str | None, roots) -> bool:
     return path is not None and any(path == r or path.startswith(r + os.sep) for r in roots)
 
 
+def _shared(path: str) -> bool:
+    """The answer key's package file and its shared helpers (``solutions/_ptx.py``): no answers in them."""
+    return os.path.basename(path).startswith("_")
+
+
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 CHANGE_EVENTS = {"os.remove", "os.rename", "os.mkdir", "os.rmdir", "os.truncate", "os.symlink", "os.link",
                  "os.chmod", "os.chown", "os.utime", "shutil.rmtree", "shutil.move", "os.chflags"}
@@ -135,7 +141,7 @@ class Guard:
         path = _path_of(file)
         if path is None:
             return
-        if _inside(path, self.answer_key_dirs) and path.endswith(".py"):
+        if _inside(path, self.answer_key_dirs) and path.endswith(".py") and not _shared(path):
             self.refuse("answer-key", f"open {path}")
             raise PermissionError(f"{path}: the answer key is not readable while grading")
         writing = any(c in (mode or "") for c in "wax+") if isinstance(mode, str) else bool((flags or 0) & WRITE_FLAGS)
@@ -183,7 +189,8 @@ class _AnswerKeyBlocker(importlib.abc.MetaPathFinder):
         self.guard = guard
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname == ANSWER_KEY_PACKAGE or fullname.startswith(ANSWER_KEY_PACKAGE + "."):
+        package, _, module = fullname.partition(".")
+        if package == ANSWER_KEY_PACKAGE and module and not module.startswith("_"):
             self.guard.refuse("answer-key", f"import {fullname}")
             raise ImportError(f"`import {fullname}`: the answer key ({ANSWER_KEY_PACKAGE}/) cannot be imported "
                               "while grading: write your own code", name=fullname)

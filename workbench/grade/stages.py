@@ -7,10 +7,8 @@ is "not implemented yet"; if every case passes it passes, with a note to delete 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from .. import device as _device
-from .cases import Case, foreign_code, run_case, speed_case, stale_if_repeat
+from .cases import Case, Submission, foreign_code, run_case, speed_case, stale_if_repeat
 from .reasons import ADVICE, advice_for
 from .report import ERROR, FAILED, NOT_IMPLEMENTED, PASSED, SKIPPED, CaseResult, StageGrade
 from .supervisor import GraderError
@@ -19,17 +17,6 @@ from .supervisor import GraderError
 # Cases after one of these are not run (they would hang or die the same way, a fresh process each).
 ABORTED = {"timeout": "it timed out", "crash": "the process running it died", "exited": "it exited",
            "channel": "it wrote to the grader's channel"}
-
-
-@dataclass
-class Submission:
-    """Where a stage's code comes from and how far to trust it."""
-
-    file: str | None  # the file graded (None: unknown, e.g. a function typed in a console)
-    shown_as: str  # the file as the learner knows it
-    answer_key: dict = field(default_factory=dict)  # fingerprint -> name of the answer key's code
-    own_file_only: bool = True  # every function the stage runs must come from ``file`` as written
-    hint_missing: str = ""  # added to "the submission does not define this stage"
 
 
 class Listener:
@@ -77,9 +64,12 @@ def grade_stage(stage, session, cases: list[Case], submission: Submission, *, se
     """The stage's grade; the grader's own failures become status "error", never the learner's."""
     try:
         return _grade_stage(stage, session, cases, submission, seed=seed, speed=speed, listener=listener)
-    except GraderError as exc:
-        return stage_verdict(stage, ERROR, "grader-error", f"grader error (not your code): {exc}",
-                             file=submission.shown_as)
+    except GraderError as exc:  # the worker's side of the grader failed
+        message = str(exc)
+    except Exception as exc:  # this side failed (making inputs, the reference, ...): never the submission
+        message = f"{type(exc).__name__}: {exc}"
+    return stage_verdict(stage, ERROR, "grader-error", f"grader error (not your code): {message}",
+                         file=submission.shown_as)
 
 
 def _grade_stage(stage, session, cases, submission: Submission, *, seed, speed, listener) -> StageGrade:
@@ -94,7 +84,7 @@ def _grade_stage(stage, session, cases, submission: Submission, *, seed, speed, 
         return stage_verdict(stage, FAILED, "missing", prepared.get("message", "") + submission.hint_missing,
                              file=submission.shown_as)
     functions = prepared["functions"]
-    foreign = foreign_code(functions, submission.file, submission.answer_key, submission.own_file_only)
+    foreign = foreign_code(functions, submission)
     if foreign:
         return stage_verdict(stage, FAILED, *foreign, file=submission.shown_as)
     stubs = sorted({f"{submission.shown_as}, line {line}, in `{f['qualname']}`"
@@ -102,8 +92,7 @@ def _grade_stage(stage, session, cases, submission: Submission, *, seed, speed, 
     grade = StageGrade(stage.key, stage.order, PASSED, file=submission.shown_as)
     listener.stage_started(stage.key, len(cases))
     for i, case in enumerate(cases):
-        result = run_case(stage, session, case, i, functions=functions, submission_file=submission.file,
-                          answer_key=submission.answer_key, own_file_only=submission.own_file_only)
+        result = run_case(stage, session, case, i, functions=functions, submission=submission)
         grade.cases.append(result)
         listener.case_done(stage.key, result)
         if result.reason == "needs-gpu":

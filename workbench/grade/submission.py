@@ -46,16 +46,28 @@ def load_file(path) -> types.ModuleType:
     return module
 
 
+def _operators_in(module) -> list[Operator]:
+    """The Operators a module defines at its top level, alone or in a list (``OPERATORS = [...]``)."""
+    found = []
+    for value in list(vars(module).values()):
+        if isinstance(value, (list, tuple)):
+            found += [v for v in value if isinstance(v, Operator)]
+        elif isinstance(value, Operator):
+            found.append(value)
+    return found
+
+
 def find_launch(module, op_name: str, stage_name: str) -> tuple[Callable | None, str]:
     """The submission's launcher for a stage, or (None, why not).
 
-    Looked for as a stage of an Operator named op_name in the module, then as a module-level name
-    equal to the stage's (a Stage or a plain function). It must be defined in the submission itself.
+    Looked for as a stage of an Operator named op_name in the module (alone or in a list), then as a
+    module-level name equal to the stage's (a Stage or a plain function). It must be defined in the
+    submission itself.
     """
     found = []
-    for value in list(vars(module).values()):
-        if isinstance(value, Operator) and value.name == op_name:
-            found += [s.launch for s in value.stages if s.name == stage_name]
+    for op in _operators_in(module):
+        if op.name == op_name:
+            found += [s.launch for s in op.stages if s.name == stage_name]
     attr = vars(module).get(stage_name)
     if isinstance(attr, Stage):
         found.append(attr.launch)

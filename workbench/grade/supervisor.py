@@ -64,6 +64,7 @@ class WorkerProcess:
     def __init__(self, job: dict):
         self.job = job
         self.token = secrets.token_hex(8)
+        self.stopped = False
         self.tmp = Path(tempfile.mkdtemp(prefix="workbench-grade-"))
         self.output_file = open(self.tmp / "output.txt", "wb")
         self.read_offset = 0
@@ -175,7 +176,11 @@ class WorkerProcess:
         return found
 
     def stop(self) -> None:
-        """End the worker and everything it started; remove its folder."""
+        """End the worker and everything it started; remove its folder. (Safe to call again, and from
+        another thread: that is how an interrupted grading run stops its workers.)"""
+        if self.stopped:
+            return
+        self.stopped = True
         if self.proc.poll() is None:
             try:
                 self.channel.send({"type": "bye"})
@@ -232,25 +237,30 @@ class WorkerSession:
         self.worker: WorkerProcess | None = None
         self.load_reply: dict | None = None
         self.prepared: dict = {}  # stage name -> op name, for preparing again in a fresh worker
+        self.closed = False
 
     def loaded(self) -> dict:
-        """{"ok": True} or why the submission could not be imported."""
-        self._ensure()
+        """{"ok": True} or why the submission could not be imported (asked once: a file that does not
+        import is not started again)."""
+        if self.load_reply is None:
+            self._ensure()
         return self.load_reply
 
     def _ensure(self) -> WorkerProcess:
+        if self.closed:
+            raise GraderError("grading was stopped")
         if self.worker is None or self.worker.proc.poll() is not None:
             self.worker = WorkerProcess(self.job)
             try:
                 reply = self.worker.start()
             except CaseAborted as exc:
                 reply = {"type": "loaded", "ok": False, "reason": exc.reason, "message": exc.message,
-                         "refusals": []}
-            reply["printed"] = self.worker.printed()
+                         "refusals": [], "printed": exc.printed}
+            reply.setdefault("printed", self.worker.printed())
             if self.load_reply is None:
                 self.load_reply = reply
             elif not reply.get("ok"):
-                raise GraderError(f"the submission imported once but not when the worker restarted: "
+                raise GraderError(f"the submission imported once but not when its worker was started again: "
                                   f"{reply.get('message')}")
             for stage, op in self.prepared.items():
                 self.worker.request({"type": "prepare", "op": op, "stage": stage}, [], self.timeout,
@@ -284,15 +294,21 @@ class WorkerSession:
         reply.strays = worker.strays()
         return reply
 
-    def time(self, stage: str, inputs: tuple, out: np.ndarray) -> tuple[float, np.ndarray]:
+    def time(self, stage: str, inputs: tuple, out: np.ndarray) -> tuple[float | None, np.ndarray | None, dict | None]:
+        """(median µs, the output of the first argument set, None), or (None, None, the error it raised)."""
         worker = self._ensure()
         header, arrays = worker.request({"type": "time", "stage": stage}, [*inputs, out], self.timeout,
                                         "timing the stage")
-        if header.get("type") != "timed" or len(arrays) != 1:
+        if header.get("type") != "timed":
             raise CaseAborted("channel", "the grader's channel got a reply to a request it did not make")
-        return float(header["median_us"]), arrays[0]
+        if header.get("error"):
+            return None, None, header["error"]
+        if len(arrays) != 1:
+            raise CaseAborted("channel", "the grader's channel got a timing without its output")
+        return float(header["median_us"]), arrays[0], None
 
     def close(self) -> None:
-        if self.worker is not None:
-            self.worker.stop()
-            self.worker = None
+        self.closed = True
+        worker = self.worker
+        if worker is not None:
+            worker.stop()

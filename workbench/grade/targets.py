@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import ast
 import os
-import sys
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from .. import registry
-from ..ladder import Operator, Size, as_size
+from ..ladder import Size, as_size
 from ..paths import EXERCISES_DIR, REPO_ROOT
 from .submission import describe_launcher
 
@@ -35,11 +34,10 @@ def answer_key_code(op) -> dict[str, str]:
 
 @lru_cache(maxsize=None)
 def _answer_key_of_module(module_name: str) -> tuple:
-    module = sys.modules[module_name]
     found = {}
-    for value in vars(module).values():
-        if isinstance(value, Operator):
-            for stage in value.stages:
+    for op in registry.load_operators().values():
+        if op.module == module_name:
+            for stage in op.stages:
                 for f in describe_launcher(stage.launch):
                     if f["marked"]:
                         found[f["fingerprint"]] = f"{module_name}.{f['qualname']}"

@@ -19,7 +19,6 @@ import traceback
 
 import workbench  # noqa: F401  (chooses GPU or simulator before numba is imported)
 
-from .. import device as _device
 from ..ladder import clear_scratch
 from .channel import Channel
 from .guards import Guard
@@ -103,12 +102,27 @@ class Worker:
 
         launch = self.launches[header["stage"]]
         arg_sets = rotating_arg_sets(tuple(arrays[:-1]), arrays[-1], environment().get("l2_bytes"), max_sets=16)
-        timing = measure(launch, arg_sets)
+        try:
+            timing = measure(launch, arg_sets)
+        except Exception as exc:  # the learner's launcher raised while being timed
+            return {"type": "timed", "error": classify(exc, self.job["submission"])}, []
         return {"type": "timed", "median_us": timing.median_us}, [arg_sets[0][-1].copy_to_host()]
+
+
+def _die_with_the_grader() -> None:
+    """Linux: be killed when the grader's process ends, even if it is killed itself (a kernel that
+    hangs must not outlive it)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _die_with_the_grader()
     channel = _private_channel(int(argv[0]))
     sys.argv = sys.argv[:1]  # nothing about the channel left where the submission could read it
     job, _ = channel.receive()
