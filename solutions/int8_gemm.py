@@ -514,6 +514,35 @@ def unfused(x, Wq, w_scale, out):
 
 
 @cuda.jit(device=True, inline=True)
+def _scale_at(scales, i, n):
+    """scales[i], or 0 past the end (an edge tile's rows or columns outside the output)."""
+    return scales[i] if i < n else float32(0.0)
+
+
+@cuda.jit(device=True, inline=True)
+def _put(out, row, col, value, M, N):
+    if row < M and col < N:
+        out[row, col] = value
+
+
+@cuda.jit(device=True, inline=True)
+def _dequantize_fragments(out, acc, j, r0, c0, x_scale, w_scale, M, N):
+    """The four m16 fragments of n8 tile j, scaled and stored: the scales of the two columns are loaded
+    once for the four fragments, those of each fragment's two rows once for its four values."""
+    col = c0 + 8 * j
+    w_left = _scale_at(w_scale, col, N)
+    w_right = _scale_at(w_scale, col + 1, N)
+    for i in range(4):
+        row = r0 + 16 * i
+        x_top = _scale_at(x_scale, row, M)
+        x_bottom = _scale_at(x_scale, row + 8, M)
+        _put(out, row, col, float32(acc[i, j, 0]) * x_top * w_left, M, N)
+        _put(out, row, col + 1, float32(acc[i, j, 1]) * x_top * w_right, M, N)
+        _put(out, row + 8, col, float32(acc[i, j, 2]) * x_bottom * w_left, M, N)
+        _put(out, row + 8, col + 1, float32(acc[i, j, 3]) * x_bottom * w_right, M, N)
+
+
+@cuda.jit(device=True, inline=True)
 def _int8_gemm_dequantized(A, W, x_scale, w_scale, out, vec):
     acc = cuda.local.array((4, 8, 4), int32)
     _int8_tensor_core(A, W, cuda.shared.array(0, uint8, alignment=ALIGN16), vec, acc)
@@ -522,13 +551,18 @@ def _int8_gemm_dequantized(A, W, x_scale, w_scale, out, vec):
     lane = t % 32
     r0 = cuda.blockIdx.y * IBM + (t // 32 // 4) * 64 + lane // 4
     c0 = cuda.blockIdx.x * IBN + (t // 32 % 4) * 64 + 2 * (lane % 4)
-    for i in range(4):
-        for j in range(8):
-            for e in range(4):  # fully unrolled, so acc stays in registers (constant indices)
-                row = r0 + 16 * i + 8 * (e // 2)
-                col = c0 + 8 * j + e % 2
-                if row < M and col < N:
-                    out[row, col] = float32(acc[i, j, e]) * x_scale[row] * w_scale[col]
+    # The eight n8 tiles written out, not looped. A loop over them (with two scale loads per value, as
+    # this epilogue had) was too big for the compiler to unroll; left rolled, it indexed acc with a
+    # variable, and that put all 128 accumulators in a 512-byte stack frame in local memory. Each call
+    # below has a constant j, so every acc index is a constant and acc stays in registers.
+    _dequantize_fragments(out, acc, 0, r0, c0, x_scale, w_scale, M, N)
+    _dequantize_fragments(out, acc, 1, r0, c0, x_scale, w_scale, M, N)
+    _dequantize_fragments(out, acc, 2, r0, c0, x_scale, w_scale, M, N)
+    _dequantize_fragments(out, acc, 3, r0, c0, x_scale, w_scale, M, N)
+    _dequantize_fragments(out, acc, 4, r0, c0, x_scale, w_scale, M, N)
+    _dequantize_fragments(out, acc, 5, r0, c0, x_scale, w_scale, M, N)
+    _dequantize_fragments(out, acc, 6, r0, c0, x_scale, w_scale, M, N)
+    _dequantize_fragments(out, acc, 7, r0, c0, x_scale, w_scale, M, N)
 
 
 @cuda.jit(**_gpu_options(launch_bounds=(ITHREADS, 1)))
