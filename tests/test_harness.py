@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,8 +12,11 @@ import pytest
 import workbench
 from workbench import results
 from workbench.check import check_stage, compare, poison_like, relative_error
-from workbench.cli import _parse_size, ladder_table, main, update_readme
-from workbench.ladder import InputError, as_size, load_operators, resolve
+from workbench import tables
+from workbench.cli import main
+from workbench.ladder import InputError, as_size
+from workbench.registry import UnknownTarget, load_operators, resolve
+from workbench.sizes import SizeError, check_size, parse_size
 from workbench.timing import rotation_count
 
 pytestmark = pytest.mark.sim_only
@@ -178,9 +182,9 @@ def test_registry_orders_stages_and_resolves_targets():
     op, stages = resolve("reduction")
     assert [s.order for s in stages] == list(range(1, len(stages) + 1))
     assert resolve("reduction.fused")[1] == [op["fused"]]
-    with pytest.raises(KeyError, match="no stage"):
+    with pytest.raises(UnknownTarget, match="no stage"):
         resolve("reduction.nope")
-    with pytest.raises(KeyError, match="no operator"):
+    with pytest.raises(UnknownTarget, match="no operator"):
         resolve("nope")
 
 
@@ -194,8 +198,67 @@ def test_every_stage_explains_itself_and_shows_its_kernels():
 
 def test_sizes_parse():
     assert as_size(5) == (5,)
-    assert _parse_size("32768x4096") == (32768, 4096)
-    assert _parse_size("2**28") == (2**28,)
+    assert parse_size("32768x4096") == (32768, 4096)
+    assert parse_size("2**28") == (2**28,) and parse_size("2^10") == (1024,) and parse_size("1e6") == (10**6,)
+    for bad in ("abc", "1.5e0", "3x", ""):
+        with pytest.raises(SizeError, match="size must look like"):
+            parse_size(bad)
+
+
+@pytest.mark.parametrize("op_name, size, match", [
+    ("reduction", (33, 65), "reduction takes N .1 number"),
+    ("softmax", (7,), "softmax takes ROWSxCOLS .2 numbers"),
+    ("gemm", (4, 4), "gemm takes MxNxK"),
+    ("reduction", (-5,), "every number at least 1; got n=-5"),
+    ("softmax", (0, 3), "got rows=0"),
+    ("reduction", (2**40,), "moves 4096.0 GiB, more than"),
+])
+def test_sizes_of_the_wrong_form_are_refused_naming_the_form(op_name, size, match):
+    with pytest.raises(SizeError, match=match):
+        check_size(load_operators()[op_name], size)
+
+
+@pytest.mark.parametrize("argv", [
+    ["check", "reduction", "--size", "1000", "--size", "33x65"],
+    ["check", "softmax", "--size", "7"],
+    ["check", "reduction", "--size", "-5"],
+    ["check", "reduction", "--size", "2**40"],
+    ["check", "reduction", "--size", "0"],
+    ["check", "nosuchop"],
+    ["check", "reduction.nosuchstage"],
+    ["table", "nosuchop"],
+    ["diff", "reduction"],
+    ["plot", "nosuchop"],
+])
+def test_cli_refuses_bad_targets_and_sizes_in_one_line(argv, capsys):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out
+    errors = [line for line in captured.err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, captured.err
+
+
+def test_cli_refuses_unparseable_sizes_before_running(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["check", "reduction", "--size", "abc"])
+    assert exit_.value.code == 2
+    assert "size must look like" in capsys.readouterr().err
+
+
+def test_a_missing_argument_names_the_stage_and_its_signature():
+    from numba import cuda
+
+    with pytest.raises(InputError, match=r"reduction.fused takes fused\(x, out\).*'out'"):
+        load_operators()["reduction"]["fused"](cuda.to_device(np.ones(3, np.float32)))
+
+
+def test_skipped_is_its_own_state(capsys):
+    """A stage the simulator cannot run is 'skipped' in the table and the JSON, never passed."""
+    if not load_operators()["gemm"]["tensor_core"].gpu_only or workbench.MODE != "sim":
+        pytest.skip("only in the simulator")
+    assert main(["check", "gemm.tensor_core", "--size", "17x33x19", "--json"]) == 0
+    [record] = json.loads(capsys.readouterr().out)
+    assert record["status"] == "skipped" and "passed" not in record and record["rel_err"] is None
 
 
 def test_rotation_covers_three_l2s():
@@ -262,7 +325,7 @@ def test_cli_list_json(capsys):
 def test_cli_check_json_and_exit_code(capsys):
     assert main(["check", "reduction.fused", "--size", "33", "--size", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert [r["passed"] for r in out] == [True, True]
+    assert [r["status"] for r in out] == ["passed", "passed"]
 
 
 def test_cli_bench_refuses_in_simulator():
@@ -280,17 +343,24 @@ def test_cli_doctor_warns_about_simulator(capsys):
     assert any("simulator" in w for w in report["warnings"])
 
 
-def test_readme_table_is_regenerated_between_markers(tmp_path):
+def test_readme_ladders_are_regenerated_between_markers(tmp_path):
     data = results.latest_file_with("reduction")
     if data is None:
         pytest.skip("no recorded reduction figures")
-    table = ladder_table("reduction", data)
+    table = tables.ladder_table(load_operators()["reduction"], data)
     assert "| 5 | fused |" in table and data["device"] in table
     readme = tmp_path / "README.md"
-    readme.write_text("intro\n<!-- ladder:reduction -->\nold\n<!-- /ladder:reduction -->\nrest\n")
-    assert update_readme("reduction", table, readme)
+    readme.write_text("intro\n<!-- ladders -->\nold\n<!-- /ladders -->\nrest\n")
+    assert tables.update_readme(readme) == "updated"
     text = readme.read_text()
     assert "old" not in text and table in text and text.endswith("rest\n")
+    assert "### Reduction: sum of a float32 vector" in text
+    assert tables.update_readme(readme) == "unchanged"
+
+
+def test_committed_readme_is_what_the_registry_and_results_generate():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert tables.render_readme(readme) == readme, "run `workbench table --update-readme`"
 
 
 def test_plots_draw_from_recorded_results(tmp_path):

@@ -12,7 +12,8 @@ from numba import cuda, float32
 
 from solutions import layernorm
 from workbench.check import check_stage, poison_like
-from workbench.ladder import InputError, load_operators
+from workbench.ladder import InputError
+from workbench.registry import load_operators
 
 op = layernorm.op
 ALL_STAGES = [(o.name, s.name) for o in layernorm.OPERATORS for s in o.stages]
