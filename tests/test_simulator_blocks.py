@@ -15,6 +15,7 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 import math
 import signal
 import struct
+import sys
 import time
 
 import numba
@@ -672,3 +673,44 @@ def test_a_persistent_grid_is_refused_at_132_sms_and_runs_in_seconds_at_2():
     seconds = time.perf_counter() - start
     assert out.copy_to_host()[0] == 10_000 and budget.used == 8192
     print(f"persistent grid, 2 SMs x 32 blocks x 128 threads: {seconds:.1f} s")
+
+
+# ---------------------------------------------------------------------------------------------
+# The threads that run simulated CUDA threads are reused: failures and forks must not break that
+# ---------------------------------------------------------------------------------------------
+
+
+@cuda.jit
+def exits_in_one_thread(x):
+    if cuda.threadIdx.x == 3:
+        sys.exit(3)
+    x[cuda.threadIdx.x] = 1
+
+
+def test_sys_exit_in_a_kernel_reaches_the_launch_and_the_next_launch_runs():
+    with pytest.raises(SystemExit):
+        exits_in_one_thread[1, 32](device(np.zeros(32)))
+    x, y = device(np.arange(64)), cuda.device_array(64, np.float32)
+    scale_ranges[2, 32](x, y, 1)
+    assert np.array_equal(y.copy_to_host(), 2 * np.arange(64))
+
+
+def test_a_forked_child_runs_kernels():
+    x, y = device(np.arange(64)), cuda.device_array(64, np.float32)
+    scale_ranges[2, 32](x, y, 1)  # the parent now keeps idle threads, which a child does not have
+    pid = os.fork()
+    if pid == 0:
+        status = 2
+        try:
+            scale_ranges[2, 32](x, y, 1)
+            status = 0 if np.array_equal(y.copy_to_host(), 2 * np.arange(64)) else 1
+        finally:
+            os._exit(status)
+    try:
+        _, status = os.waitpid(pid, 0)
+        pid = None
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)

@@ -345,14 +345,11 @@ def _launch(self, *args):
     """FakeCUDAKernel.__call__: numba's launch, with the checks a GPU makes, recording, the thread
     budget, and race checking (which needs the array arguments wrapped, so numba's version is
     rebuilt here rather than called)."""
-    if self._device or _kernel._kernel_context is not None:
-        needs_gpu = getattr(self, "sim_needs_gpu", None)
-        if needs_gpu:
-            raise NeedsGPU(needs_gpu)
-        return _original_kernel_call(self, *args)  # a device function: a call, not a launch
-    needs_gpu = getattr(self, "sim_needs_gpu", None)
+    needs_gpu = getattr(self, "sim_needs_gpu", None)  # set by jit() for code linked with link=
     if needs_gpu:
         raise NeedsGPU(needs_gpu)
+    if self._device or _kernel._kernel_context is not None:
+        return _original_kernel_call(self, *args)  # a device function: a call, not a launch
     grid_dim, block_dim = normalize_kernel_dimensions(self.grid_dim, self.block_dim)
     _check_launch(grid_dim, block_dim, self.dynshared_size)
     _charge_budgets(self.fn, grid_dim, block_dim)
@@ -904,6 +901,8 @@ class _Worker(threading.Thread):
             self.exception = (NeedsGPU(str(error)), sys.exc_info()[2])
         except _OWN_ERRORS as error:
             self.exception = (error, sys.exc_info()[2])
+        except (SystemExit, KeyboardInterrupt) as error:  # sys.exit() in a kernel: the launch says so
+            self.exception = (error, sys.exc_info()[2])
         except Exception as error:
             where = f"tid={list(self.threadIdx)} ctaid={list(self.blockIdx)}"
             message = f"{where}: {error}" if str(error) else where
@@ -953,7 +952,17 @@ def _give_back_workers(workers):
     block failed and it has not noticed, or it loops forever) is left to itself."""
     with _workers_lock:
         room = _MAX_IDLE_WORKERS - len(_idle_workers)
-        _idle_workers.extend([worker for worker in workers if not worker.busy][:room])
+        _idle_workers.extend([worker for worker in workers if not worker.busy and worker.is_alive()][:room])
+
+
+def _forget_workers():
+    """In a forked child the workers' threads do not exist (fork copies only the forking thread)."""
+    global _workers_lock
+    _workers_lock = threading.Lock()
+    _idle_workers.clear()
+
+
+os.register_at_fork(after_in_child=_forget_workers)
 
 
 def _lanes(bits):

@@ -445,7 +445,8 @@ def _bessel_y(n, x):
         end *= 1.5
     t = (nodes + 1) * (end / 2)
     with np.errstate(over="ignore", under="ignore"):
-        second = end / 2 * np.sum(weights * (np.exp(n * t - x * np.sinh(t)) + (-1) ** n * np.exp(-n * t - x * np.sinh(t))))
+        decay = np.exp(n * t - x * np.sinh(t)) + (-1) ** n * np.exp(-n * t - x * np.sinh(t))
+        second = end / 2 * np.sum(weights * decay)
     return sign * float((first - second) / np.pi)
 
 
