@@ -54,7 +54,10 @@ an early ``return`` before a full-warp reduction); build masks with ``cuda.activ
 ``cuda.ballot_sync`` instead.
 
 Cost (measured on a 2-core CPU shared with other jobs, so only a guide): a simulated thread costs
-about 0.3-1 ms, mostly the Python thread that runs it; race checking adds 2-4 µs per element access.
+0.1-1 ms, from a kernel with a few element accesses to one with hundreds; race checking adds 1-3 µs
+per element access (30-50% on the access-heavy ladders: see workbench.simulator.races). Python
+threads are reused from block to block and launch to launch, as starting one costs more than most
+simulated threads do.
 """
 
 import operator
@@ -118,9 +121,11 @@ DEFAULT_SM_COUNT = 132
 SM_COUNT_ENV = "WORKBENCH_SIM_SM_COUNT"
 RACECHECK_ENV = "WORKBENCH_SIM_RACECHECK"
 
-# Wall time per simulated thread of a typical grading kernel (a few dozen element accesses, race
-# checking on), measured on the 2-core development machine while other jobs ran: for estimates only.
-SECONDS_PER_THREAD = 6e-4
+# Wall time per simulated thread, race checking on, on the 2-core development machine while other
+# jobs ran: 0.13 ms for a persistent-grid sum (a few accesses per thread), up to about 1 ms for
+# kernels with hundreds of shared-memory accesses per thread. Estimates use the slow end, so that
+# a launch the estimate lets through finishes within a time-out derived from it.
+SECONDS_PER_THREAD = 1e-3
 
 
 class LaunchLimitError(ValueError):
