@@ -314,6 +314,14 @@ class CheckReport(Table):
     def failures(self) -> list:
         return [r for r in self.results if r.failed]
 
+    def failure_summary(self) -> str:
+        """Each distinct failure once, with the cases it happened in: 'msg (at 1x1x1, 5x7x3)'."""
+        where: dict[str, list[str]] = {}
+        for r in self.failures:
+            case = size_label(r.size) + ("" if r.inputs == "random" else f" {r.inputs}")
+            where.setdefault(r.message, []).append(case)
+        return "; ".join(f"{message} (at {', '.join(cases)})" for message, cases in where.items())
+
 
 def adversarial_size(sizes: list) -> tuple | None:
     """The one size at which check() also runs the operator's adversarial inputs: the middle of the
@@ -352,8 +360,7 @@ def check(stage: Stage, sizes=None, seed: int = 0) -> None:
     if live.handle is None:
         print(report.title)
     if report.failures:
-        raise AssertionError(f"{stage.key}: {len(report.failures)} case(s) failed: "
-                             + "; ".join(r.message for r in report.failures))
+        raise AssertionError(f"{stage.key}: {len(report.failures)} case(s) failed: " + report.failure_summary())
 
 
 # -- figures: live on a GPU, recorded otherwise -----------------------------------------------------
