@@ -70,13 +70,24 @@ class WorkerProcess:
         self.read_offset = 0
         parent_end, child_end = socket.socketpair()
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "workbench.grade.worker", str(child_end.fileno())],
-                pass_fds=[child_end.fileno()], stdin=subprocess.DEVNULL, stdout=self.output_file,
-                stderr=subprocess.STDOUT, cwd=self._workdir(), env=self._environment(), start_new_session=True)
+            self.proc = self._start(child_end)
+        except BaseException:
+            parent_end.close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
         finally:
             child_end.close()
         self.channel = Channel(parent_end)
+
+    def _start(self, child_end: socket.socket) -> subprocess.Popen:
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-m", "workbench.grade.worker", str(child_end.fileno())],
+                pass_fds=[child_end.fileno()], stdin=subprocess.DEVNULL, stdout=self.output_file,
+                stderr=subprocess.STDOUT, cwd=self._workdir(), env=self._environment(), start_new_session=True)
+        except BaseException:
+            self.output_file.close()
+            raise
 
     def _workdir(self) -> str:
         work = self.tmp / "cwd"
@@ -250,6 +261,8 @@ class WorkerSession:
         if self.closed:
             raise GraderError("grading was stopped")
         if self.worker is None or self.worker.proc.poll() is not None:
+            if self.worker is not None:
+                self.worker.stop()  # it died between requests: its folder and strays go too
             self.worker = WorkerProcess(self.job)
             try:
                 reply = self.worker.start()
