@@ -72,6 +72,19 @@ def _submission_asked(skip=_is_stdlib) -> bool:
     return not is_library_file(_requester(skip))
 
 
+def _library_lookup() -> bool:
+    """Is ``ctypes.util.find_library`` asking (it runs ``ldconfig -p``, or gcc/ld, to find a shared
+    library)? On a GPU, numba and the CUDA bindings find the driver, NVVM and NVRTC that way the first
+    time a kernel compiles: a read-only lookup, not the submission starting work of its own."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name.startswith("_find") and code.co_filename.endswith(os.path.join("ctypes", "util.py")):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _path_of(arg) -> str | None:
     if isinstance(arg, int):
         return None  # a file descriptor
@@ -132,7 +145,7 @@ class Guard:
                 if _inside(path, self.repo_root):
                     self.refuse("wrote-file", f"{event} {path}")
                     raise PermissionError(f"{event}({path!r}): the repository is read-only while grading")
-        elif event in PROCESS_EVENTS and _submission_asked():
+        elif event in PROCESS_EVENTS and _submission_asked() and not _library_lookup():
             what = " ".join(map(str, args[1])) if event == "subprocess.Popen" and args[1:2] else event
             self.refuse("process", f"{event}: {what}"[:200])
             raise PermissionError(f"{event}: a stage may not start processes while it is graded")
