@@ -12,6 +12,7 @@ The generated exercise replaces each region by its hints and one stub line carry
 
 from __future__ import annotations
 
+import ast
 import re
 
 HINT = re.compile(r"^(?P<indent>[ \t]*)# HINT:\s?(?P<text>.*?)\s*$")
@@ -29,3 +30,17 @@ def has_markers(text: str) -> bool:
 def stub_lines(source: str) -> list[int]:
     """1-based lines of ``source`` that are still TODO(exercise) stubs (not comments mentioning one)."""
     return [i for i, line in enumerate(source.splitlines(), 1) if STUB_MARK in line and not line.lstrip().startswith("#")]
+
+
+def ladder_imports(source: str) -> list[str]:
+    """The other ladder modules a solutions module imports (``from solutions import softmax``, ``from
+    solutions.half_norms import ...``); shared helpers (``solutions._ptx``) are not ladders. An exercise
+    made from such a module could not be graded: the grader refuses the answer key's modules."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "solutions":
+            if node.module == "solutions":
+                found += [a.name for a in node.names if not a.name.startswith("_")]
+            elif not node.module.split(".")[1].startswith("_"):
+                found.append(node.module.split(".")[1])
+    return sorted(set(found))

@@ -47,7 +47,7 @@ from pathlib import Path
 from .. import paths, registry
 from ..introspect import kernels_of
 from ..ladder import Operator
-from ..markers import BEGIN, END, HINT, MAX_HINTS, STUB_MARK, has_markers
+from ..markers import BEGIN, END, HINT, MAX_HINTS, STUB_MARK, has_markers, ladder_imports
 
 HASH_LINE = re.compile(r"^# generated-sha256: (?P<hash>[0-9a-f]{64})\s*$", re.M)
 HEADER_END = "# " + "-" * 98
@@ -257,13 +257,27 @@ class Source:
 
 
 def exercise_sources() -> dict[str, Source]:
-    """Every ladder module the registry finds (``$WORKBENCH_SOLUTIONS_PATH`` included) that has markers."""
+    """Every ladder module the registry finds (``$WORKBENCH_SOLUTIONS_PATH`` included) that has markers,
+    except those that import another ladder module: the grader refuses the answer key's modules, so
+    their exercises could not be graded (``not_offered()`` says which and why)."""
     by_module = registry.operators_by_module()
     out = {}
     for name, module in registry.ladder_modules().items():
         path = Path(module.__file__)
-        if has_markers(path.read_text()):
+        text = path.read_text()
+        if has_markers(text) and not ladder_imports(text):
             out[name] = Source(name, path, by_module.get(name, []))
+    return out
+
+
+def not_offered() -> dict[str, str]:
+    """Ladder modules with exercise markers that get no exercise, and why."""
+    out = {}
+    for name, module in registry.ladder_modules().items():
+        text = Path(module.__file__).read_text()
+        if has_markers(text) and ladder_imports(text):
+            out[name] = (f"imports the ladder module(s) {', '.join(ladder_imports(text))}, which the grader "
+                         "refuses while grading; shared code belongs in solutions/_*.py")
     return out
 
 
@@ -389,6 +403,10 @@ def render_index(sources: dict[str, Source]) -> str:
     for module, source in sources.items():
         ops = ", ".join(op.name for op in source.operators)
         lines.append(f"| [{module}.py]({module}.py) | {ops} | {source.label} |")
+    missing = not_offered()
+    if missing:
+        lines += ["", "Not offered yet (their stages have hints, but an exercise made from them could not be graded):", ""]
+        lines += [f"- `solutions/{module}.py`: {why}" for module, why in missing.items()]
     return "\n".join(lines) + "\n"
 
 
