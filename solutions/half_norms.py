@@ -69,6 +69,7 @@ ILP_SPAN = ILP * THREADS  # columns (widened) or words (packed) a block covers p
 LAST = (ILP - 1) * THREADS  # offset of a step's last column (or word) from its first
 LOW = uint32(0xFFFF)
 SIXTEEN = uint32(16)
+ROW_THREADS = 128  # the rows_in_flight stages: four warps per row, twice the rows resident per multiprocessor
 ELEMENTWISE_GRID_FACTOR = 4  # GELU stages: blocks per multiprocessor's worth of threads (see the launcher)
 
 LOW_PRECISION_GROUP = "Low precision: fp16 and bf16 memory-bound ladders, int8 quantization"
@@ -191,26 +192,38 @@ def warp_sum(value):
 
 
 @cuda.jit(device=True, inline=True)
-def block_max(value, reduced):
-    """Maximum over a block of THREADS threads, in every thread; reduced: TWO_WARPS floats of shared memory."""
+def block_max_over(value, reduced, warps):
+    """Maximum over a block of ``warps`` warps, in every thread; reduced: TWO_WARPS floats of shared memory."""
     lane = cuda.threadIdx.x % 32
     value = warp_max(value)
     if lane == 0:
         reduced[cuda.threadIdx.x // 32] = value
     cuda.syncthreads()
-    return warp_max(reduced[lane] if lane < WARPS else NEG_INF)
+    return warp_max(reduced[lane] if lane < warps else NEG_INF)
 
 
 @cuda.jit(device=True, inline=True)
-def block_sum(value, reduced, slot):
-    """Sum over a block of THREADS threads, in every thread. Use a different slot (0, 1) per sum of a row,
+def block_sum_over(value, reduced, slot, warps):
+    """Sum over a block of ``warps`` warps, in every thread. Use a different slot (0, 1) per sum of a row,
     so that no barrier is needed between reading one result and writing the next partials."""
     lane = cuda.threadIdx.x % 32
     value = warp_sum(value)
     if lane == 0:
-        reduced[slot * WARPS + cuda.threadIdx.x // 32] = value
+        reduced[slot * warps + cuda.threadIdx.x // 32] = value
     cuda.syncthreads()
-    return warp_sum(reduced[slot * WARPS + lane] if lane < WARPS else float32(0.0))
+    return warp_sum(reduced[slot * warps + lane] if lane < warps else float32(0.0))
+
+
+@cuda.jit(device=True, inline=True)
+def block_max(value, reduced):
+    """Maximum over a block of THREADS threads, in every thread."""
+    return block_max_over(value, reduced, WARPS)
+
+
+@cuda.jit(device=True, inline=True)
+def block_sum(value, reduced, slot):
+    """Sum over a block of THREADS threads, in every thread (slot: 0 or 1, see block_sum_over)."""
+    return block_sum_over(value, reduced, slot, WARPS)
 
 
 # -- where a row's words are ---------------------------------------------------------------------------
@@ -462,72 +475,75 @@ def softmax_widened(x, out):
 # -- 2. packed: two halves per load and store -----------------------------------------------------------
 
 @cuda.jit(device=True, inline=True)
-def softmax_packed_row(x16, x32, out16, out32, cols, widen, narrow, exp):
+def softmax_packed_row(x16, x32, out16, out32, cols, widen, narrow, exp, threads):
     reduced = cuda.shared.array(TWO_WARPS, float32)
     ws = cuda.local.array(ILP, uint32)
     t = uint64(cuda.threadIdx.x)
+    last = uint64((ILP - 1) * threads)  # offset of a step's last word from its first
+    span = uint64(ILP * threads)  # words a block covers per unrolled step
+    warps = threads // 32
     start, end, first, stop = row_words(uint64(cuda.blockIdx.x), uint64(cols))
     edge = edge_element(t, start, end)
     # HINT: the widened kernel over the row's words: word w holds two halves, widen(w) and widen(w >> 16).
-    # HINT: words first + t, first + t + THREADS, ... up to stop, eight a step; the odd edge element (if
+    # HINT: words first + t, first + t + threads, ... up to stop, eight a step (last, span); the odd edge element (if
     # HINT: edge < end) through the 16-bit arrays. exp is passed in; store a word as pack(narrow(a), narrow(b)).
     # BEGIN SOLUTION
     m = NEG_INF
     if edge < end:
         m = widen(uint32(x16[edge]))
     w = first + t
-    while w + uint64(LAST) < stop:
+    while w + last < stop:
         for u in range(ILP):
-            word = x32[w + uint64(u * THREADS)]
+            word = x32[w + uint64(u * threads)]
             m = max(m, max(widen(word), widen(word >> SIXTEEN)))
-        w += uint64(ILP_SPAN)
+        w += span
     while w < stop:
         word = x32[w]
         m = max(m, max(widen(word), widen(word >> SIXTEEN)))
-        w += uint64(THREADS)
-    m = block_max(m, reduced)
+        w += uint64(threads)
+    m = block_max_over(m, reduced, warps)
     s = float32(0.0)
     if edge < end:
         s = exp(widen(uint32(x16[edge])) - m)
     w = first + t
-    while w + uint64(LAST) < stop:
+    while w + last < stop:
         for u in range(ILP):
-            word = x32[w + uint64(u * THREADS)]
+            word = x32[w + uint64(u * threads)]
             s += exp(widen(word) - m) + exp(widen(word >> SIXTEEN) - m)
-        w += uint64(ILP_SPAN)
+        w += span
     while w < stop:
         word = x32[w]
         s += exp(widen(word) - m) + exp(widen(word >> SIXTEEN) - m)
-        w += uint64(THREADS)
-    inverse = float32(1.0) / block_sum(s, reduced, 1)
+        w += uint64(threads)
+    inverse = float32(1.0) / block_sum_over(s, reduced, 1, warps)
     if edge < end:
         out16[edge] = uint16(narrow(exp(widen(uint32(x16[edge])) - m) * inverse))
     w = first + t
-    while w + uint64(LAST) < stop:
+    while w + last < stop:
         for u in range(ILP):
-            ws[u] = x32[w + uint64(u * THREADS)]
+            ws[u] = x32[w + uint64(u * threads)]
         for u in range(ILP):
             low = narrow(exp(widen(ws[u]) - m) * inverse)
             high = narrow(exp(widen(ws[u] >> SIXTEEN) - m) * inverse)
-            out32[w + uint64(u * THREADS)] = pack(low, high)
-        w += uint64(ILP_SPAN)
+            out32[w + uint64(u * threads)] = pack(low, high)
+        w += span
     while w < stop:
         word = x32[w]
         low = narrow(exp(widen(word) - m) * inverse)
         high = narrow(exp(widen(word >> SIXTEEN) - m) * inverse)
         out32[w] = pack(low, high)
-        w += uint64(THREADS)
+        w += uint64(threads)
     # END SOLUTION
 
 
 @cuda.jit
 def _softmax_packed_f16(x16, x32, out16, out32, cols):
-    softmax_packed_row(x16, x32, out16, out32, cols, f16_to_float, float_to_f16, exact_exp)
+    softmax_packed_row(x16, x32, out16, out32, cols, f16_to_float, float_to_f16, exact_exp, THREADS)
 
 
 @cuda.jit
 def _softmax_packed_bf16(x16, x32, out16, out32, cols):
-    softmax_packed_row(x16, x32, out16, out32, cols, bf16_to_float, float_to_bf16, exact_exp)
+    softmax_packed_row(x16, x32, out16, out32, cols, bf16_to_float, float_to_bf16, exact_exp, THREADS)
 
 
 @each(SOFTMAX, "packed", """
@@ -549,12 +565,12 @@ def softmax_packed(x, out):
 
 @cuda.jit
 def _softmax_fast_f16(x16, x32, out16, out32, cols):
-    softmax_packed_row(x16, x32, out16, out32, cols, f16_to_float, float_to_f16, fast_exp)
+    softmax_packed_row(x16, x32, out16, out32, cols, f16_to_float, float_to_f16, fast_exp, THREADS)
 
 
 @cuda.jit
 def _softmax_fast_bf16(x16, x32, out16, out32, cols):
-    softmax_packed_row(x16, x32, out16, out32, cols, bf16_to_float, float_to_bf16, fast_exp)
+    softmax_packed_row(x16, x32, out16, out32, cols, bf16_to_float, float_to_bf16, fast_exp, THREADS)
 
 
 @each(SOFTMAX, "fast_exp", """
@@ -568,6 +584,32 @@ def _softmax_fast_bf16(x16, x32, out16, out32, cols):
 def softmax_fast_exp(x, out):
     kernel = _softmax_fast_bf16 if is_bf16(x) else _softmax_fast_f16
     kernel[x.shape[0], THREADS](flat_bits16(x), words(x), flat_bits16(out), words(out), x.shape[1])
+
+
+# -- 4. rows_in_flight: four warps per row ----------------------------------------------------------------
+
+@cuda.jit
+def _softmax_rows_f16(x16, x32, out16, out32, cols):
+    softmax_packed_row(x16, x32, out16, out32, cols, f16_to_float, float_to_f16, fast_exp, ROW_THREADS)
+
+
+@cuda.jit
+def _softmax_rows_bf16(x16, x32, out16, out32, cols):
+    softmax_packed_row(x16, x32, out16, out32, cols, bf16_to_float, float_to_bf16, fast_exp, ROW_THREADS)
+
+
+@each(SOFTMAX, "rows_in_flight", """
+    The fast_exp kernel in blocks of 128 threads per row instead of 256. A block's time on a row is mostly
+    fixed latency (the first pass's loads, two barriers, the reductions), whatever the row's bytes;
+    at 2 bytes an element a 4096-column row is 8 KB where the float32 kernel's was 16 KB, so 256-
+    thread blocks (eight per multiprocessor at 32 registers) keep 64 KB of rows moving per
+    multiprocessor where the float32 ilp kernel kept 96 KB (six blocks of 16 KB): about half its
+    bandwidth, which is what the packed stage measured. Blocks of 128 threads fit sixteen to a
+    multiprocessor: 128 KB of rows in flight, each thread two unrolled steps of eight words a pass
+    (the float32 kernel's shape again), and the reductions cross four warps instead of eight.""")
+def softmax_rows_in_flight(x, out):
+    kernel = _softmax_rows_bf16 if is_bf16(x) else _softmax_rows_f16
+    kernel[x.shape[0], ROW_THREADS](flat_bits16(x), words(x), flat_bits16(out), words(out), x.shape[1])
 
 
 # ======================================================================================================
@@ -730,10 +772,13 @@ def layernorm_widened(x, weight, bias, out):
 # -- 2. packed ------------------------------------------------------------------------------------------
 
 @cuda.jit(device=True, inline=True)
-def layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, widen, narrow):
+def layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, widen, narrow, threads):
     reduced = cuda.shared.array(TWO_WARPS, float32)
     ws = cuda.local.array(ILP, uint32)
     t = uint64(cuda.threadIdx.x)
+    last = uint64((ILP - 1) * threads)  # offset of a step's last word from its first
+    span = uint64(ILP * threads)  # words a block covers per unrolled step
+    warps = threads // 32
     start, end, first, stop = row_words(uint64(cuda.blockIdx.x), uint64(cols))
     edge = edge_element(t, start, end)
     x0 = widen(uint32(x16[start]))
@@ -745,51 +790,51 @@ def layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, widen, narr
     if edge < end:
         total = widen(uint32(x16[edge])) - x0
     w = first + t
-    while w + uint64(LAST) < stop:
+    while w + last < stop:
         for u in range(ILP):
-            word = x32[w + uint64(u * THREADS)]
+            word = x32[w + uint64(u * threads)]
             total += (widen(word) - x0) + (widen(word >> SIXTEEN) - x0)
-        w += uint64(ILP_SPAN)
+        w += span
     while w < stop:
         word = x32[w]
         total += (widen(word) - x0) + (widen(word >> SIXTEEN) - x0)
-        w += uint64(THREADS)
-    mean = block_sum(total, reduced, 0) / float32(cols)
+        w += uint64(threads)
+    mean = block_sum_over(total, reduced, 0, warps) / float32(cols)
     squares = float32(0.0)
     if edge < end:
         d = widen(uint32(x16[edge])) - x0 - mean
         squares = d * d
     w = first + t
-    while w + uint64(LAST) < stop:
+    while w + last < stop:
         for u in range(ILP):
-            word = x32[w + uint64(u * THREADS)]
+            word = x32[w + uint64(u * threads)]
             d_low = widen(word) - x0 - mean
             d_high = widen(word >> SIXTEEN) - x0 - mean
             squares += d_low * d_low + d_high * d_high
-        w += uint64(ILP_SPAN)
+        w += span
     while w < stop:
         word = x32[w]
         d_low = widen(word) - x0 - mean
         d_high = widen(word >> SIXTEEN) - x0 - mean
         squares += d_low * d_low + d_high * d_high
-        w += uint64(THREADS)
-    rstd = float32(1.0) / math.sqrt(block_sum(squares, reduced, 1) / float32(cols) + EPS)
+        w += uint64(threads)
+    rstd = float32(1.0) / math.sqrt(block_sum_over(squares, reduced, 1, warps) / float32(cols) + EPS)
     shift = x0 + mean
     if edge < end:
         c = edge - start
         value = (widen(uint32(x16[edge])) - shift) * rstd * widen(uint32(weight[c])) + widen(uint32(bias[c]))
         out16[edge] = uint16(narrow(value))
     w = first + t
-    while w + uint64(LAST) < stop:
+    while w + last < stop:
         for u in range(ILP):
-            ws[u] = x32[w + uint64(u * THREADS)]
+            ws[u] = x32[w + uint64(u * threads)]
         for u in range(ILP):
-            c = (w + uint64(u * THREADS)) * uint64(2) - start
+            c = (w + uint64(u * threads)) * uint64(2) - start
             low = (widen(ws[u]) - shift) * rstd * widen(uint32(weight[c])) + widen(uint32(bias[c]))
             c += uint64(1)
             high = (widen(ws[u] >> SIXTEEN) - shift) * rstd * widen(uint32(weight[c])) + widen(uint32(bias[c]))
-            out32[w + uint64(u * THREADS)] = pack(narrow(low), narrow(high))
-        w += uint64(ILP_SPAN)
+            out32[w + uint64(u * threads)] = pack(narrow(low), narrow(high))
+        w += span
     while w < stop:
         word = x32[w]
         c = w * uint64(2) - start
@@ -797,18 +842,18 @@ def layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, widen, narr
         c += uint64(1)
         high = (widen(word >> SIXTEEN) - shift) * rstd * widen(uint32(weight[c])) + widen(uint32(bias[c]))
         out32[w] = pack(narrow(low), narrow(high))
-        w += uint64(THREADS)
+        w += uint64(threads)
     # END SOLUTION
 
 
 @cuda.jit
 def _layernorm_packed_f16(x16, x32, weight, bias, out16, out32, cols):
-    layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, f16_to_float, float_to_f16)
+    layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, f16_to_float, float_to_f16, THREADS)
 
 
 @cuda.jit
 def _layernorm_packed_bf16(x16, x32, weight, bias, out16, out32, cols):
-    layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, bf16_to_float, float_to_bf16)
+    layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, bf16_to_float, float_to_bf16, THREADS)
 
 
 @each(LAYERNORM, "packed", """
@@ -822,6 +867,33 @@ def layernorm_packed(x, weight, bias, out):
     kernel = _layernorm_packed_bf16 if is_bf16(x) else _layernorm_packed_f16
     kernel[x.shape[0], THREADS](flat_bits16(x), words(x), bits16(weight), bits16(bias), flat_bits16(out),
                                 words(out), x.shape[1])
+
+
+# -- 3. rows_in_flight: four warps per row ----------------------------------------------------------------
+
+@cuda.jit
+def _layernorm_rows_f16(x16, x32, weight, bias, out16, out32, cols):
+    layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, f16_to_float, float_to_f16, ROW_THREADS)
+
+
+@cuda.jit
+def _layernorm_rows_bf16(x16, x32, weight, bias, out16, out32, cols):
+    layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, bf16_to_float, float_to_bf16, ROW_THREADS)
+
+
+@each(LAYERNORM, "rows_in_flight", """
+    The packed kernel in blocks of 128 threads per row instead of 256. A block's time on a row is mostly
+    fixed latency (the first pass's loads, two barriers, the reductions), whatever the row's bytes;
+    at 2 bytes an element a 4096-column row is 8 KB where the float32 kernel's was 16 KB, so 256-
+    thread blocks (eight per multiprocessor at 32 registers) keep 64 KB of rows moving per
+    multiprocessor where the float32 ilp kernel kept 96 KB (six blocks of 16 KB): about half its
+    bandwidth, which is what the packed stage measured. Blocks of 128 threads fit sixteen to a
+    multiprocessor: 128 KB of rows in flight, each thread two unrolled steps of eight words a pass
+    (the float32 kernel's shape again), and the reductions cross four warps instead of eight.""")
+def layernorm_rows_in_flight(x, weight, bias, out):
+    kernel = _layernorm_rows_bf16 if is_bf16(x) else _layernorm_rows_f16
+    kernel[x.shape[0], ROW_THREADS](flat_bits16(x), words(x), bits16(weight), bits16(bias), flat_bits16(out),
+                                    words(out), x.shape[1])
 
 
 # -- RMSNorm: 1. widened --------------------------------------------------------------------------------
@@ -886,10 +958,13 @@ def rmsnorm_widened(x, weight, out):
 # -- RMSNorm: 2. packed ---------------------------------------------------------------------------------
 
 @cuda.jit(device=True, inline=True)
-def rmsnorm_packed_row(x16, x32, weight, out16, out32, cols, widen, narrow):
+def rmsnorm_packed_row(x16, x32, weight, out16, out32, cols, widen, narrow, threads):
     reduced = cuda.shared.array(TWO_WARPS, float32)
     ws = cuda.local.array(ILP, uint32)
     t = uint64(cuda.threadIdx.x)
+    last = uint64((ILP - 1) * threads)  # offset of a step's last word from its first
+    span = uint64(ILP * threads)  # words a block covers per unrolled step
+    warps = threads // 32
     start, end, first, stop = row_words(uint64(cuda.blockIdx.x), uint64(cols))
     edge = edge_element(t, start, end)
     # HINT: the widened kernel over words plus the row's edge element; weight read a half at a time
@@ -900,50 +975,50 @@ def rmsnorm_packed_row(x16, x32, weight, out16, out32, cols, widen, narrow):
         v = widen(uint32(x16[edge]))
         squares = v * v
     w = first + t
-    while w + uint64(LAST) < stop:
+    while w + last < stop:
         for u in range(ILP):
-            word = x32[w + uint64(u * THREADS)]
+            word = x32[w + uint64(u * threads)]
             low = widen(word)
             high = widen(word >> SIXTEEN)
             squares += low * low + high * high
-        w += uint64(ILP_SPAN)
+        w += span
     while w < stop:
         word = x32[w]
         low = widen(word)
         high = widen(word >> SIXTEEN)
         squares += low * low + high * high
-        w += uint64(THREADS)
-    rstd = float32(1.0) / math.sqrt(block_sum(squares, reduced, 0) / float32(cols) + EPS)
+        w += uint64(threads)
+    rstd = float32(1.0) / math.sqrt(block_sum_over(squares, reduced, 0, warps) / float32(cols) + EPS)
     if edge < end:
         out16[edge] = uint16(narrow(widen(uint32(x16[edge])) * rstd * widen(uint32(weight[edge - start]))))
     w = first + t
-    while w + uint64(LAST) < stop:
+    while w + last < stop:
         for u in range(ILP):
-            ws[u] = x32[w + uint64(u * THREADS)]
+            ws[u] = x32[w + uint64(u * threads)]
         for u in range(ILP):
-            c = (w + uint64(u * THREADS)) * uint64(2) - start
+            c = (w + uint64(u * threads)) * uint64(2) - start
             low = widen(ws[u]) * rstd * widen(uint32(weight[c]))
             high = widen(ws[u] >> SIXTEEN) * rstd * widen(uint32(weight[c + uint64(1)]))
-            out32[w + uint64(u * THREADS)] = pack(narrow(low), narrow(high))
-        w += uint64(ILP_SPAN)
+            out32[w + uint64(u * threads)] = pack(narrow(low), narrow(high))
+        w += span
     while w < stop:
         word = x32[w]
         c = w * uint64(2) - start
         low = widen(word) * rstd * widen(uint32(weight[c]))
         high = widen(word >> SIXTEEN) * rstd * widen(uint32(weight[c + uint64(1)]))
         out32[w] = pack(narrow(low), narrow(high))
-        w += uint64(THREADS)
+        w += uint64(threads)
     # END SOLUTION
 
 
 @cuda.jit
 def _rmsnorm_packed_f16(x16, x32, weight, out16, out32, cols):
-    rmsnorm_packed_row(x16, x32, weight, out16, out32, cols, f16_to_float, float_to_f16)
+    rmsnorm_packed_row(x16, x32, weight, out16, out32, cols, f16_to_float, float_to_f16, THREADS)
 
 
 @cuda.jit
 def _rmsnorm_packed_bf16(x16, x32, weight, out16, out32, cols):
-    rmsnorm_packed_row(x16, x32, weight, out16, out32, cols, bf16_to_float, float_to_bf16)
+    rmsnorm_packed_row(x16, x32, weight, out16, out32, cols, bf16_to_float, float_to_bf16, THREADS)
 
 
 @each(RMSNORM, "packed", """
@@ -953,6 +1028,35 @@ def _rmsnorm_packed_bf16(x16, x32, weight, out16, out32, cols):
 def rmsnorm_packed(x, weight, out):
     kernel = _rmsnorm_packed_bf16 if is_bf16(x) else _rmsnorm_packed_f16
     kernel[x.shape[0], THREADS](flat_bits16(x), words(x), bits16(weight), flat_bits16(out), words(out), x.shape[1])
+
+
+# -- RMSNorm: 3. rows_in_flight ------------------------------------------------------------------------
+
+@cuda.jit
+def _rmsnorm_rows_f16(x16, x32, weight, out16, out32, cols):
+    rmsnorm_packed_row(x16, x32, weight, out16, out32, cols, f16_to_float, float_to_f16, ROW_THREADS)
+
+
+@cuda.jit
+def _rmsnorm_rows_bf16(x16, x32, weight, out16, out32, cols):
+    rmsnorm_packed_row(x16, x32, weight, out16, out32, cols, bf16_to_float, float_to_bf16, ROW_THREADS)
+
+
+@each(RMSNORM, "rows_in_flight", """
+    The packed kernel in blocks of 128 threads per row instead of 256 (RMSNorm has one reduction,
+    one barrier fewer than LayerNorm, which is why its packed stage was already at 83% of copy).
+    A block's time on a row is mostly
+    fixed latency (the first pass's loads, two barriers, the reductions), whatever the row's bytes;
+    at 2 bytes an element a 4096-column row is 8 KB where the float32 kernel's was 16 KB, so 256-
+    thread blocks (eight per multiprocessor at 32 registers) keep 64 KB of rows moving per
+    multiprocessor where the float32 ilp kernel kept 96 KB (six blocks of 16 KB): about half its
+    bandwidth, which is what the packed stage measured. Blocks of 128 threads fit sixteen to a
+    multiprocessor: 128 KB of rows in flight, each thread two unrolled steps of eight words a pass
+    (the float32 kernel's shape again), and the reductions cross four warps instead of eight.""")
+def rmsnorm_rows_in_flight(x, weight, out):
+    kernel = _rmsnorm_rows_bf16 if is_bf16(x) else _rmsnorm_rows_f16
+    kernel[x.shape[0], ROW_THREADS](flat_bits16(x), words(x), bits16(weight), flat_bits16(out), words(out),
+                                    x.shape[1])
 
 
 # ======================================================================================================

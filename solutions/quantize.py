@@ -130,7 +130,7 @@ def _torch_quantize(torch, x, out):
     amax = t.abs().amax(dim=1, keepdim=True)
     # Divide by a tensor of 127s, not by the number 127: torch's CUDA division by a Python scalar
     # multiplies by its reciprocal, amax * fl32(1/127), which differs from the correctly rounded
-    # amax / 127 in the last bit for about one row in thirty (and then the row's q differ too).
+    # amax / 127 in the last bit for about one row in twenty (and then the row's q differ too).
     # Tensor by tensor is div.rn.f32, what the operator defines.
     scale = torch.where(amax > 0, amax / torch.full_like(amax, QMAX), torch.ones_like(amax))
     o = peers.as_torch(out)
