@@ -7,6 +7,7 @@ a process (and session) of its own, and judged from the exit status and the JSON
 the entries marked ``"quick"`` (one or two per class) run by default; the rest are ``-m slow`` (the
 simulator is slow: the whole catalog takes the better part of an hour); ``-m gpu`` grades every entry
 on a GPU, where the ones only a GPU can show (``"cpu": False``) must be rejected too.
+``GRADER_CATALOG_REPORTS=DIR`` keeps each entry's JSON report (and stderr) in DIR.
 """
 
 from __future__ import annotations
@@ -163,6 +164,11 @@ def grade_entry(path: Path, want: dict) -> tuple[int, dict | None, str, float]:
         proc.communicate()
         raise AssertionError(f"`workbench grade` was still running after {RUN_TIMEOUT_S} s")
     seconds = time.monotonic() - t0
+    keep = os.environ.get("GRADER_CATALOG_REPORTS")  # a folder: keep each run's output there to read later
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        (Path(keep) / f"{path.stem}.json").write_text(stdout)
+        (Path(keep) / f"{path.stem}.stderr").write_text(stderr)
     try:
         report = json.loads(stdout)
     except json.JSONDecodeError:
