@@ -92,17 +92,19 @@ def run(stage, *inputs):
 def test_packed_rows_of_one_and_two_columns(fmt):
     """Every row of one column is an edge element; with two, odd rows start in a word's high half."""
     op = OPS[f"rmsnorm_{fmt}"]
-    for cols in (1, 2):
-        result = check_stage(op["packed"], (3, cols), np.random.default_rng(cols))
-        assert result.passed, result.message
+    for stage in ("packed", "rows_in_flight"):
+        for cols in (1, 2):
+            result = check_stage(op[stage], (3, cols), np.random.default_rng(cols))
+            assert result.passed, (stage, result.message)
 
 
 SLOW = pytest.mark.slow
-UNROLLED = [("softmax_bf16", "packed"), ("layernorm_fp16", "widened"), ("quantize", "vectorized"),
+UNROLLED = [("softmax_bf16", "packed"), ("layernorm_fp16", "widened"), ("layernorm_bf16", "rows_in_flight"), ("quantize", "vectorized"),
             ("dequantize", "vectorized"),
             *(pytest.param(*case, marks=SLOW) for case in [
                 ("softmax_fp16", "widened"), ("softmax_fp16", "fast_exp"), ("layernorm_bf16", "packed"),
-                ("rmsnorm_fp16", "packed"), ("gelu_fp16", "widened"), ("gelu_bf16", "packed")])]
+                ("rmsnorm_fp16", "packed"), ("softmax_fp16", "rows_in_flight"),
+                ("rmsnorm_bf16", "rows_in_flight"), ("gelu_fp16", "widened"), ("gelu_bf16", "packed")])]
 
 
 @pytest.mark.parametrize("name, stage", UNROLLED)
