@@ -356,14 +356,22 @@ def _launch(self, *args):
     if self._device or _kernel._kernel_context is not None:
         return _original_kernel_call(self, *args)  # a device function: a call, not a launch
     grid_dim, block_dim = normalize_kernel_dimensions(self.grid_dim, self.block_dim)
-    _check_launch(grid_dim, block_dim, self.dynshared_size)
+    _check_launch(grid_dim, block_dim, self.dynshared_size, getattr(self, "sim_max_dynamic_shared_bytes", 0))
     _charge_budgets(self.fn, grid_dim, block_dim)
     if _recordings:
         launch = (self.fn, tuple(_numba_type(arg) for arg in args))
         for launches in _recordings:
             launches.append(launch)
     races = race_detector.LaunchRaces(self.fn, _TrackedGlobalArray) if racecheck_enabled() else None
-    _run_kernel(self, grid_dim, block_dim, args, races)
+    global _opted_in_bytes
+    _opted_in_bytes = getattr(self, "sim_max_dynamic_shared_bytes", 0)
+    try:
+        _run_kernel(self, grid_dim, block_dim, args, races)
+    finally:
+        _opted_in_bytes = 0
+
+
+_opted_in_bytes = 0  # the running launch's shared-memory opt-in (set_max_dynamic_shared_memory), if any
 
 
 _active_races = None  # the LaunchRaces of the launch running now, if race checking is on
@@ -412,7 +420,7 @@ def _fake_argument(kernel, arg, retr, races, name):
     return FakeWithinKernelCUDAArray(arg)
 
 
-def _check_launch(grid_dim, block_dim, dynamic_shared_bytes):
+def _check_launch(grid_dim, block_dim, dynamic_shared_bytes, opted_in_bytes=0):
     """Raise LaunchLimitError for a configuration a GPU would refuse to launch."""
     for name, dims in (("gridDim", grid_dim), ("blockDim", block_dim)):
         for axis, n in zip("xyz", dims):
@@ -430,11 +438,16 @@ def _check_launch(grid_dim, block_dim, dynamic_shared_bytes):
         for axis, n, limit in zip("xyz", dims, limits):
             if n > limit:
                 raise LaunchLimitError(f"{name}.{axis} = {n} exceeds its limit of {limit}")
-    _check_shared_memory(0, dynamic_shared_bytes)
+    _check_shared_memory(0, dynamic_shared_bytes, opted_in_bytes)
 
 
-def _check_shared_memory(static_bytes, dynamic_bytes):
+def _check_shared_memory(static_bytes, dynamic_bytes, opted_in_bytes=0):
+    """The limits a GPU enforces. A kernel given more dynamic shared memory with
+    ``workbench.launch.set_max_dynamic_shared_memory`` (which records ``sim_max_dynamic_shared_bytes``
+    on it here) may use up to that much in all; static shared memory stays within 48 KiB."""
     total = static_bytes + dynamic_bytes
+    if opted_in_bytes > SHARED_MEMORY_PER_BLOCK and static_bytes <= SHARED_MEMORY_PER_BLOCK and total <= opted_in_bytes:
+        return
     limit = f"48 KiB ({SHARED_MEMORY_PER_BLOCK} bytes)"
     if static_bytes > SHARED_MEMORY_PER_BLOCK:
         raise LaunchLimitError(
@@ -514,7 +527,7 @@ def _shared_array(self, shape, dtype, alignment=None):
         if array is None:
             nbytes = int(np.prod(shape)) * dtype.itemsize
             static_bytes = sum(other.nbytes for other in self._allocations.values()) + nbytes
-            _check_shared_memory(static_bytes, self._dynshared_size)
+            _check_shared_memory(static_bytes, self._dynshared_size, _opted_in_bytes)
             array = np.empty(shape, dtype)
             _poison(array)
             self._allocations[line] = array
@@ -1445,4 +1458,3 @@ def _install_api():
             setattr(namespace, name, _load)
         for name in _STORES:
             setattr(namespace, name, _store)
-    numba.cuda.libdevice = module.libdevice
