@@ -88,6 +88,21 @@ def _inputs_for(dtype):
     return make
 
 
+def _adversarial_for(dtype):
+    def adversarial(size, rng):
+        """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+        A, B = _inputs_for(dtype)(size, rng)
+        K = size[2]
+        # A large product first (16 x 16 = 256) that the last one cancels: the answer is the small
+        # rest. An accumulator in the half type holds 256 to within 0.125 (fp16) or 1 (bf16), so the
+        # small terms added to it are rounded away; float32 accumulation keeps them.
+        A[:, 0], B[0, :] = 16, 16
+        if K > 1:
+            A[:, K - 1], B[K - 1, :] = 16, -16
+        return [("cancelling-large-products", (A, B))]
+    return adversarial
+
+
 def _reference(A, B):
     return A.astype(np.float64) @ B.astype(np.float64)
 
@@ -149,6 +164,7 @@ def _operator(name, dtype, title, rank):
         peer=_peer,
         bound="compute",
         dtype=dtype,
+        adversarial_inputs=_adversarial_for(dtype),
         # Odd shapes: not multiples of any tile, K not a multiple of 16 (nor of 8: the scalar copy path)
         check_sizes=[(1, 1, 1), (17, 33, 65), (33, 40, 24), (127, 129, 131), (200, 264, 168), (1000, 1000, 1000),
                      (4097, 1000, 336), (2048, 2048, 2048), (4096, 4096, 4096)],

@@ -45,6 +45,17 @@ def _inputs(size, rng):
     return A, W
 
 
+def _adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    M, N, K = size
+    # The extremes of int8 everywhere: -128 * 127 = -16256 per term (a byte read as unsigned, 128,
+    # flips every sign) and -128 * -128 = 16384 per term, the largest sums there are (an int16
+    # accumulator overflows from K = 2 or 3).
+    A = np.full((M, K), -128, np.int8)
+    return [("int8-extremes", (A, np.full((N, K), 127, np.int8))),
+            ("all-minus-128", (A, np.full((N, K), -128, np.int8)))]
+
+
 def _reference(A, W):
     return A.astype(np.int64) @ W.astype(np.int64).T
 
@@ -86,6 +97,7 @@ op = Operator(
     validate=_validate,
     tolerance=lambda size, dtype: 0.0,  # integer sums: exact, every element
     peer=_peer,
+    adversarial_inputs=_adversarial,
     bound="compute",
     dtype=np.int8,
     size_names=("M", "N", "K"),
@@ -391,6 +403,23 @@ def _qlinear_inputs(size, rng):
     return x, Wq, w_scale
 
 
+def _qlinear_adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    M, N, K = size
+    _, Wq, w_scale = _qlinear_inputs(size, rng)
+    # Rows whose largest magnitude is 127 (scale exactly 1) and whose other values are halves: x / scale
+    # lands exactly on .5, where rounding half to even (2.5 -> 2, -0.5 -> -0) and rounding half away
+    # from zero (floor(v + 0.5): 2.5 -> 3) part ways.
+    halves = np.resize(np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5, -3.5], np.float32), K)
+    ties = np.tile(halves, (M, 1))
+    ties[:, 0] = 127.0
+    # Rows of zeros among ordinary ones: amax = 0, the scale is 1 and the output 0 (amax / 127 as the
+    # scale would divide 0 by 0).
+    zeros = rng.standard_normal((M, K)).astype(np.float32)
+    zeros[::2] = 0.0
+    return [("half-way-ties", (ties, Wq, w_scale)), ("zero-rows", (zeros, Wq, w_scale))]
+
+
 def _qlinear_reference(x, Wq, w_scale):
     xq, x_scale = quantize_rows_reference(x)
     acc = xq.astype(np.int64) @ Wq.astype(np.int64).T
@@ -443,6 +472,7 @@ qlinear_op = Operator(
     validate=_qlinear_validate,
     tolerance=_qlinear_tolerance,
     peer=_qlinear_peer,
+    adversarial_inputs=_qlinear_adversarial,
     bound="compute",
     size_names=("M", "N", "K"),
     check_sizes=[(1, 1, 1), (17, 33, 65), (33, 40, 48), (127, 129, 131), (1000, 1000, 1000), (4096, 4096, 4096)],
