@@ -572,7 +572,7 @@ def gradeable_stages() -> None:
         for stage in op.stages:
             todo = markers.has_markers(stage.source())
             rows.append([stage.key, f"{stage.name}{inspect.signature(stage.launch)}",
-                         exercise if todo else "(given whole)", "GPU only" if stage.gpu_only else ""])
-    show(Table(["target", "launcher to write", "exercise", ""], rows, "Stages you can grade",
+                         exercise if todo else "(given whole)", "on a GPU only" if stage.gpu_only else "anywhere"])
+    show(Table(["target", "launcher to write", "exercise", "runs"], rows, "Stages you can grade",
                "Write a launcher with these arguments (device arrays, the output last) and the kernels it "
                "launches; grade_function(target, launcher) judges it like the solution."))
