@@ -45,6 +45,7 @@ TIME = re.compile(r"\b\d+(?:\.\d+)?\s?(?:s|ms|µs)\b")
 
 def _normal_text(text: str) -> str:
     text = TIME.sub("<time>", text)
+    text = re.sub(r"/tmp/ipykernel_\d+/\d+\.py", "<a notebook cell>", text)  # the kernel's temporary file
     text = re.sub(r"([─━═\-])\1+", r"\1", text)  # table rules and column padding follow the times' widths
     return re.sub(r"[ \t]+", " ", text).strip()
 
