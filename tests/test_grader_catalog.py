@@ -129,6 +129,47 @@ def test_check_ladder_runs_the_adversarial_sets_beside_the_random_inputs():
     assert all(r.passed for r in results), [r.message for r in results if not r.passed]
 
 
+# -- what the GPU run will compile ------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.sim_only
+def test_every_catalog_kernel_compiles_for_sm90(monkeypatch):
+    """The GPU test must reject the wrong entries for their mistake, not because a kernel does not
+    compile: every kernel an entry launches (forgeries aside: their point is the process) is run once
+    in the simulator (on a 2-SM device, as when grading) and compiled for sm_90 with those types."""
+    from workbench.ptxcheck import FAILED, CompileProcess
+    from workbench.simulator import record_launches, simulated_sm_count
+
+    from workbench.check import check_stage
+    from workbench.ladder import clear_scratch
+
+    monkeypatch.syspath_prepend(str(CATALOG))  # the entries import by their file names, here and there
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(CATALOG), os.environ.get("PYTHONPATH")])))
+    items, problems = [], []
+    for path in ENTRIES:
+        want = expectation(path)
+        if want["class"] == "forgery":
+            continue
+        _, (stage,) = resolve(want["target"])
+        module = __import__(path.stem)
+        size = as_size(stage.op.sim_sizes[min(2, len(stage.op.sim_sizes) - 1)])
+        clear_scratch()
+        with simulated_sm_count(2), record_launches() as launches:
+            check_stage(stage, size, np.random.default_rng(0), launch=getattr(module, stage.name))
+        kernels = {(f.__module__, f.__qualname__, tuple(types)) for f, types in launches}
+        if not kernels:
+            problems.append(f"{path.name}: launched no kernel in the simulator")
+        items += [(want["target"], m, q, types, False) for m, q, types in sorted(kernels, key=str)]
+    compiler = CompileProcess()
+    try:
+        compiler.send(items)
+        reports = compiler.receive()
+    finally:
+        compiler.close()
+    problems += [f"{r.kernel} {r.signature}: {r.message}" for r in reports if r.status == FAILED]
+    assert not problems, "\n".join(problems)
+
+
 # -- grading an entry ------------------------------------------------------------------------------
 
 def _processes_holding(marker: str) -> list[int]:
