@@ -192,7 +192,8 @@ def grade_entry(path: Path, want: dict) -> tuple[int, dict | None, str, float]:
     """`workbench grade TARGET --impl PATH --json` in a session of its own: (exit status, report, stderr,
     seconds). Quick entries at the grader's quick sizes, the others at its full sizes."""
     command = [sys.executable, "-m", "workbench.cli", "grade", want["target"], "--impl", str(path), "--json",
-               "--timeout", str(CASE_TIMEOUT_S), "--jobs", "1"]
+               "--timeout", str(CASE_TIMEOUT_S), "--jobs", "1",
+               "--no-speed"]  # the catalog is about verdicts on correctness; test_grade.py tests the speed bar
     if want.get("quick"):
         command.append("--quick")
     t0 = time.monotonic()

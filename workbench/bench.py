@@ -29,17 +29,33 @@ def rotating_arg_sets(inputs: tuple, out_template: np.ndarray, l2_bytes: int | N
             for _ in range(n_sets)]
 
 
+# The measured peak "% of peak" divides by: the copy bandwidth for a memory-bound operator; for a
+# compute-bound one, the library GEMM at its precision (bf16 against cuBLAS's fp16 rate, which
+# `workbench peaks` measures; there is no int8 peak yet).
+COMPUTE_PEAK = {"float32": "gemm_fp32_gflops", "float16": "gemm_fp16_gflops", "bfloat16": "gemm_fp16_gflops"}
+
+
+def peak_key(op: Operator) -> str | None:
+    """The key in a results file's peaks that this operator's "% of peak" is a fraction of."""
+    if op.bound == "compute":
+        return COMPUTE_PEAK.get(np.dtype(op.dtype).name)
+    return "copy_gbps"
+
+
+def percent_of_peak(op: Operator, gbps: float, gflops: float, peaks: dict) -> float | None:
+    key = peak_key(op)
+    if not key or not peaks.get(key):
+        return None
+    return 100 * (gflops if key != "copy_gbps" else gbps) / peaks[key]
+
+
 def _figures(op: Operator, size: Size, timing: Timing, traffic: int, peaks: dict) -> dict:
     bytes_min = int(op.bytes_moved(size))
     flops = int(op.flops(size))
     gbps = bytes_min / timing.median_us / 1e3
     gflops = flops / timing.median_us / 1e3
-    if op.bound == "compute" and peaks.get("gemm_fp32_gflops"):
-        pct, peak_kind = 100 * gflops / peaks["gemm_fp32_gflops"], "gemm_fp32_gflops"
-    elif peaks.get("copy_gbps"):
-        pct, peak_kind = 100 * gbps / peaks["copy_gbps"], "copy_gbps"
-    else:
-        pct, peak_kind = None, None
+    pct = percent_of_peak(op, gbps, gflops, peaks)
+    peak_kind = peak_key(op) if pct is not None else None
     return {
         **timing.as_dict(),
         "bytes": bytes_min, "stage_bytes": int(traffic), "flops": flops,

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from . import paths, registry, results
+from .bench import peak_key, percent_of_peak
 from .ladder import Operator
 
 
@@ -21,9 +22,13 @@ def _fmt(x, spec: str) -> str:
 
 
 def peak_caption(op: Operator, peaks: dict) -> str:
-    if op.bound == "compute":
-        return f"the measured cuBLAS fp32 rate, {peaks.get('gemm_fp32_gflops', float('nan')) / 1e3:.1f} TFLOP/s"
-    return f"the measured copy bandwidth, {peaks.get('copy_gbps', float('nan')):.0f} GB/s"
+    key = peak_key(op)
+    if key is None or not peaks.get(key):
+        return "no measured peak for this precision yet (—)"
+    if key == "copy_gbps":
+        return f"the measured copy bandwidth, {peaks[key]:.0f} GB/s"
+    precision = key.split("_")[1]
+    return f"the measured cuBLAS {precision} rate, {peaks[key] / 1e3:.1f} TFLOP/s"
 
 
 def ladder_table(op: Operator, data: dict) -> str:
@@ -41,13 +46,16 @@ def ladder_table(op: Operator, data: dict) -> str:
              f"% of peak is of {peak_caption(op, data.get('peaks') or {})}.", "",
              "| # | stage | median µs | GB/s | GFLOP/s | % of peak | vs " + (peers[0]["stage"] if peers else "peer") + " |",
              "|---|---|---:|---:|---:|---:|---:|"]
+    peaks_ = data.get("peaks") or {}
     for r in stages:
         ratio = f"{r['peer']['median_us'] / r['median_us']:.2f}x" if r.get("peer") else "—"
+        pct = percent_of_peak(op, r["gbps"], r["gflops"], peaks_)
         lines.append(f"| {r['order']} | {r['stage']} | {r['median_us']:.1f} | {r['gbps']:.0f} | {r['gflops']:.0f} | "
-                     f"{_fmt(r.get('pct_of_peak'), '.0f')} | {ratio} |")
+                     f"{_fmt(pct, '.0f')} | {ratio} |")
     for r in peers:
+        pct = percent_of_peak(op, r["gbps"], r["gflops"], peaks_)
         lines.append(f"| — | {r['stage']} (library) | {r['median_us']:.1f} | {r['gbps']:.0f} | {r['gflops']:.0f} | "
-                     f"{_fmt(r.get('pct_of_peak'), '.0f')} | 1.00x |")
+                     f"{_fmt(pct, '.0f')} | 1.00x |")
     return "\n".join(lines) + "\n"
 
 
