@@ -195,7 +195,7 @@ def time_qlinear():
             t = measure(stage, [tuple(args)], samples=10, budget_s=1.5)
             row.update(median_us=t.median_us, tops=rate(t.median_us))
         if stage.key.endswith("fused") and not stage.key.endswith("unfused"):
-            row.update(resources(int8_gemm._fused_vec))
+            row.update(resources(int8_gemm.FUSED_KERNEL))
         RESULTS["qlinear"].append(row)
         say(f"QLINEAR {stage.key:18s} odd shapes {'PASS' if row['odd_shapes_passed'] else 'FAIL'}  "
             + (f"{row['tops']:7.1f} TOPS" if "tops" in row else "")
