@@ -172,14 +172,14 @@ def _operator(name, dtype, title, rank):
         bench_sizes=[(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
                      (8192, 8192, 8192)],
         headline_size=(8192, 8192, 8192),
-        rank=95,
+        rank=rank,
         group="Half-precision GEMM on tensor cores (fp16, bf16)",
         record_all_sizes=True,
     )
 
 
-op = _operator("hgemm", np.float16, "fp16 GEMM on tensor cores: out = A B (float32 accumulation)", 95)
-bf16_op = _operator("hgemm_bf16", BF16, "bf16 GEMM on tensor cores: out = A B (float32 accumulation)", 96) \
+op = _operator("hgemm", np.float16, "fp16 GEMM on tensor cores: out = A B (float32 accumulation)", 250)
+bf16_op = _operator("hgemm_bf16", BF16, "bf16 GEMM on tensor cores: out = A B (float32 accumulation)", 251) \
     if BF16 is not None else None
 OPERATORS = [o for o in (op, bf16_op) if o is not None]
 

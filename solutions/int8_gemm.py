@@ -106,7 +106,7 @@ op = Operator(
     sim_sizes=[(1, 1, 1), (5, 7, 3), (17, 24, 96), (33, 9, 37)],
     bench_sizes=[(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)],
     headline_size=(8192, 8192, 8192),
-    rank=97,
+    rank=260,
     group="INT8: GEMM and the quantized linear layer",
     record_all_sizes=True,
 )
@@ -479,7 +479,7 @@ qlinear_op = Operator(
     sim_sizes=[(1, 1, 1), (5, 7, 3), (17, 24, 96), (33, 9, 37)],
     bench_sizes=[(1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 8192)],
     headline_size=(8192, 8192, 8192),
-    rank=98,
+    rank=261,
     group="INT8: GEMM and the quantized linear layer",
 )
 
