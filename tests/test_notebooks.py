@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import subprocess
 import sys
 import textwrap
 import time
@@ -176,7 +174,7 @@ def test_notebooks_cli_says_what_it_did(tmp_path, capsys):
     assert f"all {len(BUILT)}" in capsys.readouterr().out  # a line on success, not silence
 
 
-def test_a_throwaway_operator_gets_a_notebook_that_runs(tmp_path):
+def test_a_throwaway_operator_gets_a_notebook_that_runs(tmp_path, monkeypatch):
     """An operator written in a folder of one's own ($WORKBENCH_SOLUTIONS_PATH) gets a notebook whose
     import cell finds its module (`from solutions import <module>`) and whose cells run."""
     folder = tmp_path / "mine"
@@ -198,7 +196,7 @@ def test_a_throwaway_operator_gets_a_notebook_that_runs(tmp_path):
                       make_inputs=lambda size, rng: (rng.standard_normal(size[0]).astype(np.float32),),
                       make_output=lambda size: np.empty(size[0], np.float32),
                       bytes_moved=lambda size: 8 * size[0], flops=lambda size: size[0], validate=_validate,
-                      check_sizes=[5], sim_sizes=[5, 33], bench_sizes=[1024], headline_size=(1024,), rank=5000)
+                      check_sizes=[5], sim_sizes=[5, 33], bench_sizes=[1024], headline_size=(1024,), rank=1e9)
 
 
         @cuda.jit
@@ -212,33 +210,41 @@ def test_a_throwaway_operator_gets_a_notebook_that_runs(tmp_path):
         def simple(x, out):
             _twice[blocks_for(x.size, 64), 64](x, out)
         '''))
-    script = textwrap.dedent(f'''\
-        import nbformat
-        from workbench import registry
-        from workbench.generate import notebooks as builder
-        op = registry.operator("twice")
-        name = registry.notebook_name(op)
-        notebook = builder.build_notebook(op)
-        code = [c for c in notebook.cells if c.cell_type == "code"]
-        notebook.cells = code[:1] + [c for c in code if c.source.startswith("nb.check(")]
-        builder.execute_notebook(notebook, {str(tmp_path)!r}, timeout=120, env={{"WORKBENCH_MODE": "sim"}})
-        text = "".join(o.get("text", "") + o.get("data", {{}}).get("text/plain", "")
-                       for c in notebook.cells for o in c.outputs)
-        errors = [o for c in notebook.cells for o in c.outputs if o.output_type == "error"]
-        print(name, "errors:", [e["evalue"] for e in errors])
-        print(text)
-        ''')
-    env = {**os.environ, "WORKBENCH_SOLUTIONS_PATH": str(folder), "WORKBENCH_MODE": "sim"}
-    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
-                         cwd=REPO)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert f"{len(OPS) + 1:02d}_twice.ipynb errors: []" in run.stdout, run.stdout[-3000:]
-    assert "twice.simple in the simulator: 2 of 2 cases pass" in run.stdout
+    import solutions
+
+    monkeypatch.setattr(solutions, "__path__", [*solutions.__path__, str(folder)])
+    monkeypatch.setitem(sys.modules, "solutions.twice", None)  # forgotten again when the test ends
+    del sys.modules["solutions.twice"]
+    op = registry.operator("twice")
+    name = registry.notebook_name(op)
+    notebook = builder.build_notebook(op)
+    assert name == f"{len(OPS) + 1:02d}_twice.ipynb" and name in builder.notebook_recipes()
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    notebook.cells = code[:1] + [c for c in code if c.source.startswith("nb.check(")]
+    # The kernel finds the module as a learner's would: solutions/__init__.py reads $WORKBENCH_SOLUTIONS_PATH.
+    builder.execute_notebook(notebook, tmp_path, timeout=CELL_TIMEOUT_S,
+                             env={"WORKBENCH_SOLUTIONS_PATH": str(folder), "WORKBENCH_MODE": "sim"})
+    assert not _errors(notebook), _errors(notebook)
+    text = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for c in notebook.cells for o in c.outputs)
+    assert "twice.simple in the simulator: 2 of 2 cases pass" in text
 
 
 # -- the committed notebooks ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", list(BUILT))
+# Known stale at the end of the session of 2026-11-22 (the committed notebooks of the ladders added
+# that session were not all executed in time; see NOTES.md): shown as XFAIL, each named, until rebuilt
+# with `workbench notebooks build --execute --sim`. A notebook not listed here is held to the test.
+KNOWN_STALE = {
+}
+
+
+def _known_stale(names):
+    return [pytest.param(n, marks=pytest.mark.xfail(reason=f"{n}: not re-executed since its ladder changed "
+                                                           "(KNOWN_STALE)", strict=True))
+            if n in KNOWN_STALE else n for n in names]
+
+
+@pytest.mark.parametrize("name", _known_stale(BUILT))
 def test_committed_notebook_has_the_cells_solutions_make_today(name):
     path = COMMITTED / name
     fix = "regenerate with `workbench notebooks build --execute --sim`"

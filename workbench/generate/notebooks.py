@@ -18,6 +18,7 @@ and that their outputs are what a fresh run prints.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import inspect
 import json
@@ -592,16 +593,21 @@ workbench grade histogram --impl my_histogram.py --json --junit grade.xml
 
 # -- the set ------------------------------------------------------------------------------------------
 
-def build_all_notebooks() -> dict:
-    """{file name: notebook} for every operator (numbered by listing order), plus start-here,
-    grade-yourself and compare-all."""
+def notebook_recipes() -> dict:
+    """{file name: a function that builds that notebook}, in order: start-here, every operator (numbered
+    by listing order), grade-yourself, compare-all. Building one does not build the others."""
     ops = registry.load_operators()
-    out = {START_HERE: build_start_here(ops)}
+    recipes = {START_HERE: functools.partial(build_start_here, ops)}
     for op in ops.values():
-        out[registry.notebook_name(op)] = build_notebook(op)
-    out[GRADE_YOURSELF] = build_grade_yourself(ops)
-    out[COMPARE_ALL] = build_compare_all(ops)
-    return out
+        recipes[registry.notebook_name(op)] = functools.partial(build_notebook, op)
+    recipes[GRADE_YOURSELF] = functools.partial(build_grade_yourself, ops)
+    recipes[COMPARE_ALL] = functools.partial(build_compare_all, ops)
+    return recipes
+
+
+def build_all_notebooks() -> dict:
+    """{file name: notebook} for every operator, plus start-here, grade-yourself and compare-all."""
+    return {name: make() for name, make in notebook_recipes().items()}
 
 
 class UnknownNotebook(LookupError):
@@ -609,7 +615,8 @@ class UnknownNotebook(LookupError):
 
 
 def select(notebooks: dict, only: list[str] | None) -> dict:
-    """The notebooks ``only`` names (an operator, a file name, or a file name's stem); all without it."""
+    """The entries of ``notebooks`` (by file name) that ``only`` names (an operator, a file name, or a
+    file name's stem); all without it."""
     if not only:
         return notebooks
     picked = {}
@@ -679,7 +686,7 @@ def build_all(out_dir: Path | str = paths.NOTEBOOKS_DIR, execute: bool = False, 
     import nbformat
 
     out_dir = Path(out_dir)
-    chosen = select(build_all_notebooks(), only)
+    chosen = {name: make() for name, make in select(notebook_recipes(), only).items()}
     out_dir.mkdir(parents=True, exist_ok=True)
     written, failed = [], []
     for i, (name, nb) in enumerate(chosen.items(), 1):
@@ -730,7 +737,7 @@ def stale_notebooks(out_dir: Path | str = paths.NOTEBOOKS_DIR) -> list[str]:
 def cmd_notebooks(args) -> int:
     out = Path(args.out)
     if args.action == "list":
-        for name in build_all_notebooks():
+        for name in notebook_recipes():
             print(name)
         return 0
     if args.action == "check":
