@@ -1,8 +1,8 @@
 # WRONG (the learner's process decides its verdict, on a GPU's speed bar): softmax.naive that computes the
 # first call of each shape properly and then replays the cached output for every later call of that shape
 # with one copy kernel. A correctness check of one call per shape cannot see it; the speed bar times the
-# copy. Only fresh inputs on every call of the same shape (and checking them) shows it: on a GPU the timed
-# calls; in the simulator, only if the grader calls one shape twice in one process.
+# copy. Fresh inputs on every call of the same shape, judged, show it: the grader calls the first size
+# again, and the adversarial sets at sizes it has already called, in the same worker process.
 """softmax.naive: outputs cached by shape across calls."""
 
 import math
@@ -11,7 +11,8 @@ from numba import cuda, float32
 
 from workbench.ladder import blocks_for
 
-EXPECT = {"target": "softmax.naive", "class": "forgery", "verdict": "reject", "reasons": ["*"], "cpu": False}
+EXPECT = {"target": "softmax.naive", "class": "forgery", "verdict": "reject", "reasons": ["stale", "wrong-values"],
+          "cpu": True}
 
 THREADS = 256
 _CACHE = {}

@@ -1,14 +1,13 @@
-# WRONG (the learner's process decides its verdict, GPU only): argmax.shared_tree computed with numpy on the
-# host after a raw driver copy of x (numba.cuda.cudadrv.driver.device_to_host: no copy_to_host to see),
-# written back with a raw host-to-device copy, and one empty kernel launched. The simulator has no driver,
-# so there it fails for that reason alone: only a GPU run shows whether the grader catches the host path.
+# WRONG (the learner's process decides its verdict): argmax.shared_tree computed with numpy on the host
+# after a raw driver copy of x (numba.cuda.cudadrv.driver.device_to_host: no copy_to_host to see), written
+# back with a raw host-to-device copy, and one empty kernel launched. numba's driver functions take the
+# simulator's arrays too, so the same path works (and must be caught) in the simulator and on a GPU.
 """argmax.shared_tree: numpy on the host via raw driver copies."""
 
 import numpy as np
 from numba import cuda
 
-EXPECT = {"target": "argmax.shared_tree", "class": "forgery", "verdict": "reject", "reasons": ["*"],
-          "cpu": False}
+EXPECT = {"target": "argmax.shared_tree", "class": "forgery", "verdict": "reject", "reasons": ["*"], "cpu": True}
 
 
 @cuda.jit
