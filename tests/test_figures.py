@@ -1,7 +1,7 @@
 """Every figure reads at the width JupyterLab and GitHub show it (about 1000 px).
 
-Each kind of figure is drawn for every operator from the recorded ``results/nvidia-h200.json``, the way
-notebooks and the README draw them (``plots.ladder_figure``, ``plots.png``'s tight box), and measured:
+Each kind of figure is drawn for every operator from the recorded ``results/nvidia-h200.json`` (five
+of them in the quick tier, all with ``-m slow``), the way notebooks and the README draw them (``plots.ladder_figure``, ``plots.png``'s tight box), and measured:
 its width in pixels, its smallest text in pixels once shrunk to 1000 px, legends clear of the data,
 staircase bar labels never crossed by the peak or peer lines, titles that say the size in words, and
 one latency line per shape family.
@@ -123,12 +123,20 @@ def check_legible(fig, what: str) -> None:
 
 # -- every figure of every recorded operator ----------------------------------------------------------
 
-@pytest.mark.parametrize("op", OPS, ids=[op.name for op in OPS])
+# The quick tier draws one ladder of each kind (a vector, shape families, compute-bound fp32 and fp16,
+# per-stage traffic); -m slow draws every recorded operator.
+QUICK = {"reduction", "softmax", "gemm", "elementwise", "hgemm"}
+EVERY_OP = [pytest.param(op, id=op.name, marks=() if op.name in QUICK else pytest.mark.slow) for op in OPS]
+
+
+@pytest.mark.parametrize("op", EVERY_OP)
 def test_every_figure_of_an_operator_is_legible_at_1000px(op):
+    """What a notebook shows: staircase and latency side by side, the roofline, the bytes per stage."""
     kinds = plots.figure_kinds(op, DATA)
     progress = [k for k in kinds if k in ("staircase", "latency")]
     figures = {"progress (staircase + latency)": plots.ladder_figure(DATA, op, progress)}
-    figures.update({kind: plots.ladder_figure(DATA, op, [kind]) for kind in kinds if kind in plots.SAVED_KINDS})
+    if "roofline" in kinds:
+        figures["roofline"] = plots.ladder_figure(DATA, op, ["roofline"])
     if "bytes" in kinds:
         figures["bytes"] = plots.ladder_figure({}, op, ["bytes"])
     try:
@@ -144,8 +152,21 @@ def test_every_figure_of_an_operator_is_legible_at_1000px(op):
             plt.close(fig)
 
 
+@pytest.mark.parametrize("name", ["softmax", "gemm"])
+def test_readme_figures_are_legible_at_1000px(name):
+    """What README shows: one panel a figure, as save_all draws them."""
+    op = registry.operator(name)
+    for kind in plots.figure_kinds(op, DATA):
+        if kind in plots.SAVED_KINDS:
+            fig = plots.ladder_figure(DATA, op, [kind])
+            try:
+                check_legible(fig, f"{name} {kind} (README)")
+            finally:
+                plt.close(fig)
+
+
 def test_figures_across_operators_are_legible():
-    rows = [(op, *plots.best_stage(op, DATA)) for op in OPS]
+    rows = [(op, *plots.best_stage(op, DATA), DATA["peaks"]) for op in OPS]
     fig, (ax,) = plots.new_figure(1)
     plots.best_against_peer(ax, rows)
     fig2, (ax2,) = plots.new_figure(1, height=6.0)

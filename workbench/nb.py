@@ -224,7 +224,7 @@ def models(op: Operator) -> None:
     the measured peak bandwidth (or compute rate) puts under them."""
     peaks, dev = _recorded_peaks()
     compute = op.bound == "compute"
-    peak = peaks.get("gemm_fp32_gflops") if compute else peaks.get("copy_gbps")
+    peak, peak_name = plots.peak_of(op, peaks)
     headers = ["size", "bytes (minimum)", "flops", "flop / byte"]
     if peak:
         headers.append(f"floor at {peak:.0f} {'GFLOP/s' if compute else 'GB/s'} (µs)")
@@ -235,9 +235,10 @@ def models(op: Operator) -> None:
         if peak:
             row.append(f"{(f if compute else b) / peak / 1e3:.3g}")
         rows.append(row)
-    note = (f"The floor is the time the {'measured cuBLAS fp32 rate' if compute else 'measured copy bandwidth'} "
+    note = (f"The floor is the time the {f'measured {peak_name} rate' if compute else 'measured copy bandwidth'} "
             f"of {dev} allows; no stage can beat it." if peak else
-            "No measured peak in results/ yet: run `workbench peaks` on a GPU to see the time floor.")
+            f"No measured {peak_name if compute else 'copy'} peak in results/ yet: `workbench peaks` on a GPU "
+            "measures the peaks the time floor needs.")
     show(Table(headers, rows, f"{op.name}: what every stage must at least do", note))
 
 
@@ -524,10 +525,11 @@ def compare_all() -> None:
             rows.append([name, op.bound, size_label(as_size(op.headline_size)), "—", "—", "—", "—", "—",
                          "no recorded figures yet"])
             continue
-        bars.append((op, best, peer))
+        bars.append((op, best, peer, data.get("peaks") or {}))
         m = plots.metric_of(op)
         unit = "GFLOP/s" if m == "gflops" else "GB/s"
-        pct = f"{best['pct_of_peak']:.0f}%" if best.get("pct_of_peak") is not None else "—"
+        pct_value = plots.percent(op, best, data.get("peaks") or {})
+        pct = f"{pct_value:.0f}%" if pct_value is not None else "—"
         rows.append([name, op.bound, best["size_label"], best["stage"], f"{best[m]:.0f} {unit}", pct,
                      f"{peer['stage']} {peer[m]:.0f} {unit}" if peer else "—",
                      f"{peer['median_us'] / best['median_us']:.2f}x" if peer else "—",
@@ -535,7 +537,8 @@ def compare_all() -> None:
     show(Table(["operator", "bound", "size", "best stage", "rate", "% of peak", "library peer",
                 "best vs peer (time ratio)", "recorded on"], rows,
                "Every ladder's best stage against its library peer",
-               "% of peak: of the measured copy bandwidth (memory-bound) or cuBLAS fp32 rate (compute-bound). "
+               "% of peak: of the measured copy bandwidth (memory-bound) or cuBLAS rate in the operator's "
+               "precision (compute-bound). "
                "best vs peer > 1 means the stage is faster than the library."))
     if bars:
         fig, (ax,) = plots.new_figure(1)

@@ -29,7 +29,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from . import registry, results
+from . import bench, registry, results
 from .ladder import Operator, as_size, size_label
 
 FIG_DPI = 100
@@ -103,6 +103,24 @@ def unit_of(op: Operator) -> str:
     return "GFLOP/s" if op.bound == "compute" else "GB/s (effective)"
 
 
+# -- peaks --------------------------------------------------------------------------------------
+
+PEAK_NAMES = {"copy_gbps": "copy", "gemm_fp32_gflops": "cuBLAS fp32", "gemm_tf32_gflops": "cuBLAS TF32",
+              "gemm_fp16_gflops": "cuBLAS fp16"}
+
+
+def peak_of(op: Operator, peaks: dict) -> tuple[float | None, str]:
+    """(the measured peak this operator's "% of peak" divides by, its name), as the tables have it:
+    the copy bandwidth, or the library GEMM rate in the operator's precision (None where none was measured)."""
+    key = bench.peak_key(op)
+    return (peaks.get(key) if key else None), PEAK_NAMES.get(key, key or "none")
+
+
+def percent(op: Operator, rec: dict, peaks: dict) -> float | None:
+    """A record's % of the peak, against the peaks of the file it is drawn from (as the README's table)."""
+    return bench.percent_of_peak(op, rec["gbps"], rec["gflops"], peaks)
+
+
 # -- records --------------------------------------------------------------------------------------
 
 def stage_color(op: Operator, order: int):
@@ -151,14 +169,15 @@ def staircase(ax, data: dict, op: Operator, *, upto: str | None = None, live: bo
     values = [r[metric] for r in stages]
     bars = ax.bar([r["stage"] for r in stages], values, color=[stage_color(op, r["order"]) for r in stages],
                   zorder=2)
-    peak = (data.get("peaks") or {}).get("gemm_fp32_gflops" if metric == "gflops" else "copy_gbps")
+    peaks = data.get("peaks") or {}
+    peak, peak_name = peak_of(op, peaks)
     if peak:
-        ax.axhline(peak, **PEAK_STYLE, zorder=3,
-                   label=f"measured peak ({'cuBLAS fp32' if metric == 'gflops' else 'copy'}) {peak:.0f}")
+        ax.axhline(peak, **PEAK_STYLE, zorder=3, label=f"measured peak ({peak_name}) {peak:.0f}")
     for r in peers:
         ax.axhline(r[metric], **PEER_STYLE, zorder=3, label=f"{r['stage']} {r[metric]:.0f}")
     for bar, r in zip(bars, stages):
-        label = f"{r[metric]:.0f}" + (f"\n{r['pct_of_peak']:.0f}%" if r.get("pct_of_peak") is not None else "")
+        pct = percent(op, r, peaks)
+        label = f"{r[metric]:.0f}" + (f"\n{pct:.0f}%" if pct is not None else "")
         ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 2),
                     textcoords="offset points", ha="center", va="bottom", fontsize=SMALL_PT,
                     bbox=LABEL_BOX, zorder=LABEL_ZORDER)
@@ -205,10 +224,12 @@ def family_label(op: Operator, family: list[tuple]) -> str:
     return "x".join([op.dims[0].upper()] + [str(d) for d in family[0][1:]])
 
 
-def time_floor(peaks: dict, recs: list[dict]) -> list[tuple[float, float]]:
+def time_floor(op: Operator, peaks: dict, recs: list[dict]) -> list[tuple[float, float]]:
     """(bytes, µs) at each recorded size: the least time the roofline allows, the larger of the minimum
-    bytes at the copy bandwidth and the flops at the cuBLAS fp32 rate. Empty without measured peaks."""
-    copy, compute = peaks.get("copy_gbps"), peaks.get("gemm_fp32_gflops")
+    bytes at the copy bandwidth and (compute-bound) the flops at the library's rate in the operator's
+    precision. Empty without a measured copy bandwidth."""
+    copy = peaks.get("copy_gbps")
+    compute = peak_of(op, peaks)[0] if op.bound == "compute" else None
     if not copy:
         return []
     floor = {}
@@ -242,13 +263,14 @@ def latency(ax, data: dict, op: Operator, *, upto: str | None = None, live: bool
     for name in sorted({r["stage"] for r in peers}):
         draw([r for r in peers if r["stage"] == name], PEER_COLOR, f"{name} (library)", peer=True)
     shown = stages + peers
-    floor = time_floor(data.get("peaks") or {}, shown)
+    floor = time_floor(op, data.get("peaks") or {}, shown)
     if shown:  # drawn only where it is within sight of the measurements
         floor = [(b, us) for b, us in floor if us >= min(r["median_us"] for r in shown) / 3]
     if len(floor) > 1:
-        compute = op.bound == "compute"
+        compute_peak, name = peak_of(op, data.get("peaks") or {})
+        by_flops = op.bound == "compute" and compute_peak
         ax.plot(*zip(*floor), **FLOOR_STYLE, zorder=2,
-                label="floor: flops at the fp32 peak" if compute else "floor: bytes at the copy peak")
+                label=f"floor: flops at the {name} peak" if by_flops else "floor: bytes at the copy peak")
     if len(families) > 1:
         for i, fam in enumerate(families):
             style, marker = FAMILY_STYLES[i % len(FAMILY_STYLES)]
@@ -265,12 +287,16 @@ def latency(ax, data: dict, op: Operator, *, upto: str | None = None, live: bool
     return ax
 
 
-def _roofs(ax, peaks: dict, lo: float, hi: float) -> None:
-    """The memory roof (slanted) and the compute roofs (flat) between intensities lo and hi."""
+COMPUTE_ROOFS = (("gemm_fp32_gflops", "fp32 (cuBLAS)"), ("gemm_tf32_gflops", "TF32 (cuBLAS)"),
+                 ("gemm_fp16_gflops", "fp16 (cuBLAS)"))
+
+
+def _roofs(ax, peaks: dict, lo: float, hi: float, keys: tuple[str, ...]) -> None:
+    """The memory roof (slanted) and the compute roofs named by ``keys`` (flat) between intensities lo and hi."""
     copy = peaks.get("copy_gbps")
     if not copy:
         return
-    for key, label in (("gemm_fp32_gflops", "fp32 (cuBLAS)"), ("gemm_tf32_gflops", "TF32 (cuBLAS)")):
+    for key, label in [(k, name) for k, name in COMPUTE_ROOFS if k in keys]:
         top = peaks.get(key)
         if top:
             ax.plot([lo, top / copy, hi], [copy * lo, top, top], color="gray", linewidth=1, zorder=1)
@@ -280,15 +306,19 @@ def _roofs(ax, peaks: dict, lo: float, hi: float) -> None:
                 rotation=0, va="bottom", fontsize=SMALL_PT, color="0.3")
 
 
-def _roofline_axes(ax, xs: list[float], peaks: dict) -> None:
+def _roofline_axes(ax, points: list[tuple[float, float]], peaks: dict, keys: tuple[str, ...]) -> None:
+    """Log-log axes around the (intensity, GFLOP/s) ``points``, with the roofs and room for their labels."""
+    xs = [x for x, _ in points]
     lo, hi = min(xs + [0.05]) / 2, max(xs + [100]) * 4
-    _roofs(ax, peaks, lo, hi)
-    tops = [v for k, v in peaks.items() if k.startswith("gemm_") and k.endswith("_gflops") and k != "gemm_fp16_gflops"]
-    if tops:  # room above the highest roof for its label
-        ax.set_ylim(top=max(tops) * 3)
+    _roofs(ax, peaks, lo, hi, keys)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
+    ys = [y for _, y in points if y > 0]
+    copy = peaks.get("copy_gbps")
+    bottom = min(ys + ([copy * lo] if copy else []), default=1.0) / 3
+    top = max(ys + [peaks[k] for k in keys if peaks.get(k)], default=10.0) * 3  # room for the roofs' labels
+    ax.set_ylim(bottom, top)
     ax.set_xlabel("arithmetic intensity (flop / byte, from the models)", fontsize=LABEL_PT)
     ax.set_ylabel("GFLOP/s", fontsize=LABEL_PT)
     ax.grid(True, which="both", alpha=0.3)
@@ -312,7 +342,9 @@ def roofline(ax, data: dict, op: Operator, *, upto: str | None = None, live: boo
     for r in peers:
         ax.scatter(r["flops"] / r["bytes"], r["gflops"], marker="x", color=PEER_COLOR, s=50, zorder=4,
                    label=f"{r['stage']} (library)")
-    _roofline_axes(ax, [r["flops"] / r["bytes"] for r in stages + peers if r["flops"]], data.get("peaks") or {})
+    keys = ("gemm_fp32_gflops", "gemm_tf32_gflops") + ((bench.peak_key(op),) if op.bound == "compute" else ())
+    _roofline_axes(ax, [(r["flops"] / r["bytes"], r["gflops"]) for r in stages + peers if r["flops"]],
+                   data.get("peaks") or {}, keys)
     size = as_size(recs[0]["size"]) if recs else as_size(op.headline_size)
     _title(ax, f"{op.name}: roofline at {size_phrase(op, size)}", provenance(data, stages + peers, live))
     _legend_below(ax)
@@ -364,18 +396,19 @@ def best_stage(op: Operator, data: dict) -> tuple[dict | None, dict | None]:
     return min(stages, key=lambda r: r["median_us"], default=None), (peers[0] if peers else None)
 
 
-def best_against_peer(ax, rows: list[tuple[Operator, dict, dict | None]]):
-    """Each operator's best stage and its library peer, in % of the measured peak, side by side."""
+def best_against_peer(ax, rows: list[tuple[Operator, dict, dict | None, dict]]):
+    """Each operator's best stage and its library peer, in % of the measured peak, side by side; a row
+    is (operator, best stage's record, peer's record or None, the peaks of the file they come from)."""
     x = np.arange(len(rows))
-    ours = [best.get("pct_of_peak") or 0 for _, best, _ in rows]
-    theirs = [(peer.get("pct_of_peak") or 0) if peer else 0 for _, _, peer in rows]
+    ours = [percent(op, best, peaks) or 0 for op, best, _, peaks in rows]
+    theirs = [(percent(op, peer, peaks) or 0) if peer else 0 for op, _, peer, peaks in rows]
     ax.bar(x - 0.2, ours, 0.4, label="best stage", color="tab:green", zorder=2)
     ax.bar(x + 0.2, theirs, 0.4, label="library peer", color=PEER_COLOR, alpha=0.7, zorder=2)
     for xi, v in zip(x, ours):
         ax.annotate(f"{v:.0f}", (xi - 0.2, v), xytext=(0, 2), textcoords="offset points", ha="center",
                     va="bottom", fontsize=SMALL_PT, bbox=LABEL_BOX, zorder=LABEL_ZORDER)
     ax.axhline(100, **PEAK_STYLE, zorder=3, label="100% of the measured peak")
-    ax.set_xticks(x, [f"{op.name}\n{best['stage']}" for op, best, _ in rows])
+    ax.set_xticks(x, [f"{op.name}\n{best['stage']}" for op, best, _, _ in rows])
     ax.tick_params(axis="x", rotation=35)
     for label in ax.get_xticklabels():
         label.set_horizontalalignment("right")
@@ -383,8 +416,8 @@ def best_against_peer(ax, rows: list[tuple[Operator, dict, dict | None]]):
     ax.set_ylim(0, max(ours + theirs + [100]) * 1.15)
     ax.set_ylabel("% of measured peak", fontsize=LABEL_PT)
     _ticks(ax)
-    devices = sorted({best["device"] for _, best, _ in rows})
-    dates = sorted(best["date"][:10] for _, best, _ in rows)
+    devices = sorted({best["device"] for _, best, _, _ in rows})
+    dates = sorted(best["date"][:10] for _, best, _, _ in rows)
     when = dates[0] if dates[0] == dates[-1] else f"{dates[0]}..{dates[-1]}"
     _title(ax, "best stage against the library, % of peak at each headline size",
            f"{', '.join(devices)}, recorded {when}")
@@ -415,7 +448,8 @@ def roofline_of_operators(ax, data: dict, ops: list[Operator]):
         for r in _peers(recs):
             ax.scatter(r["flops"] / r["bytes"], r["gflops"], marker="x", color=color, s=30, zorder=4)
         shown += recs
-    _roofline_axes(ax, [r["flops"] / r["bytes"] for r in shown if r["flops"]], data.get("peaks") or {})
+    _roofline_axes(ax, [(r["flops"] / r["bytes"], r["gflops"]) for r in shown if r["flops"]],
+                   data.get("peaks") or {}, tuple(key for key, _ in COMPUTE_ROOFS))
     _title(ax, "every ladder on one roofline (ringed: fastest stage, x: library peer)",
            provenance(data, shown, False))
     _legend_below(ax)

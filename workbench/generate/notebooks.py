@@ -148,9 +148,11 @@ def models_md(op: Operator) -> str:
               f"**{f:.3g} flop**, an arithmetic intensity of **{intensity} flop/byte**.", ""]
     ridge = ("an H200 moves about 4 TB/s and computes about 50 TFLOP/s in fp32: about 12 flop per byte")
     if op.bound == "compute":
+        _, peak_name = plots.peak_of(op, {})
+        of_what = (f"is of the library's ({peak_name.replace(' ', ') ')} rate on the same GPU" if peak_name != "none"
+                   else "has no measured peak in this precision yet")
         lines.append(f"That intensity is far above the ridge of the roofline ({ridge}), so this ladder is "
-                     "**compute-bound**: it is measured in GFLOP/s and \"% of peak\" is of the library's (cuBLAS) "
-                     "fp32 rate on the same GPU.")
+                     f"**compute-bound**: it is measured in GFLOP/s and \"% of peak\" {of_what}.")
     else:
         lines.append(f"That is far below the ridge of the roofline ({ridge}), so this ladder is **memory-bound**: "
                      "the best a stage can do is move the minimum bytes at the measured copy bandwidth, and "
