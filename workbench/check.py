@@ -184,12 +184,30 @@ def compare(key: str, size: Size, out: np.ndarray, ref: np.ndarray, tolerance: f
             reason = "nan"
         return CheckResult(key, list(size), FAILED, float("nan"), tolerance, message, first_bad_index=first,
                            worst=[[first, float(out[tuple(first)]), float(ref[tuple(first)])]], reason=reason)
-    err = relative_error(out, ref)
+    special = ~np.isfinite(ref)
+    if special.any():
+        # The reference itself is NaN or +-inf there (a NaN input that must propagate, max of a row
+        # holding inf): the output must hold the same value, a NaN the kernel computed (not the poison)
+        # or the same infinity. The relative error is then taken over the finite elements only.
+        same = (np.isnan(ref) & np.isnan(out) & ~is_poison(out)) | (ref == out)
+        mismatch = special & ~same
+        if mismatch.any():
+            flat = np.flatnonzero(mismatch)
+            first = _index(flat[0], out.shape)
+            unwritten = bool(is_poison(out).ravel()[flat[0]])
+            message = (f"{flat.size} of {out.size} elements whose expected value is NaN or inf differ (first at "
+                       f"index {first}: got {out.ravel()[flat[0]]}, expected {ref.ravel()[flat[0]]})"
+                       + (": never written (it still holds the poison)" if unwritten else ""))
+            return CheckResult(key, list(size), FAILED, float("nan"), tolerance, message, first_bad_index=first,
+                               worst=[[first, float(out.ravel()[flat[0]]), float(ref.ravel()[flat[0]])]],
+                               reason="unwritten" if unwritten else "wrong-values")
+    finite = ~special
+    err = relative_error(out[finite], ref[finite]) if special.any() else relative_error(out, ref)
     passed = err <= tolerance
     result = CheckResult(key, list(size), PASSED if passed else FAILED, err, tolerance)
     if not passed:
-        absdiff = np.abs(out.astype(np.float64) - ref)
-        scale = max(float(np.abs(ref).max()), 1e-30)
+        absdiff = np.where(finite, np.abs(out.astype(np.float64) - np.where(finite, ref, 0.0)), 0.0)
+        scale = max(float(np.abs(ref[finite]).max()), 1e-30)
         wrong = absdiff > tolerance * scale
         flat_wrong = np.flatnonzero(wrong)
         first = np.unravel_index(int(flat_wrong[0] if flat_wrong.size else absdiff.argmax()), out.shape)
