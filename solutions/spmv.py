@@ -1,0 +1,377 @@
+"""Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
+
+CSR keeps a matrix as three arrays: ``values`` and ``col_idx`` hold the non-zeros row after row
+(columns ascending within a row), and ``row_ptr[r] .. row_ptr[r + 1]`` is the slice of them that
+belongs to row r (an empty row has ``row_ptr[r] == row_ptr[r + 1]``). Each output is a short dot
+product: y[r] = sum of values[j] * x[col_idx[j]] over row r's slice.
+
+The question of this ladder is how to split that work among threads when rows differ in length. A
+thread per row is right when every row is short and about as long as the others; a warp per row
+reads the non-zeros coalesced but idles lanes on short rows and leaves a row of 10^5 entries to a
+single warp; the merge-path kernel gives every thread the same number of steps whatever the row
+lengths, which is what a real matrix (a web graph, a social network: a few rows hold most entries)
+needs.
+
+Bytes (the model counts what each non-zero costs): the value and its column index (8 bytes), the
+gathered x[col] (4 bytes: usually from L2, so a rate above the DRAM's is possible), and per row its
+row pointer and its y (8 bytes). Two flops per non-zero: bound by memory bandwidth.
+
+Sizes are (rows, nnz_per_row, pattern) for a square rows x rows matrix with rows * nnz_per_row
+non-zeros (fewer for a banded matrix, whose band is clipped at the corners). The pattern code says
+how the non-zeros are laid out (the size's third number):
+
+* 1 ``uniform``: every row holds nnz_per_row entries, spread over all columns.
+* 2 ``power-law``: Zipf row lengths: the longest row holds min(10^5, rows) entries, the next ones
+  fall off as a power of their rank, and most rows hold a handful.
+* 3 ``banded``: row r holds the nnz_per_row columns around r (a stencil's matrix).
+
+Constraints: row_ptr int32 (rows + 1), col_idx int32 (nnz), values float32 (nnz), x float32 (rows),
+y float32 (rows); nnz < 2^31; a valid CSR (row_ptr non-decreasing from 0 to nnz, columns in range;
+not checked: that would read the matrix back). Inputs are never written; every y[r] is written,
+0 for an empty row.
+"""
+
+from functools import lru_cache
+
+import numpy as np
+from numba import cuda, float32, int32
+
+from workbench import peers
+from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+
+THREADS = 256  # threads per block; a multiple of the 32-lane warp
+FULL_MASK = 0xFFFFFFFF
+ITEMS = 7  # merge-path steps (a non-zero or a row end) per thread: CUB's choice for SpMV
+
+UNIFORM, POWER_LAW, BANDED = 1, 2, 3
+PATTERNS = {UNIFORM: "uniform", POWER_LAW: "power-law", BANDED: "banded"}
+LONGEST_ROW = 100_000  # the power-law matrix's longest row (or all of it, when rows are fewer)
+
+
+# -- the matrices ---------------------------------------------------------------------------------
+
+@lru_cache(maxsize=16)
+def row_lengths(size) -> np.ndarray:
+    """The number of non-zeros of each row (by rank for the power-law pattern, before rows are
+    shuffled): a function of the size alone, so the bytes model knows nnz without drawing a matrix."""
+    rows, per_row, pattern = size
+    if pattern not in PATTERNS:
+        raise InputError(f"spmv's third size number is the pattern: {', '.join(f'{k} {v}' for k, v in PATTERNS.items())}; "
+                         f"got {pattern}")
+    per_row = min(per_row, rows)
+    if pattern == UNIFORM:
+        return np.full(rows, per_row, np.int64)
+    if pattern == BANDED:
+        first = np.arange(rows) - (per_row - 1) // 2  # the band's first column in each row, then clipped
+        return np.minimum(first + per_row, rows) - np.maximum(first, 0)
+    # Zipf: length(rank) = longest / (rank + 1)^s, with s found by bisection so that the lengths add up to
+    # rows * per_row (the few left over go one each to the longest rows).
+    target = rows * per_row
+    longest = min(LONGEST_ROW, rows, target)
+    log_rank = np.log(np.arange(1, rows + 1, dtype=np.float64))
+    lo, hi = 0.0, 8.0
+    for _ in range(40):
+        s = (lo + hi) / 2
+        if np.floor(longest * np.exp(-s * log_rank)).sum() > target:
+            lo = s
+        else:
+            hi = s
+    lengths = np.floor(longest * np.exp(-hi * log_rank)).astype(np.int64)
+    short = target - int(lengths.sum())
+    lengths[:short] += 1
+    return np.minimum(lengths, rows)
+
+
+def nnz_of(size) -> int:
+    return int(row_lengths(tuple(size)).sum())
+
+
+def csr_from_lengths(lengths: np.ndarray, cols: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """row_ptr and sorted, distinct column indices for rows of the given lengths: row r's columns are
+    one random column from each of its lengths[r] equal slices of [0, cols)."""
+    row_ptr = np.zeros(lengths.size + 1, np.int64)
+    np.cumsum(lengths, out=row_ptr[1:])
+    nnz = int(row_ptr[-1])
+    row = np.repeat(np.arange(lengths.size), lengths)
+    slot = np.arange(nnz) - row_ptr[row]  # the non-zero's place within its row
+    n = lengths[row]
+    start = slot * cols // n
+    width = (slot + 1) * cols // n - start  # >= 1 as long as a row has at most cols entries
+    col = start + (rng.random(nnz) * width).astype(np.int64)
+    return row_ptr.astype(np.int32), col.astype(np.int32)
+
+
+def _inputs(size, rng):
+    rows, per_row, pattern = size
+    lengths = row_lengths(tuple(size))
+    if pattern == BANDED:
+        row_ptr = np.zeros(rows + 1, np.int64)
+        np.cumsum(lengths, out=row_ptr[1:])
+        row = np.repeat(np.arange(rows), lengths)
+        first = np.maximum(row - (min(per_row, rows) - 1) // 2, 0)
+        col = first + np.arange(row_ptr[-1]) - row_ptr[row]
+        row_ptr, col = row_ptr.astype(np.int32), col.astype(np.int32)
+    else:
+        row_ptr, col = csr_from_lengths(rng.permutation(lengths), rows, rng)
+    values = rng.uniform(-1.0, 1.0, col.size).astype(np.float32)
+    x = rng.uniform(-1.0, 1.0, rows).astype(np.float32)
+    return row_ptr, col, values, x
+
+
+def _adversarial(size, rng):
+    """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
+    rows = size[0]
+    cols = rows
+    x = rng.uniform(-1.0, 1.0, cols).astype(np.float32)
+
+    def matrix(lengths):
+        row_ptr, col = csr_from_lengths(np.asarray(lengths, np.int64), cols, rng)
+        return row_ptr, col, rng.uniform(-1.0, 1.0, col.size).astype(np.float32), x
+
+    # Every other row empty, the first and the last among them: y must be 0 there (a kernel that only
+    # writes rows it has entries for leaves them unwritten).
+    gaps = np.where(np.arange(rows) % 2 == 1, rng.integers(1, 4, rows), 0)
+    gaps[-1] = 0
+    # One dense row (every column) among rows of one entry: a row that spans many threads and warps.
+    one_dense = np.ones(rows, np.int64)
+    one_dense[rng.integers(rows)] = cols
+    # No entries at all (nnz = 0): y is all zeros.
+    return [("empty-rows", matrix(gaps)), ("one-dense-row", matrix(one_dense)),
+            ("all-empty", matrix(np.zeros(rows, np.int64)))]
+
+
+def _reference(row_ptr, col_idx, values, x):
+    rows = row_ptr.size - 1
+    row = np.repeat(np.arange(rows), np.diff(row_ptr.astype(np.int64)))
+    products = values.astype(np.float64) * x.astype(np.float64)[col_idx]
+    return np.bincount(row, weights=products, minlength=rows)
+
+
+def _validate(row_ptr, col_idx, values, x, y):
+    expect_device_array("row_ptr", row_ptr, dtype=np.int32, ndim=1, min_size=2)
+    expect_device_array("col_idx", col_idx, dtype=np.int32, ndim=1, min_size=0)
+    expect_device_array("values", values, dtype=np.float32, shape=tuple(col_idx.shape), min_size=0)
+    expect_device_array("x", x, dtype=np.float32, ndim=1)
+    expect_device_array("y", y, dtype=np.float32, shape=(row_ptr.shape[0] - 1,))
+
+
+def _tolerance(size, dtype):
+    # Each y[r] is a float32 sum of up to (longest row) products; a sum of L terms taken in order is off
+    # by about eps * L / 4 against a result of about sqrt(L) / 3. The longest row is the size's, or a
+    # full row (rows entries: the one-dense-row inputs); the norm of y spreads that over all rows.
+    longest = max(int(row_lengths(tuple(size)).max()), size[0])
+    return max(1e-5, float(np.finfo(np.float32).eps) * np.sqrt(longest))
+
+
+def _bytes(size):
+    rows = size[0]
+    return 12 * nnz_of(size) + 8 * rows + 4
+
+
+def _peer(size):
+    torch = peers.torch()
+    if torch is None:
+        return None
+
+    def matrix(row_ptr, col_idx, values):
+        rows = row_ptr.shape[0] - 1
+        return torch.sparse_csr_tensor(peers.as_torch(row_ptr), peers.as_torch(col_idx), peers.as_torch(values),
+                                       size=(rows, rows))
+
+    def run(row_ptr, col_idx, values, x, y):
+        # The sparse tensor is made once per set of buffers (a view, no copy): the timed call is
+        # cuSPARSE's SpMV alone.
+        a = peers.cached("torch.sparse_csr", row_ptr, lambda _: matrix(row_ptr, col_idx, values))
+        torch.mv(a, peers.as_torch(x), out=peers.as_torch(y))
+    return "torch.mv (cuSPARSE)", run
+
+
+op = Operator(
+    name="spmv",
+    title="Sparse matrix (CSR) times a dense vector",
+    reference=_reference,
+    make_inputs=_inputs,
+    make_output=lambda size: np.empty(size[0], np.float32),
+    bytes_moved=_bytes,
+    flops=lambda size: 2 * nnz_of(size),
+    validate=_validate,
+    tolerance=_tolerance,
+    peer=_peer,
+    adversarial_inputs=_adversarial,
+    size_names=("rows", "nnz_per_row", "pattern"),
+    check_sizes=[(1, 1, UNIFORM), (33, 5, BANDED), (1000, 7, POWER_LAW), (65_537, 16, UNIFORM),
+                 (65_537, 16, POWER_LAW), (65_537, 31, BANDED), (2**20, 16, POWER_LAW)],
+    # sim_sizes[0] and sim_sizes[2] are the quick tier's; sim_sizes[2] is the PTX check's too: its
+    # power-law matrix has a full row (133 entries) that crosses several warps' merge-path tiles.
+    sim_sizes=[(5, 3, UNIFORM), (40, 4, BANDED), (133, 6, POWER_LAW), (300, 9, UNIFORM), (700, 5, POWER_LAW)],
+    bench_sizes=[(2**14, 16, UNIFORM), (2**17, 16, UNIFORM), (2**20, 16, UNIFORM), (2**20, 16, BANDED),
+                 (2**20, 16, POWER_LAW)],
+    headline_size=(2**20, 16, POWER_LAW),
+    rank=370,
+    group="Sparse matrices: CSR SpMV and COO to CSR",
+    record_all_sizes=True,
+    grade_sizes={"sim": [(70, 5, POWER_LAW), (97, 3, UNIFORM)], "gpu": [(100_003, 16, POWER_LAW), (4099, 9, BANDED)]},
+)
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_sum(value):
+    """Sum over the 32 lanes of a warp, in registers: every lane gets the total."""
+    offset = 16
+    while offset > 0:
+        value += cuda.shfl_xor_sync(FULL_MASK, value, offset)
+        offset //= 2
+    return value
+
+
+# -- 1. a thread per row --------------------------------------------------------------------------
+
+@cuda.jit
+def _thread_per_row(row_ptr, col_idx, values, x, y):
+    row = cuda.grid(1)
+    # HINT: One thread owns one row: walk its slice of values/col_idx and add up the products.
+    # HINT: The slice is row_ptr[row] .. row_ptr[row + 1] (empty for an empty row: y is then 0); gather x[col_idx[j]].
+    # HINT: if row < y.size: total = float32(0.0); for j in range(row_ptr[row], row_ptr[row + 1]): total += values[j] * x[col_idx[j]]; y[row] = total
+    # BEGIN SOLUTION
+    if row < y.size:
+        total = float32(0.0)
+        for j in range(row_ptr[row], row_ptr[row + 1]):
+            total += values[j] * x[col_idx[j]]
+        y[row] = total
+    # END SOLUTION
+
+
+@op.stage("thread_per_row", """
+    The scalar CSR kernel: thread r walks row r's slice of values and col_idx and writes y[r]. Simple
+    and correct for any row lengths, but neighbouring threads read addresses a whole row apart (16
+    entries = 64 bytes), so a warp's load touches 32 cache lines for 32 useful floats; and a warp waits
+    for its longest row, so one row of 10^5 entries holds up 31 threads that finished long ago.""")
+def thread_per_row(row_ptr, col_idx, values, x, y):
+    _thread_per_row[blocks_for(y.size, THREADS), THREADS](row_ptr, col_idx, values, x, y)
+
+
+# -- 2. a warp per row ----------------------------------------------------------------------------
+
+@cuda.jit
+def _warp_per_row(row_ptr, col_idx, values, x, y):
+    row = cuda.grid(1) // 32
+    lane = cuda.threadIdx.x % 32
+    # HINT: The 32 lanes of a warp share one row: lane l takes the entries l, l + 32, l + 64, ... of the row's slice (coalesced).
+    # HINT: Then add the 32 partial sums with _warp_sum (shuffles); one lane writes y[row]. The test `row < y.size` is the same for the whole warp, so all 32 lanes reach the shuffles.
+    # HINT: if row < y.size: total = 0; for j in range(row_ptr[row] + lane, row_ptr[row + 1], 32): total += values[j] * x[col_idx[j]]; total = _warp_sum(total); if lane == 0: y[row] = total
+    # BEGIN SOLUTION
+    if row < y.size:
+        total = float32(0.0)
+        for j in range(row_ptr[row] + lane, row_ptr[row + 1], 32):
+            total += values[j] * x[col_idx[j]]
+        total = _warp_sum(total)
+        if lane == 0:
+            y[row] = total
+    # END SOLUTION
+
+
+@op.stage("warp_per_row", """
+    The vector CSR kernel: a warp per row. Its 32 lanes read the row's entries side by side (one
+    128-byte line per load instead of 32), and the warp adds its 32 partial sums with five shuffles.
+    Right for rows of 32 entries or more; a row of 16 leaves half the lanes idle, and a row of 10^5
+    entries is still one warp's work: 3,000 steps on one multiprocessor while the others have
+    finished.""")
+def warp_per_row(row_ptr, col_idx, values, x, y):
+    _warp_per_row[blocks_for(32 * y.size, THREADS), THREADS](row_ptr, col_idx, values, x, y)
+
+
+# -- 3. merge path: the same number of steps for every thread --------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def _merge_path_search(diagonal, row_ptr, rows, nnz):
+    """Where diagonal ``diagonal`` crosses the merge path of the row ends (row_ptr[1:]) and the
+    non-zero indices (0, 1, ..., nnz - 1): the row and the non-zero a thread that starts ``diagonal``
+    steps along the path starts at (row + nz == diagonal). A binary search over the rows."""
+    lo = max(diagonal - nnz, 0)
+    hi = min(diagonal, rows)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if row_ptr[mid + 1] <= diagonal - mid - 1:  # row mid ends before non-zero (diagonal - mid - 1)
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo, diagonal - lo
+
+
+@cuda.jit
+def _merge_path(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
+    rows = y.size
+    nnz = values.size
+    lane = cuda.threadIdx.x % 32
+    start = cuda.grid(1) * ITEMS
+    steps = max(0, min(ITEMS, rows + nnz - start))
+    row, nz = _merge_path_search(start, row_ptr, rows, nnz)
+    # HINT: Walk `steps` steps of the merge path: while nz < row_ptr[row + 1] the step is a non-zero (add values[nz] * x[col_idx[nz]]), else it ends the row (write its sum, start the next row at 0).
+    # HINT: The first row a thread ends may have begun in an earlier thread: keep that sum (head, head_row) instead of writing it; rows begun and ended here are written at once. What is left at the end is the thread's carry, for the row still open.
+    # HINT: Then a segmented scan of the carries over the warp (shfl_up; a lane that ended a row starts a new segment) gives each lane the carry-in of the lanes before it: y[head_row] = head + carry_in. Lane 31's scanned carry is the warp's: carry_rows/carry_values[warp] (the fix-up kernel adds it).
+    # BEGIN SOLUTION
+    row_end = row_ptr[row + 1] if row < rows else nnz
+    total = float32(0.0)
+    head = float32(0.0)
+    head_row = rows  # no row ended yet
+    for _ in range(steps):
+        if nz < row_end:  # the next step is a non-zero of this row
+            total += values[nz] * x[col_idx[nz]]
+            nz += 1
+        else:  # the next step ends the row
+            if head_row == rows:
+                head, head_row = total, row  # may have begun in an earlier thread: settle it below
+            else:
+                y[row] = total  # begun and ended in this thread
+            total = float32(0.0)
+            row += 1
+            row_end = row_ptr[row + 1] if row < rows else nnz
+    # Segmented inclusive scan over the warp of (carry, "ended a row"): a lane's carry belongs to the
+    # row the next lane starts in, and flows on until a lane ends that row.
+    ended = int32(head_row != rows)
+    carry = total
+    opens_segment = ended
+    offset = 1
+    while offset < 32:
+        left_carry = cuda.shfl_up_sync(FULL_MASK, carry, offset)
+        left_opens = cuda.shfl_up_sync(FULL_MASK, opens_segment, offset)
+        if lane >= offset:
+            if not opens_segment:
+                carry += left_carry
+            opens_segment |= left_opens
+        offset *= 2
+    carry_in = cuda.shfl_up_sync(FULL_MASK, carry, 1)
+    if ended:
+        y[head_row] = head + (carry_in if lane > 0 else float32(0.0))
+    if lane == 31:
+        warp = cuda.grid(1) // 32
+        carry_rows[warp] = row
+        carry_values[warp] = carry
+    # END SOLUTION
+
+
+@cuda.jit
+def _add_warp_carries(carry_rows, carry_values, y):
+    """Add each warp's carry to the row it was left open in (written, in part, by a later warp)."""
+    w = cuda.grid(1)
+    if w < carry_rows.size and carry_rows[w] < y.size:
+        cuda.atomic.add(y, carry_rows[w], carry_values[w])
+
+
+@op.stage("merge_path", """
+    Merrill and Garland's merge-based SpMV: think of the row ends and the non-zeros as two sorted
+    lists being merged; every thread takes the same number of steps (7) of that merge, each step
+    either one non-zero or one row end, and finds where to start with a binary search. Rows of any
+    length cost the same per entry, and empty rows cost a step each. A row cut between threads is
+    stitched in two places: within a warp, a segmented scan with shuffles adds the lanes' partial
+    sums; across warps, each warp leaves one carry that a small second kernel adds with an atomic
+    (a row of 10^5 entries gets a few hundred of them).""")
+def merge_path(row_ptr, col_idx, values, x, y):
+    rows, nnz = y.size, values.size
+    threads = blocks_for(rows + nnz, ITEMS)
+    blocks = blocks_for(threads, THREADS)
+    warps = blocks * THREADS // 32
+    carry_rows = scratch("spmv.merge_path.carry_rows", warps, np.int32)
+    carry_values = scratch("spmv.merge_path.carry_values", warps, np.float32)
+    _merge_path[blocks, THREADS](row_ptr, col_idx, values, x, y, carry_rows, carry_values)
+    _add_warp_carries[blocks_for(warps, THREADS), THREADS](carry_rows, carry_values, y)
