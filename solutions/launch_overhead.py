@@ -37,6 +37,7 @@ from workbench.ladder import InputError, Operator, blocks_for, expect_device_arr
 
 THREADS = 256  # threads per block; a multiple of the 32-lane warp
 WARPS = THREADS // 32  # rows per block in the statistics kernels (a warp per row)
+TWO_WARPS = 2 * WARPS  # a shared array's shape must be a constant: a module global, not an expression
 FULL_MASK = 0xFFFFFFFF
 EPS = np.float32(1e-5)
 MAX_GRID_Y = 65535
@@ -292,7 +293,7 @@ def graph(x, weight, bias, out):
 def _layernorm_rows(x, weight, bias, out):
     """A block per row: mean, variance and output in three passes over the row, the second and third
     from the L1 cache (a 1024-column row is 4 KB)."""
-    reduced = cuda.shared.array(2 * WARPS, float32)
+    reduced = cuda.shared.array(TWO_WARPS, float32)
     row = uint64(cuda.blockIdx.x)
     t = uint64(cuda.threadIdx.x)
     cols = uint64(x.shape[1])
