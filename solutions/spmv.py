@@ -202,8 +202,8 @@ op = Operator(
     check_sizes=[(1, 1, UNIFORM), (33, 5, BANDED), (1000, 7, POWER_LAW), (65_537, 16, UNIFORM),
                  (65_537, 16, POWER_LAW), (65_537, 31, BANDED), (2**20, 16, POWER_LAW)],
     # sim_sizes[0] and sim_sizes[2] are the quick tier's; sim_sizes[2] is the PTX check's too: its
-    # power-law matrix has a full row (133 entries) that crosses several warps' merge-path tiles.
-    sim_sizes=[(5, 3, UNIFORM), (40, 4, BANDED), (133, 6, POWER_LAW), (300, 9, UNIFORM), (700, 5, POWER_LAW)],
+    # power-law matrix (520 merge-path steps: three warps' tiles) has a full row of 40 entries.
+    sim_sizes=[(5, 3, UNIFORM), (24, 4, BANDED), (40, 12, POWER_LAW), (133, 6, POWER_LAW), (300, 9, UNIFORM)],
     bench_sizes=[(2**14, 16, UNIFORM), (2**17, 16, UNIFORM), (2**20, 16, UNIFORM), (2**20, 16, BANDED),
                  (2**20, 16, POWER_LAW)],
     headline_size=(2**20, 16, POWER_LAW),
