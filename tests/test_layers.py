@@ -1,7 +1,8 @@
 """The harness's layers (CONTRIBUTING.md): imports go one way, and private names stay home.
 
     cli                        on top: parses arguments, calls everything below
-    rooms                      grade/ (the autograder), generate/exercises, generate/notebooks:
+    rooms                      grade/ (the autograder), tools/ (profile, sanitize), generate/exercises,
+                               generate/notebooks:
                                programs of their own, never importing each other
     presentation               tables, plots, nb (what notebook cells call)
     model                      device, ladder, registry, check, timing, bench, results, ... (below)
@@ -24,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "workbench"
 
 MODEL = {"device", "ladder", "registry", "paths", "sizes", "markers", "check", "timing", "bench", "results",
-         "peaks", "peers", "simulator", "introspect", "ptxcheck", "diff", "launch"}
+         "peaks", "peers", "simulator", "introspect", "ptxcheck", "diff", "launch", "prepared", "profiles",
+         "sanitizer"}
 PRESENTATION = {"tables", "plots", "nb"}
 TOP = {"cli", "__main__"}
 LAYER_NAMES = ["model", "presentation", "room", "cli"]
@@ -46,8 +48,8 @@ def module_names() -> list[str]:
 def room_of(name: str) -> str | None:
     """'grade.cases' -> 'grade'; 'generate.exercises' -> 'generate.exercises'; model modules -> None."""
     parts = name.split(".")
-    if parts[0] == "grade":
-        return "grade"
+    if parts[0] in ("grade", "tools"):
+        return parts[0]
     if parts[0] == "generate" and len(parts) > 1:
         return "generate." + parts[1]
     return None

@@ -492,6 +492,11 @@ def build_parser() -> argparse.ArgumentParser:
     from .generate.notebooks import add_cli as add_notebooks_cli  # `workbench notebooks build|check`
 
     add_notebooks_cli(sub)
+    from .tools.profile import add_cli as add_profile_cli  # `workbench profile` (Nsight Compute)
+    from .tools.sanitize import add_cli as add_sanitize_cli  # `workbench sanitize` (compute-sanitizer)
+
+    add_profile_cli(sub)
+    add_sanitize_cli(sub)
     return p
 
 

@@ -1,0 +1,252 @@
+"""Hardware counters per stage: Nsight Compute's numbers, recorded like the timings, and read back.
+
+A timing says *that* stage 3 is faster than stage 2; counters say *why*: more of DRAM's peak used,
+more warps resident, fewer instructions, a stall reason gone. ``workbench profile OP`` (the tools
+room) runs ``ncu --clock-control none --csv --page raw --print-units base`` with :data:`METRICS` on
+one call of each stage and records one record per kernel in ``results/profiles/<device>.json``; this
+module holds what both the command and the presentation need: the metric set, the parser of ncu's
+CSV, the file, per-stage totals, and :func:`explain_steps`, sentences on the largest steps of a
+staircase backed by the counters (what a notebook section shows beside the diff).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+from . import results
+
+SCHEMA = 1
+
+# key -> (ncu metric, what it is). Names as Nsight Compute 2023-2025 spells them (`ncu --query-metrics`).
+METRICS = {
+    "duration_ns": ("gpu__time_duration.sum", "kernel time (ns)"),
+    "dram_pct_of_peak": ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM throughput, % of peak"),
+    "dram_read_bytes": ("dram__bytes_read.sum", "bytes read from DRAM"),
+    "dram_write_bytes": ("dram__bytes_write.sum", "bytes written to DRAM"),
+    "sm_pct_of_peak": ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "SM throughput, % of peak"),
+    "occupancy_pct": ("sm__warps_active.avg.pct_of_peak_sustained_active", "achieved occupancy, %"),
+    "registers": ("launch__registers_per_thread", "registers per thread"),
+    "shared_static_bytes": ("launch__shared_mem_per_block_static", "static shared memory per block (B)"),
+    "shared_dynamic_bytes": ("launch__shared_mem_per_block_dynamic", "dynamic shared memory per block (B)"),
+    "l1_hit_pct": ("l1tex__t_sector_hit_rate.pct", "L1 hit rate, %"),
+    "l2_hit_pct": ("lts__t_sector_hit_rate.pct", "L2 hit rate, %"),
+    "instructions": ("smsp__inst_executed.sum", "warp instructions executed"),
+    "grid_size": ("launch__grid_size", "blocks"),
+    "block_size": ("launch__block_size", "threads per block"),
+}
+
+# Why warps were not issuing: cycles stalled per issued instruction, by reason (WarpStateStats).
+STALL_REASONS = {
+    "long_scoreboard": "waiting on global/local memory (a load not yet back)",
+    "short_scoreboard": "waiting on shared memory or a special-function result",
+    "barrier": "waiting at cuda.syncthreads() for the rest of the block",
+    "membar": "waiting on a memory fence",
+    "mio_throttle": "the shared-memory/special-instruction queue full",
+    "lg_throttle": "the global-memory instruction queue full (too many small loads)",
+    "math_pipe_throttle": "a math pipe busy",
+    "wait": "a fixed-latency dependency",
+    "not_selected": "ready but another warp was issued (plenty of work)",
+    "no_instruction": "instruction cache miss or waiting after a branch",
+    "branch_resolving": "waiting for a branch target",
+    "dispatch_stall": "dispatch stall",
+    "drain": "draining memory stores at exit",
+    "sleeping": "asleep (nanosleep)",
+    "tex_throttle": "the texture/L1 queue full",
+    "imc_miss": "an immediate-constant cache miss",
+}
+STALL_METRIC = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+
+
+def metric_names(with_stalls: bool = True) -> list[str]:
+    names = [m for m, _ in METRICS.values()]
+    if with_stalls:
+        names += [STALL_METRIC.format(r) for r in STALL_REASONS]
+    return names
+
+
+# -- ncu's CSV ---------------------------------------------------------------------------------------
+
+def _number(text: str):
+    text = (text or "").strip().strip('"')
+    if text in ("", "n/a", "N/A"):
+        return None
+    for candidate in (text, text.replace(",", "")):
+        try:
+            value = float(candidate)
+            return int(value) if value.is_integer() and "." not in candidate else value
+        except ValueError:
+            continue
+    return text
+
+
+def parse_ncu_csv(text: str) -> list[dict]:
+    """Kernels from ``ncu --csv --page raw`` output: [{"kernel": name, "id": n, "metrics": {key: value},
+    "stalls": {reason: cycles per issue}}], in launch order. Lines that are not CSV (ncu's ``==PROF==``
+    messages, the program's own output) are skipped; the row of units after the header too."""
+    lines = [l for l in text.splitlines() if l.startswith('"')]
+    if not lines:
+        return []
+    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    header = rows[0]
+    col = {name: i for i, name in enumerate(header)}
+    if "Kernel Name" not in col:
+        raise ValueError("not ncu --page raw CSV: no 'Kernel Name' column")
+    by_metric = {m: k for k, (m, _) in METRICS.items()}
+    stall_of = {STALL_METRIC.format(r): r for r in STALL_REASONS}
+    kernels = []
+    for row in rows[1:]:
+        if len(row) != len(header) or not row[col["Kernel Name"]] or row[col.get("ID", 0)] in ("", "ID"):
+            continue  # the units row has an empty kernel name
+        entry = {"kernel": short_kernel_name(row[col["Kernel Name"]]), "id": _number(row[col["ID"]]) if "ID" in col
+                 else len(kernels), "metrics": {}, "stalls": {}}
+        for name, i in col.items():
+            if name in by_metric:
+                entry["metrics"][by_metric[name]] = _number(row[i])
+            elif name in stall_of:
+                value = _number(row[i])
+                if isinstance(value, (int, float)):
+                    entry["stalls"][stall_of[name]] = float(value)
+        kernels.append(entry)
+    return kernels
+
+
+def short_kernel_name(name: str) -> str:
+    """'cudapy::solutions::softmax::_ilp[abi:v1,cw51...](Array<float, 2, C, mutable, aligned>, ...)' -> '_ilp'."""
+    name = name.split("(")[0].split("[abi")[0].split("<")[0]
+    return name.rsplit("::", 1)[-1].strip() or name
+
+
+# -- the recorded file ----------------------------------------------------------------------------------
+
+def profiles_dir() -> Path:
+    return results.results_dir() / "profiles"
+
+
+def path_for(device_name: str) -> Path:
+    return profiles_dir() / f"{results.slug(device_name)}.json"
+
+
+def load(path: Path) -> dict:
+    import json
+
+    with open(path) as f:
+        data = json.load(f)
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: profile schema {data.get('schema')!r}, this workbench reads {SCHEMA}")
+    return data
+
+
+def save(device_name: str, records: list[dict]) -> Path:
+    """Add (or replace, by op, stage and size) kernel records in this device's profile file."""
+    path = path_for(device_name)
+    data = load(path) if path.exists() else {"schema": SCHEMA, "device": device_name, "records": []}
+    replaced = {(r["op"], r["stage"], tuple(r["size"])) for r in records}
+    data["records"] = [r for r in data["records"] if (r["op"], r["stage"], tuple(r["size"])) not in replaced] + records
+    results.write_atomic(path, data)
+    return path
+
+
+def recorded(op_name: str) -> tuple[str | None, list[dict]]:
+    """(device, records) of the newest profile file that has ``op_name``; (None, []) if none."""
+    best, best_date = (None, []), ""
+    for path in sorted(profiles_dir().glob("*.json")) if profiles_dir().exists() else []:
+        try:
+            data = load(path)
+        except (ValueError, OSError):
+            continue
+        recs = [r for r in data["records"] if r["op"] == op_name]
+        if recs and max(r.get("date", "") for r in recs) >= best_date:
+            best, best_date = (data["device"], recs), max(r.get("date", "") for r in recs)
+    return best
+
+
+# -- per stage ---------------------------------------------------------------------------------------------
+
+def stage_totals(records: list[dict]) -> list[dict]:
+    """One row per (stage, size), in stage order: the kernels' times and bytes summed, the rates and
+    occupancy weighted by kernel time, registers and shared memory of the longest kernel, and the
+    time-weighted stall reasons."""
+    groups: dict = {}
+    for r in records:
+        groups.setdefault((r["order"], r["stage"], tuple(r["size"])), []).append(r)
+    rows = []
+    for (order, stage, size), recs in sorted(groups.items()):
+        times = [float(r["metrics"].get("duration_ns") or 0) for r in recs]
+        total = sum(times) or 1.0
+
+        def weighted(key):
+            vals = [(r["metrics"].get(key), t) for r, t in zip(recs, times)]
+            vals = [(v, t) for v, t in vals if isinstance(v, (int, float))]
+            return sum(v * t for v, t in vals) / sum(t for _, t in vals) if vals and sum(t for _, t in vals) else None
+
+        def summed(key):
+            vals = [r["metrics"].get(key) for r in recs]
+            return sum(v for v in vals if isinstance(v, (int, float))) if any(isinstance(v, (int, float)) for v in vals) else None
+
+        longest = recs[max(range(len(recs)), key=lambda i: times[i])]
+        stalls: dict = {}
+        for r, t in zip(recs, times):
+            for reason, v in (r.get("stalls") or {}).items():
+                stalls[reason] = stalls.get(reason, 0.0) + v * t / total
+        rows.append({
+            "stage": stage, "order": order, "size": list(size), "kernels": len(recs), "duration_ns": sum(times),
+            "dram_pct_of_peak": weighted("dram_pct_of_peak"), "sm_pct_of_peak": weighted("sm_pct_of_peak"),
+            "occupancy_pct": weighted("occupancy_pct"), "l1_hit_pct": weighted("l1_hit_pct"),
+            "l2_hit_pct": weighted("l2_hit_pct"), "dram_bytes": (summed("dram_read_bytes") or 0) + (summed("dram_write_bytes") or 0),
+            "instructions": summed("instructions"), "registers": longest["metrics"].get("registers"),
+            "shared_bytes": (longest["metrics"].get("shared_static_bytes") or 0) + (longest["metrics"].get("shared_dynamic_bytes") or 0),
+            "top_stalls": sorted(stalls.items(), key=lambda kv: -kv[1])[:3],
+        })
+    return rows
+
+
+def _ratio(a, b):
+    return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
+
+
+def explain_step(before: dict, after: dict) -> str:
+    """One sentence: how much faster ``after`` is than ``before``, and the counters that moved most."""
+    speedup = _ratio(before["duration_ns"], after["duration_ns"])
+    head = (f"{after['order']}. {after['stage']} is {speedup:.2f}x {'faster' if speedup >= 1 else 'slower'} than "
+            f"{before['order']}. {before['stage']}" if speedup else f"{after['order']}. {after['stage']}")
+    reasons = []
+    for key, label, fmt in (("dram_pct_of_peak", "DRAM throughput", "{:.0f}% of peak"),
+                            ("occupancy_pct", "achieved occupancy", "{:.0f}%"),
+                            ("l1_hit_pct", "L1 hit rate", "{:.0f}%"), ("l2_hit_pct", "L2 hit rate", "{:.0f}%")):
+        a, b = before.get(key), after.get(key)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(b - a) >= 10:
+            reasons.append((abs(b - a) / 100, f"{label} {fmt.format(a)} -> {fmt.format(b)}"))
+    for key, label in (("instructions", "instructions"), ("dram_bytes", "DRAM bytes"), ("kernels", "kernels")):
+        r = _ratio(before.get(key), after.get(key))
+        if r and (r >= 1.25 or r <= 0.8):
+            reasons.append((abs(math.log(r)), f"{r:.1f}x fewer {label}" if r > 1 else f"{1 / r:.1f}x more {label}"))
+    if before.get("registers") != after.get("registers") and after.get("registers"):
+        reasons.append((0.05, f"registers per thread {before.get('registers')} -> {after.get('registers')}"))
+    top_a = before["top_stalls"][0] if before.get("top_stalls") else None
+    top_b = after["top_stalls"][0] if after.get("top_stalls") else None
+    if top_a and top_b and top_a[0] != top_b[0]:
+        reasons.append((0.5, f"the top stall changed from {top_a[0].replace('_', ' ')} "
+                             f"({STALL_REASONS.get(top_a[0], '')}) to {top_b[0].replace('_', ' ')}"))
+    elif top_a and top_b and _ratio(top_a[1], top_b[1]) and _ratio(top_a[1], top_b[1]) >= 1.5:
+        reasons.append((math.log(top_a[1] / top_b[1]), f"{top_a[0].replace('_', ' ')} stalls "
+                                                        f"{top_a[1]:.1f} -> {top_b[1]:.1f} cycles per instruction"))
+    reasons.sort(key=lambda kv: -kv[0])
+    return head + (": " + "; ".join(text for _, text in reasons[:3]) if reasons else ": no counter moved much") + "."
+
+
+def explain_steps(records: list[dict], size=None, largest: int = 3) -> list[str]:
+    """Sentences on the ``largest`` steps of the staircase (by time ratio between consecutive stages)
+    at ``size`` (default: the largest size profiled), in stage order."""
+    rows = stage_totals(records)
+    if size is not None:
+        rows = [r for r in rows if r["size"] == list(size)]
+    elif rows:
+        biggest = max((r["size"] for r in rows), key=math.prod)
+        rows = [r for r in rows if r["size"] == biggest]
+    steps = [(abs(math.log(_ratio(a["duration_ns"], b["duration_ns"]) or 1.0)), i)
+             for i, (a, b) in enumerate(zip(rows, rows[1:]))]
+    chosen = sorted(i for _, i in sorted(steps, reverse=True)[:largest])
+    return [explain_step(rows[i], rows[i + 1]) for i in chosen]
