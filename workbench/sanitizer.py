@@ -49,13 +49,17 @@ class Finding:
         return asdict(self)
 
 
-def _kernel_of(location: str) -> str | None:
-    """The kernel's short name from a location ('cudapy::solutions::m::_tree[abi:v1,...](Array<...>)+0x70')."""
-    text = LOCATION.sub("", location)
-    text = re.sub(r"^(?:0x[0-9a-fA-F]+ in |:)", "", text.strip()).strip(": ")
-    text = re.sub(r"\+0x[0-9a-fA-F]+$", "", text.split(" in ")[0]).strip()
-    name = text.split("(")[0].split("[abi")[0]
-    name = name.rsplit("::", 1)[-1].strip()
+def _kernel_of(text: str) -> str | None:
+    """The kernel's short name in a location: 'at cudapy::m::_tree[abi:v1,...](Array<...>)+0x70 in f.py:9',
+    'at 0x70 in f.py:9:cudapy::m::_tree[abi:...](...)', 'Write Thread (4,0,0) at _tree+0x2c0 in f.py:9'."""
+    m = re.search(r"\bat (.*)", text)
+    if not m:
+        return None
+    where = LOCATION.sub("", m.group(1))  # the file:line, wherever it stands
+    where = re.sub(r"^0x[0-9a-fA-F]+\s+in\s+", "", where.strip())  # the older form's leading pc offset
+    where = re.sub(r"\+0x[0-9a-fA-F]+.*$", "", where)  # the newer form's offset and what follows
+    where = re.sub(r"\s+in\s*$", "", where).strip(" :")
+    name = where.split("(")[0].split("[abi")[0].split("<")[0].rsplit("::", 1)[-1].strip()
     return name or None
 
 
