@@ -24,9 +24,15 @@ from workbench.device import is_simulator
 VECTOR_BYTES = 16
 
 
+def address(a) -> int:
+    """Where a device array's first element is (in the simulator, a host address)."""
+    interface = getattr(a, "__cuda_array_interface__", None) or a.__array_interface__
+    return interface["data"][0]
+
+
 def aligned16(*arrays) -> bool:
     """Do all these device arrays start on a 16-byte boundary (so that :func:`load4` may read them)?"""
-    return all(a.__cuda_array_interface__["data"][0] % VECTOR_BYTES == 0 for a in arrays)
+    return all(address(a) % VECTOR_BYTES == 0 for a in arrays)
 
 
 if is_simulator():
