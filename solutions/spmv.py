@@ -375,3 +375,126 @@ def merge_path(row_ptr, col_idx, values, x, y):
     carry_values = scratch("spmv.merge_path.carry_values", warps, np.float32)
     _merge_path[blocks, THREADS](row_ptr, col_idx, values, x, y, carry_rows, carry_values)
     _add_warp_carries[blocks_for(warps, THREADS), THREADS](carry_rows, carry_values, y)
+
+
+# -- 4. merge path in warp tiles: coalesced loads, searches in shared memory ------------------------
+
+TILE = 32 * ITEMS  # merge-path steps per warp
+WARPS = THREADS // 32
+
+
+@cuda.jit
+def _tile_starts(row_ptr, nnz, tile_rows, tile_nzs):
+    """Where each warp's tile of the merge path starts (and, one past the last, where it ends): one
+    binary search per tile, all at once, instead of one per thread inside the SpMV kernel."""
+    tile = cuda.grid(1)
+    if tile < tile_rows.size:
+        rows = row_ptr.size - 1
+        row, nz = _merge_path_search(min(tile * TILE, rows + nnz), row_ptr, rows, nnz)
+        tile_rows[tile] = row
+        tile_nzs[tile] = nz
+
+
+@cuda.jit
+def _merge_path_tiled(row_ptr, col_idx, values, x, y, tile_rows, tile_nzs, carry_rows, carry_values):
+    products = cuda.shared.array((WARPS, TILE), float32)  # this warp's values[j] * x[col_idx[j]]
+    row_ends = cuda.shared.array((WARPS, TILE + 32), int32)  # row_ptr[r + 1] of the tile's rows
+    staged_values = cuda.local.array(ITEMS, float32)
+    staged_cols = cuda.local.array(ITEMS, int32)
+    rows = y.size
+    nnz = values.size
+    lane = cuda.threadIdx.x % 32
+    w = cuda.threadIdx.x // 32
+    warp = cuda.grid(1) // 32
+    if warp >= tile_rows.size - 1:  # the grid's last warps may have no tile (the whole warp leaves)
+        return
+    row0, nz0 = tile_rows[warp], tile_nzs[warp]
+    row1, nz1 = tile_rows[warp + 1], tile_nzs[warp + 1]
+    # HINT: Stage the tile with coalesced loads: lane l takes the tile's non-zeros l, l + 32, ... (all ITEMS loads first, into staged_values/staged_cols, so they are in flight together; then the gathers of x) into products[w, :], and the row ends row_ptr[r + 1] of rows row0 .. row1 into row_ends[w, :].
+    # HINT: cuda.syncwarp(), then each lane finds its start (diagonal lane * ITEMS of the tile) with the merge-path binary search over row_ends[w, :] (rows row0 + i, non-zeros nz0 + j) and walks as in merge_path, reading products[w, nz - nz0] and row_ends[w, row - row0].
+    # HINT: The carries are stitched exactly as in merge_path: a segmented scan over the warp, then lane 31 leaves the warp's carry for _add_warp_carries.
+    # BEGIN SOLUTION
+    for it in range(ITEMS):  # a fixed trip count: unrolled, the loads of all ITEMS in flight at once
+        j = nz0 + it * 32 + lane
+        if j < nz1:
+            staged_values[it] = values[j]
+            staged_cols[it] = col_idx[j]
+    for it in range(ITEMS):
+        j = nz0 + it * 32 + lane
+        if j < nz1:
+            products[w, it * 32 + lane] = staged_values[it] * x[staged_cols[it]]
+    for it in range(ITEMS + 1):  # rows row0 .. row1: at most TILE + 1 of them
+        r = row0 + it * 32 + lane
+        if r <= row1 and r < rows:
+            row_ends[w, it * 32 + lane] = row_ptr[r + 1]
+    cuda.syncwarp()
+    # This lane's start: the merge-path search again, within the tile and in shared memory.
+    diagonal = lane * ITEMS
+    tile_nnz = nz1 - nz0
+    lo = max(diagonal - tile_nnz, 0)
+    hi = min(diagonal, row1 - row0)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if row_ends[w, mid] <= nz0 + diagonal - mid - 1:
+            lo = mid + 1
+        else:
+            hi = mid
+    row = row0 + lo
+    nz = nz0 + diagonal - lo
+    steps = max(0, min(ITEMS, (row1 - row0) + tile_nnz - diagonal))
+    row_end = row_ends[w, row - row0] if row < rows else nnz
+    total = float32(0.0)
+    head = float32(0.0)
+    head_row = rows
+    for _ in range(steps):
+        if nz < row_end:
+            total += products[w, nz - nz0]
+            nz += 1
+        else:
+            if head_row == rows:
+                head, head_row = total, row
+            else:
+                y[row] = total
+            total = float32(0.0)
+            row += 1
+            row_end = row_ends[w, row - row0] if row < rows else nnz
+    ended = int32(head_row != rows)
+    carry = total
+    opens_segment = ended
+    offset = 1
+    while offset < 32:
+        left_carry = cuda.shfl_up_sync(FULL_MASK, carry, offset)
+        left_opens = cuda.shfl_up_sync(FULL_MASK, opens_segment, offset)
+        if lane >= offset:
+            if not opens_segment:
+                carry += left_carry
+            opens_segment |= left_opens
+        offset *= 2
+    carry_in = cuda.shfl_up_sync(FULL_MASK, carry, 1)
+    if ended:
+        y[head_row] = head + (carry_in if lane > 0 else float32(0.0))
+    if lane == 31:
+        carry_rows[warp] = row
+        carry_values[warp] = carry
+    # END SOLUTION
+
+
+@op.stage("merge_path_tiled", """
+    The same merge path, cut into one tile of 224 steps per warp, as CUB's SpMV does. A first small
+    kernel finds every tile's start with one binary search per tile (in merge_path each thread did a
+    20-step search through L2). Then a warp loads its tile's values and column indices coalesced
+    (lane l takes non-zeros l, l + 32, ...: seven loads in flight per lane, then the gathers of x)
+    and its row ends into shared memory, each lane finds its start with a short search there, and
+    the walk reads only shared memory. Neighbouring lanes no longer read 28 bytes apart, and a
+    warp's memory traffic is whole cache lines.""")
+def merge_path_tiled(row_ptr, col_idx, values, x, y):
+    rows, nnz = y.size, values.size
+    tiles = blocks_for(rows + nnz, TILE)
+    tile_rows = scratch("spmv.merge_path_tiled.tile_rows", tiles + 1, np.int32)
+    tile_nzs = scratch("spmv.merge_path_tiled.tile_nzs", tiles + 1, np.int32)
+    carry_rows = scratch("spmv.merge_path_tiled.carry_rows", tiles, np.int32)
+    carry_values = scratch("spmv.merge_path_tiled.carry_values", tiles, np.float32)
+    _tile_starts[blocks_for(tiles + 1, THREADS), THREADS](row_ptr, nnz, tile_rows, tile_nzs)
+    _merge_path_tiled[blocks_for(32 * tiles, THREADS), THREADS](row_ptr, col_idx, values, x, y, tile_rows, tile_nzs,
+                                                               carry_rows, carry_values)
+    _add_warp_carries[blocks_for(tiles, THREADS), THREADS](carry_rows, carry_values, y)
