@@ -1,0 +1,157 @@
+"""What is specific to the all-reduce ladders (tests/test_ladders.py checks every stage at the operators'
+simulator sizes): any number of ranks, sizes not divisible by it, the same bits on every rank, the
+barriers, bad input; on a GPU the flag kernels, and on a host with several GPUs the real thing."""
+
+import numpy as np
+import pytest
+
+from workbench.check import check_stage
+from workbench.ladder import InputError
+from solutions import allreduce
+
+
+RUNNABLE = [s for s in allreduce.op.stages if not s.gpu_only]
+
+
+def test_slices_partition_the_buffer():
+    for ranks in (1, 2, 3, 4, 8):
+        for n in (1, 2, 3, 7, 8, 100, 1001):
+            pieces = [allreduce.slice_of(n, ranks, r) for r in range(ranks)]
+            assert pieces[0][0] == 0 and pieces[-1][1] == n
+            assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
+            assert all(lo <= hi for lo, hi in pieces)
+
+
+def test_bus_bytes_follow_nccl_tests():
+    assert allreduce.busbw_bytes((1, 1000)) == 0
+    assert allreduce.busbw_bytes((2, 1000)) == 4000
+    assert allreduce.busbw_bytes((8, 1000)) == 7000  # 2 * 7/8 * 4000
+
+
+@pytest.mark.parametrize("stage", RUNNABLE, ids=lambda s: s.key)
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_any_rank_count_and_ragged_sizes(stage, ranks):
+    """N = 1..4 emulated ranks, n not a multiple of N (and n < N, where ranks own empty slices)."""
+    rng = np.random.default_rng(ranks)
+    for n in sorted({2, 3 * ranks + 1}):
+        result = check_stage(stage, (ranks, n), rng)
+        assert result.passed, result.message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", RUNNABLE, ids=lambda s: s.key)
+def test_eight_ranks(stage):
+    result = check_stage(stage, (8, 8 * 13 + 5), np.random.default_rng(8))
+    assert result.passed, result.message
+
+
+@pytest.mark.parametrize("stage", RUNNABLE, ids=lambda s: s.key)
+def test_every_rank_holds_the_same_bits(stage):
+    """Ranks add in one order, so their results are identical, not merely close."""
+    from numba import cuda
+
+    x = np.random.default_rng(5).standard_normal((3, 50)).astype(np.float32) * np.float32(1e3)
+    out = cuda.device_array_like(x)
+    stage(cuda.to_device(x), out)
+    got = out.copy_to_host()
+    assert all(np.array_equal(got[0], got[r]) for r in range(3))
+
+
+def _two_shot_without_its_barrier(x, out):
+    """The two-shot stage with the barrier between reduce-scatter and all-gather left out."""
+    group = allreduce.Group.emulated(x, out)
+    ranks, n = group.size, group.n
+    group.barrier()
+    for r in range(ranks):
+        lo, hi = allreduce.slice_of(n, ranks, r)
+        group.launch(r, allreduce._reduce_scatter, 1, allreduce.THREADS, group.peers(r, group.sends),
+                     group.recvs[r], lo, hi)
+        group.launch(r, allreduce._all_gather, 1, allreduce.THREADS, group.peers(r, group.recvs), r)
+    group.barrier()
+
+
+def test_a_missing_barrier_is_caught():
+    """Emulated ranks run what they were given since the last barrier in one go, highest rank first:
+    without the middle barrier, rank 2 copies slices 0 and 1 before ranks 0 and 1 have summed them."""
+    stage = allreduce.op["two_shot"]
+    result = check_stage(stage, (3, 30), np.random.default_rng(0), launch=_two_shot_without_its_barrier)
+    assert result.failed and result.reason == "unwritten", result.message
+    assert check_stage(stage, (3, 30), np.random.default_rng(0)).passed
+
+
+def test_bad_input_gets_one_clear_line():
+    from numba import cuda
+
+    x = cuda.to_device(np.ones((2, 8), np.float32))
+    with pytest.raises(InputError, match="out of place"):
+        allreduce.two_shot(x, x)
+    with pytest.raises(InputError, match="shape"):
+        allreduce.two_shot(x, cuda.device_array((2, 9), np.float32))
+    with pytest.raises(InputError, match="host"):
+        allreduce.two_shot(np.ones((2, 8), np.float32), x)
+
+
+def test_flag_stages_say_why_the_simulator_cannot_run_them():
+    for stage in (allreduce.op["flags"], allreduce.fused_op["fused_flags"]):
+        assert stage.gpu_only and "one after another" in stage.gpu_only
+
+
+# -- on a GPU ------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4, 8])
+def test_flag_kernel_on_one_gpu(ranks):
+    """All emulated ranks in one grid, synchronised by flags: correct, the same bits everywhere, no
+    time-out, and correct again on the next call (the epochs)."""
+    from numba import cuda
+
+    rng = np.random.default_rng(ranks)
+    for n in (ranks, 1000, 2**20 + 3):
+        x = rng.uniform(-1, 1, (ranks, n)).astype(np.float32)
+        d_x, out = cuda.to_device(x), cuda.device_array((ranks, n), np.float32)
+        for _ in range(3):
+            out.copy_to_device(np.full((ranks, n), np.nan, np.float32))
+            group = allreduce.Group.emulated(d_x, out)
+            allreduce.flag_allreduce(group)
+            allreduce.check_flag_status(group, "allreduce.flag")
+            got = out.copy_to_host()
+            np.testing.assert_allclose(got[0], x.astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-5)
+            assert all(np.array_equal(got[0], got[r]) for r in range(ranks))
+
+
+def _gpu_count() -> int:
+    from numba import cuda
+
+    return len(cuda.gpus) if cuda.is_available() else 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(allreduce.ALGORITHMS))
+def test_across_gpus(name):
+    """Every algorithm with one rank per GPU (peer pointers, events or flags), at a ragged size."""
+    from numba import cuda
+
+    gpus = list(range(_gpu_count()))
+    if len(gpus) < 2:
+        pytest.skip("needs two GPUs of one host")
+    rng = np.random.default_rng(7)
+    n = 1_000_003
+    x = rng.uniform(-1, 1, (len(gpus), n)).astype(np.float32)
+    sends, recvs = [], []
+    for r, g in enumerate(gpus):
+        with cuda.gpus[g]:
+            sends.append(cuda.to_device(x[r]))
+            recvs.append(cuda.to_device(np.full(n, np.nan, np.float32)))
+    group = allreduce.Group.on_gpus(sends, recvs, gpus)
+    for _ in range(2):
+        allreduce.ALGORITHMS[name](group)
+        if name == "flags":
+            allreduce.check_flag_status(group, "allreduce.flag")
+        group.synchronize()
+    want = x.astype(np.float64).sum(axis=0)
+    results = []
+    for r, g in enumerate(gpus):
+        with cuda.gpus[g]:
+            results.append(recvs[r].copy_to_host())
+    np.testing.assert_allclose(results[0], want, rtol=1e-5, atol=1e-5)
+    assert all(np.array_equal(results[0], got) for got in results)
