@@ -7,7 +7,7 @@
    (GPU time, host_call_us) at the headline size (not saved to results/).
 2. The fast calling path: ``prepared.PreparedCall`` on reduction.fused (two arrays) with numba arrays and
    torch tensors, against the stage called directly and torch's ``x.add_(1)``; a graph of 100 launches.
-3. streams: each stage at 2^25 floats (checked), the link measured, % of it reached; the Gantt charts.
+3. streams: each stage at 2^26 floats (checked), the link measured, % of it reached; the Gantt charts.
 4. ``workbench profile softmax`` (every stage, headline size) and the sentences explaining the largest steps.
 5. ``workbench sanitize`` on the planted shared-memory race and out-of-bounds write (tests/planted).
 
@@ -157,7 +157,7 @@ def calling_section():
 def streams_section():
     from solutions import streams
 
-    result = streams.run_ladder(1 << 25, repeats=3)
+    result = streams.run_ladder(1 << 26, repeats=2)
     link = result["link"]
     print(f"   link: H2D {link['h2d_gbps']:.1f} GB/s, D2H {link['d2h_gbps']:.1f} GB/s, both ways at once "
           f"{link['both_ways_gbps']:.1f} GB/s ({link['both_ways_ms']:.2f} ms)")
