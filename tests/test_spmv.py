@@ -1,0 +1,109 @@
+"""SpMV ladder: the generated matrices are valid CSR with the promised shape (power-law rows up to 10^5,
+empty rows in the adversarial sets); bad input refused. `-m gpu`: the issue's targets against cuSPARSE
+at >= 10^7 non-zeros."""
+
+import numpy as np
+import pytest
+
+import workbench  # noqa: F401  (chooses GPU or simulator before numba is imported)
+from numba import cuda
+
+from solutions import spmv
+from workbench.ladder import InputError
+
+op = spmv.op
+
+
+def assert_valid_csr(row_ptr, col_idx, values, x, rows):
+    assert row_ptr.dtype == col_idx.dtype == np.int32 and values.dtype == x.dtype == np.float32
+    assert row_ptr.shape == (rows + 1,) and row_ptr[0] == 0 and row_ptr[-1] == col_idx.size == values.size
+    lengths = np.diff(row_ptr)
+    assert (lengths >= 0).all()
+    row = np.repeat(np.arange(rows), lengths)
+    key = row.astype(np.int64) * rows + col_idx
+    assert (col_idx >= 0).all() and (col_idx < rows).all()
+    assert (np.diff(key) > 0).all(), "columns must be distinct and ascending within each row"
+
+
+@pytest.mark.parametrize("size", [(97, 5, spmv.UNIFORM), (97, 8, spmv.BANDED), (500, 6, spmv.POWER_LAW),
+                                  (3, 7, spmv.POWER_LAW), (1, 1, spmv.UNIFORM)])
+def test_inputs_are_valid_csr_of_the_promised_shape(size):
+    rng = np.random.default_rng(0)
+    inputs = op.make_inputs(size, rng)
+    assert_valid_csr(*inputs, size[0])
+    lengths = np.diff(inputs[0])
+    assert lengths.sum() == spmv.nnz_of(size) and op.bytes_moved(size) == 12 * lengths.sum() + 8 * size[0] + 4
+    assert sorted(lengths) == sorted(spmv.row_lengths(size))
+    for label, adversarial in op.adversarial_inputs(size, rng):
+        assert_valid_csr(*adversarial, size[0])
+        if label == "all-empty":
+            assert adversarial[1].size == 0
+
+
+def test_power_law_rows():
+    lengths = spmv.row_lengths((2**18, 16, spmv.POWER_LAW))
+    assert lengths.sum() == 16 * 2**18 and lengths.max() == spmv.LONGEST_ROW
+    assert np.median(lengths) < 16 < lengths.mean() + 1e-9  # most rows short, a few very long
+    banded = spmv.row_lengths((100, 7, spmv.BANDED))
+    assert banded[0] == 4 and banded[50] == 7 and banded[-1] == 4
+
+
+def test_must_show_sizes_have_ten_million_non_zeros():
+    for size in [op.headline_size, (2**20, 16, spmv.UNIFORM)]:
+        assert spmv.nnz_of(size) >= 10**7, size
+        assert size in [tuple(s) for s in op.bench_sizes]
+
+
+def test_bad_input_is_refused():
+    row_ptr = cuda.to_device(np.array([0, 1, 1, 3], np.int32))
+    col_idx = cuda.to_device(np.array([2, 0, 1], np.int32))
+    values = cuda.to_device(np.ones(3, np.float32))
+    x = cuda.to_device(np.ones(3, np.float32))
+    stage = op["merge_path"]
+    with pytest.raises(InputError, match="shape"):
+        stage(row_ptr, col_idx, values, x, cuda.device_array(4, np.float32))
+    with pytest.raises(InputError, match="int32"):
+        stage(cuda.to_device(np.array([0, 1, 1, 3], np.int64)), col_idx, values, x, cuda.device_array(3, np.float32))
+    with pytest.raises(InputError, match="values must have shape"):
+        stage(row_ptr, col_idx, cuda.to_device(np.ones(2, np.float32)), x, cuda.device_array(3, np.float32))
+    with pytest.raises(InputError, match="host"):
+        stage(row_ptr, col_idx, np.ones(3, np.float32), x, cuda.device_array(3, np.float32))
+    with pytest.raises(InputError, match="pattern"):
+        spmv.row_lengths((10, 2, 4))
+
+
+@pytest.mark.parametrize("stage", [s.name for s in op.stages])
+def test_hand_made_matrix(stage):
+    """3 x 3 with an empty middle row: [[0, 0, 2], [0, 0, 0], [-1, 3, 0]] @ [1, 2, 3] = [6, 0, 5]."""
+    y = cuda.to_device(np.full(3, np.nan, np.float32))
+    op[stage](cuda.to_device(np.array([0, 1, 1, 3], np.int32)), cuda.to_device(np.array([2, 0, 1], np.int32)),
+              cuda.to_device(np.array([2, -1, 3], np.float32)), cuda.to_device(np.array([1, 2, 3], np.float32)), y)
+    assert list(y.copy_to_host()) == [6.0, 0.0, 5.0]
+
+
+# -- on a GPU -----------------------------------------------------------------------------------
+
+def _last_stage_and_peer(size):
+    from workbench.bench import bench_size
+    from workbench.results import environment
+
+    records, failures = bench_size(op, [op.stages[-1]], size, {}, np.random.default_rng(2), environment())
+    assert not failures, failures
+    stage = [r for r in records if r["kind"] == "stage"][0]
+    peer = [r for r in records if r["kind"] == "peer"]
+    assert peer, "cuSPARSE (torch.mv on a sparse CSR tensor) did not run"
+    return stage, peer[0]
+
+
+@pytest.mark.gpu
+def test_power_law_target():
+    """2^20 rows, 16.8M non-zeros, rows up to 10^5 entries: the last stage at least as fast as cuSPARSE."""
+    stage, peer = _last_stage_and_peer(op.headline_size)
+    assert stage["median_us"] <= peer["median_us"], (stage["median_us"], peer["median_us"])
+
+
+@pytest.mark.gpu
+def test_uniform_target():
+    """2^20 rows of 16 entries (16.8M non-zeros): the last stage at >= 0.9x cuSPARSE's speed."""
+    stage, peer = _last_stage_and_peer((2**20, 16, spmv.UNIFORM))
+    assert stage["median_us"] <= peer["median_us"] / 0.9, (stage["median_us"], peer["median_us"])
