@@ -15,7 +15,7 @@ what stands between a one-line kernel and that speed, and what speed costs in ac
 
 Each activation is its own operator (``act_relu``, ``act_gelu``, ...): the kernels are written once
 below, with the activation as a name (``activation``) they call, and compiled once per function
-(``instantiate``), the way a C++ template is instantiated once per functor. torch and
+(``solutions/_templates.py``), the way a C++ template is instantiated once per functor. torch and
 ``torch.compile`` are the peers (``scripts/gpu_activations_reductions.py`` times both).
 
 **Accuracy.** Each stage is measured in ulps (units in the last place of the float32 result) against a
@@ -39,11 +39,11 @@ instead of a tanh. At -inf, x * 0 would be NaN where the limit is 0: GELU and Si
 """
 
 import math
-import types
 
 import numpy as np
 from numba import cuda, float32, uint64
 
+from solutions._templates import instantiate
 from solutions._vector_io import aligned16, load4, store4
 from workbench import peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, sm_count
@@ -244,7 +244,7 @@ def _machine_grid(n, elements_per_thread):
     return min(blocks_for(n, THREADS * elements_per_thread), sm_count() * BLOCKS_PER_SM)
 
 
-# -- the kernels: written once, compiled once per activation (see instantiate below) ------------------
+# -- the kernels: written once, compiled once per activation (solutions/_templates.py) ----------------
 # `activation` is not defined in this module: each instantiation binds it to one of the functions above.
 
 # -- 1. thread_per_element ----------------------------------------------------------------------------
@@ -336,7 +336,7 @@ def vector4(x, out):
 # -- 4. fast_math -----------------------------------------------------------------------------------------
 
 def fast_math(x, out):
-    # _vector4_fast is _vector4 compiled with fastmath=True (see instantiate): the only change is the flag
+    # _vector4_fast is _vector4 compiled with fastmath=True (see _make_operator): the only change is the flag
     if not aligned16(x, out):  # the accurate grid-stride kernel, as in stage 3
         _grid_stride[_machine_grid(x.size, ELEMENTS_PER_THREAD), THREADS](x, out)
         return
@@ -424,20 +424,6 @@ STAGES = [
 KERNEL_TEMPLATES = [_thread_per_element, _grid_stride, _vector4]
 
 
-def instantiate(template, namespace: dict, suffix: str, **jit_options):
-    """``template`` compiled against ``namespace``: the same code object, with the names it calls
-    (``activation``, the kernels a launcher launches) bound to this activation's. The result is also
-    a global of this module under its own name (``_vector4_gelu``), where the PTX check and the
-    notebooks find it; its source is the template's."""
-    name = f"{template.__name__}_{suffix}"
-    fn = types.FunctionType(template.__code__, namespace, name, template.__defaults__)
-    fn.__qualname__ = name
-    fn.__doc__ = template.__doc__
-    made = cuda.jit(**jit_options)(fn) if jit_options or template in KERNEL_TEMPLATES else fn
-    globals()[name] = made
-    return made
-
-
 def _make_operator(act: Activation, rank: float) -> Operator:
     op = Operator(
         name=f"act_{act.name}",
@@ -461,14 +447,15 @@ def _make_operator(act: Activation, rank: float) -> Operator:
     # to this activation's instantiations.
     namespace = dict(globals(), activation=act.device)
     for template in KERNEL_TEMPLATES:
-        namespace[template.__name__] = instantiate(template, namespace, act.name)
+        namespace[template.__name__] = instantiate(template, namespace, f"{template.__name__}_{act.name}", jit={})
     if act.fast:
-        namespace["_vector4_fast"] = instantiate(_vector4, namespace, f"{act.name}_fast", fastmath=True)
+        namespace["_vector4_fast"] = instantiate(_vector4, namespace, f"_vector4_{act.name}_fast",
+                                                 jit={"fastmath": True})
     for launcher, name, summary in STAGES:
-        op.stage(name, summary)(instantiate(launcher, namespace, act.name))
+        op.stage(name, summary)(instantiate(launcher, namespace, f"{name}_{act.name}"))
     if act.fast:
         op.stage("fast_math", FAST_MATH_INTRO + act.fast, tolerance=act.fast_tolerance)(
-            instantiate(fast_math, namespace, act.name))
+            instantiate(fast_math, namespace, f"fast_math_{act.name}"))
     return op
 
 
