@@ -1,0 +1,93 @@
+"""What is specific to the reductions beyond the sum (every stage's correctness at the simulator sizes, on
+the adversarial inputs, and its sm_90 compilation are tests/test_ladders.py's)."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from solutions import reductions
+from workbench.check import check_stage
+from workbench.ladder import InputError, to_device
+
+VECTOR = [op for op in reductions.OPERATORS if op.name.startswith("reduce_")]
+
+
+@pytest.mark.parametrize("where", [0, 2, 4098])
+@pytest.mark.parametrize("name", ["reduce_max", "reduce_min"])
+def test_nan_wins_wherever_it_is_as_torch_amax_does(name, where):
+    """a > b is false for NaN on either side: a maximum written that way drops a NaN that arrives as its
+    first argument, so the answer would depend on where the NaN sits in the tree."""
+    op = reductions.BY_NAME[name]
+    x = np.random.default_rng(where).uniform(-1.0, 2.0, 4099).astype(np.float32)
+    x[where] = np.nan
+    for stage in op.stages:
+        result = check_stage(stage, (4099,), inputs=(x,), label=f"nan-at-{where}")
+        assert result.passed, result.message
+
+
+def test_identities_are_the_operations_own():
+    by_kind = {op.name: op for op in VECTOR}
+    x = -np.random.default_rng(1).uniform(1.0, 2.0, 33).astype(np.float32)  # all negative: 0 would win a max
+    for name in ("reduce_max", "reduce_min", "reduce_mean", "reduce_sumsq"):
+        for stage in by_kind[name].stages:
+            assert check_stage(stage, (33,), inputs=(x,), label="all-negative").passed, stage.key
+
+
+@pytest.mark.parametrize("name", [op.name for op in VECTOR])
+def test_a_vector_that_is_not_16_byte_aligned_takes_the_two_pass_kernels_and_is_right(name):
+    op = reductions.BY_NAME[name]
+    x = np.random.default_rng(2).uniform(-1.0, 2.0, 1030).astype(np.float32)
+    d_x = to_device(x)
+    out = to_device(np.zeros(1, np.float32))
+    op["one_pass"](d_x[1:], out)  # 4 bytes past a 16-byte boundary
+    np.testing.assert_allclose(out.copy_to_host(), op.reference(x[1:]), rtol=1e-5)
+
+
+def test_bad_inputs_are_refused_in_one_line():
+    with pytest.raises(InputError, match="x must be 1-D"):
+        reductions.BY_NAME["reduce_max"]["one_pass"](cuda.to_device(np.ones((2, 3), np.float32)),
+                                                      cuda.to_device(np.ones(1, np.float32)))
+    with pytest.raises(InputError, match=r"out must have shape \(3,\)"):
+        reductions.BY_NAME["sum_cols"]["row_bands"](cuda.to_device(np.ones((2, 3), np.float32)),
+                                                    cuda.to_device(np.ones(2, np.float32)))
+
+
+def test_column_bands_cover_every_row_once():
+    """The band split: bands x band_rows covers the rows, each band at least MIN_BAND_ROWS rows, and
+    enough bands to fill the GPU when the columns alone do not."""
+    for rows, strips in [(1, 1), (70, 1), (16384, 512), (100_000, 2)]:
+        band_rows, bands = reductions._bands(rows, strips)
+        assert band_rows >= reductions.MIN_BAND_ROWS
+        assert (bands - 1) * band_rows < rows <= bands * band_rows
+
+
+# -- on a GPU: the issue's targets --------------------------------------------------------------------
+
+def _time(fn, *args):
+    from workbench.timing import measure
+
+    return measure(fn, [args]).median_us
+
+
+@pytest.mark.gpu
+def test_column_sum_within_1_2x_of_the_row_sum_at_16384_squared():
+    import torch
+
+    x_t = torch.rand((16384, 16384), device="cuda")
+    x = cuda.as_cuda_array(x_t)
+    out = cuda.device_array(16384, np.float32)
+    rows = _time(reductions.BY_NAME["sum_rows"]["warp_per_row"], x, out)
+    cols = _time(reductions.BY_NAME["sum_cols"]["row_bands"], x, out)
+    assert cols <= 1.2 * rows, (cols, rows)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", [op.name for op in VECTOR])
+def test_last_stage_at_least_its_torch_peer_at_2_28(name):
+    import torch
+
+    op = reductions.BY_NAME[name]
+    x = cuda.as_cuda_array(torch.rand(2**28, device="cuda") * 3.0 - 1.0)
+    out = cuda.device_array(1, np.float32)
+    _, peer = op.peer((2**28,))
+    assert _time(op.stages[-1], x, out) <= _time(peer, x, out)
