@@ -65,7 +65,7 @@ def row_lengths(size) -> np.ndarray:
         first = np.arange(rows) - (per_row - 1) // 2  # the band's first column in each row, then clipped
         return np.minimum(first + per_row, rows) - np.maximum(first, 0)
     # Zipf: length(rank) = longest / (rank + 1)^s, with s found by bisection so that the lengths add up to
-    # rows * per_row (the few left over go one each to the longest rows).
+    # rows * per_row (the few left over go one each to the shortest rows).
     target = rows * per_row
     longest = min(LONGEST_ROW, rows, target)
     log_rank = np.log(np.arange(1, rows + 1, dtype=np.float64))
@@ -77,9 +77,10 @@ def row_lengths(size) -> np.ndarray:
         else:
             hi = s
     lengths = np.floor(longest * np.exp(-hi * log_rank)).astype(np.int64)
-    short = target - int(lengths.sum())
-    lengths[:short] += 1
-    return np.minimum(lengths, rows)
+    short = target - int(lengths.sum())  # >= 0, and a few dozen at most: one more entry each for the shortest rows
+    assert 0 <= short <= rows, (size, short)
+    lengths[rows - short:] += 1
+    return lengths
 
 
 def nnz_of(size) -> int:
@@ -380,6 +381,7 @@ def merge_path(row_ptr, col_idx, values, x, y):
 # -- 4. merge path in warp tiles: coalesced loads, searches in shared memory ------------------------
 
 TILE = 32 * ITEMS  # merge-path steps per warp
+TILE_ROWS = TILE + 32  # the most rows a tile can touch (TILE + 1), rounded up to whole warps
 WARPS = THREADS // 32
 
 
@@ -398,7 +400,7 @@ def _tile_starts(row_ptr, nnz, tile_rows, tile_nzs):
 @cuda.jit
 def _merge_path_tiled(row_ptr, col_idx, values, x, y, tile_rows, tile_nzs, carry_rows, carry_values):
     products = cuda.shared.array((WARPS, TILE), float32)  # this warp's values[j] * x[col_idx[j]]
-    row_ends = cuda.shared.array((WARPS, TILE + 32), int32)  # row_ptr[r + 1] of the tile's rows
+    row_ends = cuda.shared.array((WARPS, TILE_ROWS), int32)  # row_ptr[r + 1] of the tile's rows
     staged_values = cuda.local.array(ITEMS, float32)
     staged_cols = cuda.local.array(ITEMS, int32)
     rows = y.size
@@ -498,3 +500,367 @@ def merge_path_tiled(row_ptr, col_idx, values, x, y):
     _merge_path_tiled[blocks_for(32 * tiles, THREADS), THREADS](row_ptr, col_idx, values, x, y, tile_rows, tile_nzs,
                                                                carry_rows, carry_values)
     _add_warp_carries[blocks_for(tiles, THREADS), THREADS](carry_rows, carry_values, y)
+
+
+# == COO -> CSR ===================================================================================
+#
+# A learner meets a sparse matrix first as COO: three arrays (row, column, value), one entry each, in
+# whatever order the file or the code that built it chose. Matrix Market files and MATLAB write them
+# column after column, and that is the order taken here: entries sorted by (column, row). CSR needs
+# them row after row, columns ascending, plus the row pointers: a count of each row's entries, a scan
+# of those counts, and a scatter of every entry to its place. The place within a row is the hard part:
+# entries of one row arrive from many threads at once.
+#
+# Inputs: row_idx, col_idx (int32, nnz), values (float32, nnz), shape (int32, [rows, cols]), as
+# scipy's coo_matrix((values, (row, col)), shape) takes them; no (row, column) twice. Output: one
+# int32 array of rows + 1 + 2 nnz: row_ptr, then col_idx, then the values' float32 bits (CSR's three
+# arrays end to end: ``csr_parts(out, nnz)`` splits it). The launchers take rows from out's length,
+# so nothing is read back from the device.
+
+SCAN_THREADS = 256
+RADIX_THREADS = 128
+RADIX_ROUNDS = 2  # elements per thread per radix tile: a tile is RADIX_THREADS * RADIX_ROUNDS entries
+RADIX_TILE = RADIX_THREADS * RADIX_ROUNDS
+RADIX_WARPS = RADIX_THREADS // 32
+DIGITS = 256  # 8 bits of the row index per radix pass
+
+
+def csr_parts(out, nnz: int):
+    """(row_ptr, col_idx, values) viewing the three parts of coo_to_csr's output (host or device)."""
+    rows = out.shape[0] - 1 - 2 * nnz
+    return out[: rows + 1], out[rows + 1: rows + 1 + nnz], out[rows + 1 + nnz:].view(np.float32)
+
+
+def _coo_inputs(size, rng):
+    row_ptr, col, values, _ = _inputs(size, rng)
+    return _as_coo(row_ptr, col, values, size[0])
+
+
+def _as_coo(row_ptr, col, values, rows):
+    row = np.repeat(np.arange(rows, dtype=np.int32), np.diff(row_ptr))
+    by_column = np.lexsort((row, col))  # column-major, as Matrix Market files list entries
+    return row[by_column], col[by_column], values[by_column], np.array([rows, rows], np.int32)
+
+
+def _spread(total: int, rows: np.ndarray, lengths: np.ndarray, cols: int) -> None:
+    """Add ``total`` entries to lengths[rows], as evenly as they go, at most cols a row."""
+    q, r = divmod(total, rows.size)
+    lengths[rows] += q
+    lengths[rows[:r]] += 1
+    assert lengths.max() <= cols
+
+
+def _coo_adversarial(size, rng):
+    """Matrices random draws never give, with the size's number of entries (out's length depends on it),
+    as COO in column order."""
+    rows = size[0]
+    nnz = nnz_of(size)
+    all_rows = np.arange(rows)
+
+    def coo(lengths):
+        row_ptr, col = csr_from_lengths(lengths, rows, rng)
+        return _as_coo(row_ptr, col, rng.uniform(-1.0, 1.0, col.size).astype(np.float32), rows)
+
+    # Every other row empty, the first and the last among them (if the entries fit in the others).
+    empty_rows = np.zeros(rows, np.int64)
+    odd = all_rows[1:-1:2]
+    _spread(nnz, odd if odd.size and -(-nnz // odd.size) <= rows else all_rows, empty_rows, rows)
+    # One row as full as it gets, the rest spread over the others: a row that spans many radix tiles.
+    dense = np.zeros(rows, np.int64)
+    r = int(rng.integers(rows))
+    dense[r] = min(rows, nnz)
+    if nnz > dense[r]:
+        _spread(nnz - int(dense[r]), np.delete(all_rows, r), dense, rows)
+    return [("empty-rows", coo(empty_rows)), ("one-dense-row", coo(dense))]
+
+
+def _coo_reference(row_idx, col_idx, values, shape):
+    rows = int(shape[0])
+    order = np.lexsort((col_idx, row_idx))
+    row_ptr = np.zeros(rows + 1, np.int64)
+    np.cumsum(np.bincount(row_idx, minlength=rows), out=row_ptr[1:])
+    return np.concatenate([row_ptr, col_idx[order].astype(np.int64),
+                           np.ascontiguousarray(values[order]).view(np.int32).astype(np.int64)])
+
+
+def _coo_validate(row_idx, col_idx, values, shape, out):
+    expect_device_array("row_idx", row_idx, dtype=np.int32, ndim=1, min_size=0)
+    expect_device_array("col_idx", col_idx, dtype=np.int32, shape=tuple(row_idx.shape), min_size=0)
+    expect_device_array("values", values, dtype=np.float32, shape=tuple(row_idx.shape), min_size=0)
+    expect_device_array("shape", shape, dtype=np.int32, shape=(2,))
+    expect_device_array("out", out, dtype=np.int32, ndim=1)
+    if out.shape[0] < 2 + 2 * row_idx.shape[0]:
+        raise InputError(f"out holds row_ptr (rows + 1), col_idx and values (nnz = {row_idx.shape[0]} each): "
+                         f"at least {2 + 2 * row_idx.shape[0]} int32, got {out.shape[0]}")
+
+
+def _coo_peer(size):
+    torch = peers.torch()
+    if torch is None:
+        return None
+    rows = size[0]
+
+    def run(row_idx, col_idx, values, shape, out):
+        nnz = row_idx.shape[0]
+        indices = torch.stack([peers.as_torch(row_idx).long(), peers.as_torch(col_idx).long()])
+        a = torch.sparse_coo_tensor(indices, peers.as_torch(values), (rows, rows)).to_sparse_csr()
+        o = peers.as_torch(out)
+        o[: rows + 1].copy_(a.crow_indices())
+        o[rows + 1: rows + 1 + nnz].copy_(a.col_indices())
+        o[rows + 1 + nnz:].copy_(a.values().view(torch.int32))
+    return "torch to_sparse_csr", run
+
+
+coo_op = Operator(
+    name="coo_to_csr",
+    title="COO (column order) to CSR: count, scan, scatter",
+    reference=_coo_reference,
+    make_inputs=_coo_inputs,
+    make_output=lambda size: np.empty(size[0] + 1 + 2 * nnz_of(size), np.int32),
+    bytes_moved=lambda size: 20 * nnz_of(size) + 4 * (size[0] + 1),
+    flops=lambda size: nnz_of(size),
+    validate=_coo_validate,
+    tolerance=lambda size, dtype: 0.0,  # indices and bits: exact
+    peer=_coo_peer,
+    adversarial_inputs=_coo_adversarial,
+    dtype=np.int32,
+    size_names=("rows", "nnz_per_row", "pattern"),
+    # The first stage sorts each row with one thread: sizes whose rows are all short, but for the largest
+    # (which the GPU suite leaves out for a first stage).
+    check_sizes=[(1, 1, UNIFORM), (33, 5, BANDED), (1000, 7, POWER_LAW), (65_537, 16, UNIFORM),
+                 (65_537, 31, BANDED), (2**18, 16, POWER_LAW)],
+    # sim_sizes[2] (quick tier, PTX check): 300 rows need two radix passes, 600 entries three tiles.
+    sim_sizes=[(5, 3, UNIFORM), (24, 4, BANDED), (300, 2, POWER_LAW), (133, 6, POWER_LAW), (700, 3, UNIFORM)],
+    bench_sizes=[(2**17, 16, UNIFORM), (2**20, 16, UNIFORM), (2**20, 16, POWER_LAW)],
+    headline_size=(2**20, 16, UNIFORM),
+    rank=375,
+    group="Sparse matrices: CSR SpMV and COO to CSR",
+    record_all_sizes=True,
+    grade_sizes={"sim": [(70, 5, POWER_LAW), (260, 2, UNIFORM)], "gpu": [(100_003, 16, UNIFORM)]},
+)
+OPERATORS = [op, coo_op]
+
+
+# -- the count and the scan, shared by both stages ----------------------------------------------------
+
+@cuda.jit
+def _zero(a):
+    i = cuda.grid(1)
+    if i < a.size:
+        a[i] = 0
+
+
+@cuda.jit
+def _count_rows(row_idx, counts):
+    e = cuda.grid(1)
+    if e < row_idx.size:
+        cuda.atomic.add(counts, row_idx[e], 1)
+
+
+@cuda.jit
+def _block_exclusive_scan(src, dst, totals):
+    """dst[i] = sum of src over the block's elements before i (Hillis-Steele in shared memory); the
+    block's total to totals[block]."""
+    buf = cuda.shared.array(SCAN_THREADS, int32)
+    t = cuda.threadIdx.x
+    i = cuda.grid(1)
+    mine = src[i] if i < src.size else 0
+    buf[t] = mine
+    cuda.syncthreads()
+    offset = 1
+    while offset < SCAN_THREADS:
+        left = buf[t - offset] if t >= offset else 0
+        cuda.syncthreads()
+        buf[t] += left
+        cuda.syncthreads()
+        offset *= 2
+    if i < dst.size:
+        dst[i] = buf[t] - mine
+    if t == SCAN_THREADS - 1:
+        totals[cuda.blockIdx.x] = buf[t]
+
+
+@cuda.jit
+def _add_block_offsets(dst, offsets):
+    i = cuda.grid(1)
+    if i < dst.size:
+        dst[i] += offsets[i // SCAN_THREADS]
+
+
+def exclusive_scan(src, dst, level=0):
+    """dst[i] = src[0] + ... + src[i - 1] (int32): tiles scanned in shared memory, their totals scanned
+    the same way (recursively), and each tile's offset added."""
+    blocks = blocks_for(src.size, SCAN_THREADS)
+    totals = scratch(f"spmv.scan.totals.{level}", blocks, np.int32)
+    _block_exclusive_scan[blocks, SCAN_THREADS](src, dst, totals)
+    if blocks > 1:
+        offsets = scratch(f"spmv.scan.offsets.{level}", blocks, np.int32)
+        exclusive_scan(totals, offsets, level + 1)
+        _add_block_offsets[blocks, SCAN_THREADS](dst, offsets)
+
+
+def _row_pointers(row_idx, row_ptr, counts):
+    """row_ptr = the exclusive scan of each row's count (counts has rows + 1 slots: the last stays 0,
+    so that row_ptr[rows] = nnz)."""
+    _zero[blocks_for(counts.size, THREADS), THREADS](counts)
+    if row_idx.size:
+        _count_rows[blocks_for(row_idx.size, THREADS), THREADS](row_idx, counts)
+    exclusive_scan(counts, row_ptr)
+
+
+# -- 1. atomic scatter, then sort each row ---------------------------------------------------------
+
+@cuda.jit
+def _scatter_by_atomics(row_idx, col_idx, value_bits, row_ptr, filled, out_cols, out_bits):
+    e = cuda.grid(1)
+    # HINT: Each entry claims the next free place of its row: an atomic add on a per-row counter (filled, zeroed) returns how many of the row's places were taken before.
+    # HINT: slot = row_ptr[row] + cuda.atomic.add(filled, row, 1); write the column and the value's bits there. Threads of one row arrive in any order, so the row comes out unsorted.
+    # BEGIN SOLUTION
+    if e < row_idx.size:
+        row = row_idx[e]
+        slot = row_ptr[row] + cuda.atomic.add(filled, row, 1)
+        out_cols[slot] = col_idx[e]
+        out_bits[slot] = value_bits[e]
+    # END SOLUTION
+
+
+@cuda.jit
+def _sort_each_row(row_ptr, out_cols, out_bits):
+    """Insertion sort of each row's entries by column: a thread per row."""
+    row = cuda.grid(1)
+    if row < row_ptr.size - 1:
+        start, end = row_ptr[row], row_ptr[row + 1]
+        for i in range(start + 1, end):
+            col, bits = out_cols[i], out_bits[i]
+            j = i - 1
+            while j >= start and out_cols[j] > col:
+                out_cols[j + 1] = out_cols[j]
+                out_bits[j + 1] = out_bits[j]
+                j -= 1
+            out_cols[j + 1] = col
+            out_bits[j + 1] = bits
+
+
+def _coo_views(values, out, nnz):
+    row_ptr, out_cols, out_values = csr_parts(out, nnz)
+    return row_ptr, out_cols, out_values.view(np.int32), values.view(np.int32)
+
+
+@coo_op.stage("atomic_scatter", """
+    Count each row's entries with atomic adds, scan the counts into row pointers, then scatter: each
+    entry claims the next free place of its row with one more atomic add. Fast and simple, but the
+    threads of one row arrive in any order, so each row has to be sorted by column afterwards: here by
+    one thread per row (an insertion sort), fine for rows of a few dozen entries and hopeless for a
+    row of 10^5 (10^10 steps in one thread).""")
+def atomic_scatter(row_idx, col_idx, values, shape, out):
+    nnz = row_idx.size
+    row_ptr, out_cols, out_bits, value_bits = _coo_views(values, out, nnz)
+    rows = row_ptr.size - 1
+    counts = scratch("spmv.coo.counts", rows + 1, np.int32)
+    _row_pointers(row_idx, row_ptr, counts)
+    if nnz:
+        _zero[blocks_for(rows, THREADS), THREADS](counts)
+        _scatter_by_atomics[blocks_for(nnz, THREADS), THREADS](row_idx, col_idx, value_bits, row_ptr, counts,
+                                                              out_cols, out_bits)
+        _sort_each_row[blocks_for(rows, THREADS), THREADS](row_ptr, out_cols, out_bits)
+
+
+# -- 2. a stable radix sort by row ------------------------------------------------------------------
+
+@cuda.jit
+def _digit_counts(keys, shift, counts):
+    """Upsweep: how many entries of each tile have each digit; counts[digit * tiles + tile]."""
+    hist = cuda.shared.array(DIGITS, int32)
+    t = cuda.threadIdx.x
+    tile = cuda.blockIdx.x
+    tiles = cuda.gridDim.x
+    for d in range(t, DIGITS, RADIX_THREADS):
+        hist[d] = 0
+    cuda.syncthreads()
+    for r in range(RADIX_ROUNDS):
+        e = tile * RADIX_TILE + r * RADIX_THREADS + t
+        if e < keys.size:
+            cuda.atomic.add(hist, (keys[e] >> shift) & (DIGITS - 1), 1)
+    cuda.syncthreads()
+    for d in range(t, DIGITS, RADIX_THREADS):
+        counts[d * tiles + tile] = hist[d]
+
+
+@cuda.jit
+def _stable_scatter(keys, cols, bits, shift, offsets, keys_out, cols_out, bits_out):
+    """Downsweep: every entry to offsets[digit * tiles + tile] + (entries of its digit before it in the
+    tile). A round is one entry per thread; in a warp match_any_sync finds the lanes with the same digit,
+    and shared counters carry what earlier warps and earlier rounds took."""
+    warp_counts = cuda.shared.array((RADIX_WARPS, DIGITS), int32)  # this round: each warp's entries per digit
+    taken = cuda.shared.array(DIGITS, int32)  # earlier rounds of this tile: entries per digit
+    t = cuda.threadIdx.x
+    lane = t % 32
+    w = t // 32
+    tile = cuda.blockIdx.x
+    tiles = cuda.gridDim.x
+    for d in range(t, DIGITS, RADIX_THREADS):
+        taken[d] = 0
+        for v in range(RADIX_WARPS):
+            warp_counts[v, d] = 0
+    cuda.syncthreads()
+    for r in range(RADIX_ROUNDS):
+        e = tile * RADIX_TILE + r * RADIX_THREADS + t
+        valid = e < keys.size
+        digit = (keys[e] >> shift) & (DIGITS - 1) if valid else DIGITS  # past the end: a group of its own
+        # HINT: Within the warp: same = cuda.match_any_sync(FULL_MASK, digit) are the lanes with this digit; this entry's rank among them is popc(same & lanemask_lt()), and the lowest of them (no lower lane in `same`) records popc(same) in warp_counts[w, digit].
+        # HINT: After a barrier, the entries of this digit before this one are: taken[digit] (earlier rounds) + warp_counts[v, digit] for the warps v < w + the rank in the warp. Write key, column and bits to offsets[digit * tiles + tile] + that.
+        # HINT: After another barrier the lowest lane of each group adds popc(same) to taken[digit] (an atomic add: each warp has a group of that digit) and sets its warp_counts entry back to 0; a third barrier, and the next round.
+        # BEGIN SOLUTION
+        same = cuda.match_any_sync(FULL_MASK, digit)
+        lower = same & cuda.lanemask_lt()
+        if valid and lower == 0:
+            warp_counts[w, digit] = cuda.popc(same)
+        cuda.syncthreads()
+        if valid:
+            before = taken[digit] + cuda.popc(lower)
+            for v in range(w):
+                before += warp_counts[v, digit]
+            slot = offsets[digit * tiles + tile] + before
+            keys_out[slot] = keys[e]
+            cols_out[slot] = cols[e]
+            bits_out[slot] = bits[e]
+        cuda.syncthreads()
+        if valid and lower == 0:
+            cuda.atomic.add(taken, digit, cuda.popc(same))  # other warps' groups of this digit add too
+            warp_counts[w, digit] = 0
+        cuda.syncthreads()
+        # END SOLUTION
+
+
+@coo_op.stage("radix_sort", """
+    Sort instead of fixing up: a least-significant-digit radix sort of the entries by row, 8 bits a
+    pass (3 passes for 2^20 rows). Each pass counts the digits of every tile of 256 entries, scans
+    those counts (digit-major, so every tile learns where each of its digits starts), and scatters the
+    entries stably: an entry lands after every earlier entry with its digit, which within a warp is
+    a match_any_sync and a popcount. Stable is what makes it right: the entries came in column order,
+    so each row comes out with its columns ascending, whatever its length. The row pointers are the
+    same count and scan as before.""")
+def radix_sort(row_idx, col_idx, values, shape, out):
+    nnz = row_idx.size
+    row_ptr, out_cols, out_bits, value_bits = _coo_views(values, out, nnz)
+    rows = row_ptr.size - 1
+    counts = scratch("spmv.coo.counts", rows + 1, np.int32)
+    _row_pointers(row_idx, row_ptr, counts)
+    if nnz == 0:
+        return
+    tiles = blocks_for(nnz, RADIX_TILE)
+    digit_counts = scratch("spmv.coo.digit_counts", DIGITS * tiles, np.int32)
+    offsets = scratch("spmv.coo.digit_offsets", DIGITS * tiles, np.int32)
+    passes = max(1, (int(rows - 1).bit_length() + 7) // 8)
+    # Ping-pong between two scratch sets; the last pass writes the columns and values into out.
+    keys = [scratch(f"spmv.coo.keys.{i}", nnz, np.int32) for i in range(2)]
+    cols = [scratch(f"spmv.coo.cols.{i}", nnz, np.int32) for i in range(2)]
+    bits = [scratch(f"spmv.coo.bits.{i}", nnz, np.int32) for i in range(2)]
+    src = (row_idx, col_idx, value_bits)
+    for p in range(passes):
+        last = p == passes - 1
+        dst = (keys[p % 2], out_cols if last else cols[p % 2], out_bits if last else bits[p % 2])
+        _digit_counts[tiles, RADIX_THREADS](src[0], 8 * p, digit_counts)
+        exclusive_scan(digit_counts, offsets)
+        _stable_scatter[tiles, RADIX_THREADS](src[0], src[1], src[2], 8 * p, offsets, *dst)
+        src = dst
