@@ -1,0 +1,923 @@
+"""2-D convolution of a batch of float32 images (NCHW), from a thread per output to Winograd.
+
+out[n, k, ho, wo] = sum over c, r, s of w[k, c, r, s] * x[n, c, ho*stride - pad + r*dilation,
+                                                           wo*stride - pad + s*dilation]
+(a cross-correlation, as every deep-learning library computes it), pixels outside the image zero.
+
+A convolution layer is a matrix product in disguise: with the reduction index j = (c, r, s) and the
+output column q = (n, ho, wo), out[k, q] = sum_j W[k, j] X[j, q], where W is the filter bank seen as
+a K x CRS matrix (w's own memory, as is) and X[j, q] is the input pixel tap j of output q reads. That
+"im2col" matrix holds each input pixel R*S times, which is why there are four algorithms:
+
+* direct: loop over the taps (stages 1-2); simple, no extra memory, slow.
+* explicit im2col + GEMM (stage 3): write X to memory, then call the best GEMM. Caffe's algorithm;
+  costs R*S times the input in memory traffic. cuDNN's IMPLICIT_PRECOMP_GEMM is its descendant.
+* implicit GEMM (stage 4): the GEMM's tile loader gathers X's elements straight from the image,
+  never writing X. What cuDNN and CUTLASS pick for most layers, and always for 1x1 filters.
+* Winograd F(2x2, 3x3) (stage 5): transforms 4x4 input tiles so that each 2x2 block of outputs costs
+  16 multiplies instead of 36 (2.25x fewer), at some accuracy. Libraries pick it for 3x3, stride-1
+  layers with many channels.
+* FFT (not built here): a pointwise product in frequency space; wins only for large filters.
+
+Two operators share these kernels:
+
+``conv2d``: 3x3 filters, stride 1, padding 1 (the layer ResNet and VGG are made of), size
+N x C x H x W x K. Its last stage is Winograd F(2x2, 3x3), which exists only for that geometry.
+
+``conv2d_general``: any filter R x S, stride, padding and dilation, given as a third input
+``geometry`` (an int32 device array [stride, pad, dilation]; the kernels read it from device memory,
+so launchers never copy anything to the host), size N x C x H x W x K x R x S x STRIDE x PAD x DIL.
+Output size Ho = (H + 2 pad - dilation (R - 1) - 1) // stride + 1 (and Wo likewise).
+
+Inputs: x float32 (N, C, H, W), w float32 (K, C, R, S), both C-contiguous; out float32 (N, K, Ho, Wo)
+is overwritten; x and w are never written.
+"""
+
+import math
+
+import numpy as np
+from numba import cuda, float32, int32, uint32, uint64
+
+from workbench import device as _device
+from workbench import peers
+from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+
+from solutions import gemm as gemm_ladder
+
+EPS32 = float(np.finfo(np.float32).eps)
+
+
+def _gpu_options(**options):
+    """Compile options only the real GPU compiler takes (the simulator's cuda.jit takes none)."""
+    return {} if _device.is_simulator() else options
+
+
+ALIGN16 = None if _device.is_simulator() else 16  # the simulator refuses alignment=
+
+
+# -- shapes, inputs, the reference ----------------------------------------------------------------
+
+def output_hw(H, W, R, S, stride, pad, dilation):
+    """(Ho, Wo): how many filter positions fit, as torch.nn.functional.conv2d counts them."""
+    return ((H + 2 * pad - dilation * (R - 1) - 1) // stride + 1,
+            (W + 2 * pad - dilation * (S - 1) - 1) // stride + 1)
+
+
+def _geometry_of(size):
+    """(N, C, H, W, K, R, S, stride, pad, dilation) of either operator's size."""
+    if len(size) == 5:
+        return (*size, 3, 3, 1, 1, 1)
+    return tuple(size)
+
+
+def _images(size, rng):
+    N, C, H, W, K, R, S, *_ = _geometry_of(size)
+    x = rng.uniform(-1.0, 1.0, (N, C, H, W)).astype(np.float32)
+    w = rng.uniform(-1.0, 1.0, (K, C, R, S)).astype(np.float32)
+    return x, w
+
+
+def _conv64(x, w, stride, pad, dilation):
+    """The float64 reference: one tensordot (a BLAS product over c) per filter tap."""
+    N, C, H, W = x.shape
+    K, _, R, S = w.shape
+    Ho, Wo = output_hw(H, W, R, S, stride, pad, dilation)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    w64 = w.astype(np.float64)
+    out = np.zeros((K, N, Ho, Wo))
+    for r in range(R):
+        for s in range(S):
+            h0, w0 = r * dilation, s * dilation
+            taps = xp[:, :, h0:h0 + stride * (Ho - 1) + 1:stride, w0:w0 + stride * (Wo - 1) + 1:stride]
+            out += np.tensordot(w64[:, :, r, s], taps, axes=(1, 1))
+    return np.ascontiguousarray(out.transpose(1, 0, 2, 3))
+
+
+def _tolerance(size, dtype):
+    # Each output is a C*R*S-term float32 dot product of zero-mean terms: its rounding error grows
+    # like sqrt(CRS) ulps whatever the order of the additions (as in the GEMM ladder).
+    _, C, _, _, _, R, S, *_ = _geometry_of(size)
+    return max(1e-5, 4 * EPS32 * math.sqrt(C * R * S))
+
+
+def _flops(size):
+    N, C, H, W, K, R, S, stride, pad, dilation = _geometry_of(size)
+    Ho, Wo = output_hw(H, W, R, S, stride, pad, dilation)
+    return 2 * N * K * Ho * Wo * C * R * S
+
+
+def _bytes(size):
+    N, C, H, W, K, R, S, stride, pad, dilation = _geometry_of(size)
+    Ho, Wo = output_hw(H, W, R, S, stride, pad, dilation)
+    return 4 * (N * C * H * W + K * C * R * S + N * K * Ho * Wo)
+
+
+def _border_inputs(size, rng):
+    """Inputs random draws never produce, checked beside the random ones."""
+    x, w = _images(size, rng)
+    # A constant image: away from the border every output is the sum of its filter; at the border
+    # only the taps that land on the image count. Clamping to the edge or wrapping around shows.
+    ones = np.ones_like(x)
+    # One bright pixel in the top-left corner of each image: the outputs around it are the filter
+    # read backwards, so a flipped filter, swapped rows and columns or a shifted window shows.
+    corner = np.zeros_like(x)
+    corner[:, :, 0, 0] = 1.0
+    return [("constant-image", (ones, w)), ("corner-impulse", (corner, w))]
+
+
+def _explain(inputs, out, ref):
+    x, w = inputs[:2]
+    if w.shape[2] == w.shape[3]:
+        flipped = np.ascontiguousarray(w[:, :, ::-1, ::-1])
+        if out.shape == ref.shape and np.allclose(out, _explain_ref(inputs, flipped), rtol=1e-4, atol=1e-4):
+            return "the output is the convolution with the filter flipped: use w[k, c, r, s] with r = 0 at the top"
+    return None
+
+
+def _explain_ref(inputs, w):
+    if len(inputs) == 3:
+        stride, pad, dilation = (int(v) for v in inputs[2])
+        return _conv64(inputs[0], w, stride, pad, dilation)
+    return _conv64(inputs[0], w, 1, 1, 1)
+
+
+def _peer_for(stride, pad, dilation):
+    torch = peers.torch()
+    if torch is None:
+        return None
+    conv2d = torch.nn.functional.conv2d
+
+    def run(x, w, *rest):
+        out = rest[-1]
+        # cuDNN uses TF32 for float32 convolutions by default on Ampere and later (~5e-4 error): compare
+        # float32 with float32. Put back as found, so other peers in the process are not affected.
+        saved = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False
+        try:
+            result = conv2d(peers.as_torch(x), peers.as_torch(w), stride=stride, padding=pad, dilation=dilation)
+        finally:
+            torch.backends.cudnn.allow_tf32 = saved
+        peers.as_torch(out).copy_(result)
+
+    return run
+
+
+# -- the operators ----------------------------------------------------------------------------------
+
+def _validate_images(x, w):
+    expect_device_array("x", x, dtype=np.float32, ndim=4)
+    expect_device_array("w", w, dtype=np.float32, ndim=4)
+    if w.shape[1] != x.shape[1]:
+        raise InputError(f"w must be K x C x R x S with C = {x.shape[1]} (x's channels), got {tuple(w.shape)}")
+
+
+def _validate(x, w, out):
+    _validate_images(x, w)
+    if tuple(w.shape[2:]) != (3, 3):
+        raise InputError(f"conv2d takes 3x3 filters (stride 1, padding 1), got {w.shape[2]}x{w.shape[3]}; "
+                         "conv2d_general takes any filter, stride, padding and dilation")
+    N, _, H, W = x.shape
+    expect_device_array("out", out, dtype=np.float32, shape=(N, w.shape[0], H, W))
+
+
+def _peer(size):
+    run = _peer_for(1, 1, 1)
+    return None if run is None else ("torch.conv2d (cuDNN fp32)", run)
+
+
+op = Operator(
+    name="conv2d",
+    title="3x3 convolution of a batch of float32 images (NCHW, stride 1, padding 1)",
+    reference=lambda x, w: _conv64(x, w, 1, 1, 1),
+    make_inputs=_images,
+    make_output=lambda size: np.empty((size[0], size[4], size[2], size[3]), np.float32),
+    bytes_moved=_bytes,
+    flops=_flops,
+    validate=_validate,
+    tolerance=_tolerance,
+    peer=_peer,
+    bound="compute",
+    size_names=("N", "C", "H", "W", "K"),
+    adversarial_inputs=_border_inputs,
+    explain=_explain,
+    check_sizes=[(1, 1, 1, 1, 1), (2, 3, 7, 9, 5), (3, 17, 15, 13, 33), (4, 64, 28, 28, 70),
+                 (8, 128, 14, 14, 128)],
+    # The quick tier checks the first and the third; the slow tier adds K past the 64-channel tile and
+    # more pixels than the 128-pixel tile.
+    sim_sizes=[(1, 2, 3, 4, 3), (1, 4, 5, 6, 65), (1, 3, 7, 9, 5), (2, 3, 9, 8, 6)],
+    bench_sizes=[(32, 64, 56, 56, 64), (32, 256, 14, 14, 256), (32, 128, 28, 28, 128)],
+    headline_size=(32, 64, 56, 56, 64),
+    rank=320,
+    group="Convolution: direct, im2col + GEMM, implicit GEMM, Winograd",
+    record_all_sizes=True,
+    grade_sizes={"sim": [(1, 2, 5, 6, 3), (2, 3, 4, 9, 2)], "gpu": [(2, 19, 17, 15, 70), (1, 64, 56, 56, 64)]},
+)
+
+
+def _general_validate(x, w, geometry, out):
+    _validate_images(x, w)
+    expect_device_array("geometry", geometry, dtype=np.int32, shape=(3,))
+    # The one host read of the checked call (the benchmark calls the launcher, which reads nothing):
+    # without the numbers, a wrong output shape could not be named.
+    host = geometry if hasattr(geometry, "copy_to_host") else cuda.as_cuda_array(geometry)  # torch, CuPy
+    stride, pad, dilation = (int(v) for v in host.copy_to_host())
+    if stride < 1 or dilation < 1 or pad < 0:
+        raise InputError(f"geometry must be [stride >= 1, pad >= 0, dilation >= 1], got {[stride, pad, dilation]}")
+    N, C, H, W = x.shape
+    K, _, R, S = w.shape
+    if stride > MAX_STRIDE or max(R - 1, S - 1) * dilation > MAX_REACH:
+        raise InputError(f"conv2d_general supports stride <= {MAX_STRIDE} and a dilated filter reach "
+                         f"dilation*(R-1) <= {MAX_REACH} (7x7, or 3x3 at dilation 3); got stride {stride}, "
+                         f"{R}x{S} at dilation {dilation}")
+    Ho, Wo = output_hw(H, W, R, S, stride, pad, dilation)
+    if Ho < 1 or Wo < 1:
+        raise InputError(f"a {R}x{S} filter at dilation {dilation} does not fit a {H}x{W} image padded by {pad}")
+    expect_device_array("out", out, dtype=np.float32, shape=(N, K, Ho, Wo))
+
+
+def _general_inputs(size, rng):
+    x, w = _images(size, rng)
+    return x, w, np.array(size[7:10], np.int32)
+
+
+def _general_adversarial(size, rng):
+    # The constant image only (the simulator is slow): it is the one that tests every border, which
+    # stride, padding and dilation move.
+    geometry = np.array(size[7:10], np.int32)
+    return [(label, (x, w, geometry)) for label, (x, w) in _border_inputs(size, rng)[:1]]
+
+
+def _general_output(size):
+    N, C, H, W, K, R, S, stride, pad, dilation = size
+    return np.empty((N, K, *output_hw(H, W, R, S, stride, pad, dilation)), np.float32)
+
+
+def _general_peer(size):
+    run = _peer_for(*size[7:10])
+    return None if run is None else ("torch.conv2d (cuDNN fp32)", run)
+
+
+MAX_STRIDE = 2  # the shared-tile stage's input patch is sized for these (see PATCH_ROWS)
+MAX_REACH = 6
+
+general_op = Operator(
+    name="conv2d_general",
+    title="Convolution with any filter size, stride, padding and dilation (NCHW float32)",
+    reference=lambda x, w, geometry: _conv64(x, w, *(int(v) for v in geometry)),
+    make_inputs=_general_inputs,
+    make_output=_general_output,
+    bytes_moved=_bytes,
+    flops=_flops,
+    validate=_general_validate,
+    tolerance=_tolerance,
+    peer=_general_peer,
+    bound="compute",
+    size_names=("N", "C", "H", "W", "K", "R", "S", "stride", "pad", "dil"),
+    adversarial_inputs=_general_adversarial,
+    explain=_explain,
+    # Quick tier: a 3x3 at stride 2 and dilation 2, and a 1x1; the slow tier adds a 7x7 at stride 2 and
+    # an unpadded 3x3 with K past the 64-channel tile and more pixels than the 128-pixel tile.
+    sim_sizes=[(1, 3, 7, 9, 4, 3, 3, 2, 2, 2), (1, 2, 9, 11, 3, 7, 7, 2, 3, 1),
+               (1, 5, 6, 7, 6, 1, 1, 1, 0, 1), (2, 3, 10, 13, 65, 3, 3, 1, 0, 1)],
+    check_sizes=[(1, 1, 1, 1, 1, 1, 1, 1, 0, 1), (2, 3, 17, 19, 5, 7, 7, 2, 3, 1), (3, 17, 15, 13, 33, 3, 3, 2, 1, 1),
+                 (2, 19, 21, 23, 70, 3, 3, 1, 2, 2), (4, 64, 28, 28, 70, 1, 1, 1, 0, 1),
+                 (8, 3, 224, 224, 64, 7, 7, 2, 3, 1)],
+    bench_sizes=[(32, 128, 28, 28, 128, 1, 1, 1, 0, 1), (32, 3, 224, 224, 64, 7, 7, 2, 3, 1),
+                 (32, 64, 56, 56, 128, 3, 3, 2, 1, 1)],
+    headline_size=(32, 128, 28, 28, 128, 1, 1, 1, 0, 1),
+    rank=321,
+    group="Convolution: direct, im2col + GEMM, implicit GEMM, Winograd",
+    record_all_sizes=True,
+)
+
+_CONSTANTS: dict = {}
+
+
+def _constant(key, values, dtype):
+    """A small device array holding ``values``, copied once per process (a launcher that copied it on
+    every call would time the copy)."""
+    if key not in _CONSTANTS:
+        _CONSTANTS[key] = cuda.to_device(np.array(values, dtype))
+    return _CONSTANTS[key]
+
+
+def _same3x3():
+    return _constant("geometry 3x3", [1, 1, 1], np.int32)
+
+
+def _flat(a):
+    """A 1-D view of a contiguous device array (no copy)."""
+    return a.reshape(a.size)
+
+
+# -- 1. direct: a thread per output ---------------------------------------------------------------
+
+THREADS = 256
+
+
+@cuda.jit
+def _direct(x, w, geometry, out):
+    i = cuda.grid(1)
+    N, K, Ho, Wo = out.shape
+    C, H, W = x.shape[1], x.shape[2], x.shape[3]
+    R, S = w.shape[2], w.shape[3]
+    if i < out.size:
+        # Neighbouring threads take neighbouring wo: their loads of x and their stores are coalesced,
+        # and they read the same filter element (a broadcast).
+        wo = i % Wo
+        ho = i // Wo % Ho
+        k = i // (Wo * Ho) % K
+        n = i // (Wo * Ho * K)
+        stride = geometry[0]
+        pad = geometry[1]
+        dilation = geometry[2]
+        # HINT: the top-left input pixel of this output's window is (ho * stride - pad, wo * stride - pad); tap (r, s) is dilation * (r, s) further on.
+        # HINT: acc = sum over c, r, s of w[k, c, r, s] * x[n, c, h, col], skipping taps outside the image (they are zero).
+        # BEGIN SOLUTION
+        h0 = ho * stride - pad
+        w0 = wo * stride - pad
+        acc = float32(0.0)
+        for c in range(C):
+            for r in range(R):
+                h = h0 + r * dilation
+                if 0 <= h < H:
+                    for s in range(S):
+                        col = w0 + s * dilation
+                        if 0 <= col < W:
+                            acc += w[k, c, r, s] * x[n, c, h, col]
+        out[n, k, ho, wo] = acc
+        # END SOLUTION
+
+
+def _launch_direct(x, w, geometry, out):
+    _direct[blocks_for(out.size, THREADS), THREADS](x, w, geometry, out)
+
+
+DIRECT_SUMMARY = """
+    One thread per output computes its C*R*S-term dot product straight from global memory, skipping
+    the taps that fall outside the image. A warp's 32 threads take 32 neighbouring output pixels of one
+    channel, so its loads of x are coalesced and its filter loads are one broadcast; the caches catch
+    some of the reuse (each input pixel is read by K*R*S outputs), but every tap is a load instruction
+    and a bounds test for one multiply-add."""
+
+
+@op.stage("direct", DIRECT_SUMMARY)
+def direct(x, w, out):
+    _launch_direct(x, w, _same3x3(), out)
+
+
+@general_op.stage("direct", DIRECT_SUMMARY)
+def general_direct(x, w, geometry, out):
+    _launch_direct(x, w, geometry, out)
+
+
+# -- 2. direct, with the input patch and the filters in shared memory ---------------------------------
+
+TH, TW = 8, 32  # a block computes an 8 x 32 patch of outputs ...
+KT = 8  # ... for 8 output channels: each thread 8 outputs, one pixel in 8 channels
+PATCH_ROWS = (TH - 1) * MAX_STRIDE + MAX_REACH + 1  # the input rows such a patch can need: 21
+PATCH_COLS = (TW - 1) * MAX_STRIDE + MAX_REACH + 1  # and columns: 69
+MAX_TAPS = (MAX_REACH + 1) * (MAX_REACH + 1)  # 7x7
+
+
+@cuda.jit
+def _shared_tile(x, w, geometry, out):
+    patch = cuda.shared.array((PATCH_ROWS, PATCH_COLS), float32)
+    filters = cuda.shared.array((KT, MAX_TAPS), float32)
+    acc = cuda.local.array(KT, float32)
+    N, K, Ho, Wo = out.shape
+    C, H, W = x.shape[1], x.shape[2], x.shape[3]
+    R, S = w.shape[2], w.shape[3]
+    stride = geometry[0]
+    pad = geometry[1]
+    dilation = geometry[2]
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    t = ty * TW + tx
+    k_groups = (K + KT - 1) // KT
+    n = cuda.blockIdx.z // k_groups
+    k0 = cuda.blockIdx.z % k_groups * KT
+    ho = cuda.blockIdx.y * TH + ty
+    wo = cuda.blockIdx.x * TW + tx
+    h_first = cuda.blockIdx.y * TH * stride - pad  # image row of patch[0, :]
+    w_first = cuda.blockIdx.x * TW * stride - pad
+    rows = (TH - 1) * stride + (R - 1) * dilation + 1  # the part of the patch this geometry needs
+    cols = (TW - 1) * stride + (S - 1) * dilation + 1
+    for kk in range(KT):
+        acc[kk] = float32(0.0)
+    # HINT: per input channel c: the block copies the input rows x cols this patch of outputs reads (zeros outside the image) and the KT filters' R x S taps for c into shared memory; then a barrier.
+    # HINT: each thread then reads its tap (ty * stride + r * dilation, tx * stride + s * dilation) of the patch ONCE and uses it for all KT output channels; a second barrier before the next channel overwrites the patch.
+    # BEGIN SOLUTION
+    for c in range(C):
+        for e in range(t, rows * cols, TH * TW):
+            pr = e // cols
+            pc = e % cols
+            h = h_first + pr
+            col = w_first + pc
+            patch[pr, pc] = x[n, c, h, col] if 0 <= h < H and 0 <= col < W else float32(0.0)
+        for e in range(t, KT * R * S, TH * TW):
+            kk = e // (R * S)
+            tap = e % (R * S)
+            filters[kk, tap] = w[k0 + kk, c, tap // S, tap % S] if k0 + kk < K else float32(0.0)
+        cuda.syncthreads()  # the patch and the filters are complete before anyone reads them
+        for r in range(R):
+            for s in range(S):
+                v = patch[ty * stride + r * dilation, tx * stride + s * dilation]
+                for kk in range(KT):  # one shared read of x feeds KT multiply-adds
+                    acc[kk] += filters[kk, r * S + s] * v
+        cuda.syncthreads()  # everyone is done with this channel before the next one overwrites it
+    # END SOLUTION
+    if ho < Ho and wo < Wo:
+        for kk in range(KT):
+            if k0 + kk < K:
+                out[n, k0 + kk, ho, wo] = acc[kk]
+
+
+def _launch_shared_tile(x, w, geometry, out):
+    N, K, Ho, Wo = out.shape
+    grid = (blocks_for(Wo, TW), blocks_for(Ho, TH), N * blocks_for(K, KT))
+    _shared_tile[grid, (TW, TH)](x, w, geometry, out)
+
+
+SHARED_SUMMARY = """
+    A block takes an 8x32 patch of output pixels in 8 output channels. For each input channel it first
+    copies the input patch those outputs read (with its halo, zeros beyond the border) and the 8 filters'
+    taps into shared memory, then each thread reads each of its taps once from shared memory and uses it
+    for all 8 channels. Global loads per multiply-add drop from about 1 to about 1/50, and the bounds
+    tests leave the inner loop. The cost: two barriers per input channel, and the shared patch is sized
+    for the largest geometry the operator takes (stride 2, a 7x7 reach), so strided layers pay 2-way
+    bank conflicts."""
+
+
+@op.stage("shared_tile", SHARED_SUMMARY)
+def shared_tile(x, w, out):
+    _launch_shared_tile(x, w, _same3x3(), out)
+
+
+@general_op.stage("shared_tile", SHARED_SUMMARY)
+def general_shared_tile(x, w, geometry, out):
+    _launch_shared_tile(x, w, geometry, out)
+
+
+# -- 3. explicit im2col, then the GEMM ladder's GEMM ----------------------------------------------------
+
+@cuda.jit
+def _im2col(x, geometry, R, S, columns):
+    # columns[n, j, p]: the input pixel tap j = (c, r, s) of output pixel p of image n reads (0 outside).
+    i = cuda.grid(1)
+    N, CRS, P = columns.shape
+    C, H, W = x.shape[1], x.shape[2], x.shape[3]
+    if i < columns.size:
+        # HINT: split i into (n, j, p) with p fastest (coalesced writes), j into (c, r, s) and p into (ho, wo).
+        # HINT: the pixel is x[n, c, ho * stride - pad + r * dilation, wo * stride - pad + s * dilation], or 0 outside the image.
+        # BEGIN SOLUTION
+        p = i % P
+        j = i // P % CRS
+        n = i // (P * CRS)
+        Wo = (W + 2 * geometry[1] - geometry[2] * (S - 1) - 1) // geometry[0] + 1
+        ho = p // Wo
+        wo = p % Wo
+        c = j // (R * S)
+        r = j // S % R
+        s = j % S
+        h = ho * geometry[0] - geometry[1] + r * geometry[2]
+        col = wo * geometry[0] - geometry[1] + s * geometry[2]
+        columns[n, j, p] = x[n, c, h, col] if 0 <= h < H and 0 <= col < W else float32(0.0)
+        # END SOLUTION
+
+
+def _gemm_stage():
+    """The GEMM ladder's fastest float32 CUDA-core stage, async_copy (cp.async, linked CUDA C++), on a
+    GPU. The simulator can link no CUDA C++ and runs each thread as a Python thread: there the GEMM
+    ladder's shared_tiles stage stands in (one output a thread, 64 times less Python per thread). The
+    GEMM kernels are checked by the GEMM ladder's own tests; what this stage adds is im2col."""
+    return gemm_ladder.shared_tiles if _device.is_simulator() else gemm_ladder.async_copy
+
+
+def im2col_bytes(size) -> int:
+    """The im2col buffer's size: every input pixel R*S times (for the whole batch)."""
+    N, C, H, W, K, R, S, stride, pad, dilation = _geometry_of(size)
+    Ho, Wo = output_hw(H, W, R, S, stride, pad, dilation)
+    return 4 * N * C * R * S * Ho * Wo
+
+
+def _im2col_traffic(size):
+    # The buffer is written once and read by the GEMM at least once: 2 x its size on top of the minimum.
+    return _bytes(size) + 2 * im2col_bytes(size)
+
+
+def _launch_im2col_gemm(x, w, geometry, out):
+    N, K, Ho, Wo = out.shape
+    C, R, S = w.shape[1], w.shape[2], w.shape[3]
+    P = Ho * Wo
+    columns = scratch("conv.im2col", (N, C * R * S, P), np.float32)
+    _im2col[blocks_for(columns.size, THREADS), THREADS](x, geometry, R, S, columns)
+    filters = w.reshape(K, C * R * S)  # the filter bank is already the GEMM's A matrix, as is
+    one_zero = _constant("alpha=1, beta=0", [1.0, 0.0], np.float32)  # beta = 0: C is not read
+    gemm = _gemm_stage().launch
+    for n in range(N):  # one product per image: out[n] (K x P) = filters (K x CRS) @ columns[n] (CRS x P)
+        image_out = out[n].reshape(K, P)
+        gemm(filters, columns[n], image_out, one_zero, image_out)
+
+
+IM2COL_SUMMARY = """
+    Lower the convolution to the fastest GEMM of the GEMM ladder. A first kernel writes the im2col
+    matrix, for each image the C*R*S x Ho*Wo matrix of the pixels each output reads, and then one GEMM
+    per image multiplies the filter bank (K x C*R*S, w's memory as it is) by it. The GEMM runs at its own
+    speed (stage 7 of gemm, 39 TFLOP/s at 4096^3 on an H200; in the simulator a simpler stage of it
+    stands in), but the buffer is
+    R*S times the input: 231 MB (9 x 25.7 MB) for the N32 C64 56x56 3x3 layer, written once and read
+    back, which costs about as much time as the whole cuDNN convolution. Caffe did exactly this; it
+    is still what a library falls back on for odd geometries, where its workspace is allowed."""
+
+
+@op.stage("im2col_gemm", IM2COL_SUMMARY, bytes_moved=_im2col_traffic)
+def im2col_gemm(x, w, out):
+    _launch_im2col_gemm(x, w, _same3x3(), out)
+
+
+@general_op.stage("im2col_gemm", IM2COL_SUMMARY, bytes_moved=_im2col_traffic)
+def general_im2col_gemm(x, w, geometry, out):
+    _launch_im2col_gemm(x, w, geometry, out)
+
+
+# -- 4. implicit GEMM: gather while loading the GEMM's tiles, register-tiled -------------------------------
+
+BM, BN, BK = 64, 128, 8  # block tile: 64 output channels x 128 output pixels, K-step 8 taps
+GEMM_THREADS = 128  # 4 warps as 2 x 2, each a 32 x 64 warp tile; each thread 8 x 8 outputs
+SA = BM + 4  # row stride of the transposed filter tile As[j, m] (68 floats)
+SB = BN + 4  # row stride of the pixel tile Bs[j, q] (132 floats)
+A_FLOATS = 2 * BK * SA  # double-buffered
+B_FLOATS = 2 * BK * SB
+
+
+@cuda.jit(device=True, inline=True)
+def _load_filter_tile(w_flat, K, CRS, m0, j0, t, a_next):
+    """This thread's 4 floats of the next filter tile: row m0 + t // 2, taps j0 + (t % 2) * 4 + 0..3."""
+    m = m0 + t // 2
+    j = j0 + (t % 2) * 4
+    for i in range(4):
+        inside = m < K and j + i < CRS
+        a_next[i] = w_flat[uint64(m * CRS + j + i)] if inside else float32(0.0)
+
+
+@cuda.jit(device=True, inline=True)
+def _gather_pixel_tile(x_flat, base, h0, w0, H, W, HW, C, R, S, dilation, tap, b_next):
+    """This thread's 8 taps of its output pixel for the next K-step: the im2col column, gathered.
+    tap = [c, r, s] of the step's first tap, advanced in place (an odometer: no divisions)."""
+    for i in range(BK):
+        c = tap[0]
+        h = h0 + tap[1] * dilation
+        col = w0 + tap[2] * dilation
+        inside = c < C and 0 <= h < H and 0 <= col < W and base >= 0
+        b_next[i] = x_flat[uint64(base + c * HW + h * W + col)] if inside else float32(0.0)
+        tap[2] += 1
+        if tap[2] == S:
+            tap[2] = 0
+            tap[1] += 1
+            if tap[1] == R:
+                tap[1] = 0
+                tap[0] += 1
+
+
+@cuda.jit(device=True, inline=True)
+def _store_tiles(As, Bs, buf, t, a_next, b_next):
+    """Registers to shared memory: the filter tile transposed (As[j, m]), so that a thread's 4 rows at
+    one j are 4 neighbouring floats; the pixel tile as Bs[j, q], this thread's column q = t."""
+    for i in range(4):
+        As[uint32((buf * BK + (t % 2) * 4 + i) * SA + t // 2)] = a_next[i]
+    for i in range(BK):
+        Bs[uint32((buf * BK + i) * SB + t)] = b_next[i]
+
+
+@cuda.jit(device=True, inline=True)
+def _outer_product(As, Bs, ia, ib, a, b, acc):
+    """One tap: 4 + 4 floats of the filter tile's column and of the pixel tile's row (16-byte shared
+    loads: unsigned indices, multiples of 4), then 64 multiply-adds."""
+    for i in range(4):
+        a[i] = As[ia + uint32(i)]
+        a[4 + i] = As[ia + uint32(16 + i)]
+        b[i] = Bs[ib + uint32(i)]
+        b[4 + i] = Bs[ib + uint32(32 + i)]
+    for m in range(8):
+        for q in range(8):
+            acc[m, q] += a[m] * b[q]
+
+
+@cuda.jit(device=True, inline=True)
+def _eight_taps(As, Bs, ia, ib, a, b, acc):
+    """The K-step's 8 taps written out (numba has no #pragma unroll; see the GEMM ladder's stage 6)."""
+    _outer_product(As, Bs, ia, ib, a, b, acc)
+    _outer_product(As, Bs, ia + uint32(1 * SA), ib + uint32(1 * SB), a, b, acc)
+    _outer_product(As, Bs, ia + uint32(2 * SA), ib + uint32(2 * SB), a, b, acc)
+    _outer_product(As, Bs, ia + uint32(3 * SA), ib + uint32(3 * SB), a, b, acc)
+    _outer_product(As, Bs, ia + uint32(4 * SA), ib + uint32(4 * SB), a, b, acc)
+    _outer_product(As, Bs, ia + uint32(5 * SA), ib + uint32(5 * SB), a, b, acc)
+    _outer_product(As, Bs, ia + uint32(6 * SA), ib + uint32(6 * SB), a, b, acc)
+    _outer_product(As, Bs, ia + uint32(7 * SA), ib + uint32(7 * SB), a, b, acc)
+
+
+@cuda.jit(device=True, inline=True)
+def _implicit_gemm_block(x_flat, w_flat, geometry, N, C, H, W, K, R, S, Ho, Wo, acc):
+    """acc (8 x 8, registers) = this thread's share of the block's 64 x 128 tile of the product
+    filters (K x CRS) @ im2col (CRS x N*Ho*Wo), the im2col matrix never written."""
+    As = cuda.shared.array(A_FLOATS, float32, alignment=ALIGN16)
+    Bs = cuda.shared.array(B_FLOATS, float32, alignment=ALIGN16)
+    a = cuda.local.array(8, float32)
+    b = cuda.local.array(8, float32)
+    a_next = cuda.local.array(4, float32)
+    b_next = cuda.local.array(BK, float32)
+    tap = cuda.local.array(3, int32)
+    t = cuda.threadIdx.x
+    m0 = cuda.blockIdx.y * BM
+    CRS = C * R * S
+    HW = H * W
+    stride = geometry[0]
+    pad = geometry[1]
+    dilation = geometry[2]
+    # The output pixel whose im2col column this thread gathers, fixed for the whole loop: its image's
+    # base address and its window's top-left corner are computed once.
+    q = cuda.blockIdx.x * BN + t
+    P = Ho * Wo
+    n = q // P
+    p = q % P
+    h0 = p // Wo * stride - pad
+    w0 = p % Wo * stride - pad
+    base = n * C * HW if q < N * P else -1  # -1: a column past the last pixel gathers zeros
+    tap[0] = 0
+    tap[1] = 0
+    tap[2] = 0
+    # Thread origin in the block tile: warp (t // 64, t // 32 % 2) owns 32 x 64 outputs at
+    # (32 (t // 64), 64 (t // 32 % 2)); lane l its 4x4 pieces at ((l // 8) 4, (l % 8) 4) and 16 rows /
+    # 32 columns further on. Unsigned: the shared indices built on them need no wrap-around code.
+    ut = uint32(t)
+    lane = ut % uint32(32)
+    r0 = (ut // uint32(64)) * uint32(32) + (lane // uint32(8)) * uint32(4)
+    c0 = ((ut // uint32(32)) % uint32(2)) * uint32(64) + (lane % uint32(8)) * uint32(4)
+    for m in range(8):
+        for qq in range(8):
+            acc[m, qq] = float32(0.0)
+    # HINT: the GEMM ladder's double-buffered loop: load step 0 (filter tile and gathered pixel tile) into registers, store to buffer 0, sync.
+    # HINT: per K-step: gather the NEXT step into registers first, compute 8 taps on the current buffer (_eight_taps at ia = buf * BK * SA + r0, ib = buf * BK * SB + c0), then store the next step into the other buffer and sync.
+    # BEGIN SOLUTION
+    _load_filter_tile(w_flat, K, CRS, m0, 0, t, a_next)
+    _gather_pixel_tile(x_flat, base, h0, w0, H, W, HW, C, R, S, dilation, tap, b_next)
+    _store_tiles(As, Bs, 0, t, a_next, b_next)
+    cuda.syncthreads()
+    buf = 0
+    for j0 in range(0, CRS, BK):
+        more = j0 + BK < CRS
+        if more:  # the next step's global loads are in flight while this step computes
+            _load_filter_tile(w_flat, K, CRS, m0, j0 + BK, t, a_next)
+            _gather_pixel_tile(x_flat, base, h0, w0, H, W, HW, C, R, S, dilation, tap, b_next)
+        ubuf = uint32(buf)
+        _eight_taps(As, Bs, ubuf * uint32(BK * SA) + r0, ubuf * uint32(BK * SB) + c0, a, b, acc)
+        if more:
+            _store_tiles(As, Bs, 1 - buf, t, a_next, b_next)  # last read before the previous barrier
+            cuda.syncthreads()
+            buf = 1 - buf
+    # END SOLUTION
+
+
+@cuda.jit(device=True, inline=True)
+def _output_index(t, m, qq):
+    """Block-tile (row, column) of accumulator acc[m, qq] (see _implicit_gemm_block), as signed ints."""
+    lane = t % 32
+    row = t // 64 * 32 + lane // 8 * 4 + m // 4 * 16 + m % 4
+    col = t // 32 % 2 * 64 + lane % 8 * 4 + qq // 4 * 32 + qq % 4
+    return row, col
+
+
+# At 128 registers (4 blocks per SM) the 64 accumulators, 12 staging registers and the gather's state
+# spill 180 bytes a thread; at <= 168 three blocks (12 warps) share an SM without spilling.
+@cuda.jit(**_gpu_options(launch_bounds=(GEMM_THREADS, 3)))
+def _implicit_gemm(x_flat, w_flat, geometry, N, C, H, W, K, R, S, Ho, Wo, out_flat):
+    acc = cuda.local.array((8, 8), float32)
+    _implicit_gemm_block(x_flat, w_flat, geometry, N, C, H, W, K, R, S, Ho, Wo, acc)
+    t = cuda.threadIdx.x
+    P = Ho * Wo
+    for qq in range(8):
+        _, col = _output_index(t, 0, qq)
+        q = cuda.blockIdx.x * BN + col
+        if q < N * P:
+            n = q // P
+            p = q % P
+            for m in range(8):
+                row, _ = _output_index(t, m, qq)
+                k = cuda.blockIdx.y * BM + row
+                if k < K:
+                    out_flat[(n * K + k) * P + p] = acc[m, qq]
+
+
+def _launch_implicit_gemm(x, w, geometry, out):
+    N, C, H, W = x.shape
+    K, _, R, S = w.shape
+    Ho, Wo = out.shape[2], out.shape[3]
+    grid = (blocks_for(N * Ho * Wo, BN), blocks_for(K, BM))
+    _implicit_gemm[grid, GEMM_THREADS](_flat(x), _flat(w), geometry, N, C, H, W, K, R, S, Ho, Wo, _flat(out))
+
+
+IMPLICIT_SUMMARY = """
+    The same product without the buffer: the GEMM's tile loader computes, for each element of the
+    pixel tile, which input pixel it is and reads it straight from the image (zero past the border).
+    The main loop is the GEMM ladder's stage 6: 8x8 outputs per thread from 16-byte shared loads, the
+    K-step's taps written out, the next step's loads in flight in registers while this one computes
+    (double buffering), one barrier a step. The block tile is 64 channels x 128 pixels, since layers
+    have 64-512 output channels. The gather's index arithmetic is kept off the critical path: a thread
+    gathers one pixel's column at every step, so its image base and window corner are computed once,
+    and the tap (c, r, s) advances like an odometer instead of by divisions."""
+
+
+@op.stage("implicit_gemm", IMPLICIT_SUMMARY)
+def implicit_gemm(x, w, out):
+    _launch_implicit_gemm(x, w, _same3x3(), out)
+
+
+@general_op.stage("implicit_gemm", IMPLICIT_SUMMARY)
+def general_implicit_gemm(x, w, geometry, out):
+    _launch_implicit_gemm(x, w, geometry, out)
+
+
+# -- 5. Winograd F(2x2, 3x3): 16 multiplies for 4 outputs instead of 36 ------------------------------------
+#
+# For a 2x2 block of outputs and the 4x4 input tile d it reads, with one 3x3 filter g:
+#   Y = A^T [ (G g G^T) * (B^T d B) ] A        (* elementwise, 16 products)
+# B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]
+# G   = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]
+# A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]
+# Summed over input channels, the 16 elementwise products become 16 independent GEMMs:
+#   M[e] (K x T) = U[e] (K x C) @ V[e] (C x T), e = each of the 16 positions of the 4x4 tile,
+# with U = the transformed filters, V = the transformed input tiles, T = N * ceil(H/2) * ceil(W/2).
+
+
+@cuda.jit
+def _winograd_filters(w, U):
+    # U[e, k, c] = (G g G^T)[e // 4, e % 4] for g = w[k, c]: one thread per (k, c), done once per call
+    # (a network would transform its filters once, ahead of time).
+    i = cuda.grid(1)
+    K, C = w.shape[0], w.shape[1]
+    if i < K * C:
+        k = i // C
+        c = i % C
+        Gg = cuda.local.array((4, 3), float32)
+        half = float32(0.5)
+        for col in range(3):  # G g: combine the filter's rows
+            g0 = w[k, c, 0, col]
+            g1 = w[k, c, 1, col]
+            g2 = w[k, c, 2, col]
+            Gg[0, col] = g0
+            Gg[1, col] = half * (g0 + g1 + g2)
+            Gg[2, col] = half * (g0 - g1 + g2)
+            Gg[3, col] = g2
+        for row in range(4):  # (G g) G^T: combine its columns
+            g0 = Gg[row, 0]
+            g1 = Gg[row, 1]
+            g2 = Gg[row, 2]
+            U[row * 4 + 0, k, c] = g0
+            U[row * 4 + 1, k, c] = half * (g0 + g1 + g2)
+            U[row * 4 + 2, k, c] = half * (g0 - g1 + g2)
+            U[row * 4 + 3, k, c] = g2
+
+
+@cuda.jit
+def _winograd_inputs(x, V):
+    # V[e, c, t] = (B^T d B)[e // 4, e % 4] for the 4x4 input tile d of output tile t in channel c.
+    i = cuda.grid(1)
+    N, C, H, W = x.shape
+    T = V.shape[2]
+    tiles_w = (W + 1) // 2
+    tiles_h = (H + 1) // 2
+    if i < C * T:
+        t = i % T  # neighbouring threads: neighbouring tiles of one channel (coalesced stores of V)
+        c = i // T
+        tw = t % tiles_w
+        th = t // tiles_w % tiles_h
+        n = t // (tiles_w * tiles_h)
+        d = cuda.local.array((4, 4), float32)
+        # HINT: the tile is x[n, c, 2 th - 1 + a, 2 tw - 1 + b] for a, b in 0..3 (padding 1: zero outside the image).
+        # HINT: B^T d combines rows: (d0 - d2, d1 + d2, d2 - d1, d1 - d3); then (B^T d) B combines the columns the same way.
+        # BEGIN SOLUTION
+        for a in range(4):
+            h = 2 * th - 1 + a
+            for b in range(4):
+                col = 2 * tw - 1 + b
+                d[a, b] = x[n, c, h, col] if 0 <= h < H and 0 <= col < W else float32(0.0)
+        for b in range(4):  # B^T d
+            d0 = d[0, b]
+            d1 = d[1, b]
+            d2 = d[2, b]
+            d3 = d[3, b]
+            d[0, b] = d0 - d2
+            d[1, b] = d1 + d2
+            d[2, b] = d2 - d1
+            d[3, b] = d1 - d3
+        for a in range(4):  # (B^T d) B
+            d0 = d[a, 0]
+            d1 = d[a, 1]
+            d2 = d[a, 2]
+            d3 = d[a, 3]
+            V[a * 4 + 0, c, t] = d0 - d2
+            V[a * 4 + 1, c, t] = d1 + d2
+            V[a * 4 + 2, c, t] = d2 - d1
+            V[a * 4 + 3, c, t] = d1 - d3
+        # END SOLUTION
+
+
+@cuda.jit
+def _winograd_outputs(M, out):
+    # out's 2x2 block of tile t in channel k = A^T m A, m[e] = M[e, k, t].
+    i = cuda.grid(1)
+    N, K, Ho, Wo = out.shape
+    T = M.shape[2]
+    tiles_w = (Wo + 1) // 2
+    tiles_h = (Ho + 1) // 2
+    if i < K * T:
+        t = i % T
+        k = i // T
+        tw = t % tiles_w
+        th = t // tiles_w % tiles_h
+        n = t // (tiles_w * tiles_h)
+        m = cuda.local.array((2, 4), float32)
+        # HINT: A^T m combines rows: (m0 + m1 + m2, m1 - m2 - m3); then the same on the columns gives the 2x2 outputs.
+        # BEGIN SOLUTION
+        for b in range(4):  # A^T m
+            m0 = M[0 * 4 + b, k, t]
+            m1 = M[1 * 4 + b, k, t]
+            m2 = M[2 * 4 + b, k, t]
+            m3 = M[3 * 4 + b, k, t]
+            m[0, b] = m0 + m1 + m2
+            m[1, b] = m1 - m2 - m3
+        for a in range(2):  # (A^T m) A, and the store: the last row or column of a tile may lie outside
+            ho = 2 * th + a
+            if ho < Ho:
+                out[n, k, ho, 2 * tw] = m[a, 0] + m[a, 1] + m[a, 2]
+                if 2 * tw + 1 < Wo:
+                    out[n, k, ho, 2 * tw + 1] = m[a, 1] - m[a, 2] - m[a, 3]
+        # END SOLUTION
+
+
+@cuda.jit
+def _products_in_the_simulator(U, V, M):
+    # M[e] = U[e] @ V[e], one output a thread. Only the simulator runs it: it runs each thread as a
+    # Python thread, and the GEMM ladder's batched kernel (what the GPU runs) costs 256 of them a block
+    # with 64 outputs each, whatever the size. That kernel is checked by the GEMM ladder's own tests.
+    i = cuda.grid(1)
+    batch, K, T = M.shape
+    if i < M.size:
+        t = i % T
+        k = i // T % K
+        e = i // (T * K)
+        acc = float32(0.0)
+        for c in range(U.shape[2]):
+            acc += U[e, k, c] * V[e, c, t]
+        M[e, k, t] = acc
+
+
+def winograd_tiles(N, H, W):
+    return N * ((H + 1) // 2) * ((W + 1) // 2)
+
+
+def _winograd_traffic(size):
+    # V and M are written and read once each: 16 floats per tile per channel, 4x the input and output.
+    N, C, H, W, K = size
+    T = winograd_tiles(N, H, W)
+    return _bytes(size) + 4 * 2 * 16 * T * (C + K)
+
+
+def _winograd_flops(size):
+    # What the stage does: 16 products per 2x2 block, instead of 36 (the transforms are not counted).
+    N, C, H, W, K = size
+    return 2 * 16 * winograd_tiles(N, H, W) * C * K
+
+
+@op.stage("winograd", """
+    Winograd's minimal filtering, F(2x2, 3x3): a 2x2 block of outputs reads a 4x4 input tile d, and
+    Y = A^T [(G g G^T) * (B^T d B)] A computes it with 16 multiplies instead of 36 (the transforms are
+    additions and halvings). Summed over input channels, the 16 elementwise products are 16
+    independent GEMMs, U[e] (K x C) times V[e] (C x tiles). Three small kernels transform the filters,
+    the input tiles (overlapping: 4x the input) and the 16 product matrices back; the GEMMs run on
+    the GEMM ladder's batched kernel in one launch. 2.25x fewer multiply-adds, paid for in memory
+    traffic (V and M are 4x the input and the output) and in accuracy: the transforms round, and G's
+    halves and the sums in A^T and B^T spread one input's rounding over several outputs (the GPU script
+    reports the relative error beside the implicit GEMM's). Only for 3x3 filters at stride 1, which
+    is why it is the last stage of conv2d and absent from conv2d_general. cuDNN's
+    WINOGRAD_NONFUSED is this algorithm; libraries pick it for 3x3 stride-1 layers with many
+    channels, where the GEMMs dominate the transforms.""",
+    bytes_moved=_winograd_traffic, flops=_winograd_flops)
+def winograd(x, w, out):
+    N, C, H, W = x.shape
+    K = w.shape[0]
+    T = winograd_tiles(N, H, W)
+    U = scratch("conv.winograd.U", (16, K, C), np.float32)
+    V = scratch("conv.winograd.V", (16, C, T), np.float32)
+    M = scratch("conv.winograd.M", (16, K, T), np.float32)
+    _winograd_filters[blocks_for(K * C, THREADS), THREADS](w, U)
+    _winograd_inputs[blocks_for(C * T, THREADS), THREADS](x, V)
+    if _device.is_simulator():
+        _products_in_the_simulator[blocks_for(M.size, THREADS), THREADS](U, V, M)
+    else:
+        gemm_ladder.one_launch.launch(U, V, M)  # the GEMM ladder's batched GEMM: 16 products, one launch
+    _winograd_outputs[blocks_for(K * T, THREADS), THREADS](M, out)
+
+
+OPERATORS = [op, general_op]
