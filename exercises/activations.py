@@ -1,0 +1,450 @@
+# --------------------------------------------------------------------------------------------------
+# EXERCISE generated from solutions/activations.py by `workbench exercises build`. This copy is yours:
+# fill in every block marked TODO(exercise), then grade it:
+#     workbench grade act_relu            (or act_relu.<stage>; its other operators: act_leaky_relu, act_sigmoid, act_tanh, act_gelu, act_gelu_tanh, act_silu)
+# The grader checks each stage against the operator in solutions/activations.py (reference, inputs,
+# tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
+# is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
+# was filled with poison. On a GPU each stage must also reach 60% of the
+# speed of the solution's stage, measured in the same run.
+# `workbench exercises build` never overwrites this file once you have edited it (the line below
+# tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
+# and keeps your version beside it as a .bak file.
+# generated-sha256: 8cc4b86c81b070a6e0c85fae26a5be829e0cd183fc2dc8d7db65ac07713a258c
+# --------------------------------------------------------------------------------------------------
+"""Activation functions on a float32 vector, from a thread per element to 16-byte loads and fast math.
+
+ReLU, Leaky ReLU, Sigmoid, Tanh, GELU (the erf form and the tanh approximation) and SiLU (Swish):
+each reads one float32 and writes one, 8 bytes per element, and does between one and a few dozen
+instructions on it. So every one of them should run at the speed of a copy, and the ladder is about
+what stands between a one-line kernel and that speed, and what speed costs in accuracy:
+
+1. ``thread_per_element``: one thread per element, the kernel anyone writes first.
+2. ``grid_stride``: a grid sized to the machine, each thread four elements a step (all four loads
+   issued before the first store), unsigned indices.
+3. ``vector4``: 16-byte loads and stores (``ld.global.v4.f32``), four elements per instruction.
+4. ``fast_math`` (only where there is a transcendental function): the same kernel compiled with
+   ``fastmath=True``, which swaps libdevice's accurate ``expf``/``tanhf`` for the hardware's
+   approximate ``ex2.approx``/``tanh.approx.f32`` and the division for an approximate one.
+
+Each activation is its own operator (``act_relu``, ``act_gelu``, ...): the kernels are written once
+below, with the activation as a name (``activation``) they call, and compiled once per function
+(``solutions/_templates.py``), the way a C++ template is instantiated once per functor. torch and
+``torch.compile`` are the peers (``scripts/gpu_activations_reductions.py`` times both).
+
+**Accuracy.** Each stage is measured in ulps (units in the last place of the float32 result) against a
+float64 reference, beside its speed (``ulp_error`` here; the GPU script prints the table). What the
+CUDA documentation guarantees for the functions the stages call:
+
+| function | stages 1-3 (libdevice) | ``fast_math`` | acceptable? |
+|---|---|---|---|
+| ReLU, Leaky ReLU | exact (0 ulp) | no fast-math stage: nothing to approximate | yes |
+| Sigmoid, SiLU, GELU (tanh form) | ``expf`` 2 ulp, IEEE division | ``__expf``: 2 + floor(1.17 \\|x\\|) ulp, division 2 ulp, subnormals flushed | yes for activations: tens of ulps only where \\|x\\| is large and the result saturated |
+| Tanh | ``tanhf`` 2 ulp | ``tanh.approx.f32``: relative error 2^-10.99, about 1000 ulps | not in float32 (its check tolerance is loosened to 1e-3 and says so); fine to round to fp16/bf16 |
+| GELU (erf form) | ``erfcf`` 4 ulp | ``erfcf`` stays (there is no fast erfc); subnormals flushed | yes |
+
+Two choices keep the tails right. GELU is computed as ``0.5 x erfc(-x / sqrt 2)``, not
+``0.5 x (1 + erf(x / sqrt 2))``: below x = -5.5 the float32 erf is -1 exactly and the erf form
+returns 0 where the answer is -6e-9 at x = -6 (every digit lost; torch's erf form does this). The tanh
+approximation 0.5 x (1 + tanh(u)) is computed as x / (1 + exp(-2u)), the same function (1 + tanh u =
+2 / (1 + e^-2u)) without the cancellation of 1 + tanh u near -1, and with one exp and one division
+instead of a tanh. At -inf, x * 0 would be NaN where the limit is 0: GELU and SiLU return 0 there
+(torch returns NaN). NaN propagates through every function, as in torch.
+"""
+
+import math
+
+import numpy as np
+from numba import cuda, float32, uint64
+
+from solutions._templates import instantiate
+from solutions._vector_io import aligned16, load4, store4
+from workbench import peers
+from workbench.ladder import Operator, blocks_for, expect_device_array, sm_count
+
+THREADS = 256  # threads per block: a multiple of the 32-lane warp
+BLOCKS_PER_SM = 8  # 8 x 256 = 2048 threads, all a Hopper multiprocessor holds
+ELEMENTS_PER_THREAD = 8  # a grid-stride grid is never larger than it takes to give each thread this many
+
+ZERO = float32(0.0)
+HALF = float32(0.5)
+ONE = float32(1.0)
+NEG_INF = float32(-np.inf)
+LEAKY_SLOPE = float32(0.01)  # torch.nn.functional.leaky_relu's default negative_slope
+SQRT_HALF = float32(0.7071067811865476)  # 1 / sqrt(2)
+GELU_TANH_C = float32(2.0 * 0.7978845608028654)  # 2 sqrt(2 / pi): the 2 of exp(-2u) folded in
+GELU_TANH_K = float32(0.044715)
+
+
+# -- the activations, float32 on the device ----------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def relu(v):
+    # v < 0 is false for NaN, so NaN passes through (max(v, 0) might return 0 for it)
+    return ZERO if v < ZERO else v
+
+
+@cuda.jit(device=True, inline=True)
+def leaky_relu(v):
+    return v if v >= ZERO else LEAKY_SLOPE * v
+
+
+@cuda.jit(device=True, inline=True)
+def logistic(z):
+    """1 / (1 + e^-z) without overflow: e = e^-|z| lies in (0, 1], and for z < 0 the answer is
+    e / (1 + e). The plain 1 / (1 + e^-z) overflows e^-z to inf below z = -88, which rounds the result
+    to 0 instead of the (tiny, representable) e^z; this form keeps every digit there."""
+    e = math.exp(-abs(z))
+    r = ONE / (ONE + e)
+    return r if z >= ZERO else e * r
+
+
+@cuda.jit(device=True, inline=True)
+def sigmoid(v):
+    return logistic(v)
+
+
+@cuda.jit(device=True, inline=True)
+def tanh(v):
+    return math.tanh(v)
+
+
+@cuda.jit(device=True, inline=True)
+def gelu(v):
+    # x * Phi(x) with Phi(x) = erfc(-x / sqrt 2) / 2: accurate in the negative tail, where 1 + erf(x)
+    # cancels to 0. (0.5 * v) first: v * erfc(..) would overflow to inf for v near float32's maximum.
+    g = HALF * v * math.erfc(-v * SQRT_HALF)
+    return ZERO if v == NEG_INF else g  # -inf * 0 is NaN; the limit is 0
+
+
+@cuda.jit(device=True, inline=True)
+def gelu_tanh(v):
+    # 0.5 v (1 + tanh(u)), u = sqrt(2/pi) (v + 0.044715 v^3), is v * logistic(2u): the same function
+    # (1 + tanh u = 2 / (1 + e^-2u)) with one exp and one division, and no cancellation of 1 + tanh(u)
+    # for v far below 0.
+    g = v * logistic(GELU_TANH_C * (v + GELU_TANH_K * v * v * v))
+    return ZERO if v == NEG_INF else g  # -inf * 0 is NaN; the limit is 0
+
+
+@cuda.jit(device=True, inline=True)
+def silu(v):
+    g = v * logistic(v)
+    return ZERO if v == NEG_INF else g
+
+
+# -- the same functions in float64, for the reference ---------------------------------------------------
+# Cephes (S. L. Moshier, public domain) rational approximations of erfc: float64 to ~1e-16 relative;
+# numpy has no erf and the workbench does not depend on SciPy.
+
+_ERF_T = (9.60497373987051638749e0, 9.00260197203842689217e1, 2.23200534594684319226e3,
+          7.00332514112805075473e3, 5.55923013010394962768e4)
+_ERF_U = (1.0, 3.35617141647503099647e1, 5.21357949780152679795e2, 4.59432382970980127987e3,
+          2.26290000613890934246e4, 4.92673942608635921086e4)
+_ERFC_P = (2.46196981473530512524e-10, 5.64189564831068821977e-1, 7.46321056442269912687e0,
+           4.86371970985681366614e1, 1.96520832956077098242e2, 5.26445194995477358631e2,
+           9.34528527171957607540e2, 1.02755188689515710272e3, 5.57535335369399327526e2)
+_ERFC_Q = (1.0, 1.32281951154744992508e1, 8.67072140885989742329e1, 3.54937778887819891062e2,
+           9.75708501743205489753e2, 1.82390916687909736289e3, 2.24633760818710981792e3,
+           1.65666309194161350182e3, 5.57535340817727675546e2)
+_ERFC_R = (5.64189583547755073984e-1, 1.27536670759978104416e0, 5.01905042251180477414e0,
+           6.16021097993053585195e0, 7.40974269950448939160e0, 2.97886665372100240670e0)
+_ERFC_S = (1.0, 2.26052863220117276590e0, 9.39603524938001434673e0, 1.20489539808096656605e1,
+           1.70814450747565897222e1, 9.60896809063285878198e0, 3.36907645100081516050e0)
+
+
+def _poly(coefficients, z):
+    acc = np.full_like(z, coefficients[0])
+    for c in coefficients[1:]:
+        acc *= z
+        acc += c
+    return acc
+
+
+def erfc64(z: np.ndarray) -> np.ndarray:
+    """erfc in float64 (NaN stays NaN, erfc(-inf) = 2, erfc(inf) = 0)."""
+    a = np.abs(z)
+    near_z = np.clip(z, -1.0, 1.0)
+    z2 = near_z * near_z
+    near = 1.0 - near_z * _poly(_ERF_T, z2) / _poly(_ERF_U, z2)
+    far_a = np.clip(a, 1.0, 27.0)  # erfc(27) underflows: the clamp keeps exp() quiet
+    tail = np.where(far_a < 8.0, _poly(_ERFC_P, far_a) / _poly(_ERFC_Q, far_a),
+                    _poly(_ERFC_R, far_a) / _poly(_ERFC_S, far_a)) * np.exp(-far_a * far_a)
+    tail = np.where(a > 27.0, 0.0, tail)
+    return np.where(a <= 1.0, near, np.where(z > 0, tail, 2.0 - tail))
+
+
+def _at_minus_inf_zero(v, y):
+    return np.where(v == -np.inf, 0.0, y)
+
+
+def _sigmoid64(v):
+    e = np.exp(-np.abs(v))  # as on the device: never overflows
+    return np.where(v >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+REFERENCES = {
+    "relu": lambda v: np.where(v < 0, 0.0, v),
+    "leaky_relu": lambda v: np.where(v >= 0, v, 0.01 * v),
+    "sigmoid": _sigmoid64,
+    "tanh": np.tanh,
+    "gelu": lambda v: _at_minus_inf_zero(v, 0.5 * v * erfc64(-v * np.sqrt(0.5))),
+    "gelu_tanh": lambda v: _at_minus_inf_zero(
+        v, v * _sigmoid64(2.0 * np.sqrt(2.0 / np.pi) * (v + 0.044715 * v * v * v))),
+    "silu": lambda v: _at_minus_inf_zero(v, v * _sigmoid64(v)),
+}
+
+
+def reference_of(name):
+    def reference(x):
+        with np.errstate(all="ignore"):  # exp overflowing to inf is the intended limit
+            return np.asarray(REFERENCES[name](x.astype(np.float64)), np.float64)
+    return reference
+
+
+def ulp_error(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """|got - ref| in units of the float32 spacing at the reference (0 where both are the same NaN or
+    inf, inf where only one is): how many float32 steps a result is from the exact answer."""
+    ref = np.asarray(ref, np.float64)
+    got64 = np.asarray(got, np.float32).astype(np.float64)
+    spacing = np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
+    with np.errstate(all="ignore"):
+        err = np.abs(got64 - ref) / spacing
+    same_special = (np.isnan(got64) & np.isnan(ref)) | (np.isinf(ref) & (got64 == ref))
+    err = np.where(same_special, 0.0, err)
+    return np.where(np.isfinite(ref) | same_special, err, np.inf)
+
+
+# -- the operator's model -----------------------------------------------------------------------------
+
+def _inputs(size, rng):
+    (n,) = size
+    # Normal, standard deviation 3: both signs, most of the mass where the functions bend, tails to +-15.
+    return ((3.0 * rng.standard_normal(n)).astype(np.float32),)
+
+
+SPECIALS = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 3e38, -3e38, 1e-40, -1e-40, 1e-30, -20.0, -90.0,
+                     -100.0, 20.0, 90.0, 1e13, -1e13], np.float32)
+
+
+def _adversarial(size, rng):
+    """The values random draws never hit: NaN, +-inf, +-0, near float32's largest, subnormals, the far
+    tails (where 1 + erf and 1 + tanh cancel, and exp overflows), every third element."""
+    (x,) = _inputs(size, rng)
+    x[::3] = np.resize(SPECIALS, x[::3].size)
+    return [("specials", (x,))]
+
+
+def _validate(x, out):
+    expect_device_array("x", x, dtype=np.float32, ndim=1)
+    expect_device_array("out", out, dtype=np.float32, shape=tuple(x.shape))
+
+
+def _torch_peer(name, call):
+    def peer(size):
+        torch = peers.torch()
+        if torch is None:
+            return None
+
+        def run(x, out):
+            return call(torch, peers.as_torch(x))
+        run.returns_output = True  # torch.nn.functional's activations have no out=: the result is checked
+        return name, run
+    return peer
+
+
+def _machine_grid(n, elements_per_thread):
+    """A grid that fills the GPU once (BLOCKS_PER_SM blocks per multiprocessor), never more blocks than
+    it takes to give each thread ``elements_per_thread`` elements."""
+    return min(blocks_for(n, THREADS * elements_per_thread), sm_count() * BLOCKS_PER_SM)
+
+
+# -- the kernels: written once, compiled once per activation (solutions/_templates.py) ----------------
+# `activation` is not defined in this module: each instantiation binds it to one of the functions above.
+
+# -- 1. thread_per_element ----------------------------------------------------------------------------
+
+def _thread_per_element(x, out):
+    i = cuda.grid(1)
+    # EXERCISE: write this part of `_thread_per_element`. Read the hints one at a time.
+    #   hint 1 (nudge): One thread per element: apply activation to x[i] and store it in out[i].
+    #   hint 2 (nearly the answer): The grid is rounded up to whole blocks, so threads past the end of x must do nothing.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def thread_per_element(x, out):
+    _thread_per_element[blocks_for(x.size, THREADS), THREADS](x, out)
+
+
+# -- 2. grid_stride -------------------------------------------------------------------------------------
+
+def _grid_stride(x, out):
+    # Unsigned from the start: numba honours negative indices, so a signed index costs a sign test and
+    # an add on every access; and uint64 combined with an int64 (a bare literal too) is an int64 again.
+    n = uint64(x.size)
+    stride = uint64(cuda.gridsize(1))
+    i = uint64(cuda.grid(1))
+    s2 = stride + stride
+    s3 = s2 + stride
+    s4 = s2 + s2
+    # EXERCISE: write this part of `_grid_stride`. Read the hints one at a time.
+    #   hint 1 (nudge): Each step handles four elements a grid stride apart: i, i + stride, i + s2, i + s3; then i += s4.
+    #   hint 2: Load all four before the first store (a store to out might alias x, so the compiler will not move a load above it); finish the last elements one stride at a time.
+    #   hint 3 (nearly the answer): while i + s3 < n: v0 = x[i]; ...; v3 = x[i + s3]; out[i] = activation(v0); ...; i += s4. Then while i < n: out[i] = activation(x[i]); i += stride
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def grid_stride(x, out):
+    _grid_stride[_machine_grid(x.size, ELEMENTS_PER_THREAD), THREADS](x, out)
+
+
+# -- 3. vector4 ---------------------------------------------------------------------------------------
+
+def _vector4(x, out):
+    n = uint64(x.size)
+    four = uint64(4)
+    vectors = n // four  # whole 16-byte vectors; the last n % 4 elements are the tail
+    stride = uint64(cuda.gridsize(1))
+    t = uint64(cuda.grid(1))
+    # EXERCISE: write this part of `_vector4`. Read the hints one at a time.
+    #   hint 1 (nudge): Vector w holds elements 4w .. 4w + 3: a, b, c, d = load4(x, four * w) reads them in one 16-byte load, store4(out, four * w, ...) writes four.
+    #   hint 2: Walk the vectors with a grid stride (two vectors a step keeps 32 bytes in flight per thread), then let threads 0 .. n % 4 - 1 each take one element of the tail.
+    #   hint 3 (nearly the answer): w = t; while w + stride < vectors: load two vectors (w and w + stride), store both, w += stride + stride. Then one more if w < vectors. Tail: e = four * vectors + t; if e < n: out[e] = activation(x[e])
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def vector4(x, out):
+    if not aligned16(x, out):  # a view starting mid-buffer: a 16-byte load there would fault
+        _grid_stride[_machine_grid(x.size, ELEMENTS_PER_THREAD), THREADS](x, out)
+        return
+    _vector4[_machine_grid(x.size, ELEMENTS_PER_THREAD), THREADS](x, out)
+
+
+# -- 4. fast_math -----------------------------------------------------------------------------------------
+
+def fast_math(x, out):
+    # _vector4_fast is _vector4 compiled with fastmath=True (see _make_operator): the only change is the flag
+    if not aligned16(x, out):  # the accurate grid-stride kernel, as in stage 3
+        _grid_stride[_machine_grid(x.size, ELEMENTS_PER_THREAD), THREADS](x, out)
+        return
+    _vector4_fast[_machine_grid(x.size, ELEMENTS_PER_THREAD), THREADS](x, out)  # noqa: F821
+
+
+# -- the stages' paragraphs --------------------------------------------------------------------------------
+
+THREAD_PER_ELEMENT = """
+    One thread per element: thread i applies the activation to x[i] and writes out[i]. Neighbouring
+    threads read neighbouring floats, so every load is coalesced, and for a function this cheap that
+    is most of the work. What it costs is blocks: one 256-thread block per 256 elements (a million
+    blocks at 2^28), each thread doing one load and one store and retiring, and a signed int64 index
+    that numba tests for negativity on every access."""
+
+GRID_STRIDE = """
+    The grid is sized to the machine (8 blocks of 256 threads per multiprocessor, all it holds) and
+    each thread walks the vector with a grid stride, four elements a step: the four loads are issued
+    before the first store, so each thread has four requests in flight (a store to out may alias x,
+    and the compiler will not move a load above it on its own). The indices are uint64, which drops
+    numba's negative-index test from every access."""
+
+VECTOR4 = """
+    16-byte vector loads and stores: ld.global.v4.f32 moves four floats with one instruction and one
+    address, so the load/store instructions per element drop fourfold, and each thread has two
+    vectors (32 bytes) in flight. numba has no float4 and will not merge four scalar loads (it cannot
+    prove 16-byte alignment), so load4/store4 (solutions/_vector_io.py) emit the vector access; the
+    launcher checks that x and out start on a 16-byte boundary (a view that does not falls back to
+    the grid-stride kernel) and the last n % 4 elements are a scalar tail."""
+
+FAST_MATH_INTRO = """
+    The same kernel compiled with fastmath=True: libdevice's accurate functions give way to the
+    hardware's approximations, subnormal results flush to zero, and division becomes approximate
+    (div.full.f32, 2 ulps). """
+
+
+# -- the seven operators --------------------------------------------------------------------------------
+
+class Activation:
+    """One row of the table the operators are made from."""
+
+    def __init__(self, name, title, device, torch_name, torch_call, flops, fast=None, fast_tolerance=None):
+        self.name, self.title, self.device = name, title, device
+        self.torch_name, self.torch_call = torch_name, torch_call
+        self.flops = flops  # arithmetic per element, a transcendental counted as one
+        self.fast = fast  # what fastmath=True changes for this function; None: no fast-math stage
+        self.fast_tolerance = fast_tolerance
+
+
+ACTIVATIONS = [
+    Activation("relu", "ReLU", relu, "torch.relu", lambda t, x: t.relu(x), 1),
+    Activation("leaky_relu", "Leaky ReLU (slope 0.01)", leaky_relu, "torch.nn.functional.leaky_relu",
+               lambda t, x: t.nn.functional.leaky_relu(x, 0.01), 2),
+    Activation("sigmoid", "Sigmoid", sigmoid, "torch.sigmoid", lambda t, x: t.sigmoid(x), 4, fast="""
+        Here math.exp becomes ex2.approx (the documented error of __expf is 2 + 1.17|x| ulps, so tens of
+        ulps only where |x| is large and the result saturated) and the division 1 / (1 + e) is
+        approximate; libdevice's expf alone is about twenty instructions of the few dozen per element."""),
+    Activation("tanh", "Tanh", tanh, "torch.tanh", lambda t, x: t.tanh(x), 1, fast="""
+        Here math.tanh becomes one instruction, tanh.approx.f32, in place of libdevice's tanhf (an exp,
+        a division and a polynomial). Its documented relative error is 2^-10.99: about a thousand
+        float32 ulps. That is not acceptable for a float32 result (this stage's tolerance is 1e-3 instead
+        of 1e-5, and this is why) but far below the rounding of an fp16 or bf16 activation, which is
+        where the instruction earns its place.""", fast_tolerance=1e-3),
+    Activation("gelu", "GELU (erf form)", gelu, "torch.nn.functional.gelu",
+               lambda t, x: t.nn.functional.gelu(x), 6, fast="""
+        There is no hardware erfc: libdevice's erfcf stays, compiled with subnormals flushed and
+        approximate division. Expect little change: this is where fast math has nothing to offer, and
+        the tanh approximation (act_gelu_tanh) is the cheaper function."""),
+    Activation("gelu_tanh", "GELU (tanh approximation)", gelu_tanh, "torch.nn.functional.gelu(approximate='tanh')",
+               lambda t, x: t.nn.functional.gelu(x, approximate="tanh"), 9, fast="""
+        Here math.exp becomes ex2.approx and the division is approximate: a few ulps more for |x| of a
+        few units, more only where the result has saturated to x or to 0."""),
+    Activation("silu", "SiLU / Swish", silu, "torch.nn.functional.silu", lambda t, x: t.nn.functional.silu(x), 4,
+               fast="""
+        Here math.exp becomes ex2.approx (2 + 1.17|x| ulps) and the division is approximate, as for
+        the sigmoid."""),
+]
+
+STAGES = [
+    # (launcher template, stage name, paragraph)
+    (thread_per_element, "thread_per_element", THREAD_PER_ELEMENT),
+    (grid_stride, "grid_stride", GRID_STRIDE),
+    (vector4, "vector4", VECTOR4),
+]
+KERNEL_TEMPLATES = [_thread_per_element, _grid_stride, _vector4]
+
+
+def _make_operator(act: Activation, rank: float) -> Operator:
+    op = Operator(
+        name=f"act_{act.name}",
+        title=f"{act.title}, float32",
+        reference=reference_of(act.name),
+        make_inputs=_inputs,
+        make_output=lambda size: np.empty(size, np.float32),
+        bytes_moved=lambda size: 8 * size[0],  # read x, write out, once each
+        flops=lambda size, f=act.flops: f * size[0],
+        validate=_validate,
+        peer=_torch_peer(act.torch_name, act.torch_call),
+        adversarial_inputs=_adversarial,
+        check_sizes=[1, 3, 1029, 65_539, 1_000_003, 2**24 + 1],
+        sim_sizes=[3, 1029],  # 1029: the unrolled loops and a tail of one; 3: the tail alone
+        bench_sizes=[2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28],
+        headline_size=(2**28,),
+        rank=rank,
+        group="Activations: ReLU, Leaky ReLU, Sigmoid, Tanh, GELU, SiLU (float32)",
+    )
+    # One namespace per activation: the module's names, with `activation` and the stage kernels bound
+    # to this activation's instantiations.
+    namespace = dict(globals(), activation=act.device)
+    for template in KERNEL_TEMPLATES:
+        namespace[template.__name__] = instantiate(template, namespace, f"{template.__name__}_{act.name}", jit={})
+    if act.fast:
+        namespace["_vector4_fast"] = instantiate(_vector4, namespace, f"_vector4_{act.name}_fast",
+                                                 jit={"fastmath": True})
+    for launcher, name, summary in STAGES:
+        op.stage(name, summary)(instantiate(launcher, namespace, f"{name}_{act.name}"))
+    if act.fast:
+        op.stage("fast_math", FAST_MATH_INTRO + act.fast, tolerance=act.fast_tolerance)(
+            instantiate(fast_math, namespace, f"fast_math_{act.name}"))
+    return op
+
+
+OPERATORS = [_make_operator(act, 350 + k) for k, act in enumerate(ACTIVATIONS)]
+op = OPERATORS[0]
+BY_NAME = {act.name: o for act, o in zip(ACTIVATIONS, OPERATORS)}

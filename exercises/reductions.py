@@ -1,0 +1,563 @@
+# --------------------------------------------------------------------------------------------------
+# EXERCISE generated from solutions/reductions.py by `workbench exercises build`. This copy is yours:
+# fill in every block marked TODO(exercise), then grade it:
+#     workbench grade reduce_max            (or reduce_max.<stage>; its other operators: reduce_min, reduce_mean, reduce_sumsq, sum_rows, sum_cols)
+# The grader checks each stage against the operator in solutions/reductions.py (reference, inputs,
+# tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
+# is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
+# was filled with poison. On a GPU each stage must also reach 60% of the
+# speed of the solution's stage, measured in the same run.
+# `workbench exercises build` never overwrites this file once you have edited it (the line below
+# tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
+# and keeps your version beside it as a .bak file.
+# generated-sha256: 8cf0ebeffb51d981587dd9a98ae1f3dd9773f448ab1bf0099a20d4488f80ed85
+# --------------------------------------------------------------------------------------------------
+"""Reductions beyond the sum: max, min, mean and sum of squares of a vector, and a matrix summed over
+its rows and over its columns.
+
+**The combining operation as a parameter.** The `reduction` ladder summed; a reduction is any
+associative operation folded over the data, and three things change with it (the kernels below are
+written once and instantiated per operation, see ``solutions/_templates.py``):
+
+* the *identity*, what a thread with nothing to read starts from: 0 for a sum, -inf for a maximum,
+  +inf for a minimum (0 would make the maximum of an all-negative vector 0);
+* *NaN*: torch's ``max``/``amax``/``min`` return NaN when any element is NaN. ``a if a > b else b`` does
+  not: every comparison with NaN is false, so a NaN is dropped whenever it is the first argument, and
+  the answer depends on the order of the tree. ``maximum`` below tests ``a != a`` (true only for NaN)
+  so that NaN wins from either side. A sum propagates NaN by itself (NaN + x, inf + -inf);
+* the *finish*: a mean is a sum divided by n once at the end, never per element.
+
+Two stages, the second the first made fast: ``two_pass`` (each block folds its grid-stride share and
+warp shuffles combine it; a second one-block launch folds the per-block results: no atomics, because
+``cuda.atomic.max`` on floats does not propagate NaN the way torch does, and a fixed order of
+combination gives the same answer on every run), then ``one_pass`` (16-byte loads, four vectors a
+step in flight per thread, and the last block to finish folds the per-block results: one launch).
+
+**The layout lesson.** A matrix summed over its rows (``x.sum(dim=1)``: each output reads a contiguous
+row) and over its columns (``x.sum(dim=0)``: each output reads one float from every row, a row apart).
+The obvious kernel for each is a thread per output, and they fail for opposite reasons: a thread per
+row reads with neighbouring threads a row apart (each warp load touches 32 rows: uncoalesced); a
+thread per column reads coalesced (neighbouring threads, neighbouring columns) but a 16384-column
+matrix gives only 16384 threads, an eighth of what an H200 holds, each with one load in flight. The
+fixes: a warp per row (coalesced, a shuffle tree per row), and for columns, blocks of 32 columns x 8
+row lanes that each sum a band of rows, combine their 8 partial sums through shared memory and leave
+one partial per column per band; a small second kernel adds the bands.
+"""
+
+import numpy as np
+from numba import cuda, float32, int32, uint64
+
+from solutions._templates import instantiate
+from solutions._vector_io import aligned16, load4
+from workbench import peers
+from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
+
+THREADS = 256  # threads per block, a multiple of the 32-lane warp
+WARPS = THREADS // 32
+FULL_MASK = 0xFFFFFFFF
+RESIDENT_BLOCKS_PER_SM = 2048 // THREADS  # all the threads a Hopper multiprocessor holds
+ELEMENTS_PER_THREAD = 16  # a grid is never larger than it takes to give each thread this many
+NEG_INF = float32(-np.inf)
+POS_INF = float32(np.inf)
+ZERO = float32(0.0)
+COLUMN_STRIP = 32  # columns per block in the column kernels: one warp's worth, one 128-byte line per row
+ROW_LANES = THREADS // COLUMN_STRIP  # 8 rows read at once by a block of the banded column kernel
+MIN_BAND_ROWS = 64  # a band gives each thread at least 8 rows: fewer, and the second kernel would dominate
+
+
+# -- the combining operations (device functions) ----------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def add(a, b):
+    return a + b
+
+
+@cuda.jit(device=True, inline=True)
+def maximum(a, b):
+    # a > b is false whenever either is NaN: testing a != a (true only for NaN) makes NaN win from either side
+    return a if (a > b or a != a) else b
+
+
+@cuda.jit(device=True, inline=True)
+def minimum(a, b):
+    return a if (a < b or a != a) else b
+
+
+@cuda.jit(device=True, inline=True)
+def itself(v):
+    return v
+
+
+@cuda.jit(device=True, inline=True)
+def square(v):
+    return v * v
+
+
+@cuda.jit(device=True, inline=True)
+def total(acc, n):
+    return acc
+
+
+@cuda.jit(device=True, inline=True)
+def divide_by_n(acc, n):
+    return acc / float32(n)
+
+
+# -- templates: `combine`, `transform`, `finish` and IDENTITY are bound per operation ---------------------
+
+def _warp_fold(value):
+    """Fold the 32 lanes of a warp with `combine`: five shuffle steps, the result in lane 0."""
+    offset = 16
+    while offset > 0:
+        value = combine(value, cuda.shfl_down_sync(FULL_MASK, value, offset))  # noqa: F821
+        offset //= 2
+    return value
+
+
+def _block_fold(value):
+    """Fold a whole block: each warp in registers, then warp 0 folds the warps' results (in thread 0)."""
+    warp_results = cuda.shared.array(WARPS, float32)
+    lane = cuda.threadIdx.x % 32
+    warp = cuda.threadIdx.x // 32
+    value = _warp_fold(value)  # noqa: F821 - the instantiation of _warp_fold for this operation
+    if lane == 0:
+        warp_results[warp] = value
+    cuda.syncthreads()
+    if warp == 0:
+        value = warp_results[lane] if lane < WARPS else IDENTITY  # noqa: F821
+        value = _warp_fold(value)  # noqa: F821
+    return value
+
+
+def _fold4(a, b, c, d):
+    """Four elements transformed and folded, as a balanced tree (two independent combines, then one)."""
+    return combine(combine(transform(a), transform(b)), combine(transform(c), transform(d)))  # noqa: F821
+
+
+# -- 1. two_pass ------------------------------------------------------------------------------------------
+
+def _block_partials(x, partials):
+    # EXERCISE: write this part of `_block_partials`. Read the hints one at a time.
+    #   hint 1 (nudge): Start from the operation's IDENTITY (what folds into anything without changing it), not from 0.
+    #   hint 2 (nearly the answer): Fold transform(x[i]) over a grid-stride loop with combine, then fold the block with _block_fold; thread 0 stores the block's result in partials[cuda.blockIdx.x].
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def _fold_partials(partials, n, out):
+    acc = IDENTITY  # noqa: F821
+    for b in range(cuda.threadIdx.x, partials.size, THREADS):
+        acc = combine(acc, partials[b])  # noqa: F821
+    acc = _block_fold(acc)  # noqa: F821
+    if cuda.threadIdx.x == 0:
+        out[0] = finish(acc, n)  # noqa: F821
+
+
+def _resident_grid(n):
+    """A grid that fills the GPU once, never more blocks than it takes to give each thread 16 elements."""
+    return min(blocks_for(n, THREADS * ELEMENTS_PER_THREAD), sm_count() * RESIDENT_BLOCKS_PER_SM)
+
+
+def two_pass(x, out):
+    blocks = _resident_grid(x.size)
+    partials = scratch(f"reductions.{NAME}.partials", blocks)  # noqa: F821
+    _block_partials[blocks, THREADS](x, partials)  # noqa: F821
+    _fold_partials[1, THREADS](partials, x.size, out)  # noqa: F821
+
+
+# -- 2. one_pass ------------------------------------------------------------------------------------------
+
+def _one_pass(x, partials, blocks_done, out):
+    n = uint64(x.size)
+    four = uint64(4)
+    vectors = n // four  # whole 16-byte vectors; the last n % 4 elements are the tail
+    stride = uint64(cuda.gridsize(1))
+    s2 = stride + stride
+    s3 = s2 + stride
+    s4 = s2 + s2
+    first = uint64(cuda.grid(1))
+    a0 = IDENTITY  # noqa: F821 - four independent accumulators: four dependency chains
+    a1 = IDENTITY  # noqa: F821
+    a2 = IDENTITY  # noqa: F821
+    a3 = IDENTITY  # noqa: F821
+    # EXERCISE: write this part of `_one_pass`. Read the hints one at a time.
+    #   hint 1 (nudge): Each step reads four vectors a grid stride apart (w, w + stride, w + s2, w + s3) with load4, 64 bytes in flight per thread, and folds each into its own accumulator with _fold4.
+    #   hint 2 (nearly the answer): Then the vectors left one stride at a time, and the tail: thread t takes element four * vectors + t if it exists.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+    result = _block_fold(combine(combine(a0, a1), combine(a2, a3)))  # noqa: F821
+
+    # The last block to finish folds the per-block results: one launch, the same order on every run.
+    is_last = cuda.shared.array(1, int32)
+    if cuda.threadIdx.x == 0:
+        partials[cuda.blockIdx.x] = result
+        cuda.threadfence()  # this block's result is visible to all before it is counted as done
+        is_last[0] = cuda.atomic.add(blocks_done, 0, 1) == cuda.gridDim.x - 1
+    cuda.syncthreads()
+    if is_last[0]:
+        acc = IDENTITY  # noqa: F821
+        for b in range(cuda.threadIdx.x, cuda.gridDim.x, THREADS):
+            acc = combine(acc, partials[b])  # noqa: F821
+        acc = _block_fold(acc)  # noqa: F821
+        if cuda.threadIdx.x == 0:
+            out[0] = finish(acc, n)  # noqa: F821
+            blocks_done[0] = 0  # ready for the next call
+
+
+def one_pass(x, out):
+    if not aligned16(x):  # a view starting mid-buffer: 16-byte loads would fault there
+        two_pass(x, out)  # noqa: F821 - this operation's two_pass launcher
+        return
+    blocks = _resident_grid(x.size)
+    partials = scratch(f"reductions.{NAME}.partials", blocks)  # noqa: F821
+    blocks_done = scratch(f"reductions.{NAME}.blocks_done", 1, np.int32, zeroed=True)  # noqa: F821
+    _one_pass[blocks, THREADS](x, partials, blocks_done, out)  # noqa: F821
+
+
+TWO_PASS = """
+    Each thread folds its grid-stride share of the vector into a register that starts at the
+    operation's identity ({identity}), the block folds its threads' results with warp shuffles, and
+    one value per block goes to a small buffer; a second launch of one block folds those and
+    {finish}. The combining operation is a parameter of the kernel's code ({combine}); no atomics,
+    so the order of combination is fixed and NaN {nan}."""
+
+ONE_PASS = """
+    The same fold, made fast the way the sum ladder was, in one launch: each thread reads four
+    16-byte vectors a step (load4: ld.global.v4.f32, 64 bytes in flight per thread) into four
+    independent accumulators, and the last block to finish (an atomic ticket) folds the per-block
+    results, so there is no second launch and the answer is the same on every run. A vector that
+    does not start on a 16-byte boundary falls back to the two-pass kernels."""
+
+
+# -- the vector operators ------------------------------------------------------------------------------
+
+def _vector_inputs(size, rng):
+    (n,) = size
+    # Mean 0.5, both signs: a maximum, a minimum and a sum that are not all near zero.
+    return (rng.uniform(-1.0, 2.0, n).astype(np.float32),)
+
+
+def _vector_adversarial(kind):
+    def make(size, rng):
+        (n,) = size
+        nan = rng.uniform(-1.0, 2.0, n).astype(np.float32)
+        nan[n // 2] = np.nan  # one NaN, mid-vector: whatever the tree, it must come out
+        cases = [("one-nan", (nan,))]
+        if kind in ("max", "min"):
+            # all negative (an identity of 0 would win a maximum) with +-inf at the ends (an identity
+            # of +-FLT_MAX would lose to them)
+            neg = -rng.uniform(1.0, 2.0, n).astype(np.float32)
+            neg[0], neg[-1] = (-np.inf, np.inf) if kind == "min" else (np.inf, -np.inf)
+            if n == 1:
+                neg[0] = -1.5
+            cases.append(("all-negative-and-infinities", (neg,)))
+        return cases
+    return make
+
+
+def _vector_validate(x, out):
+    expect_device_array("x", x, dtype=np.float32, ndim=1)
+    expect_device_array("out", out, dtype=np.float32, shape=(1,))
+
+
+def _sum_tolerance(size, dtype):
+    # A float32 sum's rounding error grows like sqrt(n) ulps for a tree of partial sums (as `reduction`).
+    n = int(np.prod(size))
+    return max(1e-5, 4 * float(np.finfo(np.float32).eps) * np.sqrt(n))
+
+
+def _exact(size, dtype):
+    return 0.0  # a maximum or minimum of float32 values is one of them: no rounding at all
+
+
+def _torch_vector_peer(name, call):
+    def peer(size):
+        torch = peers.torch()
+        if torch is None:
+            return None
+        return name, lambda x, out: call(torch, peers.as_torch(x), peers.as_torch(out)[0])
+    return peer
+
+
+class VectorReduction:
+    """One row of the table the vector operators are made from."""
+
+    def __init__(self, kind, title, combine, transform, finish, identity, reference, peer, tolerance, words):
+        self.kind, self.title, self.combine, self.transform, self.finish = kind, title, combine, transform, finish
+        self.identity, self.reference, self.peer, self.tolerance, self.words = identity, reference, peer, tolerance, words
+
+
+def _ref(fn):
+    return lambda x: np.array([fn(x.astype(np.float64))])
+
+
+VECTOR_REDUCTIONS = [
+    VectorReduction("max", "Maximum of a float32 vector", maximum, itself, total, NEG_INF, _ref(np.max),
+                    _torch_vector_peer("torch.amax", lambda t, x, o: t.amax(x, dim=0, out=o)), _exact,
+                    dict(identity="-inf", finish="thread 0 stores the result", combine="maximum",
+                         nan="in any block wins: maximum(a, b) tests a != a")),
+    VectorReduction("min", "Minimum of a float32 vector", minimum, itself, total, POS_INF, _ref(np.min),
+                    _torch_vector_peer("torch.amin", lambda t, x, o: t.amin(x, dim=0, out=o)), _exact,
+                    dict(identity="+inf", finish="thread 0 stores the result", combine="minimum",
+                         nan="in any block wins: minimum(a, b) tests a != a")),
+    VectorReduction("mean", "Mean of a float32 vector", add, itself, divide_by_n, ZERO, _ref(np.mean),
+                    _torch_vector_peer("torch.mean", lambda t, x, o: t.mean(x, dim=0, out=o)), _sum_tolerance,
+                    dict(identity="0", finish="divides the sum by n, once", combine="add",
+                         nan="propagates through the adds")),
+    VectorReduction("sumsq", "Sum of squares of a float32 vector", add, square, total, ZERO,
+                    _ref(lambda v: np.sum(v * v)),
+                    _torch_vector_peer("torch.dot(x, x)", lambda t, x, o: t.dot(x, x, out=o)), _sum_tolerance,
+                    dict(identity="0", finish="thread 0 stores the result", combine="add, after squaring "
+                         "each element (transform)", nan="propagates through the adds")),
+]
+
+FOLD_TEMPLATES = [_warp_fold, _block_fold, _fold4]  # device functions, instantiated before the kernels
+VECTOR_KERNELS = [_block_partials, _fold_partials, _one_pass]
+
+
+def _make_vector_operator(r: VectorReduction, rank: float) -> Operator:
+    op = Operator(
+        name=f"reduce_{r.kind}",
+        title=r.title,
+        reference=r.reference,
+        make_inputs=_vector_inputs,
+        make_output=lambda size: np.empty(1, np.float32),
+        bytes_moved=lambda size: 4 * size[0] + 4,
+        flops=lambda size: size[0] * (2 if r.transform is square else 1),
+        validate=_vector_validate,
+        tolerance=r.tolerance,
+        peer=r.peer,
+        adversarial_inputs=_vector_adversarial(r.kind),
+        check_sizes=[1, 31, 33, 1000, 1_000_003, 2**24 + 1],
+        sim_sizes=[1, 4099, 1029],  # quick: 1 and 4099 (the four-vector loop, a tail of 3); the compile check runs 1029
+        bench_sizes=[2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28],
+        headline_size=(2**28,),
+        rank=rank,
+        group="Reductions beyond the sum: max, min, mean, sum of squares; rows and columns",
+    )
+    namespace = dict(globals(), combine=r.combine, transform=r.transform, finish=r.finish, IDENTITY=r.identity,
+                     NAME=op.name)
+    for template in FOLD_TEMPLATES:
+        namespace[template.__name__] = instantiate(template, namespace, f"{template.__name__}_{r.kind}",
+                                                   jit={"device": True, "inline": True})
+    for template in VECTOR_KERNELS:
+        namespace[template.__name__] = instantiate(template, namespace, f"{template.__name__}_{r.kind}", jit={})
+    namespace["two_pass"] = instantiate(two_pass, namespace, f"two_pass_{r.kind}")  # one_pass falls back to it
+    op.stage("two_pass", TWO_PASS.format(**r.words))(namespace["two_pass"])
+    op.stage("one_pass", ONE_PASS)(instantiate(one_pass, namespace, f"one_pass_{r.kind}"))
+    return op
+
+
+# -- the matrix operators: the sum over rows (dim=1) and over columns (dim=0) -------------------------------
+
+# -- rows 1. thread_per_row
+
+def _thread_per_row(x, out):
+    r = cuda.grid(1)
+    # EXERCISE: write this part of `_thread_per_row`. Read the hints one at a time.
+    #   hint 1: Thread r adds up row r, one column after another.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def thread_per_row(x, out):
+    _thread_per_row[blocks_for(x.shape[0], THREADS), THREADS](x, out)  # noqa: F821
+
+
+# -- rows 2. warp_per_row
+
+def _warp_per_row(x, out):
+    rows = uint64(x.shape[0])
+    cols = uint64(x.shape[1])
+    row = uint64(cuda.grid(1)) // uint64(32)
+    lane = uint64(cuda.threadIdx.x % 32)
+    w32 = uint64(32)
+    if row >= rows:  # a whole warp leaves together: the shuffles below see all 32 lanes or none
+        return
+    a0 = IDENTITY  # noqa: F821
+    a1 = IDENTITY  # noqa: F821
+    # EXERCISE: write this part of `_warp_per_row`. Read the hints one at a time.
+    #   hint 1 (nudge): The 32 lanes of a warp read 32 neighbouring columns of the warp's row (one 128-byte line), then the next 32: lane, lane + 32, lane + 64, ...
+    #   hint 2 (nearly the answer): Keep four loads in flight (c, c + 32, c + 64, c + 96), then fold the warp's lanes with _warp_fold; lane 0 writes out[row].
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def warp_per_row(x, out):
+    _warp_per_row[blocks_for(x.shape[0], WARPS), THREADS](x, out)  # noqa: F821
+
+
+# -- columns 1. thread_per_column
+
+def _thread_per_column(x, out):
+    c = cuda.grid(1)
+    # EXERCISE: write this part of `_thread_per_column`. Read the hints one at a time.
+    #   hint 1: Thread c adds up column c, one row after another: neighbouring threads read neighbouring floats of each row.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def thread_per_column(x, out):
+    _thread_per_column[blocks_for(x.shape[1], THREADS), THREADS](x, out)  # noqa: F821
+
+
+# -- columns 2. row_bands
+
+def _column_bands(x, band_rows, partials):
+    """Block (strip, band): 32 columns x the band's rows; thread (tx, ty) sums rows ty, ty + 8, ... of
+    the band in column tx; the 8 row lanes combine through shared memory; one partial per column."""
+    rows = uint64(x.shape[0])
+    cols = uint64(x.shape[1])
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    col = uint64(cuda.blockIdx.x * COLUMN_STRIP + tx)
+    band = cuda.blockIdx.y
+    start = uint64(band) * uint64(band_rows)
+    end = min(start + uint64(band_rows), rows)
+    lanes = uint64(ROW_LANES)
+    tile = cuda.shared.array((ROW_LANES, COLUMN_STRIP), float32)
+    a0 = IDENTITY  # noqa: F821
+    a1 = IDENTITY  # noqa: F821
+    # EXERCISE: write this part of `_column_bands`. Read the hints one at a time.
+    #   hint 1 (nudge): Each warp (fixed ty) reads 32 neighbouring columns of one row at a time: coalesced. Thread (tx, ty) walks rows start + ty, start + ty + 8, ... below end, four rows in flight (r, r + 8, r + 16, r + 24).
+    #   hint 2 (nearly the answer): Then tile[ty, tx] = the thread's result; after cuda.syncthreads() the threads of row lane 0 fold their column's 8 values and write partials[band, col].
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def _fold_bands(partials, out):
+    c = cuda.grid(1)
+    if c < out.size:
+        acc = IDENTITY  # noqa: F821
+        for band in range(partials.shape[0]):
+            acc = combine(acc, partials[band, c])  # noqa: F821
+        out[c] = acc
+
+
+def _bands(rows, strips):
+    """Rows per band: enough bands that strips x bands blocks fill the GPU, each band at least
+    MIN_BAND_ROWS rows."""
+    wanted = max(1, (sm_count() * RESIDENT_BLOCKS_PER_SM) // strips)
+    band_rows = max(MIN_BAND_ROWS, -(-rows // wanted))
+    return band_rows, -(-rows // band_rows)
+
+
+def row_bands(x, out):
+    rows, cols = x.shape
+    strips = blocks_for(cols, COLUMN_STRIP)
+    band_rows, bands = _bands(rows, strips)
+    partials = scratch(f"reductions.{NAME}.bands", (bands, cols))  # noqa: F821
+    _column_bands[(strips, bands), (COLUMN_STRIP, ROW_LANES)](x, band_rows, partials)  # noqa: F821
+    _fold_bands[blocks_for(cols, THREADS), THREADS](partials, out)  # noqa: F821
+
+
+THREAD_PER_ROW = """
+    One thread per row, each adding its row from left to right: the obvious kernel, and the wrong
+    layout for it. At every step the 32 threads of a warp read 32 floats a whole row apart, so one
+    load instruction touches 32 different 128-byte lines and uses 4 bytes of each; the rest of each
+    line must survive in L1 until the thread comes back for it, and with thousands of rows in
+    flight most of it does not."""
+
+WARP_PER_ROW = """
+    A warp per row: its 32 lanes read 32 neighbouring floats of the row (one 128-byte line per load
+    instruction, every byte used), four lines in flight per lane, two accumulators; a shuffle tree
+    folds the 32 lanes' sums and lane 0 writes the row's. At 16384 rows that is 16384 warps, eight
+    per block: plenty to fill the GPU. Indices are unsigned (no negative-index test per load)."""
+
+THREAD_PER_COLUMN = """
+    One thread per column, each adding its column from top to bottom. This layout is coalesced for
+    free: at every step the 32 threads of a warp read 32 neighbouring floats of the same row. What it
+    lacks is parallelism: a 16384-column matrix gives 16384 threads (64 blocks, half the
+    multiprocessors of an H200 idle, the other half an eighth full), each with one load in flight,
+    walking 16384 rows one after another."""
+
+ROW_BANDS = """
+    The rows are cut into bands, so that (32-column strips) x (bands) blocks fill the GPU. A block is
+    32 x 8 threads: each warp reads 32 neighbouring columns of one row (coalesced, as before), the
+    8 warps take every 8th row of the band, four rows in flight each; the 8 partial sums of a column
+    meet in a shared-memory tile and one value per column per band goes to a small buffer, which a
+    second kernel (a thread per column) adds up. The strided reduction now reads memory as fast as
+    the contiguous one: the layout decides the kernel, not the speed."""
+
+
+def _matrix_inputs(size, rng):
+    rows, cols = size
+    return (rng.uniform(-1.0, 2.0, (rows, cols)).astype(np.float32),)
+
+
+def _matrix_adversarial(dim):
+    def make(size, rng):
+        rows, cols = size
+        (x,) = _matrix_inputs(size, rng)
+        # A NaN in one row and column, +inf in another, +inf and -inf meeting in a third (NaN too).
+        x[rows // 2, cols // 2] = np.nan
+        x[0, 0] = np.inf
+        x[-1, -1] = np.inf
+        x[-1, 0] = -np.inf
+        return [("nan-and-infinities", (x,))]
+    return make
+
+
+def _matrix_validate(dim):
+    def validate(x, out):
+        expect_device_array("x", x, dtype=np.float32, ndim=2)
+        expect_device_array("out", out, dtype=np.float32, shape=(x.shape[1 - dim],))
+    return validate
+
+
+class MatrixReduction:
+    def __init__(self, name, title, dim, stages, kernels, peer):
+        self.name, self.title, self.dim, self.stages, self.kernels, self.peer = name, title, dim, stages, kernels, peer
+
+
+def _torch_matrix_peer(dim):
+    def peer(size):
+        torch = peers.torch()
+        if torch is None:
+            return None
+        return (f"torch.sum(dim={dim})",
+                lambda x, out: torch.sum(peers.as_torch(x), dim=dim, out=peers.as_torch(out)))
+    return peer
+
+
+MATRIX_REDUCTIONS = [
+    MatrixReduction("sum_rows", "Sum over each row of a float32 matrix (dim=1, contiguous)", 1,
+                    [(thread_per_row, "thread_per_row", THREAD_PER_ROW),
+                     (warp_per_row, "warp_per_row", WARP_PER_ROW)],
+                    [_thread_per_row, _warp_per_row], _torch_matrix_peer(1)),
+    MatrixReduction("sum_cols", "Sum over each column of a float32 matrix (dim=0, strided)", 0,
+                    [(thread_per_column, "thread_per_column", THREAD_PER_COLUMN),
+                     (row_bands, "row_bands", ROW_BANDS)],
+                    [_thread_per_column, _column_bands, _fold_bands], _torch_matrix_peer(0)),
+]
+
+
+def _make_matrix_operator(m: MatrixReduction, rank: float) -> Operator:
+    dim = m.dim
+    op = Operator(
+        name=m.name,
+        title=m.title,
+        reference=lambda x: x.astype(np.float64).sum(axis=dim),
+        make_inputs=_matrix_inputs,
+        make_output=lambda size: np.empty(size[1 - dim], np.float32),
+        bytes_moved=lambda size: 4 * size[0] * size[1] + 4 * size[1 - dim],
+        flops=lambda size: size[0] * size[1],
+        validate=_matrix_validate(dim),
+        tolerance=_sum_tolerance,
+        peer=m.peer,
+        adversarial_inputs=_matrix_adversarial(dim),
+        check_sizes=[(1, 1), (3, 5), (37, 1000), (1000, 37), (4097, 4099), (20000, 64)],
+        sim_sizes=[(1, 1), (9, 300), (70, 20)],  # quick: (1, 1), (9, 300); the compile check runs (70, 20): two bands
+        bench_sizes=[(1024, 1024), (4096, 4096), (8192, 8192), (16384, 16384)],
+        headline_size=(16384, 16384),
+        rank=rank,
+        group="Reductions beyond the sum: max, min, mean, sum of squares; rows and columns",
+    )
+    namespace = dict(globals(), combine=add, transform=itself, finish=total, IDENTITY=ZERO, NAME=op.name)
+    namespace["_warp_fold"] = instantiate(_warp_fold, namespace, f"_warp_fold_{m.name}",
+                                          jit={"device": True, "inline": True})
+    for template in m.kernels:
+        namespace[template.__name__] = instantiate(template, namespace, f"{template.__name__}_{m.name}", jit={})
+    for launcher, name, summary in m.stages:
+        op.stage(name, summary)(instantiate(launcher, namespace, f"{name}_{m.name}"))
+    return op
+
+
+OPERATORS = ([_make_vector_operator(r, 360 + k) for k, r in enumerate(VECTOR_REDUCTIONS)]
+             + [_make_matrix_operator(m, 366 + k) for k, m in enumerate(MATRIX_REDUCTIONS)])
+op = OPERATORS[0]
+BY_NAME = {o.name: o for o in OPERATORS}
