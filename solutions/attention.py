@@ -462,17 +462,19 @@ def _flash_shared(q, k, v, out, scale_log2e, causal):
         x *= scale_log2e
         if _masked(i, j0 + tx, S, is_causal):
             x = NEG_INF
+        alpha = float32(1.0)  # what the running sums and the output rows are rescaled by
+        p = float32(0.0)  # this score's weight, relative to the running maximum
         # HINT: the row's new maximum m_new takes this tile's 16 scores into account (_half_warp_max).
         # HINT: everything summed so far was relative to m_run: it shrinks by alpha = exp2(m_run - m_new).
-        # HINT: p = exp2(x - m_new) joins the sum (l_part = l_part * alpha + p) and goes to Ps; then m_run = m_new.
+        # HINT: p = exp2(x - m_new) joins the sum: l_part = l_part * alpha + p; then m_run = m_new.
         # BEGIN SOLUTION
         m_new = max(m_run, _half_warp_max(x))
         alpha = math.exp2(m_run - m_new)
         p = math.exp2(x - m_new)
         l_part = l_part * alpha + p
         m_run = m_new
-        Ps[ty, tx] = p
         # END SOLUTION
+        Ps[ty, tx] = p
         cuda.syncthreads()
         for d in range(tx, D, TILE):  # O = alpha O + P V, for this thread's columns of row ty
             acc = Os[ty, d] * alpha
