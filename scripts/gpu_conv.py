@@ -1,0 +1,188 @@
+"""One run on an H100/H200 that checks and times the convolution family (issue 14).
+
+    python scripts/gpu_conv.py OUT_DIR [--budget 170]
+
+1. Correctness: every stage of conv2d, conv2d_general, depthwise3x3, maxpool2d and batchnorm_train at the
+   operators' odd check sizes (padding at the borders, stride 2, dilation, C and K past the tiles, 1x1
+   and 7x7 filters), random and adversarial inputs, against the float64 reference. One line each:
+   PASS/FAIL, the relative error and the tolerance.
+2. Speed at the issue's layers (workbench.bench.bench_size: each stage checked, then timed with CUDA
+   events, inputs rotated past L2), with torch (cuDNN fp32, TF32 off) in the same run: µs, GB/s,
+   TFLOP/s, % of the copy peak (memory-bound operators), and the speed-up over torch.
+3. A summary of the issue's targets: best conv2d stage against cuDNN on both 3x3 layers; Winograd
+   against the implicit GEMM, with both relative errors; the memory-bound final stages' % of copy and
+   ratio to torch.
+
+Everything goes to OUT_DIR/gpu_conv.json. New items stop starting when --budget seconds are spent (the
+default keeps the run under 3 minutes on an H200); what was skipped is listed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import workbench  # noqa: E402,F401  (chooses the GPU before numba is imported)
+from workbench import results  # noqa: E402
+from workbench.bench import bench_size  # noqa: E402
+from workbench.check import adversarial_cases, check_stage  # noqa: E402
+from workbench.ladder import as_size, size_label  # noqa: E402
+
+from solutions import cnn, conv  # noqa: E402
+
+START = time.time()
+OUT = {"device": None, "checks": [], "records": [], "failures": [], "errors": [], "skipped": [], "targets": {}}
+
+
+def say(line):
+    print(f"[{time.time() - START:6.1f}s] {line}", flush=True)
+
+
+def attempt(what, fn):
+    try:
+        return fn()
+    except Exception as exc:  # one broken item must not hide the others
+        say(f"ERROR {what}: {type(exc).__name__}: {exc}")
+        OUT["errors"].append({"item": what, "error": f"{type(exc).__name__}: {exc}",
+                              "traceback": traceback.format_exc()[-3000:]})
+        return None
+
+
+# -- 1. correctness at the odd shapes --------------------------------------------------------------------
+
+def check_operator(op, deadline):
+    sizes = [as_size(s) for s in op.check_sizes]
+    sizes = sizes[:-1] if len(sizes) > 3 else sizes  # the largest is checked by the timing below
+    rng = np.random.default_rng(14)
+    for stage in op.stages:
+        for size in sizes:
+            if time.time() > deadline:
+                OUT["skipped"].append(f"check {stage.key} @ {size_label(size)}")
+                continue
+            cases = [("random", None)] + adversarial_cases(op, size, rng)[:1]
+            for label, inputs in cases:
+                r = check_stage(stage, size, rng, inputs=inputs, label=label)
+                OUT["checks"].append(r.as_dict())
+                err = "n/a" if r.rel_err is None else f"{r.rel_err:.2g}"
+                say(f"{r.status.upper():7s} {stage.key:34s} {size_label(size):>26s} {label:14s} err {err} "
+                    f"(tol {r.tolerance if r.tolerance is not None else 0:.1g}) {r.message[:160]}")
+
+
+# -- 2. speed ---------------------------------------------------------------------------------------------------
+
+def peaks_and_env():
+    env = results.environment()
+    OUT["device"] = env.get("device")
+    peaks = results.stored_peaks(env["device"]) or {}
+    if not peaks.get("copy_gbps"):
+        from workbench.peaks import copy_bandwidth
+
+        peaks = {**peaks, **copy_bandwidth()}
+    OUT["peaks"] = {k: v for k, v in peaks.items() if isinstance(v, (int, float))}
+    say(f"device {env.get('device')}; copy peak {peaks.get('copy_gbps', float('nan')):.0f} GB/s")
+    return peaks, env
+
+
+def time_operator(op, sizes, peaks, env, deadline):
+    rng = np.random.default_rng(7)
+    for size in sizes:
+        if time.time() > deadline:
+            OUT["skipped"].append(f"time {op.name} @ {size_label(as_size(size))}")
+            continue
+        recs, fails = bench_size(op, op.stages, size, peaks, rng, env)
+        OUT["records"] += recs
+        OUT["failures"] += fails
+        for f in fails:
+            say(f"FAIL {f[:300]}")
+        for r in recs:
+            peer = r.get("peer")
+            ratio = f"{peer['median_us'] / r['median_us']:5.2f}x" if peer else "   — "
+            pct = r.get("pct_of_peak")
+            say(f"{r['stage']:34s} {r['size_label']:>26s} {r['median_us']:9.1f} µs {r['gbps']:7.0f} GB/s "
+                f"{r['gflops'] / 1e3:7.2f} TFLOP/s {'' if pct is None else f'{pct:5.1f}% peak'} "
+                f"vs torch {ratio} err {r['rel_err']:.2g}")
+
+
+# -- 3. the issue's targets --------------------------------------------------------------------------------------
+
+def summarise():
+    by = {}
+    for r in OUT["records"]:
+        by.setdefault((r["op"], r["size_label"]), []).append(r)
+    targets = OUT["targets"]
+    for (opname, label), recs in by.items():
+        peer = next((r for r in recs if r.get("kind") == "peer"), None)
+        stages = {r["stage"]: r for r in recs if r.get("kind") == "stage"}
+        if not stages:
+            continue
+        best = min(stages.values(), key=lambda r: r["median_us"])
+        row = {"best_stage": best["stage"], "best_us": best["median_us"],
+               "peer_us": peer["median_us"] if peer else None,
+               "vs_peer": peer["median_us"] / best["median_us"] if peer else None,
+               "stage_us": {k: v["median_us"] for k, v in stages.items()},
+               "faster_one_after_another": all(a["median_us"] > b["median_us"] for a, b in
+                                               zip(sorted(stages.values(), key=lambda r: r["order"]),
+                                                   sorted(stages.values(), key=lambda r: r["order"])[1:]))}
+        last = max(stages.values(), key=lambda r: r["order"])
+        row["last_stage_pct_of_copy"] = last.get("pct_of_peak") if opname in ("depthwise3x3", "maxpool2d",
+                                                                                "batchnorm_train") else None
+        row["last_vs_peer"] = peer["median_us"] / last["median_us"] if peer else None
+        if "winograd" in stages and "implicit_gemm" in stages:
+            w, i = stages["winograd"], stages["implicit_gemm"]
+            row["winograd_vs_implicit_gemm"] = i["median_us"] / w["median_us"]
+            row["winograd_rel_err"] = w["rel_err"]
+            row["implicit_gemm_rel_err"] = i["rel_err"]
+        targets[f"{opname} @ {label}"] = row
+        extra = ""
+        if "winograd_vs_implicit_gemm" in row:
+            extra = (f"; winograd {row['winograd_vs_implicit_gemm']:.2f}x implicit GEMM, error "
+                     f"{row['winograd_rel_err']:.2g} vs {row['implicit_gemm_rel_err']:.2g}")
+        if row["last_stage_pct_of_copy"] is not None:
+            extra += f"; last stage {row['last_stage_pct_of_copy']:.0f}% of copy"
+        vs = f"{row['vs_peer']:.2f}x torch" if row["vs_peer"] else "no torch"
+        say(f"TARGET {opname} @ {label}: best {best['stage']} {best['median_us']:.1f} µs ({vs}); stages faster "
+            f"one after another: {row['faster_one_after_another']}{extra}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out_dir", nargs="?", default=".")
+    parser.add_argument("--budget", type=float, default=170.0)
+    args = parser.parse_args()
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    deadline = START + args.budget
+    ops = [*conv.OPERATORS, *cnn.OPERATORS]
+    # Checks get the first third of the budget; timing the rest.
+    check_deadline = START + args.budget / 3
+    for op in ops:
+        attempt(f"check {op.name}", lambda: check_operator(op, check_deadline))
+    got = attempt("peaks", peaks_and_env)
+    if got:
+        peaks, env = got
+        plan = [(conv.op, conv.op.bench_sizes), (cnn.bn_op, cnn.bn_op.bench_sizes),
+                (cnn.depthwise_op, cnn.depthwise_op.bench_sizes), (cnn.maxpool_op, cnn.maxpool_op.bench_sizes),
+                (conv.general_op, [conv.general_op.headline_size])]
+        for op, sizes in plan:
+            attempt(f"time {op.name}", lambda: time_operator(op, sizes, peaks, env, deadline))
+    attempt("summary", summarise)
+    if OUT["skipped"]:
+        say(f"skipped for the budget: {', '.join(OUT['skipped'])}")
+    path = out_dir / "gpu_conv.json"
+    path.write_text(json.dumps(OUT, indent=1, default=str))
+    failed = [c for c in OUT["checks"] if c["status"] == "failed"]
+    say(f"wrote {path}: {len(OUT['checks'])} checks ({len(failed)} failed), {len(OUT['records'])} timings, "
+        f"{len(OUT['errors'])} errors")
+    return 1 if failed or OUT["errors"] or OUT["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""The convolution family (solutions/conv.py, solutions/cnn.py): what is specific to it. Every stage's
+correctness in the simulator and its sm_90 compile are tests/test_ladders.py's; here: bad inputs refused
+with one line that names the problem, the geometry arithmetic, and on a GPU the issue's layers."""
+
+import numpy as np
+import pytest
+
+import workbench  # noqa: F401  (chooses GPU or simulator before numba is imported)
+from workbench.check import check_stage
+from workbench.ladder import InputError, to_device
+
+from solutions import cnn, conv
+
+
+def _device_args(*arrays):
+    return [to_device(np.ascontiguousarray(a)) for a in arrays]
+
+
+def test_conv2d_refuses_filters_other_than_3x3():
+    x, w5, out = _device_args(np.ones((1, 2, 6, 6), np.float32), np.ones((3, 2, 5, 5), np.float32),
+                              np.empty((1, 3, 6, 6), np.float32))
+    with pytest.raises(InputError, match="3x3 filters.*conv2d_general"):
+        conv.winograd(x, w5, out)
+
+
+def test_conv2d_refuses_mismatched_channels():
+    x, w, out = _device_args(np.ones((1, 2, 6, 6), np.float32), np.ones((3, 4, 3, 3), np.float32),
+                             np.empty((1, 3, 6, 6), np.float32))
+    with pytest.raises(InputError, match="C = 2"):
+        conv.direct(x, w, out)
+
+
+@pytest.mark.parametrize("geometry, message", [([3, 1, 1], "stride <= 2"), ([1, 0, 4], "reach"),
+                                               ([0, 1, 1], "stride >= 1")])
+def test_conv2d_general_refuses_geometry_it_cannot_take(geometry, message):
+    x, w, g, out = _device_args(np.ones((1, 2, 9, 9), np.float32), np.ones((3, 2, 3, 3), np.float32),
+                                np.array(geometry, np.int32), np.empty((1, 3, 3, 3), np.float32))
+    with pytest.raises(InputError, match=message):
+        conv.general_implicit_gemm(x, w, g, out)
+
+
+def test_conv2d_general_names_the_output_shape_it_expects():
+    x, w, g, out = _device_args(np.ones((1, 2, 9, 9), np.float32), np.ones((3, 2, 3, 3), np.float32),
+                                np.array([2, 1, 1], np.int32), np.empty((1, 3, 9, 9), np.float32))
+    with pytest.raises(InputError, match=r"\(1, 3, 5, 5\)"):
+        conv.general_direct(x, w, g, out)
+
+
+@pytest.mark.parametrize("H, R, stride, pad, dilation, expected", [
+    (56, 3, 1, 1, 1, 56), (56, 3, 2, 1, 1, 28), (224, 7, 2, 3, 1, 112), (9, 3, 1, 2, 2, 9), (5, 1, 1, 0, 1, 5)])
+def test_output_size_matches_torch_formula(H, R, stride, pad, dilation, expected):
+    assert conv.output_hw(H, H, R, R, stride, pad, dilation) == (expected, expected)
+
+
+def test_maxpool_reference_follows_torch_ties_and_nan():
+    x = np.array([[[[1, 1], [0, 1]]], [[[np.nan, 2], [np.nan, 0]]]], np.float32).reshape(2, 1, 2, 2)
+    ref = cnn._maxpool_reference(x)
+    assert ref[1, 0, 0, 0, 0] == 0  # a tie goes to the first element
+    assert np.isnan(ref[0, 1, 0, 0, 0]) and ref[1, 1, 0, 0, 0] == 2  # the last NaN wins
+
+
+def test_maxpool_refuses_planes_smaller_than_the_window():
+    x, out = _device_args(np.ones((1, 1, 1, 4), np.float32), np.empty((2, 1, 1, 0, 2), np.float32))
+    with pytest.raises(InputError, match="at least 2x2"):
+        cnn.maxpool_naive(x, out)
+
+
+ISSUE_LAYERS = [(32, 64, 56, 56, 64), (32, 256, 14, 14, 256)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", ISSUE_LAYERS, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("stage", ["implicit_gemm", "winograd"])
+def test_fast_conv_stages_correct_at_the_issue_layers(stage, size):
+    result = check_stage(conv.op[stage], size, np.random.default_rng(0))
+    assert result.passed, result.message
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", cnn.OPERATORS, ids=lambda o: o.name)
+def test_memory_bound_final_stages_correct_at_the_headline(op):
+    result = check_stage(op.stages[-1], op.headline_size, np.random.default_rng(0))
+    assert result.passed, result.message
