@@ -1,0 +1,560 @@
+# --------------------------------------------------------------------------------------------------
+# EXERCISE generated from solutions/cnn.py by `workbench exercises build`. This copy is yours:
+# fill in every block marked TODO(exercise), then grade it:
+#     workbench grade depthwise3x3            (or depthwise3x3.<stage>; its other operators: maxpool2d, batchnorm_train)
+# The grader checks each stage against the operator in solutions/cnn.py (reference, inputs,
+# tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
+# is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
+# was filled with poison. On a GPU each stage must also reach 60% of the
+# speed of the solution's stage, measured in the same run.
+# `workbench exercises build` never overwrites this file once you have edited it (the line below
+# tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
+# and keeps your version beside it as a .bak file.
+# generated-sha256: 6f4208494cf13587077186b8486567c8c64144a46c27aa6852d8d23d6a9f691a
+# --------------------------------------------------------------------------------------------------
+"""The memory-bound layers of a CNN (NCHW float32): depthwise 3x3 convolution, max-pooling with the argmax
+indices training needs, and BatchNorm's training forward pass.
+
+None of them does enough arithmetic per byte to matter: each reads its input about once and writes its
+output once, so "% of peak" is the fraction of the measured copy bandwidth, and the ladders are about
+reading each byte once, with many loads in flight, and filling the GPU:
+
+* ``depthwise3x3``: one 3x3 filter per channel (MobileNet's layer). 18 flops per 8 bytes. A thread per
+  output issues 9 loads per output; a thread per column strip keeps a 3-row window in registers and
+  issues 3 (each of them shared with the neighbouring threads through L1).
+* ``maxpool2d``: the max of each 2x2 window (stride 2) and, for the backward pass, which of the 4 it
+  was. The output holds both: ``out[0]`` the values, ``out[1]`` the flat index h * W + w of the max in
+  its input plane (as torch's ``return_indices`` gives), stored as float32, exact below 2^24; the check's
+  tolerance is 0, so a single wrong index fails. Ties go to the first element in row-major order, and a
+  NaN wins (the last NaN of the window), as in torch.
+* ``batchnorm_train``: per channel, the mean and (biased) variance over N*H*W elements, then
+  out = (x - mean) / sqrt(var + 1e-5) * gamma + beta. The statistics are a reduction across the whole
+  batch: too few channels (64) to give each one block, so the ladder splits each channel over many
+  blocks and combines their partial sums.
+"""
+
+import math
+
+import numpy as np
+from numba import cuda, float32, uint32, uint64
+
+from workbench import peers
+from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+
+THREADS = 256
+WARPS = THREADS // 32  # a shared array's shape must be a module constant, not an expression
+FULL_MASK = 0xFFFFFFFF
+EPS = np.float32(1e-5)  # a float32 global: numba types it float32
+
+
+def _images(size, rng):
+    N, C, H, W = size
+    return (rng.uniform(-2.0, 2.0, (N, C, H, W)).astype(np.float32),)
+
+
+def _nchw_bytes(size):
+    N, C, H, W = size
+    return 4 * N * C * H * W
+
+
+SIM_SIZES = [(1, 2, 3, 5), (1, 3, 9, 10), (2, 3, 7, 6)]  # quick tier: the first and (1, 3, 9, 10)
+CHECK_SIZES = [(1, 1, 1, 2), (2, 3, 17, 19), (4, 64, 28, 28), (32, 64, 56, 56)]
+BENCH_SIZES = [(32, 64, 56, 56), (32, 256, 14, 14), (32, 128, 28, 28), (128, 64, 56, 56)]
+HEADLINE = (128, 64, 56, 56)  # the layer of the issue at N128: 103 MB in, large enough to be bandwidth-bound
+GROUP = "CNN layers: depthwise convolution, max-pooling, BatchNorm"
+
+
+# == depthwise3x3 ==================================================================================
+
+def _depthwise_inputs(size, rng):
+    (x,) = _images(size, rng)
+    return x, rng.uniform(-1.0, 1.0, (size[1], 3, 3)).astype(np.float32)
+
+
+def _depthwise_reference(x, w):
+    N, C, H, W = x.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    out = np.zeros((N, C, H, W))
+    for r in range(3):
+        for s in range(3):
+            out += w[None, :, r, s, None, None].astype(np.float64) * xp[:, :, r:r + H, s:s + W]
+    return out
+
+
+def _depthwise_adversarial(size, rng):
+    x, w = _depthwise_inputs(size, rng)
+    # A constant image: inside, each output is its channel's filter sum; along the border only the taps
+    # on the image count (clamping or wrapping counts them all). Channels differ, so mixing them shows.
+    return [("constant-image", (np.ones_like(x), w))]
+
+
+def _depthwise_validate(x, w, out):
+    expect_device_array("x", x, dtype=np.float32, ndim=4)
+    expect_device_array("w", w, dtype=np.float32, shape=(x.shape[1], 3, 3))
+    expect_device_array("out", out, dtype=np.float32, shape=tuple(x.shape))
+
+
+def _depthwise_peer(size):
+    torch = peers.torch()
+    if torch is None:
+        return None
+
+    def run(x, w, out):
+        saved = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False
+        try:
+            weight = peers.as_torch(w).view(size[1], 1, 3, 3)
+            result = torch.nn.functional.conv2d(peers.as_torch(x), weight, padding=1, groups=size[1])
+        finally:
+            torch.backends.cudnn.allow_tf32 = saved
+        return result
+
+    run.returns_output = True  # the bench copies torch's own result back instead of timing a copy
+    return "torch.conv2d (groups=C)", run
+
+
+depthwise_op = Operator(
+    name="depthwise3x3",
+    title="Depthwise 3x3 convolution (one filter per channel, padding 1), NCHW float32",
+    reference=_depthwise_reference,
+    make_inputs=_depthwise_inputs,
+    make_output=lambda size: np.empty(size, np.float32),
+    bytes_moved=lambda size: 2 * _nchw_bytes(size) + 36 * size[1],
+    flops=lambda size: 18 * int(np.prod(size)),
+    validate=_depthwise_validate,
+    peer=_depthwise_peer,
+    adversarial_inputs=_depthwise_adversarial,
+    size_names=("N", "C", "H", "W"),
+    sim_sizes=SIM_SIZES,
+    check_sizes=CHECK_SIZES,
+    bench_sizes=BENCH_SIZES,
+    headline_size=HEADLINE,
+    rank=330,
+    group=GROUP,
+    record_all_sizes=True,
+)
+
+
+# -- 1. a thread per output -------------------------------------------------------------------------
+
+@cuda.jit
+def _depthwise_naive(x, w, out):
+    i = cuda.grid(1)
+    N, C, H, W = x.shape
+    if i < x.size:
+        col = i % W
+        row = i // W % H
+        c = i // (W * H) % C
+        n = i // (W * H * C)
+        # EXERCISE: write this part of `_depthwise_naive`. Read the hints one at a time.
+        #   hint 1: nine taps w[c, r, s] * x[n, c, row + r - 1, col + s - 1]; taps outside the plane are zero.
+        pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@depthwise_op.stage("naive", """
+    One thread per output reads its 9 taps and its channel's 9 weights straight from global memory,
+    with a bounds test per row and per tap. Neighbouring threads take neighbouring columns, so every
+    load is coalesced and L1 serves most of the 9-fold reuse, but that is 18 load instructions, four
+    index divisions and signed (wrap-checked) indexing per 8 bytes of useful traffic.""")
+def depthwise_naive(x, w, out):
+    _depthwise_naive[blocks_for(x.size, THREADS), THREADS](x, w, out)
+
+
+# -- 2. column strips: a 3-row window in registers -------------------------------------------------------
+
+STRIP = 8  # output rows per thread
+
+
+@cuda.jit(device=True, inline=True)
+def _row_of_three(x, base, h, col, H, W, v):
+    """v = x[plane, h, col - 1 .. col + 1], zeros outside the plane (unsigned addresses: no wrap code)."""
+    inside = 0 <= h < H
+    v[0] = x[uint64(base + h * W + col - 1)] if inside and col > 0 else float32(0.0)
+    v[1] = x[uint64(base + h * W + col)] if inside else float32(0.0)
+    v[2] = x[uint64(base + h * W + col + 1)] if inside and col + 1 < W else float32(0.0)
+
+
+@cuda.jit
+def _depthwise_strips(x, w, out, N, C, H, W):
+    # x, out: flat views. Thread i: column col of strip `strip` of plane (n, c); neighbouring threads
+    # take neighbouring columns, whatever the plane's width (no idle lanes on 14-wide planes).
+    i = cuda.grid(1)
+    strips = (H + STRIP - 1) // STRIP
+    if i < N * C * strips * W:
+        col = i % W
+        strip = i // W % strips
+        plane = i // (W * strips)
+        c = plane % C
+        base = plane * H * W
+        row0 = strip * STRIP
+        taps = cuda.local.array(9, float32)
+        above = cuda.local.array(3, float32)
+        middle = cuda.local.array(3, float32)
+        below = cuda.local.array(3, float32)
+        for k in range(9):
+            taps[k] = w[uint64(c * 9 + k)]
+        # EXERCISE: write this part of `_depthwise_strips`. Read the hints one at a time.
+        #   hint 1 (nudge): load input rows row0 - 1 and row0 into `above` and `middle` (_row_of_three), then for each of the STRIP output rows load only the row below.
+        #   hint 2 (nearly the answer): the output is sum over s of taps[s] above[s] + taps[3 + s] middle[s] + taps[6 + s] below[s]; then slide the window: above <- middle <- below.
+        pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@depthwise_op.stage("strips", """
+    Each thread computes a strip of 8 outputs down one column, keeping the 3 input rows its window
+    covers in registers: each step down loads one new row of 3 values (the neighbouring threads load
+    the same ones, so L1 turns them into one coalesced line), so loads per output drop from 9 to 3 and
+    the weights are loaded once per 8 outputs instead of per output. The index arithmetic is done
+    once per strip and addresses are unsigned (no wrap-around code), and the flat thread numbering
+    keeps all 32 lanes busy on 14-pixel-wide planes, where a 2-D block would idle half of them.""")
+def depthwise_strips(x, w, out):
+    N, C, H, W = x.shape
+    n = N * C * blocks_for(H, STRIP) * W
+    _depthwise_strips[blocks_for(n, THREADS), THREADS](x.reshape(x.size), w.reshape(w.size),
+                                                        out.reshape(out.size), N, C, H, W)
+
+
+# == maxpool2d ====================================================================================
+
+def _maxpool_reference(x):
+    N, C, H, W = x.shape
+    Ho, Wo = H // 2, W // 2
+    win = x[:, :, :2 * Ho, :2 * Wo].reshape(N, C, Ho, 2, Wo, 2).transpose(0, 1, 2, 4, 3, 5).reshape(N, C, Ho, Wo, 4)
+    nan = np.isnan(win)
+    # torch's rule: scan the window in row-major order, take an element if it is greater or NaN.
+    which = np.where(nan.any(-1), 3 - np.argmax(nan[..., ::-1], -1), np.argmax(np.where(nan, -np.inf, win), -1))
+    values = np.take_along_axis(win, which[..., None], -1)[..., 0]
+    rows = 2 * np.arange(Ho)[:, None] + which // 2
+    cols = 2 * np.arange(Wo)[None, :] + which % 2
+    return np.stack([values.astype(np.float64), (rows * W + cols).astype(np.float64)])
+
+
+def _maxpool_adversarial(size, rng):
+    (x,) = _images(size, rng)
+    # Every value negative: a max started from 0 (or an index from a zeroed slot) shows.
+    negative = -np.abs(x) - np.float32(1.0)
+    # Small integers: most windows hold ties, which must go to the first element in row-major order.
+    ties = rng.integers(-1, 2, x.shape).astype(np.float32)
+    return [("all-negative", (negative,)), ("ties", (ties,))]
+
+
+def _maxpool_validate(x, out):
+    expect_device_array("x", x, dtype=np.float32, ndim=4)
+    N, C, H, W = x.shape
+    if H < 2 or W < 2:
+        raise InputError(f"a 2x2 max-pool needs planes of at least 2x2, got {H}x{W}")
+    expect_device_array("out", out, dtype=np.float32, shape=(2, N, C, H // 2, W // 2))
+
+
+def _maxpool_peer(size):
+    torch = peers.torch()
+    if torch is None:
+        return None
+
+    def run(x, out):
+        o = peers.as_torch(out)
+        values, indices = torch.nn.functional.max_pool2d(peers.as_torch(x), 2, return_indices=True)
+        o[0].copy_(values)
+        o[1].copy_(indices)  # int64 -> float32: a small extra kernel torch's own layout does not need
+
+    return "torch.max_pool2d(return_indices)", run
+
+
+maxpool_op = Operator(
+    name="maxpool2d",
+    title="2x2 max-pooling (stride 2) with the argmax indices training needs, NCHW float32",
+    reference=_maxpool_reference,
+    make_inputs=_images,
+    make_output=lambda size: np.empty((2, size[0], size[1], size[2] // 2, size[3] // 2), np.float32),
+    # Read the input once, write the values and the indices.
+    bytes_moved=lambda size: _nchw_bytes(size) + 2 * 4 * size[0] * size[1] * (size[2] // 2) * (size[3] // 2),
+    flops=lambda size: 0,
+    validate=_maxpool_validate,
+    tolerance=lambda size, dtype: 0.0,  # a max is exact, and so must every index be
+    peer=_maxpool_peer,
+    adversarial_inputs=_maxpool_adversarial,
+    size_names=("N", "C", "H", "W"),
+    sim_sizes=[(1, 1, 2, 2), (1, 2, 7, 9), (2, 3, 6, 5)],
+    check_sizes=CHECK_SIZES,
+    bench_sizes=BENCH_SIZES,
+    headline_size=HEADLINE,
+    rank=331,
+    group=GROUP,
+    record_all_sizes=True,
+)
+
+
+# -- 1. a thread per output ------------------------------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def _take(v, h, w, W, best, best_at):
+    """torch's rule: a later element wins if it is greater, or NaN."""
+    if v > best or v != v:
+        return v, h * W + w
+    return best, best_at
+
+
+@cuda.jit
+def _maxpool_naive(x, out):
+    i = cuda.grid(1)
+    N, C, H, W = x.shape
+    Ho = out.shape[3]
+    Wo = out.shape[4]
+    if i < N * C * Ho * Wo:
+        wo = i % Wo
+        ho = i // Wo % Ho
+        c = i // (Wo * Ho) % C
+        n = i // (Wo * Ho * C)
+        # EXERCISE: write this part of `_maxpool_naive`. Read the hints one at a time.
+        #   hint 1 (nudge): start from the window's first element (2 ho, 2 wo) and its index; visit the other three in row-major order with _take.
+        #   hint 2 (nearly the answer): out[0, n, c, ho, wo] = the max, out[1, n, c, ho, wo] = its flat index h * W + w, as a float32.
+        pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@maxpool_op.stage("naive", """
+    One thread per output window: four loads (two neighbouring pairs in two rows), three comparisons
+    with torch's rule (greater, or NaN), and two stores, the max and its index. The loads are
+    coalesced (a warp reads two 256-byte row segments) but each thread has only four in flight, and
+    every index goes through four divisions and numba's signed, wrap-checked indexing.""")
+def maxpool_naive(x, out):
+    N, C, H, W = x.shape
+    _maxpool_naive[blocks_for(N * C * (H // 2) * (W // 2), THREADS), THREADS](x, out)
+
+
+# -- 2. more windows in flight per thread -------------------------------------------------------------------
+
+WINDOWS = 4  # windows per thread, one grid-width apart, all loaded before any is compared
+
+
+@cuda.jit
+def _maxpool_in_flight(x, out, N, C, H, W):
+    # x, out: flat views. Window i is (plane, ho, wo); its values go to out[i], its index to out[total + i].
+    Ho = H // 2
+    Wo = W // 2
+    total = N * C * Ho * Wo
+    step = cuda.gridsize(1)
+    first = cuda.grid(1)
+    v = cuda.local.array((WINDOWS, 4), float32)
+    # EXERCISE: write this part of `_maxpool_in_flight`. Read the hints one at a time.
+    #   hint 1 (nudge): two loops over the WINDOWS windows i = first + k * step: the first issues all 4 * WINDOWS loads (unsigned addresses), the second compares and stores.
+    #   hint 2 (nearly the answer): window i: plane = i // (Ho Wo), ho, wo from the rest; its first element is at plane * H * W + 2 ho * W + 2 wo.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@maxpool_op.stage("in_flight", """
+    Each thread takes 4 windows one grid-width apart and issues all 16 of their loads before the first
+    comparison, so 16 loads per thread are in flight instead of 4 (what kept the memory-bound ladders
+    of softmax and LayerNorm from the copy rate, NOTES.md); neighbouring threads still read
+    neighbouring windows, so every load stays coalesced. Addresses are computed once per window and
+    unsigned, which drops numba's negative-index checks.""")
+def maxpool_in_flight(x, out):
+    N, C, H, W = x.shape
+    total = N * C * (H // 2) * (W // 2)
+    threads = blocks_for(total, WINDOWS)
+    _maxpool_in_flight[blocks_for(threads, THREADS), THREADS](x.reshape(x.size), out.reshape(out.size),
+                                                                N, C, H, W)
+
+
+# == batchnorm_train ==============================================================================
+
+def _bn_inputs(size, rng):
+    N, C, H, W = size
+    mean = rng.uniform(-3.0, 3.0, (1, C, 1, 1))
+    std = rng.uniform(0.5, 2.0, (1, C, 1, 1))
+    x = (mean + std * rng.standard_normal((N, C, H, W))).astype(np.float32)
+    gamma = rng.uniform(0.5, 1.5, C).astype(np.float32)
+    beta = rng.uniform(-1.0, 1.0, C).astype(np.float32)
+    return x, gamma, beta
+
+
+def _bn_reference(x, gamma, beta):
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=(0, 2, 3), keepdims=True)
+    var = ((x64 - mean) ** 2).mean(axis=(0, 2, 3), keepdims=True)
+    return (x64 - mean) / np.sqrt(var + float(EPS)) * gamma[None, :, None, None] + beta[None, :, None, None]
+
+
+def _bn_adversarial(size, rng):
+    x, gamma, beta = _bn_inputs(size, rng)
+    # Channel 0 has mean 1e4 and std 1: sum(x^2)/n - mean^2 cancels catastrophically in float32 (the
+    # kernels sum deviations from a sample of the channel instead). The last channel is constant:
+    # variance 0, and the output must be exactly beta there.
+    x[:, 0] = (1e4 + rng.standard_normal(x[:, 0].shape)).astype(np.float32)
+    x[:, -1] = np.float32(0.75)
+    return [("offset-and-constant-channels", (x, gamma, beta))]
+
+
+def _bn_validate(x, gamma, beta, out):
+    expect_device_array("x", x, dtype=np.float32, ndim=4)
+    C = x.shape[1]
+    expect_device_array("gamma", gamma, dtype=np.float32, shape=(C,))
+    expect_device_array("beta", beta, dtype=np.float32, shape=(C,))
+    expect_device_array("out", out, dtype=np.float32, shape=tuple(x.shape))
+
+
+def _bn_peer(size):
+    torch = peers.torch()
+    if torch is None:
+        return None
+
+    def run(x, gamma, beta, out):
+        return torch.nn.functional.batch_norm(peers.as_torch(x), None, None, peers.as_torch(gamma),
+                                              peers.as_torch(beta), training=True, eps=float(EPS))
+
+    run.returns_output = True
+    return "torch.batch_norm(training=True)", run
+
+
+bn_op = Operator(
+    name="batchnorm_train",
+    title="BatchNorm, training forward: per-channel batch statistics, then normalize (NCHW float32)",
+    reference=_bn_reference,
+    make_inputs=_bn_inputs,
+    make_output=lambda size: np.empty(size, np.float32),
+    # The minimum: the statistics need every element before the first output can be written, so x is
+    # read twice (unless it fits on chip) and the output written once.
+    bytes_moved=lambda size: 3 * _nchw_bytes(size) + 8 * size[1],
+    flops=lambda size: 5 * int(np.prod(size)),
+    validate=_bn_validate,
+    peer=_bn_peer,
+    adversarial_inputs=_bn_adversarial,
+    size_names=("N", "C", "H", "W"),
+    sim_sizes=[(1, 2, 3, 5), (2, 3, 9, 10), (3, 2, 7, 6)],
+    check_sizes=CHECK_SIZES,
+    bench_sizes=BENCH_SIZES,
+    headline_size=HEADLINE,
+    rank=332,
+    group=GROUP,
+    record_all_sizes=True,
+)
+
+
+@cuda.jit(device=True, inline=True)
+def _block_sum2(a, b, shared):
+    """(sum of a, sum of b) over the block (THREADS threads), for every thread: warp shuffles, then the
+    warps' partials through shared memory (2 x 8 floats)."""
+    for offset in (16, 8, 4, 2, 1):
+        a += cuda.shfl_down_sync(FULL_MASK, a, offset)
+        b += cuda.shfl_down_sync(FULL_MASK, b, offset)
+    t = cuda.threadIdx.x
+    if t % 32 == 0:
+        shared[0, t // 32] = a
+        shared[1, t // 32] = b
+    cuda.syncthreads()
+    a = float32(0.0)
+    b = float32(0.0)
+    for k in range(WARPS):
+        a += shared[0, k]
+        b += shared[1, k]
+    cuda.syncthreads()  # the caller may reuse `shared`
+    return a, b
+
+
+# -- 1. one block per channel ------------------------------------------------------------------------------
+
+@cuda.jit
+def _bn_block_per_channel(x, gamma, beta, out):
+    shared = cuda.shared.array((2, WARPS), float32)
+    N, C, H, W = x.shape
+    c = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    HW = H * W
+    count = N * HW
+    shift = x[0, c, 0, 0]  # a sample of the channel: deviations from it are small, their squares exact enough
+    # EXERCISE: write this part of `_bn_block_per_channel`. Read the hints one at a time.
+    #   hint 1 (nudge): pass 1: each thread sums d = x - shift and d * d over its share of the channel (images n, pixels t, t + THREADS, ...); _block_sum2 totals them.
+    #   hint 2 (nearly the answer): mean_d = S1 / count (the mean's offset from shift); var = S2 / count - mean_d^2 (never below 0); pass 2: out = (x - shift - mean_d) * (gamma[c] / sqrt(var + EPS)) + beta[c].
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@bn_op.stage("block_per_channel", """
+    One block per channel does it all: it sums the channel's N*H*W deviations from a sample of the
+    channel (x[0, c, 0, 0]) and their squares, totals them across the block (warp shuffles, then the
+    8 warps' partials in shared memory), and then normalizes the channel, reading it a second time.
+    Summing deviations instead of the values keeps E[d^2] - E[d]^2 from cancelling when the mean is
+    large. Simple, and slow: 64 channels make 64 blocks, half of the 132 SMs idle and the others
+    with one block each, far too few loads in flight for the bandwidth.""")
+def batchnorm_block_per_channel(x, gamma, beta, out):
+    _bn_block_per_channel[x.shape[1], THREADS](x, gamma, beta, out)
+
+
+# -- 2. each channel split over many blocks: partial sums, then normalize ------------------------------------
+
+SPLIT = 64  # at most this many blocks per channel for the statistics: C * 64 fill the GPU from C = 16 on
+
+
+@cuda.jit
+def _bn_partials(x, partials, N, C, HW):
+    # Block (s, c) sums the deviations of elements e = s * THREADS + t, + split * THREADS, ... of
+    # channel c (e runs over the N * HW elements: image e // HW, pixel e % HW).
+    shared = cuda.shared.array((2, WARPS), float32)
+    s = cuda.blockIdx.x
+    split = cuda.gridDim.x
+    c = cuda.blockIdx.y
+    shift = x[uint64(c * HW)]
+    count = N * HW
+    s1 = float32(0.0)
+    s2 = float32(0.0)
+    # EXERCISE: write this part of `_bn_partials`. Read the hints one at a time.
+    #   hint 1 (nudge): walk e from s * THREADS + t in steps of split * THREADS; element e is x[n, c, p] with n = e // HW, p = e - n * HW; sum d = x - shift and d * d.
+    #   hint 2 (nearly the answer): total the block's sums with _block_sum2 and let thread 0 write them to partials[c, s, 0] and partials[c, s, 1].
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@cuda.jit
+def _bn_normalize(x, gamma, beta, partials, out, N, C, HW):
+    # Block (b, c): first the channel's statistics from its partials (every block recomputes them: at
+    # most 128 floats, cheaper than a third launch), then its slice of the channel's elements.
+    stats = cuda.shared.array(3, float32)
+    t = cuda.threadIdx.x
+    c = cuda.blockIdx.y
+    if t < 32:  # one warp combines the partials
+        s1 = float32(0.0)
+        s2 = float32(0.0)
+        for k in range(t, partials.shape[1], 32):
+            s1 += partials[c, k, 0]
+            s2 += partials[c, k, 1]
+        for offset in (16, 8, 4, 2, 1):
+            s1 += cuda.shfl_down_sync(FULL_MASK, s1, offset)
+            s2 += cuda.shfl_down_sync(FULL_MASK, s2, offset)
+        if t == 0:
+            count = float32(N * HW)
+            mean_d = s1 / count
+            var = max(s2 / count - mean_d * mean_d, float32(0.0))
+            stats[0] = gamma[c] / math.sqrt(var + EPS)
+            stats[1] = mean_d
+            stats[2] = beta[c]
+    cuda.syncthreads()
+    scale = stats[0]
+    mean_d = stats[1]
+    bias = stats[2]
+    shift = x[uint64(c * HW)]  # the sample the partial sums are deviations from
+    # Block b takes elements e = b * THREADS + t, + grid step, of the channel's N * HW.
+    step = cuda.gridDim.x * THREADS
+    count = N * HW
+    for e in range(cuda.blockIdx.x * THREADS + t, count, step):
+        n = e // HW
+        at = uint64((n * C + c) * HW + e - n * HW)
+        # Not x * scale + (beta - mean * scale): with a mean of 1e4 that rounds at 1e4 * scale.
+        out[at] = (x[at] - shift - mean_d) * scale + bias
+
+
+@bn_op.stage("split_channels", """
+    The statistics are now a reduction across blocks: 64 blocks per channel each sum a strided share
+    of the channel's elements (deviations from a sample, as before) and write two partial sums; a
+    second launch gives each channel a grid row of blocks that first combine the 64 partials with
+    one warp (every block redoes it: 128 floats, cheaper than a third launch) into the channel's
+    scale and mean, then normalize their slice: (x - sample - mean offset) * scale + beta, which
+    stays exact for a channel whose mean is 1e4 (x * scale + shift would round at 1e4 * scale). C x 64 blocks fill all SMs, and
+    addresses are unsigned. Two reads of x and one write, the minimum for a batch that does not fit on chip.""")
+def batchnorm_split_channels(x, gamma, beta, out):
+    N, C, H, W = x.shape
+    HW = H * W
+    split = min(SPLIT, blocks_for(N * HW, THREADS))  # no block without an element to sum
+    partials = scratch("batchnorm_train.partials", (C, split, 2), np.float32)
+    flat_x = x.reshape(x.size)
+    _bn_partials[(split, C), THREADS](flat_x, partials, N, C, HW)
+    blocks_per_channel = min(blocks_for(N * HW, THREADS), 64)
+    _bn_normalize[(blocks_per_channel, C), THREADS](flat_x, gamma, beta, partials, out.reshape(out.size), N, C, HW)
+
+
+OPERATORS = [depthwise_op, maxpool_op, bn_op]
