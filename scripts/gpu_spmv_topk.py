@@ -14,7 +14,8 @@ In this order, each item on its own (a failure is reported and the run goes on):
    through 3x L2, CUDA events, median), every stage and the peer in the same run, at the issue's
    sizes: SpMV with 2^20 rows and 16.8M non-zeros, uniform, power-law (rows up to 10^5 entries) and
    banded, against cuSPARSE (torch.mv on a sparse CSR tensor); COO->CSR at the same sizes, against
-   torch's to_sparse_csr; top-k at (4096, 32000, 50) and (4096, 128256, 50) against torch.topk (the
+   torch's to_sparse_csr (its first stage left out on the power-law matrix: it sorts a row of 10^5
+   entries with one thread); top-k at (4096, 32000, 50) and (4096, 128256, 50) against torch.topk (the
    full sort is left out at 128,256 columns: it takes seconds and teaches nothing new there).
 
 Prints a compact table (µs, GB/s by the operator's bytes model, % of copy, the peer's time divided
@@ -50,7 +51,8 @@ RESULTS = {"device": None, "peaks": {}, "checks": [], "records": [], "targets": 
 CHECKS = {  # odd sizes; adversarial inputs at the middle one
     "spmv": [(1, 1, 1), (33, 5, 3), (1000, 7, 2), (65_537, 16, 1), (65_537, 16, 2), (65_537, 31, 3),
              (2**18, 16, 2)],
-    "coo_to_csr": [(1, 1, 1), (33, 5, 3), (1000, 7, 2), (65_537, 16, 1), (65_537, 16, 2), (2**18, 16, 2)],
+    # (COO: no large power-law size: the first stage sorts a row of 10^5 entries with one thread)
+    "coo_to_csr": [(1, 1, 1), (33, 5, 3), (1000, 7, 2), (65_537, 16, 1), (65_537, 31, 3)],
     "topk": [(1, 1, 1), (3, 129, 128), (64, 1000, 50), (257, 32000, 50), (128, 128_256, 128)],
 }
 TIMED = [  # (operator, size, stages to leave out)
@@ -58,7 +60,7 @@ TIMED = [  # (operator, size, stages to leave out)
     ("spmv", (2**20, 16, 2), ()),
     ("spmv", (2**20, 16, 3), ()),
     ("coo_to_csr", (2**20, 16, 1), ()),
-    ("coo_to_csr", (2**20, 16, 2), ()),
+    ("coo_to_csr", (2**20, 16, 2), ("atomic_scatter",)),
     ("topk", (4096, 32000, 50), ()),
     ("topk", (4096, 128_256, 50), ("full_sort",)),
 ]
