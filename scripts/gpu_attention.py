@@ -122,11 +122,11 @@ def attention_peers(causal):
     B, H, S, D = ATTENTION
     size = ATTENTION + (causal,)
     rng = np.random.default_rng(2)
-    q, k, v, _ = attention._inputs(size, rng)
+    q, k, v, _ = attention.op.make_inputs(size, rng)
     tq, tk, tv = (torch.as_tensor(a, device="cuda") for a in (q, k, v))
     # the float64 reference of two heads, to check every peer
-    ref = attention._reference(q[:1, :2], k[:1, :2], v[:1, :2], np.array([causal]))
-    flops = attention._flops(size)
+    ref = attention.op.reference(q[:1, :2], k[:1, :2], v[:1, :2], np.array([causal]))
+    flops = attention.op.flops(size)
     mask = torch.ones(S, S, dtype=torch.bool, device="cuda").tril() if causal else None
 
     def naive(q_, k_, v_):
