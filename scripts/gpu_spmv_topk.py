@@ -18,6 +18,9 @@ In this order, each item on its own (a failure is reported and the run goes on):
    entries with one thread); top-k at (4096, 32000, 50) and (4096, 128256, 50) against torch.topk (the
    full sort is left out at 128,256 columns: it takes seconds and teaches nothing new there).
 
+4. A tuning run, if time is left: the last stages of SpMV and top-k with other module constants
+   (ITEMS, SLOTS, threads), each a fresh copy of the module, timed without the peer.
+
 Prints a compact table (µs, GB/s by the operator's bytes model, % of copy, the peer's time divided
 by the stage's: > 1 means faster than the library) and the issue's targets with PASS/FAIL, and writes
 everything to ``OUT_DIR/gpu_spmv_topk.json``. New items stop being started once ``--budget`` seconds
@@ -55,6 +58,13 @@ CHECKS = {  # odd sizes; adversarial inputs at the middle one
     "coo_to_csr": [(1, 1, 1), (33, 5, 3), (1000, 7, 2), (65_537, 16, 1), (65_537, 31, 3)],
     "topk": [(1, 1, 1), (3, 129, 128), (64, 1000, 50), (257, 32000, 50), (128, 128_256, 128)],
 }
+VARIANTS = [  # a tuning run, last and within the budget: (module, stage, size, module constants changed)
+    ("topk", "bitonic_select", (4096, 32000, 50), {"ITEMS": 8, "SLOTS": 4096}),
+    ("topk", "bitonic_select", (4096, 32000, 50), {"SELECT_THREADS": 128}),
+    ("spmv", "merge_path_tiled", (2**20, 16, 1), {"ITEMS": 5}),
+    ("spmv", "merge_path_tiled", (2**20, 16, 1), {"ITEMS": 11}),
+    ("spmv", "merge_path_tiled", (2**20, 16, 2), {"ITEMS": 11}),
+]
 TIMED = [  # (operator, size, stages to leave out)
     ("spmv", (2**20, 16, 1), ()),
     ("spmv", (2**20, 16, 2), ()),
@@ -112,6 +122,38 @@ def time_op(op, size, leave_out, peaks, env):
         ratio = f"{peer['median_us'] / r['median_us']:.2f}x" if peer else "-"
         say(f"    {r['stage']:22s} {r['median_us']:10.1f} {r['gbps']:8.0f} {pct:>7s} {ratio:>10s}")
     return records
+
+
+def variant_module(module, changes):
+    """A fresh copy of a ladder module with some of its module constants changed (its kernels are
+    compiled anew): what a tuning run compares, without editing the file."""
+    import inspect
+    import re
+    import types
+
+    source = inspect.getsource(module)
+    for name, value in changes.items():
+        source, n = re.subn(rf"^{name} = [^#\n]*", f"{name} = {value!r}  ", source, count=1, flags=re.M)
+        if n != 1:
+            raise ValueError(f"{module.__name__} has no module constant {name}")
+    copy = types.ModuleType(f"{module.__name__}_variant")
+    copy.__file__ = module.__file__
+    exec(compile(source, module.__file__, "exec"), copy.__dict__)
+    return copy
+
+
+def time_variant(module_name, stage_name, size, changes, env):
+    import importlib
+
+    copy = variant_module(importlib.import_module(f"solutions.{module_name}"), changes)
+    stage = copy.op[stage_name]
+    records, failures = bench_size(copy.op, [stage], size, {}, np.random.default_rng(5), env, with_peer=False)
+    for f in failures:
+        say(f"FAIL (not timed) variant {changes}: {f[:300]}")
+    for r in records:
+        r["variant"] = changes
+        RESULTS.setdefault("variants", []).append(r)
+        say(f"VARIANT {module_name}.{stage_name} @ {size_label(size)} {changes}: {r['median_us']:.1f} µs")
 
 
 def target(name, records, need_ratio):
@@ -174,6 +216,10 @@ def main():
     target("SpMV uniform (2^20 rows, 16.8M nnz) >= 0.9x cuSPARSE", measured.get(("spmv", (2**20, 16, 1)), []), 0.9)
     target("top-k (4096, 32000, 50) >= torch.topk", measured.get(("topk", (4096, 32000, 50)), []), 1.0)
     target("top-k (4096, 128256, 50) >= torch.topk", measured.get(("topk", (4096, 128_256, 50)), []), 1.0)
+    for module_name, stage_name, size, changes in VARIANTS:
+        what = f"variant {module_name}.{stage_name} @ {size_label(size)} {changes}"
+        if not over(what):
+            attempt(what, lambda: time_variant(module_name, stage_name, size, changes, env))
     RESULTS["seconds"] = time.time() - START
     json.dump(RESULTS, open(out_file, "w"), indent=1, default=str)
     say(f"wrote {out_file}")
