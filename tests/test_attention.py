@@ -73,8 +73,8 @@ def test_decode_bytes_count_the_cache_once_per_kv_head():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("size", [(1, 1, 130, 16, 1), (1, 2, 70, 32, 0)], ids=size_label)
-@pytest.mark.parametrize("stage", ["register_tiles", "causal_skip"])
+@pytest.mark.parametrize("stage, size", [("register_tiles", (1, 2, 70, 32, 0)), ("causal_skip", (1, 1, 130, 16, 1))],
+                         ids=["register_tiles-2-tiles", "causal_skip-3-query-blocks"])
 def test_several_key_tiles_and_query_blocks(stage, size):
     """The online softmax across key tiles and the causal skip across query blocks: S past one 64-tile."""
     rng = np.random.default_rng(4)
