@@ -37,6 +37,7 @@ FULL_MASK = 0xFFFFFFFF
 LOW32 = np.uint64(0xFFFFFFFF)
 SHIFT32 = np.uint64(32)
 NO_KEY = np.uint64(0)  # below every element's key (the smallest, -inf's, is 0x007FFFFF << 32): padding
+ONE = np.uint64(1)
 NEG_INF_BITS = np.uint32(0xFF800000)  # -inf: the lowest key of a number, what a step past the row's end loads
 
 
@@ -408,6 +409,29 @@ def _merge_candidates(keys, count, k):
     cuda.syncthreads()
 
 
+@cuda.jit(device=True, inline=True)
+def _first_bar(keys, loaded, cols, k):
+    """A bar before the first merge: the k-th largest of the threads' best keys in the first step. The
+    k threads whose best reach it hold k elements at or above it, so no element of the answer is
+    below it. Without it the whole first step would be candidates (a sort of k + 1,024 keys); with
+    it, about k are. Returned less one: a candidate must be strictly above the bar."""
+    t = cuda.threadIdx.x
+    threads = cuda.blockDim.x
+    best = NO_KEY
+    for j in range(ITEMS):
+        if j * threads + t < cols:
+            best = max(best, _row_key(loaded[j], j * threads + t))
+    keys[t] = best
+    cuda.syncthreads()
+    _bitonic_sort_descending(keys, threads)
+    bar = keys[k - 1]
+    cuda.syncthreads()  # all have read the bar before the best-k slots are cleared again
+    if t < k:
+        keys[t] = NO_KEY
+    cuda.syncthreads()
+    return bar - ONE if bar != NO_KEY else NO_KEY
+
+
 @cuda.jit
 def _bitonic_select(x_bits, out_bits, out_cols, capacity):
     keys = cuda.shared.array(SLOTS, uint64)
@@ -435,6 +459,8 @@ def _bitonic_select(x_bits, out_bits, out_cols, capacity):
         for j in range(ITEMS):
             i = start + j * threads + t
             loaded[j] = x_bits[row, i] if i < cols else NEG_INF_BITS
+        if start == 0 and k <= threads:
+            threshold = _first_bar(keys, loaded, cols, k)
         # The cheap test first, on the 32-bit keys: a candidate's key is at least the bar's.
         bar = uint32(threshold >> SHIFT32)
         maybe = False
@@ -474,9 +500,10 @@ def _bitonic_select(x_bits, out_bits, out_cols, capacity):
     any) and keeps the best k keys so far in shared memory, sorted; an element is a candidate only
     if it beats the k-th of those, and candidates are appended with one atomic per warp (a ballot
     says who, a popcount where). When the candidates might overflow the buffer, a bitonic sort in
-    shared memory merges them with the best k, and the k-th becomes the new bar. On a row of
-    logits the bar rises fast: after the first 1,024 elements only about k ln(n / 1024) elements
-    more (170 of 32,000) are candidates, so a row costs one read and two small sorts.""")
+    shared memory merges them with the best k, and the k-th becomes the new bar. The first bar
+    comes before any merge: the k-th largest of the 256 threads' best keys in the first step (k
+    elements reach it). On a row of logits the bar then rises fast: about k ln(n / 1024) elements
+    (170 of 32,000) are ever candidates, so a row costs one read and a few small sorts.""")
 def bitonic_select(x, k, out):
     select_with_slots(x, out, SLOTS)
 
