@@ -18,6 +18,7 @@ x Wᵀ, is measured by ``scripts/gpu_low_precision.py`` and reported next to the
 
 import numpy as np
 from numba import cuda, float32, int8, int32, uint8, uint32, uint64
+from numba.cuda import libdevice
 
 from workbench import device as _device
 from workbench import peers
@@ -506,8 +507,8 @@ def _quantize_rows(x, xq, x_scale):
         half //= 2
     scale = amax[0] / float32(QMAX) if amax[0] > float32(0.0) else float32(1.0)
     for k in range(t, K, QTHREADS):
-        v = round(x[row, k] / scale)  # Python's round: half to even (rint), as the reference
-        xq[row, k] = int8(min(max(v, -QMAX), QMAX))  # saturate
+        v = libdevice.float2int_rn(x[row, k] / scale)  # cvt.rni: half to even, as the reference
+        xq[row, k] = int8(min(max(v, int32(-QMAX)), int32(QMAX)))  # saturate
     if t == 0:
         x_scale[row] = scale
 

@@ -4,8 +4,9 @@ the operator's check sizes. A new ``solutions/<op>.py`` is tested here without a
 
 Tiers: the quick tier (the default) checks each stage at two simulator sizes (the smallest, and the
 middle one, which is not a multiple of any block) plus the operator's adversarial inputs at that middle
-size; ``-m slow`` checks every simulator size. ``-m gpu`` checks every check size on a GPU, except that
-a first ("naive") stage skips the largest, where it takes seconds a call and teaches nothing new.
+size; ``-m slow`` checks every simulator size and compiles every kernel for sm_90 (``workbench ptx``).
+``-m gpu`` checks every check size on a GPU, except that a first ("naive") stage skips the largest,
+where it takes seconds a call and teaches nothing new.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from workbench.registry import load_operators
 
 OPS = load_operators()
 SPILL_BUDGET = 128  # bytes of spill traffic a kernel may have
+# Stages whose spill is part of their lesson, each with the bound it must stay under: hgemm's stage 2
+# builds its mma fragments element by element (24 shared loads per 16 mma, their addresses live in
+# registers); at 255 registers ptxas 13 spills 184 bytes, and stage 3 (ldmatrix) is what removes it.
+SPILL_EXPECTED = {"hgemm.mma": 256, "hgemm_bf16.mma": 256}
 STAGES = [s for op in OPS.values() for s in op.stages]
 
 
@@ -56,6 +61,7 @@ def test_stage_correct_at_every_simulator_size(stage):
     assert not _failures(results), "\n".join(_failures(results))
 
 
+@pytest.mark.slow  # NVVM and ptxas on every kernel of every ladder: minutes on two cores
 @pytest.mark.sim_only
 @pytest.mark.parametrize("op", list(OPS.values()), ids=lambda op: op.name)
 def test_every_kernel_compiles_for_sm90_with_little_spill(op):
@@ -67,8 +73,9 @@ def test_every_kernel_compiles_for_sm90_with_little_spill(op):
     assert not bad, "\n".join(bad)
     # gemm's register-tiled kernels cap registers with launch_bounds at the price of a few spilled bytes;
     # more than that is a regression.
-    spills = [f"{r.stage} {r.kernel}: {r.spill_bytes} B" for r in reports if (r.spill_bytes or 0) > SPILL_BUDGET]
-    assert not spills, f"register spills over {SPILL_BUDGET} bytes: {spills}"
+    spills = [f"{r.stage} {r.kernel}: {r.spill_bytes} B" for r in reports
+              if (r.spill_bytes or 0) > SPILL_EXPECTED.get(r.stage, SPILL_BUDGET)]
+    assert not spills, f"register spills over {SPILL_BUDGET} bytes (or a stage's bound in SPILL_EXPECTED): {spills}"
 
 
 def test_every_operator_is_complete():

@@ -108,7 +108,7 @@ def test_listed_checked_and_diffed(toy_dir):
 
     diff = workbench(toy_dir, "diff", "toy_twice.grid_stride", "--plain")
     assert diff.returncode == 0, diff.stderr
-    assert "+        while i < x.size:" in diff.stdout and "-    if i < x.size:" in diff.stdout
+    assert "+    while i < x.size:" in diff.stdout and "-    if i < x.size:" in diff.stdout
 
 
 @pytest.mark.sim_only

@@ -25,6 +25,7 @@ compiler process dies is a failed row that says why, never an empty table.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import os
 import pickle
 import re
@@ -290,9 +291,20 @@ def compile_kernel(stage_key: str, module_name: str, qualname: str, types: tuple
     return rep
 
 
+_COMPILED: dict[tuple, KernelReport] = {}  # (module, qualname, types, forbid_f64) -> its report, this process
+
+
 def compile_all(items: list[tuple[str, str, str, tuple, bool]]) -> list[KernelReport]:
-    """In THIS process: compile each (stage, module, qualname, types, forbid_f64) and report."""
-    return [compile_kernel(*item) for item in items]
+    """In THIS process: compile each (stage, module, qualname, types, forbid_f64) and report. A kernel that
+    an earlier stage launched with the same argument types (a ladder's shared helper kernels) is compiled
+    once: the later stage gets a copy of its report."""
+    reports = []
+    for stage_key, *kernel in items:
+        key = tuple(kernel)
+        if key not in _COMPILED:
+            _COMPILED[key] = compile_kernel(stage_key, *kernel)
+        reports.append(dataclasses.replace(_COMPILED[key], stage=stage_key))
+    return reports
 
 
 class CompileProcess:

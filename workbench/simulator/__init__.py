@@ -343,6 +343,12 @@ def _numba_type(arg):
         arg = arg.value
     if isinstance(arg, FakeCUDAArray):
         arg = arg._ary
+    if isinstance(arg, np.ndarray) and arg.dtype.name == "bfloat16":
+        # numba's own typeof knows no bfloat16; numba-cuda's (the one a GPU launch uses) maps
+        # ml_dtypes' bfloat16 to its __nv_bfloat16
+        from numba.cuda.typing.typeof import typeof as cuda_typeof
+
+        return cuda_typeof(arg)
     return numba.typeof(arg)
 
 
