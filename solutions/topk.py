@@ -378,7 +378,8 @@ def _radix_select(x_bits, out_bits, out_cols):
     passes on logits, since the keys below the top bytes rarely tie); then exactly k keys are at or
     above the prefix found, and one more pass gathers them and writes each at its rank. Ties cost
     nothing extra: the column index is part of the key. A few reads of each row instead of a sort;
-    a block of 1,024 threads keeps few enough rows in flight that the later passes hit L2.""")
+    blocks of 1,024 threads keep few rows in flight (one block an SM at 56 registers a thread: 132
+    rows, 17 MB), so that the later passes can come from L2.""")
 def radix_select(x, k, out):
     x_bits, out_bits, out_cols = _views(x, out)
     rows, cols = x.shape
