@@ -436,7 +436,7 @@ def _make_operator(act: Activation, rank: float) -> Operator:
         validate=_validate,
         peer=_torch_peer(act.torch_name, act.torch_call),
         adversarial_inputs=_adversarial,
-        check_sizes=[1, 3, 1029, 65_539, 1_000_003, 2**24 + 1],
+        check_sizes=[1, 3, 1029, 65_539, 1_000_003],  # the GPU suite is shared: 2^28 is the script's
         sim_sizes=[3, 1029],  # 1029: the unrolled loops and a tail of one; 3: the tail alone
         bench_sizes=[2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28],
         headline_size=(2**28,),

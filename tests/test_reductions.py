@@ -12,23 +12,23 @@ from workbench.ladder import InputError, to_device
 VECTOR = [op for op in reductions.OPERATORS if op.name.startswith("reduce_")]
 
 
-@pytest.mark.parametrize("where", [0, 2, 4098])
+@pytest.mark.parametrize("where", [0, 2, 1028])
 @pytest.mark.parametrize("name", ["reduce_max", "reduce_min"])
 def test_nan_wins_wherever_it_is_as_torch_amax_does(name, where):
     """a > b is false for NaN on either side: a maximum written that way drops a NaN that arrives as its
     first argument, so the answer would depend on where the NaN sits in the tree."""
     op = reductions.BY_NAME[name]
-    x = np.random.default_rng(where).uniform(-1.0, 2.0, 4099).astype(np.float32)
-    x[where] = np.nan
+    x = np.random.default_rng(where).uniform(-1.0, 2.0, 1029).astype(np.float32)
+    x[where] = np.nan  # first element, inside the first vector, the scalar tail
     for stage in op.stages:
-        result = check_stage(stage, (4099,), inputs=(x,), label=f"nan-at-{where}")
+        result = check_stage(stage, (1029,), inputs=(x,), label=f"nan-at-{where}")
         assert result.passed, result.message
 
 
 def test_identities_are_the_operations_own():
     by_kind = {op.name: op for op in VECTOR}
     x = -np.random.default_rng(1).uniform(1.0, 2.0, 33).astype(np.float32)  # all negative: 0 would win a max
-    for name in ("reduce_max", "reduce_min", "reduce_mean", "reduce_sumsq"):
+    for name in ("reduce_max", "reduce_min"):  # (a sum's identity, 0, is every random check's)
         for stage in by_kind[name].stages:
             assert check_stage(stage, (33,), inputs=(x,), label="all-negative").passed, stage.key
 
