@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 8cc4b86c81b070a6e0c85fae26a5be829e0cd183fc2dc8d7db65ac07713a258c
+# generated-sha256: e93ee3ab356240a54c24538253aa931a0e94617a3a5b49a385c08c183cb956c9
 # --------------------------------------------------------------------------------------------------
 """Activation functions on a float32 vector, from a thread per element to 16-byte loads and fast math.
 
@@ -422,7 +422,7 @@ def _make_operator(act: Activation, rank: float) -> Operator:
         validate=_validate,
         peer=_torch_peer(act.torch_name, act.torch_call),
         adversarial_inputs=_adversarial,
-        check_sizes=[1, 3, 1029, 65_539, 1_000_003, 2**24 + 1],
+        check_sizes=[1, 3, 1029, 65_539, 1_000_003],  # the GPU suite is shared: 2^28 is the script's
         sim_sizes=[3, 1029],  # 1029: the unrolled loops and a tail of one; 3: the tail alone
         bench_sizes=[2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28],
         headline_size=(2**28,),
