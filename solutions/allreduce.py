@@ -41,11 +41,10 @@ import copy
 import math
 
 import numpy as np
-from numba import cuda, float32, int32, uint64
+from numba import cuda, float32, uint64
 
 from workbench import device, peers
 from workbench.ladder import InputError, Operator, expect_device_array, scratch, sm_count
-from solutions.layernorm import EPS, rmsnorm_lean
 
 THREADS = 128  # threads per block; a multiple of the 32-lane warp
 WARPS = THREADS // 32
@@ -57,6 +56,7 @@ BLOCKS_PER_SM = 4  # the flag kernels' blocks per multiprocessor: few enough to 
 # becomes an error on the host instead of a GPU spinning forever.
 MAX_POLLS = 1 << 20
 POLL_NS = 64  # pause between two polls of a flag
+EPS = np.float32(1e-5)  # RMSNorm's epsilon, as in layernorm.py (a float32 global: no float64 creeps in)
 
 
 def busbw_bytes(size) -> float:
@@ -152,16 +152,6 @@ class Group:
         else:
             with cuda.gpus[self.gpus[r]]:
                 kernel[grid, block, self.streams[r]](*args)
-
-    def run(self, r, launcher, *args):
-        """Call a launcher that starts its own kernels (another ladder's stage) as rank r. On a GPU it
-        launches on the device's default stream, which waits for the rank's stream and is waited for
-        by it (numba's streams are blocking ones)."""
-        if self.emulating:
-            self._queued[r].append(lambda: launcher(*args))
-        else:
-            with cuda.gpus[self.gpus[r]]:
-                launcher(*args)
 
     def with_buffers(self, sends, recvs):
         """The same ranks (devices, streams, work not yet run) with other buffers."""
@@ -800,35 +790,6 @@ def _add_residual(summed, residual, h):
             h[row, col] = summed[row * cols + col] + residual[row, col]
 
 
-def separate_allreduce_rmsnorm(group: Group) -> None:
-    ranks = group.size
-    rows, cols = group.residuals[0].shape
-    n = rows * cols
-    flat = [p.reshape(n) for p in group.sends]
-    if group.emulating:
-        table = scratch("allreduce_rmsnorm.summed", (ranks, n))
-        summed = [table[r] for r in range(ranks)]
-    else:
-        summed = [group.scratch(r, "allreduce_rmsnorm.summed", n) for r in range(ranks)]
-    two_shot_allreduce(group.with_buffers(flat, summed))
-    for r in range(ranks):
-        h, y = group.recvs[r][0], group.recvs[r][1]
-        group.launch(r, _add_residual, max(1, min(rows, _grid_cap())), THREADS, summed[r], group.residuals[r], h)
-        group.run(r, rmsnorm_lean.launch, h, group.weights[r], y)
-    group.barrier()
-
-
-@fused_op.stage("separate", """
-    What a transformer block does without fusion: the two-shot all-reduce of the partial products,
-    then a kernel adding the residual, then the workbench's RMSNorm (its l1_reuse stage) on the sum.
-    Three passes over the activations on every rank: the all-reduce writes the sum, the add reads
-    it and writes h, the norm reads h again. Every rank does the whole add and norm, on every row.""")
-def separate(partials, residual, weight, out):
-    separate_allreduce_rmsnorm(_emulated_fused_group(partials, residual, weight, out))
-
-
-# -- 2. fused: the owner of a row sums, adds and normalises it --------------------------------------------
-
 @cuda.jit(device=True, inline=True)
 def _block_sum(value):
     """Sum over the block's THREADS threads, returned to every thread (warp shuffles, one barrier)."""
@@ -847,6 +808,50 @@ def _block_sum(value):
     cuda.syncthreads()  # warp_sums may be written again by the next call
     return total
 
+
+@cuda.jit
+def _rmsnorm_rows(h, weight, y):
+    """y = h / sqrt(mean(h^2) + eps) * weight, a block per row, the second pass from L1: the workbench's
+    RMSNorm (layernorm.py's l1_reuse stage), written here so that this file stands alone."""
+    cols = h.shape[1]
+    t = cuda.threadIdx.x
+    for row in range(cuda.blockIdx.x, h.shape[0], cuda.gridDim.x):
+        squares = float32(0.0)
+        for col in range(t, cols, THREADS):
+            squares += h[row, col] * h[row, col]
+        rstd = float32(1.0) / math.sqrt(_block_sum(squares) / float32(cols) + EPS)
+        for col in range(t, cols, THREADS):
+            y[row, col] = h[row, col] * rstd * weight[col]
+
+
+def separate_allreduce_rmsnorm(group: Group) -> None:
+    ranks = group.size
+    rows, cols = group.residuals[0].shape
+    n = rows * cols
+    flat = [p.reshape(n) for p in group.sends]
+    if group.emulating:
+        table = scratch("allreduce_rmsnorm.summed", (ranks, n))
+        summed = [table[r] for r in range(ranks)]
+    else:
+        summed = [group.scratch(r, "allreduce_rmsnorm.summed", n) for r in range(ranks)]
+    two_shot_allreduce(group.with_buffers(flat, summed))
+    for r in range(ranks):
+        h, y = group.recvs[r][0], group.recvs[r][1]
+        group.launch(r, _add_residual, max(1, min(rows, _grid_cap())), THREADS, summed[r], group.residuals[r], h)
+        group.launch(r, _rmsnorm_rows, max(1, min(rows, _grid_cap())), THREADS, h, group.weights[r], y)
+    group.barrier()
+
+
+@fused_op.stage("separate", """
+    What a transformer block does without fusion: the two-shot all-reduce of the partial products,
+    then a kernel adding the residual, then RMSNorm on the sum (a block per row, as layernorm.py's).
+    Three passes over the activations on every rank: the all-reduce writes the sum, the add reads
+    it and writes h, the norm reads h again. Every rank does the whole add and norm, on every row.""")
+def separate(partials, residual, weight, out):
+    separate_allreduce_rmsnorm(_emulated_fused_group(partials, residual, weight, out))
+
+
+# -- 2. fused: the owner of a row sums, adds and normalises it --------------------------------------------
 
 @cuda.jit
 def _reduce_add_norm(partials, residual, weight, out, row_lo, row_hi):

@@ -1,0 +1,980 @@
+# --------------------------------------------------------------------------------------------------
+# EXERCISE generated from solutions/allreduce.py by `workbench exercises build`. This copy is yours:
+# fill in every block marked TODO(exercise), then grade it:
+#     workbench grade allreduce            (or allreduce.<stage>; its other operators: allreduce_rmsnorm)
+# The grader checks each stage against the operator in solutions/allreduce.py (reference, inputs,
+# tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
+# is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
+# was filled with poison. On a GPU each stage must also reach 60% of the
+# speed of the solution's stage, measured in the same run.
+# `workbench exercises build` never overwrites this file once you have edited it (the line below
+# tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
+# and keeps your version beside it as a .bak file.
+# generated-sha256: 4f860c1c39751a32afe77c581d49b032485a5715301978b43fe83b3d0d9bc20a
+# --------------------------------------------------------------------------------------------------
+"""AllReduce: every GPU holds a float32 buffer, and every GPU ends up with the sum of all of them.
+
+This is what data- and tensor-parallel training stands on: after each backward pass (or each
+row-parallel linear layer) the N GPUs of a group add their buffers and each keeps the total. The
+ladder builds it the way NCCL does, over the GPUs of one host that read and write each other's
+memory over NVLink:
+
+* naive: copy every buffer to GPU 0, add there, copy the sum back: GPU 0's links carry everything;
+* one-shot: every GPU reads every other GPU's buffer and adds: one step, the least latency;
+* two-shot: reduce-scatter (GPU r sums slice r from all GPUs) then all-gather (each GPU fetches the
+  finished slices): every link carries only 2(N-1)/N of the data;
+* ring: the same traffic over neighbours only, in 2(N-1) steps;
+* flags: one kernel per GPU that synchronises with the others through flags in memory instead of
+  host events, and pushes its sums straight into the other GPUs' buffers.
+
+**Ranks.** A *rank* is one participant: its input buffer ``send`` and its output buffer ``recv``
+(NCCL's sendbuff and recvbuff; the all-reduce is out of place: a one-shot kernel that wrote its sum
+over its own input while a peer was still reading it would race). A :class:`Group` holds the ranks
+and knows how each reaches the others' buffers. On a host with several GPUs rank r lives on GPU r
+and sees its peers' buffers through peer pointers (``Group.on_gpus``, used by
+``scripts/gpu_allreduce.py``). Without a GPU, or with one, the ranks are *emulated*: rank r's buffers
+are row r of an (N, n) array on one device (``Group.emulated``). The same kernels run either way,
+so the stages below take ``x`` of shape (N, n) (row r: rank r's input) and write ``out`` of the same
+shape (every row: the sum), and are checked in the simulator like any other ladder.
+
+**Synchronisation.** A GPU must not read a peer's buffer before the peer has finished writing it,
+and must not let its caller reuse its own buffers while a peer may still read them. Stages 1-4 put
+a :meth:`Group.barrier` between such steps: on several GPUs, an event recorded on each rank's stream
+that every other rank's stream waits for. Emulated ranks share one stream, so they cannot run at the
+same time; to make a missing barrier show anyway, everything a rank was given since the last barrier
+runs in one go, the highest rank first: a rank that reads a peer's result without a barrier in
+between reads it before the peer has computed it (``tests/test_allreduce.py`` checks that a two-shot
+without its barrier fails).
+
+**Bytes.** The model here is the one-device figure: every rank's input read once and every rank's
+result written once, 8 N n bytes. Across GPUs, nccl-tests' bus bandwidth 2(N-1)/N * 4n / time is
+what compares with the links (``busbw_bytes``; ``scripts/gpu_allreduce.py`` reports it).
+"""
+
+import copy
+import math
+
+import numpy as np
+from numba import cuda, float32, uint64
+
+from workbench import device, peers
+from workbench.ladder import InputError, Operator, expect_device_array, scratch, sm_count
+
+THREADS = 128  # threads per block; a multiple of the 32-lane warp
+WARPS = THREADS // 32
+FULL_MASK = 0xFFFFFFFF
+UNROLL = 4  # elements each thread of the flag kernels sums per step: 4 N independent loads in flight
+BLOCKS_PER_SM = 4  # the flag kernels' blocks per multiprocessor: few enough to be resident at once
+# How many times a flag kernel polls a flag before it gives up and reports a hang (about a second
+# on a GPU). A rank that never arrives (a peer that crashed, a grid too big to be resident) then
+# becomes an error on the host instead of a GPU spinning forever.
+MAX_POLLS = 1 << 20
+POLL_NS = 64  # pause between two polls of a flag
+EPS = np.float32(1e-5)  # RMSNorm's epsilon, as in layernorm.py (a float32 global: no float64 creeps in)
+
+
+def busbw_bytes(size) -> float:
+    """nccl-tests' bus bytes of an all-reduce of n floats over N ranks: 2(N-1)/N * 4n. A ring or a
+    two-shot moves exactly this much over each rank's link, whatever N is, so busbw = bus bytes /
+    time compares with the link's bandwidth (a rank sends (N-1)/N of the data while reducing and
+    again while gathering)."""
+    ranks, n = size[0], size[-1] if len(size) == 2 else int(np.prod(size[1:]))
+    return 2.0 * (ranks - 1) / ranks * 4 * n
+
+
+def slice_of(n: int, ranks: int, r: int) -> tuple[int, int]:
+    """[lo, hi): the part of an n-element buffer rank r owns in a reduce-scatter. The first ranks get
+    ceil(n / ranks) elements each; with n < ranks the last ones own nothing."""
+    chunk = -(-n // ranks)
+    lo = min(n, r * chunk)
+    return lo, min(n, lo + chunk)
+
+
+# -- the group of ranks ---------------------------------------------------------------------------
+
+class Group:
+    """The ranks of one all-reduce, and how each reaches the others' buffers.
+
+    ``sends[r]`` and ``recvs[r]``: rank r's input and output, 1-D float32 device arrays of n elements
+    in rank r's memory. ``gpus``: None when the ranks are emulated on the current device (one stream,
+    work run at barriers: see the module's docstring); else ``gpus[r]`` is rank r's device, each rank
+    has a stream of its own, and peers' buffers are reached through peer pointers.
+    """
+
+    def __init__(self, sends, recvs, gpus=None):
+        if len(sends) != len(recvs) or not sends:
+            raise InputError(f"a group needs one send and one recv buffer per rank; got {len(sends)} and {len(recvs)}")
+        self.size = len(sends)
+        self.n = int(sends[0].size)
+        self.sends = list(sends)
+        self.recvs = list(recvs)
+        self.gpus = None if gpus is None else list(gpus)
+        self._queued = [[] for _ in range(self.size)]
+        self._views = {}
+        self._events = None
+        self.streams = [0] * self.size
+        if self.gpus is not None:
+            self.streams = []
+            for g in self.gpus:
+                with cuda.gpus[g]:
+                    self.streams.append(cuda.stream())
+
+    @classmethod
+    def emulated(cls, x, out):
+        """N ranks on the current device: rank r's input is x[r], its output out[r]."""
+        return cls([x[r] for r in range(x.shape[0])], [out[r] for r in range(out.shape[0])])
+
+    @classmethod
+    def on_gpus(cls, sends, recvs, gpus):
+        """Rank r on GPU gpus[r], its buffers allocated there. Enables peer access between them."""
+        enable_peer_access(gpus)
+        return cls(sends, recvs, gpus)
+
+    @property
+    def emulating(self) -> bool:
+        return self.gpus is None
+
+    def peers(self, r, arrays) -> tuple:
+        """``arrays`` (one per rank) as rank r's kernels address them: its own, and the others' through
+        peer pointers (a DeviceNDArray built in rank r's context on the peer's address)."""
+        if self.emulating:
+            return tuple(arrays)
+        views = []
+        for s, a in enumerate(arrays):
+            if s == r:
+                views.append(a)
+                continue
+            key = (r, id(a))
+            if key not in self._views:
+                with cuda.gpus[self.gpus[r]]:
+                    self._views[key] = (cuda.from_cuda_array_interface(a.__cuda_array_interface__, owner=a,
+                                                                       sync=False), a)
+            views.append(self._views[key][0])
+        return tuple(views)
+
+    def scratch(self, r, key, shape, dtype=np.float32, zeroed=False):
+        """A workspace buffer in rank r's memory, kept across calls."""
+        if self.emulating:
+            return scratch(key, shape, dtype, zeroed)
+        with cuda.gpus[self.gpus[r]]:
+            return scratch(f"{key}@gpu{self.gpus[r]}", shape, dtype, zeroed)
+
+    def launch(self, r, kernel, grid, block, *args):
+        """``kernel[grid, block](*args)`` as rank r: on its device and stream (emulated: at the next barrier)."""
+        if self.emulating:
+            self._queued[r].append(lambda: kernel[grid, block](*args))
+        else:
+            with cuda.gpus[self.gpus[r]]:
+                kernel[grid, block, self.streams[r]](*args)
+
+    def with_buffers(self, sends, recvs):
+        """The same ranks (devices, streams, work not yet run) with other buffers."""
+        other = copy.copy(self)
+        other.sends, other.recvs, other.n = list(sends), list(recvs), int(sends[0].size)
+        other._events = None
+        return other
+
+    def copy(self, r, dst, src):
+        """Rank r's stream copies device array ``src`` into ``dst`` (either may be a peer's: over NVLink)."""
+        if self.emulating:
+            self._queued[r].append(lambda: dst.copy_to_device(src))
+        else:
+            with cuda.gpus[self.gpus[r]]:
+                dst.copy_to_device(src, stream=self.streams[r])
+
+    def barrier(self):
+        """No rank goes past this point until every rank has finished what it was given before it."""
+        if self.emulating:
+            # One device, one stream: run what each rank was given, highest rank first (see the
+            # module's docstring: the order in which a missing barrier shows).
+            for r in reversed(range(self.size)):
+                for work in self._queued[r]:
+                    work()
+                self._queued[r].clear()
+            return
+        if self._events is None:
+            self._events = []
+            for g in self.gpus:
+                with cuda.gpus[g]:
+                    self._events.append(cuda.event(timing=False))
+        for r, g in enumerate(self.gpus):
+            with cuda.gpus[g]:
+                self._events[r].record(self.streams[r])
+        for r, g in enumerate(self.gpus):
+            with cuda.gpus[g]:
+                for s in range(self.size):
+                    if s != r:
+                        self._events[s].wait(self.streams[r])  # a stream may wait on another device's event
+
+    def synchronize(self):
+        """Wait on the host until every rank's work is done."""
+        if self.emulating:
+            self.barrier()
+            cuda.synchronize()
+            return
+        for r, g in enumerate(self.gpus):
+            with cuda.gpus[g]:
+                self.streams[r].synchronize()
+
+
+def enable_peer_access(gpus) -> None:
+    """Let every GPU of ``gpus`` address every other's memory (cuCtxEnablePeerAccess both ways)."""
+    for g in gpus:
+        for h in gpus:
+            if g == h:
+                continue
+            with cuda.gpus[h]:
+                peer_context = cuda.current_context()
+            with cuda.gpus[g]:
+                context = cuda.current_context()
+                if not context.can_access_peer(h):
+                    raise RuntimeError(f"GPU {g} cannot access GPU {h}'s memory (no NVLink or PCIe peer path)")
+                try:
+                    context.enable_peer_access(peer_context.handle)
+                except Exception as exc:  # CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED is fine
+                    if "ALREADY_ENABLED" not in str(exc) and "704" not in str(exc):
+                        raise
+
+
+def _resident_blocks(n, per_block, cap):
+    """Enough blocks for n items at ``per_block`` a block, at most ``cap``, at least one."""
+    return max(1, min(cap, -(-n // per_block)))
+
+
+def _grid_cap():
+    return sm_count() * BLOCKS_PER_SM
+
+
+# -- the operator ------------------------------------------------------------------------------------
+
+def _inputs(size, rng):
+    ranks, n = size
+    return (rng.uniform(-1.0, 1.0, (ranks, n)).astype(np.float32),)
+
+
+def _reference(x):
+    total = x.astype(np.float64).sum(axis=0)
+    return np.broadcast_to(total, x.shape).copy()
+
+
+def _adversarial(size, rng):
+    """A stage that leaves out a rank, or counts one twice, can still look close on random data whose
+    ranks cancel; here all but one rank hold zeros, so the answer is that rank's buffer exactly."""
+    ranks, n = size
+    cases = []
+    for label, live in (("only-the-last-rank", ranks - 1), ("only-the-first-rank", 0)):
+        x = np.zeros((ranks, n), np.float32)
+        x[live] = rng.uniform(1.0, 2.0, n).astype(np.float32)
+        cases.append((label, (x,)))
+    return cases
+
+
+def _pointer(a):
+    cai = getattr(a, "__cuda_array_interface__", None)
+    return cai["data"][0] if cai else id(a)
+
+
+def _validate(x, out):
+    expect_device_array("x", x, dtype=np.float32, ndim=2)
+    expect_device_array("out", out, dtype=np.float32, shape=tuple(x.shape))
+    if _pointer(x) == _pointer(out):
+        raise InputError("out is x: the all-reduce is out of place (a peer may still read a rank's input "
+                         "while the rank writes its result); pass a separate output")
+
+
+def _explain(inputs, out, ref):
+    (x,) = inputs
+    rows_equal = all(np.array_equal(out[0], out[r], equal_nan=True) for r in range(out.shape[0]))
+    if not rows_equal:
+        return ("the ranks ended with different results: every rank must hold the same sum (add the "
+                "ranks in the same order everywhere, and let each see every finished slice)")
+    return None
+
+
+def _peer(size):
+    torch = peers.torch()
+    if torch is None:
+        return None
+
+    def sum_and_broadcast(x, out):
+        t_out = peers.as_torch(out)
+        t_out.copy_(peers.as_torch(x).sum(dim=0).expand_as(t_out))
+
+    return "torch.sum + broadcast (one GPU)", sum_and_broadcast
+
+
+op = Operator(
+    name="allreduce",
+    title="AllReduce: the sum of N float32 buffers, one per rank, left on every rank",
+    reference=_reference,
+    make_inputs=_inputs,
+    make_output=lambda size: np.empty(size, np.float32),
+    bytes_moved=lambda size: 8 * size[0] * size[1],
+    flops=lambda size: (size[0] - 1) * size[1],
+    validate=_validate,
+    peer=_peer,
+    explain=_explain,
+    adversarial_inputs=_adversarial,
+    size_names=("ranks", "n"),
+    check_sizes=[(1, 1000), (2, 1_000_003), (3, 4099), (4, 2**20 + 1), (8, 12345), (2, 2**24)],
+    sim_sizes=[(1, 37), (3, 100), (4, 131), (2, 1000), (8, 77)],
+    grade_sizes={"sim": [(1, 33), (2, 101), (3, 100), (4, 257)], "gpu": [(2, 1_000_003), (3, 99_999), (4, 2**20 + 3)]},
+    bench_sizes=[(2, 2**14), (2, 2**18), (2, 2**22), (4, 2**22), (4, 2**24), (8, 2**24)],
+    headline_size=(4, 2**24),
+    rank=400,
+    group="AllReduce across GPUs",
+)
+
+
+# -- 1. naive: through GPU 0 --------------------------------------------------------------------------
+
+@cuda.jit
+def _sum_all(sends, recv):
+    """recv[i] = sends[0][i] + sends[1][i] + ... : every rank adds in the same order, so every rank
+    gets the same bits. ``sends`` is a tuple, one array per rank (peers' through peer pointers)."""
+    for i in range(cuda.grid(1), recv.size, cuda.gridsize(1)):
+        acc = sends[0][i]
+        for s in range(1, len(sends)):  # len(sends) is known when numba compiles: the loop unrolls
+            acc += sends[s][i]
+        recv[i] = acc
+
+
+def naive_allreduce(group: Group) -> None:
+    n, ranks = group.n, group.size
+    gathered = group.scratch(0, "allreduce.naive.gathered", (ranks, n))
+    group.barrier()  # every rank's input is ready before GPU 0 copies it
+    for r in range(ranks):
+        group.copy(0, gathered[r], group.sends[r])  # the copy engines pull each buffer to GPU 0
+    rows = tuple(gathered[r] for r in range(ranks))
+    group.launch(0, _sum_all, _resident_blocks(n, THREADS, _grid_cap()), THREADS, rows, group.recvs[0])
+    for r in range(1, ranks):
+        group.copy(0, group.recvs[r], group.recvs[0])  # and push the sum back out
+    group.barrier()  # no rank reuses its buffers while GPU 0 may still read or write them
+
+
+@op.stage("naive", """
+    Copy every rank's buffer to GPU 0, add them there, copy the sum back to every rank. Simple, and
+    correct for any N, but GPU 0's links carry 2(N-1) whole buffers while the other GPUs' links and
+    adders idle: the time grows with N, and even at N = 2 the copies and the add run one after the
+    other. Two barriers frame it: GPU 0 may not read a rank's input before that rank has produced it,
+    and a rank may not reuse its buffers while GPU 0 still reads or writes them.""")
+def naive(x, out):
+    naive_allreduce(Group.emulated(x, out))
+
+
+# -- 2. one-shot: every rank reads every rank ----------------------------------------------------------
+
+def one_shot_allreduce(group: Group) -> None:
+    blocks = _resident_blocks(group.n, THREADS, _grid_cap())
+    group.barrier()  # every input is ready before anyone reads it
+    for r in range(group.size):
+        group.launch(r, _sum_all, blocks, THREADS, group.peers(r, group.sends), group.recvs[r])
+    group.barrier()  # nobody reuses an input while a peer may still read it
+
+
+@op.stage("one_shot", """
+    Every rank's kernel reads every rank's buffer (the peers' over NVLink, through peer pointers) and
+    writes the sum into its own output: one step, N kernels running at once on N GPUs. Each rank reads
+    (N-1) whole remote buffers, so its incoming link carries (N-1)/N of the data more than the
+    two-shot's share: one-shot wins on latency (one kernel, one barrier round) and loses on bandwidth
+    as buffers grow. Ranks add in the same order (rank 0 first), so every rank holds the same bits.""")
+def one_shot(x, out):
+    one_shot_allreduce(Group.emulated(x, out))
+
+
+# -- 3. two-shot: reduce-scatter, then all-gather ---------------------------------------------------------
+
+@cuda.jit
+def _reduce_scatter(sends, recv, lo, hi):
+    """This rank's slice [lo, hi) of the sum, from every rank's input, into recv[lo:hi]."""
+    start = lo + cuda.grid(1)
+    stride = cuda.gridsize(1)
+    # EXERCISE: write this part of `_reduce_scatter`. Read the hints one at a time.
+    #   hint 1 (nudge): Only this rank's slice: a grid-stride loop over i in [lo, hi). Each element is the sum of sends[s][i] over every rank s.
+    #   hint 2: Add the ranks in the same order on every rank (start from sends[0][i], then s = 1, 2, ...), so that every rank's copy of the sum has the same bits; write the total to recv[i].
+    #   hint 3 (nearly the answer): for i in range(start, hi, stride): acc = sends[0][i]; for s in range(1, len(sends)): acc += sends[s][i]; recv[i] = acc
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@cuda.jit
+def _all_gather(recvs, rank):
+    """Fill rank ``rank``'s output with every other rank's finished slice, read from its owner."""
+    mine = recvs[rank]
+    n = mine.size
+    chunk = (n + len(recvs) - 1) // len(recvs)
+    for owner in range(len(recvs)):
+        if owner != rank:
+            lo = min(n, owner * chunk)
+            hi = min(n, lo + chunk)
+            for i in range(lo + cuda.grid(1), hi, cuda.gridsize(1)):
+                mine[i] = recvs[owner][i]
+
+
+def two_shot_allreduce(group: Group) -> None:
+    n, ranks = group.n, group.size
+    group.barrier()  # every input is ready
+    for r in range(ranks):
+        lo, hi = slice_of(n, ranks, r)
+        blocks = _resident_blocks(hi - lo, THREADS, _grid_cap())
+        group.launch(r, _reduce_scatter, blocks, THREADS, group.peers(r, group.sends), group.recvs[r], lo, hi)
+    group.barrier()  # every slice is summed before anyone copies it
+    for r in range(ranks):
+        if ranks > 1:
+            blocks = _resident_blocks(n, THREADS, _grid_cap())
+            group.launch(r, _all_gather, blocks, THREADS, group.peers(r, group.recvs), r)
+    group.barrier()  # nobody reuses a buffer a peer may still read
+
+
+@op.stage("two_shot", """
+    Split the buffer into N slices. Reduce-scatter: rank r sums slice r from every rank's input; then,
+    after a barrier, all-gather: every rank copies the other ranks' finished slices. Each rank now
+    receives (N-1)/N of the data twice, 2(N-1)/N in all, the least any all-reduce can do over its
+    links (hence nccl-tests' bus bandwidth: 2(N-1)/N * bytes / time), and all N GPUs add at once.
+    The barrier in the middle is what makes it correct: without it a rank copies a slice its owner
+    has not summed yet, a race that on real GPUs shows only when the owner happens to be late.""")
+def two_shot(x, out):
+    two_shot_allreduce(Group.emulated(x, out))
+
+
+# -- 4. ring ---------------------------------------------------------------------------------------------
+
+@cuda.jit
+def _ring_add(left, own, into, lo, hi):
+    """into[lo:hi] = left[lo:hi] + own[lo:hi]: the partial sum arriving from the left neighbour plus this rank's part."""
+    for i in range(lo + cuda.grid(1), hi, cuda.gridsize(1)):
+        into[i] = left[i] + own[i]
+
+
+def ring_allreduce(group: Group) -> None:
+    n, ranks = group.n, group.size
+    group.barrier()
+    if ranks == 1:  # no neighbour: the sum is the input
+        group.copy(0, group.recvs[0], group.sends[0])
+        group.barrier()
+        return
+    # Reduce-scatter, N-1 steps: at step s rank r takes chunk k = r - s - 1 from its left neighbour
+    # (its input at the first step, its partial sum after), adds its own part and keeps the result.
+    # Its left neighbour produced exactly that chunk at step s - 1; after N-1 steps rank r holds the
+    # whole sum of chunk r + 1.
+    for step in range(ranks - 1):
+        for r in range(ranks):
+            left = (r - 1) % ranks
+            lo, hi = slice_of(n, ranks, (r - step - 1) % ranks)
+            source = group.sends if step == 0 else group.recvs
+            group.launch(r, _ring_add, _resident_blocks(hi - lo, THREADS, _grid_cap()), THREADS,
+                         group.peers(r, source)[left], group.sends[r], group.recvs[r], lo, hi)
+        group.barrier()  # a chunk is passed on only after it was added to
+    # All-gather, N-1 steps: at step s rank r copies finished chunk r - s from its left neighbour
+    # (a plain copy, done by the copy engine: no kernel needed to move bytes unchanged).
+    for step in range(ranks - 1):
+        for r in range(ranks):
+            left = (r - 1) % ranks
+            lo, hi = slice_of(n, ranks, (r - step) % ranks)
+            if hi > lo:
+                group.copy(r, group.recvs[r][lo:hi], group.peers(r, group.recvs)[left][lo:hi])
+        group.barrier()
+
+
+@op.stage("ring", """
+    The same 2(N-1)/N of the data per rank as two-shot, but each rank talks only to its neighbours:
+    2(N-1) steps, each passing one chunk (1/N of the buffer) to the right. Reduce-scatter: at step s
+    rank r adds its part to the partial sum its left neighbour made at step s-1; after N-1 steps each
+    rank holds one chunk's whole sum, and N-1 copying steps pass those around. It needs no link
+    between every pair of GPUs, which is why NCCL uses it across PCIe and between hosts. Here each
+    step ends in a barrier, so the links idle while the slowest rank finishes a step: 2(N-1) barriers
+    against two-shot's two. The next stage replaces host barriers with flags in memory.""")
+def ring(x, out):
+    ring_allreduce(Group.emulated(x, out))
+
+
+# -- 5. flags: one kernel per rank, synchronised through memory -------------------------------------------
+
+# Each rank has an int32 flag array in its own memory, written by the others (over NVLink) and
+# polled by itself: ``flags[s]`` (s < N) is the last call rank s arrived at; ``flags[N + s*B + b]`` is
+# the last call in which block b of rank s finished pushing its sums. Calls are numbered (the
+# epoch), so flags only grow and never need resetting.
+
+@cuda.jit(device=True, inline=True)
+def _wait_for(flags, slot, epoch, max_polls, status):
+    """Spin until flags[slot] >= epoch. The read is an atomic (add 0), so it goes to the memory every
+    time: a plain load may be served from this SM's L1, which nothing updates. Gives up after
+    max_polls, recording the slot in status[0] for the host to report."""
+    polls = 0
+    while cuda.atomic.add(flags, slot, 0) < epoch:
+        polls += 1
+        if polls > max_polls:
+            cuda.atomic.max(status, 0, slot + 1)
+            return
+        cuda.nanosleep(POLL_NS)
+
+
+@cuda.jit(device=True, inline=True)
+def _arrive_and_wait(flags, rank, epoch, max_polls, status):
+    """The entry barrier: tell every rank this rank's input is ready; wait until every rank has."""
+    t = cuda.threadIdx.x
+    ranks = len(flags)
+    if cuda.blockIdx.x == 0 and t < ranks:
+        flags[t][rank] = epoch  # thread t tells rank t (a store over NVLink for a peer)
+    if t < ranks:
+        _wait_for(flags[rank], t, epoch, max_polls, status)
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True, inline=True)
+def _publish_and_wait(flags, rank, epoch, max_polls, status):
+    """The exit: publish that this block's sums are everywhere; block 0 then waits for every block of
+    every rank. After that, everything the peers write here has landed, and no peer reads this rank's
+    input any more, so the caller may reuse both."""
+    t = cuda.threadIdx.x
+    ranks = len(flags)
+    blocks = cuda.gridDim.x
+    # The fence orders this thread's stores (to every GPU) before anything it writes after; the
+    # barrier then makes every thread's fenced stores precede the flag, which thread t < N stores
+    # after a fence of its own. A reader that sees the flag therefore sees the data. Without the
+    # fences the flag may overtake the data on its way over NVLink: a race that shows only sometimes.
+    cuda.threadfence_system()
+    cuda.syncthreads()
+    if t < ranks:
+        cuda.threadfence_system()
+        flags[t][ranks + rank * blocks + cuda.blockIdx.x] = epoch
+    if cuda.blockIdx.x == 0:
+        for slot in range(ranks + t, ranks + ranks * blocks, THREADS):
+            _wait_for(flags[rank], slot, epoch, max_polls, status)
+
+
+@cuda.jit
+def _flag_allreduce(sends, recvs, flags, first_rank, epoch, max_polls, status):
+    """One rank's whole all-reduce (blockIdx.y picks the rank when several are emulated in one grid):
+    the entry barrier, this rank's slice summed from every input and pushed into every output, then
+    the exit. Each block handles tiles of THREADS * UNROLL elements: UNROLL per thread, loaded from
+    every rank before any is added, so 4 N loads are in flight per thread."""
+    rank = first_rank + cuda.blockIdx.y
+    ranks = len(sends)
+    _arrive_and_wait(flags, rank, epoch, max_polls, status)
+
+    n = uint64(sends[0].size)
+    chunk = (n + uint64(ranks) - uint64(1)) // uint64(ranks)
+    lo = min(n, uint64(rank) * chunk)
+    hi = min(n, lo + chunk)
+    t = uint64(cuda.threadIdx.x)
+    tile = uint64(THREADS * UNROLL)
+    step = uint64(cuda.gridDim.x) * tile
+    base = lo + uint64(cuda.blockIdx.x) * tile
+    while base + tile <= hi:
+        j0 = base + t
+        j1 = j0 + uint64(THREADS)
+        j2 = j1 + uint64(THREADS)
+        j3 = j2 + uint64(THREADS)
+        a0 = sends[0][j0]
+        a1 = sends[0][j1]
+        a2 = sends[0][j2]
+        a3 = sends[0][j3]
+        for s in range(1, ranks):
+            a0 += sends[s][j0]
+            a1 += sends[s][j1]
+            a2 += sends[s][j2]
+            a3 += sends[s][j3]
+        for s in range(ranks):  # push: stores to a peer are posted, they do not wait for a reply
+            recvs[s][j0] = a0
+            recvs[s][j1] = a1
+            recvs[s][j2] = a2
+            recvs[s][j3] = a3
+        base += step
+    j = base + t  # the last, partial tile: at most one block has one
+    while j < hi:
+        acc = sends[0][j]
+        for s in range(1, ranks):
+            acc += sends[s][j]
+        for s in range(ranks):
+            recvs[s][j] = acc
+        j += uint64(THREADS)
+
+    _publish_and_wait(flags, rank, epoch, max_polls, status)
+
+
+_EPOCHS: dict = {}
+
+
+def _next_epoch(key) -> int:
+    _EPOCHS[key] = _EPOCHS.get(key, 0) + 1
+    return _EPOCHS[key]
+
+
+class BarrierTimeout(RuntimeError):
+    """A flag kernel gave up waiting for a peer (see MAX_POLLS)."""
+
+
+def check_flag_status(group: Group, name: str = "allreduce") -> None:
+    """Raise BarrierTimeout if a flag kernel of ``group`` gave up waiting (after synchronising)."""
+    group.synchronize()
+    ranks = range(1) if group.emulating else range(group.size)
+    for r in ranks:
+        status = group.scratch(r, f"{name}.status", 1, np.int32, zeroed=True)
+        value = int(status.copy_to_host()[0])
+        if value:
+            status.copy_to_device(np.zeros(1, np.int32))
+            raise BarrierTimeout(f"{name}: rank {r} gave up waiting for flag slot {value - 1} after "
+                                 f"{MAX_POLLS} polls (a peer that never arrived, or a grid too large to be resident)")
+
+
+def _flag_launch(group: Group, kernel, name: str, work: int, per_block: int, args_of) -> None:
+    """Launch ``kernel`` once per rank (one grid for all emulated ranks: blockIdx.y is the rank) with
+    ``args_of(r)`` (rank r's arguments) followed by the flag arrays, the first rank, the call's epoch,
+    the poll limit and the status word."""
+    ranks = group.size
+    cap = max(1, _grid_cap() // (ranks if group.emulating else 1))  # every block resident at once
+    blocks = _resident_blocks(work, per_block, cap)
+    slots = ranks + ranks * blocks
+    key = f"{name}.flags.{ranks}x{blocks}"
+    if group.emulating:
+        table = group.scratch(0, key, (ranks, slots), np.int32, zeroed=True)
+        flags = [table[r] for r in range(ranks)]
+    else:
+        flags = [group.scratch(r, key, slots, np.int32, zeroed=True) for r in range(ranks)]
+    epoch = _next_epoch((key, tuple(group.gpus or ())))
+    # The simulator runs blocks one after another, so a rank waiting for another is never answered
+    # there: the kernel gives up at once (the stage is gpu_only; such a run only records the launch).
+    max_polls = 0 if device.is_simulator() else MAX_POLLS
+    if group.emulating:
+        status = group.scratch(0, f"{name}.status", 1, np.int32, zeroed=True)
+        kernel[(blocks, ranks), THREADS](*args_of(0), tuple(flags), 0, epoch, max_polls, status)
+        return
+    for r in range(ranks):
+        status = group.scratch(r, f"{name}.status", 1, np.int32, zeroed=True)
+        group.launch(r, kernel, (blocks, 1), THREADS, *args_of(r), group.peers(r, flags), r, epoch, max_polls, status)
+
+
+def flag_allreduce(group: Group) -> None:
+    per_rank = -(-group.n // group.size)
+    _flag_launch(group, _flag_allreduce, "allreduce.flag", per_rank, THREADS * UNROLL,
+                 lambda r: (group.peers(r, group.sends), group.peers(r, group.recvs)))
+    if device.is_simulator():
+        _refuse_in_the_simulator(group, "allreduce.flag")
+
+
+def _refuse_in_the_simulator(group: Group, name: str) -> None:
+    """After a flag kernel's launch in the simulator (recorded for the sm_90 compile check): say why
+    its result means nothing here."""
+    try:
+        check_flag_status(group, name)
+    except BarrierTimeout:
+        pass
+    raise RuntimeError(f"{name}: the simulator runs one block at a time, so a rank waiting on another "
+                       "rank's flags is never answered; run this stage on a GPU")
+
+
+@op.stage("flags", """
+    One kernel per rank and no host barrier: ranks synchronise through flags in GPU memory. On entry
+    each rank writes "arrived at call e" into every rank's flags and waits for all N arrivals (an
+    atomic read, which bypasses the SM's cache). Each block then sums its tiles of this rank's slice,
+    four elements a thread loaded from every rank before any add, and pushes the sums into every
+    rank's output (stores over NVLink are posted: they do not wait for a reply, unlike the two-shot's
+    remote loads). A system-scope fence, then a flag per block: "my sums are everywhere". Block 0
+    waits for every block of every rank; after that nothing more lands here and nobody reads this
+    rank's input, so the kernel's end is the exit barrier. Two flag round trips instead of event
+    waits, and no launch between the two halves. The simulator cannot run it: a rank waits for
+    another rank's blocks running at the same time, which the simulator's one-block-at-a-time order
+    never provides.""",
+    gpu_only="ranks wait on flags set by other ranks' blocks running at the same time; the simulator runs "
+             "blocks one after another")
+def flags(x, out):
+    flag_allreduce(Group.emulated(x, out))
+
+
+ALGORITHMS = {"naive": naive_allreduce, "one_shot": one_shot_allreduce, "two_shot": two_shot_allreduce,
+              "ring": ring_allreduce, "flags": flag_allreduce}
+
+
+# =========================================================================================================
+# Beyond NCCL: all-reduce + residual add + RMSNorm in one kernel
+# =========================================================================================================
+#
+# In a tensor-parallel transformer block the attention (or MLP) output is a row-parallel linear layer:
+# each GPU holds a partial product, the all-reduce adds them, the residual is added, and RMSNorm
+# normalises the result for the next layer. Three kernels, each a pass over the activations: the
+# all-reduce writes the sum, the add reads it back, the norm reads it again. Fused, the rank that
+# owns a row sums it from every GPU, adds the residual, normalises it and pushes both results (the
+# new residual stream h and the normalised y) to every GPU: one pass.
+
+def _fused_inputs(size, rng):
+    ranks, rows, cols = size
+    partials = rng.standard_normal((ranks, rows, cols)).astype(np.float32)
+    residual = rng.standard_normal((rows, cols)).astype(np.float32)
+    return partials, residual, rng.uniform(0.5, 1.5, cols).astype(np.float32)
+
+
+def _fused_reference(partials, residual, weight):
+    h = residual.astype(np.float64) + partials.astype(np.float64).sum(axis=0)
+    y = h / np.sqrt((h * h).mean(axis=1, keepdims=True) + float(EPS)) * weight.astype(np.float64)
+    return np.broadcast_to(np.stack([h, y]), (partials.shape[0], 2) + h.shape).copy()
+
+
+def _fused_adversarial(size, rng):
+    """Partials that cancel across ranks (h is the residual plus rounding), and rows that sum to exactly
+    zero (rank 0's partial is minus the residual, the others' are zero): RMSNorm must give 0 there,
+    not 0/0."""
+    ranks, rows, cols = size
+    partials, residual, weight = _fused_inputs(size, rng)
+    cancelling = partials.copy()
+    if ranks > 1:
+        cancelling[-1] = (-partials[:-1].astype(np.float64).sum(axis=0)).astype(np.float32)
+    zeroing = partials.copy()
+    zeroing[:, ::2] = 0.0
+    zeroing[0, ::2] = -residual[::2]
+    return [("partials-cancel", (cancelling, residual, weight)), ("zero-rows", (zeroing, residual, weight))]
+
+
+def _fused_validate(partials, residual, weight, out):
+    expect_device_array("partials", partials, dtype=np.float32, ndim=3)
+    ranks, rows, cols = partials.shape
+    expect_device_array("residual", residual, dtype=np.float32, shape=(rows, cols))
+    expect_device_array("weight", weight, dtype=np.float32, shape=(cols,))
+    expect_device_array("out", out, dtype=np.float32, shape=(ranks, 2, rows, cols))
+
+
+def _fused_peer(size):
+    torch = peers.torch()
+    if torch is None or not hasattr(torch.nn.functional, "rms_norm"):
+        return None
+
+    def torch_sum_add_rms_norm(partials, residual, weight, out):
+        t_out = peers.as_torch(out)
+        h = torch.add(peers.as_torch(partials).sum(dim=0), peers.as_torch(residual))
+        y = torch.nn.functional.rms_norm(h, (h.shape[1],), peers.as_torch(weight), float(EPS))
+        t_out[:, 0].copy_(h.expand_as(t_out[:, 0]))
+        t_out[:, 1].copy_(y.expand_as(t_out[:, 1]))
+
+    return "torch sum + add + rms_norm (one GPU)", torch_sum_add_rms_norm
+
+
+def _fused_bytes(size):
+    ranks, rows, cols = size
+    return 4 * (ranks * rows * cols + rows * cols + cols + 2 * ranks * rows * cols)
+
+
+fused_op = Operator(
+    name="allreduce_rmsnorm",
+    title="AllReduce + residual add + RMSNorm (a tensor-parallel block's epilogue)",
+    reference=_fused_reference,
+    make_inputs=_fused_inputs,
+    make_output=lambda size: np.empty((size[0], 2, size[1], size[2]), np.float32),
+    bytes_moved=_fused_bytes,
+    flops=lambda size: (size[0] + 4) * size[1] * size[2],
+    validate=_fused_validate,
+    peer=_fused_peer,
+    adversarial_inputs=_fused_adversarial,
+    size_names=("ranks", "rows", "cols"),
+    check_sizes=[(1, 7, 1000), (2, 33, 4096), (3, 100, 777), (4, 257, 8192), (2, 1024, 8192)],
+    sim_sizes=[(1, 2, 33), (2, 3, 65), (3, 2, 40), (4, 3, 17), (8, 2, 20)],
+    grade_sizes={"sim": [(1, 2, 33), (2, 3, 65), (3, 4, 40), (4, 5, 17)]},
+    bench_sizes=[(2, 16, 8192), (2, 256, 8192), (2, 4096, 8192), (4, 4096, 8192)],
+    headline_size=(2, 4096, 8192),
+    rank=401,
+    group="AllReduce across GPUs",
+)
+
+
+def fused_group(partials, out, residuals, weights, gpus=None):
+    """The ranks of a fused call: rank r's partial product partials[r] and output out[r] (2, rows,
+    cols); residuals[r] and weights[r] its replicas of the residual stream and the norm's weight."""
+    group = Group(list(partials), list(out), gpus)
+    group.residuals, group.weights = list(residuals), list(weights)
+    return group
+
+
+def _emulated_fused_group(partials, residual, weight, out):
+    ranks = partials.shape[0]
+    return fused_group([partials[r] for r in range(ranks)], [out[r] for r in range(ranks)],
+                       [residual] * ranks, [weight] * ranks)
+
+
+# -- 1. separate: all-reduce, then an add, then RMSNorm ---------------------------------------------------
+
+@cuda.jit
+def _add_residual(summed, residual, h):
+    """h = summed + residual over a (rows, cols) matrix (summed: the same matrix, flat). A block per row."""
+    cols = h.shape[1]
+    for row in range(cuda.blockIdx.x, h.shape[0], cuda.gridDim.x):
+        for col in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
+            h[row, col] = summed[row * cols + col] + residual[row, col]
+
+
+@cuda.jit(device=True, inline=True)
+def _block_sum(value):
+    """Sum over the block's THREADS threads, returned to every thread (warp shuffles, one barrier)."""
+    warp_sums = cuda.shared.array(WARPS, float32)
+    lane = cuda.threadIdx.x % 32
+    offset = 16
+    while offset > 0:
+        value += cuda.shfl_xor_sync(FULL_MASK, value, offset)
+        offset //= 2
+    if lane == 0:
+        warp_sums[cuda.threadIdx.x // 32] = value
+    cuda.syncthreads()
+    total = float32(0.0)
+    for w in range(WARPS):
+        total += warp_sums[w]
+    cuda.syncthreads()  # warp_sums may be written again by the next call
+    return total
+
+
+@cuda.jit
+def _rmsnorm_rows(h, weight, y):
+    """y = h / sqrt(mean(h^2) + eps) * weight, a block per row, the second pass from L1: the workbench's
+    RMSNorm (layernorm.py's l1_reuse stage), written here so that this file stands alone."""
+    cols = h.shape[1]
+    t = cuda.threadIdx.x
+    for row in range(cuda.blockIdx.x, h.shape[0], cuda.gridDim.x):
+        squares = float32(0.0)
+        for col in range(t, cols, THREADS):
+            squares += h[row, col] * h[row, col]
+        rstd = float32(1.0) / math.sqrt(_block_sum(squares) / float32(cols) + EPS)
+        for col in range(t, cols, THREADS):
+            y[row, col] = h[row, col] * rstd * weight[col]
+
+
+def separate_allreduce_rmsnorm(group: Group) -> None:
+    ranks = group.size
+    rows, cols = group.residuals[0].shape
+    n = rows * cols
+    flat = [p.reshape(n) for p in group.sends]
+    if group.emulating:
+        table = scratch("allreduce_rmsnorm.summed", (ranks, n))
+        summed = [table[r] for r in range(ranks)]
+    else:
+        summed = [group.scratch(r, "allreduce_rmsnorm.summed", n) for r in range(ranks)]
+    two_shot_allreduce(group.with_buffers(flat, summed))
+    for r in range(ranks):
+        h, y = group.recvs[r][0], group.recvs[r][1]
+        group.launch(r, _add_residual, max(1, min(rows, _grid_cap())), THREADS, summed[r], group.residuals[r], h)
+        group.launch(r, _rmsnorm_rows, max(1, min(rows, _grid_cap())), THREADS, h, group.weights[r], y)
+    group.barrier()
+
+
+@fused_op.stage("separate", """
+    What a transformer block does without fusion: the two-shot all-reduce of the partial products,
+    then a kernel adding the residual, then RMSNorm on the sum (a block per row, as layernorm.py's).
+    Three passes over the activations on every rank: the all-reduce writes the sum, the add reads
+    it and writes h, the norm reads h again. Every rank does the whole add and norm, on every row.""")
+def separate(partials, residual, weight, out):
+    separate_allreduce_rmsnorm(_emulated_fused_group(partials, residual, weight, out))
+
+
+# -- 2. fused: the owner of a row sums, adds and normalises it --------------------------------------------
+
+@cuda.jit
+def _reduce_add_norm(partials, residual, weight, out, row_lo, row_hi):
+    """Rows [row_lo, row_hi) of this rank: h = residual + the sum of every rank's partial row, then
+    y = h / sqrt(mean(h^2) + eps) * weight; both into out (h: out[0], y: out[1]). A block per row."""
+    cols = residual.shape[1]
+    t = cuda.threadIdx.x
+    for row in range(row_lo + cuda.blockIdx.x, row_hi, cuda.gridDim.x):
+        squares = float32(0.0)
+        for col in range(t, cols, THREADS):
+            h = residual[row, col]
+            for s in range(len(partials)):
+                h += partials[s][row, col]
+            out[0, row, col] = h
+            squares += h * h
+        rstd = float32(1.0) / math.sqrt(_block_sum(squares) / float32(cols) + EPS)
+        for col in range(t, cols, THREADS):  # the thread reads back only what it wrote itself
+            out[1, row, col] = out[0, row, col] * rstd * weight[col]
+
+
+@cuda.jit
+def _gather_rows(outs, rank):
+    """Copy every row this rank does not own (both planes) from its owner's output. A block per row."""
+    mine = outs[rank]
+    rows, cols = mine.shape[1], mine.shape[2]
+    rows_chunk = (rows + len(outs) - 1) // len(outs)
+    for row in range(cuda.blockIdx.x, rows, cuda.gridDim.x):
+        owner = row // rows_chunk
+        if owner != rank:
+            for col in range(cuda.threadIdx.x, cols, cuda.blockDim.x):
+                mine[0, row, col] = outs[owner][0, row, col]
+                mine[1, row, col] = outs[owner][1, row, col]
+
+
+def fused_allreduce_rmsnorm(group: Group) -> None:
+    ranks = group.size
+    rows, cols = group.residuals[0].shape
+    group.barrier()
+    for r in range(ranks):
+        lo, hi = slice_of(rows, ranks, r)
+        group.launch(r, _reduce_add_norm, max(1, min(hi - lo, _grid_cap())), THREADS,
+                     group.peers(r, group.sends), group.residuals[r], group.weights[r], group.recvs[r], lo, hi)
+    group.barrier()  # every owned row is finished before anyone copies it
+    if ranks > 1:
+        for r in range(ranks):
+            group.launch(r, _gather_rows, max(1, min(rows, _grid_cap())), THREADS, group.peers(r, group.recvs), r)
+    group.barrier()
+
+
+@fused_op.stage("fused", """
+    The two-shot's reduce-scatter, by rows, with the epilogue inside: the rank that owns a row sums
+    it from every rank's partials, adds the residual, and normalises it (a block per row: the sum of
+    squares is a block reduction), writing h and y. Then the all-gather copies the finished rows.
+    The add and the norm are done once per row instead of once per rank, and the sum never makes a
+    round trip through memory before it is used: two kernels per rank instead of four.""")
+def fused(partials, residual, weight, out):
+    fused_allreduce_rmsnorm(_emulated_fused_group(partials, residual, weight, out))
+
+
+# -- 3. fused_flags: one kernel per rank, pushing finished rows ----------------------------------------------
+
+@cuda.jit
+def _flag_reduce_add_norm(partials, residual, weight, outs, flags, first_rank, epoch, max_polls, status):
+    """One rank's whole fused call: the entry barrier, its rows summed, added to and normalised, h and
+    y pushed into every rank's output, then the exit (the same flags as _flag_allreduce)."""
+    rank = first_rank + cuda.blockIdx.y
+    ranks = len(partials)
+    _arrive_and_wait(flags, rank, epoch, max_polls, status)
+    mine = outs[rank]
+    rows, cols = residual.shape[0], residual.shape[1]
+    rows_chunk = (rows + ranks - 1) // ranks
+    row_lo = min(rows, rank * rows_chunk)
+    row_hi = min(rows, row_lo + rows_chunk)
+    t = cuda.threadIdx.x
+    for row in range(row_lo + cuda.blockIdx.x, row_hi, cuda.gridDim.x):
+        squares = float32(0.0)
+        for col in range(t, cols, THREADS):
+            h = residual[row, col]
+            for s in range(ranks):
+                h += partials[s][row, col]
+            mine[0, row, col] = h
+            squares += h * h
+        rstd = float32(1.0) / math.sqrt(_block_sum(squares) / float32(cols) + EPS)
+        for col in range(t, cols, THREADS):
+            h = mine[0, row, col]
+            y = h * rstd * weight[col]
+            for s in range(ranks):  # push both to every rank (this one already has h)
+                if s != rank:
+                    outs[s][0, row, col] = h
+                outs[s][1, row, col] = y
+    _publish_and_wait(flags, rank, epoch, max_polls, status)
+
+
+def flag_allreduce_rmsnorm(group: Group) -> None:
+    rows = group.residuals[0].shape[0]
+    _flag_launch(group, _flag_reduce_add_norm, "allreduce_rmsnorm.flag", -(-rows // group.size), 1,
+                 lambda r: (group.peers(r, group.sends), group.residuals[r], group.weights[r],
+                            group.peers(r, group.recvs)))
+    if device.is_simulator():
+        _refuse_in_the_simulator(group, "allreduce_rmsnorm.flag")
+
+
+@fused_op.stage("fused_flags", """
+    The fused stage in one kernel per rank, synchronised like the all-reduce's flags stage: arrive,
+    sum-add-normalise the owned rows, push h and y straight into every rank's output (posted stores
+    over NVLink), fence, flag, and block 0 waits for every block of every rank. No all-gather pass,
+    no host barrier: each row crosses each link once, already normalised.""",
+    gpu_only="ranks wait on flags set by other ranks' blocks running at the same time; the simulator runs "
+             "blocks one after another")
+def fused_flags(partials, residual, weight, out):
+    flag_allreduce_rmsnorm(_emulated_fused_group(partials, residual, weight, out))
+
+
+FUSED_ALGORITHMS = {"separate": separate_allreduce_rmsnorm, "fused": fused_allreduce_rmsnorm,
+                    "fused_flags": flag_allreduce_rmsnorm}
+
+OPERATORS = [op, fused_op]
