@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 1964e90eb7f2d97ac5de6e92414522ae9756b00a3c365cf8fd416ca47541bdfb
+# generated-sha256: 12ad98120ec8446d354a7fe2aeb8f41e5755134c2ec8110c8c98da46ef61a8b1
 # --------------------------------------------------------------------------------------------------
 """Top-k of each row of a float32 matrix: the k largest values and their column indices, largest first.
 
@@ -21,9 +21,11 @@ full sort to selecting without sorting: a radix select finds the k-th largest by
 histogram of the key bits, a byte at a time), and the last stage reads each row once, keeping only
 elements that beat the k-th best seen so far and merging them with a bitonic sort in shared memory.
 
-The order is exactly ``torch.topk``'s: larger first; NaN ranks above every number (+inf included)
-and all NaNs tie; equal values go to the lower index first (so the answer never depends on which
-thread finished first); -0.0 ranks just below +0.0. Every stage gets this from one idea: each
+The order is ``torch.topk``'s: larger first; NaN ranks above every number (+inf included) and all
+NaNs tie; -0.0 ranks just below +0.0 (torch's radix select ranks them so too); equal values go to the
+lower index first, so the answer never depends on which thread finished first (torch.topk also keeps
+the lower indices of a tie at the k-th place; within its answer its sort may order equal values
+otherwise, which logits without ties never show). Every stage gets this from one idea: each
 element's float bits become an unsigned key whose integer order is that order (flip every bit of a
 negative, set the sign bit of a positive, NaN -> 0xFFFFFFFF), and the key with the inverted column
 index below it, as a 64-bit integer, is unique in its row: the top k are the k largest of those.
@@ -80,14 +82,20 @@ def reference_topk(x: np.ndarray, k) -> np.ndarray:
     a partition then a sort of the k (not a sort of the row) keeps it quick at 4096 x 128,256."""
     k = int(np.asarray(k).ravel()[0])
     x = np.ascontiguousarray(x, np.float32)
-    cols = x.shape[1]
-    keys = order_keys(x).astype(np.uint64) << np.uint64(32)
-    keys |= np.uint64(0xFFFFFFFF) - np.arange(cols, dtype=np.uint64)
-    np.invert(keys, out=keys)  # ascending order of the inverted keys = the answer's order
-    part = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < cols else np.broadcast_to(np.arange(cols), x.shape)
-    order = np.take_along_axis(part, np.argsort(np.take_along_axis(keys, part, axis=1), axis=1), axis=1)
-    bits = np.take_along_axis(x.view(np.int32), order, axis=1)
-    return np.stack([bits.astype(np.int64), order.astype(np.int64)])
+    rows, cols = x.shape
+    inverted_index = np.uint64(0xFFFFFFFF) - np.arange(cols, dtype=np.uint64)
+    out = np.empty((2, rows, k), np.int64)
+    for r0 in range(0, rows, 256):  # a block of rows at a time: its temporaries stay in cache
+        block = x[r0: r0 + 256]
+        keys = order_keys(block).astype(np.uint64) << np.uint64(32)
+        keys |= inverted_index
+        np.invert(keys, out=keys)  # ascending order of the inverted keys = the answer's order
+        part = (np.argpartition(keys, k - 1, axis=1)[:, :k] if k < cols
+                else np.broadcast_to(np.arange(cols), block.shape))
+        order = np.take_along_axis(part, np.argsort(np.take_along_axis(keys, part, axis=1), axis=1), axis=1)
+        out[0, r0: r0 + 256] = np.take_along_axis(block.view(np.int32), order, axis=1)
+        out[1, r0: r0 + 256] = order
+    return out
 
 
 def _inputs(size, rng):

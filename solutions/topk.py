@@ -7,9 +7,11 @@ full sort to selecting without sorting: a radix select finds the k-th largest by
 histogram of the key bits, a byte at a time), and the last stage reads each row once, keeping only
 elements that beat the k-th best seen so far and merging them with a bitonic sort in shared memory.
 
-The order is exactly ``torch.topk``'s: larger first; NaN ranks above every number (+inf included)
-and all NaNs tie; equal values go to the lower index first (so the answer never depends on which
-thread finished first); -0.0 ranks just below +0.0. Every stage gets this from one idea: each
+The order is ``torch.topk``'s: larger first; NaN ranks above every number (+inf included) and all
+NaNs tie; -0.0 ranks just below +0.0 (torch's radix select ranks them so too); equal values go to the
+lower index first, so the answer never depends on which thread finished first (torch.topk also keeps
+the lower indices of a tie at the k-th place; within its answer its sort may order equal values
+otherwise, which logits without ties never show). Every stage gets this from one idea: each
 element's float bits become an unsigned key whose integer order is that order (flip every bit of a
 negative, set the sign bit of a positive, NaN -> 0xFFFFFFFF), and the key with the inverted column
 index below it, as a 64-bit integer, is unique in its row: the top k are the k largest of those.
