@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 4f860c1c39751a32afe77c581d49b032485a5715301978b43fe83b3d0d9bc20a
+# generated-sha256: 024d200e4abfc0b8082679842dbab74225a4ed3e946fca0a9bc912f0003da288
 # --------------------------------------------------------------------------------------------------
 """AllReduce: every GPU holds a float32 buffer, and every GPU ends up with the sum of all of them.
 
@@ -51,6 +51,7 @@ result written once, 8 N n bytes. Across GPUs, nccl-tests' bus bandwidth 2(N-1)/
 what compares with the links (``busbw_bytes``; ``scripts/gpu_allreduce.py`` reports it).
 """
 
+import contextlib
 import copy
 import math
 
@@ -610,9 +611,11 @@ def check_flag_status(group: Group, name: str = "allreduce") -> None:
     ranks = range(1) if group.emulating else range(group.size)
     for r in ranks:
         status = group.scratch(r, f"{name}.status", 1, np.int32, zeroed=True)
-        value = int(status.copy_to_host()[0])
+        with (cuda.gpus[group.gpus[r]] if not group.emulating else contextlib.nullcontext()):
+            value = int(status.copy_to_host()[0])
+            if value:
+                status.copy_to_device(np.zeros(1, np.int32))
         if value:
-            status.copy_to_device(np.zeros(1, np.int32))
             raise BarrierTimeout(f"{name}: rank {r} gave up waiting for flag slot {value - 1} after "
                                  f"{MAX_POLLS} polls (a peer that never arrived, or a grid too large to be resident)")
 

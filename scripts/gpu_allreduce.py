@@ -70,6 +70,7 @@ def nccl_worker(rank: int, world: int, port: int, out_path: str) -> None:
     from solutions import layernorm
 
     torch.cuda.set_device(rank)
+    cuda.select_device(rank)  # numba's kernels (the RMSNorm) on this process's GPU too, not GPU 0
     dev = torch.device("cuda", rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             device_id=dev)

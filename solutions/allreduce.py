@@ -37,6 +37,7 @@ result written once, 8 N n bytes. Across GPUs, nccl-tests' bus bandwidth 2(N-1)/
 what compares with the links (``busbw_bytes``; ``scripts/gpu_allreduce.py`` reports it).
 """
 
+import contextlib
 import copy
 import math
 
@@ -601,9 +602,11 @@ def check_flag_status(group: Group, name: str = "allreduce") -> None:
     ranks = range(1) if group.emulating else range(group.size)
     for r in ranks:
         status = group.scratch(r, f"{name}.status", 1, np.int32, zeroed=True)
-        value = int(status.copy_to_host()[0])
+        with (cuda.gpus[group.gpus[r]] if not group.emulating else contextlib.nullcontext()):
+            value = int(status.copy_to_host()[0])
+            if value:
+                status.copy_to_device(np.zeros(1, np.int32))
         if value:
-            status.copy_to_device(np.zeros(1, np.int32))
             raise BarrierTimeout(f"{name}: rank {r} gave up waiting for flag slot {value - 1} after "
                                  f"{MAX_POLLS} polls (a peer that never arrived, or a grid too large to be resident)")
 
