@@ -86,9 +86,22 @@ def reference_topk(x: np.ndarray, k) -> np.ndarray:
 
 def _inputs(size, rng):
     rows, cols, k = size
-    # Logits: normal, spread like a model's (a few tokens stand out). No two values of a row tie in
-    # practice, so a library that breaks ties its own way still agrees with the reference here.
-    return (rng.standard_normal((rows, cols)) * 4.0).astype(np.float32), k_array(k)
+    # Logits: normal, spread like a model's (a few tokens stand out). Float32 rounding makes a tie
+    # among a row's top k + 1 values about once in 500 rows; such rows are drawn again, so that a
+    # library whose sort orders equal values otherwise (torch.topk's may) agrees with the reference.
+    x = (rng.standard_normal((rows, cols)) * 4.0).astype(np.float32)
+    tied = _rows_with_ties_at_the_top(x, k)
+    while tied.size:
+        x[tied] = (rng.standard_normal((tied.size, cols)) * 4.0).astype(np.float32)
+        tied = tied[_rows_with_ties_at_the_top(x[tied], k)]
+    return x, k_array(k)
+
+
+def _rows_with_ties_at_the_top(x, k):
+    """The rows of x (no NaN) where two of the k + 1 largest values are equal."""
+    top = min(k + 1, x.shape[1])
+    largest = np.sort(-np.partition(-x, top - 1, axis=1)[:, :top], axis=1)
+    return np.flatnonzero((np.diff(largest, axis=1) == 0).any(axis=1))
 
 
 def k_array(k: int) -> np.ndarray:
