@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 5e79ced081338c26a1d4144d720b10412518973203dd33785071706304c8381c
+# generated-sha256: 4f1a047d4a9f352b7fd37a499a837fef285144bcceedeea2f05bd5942d2d93fb
 # --------------------------------------------------------------------------------------------------
 """Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
 
@@ -162,6 +162,23 @@ def _reference(row_ptr, col_idx, values, x):
     return np.bincount(row, weights=products, minlength=rows)
 
 
+def explain(inputs, out, ref):
+    """The grader's hint for a wrong y: which kind of row it got wrong."""
+    row_ptr = inputs[0]
+    lengths = np.diff(row_ptr.astype(np.int64))
+    wrong = ~np.isclose(out.astype(np.float64), ref, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
+    if not wrong.any():
+        return None
+    rows = np.flatnonzero(wrong)
+    if (lengths[rows] == 0).all():
+        return (f"the wrong rows ({rows.size}, first {rows[0]}) are all empty (row_ptr[r] == row_ptr[r + 1]): an "
+                "empty row's y is 0 and must still be written")
+    if (lengths[rows] > 32).all():
+        return (f"only rows longer than a warp's 32 entries are wrong (first {rows[0]}, {lengths[rows[0]]} entries): "
+                "a row shared by several lanes, threads or warps lost part of its sum (the shuffle sum, or the carries)")
+    return None
+
+
 def _validate(row_ptr, col_idx, values, x, y):
     expect_device_array("row_ptr", row_ptr, dtype=np.int32, ndim=1, min_size=2)
     expect_device_array("col_idx", col_idx, dtype=np.int32, ndim=1, min_size=0)
@@ -230,9 +247,10 @@ op = Operator(
     tolerance=_tolerance,
     peer=_peer,
     adversarial_inputs=_adversarial,
+    explain=explain,
     size_names=("rows", "nnz_per_row", "pattern"),
     check_sizes=[(1, 1, UNIFORM), (33, 5, BANDED), (1000, 7, POWER_LAW), (65_537, 16, UNIFORM),
-                 (65_537, 16, POWER_LAW), (65_537, 31, BANDED), (2**20, 16, POWER_LAW)],
+                 (65_537, 31, BANDED), (2**18 + 1, 16, POWER_LAW)],
     # sim_sizes[0] and sim_sizes[2] are the quick tier's; sim_sizes[2] is the PTX check's too: its
     # power-law matrix (520 merge-path steps: three warps' tiles) has a full row of 40 entries.
     sim_sizes=[(5, 3, UNIFORM), (24, 4, BANDED), (40, 12, POWER_LAW), (133, 6, POWER_LAW), (150, 9, UNIFORM)],
@@ -504,6 +522,25 @@ def _coo_reference(row_idx, col_idx, values, shape):
                            np.ascontiguousarray(values[order]).view(np.int32).astype(np.int64)])
 
 
+def coo_explain(inputs, out, ref):
+    """The grader's hint for a wrong CSR: the row pointers, or the order of the columns within a row."""
+    nnz = inputs[0].size
+    rows = out.size - 1 - 2 * nnz
+    if not np.array_equal(out[: rows + 1], ref[: rows + 1]):
+        first = int(np.flatnonzero(out[: rows + 1] != ref[: rows + 1])[0])
+        return f"row_ptr[{first}] is {int(out[first])}, expected {int(ref[first])}: the count and its exclusive scan"
+    got_cols, want_cols = out[rows + 1: rows + 1 + nnz], ref[rows + 1: rows + 1 + nnz]
+    row_ptr = ref[: rows + 1]
+    for r in range(rows):
+        lo, hi = int(row_ptr[r]), int(row_ptr[r + 1])
+        if not np.array_equal(got_cols[lo:hi], want_cols[lo:hi]):
+            if np.array_equal(np.sort(got_cols[lo:hi]), want_cols[lo:hi]):
+                return (f"row {r} holds the right columns in the wrong order: CSR wants them ascending (the scatter "
+                        "must keep the input's column order: a stable sort, or a sort of each row afterwards)")
+            return f"row {r} holds columns that are not its own: each entry must land in its own row's slice"
+    return "the columns are right but a value is not where its column is: move the value with its column"
+
+
 def _coo_validate(row_idx, col_idx, values, shape, out):
     expect_device_array("row_idx", row_idx, dtype=np.int32, ndim=1, min_size=0)
     expect_device_array("col_idx", col_idx, dtype=np.int32, shape=tuple(row_idx.shape), min_size=0)
@@ -544,6 +581,7 @@ coo_op = Operator(
     tolerance=lambda size, dtype: 0.0,  # indices and bits: exact
     peer=_coo_peer,
     adversarial_inputs=_coo_adversarial,
+    explain=coo_explain,
     dtype=np.int32,
     size_names=("rows", "nnz_per_row", "pattern"),
     # The first stage sorts each row with one thread: sizes whose rows are all short, but for the largest
