@@ -390,7 +390,7 @@ def _merge_path(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
 def _add_warp_carries(carry_rows, carry_values, y):
     """Add each warp's carry to the row it was left open in (written, in part, by a later warp)."""
     w = cuda.grid(1)
-    if w < carry_rows.size and carry_rows[w] < y.size:
+    if w < carry_rows.size and 0 <= carry_rows[w] < y.size:  # y.size: the warp left no row open
         cuda.atomic.add(y, carry_rows[w], carry_values[w])
 
 
