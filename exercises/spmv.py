@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 0cef903652cc4294955f05221487f80a05dcee2fa2867f6d9ff23ae2d514b0dc
+# generated-sha256: 8c1f31a8d1727bb5d891be86fcf7db0e4e9b320d8b38e75415a9da71a4dd348b
 # --------------------------------------------------------------------------------------------------
 """Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
 
@@ -765,7 +765,6 @@ def _stable_scatter(keys, cols, bits, shift, offsets, keys_out, cols_out, bits_o
     warp_counts = cuda.shared.array((RADIX_WARPS, DIGITS), int32)  # this round: each warp's entries per digit
     taken = cuda.shared.array(DIGITS, int32)  # earlier rounds of this tile: entries per digit
     t = cuda.threadIdx.x
-    lane = t % 32
     w = t // 32
     tile = cuda.blockIdx.x
     tiles = cuda.gridDim.x

@@ -867,7 +867,6 @@ def _stable_scatter(keys, cols, bits, shift, offsets, keys_out, cols_out, bits_o
     warp_counts = cuda.shared.array((RADIX_WARPS, DIGITS), int32)  # this round: each warp's entries per digit
     taken = cuda.shared.array(DIGITS, int32)  # earlier rounds of this tile: entries per digit
     t = cuda.threadIdx.x
-    lane = t % 32
     w = t // 32
     tile = cuda.blockIdx.x
     tiles = cuda.gridDim.x
