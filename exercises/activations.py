@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: b1f40532ce8d2271dd4cd1aadd42eade47bdd23a1873e30de79b4477ff6ca764
+# generated-sha256: cba8ffdcae9f013d5074a99550783a3b4acf497dc1b6e7d40789e3f318902350
 # --------------------------------------------------------------------------------------------------
 """Activation functions on a float32 vector, from a thread per element to 16-byte loads and fast math.
 
@@ -45,11 +45,12 @@ CUDA documentation guarantees for the functions the stages call:
 
 Two choices keep the tails right. GELU is computed as ``0.5 x erfc(-x / sqrt 2)``, not
 ``0.5 x (1 + erf(x / sqrt 2))``: below x = -5.5 the float32 erf is -1 exactly and the erf form
-returns 0 where the answer is -6e-9 at x = -6 (every digit lost; the GPU script's ulp table shows whether torch's kernel does). The tanh
-approximation 0.5 x (1 + tanh(u)) is computed as x / (1 + exp(-2u)), the same function (1 + tanh u =
-2 / (1 + e^-2u)) without the cancellation of 1 + tanh u near -1, and with one exp and one division
-instead of a tanh. At -inf, x * 0 would be NaN where the limit is 0: GELU and SiLU return 0 there
-(a kernel that multiplies x by a factor tending to 0 returns NaN there). NaN propagates through every function, as in torch.
+returns 0 where the answer is -6e-9 at x = -6 (every digit lost; the GPU script's ulp table shows
+whether torch's kernel does). The tanh approximation 0.5 x (1 + tanh(u)) is computed as
+x / (1 + exp(-2u)), the same function (1 + tanh u = 2 / (1 + e^-2u)) without the cancellation of
+1 + tanh u near -1, and with one exp and one division instead of a tanh. At -inf, x * 0 would be
+NaN where the limit is 0: GELU and SiLU return 0 there (a kernel that multiplies x by a factor
+tending to 0 returns NaN). NaN propagates through every function, as in torch.
 """
 
 import math

@@ -31,11 +31,12 @@ CUDA documentation guarantees for the functions the stages call:
 
 Two choices keep the tails right. GELU is computed as ``0.5 x erfc(-x / sqrt 2)``, not
 ``0.5 x (1 + erf(x / sqrt 2))``: below x = -5.5 the float32 erf is -1 exactly and the erf form
-returns 0 where the answer is -6e-9 at x = -6 (every digit lost; the GPU script's ulp table shows whether torch's kernel does). The tanh
-approximation 0.5 x (1 + tanh(u)) is computed as x / (1 + exp(-2u)), the same function (1 + tanh u =
-2 / (1 + e^-2u)) without the cancellation of 1 + tanh u near -1, and with one exp and one division
-instead of a tanh. At -inf, x * 0 would be NaN where the limit is 0: GELU and SiLU return 0 there
-(a kernel that multiplies x by a factor tending to 0 returns NaN there). NaN propagates through every function, as in torch.
+returns 0 where the answer is -6e-9 at x = -6 (every digit lost; the GPU script's ulp table shows
+whether torch's kernel does). The tanh approximation 0.5 x (1 + tanh(u)) is computed as
+x / (1 + exp(-2u)), the same function (1 + tanh u = 2 / (1 + e^-2u)) without the cancellation of
+1 + tanh u near -1, and with one exp and one division instead of a tanh. At -inf, x * 0 would be
+NaN where the limit is 0: GELU and SiLU return 0 there (a kernel that multiplies x by a factor
+tending to 0 returns NaN). NaN propagates through every function, as in torch.
 """
 
 import math
