@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 02af25e229c2b4bba4583b20c5af50f9b9955f4fead2785a79a4fea324888dbc
+# generated-sha256: 12c18df73eaec20a0fc46754f7c8e5dbdf5c9e9841f01c36b19cb5507d088571
 # --------------------------------------------------------------------------------------------------
 """Rotary position embedding (RoPE), float32: a table of angles or sines computed on the fly, and the two
 layouts models use.
@@ -83,6 +83,19 @@ def _inputs(size, rng):
     inv_freq = inverse_frequencies(D)
     angles = _angles(S, inv_freq).astype(np.float64)
     return x, inv_freq, np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def _adversarial(interleaved):
+    """Inputs random draws never hit: each pair's two features equal (x_a c - x_b s cancels where the
+    angle nears pi/4), and values of 1e18 (a kernel that squares or normalises on the way overflows)."""
+    def sets(size, rng):
+        x, inv_freq, cos, sin = _inputs(size, rng)
+        a, b = _pairs(size[2], interleaved)
+        equal_pairs = x.copy()
+        equal_pairs[..., b] = equal_pairs[..., a]
+        return [("pairs-equal", (equal_pairs, inv_freq, cos, sin)),
+                ("large-values", ((x * np.float32(1e18)).astype(np.float32), inv_freq, cos, sin))]
+    return sets
 
 
 def _pairs(D, interleaved):
@@ -167,6 +180,7 @@ def _make_operator(name, title, interleaved, rank):
         validate=_validate,
         tolerance=_tolerance,
         peer=_peer(interleaved),
+        adversarial_inputs=_adversarial(interleaved),
         size_names=("tokens", "heads", "head_dim"),
         check_sizes=[(1, 1, 2), (17, 3, 64), (1000, 8, 128), (4097, 32, 128), (8192, 32, 128)],
         sim_sizes=[(1, 1, 2), (5, 3, 34), (9, 2, 16)],

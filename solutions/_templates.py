@@ -28,6 +28,8 @@ def instantiate(template, namespace: dict, name: str, *, jit: dict | None = None
     fn.__qualname__ = name
     fn.__doc__ = template.__doc__
     made = fn if jit is None else cuda.jit(**jit)(fn)
-    setattr(sys.modules[template.__module__], name, made)
+    module = sys.modules.get(template.__module__)
+    if module is not None:  # a file loaded without a sys.modules entry (a learner's, by a test) has none
+        setattr(module, name, made)
     namespace[name] = made
     return made

@@ -242,13 +242,11 @@ _PREPARED = prepared.PlanCache()  # a plan per set of argument objects
 def _three_launches(x, weight, bias, out):
     stats = _stats(x.shape[0])
     (g1, b1), (g2, b2), (g3, b3) = _geometry(x)
-    # HINT: prepared.KernelLaunch.of(kernel, grid, block, args) finds the overload and flattens args once.
-    # HINT: one KernelLaunch per kernel, with the same grids and arguments as the dispatch stage.
-    # BEGIN SOLUTION
+    # Not an exercise: in the simulator this stage launches as the dispatch stage does, so a grader
+    # there could not tell a missing plan from a right one.
     return (prepared.KernelLaunch.of(_row_means, g1, b1, (x, stats)),
             prepared.KernelLaunch.of(_row_rstds, g2, b2, (x, stats)),
             prepared.KernelLaunch.of(_normalize, g3, b3, (x, stats, weight, bias, out)))
-    # END SOLUTION
 
 
 @op.stage("prepared", """
@@ -281,10 +279,7 @@ _GRAPHS = prepared.PlanCache()
 def graph(x, weight, bias, out):
     if device.is_simulator():
         return dispatch.launch(x, weight, bias, out)
-    # HINT: prepared.Graph(launches) captures a sequence of KernelLaunch; calling the graph replays it.
-    # BEGIN SOLUTION
     _GRAPHS.get((x, weight, bias, out), lambda: prepared.Graph(_three_launches(x, weight, bias, out)))()
-    # END SOLUTION
 
 
 # -- 5. fused: one kernel, prepared --------------------------------------------------------------------------

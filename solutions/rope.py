@@ -71,6 +71,19 @@ def _inputs(size, rng):
     return x, inv_freq, np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
+def _adversarial(interleaved):
+    """Inputs random draws never hit: each pair's two features equal (x_a c - x_b s cancels where the
+    angle nears pi/4), and values of 1e18 (a kernel that squares or normalises on the way overflows)."""
+    def sets(size, rng):
+        x, inv_freq, cos, sin = _inputs(size, rng)
+        a, b = _pairs(size[2], interleaved)
+        equal_pairs = x.copy()
+        equal_pairs[..., b] = equal_pairs[..., a]
+        return [("pairs-equal", (equal_pairs, inv_freq, cos, sin)),
+                ("large-values", ((x * np.float32(1e18)).astype(np.float32), inv_freq, cos, sin))]
+    return sets
+
+
 def _pairs(D, interleaved):
     """The feature indices (first, second) of each of the D/2 pairs in a layout."""
     i = np.arange(D // 2)
@@ -153,6 +166,7 @@ def _make_operator(name, title, interleaved, rank):
         validate=_validate,
         tolerance=_tolerance,
         peer=_peer(interleaved),
+        adversarial_inputs=_adversarial(interleaved),
         size_names=("tokens", "heads", "head_dim"),
         check_sizes=[(1, 1, 2), (17, 3, 64), (1000, 8, 128), (4097, 32, 128), (8192, 32, 128)],
         sim_sizes=[(1, 1, 2), (5, 3, 34), (9, 2, 16)],

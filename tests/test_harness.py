@@ -193,7 +193,8 @@ def test_every_stage_explains_itself_and_shows_its_kernels():
         for stage in op.stages:
             assert len(stage.summary.split()) >= 12, f"{stage.key} needs a paragraph on what changed and why"
             src = stage.source()
-            assert "def " in src and stage.launch.__name__ in src
+            # the name of the def (a launcher instantiated from a template is renamed, its code keeps it)
+            assert "def " in src and stage.launch.__code__.co_name in src
 
 
 def test_sizes_parse():
