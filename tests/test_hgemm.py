@@ -289,6 +289,7 @@ def _dynamic_shared_opt_in_works():
 SIM_CASES = [(o.name, s.name) for o in OPS.values() for s in o.stages]
 
 
+@pytest.mark.slow  # tens of seconds a stage in the simulator; tests/test_ladders.py checks every stage quickly
 @pytest.mark.sim_only
 @pytest.mark.parametrize("op_name, stage_name", SIM_CASES, ids=[f"{a}.{b}" for a, b in SIM_CASES])
 def test_stage_correct_in_the_simulator_on_odd_shapes(op_name, stage_name):
@@ -314,7 +315,7 @@ SMALL_GEOMETRY = hgemm.Geometry(bm=64, bn=64, bk=64, wm=32, wn=32, stages=3, min
 
 
 @pytest.mark.sim_only
-@pytest.mark.parametrize("size", [(70, 136, 200), (33, 9, 19)], ids=str)
+@pytest.mark.parametrize("size", [pytest.param((70, 136, 200), marks=pytest.mark.slow), (33, 9, 19)], ids=str)
 def test_other_geometries_correct_in_the_simulator(size):
     M, N, K = size
     rng = np.random.default_rng(6)
