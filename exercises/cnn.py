@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/cnn.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade depthwise3x3            (or depthwise3x3.<stage>; its other operators: maxpool2d, batchnorm_train)
+#     workbench grade depthwise3x3            (or depthwise3x3.<stage>; its other operators: maxpool2d, batchnorm_train, batchnorm_infer)
 # The grader checks each stage against the operator in solutions/cnn.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 6f4208494cf13587077186b8486567c8c64144a46c27aa6852d8d23d6a9f691a
+# generated-sha256: e7f03ff3eac8a805cf1de60c60c252a39661e51ae557940771ddb195120b949d
 # --------------------------------------------------------------------------------------------------
 """The memory-bound layers of a CNN (NCHW float32): depthwise 3x3 convolution, max-pooling with the argmax
 indices training needs, and BatchNorm's training forward pass.
@@ -31,6 +31,9 @@ reading each byte once, with many loads in flight, and filling the GPU:
   out = (x - mean) / sqrt(var + 1e-5) * gamma + beta. The statistics are a reduction across the whole
   batch: too few channels (64) to give each one block, so the ladder splits each channel over many
   blocks and combines their partial sums.
+* ``batchnorm_infer``: the inference form, with the running statistics a trained model stores: an
+  elementwise layer once each channel's divisor is folded into one scale. The same fold, applied to the
+  weights of the convolution before it, removes the layer from a deployed network altogether.
 """
 
 import math
@@ -557,4 +560,149 @@ def batchnorm_split_channels(x, gamma, beta, out):
     _bn_normalize[(blocks_per_channel, C), THREADS](flat_x, gamma, beta, partials, out.reshape(out.size), N, C, HW)
 
 
-OPERATORS = [depthwise_op, maxpool_op, bn_op]
+# == batchnorm_infer ==============================================================================
+
+def _bn_infer_inputs(size, rng):
+    x, gamma, beta = _bn_inputs(size, rng)
+    C = size[1]
+    # running statistics near (not at) the batch's: a trained model's estimates
+    running_mean = (x.mean(axis=(0, 2, 3)) + rng.uniform(-0.1, 0.1, C)).astype(np.float32)
+    running_var = (x.var(axis=(0, 2, 3)) * rng.uniform(0.9, 1.1, C)).astype(np.float32)
+    return x, gamma, beta, running_mean, running_var
+
+
+def _bn_infer_reference(x, gamma, beta, running_mean, running_var):
+    per_channel = (slice(None), None, None)
+    scale = gamma.astype(np.float64) / np.sqrt(running_var.astype(np.float64) + float(EPS))
+    return (x.astype(np.float64) - running_mean[per_channel]) * scale[per_channel] + beta[per_channel]
+
+
+def _bn_infer_adversarial(size, rng):
+    # Every channel at 1e4 with a spread of 1: folding the mean into a shift, x * scale + (beta -
+    # mean * scale), rounds at 1e4 * scale and loses the spread (a relative error near 1e-4).
+    x, gamma, beta, running_mean, running_var = _bn_infer_inputs(size, rng)
+    offset = ((x - x.mean(axis=(0, 2, 3), keepdims=True)) + np.float32(1e4)).astype(np.float32)
+    offset_mean = np.full_like(running_mean, 1e4)
+    # A channel of variance 0: the divisor is sqrt(eps), and the output is large but exact.
+    constant = x.copy()
+    constant[:, -1] = np.float32(0.75)
+    constant_mean, constant_var = running_mean.copy(), running_var.copy()
+    constant_mean[-1], constant_var[-1] = np.float32(0.5), np.float32(0.0)
+    return [("channels-at-1e4", (offset, gamma, beta, offset_mean, running_var)),
+            ("zero-variance-channel", (constant, gamma, beta, constant_mean, constant_var))]
+
+
+def _bn_infer_validate(x, gamma, beta, running_mean, running_var, out):
+    _bn_validate(x, gamma, beta, out)
+    C = x.shape[1]
+    expect_device_array("running_mean", running_mean, dtype=np.float32, shape=(C,))
+    expect_device_array("running_var", running_var, dtype=np.float32, shape=(C,))
+
+
+def _bn_infer_peer(size):
+    torch = peers.torch()
+    if torch is None:
+        return None
+
+    def run(x, gamma, beta, running_mean, running_var, out):
+        return torch.nn.functional.batch_norm(peers.as_torch(x), peers.as_torch(running_mean),
+                                              peers.as_torch(running_var), peers.as_torch(gamma),
+                                              peers.as_torch(beta), training=False, eps=float(EPS))
+
+    run.returns_output = True
+    return "torch.batch_norm(training=False)", run
+
+
+bn_infer_op = Operator(
+    name="batchnorm_infer",
+    title="BatchNorm, inference: the running statistics folded into a scale per channel (NCHW float32)",
+    reference=_bn_infer_reference,
+    make_inputs=_bn_infer_inputs,
+    make_output=lambda size: np.empty(size, np.float32),
+    bytes_moved=lambda size: 2 * _nchw_bytes(size) + 16 * size[1],  # x in, out out, four floats a channel
+    flops=lambda size: 3 * int(np.prod(size)),
+    validate=_bn_infer_validate,
+    peer=_bn_infer_peer,
+    adversarial_inputs=_bn_infer_adversarial,
+    size_names=("N", "C", "H", "W"),
+    sim_sizes=SIM_SIZES,
+    check_sizes=CHECK_SIZES,
+    bench_sizes=BENCH_SIZES,
+    headline_size=HEADLINE,
+    rank=333,
+    group=GROUP,
+    record_all_sizes=True,
+)
+
+
+# -- 1. a thread per element, the formula as written ---------------------------------------------------------
+
+@cuda.jit
+def _bn_infer_per_element(x, gamma, beta, running_mean, running_var, out):
+    e = cuda.grid(1)
+    N, C, H, W = x.shape
+    if e < x.size:
+        w = e % W
+        h = (e // W) % H
+        c = (e // (W * H)) % C
+        n = e // (W * H * C)
+        divisor = math.sqrt(running_var[c] + EPS)
+        out[n, c, h, w] = (x[n, c, h, w] - running_mean[c]) / divisor * gamma[c] + beta[c]
+
+
+@bn_infer_op.stage("per_element", """
+    The formula as a framework writes it: one thread per element finds its channel by dividing its
+    index, reads the channel's four statistics, and computes (x - mean) / sqrt(var + eps) * gamma +
+    beta: a square root and a division for every element, and four divisions and remainders to
+    unflatten the index. The statistics are the same for the H*W elements of a plane, so most of
+    that work is repeated; the reads of x and out are coalesced, and the four small arrays stay in
+    L1, so the index arithmetic and the division are what it pays for.""")
+def batchnorm_infer_per_element(x, gamma, beta, running_mean, running_var, out):
+    _bn_infer_per_element[blocks_for(x.size, THREADS), THREADS](x, gamma, beta, running_mean, running_var, out)
+
+
+# -- 2. the divisor folded into one scale a channel, a block row per plane -------------------------------------
+
+MAX_GRID_ROWS = 65535  # gridDim.y's limit
+
+
+@cuda.jit
+def _bn_fold(gamma, running_var, scale):
+    c = cuda.grid(1)
+    if c < scale.size:
+        scale[c] = gamma[c] / math.sqrt(running_var[c] + EPS)
+
+
+@cuda.jit
+def _bn_infer_planes(x, beta, running_mean, scale, out, C, HW):
+    # Block row p takes planes p, p + gridDim.y, ... (plane = n * C + c; a grid has at most 65535
+    # rows): the channel is known before the inner loop, so the statistics are three loads per plane,
+    # and each element costs a subtraction and a multiply-add.
+    for plane in range(cuda.blockIdx.y, x.size // HW, cuda.gridDim.y):
+        c = plane % C
+        # EXERCISE: write this part of `_bn_infer_planes`. Read the hints one at a time.
+        #   hint 1 (nudge): read the plane's scale, mean and beta once, before the loop over the plane's elements.
+        #   hint 2 (nearly the answer): keep (x - mean) * scale + beta: x * scale + (beta - mean * scale) rounds at mean * scale.
+        pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@bn_infer_op.stage("folded", """
+    What a deployed model does: a first tiny launch folds each channel's divisor into one scale,
+    gamma / sqrt(var + eps), and the main kernel gives each (image, channel) plane a row of blocks,
+    so a thread knows its channel without dividing its index and reads the three constants once.
+    Each element then costs a subtraction and a multiply-add. The mean is not folded into a shift:
+    x * scale + (beta - mean * scale) would round at mean * scale, and a channel at 1e4 (the
+    adversarial input) loses its spread. The same fold into the preceding convolution's weights
+    and bias removes the layer from an inference graph entirely.""")
+def batchnorm_infer_folded(x, gamma, beta, running_mean, running_var, out):
+    N, C, H, W = x.shape
+    HW = H * W
+    scale = scratch("batchnorm_infer.scale", (C,), np.float32)
+    _bn_fold[blocks_for(C, THREADS), THREADS](gamma, running_var, scale)
+    blocks_per_plane = min(blocks_for(HW, THREADS), 8)
+    plane_rows = min(N * C, MAX_GRID_ROWS)
+    _bn_infer_planes[(blocks_per_plane, plane_rows), THREADS](x.reshape(x.size), beta, running_mean, scale,
+                                                             out.reshape(out.size), C, HW)
+
+
+OPERATORS = [depthwise_op, maxpool_op, bn_op, bn_infer_op]

@@ -2,7 +2,7 @@
 
     python scripts/gpu_conv.py OUT_DIR [--budget 170]
 
-1. Correctness: every stage of conv2d, conv2d_general, depthwise3x3, maxpool2d and batchnorm_train at the
+1. Correctness: every stage of conv2d, conv2d_general, depthwise3x3, maxpool2d, batchnorm_train and batchnorm_infer at the
    operators' odd check sizes (padding at the borders, stride 2, dilation, C and K past the tiles, 1x1
    and 7x7 filters), random and adversarial inputs, against the float64 reference. One line each:
    PASS/FAIL, the relative error and the tolerance.
@@ -133,7 +133,8 @@ def summarise():
                                                    sorted(stages.values(), key=lambda r: r["order"])[1:]))}
         last = max(stages.values(), key=lambda r: r["order"])
         row["last_stage_pct_of_copy"] = last.get("pct_of_peak") if opname in ("depthwise3x3", "maxpool2d",
-                                                                                "batchnorm_train") else None
+                                                                                "batchnorm_train",
+                                                                                "batchnorm_infer") else None
         row["last_vs_peer"] = peer["median_us"] / last["median_us"] if peer else None
         if "winograd" in stages and "implicit_gemm" in stages:
             w, i = stages["winograd"], stages["implicit_gemm"]
