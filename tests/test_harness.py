@@ -213,6 +213,7 @@ def test_sizes_parse():
     ("reduction", (-5,), "every number at least 1; got n=-5"),
     ("softmax", (0, 3), "got rows=0"),
     ("reduction", (2**40,), "moves 4096.0 GiB, more than"),
+    ("spmv", (10, 2, 9), "third size number is the pattern"),  # refused by the operator's own model
 ])
 def test_sizes_of_the_wrong_form_are_refused_naming_the_form(op_name, size, match):
     with pytest.raises(SizeError, match=match):
@@ -225,6 +226,9 @@ def test_sizes_of_the_wrong_form_are_refused_naming_the_form(op_name, size, matc
     ["check", "reduction", "--size", "-5"],
     ["check", "reduction", "--size", "2**40"],
     ["check", "reduction", "--size", "0"],
+    ["check", "spmv", "--size", "10x2x9"],
+    ["profile", "attention.nosuchstage"],
+    ["sanitize", "nosuchop"],
     ["check", "nosuchop"],
     ["check", "reduction.nosuchstage"],
     ["table", "nosuchop"],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from .ladder import Operator, Size, size_label
+from .ladder import InputError, Operator, Size, size_label
 
 SIM_MAX_BYTES = 1 << 30  # the simulator keeps every array in host memory and runs a thread at a time
 SIM_SLOW_ELEMENTS = 1 << 18  # above this many output or input elements the simulator takes minutes
@@ -70,7 +70,10 @@ def check_size(op: Operator, size: Size) -> Size:
     if bad:
         raise SizeError(f"{op.name} takes {form} with every number at least 1; got {', '.join(bad)}")
     limit, why = device_limit_bytes()
-    need = int(op.bytes_moved(size))
+    try:
+        need = int(op.bytes_moved(size))
+    except InputError as exc:  # a size the operator's own model refuses (spmv's pattern code, ...)
+        raise SizeError(str(exc)) from None
     if need > limit:
         from . import device
 
