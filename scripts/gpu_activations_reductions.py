@@ -27,15 +27,18 @@ compilation in all (``--no-compile`` skips it).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import gpu_log  # noqa: E402  (scripts/: the folder of the script being run)
+from gpu_log import START, say  # noqa: E402
 
 import workbench  # noqa: E402,F401  (chooses the GPU before numba is imported)
 from workbench import peers  # noqa: E402
@@ -52,23 +55,13 @@ ODD_VECTOR = [1, 3, 1029, 1_000_003]
 ODD_MATRIX = [(1, 1), (3, 5), (37, 1000), (1000, 37), (4097, 4099)]
 COMPILE_BUDGET_S = 60.0
 
-START = time.time()
 RESULTS: dict = {"device": None, "peaks": None, "checks": [], "activations": [], "ulps": [], "vector": [],
                  "matrix": [], "must_show": [], "skipped": [], "errors": []}
 
 
-def say(line: str) -> None:
-    print(f"[{time.time() - START:6.1f}s] {line}", flush=True)
 
 
-def attempt(what, fn, *args):
-    try:
-        return fn(*args)
-    except Exception as exc:  # one broken item must not hide the others
-        say(f"ERROR {what}: {type(exc).__name__}: {exc}")
-        RESULTS["errors"].append({"item": what, "error": f"{type(exc).__name__}: {exc}",
-                                  "traceback": traceback.format_exc()[-3000:]})
-        return None
+attempt = functools.partial(gpu_log.attempt, RESULTS["errors"])  # fn(*args), or None with the error kept
 
 
 class Budget:

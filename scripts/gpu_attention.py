@@ -27,22 +27,25 @@ seconds are spent (default 170: it must finish within 3 minutes); what it skippe
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import gpu_log  # noqa: E402  (scripts/: the folder of the script being run)
+from gpu_log import START, say  # noqa: E402
+
 import workbench  # noqa: E402,F401  (chooses the GPU before numba is imported)
 from workbench import peers, results  # noqa: E402
 from workbench.bench import bench_size  # noqa: E402
 from workbench.check import adversarial_cases, check_stage  # noqa: E402
-from workbench.ladder import as_size, size_label  # noqa: E402
+from workbench.ladder import size_label  # noqa: E402
 from workbench.peaks import copy_bandwidth  # noqa: E402
 from workbench.timing import measure  # noqa: E402
 
@@ -56,23 +59,13 @@ ATTENTION_CHECKS = [(2, 3, 1, 64), (2, 3, 1, 128), (1, 4, 17, 64), (2, 2, 17, 12
                     (1, 2, 1000, 128), (1, 2, 2049, 64), (1, 1, 2049, 128)]
 DECODE_CHECKS = [(1, 1, 1, 1, 128), (3, 8, 1, 1000, 24), (2, 32, 8, 4097, 128), (1, 8, 8, 33000, 64)]
 
-START = time.time()
 OUT = {"device": None, "copy": None, "checks": [], "records": [], "extra_peers": [], "must_show": [],
        "skipped": [], "errors": []}
 
 
-def say(line):
-    print(f"[{time.time() - START:6.1f}s] {line}", flush=True)
 
 
-def attempt(what, fn):
-    try:
-        return fn()
-    except Exception as exc:  # one broken item must not hide the others
-        say(f"ERROR {what}: {type(exc).__name__}: {exc}")
-        OUT["errors"].append({"item": what, "error": f"{type(exc).__name__}: {exc}",
-                              "traceback": traceback.format_exc()[-3000:]})
-        return None
+attempt = functools.partial(gpu_log.attempt, OUT["errors"])  # fn(*args), or None with the error kept
 
 
 def check(op, sizes):

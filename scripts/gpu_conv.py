@@ -20,15 +20,18 @@ default keeps the run under 3 minutes on an H200); what was skipped is listed.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import gpu_log  # noqa: E402  (scripts/: the folder of the script being run)
+from gpu_log import START, say  # noqa: E402
 
 import workbench  # noqa: E402,F401  (chooses the GPU before numba is imported)
 from workbench import results  # noqa: E402
@@ -38,22 +41,12 @@ from workbench.ladder import as_size, size_label  # noqa: E402
 
 from solutions import cnn, conv  # noqa: E402
 
-START = time.time()
 OUT = {"device": None, "checks": [], "records": [], "failures": [], "errors": [], "skipped": [], "targets": {}}
 
 
-def say(line):
-    print(f"[{time.time() - START:6.1f}s] {line}", flush=True)
 
 
-def attempt(what, fn):
-    try:
-        return fn()
-    except Exception as exc:  # one broken item must not hide the others
-        say(f"ERROR {what}: {type(exc).__name__}: {exc}")
-        OUT["errors"].append({"item": what, "error": f"{type(exc).__name__}: {exc}",
-                              "traceback": traceback.format_exc()[-3000:]})
-        return None
+attempt = functools.partial(gpu_log.attempt, OUT["errors"])  # fn(*args), or None with the error kept
 
 
 # -- 1. correctness at the odd shapes --------------------------------------------------------------------

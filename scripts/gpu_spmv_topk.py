@@ -30,15 +30,18 @@ everything to ``OUT_DIR/gpu_spmv_topk.json``. New items stop being started once 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import gpu_log  # noqa: E402  (scripts/: the folder of the script being run)
+from gpu_log import START, say  # noqa: E402
 
 import workbench  # noqa: E402,F401  (chooses the GPU before numba is imported)
 from workbench import device  # noqa: E402
@@ -48,7 +51,6 @@ from workbench.ladder import size_label  # noqa: E402
 from workbench.registry import load_operators  # noqa: E402
 from workbench.results import environment  # noqa: E402
 
-START = time.time()
 RESULTS = {"device": None, "peaks": {}, "checks": [], "records": [], "targets": [], "errors": [], "skipped": []}
 
 CHECKS = {  # odd sizes; adversarial inputs at the middle one
@@ -75,18 +77,9 @@ TIMED = [  # (operator, size, stages to leave out): the issue's four targets fir
 ]
 
 
-def say(line):
-    print(f"[{time.time() - START:6.1f}s] {line}", flush=True)
 
 
-def attempt(what, fn):
-    try:
-        return fn()
-    except Exception as exc:  # one broken item must not hide the others
-        say(f"ERROR {what}: {type(exc).__name__}: {exc}")
-        RESULTS["errors"].append({"item": what, "error": f"{type(exc).__name__}: {exc}",
-                                  "traceback": traceback.format_exc()[-3000:]})
-        return None
+attempt = functools.partial(gpu_log.attempt, RESULTS["errors"])  # fn(*args), or None with the error kept
 
 
 def check_op(op, sizes):
