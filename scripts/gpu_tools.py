@@ -126,7 +126,11 @@ def calling_section():
         kinds["torch"] = (torch.ones(1024, device="cuda"), torch.empty(1, device="cuda"))
     for kind, args in kinds.items():
         call = prepared.PreparedCall(reduction.fused)
-        rows = {"stage called (validates each call)": reduction.fused, "stage launcher (no checks)": reduction.fused.launch,
+        launcher = reduction.fused.launch
+        if kind == "torch":  # a launcher takes numba arrays: a torch caller pays for the view on each call
+            def launcher(x, o):
+                reduction.fused.launch(cuda.as_cuda_array(x), cuda.as_cuda_array(o))
+        rows = {"stage called (validates each call)": reduction.fused, "stage launcher (no checks)": launcher,
                 "PreparedCall (graph)": call,
                 "PreparedCall (launches)": prepared.PreparedCall(reduction.fused, use_graph=False)}
         for name, fn in rows.items():
@@ -198,7 +202,7 @@ def sanitize_section():
     out = {}
     for planted, stage_key, tool, line_text in [
             ("missing_syncthreads_reduction.py", "reduction.shared_tree", "racecheck", "partials[t] += partials[t + half]"),
-            ("missing_bounds_check.py", "matvec.thread_per_row", "memcheck", "y[row] = acc")]:
+            ("missing_bounds_check.py", "matvec.thread_per_row", "memcheck", "acc += a[row, col] * x[col]")]:
         op, (stage,) = registry.resolve(stage_key)
         findings, output = sanitize.run_tool(tool_path, tool, stage, sanitize.default_size(op),
                                              str(ROOT / "tests" / "planted" / planted))

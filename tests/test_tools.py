@@ -382,9 +382,11 @@ def test_overlapped_streams_reach_80_percent_of_the_link():
 @pytest.mark.gpu
 @pytest.mark.parametrize("planted, target, tool, line_text", [
     ("missing_syncthreads_reduction.py", "reduction.shared_tree", "racecheck", "partials[t] += partials[t + half]"),
-    ("missing_bounds_check.py", "matvec.thread_per_row", "memcheck", "y[row] = acc"),
+    ("missing_bounds_check.py", "matvec.thread_per_row", "memcheck", "acc += a[row, col] * x[col]"),
 ])
 def test_sanitize_catches_the_planted_bugs_and_names_the_line(planted, target, tool, line_text):
+    """memcheck stops the missing-bounds kernel at its first access past the end: the read of a row that does
+    not exist, before `y[row] = acc` is reached."""
     from pathlib import Path
 
     from workbench import registry
@@ -398,3 +400,22 @@ def test_sanitize_catches_the_planted_bugs_and_names_the_line(planted, target, t
     findings, output = sanitize.run_tool(path, tool, stage, sanitize.default_size(op), file)
     assert findings, output[-2000:]
     assert any(line_text in sanitizer.teach(f) for f in findings), [sanitizer.teach(f) for f in findings]
+
+
+def test_a_report_naming_the_file_bare_still_quotes_the_code_of_the_file_that_ran(tmp_path, monkeypatch):
+    import subprocess
+    import types
+
+    from workbench import registry
+    from workbench.tools import sanitize
+
+    path = _source(tmp_path)
+    report = memcheck_new("learner.py")  # the directory left out, as debug info may print it
+
+    def fake_run(*args, **kwargs):
+        return types.SimpleNamespace(stdout=report, stderr="", returncode=0)
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    op, (stage,) = registry.resolve("matvec.thread_per_row")
+    findings, _ = sanitize.run_tool("compute-sanitizer", "memcheck", stage, (1000, 33), str(path))
+    assert "(`y[row] = acc`)" in sanitizer.teach(findings[0])

@@ -69,6 +69,10 @@ class Stage:
         except TypeError as exc:
             raise InputError(f"{self.key} takes {self.key.split('.')[1]}{signature}: {exc}") from None
         self.op.validate(*args, **kwargs)
+        # A torch or CuPy tensor passes validation, but launchers use numba's array attributes
+        # (x.size is a method on a tensor): hand them a numba view of the same memory, no copy.
+        args = tuple(_as_numba_view(a) for a in args)
+        kwargs = {k: _as_numba_view(v) for k, v in kwargs.items()}
         return self.launch(*args, **kwargs)
 
     def traffic(self, size: Size) -> int:
@@ -207,6 +211,15 @@ def is_device_array(a) -> bool:
 
         return isinstance(a, FakeCUDAArray)
     return hasattr(a, "__cuda_array_interface__")
+
+
+def _as_numba_view(a):
+    """A numba device array viewing ``a``'s memory when ``a`` is a foreign CUDA tensor; else ``a`` itself."""
+    if hasattr(a, "is_c_contiguous") or not hasattr(a, "__cuda_array_interface__"):
+        return a  # numba's own arrays, scalars, and the simulator's arrays
+    from numba import cuda
+
+    return cuda.as_cuda_array(a)
 
 
 def expect_device_array(name: str, a, *, dtype=None, ndim: int | None = None, shape=None,

@@ -13,6 +13,7 @@ Exit status: 0 nothing found, 1 findings (or the tool failed), 2 a bad argument 
 from __future__ import annotations
 
 import json
+import inspect
 import os
 import shutil
 import subprocess
@@ -55,7 +56,15 @@ def run_tool(tool_path: str, tool: str, stage, size, impl: str | None = None) ->
     run = subprocess.run(sanitizer_command(tool_path, tool, stage.key, size, impl), capture_output=True, text=True,
                          env=env, timeout=TIMEOUT_S)
     output = run.stdout + run.stderr
-    return sanitizer.parse(output, tool), output
+    findings = sanitizer.parse(output, tool)
+    # The report may name a kernel's file by its bare name (the debug info's directory is printed apart,
+    # or not at all): point such findings at the file we ran, so that the teaching line can quote the code.
+    ran = [Path(impl)] if impl else []
+    ran.append(Path(inspect.getsourcefile(stage.launch) or ""))
+    for f in findings:
+        if f.file and not Path(f.file).is_file():
+            f.file = next((str(c) for c in ran if c.name == Path(f.file).name and c.is_file()), f.file)
+    return findings, output
 
 
 def cmd_sanitize(args) -> int:
