@@ -1,0 +1,29 @@
+"""Every size an operator declares (simulator, GPU check, bench, headline) is one its own validation accepts.
+
+maxpool2d once listed 1x1x1x2 among its GPU check sizes, a plane its 2x2 pool refuses: `workbench check`
+on a GPU then failed every stage there. Inputs are built for the small sizes only (the simulator holds them
+in host memory); every size also passes the operator's size model (its bytes_moved)."""
+
+import numpy as np
+import pytest
+
+from workbench import registry
+from workbench.ladder import as_size, to_device
+
+SMALL_BYTES = 4 << 20
+
+
+def declared(op):
+    named = [("sim", s) for s in op.sim_sizes] + [("check", s) for s in op.check_sizes]
+    named += [("bench", s) for s in op.bench_sizes] + [("headline", op.headline_size)]
+    return [(kind, as_size(s)) for kind, s in named]
+
+
+@pytest.mark.parametrize("op", list(registry.load_operators().values()), ids=lambda op: op.name)
+def test_declared_sizes_are_accepted_by_the_operator(op):
+    rng = np.random.default_rng(0)
+    for kind, size in declared(op):
+        if op.bytes_moved(size) > SMALL_BYTES:  # the size model accepts it (it raises InputError otherwise)
+            continue
+        inputs = [to_device(a) for a in op.make_inputs(size, rng)]
+        op.validate(*inputs, to_device(op.make_output(size)))  # raises InputError naming the problem
