@@ -67,42 +67,66 @@ def mma_c_element(lane, i):
 
 # -- the emulations ------------------------------------------------------------------------------------
 
-class _Warp:
+class _Meeting:
+    """One warp-wide instruction: the 32 lanes' operands, and the results the last lane to arrive computes."""
+
     def __init__(self):
-        self.barrier = threading.Barrier(WARP, timeout=300)
         self.inputs = [None] * WARP
+        self.arrived = 0
         self.outputs = None
+        self.error = None
+        self.done = threading.Event()
 
 
-_WARPS: dict = {}
-_WARPS_LOCK = threading.Lock()
+_MEETINGS: dict = {}  # warp key -> the meeting its lanes are gathering at now
+_MEETINGS_LOCK = threading.Lock()
 _COPIES = threading.local()  # this simulated thread's cp.async state
+_WAIT_SECONDS = 300  # a lane that never arrives (a missing .sync.aligned call) ends the wait with an error
 
 
 def _whoami():
-    """(warp key, lane) of the calling simulated thread (one Python thread per CUDA thread)."""
+    """(warp key, lane) of the calling simulated thread (one Python thread per CUDA thread). The key holds
+    the simulator's block object where there is one, so a meeting left half full by a failed launch is
+    never joined by a later launch's block with the same index."""
     t = threading.current_thread()
     tid = getattr(t, "thread_id", None)
     if tid is None:
         raise RuntimeError("a warp-wide instruction was called outside a simulated kernel")
-    return (tuple(t.blockIdx), tid // WARP), tid % WARP
+    block = getattr(t, "sim_block", None) or tuple(t.blockIdx)
+    return (block, tid // WARP), tid % WARP
 
 
 def _warp_collective(value, combine):
     """Every lane of the calling warp passes ``value``; ``combine(values of lanes 0..31)`` returns the 32
-    results, of which each lane gets its own. All 32 lanes must call (as .sync.aligned requires)."""
+    results, of which each lane gets its own. All 32 lanes must call (as .sync.aligned requires).
+
+    One wait per lane: the last lane to arrive takes the meeting out of ``_MEETINGS`` (a lane that goes
+    straight on to its next instruction starts a new one and overwrites nothing a slower lane still
+    reads), computes every lane's result and wakes the others."""
     key, lane = _whoami()
-    with _WARPS_LOCK:
-        warp = _WARPS.get(key)
-        if warp is None or warp.barrier.broken:
-            warp = _WARPS[key] = _Warp()
-    warp.inputs[lane] = value
-    if warp.barrier.wait() == 0:
-        warp.outputs = combine(list(warp.inputs))
-    warp.barrier.wait()
-    result = warp.outputs[lane]
-    warp.barrier.wait()  # nobody starts the next instruction before every lane has its result
-    return result
+    with _MEETINGS_LOCK:
+        meeting = _MEETINGS.get(key)
+        if meeting is None:
+            meeting = _MEETINGS[key] = _Meeting()
+        meeting.inputs[lane] = value
+        meeting.arrived += 1
+        last = meeting.arrived == WARP
+        if last:
+            del _MEETINGS[key]
+    if last:
+        try:
+            meeting.outputs = combine(meeting.inputs)
+        except BaseException as error:
+            meeting.error = error
+            raise
+        finally:
+            meeting.done.set()
+    elif not meeting.done.wait(_WAIT_SECONDS):
+        raise RuntimeError(f"lane {lane}: the other lanes of its warp did not all reach this warp-wide "
+                           f"instruction within {_WAIT_SECONDS} s (all 32 lanes must call it)")
+    if meeting.error is not None:
+        raise RuntimeError(f"lane {lane}: the warp-wide instruction failed in another lane") from meeting.error
+    return meeting.outputs[lane]
 
 
 def _read(address, nbytes):
@@ -126,27 +150,37 @@ def _bf16_values(bits):
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
+def _fragment_places(element, registers, per_reg):
+    """Index arrays (rows, cols), each lanes x (registers * per_reg), of a fragment's elements in its tile:
+    the tables above, evaluated once, so that a warp's fragments are scattered with one NumPy assignment."""
+    places = [[element(lane, reg, e) for reg in range(registers) for e in range(per_reg)] for lane in range(WARP)]
+    places = np.array(places)
+    return places[..., 0], places[..., 1]
+
+
+_A_PLACES = {per_reg: _fragment_places(lambda l, r, e, p=per_reg: mma_a_element(l, r, e, p), 4, per_reg)
+             for per_reg in (2, 4)}
+_B_PLACES = {per_reg: _fragment_places(lambda l, r, e, p=per_reg: mma_b_element(l, r, e, p), 2, per_reg)
+             for per_reg in (2, 4)}
+_C_PLACES = _fragment_places(lambda l, i, _: mma_c_element(l, i), 4, 1)
+
+
 def _emulate_mma(regs_of_lanes, per_reg, decode, acc_dtype):
-    """The product of one m16n8k(8 per_reg) mma from 32 lanes' (a regs, b regs, c values)."""
+    """The product of one m16n8k(8 per_reg) mma from 32 lanes' (a regs, b regs, c values). ``decode``
+    turns registers (an array of uint32 words, one row per lane) into their elements, in register order."""
     K = 8 * per_reg
     A = np.zeros((16, K), np.float64)
     B = np.zeros((K, 8), np.float64)
     C = np.zeros((16, 8), np.float64)
-    for lane, (a, b, c) in enumerate(regs_of_lanes):
-        a_el, b_el = decode(np.array(a)), decode(np.array(b))
-        for reg in range(4):
-            for e in range(per_reg):
-                A[mma_a_element(lane, reg, e, per_reg)] = a_el[per_reg * reg + e]
-        for reg in range(2):
-            for e in range(per_reg):
-                B[mma_b_element(lane, reg, e, per_reg)] = b_el[per_reg * reg + e]
-        for i in range(4):
-            C[mma_c_element(lane, i)] = c[i]
+    a_regs, b_regs, c_values = zip(*regs_of_lanes)
+    A[_A_PLACES[per_reg]] = decode(np.array(a_regs).astype(np.uint32))
+    B[_B_PLACES[per_reg]] = decode(np.array(b_regs).astype(np.uint32))
+    C[_C_PLACES] = np.array(c_values, np.float64).reshape(WARP, 4)
     if acc_dtype == np.int32:
         D = (A.astype(np.int64) @ B.astype(np.int64) + C.astype(np.int64)).astype(np.int32)
     else:
         D = (A.astype(np.float32) @ B.astype(np.float32) + C.astype(np.float32)).astype(np.float32)
-    return [tuple(D[mma_c_element(lane, i)] for i in range(4)) for lane in range(WARP)]
+    return [tuple(lane) for lane in D[_C_PLACES]]
 
 
 def _sim_mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
@@ -167,16 +201,15 @@ def _sim_mma_s8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
 
 def _emulate_ldmatrix(addresses, trans):
     """Lane l addressed row l % 8 of matrix l // 8; lane t gets, of each matrix, the 32-bit pair at
-    row t // 4, columns 2 (t % 4), +1 (of the transposed matrix with trans)."""
-    out = [[0] * 4 for _ in range(WARP)]
+    row t // 4, columns 2 (t % 4), +1 (of the transposed matrix with trans). Row-major, those pairs are
+    the 8x8 matrix read as 32 little-endian words, word t for lane t."""
+    words = np.empty((WARP, 4), np.uint32)
     for j in range(4):
         m = np.stack([_read(addresses[8 * j + r], 16).view(np.uint16) for r in range(8)])
         if trans:
             m = m.T
-        for t in range(WARP):
-            lo, hi = int(m[t // 4, 2 * (t % 4)]), int(m[t // 4, 2 * (t % 4) + 1])
-            out[t][j] = lo | (hi << 16)
-    return [tuple(np.uint32(v) for v in regs) for regs in out]
+        words[:, j] = np.ascontiguousarray(m).view(np.uint32).reshape(WARP)
+    return [tuple(lane) for lane in words]
 
 
 def _sim_ldmatrix_x4(shared_row):
