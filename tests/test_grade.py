@@ -483,3 +483,34 @@ def test_planted_cheats_are_rejected_on_a_gpu_too():
         (stage,) = report.stages
         reasons = want["reason"] if isinstance(want["reason"], list) else [want["reason"]]
         assert stage.status == "failed" and any(c.reason in reasons for c in stage.cases), report.text()
+
+
+def test_the_answer_key_is_refused_by_name_where_the_worker_cannot_even_find_it(tmp_path):
+    """Where the package is not installed (the GPU machine puts the checkout on PYTHONPATH, which the worker
+    drops), `from solutions.x import ...` must still be refused as the answer key, not end as a plain
+    ModuleNotFoundError that reads like the learner's typo."""
+    import subprocess
+    import sys
+
+    (tmp_path / "workbench").symlink_to(ROOT / "workbench", target_is_directory=True)
+    script = f"""
+import sys
+sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f)]  # as if not pip-installed
+sys.path[:0] = [{str(tmp_path)!r}]
+try:
+    import solutions
+    raise SystemExit("solutions importable: this test needs it not to be")
+except ImportError:
+    pass
+from workbench.grade.guards import Guard
+guard = Guard([{str(ROOT / "solutions")!r}])
+guard.install()
+import solutions._templates  # a shared helper stays importable
+try:
+    from solutions.histogram import THREADS
+except ImportError as exc:
+    print([r.reason for r in guard.take()], exc)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.startswith("['answer-key']") and "cannot be imported while grading" in run.stdout, run.stdout

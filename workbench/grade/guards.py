@@ -22,6 +22,7 @@ its own process; these only say why a submission that cheats (or strays) is reje
 from __future__ import annotations
 
 import importlib.abc
+import importlib.machinery
 import os
 import sys
 import sysconfig
@@ -203,6 +204,13 @@ class _AnswerKeyBlocker(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname, path=None, target=None):
         package, _, module = fullname.partition(".")
+        if fullname == ANSWER_KEY_PACKAGE:
+            # The worker's path leaves the repository out, so the package itself may not be found, and
+            # `from solutions.x import ...` would end as a plain ModuleNotFoundError before reaching the
+            # refusal below. Find the package where the answer key lives: its shared `_` helpers stay
+            # importable, its ladders are refused by name.
+            parents = [os.path.dirname(d) for d in self.guard.answer_key_dirs]
+            return importlib.machinery.PathFinder.find_spec(fullname, parents)
         if package == ANSWER_KEY_PACKAGE and module and not module.startswith("_"):
             self.guard.refuse("answer-key", f"import {fullname}")
             raise ImportError(f"`import {fullname}`: the answer key ({ANSWER_KEY_PACKAGE}/) cannot be imported "
