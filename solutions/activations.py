@@ -9,7 +9,9 @@ what stands between a one-line kernel and that speed, and what speed costs in ac
 2. ``grid_stride``: a grid sized to the machine, each thread four elements a step (all four loads
    issued before the first store), unsigned indices.
 3. ``vector4``: 16-byte loads and stores (``ld.global.v4.f32``), four elements per instruction.
-4. ``fast_math`` (only where there is a transcendental function): the same kernel compiled with
+4. ``in_flight``: a grid that covers the vector once, each thread four 16-byte loads issued before
+   any of them is used (64 bytes in flight), the bounds checked once per thread, not per access.
+5. ``fast_math`` (only where there is a transcendental function): the same kernel compiled with
    ``fastmath=True``, which swaps libdevice's accurate ``expf``/``tanhf`` for the hardware's
    approximate ``ex2.approx``/``tanh.approx.f32`` and the division for an approximate one.
 
@@ -52,6 +54,8 @@ from workbench.ladder import Operator, blocks_for, expect_device_array, sm_count
 THREADS = 256  # threads per block: a multiple of the 32-lane warp
 BLOCKS_PER_SM = 8  # 8 x 256 = 2048 threads, all a Hopper multiprocessor holds
 ELEMENTS_PER_THREAD = 8  # a grid-stride grid is never larger than it takes to give each thread this many
+VECTORS_PER_THREAD = 4  # in_flight: four 16-byte loads per thread, all issued before the first is used
+BLOCK_ELEMENTS = 4 * VECTORS_PER_THREAD * THREADS  # in_flight: 4096 floats (16 KiB) per block
 
 ZERO = float32(0.0)
 HALF = float32(0.5)
@@ -334,14 +338,55 @@ def vector4(x, out):
     _vector4[_machine_grid(x.size, ELEMENTS_PER_THREAD), THREADS](x, out)
 
 
-# -- 4. fast_math -----------------------------------------------------------------------------------------
+# -- 4. in_flight --------------------------------------------------------------------------------------
 
-def fast_math(x, out):
-    # _vector4_fast is _vector4 compiled with fastmath=True (see _make_operator): the only change is the flag
-    if not aligned16(x, out):  # the accurate grid-stride kernel, as in stage 3
+def _in_flight(x, out):
+    n = uint64(x.size)
+    four = uint64(4)
+    body = n - n % four  # the elements in whole 16-byte vectors; the last n % 4 are the tail
+    s1 = uint64(4 * THREADS)  # elements between one thread's vectors: each warp-wide load stays one 512-byte run
+    s2 = s1 + s1
+    s3 = s2 + s1
+    i = uint64(cuda.blockIdx.x) * uint64(BLOCK_ELEMENTS) + four * uint64(cuda.threadIdx.x)
+    # HINT: Block b owns elements b * BLOCK_ELEMENTS onwards; thread t reads the vectors at i, i + s1, i + s2, i + s3 (i = that start + 4t): no loop, the grid covers the vector once.
+    # HINT: Issue all four load4 before the first store4: 64 bytes in flight per thread. One test per thread (does the vector at i + s3 lie inside body?) replaces a test per access; only the last block fails it.
+    # HINT: if i + s3 < body: four load4, then four store4 of activation(...). else: while i < body: load4, store4, i += s1. Then the tail as in vector4: e = body + cuda.grid(1); if e < n: ...
+    # BEGIN SOLUTION
+    if i + s3 < body:  # all four of this thread's vectors exist: nothing below is checked
+        a0, b0, c0, d0 = load4(x, i)
+        a1, b1, c1, d1 = load4(x, i + s1)
+        a2, b2, c2, d2 = load4(x, i + s2)
+        a3, b3, c3, d3 = load4(x, i + s3)
+        store4(out, i, activation(a0), activation(b0), activation(c0), activation(d0))  # noqa: F821
+        store4(out, i + s1, activation(a1), activation(b1), activation(c1), activation(d1))  # noqa: F821
+        store4(out, i + s2, activation(a2), activation(b2), activation(c2), activation(d2))  # noqa: F821
+        store4(out, i + s3, activation(a3), activation(b3), activation(c3), activation(d3))  # noqa: F821
+    else:  # the last block: its vectors one at a time, each checked
+        while i < body:
+            a0, b0, c0, d0 = load4(x, i)
+            store4(out, i, activation(a0), activation(b0), activation(c0), activation(d0))  # noqa: F821
+            i += s1
+    e = body + uint64(cuda.grid(1))  # the tail: at most three elements, one per thread
+    if e < n:
+        out[e] = activation(x[e])  # noqa: F821
+    # END SOLUTION
+
+
+def in_flight(x, out):
+    if not aligned16(x, out):  # a view starting mid-buffer: a 16-byte load there would fault
         _grid_stride[_machine_grid(x.size, ELEMENTS_PER_THREAD), THREADS](x, out)
         return
-    _vector4_fast[_machine_grid(x.size, ELEMENTS_PER_THREAD), THREADS](x, out)  # noqa: F821
+    _in_flight[blocks_for(x.size, BLOCK_ELEMENTS), THREADS](x, out)
+
+
+# -- 5. fast_math -----------------------------------------------------------------------------------------
+
+def fast_math(x, out):
+    # _in_flight_fast is _in_flight compiled with fastmath=True (see _make_operator): the only change is the flag
+    if not aligned16(x, out):  # the accurate grid-stride kernel, as in stages 3 and 4
+        _grid_stride[_machine_grid(x.size, ELEMENTS_PER_THREAD), THREADS](x, out)
+        return
+    _in_flight_fast[blocks_for(x.size, BLOCK_ELEMENTS), THREADS](x, out)  # noqa: F821
 
 
 # -- the stages' paragraphs --------------------------------------------------------------------------------
@@ -367,6 +412,17 @@ VECTOR4 = """
     prove 16-byte alignment), so load4/store4 (solutions/_vector_io.py) emit the vector access; the
     launcher checks that x and out start on a 16-byte boundary (a view that does not falls back to
     the grid-stride kernel) and the last n % 4 elements are a scalar tail."""
+
+IN_FLIGHT = """
+    Bytes in flight, the rest of the way to a copy's speed. The vector4 loop keeps two vectors (32
+    bytes) per thread in flight and then waits for them: its next loads cannot move above its stores
+    (out may alias x). Here there is no loop: the grid covers the vector once (a 256-thread block per
+    4096 floats, the hardware starting a new block wherever one finishes), and each thread issues
+    four 16-byte loads, 64 bytes, before it uses any, which is how torch's vectorized elementwise
+    kernel keeps the memory system full. The bounds are tested once per thread (are all four of its
+    vectors inside the vector?), not per access; only the last block fails the test and takes a
+    checked loop. On an H200 (2026-11-23, 2^28 floats) the vector4 and fast_math stages before this
+    one reached 3470-3790 GB/s, torch 4143-4226 GB/s."""
 
 FAST_MATH_INTRO = """
     The same kernel compiled with fastmath=True: libdevice's accurate functions give way to the
@@ -421,8 +477,9 @@ STAGES = [
     (thread_per_element, "thread_per_element", THREAD_PER_ELEMENT),
     (grid_stride, "grid_stride", GRID_STRIDE),
     (vector4, "vector4", VECTOR4),
+    (in_flight, "in_flight", IN_FLIGHT),
 ]
-KERNEL_TEMPLATES = [_thread_per_element, _grid_stride, _vector4]
+KERNEL_TEMPLATES = [_thread_per_element, _grid_stride, _vector4, _in_flight]
 
 
 def _make_operator(act: Activation, rank: float) -> Operator:
@@ -450,7 +507,7 @@ def _make_operator(act: Activation, rank: float) -> Operator:
     for template in KERNEL_TEMPLATES:
         namespace[template.__name__] = instantiate(template, namespace, f"{template.__name__}_{act.name}", jit={})
     if act.fast:
-        namespace["_vector4_fast"] = instantiate(_vector4, namespace, f"_vector4_{act.name}_fast",
+        namespace["_in_flight_fast"] = instantiate(_in_flight, namespace, f"_in_flight_{act.name}_fast",
                                                  jit={"fastmath": True})
     for launcher, name, summary in STAGES:
         op.stage(name, summary)(instantiate(launcher, namespace, f"{name}_{act.name}"))
