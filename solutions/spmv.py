@@ -36,6 +36,7 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32, int32
 
+from solutions._vector_io import aligned16, load4
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 
@@ -536,6 +537,169 @@ def merge_path_tiled(row_ptr, col_idx, values, x, y):
                                                                carry_rows, carry_values)
     _add_warp_carries[blocks_for(tiles, THREADS), THREADS](carry_rows, carry_values, y)
 
+
+
+# -- 5. merge path in chunks of tiles: the search in the kernel, the carry in a register, 16-byte loads --
+
+CHUNK = 4  # consecutive tiles each warp walks (4 x 224 = 896 merge-path steps)
+VECTORS = (TILE + 3 + 127) // 128  # 16-byte loads a lane needs to cover a tile's non-zeros from a 16-byte boundary
+SPAN = 128 * VECTORS  # shared slots per warp for those products
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_merge_path_search(diagonal, lo, hi, row_ptr, lane):
+    """The merge-path search of _merge_path_search, by a whole warp: each round the 32 lanes test 32
+    rows spread over [lo, hi) at once and a ballot counts how many end before the diagonal (the test
+    is true for a prefix of the rows), so the range shrinks 32-fold a round: 4 rounds of loads for
+    10^6 rows instead of 20 one after another. Every lane returns the same row."""
+    while lo < hi:
+        width = hi - lo
+        mid = lo + width * lane // 32
+        ends_before = row_ptr[mid + 1] <= diagonal - mid - 1
+        below = cuda.popc(cuda.ballot_sync(FULL_MASK, ends_before))  # lanes 0 .. below - 1 passed
+        if below < 32:
+            hi = lo + width * below // 32  # the first row that failed
+        if below > 0:
+            lo = lo + width * (below - 1) // 32 + 1  # past the last row that passed
+    return lo
+
+
+@cuda.jit(device=True, inline=True)
+def _stage_product(products, w, slot, j, nz0, nz1, value, col, x):
+    """products[w, slot] = value * x[col] if non-zero j is the tile's (a 16-byte group may hold
+    non-zeros of the tiles before and after)."""
+    if nz0 <= j < nz1:
+        products[w, slot] = value * x[col]
+
+
+@cuda.jit
+def _merge_path_chunked(row_ptr, col_idx, values, x, y, tiles_per_warp, carry_rows, carry_values):
+    products = cuda.shared.array((WARPS, SPAN), float32)  # values[j] * x[col_idx[j]], from the 16-byte boundary
+    row_ends = cuda.shared.array((WARPS, TILE_ROWS), int32)  # row_ptr[r + 1] of the tile's rows
+    rows = y.size
+    nnz = values.size
+    last = nnz - 1
+    lane = cuda.threadIdx.x % 32
+    w = cuda.threadIdx.x // 32
+    warp = cuda.grid(1) // 32
+    if warp >= carry_rows.size:  # the grid's last warps may have no chunk (the whole warp leaves)
+        return
+    first = warp * tiles_per_warp * TILE  # < rows + nnz: the launcher gives every warp a chunk
+    # HINT: Find the chunk's start once, with the whole warp (_warp_merge_path_search); then walk its tiles in order. A tile's end (row1, nz1) is a second, short search: row1 lies within TILE rows of row0.
+    # HINT: Stage a tile as merge_path_tiled does, but with load4 (16-byte loads) of values and col_idx from base = nz0 rounded down to a multiple of 4 (products[w, j - base]); a group of four past nnz is read element by element.
+    # HINT: The row open at a tile's end is the next tile's row0, so its sum so far (lane 31's scanned carry) is lane 0's starting total in the next tile: no carry leaves the warp but the chunk's last.
+    # BEGIN SOLUTION
+    row0 = _warp_merge_path_search(first, max(first - nnz, 0), min(first, rows), row_ptr, lane)
+    nz0 = first - row0
+    open_sum = float32(0.0)  # row row0's sum in the tiles of this chunk walked so far
+    for t in range(tiles_per_warp):
+        d0 = first + t * TILE
+        if d0 >= rows + nnz:
+            break
+        d1 = min(d0 + TILE, rows + nnz)
+        row1 = _warp_merge_path_search(d1, max(d1 - nnz, row0), min(d1, rows, row0 + TILE), row_ptr, lane)
+        nz1 = d1 - row1
+        base = nz0 - nz0 % 4  # the 16-byte boundary at or below the tile's first non-zero
+        for v in range(VECTORS):
+            j = base + 4 * (v * 32 + lane)
+            if j < nz1:
+                if j + 3 <= last:  # one 16-byte load each
+                    vals = load4(values, j)
+                    cols = load4(col_idx, j)
+                else:  # the arrays' last, partial group of four: element by element, clamped
+                    vals = (values[j], values[min(j + 1, last)], values[min(j + 2, last)], values[min(j + 3, last)])
+                    cols = (col_idx[j], col_idx[min(j + 1, last)], col_idx[min(j + 2, last)],
+                            col_idx[min(j + 3, last)])
+                slot = j - base
+                _stage_product(products, w, slot, j, nz0, nz1, vals[0], cols[0], x)
+                _stage_product(products, w, slot + 1, j + 1, nz0, nz1, vals[1], cols[1], x)
+                _stage_product(products, w, slot + 2, j + 2, nz0, nz1, vals[2], cols[2], x)
+                _stage_product(products, w, slot + 3, j + 3, nz0, nz1, vals[3], cols[3], x)
+        for i in range(lane, min(row1, rows - 1) - row0 + 1, 32):  # rows row0 .. row1 (those that exist)
+            row_ends[w, i] = row_ptr[row0 + i + 1]
+        cuda.syncwarp()
+        # Each lane's start within the tile, and its walk: as in merge_path_tiled.
+        diagonal = lane * ITEMS
+        tile_nnz = nz1 - nz0
+        lo = max(diagonal - tile_nnz, 0)
+        hi = min(diagonal, row1 - row0)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if row_ends[w, mid] <= nz0 + diagonal - mid - 1:
+                lo = mid + 1
+            else:
+                hi = mid
+        row = row0 + lo
+        nz = nz0 + diagonal - lo
+        steps = max(0, min(ITEMS, (row1 - row0) + tile_nnz - diagonal))
+        row_end = row_ends[w, row - row0] if row < rows else nnz
+        total = open_sum if lane == 0 else float32(0.0)  # lane 0 goes on with the row the last tile left open
+        head = float32(0.0)
+        head_row = rows
+        for _ in range(steps):
+            if nz < row_end:
+                total += products[w, nz - base]
+                nz += 1
+            else:
+                if head_row == rows:
+                    head, head_row = total, row
+                else:
+                    y[row] = total
+                total = float32(0.0)
+                row += 1
+                row_end = row_ends[w, row - row0] if row < rows else nnz
+        ended = int32(head_row != rows)
+        carry = total
+        opens_segment = ended
+        offset = 1
+        while offset < 32:
+            left_carry = cuda.shfl_up_sync(FULL_MASK, carry, offset)
+            left_opens = cuda.shfl_up_sync(FULL_MASK, opens_segment, offset)
+            if lane >= offset:
+                if not opens_segment:
+                    carry += left_carry
+                opens_segment |= left_opens
+            offset *= 2
+        carry_in = cuda.shfl_up_sync(FULL_MASK, carry, 1)
+        if ended:
+            y[head_row] = head + (carry_in if lane > 0 else float32(0.0))
+        open_sum = cuda.shfl_sync(FULL_MASK, carry, 31)  # row row1's sum so far: the next tile's lane 0 adds on
+        row0, nz0 = row1, nz1
+        cuda.syncwarp()  # every lane has read this tile's shared memory before the next tile is staged
+    if lane == 0:
+        carry_rows[warp] = row0  # rows when the chunk ended the matrix: nothing to add
+        carry_values[warp] = open_sum
+    # END SOLUTION
+
+
+@op.stage("merge_path_chunked", """
+    The tiles of merge_path_tiled, walked CHUNK = 4 at a time by one warp, in order. Three costs go.
+    The search kernel: a warp finds its chunk's start itself, with all 32 lanes probing 32 rows at
+    once (a ballot says which end before the diagonal), 4 rounds of loads for 10^6 rows instead of a
+    20-step search per tile in a launch of its own; each next tile's end is a short search of the
+    same kind, within 224 rows of its start. The carries: the row open at a tile's end is the next
+    tile's first row, so its sum so far passes from lane 31 to lane 0 in a register, and only a
+    chunk's last carry goes to the fix-up kernel (4 times fewer atomics). The 4-byte loads: values
+    and col_idx come in 16-byte loads (load4: one ld.global.v4 for four non-zeros) from the 16-byte
+    boundary at or below the tile's first non-zero, two per lane per tile instead of 14.""")
+def merge_path_chunked(row_ptr, col_idx, values, x, y):
+    merge_path_in_chunks(row_ptr, col_idx, values, x, y, CHUNK)
+
+
+def merge_path_in_chunks(row_ptr, col_idx, values, x, y, tiles_per_warp):
+    """merge_path_chunked with ``tiles_per_warp`` tiles a warp (tests pass 1, so that a small matrix
+    spreads over several warps and their carries)."""
+    if not aligned16(values, col_idx):  # views starting mid-buffer: a 16-byte load there would fault
+        merge_path_tiled(row_ptr, col_idx, values, x, y)
+        return
+    rows, nnz = y.size, values.size
+    tiles = blocks_for(rows + nnz, TILE)
+    warps = blocks_for(tiles, tiles_per_warp)
+    carry_rows = scratch("spmv.merge_path_chunked.carry_rows", warps, np.int32)
+    carry_values = scratch("spmv.merge_path_chunked.carry_values", warps, np.float32)
+    _merge_path_chunked[blocks_for(32 * warps, THREADS), THREADS](row_ptr, col_idx, values, x, y, tiles_per_warp,
+                                                                 carry_rows, carry_values)
+    _add_warp_carries[blocks_for(warps, THREADS), THREADS](carry_rows, carry_values, y)
 
 # == COO -> CSR ===================================================================================
 #

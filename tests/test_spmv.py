@@ -107,3 +107,17 @@ def test_uniform_target():
     """2^20 rows of 16 entries (16.8M non-zeros): the last stage at >= 0.9x cuSPARSE's speed."""
     stage, peer = _last_stage_and_peer((2**20, 16, spmv.UNIFORM))
     assert stage["median_us"] <= peer["median_us"] / 0.9, (stage["median_us"], peer["median_us"])
+
+
+@pytest.mark.parametrize("label", ["random", "one-dense-row", "empty-rows"])
+def test_chunked_carries_between_warps(label):
+    """merge_path_chunked with one tile a warp: a 40-row matrix (520 merge-path steps) spreads over three
+    warps, so the carries between tiles of a warp and between warps are both exercised in the simulator."""
+    size = (40, 12, spmv.POWER_LAW)
+    rng = np.random.default_rng(3)
+    inputs = op.make_inputs(size, rng) if label == "random" else dict(op.adversarial_inputs(size, rng))[label]
+    for tiles_per_warp in (1, 2):
+        y = cuda.to_device(np.full(size[0], np.nan, np.float32))
+        spmv.merge_path_in_chunks(*(cuda.to_device(a) for a in inputs), y, tiles_per_warp)
+        ref = op.reference(*inputs)
+        np.testing.assert_allclose(y.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
