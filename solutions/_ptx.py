@@ -267,7 +267,12 @@ def _sim_pack_bf16x2(lo, hi):
 
 
 def _sim_dp4a_s8(a, b, c):
-    return np.int32(int(c) + int(np.dot(_bytes([a]).astype(np.int64), _bytes([b]).astype(np.int64))))
+    # Plain integers: called once per multiply-add of four bytes, NumPy's per-call cost would dominate.
+    a, b, total = int(a) & 0xFFFFFFFF, int(b) & 0xFFFFFFFF, int(c)
+    for shift in (0, 8, 16, 24):
+        x, y = (a >> shift) & 0xFF, (b >> shift) & 0xFF
+        total += (x - ((x & 0x80) << 1)) * (y - ((y & 0x80) << 1))  # the bytes as signed int8
+    return np.int32(total)
 
 
 # -- what the kernels call -----------------------------------------------------------------------------
