@@ -37,6 +37,7 @@ import numpy as np
 from numba import cuda, float32, int32
 
 from solutions._vector_io import aligned16, load4
+from workbench import device as _device
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 
@@ -47,6 +48,15 @@ ITEMS = 7  # merge-path steps (a non-zero or a row end) per thread: CUB's choice
 UNIFORM, POWER_LAW, BANDED = 1, 2, 3
 PATTERNS = {UNIFORM: "uniform", POWER_LAW: "power-law", BANDED: "banded"}
 LONGEST_ROW = 100_000  # the power-law matrix's longest row (or all of it, when rows are fewer)
+# merge_path_chunked's launch bound in blocks of 256 threads per SM, 0 for none. None: at 56 registers
+# it runs 4 blocks an SM without spilling; 6 (40 registers) spills 228 bytes, 8 (32) 472 (sm_90 PTX, 2026-11-23).
+# The GPU script times 6 and 8 as variants.
+CHUNKED_BLOCKS_PER_SM = 0
+
+
+def _gpu_options(**options):
+    """Compile options only the real GPU compiler takes (numba's simulator cuda.jit accepts no launch_bounds)."""
+    return {} if _device.is_simulator() else options
 
 
 # -- the matrices ---------------------------------------------------------------------------------
@@ -572,7 +582,7 @@ def _stage_product(products, w, slot, j, nz0, nz1, value, col, x):
         products[w, slot] = value * x[col]
 
 
-@cuda.jit
+@cuda.jit(**(_gpu_options(launch_bounds=(THREADS, CHUNKED_BLOCKS_PER_SM)) if CHUNKED_BLOCKS_PER_SM else {}))
 def _merge_path_chunked(row_ptr, col_idx, values, x, y, tiles_per_warp, carry_rows, carry_values):
     products = cuda.shared.array((WARPS, SPAN), float32)  # values[j] * x[col_idx[j]], from the 16-byte boundary
     row_ends = cuda.shared.array((WARPS, TILE_ROWS), int32)  # row_ptr[r + 1] of the tile's rows
