@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 8c1f31a8d1727bb5d891be86fcf7db0e4e9b320d8b38e75415a9da71a4dd348b
+# generated-sha256: c380eaada1fb7c26699ca524d0ce70a84ac7610b23749a07a8cd7eb9fc21a736
 # --------------------------------------------------------------------------------------------------
 """Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
 
@@ -50,6 +50,8 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32, int32
 
+from solutions._vector_io import aligned16, load4
+from workbench import device as _device
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 
@@ -60,6 +62,15 @@ ITEMS = 7  # merge-path steps (a non-zero or a row end) per thread: CUB's choice
 UNIFORM, POWER_LAW, BANDED = 1, 2, 3
 PATTERNS = {UNIFORM: "uniform", POWER_LAW: "power-law", BANDED: "banded"}
 LONGEST_ROW = 100_000  # the power-law matrix's longest row (or all of it, when rows are fewer)
+# merge_path_chunked's launch bound in blocks of 256 threads per SM, 0 for none. None: at 56 registers
+# it runs 4 blocks an SM without spilling; 6 (40 registers) spills 228 bytes, 8 (32) 472 (sm_90 PTX, 2026-11-23).
+# The GPU script times 6 and 8 as variants.
+CHUNKED_BLOCKS_PER_SM = 0
+
+
+def _gpu_options(**options):
+    """Compile options only the real GPU compiler takes (numba's simulator cuda.jit accepts no launch_bounds)."""
+    return {} if _device.is_simulator() else options
 
 
 # -- the matrices ---------------------------------------------------------------------------------
@@ -439,6 +450,89 @@ def merge_path_tiled(row_ptr, col_idx, values, x, y):
                                                                carry_rows, carry_values)
     _add_warp_carries[blocks_for(tiles, THREADS), THREADS](carry_rows, carry_values, y)
 
+
+
+# -- 5. merge path in chunks of tiles: the search in the kernel, the carry in a register, 16-byte loads --
+
+CHUNK = 4  # consecutive tiles each warp walks (4 x 224 = 896 merge-path steps)
+VECTORS = (TILE + 3 + 127) // 128  # 16-byte loads a lane needs to cover a tile's non-zeros from a 16-byte boundary
+SPAN = 128 * VECTORS  # shared slots per warp for those products
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_merge_path_search(diagonal, lo, hi, row_ptr, lane):
+    """The merge-path search of _merge_path_search, by a whole warp: each round the 32 lanes test 32
+    rows spread over [lo, hi) at once and a ballot counts how many end before the diagonal (the test
+    is true for a prefix of the rows), so the range shrinks 32-fold a round: 4 rounds of loads for
+    10^6 rows instead of 20 one after another. Every lane returns the same row."""
+    while lo < hi:
+        width = hi - lo
+        mid = lo + width * lane // 32
+        ends_before = row_ptr[mid + 1] <= diagonal - mid - 1
+        below = cuda.popc(cuda.ballot_sync(FULL_MASK, ends_before))  # lanes 0 .. below - 1 passed
+        if below < 32:
+            hi = lo + width * below // 32  # the first row that failed
+        if below > 0:
+            lo = lo + width * (below - 1) // 32 + 1  # past the last row that passed
+    return lo
+
+
+@cuda.jit(device=True, inline=True)
+def _stage_product(products, w, slot, j, nz0, nz1, value, col, x):
+    """products[w, slot] = value * x[col] if non-zero j is the tile's (a 16-byte group may hold
+    non-zeros of the tiles before and after)."""
+    if nz0 <= j < nz1:
+        products[w, slot] = value * x[col]
+
+
+@cuda.jit(**(_gpu_options(launch_bounds=(THREADS, CHUNKED_BLOCKS_PER_SM)) if CHUNKED_BLOCKS_PER_SM else {}))
+def _merge_path_chunked(row_ptr, col_idx, values, x, y, tiles_per_warp, carry_rows, carry_values):
+    products = cuda.shared.array((WARPS, SPAN), float32)  # values[j] * x[col_idx[j]], from the 16-byte boundary
+    row_ends = cuda.shared.array((WARPS, TILE_ROWS), int32)  # row_ptr[r + 1] of the tile's rows
+    rows = y.size
+    nnz = values.size
+    last = nnz - 1
+    lane = cuda.threadIdx.x % 32
+    w = cuda.threadIdx.x // 32
+    warp = cuda.grid(1) // 32
+    if warp >= carry_rows.size:  # the grid's last warps may have no chunk (the whole warp leaves)
+        return
+    first = warp * tiles_per_warp * TILE  # < rows + nnz: the launcher gives every warp a chunk
+    # EXERCISE: write this part of `_merge_path_chunked`. Read the hints one at a time.
+    #   hint 1 (nudge): Find the chunk's start once, with the whole warp (_warp_merge_path_search); then walk its tiles in order. A tile's end (row1, nz1) is a second, short search: row1 lies within TILE rows of row0.
+    #   hint 2: Stage a tile as merge_path_tiled does, but with load4 (16-byte loads) of values and col_idx from base = nz0 rounded down to a multiple of 4 (products[w, j - base]); a group of four past nnz is read element by element.
+    #   hint 3 (nearly the answer): The row open at a tile's end is the next tile's row0, so its sum so far (lane 31's scanned carry) is lane 0's starting total in the next tile: no carry leaves the warp but the chunk's last.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@op.stage("merge_path_chunked", """
+    The tiles of merge_path_tiled, walked CHUNK = 4 at a time by one warp, in order. Three costs go.
+    The search kernel: a warp finds its chunk's start itself, with all 32 lanes probing 32 rows at
+    once (a ballot says which end before the diagonal), 4 rounds of loads for 10^6 rows instead of a
+    20-step search per tile in a launch of its own; each next tile's end is a short search of the
+    same kind, within 224 rows of its start. The carries: the row open at a tile's end is the next
+    tile's first row, so its sum so far passes from lane 31 to lane 0 in a register, and only a
+    chunk's last carry goes to the fix-up kernel (4 times fewer atomics). The 4-byte loads: values
+    and col_idx come in 16-byte loads (load4: one ld.global.v4 for four non-zeros) from the 16-byte
+    boundary at or below the tile's first non-zero, two per lane per tile instead of 14.""")
+def merge_path_chunked(row_ptr, col_idx, values, x, y):
+    merge_path_in_chunks(row_ptr, col_idx, values, x, y, CHUNK)
+
+
+def merge_path_in_chunks(row_ptr, col_idx, values, x, y, tiles_per_warp):
+    """merge_path_chunked with ``tiles_per_warp`` tiles a warp (tests pass 1, so that a small matrix
+    spreads over several warps and their carries)."""
+    if not aligned16(values, col_idx):  # views starting mid-buffer: a 16-byte load there would fault
+        merge_path_tiled(row_ptr, col_idx, values, x, y)
+        return
+    rows, nnz = y.size, values.size
+    tiles = blocks_for(rows + nnz, TILE)
+    warps = blocks_for(tiles, tiles_per_warp)
+    carry_rows = scratch("spmv.merge_path_chunked.carry_rows", warps, np.int32)
+    carry_values = scratch("spmv.merge_path_chunked.carry_values", warps, np.float32)
+    _merge_path_chunked[blocks_for(32 * warps, THREADS), THREADS](row_ptr, col_idx, values, x, y, tiles_per_warp,
+                                                                 carry_rows, carry_values)
+    _add_warp_carries[blocks_for(warps, THREADS), THREADS](carry_rows, carry_values, y)
 
 # == COO -> CSR ===================================================================================
 #

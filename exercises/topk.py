@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 3bba54dd3e8e08b920d7abd0111553f0580b4060bc24f0717ebb35ec0837acf1
+# generated-sha256: 6141a735008663c329785e2d7a847378463ff59976c65ba8c249787abdee4a7f
 # --------------------------------------------------------------------------------------------------
 """Top-k of each row of a float32 matrix: the k largest values and their column indices, largest first.
 
@@ -375,7 +375,7 @@ def radix_select(x, k, out):
 
 SLOTS = 2048  # shared-memory keys: the best k so far, then the candidates waiting to be merged
 ITEMS = 4  # elements each thread loads before it looks at any (loads in flight)
-SELECT_THREADS = 256
+SELECT_THREADS = 128  # measured on an H200 at (4096, 32000, 50): 1257.5 us at 128 threads, 1645.5 at 256
 
 
 @cuda.jit(device=True, inline=True)
@@ -399,7 +399,7 @@ def _merge_candidates(keys, count, k):
 def _first_bar(keys, loaded, cols, k):
     """A bar before the first merge: the k-th largest of the threads' best keys in the first step. The
     k threads whose best reach it hold k elements at or above it, so no element of the answer is
-    below it. Without it the whole first step would be candidates (a sort of k + 1,024 keys); with
+    below it. Without it the whole first step would be candidates (a sort of k + a step's keys); with
     it, about k are. Returned less one: a candidate must be strictly above the bar."""
     t = cuda.threadIdx.x
     threads = cuda.blockDim.x
@@ -457,9 +457,12 @@ def _bitonic_select(x_bits, out_bits, out_cols, capacity):
     if it beats the k-th of those, and candidates are appended with one atomic per warp (a ballot
     says who, a popcount where). When the candidates might overflow the buffer, a bitonic sort in
     shared memory merges them with the best k, and the k-th becomes the new bar. The first bar
-    comes before any merge: the k-th largest of the 256 threads' best keys in the first step (k
-    elements reach it). On a row of logits the bar then rises fast: about k ln(n / 1024) elements
-    (170 of 32,000) are ever candidates, so a row costs one read and a few small sorts.""")
+    comes before any merge: the k-th largest of the 128 threads' best keys in the first step (k
+    elements reach it). On a row of logits the bar then rises fast: about k ln(n / 512) elements
+    (210 of 32,000) are ever candidates, so a row costs one read and a few small sorts. Blocks of
+    128 threads, not 256: a block's barriers (two a step, and every pass of a merge) wait for 4 warps
+    instead of 8, and up to 13 blocks of 16 KiB fit an SM instead of 8, so more rows are in flight; on an
+    H200 this took (4096, 32000, 50) from 1645.5 to 1257.5 us.""")
 def bitonic_select(x, k, out):
     select_with_slots(x, out, SLOTS)
 
