@@ -25,6 +25,19 @@ def test_nan_wins_wherever_it_is_as_torch_amax_does(name, where):
         assert result.passed, result.message
 
 
+@pytest.mark.parametrize("name", ["reduce_max", "reduce_sumsq"])
+def test_one_pass_four_vector_loop(name):
+    """At the quick simulator size (1029) one_pass's four-vector loop never runs (one block of 256
+    threads needs more than 768 vectors); at 4095 threads 0-254 take it once, thread 255 the
+    one-vector loop three times, and threads 0-2 the tail. A NaN inside the four-vector loop's reach."""
+    op = reductions.BY_NAME[name]
+    x = np.random.default_rng(4).uniform(-1.0, 2.0, 4095).astype(np.float32)
+    assert check_stage(op["one_pass"], (4095,), inputs=(x,), label="random").passed
+    x[4 * (256 * 2 + 7) + 1] = np.nan  # the third vector (w + 2 stride) of thread 7
+    result = check_stage(op["one_pass"], (4095,), inputs=(x,), label="nan-in-the-four-vector-loop")
+    assert result.passed, result.message
+
+
 def test_identities_are_the_operations_own():
     by_kind = {op.name: op for op in VECTOR}
     x = -np.random.default_rng(1).uniform(1.0, 2.0, 33).astype(np.float32)  # all negative: 0 would win a max
