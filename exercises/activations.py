@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: cba8ffdcae9f013d5074a99550783a3b4acf497dc1b6e7d40789e3f318902350
+# generated-sha256: 0bc1a2ba4c63ffa7522e099893f3c71b056fc31a0234a4895eb3cd0cea7d844b
 # --------------------------------------------------------------------------------------------------
 """Activation functions on a float32 vector, from a thread per element to 16-byte loads and fast math.
 
@@ -23,7 +23,9 @@ what stands between a one-line kernel and that speed, and what speed costs in ac
 2. ``grid_stride``: a grid sized to the machine, each thread four elements a step (all four loads
    issued before the first store), unsigned indices.
 3. ``vector4``: 16-byte loads and stores (``ld.global.v4.f32``), four elements per instruction.
-4. ``fast_math`` (only where there is a transcendental function): the same kernel compiled with
+4. ``in_flight``: a grid that covers the vector once, each thread four 16-byte loads issued before
+   any of them is used (64 bytes in flight), the bounds checked once per thread, not per access.
+5. ``fast_math`` (only where there is a transcendental function): the same kernel compiled with
    ``fastmath=True``, which swaps libdevice's accurate ``expf``/``tanhf`` for the hardware's
    approximate ``ex2.approx``/``tanh.approx.f32`` and the division for an approximate one.
 
@@ -66,6 +68,8 @@ from workbench.ladder import Operator, blocks_for, expect_device_array, sm_count
 THREADS = 256  # threads per block: a multiple of the 32-lane warp
 BLOCKS_PER_SM = 8  # 8 x 256 = 2048 threads, all a Hopper multiprocessor holds
 ELEMENTS_PER_THREAD = 8  # a grid-stride grid is never larger than it takes to give each thread this many
+VECTORS_PER_THREAD = 4  # in_flight: four 16-byte loads per thread, all issued before the first is used
+BLOCK_ELEMENTS = 4 * VECTORS_PER_THREAD * THREADS  # in_flight: 4096 floats (16 KiB) per block
 
 ZERO = float32(0.0)
 HALF = float32(0.5)
@@ -320,14 +324,38 @@ def vector4(x, out):
     _vector4[_machine_grid(x.size, ELEMENTS_PER_THREAD), THREADS](x, out)
 
 
-# -- 4. fast_math -----------------------------------------------------------------------------------------
+# -- 4. in_flight --------------------------------------------------------------------------------------
 
-def fast_math(x, out):
-    # _vector4_fast is _vector4 compiled with fastmath=True (see _make_operator): the only change is the flag
-    if not aligned16(x, out):  # the accurate grid-stride kernel, as in stage 3
+def _in_flight(x, out):
+    n = uint64(x.size)
+    four = uint64(4)
+    body = n - n % four  # the elements in whole 16-byte vectors; the last n % 4 are the tail
+    s1 = uint64(4 * THREADS)  # elements between one thread's vectors: each warp-wide load stays one 512-byte run
+    s2 = s1 + s1
+    s3 = s2 + s1
+    i = uint64(cuda.blockIdx.x) * uint64(BLOCK_ELEMENTS) + four * uint64(cuda.threadIdx.x)
+    # EXERCISE: write this part of `_in_flight`. Read the hints one at a time.
+    #   hint 1 (nudge): Block b owns elements b * BLOCK_ELEMENTS onwards; thread t reads the vectors at i, i + s1, i + s2, i + s3 (i = that start + 4t): no loop, the grid covers the vector once.
+    #   hint 2: Issue all four load4 before the first store4: 64 bytes in flight per thread. One test per thread (does the vector at i + s3 lie inside body?) replaces a test per access; only the last block fails it.
+    #   hint 3 (nearly the answer): if i + s3 < body: four load4, then four store4 of activation(...). else: while i < body: load4, store4, i += s1. Then the tail as in vector4: e = body + cuda.grid(1); if e < n: ...
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def in_flight(x, out):
+    if not aligned16(x, out):  # a view starting mid-buffer: a 16-byte load there would fault
         _grid_stride[_machine_grid(x.size, ELEMENTS_PER_THREAD), THREADS](x, out)
         return
-    _vector4_fast[_machine_grid(x.size, ELEMENTS_PER_THREAD), THREADS](x, out)  # noqa: F821
+    _in_flight[blocks_for(x.size, BLOCK_ELEMENTS), THREADS](x, out)
+
+
+# -- 5. fast_math -----------------------------------------------------------------------------------------
+
+def fast_math(x, out):
+    # _in_flight_fast is _in_flight compiled with fastmath=True (see _make_operator): the only change is the flag
+    if not aligned16(x, out):  # the accurate grid-stride kernel, as in stages 3 and 4
+        _grid_stride[_machine_grid(x.size, ELEMENTS_PER_THREAD), THREADS](x, out)
+        return
+    _in_flight_fast[blocks_for(x.size, BLOCK_ELEMENTS), THREADS](x, out)  # noqa: F821
 
 
 # -- the stages' paragraphs --------------------------------------------------------------------------------
@@ -353,6 +381,17 @@ VECTOR4 = """
     prove 16-byte alignment), so load4/store4 (solutions/_vector_io.py) emit the vector access; the
     launcher checks that x and out start on a 16-byte boundary (a view that does not falls back to
     the grid-stride kernel) and the last n % 4 elements are a scalar tail."""
+
+IN_FLIGHT = """
+    Bytes in flight, the rest of the way to a copy's speed. The vector4 loop keeps two vectors (32
+    bytes) per thread in flight and then waits for them: its next loads cannot move above its stores
+    (out may alias x). Here there is no loop: the grid covers the vector once (a 256-thread block per
+    4096 floats, the hardware starting a new block wherever one finishes), and each thread issues
+    four 16-byte loads, 64 bytes, before it uses any, which is how torch's vectorized elementwise
+    kernel keeps the memory system full. The bounds are tested once per thread (are all four of its
+    vectors inside the vector?), not per access; only the last block fails the test and takes a
+    checked loop. On an H200 (2026-11-23, 2^28 floats) the vector4 and fast_math stages before this
+    one reached 3470-3790 GB/s, torch 4143-4226 GB/s."""
 
 FAST_MATH_INTRO = """
     The same kernel compiled with fastmath=True: libdevice's accurate functions give way to the
@@ -407,8 +446,9 @@ STAGES = [
     (thread_per_element, "thread_per_element", THREAD_PER_ELEMENT),
     (grid_stride, "grid_stride", GRID_STRIDE),
     (vector4, "vector4", VECTOR4),
+    (in_flight, "in_flight", IN_FLIGHT),
 ]
-KERNEL_TEMPLATES = [_thread_per_element, _grid_stride, _vector4]
+KERNEL_TEMPLATES = [_thread_per_element, _grid_stride, _vector4, _in_flight]
 
 
 def _make_operator(act: Activation, rank: float) -> Operator:
@@ -436,7 +476,7 @@ def _make_operator(act: Activation, rank: float) -> Operator:
     for template in KERNEL_TEMPLATES:
         namespace[template.__name__] = instantiate(template, namespace, f"{template.__name__}_{act.name}", jit={})
     if act.fast:
-        namespace["_vector4_fast"] = instantiate(_vector4, namespace, f"_vector4_{act.name}_fast",
+        namespace["_in_flight_fast"] = instantiate(_in_flight, namespace, f"_in_flight_{act.name}_fast",
                                                  jit={"fastmath": True})
     for launcher, name, summary in STAGES:
         op.stage(name, summary)(instantiate(launcher, namespace, f"{name}_{act.name}"))
