@@ -197,7 +197,8 @@ def print_bench(records) -> None:
     console.print(table)
 
 
-def bench_target(target: str, given_sizes, seed, save: bool, quick: bool = False) -> tuple[list, list]:
+def bench_target(target: str, given_sizes, seed, save: bool, quick: bool = False,
+                 with_compile: bool = True) -> tuple[list, list]:
     import numpy as np
 
     from . import results
@@ -210,14 +211,14 @@ def bench_target(target: str, given_sizes, seed, save: bool, quick: bool = False
     rng = np.random.default_rng(seed)
     records, failures = [], []
     with _progress() as prog:
-        task = prog.add_task(f"bench {target}", total=len(chosen) * (len(stages) + 1))
+        task = prog.add_task(f"bench {target}", total=len(chosen) * (len(stages) + 1 + with_compile))
 
         def step(text):
             prog.update(task, description=text)
             prog.advance(task)
 
         for size in chosen:
-            recs, fails = bench_size(op, stages, size, peaks, rng, env, step)
+            recs, fails = bench_size(op, stages, size, peaks, rng, env, step, with_compile=with_compile)
             records += recs
             failures += fails
             if save and recs:  # after every size: an interrupted run keeps what it measured
@@ -231,7 +232,8 @@ def cmd_bench(args) -> int:
     targets = list(registry.load_operators()) if args.target == "all" else [args.target]
     records, failures = [], []
     for target in targets:
-        recs, fails = bench_target(target, args.size, args.seed, save=not args.no_save, quick=args.quick)
+        recs, fails = bench_target(target, args.size, args.seed, save=not args.no_save, quick=args.quick,
+                                   with_compile=not args.no_compile)
         records += recs
         failures += fails
     if args.json:
@@ -446,6 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--size", type=size_arg, action="append", help=SIZE_HELP)
     s.add_argument("--quick", action="store_true", help="only the operator's headline size")
     s.add_argument("--no-save", action="store_true", help="do not write results/")
+    s.add_argument("--no-compile", action="store_true",
+                   help="time only the eager peer, not the operator's torch expression under torch.compile")
     s.add_argument("--seed", type=int, help=SEED_HELP)
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_bench)

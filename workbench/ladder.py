@@ -101,6 +101,8 @@ class Operator:
     bytes_moved(size) / flops(size) -> the minimum a kernel must move / compute
     validate(*device_arrays) -> raise InputError naming what was expected
     peer(size) -> (library name, callable(*device_inputs, out)) or None where no library is installed
+    torch_expression(torch, size) -> f(*input_tensors) -> output tensor: the operator as plain torch
+        code, for ``torch.compile`` (the bench times it beside ``peer``; see ``peers.compiled_peer``)
     """
 
     name: str
@@ -118,6 +120,11 @@ class Operator:
     dtype: Any = np.float32
     tolerance: Callable[[Size, Any], float] | None = None
     peer: Callable[[Size], tuple[str, Callable] | None] | None = None
+    # The torch module is passed in, not imported, because solutions import without torch (a CPU
+    # machine has none); the size is passed so that a size field (attention's causal flag) can choose
+    # the expression at trace time. The returned function takes the inputs as tensors in make_inputs'
+    # order, no numba array and no out: what torch.compile traces.
+    torch_expression: Callable[[Any, Size], Callable[..., Any]] | None = None
     bound: str = "memory"  # "memory" or "compute": which measured peak "% of peak" refers to
     size_names: Sequence[str] | None = None  # what each number of a size is; None: by their count
 

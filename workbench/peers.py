@@ -2,12 +2,18 @@
 
 Arrays are shared zero-copy through ``__cuda_array_interface__``, so a peer reads the very buffers the
 stages read. Views are cached per buffer so that timing a peer does not time the wrapping.
+
+Two kinds of peer: the operator's own ``peer`` (eager torch, else CuPy: what a user calls today), and
+``compiled_peer``, the operator's ``torch_expression`` under ``torch.compile`` (what a user gets by
+letting Inductor fuse that same expression into generated Triton kernels).
 """
 
 from __future__ import annotations
 
 import importlib
+from contextlib import contextmanager
 from functools import lru_cache
+from typing import Callable
 
 from . import device as _device
 
@@ -83,6 +89,64 @@ def to_host(a):
 
 def as_cupy(a):
     return cached("cupy", a, lambda a: cupy().asarray(a))
+
+
+# -- torch.compile of an operator's torch expression --------------------------------------------------
+
+COMPILED_NAME = "torch.compile"  # the stage name of the compiled peer's records
+
+_COMPILED: dict = {}
+
+
+def compiled(key: tuple, make_expression: Callable[[], Callable]):
+    """``torch.compile(make_expression(), dynamic=False, fullgraph=True)``, made once per ``key``
+    ((operator, size)). Nothing compiles here: the first call traces and compiles (the bench's check
+    call does, before any timing). ``dynamic=False`` specialises the kernels on this size's shapes, as a
+    fixed-shape model is compiled; ``fullgraph=True`` turns a graph break into an error, so a figure
+    named torch.compile is never half eager. One expression is kept at a time, and Dynamo's caches are
+    reset before the next: every size of the same expression is a recompilation of one function, and
+    past Dynamo's recompile limit (8) it would quietly run eager torch under this name."""
+    if key not in _COMPILED:
+        torch_ = torch()
+        _COMPILED.clear()
+        torch_.compiler.reset()
+        _COMPILED[key] = torch_.compile(make_expression(), dynamic=False, fullgraph=True)
+    return _COMPILED[key]
+
+
+@contextmanager
+def without_tf32(torch_):
+    """cuDNN's TF32 off for the call (torch's default lets a float32 convolution use it; cuBLAS's is off
+    by default): the bench checks a float32 peer to float32's tolerance, as the eager depthwise peer does."""
+    saved = torch_.backends.cudnn.allow_tf32
+    torch_.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch_.backends.cudnn.allow_tf32 = saved
+
+
+def compiled_peer(op, size) -> tuple[str, Callable] | None:
+    """("torch.compile", launch) for an operator that gives a ``torch_expression``, or None (no
+    expression, or no torch on a GPU). ``launch(*device_inputs, out)`` views the inputs as tensors
+    (cached, as every peer's) and returns what the compiled expression returns: the bench checks and
+    times that (``returns_output``), so the timed work is the expression's kernels alone, reading the
+    inputs and writing a result torch allocates from its caching allocator, never a copy into ``out``.
+    An eager peer with ``out=`` writes the same bytes into ``out``; one that copies its result into
+    ``out`` (maxpool2d's indices) does more work than the compiled expression, which returns the
+    output's layout whole."""
+    torch_ = torch()
+    if torch_ is None or op.torch_expression is None:
+        return None
+    size = tuple(size)
+    fn = compiled((op.name, size), lambda: op.torch_expression(torch_, size))
+
+    def launch(*arrays):
+        with without_tf32(torch_):
+            return fn(*(as_torch(a) for a in arrays[:-1]))  # the last array is out
+
+    launch.returns_output = True
+    return COMPILED_NAME, launch
 
 
 def versions() -> dict:

@@ -38,24 +38,28 @@ def ladder_table(op: Operator, data: dict) -> str:
     peers = [r for r in recs if r.get("kind") == "peer"]
     if not stages:
         return f"_no recorded figures for {op.name} yet: `workbench bench {op.name}` on a GPU records them_\n"
+    # "vs peer" compares with the strongest peer recorded at this size (the fastest library call, eager
+    # torch or torch.compile); every peer keeps its own row, timed against that strongest one.
+    strongest = min(peers, key=lambda r: r["median_us"]) if peers else None
     first = stages[0]
     v = first["versions"]
     torch = f", torch {v['torch']}" if "torch" in v else ""
     lines = [f"{op.title}, {first['size_label']} {first['dtype']} on **{data['device']}**, "
              f"{max(r['date'] for r in stages)[:10]} (numba-cuda {v.get('numba_cuda')}, numba {v.get('numba')}{torch}); "
              f"% of peak is of {peak_caption(op, data.get('peaks') or {})}.", "",
-             "| # | stage | median µs | GB/s | GFLOP/s | % of peak | vs " + (peers[0]["stage"] if peers else "peer") + " |",
+             "| # | stage | median µs | GB/s | GFLOP/s | % of peak | vs " + (strongest["stage"] if strongest else "peer") + " |",
              "|---|---|---:|---:|---:|---:|---:|"]
     peaks_ = data.get("peaks") or {}
     for r in stages:
-        ratio = f"{r['peer']['median_us'] / r['median_us']:.2f}x" if r.get("peer") else "—"
+        peer = strongest or r.get("peer")
+        ratio = f"{peer['median_us'] / r['median_us']:.2f}x" if peer else "—"
         pct = percent_of_peak(op, r["gbps"], r["gflops"], peaks_)
         lines.append(f"| {r['order']} | {r['stage']} | {r['median_us']:.1f} | {r['gbps']:.0f} | {r['gflops']:.0f} | "
                      f"{_fmt(pct, '.0f')} | {ratio} |")
     for r in peers:
         pct = percent_of_peak(op, r["gbps"], r["gflops"], peaks_)
         lines.append(f"| — | {r['stage']} (library) | {r['median_us']:.1f} | {r['gbps']:.0f} | {r['gflops']:.0f} | "
-                     f"{_fmt(pct, '.0f')} | 1.00x |")
+                     f"{_fmt(pct, '.0f')} | {strongest['median_us'] / r['median_us']:.2f}x |")
     return "\n".join(lines) + "\n"
 
 
