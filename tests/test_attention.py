@@ -111,6 +111,56 @@ def test_the_headline_kernels_compile_without_spills():
         assert status == "ok" and spills in ("0", "None"), done.stdout
 
 
+@pytest.mark.sim_only
+def test_decode_wide_stages_take_a_head_size_not_a_multiple_of_8():
+    """16-byte loads need rows on 16-byte boundaries: D = 20 takes stage 3's kernel, and is still right."""
+    rng = np.random.default_rng(5)
+    for name in ("wide_loads", "gqa_shared_kv"):
+        r = check_stage(decode_attention.op[name], (1, 2, 1, 5, 20), rng)
+        assert r.passed, r.message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", [(1, 8, 1, 70, 16), (2, 6, 2, 33, 32)], ids=["group-8-3-steps", "group-3"])
+def test_decode_gqa_groups_past_the_quick_sizes(size):
+    """gqa_shared_kv's kernel is compiled per group size: groups of 8 and 3, keys past one step of 32."""
+    rng = np.random.default_rng(6)
+    st = decode_attention.op["gqa_shared_kv"]
+    results = [check_stage(st, size, rng)]
+    results += [check_stage(st, size, inputs=i, label=l) for l, i in adversarial_cases(decode_attention.op, size, rng)]
+    assert all(r.passed for r in results), [r.message for r in results if not r.passed]
+
+
+@pytest.mark.slow
+@pytest.mark.sim_only
+def test_decode_wide_kernels_compile_without_spills():
+    """The 16-byte-load kernels at every group size 1-8 (the simulator's sizes build groups 1 and 2):
+    compiled for sm_90, no spills, no float64, and the cache read with ld.global.v4."""
+    import subprocess
+    import sys
+
+    code = (
+        "from workbench.ptxcheck import compile_kernel\n"
+        "from numba import cuda\n"
+        "from numba.cuda import types\n"
+        "from solutions import decode_attention as da\n"
+        "w = types.Array(types.uint32, 1, 'C')\n"
+        "p = types.Array(types.float32, 2, 'C')\n"
+        "sig = (types.Array(types.float16, 3, 'C'), w, w, p, p, types.float32, types.int64, types.int64, types.int64)\n"
+        "for name in ['_chunk_wide'] + [f'_chunk_per_group{g}' for g in range(1, da.MAX_GROUP + 1)]:\n"
+        "    r = compile_kernel('x', 'solutions.decode_attention', name, sig, True)\n"
+        "    ptx, _ = cuda.compile_ptx(getattr(da, name).py_func, sig, cc=(9, 0))\n"
+        "    print(name, r.status, r.spill_bytes, 'v4' if 'ld.global.v4' in ptx else 'no-v4',\n"
+        "          'local' if '.local' in ptx else 'no-local', r.message[:300])\n"
+    )
+    env = {**__import__("os").environ, "WORKBENCH_MODE": "compile"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900)
+    lines = [ln.split() for ln in done.stdout.splitlines() if ln.startswith("_")]
+    assert len(lines) == 9, done.stdout + done.stderr
+    for name, status, spills, v4, local, *_ in lines:
+        assert status == "ok" and spills in ("0", "None") and v4 == "v4" and local == "no-local", done.stdout
+
+
 # -- on a GPU: the issue's targets -------------------------------------------------------------------
 
 @pytest.mark.gpu
