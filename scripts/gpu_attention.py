@@ -17,8 +17,10 @@ extra checks (2), so that a budget cut by first-run compilation drops checks, no
    softmax, matmul) and torch.compile of it; decode at 16x32x8192x128 (MHA) and with 8 KV heads
    (GQA) against SDPA; RoPE at 32768x32x128, both layouts, against the model code in torch.
 4. The must-show figures, each PASS/FAIL: fp32 flash (best stage) >= SDPA fp32 at 8x16x2048x64;
-   causal >= 1.7x faster than non-causal; decode >= 80% of the copy bandwidth in KV bytes read;
-   each attention stage faster than the one before at the headline (causal) shape.
+   causal >= 1.7x faster than non-causal; decode >= 80% of the copy bandwidth in KV bytes read (MHA,
+   best stage); decode's last stage (gqa_shared_kv) its best at both shapes (at MHA within 5% of
+   wide_loads, whose kernel it then is) and at GQA >= 2x faster than wide_loads (its group of 4 reads
+   the cache once instead of 4 times); each attention stage faster than the one before (causal).
 
 Everything goes to ``OUT_DIR/gpu_attention.json``. The run stops starting new items when ``--budget``
 seconds are spent (default 170: it must finish within 3 minutes); what it skipped says so.
@@ -183,6 +185,20 @@ def must_show(env, copy_gbps):
                   for a, b in zip(ladder, ladder[1:]) if b["median_us"] >= a["median_us"]]
         verdict("each stage faster than the one before (8x16x2048x64, causal)", not slower, "; ".join(slower) or
                 " > ".join(f"{r['median_us']:.0f}" for r in ladder) + " us")
+    for label, shape in (("MHA", DECODE_MHA), ("GQA", DECODE_GQA)):
+        ladder = sorted([r for r in best("decode_attention", shape) if r["kind"] == "stage"], key=lambda r: r["order"])
+        if ladder:  # the ladder's last stage is its best (at MHA gqa_shared_kv is wide_loads' kernel: within 5%)
+            last, others = ladder[-1], ladder[:-1]
+            slack = 1.05 if shape == DECODE_MHA else 1.0
+            beaten = [r["stage"] for r in others if r["median_us"] * slack < last["median_us"]]
+            verdict(f"decode {label}: last stage {last['stage']} is the best", not beaten,
+                    " > ".join(f"{r['stage']} {r['median_us']:.0f}" for r in ladder) + " us")
+    gqa = {r["stage"]: r for r in best("decode_attention", DECODE_GQA) if r["kind"] == "stage"}
+    if "wide_loads" in gqa and "gqa_shared_kv" in gqa:
+        ratio = gqa["wide_loads"]["median_us"] / gqa["gqa_shared_kv"]["median_us"]
+        verdict("decode GQA: sharing K/V over the group >= 2x faster than wide_loads (group of 4)", ratio >= 2.0,
+                f"{ratio:.2f}x; gqa_shared_kv {gqa['gqa_shared_kv']['gbps']:.0f} GB/s of KV read once per KV head"
+                + (f" = {100 * gqa['gqa_shared_kv']['gbps'] / copy_gbps:.0f}% of copy" if copy_gbps else ""))
     dec = [r for r in best("decode_attention", DECODE_MHA) if r["kind"] == "stage"]
     if dec and copy_gbps:
         top = max(dec, key=lambda r: r["gbps"])
