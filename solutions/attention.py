@@ -144,6 +144,22 @@ def _peer(size):
     return "torch SDPA", sdpa
 
 
+def _naive_expression(torch, size):
+    """torch_expression: attention as its formula reads, scores materialised (what the naive stage
+    does), for torch.compile to fuse what it can around the two matrix products (Inductor may also
+    recognise the pattern and call SDPA itself). The mask comes from the size's causal field, fixed
+    when the expression is traced."""
+    B, H, S, D, causal = size
+
+    def naive(q, k, v, causal_flag):
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+        if causal:
+            above_diagonal = torch.ones(S, S, dtype=torch.bool, device=q.device).triu(1)
+            scores = scores.masked_fill(above_diagonal, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+    return naive
+
+
 def _io_bytes(size):
     B, H, S, D, causal = size
     return 4 * B * H * S * D * 4  # q, k, v read and out written once, float32
@@ -168,8 +184,12 @@ def _naive_bytes(size):
 
 
 def _flops(size):
+    # Useful work: Q K^T and P V, 2 D flops each per (query, key) pair a query attends to. Under the
+    # causal mask query i sees i + 1 keys, so S (S + 1) / 2 pairs, as FlashAttention's papers count it:
+    # a kernel that computes the masked half and throws it away gets no credit for it.
     B, H, S, D, causal = size
-    return 4 * B * H * S * S * D
+    pairs = S * (S + 1) // 2 if causal else S * S
+    return 4 * B * H * pairs * D
 
 
 CHECK_SIZES = [(2, 3, 1, 64, 1), (2, 3, 17, 128, 0), (1, 4, 1000, 64, 1), (1, 2, 1000, 128, 0),
@@ -193,6 +213,7 @@ op = Operator(
     validate=_validate,
     tolerance=_tolerance,
     peer=_peer,
+    torch_expression=_naive_expression,
     adversarial_inputs=_adversarial,
     bound="compute",
     size_names=("batch", "heads", "seq", "head_dim", "causal"),

@@ -380,6 +380,7 @@ def _softmax_op(dtype, rank):
         validate=lambda x, out: expect_rows(dtype, ("x", x), ("out", out)),
         peer=torch_peer(f"torch.softmax ({short_name(dtype)})",
                         lambda torch, x, out: torch.softmax(peers.as_torch(x), 1, out=peers.as_torch(out))),
+        torch_expression=lambda torch, size: lambda x: torch.softmax(x, dim=-1),  # for torch.compile
         rank=rank,
         adversarial_inputs=_softmax_adversarial(dtype),
         record_all_sizes=True,
@@ -663,6 +664,8 @@ def _layernorm_op(dtype, rank):
         peer=torch_peer(f"torch.nn.functional.layer_norm ({short_name(dtype)})", lambda torch, x, w, b, out:
                         torch.nn.functional.layer_norm(peers.as_torch(x), (x.shape[1],), peers.as_torch(w),
                                                        peers.as_torch(b), float(EPS)), returns=True),
+        torch_expression=lambda torch, size: lambda x, w, b: torch.nn.functional.layer_norm(
+            x, (size[1],), w, b, float(EPS)),
         rank=rank,
         adversarial_inputs=_norm_adversarial(dtype, with_bias=True),
         **ROW_SIZES,
@@ -683,6 +686,7 @@ def _rmsnorm_op(dtype, rank):
         peer=torch_peer(f"torch.nn.functional.rms_norm ({short_name(dtype)})", lambda torch, x, w, out:
                         torch.nn.functional.rms_norm(peers.as_torch(x), (x.shape[1],), peers.as_torch(w),
                                                      float(EPS)), returns=True),
+        torch_expression=lambda torch, size: lambda x, w: torch.nn.functional.rms_norm(x, (size[1],), w, float(EPS)),
         rank=rank,
         adversarial_inputs=_norm_adversarial(dtype, with_bias=False),
         **ROW_SIZES,
@@ -1105,6 +1109,10 @@ def _gelu_op(dtype, rank):
         flops=lambda size: 8 * size[0] * size[1],
         validate=validate,
         peer=torch_peer(f"torch (gelu(x + bias) + residual, {short_name(dtype)})", _gelu_peer),
+        # Eager torch rounds x + bias and the GELU to the half format between its three kernels;
+        # Inductor fuses them and, by default, keeps the intermediates in float32, as the stages do.
+        torch_expression=lambda torch, size: lambda x, bias, residual: (
+            torch.nn.functional.gelu(x + bias) + residual),
         rank=rank,
         adversarial_inputs=_gelu_adversarial(dtype),
         check_sizes=[(1, 1), (1, 37), (37, 1), (1, 2**21 + 3), (33, 65), (1001, 4097), (16384, 16384)],

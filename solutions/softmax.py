@@ -113,6 +113,7 @@ op = Operator(
     flops=lambda size: 4 * size[0] * size[1],  # subtract, exp, add, multiply per element
     validate=_validate,
     peer=_peer,
+    torch_expression=lambda torch, size: lambda x: torch.softmax(x, dim=-1),  # for torch.compile
     adversarial_inputs=_adversarial,
     check_sizes=[(300, 1), (300, 33), (300, 1000), (300, 4097), (200, 32768), (32768, 4096)],
     sim_sizes=[(3, 1), (5, 33), (4, 100), (2, 1000), (3, 4097)],

@@ -1,0 +1,142 @@
+"""torch.compile beside eager torch as a peer (issue 16): the Operator field, the bench's list of peers,
+the strongest peer on every stage record, a compile failure as one failure line, and the table's
+"vs" column. Runs in the simulator without torch: peers are fakes written here, in numba, and
+``workbench.peers`` is monkeypatched where torch would be asked for."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from workbench import bench, peers, registry, tables
+from workbench.ladder import Operator, as_size, expect_device_array
+
+SIZE = (5,)
+ENV = {"device": "simulated", "l2_bytes": 1 << 10}
+
+
+@cuda.jit
+def _double(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = 2 * x[i]
+
+
+def _launch_double(x, out):
+    _double[1, 32](x, out)
+
+
+def _operator(**fields) -> Operator:
+    op = Operator(
+        name="twice", title="2x", reference=lambda x: 2 * x.astype(np.float64),
+        make_inputs=lambda size, rng: (rng.standard_normal(size).astype(np.float32),),
+        make_output=lambda size: np.empty(size, np.float32), bytes_moved=lambda size: 8 * size[0],
+        flops=lambda size: size[0], validate=lambda x, out: expect_device_array("x", x),
+        check_sizes=[SIZE], sim_sizes=[SIZE], bench_sizes=[SIZE], headline_size=SIZE, **fields)
+    op.stage("double", "the only stage")(_launch_double)
+    return op
+
+
+def _fake_timing(median_us):
+    """A measure() that reports a fixed median (the simulator's clock says nothing about speed)."""
+    def measure(launch, arg_sets):
+        launch(*arg_sets[0])
+        return bench.Timing(median_us.get(getattr(launch, "label", "stage"), 10.0), 1.0, 2.0, 1.0, 5, 1, 3.0)
+    return measure
+
+
+def _labelled(label, launch):
+    launch.label = label
+    return launch
+
+
+def _eager_peer(size):
+    return "eager", _labelled("eager", lambda x, out: _launch_double(x, out))
+
+
+def test_torch_expression_is_optional_and_given_where_issue_16_asks():
+    assert _operator().torch_expression is None
+    ops = registry.load_operators()
+    asked = {"softmax", "layernorm", "rmsnorm", "residual_layernorm", "bias_relu_layernorm", "elementwise",
+             "softmax_fp16", "softmax_bf16", "layernorm_fp16", "layernorm_bf16", "rmsnorm_fp16", "rmsnorm_bf16",
+             "gelu_fp16", "gelu_bf16", "depthwise3x3", "maxpool2d", "batchnorm_infer", "rope",
+             "rope_interleaved", "attention"}
+    assert not [name for name in asked if ops[name].torch_expression is None]
+
+
+def test_without_torch_there_is_no_compiled_peer():
+    """The simulator has no torch: the compiled peer is absent, never a crash or a stub."""
+    assert peers.torch() is None
+    assert peers.compiled_peer(registry.operator("softmax"), (4, 100)) is None
+    assert bench.peer_launches(_operator(peer=_eager_peer), SIZE, with_compile=True)[0][0] == "eager"
+
+
+def _bench(monkeypatch, op, median_us, compiled_peer, with_compile=True):
+    monkeypatch.setattr(bench, "measure", _fake_timing(median_us))
+    monkeypatch.setattr(peers, "compiled_peer", compiled_peer)
+    return bench.bench_size(op, op.stages, SIZE, {}, np.random.default_rng(0), ENV, with_compile=with_compile)
+
+
+def _compiled(size_seen):
+    def compiled_peer(op, size):
+        size_seen.append(as_size(size))
+        return peers.COMPILED_NAME, _labelled(peers.COMPILED_NAME, lambda x, out: _launch_double(x, out))
+    return compiled_peer
+
+
+@pytest.mark.parametrize("eager_us, compiled_us, strongest", [(8.0, 5.0, "torch.compile"), (4.0, 5.0, "eager")])
+def test_every_peer_is_recorded_and_stages_compare_with_the_strongest(monkeypatch, eager_us, compiled_us, strongest):
+    seen = []
+    records, failures = _bench(monkeypatch, _operator(peer=_eager_peer),
+                               {"eager": eager_us, "torch.compile": compiled_us, "stage": 10.0}, _compiled(seen))
+    assert not failures and seen == [SIZE]
+    peer_records = [r for r in records if r["kind"] == "peer"]
+    assert [r["stage"] for r in peer_records] == ["eager", "torch.compile"]  # eager first: the tests' targets
+    assert all(r["order"] == 0 for r in peer_records)
+    (stage,) = [r for r in records if r["kind"] == "stage"]
+    assert stage["peer"]["name"] == strongest
+    assert stage["peer"]["median_us"] == min(eager_us, compiled_us)
+
+
+def test_no_compile_times_the_eager_peer_alone(monkeypatch):
+    seen = []
+    records, failures = _bench(monkeypatch, _operator(peer=_eager_peer), {"eager": 4.0}, _compiled(seen),
+                               with_compile=False)
+    assert not failures and seen == []
+    assert [r["stage"] for r in records if r["kind"] == "peer"] == ["eager"]
+
+
+def test_a_compile_failure_is_one_failure_line_and_the_rest_is_measured(monkeypatch):
+    def compiled_peer(op, size):
+        def launch(x, out):
+            raise RuntimeError("backend='inductor' raised:\nCompilationError: at 3:4 ...\nmore lines")
+        return peers.COMPILED_NAME, launch
+
+    records, failures = _bench(monkeypatch, _operator(peer=_eager_peer), {"eager": 4.0}, compiled_peer)
+    assert failures == ["torch.compile @ 5: RuntimeError: backend='inductor' raised:"]
+    assert [r["stage"] for r in records] == ["eager", "double"]
+    assert records[1]["peer"]["name"] == "eager"
+
+
+def test_a_wrong_compiled_result_gets_no_figure(monkeypatch):
+    def compiled_peer(op, size):
+        return peers.COMPILED_NAME, _labelled(peers.COMPILED_NAME, lambda x, out: None)  # writes nothing
+
+    records, failures = _bench(monkeypatch, _operator(), {}, compiled_peer)
+    assert len(failures) == 1 and failures[0].startswith("torch.compile @ 5")
+    assert [r["stage"] for r in records] == ["double"] and records[0]["peer"] is None
+
+
+def test_table_compares_with_the_strongest_peer(monkeypatch):
+    records, _ = _bench(monkeypatch, _operator(peer=_eager_peer), {"eager": 8.0, "torch.compile": 5.0, "stage": 10.0},
+                        _compiled([]))
+    op = _operator()
+    for r in records:
+        r.update(date="2026-11-23T00:00:00", versions={"numba_cuda": "0.30.4"}, gflops=r.get("gflops", 0))
+    text = tables.ladder_table(op, {"device": "GPU", "records": records})
+    header = [line for line in text.splitlines() if line.startswith("| # |")][0]
+    assert header.endswith("| vs torch.compile |")
+    rows = {line.split(" | ")[1]: line.rsplit(" | ", 1)[1] for line in text.splitlines() if line.startswith("| ")}
+    assert rows["double"] == "0.50x |"
+    assert rows["eager (library)"] == "0.62x |" and rows["torch.compile (library)"] == "1.00x |"
