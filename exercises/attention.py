@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 838c9b7aea3d96cd2ff21784b156088054bc01c6392208e1ef89e3b49c4b7b25
+# generated-sha256: 587f307aa3c436ab5f06aff8d7c7bde6288e9c48941aecfcdb7732835d57d240
 # --------------------------------------------------------------------------------------------------
 """Scaled dot-product attention in float32, from three kernels to a register-tiled FlashAttention.
 
@@ -158,6 +158,22 @@ def _peer(size):
     return "torch SDPA", sdpa
 
 
+def _naive_expression(torch, size):
+    """torch_expression: attention as its formula reads, scores materialised (what the naive stage
+    does), for torch.compile to fuse what it can around the two matrix products (Inductor may also
+    recognise the pattern and call SDPA itself). The mask comes from the size's causal field, fixed
+    when the expression is traced."""
+    B, H, S, D, causal = size
+
+    def naive(q, k, v, causal_flag):
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+        if causal:
+            above_diagonal = torch.ones(S, S, dtype=torch.bool, device=q.device).triu(1)
+            scores = scores.masked_fill(above_diagonal, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+    return naive
+
+
 def _io_bytes(size):
     B, H, S, D, causal = size
     return 4 * B * H * S * D * 4  # q, k, v read and out written once, float32
@@ -182,8 +198,12 @@ def _naive_bytes(size):
 
 
 def _flops(size):
+    # Useful work: Q K^T and P V, 2 D flops each per (query, key) pair a query attends to. Under the
+    # causal mask query i sees i + 1 keys, so S (S + 1) / 2 pairs, as FlashAttention's papers count it:
+    # a kernel that computes the masked half and throws it away gets no credit for it.
     B, H, S, D, causal = size
-    return 4 * B * H * S * S * D
+    pairs = S * (S + 1) // 2 if causal else S * S
+    return 4 * B * H * pairs * D
 
 
 CHECK_SIZES = [(2, 3, 1, 64, 1), (2, 3, 17, 128, 0), (1, 4, 1000, 64, 1), (1, 2, 1000, 128, 0),
@@ -207,6 +227,7 @@ op = Operator(
     validate=_validate,
     tolerance=_tolerance,
     peer=_peer,
+    torch_expression=_naive_expression,
     adversarial_inputs=_adversarial,
     bound="compute",
     size_names=("batch", "heads", "seq", "head_dim", "causal"),

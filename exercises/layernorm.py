@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 64af536605897e037c8d174330544d83c36728c347f023b53771e123bef68d73
+# generated-sha256: 189adcd9c04c823d4270948e54ead91faa79877a458a176717cc5f772b95431b
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -147,6 +147,11 @@ def _layernorm_peer(size):
         peers.as_torch(x), (x.shape[1],), peers.as_torch(w), peers.as_torch(b), float(EPS)))
 
 
+def _layernorm_expression(torch, size):
+    """LayerNorm as plain torch code, for torch.compile (the eager peer's call, on tensors)."""
+    return lambda x, w, b: torch.nn.functional.layer_norm(x, (size[1],), w, b, float(EPS))
+
+
 op = Operator(
     name="layernorm",
     title="LayerNorm over the rows of a float32 matrix",
@@ -158,6 +163,7 @@ op = Operator(
     validate=lambda x, weight, bias, out: _expect_matrix_and_vectors(x, [("weight", weight), ("bias", bias)], out),
     tolerance=_tolerance,
     peer=_layernorm_peer,
+    torch_expression=_layernorm_expression,
     adversarial_inputs=_adversarial,
     check_sizes=[(300, 1), (300, 33), (300, 1000), (300, 4097), (200, 32768), (32768, 4096)],
     sim_sizes=[(3, 1), (5, 33), (4, 100), (2, 1000), (3, 4097)],
@@ -545,6 +551,11 @@ def _bias_relu_peer(size):
         float(EPS)))
 
 
+def _bias_relu_expression(torch, size):
+    F = torch.nn.functional
+    return lambda x, lb, w, b: F.layer_norm(torch.relu(x + lb), (size[1],), w, b, float(EPS))
+
+
 def _matrix_bytes(reads, writes):
     return lambda size: 4 * size[0] * size[1] * (reads + writes)
 
@@ -561,6 +572,7 @@ bias_relu_layernorm_op = Operator(
         x, [("lin_bias", lb), ("weight", w), ("bias", b)], out),
     tolerance=_tolerance,
     peer=_bias_relu_peer,
+    torch_expression=_bias_relu_expression,
     adversarial_inputs=_bias_relu_adversarial,
     check_sizes=op.check_sizes,
     sim_sizes=[(3, 1), (9, 33), (2, 1000)],
@@ -681,6 +693,10 @@ def _residual_peer(size):
         peers.as_torch(x) + peers.as_torch(r), (x.shape[1],), peers.as_torch(w), peers.as_torch(b), float(EPS)))
 
 
+def _residual_expression(torch, size):
+    return lambda x, r, w, b: torch.nn.functional.layer_norm(x + r, (size[1],), w, b, float(EPS))
+
+
 residual_layernorm_op = Operator(
     name="residual_layernorm",
     title="LayerNorm(x + residual): a transformer block's add & norm",
@@ -693,6 +709,7 @@ residual_layernorm_op = Operator(
                                       _expect_same_matrix("residual", r, x)),
     tolerance=_tolerance,
     peer=_residual_peer,
+    torch_expression=_residual_expression,
     adversarial_inputs=_residual_adversarial,
     check_sizes=op.check_sizes,
     sim_sizes=[(3, 1), (9, 33), (2, 1000)],
@@ -811,6 +828,10 @@ def _rmsnorm_peer(size):
         peers.as_torch(x), (x.shape[1],), peers.as_torch(w), float(EPS)))
 
 
+def _rmsnorm_expression(torch, size):
+    return lambda x, w: torch.nn.functional.rms_norm(x, (size[1],), w, float(EPS))
+
+
 rmsnorm_op = Operator(
     name="rmsnorm",
     title="RMSNorm over the rows of a float32 matrix",
@@ -821,6 +842,7 @@ rmsnorm_op = Operator(
     flops=lambda size: 4 * size[0] * size[1],
     validate=lambda x, w, out: _expect_matrix_and_vectors(x, [("weight", w)], out),
     peer=_rmsnorm_peer,
+    torch_expression=_rmsnorm_expression,
     adversarial_inputs=_rmsnorm_adversarial,
     check_sizes=op.check_sizes,
     sim_sizes=[(3, 1), (9, 33), (2, 1000)],

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 12c18df73eaec20a0fc46754f7c8e5dbdf5c9e9841f01c36b19cb5507d088571
+# generated-sha256: 709a22739c7ca71b3ab6224d2a15e39cf542ddd159b71934c43ab107b965e05a
 # --------------------------------------------------------------------------------------------------
 """Rotary position embedding (RoPE), float32: a table of angles or sines computed on the fly, and the two
 layouts models use.
@@ -133,20 +133,31 @@ def _tolerance(size, dtype):
     return 2e-6
 
 
+def _model_code(interleaved):
+    """torch_expression: RoPE as a model writes it, on tensors. The eager peer runs it as it is, and the
+    bench times it again under torch.compile, which fuses the slices, products and the cat into one kernel."""
+    def expression(torch, size):
+        def rope(x, inv_freq, cos, sin):
+            # x * cos + rotate(x) * sin, with the tables broadcast over the heads.
+            c, s = cos[:, None, :], sin[:, None, :]
+            if interleaved:
+                even, odd = x[..., 0::2], x[..., 1::2]
+                return torch.stack((even * c - odd * s, odd * c + even * s), dim=-1).flatten(-2)
+            first, second = x.chunk(2, dim=-1)
+            return torch.cat((first * c - second * s, second * c + first * s), dim=-1)
+        return rope
+    return expression
+
+
 def _peer(interleaved):
     def peer(size):
         torch = peers.torch()
         if torch is None:
             return None
+        rope = _model_code(interleaved)(torch, size)
 
         def rope_torch(x, inv_freq, cos, sin, out):
-            # The model code: x * cos + rotate(x) * sin, with the tables broadcast over the heads.
-            t, c, s = peers.as_torch(x), peers.as_torch(cos)[:, None, :], peers.as_torch(sin)[:, None, :]
-            if interleaved:
-                even, odd = t[..., 0::2], t[..., 1::2]
-                return torch.stack((even * c - odd * s, odd * c + even * s), dim=-1).flatten(-2)
-            first, second = t.chunk(2, dim=-1)
-            return torch.cat((first * c - second * s, second * c + first * s), dim=-1)
+            return rope(*(peers.as_torch(a) for a in (x, inv_freq, cos, sin)))
 
         rope_torch.returns_output = True
         return "torch (model code)", rope_torch
@@ -180,6 +191,7 @@ def _make_operator(name, title, interleaved, rank):
         validate=_validate,
         tolerance=_tolerance,
         peer=_peer(interleaved),
+        torch_expression=_model_code(interleaved),
         adversarial_inputs=_adversarial(interleaved),
         size_names=("tokens", "heads", "head_dim"),
         check_sizes=[(1, 1, 2), (17, 3, 64), (1000, 8, 128), (4097, 32, 128), (8192, 32, 128)],

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 5080c1b6b6b0aad8014b44ba5107326dba60c2d6841d07f8b9b8f48346eb263e
+# generated-sha256: 0bc0d310b9e42c9e905ac713a335184bcd901a31e8ddfbf30f4b5db6ce484264
 # --------------------------------------------------------------------------------------------------
 """Softmax over the rows of a float32 matrix, in seven steps from a thread per row to 92% of copy bandwidth.
 
@@ -127,6 +127,7 @@ op = Operator(
     flops=lambda size: 4 * size[0] * size[1],  # subtract, exp, add, multiply per element
     validate=_validate,
     peer=_peer,
+    torch_expression=lambda torch, size: lambda x: torch.softmax(x, dim=-1),  # for torch.compile
     adversarial_inputs=_adversarial,
     check_sizes=[(300, 1), (300, 33), (300, 1000), (300, 4097), (200, 32768), (32768, 4096)],
     sim_sizes=[(3, 1), (5, 33), (4, 100), (2, 1000), (3, 4097)],
