@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 8f19811e5dd1bc54a34378f8a65707c2a76dbcb748d388719e4ad6deb47924a3
+# generated-sha256: 59ea31c6f2852b094c3f53e718f3180df93a33372f0cbe89b509c2d6177fd114
 # --------------------------------------------------------------------------------------------------
 """The memory-bound layers of a CNN (NCHW float32): depthwise 3x3 convolution, max-pooling with the argmax
 indices training needs, and BatchNorm's training forward pass.
@@ -116,6 +116,12 @@ def _depthwise_peer(size):
     return "torch.conv2d (groups=C)", run
 
 
+def _depthwise_expression(torch, size):
+    """The eager peer's call, for torch.compile: Inductor hands a convolution to cuDNN as eager torch
+    does (only its max-autotune mode tries Triton templates), so expect the eager figure plus a wrapper."""
+    return lambda x, w: torch.nn.functional.conv2d(x, w.view(size[1], 1, 3, 3), padding=1, groups=size[1])
+
+
 depthwise_op = Operator(
     name="depthwise3x3",
     title="Depthwise 3x3 convolution (one filter per channel, padding 1), NCHW float32",
@@ -126,6 +132,7 @@ depthwise_op = Operator(
     flops=lambda size: 18 * int(np.prod(size)),
     validate=_depthwise_validate,
     peer=_depthwise_peer,
+    torch_expression=_depthwise_expression,
     adversarial_inputs=_depthwise_adversarial,
     size_names=("N", "C", "H", "W"),
     sim_sizes=SIM_SIZES,
@@ -262,6 +269,15 @@ def _maxpool_peer(size):
     return "torch.max_pool2d(return_indices)", run
 
 
+def _maxpool_expression(torch, size):
+    """The operator's output whole (values, then the indices as float32), for torch.compile: where the
+    eager peer copies values and indices into out, Inductor can write both from its pooling kernel."""
+    def pool(x):
+        values, indices = torch.nn.functional.max_pool2d(x, 2, return_indices=True)
+        return torch.stack((values, indices.to(torch.float32)))
+    return pool
+
+
 maxpool_op = Operator(
     name="maxpool2d",
     title="2x2 max-pooling (stride 2) with the argmax indices training needs, NCHW float32",
@@ -274,6 +290,7 @@ maxpool_op = Operator(
     validate=_maxpool_validate,
     tolerance=lambda size, dtype: 0.0,  # a max is exact, and so must every index be
     peer=_maxpool_peer,
+    torch_expression=_maxpool_expression,
     adversarial_inputs=_maxpool_adversarial,
     size_names=("N", "C", "H", "W"),
     sim_sizes=[(1, 1, 2, 2), (1, 2, 7, 9), (2, 3, 6, 5)],
@@ -418,6 +435,11 @@ def _bn_peer(size):
     return "torch.batch_norm(training=True)", run
 
 
+def _bn_expression(torch, size):
+    return lambda x, gamma, beta: torch.nn.functional.batch_norm(x, None, None, gamma, beta, training=True,
+                                                                 eps=float(EPS))
+
+
 bn_op = Operator(
     name="batchnorm_train",
     title="BatchNorm, training forward: per-channel batch statistics, then normalize (NCHW float32)",
@@ -430,6 +452,7 @@ bn_op = Operator(
     flops=lambda size: 5 * int(np.prod(size)),
     validate=_bn_validate,
     peer=_bn_peer,
+    torch_expression=_bn_expression,
     adversarial_inputs=_bn_adversarial,
     size_names=("N", "C", "H", "W"),
     sim_sizes=[(1, 2, 3, 5), (2, 3, 9, 10), (3, 2, 7, 6)],
@@ -624,6 +647,12 @@ def _bn_infer_peer(size):
     return "torch.batch_norm(training=False)", run
 
 
+def _bn_infer_expression(torch, size):
+    """Inductor decomposes batch_norm into one elementwise kernel, as stage 2 (folded) is one."""
+    return lambda x, gamma, beta, mean, var: torch.nn.functional.batch_norm(x, mean, var, gamma, beta,
+                                                                            training=False, eps=float(EPS))
+
+
 bn_infer_op = Operator(
     name="batchnorm_infer",
     title="BatchNorm, inference: the running statistics folded into a scale per channel (NCHW float32)",
@@ -634,6 +663,7 @@ bn_infer_op = Operator(
     flops=lambda size: 3 * int(np.prod(size)),
     validate=_bn_infer_validate,
     peer=_bn_infer_peer,
+    torch_expression=_bn_infer_expression,
     adversarial_inputs=_bn_infer_adversarial,
     size_names=("N", "C", "H", "W"),
     sim_sizes=SIM_SIZES,
