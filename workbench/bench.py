@@ -29,24 +29,30 @@ def rotating_arg_sets(inputs: tuple, out_template: np.ndarray, l2_bytes: int | N
             for _ in range(n_sets)]
 
 
-# The measured peak "% of peak" divides by: the copy bandwidth for a memory-bound operator; for a
+# The measured peak "% of peak" divides by: for a memory-bound operator, the bandwidth of the stream
+# its `pattern` names (read only, copy, two reads per write), or the copy bandwidth where a results file
+# has no measure of that stream (files recorded before `workbench peaks` measured all three); for a
 # compute-bound one, the library GEMM at its precision (bf16 against cuBLAS's fp16 rate, which
 # `workbench peaks` measures; there is no int8 peak yet).
+PATTERN_PEAK = {"read": "read_gbps", "copy": "copy_gbps", "read2_write1": "read2_write1_gbps"}
 COMPUTE_PEAK = {"float32": "gemm_fp32_gflops", "float16": "gemm_fp16_gflops", "bfloat16": "gemm_fp16_gflops"}
 
 
-def peak_key(op: Operator) -> str | None:
-    """The key in a results file's peaks that this operator's "% of peak" is a fraction of."""
+def peak_key(op: Operator, peaks: dict | None = None) -> str | None:
+    """The key in a results file's ``peaks`` that this operator's "% of peak" is a fraction of. Without
+    ``peaks``, the key it would ideally use; with them, falling back to copy_gbps where its own
+    pattern's ceiling was never measured."""
     if op.bound == "compute":
         return COMPUTE_PEAK.get(np.dtype(op.dtype).name)
-    return "copy_gbps"
+    own = PATTERN_PEAK[op.pattern]
+    return own if peaks is None or peaks.get(own) else "copy_gbps"
 
 
 def percent_of_peak(op: Operator, gbps: float, gflops: float, peaks: dict) -> float | None:
-    key = peak_key(op)
+    key = peak_key(op, peaks)
     if not key or not peaks.get(key):
         return None
-    return 100 * (gflops if key != "copy_gbps" else gbps) / peaks[key]
+    return 100 * (gbps if key in PATTERN_PEAK.values() else gflops) / peaks[key]
 
 
 def _figures(op: Operator, size: Size, timing: Timing, traffic: int, peaks: dict) -> dict:
@@ -55,7 +61,7 @@ def _figures(op: Operator, size: Size, timing: Timing, traffic: int, peaks: dict
     gbps = bytes_min / timing.median_us / 1e3
     gflops = flops / timing.median_us / 1e3
     pct = percent_of_peak(op, gbps, gflops, peaks)
-    peak_kind = peak_key(op) if pct is not None else None
+    peak_kind = peak_key(op, peaks) if pct is not None else None
     return {
         **timing.as_dict(),
         "bytes": bytes_min, "stage_bytes": int(traffic), "flops": flops,

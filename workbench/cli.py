@@ -245,18 +245,59 @@ def cmd_bench(args) -> int:
     return 1 if failures else 0
 
 
+def peaks_table(peaks: dict, heading: str) -> Table:
+    """The memory ceilings by access pattern beside NVIDIA's figure, then the library GEMM rates."""
+    from .bench import PATTERN_PEAK
+    from .peaks import MEASURED_BY, datasheet_gbps
+
+    device = (peaks.get("environment") or {}).get("device", "")
+    sheet = peaks.get("datasheet_gbps") or datasheet_gbps(device)
+    table = Table(title=heading, title_justify="left")
+    for col in ("pattern", "measured by", "GB/s", "% of datasheet"):
+        table.add_column(col, justify="right" if col in ("GB/s", "% of datasheet") else "left")
+    for pattern, key in PATTERN_PEAK.items():
+        gbps = peaks.get(key)
+        how = MEASURED_BY[pattern]
+        if key == "copy_gbps" and peaks.get("copy_detail_gbps"):  # the ceiling is the best of these
+            how = "best of " + ", ".join(f"{k} {v:.0f}" for k, v in peaks["copy_detail_gbps"].items())
+        table.add_row(pattern, how, f"{gbps:.0f}" if gbps else "not measured",
+                      f"{100 * gbps / sheet:.0f}" if gbps and sheet else "—")
+    table.add_row("datasheet", "NVIDIA's figure (not a ceiling)", f"{sheet:.0f}" if sheet else "unknown",
+                  "100" if sheet else "—")
+    for k in ("gemm_fp32_gflops", "gemm_tf32_gflops", "gemm_fp16_gflops"):
+        if peaks.get(k):
+            table.add_row(k.replace("_gflops", ""), peaks.get("gemm_library", "library GEMM"),
+                          f"{peaks[k] / 1e3:.1f} TFLOP/s", "")
+    return table
+
+
 def cmd_peaks(args) -> int:
-    if not _need_gpu("peaks"):
-        return 2
-    peaks = _peaks_for_device(remeasure=True)
-    if args.json:
-        print(json.dumps(peaks, indent=1))
+    from . import results
+    from .bench import PATTERN_PEAK
+
+    if args.measure:
+        if not _need_gpu("peaks --measure"):
+            return 2
+        peaks = _peaks_for_device(remeasure=True)
+        found = [(f"measured now on {peaks['environment']['device']}, {peaks['date'][:10]}", peaks)]
     else:
-        console.print(f"copy bandwidth: {peaks['copy_gbps']:.0f} GB/s  "
-                      f"({', '.join(f'{k} {v:.0f}' for k, v in peaks['copy_detail_gbps'].items())})")
-        for k in ("gemm_fp32_gflops", "gemm_tf32_gflops", "gemm_fp16_gflops"):
-            if k in peaks:
-                console.print(f"{k.replace('_gflops', '')}: {peaks[k] / 1e3:.1f} TFLOP/s")
+        device = None if _device.is_simulator() else results.environment()["device"]
+        found = [(f"recorded on {data['device']}, {(data['peaks'].get('date') or '?')[:10]}", data["peaks"])
+                 for data in results.load_all() if (data.get("peaks") or {}).get("copy_gbps")
+                 and device in (None, data["device"])]
+        if not found:
+            err.print(f"no ceilings recorded{f' for {device}' if device else ''} in {paths.results_dir()}: "
+                      "`workbench peaks --measure` on a GPU measures and records them")
+            return 1
+    if args.json:
+        print(json.dumps(found[0][1] if len(found) == 1 else {h: p for h, p in found}, indent=1))
+        return 0
+    for heading, peaks in found:
+        console.print(peaks_table(peaks, heading))
+        missing = [p for p, k in PATTERN_PEAK.items() if not peaks.get(k)]
+        if missing:
+            console.print(f"{' and '.join(missing)}: not measured when this file was recorded; operators of "
+                          "that pattern divide by copy meanwhile. `workbench peaks --measure` on that GPU records it.")
     return 0
 
 
@@ -461,7 +502,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="folder for the plots (default: out/plots in the checkout, git-ignored)")
     s.set_defaults(func=cmd_run)
 
-    s = sub.add_parser("peaks", help="measure this device's copy bandwidth and library GEMM rates")
+    s = sub.add_parser("peaks", help="the recorded memory ceilings (read, copy, 2 reads + 1 write) and GEMM rates; "
+                                      "--measure: measure and record this GPU's")
+    s.add_argument("--measure", action="store_true",
+                   help="measure this GPU's ceilings now and record them in results/ (needs a GPU)")
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_peaks)
 

@@ -126,6 +126,8 @@ class Operator:
     # order, no numba array and no out: what torch.compile traces.
     torch_expression: Callable[[Any, Size], Callable[..., Any]] | None = None
     bound: str = "memory"  # "memory" or "compute": which measured peak "% of peak" refers to
+    # a memory-bound operator's streams (MEMORY_PATTERNS): which measured bandwidth "% of peak" divides by
+    pattern: str = "copy"
     size_names: Sequence[str] | None = None  # what each number of a size is; None: by their count
 
     # -- where the operator appears: the README, notebooks and `workbench list` sort by (rank, name);
@@ -146,6 +148,11 @@ class Operator:
 
     stages: list[Stage] = field(default_factory=list)
     module: str | None = None  # the module that defines the operator (set by the registry)
+
+    def __post_init__(self) -> None:
+        if self.pattern not in MEMORY_PATTERNS:
+            raise ValueError(f"{self.name}: pattern={self.pattern!r}; an operator's memory pattern is one of "
+                             f"{', '.join(map(repr, MEMORY_PATTERNS))} (what its bytes model reads and writes)")
 
     def stage(
         self,
@@ -195,6 +202,15 @@ class Operator:
             return float(self.tolerance(size, dtype))
         return DEFAULT_TOLERANCE[np.dtype(dtype).name]
 
+
+# How a memory-bound operator's minimum bytes split between reads and writes, each with a ceiling of its
+# own that `workbench peaks` measures (workbench.peaks): reading alone runs faster than copying, and two
+# reads per write faster again, since the memory bus turns round between reads and writes less often.
+MEMORY_PATTERNS = {
+    "read": "read only: the input read once, a tiny output (reductions, argmax, histogram, matvec)",
+    "copy": "as many bytes written as read (softmax, layernorm, transpose, scan): the default",
+    "read2_write1": "two inputs read per output written (z = x + y, an elementwise op with a residual)",
+}
 
 DEFAULT_SIZE_NAMES = {1: ("n",), 2: ("rows", "cols"), 3: ("M", "N", "K"), 4: ("batch", "M", "N", "K")}
 

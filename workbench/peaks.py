@@ -1,24 +1,125 @@
 """Ceilings measured on this device, not copied from a datasheet.
 
-* memory: the best of a driver device-to-device copy and a numba copy kernel with four independent
-  loads per thread, counting bytes read plus bytes written, on buffers far larger than L2;
+* memory: three streams, each counting every byte read plus every byte written, on buffers far larger
+  than L2, timed with CUDA events (median of repeats):
+
+  - ``read_gbps``: a sum of a large buffer (every byte read once, one number written): the ceiling of
+    a reduction, an argmax, a histogram, a matrix-vector product;
+  - ``copy_gbps``: one byte written per byte read, the best of a driver device-to-device copy and a
+    numba copy kernel with four independent loads per thread (unchanged since the first records, so
+    that every older "% of peak" keeps its meaning);
+  - ``read2_write1_gbps``: z = x + y, two bytes read per byte written: the ceiling of an elementwise
+    kernel with a residual;
+
+  and ``datasheet_gbps``, NVIDIA's figure for the device, shown beside them and never divided by (no
+  kernel reaches it: refresh cycles, ECC and page switches take their share of the pins' rate);
 * compute: the library's float32 matrix product (TF32 off), and TF32 / fp16 for the roofline's
   upper lines, through torch (or CuPy) where installed.
 
-"% of peak" in every record divides by these.
+"% of peak" in every record divides by these: a memory-bound operator by the stream of its own
+``Operator.pattern`` where it was measured (else by ``copy_gbps``), a compute-bound one by the
+library GEMM in its precision (``workbench.bench.peak_key``).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda
+from numba import cuda, float32, float64
 
-from .ladder import sm_count
+from .device import is_simulator
+from .ladder import blocks_for, sm_count
 from .results import environment, now
 from .timing import measure
 
 COPY_BYTES = 1 << 30  # 1 GiB per buffer: ~20x an H200's L2
+STREAM_THREADS = 256
+STREAM_WARPS = STREAM_THREADS // 32
+READ_QUADS = 4  # 16-byte loads in flight per thread in the read stream
+ADD_QUADS = 2  # quads of each input per thread in z = x + y: four 16-byte loads in flight
+SAMPLES = 15
 
+# NVIDIA's memory bandwidth for each device, in GB/s, from its product pages (nvidia.com/en-us/data-center/
+# h200/, /h100/, /a100/, "GPU memory bandwidth"). Matched against the CUDA device name, first match wins:
+# the driver calls an H100 SXM "NVIDIA H100 80GB HBM3" and an A100 SXM "NVIDIA A100-SXM4-80GB".
+DATASHEET_GBPS = (
+    (("H200",), 4800.0),
+    (("H100", "PCIe"), 2000.0),
+    (("H100", "NVL"), 3900.0),
+    (("H100",), 3350.0),  # SXM5
+    (("A100", "80GB", "PCIe"), 1935.0),
+    (("A100", "80GB"), 2039.0),  # SXM4
+    (("A100",), 1555.0),  # 40GB, SXM4 and PCIe
+)
+
+
+# How each pattern's ceiling is measured (what `workbench peaks` prints beside it).
+MEASURED_BY = {"read": "sum of a 1 GiB float32 buffer", "copy": "best of memcpy and a numba copy",
+               "read2_write1": "z = x + y, 1 GiB each"}
+
+
+def datasheet_gbps(device_name: str) -> float | None:
+    """NVIDIA's published memory bandwidth of a device (GB/s), or None for a device not in the table."""
+    name = device_name.upper()
+    for words, gbps in DATASHEET_GBPS:
+        if all(w.upper() in name for w in words):
+            return gbps
+    return None
+
+
+# -- 16-byte loads and stores -------------------------------------------------------------------
+# numba has no float4 and will not merge four neighbouring x[i] loads into one vector load (it cannot
+# prove the alignment). The same two intrinsics as solutions/_vector_io.py (which the model cannot
+# import: it is the answer key's): one LLVM `load <4 x float>, align 16`, i.e. `ld.global.v4.f32`.
+# The caller promises i % 4 == 0 and a 16-byte aligned array (a fresh allocation is). In the simulator,
+# plain element-by-element functions with the same meaning.
+
+if is_simulator():
+    @cuda.jit(device=True)
+    def _load4(a, i):
+        return a[i], a[i + 1], a[i + 2], a[i + 3]
+
+    @cuda.jit(device=True)
+    def _store4(a, i, v):
+        a[i], a[i + 1], a[i + 2], a[i + 3] = v[0], v[1], v[2], v[3]
+
+else:
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    def _vector_pointer(context, builder, array_type, array, index):
+        data = context.make_array(array_type)(context, builder, value=array).data
+        vector = ir.VectorType(context.get_value_type(array_type.dtype), 4)
+        return builder.bitcast(builder.gep(data, [index]), vector.as_pointer())
+
+    @intrinsic
+    def _load4(typingctx, array, index):
+        sig = types.UniTuple(array.dtype, 4)(array, index)
+
+        def codegen(context, builder, signature, args):
+            vector = builder.load(_vector_pointer(context, builder, signature.args[0], *args), align=16)
+            parts = [builder.extract_element(vector, ir.Constant(ir.IntType(32), k)) for k in range(4)]
+            return context.make_tuple(builder, signature.return_type, parts)
+
+        return sig, codegen
+
+    @intrinsic
+    def _store4(typingctx, array, index, values):
+        sig = types.void(array, index, values)
+
+        def codegen(context, builder, signature, args):
+            pointer = _vector_pointer(context, builder, signature.args[0], args[0], args[1])
+            vector = ir.Constant(pointer.type.pointee, ir.Undefined)
+            for k in range(4):
+                vector = builder.insert_element(vector, builder.extract_value(args[2], k),
+                                                ir.Constant(ir.IntType(32), k))
+            builder.store(vector, pointer, align=16)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+
+# -- the three streams ----------------------------------------------------------------------------
 
 @cuda.jit
 def _copy4(src, dst):
@@ -41,26 +142,145 @@ def _copy4(src, dst):
         i += stride
 
 
+@cuda.jit(device=True, inline=True)
+def _sum4(v):
+    return (v[0] + v[1]) + (v[2] + v[3])
+
+
+@cuda.jit
+def _read_sum(src, total):
+    """total[0] += sum(src). Grid-stride over 16-byte quads, four (READ_QUADS) in flight per thread; then
+    a warp sum (shuffles), a block sum (shared memory) and one float64 atomic per block."""
+    quads = src.size // 4
+    stride = cuda.gridsize(1)
+    q = cuda.grid(1)
+    acc = float32(0)
+    while q + 3 * stride < quads:
+        a = _load4(src, 4 * q)
+        b = _load4(src, 4 * (q + stride))
+        c = _load4(src, 4 * (q + 2 * stride))
+        d = _load4(src, 4 * (q + 3 * stride))
+        acc += (_sum4(a) + _sum4(b)) + (_sum4(c) + _sum4(d))
+        q += 4 * stride
+    while q < quads:
+        acc += _sum4(_load4(src, 4 * q))
+        q += stride
+    tail = 4 * quads + cuda.grid(1)  # the last size % 4 elements, one per thread
+    if tail < src.size:
+        acc += src[tail]
+    offset = 16
+    while offset > 0:
+        acc += cuda.shfl_down_sync(0xFFFFFFFF, acc, offset)
+        offset //= 2
+    warp_sums = cuda.shared.array(STREAM_WARPS, float32)
+    warp, lane = cuda.threadIdx.x // 32, cuda.threadIdx.x % 32
+    if lane == 0:
+        warp_sums[warp] = acc
+    cuda.syncthreads()
+    if cuda.threadIdx.x == 0:
+        block = float64(0)
+        for w in range(STREAM_WARPS):
+            block += warp_sums[w]
+        cuda.atomic.add(total, 0, block)
+
+
+@cuda.jit
+def _add(x, y, z):
+    """z = x + y. Grid-stride over 16-byte quads: two (ADD_QUADS) of each input per thread, four loads in
+    flight (four of each would take 41 registers, for no more bandwidth: 64 bytes in flight per thread,
+    2048 threads an SM, already cover the memory latency many times over)."""
+    quads = x.size // 4
+    stride = cuda.gridsize(1)
+    q = cuda.grid(1)
+    while q + stride < quads:
+        i, j = 4 * q, 4 * (q + stride)
+        xi, xj, yi, yj = _load4(x, i), _load4(x, j), _load4(y, i), _load4(y, j)
+        _store4(z, i, (xi[0] + yi[0], xi[1] + yi[1], xi[2] + yi[2], xi[3] + yi[3]))
+        _store4(z, j, (xj[0] + yj[0], xj[1] + yj[1], xj[2] + yj[2], xj[3] + yj[3]))
+        q += 2 * stride
+    if q < quads:
+        a, b = _load4(x, 4 * q), _load4(y, 4 * q)
+        _store4(z, 4 * q, (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3]))
+    tail = 4 * quads + cuda.grid(1)
+    if tail < x.size:
+        z[tail] = x[tail] + y[tail]
+
+
+def stream_blocks(n: int, quads_per_thread: int) -> int:
+    """A grid sized to the data: each thread loads its quads once (the kernels' grid-stride loops make one
+    trip). Tens of thousands of blocks on a large buffer, so the last partial wave costs nothing, whatever
+    number of blocks an SM holds at the kernel's register count."""
+    return blocks_for(n, STREAM_THREADS * quads_per_thread * 4)
+
+
+def read_sum(src, total) -> None:
+    """total[0] += sum(src) for a float32 device vector src (16-byte aligned) and a float64 total."""
+    _read_sum[stream_blocks(src.size, READ_QUADS), STREAM_THREADS](src, total)
+
+
+def add(x, y, z) -> None:
+    """z = x + y for float32 device vectors of one size (16-byte aligned)."""
+    _add[stream_blocks(x.size, ADD_QUADS), STREAM_THREADS](x, y, z)
+
+
+def _random_vector(n: int, seed: int):
+    return cuda.to_device(np.random.default_rng(seed).random(n, dtype=np.float32))
+
+
 def _memcpy(src, dst):
     dst.copy_to_device(src)
 
 
 def copy_bandwidth(nbytes: int = COPY_BYTES) -> dict:
     n = nbytes // 4
-    src = cuda.to_device(np.random.default_rng(0).random(n, dtype=np.float32))
+    src = _random_vector(n, 0)
     dst = cuda.device_array(n, np.float32)
     moved = 2 * n * 4
-    t_memcpy = measure(_memcpy, [(src, dst)], samples=15)
+    t_memcpy = measure(_memcpy, [(src, dst)], samples=SAMPLES)
     blocks = sm_count() * 8
 
     def kernel_copy(s, d):
         _copy4[blocks, 256](s, d)
 
-    t_kernel = measure(kernel_copy, [(src, dst)], samples=15)
+    t_kernel = measure(kernel_copy, [(src, dst)], samples=SAMPLES)
     if not np.array_equal(dst.copy_to_host()[:1000], src.copy_to_host()[:1000]):
         raise RuntimeError("copy kernel produced wrong data; peak not recorded")
     gbps = {"memcpy": moved / t_memcpy.median_us / 1e3, "numba_copy4": moved / t_kernel.median_us / 1e3}
     return {"copy_gbps": max(gbps.values()), "copy_detail_gbps": gbps, "copy_bytes": moved}
+
+
+def read_bandwidth(nbytes: int = COPY_BYTES) -> dict:
+    """The read-only stream: the sum of an nbytes float32 buffer, checked against numpy's."""
+    n = nbytes // 4
+    src = _random_vector(n, 1)
+    total = cuda.to_device(np.zeros(1, np.float64))
+    read_sum(src, total)
+    got, want = total.copy_to_host()[0], float(np.sum(src.copy_to_host(), dtype=np.float64))
+    if not abs(got - want) <= 1e-4 * abs(want):
+        raise RuntimeError(f"read kernel summed {got}, numpy {want}; peak not recorded")
+    t = measure(read_sum, [(src, total)], samples=SAMPLES)
+    moved = n * 4 + 8
+    return {"read_gbps": moved / t.median_us / 1e3, "read_bytes": moved}
+
+
+def read2_write1_bandwidth(nbytes: int = COPY_BYTES) -> dict:
+    """Two streams read, one written: z = x + y on nbytes float32 buffers each, checked element by element."""
+    n = nbytes // 4
+    x, y = _random_vector(n, 2), _random_vector(n, 3)
+    z = cuda.device_array(n, np.float32)
+    add(x, y, z)
+    if not np.array_equal(z.copy_to_host(), x.copy_to_host() + y.copy_to_host()):
+        raise RuntimeError("z = x + y kernel produced wrong data; peak not recorded")
+    t = measure(add, [(x, y, z)], samples=SAMPLES)
+    moved = 3 * n * 4
+    return {"read2_write1_gbps": moved / t.median_us / 1e3, "read2_write1_bytes": moved}
+
+
+def stream_ceilings(nbytes: int = COPY_BYTES) -> dict:
+    """The three memory ceilings and the datasheet figure beside them."""
+    out = {**read_bandwidth(nbytes), **copy_bandwidth(nbytes), **read2_write1_bandwidth(nbytes)}
+    out["datasheet_gbps"] = datasheet_gbps(environment()["device"])
+    return out
 
 
 def gemm_rates(n: int = 8192) -> dict:
@@ -86,6 +306,6 @@ def gemm_rates(n: int = 8192) -> dict:
 
 def measure_peaks() -> dict:
     peaks = {"date": now(), "environment": environment()}
-    peaks.update(copy_bandwidth())
+    peaks.update(stream_ceilings())
     peaks.update(gemm_rates())
     return peaks

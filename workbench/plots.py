@@ -105,15 +105,23 @@ def unit_of(op: Operator) -> str:
 
 # -- peaks --------------------------------------------------------------------------------------
 
-PEAK_NAMES = {"copy_gbps": "copy", "gemm_fp32_gflops": "cuBLAS fp32", "gemm_tf32_gflops": "cuBLAS TF32",
-              "gemm_fp16_gflops": "cuBLAS fp16"}
+PEAK_NAMES = {"copy_gbps": "copy", "read_gbps": "read-only stream", "read2_write1_gbps": "2-read-1-write stream",
+              "gemm_fp32_gflops": "cuBLAS fp32", "gemm_tf32_gflops": "cuBLAS TF32", "gemm_fp16_gflops": "cuBLAS fp16"}
 
 
 def peak_of(op: Operator, peaks: dict) -> tuple[float | None, str]:
-    """(the measured peak this operator's "% of peak" divides by, its name), as the tables have it:
-    the copy bandwidth, or the library GEMM rate in the operator's precision (None where none was measured)."""
-    key = bench.peak_key(op)
+    """(the measured peak this operator's "% of peak" divides by, its name), as the tables have it: the
+    bandwidth of its memory pattern's stream (the copy bandwidth where that stream was not measured), or
+    the library GEMM rate in the operator's precision (None where none was measured)."""
+    key = bench.peak_key(op, peaks)
     return (peaks.get(key) if key else None), PEAK_NAMES.get(key, key or "none")
+
+
+def memory_ceiling(op: Operator, peaks: dict) -> tuple[float | None, str]:
+    """(the bandwidth this operator's bytes stream at best, its name): its own pattern's measured stream
+    for a memory-bound operator, the copy bandwidth for a compute-bound one (its roofline's slanted roof)."""
+    key = bench.peak_key(op, peaks) if op.bound == "memory" else "copy_gbps"
+    return peaks.get(key), PEAK_NAMES[key]
 
 
 def percent(op: Operator, rec: dict, peaks: dict) -> float | None:
@@ -226,15 +234,15 @@ def family_label(op: Operator, family: list[tuple]) -> str:
 
 def time_floor(op: Operator, peaks: dict, recs: list[dict]) -> list[tuple[float, float]]:
     """(bytes, µs) at each recorded size: the least time the roofline allows, the larger of the minimum
-    bytes at the copy bandwidth and (compute-bound) the flops at the library's rate in the operator's
-    precision. Empty without a measured copy bandwidth."""
-    copy = peaks.get("copy_gbps")
+    bytes at the operator's memory ceiling (``memory_ceiling``) and (compute-bound) the flops at the
+    library's rate in the operator's precision. Empty without a measured memory ceiling."""
+    memory = memory_ceiling(op, peaks)[0]
     compute = peak_of(op, peaks)[0] if op.bound == "compute" else None
-    if not copy:
+    if not memory:
         return []
     floor = {}
     for r in recs:
-        us = max(r["bytes"] / copy, r["flops"] / compute if compute else 0.0) / 1e3
+        us = max(r["bytes"] / memory, r["flops"] / compute if compute else 0.0) / 1e3
         floor[r["bytes"]] = max(floor.get(r["bytes"], 0.0), us)
     return sorted(floor.items())
 
@@ -269,8 +277,9 @@ def latency(ax, data: dict, op: Operator, *, upto: str | None = None, live: bool
     if len(floor) > 1:
         compute_peak, name = peak_of(op, data.get("peaks") or {})
         by_flops = op.bound == "compute" and compute_peak
+        memory_name = memory_ceiling(op, data.get("peaks") or {})[1]
         ax.plot(*zip(*floor), **FLOOR_STYLE, zorder=2,
-                label=f"floor: flops at the {name} peak" if by_flops else "floor: bytes at the copy peak")
+                label=f"floor: flops at the {name} peak" if by_flops else f"floor: bytes at the {memory_name} peak")
     if len(families) > 1:
         for i, fam in enumerate(families):
             style, marker = FAMILY_STYLES[i % len(FAMILY_STYLES)]
@@ -291,9 +300,10 @@ COMPUTE_ROOFS = (("gemm_fp32_gflops", "fp32 (cuBLAS)"), ("gemm_tf32_gflops", "TF
                  ("gemm_fp16_gflops", "fp16 (cuBLAS)"))
 
 
-def _roofs(ax, peaks: dict, lo: float, hi: float, keys: tuple[str, ...]) -> None:
-    """The memory roof (slanted) and the compute roofs named by ``keys`` (flat) between intensities lo and hi."""
-    copy = peaks.get("copy_gbps")
+def _roofs(ax, peaks: dict, lo: float, hi: float, keys: tuple[str, ...], memory_key: str = "copy_gbps") -> None:
+    """The memory roof (slanted: the stream ``memory_key`` names) and the compute roofs named by ``keys``
+    (flat) between intensities lo and hi."""
+    copy = peaks.get(memory_key)
     if not copy:
         return
     for key, label in [(k, name) for k, name in COMPUTE_ROOFS if k in keys]:
@@ -302,20 +312,22 @@ def _roofs(ax, peaks: dict, lo: float, hi: float, keys: tuple[str, ...]) -> None
             ax.plot([lo, top / copy, hi], [copy * lo, top, top], color="gray", linewidth=1, zorder=1)
             ax.annotate(f"{label} {top / 1e3:.0f} TFLOP/s", (hi, top), xytext=(-2, 2), textcoords="offset points",
                         ha="right", va="bottom", fontsize=SMALL_PT, color="0.3")
-    ax.annotate(f"memory {copy:.0f} GB/s", (lo, copy * lo), xytext=(2, 4), textcoords="offset points",
+    stream = "" if memory_key == "copy_gbps" else f" ({PEAK_NAMES[memory_key]})"
+    ax.annotate(f"memory{stream} {copy:.0f} GB/s", (lo, copy * lo), xytext=(2, 4), textcoords="offset points",
                 rotation=0, va="bottom", fontsize=SMALL_PT, color="0.3")
 
 
-def _roofline_axes(ax, points: list[tuple[float, float]], peaks: dict, keys: tuple[str, ...]) -> None:
+def _roofline_axes(ax, points: list[tuple[float, float]], peaks: dict, keys: tuple[str, ...],
+                   memory_key: str = "copy_gbps") -> None:
     """Log-log axes around the (intensity, GFLOP/s) ``points``, with the roofs and room for their labels."""
     xs = [x for x, _ in points]
     lo, hi = min(xs + [0.05]) / 2, max(xs + [100]) * 4
-    _roofs(ax, peaks, lo, hi, keys)
+    _roofs(ax, peaks, lo, hi, keys, memory_key)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ys = [y for _, y in points if y > 0]
-    copy = peaks.get("copy_gbps")
+    copy = peaks.get(memory_key)
     bottom = min(ys + ([copy * lo] if copy else []), default=1.0) / 3
     top = max(ys + [peaks[k] for k in keys if peaks.get(k)], default=10.0) * 3  # room for the roofs' labels
     ax.set_ylim(bottom, top)
@@ -342,9 +354,11 @@ def roofline(ax, data: dict, op: Operator, *, upto: str | None = None, live: boo
     for r in peers:
         ax.scatter(r["flops"] / r["bytes"], r["gflops"], marker="x", color=PEER_COLOR, s=50, zorder=4,
                    label=f"{r['stage']} (library)")
+    peaks = data.get("peaks") or {}
     keys = ("gemm_fp32_gflops", "gemm_tf32_gflops") + ((bench.peak_key(op),) if op.bound == "compute" else ())
+    memory_key = bench.peak_key(op, peaks) if op.bound == "memory" else "copy_gbps"  # its own stream's roof
     _roofline_axes(ax, [(r["flops"] / r["bytes"], r["gflops"]) for r in stages + peers if r["flops"]],
-                   data.get("peaks") or {}, keys)
+                   peaks, keys, memory_key)
     size = as_size(recs[0]["size"]) if recs else as_size(op.headline_size)
     _title(ax, f"{op.name}: roofline at {size_phrase(op, size)}", provenance(data, stages + peers, live))
     _legend_below(ax)

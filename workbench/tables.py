@@ -21,12 +21,15 @@ def _fmt(x, spec: str) -> str:
     return "—" if x is None else format(x, spec)
 
 
+STREAMS = {"copy_gbps": "copy", "read_gbps": "read-only", "read2_write1_gbps": "two-reads-one-write"}
+
+
 def peak_caption(op: Operator, peaks: dict) -> str:
-    key = peak_key(op)
+    key = peak_key(op, peaks)
     if key is None or not peaks.get(key):
         return "no measured peak for this precision yet (—)"
-    if key == "copy_gbps":
-        return f"the measured copy bandwidth, {peaks[key]:.0f} GB/s"
+    if key in STREAMS:
+        return f"the measured {STREAMS[key]} bandwidth, {peaks[key]:.0f} GB/s"
     precision = key.split("_")[1]
     return f"the measured cuBLAS {precision} rate, {peaks[key] / 1e3:.1f} TFLOP/s"
 

@@ -1,0 +1,139 @@
+"""Ceilings by access pattern: the Operator field, which measured ceiling "% of peak" divides by, the
+stream kernels that measure them (at tiny sizes in the simulator), and `workbench peaks` without a GPU."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from workbench import bench, peaks, plots, registry, results, tables
+from workbench.cli import main
+from workbench.ladder import MEMORY_PATTERNS, Operator
+from workbench.timing import Timing
+
+PEAKS = {"copy_gbps": 4000.0, "read_gbps": 4250.0, "read2_write1_gbps": 4100.0, "gemm_fp32_gflops": 50000.0}
+OLD_PEAKS = {"copy_gbps": 4000.0, "gemm_fp32_gflops": 50000.0}  # a file recorded before the three streams
+
+
+def make_op(**fields) -> Operator:
+    return Operator("probe", "a probe", lambda x: x, None, lambda s: np.empty(s, np.float32),
+                    bytes_moved=lambda s: 4 * s[0], flops=lambda s: s[0], validate=lambda *a: None,
+                    check_sizes=[(8,)], sim_sizes=[(8,)], bench_sizes=[(8,)], headline_size=(8,), **fields)
+
+
+def figures(op, peaks_):
+    timing = Timing(median_us=1000.0, p10_us=1.0, p90_us=1.0, min_us=1.0, samples=1, launches_per_sample=1,
+                    host_call_us=1.0)
+    return bench._figures(op, (1 << 30,), timing, 4 << 30, peaks_)  # 4 GiB in 1 ms: 4295 GB/s
+
+
+def test_pattern_defaults_to_copy_and_a_bad_one_is_one_clear_error():
+    assert make_op().pattern == "copy"
+    assert set(MEMORY_PATTERNS) == set(bench.PATTERN_PEAK)
+    with pytest.raises(ValueError, match=r"probe: pattern='reads'.*'read', 'copy', 'read2_write1'"):
+        make_op(pattern="reads")
+
+
+@pytest.mark.parametrize("pattern, key", [("read", "read_gbps"), ("copy", "copy_gbps"),
+                                          ("read2_write1", "read2_write1_gbps")])
+def test_figures_divide_by_the_ceiling_of_the_operators_own_pattern(pattern, key):
+    rec = figures(make_op(pattern=pattern), PEAKS)
+    assert rec["peak_kind"] == key
+    assert rec["pct_of_peak"] == pytest.approx(100 * rec["gbps"] / PEAKS[key])
+
+
+@pytest.mark.parametrize("pattern", ["read", "read2_write1"])
+def test_figures_fall_back_to_copy_where_the_pattern_was_never_measured(pattern):
+    rec = figures(make_op(pattern=pattern), OLD_PEAKS)
+    assert rec["peak_kind"] == "copy_gbps"
+    assert rec["pct_of_peak"] == pytest.approx(100 * rec["gbps"] / OLD_PEAKS["copy_gbps"])
+    assert figures(make_op(pattern=pattern), {})["pct_of_peak"] is None
+
+
+def test_compute_bound_operators_ignore_the_pattern():
+    rec = figures(make_op(bound="compute", pattern="read"), PEAKS)
+    assert rec["peak_kind"] == "gemm_fp32_gflops"
+    assert rec["pct_of_peak"] == pytest.approx(100 * rec["gflops"] / PEAKS["gemm_fp32_gflops"])
+
+
+def test_tables_and_plots_name_the_ceiling_they_divide_by():
+    op = make_op(pattern="read")
+    assert tables.peak_caption(op, PEAKS) == "the measured read-only bandwidth, 4250 GB/s"
+    assert tables.peak_caption(op, OLD_PEAKS) == "the measured copy bandwidth, 4000 GB/s"
+    assert plots.peak_of(op, PEAKS) == (4250.0, "read-only stream")
+    assert plots.memory_ceiling(make_op(bound="compute", pattern="read"), PEAKS) == (4000.0, "copy")
+    recs = [{"bytes": 4250 * 1000, "flops": 0}]
+    assert plots.time_floor(op, PEAKS, recs) == [(4250 * 1000, pytest.approx(1.0))]  # 1 µs at the read ceiling
+
+
+def test_registered_patterns_are_valid_and_reductions_read():
+    ops = registry.load_operators()
+    assert all(op.pattern in MEMORY_PATTERNS for op in ops.values())
+    assert ops["reduction"].pattern == "read"
+
+
+@pytest.mark.parametrize("n", [3, 1003])
+def test_stream_kernels_compute_what_they_claim(n):
+    """The kernels behind read_gbps and read2_write1_gbps, at sizes not a multiple of a quad or a block;
+    a one-block grid makes the grid-stride loops take several trips."""
+    rng = np.random.default_rng(n)
+    x, y = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    for blocks in (peaks.stream_blocks(n, peaks.READ_QUADS), 1):
+        total = cuda.to_device(np.zeros(1))
+        peaks._read_sum[blocks, peaks.STREAM_THREADS](cuda.to_device(x), total)
+        assert total.copy_to_host()[0] == pytest.approx(x.sum(dtype=np.float64), rel=1e-6)
+    z = cuda.device_array(n, np.float32)
+    peaks.add(cuda.to_device(x), cuda.to_device(y), z)
+    np.testing.assert_array_equal(z.copy_to_host(), x + y)
+
+
+def test_datasheet_figures_by_device_name():
+    assert peaks.datasheet_gbps("NVIDIA H200") == 4800
+    assert peaks.datasheet_gbps("NVIDIA H100 80GB HBM3") == 3350  # the SXM's driver name
+    assert peaks.datasheet_gbps("NVIDIA H100 PCIe") == 2000
+    assert peaks.datasheet_gbps("NVIDIA A100-SXM4-80GB") == 2039
+    assert peaks.datasheet_gbps("NVIDIA A100-PCIE-40GB") == 1555
+    assert peaks.datasheet_gbps("Tesla T4") is None
+
+
+def _write_results(tmp_path, monkeypatch, stored: dict) -> None:
+    from rich.console import Console
+
+    from workbench import cli
+
+    monkeypatch.setattr(cli, "console", Console(width=200))  # one table row a line
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
+    data = results.empty("NVIDIA H200")
+    data["peaks"] = {"date": "2026-11-23T10:00:00+00:00", "environment": {"device": "NVIDIA H200"}, **stored,
+                     "copy_detail_gbps": {"memcpy": 4000.0, "numba_copy4": 3600.0}}
+    results.write_atomic(results.path_for("NVIDIA H200"), data)
+
+
+def test_workbench_peaks_prints_the_recorded_ceilings_without_a_gpu(tmp_path, monkeypatch, capsys):
+    _write_results(tmp_path, monkeypatch, PEAKS)
+    assert main(["peaks"]) == 0
+    out = capsys.readouterr().out
+    assert "recorded on NVIDIA H200, 2026-11-23" in out
+    rows = [" ".join(line.replace("│", " ").split()) for line in out.splitlines()]
+    for row in ("read sum of a 1 GiB float32 buffer 4250 89", "copy best of memcpy 4000, numba_copy4 3600 4000 83",
+                "read2_write1 z = x + y, 1 GiB each 4100 85", "datasheet NVIDIA's figure (not a ceiling) 4800 100"):
+        assert row in rows, (row, rows)
+    assert "not measured" not in out
+    assert main(["peaks", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["read_gbps"] == 4250.0
+
+
+def test_workbench_peaks_says_which_ceilings_an_old_file_lacks(tmp_path, monkeypatch, capsys):
+    _write_results(tmp_path, monkeypatch, OLD_PEAKS)
+    assert main(["peaks"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "read and read2_write1: not measured" in out and "workbench peaks --measure" in out
+
+
+def test_workbench_peaks_measure_needs_a_gpu(tmp_path, monkeypatch, capsys):
+    _write_results(tmp_path, monkeypatch, PEAKS)
+    assert main(["peaks", "--measure"]) == 2
+    assert "needs a real GPU" in " ".join(capsys.readouterr().err.split())
