@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 23b462775bf8a9dcf0a1531a4697205356f870ea59d0bbb53c236405438fde56
+# generated-sha256: 3965aef351dee1fdd35b27c483c8597063071be009d1d7d749e4c1e3f7151c58
 # --------------------------------------------------------------------------------------------------
 """Matrix-vector product y = A x, A float32 of shape (rows, cols), row-major.
 
@@ -101,6 +101,7 @@ op = Operator(
     make_inputs=_inputs,
     make_output=lambda size: np.empty(size[0], np.float32),
     bytes_moved=lambda size: 4 * (size[0] * size[1] + size[0] + size[1]),
+    pattern="read",  # the matrix read once; x and y are tiny beside it: the read-only ceiling
     flops=lambda size: 2 * size[0] * size[1],
     validate=_validate,
     tolerance=_tolerance,
