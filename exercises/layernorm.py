@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 189adcd9c04c823d4270948e54ead91faa79877a458a176717cc5f772b95431b
+# generated-sha256: 252e45e0879017f9550f876448e900d0ded4334007385bf4eeb0c799464650ad
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -704,6 +704,7 @@ residual_layernorm_op = Operator(
     make_inputs=_residual_inputs,
     make_output=lambda size: np.empty(size, np.float32),
     bytes_moved=lambda size: _matrix_bytes(2, 1)(size) + 2 * 4 * size[1],
+    pattern="read2_write1",  # x and residual read, out written: the two-reads-one-write ceiling
     flops=lambda size: 8 * size[0] * size[1],
     validate=lambda x, r, w, b, out: (_expect_matrix_and_vectors(x, [("weight", w), ("bias", b)], out),
                                       _expect_same_matrix("residual", r, x)),

@@ -173,6 +173,7 @@ op = Operator(
     make_inputs=_inputs,
     make_output=lambda size: np.empty(size, np.float32),
     bytes_moved=_bytes_moved,
+    pattern="read2_write1",  # x and residual read, y written: the two-reads-one-write ceiling
     flops=lambda size: 8 * size[0] * size[1],  # bias add, GELU (about six flops besides erf), residual add
     validate=_validate,
     peer=_peer,

@@ -1106,6 +1106,7 @@ def _gelu_op(dtype, rank):
         reference=lambda x, bias, residual: elementwise.op.reference(*as_float64(x, bias, residual)),
         make_inputs=_gelu_inputs(dtype),
         bytes_moved=lambda size: dtype.itemsize * (3 * size[0] * size[1] + size[1]),
+        pattern="read2_write1",  # x and residual read, out written: the two-reads-one-write ceiling
         flops=lambda size: 8 * size[0] * size[1],
         validate=validate,
         peer=torch_peer(f"torch (gelu(x + bias) + residual, {short_name(dtype)})", _gelu_peer),

@@ -884,6 +884,7 @@ residual_layernorm_op = Operator(
     make_inputs=_residual_inputs,
     make_output=lambda size: np.empty(size, np.float32),
     bytes_moved=lambda size: _matrix_bytes(2, 1)(size) + 2 * 4 * size[1],
+    pattern="read2_write1",  # x and residual read, out written: the two-reads-one-write ceiling
     flops=lambda size: 8 * size[0] * size[1],
     validate=lambda x, r, w, b, out: (_expect_matrix_and_vectors(x, [("weight", w), ("bias", b)], out),
                                       _expect_same_matrix("residual", r, x)),
