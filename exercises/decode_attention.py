@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 7c253177a8a3b3629f4f99b2d0362d8ee636fc50a1cc82e9c32dfca812e3080f
+# generated-sha256: 623944082c20edc614c9401da8c7c66f576b25f3a6aaed0362004c870058fccb
 # --------------------------------------------------------------------------------------------------
 """Decode attention: one new query token per sequence against its KV cache (fp16 cache, fp32 arithmetic).
 
@@ -140,6 +140,7 @@ def _flops(size):
 
 op = Operator(
     name="decode_attention",
+    pattern="read",  # the KV cache read once, one token's output written
     title="Decode attention: one query token against an fp16 KV cache (GQA)",
     reference=_reference,
     make_inputs=_inputs,

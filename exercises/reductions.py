@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: c46cb11e51fa52c884bd3e3bcea3688400cf7cce443bd58b4d14fb4117e698d9
+# generated-sha256: 8bdb50ee879a93d560f7c314ae209ccf4c61ae4c13ec1f509c6d24729ff12e69
 # --------------------------------------------------------------------------------------------------
 """Reductions beyond the sum: max, min, mean and sum of squares of a vector, and a matrix summed over
 its rows and over its columns.
@@ -320,6 +320,7 @@ VECTOR_KERNELS = [(_block_partials, {}), (_fold_partials, {}), (_one_pass, ONE_P
 def _make_vector_operator(r: VectorReduction, rank: float) -> Operator:
     op = Operator(
         name=f"reduce_{r.kind}",
+        pattern="read",  # the vector read once, one number written
         title=r.title,
         reference=r.reference,
         make_inputs=_vector_inputs,
@@ -537,6 +538,7 @@ def _make_matrix_operator(m: MatrixReduction, rank: float) -> Operator:
     dim = m.dim
     op = Operator(
         name=m.name,
+        pattern="read",  # the matrix read once, one row or column of sums written
         title=m.title,
         reference=lambda x: x.astype(np.float64).sum(axis=dim),
         make_inputs=_matrix_inputs,

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 6141a735008663c329785e2d7a847378463ff59976c65ba8c249787abdee4a7f
+# generated-sha256: f17b7b586fbeb89593b7642f54f87189e3f4a23a7c78e118a1e80f664a33f594
 # --------------------------------------------------------------------------------------------------
 """Top-k of each row of a float32 matrix: the k largest values and their column indices, largest first.
 
@@ -197,6 +197,7 @@ def _peer(size):
 
 op = Operator(
     name="topk",
+    pattern="read",  # each row read once, k values and indices written
     title="Top-k of each row of a float32 matrix (values and indices, torch.topk's order)",
     reference=reference_topk,
     make_inputs=_inputs,

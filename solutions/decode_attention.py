@@ -126,6 +126,7 @@ def _flops(size):
 
 op = Operator(
     name="decode_attention",
+    pattern="read",  # the KV cache read once, one token's output written
     title="Decode attention: one query token against an fp16 KV cache (GQA)",
     reference=_reference,
     make_inputs=_inputs,

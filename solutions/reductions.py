@@ -331,6 +331,7 @@ VECTOR_KERNELS = [(_block_partials, {}), (_fold_partials, {}), (_one_pass, ONE_P
 def _make_vector_operator(r: VectorReduction, rank: float) -> Operator:
     op = Operator(
         name=f"reduce_{r.kind}",
+        pattern="read",  # the vector read once, one number written
         title=r.title,
         reference=r.reference,
         make_inputs=_vector_inputs,
@@ -593,6 +594,7 @@ def _make_matrix_operator(m: MatrixReduction, rank: float) -> Operator:
     dim = m.dim
     op = Operator(
         name=m.name,
+        pattern="read",  # the matrix read once, one row or column of sums written
         title=m.title,
         reference=lambda x: x.astype(np.float64).sum(axis=dim),
         make_inputs=_matrix_inputs,

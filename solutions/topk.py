@@ -183,6 +183,7 @@ def _peer(size):
 
 op = Operator(
     name="topk",
+    pattern="read",  # each row read once, k values and indices written
     title="Top-k of each row of a float32 matrix (values and indices, torch.topk's order)",
     reference=reference_topk,
     make_inputs=_inputs,
