@@ -71,8 +71,8 @@ class Stage:
         self.op.validate(*args, **kwargs)
         # A torch or CuPy tensor passes validation, but launchers use numba's array attributes
         # (x.size is a method on a tensor): hand them a numba view of the same memory, no copy.
-        args = tuple(_as_numba_view(a) for a in args)
-        kwargs = {k: _as_numba_view(v) for k, v in kwargs.items()}
+        args = tuple(as_numba_view(a) for a in args)
+        kwargs = {k: as_numba_view(v) for k, v in kwargs.items()}
         return self.launch(*args, **kwargs)
 
     def traffic(self, size: Size) -> int:
@@ -236,7 +236,7 @@ def is_device_array(a) -> bool:
     return hasattr(a, "__cuda_array_interface__")
 
 
-def _as_numba_view(a):
+def as_numba_view(a):
     """A numba device array viewing ``a``'s memory when ``a`` is a foreign CUDA tensor; else ``a`` itself."""
     if hasattr(a, "is_c_contiguous") or not hasattr(a, "__cuda_array_interface__"):
         return a  # numba's own arrays, scalars, and the simulator's arrays

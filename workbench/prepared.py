@@ -44,6 +44,7 @@ from contextlib import contextmanager
 from typing import Callable, Sequence
 
 from . import device as _device
+from .ladder import as_numba_view
 
 
 class PreparedCallError(RuntimeError):
@@ -347,6 +348,9 @@ class PreparedCall:
         The recording run does this call's work."""
         if self.validate is not None:
             self.validate(*args)
+        # A raw launcher uses numba's array attributes: torch/CuPy tensors are recorded through numba
+        # views of the same memory (the replay launches on the same pointers).
+        args = tuple(as_numba_view(a) for a in args)
         first = record(self.launcher, args)
         if not first:
             raise PreparedCallError("the launcher launched no numba kernel that could be recorded")
