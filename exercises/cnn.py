@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 59ea31c6f2852b094c3f53e718f3180df93a33372f0cbe89b509c2d6177fd114
+# generated-sha256: 12f4d56b55b341d65910c38628daed90836c17c5efbab645732d5f03d29ae111
 # --------------------------------------------------------------------------------------------------
 """The memory-bound layers of a CNN (NCHW float32): depthwise 3x3 convolution, max-pooling with the argmax
 indices training needs, and BatchNorm's training forward pass.
@@ -48,6 +48,7 @@ THREADS = 256
 WARPS = THREADS // 32  # a shared array's shape must be a module constant, not an expression
 FULL_MASK = 0xFFFFFFFF
 EPS = np.float32(1e-5)  # a float32 global: numba types it float32
+TORCH_EPS = float(EPS)  # eps for torch expressions: torch.compile traces float() of a numpy scalar as data-dependent and fails
 
 
 def _images(size, rng):
@@ -437,7 +438,7 @@ def _bn_peer(size):
 
 def _bn_expression(torch, size):
     return lambda x, gamma, beta: torch.nn.functional.batch_norm(x, None, None, gamma, beta, training=True,
-                                                                 eps=float(EPS))
+                                                                 eps=TORCH_EPS)
 
 
 bn_op = Operator(
@@ -650,7 +651,7 @@ def _bn_infer_peer(size):
 def _bn_infer_expression(torch, size):
     """Inductor decomposes batch_norm into one elementwise kernel, as stage 2 (folded) is one."""
     return lambda x, gamma, beta, mean, var: torch.nn.functional.batch_norm(x, mean, var, gamma, beta,
-                                                                            training=False, eps=float(EPS))
+                                                                            training=False, eps=TORCH_EPS)
 
 
 bn_infer_op = Operator(

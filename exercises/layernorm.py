@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 252e45e0879017f9550f876448e900d0ded4334007385bf4eeb0c799464650ad
+# generated-sha256: 5276d555321cbe00c02f1ec9cf8d38822e94ca057a8a75b0110d613c46177f44
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -52,6 +52,7 @@ WARPS = THREADS // 32
 TWO_WARPS = 2 * WARPS  # a shared array's shape must be a constant: a module global, not an expression
 FULL_MASK = 0xFFFFFFFF
 EPS = np.float32(1e-5)  # a float32 global: numba types it float32, so no float64 creeps in
+TORCH_EPS = float(EPS)  # eps for torch expressions: torch.compile traces float() of a numpy scalar as data-dependent and fails
 
 VALUES_PER_THREAD = 8  # fused stages: row elements each thread keeps in registers
 MAX_ROW_THREADS = 1024
@@ -149,7 +150,7 @@ def _layernorm_peer(size):
 
 def _layernorm_expression(torch, size):
     """LayerNorm as plain torch code, for torch.compile (the eager peer's call, on tensors)."""
-    return lambda x, w, b: torch.nn.functional.layer_norm(x, (size[1],), w, b, float(EPS))
+    return lambda x, w, b: torch.nn.functional.layer_norm(x, (size[1],), w, b, TORCH_EPS)
 
 
 op = Operator(
@@ -553,7 +554,7 @@ def _bias_relu_peer(size):
 
 def _bias_relu_expression(torch, size):
     F = torch.nn.functional
-    return lambda x, lb, w, b: F.layer_norm(torch.relu(x + lb), (size[1],), w, b, float(EPS))
+    return lambda x, lb, w, b: F.layer_norm(torch.relu(x + lb), (size[1],), w, b, TORCH_EPS)
 
 
 def _matrix_bytes(reads, writes):
@@ -694,7 +695,7 @@ def _residual_peer(size):
 
 
 def _residual_expression(torch, size):
-    return lambda x, r, w, b: torch.nn.functional.layer_norm(x + r, (size[1],), w, b, float(EPS))
+    return lambda x, r, w, b: torch.nn.functional.layer_norm(x + r, (size[1],), w, b, TORCH_EPS)
 
 
 residual_layernorm_op = Operator(
@@ -830,7 +831,7 @@ def _rmsnorm_peer(size):
 
 
 def _rmsnorm_expression(torch, size):
-    return lambda x, w: torch.nn.functional.rms_norm(x, (size[1],), w, float(EPS))
+    return lambda x, w: torch.nn.functional.rms_norm(x, (size[1],), w, TORCH_EPS)
 
 
 rmsnorm_op = Operator(

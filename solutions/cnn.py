@@ -34,6 +34,7 @@ THREADS = 256
 WARPS = THREADS // 32  # a shared array's shape must be a module constant, not an expression
 FULL_MASK = 0xFFFFFFFF
 EPS = np.float32(1e-5)  # a float32 global: numba types it float32
+TORCH_EPS = float(EPS)  # eps for torch expressions: torch.compile traces float() of a numpy scalar as data-dependent and fails
 
 
 def _images(size, rng):
@@ -476,7 +477,7 @@ def _bn_peer(size):
 
 def _bn_expression(torch, size):
     return lambda x, gamma, beta: torch.nn.functional.batch_norm(x, None, None, gamma, beta, training=True,
-                                                                 eps=float(EPS))
+                                                                 eps=TORCH_EPS)
 
 
 bn_op = Operator(
@@ -714,7 +715,7 @@ def _bn_infer_peer(size):
 def _bn_infer_expression(torch, size):
     """Inductor decomposes batch_norm into one elementwise kernel, as stage 2 (folded) is one."""
     return lambda x, gamma, beta, mean, var: torch.nn.functional.batch_norm(x, mean, var, gamma, beta,
-                                                                            training=False, eps=float(EPS))
+                                                                            training=False, eps=TORCH_EPS)
 
 
 bn_infer_op = Operator(

@@ -64,6 +64,7 @@ TWO_WARPS = 2 * WARPS  # a shared array's shape must be a constant: a module glo
 FULL_MASK = 0xFFFFFFFF
 NEG_INF = np.float32(-np.inf)
 EPS = layernorm.EPS
+TORCH_EPS = float(EPS)  # eps for torch expressions: torch.compile traces float() of a numpy scalar as data-dependent and fails
 ILP = 8  # loads in flight per thread and pass: eight halves (widened) or eight words (packed)
 ILP_SPAN = ILP * THREADS  # columns (widened) or words (packed) a block covers per unrolled step
 LAST = (ILP - 1) * THREADS  # offset of a step's last column (or word) from its first
@@ -665,7 +666,7 @@ def _layernorm_op(dtype, rank):
                         torch.nn.functional.layer_norm(peers.as_torch(x), (x.shape[1],), peers.as_torch(w),
                                                        peers.as_torch(b), float(EPS)), returns=True),
         torch_expression=lambda torch, size: lambda x, w, b: torch.nn.functional.layer_norm(
-            x, (size[1],), w, b, float(EPS)),
+            x, (size[1],), w, b, TORCH_EPS),
         rank=rank,
         adversarial_inputs=_norm_adversarial(dtype, with_bias=True),
         **ROW_SIZES,
@@ -686,7 +687,7 @@ def _rmsnorm_op(dtype, rank):
         peer=torch_peer(f"torch.nn.functional.rms_norm ({short_name(dtype)})", lambda torch, x, w, out:
                         torch.nn.functional.rms_norm(peers.as_torch(x), (x.shape[1],), peers.as_torch(w),
                                                      float(EPS)), returns=True),
-        torch_expression=lambda torch, size: lambda x, w: torch.nn.functional.rms_norm(x, (size[1],), w, float(EPS)),
+        torch_expression=lambda torch, size: lambda x, w: torch.nn.functional.rms_norm(x, (size[1],), w, TORCH_EPS),
         rank=rank,
         adversarial_inputs=_norm_adversarial(dtype, with_bias=False),
         **ROW_SIZES,

@@ -38,6 +38,7 @@ WARPS = THREADS // 32
 TWO_WARPS = 2 * WARPS  # a shared array's shape must be a constant: a module global, not an expression
 FULL_MASK = 0xFFFFFFFF
 EPS = np.float32(1e-5)  # a float32 global: numba types it float32, so no float64 creeps in
+TORCH_EPS = float(EPS)  # eps for torch expressions: torch.compile traces float() of a numpy scalar as data-dependent and fails
 
 VALUES_PER_THREAD = 8  # fused stages: row elements each thread keeps in registers
 MAX_ROW_THREADS = 1024
@@ -135,7 +136,7 @@ def _layernorm_peer(size):
 
 def _layernorm_expression(torch, size):
     """LayerNorm as plain torch code, for torch.compile (the eager peer's call, on tensors)."""
-    return lambda x, w, b: torch.nn.functional.layer_norm(x, (size[1],), w, b, float(EPS))
+    return lambda x, w, b: torch.nn.functional.layer_norm(x, (size[1],), w, b, TORCH_EPS)
 
 
 op = Operator(
@@ -703,7 +704,7 @@ def _bias_relu_peer(size):
 
 def _bias_relu_expression(torch, size):
     F = torch.nn.functional
-    return lambda x, lb, w, b: F.layer_norm(torch.relu(x + lb), (size[1],), w, b, float(EPS))
+    return lambda x, lb, w, b: F.layer_norm(torch.relu(x + lb), (size[1],), w, b, TORCH_EPS)
 
 
 def _matrix_bytes(reads, writes):
@@ -874,7 +875,7 @@ def _residual_peer(size):
 
 
 def _residual_expression(torch, size):
-    return lambda x, r, w, b: torch.nn.functional.layer_norm(x + r, (size[1],), w, b, float(EPS))
+    return lambda x, r, w, b: torch.nn.functional.layer_norm(x + r, (size[1],), w, b, TORCH_EPS)
 
 
 residual_layernorm_op = Operator(
@@ -1040,7 +1041,7 @@ def _rmsnorm_peer(size):
 
 
 def _rmsnorm_expression(torch, size):
-    return lambda x, w: torch.nn.functional.rms_norm(x, (size[1],), w, float(EPS))
+    return lambda x, w: torch.nn.functional.rms_norm(x, (size[1],), w, TORCH_EPS)
 
 
 rmsnorm_op = Operator(
