@@ -355,10 +355,10 @@ def test_readme_ladders_are_regenerated_between_markers(tmp_path):
     table = tables.ladder_table(load_operators()["reduction"], data)
     assert "| 5 | fused |" in table and data["device"] in table
     readme = tmp_path / "README.md"
-    readme.write_text("intro\n<!-- ladders -->\nold\n<!-- /ladders -->\nrest\n")
+    readme.write_text("intro\n<!-- ladders -->\nSTALE TABLES\n<!-- /ladders -->\nrest\n")
     assert tables.update_readme(readme) == "updated"
     text = readme.read_text()
-    assert "old" not in text and table in text and text.endswith("rest\n")
+    assert "STALE TABLES" not in text and table in text and text.endswith("rest\n")
     assert "### Reduction: sum of a float32 vector" in text
     assert tables.update_readme(readme) == "unchanged"
 
