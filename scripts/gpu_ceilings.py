@@ -27,8 +27,7 @@ import gpu_log  # noqa: E402  (scripts/: the folder of the script being run)
 from gpu_log import say  # noqa: E402
 
 import workbench  # noqa: E402,F401  (chooses the GPU before numba is imported)
-from workbench import bench, peaks, peers, registry, results  # noqa: E402
-from workbench.timing import measure  # noqa: E402
+from workbench import bench, peaks, registry, results  # noqa: E402
 
 GIB = 1 << 30
 
@@ -46,22 +45,9 @@ def ceilings(errors: list) -> list[dict]:
 
 
 def torch_patterns() -> dict:
-    torch = peers.torch()
-    if torch is None:
-        return {}
-    n = GIB // 4
-    x = torch.rand(n, device="cuda")
-    y = torch.rand(n, device="cuda")
-    z = torch.empty(n, device="cuda")
-    s = torch.empty((), device="cuda")
-    out = {}
-    for name, fn, args, moved in (
-            ("read (torch.sum)", lambda a, o: torch.sum(a, dim=0, out=o), (x, s), 4 * n),
-            ("copy (Tensor.copy_)", lambda a, o: o.copy_(a), (x, z), 8 * n),
-            ("read2_write1 (torch.add)", lambda a, b, o: torch.add(a, b, out=o), (x, y, z), 12 * n)):
-        t = measure(fn, [args], samples=15)
-        out[name] = moved / t.median_us / 1e3
-        say(f"torch {name}: {out[name]:.0f} GB/s")
+    out = peaks.library_streams(GIB)
+    for key, gbps in out.items():
+        say(f"torch {key}: {gbps:.0f} GB/s")
     return out
 
 
