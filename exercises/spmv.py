@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: c380eaada1fb7c26699ca524d0ce70a84ac7610b23749a07a8cd7eb9fc21a736
+# generated-sha256: 1f1c1f22df9a4beb3e8a2eae453afb27b7d31a7b4817d3b3ce3bbe8080215a62
 # --------------------------------------------------------------------------------------------------
 """Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
 
@@ -347,6 +347,23 @@ def _merge_path_search(diagonal, row_ptr, rows, nnz):
     return lo, diagonal - lo
 
 
+@cuda.jit(device=True, inline=True)
+def _warp_segmented_sum(carry, opens_segment, lane):
+    """Segmented inclusive scan over the warp of (carry, "ended a row"): a lane's carry belongs to the row
+    the next lane starts in, and flows on until a lane that ended a row (opens_segment) starts a new
+    segment. Five shfl_up steps; every lane of the warp must call it."""
+    offset = 1
+    while offset < 32:
+        left_carry = cuda.shfl_up_sync(FULL_MASK, carry, offset)
+        left_opens = cuda.shfl_up_sync(FULL_MASK, opens_segment, offset)
+        if lane >= offset:
+            if not opens_segment:
+                carry += left_carry
+            opens_segment |= left_opens
+        offset *= 2
+    return carry
+
+
 @cuda.jit
 def _merge_path(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     rows = y.size
@@ -358,7 +375,7 @@ def _merge_path(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     # EXERCISE: write this part of `_merge_path`. Read the hints one at a time.
     #   hint 1 (nudge): Walk `steps` steps of the merge path: while nz < row_ptr[row + 1] the step is a non-zero (add values[nz] * x[col_idx[nz]]), else it ends the row (write its sum, start the next row at 0).
     #   hint 2: The first row a thread ends may have begun in an earlier thread: keep that sum (head, head_row) instead of writing it; rows begun and ended here are written at once. What is left at the end is the thread's carry, for the row still open.
-    #   hint 3 (nearly the answer): Then a segmented scan of the carries over the warp (shfl_up; a lane that ended a row starts a new segment) gives each lane the carry-in of the lanes before it: y[head_row] = head + carry_in. Lane 31's scanned carry is the warp's: carry_rows/carry_values[warp] (the fix-up kernel adds it).
+    #   hint 3 (nearly the answer): Then _warp_segmented_sum(total, ended, lane) (a lane that ended a row starts a new segment) gives each lane the carry-in of the lanes before it, one lane up: y[head_row] = head + carry_in. Lane 31's scanned carry is the warp's: carry_rows/carry_values[warp] (the fix-up kernel adds it).
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 

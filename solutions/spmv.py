@@ -345,6 +345,23 @@ def _merge_path_search(diagonal, row_ptr, rows, nnz):
     return lo, diagonal - lo
 
 
+@cuda.jit(device=True, inline=True)
+def _warp_segmented_sum(carry, opens_segment, lane):
+    """Segmented inclusive scan over the warp of (carry, "ended a row"): a lane's carry belongs to the row
+    the next lane starts in, and flows on until a lane that ended a row (opens_segment) starts a new
+    segment. Five shfl_up steps; every lane of the warp must call it."""
+    offset = 1
+    while offset < 32:
+        left_carry = cuda.shfl_up_sync(FULL_MASK, carry, offset)
+        left_opens = cuda.shfl_up_sync(FULL_MASK, opens_segment, offset)
+        if lane >= offset:
+            if not opens_segment:
+                carry += left_carry
+            opens_segment |= left_opens
+        offset *= 2
+    return carry
+
+
 @cuda.jit
 def _merge_path(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     rows = y.size
@@ -355,7 +372,7 @@ def _merge_path(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     row, nz = _merge_path_search(start, row_ptr, rows, nnz)
     # HINT: Walk `steps` steps of the merge path: while nz < row_ptr[row + 1] the step is a non-zero (add values[nz] * x[col_idx[nz]]), else it ends the row (write its sum, start the next row at 0).
     # HINT: The first row a thread ends may have begun in an earlier thread: keep that sum (head, head_row) instead of writing it; rows begun and ended here are written at once. What is left at the end is the thread's carry, for the row still open.
-    # HINT: Then a segmented scan of the carries over the warp (shfl_up; a lane that ended a row starts a new segment) gives each lane the carry-in of the lanes before it: y[head_row] = head + carry_in. Lane 31's scanned carry is the warp's: carry_rows/carry_values[warp] (the fix-up kernel adds it).
+    # HINT: Then _warp_segmented_sum(total, ended, lane) (a lane that ended a row starts a new segment) gives each lane the carry-in of the lanes before it, one lane up: y[head_row] = head + carry_in. Lane 31's scanned carry is the warp's: carry_rows/carry_values[warp] (the fix-up kernel adds it).
     # BEGIN SOLUTION
     row_end = row_ptr[row + 1] if row < rows else nnz
     total = float32(0.0)
@@ -373,20 +390,8 @@ def _merge_path(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
             total = float32(0.0)
             row += 1
             row_end = row_ptr[row + 1] if row < rows else nnz
-    # Segmented inclusive scan over the warp of (carry, "ended a row"): a lane's carry belongs to the
-    # row the next lane starts in, and flows on until a lane ends that row.
     ended = int32(head_row != rows)
-    carry = total
-    opens_segment = ended
-    offset = 1
-    while offset < 32:
-        left_carry = cuda.shfl_up_sync(FULL_MASK, carry, offset)
-        left_opens = cuda.shfl_up_sync(FULL_MASK, opens_segment, offset)
-        if lane >= offset:
-            if not opens_segment:
-                carry += left_carry
-            opens_segment |= left_opens
-        offset *= 2
+    carry = _warp_segmented_sum(total, ended, lane)
     carry_in = cuda.shfl_up_sync(FULL_MASK, carry, 1)
     if ended:
         y[head_row] = head + (carry_in if lane > 0 else float32(0.0))
@@ -507,17 +512,7 @@ def _merge_path_tiled(row_ptr, col_idx, values, x, y, tile_rows, tile_nzs, carry
             row += 1
             row_end = row_ends[w, row - row0] if row < rows else nnz
     ended = int32(head_row != rows)
-    carry = total
-    opens_segment = ended
-    offset = 1
-    while offset < 32:
-        left_carry = cuda.shfl_up_sync(FULL_MASK, carry, offset)
-        left_opens = cuda.shfl_up_sync(FULL_MASK, opens_segment, offset)
-        if lane >= offset:
-            if not opens_segment:
-                carry += left_carry
-            opens_segment |= left_opens
-        offset *= 2
+    carry = _warp_segmented_sum(total, ended, lane)
     carry_in = cuda.shfl_up_sync(FULL_MASK, carry, 1)
     if ended:
         y[head_row] = head + (carry_in if lane > 0 else float32(0.0))
@@ -659,17 +654,7 @@ def _merge_path_chunked(row_ptr, col_idx, values, x, y, tiles_per_warp, carry_ro
                 row += 1
                 row_end = row_ends[w, row - row0] if row < rows else nnz
         ended = int32(head_row != rows)
-        carry = total
-        opens_segment = ended
-        offset = 1
-        while offset < 32:
-            left_carry = cuda.shfl_up_sync(FULL_MASK, carry, offset)
-            left_opens = cuda.shfl_up_sync(FULL_MASK, opens_segment, offset)
-            if lane >= offset:
-                if not opens_segment:
-                    carry += left_carry
-                opens_segment |= left_opens
-            offset *= 2
+        carry = _warp_segmented_sum(total, ended, lane)
         carry_in = cuda.shfl_up_sync(FULL_MASK, carry, 1)
         if ended:
             y[head_row] = head + (carry_in if lane > 0 else float32(0.0))
