@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 0bc1a2ba4c63ffa7522e099893f3c71b056fc31a0234a4895eb3cd0cea7d844b
+# generated-sha256: 23fe084f88f614d8013d7a7c29831fdf22ae14bd10022cb78919e1c993468884
 # --------------------------------------------------------------------------------------------------
 """Activation functions on a float32 vector, from a thread per element to 16-byte loads and fast math.
 
@@ -396,7 +396,10 @@ IN_FLIGHT = """
 FAST_MATH_INTRO = """
     The same kernel compiled with fastmath=True: libdevice's accurate functions give way to the
     hardware's approximations, subnormal results flush to zero, and division becomes approximate
-    (div.full.f32, 2 ulps). """
+    (div.full.f32, 2 ulps). On an H200 at 2^28 floats (2026-11-23) this stage ran within 4% of
+    in_flight either way, for every function: the kernel waits on memory, not on arithmetic, so fewer
+    instructions buy nothing here, and the accuracy is the price. Fast math pays where arithmetic is the
+    bottleneck: half-precision data (half the bytes per element) or an activation fused into a GEMM. """
 
 
 # -- the seven operators --------------------------------------------------------------------------------

@@ -427,7 +427,10 @@ IN_FLIGHT = """
 FAST_MATH_INTRO = """
     The same kernel compiled with fastmath=True: libdevice's accurate functions give way to the
     hardware's approximations, subnormal results flush to zero, and division becomes approximate
-    (div.full.f32, 2 ulps). """
+    (div.full.f32, 2 ulps). On an H200 at 2^28 floats (2026-11-23) this stage ran within 4% of
+    in_flight either way, for every function: the kernel waits on memory, not on arithmetic, so fewer
+    instructions buy nothing here, and the accuracy is the price. Fast math pays where arithmetic is the
+    bottleneck: half-precision data (half the bytes per element) or an activation fused into a GEMM. """
 
 
 # -- the seven operators --------------------------------------------------------------------------------

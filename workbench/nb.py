@@ -235,7 +235,7 @@ def models(op: Operator) -> None:
         if peak:
             row.append(f"{(f if compute else b) / peak / 1e3:.3g}")
         rows.append(row)
-    note = (f"The floor is the time the {f'measured {peak_name} rate' if compute else 'measured copy bandwidth'} "
+    note = (f"The floor is the time the measured {peak_name} {'rate' if compute else 'bandwidth'} "
             f"of {dev} allows; no stage can beat it." if peak else
             f"No measured {peak_name if compute else 'copy'} peak in results/ yet: `workbench peaks` on a GPU "
             "measures the peaks the time floor needs.")
@@ -537,7 +537,8 @@ def compare_all() -> None:
     show(Table(["operator", "bound", "size", "best stage", "rate", "% of peak", "library peer",
                 "best vs peer (time ratio)", "recorded on"], rows,
                "Every ladder's best stage against its library peer",
-               "% of peak: of the measured copy bandwidth (memory-bound) or cuBLAS rate in the operator's "
+               "% of peak: of the measured bandwidth of the operator's memory pattern (read-only, copy, or two "
+               "reads per write; memory-bound) or cuBLAS rate in the operator's "
                "precision (compute-bound). "
                "best vs peer > 1 means the stage is faster than the library."))
     if bars:
