@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 024d200e4abfc0b8082679842dbab74225a4ed3e946fca0a9bc912f0003da288
+# generated-sha256: c0edc66b3ee011103ad8ab48d8700ce105d7df36828b8bc688f6411ec52706b9
 # --------------------------------------------------------------------------------------------------
 """AllReduce: every GPU holds a float32 buffer, and every GPU ends up with the sum of all of them.
 
@@ -53,12 +53,13 @@ what compares with the links (``busbw_bytes``; ``scripts/gpu_allreduce.py`` repo
 
 import contextlib
 import copy
+import json
 import math
 
 import numpy as np
 from numba import cuda, float32, uint64
 
-from workbench import device, peers
+from workbench import device, peers, results
 from workbench.ladder import InputError, Operator, expect_device_array, scratch, sm_count
 
 THREADS = 128  # threads per block; a multiple of the 32-lane warp
@@ -304,8 +305,64 @@ def _peer(size):
     return "torch.sum + broadcast (one GPU)", sum_and_broadcast
 
 
+# -- the figures README shows: the last run of scripts/gpu_allreduce.py --------------------------------------
+
+RUN_FILE = ("runs", "gpu_allreduce.json")  # under results/: what `python3 scripts/gpu_allreduce.py OUT` wrote
+
+
+def _recorded_run() -> dict | None:
+    path = results.results_dir().joinpath(*RUN_FILE)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _run_heading(run: dict, what: str) -> str:
+    v = run.get("versions", {})
+    return (f"{what}, {run['ranks']} x **{run['device']}**{', ' + run['date'][:10] if run.get('date') else ''} "
+            f"(numba-cuda {v.get('numba_cuda')}, torch {v.get('torch')}), measured by `python3 "
+            f"scripts/gpu_allreduce.py OUT` (`results/{'/'.join(RUN_FILE)}`): GPU time per call in µs")
+
+
+def _allreduce_figures() -> str | None:
+    """Per message size: each stage's GPU µs and bus bandwidth (2(N-1)/N bytes / time), and NCCL's."""
+    run = _recorded_run()
+    if not run or run.get("ranks", 1) < 2:
+        return None
+    n, names = run["ranks"], list(dict.fromkeys(r["stage"] for r in run["stages"]))
+    by = {(r["stage"], r["bytes"]): r for r in run["stages"] if "gpu_us" in r and r.get("correct")}
+    nccl = {r["bytes"]: r for r in run["nccl"]["allreduce"] if "gpu_us" in r}
+
+    def cell(r, nbytes):
+        return f"{r['gpu_us']:.1f} ({2 * (n - 1) / n * nbytes / r['gpu_us'] / 1e3:.3g} GB/s)" if r else "—"
+
+    lines = [_run_heading(run, "AllReduce of float32 buffers") + " (bus bandwidth).", "",
+             "| bytes per GPU | " + " | ".join(names) + " | NCCL |", "|---:|" + "---:|" * (len(names) + 1)]
+    for nbytes in run["sizes"]:
+        label = f"{nbytes >> 30} GB" if nbytes >= 1 << 30 else f"{nbytes >> 20} MB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KB"
+        lines.append(f"| {label} | " + " | ".join(cell(by.get((s, nbytes)), nbytes) for s in names)
+                     + f" | {cell(nccl.get(nbytes), nbytes)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _fused_figures() -> str | None:
+    """Per (tokens, hidden): each stage's GPU µs beside NCCL + torch.add + the workbench's RMSNorm."""
+    run = _recorded_run()
+    if not run or run.get("ranks", 1) < 2 or not run.get("fused"):
+        return None
+    names = list(dict.fromkeys(r["stage"] for r in run["fused"]))
+    by = {(r["stage"], r["rows"], r["cols"]): r for r in run["fused"] if "gpu_us" in r and r.get("correct")}
+    base = {(r["rows"], r["cols"]): r for r in run["nccl"].get("fused", []) if "gpu_us" in r}
+    lines = [_run_heading(run, "AllReduce + residual + RMSNorm") + ".", "",
+             "| tokens x hidden | " + " | ".join(names) + " | NCCL + add + RMSNorm |", "|---|" + "---:|" * (len(names) + 1)]
+    for rows, cols in sorted({(r["rows"], r["cols"]) for r in run["fused"]}):
+        cells = [f"{by[(s, rows, cols)]['gpu_us']:.1f}" if (s, rows, cols) in by else "—" for s in names]
+        b = base.get((rows, cols))
+        lines.append(f"| {rows}x{cols} | " + " | ".join(cells) + (f" | {b['gpu_us']:.1f} |" if b else " | — |"))
+    return "\n".join(lines) + "\n"
+
+
 op = Operator(
     name="allreduce",
+    figures_elsewhere=_allreduce_figures,
     title="AllReduce: the sum of N float32 buffers, one per rank, left on every rank",
     reference=_reference,
     make_inputs=_inputs,
@@ -756,6 +813,7 @@ def _fused_bytes(size):
 
 
 fused_op = Operator(
+    figures_elsewhere=_fused_figures,
     name="allreduce_rmsnorm",
     title="AllReduce + residual add + RMSNorm (a tensor-parallel block's epilogue)",
     reference=_fused_reference,

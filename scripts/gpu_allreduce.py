@@ -552,11 +552,11 @@ def main() -> None:
         return
     out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "out/allreduce")
     out_dir.mkdir(parents=True, exist_ok=True)
-    from workbench.results import environment
+    from workbench.results import environment, now
 
     gpus = list(range(len(cuda.gpus)))
     out = {"device": cuda.gpus[0].name.decode() if isinstance(cuda.gpus[0].name, bytes) else str(cuda.gpus[0].name),
-           "mode": workbench.MODE, "ranks": len(gpus), "sizes": SIZES, "stages": [], "fused": [], "emulated": [], "notes": [],
+           "date": now(), "mode": workbench.MODE, "ranks": len(gpus), "sizes": SIZES, "stages": [], "fused": [], "emulated": [], "notes": [],
            "env": {k: os.environ[k] for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")}}
     try:
         out["versions"] = environment()

@@ -155,3 +155,18 @@ def test_across_gpus(name):
             results.append(recvs[r].copy_to_host())
     np.testing.assert_allclose(results[0], want, rtol=1e-5, atol=1e-5)
     assert all(np.array_equal(results[0], got) for got in results)
+
+
+def test_readme_table_comes_from_the_recorded_multi_gpu_run(tmp_path, monkeypatch):
+    """`workbench bench` runs one GPU: the README's AllReduce figures are those of scripts/gpu_allreduce.py,
+    read from results/runs/, and without that file the table says how to record them."""
+    from workbench import registry, results, tables
+
+    ops = registry.load_operators()
+    run = results.results_dir() / "runs" / "gpu_allreduce.json"
+    if run.exists():
+        text = tables.recorded_table(ops["allreduce"])
+        assert "| 1 GB |" in text and "NCCL" in text and "scripts/gpu_allreduce.py" in text
+        assert "NCCL + add + RMSNorm" in tables.recorded_table(ops["allreduce_rmsnorm"])
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
+    assert "no recorded figures for allreduce" in tables.recorded_table(ops["allreduce"])

@@ -125,6 +125,9 @@ class Operator:
     # the expression at trace time. The returned function takes the inputs as tensors in make_inputs'
     # order, no numba array and no out: what torch.compile traces.
     torch_expression: Callable[[Any, Size], Callable[..., Any]] | None = None
+    # For an operator `workbench bench` cannot measure as it runs (AllReduce needs several GPUs): returns
+    # the markdown of its figures from the script run that measured them (in results/), or None.
+    figures_elsewhere: Callable[[], str | None] | None = None
     bound: str = "memory"  # "memory" or "compute": which measured peak "% of peak" refers to
     # a memory-bound operator's streams (MEMORY_PATTERNS): which measured bandwidth "% of peak" divides by
     pattern: str = "copy"

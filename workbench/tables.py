@@ -40,6 +40,9 @@ def ladder_table(op: Operator, data: dict) -> str:
     stages = sorted((r for r in recs if r.get("kind") == "stage"), key=lambda r: r["order"])
     peers = [r for r in recs if r.get("kind") == "peer"]
     if not stages:
+        elsewhere = op.figures_elsewhere() if op.figures_elsewhere else None
+        if elsewhere:
+            return elsewhere
         return f"_no recorded figures for {op.name} yet: `workbench bench {op.name}` on a GPU records them_\n"
     # "vs peer" compares with the strongest peer recorded at this size (the fastest library call, eager
     # torch or torch.compile); every peer keeps its own row, timed against that strongest one.
