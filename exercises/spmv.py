@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 1f1c1f22df9a4beb3e8a2eae453afb27b7d31a7b4817d3b3ce3bbe8080215a62
+# generated-sha256: dfe1ac02dfc24f57cd0c0a6d62755c218b32a98c15b2045c445c0b60bb3e5ce7
 # --------------------------------------------------------------------------------------------------
 """Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
 
@@ -425,6 +425,36 @@ def _tile_starts(row_ptr, nnz, tile_rows, tile_nzs):
         tile_nzs[tile] = nz
 
 
+@cuda.jit(device=True, inline=True)
+def _walk_staged(products, row_ends, w, y, nnz, row, nz, row0, base, steps, total, lane):
+    """merge_path's walk and carry stitching on a tile staged in shared memory: ``steps`` steps from
+    (row, nz), reading products[w, nz - base] and row_ends[w, row - row0], starting from the running sum
+    ``total``. Rows begun and ended here are written; the first row a lane ends gets the carry-in of the
+    lanes before it. Returns (the row the lane stopped in, its scanned carry). Every lane must call it."""
+    rows = y.size
+    row_end = row_ends[w, row - row0] if row < rows else nnz
+    head = float32(0.0)
+    head_row = rows
+    for _ in range(steps):
+        if nz < row_end:
+            total += products[w, nz - base]
+            nz += 1
+        else:
+            if head_row == rows:
+                head, head_row = total, row
+            else:
+                y[row] = total
+            total = float32(0.0)
+            row += 1
+            row_end = row_ends[w, row - row0] if row < rows else nnz
+    ended = int32(head_row != rows)
+    carry = _warp_segmented_sum(total, ended, lane)
+    carry_in = cuda.shfl_up_sync(FULL_MASK, carry, 1)
+    if ended:
+        y[head_row] = head + (carry_in if lane > 0 else float32(0.0))
+    return row, carry
+
+
 @cuda.jit
 def _merge_path_tiled(row_ptr, col_idx, values, x, y, tile_rows, tile_nzs, carry_rows, carry_values):
     products = cuda.shared.array((WARPS, TILE), float32)  # this warp's values[j] * x[col_idx[j]]
@@ -442,8 +472,8 @@ def _merge_path_tiled(row_ptr, col_idx, values, x, y, tile_rows, tile_nzs, carry
     row1, nz1 = tile_rows[warp + 1], tile_nzs[warp + 1]
     # EXERCISE: write this part of `_merge_path_tiled`. Read the hints one at a time.
     #   hint 1 (nudge): Stage the tile with coalesced loads: lane l takes the tile's non-zeros l, l + 32, ... (all ITEMS loads first, into staged_values/staged_cols, so they are in flight together; then the gathers of x) into products[w, :], and the row ends row_ptr[r + 1] of rows row0 .. row1 into row_ends[w, :].
-    #   hint 2: cuda.syncwarp(), then each lane finds its start (diagonal lane * ITEMS of the tile) with the merge-path binary search over row_ends[w, :] (rows row0 + i, non-zeros nz0 + j) and walks as in merge_path, reading products[w, nz - nz0] and row_ends[w, row - row0].
-    #   hint 3 (nearly the answer): The carries are stitched exactly as in merge_path: a segmented scan over the warp, then lane 31 leaves the warp's carry for _add_warp_carries.
+    #   hint 2: cuda.syncwarp(), then each lane finds its start (diagonal lane * ITEMS of the tile) with the merge-path binary search over row_ends[w, :] (rows row0 + i, non-zeros nz0 + j).
+    #   hint 3 (nearly the answer): _walk_staged walks and stitches the carries as merge_path does, from the staged tile; then lane 31 leaves the warp's carry for _add_warp_carries.
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 

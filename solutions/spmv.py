@@ -448,6 +448,36 @@ def _tile_starts(row_ptr, nnz, tile_rows, tile_nzs):
         tile_nzs[tile] = nz
 
 
+@cuda.jit(device=True, inline=True)
+def _walk_staged(products, row_ends, w, y, nnz, row, nz, row0, base, steps, total, lane):
+    """merge_path's walk and carry stitching on a tile staged in shared memory: ``steps`` steps from
+    (row, nz), reading products[w, nz - base] and row_ends[w, row - row0], starting from the running sum
+    ``total``. Rows begun and ended here are written; the first row a lane ends gets the carry-in of the
+    lanes before it. Returns (the row the lane stopped in, its scanned carry). Every lane must call it."""
+    rows = y.size
+    row_end = row_ends[w, row - row0] if row < rows else nnz
+    head = float32(0.0)
+    head_row = rows
+    for _ in range(steps):
+        if nz < row_end:
+            total += products[w, nz - base]
+            nz += 1
+        else:
+            if head_row == rows:
+                head, head_row = total, row
+            else:
+                y[row] = total
+            total = float32(0.0)
+            row += 1
+            row_end = row_ends[w, row - row0] if row < rows else nnz
+    ended = int32(head_row != rows)
+    carry = _warp_segmented_sum(total, ended, lane)
+    carry_in = cuda.shfl_up_sync(FULL_MASK, carry, 1)
+    if ended:
+        y[head_row] = head + (carry_in if lane > 0 else float32(0.0))
+    return row, carry
+
+
 @cuda.jit
 def _merge_path_tiled(row_ptr, col_idx, values, x, y, tile_rows, tile_nzs, carry_rows, carry_values):
     products = cuda.shared.array((WARPS, TILE), float32)  # this warp's values[j] * x[col_idx[j]]
@@ -464,8 +494,8 @@ def _merge_path_tiled(row_ptr, col_idx, values, x, y, tile_rows, tile_nzs, carry
     row0, nz0 = tile_rows[warp], tile_nzs[warp]
     row1, nz1 = tile_rows[warp + 1], tile_nzs[warp + 1]
     # HINT: Stage the tile with coalesced loads: lane l takes the tile's non-zeros l, l + 32, ... (all ITEMS loads first, into staged_values/staged_cols, so they are in flight together; then the gathers of x) into products[w, :], and the row ends row_ptr[r + 1] of rows row0 .. row1 into row_ends[w, :].
-    # HINT: cuda.syncwarp(), then each lane finds its start (diagonal lane * ITEMS of the tile) with the merge-path binary search over row_ends[w, :] (rows row0 + i, non-zeros nz0 + j) and walks as in merge_path, reading products[w, nz - nz0] and row_ends[w, row - row0].
-    # HINT: The carries are stitched exactly as in merge_path: a segmented scan over the warp, then lane 31 leaves the warp's carry for _add_warp_carries.
+    # HINT: cuda.syncwarp(), then each lane finds its start (diagonal lane * ITEMS of the tile) with the merge-path binary search over row_ends[w, :] (rows row0 + i, non-zeros nz0 + j).
+    # HINT: _walk_staged walks and stitches the carries as merge_path does, from the staged tile; then lane 31 leaves the warp's carry for _add_warp_carries.
     # BEGIN SOLUTION
     for it in range(ITEMS):  # a fixed trip count: unrolled, the loads of all ITEMS in flight at once
         j = nz0 + it * 32 + lane
@@ -495,27 +525,7 @@ def _merge_path_tiled(row_ptr, col_idx, values, x, y, tile_rows, tile_nzs, carry
     row = row0 + lo
     nz = nz0 + diagonal - lo
     steps = max(0, min(ITEMS, (row1 - row0) + tile_nnz - diagonal))
-    row_end = row_ends[w, row - row0] if row < rows else nnz
-    total = float32(0.0)
-    head = float32(0.0)
-    head_row = rows
-    for _ in range(steps):
-        if nz < row_end:
-            total += products[w, nz - nz0]
-            nz += 1
-        else:
-            if head_row == rows:
-                head, head_row = total, row
-            else:
-                y[row] = total
-            total = float32(0.0)
-            row += 1
-            row_end = row_ends[w, row - row0] if row < rows else nnz
-    ended = int32(head_row != rows)
-    carry = _warp_segmented_sum(total, ended, lane)
-    carry_in = cuda.shfl_up_sync(FULL_MASK, carry, 1)
-    if ended:
-        y[head_row] = head + (carry_in if lane > 0 else float32(0.0))
+    row, carry = _walk_staged(products, row_ends, w, y, nnz, row, nz, row0, nz0, steps, float32(0.0), lane)
     if lane == 31:
         carry_rows[warp] = row
         carry_values[warp] = carry
@@ -637,27 +647,8 @@ def _merge_path_chunked(row_ptr, col_idx, values, x, y, tiles_per_warp, carry_ro
         row = row0 + lo
         nz = nz0 + diagonal - lo
         steps = max(0, min(ITEMS, (row1 - row0) + tile_nnz - diagonal))
-        row_end = row_ends[w, row - row0] if row < rows else nnz
         total = open_sum if lane == 0 else float32(0.0)  # lane 0 goes on with the row the last tile left open
-        head = float32(0.0)
-        head_row = rows
-        for _ in range(steps):
-            if nz < row_end:
-                total += products[w, nz - base]
-                nz += 1
-            else:
-                if head_row == rows:
-                    head, head_row = total, row
-                else:
-                    y[row] = total
-                total = float32(0.0)
-                row += 1
-                row_end = row_ends[w, row - row0] if row < rows else nnz
-        ended = int32(head_row != rows)
-        carry = _warp_segmented_sum(total, ended, lane)
-        carry_in = cuda.shfl_up_sync(FULL_MASK, carry, 1)
-        if ended:
-            y[head_row] = head + (carry_in if lane > 0 else float32(0.0))
+        row, carry = _walk_staged(products, row_ends, w, y, nnz, row, nz, row0, base, steps, total, lane)
         open_sum = cuda.shfl_sync(FULL_MASK, carry, 31)  # row row1's sum so far: the next tile's lane 0 adds on
         row0, nz0 = row1, nz1
         cuda.syncwarp()  # every lane has read this tile's shared memory before the next tile is staged
