@@ -27,3 +27,12 @@ def test_declared_sizes_are_accepted_by_the_operator(op):
             continue
         inputs = [to_device(a) for a in op.make_inputs(size, rng)]
         op.validate(*inputs, to_device(op.make_output(size)))  # raises InputError naming the problem
+
+
+def test_a_size_the_operator_refuses_is_one_error_before_anything_runs():
+    from workbench import sizes
+
+    ops = registry.load_operators()
+    with pytest.raises(sizes.SizeError, match="maxpool2d at 1x1x1x2: a 2x2 max-pool needs planes of at least 2x2"):
+        sizes.check_size(ops["maxpool2d"], (1, 1, 1, 2))
+    assert sizes.check_size(ops["maxpool2d"], (1, 1, 2, 3)) == (1, 1, 2, 3)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 
-from .ladder import InputError, Operator, Size, size_label
+import numpy as np
+
+from .ladder import InputError, Operator, Size, size_label, to_device
 
 SIM_MAX_BYTES = 1 << 30  # the simulator keeps every array in host memory and runs a thread at a time
 SIM_SLOW_ELEMENTS = 1 << 18  # above this many output or input elements the simulator takes minutes
@@ -59,6 +61,9 @@ def device_limit_bytes() -> tuple[int, str]:
     return int(total * 0.45), f"45% of this GPU's {total / 2**30:.0f} GiB (inputs, output and their copies)"
 
 
+VALIDATE_BYTES = 1 << 20  # sizes this small are built and validated before anything runs
+
+
 def check_size(op: Operator, size: Size) -> Size:
     """Return ``size`` if ``op`` can run it here, else raise SizeError naming what was expected."""
     size = tuple(size)
@@ -74,6 +79,12 @@ def check_size(op: Operator, size: Size) -> Size:
         need = int(op.bytes_moved(size))
     except InputError as exc:  # a size the operator's own model refuses (spmv's pattern code, ...)
         raise SizeError(str(exc)) from None
+    if need <= VALIDATE_BYTES:  # small enough to build: the operator's own validation has the last word
+        try:  # (maxpool2d refuses a plane under 2x2, which its bytes model cannot know)
+            inputs = [to_device(a) for a in op.make_inputs(size, np.random.default_rng(0))]
+            op.validate(*inputs, to_device(op.make_output(size)))
+        except InputError as exc:
+            raise SizeError(f"{op.name} at {size_label(size)}: {exc}") from None
     if need > limit:
         from . import device
 
