@@ -59,6 +59,49 @@ def test_fused_streaming_path():
         np.testing.assert_allclose(run(lambda x, out: softmax.fused_streaming(x, out, threads=64), x), softmax._reference(x), rtol=1e-5, atol=1e-7)
 
 
+
+# by_shape's kernels, each run directly on narrow rows (the dispatch sends the simulator's sizes to
+# the warp kernel only): widths not multiples of 4 (read a column at a time), several online steps
+# (32 threads x 16 values = 512 columns a step), rows with NaN, +-inf and all -inf (NaN out).
+BY_SHAPE_KERNELS = {"warp_rows": softmax.warp_rows, "block_rows": softmax.block_rows,
+                    "online_rows": lambda x, out: softmax.online_rows(x, out, threads=32)}
+
+
+@pytest.mark.parametrize("kernel", BY_SHAPE_KERNELS)
+@pytest.mark.parametrize("size", [(3, 7), (2, 100), (2, 1100)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_by_shape_kernels(kernel, size):
+    if kernel == "warp_rows" and size[1] > softmax.WARP_ROW_COLS:
+        pytest.skip("warp_rows takes rows up to WARP_ROW_COLS wide (32 values a lane)")
+    rng = np.random.default_rng(11)
+    (x,) = op.make_inputs(size, rng)
+    x[-1, 3] = np.nan  # a NaN makes its row NaN, as in the float64 reference
+    x[0, size[1] - 1] = np.inf if size[1] > 7 else x[0, 0]
+    got = run(BY_SHAPE_KERNELS[kernel], x)
+    np.testing.assert_allclose(got, softmax._reference(x), rtol=1e-5, atol=1e-7, equal_nan=True)
+
+
+def test_by_shape_table():
+    """The dispatch table picks the kernel its thresholds name, and the wider kernels can take any row."""
+    assert softmax.kernel_for(1) is softmax.warp_rows and softmax.kernel_for(1024) is softmax.warp_rows
+    assert softmax.kernel_for(1025) is softmax.block_rows and softmax.kernel_for(16384) is softmax.block_rows
+    assert softmax.kernel_for(16385) is softmax.online_rows and softmax.kernel_for(128256) is softmax.online_rows
+    assert softmax.block_row_threads(4096) == 256 and softmax.block_row_threads(12288) == 768
+    assert softmax.block_row_threads(16384) == 1024 and softmax.block_row_threads(33) == 32
+    wide = cuda.device_array((1, softmax.WARP_ROW_COLS + 4), np.float32)
+    with pytest.raises(InputError, match="at most 1024"):
+        softmax.warp_rows(wide, wide)
+
+
+def test_by_shape_unaligned_view():
+    """A matrix that starts mid-buffer (not on 16 bytes) takes the column-at-a-time path, not load4."""
+    x = op.make_inputs((3, 64), np.random.default_rng(2))[0]
+    buffer = cuda.to_device(np.concatenate([np.zeros(1, np.float32), x.ravel()]))
+    view = buffer[1:].reshape(3, 64)
+    d_out = cuda.to_device(poison_like(np.empty(x.shape, np.float32)))
+    softmax.by_shape(view, d_out)
+    np.testing.assert_allclose(d_out.copy_to_host(), softmax._reference(x), rtol=1e-5, atol=1e-7)
+
+
 @cuda.jit
 def _no_max_subtracted(x, out):
     row = cuda.grid(1)
