@@ -920,4 +920,238 @@ def winograd(x, w, out):
     _winograd_outputs[blocks_for(K * T, THREADS), THREADS](M, out)
 
 
-OPERATORS = [op, general_op]
+
+# == conv2d_bias_relu and conv2d_bias_add_relu: the epilogue, fused ====================================
+#
+# A ResNet layer is rarely a bare convolution: BatchNorm folded into the filters leaves a per-channel
+# bias, then ReLU, and at the end of a residual block the block's input is added before the ReLU:
+#   out = relu(conv(x, w) + bias[k])                  conv2d_bias_relu
+#   out = relu(conv(x, w) + bias[k] + residual)       conv2d_bias_add_relu
+# (3x3, stride 1, padding 1 as conv2d). The epilogue is a few additions per output; what it costs
+# when run as its own kernel is one more read and write of the whole output.
+
+def _epilogue_inputs(size, rng, with_residual):
+    x, w = _images(size, rng)
+    N, C, H, W, K = size
+    # Each output is a sum of 9 C products of uniform(-1, 1) draws (spread sqrt(C)): a bias and a
+    # residual of the same spread put about half of the outputs on each side of ReLU's bend.
+    spread = np.float32(math.sqrt(C))
+    bias = rng.uniform(-1.0, 1.0, K).astype(np.float32) * spread
+    if not with_residual:
+        return x, w, bias
+    return x, w, bias, rng.uniform(-1.0, 1.0, (N, K, H, W)).astype(np.float32) * spread
+
+
+def _epilogue_reference(x, w, bias, residual=None):
+    pre = _conv64(x, w, 1, 1, 1) + bias.astype(np.float64)[None, :, None, None]
+    if residual is not None:
+        pre += residual
+    return np.maximum(pre, 0.0)  # propagates NaN, as torch.relu does
+
+
+def _epilogue_adversarial(size, rng, with_residual):
+    inputs = list(_epilogue_inputs(size, rng, with_residual))
+    x, bias = inputs[0], inputs[2]
+    # One NaN pixel: every output whose window holds it is NaN, and must stay NaN through the ReLU
+    # (max(v, 0) written as fmaxf returns 0 for NaN: torch.relu keeps it). And a bias far past the
+    # products, alternately +-1e4 by channel: the negative channels are all zeros, the positive ones
+    # all pass, so a bias indexed by pixel instead of channel, or a ReLU before the bias, shows.
+    x = x.copy()
+    x[0, 0, x.shape[2] // 2, x.shape[3] // 2] = np.nan
+    bias = np.where(np.arange(bias.size) % 2 == 0, 1e4, -1e4).astype(np.float32)
+    inputs[0], inputs[2] = x, bias
+    return [("nan-pixel-huge-bias", tuple(inputs))]
+
+
+def _epilogue_validate(x, w, bias, *rest):
+    *residual, out = rest
+    _validate(x, w, out)
+    expect_device_array("bias", bias, dtype=np.float32, shape=(w.shape[0],))
+    if residual:
+        expect_device_array("residual", residual[0], dtype=np.float32, shape=tuple(out.shape))
+
+
+def _epilogue_peer(size):
+    torch = peers.torch()
+    if torch is None:
+        return None
+    conv2d = torch.nn.functional.conv2d
+
+    def run(x, w, bias, *rest):
+        *residual, out = rest
+        with peers.without_tf32(torch):
+            y = conv2d(peers.as_torch(x), peers.as_torch(w), peers.as_torch(bias), padding=1)
+        if residual:
+            y.add_(peers.as_torch(residual[0]))
+        # The ReLU writes straight into out (clamp_min keeps NaN, as relu does): no extra copy.
+        torch.clamp_min(y, 0.0, out=peers.as_torch(out))
+
+    return "torch conv2d(bias)+relu (cuDNN fp32)", run
+
+
+def _epilogue_expression(torch, size):
+    conv2d = torch.nn.functional.conv2d
+    return lambda x, w, bias, *residual: torch.relu(conv2d(x, w, bias, padding=1) + sum(residual, 0))
+
+
+def _epilogue_bytes(with_residual):
+    # The minimum: x, w, bias (and the residual) read once, out written once.
+    def moved(size):
+        N, C, H, W, K = size
+        return _bytes(size) + 4 * K + (4 * N * K * H * W if with_residual else 0)
+    return moved
+
+
+def _unfused_bytes(with_residual):
+    # The separate epilogue kernel reads the convolution's output back and writes it again.
+    def moved(size):
+        N, C, H, W, K = size
+        return _epilogue_bytes(with_residual)(size) + 2 * 4 * N * K * H * W
+    return moved
+
+
+_EPILOGUE_FIELDS = dict(
+    make_output=lambda size: np.empty((size[0], size[4], size[2], size[3]), np.float32),
+    flops=_flops,
+    validate=_epilogue_validate,
+    tolerance=_tolerance,
+    peer=_epilogue_peer,
+    torch_expression=_epilogue_expression,
+    bound="compute",
+    size_names=("N", "C", "H", "W", "K"),
+    check_sizes=[(1, 1, 1, 1, 1), (2, 3, 7, 9, 5), (3, 17, 15, 13, 70), (32, 64, 56, 56, 64)],
+    # One block of the implicit GEMM (K <= 64, N H W <= 128) keeps the simulator quick; 7x9 and K = 5
+    # are multiples of no tile. The slow tier adds K past the 64-channel tile.
+    sim_sizes=[(1, 2, 3, 4, 3), (1, 2, 7, 9, 5), (1, 3, 5, 6, 65)],
+    bench_sizes=[(32, 64, 56, 56, 64), (32, 256, 14, 14, 256)],
+    headline_size=(32, 64, 56, 56, 64),
+    group="Convolution: direct, im2col + GEMM, implicit GEMM, Winograd",
+    record_all_sizes=True,
+)
+
+bias_relu_op = Operator(
+    name="conv2d_bias_relu",
+    title="3x3 convolution + bias + ReLU, the epilogue fused (NCHW float32)",
+    reference=_epilogue_reference,
+    make_inputs=lambda size, rng: _epilogue_inputs(size, rng, False),
+    bytes_moved=_epilogue_bytes(False),
+    adversarial_inputs=lambda size, rng: _epilogue_adversarial(size, rng, False),
+    rank=322,
+    **_EPILOGUE_FIELDS,
+)
+
+bias_add_relu_op = Operator(
+    name="conv2d_bias_add_relu",
+    title="3x3 convolution + bias + residual + ReLU (a ResNet block's tail), fused (NCHW float32)",
+    reference=_epilogue_reference,
+    make_inputs=lambda size, rng: _epilogue_inputs(size, rng, True),
+    bytes_moved=_epilogue_bytes(True),
+    adversarial_inputs=lambda size, rng: _epilogue_adversarial(size, rng, True),
+    rank=323,
+    **_EPILOGUE_FIELDS,
+)
+
+
+@cuda.jit(device=True, inline=True)
+def _bias_residual_relu(v, bias_k, residual_flat, i, add_residual):
+    """The epilogue of output i (channel k): the one piece of code both stages apply, in different places."""
+    v += bias_k
+    if add_residual:
+        v += residual_flat[i]
+    # Not max(v, 0): that compiles to fmaxf, which returns 0 for a NaN; torch.relu keeps the NaN.
+    return float32(0.0) if v < float32(0.0) else v
+
+
+# -- 1. unfused: the implicit GEMM stores, a second kernel reads the output back ----------------------
+
+@cuda.jit
+def _bias_relu_in_place(out_flat, bias, residual_flat, add_residual, K, P):
+    i = cuda.grid(1)
+    if i < out_flat.size:
+        # HINT: out[n, k, p] is flat index i = (n K + k) P + p: its channel is k = i // P % K.
+        # BEGIN SOLUTION
+        out_flat[i] = _bias_residual_relu(out_flat[i], bias[i // P % K], residual_flat, i, add_residual)
+        # END SOLUTION
+
+
+def _unfused(x, w, bias, residual, add_residual, out):
+    N, K, Ho, Wo = out.shape
+    _launch_implicit_gemm(x, w, _same3x3(), out)
+    _bias_relu_in_place[blocks_for(out.size, THREADS), THREADS](_flat(out), bias, _flat(residual),
+                                                                  add_residual, K, Ho * Wo)
+
+
+UNFUSED_SUMMARY = """
+    What two library calls give you: conv2d's implicit GEMM (stage 4: as fast as Winograd at the
+    headline layer on the H200, 360 against 361 µs, and exact) writes the whole output, then a second
+    kernel reads it back, adds the channel's bias (and the residual), applies ReLU and writes it again.
+    The arithmetic is nothing; the cost is the output's round trip through memory, 8 bytes per output
+    (25.7 MB each way at N32 K64 56x56), and a second launch."""
+
+
+@bias_relu_op.stage("unfused", UNFUSED_SUMMARY, bytes_moved=_unfused_bytes(False))
+def unfused(x, w, bias, out):
+    _unfused(x, w, bias, out, False, out)  # no residual: out stands in for it, never read
+
+
+@bias_add_relu_op.stage("unfused", UNFUSED_SUMMARY, bytes_moved=_unfused_bytes(True))
+def add_unfused(x, w, bias, residual, out):
+    _unfused(x, w, bias, residual, True, out)
+
+
+# -- 2. fused_epilogue: bias, residual and ReLU on the accumulators, one store ------------------------
+
+@cuda.jit(**_gpu_options(launch_bounds=(GEMM_THREADS, 3)))
+def _implicit_gemm_epilogue(x_flat, w_flat, geometry, N, C, H, W, K, R, S, Ho, Wo, bias, residual_flat,
+                            add_residual, out_flat):
+    acc = cuda.local.array((8, 8), float32)
+    _implicit_gemm_block(x_flat, w_flat, geometry, N, C, H, W, K, R, S, Ho, Wo, acc)
+    t = cuda.threadIdx.x
+    P = Ho * Wo
+    for qq in range(8):
+        _, col = _output_index(t, 0, qq)
+        q = cuda.blockIdx.x * BN + col
+        if q < N * P:
+            n = q // P
+            p = q % P
+            for m in range(8):
+                row, _ = _output_index(t, m, qq)
+                k = cuda.blockIdx.y * BM + row
+                if k < K:
+                    i = (n * K + k) * P + p
+                    # HINT: the implicit GEMM's store, with the epilogue applied to the register value on its way out.
+                    # BEGIN SOLUTION
+                    out_flat[i] = _bias_residual_relu(acc[m, qq], bias[k], residual_flat, i, add_residual)
+                    # END SOLUTION
+
+
+def _fused(x, w, bias, residual, add_residual, out):
+    N, C, H, W = x.shape
+    K = w.shape[0]
+    grid = (blocks_for(N * H * W, BN), blocks_for(K, BM))
+    _implicit_gemm_epilogue[grid, GEMM_THREADS](_flat(x), _flat(w), _same3x3(), N, C, H, W, K, 3, 3, H, W,
+                                                bias, _flat(residual), add_residual, _flat(out))
+
+
+FUSED_SUMMARY = """
+    The implicit GEMM's main loop unchanged (the same device function), with the bias, the residual
+    and ReLU applied to each accumulator while it is still in a register, just before its one store.
+    The separate kernel and its read and write of the output are gone; the residual is read where
+    the output is written. This is a library's "epilogue fusion" (cuDNN's ConvBiasActivation with
+    its z input, CUTLASS's epilogue functors, what torch.compile asks of a convolution template).
+    Why the implicit GEMM and not Winograd: they are as fast at this layer, but the implicit GEMM's
+    accumulators are the outputs themselves, while Winograd's are transformed tiles that become
+    outputs only in its last kernel (the epilogue would go there, still a separate pass over M)."""
+
+
+@bias_relu_op.stage("fused_epilogue", FUSED_SUMMARY)
+def fused_epilogue(x, w, bias, out):
+    _fused(x, w, bias, out, False, out)
+
+
+@bias_add_relu_op.stage("fused_epilogue", FUSED_SUMMARY)
+def add_fused_epilogue(x, w, bias, residual, out):
+    _fused(x, w, bias, residual, True, out)
+
+
+OPERATORS = [op, general_op, bias_relu_op, bias_add_relu_op]

@@ -9,7 +9,7 @@ import workbench  # noqa: F401  (chooses GPU or simulator before numba is import
 from workbench.check import check_stage
 from workbench.ladder import InputError, to_device
 
-from solutions import cnn, conv
+from solutions import cnn, conv, conv_transpose
 
 
 def _device_args(*arrays):
@@ -81,3 +81,86 @@ def test_fast_conv_stages_correct_at_the_issue_layers(stage, size):
 def test_memory_bound_final_stages_correct_at_the_headline(op):
     result = check_stage(op.stages[-1], op.headline_size, np.random.default_rng(0))
     assert result.passed, result.message
+
+
+# -- the fused epilogue (conv2d_bias_relu, conv2d_bias_add_relu) ------------------------------------------
+
+def test_fused_epilogue_refuses_a_bias_per_pixel():
+    x, w, bias, out = _device_args(np.ones((1, 2, 6, 6), np.float32), np.ones((3, 2, 3, 3), np.float32),
+                                   np.ones(6, np.float32), np.empty((1, 3, 6, 6), np.float32))
+    with pytest.raises(InputError, match=r"bias must have shape \(3,\)"):
+        conv.fused_epilogue(x, w, bias, out)
+
+
+def test_fused_epilogue_refuses_a_residual_of_another_shape():
+    x, w, bias, res, out = _device_args(np.ones((1, 2, 6, 6), np.float32), np.ones((3, 2, 3, 3), np.float32),
+                                        np.ones(3, np.float32), np.ones((1, 2, 6, 6), np.float32),
+                                        np.empty((1, 3, 6, 6), np.float32))
+    with pytest.raises(InputError, match="residual must have shape"):
+        conv.add_fused_epilogue(x, w, bias, res, out)
+
+
+def test_epilogue_reference_keeps_nan_through_relu():
+    x = np.zeros((1, 1, 3, 3), np.float32)
+    x[0, 0, 1, 1] = np.nan
+    ref = conv._epilogue_reference(x, np.ones((2, 1, 3, 3), np.float32), np.array([-5, 5], np.float32))
+    assert np.isnan(ref).all()  # every 3x3 window of a 3x3 image (padding 1) holds the centre
+
+
+# -- conv_transpose2d ----------------------------------------------------------------------------------------
+
+def _transpose_by_definition(x, w, stride, pad):
+    """The definition, one input pixel and tap at a time (float64): what the reference must equal."""
+    N, C, H, W = x.shape
+    _, K, R, S = w.shape
+    Ho, Wo = conv_transpose.output_hw(H, W, R, S, stride, pad)
+    out = np.zeros((N, K, Ho, Wo))
+    for n, c, h, col, r, s in np.ndindex(N, C, H, W, R, S):
+        ho, wo = h * stride - pad + r, col * stride - pad + s
+        if 0 <= ho < Ho and 0 <= wo < Wo:
+            out[n, :, ho, wo] += float(x[n, c, h, col]) * w[c, :, r, s].astype(np.float64)
+    return out
+
+
+@pytest.mark.parametrize("size", [(1, 2, 3, 4, 3, 3, 3, 2, 1), (2, 3, 4, 5, 2, 4, 4, 2, 1),
+                                  (1, 2, 3, 3, 2, 5, 5, 1, 2), (1, 1, 4, 3, 2, 3, 3, 3, 0)])
+def test_conv_transpose_reference_is_the_definition(size):
+    x, w, geometry = conv_transpose._inputs(size, np.random.default_rng(3))
+    np.testing.assert_allclose(conv_transpose._reference(x, w, geometry),
+                               _transpose_by_definition(x, w, *size[7:]), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("H, R, stride, pad, expected", [(28, 4, 2, 1, 56), (14, 3, 2, 1, 27), (7, 5, 1, 2, 7)])
+def test_conv_transpose_output_size_matches_torch_formula(H, R, stride, pad, expected):
+    assert conv_transpose.output_hw(H, H, R, R, stride, pad) == (expected, expected)
+
+
+@pytest.mark.parametrize("geometry, w_shape, message", [([5, 1], (2, 3, 3, 3), "stride 1..4"),
+                                                         ([2, 3], (2, 3, 3, 3), "padding must be 0..2"),
+                                                         ([2, 1], (3, 2, 3, 3), "C = 2")])
+def test_conv_transpose_refuses_what_it_cannot_take(geometry, w_shape, message):
+    x, w, g, out = _device_args(np.ones((1, 2, 4, 4), np.float32), np.ones(w_shape, np.float32),
+                                np.array(geometry, np.int32), np.empty((1, 3, 7, 7), np.float32))
+    with pytest.raises(InputError, match=message):
+        conv_transpose.gather(x, w, g, out)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", [conv.bias_relu_op, conv.bias_add_relu_op], ids=lambda o: o.name)
+def test_fused_epilogue_beats_unfused_at_the_headline(op):
+    """The must-show: at N32 C64 56x56 K64, the fused epilogue is faster than the implicit GEMM followed
+    by a bias (+ residual) + ReLU kernel, in one run."""
+    from tests.headline import headline
+
+    _, stages, _ = headline(op)
+    times = {r["stage"]: r["median_us"] for r in stages}
+    assert times["fused_epilogue"] < times["unfused"], times
+
+
+@pytest.mark.gpu
+def test_conv_transpose_gather_stages_beat_scatter():
+    from tests.headline import headline
+
+    _, stages, _ = headline(conv_transpose.op)
+    times = {r["stage"]: r["median_us"] for r in stages}
+    assert times["gather"] < times["scatter"] and times["shared_tile"] < times["gather"], times
