@@ -989,9 +989,13 @@ def _epilogue_peer(size):
     return "torch conv2d(bias)+relu (cuDNN fp32)", run
 
 
-def _epilogue_expression(torch, size):
-    conv2d = torch.nn.functional.conv2d
-    return lambda x, w, bias, *residual: torch.relu(conv2d(x, w, bias, padding=1) + sum(residual, 0))
+def _epilogue_expression(with_residual):
+    def expression(torch, size):
+        conv2d = torch.nn.functional.conv2d
+        if with_residual:
+            return lambda x, w, bias, residual: torch.relu(conv2d(x, w, bias, padding=1) + residual)
+        return lambda x, w, bias: torch.relu(conv2d(x, w, bias, padding=1))
+    return expression
 
 
 def _epilogue_bytes(with_residual):
@@ -1016,7 +1020,6 @@ _EPILOGUE_FIELDS = dict(
     validate=_epilogue_validate,
     tolerance=_tolerance,
     peer=_epilogue_peer,
-    torch_expression=_epilogue_expression,
     bound="compute",
     size_names=("N", "C", "H", "W", "K"),
     check_sizes=[(1, 1, 1, 1, 1), (2, 3, 7, 9, 5), (3, 17, 15, 13, 70), (32, 64, 56, 56, 64)],
@@ -1035,6 +1038,7 @@ bias_relu_op = Operator(
     reference=_epilogue_reference,
     make_inputs=lambda size, rng: _epilogue_inputs(size, rng, False),
     bytes_moved=_epilogue_bytes(False),
+    torch_expression=_epilogue_expression(False),
     adversarial_inputs=lambda size, rng: _epilogue_adversarial(size, rng, False),
     rank=322,
     **_EPILOGUE_FIELDS,
@@ -1046,6 +1050,7 @@ bias_add_relu_op = Operator(
     reference=_epilogue_reference,
     make_inputs=lambda size, rng: _epilogue_inputs(size, rng, True),
     bytes_moved=_epilogue_bytes(True),
+    torch_expression=_epilogue_expression(True),
     adversarial_inputs=lambda size, rng: _epilogue_adversarial(size, rng, True),
     rank=323,
     **_EPILOGUE_FIELDS,
