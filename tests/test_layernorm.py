@@ -148,3 +148,41 @@ def test_headline_targets():
     assert stages[-1]["gbps"] >= 0.85 * peaks["copy_gbps"], (stages[-1]["gbps"], peaks["copy_gbps"])
     if peer is not None:
         assert peer["median_us"] >= 1.15 * stages[-1]["median_us"], (peer["median_us"], stages[-1]["median_us"])
+
+
+# by_shape's kernels, each run directly (the dispatch sends the simulator's sizes to the warp kernels
+# only): widths not multiples of 4 (read a column at a time), rows with a NaN and with +inf (NaN out,
+# as in the float64 reference), and the module's rows with mean 1e4 and constant rows.
+BY_SHAPE_KERNELS = {"layernorm.warp_rows": (op, layernorm.warp_rows),
+                    "layernorm.block_rows": (op, layernorm.block_rows),
+                    "rmsnorm.warp_rows": (layernorm.rmsnorm_op, layernorm.rmsnorm_warp_rows),
+                    "rmsnorm.block_rows": (layernorm.rmsnorm_op, layernorm.rmsnorm_block_rows)}
+
+
+@pytest.mark.parametrize("kernel", BY_SHAPE_KERNELS)
+@pytest.mark.parametrize("size", [(4, 7), (3, 130)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_by_shape_kernels(kernel, size):
+    operator, launch = BY_SHAPE_KERNELS[kernel]
+    inputs = operator.make_inputs(size, np.random.default_rng(12))
+    x = inputs[0]
+    x[1, 2] = np.nan
+    x[2, size[1] - 1] = np.inf
+    got = run(launch, *inputs)
+    ref = operator.reference(*inputs)
+    assert (np.isnan(got) == np.isnan(ref)).all()
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
+def test_by_shape_table():
+    """The dispatch tables pick the kernels their thresholds name; a kernel refuses rows too wide for it."""
+    assert layernorm.kernel_for(1024) is layernorm.warp_rows and layernorm.kernel_for(1025) is layernorm.block_rows
+    assert layernorm.kernel_for(16384) is layernorm.block_rows
+    assert layernorm.kernel_for(16385) is layernorm.ilp.launch
+    table = layernorm.RMSNORM_BY_SHAPE
+    assert layernorm.kernel_for(4096, table) is layernorm.rmsnorm_block_rows
+    assert layernorm.kernel_for(32768, table) is layernorm.rmsnorm_lean.launch
+    assert layernorm.block_row_threads(4096) == 256 and layernorm.block_row_threads(12288) == 768
+    wide = cuda.device_array((1, layernorm.WARP_ROW_COLS + 4), np.float32)
+    vector = cuda.device_array(layernorm.WARP_ROW_COLS + 4, np.float32)
+    with pytest.raises(InputError, match="at most 1024"):
+        layernorm.warp_rows(wide, vector, vector, wide)
