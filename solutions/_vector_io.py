@@ -15,14 +15,28 @@ allocation always is, a view that starts mid-buffer may not be). In numba's CUDA
 runs kernels as Python, the two are plain element-by-element functions with the same meaning, and
 every array counts as aligned.
 
-Shared by ``activations`` and ``reductions``; not a ladder (its name starts with ``_``).
+:func:`load8` and :func:`store8` are the same 16-byte access for arrays of 2-byte elements (fp16 or bf16
+bits): eight halves in one instruction, handed over as four 32-bit words of two halves each (element
+``i`` in the low 16 bits of the first word: little-endian). numba-cuda 0.30 has no half2 type, so a
+kernel takes a word apart with :func:`low_half` / :func:`high_half` and puts one together with
+:func:`pack`; the conversions between the two 16-bit formats and float32 (:func:`f16_to_float`,
+:func:`float_to_f16`, :func:`bf16_to_float`, :func:`float_to_bf16`) are a few PTX instructions each.
+
+Shared by ``activations``, ``reductions`` and other ladders; not a ladder (its name starts with ``_``).
 """
 
 from __future__ import annotations
 
+import numpy as np
+from numba import cuda, int16, int32, uint16, uint32
+from numba.cuda import libdevice
+
 from workbench.device import is_simulator
 
 VECTOR_BYTES = 16
+HALVES_PER_VECTOR = 8  # 2-byte elements in one 16-byte access (load8 / store8)
+LOW = uint32(0xFFFF)
+SIXTEEN = uint32(16)
 
 
 def aligned16(*arrays) -> bool:
@@ -36,8 +50,6 @@ def aligned16(*arrays) -> bool:
 
 
 if is_simulator():
-    from numba import cuda
-
     @cuda.jit(device=True)
     def load4(a, i):
         """Elements i, i + 1, i + 2, i + 3 of a 1-D array of 4-byte elements (i a multiple of 4)."""
@@ -51,6 +63,41 @@ if is_simulator():
         a[i + 2] = v2
         a[i + 3] = v3
 
+    @cuda.jit(device=True)
+    def load8(a, i):
+        """Elements i .. i + 7 of a 1-D array of 2-byte elements (i a multiple of 8), as four 32-bit words
+        of two elements each (the lower-indexed element in the low 16 bits)."""
+        return (pack(a[i], a[i + 1]), pack(a[i + 2], a[i + 3]), pack(a[i + 4], a[i + 5]),
+                pack(a[i + 6], a[i + 7]))
+
+    @cuda.jit(device=True)
+    def store8(a, i, w0, w1, w2, w3):
+        """a[i], ..., a[i + 7] = the halves of words w0, ..., w3 (i a multiple of 8), low half first."""
+        for k, w in enumerate((w0, w1, w2, w3)):
+            a[i + 2 * k] = low_half(w)
+            a[i + 2 * k + 1] = high_half(w)
+
+    # This numba's CUDA simulator leaves libdevice unimplemented (each function returns None): the
+    # conversions are NumPy's, on the same bits.
+    @cuda.jit(device=True)
+    def f16_to_float(bits):
+        """The fp16 whose 16 bits are the low half of ``bits``, as a float32."""
+        return np.float32(np.uint16(int(bits) & 0xFFFF).view(np.float16))
+
+    @cuda.jit(device=True)
+    def float_to_f16(value):
+        """float32 -> fp16 bits, rounded to nearest even (past 65504: inf), in a uint32."""
+        with np.errstate(over="ignore"):
+            return uint32(np.float16(np.float32(value)).view(np.uint16))
+
+    @cuda.jit(device=True)
+    def as_float32(bits):
+        return np.uint32(int(bits) & 0xFFFFFFFF).view(np.float32)
+
+    @cuda.jit(device=True)
+    def as_bits32(value):
+        return uint32(np.float32(value).view(np.uint32))
+
 else:
     from llvmlite import ir
     from numba import types
@@ -63,6 +110,18 @@ else:
         element = builder.gep(data, [index])
         vector = ir.VectorType(context.get_value_type(array_type.dtype), 4)
         return builder.bitcast(element, vector.as_pointer())
+
+    def _vector_pointer_words(context, builder, array_type, array, index):
+        """The address of 2-byte element ``index`` as a pointer to four 32-bit words (16 bytes)."""
+        data = context.make_array(array_type)(context, builder, value=array).data
+        element = builder.gep(data, [index])
+        return builder.bitcast(element, ir.VectorType(ir.IntType(32), 4).as_pointer())
+
+    def _check_halves(array, index):
+        if not (isinstance(array, types.Array) and array.ndim == 1 and array.dtype.bitwidth == 16):
+            raise TypingError(f"load8/store8 take a 1-D array of 2-byte elements, got {array}")
+        if not isinstance(index, types.Integer):
+            raise TypingError(f"load8/store8 take an integer index, got {index}")
 
     def _check(array, index):
         if not (isinstance(array, types.Array) and array.ndim == 1 and array.dtype.bitwidth == 32):
@@ -102,3 +161,87 @@ else:
 
         return sig, codegen
 
+
+    @intrinsic
+    def load8(typingctx, array, index):
+        """Elements i .. i + 7 of a 1-D array of 2-byte elements, in one 16-byte load, as four 32-bit words
+        of two elements each (the lower-indexed element in the low 16 bits)."""
+        _check_halves(array, index)
+        sig = types.UniTuple(types.uint32, 4)(array, index)
+
+        def codegen(context, builder, signature, args):
+            pointer = _vector_pointer_words(context, builder, signature.args[0], args[0], args[1])
+            vector = builder.load(pointer, align=VECTOR_BYTES)
+            parts = [builder.extract_element(vector, ir.Constant(ir.IntType(32), k)) for k in range(4)]
+            return context.make_tuple(builder, signature.return_type, parts)
+
+        return sig, codegen
+
+    @intrinsic
+    def store8(typingctx, array, index, w0, w1, w2, w3):
+        """a[i], ..., a[i + 7] = the halves of words w0, ..., w3, in one 16-byte store."""
+        _check_halves(array, index)
+        sig = types.void(array, index, w0, w1, w2, w3)
+
+        def codegen(context, builder, signature, args):
+            pointer = _vector_pointer_words(context, builder, signature.args[0], args[0], args[1])
+            vector = ir.Constant(pointer.type.pointee, ir.Undefined)
+            for k, (value, value_type) in enumerate(zip(args[2:], signature.args[2:])):
+                value = context.cast(builder, value, value_type, types.uint32)
+                vector = builder.insert_element(vector, value, ir.Constant(ir.IntType(32), k))
+            builder.store(vector, pointer, align=VECTOR_BYTES)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @cuda.jit(device=True, inline=True)
+    def f16_to_float(bits):
+        """The fp16 whose 16 bits are the low half of ``bits``, as a float32: one ``cvt.f32.f16``."""
+        return libdevice.half2float(int16(bits & LOW))
+
+    @cuda.jit(device=True, inline=True)
+    def float_to_f16(value):
+        """float32 -> fp16 bits (round to nearest even, subnormals kept, past 65504 inf): ``cvt.rn.f16.f32``."""
+        return uint32(uint16(libdevice.float2half_rn(value)))
+
+    @cuda.jit(device=True, inline=True)
+    def as_float32(bits):
+        return libdevice.int_as_float(int32(bits))
+
+    @cuda.jit(device=True, inline=True)
+    def as_bits32(value):
+        return uint32(libdevice.float_as_int(value))
+
+
+# -- 32-bit words of two halves, and the two 16-bit formats (the same code in the simulator) -----------
+
+@cuda.jit(device=True, inline=True)
+def pack(low, high):
+    """Two halves' bits in one 32-bit word, ``low`` first in memory (little-endian): ``mov.b32 {lo, hi}``."""
+    return uint32(uint32(low) | (uint32(high) << SIXTEEN))
+
+
+@cuda.jit(device=True, inline=True)
+def low_half(word):
+    return uint32(word) & LOW
+
+
+@cuda.jit(device=True, inline=True)
+def high_half(word):
+    return uint32(word) >> SIXTEEN
+
+
+@cuda.jit(device=True, inline=True)
+def bf16_to_float(bits):
+    """The bf16 in the low half of ``bits`` as a float32: its 16 bits become a float32's top half."""
+    return as_float32(uint32(bits) << SIXTEEN)
+
+
+@cuda.jit(device=True, inline=True)
+def float_to_bf16(value):
+    """float32 -> bf16 bits, rounded to nearest, ties to even: add 0x7FFF plus the lowest bit kept, then
+    drop the low 16 bits (a carry rounds up, into the exponent if need be, up to inf). A NaN stays a
+    NaN: rounding could carry its payload into inf."""
+    bits = as_bits32(value)
+    rounded = uint32(bits + uint32(0x7FFF) + ((bits >> SIXTEEN) & uint32(1)))
+    return uint32(rounded >> SIXTEEN) if value == value else uint32(0x7FC0)

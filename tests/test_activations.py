@@ -12,20 +12,20 @@ from numba import cuda
 
 from solutions import activations
 from workbench.check import check_stage
-from workbench.ladder import InputError, to_device
+from workbench.ladder import InputError, to_device, to_host
 
 FAST = {"sigmoid", "tanh", "gelu", "gelu_tanh", "silu"}
 
 
 def test_seven_functions_each_its_own_operator_and_fast_math_only_where_there_is_a_transcendental():
-    names = [op.name for op in activations.OPERATORS]
+    names = [op.name for op in activations.FLOAT32_OPERATORS]
     assert names == ["act_relu", "act_leaky_relu", "act_sigmoid", "act_tanh", "act_gelu", "act_gelu_tanh", "act_silu"]
-    for act, op in zip(activations.ACTIVATIONS, activations.OPERATORS):
+    for act, op in zip(activations.ACTIVATIONS, activations.FLOAT32_OPERATORS):
         stages = [s.name for s in op.stages]
         assert stages[:4] == ["thread_per_element", "grid_stride", "vector4", "in_flight"]
         assert (stages[4:] == ["fast_math"]) == (act.name in FAST), op.name
     # tanh.approx.f32 is 2^-11 relative: only its fast-math stage gets a looser tolerance
-    loose = {s.key: s.tolerance for op in activations.OPERATORS for s in op.stages if s.tolerance is not None}
+    loose = {s.key: s.tolerance for op in activations.FLOAT32_OPERATORS for s in op.stages if s.tolerance is not None}
     assert loose == {"act_tanh.fast_math": 1e-3}
 
 
@@ -144,13 +144,130 @@ def test_last_stage_at_85_percent_of_copy_and_at_least_torch(name):
 
 @pytest.mark.gpu
 def test_every_stage_right_on_a_misaligned_view_on_the_gpu():
-    for op in activations.OPERATORS:
+    for op in activations.FLOAT32_OPERATORS:
         for stage in op.stages:
             def offset_launch(x, out, stage=stage):
                 big_x = cuda.device_array(x.size + 1, np.float32)
                 big_out = cuda.device_array(x.size + 1, np.float32)
                 big_x[1:].copy_to_device(x)
                 stage(big_x[1:], big_out[1:])
+                out.copy_to_device(big_out[1:])
+            result = check_stage(stage, (100_003,), np.random.default_rng(5), launch=offset_launch)
+            assert result.passed, result.message
+
+
+# -- fp16 and bf16 ----------------------------------------------------------------------------------------
+
+HALF = activations.HALF_OPERATORS
+
+
+def test_sixteen_bit_operators_relu_gelus_silu_per_format_float32_inside():
+    assert [op.name for op in HALF] == [f"act_{a}_{f}" for f in ("fp16", "bf16")
+                                        for a in ("relu", "gelu", "gelu_tanh", "silu")]
+    for op in HALF:
+        stages = [s.name for s in op.stages]
+        assert stages == ["widened", "in_flight"] + (["fast_math"] if "relu" not in op.name else []), op.name
+        assert all(s.dtype == np.float32 for s in op.stages)  # the PTX check then refuses f64 in them
+        assert op.tolerance_for((1,), np.float32) == (2e-3 if op.name.endswith("fp16") else 1e-2)
+        assert op.torch_expression is not None  # torch.compile beside eager torch at the dtype
+
+
+def test_float_to_bf16_rounds_to_nearest_even_and_keeps_nan():
+    """The integer rounding of float32 -> bf16 against ml_dtypes' conversion: ties to even both ways, a
+    carry into the exponent, overflow to inf, NaN kept a NaN, subnormals."""
+    from solutions._vector_io import bf16_to_float, float_to_bf16
+
+    @cuda.jit
+    def round_trip(x, bits, back):
+        i = cuda.grid(1)
+        if i < x.size:
+            bits[i] = float_to_bf16(x[i])
+            back[i] = bf16_to_float(bits[i])
+
+    one = np.float32(1.0).view(np.uint32)
+    x = np.array([1.0, -1.0, 0.0, -0.0, np.inf, -np.inf, np.nan, 3.4e38, -3.4e38, 1e-40, 3e-45, 65504.0],
+                 np.float32)
+    ties = np.array([one + 0x8000, one + 0x18000, one + 0x7FFF, one + 0x8001, 0x7F7FFFFF], np.uint32).view(np.float32)
+    x = np.concatenate([x, ties, np.random.default_rng(0).standard_normal(15).astype(np.float32) * 1e3])
+    bits = cuda.to_device(np.zeros(x.size, np.uint16))
+    back = cuda.to_device(np.zeros(x.size, np.float32))
+    round_trip[1, x.size](cuda.to_device(x), bits, back)
+    expected = x.astype(activations.BFLOAT16)
+    got = bits.copy_to_host().view(activations.BFLOAT16)
+    same = (got.view(np.uint16) == expected.view(np.uint16)) | (np.isnan(got.astype(np.float32)) & np.isnan(x))
+    assert same.all(), list(zip(x[~same], got[~same], expected[~same]))
+    np.testing.assert_array_equal(back.copy_to_host(), got.astype(np.float32))
+
+
+@pytest.mark.parametrize("name", ["act_gelu_fp16", "act_silu_bf16"])
+def test_sixteen_bit_results_within_half_an_ulp_of_the_format_on_the_specials(name):
+    """Elementwise, not in norm: every result is the float64 answer rounded to 16 bits, give or take the
+    float32 function's error (far below a 16-bit step): at most 0.5 ulp of the format, plus a hair."""
+    op = activations.BY_NAME[name]
+    (x,) = op.adversarial_inputs((203,), np.random.default_rng(7))[0][1]
+    ref = op.reference(x)
+    for stage in op.stages[:2]:  # widened, in_flight (fast_math is the same kernel compiled differently)
+        d_out = to_device(np.zeros(203, op.dtype))
+        stage(to_device(x), d_out)
+        ulps = activations.ulp_error(to_host(d_out), ref, op.dtype)
+        assert np.max(ulps) <= 0.501, (stage.key, x[np.argmax(ulps)], to_host(d_out)[np.argmax(ulps)])
+
+
+def test_ulp_error_counts_steps_of_the_format():
+    h = np.array([1.0, 2048.0, 65504.0, 6e-8], np.float16)
+    got = np.array([np.nextafter(h[0], np.float16(2)), h[1], h[2], 0.0], np.float16)
+    ulps = activations.ulp_error(got, np.array([1.0, 2049.0, 65504.0 - 16.0, 6e-8]), np.float16)
+    # 2049 lies half-way between fp16 steps of 2; at 65504 the step is the one below it (32); 6e-8 is one
+    # subnormal step (5.96e-8) from 0
+    np.testing.assert_allclose(ulps, [1.0, 0.5, 0.5, 6e-8 / 2.0**-24], rtol=1e-6)
+
+
+@pytest.mark.slow  # 8395 halves in the simulator: seconds (the slow tier also checks every operator there)
+def test_sixteen_bit_in_flight_main_body_and_last_block():
+    """Past the quick simulator size: 8192 + 203 halves give one block through the unchecked four-vector
+    body and a last block through the checked loop and a tail of three, on the specials."""
+    op = activations.BY_NAME["act_silu_bf16"]
+    (x,) = op.adversarial_inputs((8395,), np.random.default_rng(3))[0][1]
+    result = check_stage(op["in_flight"], (8395,), inputs=(x,), label="specials")
+    assert result.passed, result.message
+
+
+def test_sixteen_bit_bad_inputs_are_refused_in_one_line():
+    op = activations.BY_NAME["act_gelu_fp16"]
+    with pytest.raises(InputError, match="x must have dtype float16, got float32"):
+        op["in_flight"](cuda.to_device(np.ones(8, np.float32)), cuda.to_device(np.ones(8, np.float16)))
+    with pytest.raises(InputError, match=r"out must have shape \(8,\)"):
+        op["widened"](cuda.to_device(np.ones(8, np.float16)), cuda.to_device(np.ones(9, np.float16)))
+
+
+@pytest.mark.slow
+@pytest.mark.sim_only
+def test_sixteen_bit_in_flight_compiles_to_16_byte_accesses_and_no_float64():
+    program = (
+        "import workbench, re\n"
+        "from numba import cuda, types\n"
+        "import solutions.activations as A\n"
+        "arr = types.Array(types.uint16, 1, 'C')\n"
+        "for name in ('_in_flight_halves_gelu_bf16', '_in_flight_halves_silu_fp16'):\n"
+        "    ptx, _ = cuda.compile_ptx(getattr(A, name).py_func, (arr, arr), cc=(9, 0))\n"
+        "    accesses = re.findall(r'(ld|st)\\.global\\.v4\\.[bu]32', ptx)\n"
+        "    print(name, ''.join(accesses[:5]), 'f64' in ptx)\n")
+    env = dict(os.environ, WORKBENCH_MODE="compile", NUMBA_ENABLE_CUDASIM="0")
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    # four 16-byte loads before the first 16-byte store, and no double precision anywhere
+    assert run.stdout.count("ldldldldst False") == 2, run.stdout
+
+
+@pytest.mark.gpu
+def test_every_sixteen_bit_stage_right_on_a_misaligned_view_on_the_gpu():
+    for op in HALF:
+        for stage in op.stages:
+            def offset_launch(x, out, stage=stage):
+                big_x = cuda.device_array(x.size + 1, np.uint16).view(x.dtype)  # bf16 travels as its bits
+                big_out = cuda.device_array(x.size + 1, np.uint16).view(x.dtype)
+                big_x[1:].copy_to_device(x)
+                stage(big_x[1:], big_out[1:])  # 2 bytes past a 16-byte boundary: the widened kernel
                 out.copy_to_device(big_out[1:])
             result = check_stage(stage, (100_003,), np.random.default_rng(5), launch=offset_launch)
             assert result.passed, result.message
