@@ -2,7 +2,7 @@
 
 Max-pooling with its argmax indices is ``maxpool2d`` in ``cnn.py``; these are its averaging siblings:
 
-* ``avgpool2d``: the mean of each K x K window, stride 2, zero padding K // 2 (K = 2: no padding, the
+* ``avgpool2d``: the mean of each K x K window, stride 2, zero padding (K - 1) // 2 (K = 2: no padding, the
   2x2 downsampling of a U-Net; K = 3: padding 1, ResNet-D's shortcut pooling). Size N x C x H x W x K.
   torch's default ``count_include_pad=True``: the divisor is always K * K, the padded zeros counted,
   so a corner window of a 3x3 pool averages its 4 pixels over 9. Output Ho = (H + 2 pad - K) // 2 + 1.
@@ -35,14 +35,14 @@ def _images(size, rng):
 # == avgpool2d =====================================================================================
 
 def pooled_hw(H, W, K):
-    pad = K // 2
+    pad = (K - 1) // 2
     return (H + 2 * pad - K) // 2 + 1, (W + 2 * pad - K) // 2 + 1
 
 
 def _avg_reference(x, window):
     K = int(window[0])
     N, C, H, W = x.shape
-    pad = K // 2
+    pad = (K - 1) // 2
     Ho, Wo = pooled_hw(H, W, K)
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     total = np.zeros((N, C, Ho, Wo))
@@ -94,7 +94,7 @@ def _avg_peer(size):
     K = size[4]
 
     def run(x, window, out):
-        return torch.nn.functional.avg_pool2d(peers.as_torch(x), K, stride=2, padding=K // 2)
+        return torch.nn.functional.avg_pool2d(peers.as_torch(x), K, stride=2, padding=(K - 1) // 2)
 
     run.returns_output = True
     return "torch.avg_pool2d", run
@@ -102,7 +102,7 @@ def _avg_peer(size):
 
 def _avg_expression(torch, size):
     K = size[4]
-    return lambda x, window: torch.nn.functional.avg_pool2d(x, K, stride=2, padding=K // 2)
+    return lambda x, window: torch.nn.functional.avg_pool2d(x, K, stride=2, padding=(K - 1) // 2)
 
 
 def _avg_bytes(size):
@@ -118,7 +118,7 @@ AVG_BENCH = [(32, 64, 56, 56, 2), (32, 64, 56, 56, 3), (128, 64, 56, 56, 3), (12
 
 avg_op = Operator(
     name="avgpool2d",
-    title="Average pooling, K x K window (K = 2 or 3), stride 2, padding K // 2, count_include_pad (NCHW float32)",
+    title="Average pooling, K x K window (K = 2 or 3), stride 2, padding (K - 1) // 2, count_include_pad (NCHW float32)",
     reference=_avg_reference,
     make_inputs=_avg_inputs,
     make_output=_avg_output,
@@ -150,7 +150,7 @@ def _avg_naive(x, window, out):
     Wo = out.shape[3]
     if i < out.size:
         K = window[0]
-        pad = K // 2
+        pad = (K - 1) // 2
         wo = i % Wo
         ho = i // Wo % Ho
         c = i // (Wo * Ho) % C
@@ -190,7 +190,7 @@ def _avg_in_flight(x, window, out, N, C, H, W, Ho, Wo):
     # x, out: flat views. Window i is (plane, ho, wo) = out[i]. Every tap of a 3x3 window (those off
     # the image, or beyond K, read as zero) is loaded before any is added.
     K = uint32(window[0])
-    pad = K // uint32(2)
+    pad = (K - uint32(1)) // uint32(2)
     total = uint32(N * C * Ho * Wo)
     step = uint32(cuda.gridsize(1))
     first = uint32(cuda.grid(1))

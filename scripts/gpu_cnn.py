@@ -1,0 +1,187 @@
+"""One run on an H100/H200 that checks and times the CNN layers of issue 14 (items 3-4).
+
+    python scripts/gpu_cnn.py OUT_DIR [--budget 165]
+
+Operators: depthwise3x3, maxpool2d, batchnorm_train, batchnorm_infer (solutions/cnn.py), avgpool2d,
+global_avgpool (solutions/pooling.py).
+
+1. Correctness: every stage at the operators' check sizes but the largest (odd H and W, C past a tile,
+   borders), a random input and the first adversarial one (NaN, channels at 1e4, constant images),
+   against the float64 reference: one PASS/FAIL line each with the relative error and tolerance.
+2. Speed at 128x64x56x56 (the issue's bandwidth-bound layer) and a second shape per operator
+   (workbench.bench.bench_size: each stage checked, timed with CUDA events, inputs rotated past L2),
+   torch (eager, fp32, TF32 off for convolutions) in the same run: µs, GB/s, % of the operator's own
+   memory ceiling (copy, or read for global_avgpool), and x torch.
+3. TARGET lines: best stage, last stage's % of peak and x torch per operator and shape. The issue wants
+   the final depthwise/pooling/BatchNorm stages >= 85% of copy and >= 1.0x torch at N128, and
+   batchnorm_train >= 1.5x torch.
+
+Everything goes to OUT_DIR/gpu_cnn.json. New items stop starting when --budget seconds are spent (the
+default keeps the run under 3 minutes on an H200); what was skipped is listed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import gpu_log  # noqa: E402  (scripts/: the folder of the script being run)
+from gpu_log import START, say  # noqa: E402
+
+import workbench  # noqa: E402,F401  (chooses the GPU before numba is imported)
+from workbench import results  # noqa: E402
+from workbench.bench import bench_size  # noqa: E402
+from workbench.check import adversarial_cases, check_stage  # noqa: E402
+from workbench.ladder import as_size, size_label  # noqa: E402
+
+from solutions import cnn, pooling  # noqa: E402
+
+OUT = {"device": None, "checks": [], "records": [], "failures": [], "errors": [], "skipped": [], "targets": {}}
+
+
+
+
+attempt = functools.partial(gpu_log.attempt, OUT["errors"])  # fn(*args), or None with the error kept
+
+
+# -- 1. correctness at the odd shapes --------------------------------------------------------------------
+
+def check_operator(op, deadline):
+    sizes = [as_size(s) for s in op.check_sizes]
+    sizes = sizes[:-1] if len(sizes) > 3 else sizes  # the largest is checked by the timing below
+    rng = np.random.default_rng(14)
+    for stage in op.stages:
+        for size in sizes:
+            if time.time() > deadline:
+                OUT["skipped"].append(f"check {stage.key} @ {size_label(size)}")
+                continue
+            cases = [("random", None)] + adversarial_cases(op, size, rng)[:1]
+            for label, inputs in cases:
+                r = check_stage(stage, size, rng, inputs=inputs, label=label)
+                OUT["checks"].append(r.as_dict())
+                err = "n/a" if r.rel_err is None else f"{r.rel_err:.2g}"
+                say(f"{r.status.upper():7s} {stage.key:34s} {size_label(size):>26s} {label:14s} err {err} "
+                    f"(tol {r.tolerance if r.tolerance is not None else 0:.1g}) {r.message[:160]}")
+
+
+# -- 2. speed ---------------------------------------------------------------------------------------------------
+
+def peaks_and_env():
+    env = results.environment()
+    OUT["device"] = env.get("device")
+    peaks = results.stored_peaks(env["device"]) or {}
+    if not peaks.get("copy_gbps"):
+        from workbench.peaks import copy_bandwidth
+
+        peaks = {**peaks, **copy_bandwidth()}
+    OUT["peaks"] = {k: v for k, v in peaks.items() if isinstance(v, (int, float))}
+    say(f"device {env.get('device')}; copy peak {peaks.get('copy_gbps', float('nan')):.0f} GB/s")
+    return peaks, env
+
+
+def time_operator(op, sizes, peaks, env, deadline):
+    rng = np.random.default_rng(7)
+    for size in sizes:
+        if time.time() > deadline:
+            OUT["skipped"].append(f"time {op.name} @ {size_label(as_size(size))}")
+            continue
+        recs, fails = bench_size(op, op.stages, size, peaks, rng, env)
+        OUT["records"] += recs
+        OUT["failures"] += fails
+        for f in fails:
+            say(f"FAIL {f[:300]}")
+        for r in recs:
+            peer = r.get("peer")
+            ratio = f"{peer['median_us'] / r['median_us']:5.2f}x" if peer else "   — "
+            pct = r.get("pct_of_peak")
+            say(f"{r['stage']:34s} {r['size_label']:>26s} {r['median_us']:9.1f} µs {r['gbps']:7.0f} GB/s "
+                f"{r['gflops'] / 1e3:7.2f} TFLOP/s {'' if pct is None else f'{pct:5.1f}% peak'} "
+                f"vs torch {ratio} err {r['rel_err']:.2g}")
+
+
+# -- 3. the issue's targets --------------------------------------------------------------------------------------
+
+def summarise():
+    by = {}
+    for r in OUT["records"]:
+        by.setdefault((r["op"], r["size_label"]), []).append(r)
+    targets = OUT["targets"]
+    for (opname, label), recs in by.items():
+        peer = next((r for r in recs if r.get("kind") == "peer"), None)
+        stages = {r["stage"]: r for r in recs if r.get("kind") == "stage"}
+        if not stages:
+            continue
+        best = min(stages.values(), key=lambda r: r["median_us"])
+        row = {"best_stage": best["stage"], "best_us": best["median_us"],
+               "peer_us": peer["median_us"] if peer else None,
+               "vs_peer": peer["median_us"] / best["median_us"] if peer else None,
+               "stage_us": {k: v["median_us"] for k, v in stages.items()},
+               "faster_one_after_another": all(a["median_us"] > b["median_us"] for a, b in
+                                               zip(sorted(stages.values(), key=lambda r: r["order"]),
+                                                   sorted(stages.values(), key=lambda r: r["order"])[1:]))}
+        last = max(stages.values(), key=lambda r: r["order"])
+        row["last_stage_pct_of_peak"] = last.get("pct_of_peak")
+        row["last_vs_peer"] = peer["median_us"] / last["median_us"] if peer else None
+        if "winograd" in stages and "implicit_gemm" in stages:
+            w, i = stages["winograd"], stages["implicit_gemm"]
+            row["winograd_vs_implicit_gemm"] = i["median_us"] / w["median_us"]
+            row["winograd_rel_err"] = w["rel_err"]
+            row["implicit_gemm_rel_err"] = i["rel_err"]
+        targets[f"{opname} @ {label}"] = row
+        extra = ""
+        if "winograd_vs_implicit_gemm" in row:
+            extra = (f"; winograd {row['winograd_vs_implicit_gemm']:.2f}x implicit GEMM, error "
+                     f"{row['winograd_rel_err']:.2g} vs {row['implicit_gemm_rel_err']:.2g}")
+        if row["last_stage_pct_of_peak"] is not None:
+            extra += (f"; last stage {last['stage']} {row['last_stage_pct_of_peak']:.0f}% of its pattern's peak, "
+                      f"{row['last_vs_peer'] or float('nan'):.2f}x torch")
+        vs = f"{row['vs_peer']:.2f}x torch" if row["vs_peer"] else "no torch"
+        say(f"TARGET {opname} @ {label}: best {best['stage']} {best['median_us']:.1f} µs ({vs}); stages faster "
+            f"one after another: {row['faster_one_after_another']}{extra}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out_dir", nargs="?", default=".")
+    parser.add_argument("--budget", type=float, default=165.0)
+    args = parser.parse_args()
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    deadline = START + args.budget
+    ops = [*cnn.OPERATORS, *pooling.OPERATORS]
+    # Checks get the first third of the budget; timing the rest.
+    check_deadline = START + args.budget / 3
+    for op in ops:
+        attempt(f"check {op.name}", lambda: check_operator(op, check_deadline))
+    got = attempt("peaks", peaks_and_env)
+    if got:
+        peaks, env = got
+        head = cnn.HEADLINE
+        # The must-show shapes first (N128), then one more shape per operator while the budget lasts.
+        plan = [(cnn.bn_op, [head]), (cnn.bn_infer_op, [head]), (cnn.depthwise_op, [head]),
+                (cnn.maxpool_op, [head]), (pooling.avg_op, [head + (2,), head + (3,)]),
+                (pooling.gap_op, [head, (128, 512, 7, 7)]),
+                (cnn.bn_op, [(32, 256, 14, 14)]), (cnn.bn_infer_op, [(32, 256, 14, 14)])]
+        for op, sizes in plan:
+            attempt(f"time {op.name}", lambda: time_operator(op, sizes, peaks, env, deadline))
+    attempt("summary", summarise)
+    if OUT["skipped"]:
+        say(f"skipped for the budget: {', '.join(OUT['skipped'])}")
+    path = out_dir / "gpu_cnn.json"
+    path.write_text(json.dumps(OUT, indent=1, default=str))
+    failed = [c for c in OUT["checks"] if c["status"] == "failed"]
+    say(f"wrote {path}: {len(OUT['checks'])} checks ({len(failed)} failed), {len(OUT['records'])} timings, "
+        f"{len(OUT['errors'])} errors")
+    return 1 if failed or OUT["errors"] or OUT["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
