@@ -46,6 +46,7 @@ from numba import cuda, float32, int16, int32, uint16, uint32, uint64
 from numba.cuda import libdevice
 
 from solutions import elementwise, layernorm, softmax
+from solutions._vector_io import aligned16, load4, store4
 from workbench import peers
 from workbench.device import is_simulator
 from workbench.ladder import InputError, Operator, expect_device_array, sm_count
@@ -249,6 +250,159 @@ def edge_element(t, start, end):
     if t == uint64(1) and end & uint64(1):
         return end - uint64(1)
     return end
+
+
+# -- rows held in registers (the in_registers and paired_convert stages) -----------------------------------
+
+VECTOR = 8  # halves in one 16-byte load (load4 of four words)
+CHUNKS = 4  # 16-byte vectors each thread holds: 32 halves in 16 registers
+HELD = 4 * CHUNKS  # words each thread holds
+GROUP_SLOTS = 2 * 32  # two reductions' partial results, one per warp of a block of up to 1024 threads
+MIN_BLOCK = 128  # narrow rows share a block: a block of 32 threads would leave multiprocessors half full
+
+
+def registers_threads(cols):
+    """Threads per row for the in_registers kernels: the smallest power of two from 32 whose CHUNKS vectors
+    each cover the row, or None when a row is wider than 1024 threads hold (32768 columns)."""
+    vectors = -(-cols // VECTOR)
+    threads = 32
+    while threads * CHUNKS < vectors:
+        threads *= 2
+    return threads if threads <= 1024 else None
+
+
+def registers_grid(rows, threads):
+    """(blocks, threads per block): several rows a block when a row needs fewer than MIN_BLOCK threads
+    (never more groups than rows)."""
+    per_block = max(1, min(MIN_BLOCK // threads, rows))
+    return -(-rows // per_block), per_block * threads
+
+
+@cuda.jit(device=True, inline=True)
+def group_row(rows, cols, threads):
+    """Where this thread works: a group of ``threads`` threads per row, blockDim.x // threads rows a block.
+    Returns t (the thread's place in its group) and the row's pieces: elements [start, end); the head
+    [start, head_end) before the row's first 16-byte boundary; whole vectors [first, stop), vector v
+    being elements 8v .. 8v + 7; the tail [tail, end). Head and tail hold at most 7 elements each.
+    A group past the last row gets an empty row: its threads still meet the barriers, doing nothing."""
+    row = uint64(cuda.blockIdx.x) * uint64(cuda.blockDim.x // threads) + uint64(cuda.threadIdx.x // threads)
+    t = uint64(cuda.threadIdx.x % threads)
+    start = row * cols
+    end = start + cols if row < rows else start
+    first = (start + uint64(VECTOR - 1)) // uint64(VECTOR)
+    stop = end // uint64(VECTOR)
+    head_end = min(first * uint64(VECTOR), end)
+    tail = max(stop * uint64(VECTOR), head_end)
+    return t, start, end, head_end, first, stop, tail
+
+
+@cuda.jit(device=True, inline=True)
+def load_held(x32, held, first, stop, t, threads):
+    """Vectors first + t, first + t + threads, ... (CHUNKS of them, those before stop) into held, four
+    words each: every load of the row is issued before any value is used."""
+    for k in range(CHUNKS):
+        v = first + t + uint64(k) * threads
+        if v < stop:
+            w0, w1, w2, w3 = load4(x32, v * uint64(4))
+            held[4 * k] = w0
+            held[4 * k + 1] = w1
+            held[4 * k + 2] = w2
+            held[4 * k + 3] = w3
+
+
+@cuda.jit(device=True, inline=True)
+def vector_at(a16, a32, c, aligned):
+    """Halves c .. c + 7 of a vector (weight, bias) as four words: one 16-byte load when c is a multiple
+    of 8 (``aligned``), else eight 16-bit loads packed in pairs."""
+    if aligned:
+        return load4(a32, c // uint64(2))
+    return (pack(uint32(a16[c]), uint32(a16[c + uint64(1)])),
+            pack(uint32(a16[c + uint64(2)]), uint32(a16[c + uint64(3)])),
+            pack(uint32(a16[c + uint64(4)]), uint32(a16[c + uint64(5)])),
+            pack(uint32(a16[c + uint64(6)]), uint32(a16[c + uint64(7)])))
+
+
+@cuda.jit(device=True, inline=True)
+def group_max(value, reduced, warps):
+    """Maximum over a row's group of ``warps`` warps, in each of its threads (several groups a block)."""
+    lane = cuda.threadIdx.x % 32
+    warp = cuda.threadIdx.x // 32
+    value = warp_max(value)
+    if lane == 0:
+        reduced[warp] = value
+    cuda.syncthreads()
+    return warp_max(reduced[warp // warps * warps + lane] if lane < warps else NEG_INF)
+
+
+@cuda.jit(device=True, inline=True)
+def group_sum(value, reduced, slot, warps):
+    """Sum over a row's group of ``warps`` warps, in each of its threads; slot 0 or 1 as in block_sum_over."""
+    lane = cuda.threadIdx.x % 32
+    warp = cuda.threadIdx.x // 32
+    value = warp_sum(value)
+    if lane == 0:
+        reduced[slot * 32 + warp] = value
+    cuda.syncthreads()
+    return warp_sum(reduced[slot * 32 + warp // warps * warps + lane] if lane < warps else float32(0.0))
+
+
+@cuda.jit(device=True, inline=True)
+def narrow_pair_f16(low, high):
+    """Two float32 results rounded to fp16 and packed in a word, one conversion each."""
+    return pack(float_to_f16(low), float_to_f16(high))
+
+
+@cuda.jit(device=True, inline=True)
+def narrow_pair_bf16(low, high):
+    """Two float32 results rounded to bf16 and packed in a word: two rounds of integer rounding."""
+    return pack(float_to_bf16(low), float_to_bf16(high))
+
+
+# sm_80+ converts two float32 to a pair of halves in one instruction, cvt.rn.f16x2.f32 / cvt.rn.bf16x2.f32
+# (d = {a, b}: a goes to the high half). numba exposes neither; an intrinsic (numba.cuda.extending, as in
+# _vector_io) emits it as inline PTX. The simulator runs the two-conversion functions above: same bits.
+if is_simulator():
+    cvt_pair_f16 = narrow_pair_f16
+    cvt_pair_bf16 = narrow_pair_bf16
+else:
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    def _cvt_pair(instruction):
+        @intrinsic
+        def cvt_pair(typingctx, low, high):
+            sig = types.uint32(types.float32, types.float32)
+
+            def codegen(context, builder, signature, args):
+                low_value, high_value = (context.cast(builder, a, t, types.float32)
+                                         for a, t in zip(args, signature.args))
+                asm = ir.InlineAsm(ir.FunctionType(ir.IntType(32), [ir.FloatType(), ir.FloatType()]),
+                                   f"{instruction} $0, $1, $2;", "=r,f,f")
+                return builder.call(asm, [high_value, low_value])
+
+            return sig, codegen
+        return cvt_pair
+
+    cvt_pair_f16 = _cvt_pair("cvt.rn.f16x2.f32")
+    cvt_pair_bf16 = _cvt_pair("cvt.rn.bf16x2.f32")
+
+
+IN_REGISTERS = """
+    The row is read from memory once and held in registers: each thread issues all its loads at once,
+    16 bytes (eight halves) a load, four of them (32 halves in 16 registers), so a 4096-column row is
+    one group of 128 threads with every byte of it in flight together, and the statistics and the
+    output come from registers: no second or third pass over L1, one load instruction per eight
+    elements instead of one per two, one 16-byte store per eight results. Each pair of results is
+    rounded by one instruction, cvt.rn.f16x2.f32 or cvt.rn.bf16x2.f32 (sm_80+, round to nearest
+    even; numba exposes neither, so a numba intrinsic emits it as inline PTX): for bf16 it replaces
+    about a dozen integer instructions a word (add, shift, and, NaN test and select per half, the
+    pack), and at 2 bytes an element the H200 must convert about four elements a cycle per
+    multiprocessor, where integer instructions issue at half the float32 rate. Narrow rows share a
+    block (groups of 32 or 64 threads), with reductions per group. A row that does not start on 16
+    bytes (columns not a multiple of 8) has a head and a tail of at most 7 elements, read and written
+    16 bits at a time by the group's first threads; rows wider than 32768 columns, or arrays that do
+    not start on 16 bytes, take the rows_in_flight kernel."""
 
 
 # -- what the operators share: formats, sizes, validation, tolerance --------------------------------
@@ -614,6 +768,80 @@ def softmax_rows_in_flight(x, out):
     kernel[x.shape[0], ROW_THREADS](flat_bits16(x), words(x), flat_bits16(out), words(out), x.shape[1])
 
 
+# -- 5. in_registers: the row read once, 16 bytes a load, two results rounded by one instruction --------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def softmax_registers_row(x16, x32, out16, out32, rows, cols, threads, widen, narrow, narrow2):
+    reduced = cuda.shared.array(GROUP_SLOTS, float32)
+    held = cuda.local.array(HELD, uint32)
+    results = cuda.local.array(4, uint32)
+    t, start, end, head_end, first, stop, tail = group_row(uint64(rows), uint64(cols), uint64(threads))
+    head, tail = start + t, tail + t  # this thread's head and tail element, if they are in the row
+    warps = threads // 32
+    # HINT: load_held brings the thread's CHUNKS vectors at once; word i of held is in the row when its
+    # HINT: vector first + t + (i // 4) * threads is before stop. Head and tail elements come 16 bits at a time.
+    # HINT: maximum and sum from the registers (group_max, group_sum), then one store4 per vector: narrow2 packs a word.
+    # BEGIN SOLUTION
+    load_held(x32, held, first, stop, t, uint64(threads))
+    x_head = widen(uint32(x16[head])) if head < head_end else NEG_INF
+    x_tail = widen(uint32(x16[tail])) if tail < end else NEG_INF
+    m = max(x_head, x_tail)
+    for i in range(HELD):
+        if first + t + uint64(i // 4) * uint64(threads) < stop:
+            m = max(m, max(widen(held[i]), widen(held[i] >> SIXTEEN)))
+    m = group_max(m, reduced, warps)
+    s = float32(0.0)
+    if head < head_end:
+        s = fast_exp(x_head - m)
+    if tail < end:
+        s += fast_exp(x_tail - m)
+    for i in range(HELD):
+        if first + t + uint64(i // 4) * uint64(threads) < stop:
+            s += fast_exp(widen(held[i]) - m) + fast_exp(widen(held[i] >> SIXTEEN) - m)
+    s = group_sum(s, reduced, 1, warps)
+    inverse = float32(1.0) / s if start < end else float32(0.0)  # an empty row (past the last) has no sum
+    for k in range(CHUNKS):
+        v = first + t + uint64(k) * uint64(threads)
+        if v < stop:
+            for j in range(4):
+                word = held[4 * k + j]
+                results[j] = narrow2(fast_exp(widen(word) - m) * inverse, fast_exp(widen(word >> SIXTEEN) - m) * inverse)
+            store4(out32, v * uint64(4), results[0], results[1], results[2], results[3])
+    if head < head_end:
+        out16[head] = uint16(narrow(fast_exp(x_head - m) * inverse))
+    if tail < end:
+        out16[tail] = uint16(narrow(fast_exp(x_tail - m) * inverse))
+    # END SOLUTION
+
+
+@cuda.jit
+def _softmax_registers_f16(x16, x32, out16, out32, rows, cols, threads):
+    softmax_registers_row(x16, x32, out16, out32, rows, cols, threads, f16_to_float, float_to_f16, cvt_pair_f16)
+
+
+@cuda.jit
+def _softmax_registers_bf16(x16, x32, out16, out32, rows, cols, threads):
+    softmax_registers_row(x16, x32, out16, out32, rows, cols, threads, bf16_to_float, float_to_bf16, cvt_pair_bf16)
+
+
+def softmax_registers_launch(f16_kernel, bf16_kernel, x, out):
+    """Launch one of the row-in-registers kernels; a row wider than 1024 threads hold, or an array that
+    starts off a 16-byte boundary (a view mid-buffer), takes the rows_in_flight kernel instead."""
+    rows, cols = x.shape
+    threads = registers_threads(cols)
+    if threads is None or not aligned16(x, out):
+        return softmax_rows_in_flight(x, out)
+    blocks, block = registers_grid(rows, threads)
+    kernel = bf16_kernel if is_bf16(x) else f16_kernel
+    kernel[blocks, block](flat_bits16(x), words(x), flat_bits16(out), words(out), rows, cols, threads)
+
+
+@each(SOFTMAX, "in_registers", IN_REGISTERS + """
+    Here: maximum, sum of exponentials and output from the 32 held halves, ex2.approx as before.""")
+def softmax_in_registers(x, out):
+    softmax_registers_launch(_softmax_registers_f16, _softmax_registers_bf16, x, out)
+
+
 # ======================================================================================================
 # LayerNorm and RMSNorm
 # ======================================================================================================
@@ -901,6 +1129,90 @@ def layernorm_rows_in_flight(x, weight, bias, out):
                                     words(out), x.shape[1])
 
 
+# -- 4. in_registers: the row read once, 16 bytes a load, two results rounded by one instruction ----------
+
+@cuda.jit(device=True, inline=True)
+def layernorm_registers_row(x16, x32, w16, w32, b16, b32, out16, out32, rows, cols, threads, widen, narrow, narrow2):
+    reduced = cuda.shared.array(GROUP_SLOTS, float32)
+    held = cuda.local.array(HELD, uint32)
+    results = cuda.local.array(4, uint32)
+    t, start, end, head_end, first, stop, tail = group_row(uint64(rows), uint64(cols), uint64(threads))
+    head, tail = start + t, tail + t  # this thread's head and tail element, if they are in the row
+    warps = threads // 32
+    # HINT: softmax's in_registers row: load_held, then the mean of x - x0 and the mean squared deviation
+    # HINT: from the held words and the head/tail elements (group_sum, slots 0 and 1).
+    # HINT: weight and bias of vector v: vector_at(w16, w32, 8v - start, start % 8 == 0).
+    # BEGIN SOLUTION
+    load_held(x32, held, first, stop, t, uint64(threads))
+    x0 = widen(uint32(x16[start])) if start < end else float32(0.0)  # the shift of the float32 ladder
+    x_head = widen(uint32(x16[head])) - x0 if head < head_end else float32(0.0)
+    x_tail = widen(uint32(x16[tail])) - x0 if tail < end else float32(0.0)
+    total = x_head + x_tail
+    for i in range(HELD):
+        if first + t + uint64(i // 4) * uint64(threads) < stop:
+            total += (widen(held[i]) - x0) + (widen(held[i] >> SIXTEEN) - x0)
+    mean = group_sum(total, reduced, 0, warps) / float32(cols)
+    squares = float32(0.0)
+    if head < head_end:
+        squares = (x_head - mean) * (x_head - mean)
+    if tail < end:
+        squares += (x_tail - mean) * (x_tail - mean)
+    for i in range(HELD):
+        if first + t + uint64(i // 4) * uint64(threads) < stop:
+            d_low = widen(held[i]) - x0 - mean
+            d_high = widen(held[i] >> SIXTEEN) - x0 - mean
+            squares += d_low * d_low + d_high * d_high
+    rstd = float32(1.0) / math.sqrt(group_sum(squares, reduced, 1, warps) / float32(cols) + EPS)
+    shift = x0 + mean
+    aligned = start % uint64(VECTOR) == uint64(0)  # then a vector of x lines up with one of weight
+    for k in range(CHUNKS):
+        v = first + t + uint64(k) * uint64(threads)
+        if v < stop:
+            c = v * uint64(VECTOR) - start
+            ws = vector_at(w16, w32, c, aligned)
+            bs = vector_at(b16, b32, c, aligned)
+            for j in range(4):
+                word = held[4 * k + j]
+                low = (widen(word) - shift) * rstd * widen(ws[j]) + widen(bs[j])
+                high = (widen(word >> SIXTEEN) - shift) * rstd * widen(ws[j] >> SIXTEEN) + widen(bs[j] >> SIXTEEN)
+                results[j] = narrow2(low, high)
+            store4(out32, v * uint64(4), results[0], results[1], results[2], results[3])
+    if head < head_end:
+        c = head - start
+        out16[head] = uint16(narrow((x_head - mean) * rstd * widen(uint32(w16[c])) + widen(uint32(b16[c]))))
+    if tail < end:
+        c = tail - start
+        out16[tail] = uint16(narrow((x_tail - mean) * rstd * widen(uint32(w16[c])) + widen(uint32(b16[c]))))
+    # END SOLUTION
+
+
+@cuda.jit
+def _layernorm_registers_f16(x16, x32, w16, w32, b16, b32, out16, out32, rows, cols, threads):
+    layernorm_registers_row(x16, x32, w16, w32, b16, b32, out16, out32, rows, cols, threads,
+                            f16_to_float, float_to_f16, cvt_pair_f16)
+
+
+@cuda.jit
+def _layernorm_registers_bf16(x16, x32, w16, w32, b16, b32, out16, out32, rows, cols, threads):
+    layernorm_registers_row(x16, x32, w16, w32, b16, b32, out16, out32, rows, cols, threads,
+                            bf16_to_float, float_to_bf16, cvt_pair_bf16)
+
+
+@each(LAYERNORM, "in_registers", IN_REGISTERS + """
+    Here: the mean of x - x0 and the mean squared deviation from the held halves (two passes over
+    registers, no memory), then the output with weight and bias in 16-byte loads from L1 when the
+    row starts on 16 bytes (a vector of x lines up with one of weight), eight 16-bit loads if not.""")
+def layernorm_in_registers(x, weight, bias, out):
+    rows, cols = x.shape
+    threads = registers_threads(cols)
+    if threads is None or not aligned16(x, weight, bias, out):
+        return layernorm_rows_in_flight(x, weight, bias, out)
+    blocks, block = registers_grid(rows, threads)
+    kernel = _layernorm_registers_bf16 if is_bf16(x) else _layernorm_registers_f16
+    kernel[blocks, block](flat_bits16(x), words(x), bits16(weight), words(weight), bits16(bias), words(bias),
+                          flat_bits16(out), words(out), rows, cols, threads)
+
+
 # -- RMSNorm: 1. widened --------------------------------------------------------------------------------
 
 @cuda.jit(device=True, inline=True)
@@ -1062,6 +1374,69 @@ def rmsnorm_rows_in_flight(x, weight, out):
     kernel = _rmsnorm_rows_bf16 if is_bf16(x) else _rmsnorm_rows_f16
     kernel[x.shape[0], ROW_THREADS](flat_bits16(x), words(x), bits16(weight), flat_bits16(out), words(out),
                                     x.shape[1])
+
+
+# -- RMSNorm: 4. in_registers ----------------------------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def rmsnorm_registers_row(x16, x32, w16, w32, out16, out32, rows, cols, threads, widen, narrow, narrow2):
+    reduced = cuda.shared.array(GROUP_SLOTS, float32)
+    held = cuda.local.array(HELD, uint32)
+    results = cuda.local.array(4, uint32)
+    t, start, end, head_end, first, stop, tail = group_row(uint64(rows), uint64(cols), uint64(threads))
+    head, tail = start + t, tail + t  # this thread's head and tail element, if they are in the row
+    warps = threads // 32
+    # HINT: layernorm's in_registers row with one statistic: the sum of squares of the held halves.
+    # BEGIN SOLUTION
+    load_held(x32, held, first, stop, t, uint64(threads))
+    x_head = widen(uint32(x16[head])) if head < head_end else float32(0.0)
+    x_tail = widen(uint32(x16[tail])) if tail < end else float32(0.0)
+    squares = x_head * x_head + x_tail * x_tail
+    for i in range(HELD):
+        if first + t + uint64(i // 4) * uint64(threads) < stop:
+            low = widen(held[i])
+            high = widen(held[i] >> SIXTEEN)
+            squares += low * low + high * high
+    rstd = float32(1.0) / math.sqrt(group_sum(squares, reduced, 0, warps) / float32(cols) + EPS)
+    aligned = start % uint64(VECTOR) == uint64(0)
+    for k in range(CHUNKS):
+        v = first + t + uint64(k) * uint64(threads)
+        if v < stop:
+            ws = vector_at(w16, w32, v * uint64(VECTOR) - start, aligned)
+            for j in range(4):
+                word = held[4 * k + j]
+                results[j] = narrow2(widen(word) * rstd * widen(ws[j]), widen(word >> SIXTEEN) * rstd * widen(ws[j] >> SIXTEEN))
+            store4(out32, v * uint64(4), results[0], results[1], results[2], results[3])
+    if head < head_end:
+        out16[head] = uint16(narrow(x_head * rstd * widen(uint32(w16[head - start]))))
+    if tail < end:
+        out16[tail] = uint16(narrow(x_tail * rstd * widen(uint32(w16[tail - start]))))
+    # END SOLUTION
+
+
+@cuda.jit
+def _rmsnorm_registers_f16(x16, x32, w16, w32, out16, out32, rows, cols, threads):
+    rmsnorm_registers_row(x16, x32, w16, w32, out16, out32, rows, cols, threads, f16_to_float, float_to_f16, cvt_pair_f16)
+
+
+@cuda.jit
+def _rmsnorm_registers_bf16(x16, x32, w16, w32, out16, out32, rows, cols, threads):
+    rmsnorm_registers_row(x16, x32, w16, w32, out16, out32, rows, cols, threads, bf16_to_float, float_to_bf16,
+                          cvt_pair_bf16)
+
+
+@each(RMSNORM, "in_registers", IN_REGISTERS + """
+    Here: the sum of squares from the held halves, then the output with the weight in 16-byte loads
+    from L1 when the row starts on 16 bytes.""")
+def rmsnorm_in_registers(x, weight, out):
+    rows, cols = x.shape
+    threads = registers_threads(cols)
+    if threads is None or not aligned16(x, weight, out):
+        return rmsnorm_rows_in_flight(x, weight, out)
+    blocks, block = registers_grid(rows, threads)
+    kernel = _rmsnorm_registers_bf16 if is_bf16(x) else _rmsnorm_registers_f16
+    kernel[blocks, block](flat_bits16(x), words(x), bits16(weight), words(weight), flat_bits16(out), words(out),
+                          rows, cols, threads)
 
 
 # ======================================================================================================
