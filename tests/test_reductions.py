@@ -114,3 +114,62 @@ def test_last_stage_at_least_its_torch_peer_at_2_28(name):
     out = cuda.device_array(1, np.float32)
     _, peer = op.peer((2**28,))
     assert _time(op.stages[-1], x, out) <= _time(peer, x, out)
+
+
+# -- max, min and mean over rows and columns -------------------------------------------------------------
+
+MATRIX = [op for op in reductions.OPERATORS if op.name.endswith(("_rows", "_cols"))]
+
+
+def test_matrix_operators_every_operation_in_both_orientations():
+    assert [op.name for op in MATRIX] == [f"{kind}_{where}" for kind in ("sum", "amax", "amin", "mean")
+                                          for where in ("rows", "cols")]
+    for op in MATRIX:
+        assert [s.name for s in op.stages] == (["thread_per_row", "warp_per_row"] if op.name.endswith("_rows")
+                                               else ["thread_per_column", "row_bands"])
+
+
+@pytest.mark.parametrize("name", ["amax_rows", "amax_cols", "amin_cols"])
+def test_a_nan_anywhere_wins_its_row_or_column_and_the_identity_is_the_operations(name):
+    """All values of one sign (an identity of 0 would win every row or column), a NaN on the first row,
+    inside the band kernel's unrolled reach (row 9 of 33) and at the last row and column."""
+    op = reductions.BY_NAME[name]
+    sign = -1.0 if name.startswith("amax") else 1.0
+    x = sign * np.random.default_rng(6).uniform(1.0, 2.0, (33, 20)).astype(np.float32)
+    x[0, 3] = x[9, 7] = x[32, 19] = np.nan
+    for stage in op.stages:
+        result = check_stage(stage, (33, 20), inputs=(x,), label="nans")
+        assert result.passed, result.message
+
+
+def test_mean_divides_once_by_the_length_it_covers():
+    x = np.full((37, 5), 3.0, np.float32)  # each row's mean 3, each column's mean 3
+    x[:, 0] = 1.0  # row means (1 + 4 * 3) / 5 = 2.6; column 0's mean 1
+    for name, expected in [("mean_rows", np.full(37, 2.6)), ("mean_cols", np.array([1.0, 3, 3, 3, 3]))]:
+        op = reductions.BY_NAME[name]
+        for stage in op.stages:
+            out = to_device(np.zeros(expected.size, np.float32))
+            stage(to_device(x), out)
+            np.testing.assert_allclose(out.copy_to_host(), expected, rtol=1e-6, err_msg=stage.key)
+
+
+def test_matrix_bad_inputs_are_refused_in_one_line():
+    with pytest.raises(InputError, match=r"out must have shape \(2,\)"):
+        reductions.BY_NAME["amax_rows"]["warp_per_row"](cuda.to_device(np.ones((2, 3), np.float32)),
+                                                        cuda.to_device(np.ones(3, np.float32)))
+    with pytest.raises(InputError, match="x must have dtype float32"):
+        reductions.BY_NAME["mean_cols"]["row_bands"](cuda.to_device(np.ones((2, 3), np.float64)),
+                                                     cuda.to_device(np.ones(3, np.float32)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["amax", "amin", "mean"])
+def test_column_reduction_within_1_2x_of_the_row_reduction_at_16384_squared(kind):
+    import torch
+
+    x_t = torch.rand((16384, 16384), device="cuda")
+    x = cuda.as_cuda_array(x_t)
+    out = cuda.device_array(16384, np.float32)
+    rows = _time(reductions.BY_NAME[f"{kind}_rows"]["warp_per_row"], x, out)
+    cols = _time(reductions.BY_NAME[f"{kind}_cols"]["row_bands"], x, out)
+    assert cols <= 1.2 * rows, (cols, rows)
