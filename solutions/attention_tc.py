@@ -171,10 +171,11 @@ def _naive_expression(torch, size):
 CHECK_SIZES = [(2, 3, 1, 64, 1), (2, 3, 1, 128, 0), (1, 4, 17, 64, 1), (2, 2, 17, 128, 0), (1, 2, 1000, 64, 0),
                (1, 2, 1000, 128, 1), (1, 2, 2049, 64, 1), (1, 1, 2049, 128, 0), (1, 2, 2049, 64, 0)]
 # In the simulator every lane is a Python thread and every mma a meeting of 32 of them: tiny sizes.
-# The quick tier runs the middle one (S = 5: one partial key tile, D = 16: the kernel for one k16 step);
-# the slow tier S = 1 and two query blocks x two key tiles, causal, at D = 128 (the kernels the PTX
-# check compiles: the most registers).
-SIM_SIZES = [(1, 1, 1, 16, 0), (1, 1, 5, 16, 1), (1, 1, 70, 128, 1)]
+# The quick tier runs the middle one (S = 5: one partial key tile, masked; D = 16: the kernels for
+# one k16 step). The slow tier adds two query blocks x two key tiles under the mask (the online
+# rescale across tiles, the cp.async double buffer, the skip) and D = 128, whose kernels (the most
+# registers) are the ones `workbench ptx` compiles for sm_90.
+SIM_SIZES = [(1, 1, 70, 16, 1), (1, 1, 5, 16, 1), (1, 1, 3, 128, 0)]
 BENCH_SIZES = [(16, 16, 1024, 64, 0), (8, 16, 2048, 64, 0), (8, 16, 2048, 64, 1), (4, 32, 4096, 128, 0),
                (4, 32, 4096, 128, 1)]
 HEADLINE = (8, 16, 2048, 64, 1)
@@ -307,7 +308,7 @@ def _pack(lo, hi, bf16):
 
 
 @cuda.jit(device=True, inline=True)
-def _scores(smem, q_at, k_at, qf, s, q_lane, k_lane, DP, P_REGS, bf16):
+def _scores(smem, q_at, k_at, qf, s, q_lane, k_lane, DP, Q_REGS, bf16):
     """s = this warp's 16 queries . the tile's 64 keys: 8 n8 tiles of keys x DP / 16 k16 steps. An
     ldmatrix.x4 of K gives the B fragments of two key tiles (K's rows are B's columns, as stored)."""
     base = smem.ctypes.data
@@ -315,7 +316,7 @@ def _scores(smem, q_at, k_at, qf, s, q_lane, k_lane, DP, P_REGS, bf16):
         for e in range(4):
             s[n, e] = float32(0.0)
     for st in range(DP // 16):
-        if P_REGS:
+        if Q_REGS:
             a0, a1, a2, a3 = qf[4 * st], qf[4 * st + 1], qf[4 * st + 2], qf[4 * st + 3]
         else:
             a0, a1, a2, a3 = ldmatrix_x4(base + uint64(q_at + q_lane[st]))
@@ -413,6 +414,10 @@ def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, q
     q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * BQ if SKIP else cuda.blockIdx.x * BQ
     CPR = DP // 8  # 16-byte chunks per row of Q, K, V
     TILE_BYTES = BKV * DP * 2
+    # Q's fragments in registers from stage 2 on, up to D = 64: at D = 128 the 32 more registers (on
+    # top of 64 output and 32 score accumulators) push ptxas past 255 into spills, and an ldmatrix
+    # per k16 step from the Q tile (conflict-free once swizzled) is the cheaper price.
+    Q_REGS = P_REGS and DP <= 64
     BUFFERS = 2 if ASYNC else 1
     k_at = BQ * DP * 2  # after the Q tile
     v_at = k_at + BUFFERS * TILE_BYTES
@@ -465,7 +470,7 @@ def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, q
             _load_plain(k, bh, j0, S, D, smem, k_at, DP)
             _load_plain(v, bh, j0, S, D, smem, v_at, DP)
             cuda.syncthreads()
-        if P_REGS and tile == 0:  # the Q fragments, once, into registers for the whole key loop
+        if Q_REGS and tile == 0:  # the Q fragments, once, into registers for the whole key loop
             base = smem.ctypes.data
             for st in range(DP // 16):
                 a = ldmatrix_x4(base + uint64(q_lane[st]))
@@ -475,7 +480,7 @@ def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, q
                 qf[4 * st + 3] = a[3]
         kt_at = k_at + buffer * TILE_BYTES
         vt_at = v_at + buffer * TILE_BYTES
-        _scores(smem, 0, kt_at, qf, s, q_lane, k_lane, DP, P_REGS, BF16)
+        _scores(smem, 0, kt_at, qf, s, q_lane, k_lane, DP, Q_REGS, BF16)
         # Only the tail tile (keys past S) and, under the mask, tiles reaching past the block's first
         # query need the mask; the stages before causal_skip mask every tile.
         masked = (not SKIP) or j0 + BKV > S or (is_causal and j0 + BKV > q0)
@@ -604,8 +609,10 @@ def mma_scores(q, k, v, causal, out):
     2q + 1; the A fragment of P V's k-step j wants rows g and g + 8, keys 2q, 2q + 1 and 8 more: the
     C fragments of key tiles 2j and 2j + 1, rounded to halves and packed in pairs, are that A fragment.
     P never leaves the registers: no shared-memory stores, no ldmatrix, no warp barrier between the
-    softmax and P V. The Q fragments are loaded once, before the key loop, and stay in registers
-    (4 per k16 step of the head size) instead of an ldmatrix per tile.""")
+    softmax and P V. Up to D = 64 the Q fragments are loaded once, before the key loop, and stay in
+    registers (4 per k16 step) instead of an ldmatrix per tile; at D = 128 those 32 registers, beside
+    64 output and 32 score accumulators, would push ptxas past 255 into spills, so Q is still read
+    from its shared tile.""")
 def p_in_registers(q, k, v, causal, out):
     launch("p_in_registers", q, k, v, causal, out)
 
@@ -635,3 +642,9 @@ def async_kv(q, k, v, causal, out):
     the mask this is stage 3.""")
 def causal_skip(q, k, v, causal, out):
     launch("causal_skip", q, k, v, causal, out)
+
+
+for _stage_name in STAGE_SWITCHES:  # built at import: tools that compile kernels by name find them
+    for _dp in HEAD_DIM_STEPS:
+        for _bf16 in (False, True):
+            build_kernel(_stage_name, _dp, _bf16)

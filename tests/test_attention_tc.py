@@ -1,0 +1,106 @@
+"""What is specific to the tensor-core attention operators (attention_fp16, attention_bf16): the inputs
+they refuse, the fragment identity stage 2 rests on, the headline kernels compiled for sm_90 (slow),
+and the issue's target on a GPU. Every stage at the simulator and check sizes is tested by
+tests/test_ladders.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from solutions import attention_tc
+from solutions._ptx import mma_a_element, mma_c_element
+from workbench.check import adversarial_cases, check_stage
+from workbench.ladder import InputError, to_device
+
+OPS = attention_tc.OPERATORS
+
+
+def _device_inputs(op, size):
+    inputs = op.make_inputs(size, np.random.default_rng(0))
+    return [to_device(a) for a in inputs] + [to_device(op.make_output(size))]
+
+
+@pytest.mark.sim_only
+@pytest.mark.parametrize("D", [12, 136])
+def test_refuses_a_head_size_that_is_not_a_multiple_of_8_up_to_128(D):
+    q, k, v, causal, out = _device_inputs(attention_tc.op, (1, 1, 2, 16, 0))
+    bad = to_device(np.zeros((1, 1, 2, D), np.float16))
+    with pytest.raises(InputError, match=f"head size D = {D}"):
+        attention_tc.async_kv(bad, k, v, causal, out)
+
+
+@pytest.mark.sim_only
+def test_refuses_float32_inputs():
+    q, k, v, causal, out = _device_inputs(attention_tc.op, (1, 1, 2, 16, 0))
+    with pytest.raises(InputError, match="q must have dtype float16"):
+        attention_tc.mma_scores(to_device(np.zeros((1, 1, 2, 16), np.float32)), k, v, causal, out)
+
+
+def test_score_fragments_of_two_key_tiles_are_the_a_fragment_of_p_v():
+    """Stage 2's trick, against the PTX ISA's layouts (solutions/_ptx.py): register r of P V's A
+    fragment at k-step j holds, for every lane, the two elements that C registers 2 (r % 2), +1 of
+    key tile 2j + r // 2 hold: same row, and k = that tile's column + 8 (r // 2)."""
+    for lane in range(32):
+        for reg in range(4):
+            for e in range(2):
+                row, k = mma_a_element(lane, reg, e)
+                c_row, c_col = mma_c_element(lane, 2 * (reg % 2) + e)
+                assert (row, k) == (c_row, c_col + 8 * (reg // 2)), (lane, reg, e)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op", OPS, ids=lambda o: o.name)
+def test_two_query_blocks_and_key_tiles_without_the_mask(op):
+    """The slow simulator sizes walk two key tiles under the mask; this walks them without it, at a
+    head size not a power of two (D = 24: padded to 32, zero columns)."""
+    rng = np.random.default_rng(3)
+    for name in ("p_in_registers", "causal_skip"):
+        st = op[name]
+        size = (1, 1, 66, 24, 0)
+        results = [check_stage(st, size, rng)]
+        results += [check_stage(st, size, inputs=i, label=l) for l, i in adversarial_cases(op, size, rng)]
+        assert all(r.passed for r in results), [r.message for r in results if not r.passed]
+
+
+@pytest.mark.slow
+@pytest.mark.sim_only
+def test_the_headline_kernels_compile_without_spills():
+    """The kernels the GPU runs at D = 64 and 128 (the simulator's sizes build smaller ones): linked
+    with hgemm_mma.cu as at launch, no spills, no float64. Minutes: each link is NVRTC + LTO."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from numba.cuda import types\n"
+        "from workbench.ptxcheck import compile_kernel\n"
+        "a4 = types.Array(types.uint16, 4, 'C')\n"
+        "sig = (a4, a4, a4, a4, types.float32, types.Array(types.int32, 1, 'C'))\n"
+        "for name in ('_flash_tc_causal_skip_d64_f16', '_flash_tc_causal_skip_d128_f16'):\n"
+        "    r = compile_kernel('x', 'solutions.attention_tc', name, sig, True)\n"
+        "    print(name, r.status, r.spill_bytes, r.registers, r.message[:300])\n"
+    )
+    env = {**os.environ, "WORKBENCH_MODE": "compile"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1500)
+    lines = [ln.split() for ln in done.stdout.splitlines() if ln.startswith("_")]
+    assert len(lines) == 2, done.stdout + done.stderr
+    for name, status, spills, *_ in lines:
+        assert status == "ok" and spills in ("0", "None"), done.stdout
+
+
+# -- on a GPU: the issue's target ----------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_best_stage_reaches_half_of_sdpa_fp16():
+    """At 8x16x2048x64 fp16 without the mask: the best stage >= 50% of torch SDPA's TFLOP/s, in one run."""
+    from workbench.bench import bench_size
+    from workbench.results import environment
+
+    size = (8, 16, 2048, 64, 0)
+    recs, fails = bench_size(attention_tc.op, attention_tc.op.stages, size, {}, np.random.default_rng(0), environment())
+    assert not fails, fails
+    stages = {r["stage"]: r["gflops"] for r in recs if r["kind"] == "stage"}
+    sdpa = [r["gflops"] for r in recs if r["kind"] == "peer"]
+    assert sdpa, "no SDPA peer (torch missing?)"
+    assert max(stages.values()) >= 0.5 * sdpa[0], ({k: round(v / 1e3, 1) for k, v in stages.items()}, sdpa[0] / 1e3)
