@@ -1,0 +1,651 @@
+# --------------------------------------------------------------------------------------------------
+# EXERCISE generated from solutions/attention_tc.py by `workbench exercises build`. This copy is yours:
+# fill in every block marked TODO(exercise), then grade it:
+#     workbench grade attention_fp16            (or attention_fp16.<stage>; its other operators: attention_bf16)
+# The grader checks each stage against the operator in solutions/attention_tc.py (reference, inputs,
+# tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
+# is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
+# was filled with poison. On a GPU each stage must also reach 60% of the
+# speed of the solution's stage, measured in the same run.
+# `workbench exercises build` never overwrites this file once you have edited it (the line below
+# tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
+# and keeps your version beside it as a .bak file.
+# generated-sha256: b6f9c249ee8f5ec56818f451771ad54443badf86cccf56c92120be7a6f85037e
+# --------------------------------------------------------------------------------------------------
+"""FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync.
+
+out[b, h, i] = sum_j softmax_j(q[b, h, i] . k[b, h, j] / sqrt(D)) v[b, h, j], with the causal mask
+(query i sees keys j <= i) when ``causal[0]`` is 1: the float32 ``attention`` ladder's operator, with
+q, k, v and out B x H x S x D arrays in fp16 (``attention_fp16``) or bf16 (``attention_bf16``), the
+scores, the softmax statistics and the output accumulated in float32, the output rounded once to
+the inputs' type (what torch's SDPA does at these dtypes). A size is B x H x S x D x CAUSAL; D is a
+multiple of 8 up to 128 (16-byte rows for cp.async; the kernels are built for D padded to 16, 32, 64
+or 128, as FlashAttention builds one per head size). 4 B H S^2 D flops (S (S + 1) / 2 pairs under
+the mask), the count the float32 ladder uses.
+
+Both products of attention go to the tensor cores, through the same CUDA C++ helpers as the HGEMM
+ladder (``solutions/hgemm_mma.cu``; in the simulator, ``solutions/_ptx.py`` emulates them, so these
+kernels run on a CPU too). A block of 4 warps owns 64 queries, 16 per warp, and walks the keys 64 at
+a time; every warp is a FlashAttention of its own 16 rows against the block's shared K and V tiles.
+
+Fragments (PTX ISA "Matrix Fragments for mma.m16n8k16", as in hgemm.py). Lane l, g = l // 4,
+q = l % 4. The scores of key n8-tile n are a C fragment: s[n, 0], s[n, 1] at row g, keys 8n + 2q,
+8n + 2q + 1; s[n, 2], s[n, 3] at row g + 8. So a lane holds 2 rows x 16 keys of each 16 x 64 tile,
+and a row's other 48 keys are in the 3 other lanes of its quad (shfl_xor 1 and 2 reach them).
+
+1. ``mma_scores``: S = Q K^T by mma.sync (K's rows are the B operand's columns: ldmatrix, no
+   transpose), the online softmax on the accumulator fragments, P written to shared memory in the
+   half type and loaded back by ldmatrix as the A operand of P V (V through ldmatrix.trans).
+2. ``p_in_registers``: FlashAttention-2's register trick. The C fragments of S for key tiles 2j and
+   2j + 1 hold exactly the elements the A fragment of P V's k-step j wants: packed in pairs, they
+   are that fragment. No shared-memory round trip for P; the Q fragments stay in registers too.
+3. ``async_kv``: K and V tiles by cp.async, double-buffered (the next tile's copies are in flight
+   while this one computes), in a swizzled layout (no bank conflicts for ldmatrix), past 48 KiB of
+   shared memory at D = 128.
+4. ``causal_skip``: under the mask a block stops at its diagonal tile (the only one masked) and the
+   heaviest blocks start first. Without the mask, stage 3.
+"""
+
+import math
+
+import numpy as np
+from numba import cuda, float32, int32, uint16, uint32, uint64
+
+from workbench import device as _device
+from workbench import peers
+from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
+from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
+
+from solutions._ptx import (cp_async_chunk16, cp_async_commit, cp_async_wait_pending, ldmatrix_x4,
+                            ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2)
+
+try:
+    import ml_dtypes
+
+    BF16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # numba-cuda takes bf16 arrays from ml_dtypes; without it there is no bf16 operator
+    BF16 = None
+
+MAX_HEAD_DIM = 128
+NEG_INF = np.float32(-np.inf)
+# The running maximum's start: the most negative finite float32, so that exp2(start - m) is 0 or 1,
+# never exp2(-inf - -inf) = NaN, while a row has seen only masked keys (as in solutions/attention.py).
+LOWEST = np.float32(np.finfo(np.float32).min)
+LOG2E = 1.4426950408889634
+FULL_MASK = 0xFFFFFFFF
+
+
+def _gpu_options(**options):
+    """Compile options only the real GPU compiler takes (the simulator's cuda.jit accepts none)."""
+    return {} if _device.is_simulator() else options
+
+
+ALIGN16 = None if _device.is_simulator() else 16  # the simulator refuses alignment=
+
+
+# -- the operators -------------------------------------------------------------------------------
+
+def _inputs_for(dtype):
+    def make(size, rng):
+        B, H, S, D, causal = size
+        # Unit-variance q and k: scores about N(0, 1), a softmax neither uniform nor one-hot. Drawn in
+        # float32 and rounded to the half type: the reference sees exactly what the kernels see.
+        q, k, v = (rng.normal(0.0, 1.0, (B, H, S, D)).astype(np.float32).astype(dtype) for _ in range(3))
+        return q, k, v, np.array([causal], np.int32)
+    return make
+
+
+def _reference(q, k, v, causal):
+    """float64 attention of the half inputs' exact values (as solutions/attention.py's reference)."""
+    causal = bool(causal[0])
+    B, H, S, D = q.shape
+    out = np.empty((B, H, S, D))
+    masked = np.triu(np.ones((S, S), bool), 1) if causal else None
+    for b in range(B):
+        for h in range(H):
+            s = (q[b, h].astype(np.float64) @ k[b, h].astype(np.float64).T) / math.sqrt(D)
+            if causal:
+                s[masked] = -np.inf
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            out[b, h] = (p @ v[b, h].astype(np.float64)) / p.sum(axis=1, keepdims=True)
+    return out
+
+
+def _adversarial_for(dtype):
+    def adversarial(size, rng):
+        """Odd query rows whose every score is about -150 (an exponential that underflows: a running
+        maximum started at 0 gives 0 / 0), even rows with logits spread over hundreds (a softmax that
+        does not subtract the maximum overflows; one that does not rescale keeps stale weights)."""
+        q, k, v, causal = (a.astype(np.float32) for a in _inputs_for(np.float32)(size, rng))
+        D = size[3]
+        direction = rng.normal(0.0, 1.0, D).astype(np.float32)
+        direction /= np.linalg.norm(direction)
+        reach = np.float32(math.sqrt(150.0 * math.sqrt(D)))  # q . k ~ -reach^2: a score of -150
+        k = k * np.float32(1.2) - reach * direction
+        q[:, :, 1::2] = q[:, :, 1::2] * np.float32(0.1) + reach * direction
+        q[:, :, 0::2] *= np.float32(12.0)
+        return [("extreme-logits", (q.astype(dtype), k.astype(dtype), v.astype(dtype), causal.astype(np.int32)))]
+    return adversarial
+
+
+def _validator_for(dtype):
+    def validate(q, k, v, causal, out):
+        expect_device_array("q", q, dtype=dtype, ndim=4)
+        B, H, S, D = q.shape
+        if D > MAX_HEAD_DIM or D % 8:
+            raise InputError(f"the head size D = {D} must be a multiple of 8 up to {MAX_HEAD_DIM} (q is B x H x S x D; "
+                             "cp.async moves rows in 16-byte pieces)")
+        for name, a in (("k", k), ("v", v), ("out", out)):
+            expect_device_array(name, a, dtype=dtype, shape=(B, H, S, D))
+        expect_device_array("causal", causal, dtype=np.int32, shape=(1,))
+    return validate
+
+
+# The output is rounded to the half type once (relative error 2^-12 fp16, 2^-9 bf16 on average), and
+# so is P before P V (the same again, averaged over the keys); float32 does the rest. A wrong index,
+# a missing rescale or a wrong scale is off by O(1).
+TOLERANCE = {"float16": 3e-3, "bfloat16": 2e-2}
+
+
+def _flops(size):
+    B, H, S, D, causal = size
+    pairs = S * (S + 1) // 2 if causal else S * S  # under the mask, the pairs a query attends to
+    return 4 * B * H * pairs * D
+
+
+def _peer(size):
+    torch = peers.torch()
+    if torch is None:
+        return None
+    F = torch.nn.functional
+
+    def sdpa(q, k, v, causal, out):
+        # The flag is read once per buffer and cached (a timed call never waits for a copy).
+        is_causal = peers.cached("attention.causal", causal, lambda a: bool(cuda.as_cuda_array(a).copy_to_host()[0]))
+        t = peers.as_torch
+        return F.scaled_dot_product_attention(t(q), t(k), t(v), is_causal=is_causal)
+
+    sdpa.returns_output = True  # SDPA has no out=: the bench compares what it returns
+    return "torch SDPA", sdpa
+
+
+def _naive_expression(torch, size):
+    """torch_expression: attention as its formula reads (scores materialised), for torch.compile."""
+    B, H, S, D, causal = size
+
+    def naive(q, k, v, causal_flag):
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+        if causal:
+            above_diagonal = torch.ones(S, S, dtype=torch.bool, device=q.device).triu(1)
+            scores = scores.masked_fill(above_diagonal, float("-inf"))
+        return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
+    return naive
+
+
+CHECK_SIZES = [(2, 3, 1, 64, 1), (2, 3, 1, 128, 0), (1, 4, 17, 64, 1), (2, 2, 17, 128, 0), (1, 2, 1000, 64, 0),
+               (1, 2, 1000, 128, 1), (1, 2, 2049, 64, 1), (1, 1, 2049, 128, 0), (1, 2, 2049, 64, 0)]
+# In the simulator every lane is a Python thread and every mma a meeting of 32 of them: tiny sizes.
+# The quick tier runs the middle one (S = 5: one partial key tile, masked; D = 16: the kernels for
+# one k16 step). The slow tier adds two query blocks x two key tiles under the mask (the online
+# rescale across tiles, the cp.async double buffer, the skip) and D = 128, whose kernels (the most
+# registers) are the ones `workbench ptx` compiles for sm_90.
+SIM_SIZES = [(1, 1, 70, 16, 1), (1, 1, 5, 16, 1), (1, 1, 3, 128, 0)]
+BENCH_SIZES = [(16, 16, 1024, 64, 0), (8, 16, 2048, 64, 0), (8, 16, 2048, 64, 1), (4, 32, 4096, 128, 0),
+               (4, 32, 4096, 128, 1)]
+HEADLINE = (8, 16, 2048, 64, 1)
+
+
+def _operator(name, dtype, title, rank):
+    return Operator(
+        name=name,
+        title=title,
+        reference=_reference,
+        make_inputs=_inputs_for(dtype),
+        make_output=lambda size: np.empty(size[:4], dtype),
+        bytes_moved=lambda size: 4 * 2 * size[0] * size[1] * size[2] * size[3],  # q, k, v, out once
+        flops=_flops,
+        validate=_validator_for(dtype),
+        tolerance=lambda size, _dtype: TOLERANCE[np.dtype(dtype).name],
+        peer=_peer,
+        torch_expression=_naive_expression,
+        adversarial_inputs=_adversarial_for(dtype),
+        bound="compute",
+        dtype=dtype,
+        size_names=("batch", "heads", "seq", "head_dim", "causal"),
+        check_sizes=CHECK_SIZES,
+        sim_sizes=SIM_SIZES,
+        bench_sizes=BENCH_SIZES,
+        headline_size=HEADLINE,
+        record_all_sizes=True,
+        rank=rank,
+        group="Attention on tensor cores (fp16, bf16): FlashAttention-2 on mma.sync",
+    )
+
+
+op = _operator("attention_fp16", np.float16, "FlashAttention on tensor cores, fp16 (float32 softmax)", 302)
+bf16_op = _operator("attention_bf16", BF16, "FlashAttention on tensor cores, bf16 (float32 softmax)", 303) \
+    if BF16 is not None else None
+OPERATORS = [o for o in (op, bf16_op) if o is not None]
+
+
+def _stage(name, summary):
+    """Register one launcher as the same stage of both operators (fp16 and bf16)."""
+    def register(launch):
+        return [o.stage(name, summary)(launch) for o in OPERATORS][0]
+    return register
+
+
+# == the kernel =====================================================================================
+#
+# Every stage is one kernel source, ``_flash_tc``, compiled with different switches (P_REGS: P and Q
+# stay in registers; ASYNC: cp.async double buffering and swizzled tiles; SKIP: stop at the diagonal)
+# for one padded head size DP: numba compiles the ints and bools a kernel closes over as constants,
+# so every loop over fragments has a constant trip count, is unrolled, and the accumulators stay in
+# registers (an index the compiler cannot resolve would move the whole array to local memory).
+
+BQ = 64  # queries per block
+BKV = 64  # keys per tile
+WARPS = 4  # each owns 16 queries
+THREADS = 32 * WARPS
+KEY_TILES = BKV // 8  # n8 tiles of scores per warp and key tile
+HEAD_DIM_STEPS = (16, 32, 64, 128)
+
+
+def _padded_head_dim(D):
+    return next(dp for dp in HEAD_DIM_STEPS if D <= dp)
+
+
+@cuda.jit(device=True, inline=True)
+def _offset(row, chunk, chunks_per_row, swizzle):
+    """Byte offset of 16-byte chunk ``chunk`` of a tile's row ``row``. Swizzled, the chunk index is
+    XORed with row % 8: the 8 rows one ldmatrix phase reads, at one logical chunk, land in 8 different
+    16-byte bank groups (rows of 128 or 256 bytes). Shorter rows (D <= 32, the simulator's sizes) XOR
+    with row % chunks_per_row: still a permutation of the row."""
+    if swizzle:
+        chunk = chunk ^ (row % min(chunks_per_row, 8))
+    return (row * chunks_per_row + chunk) * 16
+
+
+@cuda.jit(device=True, inline=True)
+def _load_plain(src, bh, row0, S, D, smem, at, DP):
+    """Rows row0 .. row0 + 63 of src[b, h] (16-bit bits) into the tile at byte ``at``, row-major, one
+    element per thread and step, zero past S and past D (a zero key row scores 0 and is masked; a zero
+    value row adds nothing: never garbage, which could be NaN, times a weight of 0)."""
+    H = src.shape[1]
+    b = bh // H
+    h = bh % H
+    for e in range(cuda.threadIdx.x, BKV * DP, THREADS):
+        r = e // DP
+        c = e % DP
+        value = uint16(0)
+        if row0 + r < S and c < D:
+            value = src[b, h, row0 + r, c]
+        smem[at // 2 + r * DP + c] = value
+
+
+@cuda.jit(device=True, inline=True)
+def _issue_async(src, bh, row0, S, D, smem, at, DP):
+    """Start copying rows row0 .. row0 + 63 of src[b, h] to the swizzled tile at byte ``at``: 16 bytes
+    a cp.async, zero-filled past S and D, landing when cp_async_wait_pending retires their group."""
+    CPR = DP // 8
+    base = smem.ctypes.data
+    for j in range(BKV * CPR // THREADS):
+        c = cuda.threadIdx.x + j * THREADS
+        r = c // CPR
+        chunk = c % CPR
+        inside = row0 + r < S and chunk * 8 < D
+        src_at = src.ctypes.data
+        if inside:
+            src_at += uint64(((bh * S + row0 + r) * D + chunk * 8) * 2)
+        cp_async_chunk16(base + uint64(at + _offset(r, chunk, CPR, True)), src_at, 16 if inside else 0)
+
+
+@cuda.jit(device=True, inline=True)
+def _mma(acc, n, a0, a1, a2, a3, b0, b1, bf16):
+    """acc[n] += A B for one m16n8k16 tile (acc[n, 0..3]: the C fragment)."""
+    if bf16:
+        d = mma_bf16(a0, a1, a2, a3, b0, b1, acc[n, 0], acc[n, 1], acc[n, 2], acc[n, 3])
+    else:
+        d = mma_f16(a0, a1, a2, a3, b0, b1, acc[n, 0], acc[n, 1], acc[n, 2], acc[n, 3])
+    acc[n, 0] = d[0]  # constant tuple indices: d[e] in a loop would go through memory
+    acc[n, 1] = d[1]
+    acc[n, 2] = d[2]
+    acc[n, 3] = d[3]
+
+
+@cuda.jit(device=True, inline=True)
+def _pack(lo, hi, bf16):
+    """Two float32 values rounded to the half type, packed in 32 bits (lo in the low half)."""
+    if bf16:
+        return pack_bf16x2(lo, hi)
+    return pack_f16x2(lo, hi)
+
+
+@cuda.jit(device=True, inline=True)
+def _scores(smem, q_at, k_at, qf, s, q_lane, k_lane, DP, Q_REGS, bf16):
+    """s = this warp's 16 queries . the tile's 64 keys: 8 n8 tiles of keys x DP / 16 k16 steps. An
+    ldmatrix.x4 of K gives the B fragments of two key tiles (K's rows are B's columns, as stored)."""
+    base = smem.ctypes.data
+    for n in range(KEY_TILES):
+        for e in range(4):
+            s[n, e] = float32(0.0)
+    for st in range(DP // 16):
+        if Q_REGS:
+            a0, a1, a2, a3 = qf[4 * st], qf[4 * st + 1], qf[4 * st + 2], qf[4 * st + 3]
+        else:
+            a0, a1, a2, a3 = ldmatrix_x4(base + uint64(q_at + q_lane[st]))
+        for p in range(KEY_TILES // 2):
+            b = ldmatrix_x4(base + uint64(k_at + k_lane[st] + p * 32 * DP))  # 16 rows further: 32 DP bytes
+            _mma(s, 2 * p, a0, a1, a2, a3, b[0], b[1], bf16)
+            _mma(s, 2 * p + 1, a0, a1, a2, a3, b[2], b[3], bf16)
+
+
+@cuda.jit(device=True, inline=True)
+def _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, DP):
+    """Scores -> probabilities against each row's new running maximum; the running sum and the output
+    rows rescaled by how much the maximum grew. This lane: rows i0 (s[:, 0:2]) and i0 + 8 (s[:, 2:4]),
+    keys j0 + 8n + 2q + e; a row's other keys are in the lanes 1 and 2 away (its quad)."""
+    for half in range(2):
+        i = i0 + 8 * half
+        tile_max = NEG_INF
+        for n in range(KEY_TILES):
+            for e in range(2):
+                x = s[n, 2 * half + e] * scale_log2e
+                j = j0 + 8 * n + 2 * (cuda.threadIdx.x % 4) + e
+                if masked and (j >= S or (causal and j > i)):
+                    x = NEG_INF
+                s[n, 2 * half + e] = x
+                tile_max = max(tile_max, x)
+        tile_max = max(tile_max, cuda.shfl_xor_sync(FULL_MASK, tile_max, 1))
+        tile_max = max(tile_max, cuda.shfl_xor_sync(FULL_MASK, tile_max, 2))
+        # EXERCISE: write this part of `_online_softmax`. Read the hints one at a time.
+        #   hint 1 (nudge): the row's new maximum m_new = max(m_run[half], tile_max); what the old terms must be multiplied by is exp2(old - new).
+        #   hint 2: each s[n, 2 half + e] becomes exp2(s - m_new); l_run[half] (this lane's share of the row's sum) = l_run * alpha + their sum.
+        #   hint 3 (nearly the answer): the output row so far, o[c, 2 half] and o[c, 2 half + 1] for every n8 tile c of the head size, is multiplied by alpha too.
+        pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@cuda.jit(device=True, inline=True)
+def _p_to_shared(smem, p_at, s, warp, bf16):
+    """Stage 1: P (this warp's 16 x 64 probabilities) to shared memory in the half type, two at a time."""
+    lane = cuda.threadIdx.x % 32
+    for n in range(KEY_TILES):
+        for half in range(2):
+            row = 16 * warp + lane // 4 + 8 * half
+            packed = _pack(s[n, 2 * half], s[n, 2 * half + 1], bf16)
+            at = (p_at + (row * BKV + 8 * n + 2 * (lane % 4)) * 2) // 2
+            smem[at] = uint16(packed & uint32(0xFFFF))
+            smem[at + 1] = uint16(packed >> uint32(16))
+
+
+@cuda.jit(device=True, inline=True)
+def _p_times_v(smem, p_at, v_at, s, o, p_lane, v_lane, DP, P_REGS, bf16):
+    """o += P V over the tile's 64 keys: 4 k16 steps; an ldmatrix.x4.trans of V gives the B fragments
+    of two n8 tiles of the head size (V is stored key-major: .trans turns it into B's layout)."""
+    base = smem.ctypes.data
+    for kj in range(BKV // 16):
+        if P_REGS:
+            # The C fragments of key tiles 2kj and 2kj + 1 (rows g and g + 8, keys 2q, 2q + 1 of each)
+            # are, packed in pairs, the A fragment of k-step kj: rows g, g + 8, k 2q, 2q + 1 (+ 8).
+            a0 = _pack(s[2 * kj, 0], s[2 * kj, 1], bf16)
+            a1 = _pack(s[2 * kj, 2], s[2 * kj, 3], bf16)
+            a2 = _pack(s[2 * kj + 1, 0], s[2 * kj + 1, 1], bf16)
+            a3 = _pack(s[2 * kj + 1, 2], s[2 * kj + 1, 3], bf16)
+        else:
+            a0, a1, a2, a3 = ldmatrix_x4(base + uint64(p_at + p_lane + kj * 32))  # 16 keys further: 32 bytes
+        for p in range(DP // 16):
+            b = ldmatrix_x4_trans(base + uint64(v_at + v_lane[p] + kj * 32 * DP))
+            _mma(o, 2 * p, a0, a1, a2, a3, b[0], b[1], bf16)
+            _mma(o, 2 * p + 1, a0, a1, a2, a3, b[2], b[3], bf16)
+
+
+@cuda.jit(device=True, inline=True)
+def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, q_lane, k_lane, v_lane,
+              DP, BF16, P_REGS, ASYNC, SKIP):
+    t = cuda.threadIdx.x
+    lane = t % 32
+    warp = t // 32
+    bh = cuda.blockIdx.y
+    H = q.shape[1]
+    S = q.shape[2]
+    D = q.shape[3]
+    is_causal = causal[0] != 0
+    # The heaviest query blocks (the last ones, under the mask) first when skipping: they start at
+    # once and the short ones fill in behind them.
+    q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * BQ if SKIP else cuda.blockIdx.x * BQ
+    CPR = DP // 8  # 16-byte chunks per row of Q, K, V
+    TILE_BYTES = BKV * DP * 2
+    # Q's fragments in registers from stage 2 on, up to D = 64: at D = 128 the 32 more registers (on
+    # top of 64 output and 32 score accumulators) push ptxas past 255 into spills, and an ldmatrix
+    # per k16 step from the Q tile (conflict-free once swizzled) is the cheaper price.
+    Q_REGS = P_REGS and DP <= 64
+    BUFFERS = 2 if ASYNC else 1
+    k_at = BQ * DP * 2  # after the Q tile
+    v_at = k_at + BUFFERS * TILE_BYTES
+    p_at = v_at + BUFFERS * TILE_BYTES  # stage 1's P tile (BQ x BKV halves, row-major)
+
+    # Each lane's ldmatrix row addresses, computed once (byte offsets in a tile; lane l addresses row
+    # l % 8 of matrix l // 8). Q (A operand, k16 step st): rows 16 warp + l % 16, chunk 2 st + l // 16.
+    # K (two key tiles, non-trans): key l % 8 + 8 (l // 16), chunk 2 st + (l // 8) % 2. V (.trans,
+    # head-size tiles 2p, 2p + 1): key l % 16, chunk 2p + l // 16. 16 rows further is 32 DP bytes
+    # for any swizzle (it depends on row % 8 only).
+    for st in range(DP // 16):
+        q_lane[st] = _offset(16 * warp + lane % 16, 2 * st + lane // 16, CPR, ASYNC)
+        k_lane[st] = _offset(lane % 8 + 8 * (lane // 16), 2 * st + (lane // 8) % 2, CPR, ASYNC)
+        v_lane[st] = _offset(lane % 16, 2 * st + lane // 16, CPR, ASYNC)
+    p_lane = ((16 * warp + lane % 16) * BKV + 8 * (lane // 16)) * 2
+    for half in range(2):
+        m_run[half] = LOWEST
+        l_run[half] = float32(0.0)
+    for c in range(DP // 8):
+        for e in range(4):
+            o[c, e] = float32(0.0)
+
+    end = S
+    if SKIP and is_causal:
+        end = min(S, q0 + BQ)  # the block's last query sees no key past it
+    tiles = (end + BKV - 1) // BKV
+    i0 = q0 + 16 * warp + lane // 4  # this lane's rows: i0 and i0 + 8
+    if ASYNC:
+        _issue_async(q, bh, q0, S, D, smem, 0, DP)
+        _issue_async(k, bh, 0, S, D, smem, k_at, DP)
+        _issue_async(v, bh, 0, S, D, smem, v_at, DP)
+        cp_async_commit()
+    else:
+        _load_plain(q, bh, q0, S, D, smem, 0, DP)
+    for tile in range(tiles):
+        j0 = tile * BKV
+        buffer = tile % BUFFERS
+        if ASYNC:
+            # Tile `tile` has landed for every thread, and every warp is done with tile - 1, whose
+            # buffer the next copies reuse: one barrier for both.
+            cp_async_wait_pending(0)
+            cuda.syncthreads()
+            if tile + 1 < tiles:
+                nxt = (tile + 1) % BUFFERS
+                _issue_async(k, bh, j0 + BKV, S, D, smem, k_at + nxt * TILE_BYTES, DP)
+                _issue_async(v, bh, j0 + BKV, S, D, smem, v_at + nxt * TILE_BYTES, DP)
+            cp_async_commit()
+        else:
+            cuda.syncthreads()  # every warp is done with the previous K and V tiles
+            _load_plain(k, bh, j0, S, D, smem, k_at, DP)
+            _load_plain(v, bh, j0, S, D, smem, v_at, DP)
+            cuda.syncthreads()
+        if Q_REGS and tile == 0:  # the Q fragments, once, into registers for the whole key loop
+            base = smem.ctypes.data
+            for st in range(DP // 16):
+                a = ldmatrix_x4(base + uint64(q_lane[st]))
+                qf[4 * st] = a[0]
+                qf[4 * st + 1] = a[1]
+                qf[4 * st + 2] = a[2]
+                qf[4 * st + 3] = a[3]
+        kt_at = k_at + buffer * TILE_BYTES
+        vt_at = v_at + buffer * TILE_BYTES
+        _scores(smem, 0, kt_at, qf, s, q_lane, k_lane, DP, Q_REGS, BF16)
+        # Only the tail tile (keys past S) and, under the mask, tiles reaching past the block's first
+        # query need the mask; the stages before causal_skip mask every tile.
+        masked = (not SKIP) or j0 + BKV > S or (is_causal and j0 + BKV > q0)
+        _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP)
+        if not P_REGS:
+            _p_to_shared(smem, p_at, s, warp, BF16)
+            cuda.syncwarp()  # each warp reads back only its own 16 rows of P
+        _p_times_v(smem, p_at, vt_at, s, o, p_lane, v_lane, DP, P_REGS, BF16)
+        if not P_REGS:
+            cuda.syncwarp()  # read before the next tile's P overwrites it
+
+    b = bh // H
+    h = bh % H
+    for half in range(2):
+        total = l_run[half]  # the row's sum: this lane's share plus its quad's
+        total += cuda.shfl_xor_sync(FULL_MASK, total, 1)
+        total += cuda.shfl_xor_sync(FULL_MASK, total, 2)
+        inverse = float32(1.0) / total
+        i = i0 + 8 * half
+        for c in range(DP // 8):
+            col = 8 * c + 2 * (lane % 4)
+            packed = _pack(o[c, 2 * half] * inverse, o[c, 2 * half + 1] * inverse, BF16)
+            if i < S and col < D:  # D is a multiple of 8: col + 1 < D too
+                out[b, h, i, col] = uint16(packed & uint32(0xFFFF))
+                out[b, h, i, col + 1] = uint16(packed >> uint32(16))
+
+
+# Stage name -> (P_REGS, ASYNC, SKIP)
+STAGE_SWITCHES = {
+    "mma_scores": (False, False, False),
+    "p_in_registers": (True, False, False),
+    "async_kv": (True, True, False),
+    "causal_skip": (True, True, True),
+}
+_BUILT: dict = {}
+
+
+def smem_bytes(stage, DP):
+    """Dynamic shared memory of a stage's kernel: Q, one or two K and V buffers, stage 1's P tile."""
+    p_regs, use_async, _ = STAGE_SWITCHES[stage]
+    buffers = 2 if use_async else 1
+    return 2 * (BQ * DP + 2 * buffers * BKV * DP + (0 if p_regs else BQ * BKV))
+
+
+def build_kernel(stage, DP, bf16):
+    """The kernel of ``stage`` for head sizes up to DP, fp16 or bf16 (made once per triple)."""
+    key = (stage, DP, bool(bf16))
+    if key in _BUILT:
+        return _BUILT[key]
+    P_REGS, ASYNC, SKIP = STAGE_SWITCHES[stage]
+    BF16 = bool(bf16)
+    QF = max(1, 4 * DP // 16)  # A-fragment registers of Q: 4 per k16 step
+    STEPS = DP // 16
+    O_SHAPE = (DP // 8, 4)  # the output rows' C fragments: one per n8 tile of the head size
+
+    def kernel(q, k, v, out, scale_log2e, causal):
+        smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
+        qf = cuda.local.array(QF, uint32)
+        s = cuda.local.array((KEY_TILES, 4), float32)
+        o = cuda.local.array(O_SHAPE, float32)
+        m_run = cuda.local.array(2, float32)
+        l_run = cuda.local.array(2, float32)
+        q_lane = cuda.local.array(STEPS, int32)
+        k_lane = cuda.local.array(STEPS, int32)
+        v_lane = cuda.local.array(STEPS, int32)
+        _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, q_lane, k_lane, v_lane,
+                  DP, BF16, P_REGS, ASYNC, SKIP)
+
+    # A module-level name of its own, for the tools that find kernels by module and name (workbench ptx).
+    name = f"_flash_tc_{stage}_d{DP}_{'bf16' if BF16 else 'f16'}"
+    kernel.__name__ = kernel.__qualname__ = name
+    compiled = cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))(kernel)
+    globals()[name] = _BUILT[key] = compiled
+    return compiled
+
+
+def _bits(a):
+    """The raw 16-bit patterns of a half array (the kernels move bits; the tensor cores interpret them)."""
+    arr = a if hasattr(a, "is_c_contiguous") else cuda.as_cuda_array(a)
+    return arr.view(np.uint16)
+
+
+def _address(a):
+    cai = getattr(a, "__cuda_array_interface__", None)
+    return cai["data"][0] if cai else a.ctypes.data
+
+
+def launch(stage, q, k, v, causal, out):
+    """Run ``stage``'s kernel: one block of 4 warps per 64 queries of each (batch, head)."""
+    B, H, S, D = q.shape
+    bf16 = np.dtype(q.dtype) != np.float16
+    if ASYNC_STAGES.get(stage) and any(_address(a) % 16 for a in (q, k, v)):
+        raise InputError("q, k and v must start on 16-byte boundaries (cp.async copies 16 aligned bytes)")
+    DP = _padded_head_dim(D)
+    kernel = build_kernel(stage, DP, bf16)
+    args = (_bits(q), _bits(k), _bits(v), _bits(out), np.float32(LOG2E / math.sqrt(D)), causal)
+    nbytes = smem_bytes(stage, DP)
+    if nbytes > STATIC_LIMIT:
+        set_max_dynamic_shared_memory(kernel, args, nbytes)
+    kernel[(blocks_for(S, BQ), B * H), THREADS, 0, nbytes](*args)
+
+
+ASYNC_STAGES = {name: switches[1] for name, switches in STAGE_SWITCHES.items()}
+
+
+# -- 1. mma_scores -------------------------------------------------------------------------------
+
+@_stage("mma_scores", """
+    Both products on the tensor cores. A block of 4 warps owns 64 queries (16 a warp) and walks the
+    keys 64 at a time: Q, K and V tiles in shared memory (plain 16-bit loads, zero past S and D). A
+    warp's 16 x 64 scores are 8 mma.sync.m16n8k16 accumulators per k16 step of the head size, the
+    B fragments of two key tiles coming from one ldmatrix.x4 (K's rows are B's columns as stored, no
+    transpose). The online softmax works on the accumulator fragments where they are: a lane holds 2
+    rows x 16 keys, so a row's maximum and sum take two shuffles within its quad (xor 1 and 2). P is
+    written to shared memory in the half type, one warp's rows each, and loaded back by ldmatrix as
+    the A operand of P V; V's B fragments come through ldmatrix.trans (V is stored key-major).
+    Softmax statistics and both accumulators stay float32; exp2 with the scale folded in.""")
+def mma_scores(q, k, v, causal, out):
+    launch("mma_scores", q, k, v, causal, out)
+
+
+# -- 2. p_in_registers ---------------------------------------------------------------------------
+
+@_stage("p_in_registers", """
+    FlashAttention-2's register trick. The C fragment of key tile n holds rows g and g + 8, keys 2q and
+    2q + 1; the A fragment of P V's k-step j wants rows g and g + 8, keys 2q, 2q + 1 and 8 more: the
+    C fragments of key tiles 2j and 2j + 1, rounded to halves and packed in pairs, are that A fragment.
+    P never leaves the registers: no shared-memory stores, no ldmatrix, no warp barrier between the
+    softmax and P V. Up to D = 64 the Q fragments are loaded once, before the key loop, and stay in
+    registers (4 per k16 step) instead of an ldmatrix per tile; at D = 128 those 32 registers, beside
+    64 output and 32 score accumulators, would push ptxas past 255 into spills, so Q is still read
+    from its shared tile.""")
+def p_in_registers(q, k, v, causal, out):
+    launch("p_in_registers", q, k, v, causal, out)
+
+
+# -- 3. async_kv ---------------------------------------------------------------------------------
+
+@_stage("async_kv", """
+    The tiles arrive by cp.async, 16 bytes a copy, two buffers of K and V: the copies of key tile t + 1
+    are issued before tile t's math and land while it runs, so one barrier per tile is all the
+    waiting (it also tells every warp that the buffer the next copies reuse is free). The tiles are
+    swizzled: chunk c of row r is stored at c XOR (r mod 8), so the 8 rows one ldmatrix phase reads
+    are in 8 different bank groups (stages 1 and 2 read 8 rows 128 or 256 bytes apart, all in the
+    same banks). At D = 128 the Q tile and two K and V buffers take 80 KiB: past the 48 KiB default,
+    raised with set_max_dynamic_shared_memory (two blocks still fit an SM).""")
+def async_kv(q, k, v, causal, out):
+    launch("async_kv", q, k, v, causal, out)
+
+
+# -- 4. causal_skip ------------------------------------------------------------------------------
+
+@_stage("causal_skip", """
+    Under the causal mask, stages 1 to 3 compute every key tile and mask half of them away. Here a
+    block stops at its diagonal: its 64 queries from q0 see no key past q0 + 63, so later tiles are
+    never copied or multiplied, and only the tiles that reach past q0 (the diagonal one) or past S
+    are masked (the test is skipped on the others). The blocks now have unequal work, so the grid is
+    walked backwards: the longest blocks start first and the short ones fill in at the end. Without
+    the mask this is stage 3.""")
+def causal_skip(q, k, v, causal, out):
+    launch("causal_skip", q, k, v, causal, out)
+
+
+for _stage_name in STAGE_SWITCHES:  # built at import: tools that compile kernels by name find them
+    for _dp in HEAD_DIM_STEPS:
+        for _bf16 in (False, True):
+            build_kernel(_stage_name, _dp, _bf16)
