@@ -1,28 +1,33 @@
-"""One run on an H100/H200 for issue 18 parts 1-2: activations and reductions beyond the sum.
+"""One run on an H100/H200 for issue 18: activations (float32, fp16, bf16) and reductions beyond the sum.
 
-    python scripts/gpu_activations_reductions.py OUT_DIR [--budget 170] [--no-compile]
+    python scripts/gpu_activations_reductions.py OUT_DIR [--budget 160] [--no-compile] [--all]
 
-In this order, each item on its own (a failure is reported and the run goes on):
+What is new this session comes first; what was measured before runs only with ``--all`` (or when
+the budget allows at the end). Each item on its own (a failure is reported and the run goes on):
 
-1. The copy ceiling (``workbench.peaks.copy_bandwidth``): what "% of copy" divides by.
-2. (first 70 seconds at most, compiling every kernel on the way) Correctness of every stage of every operator of ``solutions/activations.py`` and
-   ``solutions/reductions.py`` at odd sizes and on the operators' adversarial inputs (NaN, +-inf,
-   subnormals, all-negative vectors, ...), with ``workbench.check.check_stage`` (float64 reference).
-3. Activations at 2^28 float32: every stage, torch eager and ``torch.compile`` (the default inductor
-   backend), checked on a million sampled elements against the float64 reference, then timed
-   (``workbench.timing.measure``); and each stage's accuracy in ulps on a sweep of 2^20 inputs over
-   [-30, 30] (max and 99.99th percentile; ``activations.ulp_error``; torch eager too). Must show: the last stage >= 85%
-   of the copy ceiling, at least as fast as torch eager (tests/test_activations.py's target) and at least as
-   fast as torch.compile; each must-show line gives torch eager's and torch.compile's GB/s beside ours.
-4. The vector reductions at 2^28 (max, min, mean, sum of squares) against torch.amax/amin/mean/dot;
-   must show: the last stage >= its torch peer.
-5. The matrix sums at 16384 x 16384 over rows and over columns against torch.sum(dim=1/0); must
-   show: the column sum's last stage within 1.2x of the row sum's time.
+1. The copy ceiling (``workbench.peaks.copy_bandwidth``): what "% of copy" divides by (the stored
+   ceilings per access pattern are in results/nvidia-h200.json: read 4288, copy 4242 GB/s).
+2. (at most 35 seconds from the start, compiling every kernel on the way) Correctness of every stage of the new
+   operators (the 16-bit activations; max, min and mean over rows and columns) at odd sizes and on
+   their adversarial inputs (``workbench.check.check_stage``, float64 reference); with ``--all`` every
+   operator of both modules.
+3. fp16 and bf16 activations at 2^28 elements: every stage, torch eager at the dtype and
+   ``torch.compile``, checked on a million sampled elements, timed; and each stage's accuracy in
+   ulps of the format over every one of the 65536 16-bit inputs (max and 99.99th percentile;
+   torch's too). Must show: the last stage against torch eager and torch.compile (time ratios).
+4. Max, min, mean and sum over rows and over columns of a 16384 x 16384 float32 matrix: every stage,
+   torch.amax/amin/mean/sum(dim=...) and torch.compile of it. Must show: each column reduction's
+   last stage within 1.2x of the row reduction's; each last stage against its torch peers.
+5. Tuning (scratch, not a stage): the in_flight kernels (float32 ReLU and GELU, bf16 SiLU) with 128,
+   256 and 512 threads a block, the same four 16-byte loads per thread: which block size the
+   next session should pick for the float32 activations' >= torch target.
+6. (``--all``, or budget left) the float32 activations at 2^28 with their ulps on [-30, 30], and the
+   vector reductions at 2^28, as measured on 2026-11-23.
 
 Prints one table per part and the must-show verdicts; writes everything to
 ``OUT_DIR/gpu_activations_reductions.json``. Stops starting new items when ``--budget`` seconds
-(default 170) are spent, and says what it skipped. ``torch.compile`` is given at most 60 seconds of
-compilation in all (``--no-compile`` skips it).
+(default 160) are spent, and says what it skipped. ``torch.compile`` is given at most 30 seconds of
+compilation for the 16-bit activations and 30 for the matrix reductions (``--no-compile`` skips it).
 """
 
 from __future__ import annotations
@@ -57,7 +62,8 @@ ODD_MATRIX = [(1, 1), (3, 5), (37, 1000), (1000, 37), (4097, 4099)]
 COMPILE_BUDGET_S = 60.0
 
 RESULTS: dict = {"device": None, "peaks": None, "checks": [], "activations": [], "ulps": [], "vector": [],
-                 "matrix": [], "must_show": [], "skipped": [], "errors": []}
+                 "matrix": [], "half": [], "tuning": [], "must_show": [], "skipped": [], "errors": []}
+COMPILE_SPENT = {"half": [], "matrix": [], "float32": []}  # seconds torch.compile took, by part
 
 
 
@@ -83,8 +89,13 @@ def timed(fn, *args) -> float:
 
 # -- 2. correctness at odd sizes and on adversarial inputs ---------------------------------------------
 
-def check_all(budget: Budget) -> None:
-    ops = activations.OPERATORS + reductions.OPERATORS
+NEW_MATRIX = [op for op in reductions.OPERATORS if op.name.endswith(("_rows", "_cols")) and not op.name.startswith("sum")]
+
+
+def check_all(budget: Budget, everything: bool) -> None:
+    ops = activations.HALF_OPERATORS + NEW_MATRIX
+    if everything:
+        ops += [op for op in activations.OPERATORS + reductions.OPERATORS if op not in ops]
     for op in ops:
         if not budget.allows(f"odd-size checks of {op.name}"):
             return
@@ -104,13 +115,16 @@ def check_all(budget: Budget) -> None:
 
 # -- 3. activations at 2^28 ------------------------------------------------------------------------------
 
-def torch_compiled(act, torch, spent: list):
-    """torch.compile of the activation's torch call, compiled and warmed up now (None past the budget)."""
-    if sum(spent) > COMPILE_BUDGET_S:
+def torch_compiled(expression, example, torch, spent: list, limit_s: float = COMPILE_BUDGET_S):
+    """torch.compile of ``expression`` (a function of one tensor), compiled and warmed up on ``example`` now
+    (None once ``spent`` adds up to ``limit_s``). Dynamo's caches are reset first: each compiles on its own."""
+    if sum(spent) > limit_s:
+        RESULTS["skipped"].append(f"torch.compile past {limit_s:.0f} s of compiling")
         return None
     t0 = time.time()
-    fn = torch.compile(lambda x: act.torch_call(torch, x), dynamic=False)
-    fn(torch.zeros(N, dtype=torch.float32, device="cuda"))
+    torch.compiler.reset()
+    fn = torch.compile(expression, dynamic=False, fullgraph=True)
+    fn(example)
     torch.cuda.synchronize()
     spent.append(time.time() - t0)
     return fn
@@ -159,7 +173,8 @@ def activation_rows(act, op, x_sample, index, x_t, out_t, sweep, sweep_out, copy
     record("torch", lambda a: act.torch_call(torch, a), (x_t,), default_tolerance, returns=True)
     ulp_row(op.name, "torch", act.torch_call(torch, torch.as_tensor(sweep, device="cuda")).cpu().numpy(), sweep_ref)
     if with_compile:
-        compiled = attempt(f"torch.compile {op.name}", torch_compiled, act, torch, spent)
+        compiled = attempt(f"torch.compile {op.name}", torch_compiled, lambda a: act.torch_call(torch, a),
+                           torch.zeros(N, dtype=torch.float32, device="cuda"), torch, COMPILE_SPENT["float32"])
         if compiled is not None:
             record("torch.compile", compiled, (x_t,), default_tolerance, returns=True)
     return rows
@@ -244,49 +259,219 @@ def run_vector(budget: Budget, copy_gbps: float) -> None:
                                      "ok": ratio >= 1.0})
 
 
-# -- 5. matrix sums at 16384 x 16384 -------------------------------------------------------------------------
+# -- 3. fp16 and bf16 activations at 2^28 -----------------------------------------------------------------
 
-def run_matrix(budget: Budget, copy_gbps: float) -> None:
+def every_pattern(dtype) -> np.ndarray:
+    """All 65536 values of a 16-bit format (NaNs and infinities included), for an exhaustive ulp count."""
+    return np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(dtype)
+
+
+def half_rows(op, act, x_t, index, torch, with_compile):
+    from numba import cuda
+
+    from workbench.ladder import to_device, to_host
+
+    dtype = op.dtype
+    x_sample = x_t[index].float().cpu().numpy().astype(dtype)
+    ref_sample = op.reference(x_sample)
+    everything = every_pattern(dtype)
+    ref_everything = op.reference(everything)
+    d_everything = to_device(everything)
+    d_everything_out = to_device(np.zeros(everything.size, dtype))
+    out_t = torch.empty_like(x_t)
+    x_nb, out_nb = cuda.as_cuda_array(x_t.view(torch.int16)), cuda.as_cuda_array(out_t.view(torch.int16))
+    x_nb, out_nb = x_nb.view(np.uint16).view(dtype), out_nb.view(np.uint16).view(dtype)
+    tolerance = op.tolerance_for((N,), dtype)
+    rows = []
+
+    def record(name, call, args, returns, ulps):
+        out_t.view(torch.int16).fill_(-1)  # 0xFFFF: a NaN in both formats, so an unwritten element shows
+        got = call(*args)
+        torch.cuda.synchronize()
+        result = got if returns else out_t
+        r = compare(f"{op.name}.{name}", (N,), result[index].float().cpu().numpy(), ref_sample, tolerance)
+        us = timed(call, *args)
+        row = {"op": op.name, "stage": name, "us": us, "gbps": 4 * N / us / 1e3, "passed": r.passed,
+               "rel_err": r.rel_err, "message": r.message, **ulps}
+        rows.append(row)
+        RESULTS["half"].append(row)
+        say(f"{'PASS' if r.passed else 'FAIL'} {op.name:20s} {name:14s} {us:8.1f} us {row['gbps']:6.0f} GB/s  "
+            f"ulps of {activations.short_name(dtype)} over all 65536 inputs: max {ulps['ulp_max']:.3g}, "
+            f"p99.99 {ulps['ulp_p9999']:.3g}")
+
+    def ulps_of(got):
+        u = activations.ulp_error(got, ref_everything, dtype)
+        finite = np.isfinite(u)
+        return {"ulp_max": float(np.max(u)), "ulp_p9999": float(np.percentile(u, 99.99)),
+                "ulp_not_finite": int((~finite).sum())}
+
+    for stage in op.stages:
+        stage(d_everything, d_everything_out)
+        ulps = ulps_of(to_host(d_everything_out))
+        stage(x_nb, out_nb)  # checks the arguments once; what is timed is the launcher, as the bench does
+        record(stage.name, stage.launch, (x_nb, out_nb), False, ulps)
+    torch_everything = torch.as_tensor(everything.view(np.int16), device="cuda").view(x_t.dtype)
+    torch_ulps = ulps_of(act.torch_call(torch, torch_everything).float().cpu().numpy())
+    record("torch", lambda a: act.torch_call(torch, a), (x_t,), True, torch_ulps)
+    if with_compile:
+        compiled = attempt(f"torch.compile {op.name}", torch_compiled, lambda a: act.torch_call(torch, a), x_t, torch,
+                           COMPILE_SPENT["half"], COMPILE_BUDGET_S / 2)
+        if compiled is not None:  # (its ulps are not counted: a second shape would cost a second compilation)
+            record("torch.compile", compiled, (x_t,), True, {"ulp_max": float("nan"), "ulp_p9999": float("nan"),
+                                                             "ulp_not_finite": 0})
+    by = {r["stage"]: r for r in rows}
+    last = op.stages[-1].name
+    for peer in ("torch", "torch.compile"):
+        if peer in by and last in by:
+            ratio = by[peer]["us"] / by[last]["us"]
+            RESULTS["must_show"].append({
+                "what": f"{op.name}: {last} >= {'torch eager' if peer == 'torch' else peer} (time ratio) "
+                        f"[ours {by[last]['gbps']:.0f} GB/s, {peer} {by[peer]['gbps']:.0f}]",
+                "value": ratio, "ok": ratio >= 1.0})
+
+
+def run_half(budget: Budget, with_compile: bool) -> None:
     import torch
 
-    if not budget.allows("matrix sums at 16384x16384"):
-        return
+    torch_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+    gen = torch.Generator(device="cuda").manual_seed(21)
+    index = torch.randint(0, N, (SAMPLES,), generator=gen, device="cuda")
+    acts = {a.name: a for a in activations.ACTIVATIONS}
+    # the transcendental ones first: they are where the 16-bit question (arithmetic per byte) is
+    order = sorted(activations.HALF_OPERATORS, key=lambda o: ("relu" in o.name, o.name))
+    x_by_format = {}
+    for op in order:
+        if not budget.allows(f"16-bit activations at 2^28: {op.name}"):
+            return
+        fmt = np.dtype(op.dtype).name
+        if fmt not in x_by_format:
+            x_by_format.clear()
+            x_by_format[fmt] = (torch.randn(N, generator=gen, device="cuda") * 3.0).to(torch_dtype[fmt])
+        act = acts[op.name.removeprefix("act_").rsplit("_", 1)[0]]
+        attempt(op.name, half_rows, op, act, x_by_format[fmt], index, torch, with_compile)
+
+
+# -- 4. max, min, mean and sum over rows and columns at 16384 x 16384 ----------------------------------------
+
+def run_matrix_all(budget: Budget, copy_gbps: float, with_compile: bool) -> None:
+    import torch
     from numba import cuda
 
     gen = torch.Generator(device="cuda").manual_seed(20)
     x_t = torch.rand(MATRIX, generator=gen, device="cuda", dtype=torch.float32) * 3.0 - 1.0
     x = cuda.as_cuda_array(x_t)
+    x64 = x_t.double()
     last_us = {}
-    for op in reductions.OPERATORS[4:]:
-        dim = 1 if op.name == "sum_rows" else 0
-        ref = x_t.double().sum(dim=dim).cpu().numpy()
+    matrix_ops = [o for o in reductions.OPERATORS if o.name.endswith(("_rows", "_cols"))]
+    matrix_ops.sort(key=lambda o: o.name.startswith("sum"))  # the new ones first
+    for op in matrix_ops:
+        if not budget.allows(f"matrix reductions at 16384x16384: {op.name}"):
+            break
+        kind, where = op.name.split("_")
+        dim = 1 if where == "rows" else 0
+        ref = getattr(torch, kind)(x64, dim=dim).cpu().numpy()
         out_t = torch.empty(MATRIX[1 - dim], dtype=torch.float32, device="cuda")
         out = cuda.as_cuda_array(out_t)
         name, peer = op.peer(MATRIX)
-        for label, call in [*((s.name, s.launch) for s in op.stages), (name, peer)]:
+        calls = [*((s.name, s.launch, False) for s in op.stages), (name, peer, False)]
+        if with_compile and op.torch_expression is not None:
+            compiled = attempt(f"torch.compile {op.name}", torch_compiled, op.torch_expression(torch, MATRIX), x_t, torch,
+                               COMPILE_SPENT["matrix"], COMPILE_BUDGET_S / 2)
+            if compiled is not None:
+                calls.append(("torch.compile", lambda a, o, f=compiled: f(x_t), True))
+        rows = {}
+        for label, call, returns in calls:
             fill_poison(out_t, torch)
-            call(x, out)
+            got = call(x, out)
             torch.cuda.synchronize()
-            r = compare(f"{op.name}.{label}", MATRIX, out_t.cpu().numpy(), ref, op.tolerance_for(MATRIX, np.float32))
+            result = got if returns else out_t
+            r = compare(f"{op.name}.{label}", MATRIX, result.cpu().numpy(), ref, op.tolerance_for(MATRIX, np.float32))
             us = timed(call, x, out)
             gbps = 4 * MATRIX[0] * MATRIX[1] / us / 1e3
-            RESULTS["matrix"].append({"op": op.name, "stage": label, "us": us, "gbps": gbps, "passed": r.passed,
-                                      "rel_err": r.rel_err, "message": r.message})
-            say(f"{'PASS' if r.passed else 'FAIL'} {op.name:9s} {label:18s} {us:8.1f} us {gbps:7.0f} GB/s "
+            row = {"op": op.name, "stage": label, "us": us, "gbps": gbps, "passed": r.passed,
+                   "rel_err": r.rel_err, "message": r.message}
+            rows[label] = row
+            RESULTS["matrix"].append(row)
+            say(f"{'PASS' if r.passed else 'FAIL'} {op.name:9s} {label:22s} {us:8.1f} us {gbps:7.0f} GB/s "
                 f"({100 * gbps / copy_gbps:5.1f}% of copy) rel err {r.rel_err:.2g}")
-            if label == op.stages[-1].name:
-                last_us[op.name] = us
-    if len(last_us) == 2:
-        ratio = last_us["sum_cols"] / last_us["sum_rows"]
-        RESULTS["must_show"].append({"what": "sum_cols.row_bands time / sum_rows.warp_per_row time <= 1.2",
-                                     "value": ratio, "ok": ratio <= 1.2})
+        last = op.stages[-1].name
+        last_us[op.name] = rows[last]["us"]
+        for peer_name in (name, "torch.compile"):
+            if peer_name in rows:
+                ratio = rows[peer_name]["us"] / rows[last]["us"]
+                RESULTS["must_show"].append({"what": f"{op.name}: {last} >= {peer_name} (time ratio)",
+                                             "value": ratio, "ok": ratio >= 1.0})
+    del x64
+    for kind in ("sum", "amax", "amin", "mean"):
+        if f"{kind}_rows" in last_us and f"{kind}_cols" in last_us:
+            ratio = last_us[f"{kind}_cols"] / last_us[f"{kind}_rows"]
+            RESULTS["must_show"].append({"what": f"{kind}_cols.row_bands time / {kind}_rows.warp_per_row time <= 1.2",
+                                         "value": ratio, "ok": ratio <= 1.2})
+
+
+# -- 5. tuning: threads per block of the in_flight kernels --------------------------------------------------
+
+def run_tuning(budget: Budget) -> None:
+    """The in_flight kernels re-instantiated with 128 / 256 / 512 threads a block (scratch: not a stage)."""
+    import torch
+    from numba import cuda
+
+    from solutions._templates import instantiate
+
+    gen = torch.Generator(device="cuda").manual_seed(22)
+    x32 = torch.randn(N, generator=gen, device="cuda") * 3.0
+    out32 = torch.empty_like(x32)
+    x16 = x32.to(torch.bfloat16)
+    out16 = torch.empty_like(x16)
+    acts = {a.name: a for a in activations.ACTIVATIONS}
+    cases = [("relu", "float32"), ("gelu", "float32"), ("silu", "bfloat16")]
+    for act_name, fmt in cases:
+        for threads in (128, 256, 512):
+            if not budget.allows(f"tuning {act_name} {fmt} {threads} threads"):
+                return
+            act = acts[act_name]
+            if fmt == "float32":
+                block = 4 * activations.VECTORS_PER_THREAD * threads
+                ns = dict(vars(activations), activation=act.device, THREADS=threads, BLOCK_ELEMENTS=block)
+                kernel = instantiate(activations._in_flight, ns, f"_tune_in_flight_{act_name}_{threads}", jit={})
+                x, out, nbytes = cuda.as_cuda_array(x32), cuda.as_cuda_array(out32), 8 * N
+                ref_fn, got_t, x_host = activations.reference_of(act_name), out32, x32
+            else:
+                block = activations.HALVES_PER_VECTOR * activations.VECTORS_PER_THREAD * threads
+                ns = dict(vars(activations), activation=act.device, widen=activations.WIDEN[fmt],
+                          narrow=activations.NARROW[fmt], THREADS=threads, HALF_BLOCK_ELEMENTS=block)
+                ns["_apply_word"] = instantiate(activations._apply_word, ns, f"_tune_apply_word_{threads}",
+                                                jit={"device": True, "inline": True})
+                kernel = instantiate(activations._in_flight_halves, ns, f"_tune_in_flight_halves_{threads}", jit={})
+                x = cuda.as_cuda_array(x16.view(torch.int16)).view(np.uint16)
+                out = cuda.as_cuda_array(out16.view(torch.int16)).view(np.uint16)
+                nbytes, ref_fn, got_t, x_host = 4 * N, activations.reference_of(act_name), out16, x16
+            grid = (N + block - 1) // block
+
+            def launch(a, o, kernel=kernel, grid=grid, threads=threads):
+                kernel[grid, threads](a, o)
+            launch(x, out)
+            cuda.synchronize()
+            head = slice(0, 1 << 16)
+            tail = slice(N - (1 << 16), N)
+            ok = all(compare("tuning", (N,), got_t[s].float().cpu().numpy(),
+                             ref_fn(x_host[s].float().cpu().numpy()), 1e-2 if fmt != "float32" else 1e-5).passed
+                     for s in (head, tail))
+            us = timed(launch, x, out)
+            row = {"activation": act_name, "format": fmt, "threads": threads, "us": us,
+                   "gbps": nbytes / us / 1e3, "passed": ok}
+            RESULTS["tuning"].append(row)
+            say(f"{'PASS' if ok else 'FAIL'} tuning in_flight {act_name:5s} {fmt:8s} {threads:3d} threads "
+                f"{us:8.1f} us {row['gbps']:6.0f} GB/s")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--budget", type=float, default=170.0)
+    parser.add_argument("--budget", type=float, default=160.0)
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--all", action="store_true", help="also what was measured before (float32 activations, "
+                        "vector reductions, every operator's odd-size checks)")
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     budget = Budget(args.budget)
@@ -302,15 +487,27 @@ def main() -> int:
     RESULTS["peaks"] = peaks
     copy_gbps = peaks.get("copy_gbps") or float("nan")
     say(f"copy ceiling {copy_gbps:.0f} GB/s")
-    attempt("odd sizes and adversarial inputs", check_all, Budget(min(args.budget, 70.0)))
-    attempt("activations", run_activations, budget, copy_gbps, not args.no_compile)
-    attempt("vector reductions", run_vector, budget, copy_gbps)
-    attempt("matrix sums", run_matrix, budget, copy_gbps)
+    attempt("odd sizes and adversarial inputs", check_all, Budget(min(args.budget, 35.0)), args.all)
+    attempt("16-bit activations", run_half, budget, not args.no_compile)
+    attempt("matrix reductions", run_matrix_all, budget, copy_gbps, not args.no_compile)
+    attempt("tuning", run_tuning, budget)
+    if args.all:
+        attempt("float32 activations", run_activations, budget, copy_gbps, not args.no_compile)
+        attempt("vector reductions", run_vector, budget, copy_gbps)
 
     print("\nmust show:")
     for m in RESULTS["must_show"]:
         print(f"  {'OK  ' if m['ok'] else 'MISS'} {m['what']}: {m['value']:.3f}")
-    print("\nulps against float64, sweep of [-30, 30] (max / p99.99):")
+    print("\n16-bit activations at 2^28 (GB/s; ulps of the format over all 65536 inputs, max / p99.99):")
+    for r in RESULTS["half"]:
+        print(f"  {r['op']:20s} {r['stage']:14s} {r['us']:8.1f} us {r['gbps']:6.0f} GB/s  "
+              f"{r['ulp_max']:8.3g} / {r['ulp_p9999']:8.3g}  {'ok' if r['passed'] else 'FAIL ' + r['message'][:80]}")
+    if RESULTS["tuning"]:
+        print("\ntuning, in_flight threads per block (GB/s):")
+        for r in RESULTS["tuning"]:
+            print(f"  {r['activation']:5s} {r['format']:8s} {r['threads']:4d}: {r['gbps']:6.0f}"
+                  f"{'' if r['passed'] else '  WRONG'}")
+    print("\nulps against float64, float32 stages, sweep of [-30, 30] (max / p99.99):")
     for u in RESULTS["ulps"]:
         print(f"  {u['op']:16s} {u['stage']:19s} {u['max']:10.3g} / {u['p9999']:8.3g}")
     if RESULTS["skipped"]:
