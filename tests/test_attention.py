@@ -164,6 +164,7 @@ def test_decode_wide_kernels_compile_without_spills():
 # -- on a GPU: the issue's targets -------------------------------------------------------------------
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_attention_targets():
     """At 8x16x2048x64 in one run: the best fp32 stage at least as fast as torch SDPA (float32), the
     causal_skip stage on the masked problem >= 1.7x faster than register_tiles on the full one, and
@@ -187,6 +188,7 @@ def test_attention_targets():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_decode_reads_the_cache_at_80_percent_of_copy():
     from tests.headline import headline
 

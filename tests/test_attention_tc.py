@@ -94,6 +94,7 @@ def test_the_d128_kernel_compiles_with_little_spill():
 # -- on a GPU: the issue's target ----------------------------------------------------------------------
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_best_stage_reaches_half_of_sdpa_fp16():
     """At 8x16x2048x64 fp16 without the mask: the best stage >= 50% of torch SDPA's TFLOP/s, in one run."""
     from workbench.bench import bench_size

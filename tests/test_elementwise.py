@@ -82,6 +82,7 @@ def test_bytes_models():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_headline_must_show():
     """At 16384 x 16384: each stage faster than the one before, the last >= 85% of measured copy
     bandwidth (counting the op's minimum 12 bytes per element) and >= 2.5x the three-kernel chain."""

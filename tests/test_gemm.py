@@ -145,6 +145,7 @@ def test_vectorized_stage_emits_128_bit_shared_loads():
 # -- on a GPU ------------------------------------------------------------------------------------
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_headline_targets():
     """At 4096^3, in one run: each stage faster than the one before; the best CUDA-core stage at
     >= 70% of cuBLAS fp32 (torch.addmm, TF32 off) and the tensor-core stage at >= 1.2x it."""
@@ -161,6 +162,7 @@ def test_headline_targets():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_fused_epilogue_beats_separate_kernels():
     from tests.headline import headline
 

@@ -495,6 +495,7 @@ def test_dynamic_shared_memory_past_48_kib_on_the_gpu():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 @pytest.mark.parametrize("op_name", [o.name for o in hgemm.OPERATORS], ids=str)
 def test_hgemm_targets(op_name):
     """At 8192^3, in one run: each stage faster than the one before; the best at >= 50% of cuBLAS
@@ -509,6 +510,7 @@ def test_hgemm_targets(op_name):
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_tf32_with_four_buffers_beats_two():
     from solutions import gemm
     from tests.headline import headline
@@ -519,6 +521,7 @@ def test_tf32_with_four_buffers_beats_two():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_int8_targets():
     """int8 GEMM best stage >= 40% of torch._int_mm at 8192^3; each stage faster than the one before."""
     from tests.headline import assert_each_stage_faster, headline

@@ -138,6 +138,7 @@ def test_bad_input():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_headline_targets():
     """At 32768 x 4096, in one run: each stage faster than the one before, the last at >= 85% of the
     copy bandwidth measured now and >= 1.15x torch.nn.functional.layer_norm."""

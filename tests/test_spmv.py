@@ -96,6 +96,7 @@ def _last_stage_and_peer(size):
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_power_law_target():
     """2^20 rows, 16.8M non-zeros, rows up to 10^5 entries: the last stage at least as fast as cuSPARSE."""
     stage, peer = _last_stage_and_peer(op.headline_size)
@@ -103,6 +104,7 @@ def test_power_law_target():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_uniform_target():
     """2^20 rows of 16 entries (16.8M non-zeros): the last stage at >= 0.9x cuSPARSE's speed."""
     stage, peer = _last_stage_and_peer((2**20, 16, spmv.UNIFORM))

@@ -106,6 +106,7 @@ def test_reference_scales_to_the_vocabulary():
 # -- on a GPU -----------------------------------------------------------------------------------
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_headline_target():
     """(4096, 32000, 50): the last stage at least as fast as torch.topk, in one run."""
     from tests.headline import headline
@@ -116,6 +117,7 @@ def test_headline_target():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_vocabulary_128256_target():
     """(4096, 128256, 50): the last stage at least as fast as torch.topk."""
     from workbench.bench import bench_size

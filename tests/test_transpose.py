@@ -57,6 +57,7 @@ def headline():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_headline_each_stage_faster_and_beats_torch(headline):
     """At 16384 x 16384: each stage faster than the one before, the last >= 2.5x torch's
     x.t().contiguous()."""
@@ -74,6 +75,7 @@ def test_headline_each_stage_faster_and_beats_torch(headline):
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_headline_last_stage_at_85_percent_of_copy(headline):
     peaks, stages = headline
     assert stages[-1]["gbps"] >= 0.85 * peaks["copy_gbps"], (stages[-1]["gbps"], peaks["copy_gbps"])
