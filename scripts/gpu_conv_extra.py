@@ -1,9 +1,9 @@
 """One run on an H100/H200 that checks and times convolution's missing pieces (issue 14, session 3):
-the fused conv + bias + ReLU (+ residual) epilogue and the transposed convolution.
+the fused conv + bias + ReLU (+ residual) epilogue, the transposed convolution, and FFT convolution.
 
     python scripts/gpu_conv_extra.py OUT_DIR [--budget 165] [--no-compile]
 
-1. Correctness: every stage of conv2d_bias_relu, conv2d_bias_add_relu and conv_transpose2d at the
+1. Correctness: every stage of conv2d_bias_relu, conv2d_bias_add_relu, conv_transpose2d and conv2d_fft at the
    operators' check sizes but the largest (odd sizes, C and K past the tiles, 3x3/4x4/5x5 filters at
    stride 1-3), random inputs and the adversarial ones (a NaN pixel, a huge bias; a corner impulse),
    against the float64 reference. One line each: PASS/FAIL, relative error, tolerance.
@@ -14,8 +14,11 @@ the fused conv + bias + ReLU (+ residual) epilogue and the transposed convolutio
    torch conv2d(bias) + add + relu eager (cuDNN fp32, TF32 off) and torch.compile of the same expression
    at the headline; conv_transpose2d N32 C64 28x28 -> 56x56 K64 4x4 stride 2 pad 1 (and a 3x3 one) with
    torch.conv_transpose2d and its torch.compile.
+   conv2d_fft: N8 C3 256x256 images, one output channel, filters R = 3, 5, 7, 9, 11, 15, 21, 31: direct
+   against fft (and torch.conv2d at 7, 15 and 31).
 4. The targets: fused_epilogue against unfused (the must-show), each against eager torch and
-   torch.compile; the transposed conv's stages against each other and torch.
+   torch.compile; the transposed conv's stages against each other and torch; the smallest filter size
+   from which the FFT stage beats direct (the must-show names it).
 
 Everything goes to OUT_DIR/gpu_conv_extra.json. New items stop starting when --budget seconds are
 spent (the default keeps the run under 3 minutes on an H200); what was skipped is listed.
@@ -43,9 +46,10 @@ from workbench.bench import bench_size  # noqa: E402
 from workbench.check import adversarial_cases, check_stage  # noqa: E402
 from workbench.ladder import as_size, size_label, to_device, to_host  # noqa: E402
 
-from solutions import conv, conv_transpose  # noqa: E402
+from solutions import conv, conv_fft, conv_transpose  # noqa: E402
 
-OPS = [conv.bias_relu_op, conv.bias_add_relu_op, conv_transpose.op]
+OPS = [conv.bias_relu_op, conv.bias_add_relu_op, conv_transpose.op, conv_fft.op]
+FFT_SWEEP = [3, 5, 7, 9, 11, 15, 21, 31]  # filter sizes R at N8 C3 256x256
 OUT = {"device": None, "checks": [], "determinism": {}, "records": [], "failures": [], "errors": [],
        "skipped": [], "targets": {}}
 
@@ -94,6 +98,33 @@ def peaks_and_env():
     env = results.environment()
     OUT["device"] = env.get("device")
     return (results.stored_peaks(env["device"]) or {}), env
+
+
+def fft_sweep(peaks, env, deadline):
+    rows = []
+    for R in FFT_SWEEP:
+        size = (8, 3, 256, 256, R)
+        if time.time() > deadline:
+            OUT["skipped"].append(f"fft sweep R={R}")
+            continue
+        with_peer = R in (7, 15, 31)
+        recs, fails = bench_size(conv_fft.op, conv_fft.op.stages, size, peaks, np.random.default_rng(R), env,
+                                 with_peer=with_peer)
+        OUT["records"] += recs
+        OUT["failures"] += fails
+        for f in fails:
+            say(f"FAIL {f[:300]}")
+        t = {r["stage"]: r["median_us"] for r in recs}
+        rows.append({"R": R, **t})
+        torch_us = next((v for k, v in t.items() if k not in ("direct", "fft")), None)
+        say(f"FFT SWEEP R={R:2d}: direct {t.get('direct', float('nan')):9.1f} µs  fft {t.get('fft', float('nan')):9.1f} µs"
+            + (f"  torch {torch_us:9.1f} µs" if torch_us else ""))
+    OUT["fft_sweep"] = rows
+    measured = [r["R"] for r in rows if "fft" in r and "direct" in r]
+    wins = [r["R"] for r in rows if r["R"] in measured and r["fft"] < r["direct"]]
+    first = next((R for R in measured if all(q in wins for q in measured if q >= R)), None)  # and every larger R
+    OUT["targets"]["conv2d_fft crossover"] = {"fft_wins_at": wins, "fft_wins_from_R": first}
+    say(f"TARGET conv2d_fft @ 8x3x256x256: fft beats direct at R = {wins}; from R = {first} on")
 
 
 def time_operator(op, size, peaks, env, deadline, with_compile):
@@ -161,9 +192,14 @@ def main():
     if got:
         peaks, env = got
         # Headline sizes first (with torch.compile), then the second shapes (eager torch only).
-        for op in OPS:
+        # The must-shows first: the epilogue pair at the headline (with torch.compile), the FFT sweep; then
+        # the transposed conv's headline, then the second shapes (eager torch only).
+        for op in OPS[:2]:
             attempt(f"time {op.name}", time_operator, op, op.headline_size, peaks, env, deadline, not args.no_compile)
-        for op in OPS:
+        attempt("fft sweep", fft_sweep, peaks, env, deadline)
+        attempt("time conv_transpose2d", time_operator, conv_transpose.op, conv_transpose.op.headline_size, peaks,
+                env, deadline, not args.no_compile)
+        for op in OPS[:3]:
             for size in op.bench_sizes:
                 if as_size(size) != as_size(op.headline_size):
                     attempt(f"time {op.name}", time_operator, op, size, peaks, env, deadline, False)
