@@ -3,7 +3,8 @@
     python scripts/gpu_cnn.py OUT_DIR [--budget 165]
 
 Operators: depthwise3x3, maxpool2d, batchnorm_train, batchnorm_infer (solutions/cnn.py), avgpool2d,
-global_avgpool (solutions/pooling.py).
+global_avgpool (solutions/pooling.py), conv_bn_folded (solutions/conv_bn.py: conv -> BN -> ReLU, unfolded
+against folded; its two stages' relative errors are the fold's accuracy difference).
 
 1. Correctness: every stage at the operators' check sizes but the largest (odd H and W, C past a tile,
    borders), a random input and the first adversarial one (NaN, channels at 1e4, constant images),
@@ -14,7 +15,7 @@ global_avgpool (solutions/pooling.py).
    memory ceiling (copy, or read for global_avgpool), and x torch.
 3. TARGET lines: best stage, last stage's % of peak and x torch per operator and shape. The issue wants
    the final depthwise/pooling/BatchNorm stages >= 85% of copy and >= 1.0x torch at N128, and
-   batchnorm_train >= 1.5x torch.
+   batchnorm_train >= 1.5x torch. For conv_bn_folded the line adds both stages' relative errors.
 
 Everything goes to OUT_DIR/gpu_cnn.json. New items stop starting when --budget seconds are spent (the
 default keeps the run under 3 minutes on an H200); what was skipped is listed.
@@ -42,7 +43,7 @@ from workbench.bench import bench_size  # noqa: E402
 from workbench.check import adversarial_cases, check_stage  # noqa: E402
 from workbench.ladder import as_size, size_label  # noqa: E402
 
-from solutions import cnn, pooling  # noqa: E402
+from solutions import cnn, conv_bn, pooling  # noqa: E402
 
 OUT = {"device": None, "checks": [], "records": [], "failures": [], "errors": [], "skipped": [], "targets": {}}
 
@@ -130,6 +131,10 @@ def summarise():
         last = max(stages.values(), key=lambda r: r["order"])
         row["last_stage_pct_of_peak"] = last.get("pct_of_peak")
         row["last_vs_peer"] = peer["median_us"] / last["median_us"] if peer else None
+        if "folded_weights" in stages and "conv_then_bn" in stages:
+            f, u = stages["folded_weights"], stages["conv_then_bn"]
+            row["folded_vs_unfolded"] = u["median_us"] / f["median_us"]
+            row["folded_rel_err"], row["unfolded_rel_err"] = f["rel_err"], u["rel_err"]
         if "winograd" in stages and "implicit_gemm" in stages:
             w, i = stages["winograd"], stages["implicit_gemm"]
             row["winograd_vs_implicit_gemm"] = i["median_us"] / w["median_us"]
@@ -140,6 +145,9 @@ def summarise():
         if "winograd_vs_implicit_gemm" in row:
             extra = (f"; winograd {row['winograd_vs_implicit_gemm']:.2f}x implicit GEMM, error "
                      f"{row['winograd_rel_err']:.2g} vs {row['implicit_gemm_rel_err']:.2g}")
+        if "folded_vs_unfolded" in row:
+            extra += (f"; folded {row['folded_vs_unfolded']:.2f}x conv_then_bn, error {row['folded_rel_err']:.2g} "
+                      f"vs {row['unfolded_rel_err']:.2g}")
         if row["last_stage_pct_of_peak"] is not None:
             extra += (f"; last stage {last['stage']} {row['last_stage_pct_of_peak']:.0f}% of its pattern's peak, "
                       f"{row['last_vs_peer'] or float('nan'):.2f}x torch")
@@ -156,7 +164,7 @@ def main():
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     deadline = START + args.budget
-    ops = [*cnn.OPERATORS, *pooling.OPERATORS]
+    ops = [*cnn.OPERATORS, *pooling.OPERATORS, *conv_bn.OPERATORS]
     # Checks get the first third of the budget; timing the rest.
     check_deadline = START + args.budget / 3
     for op in ops:
@@ -168,7 +176,7 @@ def main():
         # The must-show shapes first (N128), then one more shape per operator while the budget lasts.
         plan = [(cnn.bn_op, [head]), (cnn.bn_infer_op, [head]), (cnn.depthwise_op, [head]),
                 (cnn.maxpool_op, [head]), (pooling.avg_op, [head + (2,), head + (3,)]),
-                (pooling.gap_op, [head, (128, 512, 7, 7)]),
+                (pooling.gap_op, [head, (128, 512, 7, 7)]), (conv_bn.op, [conv_bn.op.headline_size]),
                 (cnn.bn_op, [(32, 256, 14, 14)]), (cnn.bn_infer_op, [(32, 256, 14, 14)])]
         for op, sizes in plan:
             attempt(f"time {op.name}", lambda: time_operator(op, sizes, peaks, env, deadline))

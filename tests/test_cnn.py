@@ -104,3 +104,19 @@ def test_batchnorm_infer_vectors_at_least_torch():
     times = {r["stage"]: r["median_us"] for r in stages}
     assert peer is not None
     assert peer["median_us"] / times["vectors"] >= 1.0, (times, peer["median_us"])
+
+
+# -- conv_bn_folded: the fold's rounding -----------------------------------------------------------------------
+
+@pytest.mark.slow  # two simulated implicit GEMM blocks per stage: seconds each
+def test_folded_weights_stays_within_tolerance_on_a_tiny_variance_channel():
+    """A channel with a variance 1e4 times smaller than the others has a scale 100 times larger: its
+    folded weights span a wider range and its bias beta - mean * s is a difference of large numbers.
+    Both stages must stay within the operator's tolerance there."""
+    from solutions import conv_bn
+
+    size = (1, 2, 7, 9, 5)
+    inputs = conv_bn.tiny_variance_inputs(size, np.random.default_rng(9))
+    for stage in conv_bn.op.stages:
+        result = check_stage(stage, size, np.random.default_rng(9), inputs=inputs, label="tiny-variance")
+        assert result.passed, (stage.key, result.message)
