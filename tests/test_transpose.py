@@ -47,9 +47,10 @@ def test_bad_input_is_refused_with_a_clear_error(which, bad, match):
         op.stages[-1](*args)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def headline():
-    """Every stage timed at 16384 x 16384 in one run, with the measured copy bandwidth."""
+    """Every stage timed at 16384 x 16384 in one run (once per process: tests.headline caches it), with the
+    measured copy bandwidth. Function-scoped so that it runs under the timing lock (tests/conftest.py)."""
     from tests.headline import headline as measure_headline
 
     peaks, stages, _ = measure_headline(op)
