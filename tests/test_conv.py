@@ -9,7 +9,7 @@ import workbench  # noqa: F401  (chooses GPU or simulator before numba is import
 from workbench.check import check_stage
 from workbench.ladder import InputError, to_device
 
-from solutions import cnn, conv, conv_transpose
+from solutions import cnn, conv, conv_fft, conv_transpose
 
 
 def _device_args(*arrays):
@@ -164,3 +164,32 @@ def test_conv_transpose_gather_stages_beat_scatter():
     _, stages, _ = headline(conv_transpose.op)
     times = {r["stage"]: r["median_us"] for r in stages}
     assert times["gather"] < times["scatter"] and times["shared_tile"] < times["gather"], times
+
+
+# -- conv2d_fft ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("H, W, R, P", [(256, 256, 31, 512), (256, 200, 1, 256), (250, 7, 7, 256), (1, 1, 1, 1),
+                                        (17, 13, 7, 32)])
+def test_fft_length_leaves_no_wrap_around(H, W, R, P):
+    assert conv_fft.fft_length(H, W, R) == P and P >= max(H, W) + R - 1
+
+
+def test_conv_fft_refuses_even_filters_and_lines_past_one_block():
+    x, w4, out = _device_args(np.ones((1, 2, 8, 8), np.float32), np.ones((2, 4, 4), np.float32),
+                              np.empty((1, 8, 8), np.float32))
+    with pytest.raises(InputError, match="R odd"):
+        conv_fft.fft(x, w4, out)
+    x, w, out = _device_args(np.ones((1, 1, 1000, 2), np.float32), np.ones((1, 31, 31), np.float32),
+                             np.empty((1, 1000, 2), np.float32))
+    with pytest.raises(InputError, match="at most 1024"):
+        conv_fft.direct(x, w, out)
+
+
+@pytest.mark.gpu
+def test_fft_beats_direct_at_31x31():
+    """The must-show: at N8 C3 256x256 with a 31x31 filter the FFT stage is faster than direct."""
+    from tests.headline import headline
+
+    _, stages, _ = headline(conv_fft.op)
+    times = {r["stage"]: r["median_us"] for r in stages}
+    assert times["fft"] < times["direct"], times
