@@ -144,6 +144,8 @@ def _direct(x, w, out):
         h = i // W % H
         n = i // (W * H)
         pad = R // 2
+        # HINT: acc = sum over c, r, s of w[c, r, s] * x[n, c, h - pad + r, col - pad + s], skipping taps outside the image.
+        # BEGIN SOLUTION
         acc = float32(0.0)
         for c in range(C):
             for r in range(R):
@@ -153,6 +155,7 @@ def _direct(x, w, out):
                         cc = col - pad + s
                         if 0 <= cc < W:
                             acc += w[c, r, s] * x[n, c, hh, cc]
+        # END SOLUTION
         out[n, h, col] = acc
 
 
@@ -195,6 +198,9 @@ def _fft_in_shared(line, twiddles, P, bits, sign):
     t = cuda.threadIdx.x
     half = 1
     for _ in range(bits):
+        # HINT: in the round whose butterflies span `half`, thread t joins i0 = (t // half) 2 half + t % half and i0 + half.
+        # HINT: with twiddle = exp(-pi i j / half) (conjugated for the inverse), u = line[i0], v = line[i0 + half] * twiddle: line[i0] = u + v, line[i0 + half] = u - v; then a barrier.
+        # BEGIN SOLUTION
         j = t % half  # this butterfly's place in its group
         i0 = t // half * 2 * half + j
         twiddle = twiddles[j * (P // (2 * half))]  # exp(-pi i j / half)
@@ -205,6 +211,7 @@ def _fft_in_shared(line, twiddles, P, bits, sign):
         line[i0] = u + v
         line[i0 + half] = u - v
         cuda.syncthreads()
+        # END SOLUTION
         half *= 2
 
 
@@ -254,10 +261,13 @@ def _multiply_accumulate(X, Wf, Y):
     if i < N * P * P:
         e = i % (P * P)
         n = i // (P * P)
+        # HINT: one complex multiply-add per input channel: the spectra of image n's channel c (plane n C + c of X) times the filter's.
+        # BEGIN SOLUTION
         acc = complex64(0)
         for c in range(C):
             acc += X[n * C + c, e // P, e % P] * Wf[c, e // P, e % P]
         Y[n, e // P, e % P] = acc
+        # END SOLUTION
 
 
 @cuda.jit

@@ -1,0 +1,357 @@
+# --------------------------------------------------------------------------------------------------
+# EXERCISE generated from solutions/conv_transpose.py by `workbench exercises build`. This copy is yours:
+# fill in every block marked TODO(exercise), then grade it:
+#     workbench grade conv_transpose2d            (or conv_transpose2d.<stage>)
+# The grader checks each stage against the operator in solutions/conv_transpose.py (reference, inputs,
+# tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
+# is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
+# was filled with poison. On a GPU each stage must also reach 60% of the
+# speed of the solution's stage, measured in the same run.
+# `workbench exercises build` never overwrites this file once you have edited it (the line below
+# tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
+# and keeps your version beside it as a .bak file.
+# generated-sha256: d0ca7d2a03e4267c8b391430c2e39037d1fc61b9195075585209ddffe61269ff
+# --------------------------------------------------------------------------------------------------
+"""Transposed 2-D convolution (NCHW float32): the upsampling layer of decoders and GANs, and the gradient
+of conv2d with respect to its input.
+
+out[n, k, ho, wo] = sum of x[n, c, h, w] * wt[c, k, r, s] over every (c, h, w, r, s) with
+                    h * stride - pad + r = ho  and  w * stride - pad + s = wo
+as torch.nn.functional.conv_transpose2d computes it (output_padding 0, dilation 1, groups 1). Each input
+pixel is spread over an R x S window of the output, windows placed ``stride`` apart, and ``pad`` rows
+and columns cropped from each side: Ho = (H - 1) stride - 2 pad + R (and Wo likewise). With stride 2,
+a 4x4 filter and padding 1 it doubles the image (28x28 -> 56x56), the DCGAN layer.
+
+Read as the gradient: if y = conv2d(x', wt, stride, pad) then dL/dx' = conv_transpose2d(dL/dy, wt,
+stride, pad), with wt's first axis conv2d's output channels; which is why the filter is C x K x R x S,
+the input's channels first.
+
+The ladder is the choice between pushing and pulling:
+
+1. ``scatter``: each input pixel pushes its filter-weighted contributions into the outputs its window
+   covers, with atomic additions (neighbouring windows overlap when R > stride).
+2. ``gather``: each output pulls the inputs that reach it; the stride's holes are skipped by parity,
+   so no atomics and no wasted taps.
+3. ``shared_tile``: the gather, with a block's input patch and filters staged in shared memory and
+   each thread computing 8 output channels from each input value it reads.
+
+Inputs: x float32 (N, C, H, W), w float32 (C, K, R, S), geometry int32 [stride, pad] (a device array the
+kernels read, as conv2d_general's), out float32 (N, K, Ho, Wo), overwritten. Size: N x C x H x W x K x
+R x S x STRIDE x PAD.
+"""
+
+import math
+
+import numpy as np
+from numba import cuda, float32
+
+from workbench import peers
+from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
+
+EPS32 = float(np.finfo(np.float32).eps)
+MAX_STRIDE = 4
+MAX_TAPS_1D = 5  # filters up to 5x5 (the shared patch and filter tile are sized for it)
+
+
+def output_hw(H, W, R, S, stride, pad):
+    """(Ho, Wo), as torch.nn.functional.conv_transpose2d counts them (output_padding 0)."""
+    return (H - 1) * stride - 2 * pad + R, (W - 1) * stride - 2 * pad + S
+
+
+def _inputs(size, rng):
+    N, C, H, W, K, R, S, stride, pad = size
+    x = rng.uniform(-1.0, 1.0, (N, C, H, W)).astype(np.float32)
+    w = rng.uniform(-1.0, 1.0, (C, K, R, S)).astype(np.float32)
+    return x, w, np.array([stride, pad], np.int32)
+
+
+def _reference(x, w, geometry):
+    """float64: for each filter tap, every input pixel's contribution lands on a strided grid of the
+    uncropped output (one tensordot over c per tap); then the padding is cropped."""
+    stride, pad = (int(v) for v in geometry)
+    N, C, H, W = x.shape
+    _, K, R, S = w.shape
+    full = np.zeros((N, K, (H - 1) * stride + R, (W - 1) * stride + S))
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    for r in range(R):
+        for s in range(S):
+            contribution = np.tensordot(x64, w64[:, :, r, s], axes=(1, 0)).transpose(0, 3, 1, 2)
+            full[:, :, r:r + stride * (H - 1) + 1:stride, s:s + stride * (W - 1) + 1:stride] += contribution
+    Ho, Wo = output_hw(H, W, R, S, stride, pad)
+    return np.ascontiguousarray(full[:, :, pad:pad + Ho, pad:pad + Wo])
+
+
+def _taps_1d(n, taps, stride, pad):
+    """How many (input, tap) pairs of one axis land inside the cropped output."""
+    out = (n - 1) * stride - 2 * pad + taps
+    return sum(1 for i in range(n) for t in range(taps) if 0 <= i * stride - pad + t < out)
+
+
+def _flops(size):
+    N, C, H, W, K, R, S, stride, pad = size
+    return 2 * N * C * K * _taps_1d(H, R, stride, pad) * _taps_1d(W, S, stride, pad)
+
+
+def _bytes(size):
+    N, C, H, W, K, R, S, stride, pad = size
+    Ho, Wo = output_hw(H, W, R, S, stride, pad)
+    return 4 * (N * C * H * W + C * K * R * S + N * K * Ho * Wo)
+
+
+def _tolerance(size, dtype):
+    # Each output sums about C R S / stride^2 products of zero-mean terms: rounding grows like its sqrt.
+    N, C, H, W, K, R, S, stride, pad = size
+    return max(1e-5, 4 * EPS32 * math.sqrt(C * R * S))
+
+
+def _adversarial(size, rng):
+    """One bright pixel in the top-left corner of every channel, and a NaN in the bottom-right one of
+    channel 0, on a zero image: the top-left outputs are the filter itself (a flipped or shifted filter,
+    or taps of the wrong parity show), the bottom-right ones NaN, which must propagate."""
+    x, w, geometry = _inputs(size, rng)
+    x = np.zeros_like(x)
+    x[:, :, 0, 0] = 1.0
+    x[:, 0, -1, -1] = np.nan
+    return [("corner-impulse-and-nan", (x, w, geometry))]
+
+
+def _validate(x, w, geometry, out):
+    expect_device_array("x", x, dtype=np.float32, ndim=4)
+    expect_device_array("w", w, dtype=np.float32, ndim=4)
+    if w.shape[0] != x.shape[1]:
+        raise InputError(f"w must be C x K x R x S with C = {x.shape[1]} (x's channels first, as torch's "
+                         f"conv_transpose2d weight), got {tuple(w.shape)}")
+    expect_device_array("geometry", geometry, dtype=np.int32, shape=(2,))
+    # The one host read of the checked call (the benchmark calls the launcher, which reads nothing).
+    host = geometry if hasattr(geometry, "copy_to_host") else cuda.as_cuda_array(geometry)
+    stride, pad = (int(v) for v in host.copy_to_host())
+    N, C, H, W = x.shape
+    _, K, R, S = w.shape
+    if not 1 <= stride <= MAX_STRIDE or max(R, S) > MAX_TAPS_1D:
+        raise InputError(f"conv_transpose2d takes stride 1..{MAX_STRIDE} and filters up to "
+                         f"{MAX_TAPS_1D}x{MAX_TAPS_1D}; got stride {stride}, {R}x{S}")
+    if not 0 <= pad < min(R, S):
+        raise InputError(f"padding must be 0..{min(R, S) - 1} for a {R}x{S} filter, got {pad}")
+    Ho, Wo = output_hw(H, W, R, S, stride, pad)
+    if Ho < 1 or Wo < 1:
+        raise InputError(f"padding {pad} crops the whole {Ho + 2 * pad}x{Wo + 2 * pad} output")
+    expect_device_array("out", out, dtype=np.float32, shape=(N, K, Ho, Wo))
+
+
+def _output(size):
+    N, C, H, W, K, R, S, stride, pad = size
+    return np.empty((N, K, *output_hw(H, W, R, S, stride, pad)), np.float32)
+
+
+def _peer(size):
+    torch = peers.torch()
+    if torch is None:
+        return None
+    stride, pad = size[7], size[8]
+    conv_transpose2d = torch.nn.functional.conv_transpose2d
+
+    def run(x, w, geometry, out):
+        with peers.without_tf32(torch):
+            result = conv_transpose2d(peers.as_torch(x), peers.as_torch(w), stride=stride, padding=pad)
+        peers.as_torch(out).copy_(result)
+
+    return "torch.conv_transpose2d (cuDNN fp32)", run
+
+
+def _expression(torch, size):
+    stride, pad = size[7], size[8]
+    return lambda x, w, geometry: torch.nn.functional.conv_transpose2d(x, w, stride=stride, padding=pad)
+
+
+op = Operator(
+    name="conv_transpose2d",
+    title="Transposed convolution (NCHW float32, any stride and padding; conv2d's input gradient)",
+    reference=_reference,
+    make_inputs=_inputs,
+    make_output=_output,
+    bytes_moved=_bytes,
+    flops=_flops,
+    validate=_validate,
+    tolerance=_tolerance,
+    peer=_peer,
+    torch_expression=_expression,
+    bound="compute",
+    size_names=("N", "C", "H", "W", "K", "R", "S", "stride", "pad"),
+    adversarial_inputs=_adversarial,
+    # Quick tier (the middle size): a 4x4 filter at stride 2, 8x10 outputs, K and the output width
+    # multiples of no tile. The slow tier adds a 3x3 at stride 2 (parity classes of 2 and 1 taps) and
+    # a stride-1 5x5 past the 8-channel tile.
+    sim_sizes=[(1, 2, 3, 4, 3, 3, 3, 2, 1), (1, 3, 4, 5, 5, 4, 4, 2, 1), (2, 3, 5, 4, 9, 5, 5, 1, 2)],
+    check_sizes=[(1, 1, 1, 1, 1, 1, 1, 1, 0), (2, 3, 7, 9, 5, 3, 3, 2, 1), (3, 17, 13, 11, 33, 4, 4, 2, 1),
+                 (2, 9, 10, 12, 10, 5, 5, 3, 2), (32, 64, 28, 28, 64, 4, 4, 2, 1)],
+    bench_sizes=[(32, 64, 28, 28, 64, 4, 4, 2, 1), (32, 128, 14, 14, 64, 3, 3, 2, 1)],
+    headline_size=(32, 64, 28, 28, 64, 4, 4, 2, 1),
+    rank=324,
+    group="Convolution: direct, im2col + GEMM, implicit GEMM, Winograd",
+    record_all_sizes=True,
+)
+
+THREADS = 256
+
+
+@cuda.jit
+def _zero(out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = float32(0.0)
+
+
+# -- 1. scatter: each input pixel pushes into the outputs it reaches, with atomics ---------------------------
+
+@cuda.jit
+def _scatter(x, w, geometry, out):
+    i = cuda.grid(1)
+    N, C, H, W = x.shape
+    K, R, S = w.shape[1], w.shape[2], w.shape[3]
+    Ho, Wo = out.shape[2], out.shape[3]
+    if i < N * K * H * W:
+        # A thread per input pixel (h, w) and output channel k; neighbouring threads take neighbouring w.
+        w_in = i % W
+        h = i // W % H
+        k = i // (W * H) % K
+        n = i // (W * H * K)
+        stride = geometry[0]
+        pad = geometry[1]
+        # EXERCISE: write this part of `_scatter`. Read the hints one at a time.
+        #   hint 1 (nudge): input pixel (h, w_in) lands on out[.., h * stride - pad + r, w_in * stride - pad + s] for each tap (r, s) inside the output.
+        #   hint 2 (nearly the answer): sum its contribution over c in a register, then cuda.atomic.add it there: the windows of neighbouring pixels overlap.
+        pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def _scatter_traffic(size):
+    # On top of the minimum: the output zeroed first, and each contribution an atomic read-modify-write
+    # (8 bytes, served by L2 at best), R S per input pixel and output channel.
+    N, C, H, W, K, R, S, stride, pad = size
+    Ho, Wo = output_hw(H, W, R, S, stride, pad)
+    return _bytes(size) + 4 * N * K * Ho * Wo + 8 * N * K * _taps_1d(H, R, stride, pad) * _taps_1d(W, S, stride, pad)
+
+
+@op.stage("scatter", """
+    The definition read forwards: each input pixel, for each output channel, adds its R x S
+    weighted contributions into the output (the sum over input channels kept in a register, so one
+    atomic per tap, not C). Windows placed stride apart overlap when R > stride, so two threads may
+    add to the same output at once: the additions must be atomic, and the output must be zeroed first
+    (a second kernel). Slow: every output takes (R / stride)^2 atomic read-modify-writes, serialised
+    in L2 where they collide, and the zeroing pass writes the output twice. Nondeterministic: the
+    order of the float additions depends on which thread gets there first, so the last bits change
+    from run to run (a library that promises determinism never scatters). Its one merit: the loop
+    over inputs has no holes, which is why frameworks wrote the input gradient this way first.""",
+    bytes_moved=_scatter_traffic)
+def scatter(x, w, geometry, out):
+    N, K, Ho, Wo = out.shape
+    _, C, H, W = x.shape
+    flat = out.reshape(out.size)
+    _zero[blocks_for(out.size, THREADS), THREADS](flat)
+    _scatter[blocks_for(N * K * H * W, THREADS), THREADS](x, w, geometry, out)
+
+
+# -- 2. gather: each output pulls the inputs that reach it ------------------------------------------------
+
+@cuda.jit
+def _gather(x, w, geometry, out):
+    i = cuda.grid(1)
+    N, K, Ho, Wo = out.shape
+    C, H, W = x.shape[1], x.shape[2], x.shape[3]
+    R, S = w.shape[2], w.shape[3]
+    if i < out.size:
+        wo = i % Wo
+        ho = i // Wo % Ho
+        k = i // (Wo * Ho) % K
+        n = i // (Wo * Ho * K)
+        stride = geometry[0]
+        pad = geometry[1]
+        # EXERCISE: write this part of `_gather`. Read the hints one at a time.
+        #   hint 1 (nudge): input row h reaches output row ho through tap r = ho + pad - h * stride: only taps r with r = (ho + pad) mod stride do, and then h = (ho + pad - r) / stride exactly.
+        #   hint 2 (nearly the answer): loop r from (ho + pad) % stride up to R in steps of stride (s likewise), skip h or w outside the input, sum over c.
+        pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@op.stage("gather", """
+    The definition read backwards: a thread per output sums the inputs that reach it. Output row ho
+    is reached from input row h through tap r = ho + pad - h stride, so only the taps with r = (ho +
+    pad) mod stride contribute, each from exactly one row: the loops start at that parity and step by
+    the stride, and never visit the holes (a 4x4 filter at stride 2: 4 taps of 16 per output). One
+    thread owns each output: no atomics, no zeroing pass, one store, and the same sum in the same order
+    every run (deterministic). This is conv2d's direct stage with the roles of the axes swapped, and
+    what cuDNN's and torch's backward-data kernels compute, as a GEMM, in the stage after next.""")
+def gather(x, w, geometry, out):
+    _gather[blocks_for(out.size, THREADS), THREADS](x, w, geometry, out)
+
+
+# -- 3. shared_tile: the gather with the input patch and the filters in shared memory ----------------------
+
+TH, TW = 8, 32  # a block computes an 8 x 32 patch of outputs ...
+KT = 8  # ... for 8 output channels: each thread one pixel in 8 channels
+# The input rows such a patch reads: from (ho0 + pad - R + 1) / stride to (ho0 + TH - 1 + pad) / stride,
+# at most (TH + R - 2) / stride + 1 <= TH + R - 1 of them (stride 1).
+PATCH_ROWS = TH + MAX_TAPS_1D - 1
+PATCH_COLS = TW + MAX_TAPS_1D - 1
+MAX_TAPS = MAX_TAPS_1D * MAX_TAPS_1D
+
+
+@cuda.jit
+def _shared_tile(x, w, geometry, out):
+    patch = cuda.shared.array((PATCH_ROWS, PATCH_COLS), float32)
+    filters = cuda.shared.array((KT, MAX_TAPS), float32)
+    acc = cuda.local.array(KT, float32)
+    N, K, Ho, Wo = out.shape
+    C, H, W = x.shape[1], x.shape[2], x.shape[3]
+    R, S = w.shape[2], w.shape[3]
+    stride = geometry[0]
+    pad = geometry[1]
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    t = ty * TW + tx
+    k_groups = (K + KT - 1) // KT
+    n = cuda.blockIdx.z // k_groups
+    k0 = cuda.blockIdx.z % k_groups * KT
+    ho0 = cuda.blockIdx.y * TH
+    wo0 = cuda.blockIdx.x * TW
+    ho = ho0 + ty
+    wo = wo0 + tx
+    # The input patch this block's outputs read (floor divisions: the first row may be negative).
+    h_first = (ho0 + pad - R + 1) // stride
+    w_first = (wo0 + pad - S + 1) // stride
+    rows = (ho0 + TH - 1 + pad) // stride - h_first + 1
+    cols = (wo0 + TW - 1 + pad) // stride - w_first + 1
+    # This thread's first tap in each axis (its parity) and the patch row and column it reads there.
+    r_first = (ho + pad) % stride
+    s_first = (wo + pad) % stride
+    pr_first = (ho + pad - r_first) // stride - h_first
+    pc_first = (wo + pad - s_first) // stride - w_first
+    for kk in range(KT):
+        acc[kk] = float32(0.0)
+    # EXERCISE: write this part of `_shared_tile`. Read the hints one at a time.
+    #   hint 1 (nudge): per input channel c: copy the rows x cols input patch (zeros outside the image) and the KT filters' R x S taps for c into shared memory; a barrier.
+    #   hint 2 (nearly the answer): then each thread walks its parity's taps, r = r_first, r_first + stride, ... (the patch row moves up one per step: pr_first - (r - r_first) / stride), reads each patch value once and uses it for all KT channels; a second barrier.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+    if ho < Ho and wo < Wo:
+        for kk in range(KT):
+            if k0 + kk < K:
+                out[n, k0 + kk, ho, wo] = acc[kk]
+
+
+@op.stage("shared_tile", """
+    conv2d's shared-tile stage applied to the gather. A block takes an 8 x 32 patch of outputs in 8
+    output channels; for each input channel it first copies the input patch those outputs read (about
+    (8 + R) / stride x (32 + S) / stride pixels, zeros past the border) and the 8 filters' taps into
+    shared memory, then each thread walks its parity's taps, reading each input value once from shared
+    memory for 8 multiply-adds. Global loads per multiply-add drop about 8-fold and the bounds tests
+    leave the inner loop (the patch holds the zeros). What it does not fix: neighbouring threads have
+    different parities, so with a 3x3 filter at stride 2 half of a warp walks 2 taps per axis and the
+    other half 1 (a 4x4 filter divides evenly: 2 and 2); and the 8 channels per thread are far fewer
+    than an implicit GEMM's register tile. Libraries go further: split the output into its stride^2
+    parity classes, each an ordinary convolution with a (R / stride) x (S / stride) sub-filter, and
+    run each as an implicit GEMM (cuDNN's backward-data algorithms, CUTLASS's strided dgrad).""")
+def shared_tile(x, w, geometry, out):
+    N, K, Ho, Wo = out.shape
+    grid = (blocks_for(Wo, TW), blocks_for(Ho, TH), N * blocks_for(K, KT))
+    _shared_tile[grid, (TW, TH)](x, w, geometry, out)
+
+
+OPERATORS = [op]
