@@ -233,6 +233,190 @@ def depthwise_strips(x, w, out):
                                                         out.reshape(out.size), N, C, H, W)
 
 
+# == depthwise3x3_nhwc: the same layer, channels last =====================================================
+
+# In NCHW a plane is contiguous and a warp reads 32 neighbouring pixels of one channel; in NHWC
+# (channels last: x[n, h, w, c], what cuDNN's tensor-core kernels and torch's channels_last use) a
+# pixel's C channels are contiguous, and a warp reads 32 neighbouring channels of one pixel. A depthwise
+# filter never mixes channels, so the channel is the natural thing to put across a warp: every lane
+# does the same arithmetic on its own channel, coalesced, with no border divergence inside a warp (all
+# its lanes sit at the same pixel). The filter is stored as (3, 3, C), so the 32 lanes' weights of one
+# tap are contiguous too.
+
+def _nhwc_inputs(size, rng):
+    N, H, W, C = size
+    x = rng.uniform(-2.0, 2.0, (N, H, W, C)).astype(np.float32)
+    return x, rng.uniform(-1.0, 1.0, (3, 3, C)).astype(np.float32)
+
+
+def _nhwc_reference(x, w):
+    nchw = _depthwise_reference(np.ascontiguousarray(x.transpose(0, 3, 1, 2)),
+                                np.ascontiguousarray(w.transpose(2, 0, 1)))
+    return nchw.transpose(0, 2, 3, 1)
+
+
+def _nhwc_adversarial(size, rng):
+    x, w = _nhwc_inputs(size, rng)
+    # A constant image: borders count only the taps on the image; channels differ, so mixing them shows.
+    return [("constant-image", (np.ones_like(x), w))]
+
+
+def _nhwc_validate(x, w, out):
+    expect_device_array("x", x, dtype=np.float32, ndim=4)
+    expect_device_array("w", w, dtype=np.float32, shape=(3, 3, x.shape[3]))
+    expect_device_array("out", out, dtype=np.float32, shape=tuple(x.shape))
+
+
+def _nhwc_peer(size):
+    torch = peers.torch()
+    if torch is None:
+        return None
+    C = size[3]
+
+    def run(x, w, out):
+        # x is N x H x W x C in memory: as an N x C x H x W tensor it has channels_last strides, and
+        # cuDNN picks its channels-last kernel; the result comes back channels-last, i.e. NHWC.
+        x_cl = peers.as_torch(x).permute(0, 3, 1, 2)
+        weight = peers.as_torch(w).permute(2, 0, 1).reshape(C, 1, 3, 3).contiguous(
+            memory_format=torch.channels_last)
+        saved = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False
+        try:
+            y = torch.nn.functional.conv2d(x_cl, weight, padding=1, groups=C)
+        finally:
+            torch.backends.cudnn.allow_tf32 = saved
+        return y.permute(0, 2, 3, 1)
+
+    run.returns_output = True
+    return "torch.conv2d (groups=C, channels_last)", run
+
+
+def _nhwc_expression(torch, size):
+    C = size[3]
+    return lambda x, w: torch.nn.functional.conv2d(x.permute(0, 3, 1, 2), w.permute(2, 0, 1).reshape(C, 1, 3, 3),
+                                                   padding=1, groups=C).permute(0, 2, 3, 1)
+
+
+depthwise_nhwc_op = Operator(
+    name="depthwise3x3_nhwc",
+    title="Depthwise 3x3 convolution (padding 1), NHWC (channels last) float32",
+    reference=_nhwc_reference,
+    make_inputs=_nhwc_inputs,
+    make_output=lambda size: np.empty(size, np.float32),
+    bytes_moved=lambda size: 2 * _nchw_bytes(size) + 36 * size[3],
+    flops=lambda size: 18 * int(np.prod(size)),
+    validate=_nhwc_validate,
+    peer=_nhwc_peer,
+    torch_expression=_nhwc_expression,
+    adversarial_inputs=_nhwc_adversarial,
+    size_names=("N", "H", "W", "C"),
+    sim_sizes=[(1, 3, 5, 2), (1, 9, 10, 3), (2, 7, 6, 33)],
+    check_sizes=[(1, 1, 2, 1), (2, 17, 19, 3), (4, 28, 28, 64), (32, 56, 56, 64)],
+    bench_sizes=[(32, 56, 56, 64), (32, 14, 14, 256), (128, 56, 56, 64)],
+    headline_size=(128, 56, 56, 64),
+    rank=330.5,
+    group=GROUP,
+    record_all_sizes=True,
+)
+
+
+# -- 1. a thread per output, the channel across the warp ------------------------------------------------
+
+@cuda.jit
+def _depthwise_nhwc_naive(x, w, out):
+    i = cuda.grid(1)
+    N, H, W, C = x.shape
+    if i < x.size:
+        c = i % C
+        col = i // C % W
+        row = i // (C * W) % H
+        n = i // (C * W * H)
+        # HINT: the same nine taps as NCHW's naive stage, indexed x[n, h, w, c] and w[r, s, c]; taps off the image are zero.
+        # BEGIN SOLUTION
+        acc = float32(0.0)
+        for r in range(3):
+            h = row + r - 1
+            if 0 <= h < H:
+                for s in range(3):
+                    ww = col + s - 1
+                    if 0 <= ww < W:
+                        acc += w[r, s, c] * x[n, h, ww, c]
+        out[n, row, col, c] = acc
+        # END SOLUTION
+
+
+@depthwise_nhwc_op.stage("naive", """
+    depthwise3x3's naive kernel with the index order reversed: the channel varies fastest, so a
+    warp's 32 lanes take 32 channels of one pixel, and each of its nine tap loads is 128 contiguous
+    bytes (one coalesced line when C >= 32), as are the weight loads, stored (3, 3, C). The lanes of a
+    warp share their pixel, so the border tests never split a warp (in NCHW a warp spans a row's
+    edge). Still 18 loads, four divisions and signed indexing per output.""")
+def depthwise_nhwc_naive(x, w, out):
+    _depthwise_nhwc_naive[blocks_for(x.size, THREADS), THREADS](x, w, out)
+
+
+# -- 2. column strips, the channel across the warp ------------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def _nhwc_row_of_three(x, image, h, col, c, H, W, C, v):
+    """v = x[image, h, col - 1 .. col + 1, c], zeros off the image (unsigned addresses)."""
+    inside = 0 <= h < H
+    pixel = (image * H + h) * W + col
+    v[0] = x[uint64((pixel - 1) * C + c)] if inside and col > 0 else float32(0.0)
+    v[1] = x[uint64(pixel * C + c)] if inside else float32(0.0)
+    v[2] = x[uint64((pixel + 1) * C + c)] if inside and col + 1 < W else float32(0.0)
+
+
+@cuda.jit
+def _depthwise_nhwc_strips(x, w, out, N, H, W, C):
+    # x, out: flat views. Thread i: channel c of column col of strip `strip` of image n; neighbouring
+    # threads take neighbouring channels.
+    i = cuda.grid(1)
+    strips = (H + STRIP - 1) // STRIP
+    if i < N * strips * W * C:
+        c = i % C
+        col = i // C % W
+        strip = i // (C * W) % strips
+        n = i // (C * W * strips)
+        row0 = strip * STRIP
+        taps = cuda.local.array(9, float32)
+        above = cuda.local.array(3, float32)
+        middle = cuda.local.array(3, float32)
+        below = cuda.local.array(3, float32)
+        for k in range(9):
+            taps[k] = w[uint64(k * C + c)]
+        # HINT: as depthwise3x3.strips: rows row0 - 1 and row0 into `above` and `middle` (_nhwc_row_of_three), then per output row load the row below, compute, slide.
+        # BEGIN SOLUTION
+        _nhwc_row_of_three(x, n, row0 - 1, col, c, H, W, C, above)
+        _nhwc_row_of_three(x, n, row0, col, c, H, W, C, middle)
+        for r in range(STRIP):
+            row = row0 + r
+            _nhwc_row_of_three(x, n, row + 1, col, c, H, W, C, below)
+            if row < H:
+                acc = float32(0.0)
+                for s in range(3):
+                    acc += taps[s] * above[s] + taps[3 + s] * middle[s] + taps[6 + s] * below[s]
+                out[uint64(((n * H + row) * W + col) * C + c)] = acc
+            for s in range(3):
+                above[s] = middle[s]
+                middle[s] = below[s]
+        # END SOLUTION
+
+
+@depthwise_nhwc_op.stage("strips", """
+    depthwise3x3's strips in channels-last order: each thread computes 8 outputs down one column of
+    one channel, a 3-row window in registers, so loads per output drop from 9 to 3 (the horizontal
+    neighbours' loads are other warps' lines, served by L1) and the 9 weights are loaded once per
+    strip. The difference from NCHW is only the index order: a warp's loads are 32 channels of one
+    pixel, 128 contiguous bytes, whatever the width of the image (NCHW's 14-wide planes needed the
+    flat numbering to keep lanes busy; here C does that once C >= 32).""")
+def depthwise_nhwc_strips(x, w, out):
+    N, H, W, C = x.shape
+    n = N * blocks_for(H, STRIP) * W * C
+    _depthwise_nhwc_strips[blocks_for(n, THREADS), THREADS](x.reshape(x.size), w.reshape(w.size),
+                                                            out.reshape(out.size), N, H, W, C)
+
+
 # == maxpool2d ====================================================================================
 
 def _maxpool_reference(x):
@@ -1099,4 +1283,4 @@ def batchnorm_infer_vectors(x, gamma, beta, running_mean, running_var, out):
     _bn_apply(x, params.reshape(4 * C), out, C, H * W)
 
 
-OPERATORS = [depthwise_op, maxpool_op, bn_op, bn_infer_op]
+OPERATORS = [depthwise_op, depthwise_nhwc_op, maxpool_op, bn_op, bn_infer_op]
