@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/activations.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade act_relu            (or act_relu.<stage>; its other operators: act_leaky_relu, act_sigmoid, act_tanh, act_gelu, act_gelu_tanh, act_silu)
+#     workbench grade act_relu            (or act_relu.<stage>; its other operators: act_leaky_relu, act_sigmoid, act_tanh, act_gelu, act_gelu_tanh, act_silu, act_relu_fp16, act_gelu_fp16, act_gelu_tanh_fp16, act_silu_fp16, act_relu_bf16, act_gelu_bf16, act_gelu_tanh_bf16, act_silu_bf16)
 # The grader checks each stage against the operator in solutions/activations.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,9 +10,9 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 23fe084f88f614d8013d7a7c29831fdf22ae14bd10022cb78919e1c993468884
+# generated-sha256: e1497475a820163fc58f6ac1982b714f316a56ecb20086a0cd991449d022e752
 # --------------------------------------------------------------------------------------------------
-"""Activation functions on a float32 vector, from a thread per element to 16-byte loads and fast math.
+"""Activation functions on a float32, fp16 or bf16 vector, from a thread per element to 16-byte loads and fast math.
 
 ReLU, Leaky ReLU, Sigmoid, Tanh, GELU (the erf form and the tanh approximation) and SiLU (Swish):
 each reads one float32 and writes one, 8 bytes per element, and does between one and a few dozen
@@ -53,17 +53,37 @@ x / (1 + exp(-2u)), the same function (1 + tanh u = 2 / (1 + e^-2u)) without the
 1 + tanh u near -1, and with one exp and one division instead of a tanh. At -inf, x * 0 would be
 NaN where the limit is 0: GELU and SiLU return 0 there (a kernel that multiplies x by a factor
 tending to 0 returns NaN). NaN propagates through every function, as in torch.
+
+**fp16 and bf16** (``act_relu_fp16``, ``act_gelu_bf16``, ...: ReLU, both GELUs and SiLU, the functions
+networks store in 16 bits). The same float32 functions, with each element widened to float32 when it
+is loaded and rounded to 16 bits once, when it is stored (as torch computes them): half the bytes of
+the float32 operators, so at a copy's speed half the time. Three stages: ``widened`` (a thread per
+element, 2-byte loads), ``in_flight`` (16-byte loads of eight halves, four per thread issued before
+any is used: the float32 ladder's last kernel at 16 bits), ``fast_math`` (where there is an exp or an
+erfc: at 2 bytes an element the arithmetic per byte doubles, and the approximations' error, tens of
+float32 ulps, is a thousandth of a 16-bit result's rounding). Accuracy is counted in ulps of the
+16-bit result (``ulp_error(got, ref, dtype)``): a correct kernel is within half an ulp plus the
+float32 function's error, which is below 0.501.
 """
 
 import math
 
 import numpy as np
-from numba import cuda, float32, uint64
+from numba import cuda, float32, uint16, uint64
 
 from solutions._templates import instantiate
-from solutions._vector_io import aligned16, load4, store4
+from solutions._vector_io import (HALVES_PER_VECTOR, aligned16, bf16_to_float, f16_to_float, float_to_bf16,
+                                 float_to_f16, high_half, load4, load8, low_half, pack, store4, store8)
 from workbench import peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, sm_count
+
+try:
+    import ml_dtypes
+
+    BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency; without it only fp16 is offered
+    BFLOAT16 = None
+FLOAT16 = np.dtype(np.float16)
 
 THREADS = 256  # threads per block: a multiple of the 32-lane warp
 BLOCKS_PER_SM = 8  # 8 x 256 = 2048 threads, all a Hopper multiprocessor holds
@@ -206,17 +226,33 @@ def reference_of(name):
     return reference
 
 
-def ulp_error(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """|got - ref| in units of the float32 spacing at the reference (0 where both are the same NaN or
-    inf, inf where only one is): how many float32 steps a result is from the exact answer."""
+def ulp_error(got: np.ndarray, ref: np.ndarray, dtype=np.float32) -> np.ndarray:
+    """|got - ref| in units of the ``dtype`` spacing at the reference (0 where both are the same NaN or inf,
+    inf where only one is): how many steps of the result's format a result is from the exact answer.
+    At the format's largest finite value the step is the one below it (the one above is inf)."""
+    dtype = np.dtype(dtype)
     ref = np.asarray(ref, np.float64)
-    got64 = np.asarray(got, np.float32).astype(np.float64)
-    spacing = np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
+    got64 = np.asarray(got).astype(np.float64)
     with np.errstate(all="ignore"):
+        magnitude = np.abs(ref).astype(dtype)
+        spacing = np.spacing(magnitude).astype(np.float64)
+        largest = np.array(_largest(dtype), dtype)
+        top_step = float(largest.astype(np.float64) - _previous(largest).astype(np.float64))
+        spacing = np.where(np.isfinite(magnitude.astype(np.float64)) & ~np.isfinite(spacing), top_step, spacing)
         err = np.abs(got64 - ref) / spacing
     same_special = (np.isnan(got64) & np.isnan(ref)) | (np.isinf(ref) & (got64 == ref))
     err = np.where(same_special, 0.0, err)
     return np.where(np.isfinite(ref) | same_special, err, np.inf)
+
+
+def _largest(dtype):
+    return ml_dtypes.finfo(dtype).max if dtype == BFLOAT16 else np.finfo(dtype).max
+
+
+def _previous(value: np.ndarray) -> np.ndarray:
+    """The representable number just below a positive finite value (its bit pattern minus one)."""
+    unsigned = {2: np.uint16, 4: np.uint32}[value.dtype.itemsize]
+    return (value.view(unsigned) - unsigned(1)).view(value.dtype)
 
 
 # -- the operator's model -----------------------------------------------------------------------------
@@ -489,6 +525,201 @@ def _make_operator(act: Activation, rank: float) -> Operator:
     return op
 
 
-OPERATORS = [_make_operator(act, 350 + k) for k, act in enumerate(ACTIVATIONS)]
+OPERATORS = FLOAT32_OPERATORS = [_make_operator(act, 350 + k) for k, act in enumerate(ACTIVATIONS)]
 op = OPERATORS[0]
 BY_NAME = {act.name: o for act, o in zip(ACTIVATIONS, OPERATORS)}
+
+
+# ======================================================================================================
+# fp16 and bf16: half the bytes, float32 inside
+# ======================================================================================================
+# bf16 arrays are ml_dtypes.bfloat16 on the host and held as their 16-bit patterns on the device
+# (workbench.ladder.to_device): every kernel here takes the 16-bit patterns (uint16) of its arrays, and
+# `widen` / `narrow`, bound per format, turn a pattern into a float32 and a float32 into a pattern.
+
+HALF_FORMATS = [FLOAT16] + ([BFLOAT16] if BFLOAT16 is not None else [])
+HALF_ACTIVATIONS = ["relu", "gelu", "gelu_tanh", "silu"]  # what networks keep in 16 bits
+WIDEN = {"float16": f16_to_float, "bfloat16": bf16_to_float}
+NARROW = {"float16": float_to_f16, "bfloat16": float_to_bf16}
+# ‖out − ref‖ / ‖ref‖ of a correct kernel is the output's rounding: at most 2^-11 (fp16), 2^-8 (bf16)
+HALF_TOLERANCE = {"float16": 2e-3, "bfloat16": 1e-2}
+HALF_BLOCK_ELEMENTS = HALVES_PER_VECTOR * VECTORS_PER_THREAD * THREADS  # in_flight: 8192 halves (16 KiB) a block
+
+
+def short_name(dtype) -> str:
+    return "fp16" if np.dtype(dtype) == FLOAT16 else "bf16"
+
+
+def bits16(a):
+    """The 16-bit patterns of a 16-bit float array (same memory, no copy): what the kernels read and write."""
+    return a.view(np.uint16)
+
+
+# -- the 16-bit kernels: `activation`, `widen` and `narrow` are bound per (function, format) -------------
+
+def _apply_word(word):
+    """The activation of both halves of a 32-bit word, each widened to float32 and rounded back."""
+    low = narrow(activation(widen(low_half(word))))  # noqa: F821 - bound per instantiation
+    high = narrow(activation(widen(high_half(word))))  # noqa: F821
+    return pack(low, high)
+
+
+# -- 16-bit 1. widened
+
+def _widened(x, out):
+    i = cuda.grid(1)
+    # EXERCISE: write this part of `_widened`. Read the hints one at a time.
+    #   hint 1: x and out hold 16-bit patterns: widen(x[i]) is the float32 value, narrow(v) the pattern of v rounded to 16 bits.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def widened(x, out):
+    x16, out16 = bits16(x), bits16(out)
+    _widened[blocks_for(x16.size, THREADS), THREADS](x16, out16)  # noqa: F821
+
+
+# -- 16-bit 2. in_flight
+
+def _in_flight_halves(x, out):
+    n = uint64(x.size)
+    eight = uint64(HALVES_PER_VECTOR)
+    body = n - n % eight  # the halves in whole 16-byte vectors; the last n % 8 are the tail
+    s1 = uint64(HALVES_PER_VECTOR * THREADS)  # halves between one thread's vectors: each warp load one 512-byte run
+    s2 = s1 + s1
+    s3 = s2 + s1
+    i = uint64(cuda.blockIdx.x) * uint64(HALF_BLOCK_ELEMENTS) + eight * uint64(cuda.threadIdx.x)
+    # EXERCISE: write this part of `_in_flight_halves`. Read the hints one at a time.
+    #   hint 1 (nudge): As the float32 in_flight stage, with load8 / store8: one 16-byte access is eight halves, four 32-bit words of two halves each.
+    #   hint 2: Four load8 (i, i + s1, i + s2, i + s3) before the first store8; _apply_word(w) computes both halves of a word.
+    #   hint 3 (nearly the answer): if i + s3 < body: four load8, four store8 of _apply_word of each word. else: while i < body: one vector at a time, i += s1. Tail: e = body + cuda.grid(1); if e < n: out[e] = uint16(narrow(activation(widen(x[e]))))
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def in_flight_halves(x, out):
+    x16, out16 = bits16(x), bits16(out)
+    if not aligned16(x16, out16):  # a view starting mid-buffer: a 16-byte load there would fault
+        _widened[blocks_for(x16.size, THREADS), THREADS](x16, out16)  # noqa: F821
+        return
+    _in_flight_halves[blocks_for(x16.size, HALF_BLOCK_ELEMENTS), THREADS](x16, out16)  # noqa: F821
+
+
+# -- 16-bit 3. fast_math
+
+def fast_math_halves(x, out):
+    # _in_flight_halves_fast is _in_flight_halves compiled with fastmath=True: the only change is the flag
+    x16, out16 = bits16(x), bits16(out)
+    if not aligned16(x16, out16):
+        _widened[blocks_for(x16.size, THREADS), THREADS](x16, out16)  # noqa: F821
+        return
+    _in_flight_halves_fast[blocks_for(x16.size, HALF_BLOCK_ELEMENTS), THREADS](x16, out16)  # noqa: F821
+
+
+WIDENED = """
+    The float32 ladder's first kernel on 16-bit data: one thread per element, which loads the
+    element's 16 bits, widens them to float32 (fp16: one cvt.f32.f16; bf16: a 16-bit shift, since a
+    bf16 is the top half of a float32), computes the activation in float32 exactly as the float32
+    operator does, and rounds the result to 16 bits once, when it is stored (fp16: cvt.rn.f16.f32;
+    bf16: round to nearest even with integer adds, NaN kept a NaN). Half the bytes of float32, the
+    same instructions per element: a warp's load is 64 bytes, half a cache line."""
+
+IN_FLIGHT_HALVES = """
+    The float32 ladder's fastest kernel at 16 bits: a grid that covers the vector once, each thread
+    four 16-byte loads issued before any is used (load8: ld.global.v4.b32, eight halves each, 32
+    halves and 64 bytes in flight per thread), each 32-bit word taken apart into its two halves,
+    both computed in float32 and packed back, four 16-byte stores; the bounds tested once per thread
+    and a scalar tail of n % 8. The bytes in flight per thread are the float32 kernel's; the
+    arithmetic per byte is twice its, which is what the next stage is about."""
+
+FAST_MATH_HALVES = """
+    The same kernel compiled with fastmath=True. In float32 this bought nothing (the float32 kernels
+    wait on memory); at 16 bits each byte carries twice the arithmetic, and the approximations cost
+    nothing in accuracy: ex2.approx's error, tens of float32 ulps where |x| is large, is 2^13 times
+    smaller than a fp16 step (2^16 times a bf16 step), so the result rounds to the same 16 bits
+    except at a near tie (ulp_error shows at most 0.5 plus a hair against float64). What fastmath
+    also does, flushing float32 subnormal results to zero, touches only bf16, whose subnormals are
+    float32's: GELU and SiLU of |x| below 1e-38 come out 0 in bf16. """
+
+HALF_FAST = {  # what fastmath=True changes for each function, after FAST_MATH_HALVES
+    "gelu": """There is no fast erfc: libdevice's erfcf stays (its divisions approximate); erfcf is
+        the costliest function of the four, so this is where the arithmetic per byte is highest.""",
+    "gelu_tanh": """Here math.exp becomes ex2.approx and the division 1 / (1 + e) an approximate one.""",
+    "silu": """Here math.exp becomes ex2.approx and the division 1 / (1 + e) an approximate one.""",
+}
+
+HALF_SPECIALS = {  # the values random draws never hit, per format (float32's 3e38 is inf in fp16)
+    "float16": [np.nan, np.inf, -np.inf, 0.0, -0.0, 65504.0, -65504.0, 6e-8, -6e-8, 1e-5, -10.0, -16.0,
+                -20.0, 11.0, 300.0, -300.0],
+    "bfloat16": [np.nan, np.inf, -np.inf, 0.0, -0.0, 3e38, -3e38, 1e-40, -1e-40, 1e-30, -20.0, -90.0,
+                 -100.0, 20.0, 1e13, -1e13],
+}
+
+
+def _half_inputs(dtype):
+    def make(size, rng):
+        (n,) = size
+        return ((3.0 * rng.standard_normal(n)).astype(np.float32).astype(dtype),)
+    return make
+
+
+def _half_adversarial(dtype):
+    def make(size, rng):
+        (x,) = _half_inputs(dtype)(size, rng)
+        x[::3] = np.resize(np.array(HALF_SPECIALS[np.dtype(dtype).name], np.float32).astype(dtype), x[::3].size)
+        return [("specials", (x,))]
+    return make
+
+
+def _half_validate(dtype):
+    def validate(x, out):
+        expect_device_array("x", x, dtype=dtype, ndim=1)
+        expect_device_array("out", out, dtype=dtype, shape=tuple(x.shape))
+    return validate
+
+
+def _make_half_operator(act: Activation, dtype, rank: float) -> Operator:
+    fmt = np.dtype(dtype).name
+    short = short_name(dtype)
+    op = Operator(
+        name=f"act_{act.name}_{short}",
+        title=f"{act.title}, {short}",
+        reference=reference_of(act.name),
+        make_inputs=_half_inputs(dtype),
+        make_output=lambda size: np.empty(size, dtype),
+        bytes_moved=lambda size: 4 * size[0],  # read 2 bytes, write 2, once each
+        flops=lambda size, f=act.flops: f * size[0],
+        validate=_half_validate(dtype),
+        dtype=dtype,
+        tolerance=lambda size, _: HALF_TOLERANCE[fmt],
+        peer=_torch_peer(f"{act.torch_name} ({short})", act.torch_call),
+        torch_expression=lambda torch, size, call=act.torch_call: lambda x: call(torch, x),
+        adversarial_inputs=_half_adversarial(dtype),
+        check_sizes=[1, 7, 1029, 65_543, 1_000_003],
+        # quick: 203 (one block: the checked vector loop and a tail of 3); slow: 1 (the tail alone) and
+        # 8395 = 8192 + 203 (one block through the unchecked four-vector body, the last block checked)
+        sim_sizes=[1, 203, 8395],
+        bench_sizes=[2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28],
+        headline_size=(2**28,),
+        rank=rank,
+        group="Activations in fp16 and bf16: ReLU, GELU, SiLU (float32 inside)",
+    )
+    namespace = dict(globals(), activation=act.device, widen=WIDEN[fmt], narrow=NARROW[fmt])
+    tag = f"{act.name}_{short}"
+    namespace["_apply_word"] = instantiate(_apply_word, namespace, f"_apply_word_{tag}",
+                                           jit={"device": True, "inline": True})
+    for template in (_widened, _in_flight_halves):
+        namespace[template.__name__] = instantiate(template, namespace, f"{template.__name__}_{tag}", jit={})
+    stages = [(widened, "widened", WIDENED), (in_flight_halves, "in_flight", IN_FLIGHT_HALVES)]
+    if act.name in HALF_FAST:
+        namespace["_in_flight_halves_fast"] = instantiate(_in_flight_halves, namespace,
+                                                          f"_in_flight_halves_{tag}_fast", jit={"fastmath": True})
+        stages.append((fast_math_halves, "fast_math", FAST_MATH_HALVES + HALF_FAST[act.name]))
+    for launcher, name, summary in stages:
+        op.stage(name, summary, dtype=np.float32)(instantiate(launcher, namespace, f"{name}_{tag}"))
+    return op
+
+
+HALF_OPERATORS = [_make_half_operator(act, dtype, 357 + 0.1 * k)
+                  for k, (dtype, act) in enumerate((d, a) for d in HALF_FORMATS
+                                                   for a in ACTIVATIONS if a.name in HALF_ACTIVATIONS)]
+OPERATORS = FLOAT32_OPERATORS + HALF_OPERATORS
+BY_NAME.update({o.name: o for o in HALF_OPERATORS})

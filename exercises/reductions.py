@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/reductions.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade reduce_max            (or reduce_max.<stage>; its other operators: reduce_min, reduce_mean, reduce_sumsq, sum_rows, sum_cols)
+#     workbench grade reduce_max            (or reduce_max.<stage>; its other operators: reduce_min, reduce_mean, reduce_sumsq, sum_rows, sum_cols, amax_rows, amax_cols, amin_rows, amin_cols, mean_rows, mean_cols)
 # The grader checks each stage against the operator in solutions/reductions.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 8bdb50ee879a93d560f7c314ae209ccf4c61ae4c13ec1f509c6d24729ff12e69
+# generated-sha256: 8db9b2ff3222b2289d5c2b916b04103832e11af83d17f8ad1fb760d0dc99814d
 # --------------------------------------------------------------------------------------------------
 """Reductions beyond the sum: max, min, mean and sum of squares of a vector, and a matrix summed over
 its rows and over its columns.
@@ -427,13 +427,13 @@ def _column_bands(x, band_rows, partials):
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
-def _fold_bands(partials, out):
+def _fold_bands(partials, rows, out):
     c = cuda.grid(1)
     if c < out.size:
         acc = IDENTITY  # noqa: F821
         for band in range(partials.shape[0]):
             acc = combine(acc, partials[band, c])  # noqa: F821
-        out[c] = acc
+        out[c] = finish(acc, rows)  # noqa: F821
 
 
 def band_split(rows, strips):
@@ -450,7 +450,7 @@ def row_bands(x, out):
     band_rows, bands = band_split(rows, strips)
     partials = scratch(f"reductions.{NAME}.bands", (bands, cols))  # noqa: F821
     _column_bands[(strips, bands), (COLUMN_STRIP, ROW_LANES)](x, band_rows, partials)  # noqa: F821
-    _fold_bands[blocks_for(cols, THREADS), THREADS](partials, out)  # noqa: F821
+    _fold_bands[blocks_for(cols, THREADS), THREADS](partials, rows, out)  # noqa: F821
 
 
 THREAD_PER_ROW = """
@@ -487,11 +487,14 @@ def _matrix_inputs(size, rng):
     return (rng.uniform(-1.0, 2.0, (rows, cols)).astype(np.float32),)
 
 
-def _matrix_adversarial(dim):
+def _matrix_adversarial(kind):
     def make(size, rng):
         rows, cols = size
         (x,) = _matrix_inputs(size, rng)
-        # A NaN in one row and column, +inf in another, +inf and -inf meeting in a third (NaN too).
+        if kind in ("max", "min"):
+            # all of one sign, away from 0 (an identity of 0 would win every row or column without a special)
+            x = (-1.0 if kind == "max" else 1.0) * rng.uniform(1.0, 2.0, (rows, cols)).astype(np.float32)
+        # A NaN in one row and column, +inf in another, +inf and -inf meeting in a third (NaN for a sum).
         x[rows // 2, cols // 2] = np.nan
         x[0, 0] = np.inf
         x[-1, -1] = np.inf
@@ -508,65 +511,95 @@ def _matrix_validate(dim):
 
 
 class MatrixReduction:
-    def __init__(self, name, title, dim, stages, kernels, peer):
-        self.name, self.title, self.dim, self.stages, self.kernels, self.peer = name, title, dim, stages, kernels, peer
+    """One row of the table the matrix operators are made from: an operation (as the vector table's) and
+    an orientation (dim=1: over each row, contiguous; dim=0: over each column, strided)."""
+
+    def __init__(self, kind, dim, combine, finish, identity, torch_name, note):
+        self.kind, self.dim, self.combine, self.finish, self.identity = kind, dim, combine, finish, identity
+        self.torch_name, self.note = torch_name, note
+        self.name = f"{kind}_{'rows' if dim == 1 else 'cols'}"
 
 
-def _torch_matrix_peer(dim):
+def _torch_matrix_peer(torch_name, dim):
     def peer(size):
         torch = peers.torch()
         if torch is None:
             return None
-        return (f"torch.sum(dim={dim})",
-                lambda x, out: torch.sum(peers.as_torch(x), dim=dim, out=peers.as_torch(out)))
+        call = getattr(torch, torch_name)
+        return (f"torch.{torch_name}(dim={dim})",
+                lambda x, out: call(peers.as_torch(x), dim=dim, out=peers.as_torch(out)))
     return peer
 
 
+def _torch_matrix_expression(torch_name, dim):
+    return lambda torch, size: lambda x: getattr(torch, torch_name)(x, dim=dim)
+
+
+MATRIX_REFERENCES = {"sum": np.sum, "amax": np.max, "amin": np.min, "mean": np.mean}  # NaN propagates in each
+ROW_STAGES = [(thread_per_row, "thread_per_row", THREAD_PER_ROW), (warp_per_row, "warp_per_row", WARP_PER_ROW)]
+COLUMN_STAGES = [(thread_per_column, "thread_per_column", THREAD_PER_COLUMN), (row_bands, "row_bands", ROW_BANDS)]
+ROW_KERNELS = [_thread_per_row, _warp_per_row]
+COLUMN_KERNELS = [_thread_per_column, _column_bands, _fold_bands]
+MAX_NOTE = """ The combining operation is the vector ladder's maximum (identity -inf; a NaN wins from
+    either side, as in torch.amax); the kernels are the sum's, instantiated with it."""
+MIN_NOTE = """ The combining operation is the vector ladder's minimum (identity +inf; a NaN wins from
+    either side, as in torch.amin); the kernels are the sum's, instantiated with it."""
+MEAN_NOTE = """ The kernels are the sum's; the one thread that writes an output divides the sum by the
+    number of elements it covers, once (finish), as torch.mean does."""
+
 MATRIX_REDUCTIONS = [
-    MatrixReduction("sum_rows", "Sum over each row of a float32 matrix (dim=1, contiguous)", 1,
-                    [(thread_per_row, "thread_per_row", THREAD_PER_ROW),
-                     (warp_per_row, "warp_per_row", WARP_PER_ROW)],
-                    [_thread_per_row, _warp_per_row], _torch_matrix_peer(1)),
-    MatrixReduction("sum_cols", "Sum over each column of a float32 matrix (dim=0, strided)", 0,
-                    [(thread_per_column, "thread_per_column", THREAD_PER_COLUMN),
-                     (row_bands, "row_bands", ROW_BANDS)],
-                    [_thread_per_column, _column_bands, _fold_bands], _torch_matrix_peer(0)),
+    MatrixReduction(kind, dim, combine, finish, identity, kind, note)
+    for kind, combine, finish, identity, note in [("sum", add, total, ZERO, ""),
+                                                  ("amax", maximum, total, NEG_INF, MAX_NOTE),
+                                                  ("amin", minimum, total, POS_INF, MIN_NOTE),
+                                                  ("mean", add, divide_by_n, ZERO, MEAN_NOTE)]
+    for dim in (1, 0)
 ]
+MATRIX_TITLES = {"sum": "Sum", "amax": "Maximum", "amin": "Minimum", "mean": "Mean"}
 
 
 def _make_matrix_operator(m: MatrixReduction, rank: float) -> Operator:
     dim = m.dim
+    reduce64 = MATRIX_REFERENCES[m.kind]
+    where = "row of a float32 matrix (dim=1, contiguous)" if dim == 1 else "column of a float32 matrix (dim=0, strided)"
+    # quick: the middle size: one block, not a multiple of a warp or of the 8 row lanes, big enough for every
+    # unrolled loop (warp_per_row's four lines need cols > 127, the band kernel's four rows rows > 24);
+    # slow: one element, and several blocks (two bands of rows for the column kernel, two strips)
+    sim_sizes = [(1, 1), (7, 130), (70, 20)] if dim == 1 else [(1, 1), (33, 20), (70, 45)]
     op = Operator(
         name=m.name,
-        pattern="read",  # the matrix read once, one row or column of sums written
-        title=m.title,
-        reference=lambda x: x.astype(np.float64).sum(axis=dim),
+        pattern="read",  # the matrix read once, one row or column of results written
+        title=f"{MATRIX_TITLES[m.kind]} over each {where}",
+        reference=lambda x: reduce64(x.astype(np.float64), axis=dim),
         make_inputs=_matrix_inputs,
         make_output=lambda size: np.empty(size[1 - dim], np.float32),
         bytes_moved=lambda size: 4 * size[0] * size[1] + 4 * size[1 - dim],
         flops=lambda size: size[0] * size[1],
         validate=_matrix_validate(dim),
-        tolerance=_sum_tolerance,
-        peer=m.peer,
-        adversarial_inputs=_matrix_adversarial(dim),
+        tolerance=_exact if m.kind in ("amax", "amin") else _sum_tolerance,
+        peer=_torch_matrix_peer(m.torch_name, dim),
+        # the sums keep their eager-only peer (their recorded comparisons are against torch.sum alone)
+        torch_expression=None if m.kind == "sum" else _torch_matrix_expression(m.torch_name, dim),
+        adversarial_inputs=_matrix_adversarial(m.kind),
         check_sizes=[(1, 1), (3, 5), (37, 1000), (1000, 37), (4097, 4099), (20000, 64)],
-        sim_sizes=[(1, 1), (9, 300), (70, 20)],  # quick: (1, 1), (9, 300); the compile check runs (70, 20): two bands
+        sim_sizes=sim_sizes,
         bench_sizes=[(1024, 1024), (4096, 4096), (8192, 8192), (16384, 16384)],
         headline_size=(16384, 16384),
         rank=rank,
         group="Reductions beyond the sum: max, min, mean, sum of squares; rows and columns",
     )
-    namespace = dict(globals(), combine=add, transform=itself, finish=total, IDENTITY=ZERO, NAME=op.name)
+    namespace = dict(globals(), combine=m.combine, transform=itself, finish=m.finish, IDENTITY=m.identity,
+                     NAME=op.name)
     namespace["_warp_fold"] = instantiate(_warp_fold, namespace, f"_warp_fold_{m.name}",
                                           jit={"device": True, "inline": True})
-    for template in m.kernels:
+    for template in ROW_KERNELS if dim == 1 else COLUMN_KERNELS:
         namespace[template.__name__] = instantiate(template, namespace, f"{template.__name__}_{m.name}", jit={})
-    for launcher, name, summary in m.stages:
-        op.stage(name, summary)(instantiate(launcher, namespace, f"{name}_{m.name}"))
+    for k, (launcher, name, summary) in enumerate(ROW_STAGES if dim == 1 else COLUMN_STAGES):
+        op.stage(name, summary + (m.note if k == 0 else ""))(instantiate(launcher, namespace, f"{name}_{m.name}"))
     return op
 
 
 OPERATORS = ([_make_vector_operator(r, 360 + k) for k, r in enumerate(VECTOR_REDUCTIONS)]
-             + [_make_matrix_operator(m, 366 + k) for k, m in enumerate(MATRIX_REDUCTIONS)])
+             + [_make_matrix_operator(m, 366 + 0.1 * k) for k, m in enumerate(MATRIX_REDUCTIONS)])
 op = OPERATORS[0]
 BY_NAME = {o.name: o for o in OPERATORS}

@@ -1,4 +1,4 @@
-"""Activation functions on a float32 vector, from a thread per element to 16-byte loads and fast math.
+"""Activation functions on a float32, fp16 or bf16 vector, from a thread per element to 16-byte loads and fast math.
 
 ReLU, Leaky ReLU, Sigmoid, Tanh, GELU (the erf form and the tanh approximation) and SiLU (Swish):
 each reads one float32 and writes one, 8 bytes per element, and does between one and a few dozen
