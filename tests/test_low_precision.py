@@ -92,7 +92,7 @@ def run(stage, *inputs):
 def test_packed_rows_of_one_and_two_columns(fmt):
     """Every row of one column is an edge element; with two, odd rows start in a word's high half."""
     op = OPS[f"rmsnorm_{fmt}"]
-    for stage in ("packed", "rows_in_flight"):
+    for stage in ("packed", "rows_in_flight", "in_registers"):
         for cols in (1, 2):
             result = check_stage(op[stage], (3, cols), np.random.default_rng(cols))
             assert result.passed, (stage, result.message)
@@ -104,7 +104,8 @@ UNROLLED = [("softmax_bf16", "packed"), ("layernorm_fp16", "widened"), ("layerno
             *(pytest.param(*case, marks=SLOW) for case in [
                 ("softmax_fp16", "widened"), ("softmax_fp16", "fast_exp"), ("layernorm_bf16", "packed"),
                 ("rmsnorm_fp16", "packed"), ("softmax_fp16", "rows_in_flight"),
-                ("rmsnorm_bf16", "rows_in_flight"), ("gelu_fp16", "widened"), ("gelu_bf16", "packed")])]
+                ("rmsnorm_bf16", "rows_in_flight"), ("gelu_fp16", "widened"), ("gelu_bf16", "packed"),
+                ("layernorm_bf16", "in_registers"), ("softmax_fp16", "in_registers")])]
 
 
 @pytest.mark.parametrize("name, stage", UNROLLED)
@@ -221,6 +222,31 @@ print(ptx)
     ptx = run_.stdout
     assert run_.returncode == 0, run_.stderr[-2000:]
     for instruction in ("ld.global.u32", "st.global.u32", "cvt.f32.f16", "cvt.rn.f16.f32", "ex2.approx"):
+        assert instruction in ptx, instruction
+    assert ".f64" not in ptx
+
+
+@pytest.mark.slow
+def test_in_registers_kernels_compile_to_vector_loads_and_paired_conversions():
+    """The in_registers paragraph's PTX: 16-byte loads and stores, one cvt.rn.bf16x2.f32 per pair, no float64."""
+    import subprocess
+    import sys
+
+    code = """
+import workbench
+from numba import cuda
+from numba.cuda import types
+from solutions import half_norms as h
+a16, a32 = types.Array(types.uint16, 1, "C"), types.Array(types.uint32, 1, "C")
+sig = (a16, a32, a16, a32, a16, a32, a16, a32, types.int64, types.int64, types.int64)
+ptx, _ = cuda.compile_ptx(h._layernorm_registers_bf16.py_func, sig, cc=(9, 0))
+print(ptx)
+"""
+    run_ = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**__import__("os").environ, "WORKBENCH_MODE": "compile"})
+    ptx = run_.stdout
+    assert run_.returncode == 0, run_.stderr[-2000:]
+    for instruction in ("ld.global.v4.u32", "st.global.v4.u32", "cvt.rn.bf16x2.f32"):
         assert instruction in ptx, instruction
     assert ".f64" not in ptx
 
