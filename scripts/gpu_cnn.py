@@ -2,7 +2,7 @@
 
     python scripts/gpu_cnn.py OUT_DIR [--budget 165]
 
-Operators: depthwise3x3, maxpool2d, batchnorm_train, batchnorm_infer (solutions/cnn.py), avgpool2d,
+Operators: depthwise3x3, depthwise3x3_nhwc, maxpool2d, batchnorm_train, batchnorm_infer (solutions/cnn.py), avgpool2d,
 global_avgpool (solutions/pooling.py), conv_bn_folded (solutions/conv_bn.py: conv -> BN -> ReLU, unfolded
 against folded; its two stages' relative errors are the fold's accuracy difference).
 
@@ -174,7 +174,7 @@ def main():
         peaks, env = got
         head = cnn.HEADLINE
         # The must-show shapes first (N128), then one more shape per operator while the budget lasts.
-        plan = [(cnn.bn_op, [head]), (cnn.bn_infer_op, [head]), (cnn.depthwise_op, [head]),
+        plan = [(cnn.bn_op, [head]), (cnn.bn_infer_op, [head]), (cnn.depthwise_op, [head]), (cnn.depthwise_nhwc_op, [(128, 56, 56, 64)]),
                 (cnn.maxpool_op, [head]), (pooling.avg_op, [head + (2,), head + (3,)]),
                 (pooling.gap_op, [head, (128, 512, 7, 7)]), (conv_bn.op, [conv_bn.op.headline_size]),
                 (cnn.bn_op, [(32, 256, 14, 14)]), (cnn.bn_infer_op, [(32, 256, 14, 14)])]

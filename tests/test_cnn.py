@@ -120,3 +120,10 @@ def test_folded_weights_stays_within_tolerance_on_a_tiny_variance_channel():
     for stage in conv_bn.op.stages:
         result = check_stage(stage, size, np.random.default_rng(9), inputs=inputs, label="tiny-variance")
         assert result.passed, (stage.key, result.message)
+
+
+@pytest.mark.slow  # the simulator sizes give each channel one statistics block; this one gives it two
+def test_bn_train_vector_passes_combines_the_partials_of_several_blocks():
+    size = (2, 2, 33, 33)  # 2178 elements a channel: two blocks, each a plane of 1089 (unaligned starts)
+    result = check_stage(cnn.bn_op["vector_passes"], size, np.random.default_rng(4))
+    assert result.passed, result.message
