@@ -17,9 +17,12 @@ a K x CRS matrix (w's own memory, as is) and X[j, q] is the input pixel tap j of
 * Winograd F(2x2, 3x3) (stage 5): transforms 4x4 input tiles so that each 2x2 block of outputs costs
   16 multiplies instead of 36 (2.25x fewer), at some accuracy. Libraries pick it for 3x3, stride-1
   layers with many channels.
-* FFT (not built here): a pointwise product in frequency space; wins only for large filters.
+* FFT (``solutions/conv_fft.py``, operator ``conv2d_fft``): a pointwise product in frequency space;
+  wins only for large filters and few channels.
 
-Two operators share these kernels:
+The transposed convolution (conv2d's input gradient) is ``solutions/conv_transpose.py``.
+
+Four operators share these kernels:
 
 ``conv2d``: 3x3 filters, stride 1, padding 1 (the layer ResNet and VGG are made of), size
 N x C x H x W x K. Its last stage is Winograd F(2x2, 3x3), which exists only for that geometry.
@@ -28,6 +31,11 @@ N x C x H x W x K. Its last stage is Winograd F(2x2, 3x3), which exists only for
 ``geometry`` (an int32 device array [stride, pad, dilation]; the kernels read it from device memory,
 so launchers never copy anything to the host), size N x C x H x W x K x R x S x STRIDE x PAD x DIL.
 Output size Ho = (H + 2 pad - dilation (R - 1) - 1) // stride + 1 (and Wo likewise).
+
+``conv2d_bias_relu`` and ``conv2d_bias_add_relu``: conv2d's layer with the epilogue a network puts after
+it, relu(conv(x, w) + bias[k]) and relu(conv(x, w) + bias[k] + residual) (a ResNet block's tail);
+inputs x, w, bias float32 (K,) (and residual, shaped as out). Stages: ``unfused`` (the implicit GEMM,
+then an epilogue kernel) and ``fused_epilogue`` (the epilogue on the accumulators, one store).
 
 Inputs: x float32 (N, C, H, W), w float32 (K, C, R, S), both C-contiguous; out float32 (N, K, Ho, Wo)
 is overwritten; x and w are never written.
