@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: e1497475a820163fc58f6ac1982b714f316a56ecb20086a0cd991449d022e752
+# generated-sha256: 94036a6ce4151836747f7a3f7c759641d3fc7c1ea316bc998dd9bd13e5c60499
 # --------------------------------------------------------------------------------------------------
 """Activation functions on a float32, fp16 or bf16 vector, from a thread per element to 16-byte loads and fast math.
 
@@ -694,9 +694,10 @@ def _make_half_operator(act: Activation, dtype, rank: float) -> Operator:
         torch_expression=lambda torch, size, call=act.torch_call: lambda x: call(torch, x),
         adversarial_inputs=_half_adversarial(dtype),
         check_sizes=[1, 7, 1029, 65_543, 1_000_003],
-        # quick: 203 (one block: the checked vector loop and a tail of 3); slow: 1 (the tail alone) and
-        # 8395 = 8192 + 203 (one block through the unchecked four-vector body, the last block checked)
-        sim_sizes=[1, 203, 8395],
+        # quick: 203 (one block: the checked vector loop and a tail of 3); slow: 1 (the tail alone). The
+        # unchecked four-vector body needs more than one 8192-half block: tests/test_activations.py runs it
+        # (8395 halves cost seconds a stage in the simulator, too many for every stage of eight operators)
+        sim_sizes=[1, 203],
         bench_sizes=[2**10, 2**14, 2**18, 2**20, 2**22, 2**24, 2**26, 2**28],
         headline_size=(2**28,),
         rank=rank,
