@@ -514,3 +514,57 @@ except ImportError as exc:
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.startswith("['answer-key']") and "cannot be imported while grading" in run.stdout, run.stdout
+
+
+# -- what a GPU shows differently: launch limits, races by their effect, large adversarial sizes -------
+
+def test_a_launch_past_the_grid_y_limit_is_refused_naming_the_limit():
+    """On a GPU the driver answers CUDA_ERROR_INVALID_VALUE; the grader's watch says which limit."""
+    from workbench.grade.watch import check_launch_limits
+    from workbench.simulator import LaunchLimitError
+
+    check_launch_limits((2**31 - 1, 65535, 65535), (32, 32, 1))  # at the limits: fine
+    with pytest.raises(LaunchLimitError, match="gridDim.y = 187501 exceeds its limit of 65535"):
+        check_launch_limits((1, 187501), (16, 16))
+    with pytest.raises(LaunchLimitError, match="1024 threads per block"):
+        check_launch_limits(1, (64, 32))
+
+
+class _Replies:
+    """A session whose second call of a case returns ``second``."""
+
+    def __init__(self, second):
+        self.second = second
+
+    def call(self, stage, case_id, inputs, out):
+        from workbench.grade.supervisor import CallReply
+
+        return CallReply(None, [], [], 0.0, self.second, list(inputs))
+
+
+def test_a_second_run_that_differs_is_named_a_race():
+    from workbench.grade.cases import Case, second_run_differs
+
+    _, (stage,) = resolve("histogram.global_atomics")
+    case = Case((1000,), "random", lambda: ())
+    first = np.arange(256, dtype=np.int32)
+    changed = first.copy()
+    changed[7] += 1
+    said = second_run_differs(stage, _Replies(changed), case, 0, (), first, 0.0)
+    assert "second run on the same inputs gave a different output" in said and "[7]" in said
+    assert second_run_differs(stage, _Replies(first.copy()), case, 0, (), first, 0.0) == ""
+    _, (stage,) = resolve("reduction.naive")
+    total = np.array([1000.0], np.float32)  # floats: a difference inside the tolerance is atomics' order
+    assert second_run_differs(stage, _Replies(total * np.float32(1 + 1e-6)), Case((1000,), "random", lambda: ()),
+                              0, (), total, 1e-5) == ""
+
+
+def test_on_a_gpu_the_adversarial_sets_also_run_at_a_large_size():
+    """Past one full resident grid (a missing grid-stride loop, a float32 running total), below 2^28."""
+    from workbench.grade.cases import ADVERSARIAL_LARGE_MAX_ELEMENTS, plan
+
+    op, _ = resolve("reduction")
+    sizes = [(1,), (31,), (1000,), (ADVERSARIAL_LARGE_MAX_ELEMENTS * 2,)]
+    adversarial = lambda cases: [c.size for c in cases if c.inputs not in ("random", "again, new inputs")]
+    assert set(adversarial(plan(op, sizes, 0))) == {(1,), (31,)}
+    assert set(adversarial(plan(op, sizes, 0, on_gpu=True))) == {(1,), (31,), (1000,)}

@@ -36,6 +36,7 @@ PLANTED = ROOT / "tests" / "planted"
 ENTRIES = sorted(CATALOG.glob("*.py"))
 CLASSES = ("race", "geometry", "numeric", "forgery", "correct")
 CASE_TIMEOUT_S = 120  # --timeout per case: a few SMs make every catalog kernel small
+GPU_CASE_TIMEOUT_S = 40  # on a GPU every case takes seconds; the hanging entries wait this long (import too)
 RUN_TIMEOUT_S = 1500  # the whole `workbench grade` run of one entry, hangs included
 
 
@@ -202,14 +203,33 @@ def _fingerprint(path: Path) -> tuple:
     return hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns
 
 
-def grade_entry(path: Path, want: dict) -> tuple[int, dict | None, str, float]:
+GPU_MAX_ELEMENTS = 1 << 25  # on a GPU, the catalog grades at the grader's sizes up to this many elements
+
+
+def gpu_sizes(target: str) -> list[str]:
+    """The grader's GPU sizes for ``target`` up to GPU_MAX_ELEMENTS, as --size arguments. Every entry's
+    mistake shows there (one full resident grid of an H200 is about 270 thousand threads; a float32
+    running total stalls on the large-first-element inputs, which the grader builds at the largest of
+    these sizes too); the 2^28 sizes only made the catalog take minutes an entry."""
+    from workbench.grade.targets import grade_sizes
+
+    _, (stage,) = resolve(target)
+    sizes = [s for s in grade_sizes(stage.op, "gpu") if int(np.prod(s)) <= GPU_MAX_ELEMENTS]
+    return ["x".join(map(str, s)) for s in sizes]
+
+
+def grade_entry(path: Path, want: dict, on_gpu: bool = False) -> tuple[int, dict | None, str, float]:
     """`workbench grade TARGET --impl PATH --json` in a session of its own: (exit status, report, stderr,
-    seconds). Quick entries at the grader's quick sizes, the others at its full sizes."""
+    seconds). Quick entries at the grader's quick sizes, the others at its full sizes (on a GPU: those
+    up to GPU_MAX_ELEMENTS)."""
     command = [sys.executable, "-m", "workbench.cli", "grade", want["target"], "--impl", str(path), "--json",
-               "--timeout", str(CASE_TIMEOUT_S), "--jobs", "1",
+               "--timeout", str(GPU_CASE_TIMEOUT_S if on_gpu else CASE_TIMEOUT_S), "--jobs", "1",
                "--no-speed"]  # the catalog is about verdicts on correctness; test_grade.py tests the speed bar
     if want.get("quick"):
         command.append("--quick")
+    elif on_gpu:
+        for size in gpu_sizes(want["target"]):
+            command += ["--size", size]
     t0 = time.monotonic()
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)  # a submission that kills its grader's group misses pytest
@@ -243,7 +263,8 @@ def _describe(stage: dict) -> str:
     return f"{stage['key']} {stage['status']} {stage.get('notes')}\n  " + "\n  ".join(rows)
 
 
-def check_verdict(path: Path, want: dict, returncode: int, report: dict | None, stderr: str) -> None:
+def check_verdict(path: Path, want: dict, returncode: int, report: dict | None, stderr: str,
+                  on_gpu: bool = False) -> None:
     assert "Traceback" not in stderr, f"`workbench grade` printed a traceback:\n{stderr[-3000:]}"
     assert report is not None, f"no JSON report (exit status {returncode}):\n{stderr[-3000:]}"
     stage = _stage(report, want["target"])
@@ -258,12 +279,14 @@ def check_verdict(path: Path, want: dict, returncode: int, report: dict | None, 
     assert stage["status"] == "failed", f"a wrong submission was not rejected:\n{_describe(stage)}"
     assert returncode == 1, f"exit status {returncode} for a failed stage"
     failed = [c for c in stage["cases"] if c["status"] == "failed"]
-    if want["reasons"] != ["*"]:
-        failed = [c for c in failed if c["reason"] in want["reasons"]]
-        assert failed, f"rejected, but not for {want['reasons']}:\n{_describe(stage)}"
-    if want.get("inputs"):
-        assert any(c["inputs"] == want["inputs"] for c in failed), (
-            f"not caught on the {want['inputs']!r} inputs:\n{_describe(stage)}")
+    reasons = want.get("gpu_reasons", want["reasons"]) if on_gpu else want["reasons"]
+    if reasons != ["*"]:
+        failed = [c for c in failed if c["reason"] in reasons]
+        assert failed, f"rejected, but not for {reasons}:\n{_describe(stage)}"
+    inputs = want.get("gpu_inputs", want.get("inputs")) if on_gpu else want.get("inputs")
+    if inputs:
+        assert any(c["inputs"] == inputs for c in failed), (
+            f"not caught on the {inputs!r} inputs:\n{_describe(stage)}")
     teaching = [c for c in failed if c["message"].strip() and c["advice"].strip()]
     assert teaching, f"no failed case says what went wrong and what to look at:\n{_describe(stage)}"
 
@@ -288,10 +311,10 @@ def check_side_effects(path: Path, want: dict, before: tuple) -> None:
 def grade_and_check(path: Path, on_gpu: bool) -> float:
     want = expectation(path)
     before = _fingerprint(path)
-    returncode, report, stderr, seconds = grade_entry(path, want)
+    returncode, report, stderr, seconds = grade_entry(path, want, on_gpu)
     check_side_effects(path, want, before)
     if want.get("cpu", True) or on_gpu:
-        check_verdict(path, want, returncode, report, stderr)
+        check_verdict(path, want, returncode, report, stderr, on_gpu)
     else:  # only a GPU shows this one: on CPU, grading must survive it and say something
         assert "Traceback" not in stderr and report is not None and returncode in (0, 1), stderr[-3000:]
     return seconds

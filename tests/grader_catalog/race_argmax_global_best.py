@@ -9,7 +9,9 @@ from numba import cuda, float32, int32
 
 from workbench.ladder import blocks_for, scratch
 
-EXPECT = {"target": "argmax.shared_tree", "class": "race", "verdict": "reject", "reasons": ["race"], "cpu": True}
+EXPECT = {"target": "argmax.shared_tree", "class": "race", "verdict": "reject", "reasons": ["race"],
+          "gpu_reasons": ["race", "wrong-values"],
+          "cpu": True}
 
 THREADS = 256
 NO_INDEX = 2**31 - 1

@@ -8,7 +8,9 @@ from numba import cuda, float32
 
 from workbench.ladder import blocks_for
 
-EXPECT = {"target": "gemm.coalesced", "class": "race", "verdict": "reject", "reasons": ["race"], "cpu": True}
+EXPECT = {"target": "gemm.coalesced", "class": "race", "verdict": "reject", "reasons": ["race"],
+          "gpu_reasons": ["race", "wrong-values"],
+          "cpu": True}
 
 SLICES = 4
 

@@ -9,6 +9,7 @@ from numba import cuda, int32
 from workbench.ladder import blocks_for
 
 EXPECT = {"target": "histogram.shared_privatized", "class": "race", "verdict": "reject", "reasons": ["race"],
+          "gpu_reasons": ["race", "wrong-values"],  # a GPU shows the race by its effect (README)
           "cpu": True, "quick": False}
 
 BINS = 256

@@ -10,6 +10,7 @@ from numba import cuda, int32
 from workbench.ladder import blocks_for
 
 EXPECT = {"target": "histogram.global_atomics", "class": "race", "verdict": "reject", "reasons": ["race"],
+          "gpu_reasons": ["race"],  # a GPU shows the race by its effect (README)
           "cpu": True}
 
 THREADS = 256

@@ -8,7 +8,9 @@ from numba import cuda, float32
 
 from workbench.ladder import blocks_for
 
-EXPECT = {"target": "matvec.warp_per_row", "class": "race", "verdict": "reject", "reasons": ["race"], "cpu": True}
+EXPECT = {"target": "matvec.warp_per_row", "class": "race", "verdict": "reject", "reasons": ["race"],
+          "gpu_reasons": ["race", "wrong-values"],
+          "cpu": True}
 
 THREADS = 256
 FULL_MASK = 0xFFFFFFFF

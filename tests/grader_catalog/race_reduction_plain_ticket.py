@@ -9,7 +9,9 @@ from numba import cuda, float32, int32
 
 from workbench.ladder import blocks_for, scratch
 
-EXPECT = {"target": "reduction.fused", "class": "race", "verdict": "reject", "reasons": ["race"], "cpu": True}
+EXPECT = {"target": "reduction.fused", "class": "race", "verdict": "reject", "reasons": ["race"],
+          "gpu_reasons": ["race", "unwritten", "wrong-values"],
+          "cpu": True}
 
 THREADS = 256
 

@@ -10,6 +10,7 @@ from numba import cuda, float32
 from workbench.ladder import blocks_for
 
 EXPECT = {"target": "reduction.warp_shuffle", "class": "race", "verdict": "reject", "reasons": ["race"],
+          "gpu_reasons": ["race", "wrong-values"],  # a GPU shows the race by its effect (README)
           "cpu": True, "quick": True}
 
 THREADS = 128

@@ -9,7 +9,9 @@ from numba import cuda, float32
 
 from workbench.ladder import blocks_for, scratch
 
-EXPECT = {"target": "scan.hillis_steele", "class": "race", "verdict": "reject", "reasons": ["race"], "cpu": True}
+EXPECT = {"target": "scan.hillis_steele", "class": "race", "verdict": "reject", "reasons": ["race"],
+          "gpu_reasons": ["race", "nan", "wrong-values"],
+          "cpu": True}
 
 THREADS = 256
 

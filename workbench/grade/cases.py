@@ -15,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 
+from .. import device as _device
 from ..check import adversarial_cases, judge, poison_like, tolerance_of
 from ..ladder import Size, as_size
 from .reasons import advice_for
@@ -22,6 +23,11 @@ from .report import PASSED, SKIPPED, CaseResult
 from .supervisor import CallReply, CaseAborted
 
 ADVERSARIAL_SIZES = 2  # adversarial input sets are graded at this many of the smallest sizes
+# On a GPU, also at the largest size of at most this many elements (a size past one full resident grid:
+# a missing grid-stride loop, a float32 running total or a grid sized from the SM count shows there on
+# the inputs built to expose it, e.g. the maximum at the very end, a large first element), but not at
+# the 2^28 sizes, where making the sets and their float64 reference costs more than it proves.
+ADVERSARIAL_LARGE_MAX_ELEMENTS = 1 << 25
 AGAIN = "again, new inputs"  # the label of the call that repeats the first size with fresh inputs
 VALUE_REASONS = ("wrong-values", "all-zeros", "unwritten", "uninitialised", "nan")
 
@@ -33,10 +39,10 @@ class Case:
     make: Callable[[], tuple]  # the inputs, made when the case runs
 
 
-def plan(op, sizes, seed: int) -> list[Case]:
+def plan(op, sizes, seed: int, on_gpu: bool = False) -> list[Case]:
     """The cases for one stage: each size on random inputs; the first size again on fresh inputs
     (a stage that keeps results between calls fails it); the operator's adversarial sets at the
-    smallest sizes."""
+    smallest sizes and, on a GPU, at the largest size of at most ADVERSARIAL_LARGE_MAX_ELEMENTS."""
     sizes = [as_size(s) for s in sizes]
 
     def random_inputs(size, stream):
@@ -44,8 +50,12 @@ def plan(op, sizes, seed: int) -> list[Case]:
 
     cases = [Case(size, "random", random_inputs(size, i)) for i, size in enumerate(sizes)]
     cases.insert(1, Case(sizes[0], AGAIN, random_inputs(sizes[0], 10_000)))
-    smallest = sorted(dict.fromkeys(sizes), key=lambda s: int(np.prod(s)))[:ADVERSARIAL_SIZES]
-    for j, size in enumerate(smallest):
+    by_elements = sorted(dict.fromkeys(sizes), key=lambda s: int(np.prod(s)))
+    adversarial = by_elements[:ADVERSARIAL_SIZES]
+    large = [s for s in by_elements if int(np.prod(s)) <= ADVERSARIAL_LARGE_MAX_ELEMENTS]
+    if on_gpu and large and large[-1] not in adversarial:
+        adversarial.append(large[-1])
+    for j, size in enumerate(adversarial):
         for label, inputs in adversarial_cases(op, size, np.random.default_rng([seed, 20_000 + j])):
             cases.append(Case(size, label, lambda inputs=inputs: inputs))
     return cases
@@ -130,13 +140,50 @@ def run_case(stage, session, case: Case, case_id: int, *, functions: list[dict],
     result.rel_err = None if checked.rel_err is None or not np.isfinite(checked.rel_err) else float(checked.rel_err)
     result.first_bad_index, result.worst = checked.first_bad_index, checked.worst
     if checked.failed:
-        result.fail(checked.reason, checked.message, advice_for(checked.reason, shared))
+        reason, message = checked.reason, checked.message
+        if reason in VALUE_REASONS and not _device.is_simulator():
+            differ = second_run_differs(stage, session, case, case_id, inputs, reply.out, result.tolerance)
+            if differ:
+                reason, message = "race", f"{message}; {differ}"
+        result.fail(reason, message, advice_for(reason, shared))
     return result
+
+
+def second_run_differs(stage, session, case: Case, case_id: int, inputs: tuple, first: np.ndarray,
+                        tolerance: float) -> str:
+    """On a GPU, a race shows as wrong values, not as a race (only the simulator watches every access):
+    run a wrong case again on the same inputs. A different output (beyond the tolerance: atomics may
+    add floats in another order) means the result depends on the order threads and blocks ran in.
+    Returns what to add to the message, or "" (the same output, or no second output to compare)."""
+    try:
+        reply = session.call(stage.name, case_id, inputs, poison_like(stage.op.make_output(case.size)))
+    except CaseAborted:
+        return ""
+    second = reply.out
+    if reply.error is not None or second is None or second.shape != first.shape:
+        return ""
+    if np.issubdtype(first.dtype, np.floating):
+        a, b = first.astype(np.float64), second.astype(np.float64)
+        finite = np.isfinite(a) & np.isfinite(b)
+        scale = max(1.0, float(np.max(np.abs(a[finite]), initial=0.0)))
+        same = np.where(finite, np.abs(a - b) <= tolerance * scale, (a == b) | (np.isnan(a) & np.isnan(b)))
+    else:
+        same = first == second
+    changed = np.flatnonzero(~same)
+    if not changed.size:
+        return ""
+    index = list(np.unravel_index(changed[0], first.shape)) if first.ndim else []
+    return (f"and a second run on the same inputs gave a different output ({changed.size} of {first.size} "
+            f"elements, first at index {[int(i) for i in index]}: {first.flat[changed[0]]} then "
+            f"{second.flat[changed[0]]}): the result depends on the order in which threads and blocks ran, a "
+            f"data race (or a read of memory nobody wrote, or of state kept from the previous call)")
 
 
 REFUSED = {"host-copy": "it read device data on the host", "host-write": "it wrote the output from the host",
            "process": "it started a process", "wrote-file": "it wrote to a file in the repository",
-           "answer-key": "it reached for the answer key"}
+           "answer-key": "it reached for the answer key",
+           "tampered": "it replaced numba's or the grader's own functions",
+           "signal": "it signalled a process that is not its own"}
 
 
 def _refused(reply: CallReply) -> tuple[str, str] | None:

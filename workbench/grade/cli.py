@@ -133,7 +133,8 @@ def add_cli(sub) -> None:
     s.add_argument("--seed", type=int, help="reproduce a run (the report prints its seed)")
     s.add_argument("--timeout", type=float,
                    help=f"seconds per case (default {TIMEOUT_SIM_S:.0f} in the simulator, "
-                        f"{TIMEOUT_GPU_S:.0f} on a GPU)")
+                        f"{TIMEOUT_GPU_S:.0f} on a GPU); importing the submission may take as long "
+                        "(at least 30 s, at most 120)")
     s.add_argument("--jobs", type=int,
                    help="files graded in parallel (default: CPU count in the simulator, 1 on a GPU)")
     s.add_argument("--no-speed", action="store_true", help="skip the speed bar on a GPU")

@@ -8,7 +8,8 @@ notebook, in-process) uses only the device-array guard, for the length of each c
   (``solutions/_*.py``, no answers in them) and the package itself may be.
 * **The repository** is not writable: opening a file in it for writing, removing, renaming or
   creating one is refused.
-* **Processes**: code of the submission may not start any (the libraries it calls may).
+* **Processes**: code of the submission may not start any (the libraries it calls may), nor signal a
+  process outside the worker's own session (the grader, its group).
 * **The host** (during a call, outside kernels): device data may not be read on the host (copies,
   indexing, numpy on a device array), and the output may not be written from the host: the stage
   must compute on the GPU, and its output must come from its kernels.
@@ -112,6 +113,35 @@ PROCESS_EVENTS = {"subprocess.Popen", "os.system", "os.fork", "os.forkpty", "os.
                   "os.exec", "os.startfile", "pty.spawn"}
 
 
+SIGNAL_EVENTS = {"os.kill", "os.killpg"}
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
+def _own_processes(event: str, target, sig) -> bool:
+    """Is a signal ``sig`` to ``target`` (a pid for os.kill, a group for os.killpg; 0, -1 and -group
+    as kill(2) reads them) meant for the worker's own session only (itself, what it started), or a
+    mere probe (signal 0)? A submission that kills its parent's group would otherwise take the
+    grader, and its report, with it."""
+    if sig == 0:
+        return True
+    own_group, own_session = os.getpgid(0), os.getsid(0)
+    if event == "os.killpg":
+        return target in (0, own_group)
+    if target == 0:
+        return True  # the caller's own group
+    if target == -1:
+        return False  # every process it may signal
+    if target < 0:
+        return -target == own_group
+    return target == os.getpid() or _session_of(target) == own_session
+
+
 class Guard:
     """The record of refusals, and the switches that say what is refused right now."""
 
@@ -146,6 +176,9 @@ class Guard:
                 if _inside(path, self.repo_root):
                     self.refuse("wrote-file", f"{event} {path}")
                     raise PermissionError(f"{event}({path!r}): the repository is read-only while grading")
+        elif event in SIGNAL_EVENTS and not _own_processes(event, *args[:2]):
+            self.refuse("signal", f"{event}{tuple(args[:2])}")
+            raise PermissionError(f"{event}{tuple(args[:2])}: a stage may not signal processes that are not its own")
         elif event in PROCESS_EVENTS and _submission_asked() and not _library_lookup():
             what = " ".join(map(str, args[1])) if event == "subprocess.Popen" and args[1:2] else event
             self.refuse("process", f"{event}: {what}"[:200])
@@ -170,7 +203,8 @@ class Guard:
         """While the ``with`` block runs: device data may be read only by kernels and libraries, and
         ``output`` written only by kernels."""
         self.output = output
-        patches = _simulator_patches(self) if _device.is_simulator() else _gpu_patches(self)
+        # numba's driver copies take the simulator's arrays too: guarded in both modes
+        patches = (_simulator_patches(self) if _device.is_simulator() else []) + _gpu_patches(self)
         undo = []
         try:
             for owner, name, value in patches:
@@ -292,7 +326,7 @@ def _simulator_patches(guard: Guard) -> list:
     return patches
 
 
-# -- a GPU: numba's device-to-host and host-to-device copies -------------------------------------------
+# -- numba's device-to-host and host-to-device copies (a GPU's, and the simulator's through them) -------------------------------------------
 
 def _gpu_patches(guard: Guard) -> list:
     from numba.cuda.cudadrv import driver
@@ -303,6 +337,7 @@ def _gpu_patches(guard: Guard) -> list:
         return not is_library_file(_requester(lambda f: f.startswith(cudadrv_dir)))
 
     original_d2h, original_h2d = driver.device_to_host, driver.host_to_device
+    original_pointer = getattr(driver, "device_pointer", None)  # the simulator's driver has none
 
     def device_to_host(dst, src, size, stream=0):
         if asked_by_submission():
@@ -311,10 +346,17 @@ def _gpu_patches(guard: Guard) -> list:
 
     def host_to_device(dst, src, size, stream=0):
         out = guard.output
-        if out is not None and asked_by_submission():
-            start = driver.device_pointer(out)
-            if start <= driver.device_pointer(dst) < start + out.alloc_size:
-                guard.host_write("a copy of host data into the output")
+        if out is not None and asked_by_submission() and _same_memory(dst, out, original_pointer):
+            guard.host_write("a copy of host data into the output")
         return original_h2d(dst, src, size, stream)
 
     return [(driver, "device_to_host", device_to_host), (driver, "host_to_device", host_to_device)]
+
+
+def _same_memory(dst, out, device_pointer) -> bool:
+    """Does a copy into ``dst`` land in the output ``out`` (a GPU's pointers, or the simulator's arrays)?"""
+    if device_pointer is None:
+        mine, theirs = getattr(dst, "__dict__", {}).get("_ary"), out.__dict__.get("_ary")
+        return isinstance(mine, np.ndarray) and isinstance(theirs, np.ndarray) and np.shares_memory(mine, theirs)
+    start = device_pointer(out)
+    return start <= device_pointer(dst) < start + out.alloc_size

@@ -52,6 +52,11 @@ ADVICE = {
     "wrote-file": ("the stage wrote to a file in the repository: grading must leave your files and the "
                    "repository as they were (the write was refused)"),
     "exited": "the stage ended the grading process: a launcher must return, not exit",
+    "tampered": ("the submission replaced (monkeypatched) numba's or the grader's own functions, such as a "
+                 "device array's copy_to_host: a stage launches kernels, it does not change the tools that "
+                 "read its results"),
+    "signal": ("the submission sent a signal to a process it did not start (the grader?): a stage may only "
+               "stop what is its own"),
     "channel": ("the grader's channel received data that was not the grader's: a submission must not write "
                 "to file descriptors it did not open"),
     "compile-error": "the kernel does not compile for the GPU (the message names the line and the types)",

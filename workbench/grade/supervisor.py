@@ -30,6 +30,7 @@ from .channel import Channel, ChannelClosed, ChannelGarbage, ChannelTimeout
 from .report import OUTPUT_SHOWN
 
 STARTUP_TIMEOUT_S = 120.0  # importing numba and the submission
+MIN_STARTUP_TIMEOUT_S = 30.0  # a short --timeout shortens the wait for an import that hangs, to this at least
 TOKEN_VARIABLE = "WORKBENCH_GRADE_TOKEN"
 
 
@@ -265,7 +266,7 @@ class WorkerSession:
                 self.worker.stop()  # it died between requests: its folder and strays go too
             self.worker = WorkerProcess(self.job)
             try:
-                reply = self.worker.start()
+                reply = self.worker.start(min(STARTUP_TIMEOUT_S, max(MIN_STARTUP_TIMEOUT_S, self.timeout)))
             except CaseAborted as exc:
                 reply = {"type": "loaded", "ok": False, "reason": exc.reason, "message": exc.message,
                          "refusals": [], "printed": exc.printed}

@@ -65,6 +65,7 @@ class Watch:
 
             def call(disp, args, launch_config):
                 watch.kernels.append(disp.py_func)
+                check_launch_limits(launch_config.griddim, launch_config.blockdim)
                 return original_call(disp, args, launch_config)
 
             self._stack.enter_context(_patched(dispatcher.CUDADispatcher, "call", call))
@@ -77,6 +78,89 @@ class Watch:
             self.kernels += [py for py, _ in self._recorded]
         self._stack.close()
         return False
+
+
+# The limits every CUDA GPU since compute capability 3.0 enforces on a launch. The driver refuses a
+# launch past them with a bare CUDA_ERROR_INVALID_VALUE; the grader says which limit instead (the
+# simulator refuses the same launches with the same LaunchLimitError).
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_BLOCK = (1024, 1024, 64)
+MAX_THREADS_PER_BLOCK = 1024
+
+
+def _dims(dims) -> tuple:
+    dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+    return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+
+
+def check_launch_limits(griddim, blockdim) -> None:
+    """Raise the simulator's LaunchLimitError, naming the limit, for a launch a GPU would refuse."""
+    from ..simulator import LaunchLimitError
+
+    grid, block = _dims(griddim), _dims(blockdim)
+    for name, dims, limits in (("gridDim", grid, MAX_GRID), ("blockDim", block, MAX_BLOCK)):
+        for axis, n, limit in zip("xyz", dims, limits):
+            if n > limit:
+                where = (" (a grid's y and z dimensions hold at most 65535 blocks: put the long dimension "
+                         "on x, or loop over it)") if name == "gridDim" and axis != "x" else ""
+                raise LaunchLimitError(f"{name}.{axis} = {n} exceeds its limit of {limit}{where}")
+    threads = block[0] * block[1] * block[2]
+    if threads > MAX_THREADS_PER_BLOCK:
+        raise LaunchLimitError(f"a block of {' x '.join(map(str, block))} = {threads} threads exceeds the "
+                               f"limit of {MAX_THREADS_PER_BLOCK} threads per block")
+
+
+# -- what the grader's own copies rely on, as it was before the submission was imported ------------------
+
+class Primitives:
+    """The functions the worker's own copies to and from the device go through, taken before the
+    submission is imported, and a check that they are still in place. A submission that replaces one
+    (``copy_to_host`` returning a forged answer, a driver copy, ``cuda.to_device``) is refused as
+    "tampered": the worker copies the outputs back with the functions taken here, never with the
+    ones the submission could have replaced."""
+
+    def __init__(self):
+        from numba import cuda
+
+        self.places: list = []  # (owner, name, the value taken)
+        self.copy_to_host = None
+        if _device.is_simulator():
+            from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray as Array
+
+            owners = [(Array, ("copy_to_host", "copy_to_device", "__getattr__", "__getitem__"))]
+        else:
+            from numba.cuda.cudadrv import devicearray, driver
+
+            Array = devicearray.DeviceNDArrayBase
+            owners = [(Array, ("copy_to_host", "copy_to_device", "device_ctypes_pointer", "alloc_size")),
+                      (devicearray.DeviceNDArray, tuple(n for n in ("copy_to_host", "__getitem__")
+                                                        if n in devicearray.DeviceNDArray.__dict__)),
+                      (driver, ("device_to_host", "host_to_device", "device_pointer", "device_ctypes_pointer",
+                                "host_pointer"))]
+        owners.append((cuda, ("to_device", "device_array", "device_array_like", "synchronize")))
+        for owner, names in owners:
+            for name in names:
+                if name in vars(owner):
+                    self.places.append((owner, name, vars(owner)[name]))
+        self.copy_to_host = vars(Array)["copy_to_host"]
+        self.to_device = cuda.to_device
+        self.synchronize = cuda.synchronize
+
+    def replaced(self) -> list[str]:
+        """What the submission has replaced since (empty: nothing)."""
+        return [f"{getattr(owner, '__name__', owner)}.{name}" for owner, name, value in self.places
+                if vars(owner).get(name) is not value]
+
+
+_primitives: Primitives | None = None
+
+
+def take_primitives() -> Primitives:
+    """Take them (once per process, before the submission is imported: the worker does it first)."""
+    global _primitives
+    if _primitives is None:
+        _primitives = Primitives()
+    return _primitives
 
 
 def _poisoned(allocate: Callable) -> Callable:
@@ -93,11 +177,10 @@ def run_watched(launch: Callable, inputs: tuple, out: np.ndarray, guard: Guard, 
     """Run ``launch(*inputs, out)`` on device copies (``out`` arrives poisoned) and report the facts.
     In the simulator, launches past ``max_threads`` CUDA threads in all are refused (too slow to run:
     "needs a GPU", never a hang)."""
-    from numba import cuda
-
-    d_inputs = [cuda.to_device(np.ascontiguousarray(a)) for a in inputs]
-    d_out = cuda.to_device(out)
-    cuda.synchronize()
+    own = take_primitives()
+    d_inputs = [own.to_device(np.ascontiguousarray(a)) for a in inputs]
+    d_out = own.to_device(out)
+    own.synchronize()
     guard.take()  # refusals before this call were reported with their own phase
     error = None
     t0 = time.perf_counter()
@@ -105,18 +188,24 @@ def run_watched(launch: Callable, inputs: tuple, out: np.ndarray, guard: Guard, 
     try:
         with guard.call(d_out), watch, _thread_budget(max_threads):
             launch(*d_inputs, d_out)
-            cuda.synchronize()
+            own.synchronize()
     except BaseException as exc:  # the learner's code: SystemExit and all, reported, never raised here
         if isinstance(exc, KeyboardInterrupt):
             raise
         error = classify(exc, submission_file)
     seconds = time.perf_counter() - t0
     launched = {id(f): f for f in map(python_function, watch.kernels) if f is not None}
-    outcome = CallOutcome(None, [], error, [describe(f) for f in launched.values()], guard.take(), seconds)
+    refusals = guard.take() + tampered(own)
+    outcome = CallOutcome(None, [], error, [describe(f) for f in launched.values()], refusals, seconds)
     if error is None:
-        outcome.out = d_out.copy_to_host()
-        outcome.inputs_after = [d.copy_to_host() for d in d_inputs]
+        outcome.out = own.copy_to_host(d_out)
+        outcome.inputs_after = [own.copy_to_host(d) for d in d_inputs]
     return outcome
+
+
+def tampered(own: Primitives) -> list[Refusal]:
+    """A refusal for each of the workbench's and numba's copy functions the submission replaced."""
+    return [Refusal("tampered", f"{what} was replaced (monkeypatched)") for what in own.replaced()]
 
 
 def simulated_device(sm_count: int | None):

@@ -23,7 +23,8 @@ from ..ladder import clear_scratch
 from .channel import Channel
 from .guards import Guard
 from .submission import describe_launcher, find_launch, load_file
-from .watch import classify, import_error_text, refusal_facts, run_watched, simulated_device
+from .watch import (classify, import_error_text, refusal_facts, run_watched, simulated_device, take_primitives,
+                    tampered)
 
 
 def _private_channel(fd: int) -> Channel:
@@ -62,6 +63,7 @@ class Worker:
 
     def serve(self) -> int:
         _load_gpu_libraries()
+        self.primitives = take_primitives()  # before the submission can replace any of them
         self.guard.install()
         with simulated_device(self.job.get("sm_count")):
             return self._serve()
@@ -95,7 +97,8 @@ class Worker:
             elif facts["reason"] not in ("needs-gpu", "exited"):
                 facts = {"reason": "import-error", "message": import_error_text(exc, path)}
             return {"type": "loaded", "ok": False, **facts, "refusals": refusal_facts(refusals)}
-        return {"type": "loaded", "ok": True, "refusals": refusal_facts(self.guard.take())}
+        return {"type": "loaded", "ok": True,
+                "refusals": refusal_facts(self.guard.take() + tampered(self.primitives))}
 
     def prepare(self, header: dict, arrays) -> tuple[dict, list]:
         launch, why = find_launch(self.module, header["op"], header["stage"])
@@ -125,7 +128,7 @@ class Worker:
             timing = measure(launch, arg_sets)
         except Exception as exc:  # the learner's launcher raised while being timed
             return {"type": "timed", "error": classify(exc, self.job["submission"])}, []
-        return {"type": "timed", "median_us": timing.median_us}, [arg_sets[0][-1].copy_to_host()]
+        return {"type": "timed", "median_us": timing.median_us}, [self.primitives.copy_to_host(arg_sets[0][-1])]
 
 
 def _die_with_the_grader() -> None:
