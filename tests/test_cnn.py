@@ -127,3 +127,15 @@ def test_bn_train_vector_passes_combines_the_partials_of_several_blocks():
     size = (2, 2, 33, 33)  # 2178 elements a channel: two blocks, each a plane of 1089 (unaligned starts)
     result = check_stage(cnn.bn_op["vector_passes"], size, np.random.default_rng(4))
     assert result.passed, result.message
+
+
+def test_maxpool_vectors_follows_torch_on_nan_and_ties_in_both_windows_of_a_load():
+    """Each 16-byte load holds two windows: a NaN in the second and ties in the first must land in the
+    right window with the right index (the last NaN, the first of equal values)."""
+    x = np.zeros((1, 1, 2, 8), np.float32)
+    x[0, 0, 0, 2] = np.nan
+    x[0, 0, 1, 3] = np.nan  # window 1: two NaNs, the last wins (index W + 3)
+    x[0, 0, :, 4:6] = 5.0  # window 2: four equal values, the first wins
+    (label, inputs) = ("nan-and-ties", (x,))
+    result = check_stage(cnn.maxpool_op["vectors"], (1, 1, 2, 8), np.random.default_rng(0), inputs=inputs, label=label)
+    assert result.passed, result.message
