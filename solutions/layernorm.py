@@ -656,8 +656,8 @@ def ilp(x, weight, bias, out):
 
 # Which kernel takes a row, by its width (the first row of BY_SHAPE whose limit covers it):
 WARP_ROW_COLS = 1024  # up to here: a warp per row, the row in registers (WARP_CHUNKS x 4 = 32 a lane)
-BLOCK_ROW_COLS = 16384  # up to here: a block per row, the row in registers (ROW_CHUNKS x 4 = 16 a thread)
-# wider: stage 7's kernel (layernorm) or stage 3's (rmsnorm), which take any width
+BLOCK_ROW_COLS = 16384  # rmsnorm: up to here a block per row, the row in registers (ROW_CHUNKS x 4 = 16 a thread)
+# wider: stage 7's kernel (layernorm, from 1025 columns) or stage 3's (rmsnorm), which take any width
 WARP_CHUNKS = 8  # 16-byte pieces of the row each lane holds in the warp-per-row kernels
 ROW_CHUNKS = 4  # 16-byte pieces each thread holds in the block-per-row kernels
 WARP_VALUES = 4 * WARP_CHUNKS
@@ -766,32 +766,34 @@ def _layernorm_warp_rows(x, weight, bias, out, rows, cols, vector):
 @cuda.jit
 def _layernorm_block_row(x, weight, bias, out, cols, vector):
     values = cuda.local.array(ROW_VALUES, float32)
-    sums = cuda.shared.array(32, float32)
-    squares_of = cuda.shared.array(32, float32)
     row = uint64(cuda.blockIdx.x)
     t = uint64(cuda.threadIdx.x)
     threads = uint64(cuda.blockDim.x)
     cols = uint64(cols)
     base = row * cols
     x0 = x[base]
-    # HINT: the warp kernel with a block: chunks c = 4 * (t + threads * k), k < ROW_CHUNKS, and
-    # HINT: _block_sum_into (one barrier each, its own shared buffer) instead of _warp_sum.
+    # HINT: the warp kernel with a block: chunks c = 4 * (t + threads * k), k < ROW_CHUNKS. Then, with no
+    # HINT: barrier, this thread's count n, mean and m2 = sum of (v - mean)^2 over its columns inside the
+    # HINT: row (shifted by x0); _block_merge combines the threads' (n, mean, m2): one barrier.
     # BEGIN SOLUTION
     for k in range(ROW_CHUNKS):  # all loads issued before any value is used
         c = uint64(4) * (t + threads * uint64(k))
         values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3] = _load_chunk(x, base, c, cols, vector)
+    n = float32(0.0)
     total = float32(0.0)
     for i in range(ROW_VALUES):
         if uint64(4) * (t + threads * uint64(i // 4)) + uint64(i % 4) < cols:
             values[i] -= x0
+            n += float32(1.0)
             total += values[i]
-    mean = _block_sum_into(total, sums) / float32(cols)
-    squares = float32(0.0)
+    mean = total / max(n, float32(1.0))  # this thread's columns only: no barrier yet
+    m2 = float32(0.0)
     for i in range(ROW_VALUES):
         if uint64(4) * (t + threads * uint64(i // 4)) + uint64(i % 4) < cols:
             d = values[i] - mean
-            squares += d * d
-    rstd = float32(1.0) / math.sqrt(_block_sum_into(squares, squares_of) / float32(cols) + EPS)
+            m2 += d * d
+    n, mean, m2 = _block_merge(n, mean, m2)  # the row's statistics, in every thread: one barrier
+    rstd = float32(1.0) / math.sqrt(m2 / float32(cols) + EPS)
     for k in range(ROW_CHUNKS):
         c = uint64(4) * (t + threads * uint64(k))
         _normalize_chunk(values, 4 * k, mean, rstd, _load_chunk(weight, uint64(0), c, cols, vector),
@@ -822,15 +824,18 @@ def warp_rows(x, weight, bias, out):
 
 
 def block_rows(x, weight, bias, out):
-    """by_shape's kernel for rows up to BLOCK_ROW_COLS wide: a block per row."""
+    """A block per row, the row in registers, for rows up to BLOCK_ROW_COLS wide (rmsnorm's by_shape
+    takes its twin; layernorm's table leaves it out until it beats stage 7: see BY_SHAPE)."""
     rows, cols = x.shape
     _expect_width(cols, BLOCK_ROW_COLS, "block_rows")
     _layernorm_block_row[rows, block_row_threads(cols)](
         _flat(x), _flat(weight), _flat(bias), _flat(out), cols, _vectors_fit(x, weight, bias, out))
 
 
-# The dispatch table: (widest row, kernel), first match wins; the last takes any width.
-BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (BLOCK_ROW_COLS, block_rows), (None, ilp.launch)]
+# The dispatch table: (widest row, kernel), first match wins; the last takes any width. block_rows is
+# not in it: on the H200 it was slower than stage 7 at 4096 and 12288 columns (350 vs 289 us at
+# 32768 x 4096, 205 vs 167 at 4096 x 12288); scripts/gpu_norm_shapes.py times it at those shapes.
+BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (None, ilp.launch)]
 
 
 def kernel_for(cols, table=BY_SHAPE):
@@ -841,15 +846,16 @@ def kernel_for(cols, table=BY_SHAPE):
     No one kernel wins at every shape, so the last stage chooses by row width. Rows up to 1024 wide
     get a warp each (four to a block; one, when rows are fewer than 4096, to spread them over every
     SM): the row sits in registers, 32 values a lane, read once with 16-byte loads (load4), and the
-    sums are shuffles alone, no barrier. Rows up to 16384 get a block each, 16 values a thread, as
-    many threads as that takes (256 at 4096, 768 at 12288): one read of x, two barriers, one write.
-    Both issue every load of the row before they use any (the fused stage 5 did not: its loads each
-    sat in a branch followed by their use, so one was in flight at a time), and both load the weight
-    and bias after the statistics and before the first store, so those loads too run ahead. Wider
-    rows take stage 7's kernel. A width not a multiple of 4 (rows not on 16-byte boundaries) is read
-    a column at a time. On the H200 stage 7 trailed torch.compile at 4096 columns (287 vs 255 us at
-    32768 rows, where compile runs at the copy ceiling with one read and one write) and torch at
-    1024 (141 vs 106); scripts/gpu_norm_shapes.py times every kernel of the table at each shape.""")
+    sums are shuffles alone, no barrier. It issues every load of the row before it uses any (the
+    fused stage 5 did not: its loads each sat in a branch followed by their use, so one was in
+    flight at a time), and loads the weight and bias after the statistics and before the first
+    store, so those loads too run ahead. Wider rows take stage 7's kernel. On the H200 stage 7
+    trailed torch at 1024 columns (141 vs 106 us at 32768 rows), and the warp kernel took 72 us
+    there. A block per row with the row in registers (block_rows, 16 values a thread) was timed
+    for 4096 to 12288 columns and lost to stage 7 (350 vs 289 us at 32768 x 4096, 205 vs 167 at
+    4096 x 12288), so the table does not pick it: a kernel is in the table where it was measured
+    faster, not where it should be. A width not a multiple of 4 (rows not on 16-byte boundaries)
+    is read a column at a time.""")
 def by_shape(x, weight, bias, out):
     kernel_for(x.shape[1])(x, weight, bias, out)
 
