@@ -13,13 +13,20 @@ In this order, each item on its own (a failure is reported and the run goes on):
    operator's torch expression, checked on 256 sampled rows against float64 and timed
    (``workbench.timing.measure``, 10 samples). One table per operator: us, GB/s, % of copy, x torch,
    x torch.compile. Must show: the last stage >= 85% of copy and >= 1.2x torch at the dtype.
-4. Diagnostics at 32768 x 4096: the in_registers kernels with the output rounded by integer operations
-   (two conversions a word, as the earlier stages) instead of cvt.rn.{f16,bf16}x2.f32, and with the
-   registers capped at 64 and 48 a thread (occupancy): what each idea of the stage is worth.
+4. Diagnostics at 32768 x 4096, each operator's in_registers kernel (a stage of RMSNorm only; for softmax
+   and LayerNorm the candidate ``h.softmax_in_registers``/``h.layernorm_in_registers``, slower than
+   rows_in_flight in the first H200 run) next to the ladder's last stage: as it is, with the output
+   rounded by integer operations (two conversions a word) instead of cvt.rn.{f16,bf16}x2.f32, and with
+   the registers capped at 48 and 40 a thread (more groups resident per multiprocessor: the occupancy
+   explanation of the stage's paragraph), and with 8 or 16 vectors a thread (64 or 32 threads a 4096-column
+   row: fewer threads, so fewer registers a row, more rows resident), from a copy of the module with
+   CHUNKS changed. A variant faster than rows_in_flight says the stage can come back for softmax/LayerNorm
+   in that form; every variant is checked against float64 before it is timed. Order: softmax and
+   LayerNorm first (the open question), RMSNorm last.
 5. GELU(x + bias) + residual fp16/bf16 at 16384 x 16384: every stage, torch, torch.compile.
 
-Writes ``OUT_DIR/gpu_half_norms.json``. Stops starting new items when ``--budget`` seconds (default 170)
-are spent, and says what it skipped; torch.compile gets at most 60 s of compilation in all.
+Writes ``OUT_DIR/gpu_half_norms.json``. Stops starting new items when ``--budget`` seconds (default 140)
+are spent, and says what it skipped (about 150 s in all on an H200); torch.compile gets at most 60 s of compilation in all.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ COMPILE_BUDGET_S = 60.0
 NORMS = ["layernorm_bf16", "layernorm_fp16", "softmax_bf16", "rmsnorm_bf16", "rmsnorm_fp16", "softmax_fp16"]
 OPS = {op.name: op for op in h.OPERATORS}
 
+HEADLINES: dict = {}  # op name -> its Headline at 32768 x 4096, made once (inputs on the device)
 RESULTS: dict = {"device": None, "peaks": None, "checks": [], "timings": [], "diagnostics": [], "must_show": [],
                  "registers": {}, "skipped": [], "errors": []}
 attempt = functools.partial(gpu_log.attempt, RESULTS["errors"])
@@ -144,7 +152,7 @@ def compiled_launch(op, size, torch, spent):
 
 
 def run_operator(op, size, copy_gbps, torch, spent, with_compile, must_show) -> None:
-    bench = Headline(op, size)
+    bench = HEADLINES[op.name] = Headline(op, size)
     rows = []
     made = op.peer(size) if op.peer else None
     eager = bench.row("torch", made[1], "peer", copy_gbps) if made else None
@@ -236,17 +244,57 @@ def variant_kernels(name, max_registers=None, integer_rounding=False):
     return kernel, launch
 
 
+CANDIDATES = {"softmax": "softmax_in_registers", "layernorm": "layernorm_in_registers"}  # not stages
+LAUNCHERS = {"softmax": "softmax_in_registers", "layernorm": "layernorm_in_registers", "rmsnorm": "rmsnorm_in_registers"}
+DIAGNOSED = ["softmax_fp16", "layernorm_fp16", "softmax_bf16", "layernorm_bf16", "rmsnorm_fp16", "rmsnorm_bf16"]
+
+
+@functools.lru_cache(maxsize=None)
+def module_with_chunks(chunks: int):
+    """A second copy of solutions/half_norms.py whose in_registers kernels hold ``chunks`` 16-byte vectors a
+    thread (CHUNKS; 4 in the module): 8 puts a 4096-column row on 64 threads, 16 on one warp. numba reads
+    the module's globals when it compiles, so setting them before the first launch is enough."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"half_norms_chunks{chunks}", h.__file__)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.CHUNKS, module.HELD = chunks, 4 * chunks
+    return module
+
+
+def chunk_variant(name, chunks):
+    module = module_with_chunks(chunks)
+    kind, fmt = name.split("_")
+    kernel = getattr(module, f"_{kind}_registers_{fmt.replace('fp', 'f')}")
+    return kernel, getattr(module, LAUNCHERS[kind])
+
+
 def run_diagnostics(budget, copy_gbps) -> None:
-    variants = [("integer rounding", dict(integer_rounding=True)), ("max 64 registers", dict(max_registers=64)),
-                ("max 48 registers", dict(max_registers=48))]
-    for name in NORMS:
+    for name in DIAGNOSED:
         if not budget.allows(f"diagnostics of {name}"):
             return
-        bench = Headline(OPS[name], HEADLINE)
-        base = attempt(f"{name}.in_registers", bench.row, "in_registers", OPS[name]["in_registers"].launch,
-                       "diagnostic", copy_gbps)
-        for label, kwargs in variants:
-            made = attempt(f"{name} {label}", variant_kernels, name, **kwargs)
+        op = OPS[name]
+        kind = name.split("_")[0]
+        bench = HEADLINES.get(name) or Headline(op, HEADLINE)
+        last = op.stages[-1]
+        ladder = attempt(f"{last.key}", bench.row, last.name, last.launch, "diagnostic", copy_gbps)
+        candidate = CANDIDATES.get(kind)
+        base = ladder if candidate is None else attempt(
+            f"{name} in_registers candidate", bench.row, "in_registers (not a stage)", getattr(h, candidate),
+            "diagnostic", copy_gbps)
+        say(f"DIAG {name:15s} {last.name + ' (last stage)':34s} {ladder['median_us'] if ladder else float('nan'):8.1f} us")
+        if candidate is not None and base:
+            say(f"DIAG {name:15s} {'in_registers (not a stage)':34s} {base['median_us']:8.1f} us "
+                f"{base['pct_of_copy']:5.1f}% of copy, {RESULTS['registers'].get(name)} registers")
+        variants = [("integer rounding", functools.partial(variant_kernels, name, integer_rounding=True)),
+                    ("64 threads a row (CHUNKS 8)", functools.partial(chunk_variant, name, 8)),
+                    ("32 threads a row (CHUNKS 16)", functools.partial(chunk_variant, name, 16))]
+        if candidate is not None:  # the occupancy explanation: fewer registers, more rows resident
+            variants += [("max 48 registers", functools.partial(variant_kernels, name, max_registers=48)),
+                         ("max 40 registers", functools.partial(variant_kernels, name, max_registers=40))]
+        for label, make in variants:
+            made = attempt(f"{name} {label}", make)
             if made is None:
                 continue
             kernel, launch = made
@@ -255,15 +303,16 @@ def run_diagnostics(budget, copy_gbps) -> None:
                 rec["registers"] = registers_of(kernel)
                 rec["op"] = name
                 RESULTS["diagnostics"].append(rec)
-                vs = f" (in_registers {base['median_us']:.1f} us)" if base else ""
-                say(f"DIAG {name:15s} {label:18s} {rec['median_us']:8.1f} us {rec['pct_of_copy']:5.1f}% of copy, "
-                    f"{rec['registers']} registers{vs}")
+                refs = [ladder] if candidate is None else [ladder, base]
+                vs = "".join(f"  x{r['median_us'] / rec['median_us']:5.2f} {r['name']}" for r in refs if r)
+                say(f"DIAG {name:15s} {label:34s} {rec['median_us']:8.1f} us "
+                    f"{rec['pct_of_copy']:5.1f}% of copy, {rec['registers']} registers{vs}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--budget", type=float, default=170.0)
+    parser.add_argument("--budget", type=float, default=140.0)
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)

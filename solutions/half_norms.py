@@ -836,9 +836,10 @@ def softmax_registers_launch(f16_kernel, bf16_kernel, x, out):
     kernel[blocks, block](flat_bits16(x), words(x), flat_bits16(out), words(out), rows, cols, threads)
 
 
-@each(SOFTMAX, "in_registers", IN_REGISTERS + """
-    Here: maximum, sum of exponentials and output from the 32 held halves, ex2.approx as before.""")
 def softmax_in_registers(x, out):
+    """Not a stage: RMSNorm's in_registers idea applied to softmax, measured slower than rows_in_flight on an
+    H200 at 32768 x 4096 (fp16 266.7 us against 165.3, bf16 206.8 against 189.0; see RMSNORM_ONLY).
+    scripts/gpu_half_norms.py times it with its registers capped, to test the occupancy explanation."""
     softmax_registers_launch(_softmax_registers_f16, _softmax_registers_bf16, x, out)
 
 
@@ -1052,10 +1053,11 @@ def layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, widen, narr
         squares += d_low * d_low + d_high * d_high
         w += uint64(threads)
     rstd = float32(1.0) / math.sqrt(block_sum_over(squares, reduced, 1, warps) / float32(cols) + EPS)
-    shift = x0 + mean
+    # x - x0 - mean, never x - (x0 + mean): x0 + mean rounds to float32 at x0's size (2^-10 at 1e4), which
+    # on a row of mean 1e4 and spread 0.1 (fp16 rounds 1e4 + N(0, 1) to steps of 8) is 1% of the spread.
     if edge < end:
         c = edge - start
-        value = (widen(uint32(x16[edge])) - shift) * rstd * widen(uint32(weight[c])) + widen(uint32(bias[c]))
+        value = (widen(uint32(x16[edge])) - x0 - mean) * rstd * widen(uint32(weight[c])) + widen(uint32(bias[c]))
         out16[edge] = uint16(narrow(value))
     w = first + t
     while w + last < stop:
@@ -1063,17 +1065,17 @@ def layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, widen, narr
             ws[u] = x32[w + uint64(u * threads)]
         for u in range(ILP):
             c = (w + uint64(u * threads)) * uint64(2) - start
-            low = (widen(ws[u]) - shift) * rstd * widen(uint32(weight[c])) + widen(uint32(bias[c]))
+            low = (widen(ws[u]) - x0 - mean) * rstd * widen(uint32(weight[c])) + widen(uint32(bias[c]))
             c += uint64(1)
-            high = (widen(ws[u] >> SIXTEEN) - shift) * rstd * widen(uint32(weight[c])) + widen(uint32(bias[c]))
+            high = (widen(ws[u] >> SIXTEEN) - x0 - mean) * rstd * widen(uint32(weight[c])) + widen(uint32(bias[c]))
             out32[w + uint64(u * threads)] = pack(narrow(low), narrow(high))
         w += span
     while w < stop:
         word = x32[w]
         c = w * uint64(2) - start
-        low = (widen(word) - shift) * rstd * widen(uint32(weight[c])) + widen(uint32(bias[c]))
+        low = (widen(word) - x0 - mean) * rstd * widen(uint32(weight[c])) + widen(uint32(bias[c]))
         c += uint64(1)
-        high = (widen(word >> SIXTEEN) - shift) * rstd * widen(uint32(weight[c])) + widen(uint32(bias[c]))
+        high = (widen(word >> SIXTEEN) - x0 - mean) * rstd * widen(uint32(weight[c])) + widen(uint32(bias[c]))
         out32[w] = pack(narrow(low), narrow(high))
         w += uint64(threads)
     # END SOLUTION
@@ -1163,7 +1165,6 @@ def layernorm_registers_row(x16, x32, w16, w32, b16, b32, out16, out32, rows, co
             d_high = widen(held[i] >> SIXTEEN) - x0 - mean
             squares += d_low * d_low + d_high * d_high
     rstd = float32(1.0) / math.sqrt(group_sum(squares, reduced, 1, warps) / float32(cols) + EPS)
-    shift = x0 + mean
     aligned = start % uint64(VECTOR) == uint64(0)  # then a vector of x lines up with one of weight
     for k in range(CHUNKS):
         v = first + t + uint64(k) * uint64(threads)
@@ -1173,8 +1174,8 @@ def layernorm_registers_row(x16, x32, w16, w32, b16, b32, out16, out32, rows, co
             bs = vector_at(b16, b32, c, aligned)
             for j in range(4):
                 word = held[4 * k + j]
-                low = (widen(word) - shift) * rstd * widen(ws[j]) + widen(bs[j])
-                high = (widen(word >> SIXTEEN) - shift) * rstd * widen(ws[j] >> SIXTEEN) + widen(bs[j] >> SIXTEEN)
+                low = (widen(word) - x0 - mean) * rstd * widen(ws[j]) + widen(bs[j])
+                high = (widen(word >> SIXTEEN) - x0 - mean) * rstd * widen(ws[j] >> SIXTEEN) + widen(bs[j] >> SIXTEEN)
                 results[j] = narrow2(low, high)
             store4(out32, v * uint64(4), results[0], results[1], results[2], results[3])
     if head < head_end:
@@ -1198,11 +1199,11 @@ def _layernorm_registers_bf16(x16, x32, w16, w32, b16, b32, out16, out32, rows, 
                             bf16_to_float, float_to_bf16, cvt_pair_bf16)
 
 
-@each(LAYERNORM, "in_registers", IN_REGISTERS + """
-    Here: the mean of x - x0 and the mean squared deviation from the held halves (two passes over
-    registers, no memory), then the output with weight and bias in 16-byte loads from L1 when the
-    row starts on 16 bytes (a vector of x lines up with one of weight), eight 16-bit loads if not.""")
 def layernorm_in_registers(x, weight, bias, out):
+    """Not a stage: RMSNorm's in_registers idea applied to LayerNorm (the mean of x - x0 and the mean squared
+    deviation from the held halves), measured slower than rows_in_flight on an H200 at 32768 x 4096 (fp16
+    215.0 us against 181.4, bf16 215.7 against 207.8; see RMSNORM_ONLY). scripts/gpu_half_norms.py times
+    it with its registers capped."""
     rows, cols = x.shape
     threads = registers_threads(cols)
     if threads is None or not aligned16(x, weight, bias, out):
@@ -1425,9 +1426,22 @@ def _rmsnorm_registers_bf16(x16, x32, w16, w32, out16, out32, rows, cols, thread
                           cvt_pair_bf16)
 
 
+RMSNORM_ONLY = """
+    Only RMSNorm has this stage. The same kernels for softmax and LayerNorm (softmax_in_registers,
+    layernorm_in_registers above) were slower than their rows_in_flight stage on an H200 at 32768 x
+    4096 (softmax fp16 266.7 us against 165.3, bf16 206.8 against 189.0; LayerNorm fp16 215.0 against
+    181.4, bf16 215.7 against 207.8), while RMSNorm's ran at 94% of copy. Holding 32 halves a thread
+    costs 52 to 62 registers (rows_in_flight needs 32), so a multiprocessor holds about 8 or 9 groups of
+    128 threads instead of 16: half the rows in flight. RMSNorm has one reduction between its loads and
+    its stores; softmax and LayerNorm have two, each a barrier, and more arithmetic per element in
+    between (two exponentials, two subtractions), so each resident row spends longer without a load in
+    flight and the halved occupancy shows. (That is the explanation the register count suggests;
+    scripts/gpu_half_norms.py times those kernels with their registers capped, which tests it.)"""
+
+
 @each(RMSNORM, "in_registers", IN_REGISTERS + """
     Here: the sum of squares from the held halves, then the output with the weight in 16-byte loads
-    from L1 when the row starts on 16 bytes.""")
+    from L1 when the row starts on 16 bytes.""" + RMSNORM_ONLY)
 def rmsnorm_in_registers(x, weight, out):
     rows, cols = x.shape
     threads = registers_threads(cols)
