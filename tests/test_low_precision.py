@@ -117,6 +117,21 @@ def test_full_unrolled_steps(name, stage):
     assert result.passed, result.message
 
 
+def test_layernorm_subtracts_x0_before_the_mean():
+    """The GPU run's fp16 LayerNorm failure at 32768 columns (relative error 0.0024-0.0035): rows of mean 1e4
+    are near-constant in fp16 (1e4 + N(0, 1) rounds to steps of 8), and (x0 + mean) rounded to float32 (steps
+    of 2^-10 at 1e4) moved every element by up to 1% of such a row's spread. This row (one element 8 above
+    the rest, 3278 columns: the mean 8/3278 falls between float32 steps) gave 0.0035 that way; x - x0 - mean
+    gives the output's own rounding, 0.0002."""
+    op = OPS["layernorm_fp16"]
+    cols = 3278
+    x = np.full((1, cols), 10000.0, np.float16)
+    x[0, 1] = 10008.0
+    inputs = (x, np.ones(cols, np.float16), np.zeros(cols, np.float16))
+    result = check_stage(op["rows_in_flight"], (1, cols), inputs=inputs, label="one element 8 above 1e4")
+    assert result.passed and result.rel_err < 1e-3, result.message
+
+
 def test_row_words_cover_each_element_once():
     for cols in (1, 2, 3, 4, 37):
         seen = []
