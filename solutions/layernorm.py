@@ -684,6 +684,23 @@ def _expect_width(cols, limit, kernel):
                          "(by_shape picks the kernel)")
 
 
+# block_rows' registers a thread: ptxas takes 68 on its own, which fits 3 blocks of 256 threads on an SM
+# (65536 registers); it fits the kernel in 48 without spilling, and 5 blocks then fit.
+BLOCK_ROW_REGISTERS = 48
+_CAPPED = {}  # (kernel's Python function, registers) -> that kernel compiled with the cap
+
+
+def _capped(kernel, registers):
+    """``kernel`` compiled with at most ``registers`` registers a thread (None: as ptxas chooses), so
+    that more blocks, so more rows' loads, fit on an SM. scripts/gpu_norm_shapes.py times caps side by side."""
+    if registers is None:
+        return kernel
+    key = (kernel.py_func, registers)
+    if key not in _CAPPED:
+        _CAPPED[key] = cuda.jit(max_registers=registers)(kernel.py_func)
+    return _CAPPED[key]
+
+
 @cuda.jit(device=True, inline=True)
 def _load_chunk(flat, base, c, cols, vector):
     """Columns c .. c + 3 of the row that starts at flat[base] (c a multiple of 4): one 16-byte load
@@ -805,6 +822,46 @@ def _layernorm_block_row(x, weight, bias, out, cols, vector):
     # END SOLUTION
 
 
+@cuda.jit
+def _layernorm_block_row_one_barrier(x, weight, bias, out, cols, vector):
+    """block_rows with one barrier instead of two, timed beside it (block_rows(..., one_barrier=True)):
+    each thread's count, mean and sum of squared deviations over its own columns, then Chan's merge
+    across the block. 78 registers where block_rows needs 68 (ptxas), so it is not the default."""
+    values = cuda.local.array(ROW_VALUES, float32)
+    row = uint64(cuda.blockIdx.x)
+    t = uint64(cuda.threadIdx.x)
+    threads = uint64(cuda.blockDim.x)
+    cols = uint64(cols)
+    base = row * cols
+    x0 = x[base]
+    for k in range(ROW_CHUNKS):  # all loads issued before any value is used
+        c = uint64(4) * (t + threads * uint64(k))
+        values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3] = _load_chunk(x, base, c, cols, vector)
+    n = float32(0.0)
+    total = float32(0.0)
+    for i in range(ROW_VALUES):
+        if uint64(4) * (t + threads * uint64(i // 4)) + uint64(i % 4) < cols:
+            values[i] -= x0
+            n += float32(1.0)
+            total += values[i]
+    mean = total / max(n, float32(1.0))  # this thread's columns only: no barrier yet
+    m2 = float32(0.0)
+    for i in range(ROW_VALUES):
+        if uint64(4) * (t + threads * uint64(i // 4)) + uint64(i % 4) < cols:
+            d = values[i] - mean
+            m2 += d * d
+    n, mean, m2 = _block_merge(n, mean, m2)  # the row's statistics, in every thread: one barrier
+    rstd = float32(1.0) / math.sqrt(m2 / float32(cols) + EPS)
+    for k in range(ROW_CHUNKS):
+        c = uint64(4) * (t + threads * uint64(k))
+        _normalize_chunk(values, 4 * k, mean, rstd, _load_chunk(weight, uint64(0), c, cols, vector),
+                         _load_chunk(bias, uint64(0), c, cols, vector))
+    for k in range(ROW_CHUNKS):
+        c = uint64(4) * (t + threads * uint64(k))
+        _store_chunk(out, base, c, cols, vector, values[4 * k], values[4 * k + 1], values[4 * k + 2],
+                     values[4 * k + 3])
+
+
 def warps_per_block(rows):
     return ROWS_PER_BLOCK if rows >= FEW_ROWS else 1
 
@@ -823,12 +880,15 @@ def warp_rows(x, weight, bias, out):
         _flat(x), _flat(weight), _flat(bias), _flat(out), rows, cols, _vectors_fit(x, weight, bias, out))
 
 
-def block_rows(x, weight, bias, out):
+def block_rows(x, weight, bias, out, registers=BLOCK_ROW_REGISTERS, one_barrier=False):
     """A block per row, the row in registers, for rows up to BLOCK_ROW_COLS wide (rmsnorm's by_shape
-    takes its twin; layernorm's table leaves it out until it beats stage 7: see BY_SHAPE)."""
+    takes its twin; layernorm's table leaves it out until it beats stage 7: see BY_SHAPE). ``registers``
+    caps the registers a thread (None: 68, as ptxas chooses; see _capped); one_barrier=True runs the
+    variant with one barrier."""
     rows, cols = x.shape
     _expect_width(cols, BLOCK_ROW_COLS, "block_rows")
-    _layernorm_block_row[rows, block_row_threads(cols)](
+    kernel = _layernorm_block_row_one_barrier if one_barrier else _layernorm_block_row
+    _capped(kernel, registers)[rows, block_row_threads(cols)](
         _flat(x), _flat(weight), _flat(bias), _flat(out), cols, _vectors_fit(x, weight, bias, out))
 
 
@@ -1458,11 +1518,11 @@ def rmsnorm_warp_rows(x, weight, out):
         _flat(x), _flat(weight), _flat(out), rows, cols, _vectors_fit(x, weight, out))
 
 
-def rmsnorm_block_rows(x, weight, out):
-    """by_shape's kernel for rows up to BLOCK_ROW_COLS wide: a block per row."""
+def rmsnorm_block_rows(x, weight, out, registers=None):
+    """by_shape's kernel for rows up to BLOCK_ROW_COLS wide: a block per row (``registers``: see _capped)."""
     rows, cols = x.shape
     _expect_width(cols, BLOCK_ROW_COLS, "rmsnorm_block_rows")
-    _rmsnorm_block_row[rows, block_row_threads(cols)](
+    _capped(_rmsnorm_block_row, registers)[rows, block_row_threads(cols)](
         _flat(x), _flat(weight), _flat(out), cols, _vectors_fit(x, weight, out))
 
 

@@ -606,6 +606,20 @@ def _vectors_fit(x, out):
     return x.shape[1] % 4 == 0 and aligned16(x, out)
 
 
+_CAPPED = {}  # (kernel's Python function, registers) -> that kernel compiled with the cap
+
+
+def _capped(kernel, registers):
+    """``kernel`` compiled with at most ``registers`` registers a thread (None: as ptxas chooses), so
+    that more blocks fit on an SM (65536 registers). scripts/gpu_norm_shapes.py times caps side by side."""
+    if registers is None:
+        return kernel
+    key = (kernel.py_func, registers)
+    if key not in _CAPPED:
+        _CAPPED[key] = cuda.jit(max_registers=registers)(kernel.py_func)
+    return _CAPPED[key]
+
+
 @cuda.jit(device=True, inline=True)
 def _load_chunk(flat, base, c, cols, vector, fill):
     """Columns c .. c + 3 of the row that starts at flat[base] (c a multiple of 4): one 16-byte load
@@ -774,14 +788,14 @@ def _expect_width(cols, limit, kernel):
         raise InputError(f"{kernel} holds rows of at most {limit} columns in registers; got {cols} (by_shape picks the kernel)")
 
 
-def warp_rows(x, out, warps=None):
+def warp_rows(x, out, warps=None, registers=None):
     """by_shape's kernel for rows up to WARP_ROW_COLS wide: a warp per row, ``warps`` rows a block
-    (default: ROWS_PER_BLOCK, or 1 when rows are fewer than FEW_ROWS)."""
+    (default: ROWS_PER_BLOCK, or 1 when rows are fewer than FEW_ROWS); ``registers``: see _capped."""
     rows, cols = x.shape
     _expect_width(cols, WARP_ROW_COLS, "warp_rows")
     if warps is None:
         warps = ROWS_PER_BLOCK if rows >= FEW_ROWS else 1
-    _softmax_warp_rows[blocks_for(rows, warps), 32 * warps](_flat(x), _flat(out), rows, cols, _vectors_fit(x, out))
+    _capped(_softmax_warp_rows, registers)[blocks_for(rows, warps), 32 * warps](_flat(x), _flat(out), rows, cols, _vectors_fit(x, out))
 
 
 def block_row_threads(cols):
@@ -789,11 +803,11 @@ def block_row_threads(cols):
     return min(MAX_ROW_THREADS, 32 * blocks_for(blocks_for(cols, ROW_VALUES), 32))
 
 
-def block_rows(x, out):
-    """by_shape's kernel for rows up to BLOCK_ROW_COLS wide: a block per row."""
+def block_rows(x, out, registers=None):
+    """by_shape's kernel for rows up to BLOCK_ROW_COLS wide: a block per row (``registers``: see _capped)."""
     rows, cols = x.shape
     _expect_width(cols, BLOCK_ROW_COLS, "block_rows")
-    _softmax_block_row[rows, block_row_threads(cols)](_flat(x), _flat(out), cols, _vectors_fit(x, out))
+    _capped(_softmax_block_row, registers)[rows, block_row_threads(cols)](_flat(x), _flat(out), cols, _vectors_fit(x, out))
 
 
 def online_rows(x, out, threads=ONLINE_THREADS):

@@ -38,7 +38,12 @@ def test_inputs_hold_the_adversarial_rows():
     assert (x[3] == x[3, 0]).all()  # constant
 
 
-@pytest.mark.parametrize("stage", [s.name for s in op.stages] + ["block_rows"])
+# block_rows is in no stage (layernorm's by_shape table leaves it out): it and its one-barrier variant here
+BLOCK_ROWS = {"block_rows": layernorm.block_rows,
+              "block_rows_one_barrier": lambda *arrays: layernorm.block_rows(*arrays, one_barrier=True)}
+
+
+@pytest.mark.parametrize("stage", [s.name for s in op.stages] + list(BLOCK_ROWS))
 @pytest.mark.parametrize("cols", [1, 1000])
 def test_constant_and_offset_rows_tightly(stage, cols):
     """A constant row's output is exactly the bias; a mean-1e4 row is as accurate as a mean-0 one
@@ -50,7 +55,7 @@ def test_constant_and_offset_rows_tightly(stage, cols):
     x = np.stack([constant, offset, plain])
     w = rng.uniform(0.5, 1.5, cols).astype(np.float32)
     b = rng.uniform(-1, 1, cols).astype(np.float32)
-    got = run(layernorm.block_rows if stage == "block_rows" else op[stage], x, w, b)  # block_rows: no stage
+    got = run(BLOCK_ROWS[stage] if stage in BLOCK_ROWS else op[stage], x, w, b)
     assert (got[0] == b).all()
     ref = layernorm._layernorm64(x, w, b)
     assert np.abs(got[1:] - ref[1:]).max() < 2e-5
@@ -156,6 +161,7 @@ def test_headline_targets():
 # as in the float64 reference), and the module's rows with mean 1e4 and constant rows.
 BY_SHAPE_KERNELS = {"layernorm.warp_rows": (op, layernorm.warp_rows),
                     "layernorm.block_rows": (op, layernorm.block_rows),
+                    "layernorm.block_rows_one_barrier": (op, BLOCK_ROWS["block_rows_one_barrier"]),
                     "rmsnorm.warp_rows": (layernorm.rmsnorm_op, layernorm.rmsnorm_warp_rows),
                     "rmsnorm.block_rows": (layernorm.rmsnorm_op, layernorm.rmsnorm_block_rows)}
 
