@@ -1,14 +1,15 @@
 """One run on an H100/H200 that checks and times convolution's missing pieces (issue 14, session 3):
 the fused conv + bias + ReLU (+ residual) epilogue, the transposed convolution, and FFT convolution.
 
-    python scripts/gpu_conv_extra.py OUT_DIR [--budget 165] [--no-compile]
+    python scripts/gpu_conv_extra.py OUT_DIR [--budget 140] [--no-compile]
 
 1. Correctness: every stage of conv2d_bias_relu, conv2d_bias_add_relu, conv_transpose2d and conv2d_fft at the
    operators' check sizes but the largest (odd sizes, C and K past the tiles, 3x3/4x4/5x5 filters at
    stride 1-3), random inputs and the adversarial ones (a NaN pixel, a huge bias; a corner impulse),
    against the float64 reference. One line each: PASS/FAIL, relative error, tolerance.
-2. Determinism: conv_transpose2d's scatter (atomics) and gather run twice on the same inputs at the
-   headline size; prints whether each run's output is bitwise identical to the first.
+2. Determinism: every conv_transpose2d stage (scatter's atomics; gather, shared_tile, parity_gemm) run
+   three times on the same inputs at the headline size; prints whether runs 2 and 3 are bitwise
+   identical to run 1.
 3. Speed (workbench.bench.bench_size: checked, then timed with CUDA events, inputs rotated past L2) at
    the issue's shapes: N32 C64 56x56 K64 3x3 (and N32 C256 14x14 K256) for the epilogue operators, with
    torch conv2d(bias) + add + relu eager (cuDNN fp32, TF32 off) and torch.compile of the same expression
@@ -16,10 +17,15 @@ the fused conv + bias + ReLU (+ residual) epilogue, the transposed convolution, 
    torch.conv_transpose2d and its torch.compile.
    conv2d_fft: N8 C3 256x256 images, one output channel, filters R = 3, 5, 7, 9, 11, 15, 21, 31: direct
    against fft (and torch.conv2d at 7, 15 and 31).
+   The epilogue side by side (EPILOGUE lines): at N32 C64 56x56 K64 (and N32 C256 14x14 K256 for
+   bias_relu), interleaved in rounds on the same inputs: conv2d's implicit GEMM alone (the floor),
+   fused_epilogue (biases read once a thread), the fused kernel with the bias read at every store,
+   unfused, and our implicit GEMM followed by torch's bias (+ residual) add and ReLU; each checked
+   first; prints each one's µs over the floor (what the epilogue costs inside the kernel).
 4. The targets: fused_epilogue against unfused (the must-show), each against eager torch and
-   torch.compile, and against our implicit GEMM followed by torch's bias (+ residual) add and ReLU;
-   the transposed conv's stages against each other and torch; the smallest filter size
-   from which the FFT stage beats direct (the must-show names it).
+   torch.compile, and against our implicit GEMM followed by torch's epilogue; the transposed conv's
+   stages against each other and torch, and whether its last stage (parity_gemm) is the fastest; the
+   smallest filter size from which the FFT stage beats direct (the must-show names it).
 
 Everything goes to OUT_DIR/gpu_conv_extra.json. New items stop starting when --budget seconds are
 spent (the default keeps the run under 3 minutes on an H200); what was skipped is listed.
@@ -80,7 +86,7 @@ def determinism():
     size = as_size(op.headline_size)
     inputs = [to_device(a) for a in op.make_inputs(size, np.random.default_rng(5))]
     out = to_device(op.make_output(size))
-    for name in ("scatter", "gather", "shared_tile"):
+    for name in [stage.name for stage in op.stages]:
         first = None
         same = []
         for _ in range(3):
@@ -128,41 +134,84 @@ def fft_sweep(peaks, env, deadline):
     say(f"TARGET conv2d_fft @ 8x3x256x256: fft beats direct at R = {wins}; from R = {first} on")
 
 
-def ours_then_torch_epilogue(env):
-    """The must-show read literally: our best conv (the implicit GEMM) followed by torch's bias add and
-    ReLU (in place on our output), checked and timed as the stages are, beside fused_epilogue."""
+EPILOGUE_ROUNDS = {(32, 64, 56, 56, 64): 3, (32, 256, 14, 14, 256): 2}
+
+
+def epilogue_side_by_side(env, deadline):
+    """What the epilogue costs inside the kernel, and which way of writing it is cheaper, in one run. At
+    each shape, on the same rotated inputs, interleaved in rounds (so drift hits all alike): conv2d's
+    implicit GEMM alone (no epilogue: the floor), fused_epilogue (the stage: biases read once a thread,
+    the residual flag compiled in), the per-store variant (the bias read at each of a thread's 64
+    stores: the morning's kernel but with the flag compiled in), unfused, and our implicit GEMM followed
+    by torch's bias (+ residual) add and ReLU (the must-show read literally). Each checked once against
+    the float64 reference first; the median of the rounds' medians is reported."""
     from workbench import peers
     from workbench.bench import rotating_arg_sets
     from workbench.check import compare
     from workbench.timing import measure
 
     torch = peers.torch()
-    if torch is None:
-        return
     for op in (conv.bias_relu_op, conv.bias_add_relu_op):
-        size = as_size(op.headline_size)
-        inputs = op.make_inputs(size, np.random.default_rng(7))
-        arg_sets = rotating_arg_sets(inputs, op.make_output(size), env.get("l2_bytes"))
+        add = "add" in op.name
+        for size, rounds in EPILOGUE_ROUNDS.items():
+            if add and size != as_size(op.headline_size):
+                continue  # the second shape for bias_relu only (the budget)
+            if time.time() > deadline:
+                OUT["skipped"].append(f"epilogue side by side {op.name} @ {size_label(size)}")
+                continue
+            inputs = op.make_inputs(size, np.random.default_rng(7))
+            arg_sets = rotating_arg_sets(inputs, op.make_output(size), env.get("l2_bytes"))
 
-        def mixed(x, w, bias, *rest):
-            *residual, out = rest
-            conv.implicit_gemm.launch(x, w, out)  # the launcher, unchecked, as the bench times stages
-            o = peers.as_torch(out)
-            o.add_(peers.as_torch(bias).view(1, -1, 1, 1))
-            if residual:
-                o.add_(peers.as_torch(residual[0]))
-            o.relu_()
+            def ours_then_torch(x, w, bias, *rest):
+                *residual, out = rest
+                conv.implicit_gemm.launch(x, w, out)  # the launcher, unchecked, as the bench times stages
+                o = peers.as_torch(out)
+                o.add_(peers.as_torch(bias).view(1, -1, 1, 1))
+                if residual:
+                    o.add_(peers.as_torch(residual[0]))
+                o.relu_()
 
-        mixed(*arg_sets[0])
-        result = compare("ours+torch", size, to_host(arg_sets[0][-1]), op.reference(*inputs), op.tolerance_for(size, np.float32))
-        timing = measure(mixed, arg_sets)
-        fused = measure(lambda *a: op["fused_epilogue"].launch(*a), arg_sets)
-        OUT["targets"][f"{op.name} ours+torch epilogue"] = {"us": timing.median_us, "fused_us": fused.median_us,
-                                                            "passed": result.passed}
-        say(f"TARGET {op.name} @ {size_label(size)}: our implicit_gemm + torch bias{'+residual' if 'add' in op.name else ''}"
-            f"+relu {timing.median_us:.1f} µs (check {'ok' if result.passed else 'FAILED ' + result.message[:100]}) "
-            f"vs fused_epilogue {fused.median_us:.1f} µs ({timing.median_us / fused.median_us:.3f}x)")
-        peers.clear_views()
+            variants = {
+                "conv only (implicit_gemm, no epilogue)": lambda x, w, bias, *rest: conv.implicit_gemm.launch(x, w, rest[-1]),
+                "fused_epilogue (bias once a thread)": op["fused_epilogue"].launch,
+                "fused, bias at every store": conv.epilogue_variant(bias_once=False, add_residual=add),
+                "unfused": op["unfused"].launch,
+            }
+            if torch is not None:
+                variants["our implicit_gemm + torch epilogue"] = ours_then_torch
+            reference = op.reference(*inputs)
+            checks = {}
+            for name, fn in variants.items():
+                if name.startswith("conv only"):
+                    continue  # no epilogue: not this operator's output
+                fn(*arg_sets[0])
+                r = compare(name, size, to_host(arg_sets[0][-1]), reference, op.tolerance_for(size, np.float32))
+                checks[name] = r.passed
+                if not r.passed:
+                    say(f"FAIL {op.name} {name} @ {size_label(size)}: {r.message[:200]}")
+            times = {name: [] for name in variants}
+            for _ in range(rounds):
+                for name, fn in variants.items():
+                    times[name].append(measure(fn, arg_sets, samples=10, budget_s=0.8).median_us)
+            med = {name: float(np.median(v)) for name, v in times.items()}
+            floor = med["conv only (implicit_gemm, no epilogue)"]
+            for name, us in med.items():
+                extra = "" if name.startswith("conv only") else f"  (+{us - floor:6.1f} µs over conv only)"
+                say(f"EPILOGUE {op.name} @ {size_label(size)}: {name:40s} {us:8.1f} µs "
+                    f"[rounds {', '.join(f'{t:.1f}' for t in times[name])}]{extra}")
+            fused = med["fused_epilogue (bias once a thread)"]
+            row = {"median_us": med, "rounds_us": times, "checks": checks,
+                   "fused_vs_unfused": med["unfused"] / fused,
+                   "bias_once_vs_per_store": med["fused, bias at every store"] / fused}
+            line = (f"TARGET {op.name} @ {size_label(size)} side by side: fused_epilogue {fused:.1f} µs, "
+                    f"{med['unfused'] / fused:.3f}x unfused, {row['bias_once_vs_per_store']:.3f}x the per-store "
+                    f"variant, epilogue's cost in the kernel {fused - floor:+.1f} µs")
+            if "our implicit_gemm + torch epilogue" in med:
+                row["fused_vs_ours_then_torch"] = med["our implicit_gemm + torch epilogue"] / fused
+                line += f", {row['fused_vs_ours_then_torch']:.3f}x our conv + torch's epilogue"
+            OUT["targets"][f"{op.name} @ {size_label(size)} side by side"] = row
+            say(line)
+            peers.clear_views()
 
 
 def time_operator(op, size, peaks, env, deadline, with_compile):
@@ -205,6 +254,9 @@ def summarise():
                      f"({row['fused_speedup_over_unfused']:.3f}x, beats: {row['fused_beats_unfused']})")
         if "scatter" in stages:
             line += "; " + ", ".join(f"{k} {v:.1f}" for k, v in stages.items()) + " µs"
+            last = list(stages)[-1]
+            row["last_stage_fastest"] = last == best_name
+            line += f"; last stage ({last}) fastest: {row['last_stage_fastest']}"
         if eager:
             line += f"; torch eager {eager:.1f} µs ({row['best_vs_eager']:.2f}x)"
         if compiled:
@@ -216,7 +268,7 @@ def summarise():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out_dir", nargs="?", default=".")
-    parser.add_argument("--budget", type=float, default=165.0)
+    parser.add_argument("--budget", type=float, default=140.0)
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
     args = parser.parse_args()
     out_dir = Path(args.out_dir)
@@ -234,7 +286,7 @@ def main():
         # the transposed conv's headline, then the second shapes (eager torch only).
         for op in OPS[:2]:
             attempt(f"time {op.name}", time_operator, op, op.headline_size, peaks, env, deadline, not args.no_compile)
-        attempt("ours + torch epilogue", ours_then_torch_epilogue, env)
+        attempt("epilogue side by side", epilogue_side_by_side, env, deadline)
         attempt("fft sweep", fft_sweep, peaks, env, deadline)
         attempt("time conv_transpose2d", time_operator, conv_transpose.op, conv_transpose.op.headline_size, peaks,
                 env, deadline, not args.no_compile)
