@@ -1,7 +1,7 @@
 """One run on an H100/H200 for issue 16, item 2: softmax, LayerNorm and RMSNorm against torch and
 torch.compile at every shape of the issue's table, and which of by_shape's kernels wins where.
 
-    python scripts/gpu_norm_shapes.py OUT_DIR [--budget 210] [--no-compile]
+    python scripts/gpu_norm_shapes.py OUT_DIR [--budget 130] [--no-compile]
 
 For each (operator, shape) of SHAPES, in one process:
 
@@ -11,9 +11,11 @@ For each (operator, shape) of SHAPES, in one process:
 2. every candidate checked first against it (NaN/inf where the reference has them, then the relative
    error in the norm, as ``workbench.check.compare`` judges, against the operator's tolerance): the
    last stage (by_shape), the stage it replaced as the last (softmax/layernorm ``ilp``, rmsnorm
-   ``l1_reuse``), each kernel by_shape's table can pick at that width (``warp_rows`` up to 1024
-   columns, ``block_rows`` up to 16384, softmax's ``online_rows`` at any width, also with 1024
-   threads), torch eager (the operator's peer) and torch.compile of its torch expression
+   ``l1_reuse``), each register-resident kernel that takes that width (``warp_rows`` up to 1024
+   columns, ``block_rows`` up to 16384, softmax's ``online_rows`` at any width from 1025) and the
+   round-2 variants beside them (see ``table_kernels``: register caps, rows a block, layernorm
+   block_rows with one barrier, the online softmax at 512 threads), torch eager (the operator's peer)
+   and torch.compile of its torch expression
    (``workbench.peers.compiled_peer``: dynamic=False, fullgraph=True, one compile per shape, as the
    issue's figures were taken);
 3. each candidate that passed timed with ``workbench.timing.measure`` (CUDA events, the inputs rotated
@@ -21,8 +23,9 @@ For each (operator, shape) of SHAPES, in one process:
 
 Prints one line per shape: by_shape's time, the fastest kernel of the table, ilp/l1_reuse, torch,
 torch.compile, the winner, and MET/MISSED for the must-show (by_shape <= the faster of torch and
-torch.compile); then a table of every candidate's time. Writes ``OUT_DIR/gpu_norm_shapes.json``.
-Stops starting new shapes when ``--budget`` seconds are spent (default 210) and says which it skipped.
+torch.compile); then a table of the main candidates' times, and every candidate and variant of each
+shape ranked fastest first. Writes ``OUT_DIR/gpu_norm_shapes.json``.
+Stops starting new shapes when ``--budget`` seconds are spent (default 130) and says which it skipped.
 """
 
 from __future__ import annotations
@@ -64,18 +67,38 @@ PREVIOUS_LAST = {"softmax": "ilp", "layernorm": "ilp", "rmsnorm": "l1_reuse"}
 
 
 def table_kernels(name: str, cols: int) -> list[tuple[str, object]]:
-    """Each kernel by_shape's table can pick that takes rows of this width, as (name, launch)."""
+    """Each kernel by_shape's table can pick that takes rows of this width, and the round-2 variants
+    beside them, as (name, launch). Suffixes: _rN the kernel compiled with at most N registers a
+    thread; _wN N rows (warps) a block; _uncapped layernorm's block_rows as ptxas compiles it (68
+    registers, the kernel timed in round 1); _1bar its one-barrier variant; online_rows_512 the online
+    softmax at round 1's 512 threads (the default is now 1024)."""
     if name == "softmax":
         found = [("warp_rows", softmax.warp_rows, softmax.WARP_ROW_COLS),
+                 ("warp_rows_w1", lambda x, out: softmax.warp_rows(x, out, warps=1), softmax.WARP_ROW_COLS),
+                 ("warp_rows_w8", lambda x, out: softmax.warp_rows(x, out, warps=8), softmax.WARP_ROW_COLS),
+                 ("warp_rows_r48", lambda x, out: softmax.warp_rows(x, out, registers=48), softmax.WARP_ROW_COLS),
                  ("block_rows", softmax.block_rows, softmax.BLOCK_ROW_COLS),
+                 ("block_rows_r48", lambda x, out: softmax.block_rows(x, out, registers=48), softmax.BLOCK_ROW_COLS),
                  ("online_rows", softmax.online_rows, None),
-                 ("online_rows_1024", lambda x, out: softmax.online_rows(x, out, threads=1024), None)]
+                 ("online_rows_512", lambda x, out: softmax.online_rows(x, out, threads=512), None)]
+        if cols <= softmax.BLOCK_ROW_COLS:  # round 1: 1.8x to 13x slower than block_rows/warp_rows there
+            found = [f for f in found if not f[0].startswith("online")]
     elif name == "layernorm":
-        found = [("warp_rows", layernorm.warp_rows, layernorm.WARP_ROW_COLS),
-                 ("block_rows", layernorm.block_rows, layernorm.BLOCK_ROW_COLS)]
+        ln, limit = layernorm, layernorm.BLOCK_ROW_COLS
+        found = [("warp_rows", ln.warp_rows, ln.WARP_ROW_COLS),
+                 ("block_rows", ln.block_rows, limit)]
+        if cols > ln.WARP_ROW_COLS:  # the variants where block_rows lost to ilp
+            found += [("block_rows_r64", lambda *a: ln.block_rows(*a, registers=64), limit),
+                      ("block_rows_uncapped", lambda *a: ln.block_rows(*a, registers=None), limit),
+                      ("block_rows_1bar", lambda *a: ln.block_rows(*a, registers=None, one_barrier=True), limit),
+                      ("block_rows_1bar_r64", lambda *a: ln.block_rows(*a, registers=64, one_barrier=True), limit)]
     else:
-        found = [("warp_rows", layernorm.rmsnorm_warp_rows, layernorm.WARP_ROW_COLS),
-                 ("block_rows", layernorm.rmsnorm_block_rows, layernorm.BLOCK_ROW_COLS)]
+        ln, limit = layernorm, layernorm.BLOCK_ROW_COLS
+        found = [("warp_rows", ln.rmsnorm_warp_rows, ln.WARP_ROW_COLS),
+                 ("block_rows", ln.rmsnorm_block_rows, limit)]
+        if cols > ln.WARP_ROW_COLS:
+            found += [("block_rows_r64", lambda *a: ln.rmsnorm_block_rows(*a, registers=64), limit),
+                      ("block_rows_r48", lambda *a: ln.rmsnorm_block_rows(*a, registers=48), limit)]
     return [(k, launch) for k, launch, limit in found if limit is None or cols <= limit]
 
 
@@ -174,7 +197,7 @@ def summarize(row: dict) -> None:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out", type=Path)
-    p.add_argument("--budget", type=float, default=210.0)
+    p.add_argument("--budget", type=float, default=130.0)
     p.add_argument("--no-compile", action="store_true")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -193,13 +216,18 @@ def main() -> int:
         if row is not None:
             out["rows"].append(row)
     say("every candidate (us; '-' not run at this width or failed):")
-    names = ["by_shape", "warp_rows", "block_rows", "online_rows", "online_rows_1024", "ilp", "l1_reuse",
+    names = ["by_shape", "warp_rows", "block_rows", "online_rows", "online_rows_512", "ilp", "l1_reuse",
              "torch", "torch.compile"]
     say(f"{'shape':26}" + "".join(f"{n[:12]:>13}" for n in names))
     for row in out["rows"]:
         c = row["candidates"]
         say(f"{row['op'] + ' ' + 'x'.join(map(str, row['size'])):26}"
             + "".join(f"{c[n]['median_us']:13.1f}" if n in c else f"{'-':>13}" for n in names))
+    say("every candidate and variant, fastest first (us):")
+    for row in out["rows"]:
+        ranked = sorted(row["candidates"].items(), key=lambda kv: kv[1]["median_us"])
+        say(f"{row['op'] + ' ' + 'x'.join(map(str, row['size'])):26}"
+            + " < ".join(f"{k} {v['median_us']:.1f}" for k, v in ranked))
     met = sum(r["must_show"] == "MET" for r in out["rows"])
     say(f"must show (by_shape <= min(torch, torch.compile)): {met} of {len(out['rows'])} shapes met"
         + (f"; skipped for the budget: {', '.join(out['skipped'])}" if out["skipped"] else ""))
