@@ -275,6 +275,23 @@ def _sim_dp4a_s8(a, b, c):
     return np.int32(total)
 
 
+def _sim_ex2_approx_ftz(x):
+    """2^x in float32, subnormal inputs and results flushed to zero (the hardware's is ~2 ulp from it)."""
+    x = np.float32(x)
+    if abs(x) < np.finfo(np.float32).tiny:
+        x = np.float32(0.0)
+    with np.errstate(over="ignore", under="ignore"):
+        r = np.exp2(x, dtype=np.float32)
+    return np.float32(0.0) if abs(r) < np.finfo(np.float32).tiny else r
+
+
+def _sim_shared_address32(generic):
+    # The simulator's shared arrays are NumPy arrays anywhere in this process: no 32-bit shared window.
+    # Its "shared address" is the process address, which the *_s32 emulations below read and write;
+    # kernels only ever add offsets to it (never truncate it), so they behave the same on both.
+    return int(generic)
+
+
 # -- what the kernels call -----------------------------------------------------------------------------
 
 if _device.is_simulator():
@@ -289,6 +306,11 @@ if _device.is_simulator():
     pack_f16x2 = _sim_pack_f16x2
     pack_bf16x2 = _sim_pack_bf16x2
     dp4a_s8 = _sim_dp4a_s8
+    ex2_approx_ftz = _sim_ex2_approx_ftz
+    shared_address32 = _sim_shared_address32
+    ldmatrix_x4_s32 = _sim_ldmatrix_x4
+    ldmatrix_x4_trans_s32 = _sim_ldmatrix_x4_trans
+    cp_async_chunk16_s32 = _sim_cp_async_chunk16
 else:
     from numba import cuda
 
@@ -307,3 +329,10 @@ else:
     pack_f16x2 = cuda.declare_device("pack_f16x2", "uint32(float32, float32)", link=HGEMM_CU)
     pack_bf16x2 = cuda.declare_device("pack_bf16x2", "uint32(float32, float32)", link=HGEMM_CU)
     dp4a_s8 = cuda.declare_device("dp4a_s8", "int32(uint32, uint32, int32)", link=INT8_CU)
+    ex2_approx_ftz = cuda.declare_device("ex2_approx_ftz", "float32(float32)", link=HGEMM_CU)
+    shared_address32 = cuda.declare_device("shared_address32", "uint32(uint64)", link=HGEMM_CU)
+    ldmatrix_x4_s32 = cuda.declare_device("ldmatrix_x4_s32", "UniTuple(uint32, 4)(uint64)", link=HGEMM_CU)
+    ldmatrix_x4_trans_s32 = cuda.declare_device("ldmatrix_x4_trans_s32", "UniTuple(uint32, 4)(uint64)",
+                                                link=HGEMM_CU)
+    cp_async_chunk16_s32 = cuda.declare_device("cp_async_chunk16_s32", "int32(uint64, uint64, int32)",
+                                               link=HGEMM_CU)

@@ -115,3 +115,51 @@ extern "C" __device__ int pack_bf16x2(unsigned* r, float lo, float hi)
     *r = *reinterpret_cast<unsigned*>(&h);
     return 0;
 }
+
+// -- for the tuned tensor-core attention (solutions/attention_tc.py) ---------------------------------
+
+// 2^x by the special-function unit alone (MUFU.EX2, about 2 ulp; subnormal inputs and results flushed
+// to zero). libdevice's exp2f without fast-math adds a test and two multiplies around it, for
+// subnormal results, which a softmax weight below 2^-126 never needs (it is ~0 next to the maximum's 1).
+extern "C" __device__ int ex2_approx_ftz(float* r, float x)
+{
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(*r) : "f"(x));
+    return 0;
+}
+
+// A shared-memory generic address as a 32-bit shared-window address (cvta.to.shared): offsets added
+// to it stay 32-bit and fold into the instructions' immediates, where 64-bit generic sums cost an
+// add-with-carry pair and a conversion per access.
+extern "C" __device__ int shared_address32(unsigned* r, unsigned long long generic)
+{
+    *r = (unsigned)__cvta_generic_to_shared((void*)generic);
+    return 0;
+}
+
+// ldmatrix_x4 / ldmatrix_x4_trans / cp_async_chunk16 (above) taking a shared-window address (from
+// shared_address32, plus offsets) in 64 bits and using its low 32: after inlining, the truncation
+// lets the compiler do the sums in 32 bits (the simulator's process addresses need all 64).
+extern "C" __device__ int ldmatrix_x4_s32(u32x4* r, unsigned long long window_addr)
+{
+    unsigned addr = (unsigned)window_addr;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r->x), "=r"(r->y), "=r"(r->z), "=r"(r->w) : "r"(addr));
+    return 0;
+}
+
+extern "C" __device__ int ldmatrix_x4_trans_s32(u32x4* r, unsigned long long window_addr)
+{
+    unsigned addr = (unsigned)window_addr;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r->x), "=r"(r->y), "=r"(r->z), "=r"(r->w) : "r"(addr));
+    return 0;
+}
+
+extern "C" __device__ int cp_async_chunk16_s32(int* result, unsigned long long window_dst,
+                                               unsigned long long global_src, int src_bytes)
+{
+    unsigned dst = (unsigned)window_dst;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(global_src), "r"(src_bytes));
+    *result = 0;
+    return 0;
+}

@@ -55,7 +55,7 @@ def test_two_query_blocks_and_key_tiles_without_the_mask(op):
     """The slow simulator sizes walk two key tiles under the mask; this walks them without it, at a
     head size not a power of two (D = 24: padded to 32, zero columns)."""
     rng = np.random.default_rng(3)
-    for name in ("p_in_registers", "causal_skip"):
+    for name in ("p_in_registers", "causal_skip", "tuned"):
         st = op[name]
         size = (1, 1, 66, 24, 0)
         results = [check_stage(st, size, rng)]
@@ -107,3 +107,38 @@ def test_best_stage_reaches_half_of_sdpa_fp16():
     sdpa = [r["gflops"] for r in recs if r["kind"] == "peer"]
     assert sdpa, "no SDPA peer (torch missing?)"
     assert max(stages.values()) >= 0.5 * sdpa[0], ({k: round(v / 1e3, 1) for k, v in stages.items()}, sdpa[0] / 1e3)
+
+
+# The layouts the simulator runs (each a different kernel; min_blocks only changes the register cap):
+# stage 4's to TUNED one idea at a time, and the largest (8 warps, 128 keys) for the two new sizes.
+_SIM_GEOMETRIES = [g for g in attention_tc.SWEEP if (g.warps, g.keys, g.min_blocks) == (4, 64, 2)]
+_SIM_GEOMETRIES += [attention_tc.TUNED._replace(warps=8, keys=128, min_blocks=1)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("geometry", _SIM_GEOMETRIES, ids=lambda g: g.label().replace(" ", "-"))
+def test_the_geometries_the_gpu_script_times_are_correct(geometry):
+    """scripts/gpu_attention_tc.py times layouts of the tuned kernel side by side (and checks each on
+    the GPU first); here they are checked against the float64 reference in the simulator. 133 keys:
+    with 64-key tiles, under the mask, the last query block walks three tiles (the third K/V buffer
+    in use, a partial tail); the 8-warp 128-key layout without the mask: two query blocks, two tiles.
+    About 90 s in all (the 8-warp layout is most of it)."""
+    from workbench.ladder import to_host
+
+    op = attention_tc.op
+    size = (1, 1, 133, 16, 1 if geometry.keys == 64 else 0)
+    inputs = op.make_inputs(size, np.random.default_rng(5))
+    out = to_device(op.make_output(size))
+    attention_tc.launch_geometry(geometry)(*[to_device(a) for a in inputs], out)
+    expected = op.reference(*inputs)
+    err = np.max(np.abs(to_host(out).astype(np.float64) - expected)) / max(1.0, np.max(np.abs(expected)))
+    assert err < attention_tc.TOLERANCE["float16"], (geometry, size, err)
+
+
+@pytest.mark.sim_only
+def test_the_tuned_stage_runs_its_geometry():
+    """What the tuned stage launches is TUNED (TUNED_WIDE at D = 128), and the sweep starts at stage 4's."""
+    assert attention_tc.STAGE_SWITCHES["tuned"][3][64] == attention_tc.TUNED
+    assert attention_tc.STAGE_SWITCHES["tuned"][3][128] == attention_tc.TUNED_WIDE
+    assert attention_tc.SWEEP[0] == attention_tc.STAGE_SWITCHES["causal_skip"][3]
+    assert attention_tc.TUNED in attention_tc.SWEEP
