@@ -105,6 +105,7 @@ op = Operator(
     check_sizes=[(1, 1, 1), (17, 33, 65), (33, 40, 48), (127, 129, 131), (200, 264, 336), (1000, 1000, 1000),
                  (4097, 1000, 336), (4096, 4096, 4096)],
     sim_sizes=[(1, 1, 1), (5, 7, 3), (17, 24, 96), (33, 9, 37)],
+    quick_size=(5, 7, 35),  # two k32 steps, the second ragged: the emulated mma at a third less than (17, 24, 96)
     bench_sizes=[(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)],
     headline_size=(8192, 8192, 8192),
     rank=260,
@@ -478,6 +479,7 @@ qlinear_op = Operator(
     size_names=("M", "N", "K"),
     check_sizes=[(1, 1, 1), (17, 33, 65), (33, 40, 48), (127, 129, 131), (1000, 1000, 1000), (4096, 4096, 4096)],
     sim_sizes=[(1, 1, 1), (5, 7, 3), (17, 24, 96), (33, 9, 37)],
+    quick_size=(5, 7, 35),  # two k32 steps, the second ragged: the emulated mma at a third less than (17, 24, 96)
     bench_sizes=[(1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 8192)],
     headline_size=(8192, 8192, 8192),
     rank=261,

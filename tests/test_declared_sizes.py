@@ -15,7 +15,7 @@ SMALL_BYTES = 4 << 20
 
 def declared(op):
     named = [("sim", s) for s in op.sim_sizes] + [("check", s) for s in op.check_sizes]
-    named += [("bench", s) for s in op.bench_sizes] + [("headline", op.headline_size)]
+    named += [("bench", s) for s in op.bench_sizes] + [("headline", op.headline_size), ("quick", op.quick_sim_size())]
     return [(kind, as_size(s)) for kind, s in named]
 
 

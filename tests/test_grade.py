@@ -87,7 +87,17 @@ def test_catalog_covers_the_classic_bugs_and_the_cheats():
     assert len(PLANTED) >= 25 and len(CORRECT) >= 2
 
 
-@pytest.mark.parametrize("path", PLANTED, ids=[p.stem for p in PLANTED])
+# The quick tier grades one planted file per kind of trouble (a cheat, a hang, a crash, a race, host
+# computation, tampering, a side effect, a missing barrier); -m slow grades every one.
+QUICK_PLANTED = {"answer_key", "hangs", "crashes", "race_between_blocks", "host_numpy", "monkeypatches_the_checks",
+                 "writes_into_the_repository", "missing_syncthreads_reduction"}
+
+
+def _tiered(paths, quick):
+    return [pytest.param(p, id=p.stem, marks=() if p.stem in quick else pytest.mark.slow) for p in paths]
+
+
+@pytest.mark.parametrize("path", _tiered(PLANTED, QUICK_PLANTED))
 def test_planted_bug_is_rejected_with_its_reason(path):
     """Each file is graded in its own worker at the quick sizes; pytest-xdist spreads the files."""
     before = path.read_bytes(), path.stat().st_mtime_ns
@@ -426,7 +436,7 @@ def test_compare_integers_exactly():
     assert off.reason == "wrong-values" and off.first_bad_index == [1] and off.worst[0] == [[1], 1, 0]
 
 
-@pytest.mark.parametrize("module", ["histogram", "stencil"])
+@pytest.mark.parametrize("module", ["histogram", pytest.param("stencil", marks=pytest.mark.slow)])
 def test_an_exercise_filled_in_with_the_answers_passes(module, tmp_path):
     """What a learner gets is enough: the exercise's own declarations and launchers, with each stub
     line replaced by the code that was marked, pass the grader (and the learner's file is untouched)."""

@@ -2,10 +2,11 @@
 the operator's check sizes. A new ``solutions/<op>.py`` is tested here without a line of its own;
 ``tests/test_<op>.py`` keeps only what is specific to an operator.
 
-Tiers: the quick tier (the default) checks each stage once, at the middle simulator size (by convention
-not a multiple of any block or tile, so every edge path runs) and with the operator's adversarial inputs
-at that size; ``-m slow`` checks every simulator size (the smallest included) and compiles every kernel
-for sm_90 (``workbench ptx``).
+Tiers: the quick tier (the default) checks each stage once, with random inputs at the operator's quick size
+(``Operator.quick_sim_size``: by convention not a multiple of any block or tile, so every edge path runs),
+and the last stage, the one a user calls, with the operator's adversarial inputs too; ``-m slow`` checks
+every stage at every simulator size with the adversarial inputs (what the quick tier leaves out) and
+compiles every kernel for sm_90 (``workbench ptx``).
 ``-m gpu`` checks every check size on a GPU, except that a first ("naive") stage skips the largest,
 where it takes seconds a call and teaches nothing new.
 """
@@ -29,12 +30,6 @@ SPILL_EXPECTED = {"hgemm.mma": 256, "hgemm_bf16.mma": 256}
 STAGES = [s for op in OPS.values() for s in op.stages]
 
 
-def quick_size(op) -> tuple:
-    """The middle simulator size: the one an operator makes not a multiple of its blocks and tiles."""
-    sizes = [as_size(s) for s in op.sim_sizes]
-    return sizes[len(sizes) // 2]
-
-
 def _failures(results) -> list[str]:
     return [f"{r.key} @ {size_label(tuple(r.size))} ({r.inputs}): {r.message}" for r in results if r.failed]
 
@@ -42,10 +37,11 @@ def _failures(results) -> list[str]:
 @pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.key)
 def test_stage_correct_in_the_simulator(stage):
     rng = np.random.default_rng(1)
-    size = quick_size(stage.op)
+    size = stage.op.quick_sim_size()
     results = [check_stage(stage, size, rng)]
-    results += [check_stage(stage, size, inputs=inputs, label=label)
-                for label, inputs in adversarial_cases(stage.op, size, rng)]
+    if stage is stage.op.stages[-1]:
+        results += [check_stage(stage, size, inputs=inputs, label=label)
+                    for label, inputs in adversarial_cases(stage.op, size, rng)]
     assert not _failures(results), "\n".join(_failures(results))
     if stage.gpu_only:
         assert all(r.skipped and stage.gpu_only in r.message for r in results)
@@ -93,7 +89,8 @@ def test_every_operator_is_complete():
         for s in op.stages:
             if len(s.summary.split()) < 12:
                 problems.append(f"{s.key}: its paragraph should say what changed and why ({s.summary!r})")
-        dims = {len(as_size(s)) for s in [*op.sim_sizes, *op.check_sizes, *op.bench_sizes, op.headline_size]}
+        declared = [*op.sim_sizes, *op.check_sizes, *op.bench_sizes, op.headline_size, op.quick_sim_size()]
+        dims = {len(as_size(s)) for s in declared}
         if dims != {len(op.dims)}:
             problems.append(f"{op.name}: sizes of different lengths {sorted(dims)} for the form {op.size_form}")
     assert not problems, "\n".join(problems)

@@ -111,6 +111,7 @@ def test_listed_checked_and_diffed(toy_dir):
     assert "+    while i < x.size:" in diff.stdout and "-    if i < x.size:" in diff.stdout
 
 
+@pytest.mark.slow  # NVVM and ptxas, as the ladders' own compile test
 @pytest.mark.sim_only
 def test_compiled_for_sm90(toy_dir):
     run = workbench(toy_dir, "ptx", "toy_twice")

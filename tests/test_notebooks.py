@@ -270,6 +270,7 @@ def test_committed_notebooks_never_call_a_skipped_stage_passed():
         assert "pass" not in text.splitlines()[0].replace("passed", "")
 
 
+@pytest.mark.slow  # the slow tier re-executes every notebook; this one alone is a quicker first look
 @pytest.mark.xfail(bool(KNOWN_STALE), reason="reads notebooks listed in KNOWN_STALE", strict=False)
 def test_representative_notebook_matches_a_fresh_run(tmp_path):
     took = assert_matches_a_fresh_run(REPRESENTATIVE, tmp_path)

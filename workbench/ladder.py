@@ -118,6 +118,10 @@ class Operator:
     bench_sizes: Sequence[Size]  # latency against size, small (launch-bound) to large (bandwidth-bound)
     headline_size: Size  # the size of the staircase and the README table
     dtype: Any = np.float32
+    # The simulator size the quick test tier checks every stage at; None: the middle of sim_sizes. Set it
+    # where the middle one is costly to simulate (many threads a block, emulated tensor-core instructions);
+    # keep it not a multiple of any block or tile, so that every edge path still runs.
+    quick_size: Size | None = None
     tolerance: Callable[[Size, Any], float] | None = None
     peer: Callable[[Size], tuple[str, Callable] | None] | None = None
     # The torch module is passed in, not imported, because solutions import without torch (a CPU
@@ -156,6 +160,13 @@ class Operator:
         if self.pattern not in MEMORY_PATTERNS:
             raise ValueError(f"{self.name}: pattern={self.pattern!r}; an operator's memory pattern is one of "
                              f"{', '.join(map(repr, MEMORY_PATTERNS))} (what its bytes model reads and writes)")
+
+    def quick_sim_size(self) -> tuple:
+        """The size the quick tier checks each stage at: ``quick_size``, else the middle simulator size."""
+        if self.quick_size is not None:
+            return as_size(self.quick_size)
+        sizes = [as_size(s) for s in self.sim_sizes]
+        return sizes[len(sizes) // 2]
 
     def stage(
         self,
