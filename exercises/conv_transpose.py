@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: d0ca7d2a03e4267c8b391430c2e39037d1fc61b9195075585209ddffe61269ff
+# generated-sha256: 6087f926a3b5a072bcdd932502781a77e43e2aaee28cad96a3f3d18a176bc3ce
 # --------------------------------------------------------------------------------------------------
 """Transposed 2-D convolution (NCHW float32): the upsampling layer of decoders and GANs, and the gradient
 of conv2d with respect to its input.
@@ -34,6 +34,8 @@ The ladder is the choice between pushing and pulling:
    so no atomics and no wasted taps.
 3. ``shared_tile``: the gather, with a block's input patch and filters staged in shared memory and
    each thread computing 8 output channels from each input value it reads.
+4. ``parity_gemm``: the outputs split by parity into stride^2 classes, each an ordinary stride-1
+   convolution with a sub-filter, run on conv2d's implicit GEMM main loop (solutions/_implicit_gemm.py).
 
 Inputs: x float32 (N, C, H, W), w float32 (C, K, R, S), geometry int32 [stride, pad] (a device array the
 kernels read, as conv2d_general's), out float32 (N, K, Ho, Wo), overwritten. Size: N x C x H x W x K x
@@ -45,8 +47,11 @@ import math
 import numpy as np
 from numba import cuda, float32
 
+from workbench import device as _device
 from workbench import peers
-from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
+from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+
+from solutions._implicit_gemm import BM, BN, GEMM_THREADS, gemm_tile_loop, output_index
 
 EPS32 = float(np.finfo(np.float32).eps)
 MAX_STRIDE = 4
@@ -179,9 +184,11 @@ op = Operator(
     size_names=("N", "C", "H", "W", "K", "R", "S", "stride", "pad"),
     adversarial_inputs=_adversarial,
     # Quick tier (the middle size): a 4x4 filter at stride 2, 8x10 outputs, K and the output width
-    # multiples of no tile. The slow tier adds a 3x3 at stride 2 (parity classes of 2 and 1 taps) and
-    # a stride-1 5x5 past the 8-channel tile.
-    sim_sizes=[(1, 2, 3, 4, 3, 3, 3, 2, 1), (1, 3, 4, 5, 5, 4, 4, 2, 1), (2, 3, 5, 4, 9, 5, 5, 1, 2)],
+    # multiples of no tile; two input channels, so each parity class of parity_gemm is one K-step of its
+    # GEMM (the simulator runs its 4 blocks of 128 threads as Python threads). The slow tier adds a 3x3
+    # at stride 2 (parity classes of 2 and 1 taps, partial K-steps) and a stride-1 5x5 past the
+    # 8-channel tile; tests/test_conv.py a class spread over several blocks.
+    sim_sizes=[(1, 2, 3, 4, 3, 3, 3, 2, 1), (1, 2, 4, 5, 5, 4, 4, 2, 1), (2, 3, 5, 4, 9, 5, 5, 1, 2)],
     check_sizes=[(1, 1, 1, 1, 1, 1, 1, 1, 0), (2, 3, 7, 9, 5, 3, 3, 2, 1), (3, 17, 13, 11, 33, 4, 4, 2, 1),
                  (2, 9, 10, 12, 10, 5, 5, 3, 2), (32, 64, 28, 28, 64, 4, 4, 2, 1)],
     bench_sizes=[(32, 64, 28, 28, 64, 4, 4, 2, 1), (32, 128, 14, 14, 64, 3, 3, 2, 1)],
@@ -352,6 +359,117 @@ def shared_tile(x, w, geometry, out):
     N, K, Ho, Wo = out.shape
     grid = (blocks_for(Wo, TW), blocks_for(Ho, TH), N * blocks_for(K, KT))
     _shared_tile[grid, (TW, TH)](x, w, geometry, out)
+
+
+
+# -- 4. parity_gemm: stride^2 stride-1 convolutions, each an implicit GEMM ----------------------------------
+#
+# Output row ho is reached only through the taps r = ph, ph + stride, ... with ph = (ho + pad) mod stride,
+# from input row h = u - j for tap r = ph + j stride, where u = (ho + pad - ph) / stride. So the output
+# rows of one parity ph, indexed by u, are an ordinary stride-1 correlation of x with the sub-filter of
+# taps ph, ph + stride, ... read backwards (r' = Rj - 1 - j, Rj of them): h = u - (Rj - 1) + r'. The same
+# holds for the columns; the (ph, pw) pairs are the stride^2 parity classes.
+
+@cuda.jit(device=True, inline=True)
+def _class_axis(ph, n_out, taps, stride, pad):
+    """One axis of parity class ph: (its taps Rj, first output index, how many outputs, their first u)."""
+    taps_j = (taps - ph + stride - 1) // stride  # r = ph, ph + stride, ... < taps (0 when ph >= taps)
+    first = (ph + stride * MAX_TAPS_1D - pad) % stride  # the first output with (o + pad) mod stride = ph
+    count = (n_out - first + stride - 1) // stride if first < n_out else 0
+    return taps_j, first, count, (first + pad - ph) // stride
+
+
+@cuda.jit
+def _class_filters(w, geometry, packed):
+    """packed = each class's sub-filter bank as conv2d's A matrix (K x C x Rj x Sj, taps reversed), the
+    classes one after another (together exactly the R S taps of w). One thread per element of w."""
+    i = cuda.grid(1)
+    C, K, R, S = w.shape
+    if i < w.size:
+        s = i % S
+        r = i // S % R
+        k = i // (S * R) % K
+        c = i // (S * R * K)
+        stride = geometry[0]
+        ph = r % stride
+        pw = s % stride
+        offset = 0  # the taps of the classes before (ph, pw)
+        for a in range(ph * stride + pw):
+            offset += ((R - a // stride + stride - 1) // stride) * ((S - a % stride + stride - 1) // stride)
+        taps_r = (R - ph + stride - 1) // stride
+        taps_s = (S - pw + stride - 1) // stride
+        packed[K * C * offset + ((k * C + c) * taps_r + taps_r - 1 - r // stride) * taps_s
+               + taps_s - 1 - s // stride] = w[c, k, r, s]
+
+
+# conv2d's register cap (3 blocks an SM, no spills); the simulator's cuda.jit takes no launch_bounds.
+@cuda.jit(**({} if _device.is_simulator() else {"launch_bounds": (GEMM_THREADS, 3)}))
+def _parity_gemm(x_flat, packed, geometry, N, C, H, W, K, R, S, Ho, Wo, out_flat):
+    stride = geometry[0]
+    pad = geometry[1]
+    # The blocks of class 0 come first, then those of class 1, ...: find this block's class.
+    b = cuda.blockIdx.x
+    first_block = 0
+    offset = 0
+    found = False
+    taps_r, row0, rows, u0 = 0, 0, 0, 0
+    taps_s, col0, cols, v0 = 0, 0, 0, 0
+    for ph in range(stride):
+        tr, r0, nr, u = _class_axis(ph, Ho, R, stride, pad)
+        for pw in range(stride):
+            ts, c0, nc, v = _class_axis(pw, Wo, S, stride, pad)
+            blocks = (N * nr * nc + BN - 1) // BN
+            if not found:
+                if b < first_block + blocks:
+                    found = True
+                    taps_r, row0, rows, u0 = tr, r0, nr, u
+                    taps_s, col0, cols, v0 = ts, c0, nc, v
+                else:
+                    first_block += blocks
+                    offset += K * C * tr * ts
+    if not found:
+        return  # a block past the last class (the grid is sized for the most classes: see parity_gemm)
+    # EXERCISE: write this part of `_parity_gemm`. Read the hints one at a time.
+    #   hint 1 (nudge): this thread gathers the im2col column of class pixel q = (b - first_block) * BN + t: (n, i, j) with j fastest; its window's top-left input pixel is (u0 + i - (taps_r - 1), v0 + j - (taps_s - 1)).
+    #   hint 2 (nearly the answer): run conv2d's gemm_tile_loop on the class's sub-filters (packed from offset on, taps_r x taps_s, dilation 1); store acc[m, qq] to output (row0 + stride i, col0 + stride j) of channel k.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def largest_stride(H, W, Ho, Wo, R, S):
+    """The largest stride these shapes allow (the launcher reads no geometry from the device): the one
+    that, with some padding 0 <= pad < min(R, S), gives Ho = (H - 1) stride - 2 pad + R and Wo likewise.
+    Almost always the shapes allow just one; the grid is sized for this one's stride^2 classes."""
+    possible = [stride for stride in range(1, MAX_STRIDE + 1) for pad in range(min(R, S))
+                if output_hw(H, W, R, S, stride, pad) == (Ho, Wo)]
+    return max(possible, default=MAX_STRIDE)
+
+
+@op.stage("parity_gemm", """
+    What cuDNN's and CUTLASS's strided backward-data kernels do. The outputs of one parity class,
+    (ho + pad, wo + pad) mod stride = (ph, pw), are reached only by the taps of that parity, each from
+    one input pixel that moves one row per output row of the class: the class is an ordinary stride-1
+    convolution of x with a sub-filter (taps ph, ph + stride, ... read backwards; a 4x4 filter at stride
+    2 gives four 2x2 sub-filters). So the transposed convolution is stride^2 small convolutions, and
+    each runs on conv2d's implicit GEMM main loop as it is (gemm_tile_loop: 64 channels x 128 pixels a
+    block, 8 x 8 accumulators a thread, the gather in the tile loads, double-buffered): no holes, no
+    parity test per tap, no atomics, and the register tile's reuse that stage 3's 8 channels a thread
+    lacked. A first small kernel packs each class's sub-filters as the GEMM's A matrix (a network would
+    do it once); one launch runs every class, each block finding its class from its index. The cost:
+    a class's outputs are stride apart in memory, so each store instruction fills half as many bytes
+    of a sector at stride 2.""")
+def parity_gemm(x, w, geometry, out):
+    N, K, Ho, Wo = out.shape
+    _, C, H, W = x.shape
+    R, S = w.shape[2], w.shape[3]
+    packed = scratch("conv_transpose.parity_gemm.filters", (w.size,), np.float32)
+    _class_filters[blocks_for(w.size, THREADS), THREADS](w, geometry, packed)
+    # A class's blocks cover its pixels; the classes together hold N Ho Wo of them, so the blocks number
+    # at most blocks_for(N Ho Wo) + classes - 1. The stride stays on the device: the grid is sized for
+    # the most classes the shapes allow, and the blocks past the last class leave at once.
+    classes = largest_stride(H, W, Ho, Wo, R, S) ** 2
+    grid = (blocks_for(N * Ho * Wo, BN) + classes - 1, blocks_for(K, BM))
+    _parity_gemm[grid, GEMM_THREADS](x.reshape(x.size), packed, geometry, N, C, H, W, K, R, S, Ho, Wo,
+                                                 out.reshape(out.size))
 
 
 OPERATORS = [op]

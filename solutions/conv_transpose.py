@@ -21,7 +21,7 @@ The ladder is the choice between pushing and pulling:
 3. ``shared_tile``: the gather, with a block's input patch and filters staged in shared memory and
    each thread computing 8 output channels from each input value it reads.
 4. ``parity_gemm``: the outputs split by parity into stride^2 classes, each an ordinary stride-1
-   convolution with a sub-filter, run on conv2d's implicit GEMM main loop.
+   convolution with a sub-filter, run on conv2d's implicit GEMM main loop (solutions/_implicit_gemm.py).
 
 Inputs: x float32 (N, C, H, W), w float32 (C, K, R, S), geometry int32 [stride, pad] (a device array the
 kernels read, as conv2d_general's), out float32 (N, K, Ho, Wo), overwritten. Size: N x C x H x W x K x
@@ -37,7 +37,7 @@ from workbench import device as _device
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 
-from solutions import conv as conv_ladder
+from solutions._implicit_gemm import BM, BN, GEMM_THREADS, gemm_tile_loop, output_index
 
 EPS32 = float(np.finfo(np.float32).eps)
 MAX_STRIDE = 4
@@ -431,7 +431,7 @@ def _class_filters(w, geometry, packed):
 
 
 # conv2d's register cap (3 blocks an SM, no spills); the simulator's cuda.jit takes no launch_bounds.
-@cuda.jit(**({} if _device.is_simulator() else {"launch_bounds": (conv_ladder.GEMM_THREADS, 3)}))
+@cuda.jit(**({} if _device.is_simulator() else {"launch_bounds": (GEMM_THREADS, 3)}))
 def _parity_gemm(x_flat, packed, geometry, N, C, H, W, K, R, S, Ho, Wo, out_flat):
     stride = geometry[0]
     pad = geometry[1]
@@ -446,7 +446,7 @@ def _parity_gemm(x_flat, packed, geometry, N, C, H, W, K, R, S, Ho, Wo, out_flat
         tr, r0, nr, u = _class_axis(ph, Ho, R, stride, pad)
         for pw in range(stride):
             ts, c0, nc, v = _class_axis(pw, Wo, S, stride, pad)
-            blocks = (N * nr * nc + conv_ladder.BN - 1) // conv_ladder.BN
+            blocks = (N * nr * nc + BN - 1) // BN
             if not found:
                 if b < first_block + blocks:
                     found = True
@@ -465,18 +465,18 @@ def _parity_gemm(x_flat, packed, geometry, N, C, H, W, K, R, S, Ho, Wo, out_flat
         for qq in range(8):
             acc[m, qq] = float32(0.0)
     P = rows * cols
-    q0 = (b - first_block) * conv_ladder.BN
+    q0 = (b - first_block) * BN
     q = q0 + cuda.threadIdx.x
     n = q // P
     p = q % P
     base = n * C * H * W if q < N * P else -1  # -1: a column past the class's last pixel gathers zeros
     h0 = u0 + p // cols - (taps_r - 1)
     w0 = v0 + p % cols - (taps_s - 1)
-    m0 = cuda.blockIdx.y * conv_ladder.BM
-    conv_ladder.gemm_tile_loop(x_flat, packed[offset:], K, C, H, W, taps_r, taps_s, 1, m0, base, h0, w0, acc)
+    m0 = cuda.blockIdx.y * BM
+    gemm_tile_loop(x_flat, packed[offset:], K, C, H, W, taps_r, taps_s, 1, m0, base, h0, w0, acc)
     t = cuda.threadIdx.x
     for qq in range(8):
-        _, col = conv_ladder.output_index(t, 0, qq)
+        _, col = output_index(t, 0, qq)
         q = q0 + col
         if q < N * P:
             n = q // P
@@ -484,14 +484,14 @@ def _parity_gemm(x_flat, packed, geometry, N, C, H, W, K, R, S, Ho, Wo, out_flat
             ho = row0 + stride * (p // cols)
             wo = col0 + stride * (p % cols)
             for m in range(8):
-                row, _ = conv_ladder.output_index(t, m, qq)
+                row, _ = output_index(t, m, qq)
                 k = m0 + row
                 if k < K:
                     out_flat[((n * K + k) * Ho + ho) * Wo + wo] = acc[m, qq]
     # END SOLUTION
 
 
-def _largest_stride(H, W, Ho, Wo, R, S):
+def largest_stride(H, W, Ho, Wo, R, S):
     """The largest stride these shapes allow (the launcher reads no geometry from the device): the one
     that, with some padding 0 <= pad < min(R, S), gives Ho = (H - 1) stride - 2 pad + R and Wo likewise.
     Almost always the shapes allow just one; the grid is sized for this one's stride^2 classes."""
@@ -522,9 +522,9 @@ def parity_gemm(x, w, geometry, out):
     # A class's blocks cover its pixels; the classes together hold N Ho Wo of them, so the blocks number
     # at most blocks_for(N Ho Wo) + classes - 1. The stride stays on the device: the grid is sized for
     # the most classes the shapes allow, and the blocks past the last class leave at once.
-    classes = _largest_stride(H, W, Ho, Wo, R, S) ** 2
-    grid = (blocks_for(N * Ho * Wo, conv_ladder.BN) + classes - 1, blocks_for(K, conv_ladder.BM))
-    _parity_gemm[grid, conv_ladder.GEMM_THREADS](x.reshape(x.size), packed, geometry, N, C, H, W, K, R, S, Ho, Wo,
+    classes = largest_stride(H, W, Ho, Wo, R, S) ** 2
+    grid = (blocks_for(N * Ho * Wo, BN) + classes - 1, blocks_for(K, BM))
+    _parity_gemm[grid, GEMM_THREADS](x.reshape(x.size), packed, geometry, N, C, H, W, K, R, S, Ho, Wo,
                                                  out.reshape(out.size))
 
 
