@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 74368f3ee52c8592ab044c1dfe0fe537b1a7c0b8572d4b1e6012bf33fbfa654c
+# generated-sha256: 8a2c7a0b37dc5ff734956c6a6cb92524a53b8da124111e9524dcace67ea80d65
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -506,8 +506,8 @@ def ilp(x, weight, bias, out):
 
 # Which kernel takes a row, by its width (the first row of BY_SHAPE whose limit covers it):
 WARP_ROW_COLS = 1024  # up to here: a warp per row, the row in registers (WARP_CHUNKS x 4 = 32 a lane)
-BLOCK_ROW_COLS = 16384  # up to here: a block per row, the row in registers (ROW_CHUNKS x 4 = 16 a thread)
-# wider: stage 7's kernel (layernorm) or stage 3's (rmsnorm), which take any width
+BLOCK_ROW_COLS = 16384  # rmsnorm: up to here a block per row, the row in registers (ROW_CHUNKS x 4 = 16 a thread)
+# wider: stage 7's kernel (layernorm, from 1025 columns) or stage 3's (rmsnorm), which take any width
 WARP_CHUNKS = 8  # 16-byte pieces of the row each lane holds in the warp-per-row kernels
 ROW_CHUNKS = 4  # 16-byte pieces each thread holds in the block-per-row kernels
 WARP_VALUES = 4 * WARP_CHUNKS
@@ -532,6 +532,23 @@ def _expect_width(cols, limit, kernel):
     if cols > limit:
         raise InputError(f"{kernel} holds rows of at most {limit} columns in registers; got {cols} "
                          "(by_shape picks the kernel)")
+
+
+# block_rows' registers a thread: ptxas takes 68 on its own, which fits 3 blocks of 256 threads on an SM
+# (65536 registers); it fits the kernel in 48 without spilling, and 5 blocks then fit.
+BLOCK_ROW_REGISTERS = 48
+_CAPPED = {}  # (kernel's Python function, registers) -> that kernel compiled with the cap
+
+
+def _capped(kernel, registers):
+    """``kernel`` compiled with at most ``registers`` registers a thread (None: as ptxas chooses), so
+    that more blocks, so more rows' loads, fit on an SM. scripts/gpu_norm_shapes.py times caps side by side."""
+    if registers is None:
+        return kernel
+    key = (kernel.py_func, registers)
+    if key not in _CAPPED:
+        _CAPPED[key] = cuda.jit(max_registers=registers)(kernel.py_func)
+    return _CAPPED[key]
 
 
 @cuda.jit(device=True, inline=True)
@@ -607,6 +624,46 @@ def _layernorm_block_row(x, weight, bias, out, cols, vector):
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
+@cuda.jit
+def _layernorm_block_row_one_barrier(x, weight, bias, out, cols, vector):
+    """block_rows with one barrier instead of two, timed beside it (block_rows(..., one_barrier=True)):
+    each thread's count, mean and sum of squared deviations over its own columns, then Chan's merge
+    across the block. 78 registers where block_rows needs 68 (ptxas), so it is not the default."""
+    values = cuda.local.array(ROW_VALUES, float32)
+    row = uint64(cuda.blockIdx.x)
+    t = uint64(cuda.threadIdx.x)
+    threads = uint64(cuda.blockDim.x)
+    cols = uint64(cols)
+    base = row * cols
+    x0 = x[base]
+    for k in range(ROW_CHUNKS):  # all loads issued before any value is used
+        c = uint64(4) * (t + threads * uint64(k))
+        values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3] = _load_chunk(x, base, c, cols, vector)
+    n = float32(0.0)
+    total = float32(0.0)
+    for i in range(ROW_VALUES):
+        if uint64(4) * (t + threads * uint64(i // 4)) + uint64(i % 4) < cols:
+            values[i] -= x0
+            n += float32(1.0)
+            total += values[i]
+    mean = total / max(n, float32(1.0))  # this thread's columns only: no barrier yet
+    m2 = float32(0.0)
+    for i in range(ROW_VALUES):
+        if uint64(4) * (t + threads * uint64(i // 4)) + uint64(i % 4) < cols:
+            d = values[i] - mean
+            m2 += d * d
+    n, mean, m2 = _block_merge(n, mean, m2)  # the row's statistics, in every thread: one barrier
+    rstd = float32(1.0) / math.sqrt(m2 / float32(cols) + EPS)
+    for k in range(ROW_CHUNKS):
+        c = uint64(4) * (t + threads * uint64(k))
+        _normalize_chunk(values, 4 * k, mean, rstd, _load_chunk(weight, uint64(0), c, cols, vector),
+                         _load_chunk(bias, uint64(0), c, cols, vector))
+    for k in range(ROW_CHUNKS):
+        c = uint64(4) * (t + threads * uint64(k))
+        _store_chunk(out, base, c, cols, vector, values[4 * k], values[4 * k + 1], values[4 * k + 2],
+                     values[4 * k + 3])
+
+
 def warps_per_block(rows):
     return ROWS_PER_BLOCK if rows >= FEW_ROWS else 1
 
@@ -625,16 +682,22 @@ def warp_rows(x, weight, bias, out):
         _flat(x), _flat(weight), _flat(bias), _flat(out), rows, cols, _vectors_fit(x, weight, bias, out))
 
 
-def block_rows(x, weight, bias, out):
-    """by_shape's kernel for rows up to BLOCK_ROW_COLS wide: a block per row."""
+def block_rows(x, weight, bias, out, registers=BLOCK_ROW_REGISTERS, one_barrier=False):
+    """A block per row, the row in registers, for rows up to BLOCK_ROW_COLS wide (rmsnorm's by_shape
+    takes its twin; layernorm's table leaves it out until it beats stage 7: see BY_SHAPE). ``registers``
+    caps the registers a thread (None: 68, as ptxas chooses; see _capped); one_barrier=True runs the
+    variant with one barrier."""
     rows, cols = x.shape
     _expect_width(cols, BLOCK_ROW_COLS, "block_rows")
-    _layernorm_block_row[rows, block_row_threads(cols)](
+    kernel = _layernorm_block_row_one_barrier if one_barrier else _layernorm_block_row
+    _capped(kernel, registers)[rows, block_row_threads(cols)](
         _flat(x), _flat(weight), _flat(bias), _flat(out), cols, _vectors_fit(x, weight, bias, out))
 
 
-# The dispatch table: (widest row, kernel), first match wins; the last takes any width.
-BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (BLOCK_ROW_COLS, block_rows), (None, ilp.launch)]
+# The dispatch table: (widest row, kernel), first match wins; the last takes any width. block_rows is
+# not in it: on the H200 it was slower than stage 7 at 4096 and 12288 columns (350 vs 289 us at
+# 32768 x 4096, 205 vs 167 at 4096 x 12288); scripts/gpu_norm_shapes.py times it at those shapes.
+BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (None, ilp.launch)]
 
 
 def kernel_for(cols, table=BY_SHAPE):
@@ -645,15 +708,16 @@ def kernel_for(cols, table=BY_SHAPE):
     No one kernel wins at every shape, so the last stage chooses by row width. Rows up to 1024 wide
     get a warp each (four to a block; one, when rows are fewer than 4096, to spread them over every
     SM): the row sits in registers, 32 values a lane, read once with 16-byte loads (load4), and the
-    sums are shuffles alone, no barrier. Rows up to 16384 get a block each, 16 values a thread, as
-    many threads as that takes (256 at 4096, 768 at 12288): one read of x, two barriers, one write.
-    Both issue every load of the row before they use any (the fused stage 5 did not: its loads each
-    sat in a branch followed by their use, so one was in flight at a time), and both load the weight
-    and bias after the statistics and before the first store, so those loads too run ahead. Wider
-    rows take stage 7's kernel. A width not a multiple of 4 (rows not on 16-byte boundaries) is read
-    a column at a time. On the H200 stage 7 trailed torch.compile at 4096 columns (287 vs 255 us at
-    32768 rows, where compile runs at the copy ceiling with one read and one write) and torch at
-    1024 (141 vs 106); scripts/gpu_norm_shapes.py times every kernel of the table at each shape.""")
+    sums are shuffles alone, no barrier. It issues every load of the row before it uses any (the
+    fused stage 5 did not: its loads each sat in a branch followed by their use, so one was in
+    flight at a time), and loads the weight and bias after the statistics and before the first
+    store, so those loads too run ahead. Wider rows take stage 7's kernel. On the H200 stage 7
+    trailed torch at 1024 columns (141 vs 106 us at 32768 rows), and the warp kernel took 72 us
+    there. A block per row with the row in registers (block_rows, 16 values a thread) was timed
+    for 4096 to 12288 columns and lost to stage 7 (350 vs 289 us at 32768 x 4096, 205 vs 167 at
+    4096 x 12288), so the table does not pick it: a kernel is in the table where it was measured
+    faster, not where it should be. A width not a multiple of 4 (rows not on 16-byte boundaries)
+    is read a column at a time.""")
 def by_shape(x, weight, bias, out):
     kernel_for(x.shape[1])(x, weight, bias, out)
 
@@ -1134,11 +1198,11 @@ def rmsnorm_warp_rows(x, weight, out):
         _flat(x), _flat(weight), _flat(out), rows, cols, _vectors_fit(x, weight, out))
 
 
-def rmsnorm_block_rows(x, weight, out):
-    """by_shape's kernel for rows up to BLOCK_ROW_COLS wide: a block per row."""
+def rmsnorm_block_rows(x, weight, out, registers=None):
+    """by_shape's kernel for rows up to BLOCK_ROW_COLS wide: a block per row (``registers``: see _capped)."""
     rows, cols = x.shape
     _expect_width(cols, BLOCK_ROW_COLS, "rmsnorm_block_rows")
-    _rmsnorm_block_row[rows, block_row_threads(cols)](
+    _capped(_rmsnorm_block_row, registers)[rows, block_row_threads(cols)](
         _flat(x), _flat(weight), _flat(out), cols, _vectors_fit(x, weight, out))
 
 

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: cba79c3ee6fa1db186b9b6709b48e171bf967af85bf379db63c500c64a6282a2
+# generated-sha256: 9cd2cd0d70433999c57d93bee686df5a654c14bc3294d1acdc1567b2c370877b
 # --------------------------------------------------------------------------------------------------
 """Softmax over the rows of a float32 matrix, in seven steps from a thread per row to 92% of copy bandwidth.
 
@@ -454,7 +454,7 @@ WARP_VALUES = 4 * WARP_CHUNKS
 ROW_VALUES = 4 * ROW_CHUNKS
 ROWS_PER_BLOCK = 4  # warp-per-row kernel: rows (warps) in a block
 FEW_ROWS = 4096  # ... but fewer rows than this get one warp a block, to spread them over every SM
-ONLINE_THREADS = 512
+ONLINE_THREADS = 1024  # 1024 beat 512 on the H200: 595 vs 727 us at 8192 x 32000, 1525 vs 1556 at 4096 x 128256
 
 
 def _flat(a):
@@ -467,6 +467,20 @@ def _vectors_fit(x, out):
     """Can rows be read and written 16 bytes at a time? Every row must start on a 16-byte boundary:
     a width that is a multiple of 4 floats, and arrays that start on one (aligned16)."""
     return x.shape[1] % 4 == 0 and aligned16(x, out)
+
+
+_CAPPED = {}  # (kernel's Python function, registers) -> that kernel compiled with the cap
+
+
+def _capped(kernel, registers):
+    """``kernel`` compiled with at most ``registers`` registers a thread (None: as ptxas chooses), so
+    that more blocks fit on an SM (65536 registers). scripts/gpu_norm_shapes.py times caps side by side."""
+    if registers is None:
+        return kernel
+    key = (kernel.py_func, registers)
+    if key not in _CAPPED:
+        _CAPPED[key] = cuda.jit(max_registers=registers)(kernel.py_func)
+    return _CAPPED[key]
 
 
 @cuda.jit(device=True, inline=True)
@@ -573,12 +587,14 @@ def _expect_width(cols, limit, kernel):
         raise InputError(f"{kernel} holds rows of at most {limit} columns in registers; got {cols} (by_shape picks the kernel)")
 
 
-def warp_rows(x, out):
-    """by_shape's kernel for rows up to WARP_ROW_COLS wide: a warp per row."""
+def warp_rows(x, out, warps=None, registers=None):
+    """by_shape's kernel for rows up to WARP_ROW_COLS wide: a warp per row, ``warps`` rows a block
+    (default: ROWS_PER_BLOCK, or 1 when rows are fewer than FEW_ROWS); ``registers``: see _capped."""
     rows, cols = x.shape
     _expect_width(cols, WARP_ROW_COLS, "warp_rows")
-    warps = ROWS_PER_BLOCK if rows >= FEW_ROWS else 1
-    _softmax_warp_rows[blocks_for(rows, warps), 32 * warps](_flat(x), _flat(out), rows, cols, _vectors_fit(x, out))
+    if warps is None:
+        warps = ROWS_PER_BLOCK if rows >= FEW_ROWS else 1
+    _capped(_softmax_warp_rows, registers)[blocks_for(rows, warps), 32 * warps](_flat(x), _flat(out), rows, cols, _vectors_fit(x, out))
 
 
 def block_row_threads(cols):
@@ -586,11 +602,11 @@ def block_row_threads(cols):
     return min(MAX_ROW_THREADS, 32 * blocks_for(blocks_for(cols, ROW_VALUES), 32))
 
 
-def block_rows(x, out):
-    """by_shape's kernel for rows up to BLOCK_ROW_COLS wide: a block per row."""
+def block_rows(x, out, registers=None):
+    """by_shape's kernel for rows up to BLOCK_ROW_COLS wide: a block per row (``registers``: see _capped)."""
     rows, cols = x.shape
     _expect_width(cols, BLOCK_ROW_COLS, "block_rows")
-    _softmax_block_row[rows, block_row_threads(cols)](_flat(x), _flat(out), cols, _vectors_fit(x, out))
+    _capped(_softmax_block_row, registers)[rows, block_row_threads(cols)](_flat(x), _flat(out), cols, _vectors_fit(x, out))
 
 
 def online_rows(x, out, threads=ONLINE_THREADS):
@@ -613,10 +629,13 @@ def kernel_for(cols):
     SM): the row sits in registers, 32 values a lane, read once with 16-byte loads (load4) and
     written once with 16-byte stores, and the reductions are shuffles alone, no barrier. Rows up to
     16384 get a block each, 16 values a thread, as many threads as that takes (256 at 4096, 768 at
-    12288), one read, two barriers. Wider rows do not fit in registers: the online softmax reads
-    each step of 16 values a thread, folds its maximum and sum of exponentials into a running pair
-    (one exp per element, one per step to rescale), merges the threads' pairs, and reads the row
-    once more to write it: two reads where stage 7 made three. A row whose width is not a multiple
+    12288), one read, two barriers. Wider rows do not fit in registers: the online softmax, a block
+    of 1024 threads a row, reads each step of 16 values a thread, folds its maximum and sum of
+    exponentials into a running pair (one exp per element, one per step to rescale), merges the
+    threads' pairs, and reads the row once more to write it: two reads where stage 7 made three.
+    1024 threads beat 512 on the H200 (595 vs 727 us at 8192 x 32000, 1525 vs 1556 at 4096 x
+    128256); at 56 registers an SM holds one block of 1024 or two of 512, the same threads, and
+    the larger block goes through a row in half as many steps. A row whose width is not a multiple
     of 4 (its rows do not start on 16-byte boundaries) is read a column at a time. On the H200 the
     ilp stage was behind torch at 1024 columns (134 vs 82 us at 32768 rows) and at 32000 (1014 vs
     860) and 128256 columns (2102 vs 2034); scripts/gpu_norm_shapes.py times every kernel the table

@@ -783,34 +783,32 @@ def _layernorm_warp_rows(x, weight, bias, out, rows, cols, vector):
 @cuda.jit
 def _layernorm_block_row(x, weight, bias, out, cols, vector):
     values = cuda.local.array(ROW_VALUES, float32)
+    sums = cuda.shared.array(32, float32)
+    squares_of = cuda.shared.array(32, float32)
     row = uint64(cuda.blockIdx.x)
     t = uint64(cuda.threadIdx.x)
     threads = uint64(cuda.blockDim.x)
     cols = uint64(cols)
     base = row * cols
     x0 = x[base]
-    # HINT: the warp kernel with a block: chunks c = 4 * (t + threads * k), k < ROW_CHUNKS. Then, with no
-    # HINT: barrier, this thread's count n, mean and m2 = sum of (v - mean)^2 over its columns inside the
-    # HINT: row (shifted by x0); _block_merge combines the threads' (n, mean, m2): one barrier.
+    # HINT: the warp kernel with a block: chunks c = 4 * (t + threads * k), k < ROW_CHUNKS, and
+    # HINT: _block_sum_into (one barrier each, its own shared buffer) instead of _warp_sum.
     # BEGIN SOLUTION
     for k in range(ROW_CHUNKS):  # all loads issued before any value is used
         c = uint64(4) * (t + threads * uint64(k))
         values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3] = _load_chunk(x, base, c, cols, vector)
-    n = float32(0.0)
     total = float32(0.0)
     for i in range(ROW_VALUES):
         if uint64(4) * (t + threads * uint64(i // 4)) + uint64(i % 4) < cols:
             values[i] -= x0
-            n += float32(1.0)
             total += values[i]
-    mean = total / max(n, float32(1.0))  # this thread's columns only: no barrier yet
-    m2 = float32(0.0)
+    mean = _block_sum_into(total, sums) / float32(cols)
+    squares = float32(0.0)
     for i in range(ROW_VALUES):
         if uint64(4) * (t + threads * uint64(i // 4)) + uint64(i % 4) < cols:
             d = values[i] - mean
-            m2 += d * d
-    n, mean, m2 = _block_merge(n, mean, m2)  # the row's statistics, in every thread: one barrier
-    rstd = float32(1.0) / math.sqrt(m2 / float32(cols) + EPS)
+            squares += d * d
+    rstd = float32(1.0) / math.sqrt(_block_sum_into(squares, squares_of) / float32(cols) + EPS)
     for k in range(ROW_CHUNKS):
         c = uint64(4) * (t + threads * uint64(k))
         _normalize_chunk(values, 4 * k, mean, rstd, _load_chunk(weight, uint64(0), c, cols, vector),
