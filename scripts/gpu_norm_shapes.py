@@ -92,6 +92,8 @@ def table_kernels(name: str, cols: int) -> list[tuple[str, object]]:
                       ("block_rows_uncapped", lambda *a: ln.block_rows(*a, registers=None), limit),
                       ("block_rows_1bar", lambda *a: ln.block_rows(*a, registers=None, one_barrier=True), limit),
                       ("block_rows_1bar_r64", lambda *a: ln.block_rows(*a, registers=64, one_barrier=True), limit)]
+        if cols > 8192:  # 768 threads a row at 12288: 2 blocks fit on an SM only at <= 42 registers
+            found.append(("block_rows_r40", lambda *a: ln.block_rows(*a, registers=40), limit))
     else:
         ln, limit = layernorm, layernorm.BLOCK_ROW_COLS
         found = [("warp_rows", ln.rmsnorm_warp_rows, ln.WARP_ROW_COLS),
@@ -99,6 +101,8 @@ def table_kernels(name: str, cols: int) -> list[tuple[str, object]]:
         if cols > ln.WARP_ROW_COLS:
             found += [("block_rows_r64", lambda *a: ln.rmsnorm_block_rows(*a, registers=64), limit),
                       ("block_rows_r48", lambda *a: ln.rmsnorm_block_rows(*a, registers=48), limit)]
+        if cols > 8192:
+            found.append(("block_rows_r40", lambda *a: ln.rmsnorm_block_rows(*a, registers=40), limit))
     return [(k, launch) for k, launch, limit in found if limit is None or cols <= limit]
 
 
