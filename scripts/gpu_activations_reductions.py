@@ -553,62 +553,6 @@ def run_round2(budget: Budget, with_compile: bool, float32_too: bool = True) -> 
                 and "tanh" not in op.name)
 
 
-# -- 5. tuning: threads per block of the in_flight kernels --------------------------------------------------
-
-def run_tuning(budget: Budget) -> None:
-    """The in_flight kernels re-instantiated with 128 / 256 / 512 threads a block (scratch: not a stage)."""
-    import torch
-    from numba import cuda
-
-    from solutions._templates import instantiate
-
-    gen = torch.Generator(device="cuda").manual_seed(22)
-    x32 = torch.randn(N, generator=gen, device="cuda") * 3.0
-    out32 = torch.empty_like(x32)
-    x16 = x32.to(torch.bfloat16)
-    out16 = torch.empty_like(x16)
-    acts = {a.name: a for a in activations.ACTIVATIONS}
-    cases = [("relu", "float32"), ("gelu", "float32"), ("silu", "bfloat16")]
-    for act_name, fmt in cases:
-        for threads in (128, 256, 512):
-            if not budget.allows(f"tuning {act_name} {fmt} {threads} threads"):
-                return
-            act = acts[act_name]
-            if fmt == "float32":
-                block = 4 * activations.VECTORS_PER_THREAD * threads
-                ns = dict(vars(activations), activation=act.device, THREADS=threads, BLOCK_ELEMENTS=block)
-                kernel = instantiate(activations._in_flight, ns, f"_tune_in_flight_{act_name}_{threads}", jit={})
-                x, out, nbytes = cuda.as_cuda_array(x32), cuda.as_cuda_array(out32), 8 * N
-                ref_fn, got_t, x_host = activations.reference_of(act_name), out32, x32
-            else:
-                block = activations.HALVES_PER_VECTOR * activations.VECTORS_PER_THREAD * threads
-                ns = dict(vars(activations), activation=act.device, widen=activations.WIDEN[fmt],
-                          narrow=activations.NARROW[fmt], THREADS=threads, HALF_BLOCK_ELEMENTS=block)
-                ns["_apply_word"] = instantiate(activations._apply_word, ns, f"_tune_apply_word_{threads}",
-                                                jit={"device": True, "inline": True})
-                kernel = instantiate(activations._in_flight_halves, ns, f"_tune_in_flight_halves_{threads}", jit={})
-                x = cuda.as_cuda_array(x16.view(torch.int16)).view(np.uint16)
-                out = cuda.as_cuda_array(out16.view(torch.int16)).view(np.uint16)
-                nbytes, ref_fn, got_t, x_host = 4 * N, activations.reference_of(act_name), out16, x16
-            grid = (N + block - 1) // block
-
-            def launch(a, o, kernel=kernel, grid=grid, threads=threads):
-                kernel[grid, threads](a, o)
-            launch(x, out)
-            cuda.synchronize()
-            head = slice(0, 1 << 16)
-            tail = slice(N - (1 << 16), N)
-            ok = all(compare("tuning", (N,), got_t[s].float().cpu().numpy(),
-                             ref_fn(x_host[s].float().cpu().numpy()), 1e-2 if fmt != "float32" else 1e-5).passed
-                     for s in (head, tail))
-            us = timed(launch, x, out)
-            row = {"activation": act_name, "format": fmt, "threads": threads, "us": us,
-                   "gbps": nbytes / us / 1e3, "passed": ok}
-            RESULTS["tuning"].append(row)
-            say(f"{'PASS' if ok else 'FAIL'} tuning in_flight {act_name:5s} {fmt:8s} {threads:3d} threads "
-                f"{us:8.1f} us {row['gbps']:6.0f} GB/s")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out_dir", type=Path)
@@ -636,7 +580,6 @@ def main() -> int:
     if args.all:  # round 1's parts (all measured on 2026-11-23, /work/notes/gpu/act_red.log)
         attempt("16-bit activations", run_half, budget, not args.no_compile)
         attempt("matrix reductions", run_matrix_all, budget, copy_gbps, not args.no_compile)
-        attempt("tuning", run_tuning, budget)
         attempt("float32 activations", run_activations, budget, copy_gbps, not args.no_compile)
         attempt("vector reductions", run_vector, budget, copy_gbps)
 
