@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: b6f9c249ee8f5ec56818f451771ad54443badf86cccf56c92120be7a6f85037e
+# generated-sha256: 4e6b9a0f2cfb4e8485d9baa5496a3c1643d3327ffe572a4260cc20a05fee6b8c
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync.
 
@@ -44,9 +44,12 @@ and a row's other 48 keys are in the 3 other lanes of its quad (shfl_xor 1 and 2
    shared memory at D = 128.
 4. ``causal_skip``: under the mask a block stops at its diagonal tile (the only one masked) and the
    heaviest blocks start first. Without the mask, stage 3.
+5. ``tuned``: stage 4 with exp2 as one MUFU instruction (the scale folded into its argument), 32-bit
+   shared addresses, copy addresses computed once a tile, three K/V buffers; its geometry picked from alternatives timed side by side.
 """
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from numba import cuda, float32, int32, uint16, uint32, uint64
@@ -56,8 +59,9 @@ from workbench import peers
 from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 
-from solutions._ptx import (cp_async_chunk16, cp_async_commit, cp_async_wait_pending, ldmatrix_x4,
-                            ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2)
+from solutions._ptx import (cp_async_chunk16, cp_async_chunk16_s32, cp_async_commit, cp_async_wait_pending,
+                            ex2_approx_ftz, ldmatrix_x4, ldmatrix_x4_s32, ldmatrix_x4_trans, ldmatrix_x4_trans_s32,
+                            mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, shared_address32)
 
 try:
     import ml_dtypes
@@ -187,9 +191,9 @@ CHECK_SIZES = [(2, 3, 1, 64, 1), (2, 3, 1, 128, 0), (1, 4, 17, 64, 1), (2, 2, 17
 # In the simulator every lane is a Python thread and every mma a meeting of 32 of them: tiny sizes.
 # The quick tier runs the middle one (S = 5: one partial key tile, masked; D = 16: the kernels for
 # one k16 step). The slow tier adds two query blocks x two key tiles under the mask (the online
-# rescale across tiles, the cp.async double buffer, the skip) and D = 128, whose kernels (the most
-# registers) are the ones `workbench ptx` compiles for sm_90.
-SIM_SIZES = [(1, 1, 70, 16, 1), (1, 1, 5, 16, 1), (1, 1, 3, 128, 0)]
+# rescale across tiles, the cp.async double buffer, the skip) and D = 64, the headline's kernels,
+# which `workbench ptx` compiles for sm_90 (tests/test_attention_tc.py compiles D = 128's).
+SIM_SIZES = [(1, 1, 70, 16, 1), (1, 1, 5, 16, 1), (1, 1, 3, 64, 0)]
 BENCH_SIZES = [(16, 16, 1024, 64, 0), (8, 16, 2048, 64, 0), (8, 16, 2048, 64, 1), (4, 32, 4096, 128, 0),
                (4, 32, 4096, 128, 1)]
 HEADLINE = (8, 16, 2048, 64, 1)
@@ -238,17 +242,58 @@ def _stage(name, summary):
 # == the kernel =====================================================================================
 #
 # Every stage is one kernel source, ``_flash_tc``, compiled with different switches (P_REGS: P and Q
-# stay in registers; ASYNC: cp.async double buffering and swizzled tiles; SKIP: stop at the diagonal)
-# for one padded head size DP: numba compiles the ints and bools a kernel closes over as constants,
-# so every loop over fragments has a constant trip count, is unrolled, and the accumulators stay in
+# stay in registers; ASYNC: cp.async pipelined, swizzled tiles; SKIP: stop at the diagonal) and a
+# geometry (warps a block, keys a tile, pipeline stages, how exp2 and shared addresses are done) for
+# one padded head size DP: numba compiles the ints and bools a kernel closes over as constants, so
+# every loop over fragments has a constant trip count, is unrolled, and the accumulators stay in
 # registers (an index the compiler cannot resolve would move the whole array to local memory).
 
-BQ = 64  # queries per block
-BKV = 64  # keys per tile
-WARPS = 4  # each owns 16 queries
-THREADS = 32 * WARPS
-KEY_TILES = BKV // 8  # n8 tiles of scores per warp and key tile
 HEAD_DIM_STEPS = (16, 32, 64, 128)
+
+
+class Geometry(NamedTuple):
+    """How a kernel is laid out: stages 1 to 4 use the defaults; ``tuned`` uses TUNED below, and
+    scripts/gpu_attention_tc.py times the alternatives side by side (``launch_geometry``)."""
+    warps: int = 4  # a block's warps; each owns 16 queries (a block: 16 warps queries)
+    keys: int = 64  # keys a tile (a multiple of 16)
+    stages: int = 2  # K/V buffers in flight (cp.async stages; 1 without cp.async)
+    fast_exp: bool = False  # ex2.approx.ftz with the scale folded into its argument, or libdevice exp2f
+    addr32: bool = False  # shared addresses in 32 bits (cvta once), copy addresses once a tile; or 64-bit sums
+    min_blocks: int = 2  # launch_bounds(32 warps, min_blocks): the register cap
+
+    @property
+    def queries(self):
+        return 16 * self.warps
+
+    def label(self):
+        return (f"{self.queries}q{self.warps}w k{self.keys} s{self.stages} "
+                f"{'ex2' if self.fast_exp else 'exp2f'} {'a32' if self.addr32 else 'a64'} lb{self.min_blocks}")
+
+
+BASE = Geometry()
+# The tuned stage's geometry: a guess until an H200 run of scripts/gpu_attention_tc.py, which times
+# this and its neighbours side by side and prints the line to paste here.
+TUNED = Geometry(warps=4, keys=64, stages=3, fast_exp=True, addr32=True, min_blocks=2)
+# At D = 128 a third K/V buffer would take the block to 112 KiB: one block an SM, not two.
+TUNED_WIDE = TUNED._replace(stages=2)
+# What scripts/gpu_attention_tc.py times side by side at the headline (fp16 8x16x2048x64, no mask),
+# each one change from its neighbour: stage 4's geometry, then one idea added at a time up to TUNED,
+# then TUNED's layout changed one way at a time.
+_FAST = BASE._replace(fast_exp=True)
+SWEEP = [
+    BASE,  # stage 4 (causal_skip), as the tuned kernel builds it
+    _FAST,  # + exp2 as one ex2.approx.ftz, the scale inside its argument
+    _FAST._replace(addr32=True),  # + 32-bit shared addresses
+    TUNED,  # + three K/V buffers
+    TUNED._replace(min_blocks=3),  # three blocks an SM (12 warps) if ptxas fits 168 registers
+    TUNED._replace(keys=128),  # 128 keys a tile: twice the mma between softmax reductions
+    TUNED._replace(warps=8, min_blocks=1),  # 128 queries a block (8 warps): each K/V tile serves twice the queries
+    TUNED._replace(warps=8, keys=128, min_blocks=1),  # FlashAttention-2's 128 x 128 tiles
+    TUNED._replace(warps=8, stages=2, min_blocks=1),
+]
+BQ = BASE.queries  # stages 1 to 4: queries per block
+BKV = BASE.keys  # keys per tile
+THREADS = 32 * BASE.warps
 
 
 def _padded_head_dim(D):
@@ -267,14 +312,37 @@ def _offset(row, chunk, chunks_per_row, swizzle):
 
 
 @cuda.jit(device=True, inline=True)
-def _load_plain(src, bh, row0, S, D, smem, at, DP):
-    """Rows row0 .. row0 + 63 of src[b, h] (16-bit bits) into the tile at byte ``at``, row-major, one
-    element per thread and step, zero past S and past D (a zero key row scores 0 and is masked; a zero
-    value row adds nothing: never garbage, which could be NaN, times a weight of 0)."""
+def _ldsm(address, A32):
+    """ldmatrix.x4 at a shared address: a 32-bit window address (A32) or a generic one."""
+    if A32:
+        return ldmatrix_x4_s32(address)
+    return ldmatrix_x4(address)
+
+
+@cuda.jit(device=True, inline=True)
+def _ldsm_trans(address, A32):
+    if A32:
+        return ldmatrix_x4_trans_s32(address)
+    return ldmatrix_x4_trans(address)
+
+
+@cuda.jit(device=True, inline=True)
+def _exp2(x, FAST):
+    """2^x: one MUFU.EX2 (FAST), or libdevice's exp2f (a subnormal-result fix-up around it)."""
+    if FAST:
+        return ex2_approx_ftz(x)
+    return math.exp2(x)
+
+
+@cuda.jit(device=True, inline=True)
+def _load_plain(src, bh, row0, rows, S, D, smem, at, DP, THREADS):
+    """Rows row0 .. row0 + rows - 1 of src[b, h] (16-bit bits) into the tile at byte ``at``, row-major,
+    one element per thread and step, zero past S and past D (a zero key row scores 0 and is masked; a
+    zero value row adds nothing: never garbage, which could be NaN, times a weight of 0)."""
     H = src.shape[1]
     b = bh // H
     h = bh % H
-    for e in range(cuda.threadIdx.x, BKV * DP, THREADS):
+    for e in range(cuda.threadIdx.x, rows * DP, THREADS):
         r = e // DP
         c = e % DP
         value = uint16(0)
@@ -284,20 +352,28 @@ def _load_plain(src, bh, row0, S, D, smem, at, DP):
 
 
 @cuda.jit(device=True, inline=True)
-def _issue_async(src, bh, row0, S, D, smem, at, DP):
-    """Start copying rows row0 .. row0 + 63 of src[b, h] to the swizzled tile at byte ``at``: 16 bytes
-    a cp.async, zero-filled past S and D, landing when cp_async_wait_pending retires their group."""
+def _issue_async(src, bh, row0, rows, S, D, base, at, DP, THREADS, A32):
+    """Start copying rows row0 .. row0 + rows - 1 of src[b, h] to the swizzled tile at byte ``at``: 16
+    bytes a cp.async, zero-filled past S and D, landing when cp_async_wait_pending retires their group."""
     CPR = DP // 8
-    base = smem.ctypes.data
-    for j in range(BKV * CPR // THREADS):
+    for j in range((rows * CPR + THREADS - 1) // THREADS):
         c = cuda.threadIdx.x + j * THREADS
-        r = c // CPR
-        chunk = c % CPR
-        inside = row0 + r < S and chunk * 8 < D
-        src_at = src.ctypes.data
-        if inside:
-            src_at += uint64(((bh * S + row0 + r) * D + chunk * 8) * 2)
-        cp_async_chunk16(base + uint64(at + _offset(r, chunk, CPR, True)), src_at, 16 if inside else 0)
+        # (a test compiled away where the block's threads divide the tile's chunks: no branch)
+        if (rows * CPR) % THREADS == 0 or c < rows * CPR:
+            r = c // CPR
+            chunk = c % CPR
+            inside = row0 + r < S and chunk * 8 < D
+            src_at = src.ctypes.data
+            if inside:
+                if A32:  # the tile's first row once, then a 32-bit offset the thread keeps every tile
+                    src_at += uint64((bh * S + row0) * D * 2) + uint64(int32(r * D + chunk * 8) * 2)
+                else:
+                    src_at += uint64(((bh * S + row0 + r) * D + chunk * 8) * 2)
+            dst = base + uint64(at + _offset(r, chunk, CPR, True))
+            if A32:
+                cp_async_chunk16_s32(dst, src_at, 16 if inside else 0)
+            else:
+                cp_async_chunk16(dst, src_at, 16 if inside else 0)
 
 
 @cuda.jit(device=True, inline=True)
@@ -322,35 +398,39 @@ def _pack(lo, hi, bf16):
 
 
 @cuda.jit(device=True, inline=True)
-def _scores(smem, q_at, k_at, qf, s, q_lane, k_lane, DP, Q_REGS, bf16):
-    """s = this warp's 16 queries . the tile's 64 keys: 8 n8 tiles of keys x DP / 16 k16 steps. An
-    ldmatrix.x4 of K gives the B fragments of two key tiles (K's rows are B's columns, as stored)."""
-    base = smem.ctypes.data
-    for n in range(KEY_TILES):
+def _scores(base, q_at, k_at, qf, s, q_lane, k_lane, DP, BKV, Q_REGS, bf16, A32):
+    """s = this warp's 16 queries . the tile's BKV keys: BKV / 8 n8 tiles of keys x DP / 16 k16 steps.
+    An ldmatrix.x4 of K gives the B fragments of two key tiles (K's rows are B's columns, as stored)."""
+    for n in range(BKV // 8):
         for e in range(4):
             s[n, e] = float32(0.0)
     for st in range(DP // 16):
         if Q_REGS:
             a0, a1, a2, a3 = qf[4 * st], qf[4 * st + 1], qf[4 * st + 2], qf[4 * st + 3]
         else:
-            a0, a1, a2, a3 = ldmatrix_x4(base + uint64(q_at + q_lane[st]))
-        for p in range(KEY_TILES // 2):
-            b = ldmatrix_x4(base + uint64(k_at + k_lane[st] + p * 32 * DP))  # 16 rows further: 32 DP bytes
+            a0, a1, a2, a3 = _ldsm(base + uint64(q_at + q_lane[st]), A32)
+        for p in range(BKV // 16):
+            b = _ldsm(base + uint64(k_at + k_lane[st] + p * 32 * DP), A32)  # 16 rows further: 32 DP bytes
             _mma(s, 2 * p, a0, a1, a2, a3, b[0], b[1], bf16)
             _mma(s, 2 * p + 1, a0, a1, a2, a3, b[2], b[3], bf16)
 
 
 @cuda.jit(device=True, inline=True)
-def _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, DP):
+def _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, DP, BKV, FAST):
     """Scores -> probabilities against each row's new running maximum; the running sum and the output
     rows rescaled by how much the maximum grew. This lane: rows i0 (s[:, 0:2]) and i0 + 8 (s[:, 2:4]),
-    keys j0 + 8n + 2q + e; a row's other keys are in the lanes 1 and 2 away (its quad)."""
+    keys j0 + 8n + 2q + e; a row's other keys are in the lanes 1 and 2 away (its quad). FAST keeps the
+    scores and the maximum unscaled and scales inside the exponent: exp2(s scale - m scale) is one
+    fused multiply-add (the scale is positive: the maximum of the scaled scores is the scaled maximum);
+    otherwise the scores are scaled first (a multiply of 1 is no instruction)."""
+    factor = float32(1.0) if FAST else scale_log2e  # applied to the scores now
+    scale = scale_log2e if FAST else float32(1.0)  # applied inside exp2
     for half in range(2):
         i = i0 + 8 * half
         tile_max = NEG_INF
-        for n in range(KEY_TILES):
+        for n in range(BKV // 8):
             for e in range(2):
-                x = s[n, 2 * half + e] * scale_log2e
+                x = s[n, 2 * half + e] * factor
                 j = j0 + 8 * n + 2 * (cuda.threadIdx.x % 4) + e
                 if masked and (j >= S or (causal and j > i)):
                     x = NEG_INF
@@ -359,8 +439,8 @@ def _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, 
         tile_max = max(tile_max, cuda.shfl_xor_sync(FULL_MASK, tile_max, 1))
         tile_max = max(tile_max, cuda.shfl_xor_sync(FULL_MASK, tile_max, 2))
         # EXERCISE: write this part of `_online_softmax`. Read the hints one at a time.
-        #   hint 1 (nudge): the row's new maximum m_new = max(m_run[half], tile_max); what the old terms must be multiplied by is exp2(old - new).
-        #   hint 2: each s[n, 2 half + e] becomes exp2(s - m_new); l_run[half] (this lane's share of the row's sum) = l_run * alpha + their sum.
+        #   hint 1 (nudge): the row's new maximum m_new = max(m_run[half], tile_max); what the old terms must be multiplied by is exp2((old - new) scale).
+        #   hint 2: each s[n, 2 half + e] becomes exp2(s scale - m_new scale) (_exp2(x, FAST)); l_run[half] (this lane's share of the row's sum) = l_run * alpha + their sum.
         #   hint 3 (nearly the answer): the output row so far, o[c, 2 half] and o[c, 2 half + 1] for every n8 tile c of the head size, is multiplied by alpha too.
         pass  # TODO(exercise): not implemented yet: replace this line with your code
 
@@ -369,7 +449,7 @@ def _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, 
 def _p_to_shared(smem, p_at, s, warp, bf16):
     """Stage 1: P (this warp's 16 x 64 probabilities) to shared memory in the half type, two at a time."""
     lane = cuda.threadIdx.x % 32
-    for n in range(KEY_TILES):
+    for n in range(BKV // 8):
         for half in range(2):
             row = 16 * warp + lane // 4 + 8 * half
             packed = _pack(s[n, 2 * half], s[n, 2 * half + 1], bf16)
@@ -379,10 +459,9 @@ def _p_to_shared(smem, p_at, s, warp, bf16):
 
 
 @cuda.jit(device=True, inline=True)
-def _p_times_v(smem, p_at, v_at, s, o, p_lane, v_lane, DP, P_REGS, bf16):
-    """o += P V over the tile's 64 keys: 4 k16 steps; an ldmatrix.x4.trans of V gives the B fragments
-    of two n8 tiles of the head size (V is stored key-major: .trans turns it into B's layout)."""
-    base = smem.ctypes.data
+def _p_times_v(base, p_at, v_at, s, o, p_lane, v_lane, DP, BKV, P_REGS, bf16, A32):
+    """o += P V over the tile's BKV keys: BKV / 16 k16 steps; an ldmatrix.x4.trans of V gives the B
+    fragments of two n8 tiles of the head size (V is stored key-major: .trans turns it into B's layout)."""
     for kj in range(BKV // 16):
         if P_REGS:
             # The C fragments of key tiles 2kj and 2kj + 1 (rows g and g + 8, keys 2q, 2q + 1 of each)
@@ -392,16 +471,16 @@ def _p_times_v(smem, p_at, v_at, s, o, p_lane, v_lane, DP, P_REGS, bf16):
             a2 = _pack(s[2 * kj + 1, 0], s[2 * kj + 1, 1], bf16)
             a3 = _pack(s[2 * kj + 1, 2], s[2 * kj + 1, 3], bf16)
         else:
-            a0, a1, a2, a3 = ldmatrix_x4(base + uint64(p_at + p_lane + kj * 32))  # 16 keys further: 32 bytes
+            a0, a1, a2, a3 = _ldsm(base + uint64(p_at + p_lane + kj * 32), A32)  # 16 keys further: 32 bytes
         for p in range(DP // 16):
-            b = ldmatrix_x4_trans(base + uint64(v_at + v_lane[p] + kj * 32 * DP))
+            b = _ldsm_trans(base + uint64(v_at + v_lane[p] + kj * 32 * DP), A32)
             _mma(o, 2 * p, a0, a1, a2, a3, b[0], b[1], bf16)
             _mma(o, 2 * p + 1, a0, a1, a2, a3, b[2], b[3], bf16)
 
 
 @cuda.jit(device=True, inline=True)
 def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, q_lane, k_lane, v_lane,
-              DP, BF16, P_REGS, ASYNC, SKIP):
+              DP, BF16, P_REGS, ASYNC, SKIP, BQ, BKV, THREADS, STAGES, FAST, A32):
     t = cuda.threadIdx.x
     lane = t % 32
     warp = t // 32
@@ -419,10 +498,13 @@ def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, q
     # top of 64 output and 32 score accumulators) push ptxas past 255 into spills, and an ldmatrix
     # per k16 step from the Q tile (conflict-free once swizzled) is the cheaper price.
     Q_REGS = P_REGS and DP <= 64
-    BUFFERS = 2 if ASYNC else 1
     k_at = BQ * DP * 2  # after the Q tile
-    v_at = k_at + BUFFERS * TILE_BYTES
-    p_at = v_at + BUFFERS * TILE_BYTES  # stage 1's P tile (BQ x BKV halves, row-major)
+    v_at = k_at + STAGES * TILE_BYTES
+    p_at = v_at + STAGES * TILE_BYTES  # stage 1's P tile (BQ x BKV halves, row-major)
+    if A32:
+        base = uint64(shared_address32(smem.ctypes.data))  # one conversion; the sums below stay 32-bit
+    else:
+        base = uint64(smem.ctypes.data)
 
     # Each lane's ldmatrix row addresses, computed once (byte offsets in a tile; lane l addresses row
     # l % 8 of matrix l // 8). Q (A operand, k16 step st): rows 16 warp + l % 16, chunk 2 st + l // 16.
@@ -447,51 +529,57 @@ def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, q
     tiles = (end + BKV - 1) // BKV
     i0 = q0 + 16 * warp + lane // 4  # this lane's rows: i0 and i0 + 8
     if ASYNC:
-        _issue_async(q, bh, q0, S, D, smem, 0, DP)
-        _issue_async(k, bh, 0, S, D, smem, k_at, DP)
-        _issue_async(v, bh, 0, S, D, smem, v_at, DP)
-        cp_async_commit()
+        # The prologue: Q with key tile 0 in one group, then tiles 1 .. STAGES - 2 a group each (a
+        # group is committed even when empty, so that "all but the newest STAGES - 2" counts tiles).
+        _issue_async(q, bh, q0, BQ, S, D, base, 0, DP, THREADS, A32)
+        for ahead in range(STAGES - 1):
+            if ahead < tiles:
+                _issue_async(k, bh, ahead * BKV, BKV, S, D, base, k_at + ahead * TILE_BYTES, DP, THREADS, A32)
+                _issue_async(v, bh, ahead * BKV, BKV, S, D, base, v_at + ahead * TILE_BYTES, DP, THREADS, A32)
+            cp_async_commit()
     else:
-        _load_plain(q, bh, q0, S, D, smem, 0, DP)
+        _load_plain(q, bh, q0, BQ, S, D, smem, 0, DP, THREADS)
+    buffer = 0  # tile % STAGES, counted (a 64-bit modulo of the tile index costs a dozen instructions)
     for tile in range(tiles):
         j0 = tile * BKV
-        buffer = tile % BUFFERS
         if ASYNC:
-            # Tile `tile` has landed for every thread, and every warp is done with tile - 1, whose
-            # buffer the next copies reuse: one barrier for both.
-            cp_async_wait_pending(0)
+            # Tile `tile` has landed for every thread (the newest STAGES - 2 groups may still be in
+            # flight), and every warp is done with tile - 1, whose buffer the next copies reuse: one
+            # barrier for both.
+            cp_async_wait_pending(STAGES - 2)
             cuda.syncthreads()
-            if tile + 1 < tiles:
-                nxt = (tile + 1) % BUFFERS
-                _issue_async(k, bh, j0 + BKV, S, D, smem, k_at + nxt * TILE_BYTES, DP)
-                _issue_async(v, bh, j0 + BKV, S, D, smem, v_at + nxt * TILE_BYTES, DP)
+            nxt = tile + STAGES - 1
+            if nxt < tiles:
+                into = buffer - 1 if buffer > 0 else STAGES - 1  # nxt % STAGES: the buffer tile - 1 used
+                _issue_async(k, bh, nxt * BKV, BKV, S, D, base, k_at + into * TILE_BYTES, DP, THREADS, A32)
+                _issue_async(v, bh, nxt * BKV, BKV, S, D, base, v_at + into * TILE_BYTES, DP, THREADS, A32)
             cp_async_commit()
         else:
             cuda.syncthreads()  # every warp is done with the previous K and V tiles
-            _load_plain(k, bh, j0, S, D, smem, k_at, DP)
-            _load_plain(v, bh, j0, S, D, smem, v_at, DP)
+            _load_plain(k, bh, j0, BKV, S, D, smem, k_at, DP, THREADS)
+            _load_plain(v, bh, j0, BKV, S, D, smem, v_at, DP, THREADS)
             cuda.syncthreads()
         if Q_REGS and tile == 0:  # the Q fragments, once, into registers for the whole key loop
-            base = smem.ctypes.data
             for st in range(DP // 16):
-                a = ldmatrix_x4(base + uint64(q_lane[st]))
+                a = _ldsm(base + uint64(q_lane[st]), A32)
                 qf[4 * st] = a[0]
                 qf[4 * st + 1] = a[1]
                 qf[4 * st + 2] = a[2]
                 qf[4 * st + 3] = a[3]
         kt_at = k_at + buffer * TILE_BYTES
         vt_at = v_at + buffer * TILE_BYTES
-        _scores(smem, 0, kt_at, qf, s, q_lane, k_lane, DP, Q_REGS, BF16)
+        _scores(base, 0, kt_at, qf, s, q_lane, k_lane, DP, BKV, Q_REGS, BF16, A32)
         # Only the tail tile (keys past S) and, under the mask, tiles reaching past the block's first
         # query need the mask; the stages before causal_skip mask every tile.
         masked = (not SKIP) or j0 + BKV > S or (is_causal and j0 + BKV > q0)
-        _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP)
+        _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP, BKV, FAST)
         if not P_REGS:
             _p_to_shared(smem, p_at, s, warp, BF16)
             cuda.syncwarp()  # each warp reads back only its own 16 rows of P
-        _p_times_v(smem, p_at, vt_at, s, o, p_lane, v_lane, DP, P_REGS, BF16)
+        _p_times_v(base, p_at, vt_at, s, o, p_lane, v_lane, DP, BKV, P_REGS, BF16, A32)
         if not P_REGS:
             cuda.syncwarp()  # read before the next tile's P overwrites it
+        buffer = buffer + 1 if buffer + 1 < STAGES else 0
 
     b = bh // H
     h = bh % H
@@ -509,38 +597,45 @@ def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, q
                 out[b, h, i, col + 1] = uint16(packed >> uint32(16))
 
 
-# Stage name -> (P_REGS, ASYNC, SKIP)
+# Stage name -> (P_REGS, ASYNC, SKIP, geometry)
 STAGE_SWITCHES = {
-    "mma_scores": (False, False, False),
-    "p_in_registers": (True, False, False),
-    "async_kv": (True, True, False),
-    "causal_skip": (True, True, True),
+    "mma_scores": (False, False, False, BASE._replace(stages=1)),
+    "p_in_registers": (True, False, False, BASE._replace(stages=1)),
+    "async_kv": (True, True, False, BASE),
+    "causal_skip": (True, True, True, BASE),
+    "tuned": (True, True, True, {16: TUNED, 32: TUNED, 64: TUNED, 128: TUNED_WIDE}),
 }
 _BUILT: dict = {}
 
 
-def smem_bytes(stage, DP):
-    """Dynamic shared memory of a stage's kernel: Q, one or two K and V buffers, stage 1's P tile."""
-    p_regs, use_async, _ = STAGE_SWITCHES[stage]
-    buffers = 2 if use_async else 1
-    return 2 * (BQ * DP + 2 * buffers * BKV * DP + (0 if p_regs else BQ * BKV))
+def smem_bytes(p_regs, geometry, DP):
+    """Dynamic shared memory of a kernel: Q, its K and V buffers, stage 1's P tile."""
+    g = geometry
+    return 2 * (g.queries * DP + 2 * g.stages * g.keys * DP + (0 if p_regs else g.queries * g.keys))
 
 
-def build_kernel(stage, DP, bf16):
-    """The kernel of ``stage`` for head sizes up to DP, fp16 or bf16 (made once per triple)."""
-    key = (stage, DP, bool(bf16))
+def build_kernel(stage, DP, bf16, geometry=None):
+    """The kernel of ``stage`` (its switches; its geometry unless one is given) for head sizes up to DP,
+    fp16 or bf16 (made once per combination)."""
+    P_REGS, ASYNC, SKIP, own = STAGE_SWITCHES[stage]
+    own = own[DP] if isinstance(own, dict) else own  # a geometry per head size
+    g = own if geometry is None else geometry
+    key = (P_REGS, ASYNC, SKIP, DP, bool(bf16), g)  # tuned in stage 4's geometry is stage 4's kernel
     if key in _BUILT:
         return _BUILT[key]
-    P_REGS, ASYNC, SKIP = STAGE_SWITCHES[stage]
+    if g.keys % 16 or (not P_REGS and (g.warps, g.keys) != (BASE.warps, BASE.keys)):
+        raise ValueError(f"no kernel for {stage} with {g}: keys a multiple of 16 (stage 1: the base geometry)")
     BF16 = bool(bf16)
     QF = max(1, 4 * DP // 16)  # A-fragment registers of Q: 4 per k16 step
     STEPS = DP // 16
     O_SHAPE = (DP // 8, 4)  # the output rows' C fragments: one per n8 tile of the head size
+    S_SHAPE = (g.keys // 8, 4)  # the scores' C fragments: one per n8 tile of keys
+    BQ_, BKV_, THREADS_, STAGES_, FAST, A32 = g.queries, g.keys, 32 * g.warps, g.stages, g.fast_exp, g.addr32
 
     def kernel(q, k, v, out, scale_log2e, causal):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
         qf = cuda.local.array(QF, uint32)
-        s = cuda.local.array((KEY_TILES, 4), float32)
+        s = cuda.local.array(S_SHAPE, float32)
         o = cuda.local.array(O_SHAPE, float32)
         m_run = cuda.local.array(2, float32)
         l_run = cuda.local.array(2, float32)
@@ -548,12 +643,14 @@ def build_kernel(stage, DP, bf16):
         k_lane = cuda.local.array(STEPS, int32)
         v_lane = cuda.local.array(STEPS, int32)
         _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, q_lane, k_lane, v_lane,
-                  DP, BF16, P_REGS, ASYNC, SKIP)
+                  DP, BF16, P_REGS, ASYNC, SKIP, BQ_, BKV_, THREADS_, STAGES_, FAST, A32)
 
     # A module-level name of its own, for the tools that find kernels by module and name (workbench ptx).
     name = f"_flash_tc_{stage}_d{DP}_{'bf16' if BF16 else 'f16'}"
+    if g != own:
+        name += "_" + "_".join(str(int(x)) for x in g)
     kernel.__name__ = kernel.__qualname__ = name
-    compiled = cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))(kernel)
+    compiled = cuda.jit(**_gpu_options(launch_bounds=(32 * g.warps, g.min_blocks)))(kernel)
     globals()[name] = _BUILT[key] = compiled
     return compiled
 
@@ -569,22 +666,31 @@ def _address(a):
     return cai["data"][0] if cai else a.ctypes.data
 
 
-def launch(stage, q, k, v, causal, out):
-    """Run ``stage``'s kernel: one block of 4 warps per 64 queries of each (batch, head)."""
+def launch(stage, q, k, v, causal, out, geometry=None):
+    """Run ``stage``'s kernel (in another geometry if one is given): one block per 16 warps queries of
+    each (batch, head)."""
     B, H, S, D = q.shape
     bf16 = np.dtype(q.dtype) != np.float16
-    if ASYNC_STAGES.get(stage) and any(_address(a) % 16 for a in (q, k, v)):
-        raise InputError("q, k and v must start on 16-byte boundaries (cp.async copies 16 aligned bytes)")
     DP = _padded_head_dim(D)
-    kernel = build_kernel(stage, DP, bf16)
+    P_REGS, ASYNC, _, own = STAGE_SWITCHES[stage]
+    own = own[DP] if isinstance(own, dict) else own
+    g = own if geometry is None else geometry
+    if ASYNC and any(_address(a) % 16 for a in (q, k, v)):
+        raise InputError("q, k and v must start on 16-byte boundaries (cp.async copies 16 aligned bytes)")
+    kernel = build_kernel(stage, DP, bf16, geometry)
     args = (_bits(q), _bits(k), _bits(v), _bits(out), np.float32(LOG2E / math.sqrt(D)), causal)
-    nbytes = smem_bytes(stage, DP)
+    nbytes = smem_bytes(P_REGS, g, DP)
     if nbytes > STATIC_LIMIT:
         set_max_dynamic_shared_memory(kernel, args, nbytes)
-    kernel[(blocks_for(S, BQ), B * H), THREADS, 0, nbytes](*args)
+    kernel[(blocks_for(S, g.queries), B * H), 32 * g.warps, 0, nbytes](*args)
 
 
-ASYNC_STAGES = {name: switches[1] for name, switches in STAGE_SWITCHES.items()}
+def launch_geometry(geometry):
+    """A launcher of the tuned stage's kernel in ``geometry`` (the script's side-by-side sweep)."""
+    def run(q, k, v, causal, out):
+        _validator_for(np.dtype(q.dtype))(q, k, v, causal, out)
+        launch("tuned", q, k, v, causal, out, geometry)
+    return run
 
 
 # -- 1. mma_scores -------------------------------------------------------------------------------
@@ -627,7 +733,9 @@ def p_in_registers(q, k, v, causal, out):
     swizzled: chunk c of row r is stored at c XOR (r mod 8), so the 8 rows one ldmatrix phase reads
     are in 8 different bank groups (stages 1 and 2 read 8 rows 128 or 256 bytes apart, all in the
     same banks). At D = 128 the Q tile and two K and V buffers take 80 KiB: past the 48 KiB default,
-    raised with set_max_dynamic_shared_memory (two blocks still fit an SM).""")
+    raised with set_max_dynamic_shared_memory (two blocks still fit an SM). The loads were what
+    stages 1 and 2 waited on, not the tensor cores: on an H200 at 8x16x2048x64 fp16 without the
+    mask, p_in_registers took 11.3 ms, moving K and V 2 bytes a load, and this stage 1.02 ms.""")
 def async_kv(q, k, v, causal, out):
     launch("async_kv", q, k, v, causal, out)
 
@@ -643,6 +751,28 @@ def async_kv(q, k, v, causal, out):
     the mask this is stage 3.""")
 def causal_skip(q, k, v, causal, out):
     launch("causal_skip", q, k, v, causal, out)
+
+
+
+# -- 5. tuned ------------------------------------------------------------------------------------
+
+@_stage("tuned", """
+    Stage 4 with fewer instructions around the mma and a deeper pipeline; the ideas are the ones
+    FlashAttention-2 implementations use, and the mix (TUNED) is picked from the alternatives timed
+    side by side by scripts/gpu_attention_tc.py (Geometry: warps a block, keys a tile, pipeline depth,
+    exp2, addressing, register cap). exp2 is one ex2.approx.ftz (libdevice's exp2f wraps the same
+    MUFU.EX2 in a test and two multiplies for subnormal results, which a weight below 2^-126 next to
+    the row maximum's 1 never needs), and the scale moves into its argument: the scores and the
+    maximum stay unscaled, exp2(s scale - m scale) is one fused multiply-add. Shared addresses are
+    converted to the 32-bit shared window once (cvta) and every ldmatrix and cp.async offset is added
+    in 32 bits, where stage 4 added 64-bit generic addresses (an add-with-carry pair each); a copy's
+    global address is the tile's first row, once a tile, plus an offset the thread keeps (stage 4
+    multiplied out the row in 64 bits for each of its 8 copies a tile). Three K/V
+    buffers up to D = 64 (at D = 128 a third would leave room for one block an SM, not two): the
+    copies of tile t + 2 are issued while tile t computes, so a copy has two tiles' math to land
+    instead of one. Same fragments, same online softmax, same skip under the mask.""")
+def tuned(q, k, v, causal, out):
+    launch("tuned", q, k, v, causal, out)
 
 
 for _stage_name in STAGE_SWITCHES:  # built at import: tools that compile kernels by name find them
