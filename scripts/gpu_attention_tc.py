@@ -67,7 +67,7 @@ attempt = functools.partial(gpu_log.attempt, OUT["errors"])
 
 
 def tflops(size, us):
-    return attention_tc._flops(size) / (us * 1e-6) / 1e12
+    return attention_tc.attention_flops(size) / (us * 1e-6) / 1e12
 
 
 def resources(kernel):
@@ -110,7 +110,7 @@ def sweep():
                 err = float(np.max(np.abs(to_host(o).astype(np.float64) - ref)) / max(1.0, np.max(np.abs(ref))))
                 if not err < attention_tc.TOLERANCE["float16"]:
                     wrong = f"wrong at {size_label(SWEEP_CHECK + (int(inputs[3][0]),))}: err {err:.3g}"
-            row.update(resources(attention_tc.build_kernel("tuned", attention_tc._padded_head_dim(size[3]), False, g)))
+            row.update(resources(attention_tc.build_kernel("tuned", attention_tc.padded_head_dim(size[3]), False, g)))
             run(dq, dk, dv, dc, out)
             err = float(np.max(np.abs(to_host(out).astype(np.float32) - expected)) / max(1.0, np.max(np.abs(expected))))
             row["err_vs_sdpa"] = err

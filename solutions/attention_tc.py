@@ -137,7 +137,7 @@ def _validator_for(dtype):
 TOLERANCE = {"float16": 3e-3, "bfloat16": 2e-2}
 
 
-def _flops(size):
+def attention_flops(size):
     B, H, S, D, causal = size
     pairs = S * (S + 1) // 2 if causal else S * S  # under the mask, the pairs a query attends to
     return 4 * B * H * pairs * D
@@ -193,7 +193,7 @@ def _operator(name, dtype, title, rank):
         make_inputs=_inputs_for(dtype),
         make_output=lambda size: np.empty(size[:4], dtype),
         bytes_moved=lambda size: 4 * 2 * size[0] * size[1] * size[2] * size[3],  # q, k, v, out once
-        flops=_flops,
+        flops=attention_flops,
         validate=_validator_for(dtype),
         tolerance=lambda size, _dtype: TOLERANCE[np.dtype(dtype).name],
         peer=_peer,
@@ -282,7 +282,7 @@ BKV = BASE.keys  # keys per tile
 THREADS = 32 * BASE.warps
 
 
-def _padded_head_dim(D):
+def padded_head_dim(D):
     return next(dp for dp in HEAD_DIM_STEPS if D <= dp)
 
 
@@ -671,7 +671,7 @@ def launch(stage, q, k, v, causal, out, geometry=None):
     each (batch, head)."""
     B, H, S, D = q.shape
     bf16 = np.dtype(q.dtype) != np.float16
-    DP = _padded_head_dim(D)
+    DP = padded_head_dim(D)
     P_REGS, ASYNC, _, own = STAGE_SWITCHES[stage]
     own = own[DP] if isinstance(own, dict) else own
     g = own if geometry is None else geometry
