@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 4e6b9a0f2cfb4e8485d9baa5496a3c1643d3327ffe572a4260cc20a05fee6b8c
+# generated-sha256: 8f41b360665b146b5b972be3b42372acfc7d4746541eb8775aa581c487b481e0
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync.
 
@@ -151,7 +151,7 @@ def _validator_for(dtype):
 TOLERANCE = {"float16": 3e-3, "bfloat16": 2e-2}
 
 
-def _flops(size):
+def attention_flops(size):
     B, H, S, D, causal = size
     pairs = S * (S + 1) // 2 if causal else S * S  # under the mask, the pairs a query attends to
     return 4 * B * H * pairs * D
@@ -207,7 +207,7 @@ def _operator(name, dtype, title, rank):
         make_inputs=_inputs_for(dtype),
         make_output=lambda size: np.empty(size[:4], dtype),
         bytes_moved=lambda size: 4 * 2 * size[0] * size[1] * size[2] * size[3],  # q, k, v, out once
-        flops=_flops,
+        flops=attention_flops,
         validate=_validator_for(dtype),
         tolerance=lambda size, _dtype: TOLERANCE[np.dtype(dtype).name],
         peer=_peer,
@@ -296,7 +296,7 @@ BKV = BASE.keys  # keys per tile
 THREADS = 32 * BASE.warps
 
 
-def _padded_head_dim(D):
+def padded_head_dim(D):
     return next(dp for dp in HEAD_DIM_STEPS if D <= dp)
 
 
@@ -671,7 +671,7 @@ def launch(stage, q, k, v, causal, out, geometry=None):
     each (batch, head)."""
     B, H, S, D = q.shape
     bf16 = np.dtype(q.dtype) != np.float16
-    DP = _padded_head_dim(D)
+    DP = padded_head_dim(D)
     P_REGS, ASYNC, _, own = STAGE_SWITCHES[stage]
     own = own[DP] if isinstance(own, dict) else own
     g = own if geometry is None else geometry
