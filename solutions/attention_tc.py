@@ -257,11 +257,13 @@ class Geometry(NamedTuple):
 
 
 BASE = Geometry()
-# The tuned stage's geometry: a guess until an H200 run of scripts/gpu_attention_tc.py, which times
-# this and its neighbours side by side and prints the line to paste here.
-TUNED = Geometry(warps=4, keys=64, stages=3, fast_exp=True, addr32=True, min_blocks=2)
-# At D = 128 a third K/V buffer would take the block to 112 KiB: one block an SM, not two.
-TUNED_WIDE = TUNED._replace(stages=2)
+# The tuned stage's geometry, the fastest of SWEEP in scripts/gpu_attention_tc.py on an H200 (2026-11-23,
+# fp16 8x16x2048x64, no mask): 623 us, 220.5 TFLOP/s, 49% of SDPA's 454.5 in the same run; the same
+# layout capped for two blocks an SM took 802 us, stage 4's layout 865.
+TUNED = Geometry(warps=4, keys=64, stages=3, fast_exp=True, addr32=True, min_blocks=3)
+# At D = 128 a third K/V buffer would take the block to 112 KiB: one block an SM, not two; and 168
+# registers (three blocks) would spill the wider accumulators.
+TUNED_WIDE = TUNED._replace(stages=2, min_blocks=2)
 # What scripts/gpu_attention_tc.py times side by side at the headline (fp16 8x16x2048x64, no mask),
 # each one change from its neighbour: stage 4's geometry, then one idea added at a time up to TUNED,
 # then TUNED's layout changed one way at a time.
@@ -270,8 +272,8 @@ SWEEP = [
     BASE,  # stage 4 (causal_skip), as the tuned kernel builds it
     _FAST,  # + exp2 as one ex2.approx.ftz, the scale inside its argument
     _FAST._replace(addr32=True),  # + 32-bit shared addresses
-    TUNED,  # + three K/V buffers
-    TUNED._replace(min_blocks=3),  # three blocks an SM (12 warps) if ptxas fits 168 registers
+    TUNED._replace(min_blocks=2),  # + three K/V buffers, two blocks an SM
+    TUNED,  # three blocks an SM (12 warps): ptxas fits 168 registers, 16 bytes spilled
     TUNED._replace(keys=128),  # 128 keys a tile: twice the mma between softmax reductions
     TUNED._replace(warps=8, min_blocks=1),  # 128 queries a block (8 warps): each K/V tile serves twice the queries
     TUNED._replace(warps=8, keys=128, min_blocks=1),  # FlashAttention-2's 128 x 128 tiles
@@ -770,7 +772,12 @@ def causal_skip(q, k, v, causal, out):
     multiplied out the row in 64 bits for each of its 8 copies a tile). Three K/V
     buffers up to D = 64 (at D = 128 a third would leave room for one block an SM, not two): the
     copies of tile t + 2 are issued while tile t computes, so a copy has two tiles' math to land
-    instead of one. Same fragments, same online softmax, same skip under the mask.""")
+    instead of one. And three blocks an SM (a 168-register cap; ptxas spills 16 bytes): with two,
+    the three buffers were slower than two (802 against 702 us); with three, the warps of one
+    block compute while another's wait on their softmax reductions. On the H200 (fp16,
+    8x16x2048x64, no mask) this layout ran in 623 us, 220.5 TFLOP/s, 49% of SDPA's 454.5 in
+    the same run, against 865 us for stage 4's layout built the same way. Same fragments, same
+    online softmax, same skip under the mask.""")
 def tuned(q, k, v, causal, out):
     launch("tuned", q, k, v, causal, out)
 
