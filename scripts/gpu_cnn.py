@@ -27,10 +27,7 @@ import argparse
 import functools
 import json
 import sys
-import time
 from pathlib import Path
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -38,10 +35,6 @@ import gpu_log  # noqa: E402  (scripts/: the folder of the script being run)
 from gpu_log import START, say  # noqa: E402
 
 import workbench  # noqa: E402,F401  (chooses the GPU before numba is imported)
-from workbench import results  # noqa: E402
-from workbench.bench import bench_size  # noqa: E402
-from workbench.check import adversarial_cases, check_stage  # noqa: E402
-from workbench.ladder import as_size, size_label  # noqa: E402
 
 from solutions import cnn, conv_bn, pooling  # noqa: E402
 
@@ -53,59 +46,11 @@ OUT = {"device": None, "checks": [], "records": [], "failures": [], "errors": []
 attempt = functools.partial(gpu_log.attempt, OUT["errors"])  # fn(*args), or None with the error kept
 
 
-# -- 1. correctness at the odd shapes --------------------------------------------------------------------
+# -- 1-2. correctness at the odd shapes, then speed: the loop the family scripts share (gpu_log) ----------
 
-def check_operator(op, deadline):
-    sizes = [as_size(s) for s in op.check_sizes]
-    sizes = sizes[:-1] if len(sizes) > 3 else sizes  # the largest is checked by the timing below
-    rng = np.random.default_rng(14)
-    for stage in op.stages:
-        for size in sizes:
-            if time.time() > deadline:
-                OUT["skipped"].append(f"check {stage.key} @ {size_label(size)}")
-                continue
-            cases = [("random", None)] + adversarial_cases(op, size, rng)[:1]
-            for label, inputs in cases:
-                r = check_stage(stage, size, rng, inputs=inputs, label=label)
-                OUT["checks"].append(r.as_dict())
-                err = "n/a" if r.rel_err is None else f"{r.rel_err:.2g}"
-                say(f"{r.status.upper():7s} {stage.key:34s} {size_label(size):>26s} {label:14s} err {err} "
-                    f"(tol {r.tolerance if r.tolerance is not None else 0:.1g}) {r.message[:160]}")
-
-
-# -- 2. speed ---------------------------------------------------------------------------------------------------
-
-def peaks_and_env():
-    env = results.environment()
-    OUT["device"] = env.get("device")
-    peaks = results.stored_peaks(env["device"]) or {}
-    if not peaks.get("copy_gbps"):
-        from workbench.peaks import copy_bandwidth
-
-        peaks = {**peaks, **copy_bandwidth()}
-    OUT["peaks"] = {k: v for k, v in peaks.items() if isinstance(v, (int, float))}
-    say(f"device {env.get('device')}; copy peak {peaks.get('copy_gbps', float('nan')):.0f} GB/s")
-    return peaks, env
-
-
-def time_operator(op, sizes, peaks, env, deadline):
-    rng = np.random.default_rng(7)
-    for size in sizes:
-        if time.time() > deadline:
-            OUT["skipped"].append(f"time {op.name} @ {size_label(as_size(size))}")
-            continue
-        recs, fails = bench_size(op, op.stages, size, peaks, rng, env)
-        OUT["records"] += recs
-        OUT["failures"] += fails
-        for f in fails:
-            say(f"FAIL {f[:300]}")
-        for r in recs:
-            peer = r.get("peer")
-            ratio = f"{peer['median_us'] / r['median_us']:5.2f}x" if peer else "   — "
-            pct = r.get("pct_of_peak")
-            say(f"{r['stage']:34s} {r['size_label']:>26s} {r['median_us']:9.1f} µs {r['gbps']:7.0f} GB/s "
-                f"{r['gflops'] / 1e3:7.2f} TFLOP/s {'' if pct is None else f'{pct:5.1f}% peak'} "
-                f"vs torch {ratio} err {r['rel_err']:.2g}")
+check_operator = functools.partial(gpu_log.check_operator, OUT)
+peaks_and_env = functools.partial(gpu_log.peaks_and_env, OUT)
+time_operator = functools.partial(gpu_log.time_operator, OUT)
 
 
 # -- 3. the targets --------------------------------------------------------------------------------------
