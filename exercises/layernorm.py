@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 8a2c7a0b37dc5ff734956c6a6cb92524a53b8da124111e9524dcace67ea80d65
+# generated-sha256: cacf5ef8544d6ac8b1bdcbabd0a2c6879e83f25983e6d08284bfd5fc074d0eb4
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -44,7 +44,7 @@ import math
 import numpy as np
 from numba import cuda, float32, uint64
 
-from solutions._vector_io import aligned16, load4, store4
+from solutions._vector_io import capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store_chunk
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 
@@ -516,71 +516,9 @@ ROWS_PER_BLOCK = 4  # warp-per-row kernels: rows (warps) in a block
 FEW_ROWS = 4096  # ... but fewer rows than this get one warp a block, to spread them over every SM
 
 
-def _flat(a):
-    """The matrix (or vector) as one long vector, a view (no copy), as load4 takes it."""
-    a = a if hasattr(a, "is_c_contiguous") else cuda.as_cuda_array(a)
-    return a.reshape(a.size)
-
-
-def _vectors_fit(x, *others):
-    """Can rows be read and written 16 bytes at a time? Every row must start on a 16-byte boundary:
-    a width that is a multiple of 4 floats, and arrays that start on one (aligned16)."""
-    return x.shape[1] % 4 == 0 and aligned16(x, *others)
-
-
-def _expect_width(cols, limit, kernel):
-    if cols > limit:
-        raise InputError(f"{kernel} holds rows of at most {limit} columns in registers; got {cols} "
-                         "(by_shape picks the kernel)")
-
-
 # block_rows' registers a thread: ptxas takes 68 on its own, which fits 3 blocks of 256 threads on an SM
 # (65536 registers); it fits the kernel in 48 without spilling, and 5 blocks then fit.
 BLOCK_ROW_REGISTERS = 48
-_CAPPED = {}  # (kernel's Python function, registers) -> that kernel compiled with the cap
-
-
-def _capped(kernel, registers):
-    """``kernel`` compiled with at most ``registers`` registers a thread (None: as ptxas chooses), so
-    that more blocks, so more rows' loads, fit on an SM. scripts/gpu_norm_shapes.py times caps side by side."""
-    if registers is None:
-        return kernel
-    key = (kernel.py_func, registers)
-    if key not in _CAPPED:
-        _CAPPED[key] = cuda.jit(max_registers=registers)(kernel.py_func)
-    return _CAPPED[key]
-
-
-@cuda.jit(device=True, inline=True)
-def _load_chunk(flat, base, c, cols, vector):
-    """Columns c .. c + 3 of the row that starts at flat[base] (c a multiple of 4): one 16-byte load
-    where the row allows it, else one load per column; columns past the row's end read as 0."""
-    if vector and c < cols:  # a width that is a multiple of 4: the whole chunk is inside the row
-        return load4(flat, base + c)
-    zero = float32(0.0)
-    return (flat[base + c] if c < cols else zero,
-            flat[base + c + uint64(1)] if c + uint64(1) < cols else zero,
-            flat[base + c + uint64(2)] if c + uint64(2) < cols else zero,
-            flat[base + c + uint64(3)] if c + uint64(3) < cols else zero)
-
-
-@cuda.jit(device=True, inline=True)
-def _store_chunk(flat, base, c, cols, vector, v0, v1, v2, v3):
-    """The columns of c .. c + 3 that lie inside the row, written 16 bytes at once where possible."""
-    if vector:
-        if c < cols:
-            store4(flat, base + c, v0, v1, v2, v3)
-        return
-    if c < cols:
-        flat[base + c] = v0
-    if c + uint64(1) < cols:
-        flat[base + c + uint64(1)] = v1
-    if c + uint64(2) < cols:
-        flat[base + c + uint64(2)] = v2
-    if c + uint64(3) < cols:
-        flat[base + c + uint64(3)] = v3
-
-
 @cuda.jit(device=True, inline=True)
 def _normalize_chunk(values, i, mean, rstd, w, b):
     """values[i .. i + 3] = (values - mean) * rstd * weight + bias, the chunk's weight and bias in w, b."""
@@ -601,9 +539,9 @@ def _layernorm_warp_rows(x, weight, bias, out, rows, cols, vector):
         base = row * cols
         x0 = x[base]
         # EXERCISE: write this part of `_layernorm_warp_rows`. Read the hints one at a time.
-        #   hint 1 (nudge): lane l holds chunks c = 4 * (l + 32 * k), k < WARP_CHUNKS: _load_chunk them all into values[] before using any.
+        #   hint 1 (nudge): lane l holds chunks c = 4 * (l + 32 * k), k < WARP_CHUNKS: load_chunk them all into values[] before using any.
         #   hint 2: shift by x0; sum the columns inside the row (c + i < cols), _warp_sum: the mean; the same for (v - mean)^2.
-        #   hint 3 (nearly the answer): load each chunk's weight and bias with _load_chunk, _normalize_chunk in place; then _store_chunk every chunk.
+        #   hint 3 (nearly the answer): load each chunk's weight and bias with load_chunk, _normalize_chunk in place; then store_chunk every chunk.
         pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
@@ -638,7 +576,7 @@ def _layernorm_block_row_one_barrier(x, weight, bias, out, cols, vector):
     x0 = x[base]
     for k in range(ROW_CHUNKS):  # all loads issued before any value is used
         c = uint64(4) * (t + threads * uint64(k))
-        values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3] = _load_chunk(x, base, c, cols, vector)
+        values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3] = load_chunk(x, base, c, cols, vector, float32(0.0))
     n = float32(0.0)
     total = float32(0.0)
     for i in range(ROW_VALUES):
@@ -656,11 +594,11 @@ def _layernorm_block_row_one_barrier(x, weight, bias, out, cols, vector):
     rstd = float32(1.0) / math.sqrt(m2 / float32(cols) + EPS)
     for k in range(ROW_CHUNKS):
         c = uint64(4) * (t + threads * uint64(k))
-        _normalize_chunk(values, 4 * k, mean, rstd, _load_chunk(weight, uint64(0), c, cols, vector),
-                         _load_chunk(bias, uint64(0), c, cols, vector))
+        _normalize_chunk(values, 4 * k, mean, rstd, load_chunk(weight, uint64(0), c, cols, vector, float32(0.0)),
+                         load_chunk(bias, uint64(0), c, cols, vector, float32(0.0)))
     for k in range(ROW_CHUNKS):
         c = uint64(4) * (t + threads * uint64(k))
-        _store_chunk(out, base, c, cols, vector, values[4 * k], values[4 * k + 1], values[4 * k + 2],
+        store_chunk(out, base, c, cols, vector, values[4 * k], values[4 * k + 1], values[4 * k + 2],
                      values[4 * k + 3])
 
 
@@ -676,22 +614,22 @@ def block_row_threads(cols):
 def warp_rows(x, weight, bias, out):
     """by_shape's kernel for rows up to WARP_ROW_COLS wide: a warp per row."""
     rows, cols = x.shape
-    _expect_width(cols, WARP_ROW_COLS, "warp_rows")
+    expect_row_width(cols, WARP_ROW_COLS, "warp_rows")
     warps = warps_per_block(rows)
     _layernorm_warp_rows[blocks_for(rows, warps), 32 * warps](
-        _flat(x), _flat(weight), _flat(bias), _flat(out), rows, cols, _vectors_fit(x, weight, bias, out))
+        flat_view(x), flat_view(weight), flat_view(bias), flat_view(out), rows, cols, rows_fit_vectors(x, weight, bias, out))
 
 
 def block_rows(x, weight, bias, out, registers=BLOCK_ROW_REGISTERS, one_barrier=False):
     """A block per row, the row in registers, for rows up to BLOCK_ROW_COLS wide (rmsnorm's by_shape
     takes its twin; layernorm's table leaves it out until it beats stage 7: see BY_SHAPE). ``registers``
-    caps the registers a thread (None: 68, as ptxas chooses; see _capped); one_barrier=True runs the
+    caps the registers a thread (None: 68, as ptxas chooses; see capped); one_barrier=True runs the
     variant with one barrier."""
     rows, cols = x.shape
-    _expect_width(cols, BLOCK_ROW_COLS, "block_rows")
+    expect_row_width(cols, BLOCK_ROW_COLS, "block_rows")
     kernel = _layernorm_block_row_one_barrier if one_barrier else _layernorm_block_row
-    _capped(kernel, registers)[rows, block_row_threads(cols)](
-        _flat(x), _flat(weight), _flat(bias), _flat(out), cols, _vectors_fit(x, weight, bias, out))
+    capped(kernel, registers)[rows, block_row_threads(cols)](
+        flat_view(x), flat_view(weight), flat_view(bias), flat_view(out), cols, rows_fit_vectors(x, weight, bias, out))
 
 
 # The dispatch table: (widest row, kernel), first match wins; the last takes any width. block_rows is
@@ -1192,18 +1130,18 @@ def _rmsnorm_block_row(x, weight, out, cols, vector):
 def rmsnorm_warp_rows(x, weight, out):
     """by_shape's kernel for rows up to WARP_ROW_COLS wide: a warp per row."""
     rows, cols = x.shape
-    _expect_width(cols, WARP_ROW_COLS, "rmsnorm_warp_rows")
+    expect_row_width(cols, WARP_ROW_COLS, "rmsnorm_warp_rows")
     warps = warps_per_block(rows)
     _rmsnorm_warp_rows[blocks_for(rows, warps), 32 * warps](
-        _flat(x), _flat(weight), _flat(out), rows, cols, _vectors_fit(x, weight, out))
+        flat_view(x), flat_view(weight), flat_view(out), rows, cols, rows_fit_vectors(x, weight, out))
 
 
 def rmsnorm_block_rows(x, weight, out, registers=None):
-    """by_shape's kernel for rows up to BLOCK_ROW_COLS wide: a block per row (``registers``: see _capped)."""
+    """by_shape's kernel for rows up to BLOCK_ROW_COLS wide: a block per row (``registers``: see capped)."""
     rows, cols = x.shape
-    _expect_width(cols, BLOCK_ROW_COLS, "rmsnorm_block_rows")
-    _capped(_rmsnorm_block_row, registers)[rows, block_row_threads(cols)](
-        _flat(x), _flat(weight), _flat(out), cols, _vectors_fit(x, weight, out))
+    expect_row_width(cols, BLOCK_ROW_COLS, "rmsnorm_block_rows")
+    capped(_rmsnorm_block_row, registers)[rows, block_row_threads(cols)](
+        flat_view(x), flat_view(weight), flat_view(out), cols, rows_fit_vectors(x, weight, out))
 
 
 RMSNORM_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (BLOCK_ROW_COLS, rmsnorm_block_rows),

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 9cd2cd0d70433999c57d93bee686df5a654c14bc3294d1acdc1567b2c370877b
+# generated-sha256: 816769d47dffd778505ac5b4c1eaf6f1cb6b1f17772bdd9fd193e79d0bfa5a4b
 # --------------------------------------------------------------------------------------------------
 """Softmax over the rows of a float32 matrix, in seven steps from a thread per row to 92% of copy bandwidth.
 
@@ -35,7 +35,7 @@ import math
 import numpy as np
 from numba import cuda, float32, uint64
 
-from solutions._vector_io import aligned16, load4, store4
+from solutions._vector_io import capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store_chunk
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 
@@ -457,62 +457,6 @@ FEW_ROWS = 4096  # ... but fewer rows than this get one warp a block, to spread 
 ONLINE_THREADS = 1024  # 1024 beat 512 on the H200: 595 vs 727 us at 8192 x 32000, 1525 vs 1556 at 4096 x 128256
 
 
-def _flat(a):
-    """The matrix as one long vector (a view: no copy), as load4 takes it; torch/CuPy arrays via numba."""
-    a = a if hasattr(a, "is_c_contiguous") else cuda.as_cuda_array(a)
-    return a.reshape(a.shape[0] * a.shape[1])
-
-
-def _vectors_fit(x, out):
-    """Can rows be read and written 16 bytes at a time? Every row must start on a 16-byte boundary:
-    a width that is a multiple of 4 floats, and arrays that start on one (aligned16)."""
-    return x.shape[1] % 4 == 0 and aligned16(x, out)
-
-
-_CAPPED = {}  # (kernel's Python function, registers) -> that kernel compiled with the cap
-
-
-def _capped(kernel, registers):
-    """``kernel`` compiled with at most ``registers`` registers a thread (None: as ptxas chooses), so
-    that more blocks fit on an SM (65536 registers). scripts/gpu_norm_shapes.py times caps side by side."""
-    if registers is None:
-        return kernel
-    key = (kernel.py_func, registers)
-    if key not in _CAPPED:
-        _CAPPED[key] = cuda.jit(max_registers=registers)(kernel.py_func)
-    return _CAPPED[key]
-
-
-@cuda.jit(device=True, inline=True)
-def _load_chunk(flat, base, c, cols, vector, fill):
-    """Columns c .. c + 3 of the row that starts at flat[base] (c a multiple of 4): one 16-byte load
-    where the row allows it, else one load per column; columns past the row's end read as ``fill``."""
-    if vector and c < cols:  # a width that is a multiple of 4: the whole chunk is inside the row
-        return load4(flat, base + c)
-    one = uint64(1)
-    return (flat[base + c] if c < cols else fill,
-            flat[base + c + one] if c + one < cols else fill,
-            flat[base + c + uint64(2)] if c + uint64(2) < cols else fill,
-            flat[base + c + uint64(3)] if c + uint64(3) < cols else fill)
-
-
-@cuda.jit(device=True, inline=True)
-def _store_chunk(flat, base, c, cols, vector, v0, v1, v2, v3):
-    """The columns of c .. c + 3 that lie inside the row, written 16 bytes at once where possible."""
-    if vector:
-        if c < cols:
-            store4(flat, base + c, v0, v1, v2, v3)
-        return
-    if c < cols:
-        flat[base + c] = v0
-    if c + uint64(1) < cols:
-        flat[base + c + uint64(1)] = v1
-    if c + uint64(2) < cols:
-        flat[base + c + uint64(2)] = v2
-    if c + uint64(3) < cols:
-        flat[base + c + uint64(3)] = v3
-
-
 @cuda.jit
 def _softmax_warp_rows(x, out, rows, cols, vector):
     values = cuda.local.array(WARP_VALUES, float32)  # unrolled loops with constant indices: registers
@@ -523,9 +467,9 @@ def _softmax_warp_rows(x, out, rows, cols, vector):
     if row < rows:  # the whole warp leaves together, so its shuffles below see all 32 lanes
         base = row * cols
         # EXERCISE: write this part of `_softmax_warp_rows`. Read the hints one at a time.
-        #   hint 1 (nudge): lane l holds chunks c = 4 * (l + 32 * k), k < WARP_CHUNKS: _load_chunk them all into values[] (fill -inf) before using any.
+        #   hint 1 (nudge): lane l holds chunks c = 4 * (l + 32 * k), k < WARP_CHUNKS: load_chunk them all into values[] (fill -inf) before using any.
         #   hint 2: _warp_max, then values[i] = exp(values[i] - m) and their sum; _warp_sum.
-        #   hint 3 (nearly the answer): _store_chunk each chunk times 1 / sum.
+        #   hint 3 (nearly the answer): store_chunk each chunk times 1 / sum.
         pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
@@ -582,19 +526,14 @@ def _softmax_online(x, out, cols, vector):
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
-def _expect_width(cols, limit, kernel):
-    if cols > limit:
-        raise InputError(f"{kernel} holds rows of at most {limit} columns in registers; got {cols} (by_shape picks the kernel)")
-
-
 def warp_rows(x, out, warps=None, registers=None):
     """by_shape's kernel for rows up to WARP_ROW_COLS wide: a warp per row, ``warps`` rows a block
-    (default: ROWS_PER_BLOCK, or 1 when rows are fewer than FEW_ROWS); ``registers``: see _capped."""
+    (default: ROWS_PER_BLOCK, or 1 when rows are fewer than FEW_ROWS); ``registers``: see capped."""
     rows, cols = x.shape
-    _expect_width(cols, WARP_ROW_COLS, "warp_rows")
+    expect_row_width(cols, WARP_ROW_COLS, "warp_rows")
     if warps is None:
         warps = ROWS_PER_BLOCK if rows >= FEW_ROWS else 1
-    _capped(_softmax_warp_rows, registers)[blocks_for(rows, warps), 32 * warps](_flat(x), _flat(out), rows, cols, _vectors_fit(x, out))
+    capped(_softmax_warp_rows, registers)[blocks_for(rows, warps), 32 * warps](flat_view(x), flat_view(out), rows, cols, rows_fit_vectors(x, out))
 
 
 def block_row_threads(cols):
@@ -603,16 +542,16 @@ def block_row_threads(cols):
 
 
 def block_rows(x, out, registers=None):
-    """by_shape's kernel for rows up to BLOCK_ROW_COLS wide: a block per row (``registers``: see _capped)."""
+    """by_shape's kernel for rows up to BLOCK_ROW_COLS wide: a block per row (``registers``: see capped)."""
     rows, cols = x.shape
-    _expect_width(cols, BLOCK_ROW_COLS, "block_rows")
-    _capped(_softmax_block_row, registers)[rows, block_row_threads(cols)](_flat(x), _flat(out), cols, _vectors_fit(x, out))
+    expect_row_width(cols, BLOCK_ROW_COLS, "block_rows")
+    capped(_softmax_block_row, registers)[rows, block_row_threads(cols)](flat_view(x), flat_view(out), cols, rows_fit_vectors(x, out))
 
 
 def online_rows(x, out, threads=ONLINE_THREADS):
     """by_shape's kernel for rows of any width: the online softmax, two reads of the row."""
     rows, cols = x.shape
-    _softmax_online[rows, threads](_flat(x), _flat(out), cols, _vectors_fit(x, out))
+    _softmax_online[rows, threads](flat_view(x), flat_view(out), cols, rows_fit_vectors(x, out))
 
 
 # The dispatch table: (widest row, kernel), first match wins. The kernel for any wider row last.

@@ -22,16 +22,21 @@ kernel takes a word apart with :func:`low_half` / :func:`high_half` and puts one
 :func:`pack`; the conversions between the two 16-bit formats and float32 (:func:`f16_to_float`,
 :func:`float_to_f16`, :func:`bf16_to_float`, :func:`float_to_bf16`) are a few PTX instructions each.
 
+The row helpers at the end (:func:`flat_view`, :func:`rows_fit_vectors`, :func:`load_chunk`,
+:func:`store_chunk`, :func:`expect_row_width`, :func:`capped`) serve the kernels that hold a matrix row in
+registers (softmax's and the norms' ``by_shape`` stages).
+
 Shared by ``activations``, ``reductions`` and other ladders; not a ladder (its name starts with ``_``).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda, int16, int32, uint16, uint32
+from numba import cuda, int16, int32, uint16, uint32, uint64
 from numba.cuda import libdevice
 
 from workbench.device import is_simulator
+from workbench.ladder import InputError
 
 VECTOR_BYTES = 16
 HALVES_PER_VECTOR = 8  # 2-byte elements in one 16-byte access (load8 / store8)
@@ -245,3 +250,68 @@ def float_to_bf16(value):
     bits = as_bits32(value)
     rounded = uint32(bits + uint32(0x7FFF) + ((bits >> SIXTEEN) & uint32(1)))
     return uint32(rounded >> SIXTEEN) if value == value else uint32(0x7FC0)
+
+
+# -- rows held in registers: 16-byte chunks of a row of a row-major float32 matrix ---------------------------
+
+def flat_view(a):
+    """The matrix as one long vector (a view: no copy), as load4 takes it; torch/CuPy arrays via numba."""
+    a = a if hasattr(a, "is_c_contiguous") else cuda.as_cuda_array(a)
+    return a.reshape(a.size)
+
+
+def rows_fit_vectors(x, *others):
+    """Can rows be read and written 16 bytes at a time? Every row must start on a 16-byte boundary:
+    a width that is a multiple of 4 floats, and arrays that start on one (aligned16)."""
+    return x.shape[1] % 4 == 0 and aligned16(x, *others)
+
+
+def expect_row_width(cols, limit, kernel):
+    if cols > limit:
+        raise InputError(f"{kernel} holds rows of at most {limit} columns in registers; got {cols} "
+                         "(by_shape picks the kernel)")
+
+
+_CAPPED = {}  # (kernel's Python function, registers) -> that kernel compiled with the cap
+
+
+def capped(kernel, registers):
+    """``kernel`` compiled with at most ``registers`` registers a thread (None: as ptxas chooses), so
+    that more blocks, so more rows' loads, fit on an SM (65536 registers). scripts/gpu_norm_shapes.py
+    times caps side by side."""
+    if registers is None:
+        return kernel
+    key = (kernel.py_func, registers)
+    if key not in _CAPPED:
+        _CAPPED[key] = cuda.jit(max_registers=registers)(kernel.py_func)
+    return _CAPPED[key]
+
+
+@cuda.jit(device=True, inline=True)
+def load_chunk(flat, base, c, cols, vector, fill):
+    """Columns c .. c + 3 of the row that starts at flat[base] (c a multiple of 4): one 16-byte load
+    where the row allows it, else one load per column; columns past the row's end read as ``fill``."""
+    if vector and c < cols:  # a width that is a multiple of 4: the whole chunk is inside the row
+        return load4(flat, base + c)
+    one = uint64(1)
+    return (flat[base + c] if c < cols else fill,
+            flat[base + c + one] if c + one < cols else fill,
+            flat[base + c + uint64(2)] if c + uint64(2) < cols else fill,
+            flat[base + c + uint64(3)] if c + uint64(3) < cols else fill)
+
+
+@cuda.jit(device=True, inline=True)
+def store_chunk(flat, base, c, cols, vector, v0, v1, v2, v3):
+    """The columns of c .. c + 3 that lie inside the row, written 16 bytes at once where possible."""
+    if vector:
+        if c < cols:
+            store4(flat, base + c, v0, v1, v2, v3)
+        return
+    if c < cols:
+        flat[base + c] = v0
+    if c + uint64(1) < cols:
+        flat[base + c + uint64(1)] = v1
+    if c + uint64(2) < cols:
+        flat[base + c + uint64(2)] = v2
+    if c + uint64(3) < cols:
+        flat[base + c + uint64(3)] = v3
