@@ -36,3 +36,15 @@ def test_a_size_the_operator_refuses_is_one_error_before_anything_runs():
     with pytest.raises(sizes.SizeError, match="maxpool2d at 1x1x1x2: a 2x2 max-pool needs planes of at least 2x2"):
         sizes.check_size(ops["maxpool2d"], (1, 1, 1, 2))
     assert sizes.check_size(ops["maxpool2d"], (1, 1, 2, 3)) == (1, 1, 2, 3)
+
+
+def test_a_flag_field_may_be_zero_and_nothing_else_may():
+    """attention's CAUSAL is 0 in its own declared sizes: `--size 1x1x17x16x0` is a size, not an error."""
+    from workbench.sizes import SizeError, check_size
+
+    op = registry.operator("attention")
+    assert check_size(op, (1, 1, 17, 16, 0)) == (1, 1, 17, 16, 0)
+    with pytest.raises(SizeError, match="at least 1.*causal at least 0.*seq=0"):
+        check_size(op, (1, 1, 0, 16, 0))
+    with pytest.raises(SizeError, match="causal=-1"):
+        check_size(op, (1, 1, 5, 16, -1))

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .ladder import InputError, Operator, Size, size_label, to_device
+from .ladder import InputError, Operator, Size, as_size, size_label, to_device
 
 SIM_MAX_BYTES = 1 << 30  # the simulator keeps every array in host memory and runs a thread at a time
 SIM_SLOW_ELEMENTS = 1 << 18  # above this many output or input elements the simulator takes minutes
@@ -71,9 +71,14 @@ def check_size(op: Operator, size: Size) -> Size:
     if len(size) != len(op.dims):
         raise SizeError(f"{op.name} takes {form} ({len(op.dims)} number{'s' * (len(op.dims) > 1)}, e.g. "
                         f"{size_label(op.headline_size)}); got {size_label(size)}")
-    bad = [f"{name}={n}" for name, n in zip(op.dims, size) if n < 1]
+    # A field the operator itself declares as 0 somewhere (attention's CAUSAL flag) may be 0; any other
+    # must be at least 1.
+    declared = [as_size(s) for s in (*op.sim_sizes, *op.check_sizes, *op.bench_sizes, op.headline_size)]
+    flags = {i for i in range(len(op.dims)) if any(s[i] == 0 for s in declared)}
+    bad = [f"{name}={n}" for i, (name, n) in enumerate(zip(op.dims, size)) if n < (0 if i in flags else 1)]
     if bad:
-        raise SizeError(f"{op.name} takes {form} with every number at least 1; got {', '.join(bad)}")
+        zero = f" ({', '.join(op.dims[i] for i in sorted(flags))} at least 0)" if flags else ""
+        raise SizeError(f"{op.name} takes {form} with every number at least 1{zero}; got {', '.join(bad)}")
     limit, why = device_limit_bytes()
     try:
         need = int(op.bytes_moved(size))
