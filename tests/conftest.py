@@ -3,7 +3,7 @@
 On a GPU the suite runs in parallel (``pytest -m gpu -n 8``: compiling kernels and computing float64
 references keep many cores busy) while every test that *times* something (marked ``timing``) gets the GPU to
 itself: a timing test holds an exclusive lock for its duration, every other GPU test a shared one, so no
-kernel of another worker runs while a speed is measured."""
+kernel of another worker runs while a speed is measured; the timing tests are ordered last."""
 
 import fcntl
 import os
@@ -24,6 +24,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="simulator-only test"))
         if "timing" in item.keywords and "gpu" not in item.keywords:
             raise pytest.UsageError(f"{item.nodeid}: a `timing` test must also be marked `gpu`")
+    # Timing tests last: xdist hands tests out in this order, so the correctness tests run in parallel
+    # first and the timing tests, each of which must wait for the GPU to be free, queue up at the end
+    # instead of draining all workers once each.
+    items.sort(key=lambda item: "timing" in item.keywords)
 
 
 @pytest.fixture(autouse=True)
