@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 587f307aa3c436ab5f06aff8d7c7bde6288e9c48941aecfcdb7732835d57d240
+# generated-sha256: db0545e4f5b0176ee3e0a1f57f809feb786b408567b42af89f5f3f683d3ae22b
 # --------------------------------------------------------------------------------------------------
 """Scaled dot-product attention in float32, from three kernels to a register-tiled FlashAttention.
 
@@ -50,9 +50,10 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from workbench import device as _device
-from workbench import peers
 from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+
+from solutions._attention_common import attention_flops, extreme_logits, naive_expression, reference, sdpa_peer
 
 MAX_HEAD_DIM = 128  # the largest D the kernels take (as FlashAttention's, they are built per head size)
 FULL_MASK = 0xFFFFFFFF
@@ -86,39 +87,12 @@ def _inputs(size, rng):
     return q, k, v, np.array([causal], np.int32)
 
 
-def _reference(q, k, v, causal):
-    causal = bool(causal[0])
-    B, H, S, D = q.shape
-    out = np.empty((B, H, S, D))
-    masked = np.triu(np.ones((S, S), bool), 1) if causal else None
-    for b in range(B):  # head by head: the float64 scores of all heads at once would not fit
-        for h in range(H):
-            s = (q[b, h].astype(np.float64) @ k[b, h].astype(np.float64).T) / math.sqrt(D)
-            if causal:
-                s[masked] = -np.inf
-            p = np.exp(s - s.max(axis=1, keepdims=True))
-            out[b, h] = (p @ v[b, h].astype(np.float64)) / p.sum(axis=1, keepdims=True)
-    return out
-
-
 def _adversarial(size, rng):
     """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader):
-    one set, its even query rows with logits in the hundreds, its odd ones with every logit near -150."""
+    one set, its even query rows with logits in the hundreds, its odd ones with every logit near -150
+    (``extreme_logits`` says what each catches)."""
     q, k, v, causal = _inputs(size, rng)
-    D = size[3]
-    # k points away from a direction that the odd rows of q point along: their scores are all about
-    # -150 (an exponential that underflows to 0 in float32). A running maximum started at 0 instead
-    # of -inf (or the lowest float) then sees exp(score - 0) = 0 for every key, and 0 / 0 is NaN.
-    direction = rng.normal(0.0, 1.0, D).astype(np.float32)
-    direction /= np.linalg.norm(direction)
-    reach = np.float32(math.sqrt(150.0 * math.sqrt(D)))  # q . k ~ -reach^2: a score of -150
-    k = (k * np.float32(1.2) - reach * direction).astype(np.float32)
-    q[:, :, 1::2] = q[:, :, 1::2] * np.float32(0.1) + reach * direction
-    # The even rows: q scaled up, so their logits spread over hundreds. exp overflows float32 past 88,
-    # so a softmax that does not subtract the running maximum gets inf / inf = NaN, and one that does
-    # not rescale the output when the maximum grows keeps weights that are now exp(-100) too large.
-    # With the causal mask, query 0 has a single key: its output is exactly v[0].
-    q[:, :, 0::2] *= np.float32(12.0)
+    q, k = extreme_logits(q, k, size[3], rng)
     return [("extreme-logits", (q, k, v, causal))]
 
 
@@ -139,39 +113,6 @@ def _tolerance(size, dtype):
     # index, a missing rescale or a wrong scale is off by O(1).
     B, H, S, D, causal = size
     return max(3e-5, 4 * EPS32 * math.sqrt(S + D))
-
-
-def _peer(size):
-    torch = peers.torch()
-    if torch is None:
-        return None
-    F = torch.nn.functional
-
-    def sdpa(q, k, v, causal, out):
-        # The flag is read once per buffer and cached with the views (as gemm's alpha and beta), so a
-        # timed call never waits for a copy.
-        is_causal = peers.cached("attention.causal", causal, lambda a: bool(cuda.as_cuda_array(a).copy_to_host()[0]))
-        t = peers.as_torch
-        return F.scaled_dot_product_attention(t(q), t(k), t(v), is_causal=is_causal)
-
-    sdpa.returns_output = True  # SDPA has no out=: the bench compares what it returns
-    return "torch SDPA", sdpa
-
-
-def _naive_expression(torch, size):
-    """torch_expression: attention as its formula reads, scores materialised (what the naive stage
-    does), for torch.compile to fuse what it can around the two matrix products (Inductor may also
-    recognise the pattern and call SDPA itself). The mask comes from the size's causal field, fixed
-    when the expression is traced."""
-    B, H, S, D, causal = size
-
-    def naive(q, k, v, causal_flag):
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
-        if causal:
-            above_diagonal = torch.ones(S, S, dtype=torch.bool, device=q.device).triu(1)
-            scores = scores.masked_fill(above_diagonal, float("-inf"))
-        return torch.softmax(scores, dim=-1) @ v
-    return naive
 
 
 def _io_bytes(size):
@@ -197,15 +138,6 @@ def _naive_bytes(size):
     return _io_bytes(size) + 6 * B * H * S * S * 4
 
 
-def _flops(size):
-    # Useful work: Q K^T and P V, 2 D flops each per (query, key) pair a query attends to. Under the
-    # causal mask query i sees i + 1 keys, so S (S + 1) / 2 pairs, as FlashAttention's papers count it:
-    # a kernel that computes the masked half and throws it away gets no credit for it.
-    B, H, S, D, causal = size
-    pairs = S * (S + 1) // 2 if causal else S * S
-    return 4 * B * H * pairs * D
-
-
 CHECK_SIZES = [(2, 3, 1, 64, 1), (2, 3, 17, 128, 0), (1, 4, 1000, 64, 1), (1, 2, 1000, 128, 0),
                (1, 2, 2049, 64, 1), (1, 2, 2049, 128, 1), (1, 2, 2049, 64, 0)]
 # The quick tier checks the first two (S = 1; S = 17 under the mask: two of stage 3's tiles, a
@@ -219,15 +151,15 @@ HEADLINE = (8, 16, 2048, 64, 1)
 op = Operator(
     name="attention",
     title="Scaled dot-product attention, float32, causal or not",
-    reference=_reference,
+    reference=reference,
     make_inputs=_inputs,
     make_output=lambda size: np.empty(size[:4], np.float32),
     bytes_moved=_io_bytes,
-    flops=_flops,
+    flops=attention_flops,
     validate=_validate,
     tolerance=_tolerance,
-    peer=_peer,
-    torch_expression=_naive_expression,
+    peer=sdpa_peer,
+    torch_expression=naive_expression,
     adversarial_inputs=_adversarial,
     bound="compute",
     size_names=("batch", "heads", "seq", "head_dim", "causal"),

@@ -41,10 +41,10 @@ import numpy as np
 from numba import cuda, float32, int32, uint16, uint32, uint64
 
 from workbench import device as _device
-from workbench import peers
 from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 
+from solutions._attention_common import attention_flops, extreme_logits, naive_expression, reference, sdpa_peer
 from solutions._ptx import (cp_async_chunk16, cp_async_chunk16_s32, cp_async_commit, cp_async_wait_pending,
                             ex2_approx_ftz, ldmatrix_x4, ldmatrix_x4_s32, ldmatrix_x4_trans, ldmatrix_x4_trans_s32,
                             mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, shared_address32)
@@ -85,35 +85,11 @@ def _inputs_for(dtype):
     return make
 
 
-def _reference(q, k, v, causal):
-    """float64 attention of the half inputs' exact values (as solutions/attention.py's reference)."""
-    causal = bool(causal[0])
-    B, H, S, D = q.shape
-    out = np.empty((B, H, S, D))
-    masked = np.triu(np.ones((S, S), bool), 1) if causal else None
-    for b in range(B):
-        for h in range(H):
-            s = (q[b, h].astype(np.float64) @ k[b, h].astype(np.float64).T) / math.sqrt(D)
-            if causal:
-                s[masked] = -np.inf
-            p = np.exp(s - s.max(axis=1, keepdims=True))
-            out[b, h] = (p @ v[b, h].astype(np.float64)) / p.sum(axis=1, keepdims=True)
-    return out
-
-
 def _adversarial_for(dtype):
     def adversarial(size, rng):
-        """Odd query rows whose every score is about -150 (an exponential that underflows: a running
-        maximum started at 0 gives 0 / 0), even rows with logits spread over hundreds (a softmax that
-        does not subtract the maximum overflows; one that does not rescale keeps stale weights)."""
+        """attention's extreme logits (``extreme_logits``), rounded to the half type."""
         q, k, v, causal = (a.astype(np.float32) for a in _inputs_for(np.float32)(size, rng))
-        D = size[3]
-        direction = rng.normal(0.0, 1.0, D).astype(np.float32)
-        direction /= np.linalg.norm(direction)
-        reach = np.float32(math.sqrt(150.0 * math.sqrt(D)))  # q . k ~ -reach^2: a score of -150
-        k = k * np.float32(1.2) - reach * direction
-        q[:, :, 1::2] = q[:, :, 1::2] * np.float32(0.1) + reach * direction
-        q[:, :, 0::2] *= np.float32(12.0)
+        q, k = extreme_logits(q, k, size[3], rng)
         return [("extreme-logits", (q.astype(dtype), k.astype(dtype), v.astype(dtype), causal.astype(np.int32)))]
     return adversarial
 
@@ -137,41 +113,6 @@ def _validator_for(dtype):
 TOLERANCE = {"float16": 3e-3, "bfloat16": 2e-2}
 
 
-def attention_flops(size):
-    B, H, S, D, causal = size
-    pairs = S * (S + 1) // 2 if causal else S * S  # under the mask, the pairs a query attends to
-    return 4 * B * H * pairs * D
-
-
-def _peer(size):
-    torch = peers.torch()
-    if torch is None:
-        return None
-    F = torch.nn.functional
-
-    def sdpa(q, k, v, causal, out):
-        # The flag is read once per buffer and cached (a timed call never waits for a copy).
-        is_causal = peers.cached("attention.causal", causal, lambda a: bool(cuda.as_cuda_array(a).copy_to_host()[0]))
-        t = peers.as_torch
-        return F.scaled_dot_product_attention(t(q), t(k), t(v), is_causal=is_causal)
-
-    sdpa.returns_output = True  # SDPA has no out=: the bench compares what it returns
-    return "torch SDPA", sdpa
-
-
-def _naive_expression(torch, size):
-    """torch_expression: attention as its formula reads (scores materialised), for torch.compile."""
-    B, H, S, D, causal = size
-
-    def naive(q, k, v, causal_flag):
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
-        if causal:
-            above_diagonal = torch.ones(S, S, dtype=torch.bool, device=q.device).triu(1)
-            scores = scores.masked_fill(above_diagonal, float("-inf"))
-        return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
-    return naive
-
-
 CHECK_SIZES = [(2, 3, 1, 64, 1), (2, 3, 1, 128, 0), (1, 4, 17, 64, 1), (2, 2, 17, 128, 0), (1, 2, 1000, 64, 0),
                (1, 2, 1000, 128, 1), (1, 2, 2049, 64, 1), (1, 1, 2049, 128, 0), (1, 2, 2049, 64, 0)]
 # In the simulator every lane is a Python thread and every mma a meeting of 32 of them: tiny sizes.
@@ -189,15 +130,15 @@ def _operator(name, dtype, title, rank):
     return Operator(
         name=name,
         title=title,
-        reference=_reference,
+        reference=reference,
         make_inputs=_inputs_for(dtype),
         make_output=lambda size: np.empty(size[:4], dtype),
         bytes_moved=lambda size: 4 * 2 * size[0] * size[1] * size[2] * size[3],  # q, k, v, out once
         flops=attention_flops,
         validate=_validator_for(dtype),
         tolerance=lambda size, _dtype: TOLERANCE[np.dtype(dtype).name],
-        peer=_peer,
-        torch_expression=_naive_expression,
+        peer=sdpa_peer,
+        torch_expression=naive_expression,
         adversarial_inputs=_adversarial_for(dtype),
         bound="compute",
         dtype=dtype,

@@ -1,0 +1,92 @@
+"""What the float32 attention ladder (``attention.py``) and the tensor-core one (``attention_tc.py``) judge
+and compare themselves by, written once: the float64 reference, the flop count, the adversarial logits,
+torch SDPA as the peer and the formula as plain torch for ``torch.compile``.
+
+Not a ladder (its name starts with ``_``): a ladder that imports another ladder gets no exercise."""
+
+import math
+
+import numpy as np
+from numba import cuda
+
+from workbench import peers
+
+
+def reference(q, k, v, causal):
+    """float64 attention of the inputs' exact values (half inputs are widened exactly)."""
+    causal = bool(causal[0])
+    B, H, S, D = q.shape
+    out = np.empty((B, H, S, D))
+    masked = np.triu(np.ones((S, S), bool), 1) if causal else None
+    for b in range(B):  # head by head: the float64 scores of all heads at once would not fit
+        for h in range(H):
+            s = (q[b, h].astype(np.float64) @ k[b, h].astype(np.float64).T) / math.sqrt(D)
+            if causal:
+                s[masked] = -np.inf
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            out[b, h] = (p @ v[b, h].astype(np.float64)) / p.sum(axis=1, keepdims=True)
+    return out
+
+
+def attention_flops(size):
+    """Useful work: Q K^T and P V, 2 D flops each per (query, key) pair a query attends to. Under the
+    causal mask query i sees i + 1 keys, so S (S + 1) / 2 pairs, as FlashAttention's papers count it:
+    a kernel that computes the masked half and throws it away gets no credit for it."""
+    B, H, S, D, causal = size
+    pairs = S * (S + 1) // 2 if causal else S * S
+    return 4 * B * H * pairs * D
+
+
+def extreme_logits(q, k, D, rng):
+    """float32 q and k made adversarial: the odd query rows get every score near -150, the even ones
+    logits spread over hundreds.
+
+    k points away from a direction that the odd rows of q point along: their scores are all about -150
+    (an exponential that underflows to 0 in float32). A running maximum started at 0 instead of -inf
+    (or the lowest float) then sees exp(score - 0) = 0 for every key, and 0 / 0 is NaN. The even rows:
+    q scaled up, so their logits spread over hundreds. exp overflows float32 past 88, so a softmax that
+    does not subtract the running maximum gets inf / inf = NaN, and one that does not rescale the output
+    when the maximum grows keeps weights that are now exp(-100) too large. With the causal mask, query 0
+    has a single key: its output is exactly v[0]."""
+    direction = rng.normal(0.0, 1.0, D).astype(np.float32)
+    direction /= np.linalg.norm(direction)
+    reach = np.float32(math.sqrt(150.0 * math.sqrt(D)))  # q . k ~ -reach^2: a score of -150
+    k = (k * np.float32(1.2) - reach * direction).astype(np.float32)
+    q = q.copy()
+    q[:, :, 1::2] = q[:, :, 1::2] * np.float32(0.1) + reach * direction
+    q[:, :, 0::2] *= np.float32(12.0)
+    return q, k
+
+
+def sdpa_peer(size):
+    """torch's scaled_dot_product_attention on the same buffers, or None without torch."""
+    torch = peers.torch()
+    if torch is None:
+        return None
+    F = torch.nn.functional
+
+    def sdpa(q, k, v, causal, out):
+        # The flag is read once per buffer and cached with the views (as gemm's alpha and beta), so a
+        # timed call never waits for a copy.
+        is_causal = peers.cached("attention.causal", causal, lambda a: bool(cuda.as_cuda_array(a).copy_to_host()[0]))
+        t = peers.as_torch
+        return F.scaled_dot_product_attention(t(q), t(k), t(v), is_causal=is_causal)
+
+    sdpa.returns_output = True  # SDPA has no out=: the bench compares what it returns
+    return "torch SDPA", sdpa
+
+
+def naive_expression(torch, size):
+    """torch_expression: attention as its formula reads, scores materialised (what the naive stage
+    does), for torch.compile to fuse what it can around the two matrix products (Inductor may also
+    recognise the pattern and call SDPA itself). The mask comes from the size's causal field, fixed
+    when the expression is traced; the softmax runs in float32 whatever the inputs' type."""
+    B, H, S, D, causal = size
+
+    def naive(q, k, v, causal_flag):
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+        if causal:
+            above_diagonal = torch.ones(S, S, dtype=torch.bool, device=q.device).triu(1)
+            scores = scores.masked_fill(above_diagonal, float("-inf"))
+        return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
+    return naive
