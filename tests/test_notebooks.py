@@ -234,66 +234,7 @@ def test_a_throwaway_operator_gets_a_notebook_that_runs(tmp_path, monkeypatch):
 # Notebooks known to be stale (shown as XFAIL, each named, until rebuilt with `workbench notebooks build
 # --execute --sim`); every notebook was rebuilt and executed on 2026-11-23, so none is. A notebook not
 # listed here is held to the test.
-# Built from solutions/ on 2026-11-23 but not yet executed (the session ran out of CPU time): their cells are
-# current, their outputs empty. `workbench notebooks build --execute --sim --only NAME` fills them; then
-# remove the name here (the xfail is strict: an executed notebook left in this set fails the test).
-KNOWN_STALE: set[str] = {
-    '04_softmax.ipynb',
-    '05_layernorm.ipynb',
-    '08_rmsnorm.ipynb',
-    '21_rmsnorm_fp16.ipynb',
-    '22_rmsnorm_bf16.ipynb',
-    '32_attention_fp16.ipynb',
-    '33_attention_bf16.ipynb',
-    '36_decode_attention.ipynb',
-    '37_conv2d.ipynb',
-    '38_conv2d_general.ipynb',
-    '39_conv2d_bias_relu.ipynb',
-    '40_conv2d_bias_add_relu.ipynb',
-    '41_conv_bn_folded.ipynb',
-    '42_conv_transpose2d.ipynb',
-    '43_conv2d_fft.ipynb',
-    '44_depthwise3x3.ipynb',
-    '45_depthwise3x3_nhwc.ipynb',
-    '46_maxpool2d.ipynb',
-    '47_avgpool2d.ipynb',
-    '48_global_avgpool.ipynb',
-    '49_batchnorm_train.ipynb',
-    '50_batchnorm_infer.ipynb',
-    '51_act_relu.ipynb',
-    '52_act_leaky_relu.ipynb',
-    '53_act_sigmoid.ipynb',
-    '54_act_tanh.ipynb',
-    '55_act_gelu.ipynb',
-    '56_act_gelu_tanh.ipynb',
-    '57_act_silu.ipynb',
-    '58_act_relu_fp16.ipynb',
-    '59_act_gelu_fp16.ipynb',
-    '60_act_gelu_tanh_fp16.ipynb',
-    '61_act_silu_fp16.ipynb',
-    '62_act_relu_bf16.ipynb',
-    '63_act_gelu_bf16.ipynb',
-    '64_act_gelu_tanh_bf16.ipynb',
-    '65_act_silu_bf16.ipynb',
-    '66_reduce_max.ipynb',
-    '67_reduce_min.ipynb',
-    '68_reduce_mean.ipynb',
-    '69_reduce_sumsq.ipynb',
-    '70_sum_rows.ipynb',
-    '71_sum_cols.ipynb',
-    '72_amax_rows.ipynb',
-    '73_amax_cols.ipynb',
-    '74_amin_rows.ipynb',
-    '75_amin_cols.ipynb',
-    '76_mean_rows.ipynb',
-    '77_mean_cols.ipynb',
-    '78_spmv.ipynb',
-    '79_coo_to_csr.ipynb',
-    '80_topk.ipynb',
-    '81_launch_overhead.ipynb',
-    '82_allreduce.ipynb',
-    '83_allreduce_rmsnorm.ipynb',
-}
+KNOWN_STALE: set[str] = set()
 
 
 def _known_stale(names):
