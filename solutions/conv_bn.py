@@ -64,8 +64,8 @@ def _reference(x, w, gamma, beta, mean, var):
 
 
 def tiny_variance_inputs(size, rng):
-    """Not an Operator.adversarial_inputs (each simulated implicit GEMM block costs seconds, and the
-    quick tier would run it for both stages): tests/test_cnn.py checks both stages on it (slow tier)."""
+    """The operator's adversarial set (the quick tier checks it on the last stage only; tests/test_cnn.py
+    checks both stages on it in the slow tier)."""
     inputs = list(_inputs(size, rng))
     # A channel of tiny variance: its scale is ~100x the others', so w' spans a wider range and the
     # folded bias beta - mean * s is a difference of two large numbers (the fold's rounding, magnified).
@@ -135,6 +135,7 @@ op = Operator(
     title="3x3 convolution -> BatchNorm (inference) -> ReLU, the BatchNorm folded into the weights (NCHW float32)",
     reference=_reference,
     make_inputs=_inputs,
+    adversarial_inputs=lambda size, rng: [("tiny-variance", tiny_variance_inputs(size, rng))],
     make_output=lambda size: np.empty((size[0], size[4], size[2], size[3]), np.float32),
     bytes_moved=lambda size: _conv_bytes(size) + 16 * size[4],
     flops=lambda size: 2 * size[0] * size[4] * size[2] * size[3] * size[1] * 9,
