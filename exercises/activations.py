@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 28f47444027829e6ba0c5399910e14f6be51f1a8042a22eb4385e95e0a02d902
+# generated-sha256: 45233b93ed3ccec096dbdf509c5ef35886bebcb9c7663e7cf937cc4e4c416ab4
 # --------------------------------------------------------------------------------------------------
 """Activation functions on a float32, fp16 or bf16 vector, from a thread per element to 16-byte loads and fast math.
 
@@ -52,7 +52,10 @@ whether torch's kernel does). The tanh approximation 0.5 x (1 + tanh(u)) is comp
 x / (1 + exp(-2u)), the same function (1 + tanh u = 2 / (1 + e^-2u)) without the cancellation of
 1 + tanh u near -1, and with one exp and one division instead of a tanh. At -inf, x * 0 would be
 NaN where the limit is 0: GELU and SiLU return 0 there (a kernel that multiplies x by a factor
-tending to 0 returns NaN). NaN propagates through every function, as in torch.
+tending to 0 returns NaN). NaN propagates through every function, as in torch. And SiLU and
+GELU-tanh multiply x by the logistic without forming e^-|z| itself (``times_logistic``), which
+fastmath's flush to zero would turn to 0 for |z| > 87.3 where the product is still a normal number
+(the 16-bit fast_math paragraph).
 
 **fp16 and bf16** (``act_relu_fp16``, ``act_gelu_bf16``, ...: ReLU, both GELUs and SiLU, the functions
 networks store in 16 bits). The same float32 functions, with each element widened to float32 when it
@@ -118,10 +121,25 @@ def leaky_relu(v):
 def logistic(z):
     """1 / (1 + e^-z) without overflow: e = e^-|z| lies in (0, 1], and for z < 0 the answer is
     e / (1 + e). The plain 1 / (1 + e^-z) overflows e^-z to inf below z = -88, which rounds the result
-    to 0 instead of the (tiny, representable) e^z; this form keeps every digit there."""
+    to 0 instead of the (tiny, representable) e^z; this form keeps every digit there. Under fastmath=True
+    e is flushed to 0 once it is subnormal (|z| > 87.3): right for the sigmoid, whose result is then as
+    small, not for a product with it (times_logistic)."""
     e = math.exp(-abs(z))
     r = ONE / (ONE + e)
     return r if z >= ZERO else e * r
+
+
+@cuda.jit(device=True, inline=True)
+def times_logistic(v, z):
+    """v * logistic(z), with no intermediate far smaller than the product. Under fastmath=True every
+    float32 result below 1.2e-38 (a subnormal) is flushed to zero: e^-|z| is, once |z| > 87.3, and
+    v * logistic(z) would then be 0 where it is a normal number (SiLU(-90) = -7.4e-38). So the exp is
+    taken of half the exponent, h = e^(-|z|/2) (normal to |z| = 174), e^-|z| = h * h is needed only
+    in 1 + e^-|z| (where 0 is right to the rounding), and for z < 0 the product is ((v h) r) h: each
+    partial product at least as large as the answer, so none is flushed unless the answer is."""
+    h = math.exp(-HALF * abs(z))
+    r = ONE / (ONE + h * h)
+    return v * r if z >= ZERO else v * h * r * h  # left to right: ((v * h) * r) * h
 
 
 @cuda.jit(device=True, inline=True)
@@ -172,14 +190,14 @@ def gelu_short_erfc(v):
 def gelu_tanh(v):
     # 0.5 v (1 + tanh(u)), u = sqrt(2/pi) (v + 0.044715 v^3), is v * logistic(2u): the same function
     # (1 + tanh u = 2 / (1 + e^-2u)) with one exp and one division, and no cancellation of 1 + tanh(u)
-    # for v far below 0.
-    g = v * logistic(GELU_TANH_C * (v + GELU_TANH_K * v * v * v))
+    # for v far below 0. times_logistic, not v * logistic(..): see there (flush to zero under fastmath).
+    g = times_logistic(v, GELU_TANH_C * (v + GELU_TANH_K * v * v * v))
     return ZERO if v == NEG_INF else g  # -inf * 0 is NaN; the limit is 0
 
 
 @cuda.jit(device=True, inline=True)
 def silu(v):
-    g = v * logistic(v)
+    g = times_logistic(v, v)  # v * logistic(v), kept right where logistic(v) alone would flush to 0
     return ZERO if v == NEG_INF else g
 
 
@@ -680,15 +698,25 @@ FAST_MATH_HALVES = """
     wait on memory); at 16 bits each byte carries twice the arithmetic, and the approximations cost
     nothing in accuracy: ex2.approx's error, tens of float32 ulps where |x| is large, is 2^13 times
     smaller than a fp16 step (2^16 times a bf16 step), so the result should round to the same 16
-    bits except at a near tie (the GPU script and tests count the ulps over all 65536 inputs). What fastmath
-    also does, flushing float32 subnormal results to zero, touches only bf16, whose subnormals are
-    float32's: GELU and SiLU of |x| below 1e-38 come out 0 in bf16. """
+    bits except at a near tie (the GPU script and tests count the ulps over all 65536 inputs). fastmath
+    also flushes to zero: every float32 result below 2^-126 = 1.2e-38, intermediate or final, becomes 0
+    (the .ftz of each instruction; ex2.approx.ftz for exp), and bf16, which has float32's exponents
+    (fp16's range ends long before), holds results that small. A result below 1.2e-38 coming out 0 is
+    the price; a normal result whose intermediate is subnormal coming out 0 is a trap: SiLU(-90.5) =
+    -90.5 e^-90.5 = -4.5e-38 is normal, e^-90.5 = 5e-40 is not, so v * e / (1 + e) gave -0 on an H200,
+    245 bf16 ulps away (GELU-tanh 155 at x = -10.06). So these kernels never form e^-|z|: they take
+    h = e^-|z|/2 (normal down to |z| = 174) and multiply v by h, 1 / (1 + h h) and h in turn, each
+    partial product at least the answer (times_logistic), and tests/test_activations.py replays that
+    arithmetic with a flush after every operation over all 65536 inputs. """
 
 HALF_FAST = {  # what fastmath=True changes for each function, after FAST_MATH_HALVES
     "gelu": """There is no fast erfc: libdevice's erfcf stays (its divisions approximate); erfcf is
         the costliest function of the four, so this is where the arithmetic per byte is highest.""",
-    "gelu_tanh": """Here math.exp becomes ex2.approx and the division 1 / (1 + e) an approximate one.""",
-    "silu": """Here math.exp becomes ex2.approx and the division 1 / (1 + e) an approximate one.""",
+    "gelu_tanh": """Here math.exp becomes ex2.approx and the division 1 / (1 + h h) an approximate one;
+        the flush, as above, would have cost the bf16 result at x = -10.06 (e^-88.8 = 2.8e-39 is
+        subnormal, the answer -2.9e-38 is not).""",
+    "silu": """Here math.exp becomes ex2.approx and the division 1 / (1 + h h) an approximate one;
+        the flush, as above, would have cost the bf16 results for x from -91.5 to -87.5.""",
 }
 
 SHORT_ERFC = """

@@ -252,6 +252,64 @@ def test_short_erfc_is_within_its_stated_error_and_gelu_with_it_rounds_every_16_
         assert ulps[worst] <= 0.501, (op.name, x[worst], got[worst], ref[worst])
 
 
+def _flush(x):
+    """What fastmath=True does to every float32 result (the .ftz of each instruction): a subnormal, below
+    2^-126 = 1.2e-38, becomes a zero of its sign."""
+    x = np.asarray(x, np.float32)
+    return np.where(np.abs(x) < np.finfo(np.float32).tiny, np.copysign(np.float32(0), x), x).astype(np.float32)
+
+
+def _logistic_times_v_flushed(v, z):
+    """v * logistic(z) under fastmath, step for step, each result flushed (exp is numpy's, exact to the
+    rounding; ex2.approx's error is far below a 16-bit step): the formula SiLU and GELU-tanh had."""
+    f = np.float32
+    e = _flush(np.exp(_flush(-np.abs(z))))
+    r = _flush(f(1) / _flush(f(1) + e))
+    return _flush(v * np.where(z >= 0, r, _flush(e * r)))
+
+
+def _times_logistic_flushed(v, z):
+    """activations.times_logistic under fastmath, step for step, each result flushed."""
+    f = np.float32
+    h = _flush(np.exp(_flush(f(-0.5) * np.abs(z))))
+    r = _flush(f(1) / _flush(f(1) + _flush(h * h)))
+    return np.where(z >= 0, _flush(v * r), _flush(_flush(_flush(v * h) * r) * h))
+
+
+@pytest.mark.parametrize("name", ["silu", "gelu_tanh"])
+def test_fast_math_flush_to_zero_loses_no_16_bit_result_that_is_a_normal_float32(name):
+    """Without a GPU: every one of the 65536 inputs of each format through the fast kernels' float32
+    arithmetic with a flush to zero after every operation. times_logistic keeps every result that is at
+    least float32's smallest normal within 0.501 ulp of the format; v * logistic(z), the formula it
+    replaced, loses bf16 results hundreds of ulps (e^-|z| flushed while the product is normal: the H200
+    measured 245 ulps for SiLU at x = -90.5, 155 for GELU-tanh at x = -10.06; this replay finds the same),
+    which is what makes this test able to fail. fp16's range ends long before: both are right there."""
+    f = np.float32
+    for op in (activations.BY_NAME[f"act_{name}_fp16"], activations.BY_NAME[f"act_{name}_bf16"]):
+        x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(op.dtype)
+        ref = op.reference(x)
+        kept = (np.abs(ref) >= np.finfo(f).tiny) | (ref == 0) | ~np.isfinite(ref)
+        worst = {}
+        with np.errstate(all="ignore"):
+            v = _flush(x.astype(f))  # .ftz flushes inputs too: a bf16 subnormal is 0 to the kernel
+            if name == "silu":
+                z = v
+            else:  # GELU_TANH_C * (v + GELU_TANH_K * v * v * v), left to right
+                cube = _flush(_flush(_flush(activations.GELU_TANH_K * v) * v) * v)
+                z = _flush(activations.GELU_TANH_C * _flush(v + cube))
+            for form in (_logistic_times_v_flushed, _times_logistic_flushed):
+                got = np.where(v == -np.inf, f(0), form(v, z)).astype(op.dtype)
+                ulps = np.where(kept, activations.ulp_error(got, ref, op.dtype), 0.0)
+                at = int(np.argmax(ulps))
+                worst[form] = (float(ulps[at]), float(x[at]))
+        assert worst[_times_logistic_flushed][0] <= 0.501, (op.name, worst[_times_logistic_flushed])
+        replaced = worst[_logistic_times_v_flushed]
+        if op.dtype == activations.BFLOAT16:
+            assert replaced[0] > 100 and -92 < replaced[1] < -10, (op.name, replaced)
+        else:
+            assert replaced[0] <= 0.501, (op.name, replaced)
+
+
 def test_ulp_error_counts_steps_of_the_format():
     h = np.array([1.0, 2048.0, 65504.0, 6e-8], np.float16)
     got = np.array([np.nextafter(h[0], np.float16(2)), h[1], h[2], 0.0], np.float16)
