@@ -5,6 +5,7 @@ references keep many cores busy) while every test that *times* something (marked
 itself: a timing test holds an exclusive lock for its duration, every other GPU test a shared one, so no
 kernel of another worker runs while a speed is measured; the timing tests are ordered last."""
 
+import contextlib
 import fcntl
 import os
 import tempfile
@@ -24,30 +25,136 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="simulator-only test"))
         if "timing" in item.keywords and "gpu" not in item.keywords:
             raise pytest.UsageError(f"{item.nodeid}: a `timing` test must also be marked `gpu`")
+    # One operator's GPU ladder checks on one worker (with ``--dist loadgroup``): they share its inputs
+    # and float64 references (tests/test_ladders.py::_cases).
+    for item in items:
+        stage = getattr(item, "callspec", None) and item.callspec.params.get("stage")
+        if "gpu" in item.keywords and stage is not None and hasattr(stage, "op"):
+            item.add_marker(pytest.mark.xdist_group(f"ladder-{stage.op.name}"))
     # Timing tests last: xdist hands tests out in this order, so the correctness tests run in parallel
     # first and the timing tests, each of which must wait for the GPU to be free, queue up at the end
     # instead of draining all workers once each.
     items.sort(key=lambda item: "timing" in item.keywords)
 
 
-@pytest.fixture(autouse=True)
-def _gpu_to_itself_while_timing(request):
-    """A shared lock for a GPU test, an exclusive one for a timing test, one pair of lock files per test
-    session (xdist's workers share ``PYTEST_XDIST_TESTRUNUID``). The turnstile gives a waiting timing test
-    priority: while it waits, no new test takes a shared lock, so the running ones drain and it gets in."""
-    if workbench.MODE != "gpu" or "gpu" not in request.keywords:
-        yield
-        return
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))
-    stem = os.path.join(tempfile.gettempdir(), f"workbench-gpu-suite-{run}")
-    exclusive = "timing" in request.keywords
-    with open(stem + ".turnstile", "a") as turnstile, open(stem + ".lock", "a") as gpu:
-        fcntl.flock(turnstile, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        fcntl.flock(gpu, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        if not exclusive:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
+class _GpuLock:
+    """One pair of lock files per test session (xdist's workers share ``PYTEST_XDIST_TESTRUNUID``): a
+    shared lock for running kernels, an exclusive one for timing them. The turnstile gives a waiting
+    timer priority: while it waits, no new test takes a shared lock, so the running ones drain and it
+    gets in."""
+
+    def __init__(self):
+        run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))
+        stem = os.path.join(tempfile.gettempdir(), f"workbench-gpu-suite-{run}")
+        self.turnstile, self.gpu = open(stem + ".turnstile", "a"), open(stem + ".lock", "a")
+        self.depth = 0  # measure() calls host_call_latency(): the exclusive lock is re-entrant
+
+    @contextlib.contextmanager
+    def shared(self):
+        fcntl.flock(self.turnstile, fcntl.LOCK_SH)
+        fcntl.flock(self.gpu, fcntl.LOCK_SH)
+        fcntl.flock(self.turnstile, fcntl.LOCK_UN)
         try:
             yield
         finally:
-            fcntl.flock(gpu, fcntl.LOCK_UN)
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
+            fcntl.flock(self.gpu, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        if self.depth == 0:
+            fcntl.flock(self.turnstile, fcntl.LOCK_EX)
+            fcntl.flock(self.gpu, fcntl.LOCK_EX)
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if self.depth == 0:
+                fcntl.flock(self.gpu, fcntl.LOCK_UN)
+                fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+
+
+_LOCK = None
+
+
+@pytest.fixture(autouse=True)
+def _gpu_to_itself_while_timing(request):
+    """A GPU test shares the GPU with the other workers' tests; a measurement has it alone.
+
+    A test marked ``timing`` holds no lock while it prepares (inputs, compiling, a first run): each of
+    its measurements (``workbench.timing.measure``, ``host_call_latency``) takes the exclusive lock for
+    its own duration, so the timing tests' preparation runs in parallel and only the measuring is
+    serial. ``@pytest.mark.timing(whole=True)``: the whole test holds it (a test that times by other
+    means: host enqueue costs, streams, a grader subprocess's speed bar). Any other GPU test holds the
+    shared lock and may not measure (``_timing_refused``)."""
+    global _LOCK
+    if workbench.MODE != "gpu" or "gpu" not in request.keywords:
+        yield
+        return
+    _LOCK = _LOCK or _GpuLock()
+    marker = request.node.get_closest_marker("timing")
+    if marker is None:
+        with _LOCK.shared(), _timing_refused(request.node.nodeid):
+            yield
+    elif marker.kwargs.get("whole"):
+        with _LOCK.exclusive():
+            yield
+    else:
+        with _measurements_alone(_LOCK):
+            yield
+
+
+@contextlib.contextmanager
+def _measurements_alone(lock: _GpuLock):
+    from workbench import timing
+
+    def alone(fn):
+        def measured(*args, **kwargs):
+            with lock.exclusive():
+                return fn(*args, **kwargs)
+        return measured
+
+    saved = timing.measure, timing.host_call_latency
+    timing.measure, timing.host_call_latency = alone(timing.measure), alone(timing.host_call_latency)
+    try:
+        yield
+    finally:
+        timing.measure, timing.host_call_latency = saved
+
+
+@contextlib.contextmanager
+def _timing_refused(test: str):
+    """A GPU test not marked ``timing`` shares the GPU with others: a speed measured there would be
+    measured against them. Every timing path (``workbench.timing``: CUDA-event samples, host call
+    latency) refuses to run in one, so a speed test left unmarked fails with the fix, not with a
+    number that depends on what else ran."""
+    from workbench import timing
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError(f"{test} measures a speed: mark it @pytest.mark.timing (so that it gets the GPU to itself)")
+
+    saved = timing._elapsed_us, timing.host_call_latency
+    timing._elapsed_us = timing.host_call_latency = refuse
+    try:
+        yield
+    finally:
+        timing._elapsed_us, timing.host_call_latency = saved
+
+
+def pytest_runtest_logreport(report):
+    """With ``WORKBENCH_TEST_LOG=FILE`` set, one JSON line per test phase is appended to FILE as it ends:
+    a run cut off by a time limit (a device call) still leaves what ran, how long each test took and
+    which failed (``scripts/test_durations.py`` summarises it)."""
+    path = os.environ.get("WORKBENCH_TEST_LOG")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # under xdist the controller writes, once, as each worker's report reaches it
+    if not path or (report.when != "call" and report.passed):
+        return
+    import json
+
+    line = {"test": report.nodeid, "when": report.when, "outcome": report.outcome,
+            "seconds": round(report.duration, 2)}
+    if report.failed:
+        line["error"] = str(report.longrepr)[-1500:]
+    with open(path, "a") as log:
+        log.write(json.dumps(line) + "\n")

@@ -134,6 +134,7 @@ def _headline(act, op):
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 @pytest.mark.parametrize("name", [a.name for a in activations.ACTIVATIONS])
 def test_last_stage_at_85_percent_of_copy_and_at_least_torch(name):
     act = next(a for a in activations.ACTIVATIONS if a.name == name)

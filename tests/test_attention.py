@@ -173,8 +173,12 @@ def test_attention_targets():
     from workbench.results import environment
 
     env = environment()
-    full, fails = bench_size(attention.op, attention.op.stages, HEADLINE[:4] + (0,), {}, np.random.default_rng(0), env)
-    masked, fails2 = bench_size(attention.op, attention.op.stages, HEADLINE, {}, np.random.default_rng(0), env)
+    # verify=False: tests/test_ladders.py checks every stage at the headline (masked) and at 2049 keys
+    # without the mask beforehand, while the GPU is shared; here the GPU is held for timing alone.
+    full, fails = bench_size(attention.op, attention.op.stages, HEADLINE[:4] + (0,), {}, np.random.default_rng(0), env,
+                             verify=False)
+    masked, fails2 = bench_size(attention.op, attention.op.stages, HEADLINE, {}, np.random.default_rng(0), env,
+                                verify=False)
     assert not fails and not fails2, fails + fails2
     stages = {r["stage"]: r for r in full if r["kind"] == "stage"}
     sdpa = [r for r in full if r["kind"] == "peer"]

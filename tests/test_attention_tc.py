@@ -101,7 +101,9 @@ def test_best_stage_reaches_half_of_sdpa_fp16():
     from workbench.results import environment
 
     size = (8, 16, 2048, 64, 0)
-    recs, fails = bench_size(attention_tc.op, attention_tc.op.stages, size, {}, np.random.default_rng(0), environment())
+    # verify=False: tests/test_ladders.py checks every stage at this size (the headline) beforehand
+    recs, fails = bench_size(attention_tc.op, attention_tc.op.stages, size, {}, np.random.default_rng(0), environment(),
+                             verify=False)
     assert not fails, fails
     stages = {r["stage"]: r["gflops"] for r in recs if r["kind"] == "stage"}
     sdpa = [r["gflops"] for r in recs if r["kind"] == "peer"]

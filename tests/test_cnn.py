@@ -86,6 +86,7 @@ def test_pooling_final_stages_correct_at_the_headline(op):
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_batchnorm_train_vector_passes_beats_torch_by_half():
     """Issue 14: BatchNorm training >= 1.5x torch at N128 C64 56x56."""
     from tests.headline import headline
@@ -97,6 +98,7 @@ def test_batchnorm_train_vector_passes_beats_torch_by_half():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_batchnorm_infer_vectors_at_least_torch():
     from tests.headline import headline
 

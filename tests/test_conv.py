@@ -146,6 +146,7 @@ def test_conv_transpose_refuses_what_it_cannot_take(geometry, w_shape, message):
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 @pytest.mark.parametrize("op", [conv.bias_relu_op, conv.bias_add_relu_op], ids=lambda o: o.name)
 def test_fused_epilogue_beats_unfused_at_the_headline(op):
     """The must-show: at N32 C64 56x56 K64, the fused epilogue is faster than the implicit GEMM followed
@@ -158,6 +159,7 @@ def test_fused_epilogue_beats_unfused_at_the_headline(op):
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_conv_transpose_parity_gemm_is_the_fastest_stage():
     """The last stage is the fastest at the headline (N32 C64 28x28 -> 56x56, K64 4x4 stride 2). Not that
     gather beats scatter: on the H200 it did not (3933 against 3781 µs), the atomics landing in L2."""
@@ -205,6 +207,7 @@ def test_conv_fft_refuses_even_filters_and_lines_past_one_block():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_fft_beats_direct_at_31x31():
     """The must-show: at N8 C3 256x256 with a 31x31 filter the FFT stage is faster than direct."""
     from tests.headline import headline

@@ -473,10 +473,14 @@ def test_the_answer_key_passes_every_exercise():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing(whole=True)  # the speed bar is measured in the grader's worker process
 def test_the_answer_key_meets_its_own_speed_bar_on_a_gpu():
-    """On a GPU every stage ends with a speed case: the solution timed against itself is ~100%."""
+    """On a GPU every stage ends with a speed case: the solution timed against itself is ~100%. The last
+    stage of five operators (grading whole ladders here took two minutes of the GPU suite's eight)."""
+    from workbench.registry import operator
+
     for name in ("scan", "histogram", "argmax", "matvec", "stencil"):
-        report = grade(name, "solutions", quick=True)
+        report = grade(operator(name).stages[-1].key, "solutions", quick=True)
         assert report.passed, report.text()
         for stage in report.graded:
             speed = [c for c in stage.cases if c.kind == "speed"]

@@ -7,8 +7,11 @@ Tiers: the quick tier (the default) checks each stage once, with random inputs a
 and the last stage, the one a user calls, with the operator's adversarial inputs too; ``-m slow`` checks
 every stage at every simulator size with the adversarial inputs (what the quick tier leaves out) and
 compiles every kernel for sm_90 (``workbench ptx``).
-``-m gpu`` checks every check size on a GPU, except that a first ("naive") stage skips the largest,
-where it takes seconds a call and teaches nothing new.
+``-m gpu`` checks every check size on a GPU, and the headline size of the operators that the timing
+tests time there without checking again (tests/headline.py TIMED_AT_HEADLINE), except that a first ("naive") stage skips the largest check size, where it takes
+seconds a call and teaches nothing new. Every stage of an operator is checked on the same inputs, and
+their float64 reference is computed once per worker (``_cases``); ``pytest -m gpu -n 12 --dist
+loadgroup`` keeps an operator's stages on one worker (tests/conftest.py groups them), so that it is once.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.headline import TIMED_AT_HEADLINE
 from workbench.check import adversarial_cases, check_stage
 from workbench.ladder import as_size, size_label
 from workbench.ptxcheck import check_stages
@@ -100,18 +104,38 @@ def gpu_sizes(stage) -> list[tuple]:
     sizes = [as_size(s) for s in stage.op.check_sizes]
     if stage.order == 1 and len(sizes) > 2:
         sizes.remove(max(sizes, key=lambda s: int(np.prod(s))))
+    headline = as_size(stage.op.headline_size)
+    if stage.op.name in TIMED_AT_HEADLINE and headline not in sizes:
+        sizes.append(headline)
     return sizes
+
+
+_CASES: dict = {}  # (operator, size, adversarial?) -> [(label, inputs, reference)]: one operator's at a time
+
+
+def _cases(op, size: tuple, adversarial: bool) -> list[tuple[str, tuple, np.ndarray]]:
+    """The inputs every stage of ``op`` is checked on at ``size``, with their reference, computed once:
+    the inputs are drawn from a seed made of the size, so any stage, on any worker, gets the same."""
+    if any(key[0] != op.name for key in _CASES):
+        _CASES.clear()  # keep one operator's cases in memory (at 2^28 floats they are gigabytes)
+    key = (op.name, size, adversarial)
+    if key not in _CASES:
+        rng = np.random.default_rng([3, *size])
+        cases = [("random", op.make_inputs(size, rng))]
+        if adversarial:
+            cases = adversarial_cases(op, size, rng)
+        _CASES[key] = [(label, inputs, op.reference(*inputs)) for label, inputs in cases]
+    return _CASES[key]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.key)
 def test_stage_correct_on_the_gpu(stage):
-    rng = np.random.default_rng(3)
-    results = []
-    for size in gpu_sizes(stage):
-        results.append(check_stage(stage, size, rng))
-    mid = gpu_sizes(stage)[len(gpu_sizes(stage)) // 2]
-    results += [check_stage(stage, mid, inputs=inputs, label=label)
-                for label, inputs in adversarial_cases(stage.op, mid, rng)]
+    sizes = gpu_sizes(stage)
+    mid = as_size(stage.op.check_sizes[len(stage.op.check_sizes) // 2])
+    cases = [(size, case) for size in sizes for case in _cases(stage.op, size, adversarial=False)]
+    cases += [(mid, case) for case in _cases(stage.op, mid, adversarial=True)]
+    results = [check_stage(stage, size, inputs=inputs, label=label, reference=ref)
+               for size, (label, inputs, ref) in cases]
     assert not _failures(results), "\n".join(_failures(results))
     assert not any(r.skipped for r in results)

@@ -272,6 +272,7 @@ NORMS = [f"{kind}_{fmt}" for kind in ("softmax", "layernorm", "rmsnorm") for fmt
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 @pytest.mark.parametrize("name", NORMS)
 def test_half_norms_reach_85_percent_of_copy_and_beat_torch_by_1_2x(name):
     """At 32768 x 4096, in one run: the last stage at >= 85% of the copy bandwidth measured now and
@@ -286,6 +287,7 @@ def test_half_norms_reach_85_percent_of_copy_and_beat_torch_by_1_2x(name):
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 @pytest.mark.parametrize("name", ["quantize", "dequantize"])
 def test_quantize_and_dequantize_reach_85_percent_of_copy(name):
     from tests.headline import headline

@@ -93,6 +93,7 @@ def _time(fn, *args):
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 def test_column_sum_within_1_2x_of_the_row_sum_at_16384_squared():
     import torch
 
@@ -105,6 +106,7 @@ def test_column_sum_within_1_2x_of_the_row_sum_at_16384_squared():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 @pytest.mark.parametrize("name", [op.name for op in VECTOR])
 def test_last_stage_at_least_its_torch_peer_at_2_28(name):
     import torch
@@ -163,6 +165,7 @@ def test_matrix_bad_inputs_are_refused_in_one_line():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 @pytest.mark.parametrize("kind", ["amax", "amin", "mean"])
 def test_column_reduction_within_1_2x_of_the_row_reduction_at_16384_squared(kind):
     import torch

@@ -323,7 +323,7 @@ def test_a_wrong_stage_fails_its_check():
 # -- on a GPU: the must-show targets ----------------------------------------------------------------
 
 @pytest.mark.gpu
-@pytest.mark.timing
+@pytest.mark.timing(whole=True)
 @pytest.mark.parametrize("kind", ["numba", "torch"])
 def test_a_prepared_stage_of_two_arrays_costs_at_most_8_us_a_call(kind):
     from numba import cuda
@@ -341,7 +341,7 @@ def test_a_prepared_stage_of_two_arrays_costs_at_most_8_us_a_call(kind):
 
 
 @pytest.mark.gpu
-@pytest.mark.timing
+@pytest.mark.timing(whole=True)
 def test_graph_replay_costs_at_most_1_5_us_a_kernel():
     from numba import cuda
 
@@ -359,7 +359,7 @@ def test_graph_replay_costs_at_most_1_5_us_a_kernel():
 
 
 @pytest.mark.gpu
-@pytest.mark.timing
+@pytest.mark.timing(whole=True)
 def test_the_three_kernel_layernorm_is_faster_as_a_graph_at_4096x1024():
     from numba import cuda
 
@@ -374,7 +374,7 @@ def test_the_three_kernel_layernorm_is_faster_as_a_graph_at_4096x1024():
 
 
 @pytest.mark.gpu
-@pytest.mark.timing
+@pytest.mark.timing(whole=True)
 def test_overlapped_streams_reach_80_percent_of_the_link():
     from solutions import streams
 

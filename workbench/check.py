@@ -241,12 +241,15 @@ def tolerance_of(stage: Stage, size: Size) -> float:
 
 
 def check_stage(stage: Stage, size, rng: np.random.Generator | None = None, launch: Callable | None = None,
-                explain: Callable | None = None, inputs: tuple | None = None, label: str = "random") -> CheckResult:
+                explain: Callable | None = None, inputs: tuple | None = None, label: str = "random",
+                reference: np.ndarray | None = None) -> CheckResult:
     """Check one stage at one size, on fresh random inputs or on the ``inputs`` given.
 
     ``launch`` replaces the stage's own launcher (the grader runs a learner's this way, judged by the
     stage's operator); ``explain(inputs, out, ref)`` may add a hint to a failed comparison (default:
-    the operator's own ``explain``); ``label`` names the inputs in the result ("all-negative", ...)."""
+    the operator's own ``explain``); ``label`` names the inputs in the result ("all-negative", ...);
+    ``reference``, with ``inputs``, is the operator's reference of those inputs, computed once for every
+    stage checked on them (the GPU tests do: a float64 GEMM at 4096^3 is seconds of CPU)."""
     op: Operator = stage.op
     size = as_size(size)
     if stage.gpu_only and _device.is_simulator():
@@ -260,18 +263,18 @@ def check_stage(stage: Stage, size, rng: np.random.Generator | None = None, laun
     except Exception as exc:  # a crash is a failed check, reported with its cause
         return CheckResult(stage.key, list(size), FAILED, float("inf"), tolerance_of(stage, size),
                            f"{type(exc).__name__}: {exc}", reason="exception", inputs=label)
-    return judge(stage, size, originals, out, after, explain=explain, label=label)
+    return judge(stage, size, originals, out, after, explain=explain, label=label, reference=reference)
 
 
 def judge(stage: Stage, size, inputs: tuple, out: np.ndarray, inputs_after, *, explain: Callable | None = None,
-          label: str = "random") -> CheckResult:
+          label: str = "random", reference: np.ndarray | None = None) -> CheckResult:
     """Judge a finished run of ``stage``: ``out`` against the reference of ``inputs`` (as they were
     before the run), and ``inputs_after`` against ``inputs`` (a stage must not write to its inputs).
     ``check_stage`` runs and judges; the grader runs a learner's launcher elsewhere and judges here."""
     op: Operator = stage.op
     size = as_size(size)
     explain = explain or op.explain
-    ref = op.reference(*inputs)
+    ref = op.reference(*inputs) if reference is None else reference
     result = compare(stage.key, size, out, ref, tolerance_of(stage, size))
     result.inputs = label
     if result.failed and explain is not None and result.reason != "shape":

@@ -29,7 +29,7 @@ from numba import cuda, float32, float64
 from .device import is_simulator
 from .ladder import blocks_for, sm_count
 from .results import environment, now
-from .timing import measure
+from . import timing
 
 COPY_BYTES = 1 << 30  # 1 GiB per buffer: ~20x an H200's L2
 STREAM_THREADS = 256
@@ -236,13 +236,13 @@ def copy_bandwidth(nbytes: int = COPY_BYTES) -> dict:
     src = _random_vector(n, 0)
     dst = cuda.device_array(n, np.float32)
     moved = 2 * n * 4
-    t_memcpy = measure(_memcpy, [(src, dst)], samples=SAMPLES)
+    t_memcpy = timing.measure(_memcpy, [(src, dst)], samples=SAMPLES)
     blocks = sm_count() * 8
 
     def kernel_copy(s, d):
         _copy4[blocks, 256](s, d)
 
-    t_kernel = measure(kernel_copy, [(src, dst)], samples=SAMPLES)
+    t_kernel = timing.measure(kernel_copy, [(src, dst)], samples=SAMPLES)
     if not np.array_equal(dst.copy_to_host()[:1000], src.copy_to_host()[:1000]):
         raise RuntimeError("copy kernel produced wrong data; peak not recorded")
     gbps = {"memcpy": moved / t_memcpy.median_us / 1e3, "numba_copy4": moved / t_kernel.median_us / 1e3}
@@ -258,7 +258,7 @@ def read_bandwidth(nbytes: int = COPY_BYTES) -> dict:
     got, want = total.copy_to_host()[0], float(np.sum(src.copy_to_host(), dtype=np.float64))
     if not abs(got - want) <= 1e-4 * abs(want):
         raise RuntimeError(f"read kernel summed {got}, numpy {want}; peak not recorded")
-    t = measure(read_sum, [(src, total)], samples=SAMPLES)
+    t = timing.measure(read_sum, [(src, total)], samples=SAMPLES)
     moved = n * 4 + 8
     return {"read_gbps": moved / t.median_us / 1e3, "read_bytes": moved}
 
@@ -271,7 +271,7 @@ def read2_write1_bandwidth(nbytes: int = COPY_BYTES) -> dict:
     add(x, y, z)
     if not np.array_equal(z.copy_to_host(), x.copy_to_host() + y.copy_to_host()):
         raise RuntimeError("z = x + y kernel produced wrong data; peak not recorded")
-    t = measure(add, [(x, y, z)], samples=SAMPLES)
+    t = timing.measure(add, [(x, y, z)], samples=SAMPLES)
     moved = 3 * n * 4
     return {"read2_write1_gbps": moved / t.median_us / 1e3, "read2_write1_bytes": moved}
 
@@ -291,7 +291,7 @@ def library_streams(nbytes: int = COPY_BYTES) -> dict:
     for key, fn, args, moved in (("read_gbps", lambda a, o: torch.sum(a, dim=0, out=o), (x, s), 4 * n),
                                  ("copy_gbps", lambda a, o: o.copy_(a), (x, z), 8 * n),
                                  ("read2_write1_gbps", lambda a, b, o: torch.add(a, b, out=o), (x, y, z), 12 * n)):
-        out[key] = moved / measure(fn, [args], samples=SAMPLES).median_us / 1e3
+        out[key] = moved / timing.measure(fn, [args], samples=SAMPLES).median_us / 1e3
     return out
 
 
@@ -322,7 +322,7 @@ def gemm_rates(n: int = 8192) -> dict:
         a = torch.randn(n, n, device="cuda", dtype=dtype)
         b = torch.randn(n, n, device="cuda", dtype=dtype)
         c = torch.empty(n, n, device="cuda", dtype=dtype)
-        t = measure(lambda x, y, z: torch.matmul(x, y, out=z), [(a, b, c)], samples=7, budget_s=2.0)
+        t = timing.measure(lambda x, y, z: torch.matmul(x, y, out=z), [(a, b, c)], samples=7, budget_s=2.0)
         out[f"gemm_{label}_gflops"] = flops / t.median_us / 1e3
     torch.backends.cuda.matmul.allow_tf32 = False
     out["gemm_library"] = f"torch {torch.__version__} (cuBLAS), {n}^3"
