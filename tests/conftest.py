@@ -1,9 +1,9 @@
 """Import workbench first: it decides GPU vs simulator before numba is imported.
 
-On a GPU the suite runs in parallel (``pytest -m gpu -n 8``: compiling kernels and computing float64
-references keep many cores busy) while every test that *times* something (marked ``timing``) gets the GPU to
-itself: a timing test holds an exclusive lock for its duration, every other GPU test a shared one, so no
-kernel of another worker runs while a speed is measured; the timing tests are ordered last."""
+On a GPU the suite runs in parallel (``pytest -m gpu -n 12 --dist loadgroup``: compiling kernels and
+computing float64 references keep many cores busy) while every measurement of a test marked ``timing`` gets
+the GPU to itself: it holds an exclusive lock for its duration, every other GPU test a shared one, so no
+kernel of another worker runs while a speed is measured; the timing tests are ordered last (CONTRIBUTING.md)."""
 
 import contextlib
 import fcntl
