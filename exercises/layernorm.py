@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: cacf5ef8544d6ac8b1bdcbabd0a2c6879e83f25983e6d08284bfd5fc074d0eb4
+# generated-sha256: 221a9235d174cc731afb4c5899d2a1013fb6b39c95c8b68dc666a342b022fad9
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -735,7 +735,8 @@ bias_relu_layernorm_op = Operator(
     torch_expression=_bias_relu_expression,
     adversarial_inputs=_bias_relu_adversarial,
     check_sizes=op.check_sizes,
-    sim_sizes=[(3, 1), (9, 33), (2, 1000)],
+    sim_sizes=[(3, 1), (9, 33), (2, 1000)],  # 9 rows: warp-per-row stages cross two blocks (slow tier)
+    quick_size=(3, 33),  # the quick tier: block-per-row stages run 256 threads a row, a third of the cost
     bench_sizes=op.bench_sizes,
     headline_size=op.headline_size,
     rank=60,
@@ -873,7 +874,8 @@ residual_layernorm_op = Operator(
     torch_expression=_residual_expression,
     adversarial_inputs=_residual_adversarial,
     check_sizes=op.check_sizes,
-    sim_sizes=[(3, 1), (9, 33), (2, 1000)],
+    sim_sizes=[(3, 1), (9, 33), (2, 1000)],  # 9 rows: warp-per-row stages cross two blocks (slow tier)
+    quick_size=(3, 33),  # the quick tier: block-per-row stages run 256 threads a row, a third of the cost
     bench_sizes=op.bench_sizes,
     headline_size=op.headline_size,
     rank=70,
@@ -1006,7 +1008,8 @@ rmsnorm_op = Operator(
     torch_expression=_rmsnorm_expression,
     adversarial_inputs=_rmsnorm_adversarial,
     check_sizes=op.check_sizes,
-    sim_sizes=[(3, 1), (9, 33), (2, 1000)],
+    sim_sizes=[(3, 1), (9, 33), (2, 1000)],  # 9 rows: warp-per-row stages cross two blocks (slow tier)
+    quick_size=(3, 33),  # the quick tier: block-per-row stages run 256 threads a row, a third of the cost
     bench_sizes=op.bench_sizes,
     headline_size=op.headline_size,
     rank=80,
