@@ -333,6 +333,19 @@ def test_cli_check_json_and_exit_code(capsys):
     assert [r["status"] for r in out] == ["passed", "passed"]
 
 
+def test_every_command_prints_its_help(capsys):
+    """`workbench --help` and each `workbench CMD --help` render (a bare % in a help string once made
+    argparse raise a traceback at the first thing a newcomer types)."""
+    import argparse
+    from workbench.cli import build_parser
+    subcommands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for argv in [[]] + [[name] for name in subcommands.choices]:
+        with pytest.raises(SystemExit) as exit_:
+            main(argv + ["--help"])
+        assert exit_.value.code == 0, argv
+        assert "usage:" in capsys.readouterr().out, argv
+
+
 def test_cli_bench_refuses_in_simulator():
     assert main(["bench", "reduction"]) == 2
 

@@ -144,7 +144,7 @@ def cmd_profile(args) -> int:
 
 def add_cli(sub) -> None:
     """Add `workbench profile` to the CLI's subparsers."""
-    s = sub.add_parser("profile", help="Nsight Compute counters per stage (DRAM %, occupancy, stalls, ...), recorded",
+    s = sub.add_parser("profile", help="Nsight Compute counters per stage (DRAM %%, occupancy, stalls, ...), recorded",
                        description=__doc__.split("\n\n")[0])
     s.add_argument("target", help="OP or OP.STAGE")
     s.add_argument("--size", type=_size_arg, help="problem size (default: the operator's headline size)")
