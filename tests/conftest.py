@@ -93,7 +93,10 @@ def _gpu_to_itself_while_timing(request):
         return
     _LOCK = _LOCK or _GpuLock()
     marker = request.node.get_closest_marker("timing")
-    if marker is None:
+    if marker is None and request.node.get_closest_marker("gpu_lock_per_run"):
+        with _runs_shared(_LOCK), _timing_refused(request.node.nodeid):
+            yield
+    elif marker is None:
         with _LOCK.shared(), _timing_refused(request.node.nodeid):
             yield
     elif marker.kwargs.get("whole"):
@@ -120,6 +123,27 @@ def _measurements_alone(lock: _GpuLock):
         yield
     finally:
         timing.measure, timing.host_call_latency = saved
+
+
+@contextlib.contextmanager
+def _runs_shared(lock: _GpuLock):
+    """``@pytest.mark.gpu_lock_per_run``: the shared lock only around each ``workbench.check.run_once``
+    (inputs to the device, the kernels, results back). A ladder check at a headline size spends most of
+    its time on the CPU (float64 references, comparisons); holding the lock through that made every
+    measurement queued behind it wait, and the workers waiting with it."""
+    from workbench import check
+
+    run_once = check.run_once
+
+    def run_once_shared(*args, **kwargs):
+        with lock.shared():
+            return run_once(*args, **kwargs)
+
+    check.run_once = run_once_shared
+    try:
+        yield
+    finally:
+        check.run_once = run_once
 
 
 @contextlib.contextmanager

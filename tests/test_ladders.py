@@ -129,6 +129,7 @@ def _cases(op, size: tuple, adversarial: bool) -> list[tuple[str, tuple, np.ndar
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_lock_per_run  # its CPU work (references, comparisons) runs while others measure
 @pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.key)
 def test_stage_correct_on_the_gpu(stage):
     sizes = gpu_sizes(stage)
