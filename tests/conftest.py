@@ -14,6 +14,8 @@ import pytest
 
 import workbench
 
+STAGES_PER_WORKER = 2  # GPU ladder checks: stages of one operator grouped on one worker (see below)
+
 
 def pytest_collection_modifyitems(config, items):
     # GPU tests need a real device; everything else is written for the simulator (CPU).
@@ -25,12 +27,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="simulator-only test"))
         if "timing" in item.keywords and "gpu" not in item.keywords:
             raise pytest.UsageError(f"{item.nodeid}: a `timing` test must also be marked `gpu`")
-    # One operator's GPU ladder checks on one worker (with ``--dist loadgroup``): they share its inputs
-    # and float64 references (tests/test_ladders.py::_cases).
+    # An operator's GPU ladder checks two stages to a worker (with ``--dist loadgroup``): the two share
+    # their inputs and float64 references (tests/test_ladders.py::_cases). A whole ladder on one worker
+    # shared them once, but made it the suite's critical path: hgemm's six stages (each compiling its
+    # linked CUDA C++) took 536 s there, more than the suite's 8 minutes.
     for item in items:
         stage = getattr(item, "callspec", None) and item.callspec.params.get("stage")
         if "gpu" in item.keywords and stage is not None and hasattr(stage, "op"):
-            item.add_marker(pytest.mark.xdist_group(f"ladder-{stage.op.name}"))
+            chunk = stage.op.stages.index(stage) // STAGES_PER_WORKER
+            item.add_marker(pytest.mark.xdist_group(f"ladder-{stage.op.name}-{chunk}"))
     # Timing tests last: xdist hands tests out in this order, so the correctness tests run in parallel
     # first and the timing tests, each of which must wait for the GPU to be free, queue up at the end
     # instead of draining all workers once each.

@@ -39,7 +39,7 @@ pytestmark = pytest.mark.sim_only
 ROOT = Path(__file__).resolve().parent.parent
 PLANTED = sorted((ROOT / "tests" / "planted").glob("*.py"))
 CORRECT = sorted((ROOT / "tests" / "planted" / "correct").glob("*.py"))
-QUICK_TIMEOUT = 8.0  # the hanging submission's per-case timeout here
+QUICK_TIMEOUT = 5.0  # the hanging submission's per-case timeout here
 
 
 def expectation(path: Path) -> dict:

@@ -11,7 +11,8 @@ compiles every kernel for sm_90 (``workbench ptx``).
 tests time there without checking again (tests/headline.py TIMED_AT_HEADLINE), except that a first ("naive") stage skips the largest check size, where it takes
 seconds a call and teaches nothing new. Every stage of an operator is checked on the same inputs, and
 their float64 reference is computed once per worker (``_cases``); ``pytest -m gpu -n 12 --dist
-loadgroup`` keeps an operator's stages on one worker (tests/conftest.py groups them), so that it is once.
+loadgroup`` keeps two stages of an operator on one worker (tests/conftest.py groups them), so that it is
+once per two stages.
 """
 
 from __future__ import annotations

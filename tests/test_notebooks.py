@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-nbformat = pytest.importorskip("nbformat")  # not on the GPU machine, which has no Jupyter
-
 from workbench import diff, markers, nb, registry
-from workbench.generate import notebooks as builder
+from workbench.generate import notebooks as builder  # first: it spares nbformat's import a slow, unused part
+
+nbformat = pytest.importorskip("nbformat")  # not on the GPU machine, which has no Jupyter
 from workbench.ladder import as_size
 
 OPS = registry.load_operators()

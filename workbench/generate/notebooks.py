@@ -32,6 +32,12 @@ from pathlib import Path
 from .. import paths, plots, registry
 from ..ladder import Operator, as_size, size_label
 
+# nbformat validates with jsonschema, which imports rfc3987_syntax when it is installed (jupyter-events
+# asks for it) and compiles 39 grammars doing so: 4 s of every process that reads a notebook, for an "iri"
+# format the notebook schema never uses. This module runs in the CLI and the tests, never in a learner's
+# kernel, so it can tell jsonschema the package is absent (None in sys.modules: an ImportError it expects).
+sys.modules.setdefault("rfc3987_syntax", None)
+
 START_HERE = "00_start_here.ipynb"
 GRADE_YOURSELF = "90_grade_yourself.ipynb"
 COMPARE_ALL = "99_compare_all.ipynb"
