@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 709a22739c7ca71b3ab6224d2a15e39cf542ddd159b71934c43ab107b965e05a
+# generated-sha256: 6ac1a273091a068304bb3e2adf647dcc85f341b30c7b033b4b5092ef47cb29f3
 # --------------------------------------------------------------------------------------------------
 """Rotary position embedding (RoPE), float32: a table of angles or sines computed on the fly, and the two
 layouts models use.
@@ -45,7 +45,8 @@ from numba.cuda import libdevice
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 
-BASE = 10000.0
+from solutions._attention_common import inverse_frequencies, rope_angles as _angles, rope_tables
+
 THREADS = 256
 
 
@@ -67,22 +68,11 @@ INV_TWO_PI = np.float32(1 / (2 * math.pi))
 
 # -- the operators -------------------------------------------------------------------------------
 
-def inverse_frequencies(D):
-    """The model's inv_freq in float32, as Hugging Face computes it: 1 / base^(2i / D)."""
-    return (1.0 / (np.float32(BASE) ** (np.arange(0, D, 2, dtype=np.float32) / np.float32(D)))).astype(np.float32)
-
-
-def _angles(S, inv_freq):
-    """float32(s) * inv_freq[i], rounded to float32 as the model computes it (S x D/2)."""
-    return np.arange(S, dtype=np.float32)[:, None] * inv_freq[None, :]
-
-
 def _inputs(size, rng):
     S, H, D = size
     x = rng.normal(0.0, 1.0, (S, H, D)).astype(np.float32)
-    inv_freq = inverse_frequencies(D)
-    angles = _angles(S, inv_freq).astype(np.float64)
-    return x, inv_freq, np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    cos, sin = rope_tables(S, D)
+    return x, inverse_frequencies(D), cos, sin
 
 
 def _adversarial(interleaved):

@@ -1,6 +1,7 @@
 """What the float32 attention ladder (``attention.py``) and the tensor-core one (``attention_tc.py``) judge
 and compare themselves by, written once: the float64 reference, the flop count, the adversarial logits,
-torch SDPA as the peer and the formula as plain torch for ``torch.compile``.
+torch SDPA as the peer and the formula as plain torch for ``torch.compile``; and RoPE's tables, which
+``rope.py`` and the RoPE-fused attention in ``attention.py`` both build.
 
 Not a ladder (its name starts with ``_``): a ladder that imports another ladder gets no exercise."""
 
@@ -26,6 +27,27 @@ def reference(q, k, v, causal):
             p = np.exp(s - s.max(axis=1, keepdims=True))
             out[b, h] = (p @ v[b, h].astype(np.float64)) / p.sum(axis=1, keepdims=True)
     return out
+
+
+# -- RoPE's tables (rope.py, and attention.py's RoPE-fused operator) -------------------------------
+
+ROPE_BASE = 10000.0
+
+
+def inverse_frequencies(D):
+    """The model's inv_freq in float32, as Hugging Face computes it: 1 / base^(2i / D)."""
+    return (1.0 / (np.float32(ROPE_BASE) ** (np.arange(0, D, 2, dtype=np.float32) / np.float32(D)))).astype(np.float32)
+
+
+def rope_angles(S, inv_freq):
+    """float32(s) * inv_freq[i], rounded to float32 as the model computes it (S x D/2)."""
+    return np.arange(S, dtype=np.float32)[:, None] * inv_freq[None, :]
+
+
+def rope_tables(S, D):
+    """The cached cos and sin tables a model keeps (S x D/2 float32 each), of the float32 angles."""
+    angles = rope_angles(S, inverse_frequencies(D)).astype(np.float64)
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
 def attention_flops(size):

@@ -28,6 +28,12 @@ The bytes model of each stage counts what it reads from L2 or memory (``stage_by
 it writes and reads back (stage 1: 6 S^2 floats per head) and how often K and V are fetched (once
 per query in stage 2, once per 16 or 64 queries in the flash stages). The operator's own model is
 the minimum, q, k and v read and out written once.
+
+A second operator, ``attention_rope``, takes the cos and sin tables of RoPE (rotary position
+embedding, ``rope.py``) too and attends over q and k rotated by them, as a Llama layer does:
+
+1. ``rotate_then_attend``: a RoPE kernel writes rotated copies of q and k, then stage 5 runs on them.
+2. ``rotate_in_shared``: stage 5's kernel rotates Q and each K tile in shared memory, right after loading them.
 """
 
 import math
@@ -36,10 +42,12 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from workbench import device as _device
+from workbench import peers
 from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 
-from solutions._attention_common import attention_flops, extreme_logits, naive_expression, reference, sdpa_peer
+from solutions._attention_common import (attention_flops, extreme_logits, naive_expression, reference, rope_tables,
+                                         sdpa_peer)
 
 MAX_HEAD_DIM = 128  # the largest D the kernels take (as FlashAttention's, they are built per head size)
 FULL_MASK = 0xFFFFFFFF
@@ -561,14 +569,20 @@ def _flash_tile(k, v, b, h, q0, j0, S, D, smem, RS, DP, OC, scale_log2e, masked,
                 s, o, m_run, l_part, left, right):
     """One tile of BC keys for the block's BR queries (from q0): load K and V, the scores, the online
     softmax, O += P V. ``left`` and ``right`` are the 4 x 4 operand registers of both products."""
+    cuda.syncthreads()  # the previous tile's P (which lives where K goes) and V have been read
+    _load_tile(k, b, h, j0, S, D, smem, BR * RS, RS, DP)
+    _load_tile(v, b, h, j0, S, D, smem, BR * RS + max(BC * RS, BR * PS), RS, DP)
+    cuda.syncthreads()
+    _attend_loaded_tile(q0, j0, S, smem, RS, DP, OC, scale_log2e, masked, causal, s, o, m_run, l_part, left, right)
+
+
+@cuda.jit(device=True, inline=True)
+def _attend_loaded_tile(q0, j0, S, smem, RS, DP, OC, scale_log2e, masked, causal, s, o, m_run, l_part, left, right):
+    """The scores of the K tile in shared memory, the online softmax, O += P V with the V tile."""
     ty = cuda.threadIdx.y
     tx = cuda.threadIdx.x
     k_at = BR * RS
     v_at = k_at + max(BC * RS, BR * PS)  # P takes the K tile's place: room for the larger of the two
-    cuda.syncthreads()  # the previous tile's P (which lives where K goes) and V have been read
-    _load_tile(k, b, h, j0, S, D, smem, k_at, RS, DP)
-    _load_tile(v, b, h, j0, S, D, smem, v_at, RS, DP)
-    cuda.syncthreads()
     _tile_scores(smem, uint32(ty * RS), uint32(k_at + tx * RS), RS, DP, s, left, right)
     _online_softmax(s, o, m_run, l_part, q0 + ty, j0 + tx, S, scale_log2e, masked, causal, OC)
     cuda.syncthreads()  # every thread is done with the K tile: P takes its place
@@ -585,12 +599,17 @@ def _flash_tile(k, v, b, h, q0, j0, S, D, smem, RS, DP, OC, scale_log2e, masked,
 @cuda.jit(device=True, inline=True)
 def _start_rows(q, b, h, q0, S, D, smem, RS, DP, OC, o, m_run, l_part):
     """The block's Q tile into shared memory (it stays for every key tile); empty running sums."""
+    _empty_rows(OC, o, m_run, l_part)
+    _load_tile(q, b, h, q0, S, D, smem, 0, RS, DP)
+
+
+@cuda.jit(device=True, inline=True)
+def _empty_rows(OC, o, m_run, l_part):
     for m in range(4):
         m_run[m] = LOWEST
         l_part[m] = float32(0.0)
         for c in range(4 * OC):
             o[m, c] = float32(0.0)
-    _load_tile(q, b, h, q0, S, D, smem, 0, RS, DP)
 
 
 @cuda.jit(device=True, inline=True)
@@ -667,9 +686,10 @@ def _register_tiles_kernel(DP):
     return _BUILT[name]
 
 
-def _launch_tiles(kernel, q, k, v, causal, out):
+def _launch_tiles(kernel, q, k, v, causal, out, *tables):
+    """``tables``: arguments the kernel takes after its first six (RoPE's cos and sin: attention_rope)."""
     B, H, S, D = q.shape
-    args = (q, k, v, out, _scale_log2e(q), causal)
+    args = (q, k, v, out, _scale_log2e(q), causal, *tables)
     nbytes = _tile_bytes(_padded_head_dim(D))
     set_max_dynamic_shared_memory(kernel, args, nbytes)  # 51 KiB (D <= 64) or 99 KiB: past the default 48
     kernel[(blocks_for(S, BR), B * H), (16, 16), 0, nbytes](*args)
@@ -764,3 +784,260 @@ for _dp in HEAD_DIM_STEPS:  # built at import: tools that compile kernels by nam
     _register_tiles_kernel(_dp)
     _causal_skip_kernel(_dp)
 
+
+
+# == RoPE fused into the flash kernel's loads (a second operator: attention_rope) ====================
+#
+# Models rotate q and k by their positions (RoPE, rope.py) right before attention. The rotation is a
+# pass over Q and K through memory; a flash kernel already loads both tile by tile, so it can rotate
+# each tile once it is in shared memory. Half-split layout (the Hugging Face Llama's): feature i pairs with i + D/2,
+# by the cached tables cos, sin (S x D/2 float32) that the model keeps.
+
+def _rope_inputs(size, rng):
+    q, k, v, causal = _inputs(size, rng)
+    return (q, k, v, causal, *rope_tables(size[2], size[3]))
+
+
+def _rope_adversarial(size, rng):
+    (label, (q, k, v, causal)), = _adversarial(size, rng)
+    return [(label, (q, k, v, causal, *rope_tables(size[2], size[3])))]
+
+
+def _rotated64(x, cos, sin):
+    """x rotated by RoPE in float64 (x is B x H x S x D; cos, sin S x D/2 broadcast over B and H)."""
+    half = x.shape[3] // 2
+    x = x.astype(np.float64)
+    c, s = cos.astype(np.float64), sin.astype(np.float64)
+    first, second = x[..., :half], x[..., half:]
+    return np.concatenate([first * c - second * s, second * c + first * s], axis=-1)
+
+
+def _rope_reference(q, k, v, causal, cos, sin):
+    return reference(_rotated64(q, cos, sin), _rotated64(k, cos, sin), v, causal)
+
+
+def _rope_validate(q, k, v, causal, cos, sin, out):
+    _validate(q, k, v, causal, out)
+    S, D = q.shape[2], q.shape[3]
+    if D % 2:
+        raise InputError(f"the head size D = {D} must be even: RoPE rotates pairs of features (q is B x H x S x D)")
+    expect_device_array("cos", cos, dtype=np.float32, shape=(S, D // 2))
+    expect_device_array("sin", sin, dtype=np.float32, shape=(S, D // 2))
+
+
+def _rope_sdpa_peer(size):
+    """What a model runs: q and k rotated as the Hugging Face Llama does (q cos + rotate_half(q) sin, with
+    the tables repeated to D columns once), then torch SDPA."""
+    torch = peers.torch()
+    if torch is None:
+        return None
+    F = torch.nn.functional
+    t = peers.as_torch
+
+    def rope_sdpa(q, k, v, causal, cos, sin, out):
+        is_causal = peers.cached("attention.causal", causal, lambda a: bool(cuda.as_cuda_array(a).copy_to_host()[0]))
+        c = peers.cached("attention_rope.cos", cos, lambda a: torch.cat((t(a), t(a)), dim=-1))
+        s = peers.cached("attention_rope.sin", sin, lambda a: torch.cat((t(a), t(a)), dim=-1))
+
+        def rotate(x):
+            first, second = x.chunk(2, dim=-1)
+            return x * c + torch.cat((-second, first), dim=-1) * s
+        return F.scaled_dot_product_attention(rotate(t(q)), rotate(t(k)), t(v), is_causal=is_causal)
+
+    rope_sdpa.returns_output = True
+    return "torch RoPE + SDPA", rope_sdpa
+
+
+def _rope_expression(torch, size):
+    """torch_expression: the rotation and the attention formula, for torch.compile to fuse what it can."""
+    attend = naive_expression(torch, size)
+
+    def rope_attention(q, k, v, causal_flag, cos, sin):
+        c, s = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+
+        def rotate(x):
+            first, second = x.chunk(2, dim=-1)
+            return x * c + torch.cat((-second, first), dim=-1) * s
+        return attend(rotate(q), rotate(k), v, causal_flag)
+    return rope_attention
+
+
+def _table_bytes(size):
+    B, H, S, D, causal = size
+    return 2 * S * (D // 2) * 4  # cos and sin, read once from memory (they stay in L2 for every head)
+
+
+def _rotation_pass_bytes(size):
+    B, H, S, D, causal = size
+    return 4 * B * H * S * D * 4  # q and k read, rotated q and k written
+
+
+rope_op = Operator(
+    name="attention_rope",
+    title="Attention with RoPE (rotary positions), float32, causal or not",
+    reference=_rope_reference,
+    make_inputs=_rope_inputs,
+    make_output=lambda size: np.empty(size[:4], np.float32),
+    bytes_moved=lambda size: _io_bytes(size) + _table_bytes(size),
+    flops=attention_flops,
+    validate=_rope_validate,
+    tolerance=_tolerance,
+    peer=_rope_sdpa_peer,
+    torch_expression=_rope_expression,
+    adversarial_inputs=_rope_adversarial,
+    bound="compute",
+    size_names=("batch", "heads", "seq", "head_dim", "causal"),
+    check_sizes=CHECK_SIZES,
+    sim_sizes=SIM_SIZES,
+    bench_sizes=[(8, 16, 2048, 64, 0), (8, 16, 2048, 64, 1), (4, 32, 4096, 128, 1)],
+    headline_size=HEADLINE,
+    rank=301,
+    group="Attention: from three kernels to FlashAttention",
+)
+
+
+# -- 1. rotate_then_attend: a RoPE pass through memory, then stage 5 ------------------------------
+
+@cuda.jit
+def _rotate_rows(x, cos, sin, out):
+    """out = x rotated by RoPE, one thread per pair (feature p and p + D/2 of one row of x)."""
+    B, H, S, D = x.shape
+    half = D // 2
+    i = cuda.grid(1)
+    if i < B * H * S * half:
+        p = i % half  # consecutive threads, consecutive features: coalesced
+        row = i // half
+        s = row % S
+        h = (row // S) % H
+        b = row // (S * H)
+        first, second = x[b, h, s, p], x[b, h, s, p + half]
+        c, sn = cos[s, p], sin[s, p]
+        out[b, h, s, p] = first * c - second * sn
+        out[b, h, s, p + half] = second * c + first * sn
+
+
+def _rotate(x, cos, sin, out):
+    B, H, S, D = x.shape
+    _rotate_rows[blocks_for(B * H * S * (D // 2), NAIVE_THREADS), NAIVE_THREADS](x, cos, sin, out)
+
+
+@rope_op.stage("rotate_then_attend", """
+    What a model does when the attention kernel knows nothing of positions: one kernel rotates q and
+    k (a thread per pair of features, the tables read from memory) into two new buffers, and stage
+    5 of the attention ladder (64 x 64 register tiles, the causal tiles above the diagonal skipped)
+    attends over the rotated copies. The rotation pass reads Q and K and writes them again, and the
+    flash kernel reads the copies: four passes over arrays the size of Q, 2 x 4 B H S D bytes more
+    memory traffic than attention alone, and two launches more.""",
+    bytes_moved=lambda size: (_io_bytes(size) // 2 + _kv_bytes(size, BR, skips_masked=True)
+                              + _rotation_pass_bytes(size) + _table_bytes(size)))
+def rotate_then_attend(q, k, v, causal, cos, sin, out):
+    q_rotated = scratch("attention_rope.q", q.shape)
+    k_rotated = scratch("attention_rope.k", k.shape)
+    _rotate(q, cos, sin, q_rotated)
+    _rotate(k, cos, sin, k_rotated)
+    _launch_tiles(_causal_skip_kernel(_padded_head_dim(q.shape[3])), q_rotated, k_rotated, v, causal, out)
+
+
+# -- 2. rotate_in_shared: the flash kernel rotates each Q and K tile in shared memory -----------------
+
+@cuda.jit(device=True, inline=True)
+def _rotate_tile(cos, sin, row0, S, D, smem, at, RS, DP):
+    """Rotate by RoPE, in shared memory, the tile just loaded at ``at`` (its rows are positions row0 ..
+    row0 + 63): a thread per pair of features, x[p] cos - x[p + D/2] sin and x[p + D/2] cos + x[p] sin.
+    A pass over shared memory after the load, not inside it: rotating while loading kept three more
+    global loads in flight per element and spilled 1.7 KB of registers."""
+    t = cuda.threadIdx.y * 16 + cuda.threadIdx.x
+    half = D // 2
+    for it in range(BR * (DP // 2) // THREADS):
+        e = it * THREADS + t
+        r = e // (DP // 2)
+        p = e % (DP // 2)
+        if row0 + r < S and p < half:
+            # HINT: the tables are indexed by the row's position and the pair; both features of the pair
+            # HINT: are read before either is written (this thread owns the pair: no barrier needed between).
+            # BEGIN SOLUTION
+            c = cos[row0 + r, p]
+            s = sin[row0 + r, p]
+            first_at = uint32(at + r * RS + p)
+            second_at = first_at + uint32(half)
+            first = smem[first_at]
+            second = smem[second_at]
+            smem[first_at] = first * c - second * s
+            smem[second_at] = second * c + first * s
+            # END SOLUTION
+
+
+@cuda.jit(device=True, inline=True)
+def _flash_rotated_tiles(q, k, v, out, scale_log2e, causal, cos, sin, smem, s, o, m_run, l_part, left, right,
+                         RS, DP, OC):
+    """_flash_causal_tiles with Q and each K tile rotated once loaded (V is not rotated)."""
+    bh = cuda.blockIdx.y
+    H = q.shape[1]
+    b = bh // H
+    h = bh % H
+    S = q.shape[2]
+    D = q.shape[3]
+    is_causal = causal[0] != 0
+    q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * BR
+    _empty_rows(OC, o, m_run, l_part)
+    _load_tile(q, b, h, q0, S, D, smem, 0, RS, DP)
+    cuda.syncthreads()  # a pair's two features were loaded by different threads
+    _rotate_tile(cos, sin, q0, S, D, smem, 0, RS, DP)
+    end = min(S, q0 + BR) if is_causal else S
+    for j0 in range(0, end, BC):
+        masked = j0 + BC > S or (is_causal and j0 + BC > q0)
+        cuda.syncthreads()  # the previous tile's P (which lives where K goes) and V have been read
+        _load_tile(k, b, h, j0, S, D, smem, BR * RS, RS, DP)
+        _load_tile(v, b, h, j0, S, D, smem, BR * RS + max(BC * RS, BR * PS), RS, DP)
+        cuda.syncthreads()
+        _rotate_tile(cos, sin, j0, S, D, smem, BR * RS, RS, DP)
+        cuda.syncthreads()
+        _attend_loaded_tile(q0, j0, S, smem, RS, DP, OC, scale_log2e, masked, is_causal,
+                            s, o, m_run, l_part, left, right)
+    _finish_rows(out, b, h, q0, S, D, OC, o, l_part)
+
+
+def _rotate_in_shared_kernel(DP):
+    """The fused kernel for head sizes up to DP (see _register_tiles_kernel)."""
+    name = f"_rotate_in_shared_d{DP}"
+    if name not in _BUILT:
+        RS, OC = DP + PAD, (DP + 63) // 64
+        O_SHAPE = (4, 4 * OC)
+
+        def kernel(q, k, v, out, scale_log2e, causal, cos, sin):
+            smem = cuda.shared.array(0, float32, alignment=ALIGN16)
+            s = cuda.local.array((4, 4), float32)
+            o = cuda.local.array(O_SHAPE, float32)
+            m_run = cuda.local.array(4, float32)
+            l_part = cuda.local.array(4, float32)
+            left = cuda.local.array((4, 4), float32)
+            right = cuda.local.array((4, 4), float32)
+            _flash_rotated_tiles(q, k, v, out, scale_log2e, causal, cos, sin, smem, s, o, m_run, l_part,
+                                 left, right, RS, DP, OC)
+
+        kernel.__name__ = kernel.__qualname__ = name
+        globals()[name] = _BUILT[name] = cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))(kernel)
+    return _BUILT[name]
+
+
+@rope_op.stage("rotate_in_shared", """
+    The flash kernel already brings Q once per block and every K tile it needs into shared memory:
+    here it rotates them there, right after each load, and the rotated copies never exist in memory.
+    A thread takes a pair of features of a row (p and p + D/2), reads the row's cos and sin (S x D/2
+    tables, 2 x 4 S D/2 bytes, which stay in L2 for all B x H heads) and writes the pair back
+    rotated: one more pass over the tile in shared memory and one more barrier per tile. (Rotating
+    inside the load loop, as each element arrives, kept three more global loads in flight per
+    element and spilled 1.7 KB of registers at D = 64.) The four passes over Q-sized arrays and the
+    two launches of stage 1 are gone. The price: a K tile is loaded once per query block, so each
+    key is rotated S/64 times instead of once. In compute-bound attention the memory pass it saves
+    is small; in decoding, where attention is all memory traffic, it is not. The table says which
+    wins here.""",
+    bytes_moved=lambda size: _io_bytes(size) // 2 + _kv_bytes(size, BR, skips_masked=True) + _table_bytes(size))
+def rotate_in_shared(q, k, v, causal, cos, sin, out):
+    _launch_tiles(_rotate_in_shared_kernel(_padded_head_dim(q.shape[3])), q, k, v, causal, out, cos, sin)
+
+
+for _dp in HEAD_DIM_STEPS:
+    _rotate_in_shared_kernel(_dp)
+
+OPERATORS = [op, rope_op]

@@ -31,7 +31,8 @@ from numba.cuda import libdevice
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 
-BASE = 10000.0
+from solutions._attention_common import inverse_frequencies, rope_angles as _angles, rope_tables
+
 THREADS = 256
 
 
@@ -53,22 +54,11 @@ INV_TWO_PI = np.float32(1 / (2 * math.pi))
 
 # -- the operators -------------------------------------------------------------------------------
 
-def inverse_frequencies(D):
-    """The model's inv_freq in float32, as Hugging Face computes it: 1 / base^(2i / D)."""
-    return (1.0 / (np.float32(BASE) ** (np.arange(0, D, 2, dtype=np.float32) / np.float32(D)))).astype(np.float32)
-
-
-def _angles(S, inv_freq):
-    """float32(s) * inv_freq[i], rounded to float32 as the model computes it (S x D/2)."""
-    return np.arange(S, dtype=np.float32)[:, None] * inv_freq[None, :]
-
-
 def _inputs(size, rng):
     S, H, D = size
     x = rng.normal(0.0, 1.0, (S, H, D)).astype(np.float32)
-    inv_freq = inverse_frequencies(D)
-    angles = _angles(S, inv_freq).astype(np.float64)
-    return x, inv_freq, np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    cos, sin = rope_tables(S, D)
+    return x, inverse_frequencies(D), cos, sin
 
 
 def _adversarial(interleaved):

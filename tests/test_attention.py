@@ -1,4 +1,4 @@
-"""What is specific to the attention family (attention, decode_attention, rope, rope_interleaved):
+"""What is specific to the attention family (attention, attention_rope, decode_attention, rope, rope_interleaved):
 inputs they must refuse, the bytes models' order, more key tiles than the quick tier's sizes reach
 (slow), the kernels the headline runs compiled for sm_90 (slow), and the issue's targets (GPU).
 Every stage at the simulator and check sizes is tested by tests/test_ladders.py."""
@@ -49,6 +49,34 @@ def test_rope_refuses_an_odd_head_size():
                    to_device(np.ones((2, 1), np.float32)), to_device(np.ones((2, 1, 3), np.float32)))
 
 
+@pytest.mark.sim_only
+def test_attention_rope_refuses_an_odd_head_size():
+    q, k, v, causal, cos, sin, out = _device_inputs(attention.rope_op, (1, 1, 2, 16, 0))
+    odd = [to_device(np.ones((1, 1, 2, 15), np.float32)) for _ in range(4)]
+    with pytest.raises(InputError, match="must be even"):
+        attention.rotate_in_shared(odd[0], odd[1], odd[2], causal, cos, sin, odd[3])
+
+
+@pytest.mark.sim_only
+def test_attention_rope_rotates_by_position():
+    """The reference depends on the positions (attending over unrotated q and k fails), and position 0
+    is not rotated (at S = 1 the answer is plain attention's)."""
+    op = attention.rope_op
+
+    def unrotated(q, k, v, causal, cos, sin, out):
+        attention.causal_skip(q, k, v, causal, out)
+
+    assert check_stage(op["rotate_in_shared"], (1, 1, 17, 16, 1), np.random.default_rng(0), launch=unrotated).failed
+    assert check_stage(op["rotate_in_shared"], (1, 2, 1, 16, 0), np.random.default_rng(0), launch=unrotated).passed
+
+
+def test_attention_rope_bytes_count_the_rotation_pass():
+    """Rotating first costs four passes over Q-sized arrays (q, k read; their rotated copies written)."""
+    B, H, S, D, _ = HEADLINE
+    separate, fused = (attention.rope_op[s].traffic(HEADLINE) for s in ("rotate_then_attend", "rotate_in_shared"))
+    assert separate - fused == 4 * B * H * S * D * 4
+
+
 def test_the_bytes_models_say_why_the_ladder_gets_faster():
     """At the headline: the naive stage moves the S^2 scores (dozens of times the inputs); the fused
     row stage moves none, but fetches K and V once per query (from L2: more bytes than naive moves
@@ -73,14 +101,17 @@ def test_decode_bytes_count_the_cache_once_per_kv_head():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stage, size", [("register_tiles", (1, 2, 70, 32, 0)), ("causal_skip", (1, 1, 130, 16, 1))],
-                         ids=["register_tiles-2-tiles", "causal_skip-3-query-blocks"])
+@pytest.mark.parametrize("stage, size", [("register_tiles", (1, 2, 70, 32, 0)), ("causal_skip", (1, 1, 130, 16, 1)),
+                                         ("rotate_in_shared", (1, 1, 130, 16, 1))],
+                         ids=["register_tiles-2-tiles", "causal_skip-3-query-blocks", "rotate_in_shared-3-query-blocks"])
 def test_several_key_tiles_and_query_blocks(stage, size):
-    """The online softmax across key tiles and the causal skip across query blocks: S past one 64-tile."""
+    """The online softmax across key tiles and the causal skip across query blocks: S past one 64-tile
+    (for the RoPE-fused loads: K tiles and query blocks whose rows sit at positions past 64)."""
     rng = np.random.default_rng(4)
-    st = attention.op[stage]
+    op = attention.rope_op if stage == "rotate_in_shared" else attention.op
+    st = op[stage]
     results = [check_stage(st, size, rng)]
-    results += [check_stage(st, size, inputs=i, label=l) for l, i in adversarial_cases(attention.op, size, rng)]
+    results += [check_stage(st, size, inputs=i, label=l) for l, i in adversarial_cases(op, size, rng)]
     assert all(r.passed for r in results), [r.message for r in results if not r.passed]
 
 
@@ -98,15 +129,17 @@ def test_the_headline_kernels_compile_without_spills():
         "from workbench.ptxcheck import compile_kernel\n"
         "a4 = types.Array(types.float32, 4, 'C')\n"
         "sig = (a4, a4, a4, a4, types.float32, types.Array(types.int32, 1, 'C'))\n"
+        "a2 = types.Array(types.float32, 2, 'C')\n"
         "for dp in (64, 128):\n"
-        "    for kind in ('_register_tiles_d', '_causal_skip_d'):\n"
-        "        r = compile_kernel('x', 'solutions.attention', kind + str(dp), sig, True)\n"
+        "    for kind in ('_register_tiles_d', '_causal_skip_d', '_rotate_in_shared_d'):\n"
+        "        full = sig + (a2, a2) if kind == '_rotate_in_shared_d' else sig\n"
+        "        r = compile_kernel('x', 'solutions.attention', kind + str(dp), full, True)\n"
         "        print(kind + str(dp), r.status, r.spill_bytes, r.registers, r.message[:300])\n"
     )
-    env = {**__import__("os").environ, "WORKBENCH_MODE": "compile"}
+    env = {**__import__("os").environ, "WORKBENCH_MODE": "compile", "NUMBA_ENABLE_CUDASIM": "0"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900)
     lines = [ln.split() for ln in done.stdout.splitlines() if ln.startswith("_")]
-    assert len(lines) == 4, done.stdout + done.stderr
+    assert len(lines) == 6, done.stdout + done.stderr
     for name, status, spills, *_ in lines:
         assert status == "ok" and spills in ("0", "None"), done.stdout
 
@@ -153,7 +186,7 @@ def test_decode_wide_kernels_compile_without_spills():
         "    print(name, r.status, r.spill_bytes, 'v4' if 'ld.global.v4' in ptx else 'no-v4',\n"
         "          'local' if '.local' in ptx else 'no-local', r.message[:300])\n"
     )
-    env = {**__import__("os").environ, "WORKBENCH_MODE": "compile"}
+    env = {**__import__("os").environ, "WORKBENCH_MODE": "compile", "NUMBA_ENABLE_CUDASIM": "0"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900)
     lines = [ln.split() for ln in done.stdout.splitlines() if ln.startswith("_")]
     assert len(lines) == 9, done.stdout + done.stderr
