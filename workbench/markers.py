@@ -13,6 +13,7 @@ The generated exercise replaces each region by its hints and one stub line carry
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 HINT = re.compile(r"^(?P<indent>[ \t]*)# HINT:\s?(?P<text>.*?)\s*$")
@@ -36,6 +37,11 @@ def ladder_imports(source: str) -> list[str]:
     """The other ladder modules a solutions module imports (``from solutions import softmax``, ``from
     solutions.half_norms import ...``); shared helpers (``solutions._ptx``) are not ladders. An exercise
     made from such a module could not be graded: the grader refuses the answer key's modules."""
+    return list(_ladder_imports(source))
+
+
+@functools.lru_cache(maxsize=256)  # by the text: building the exercises asks twice per module, each build
+def _ladder_imports(source: str) -> tuple[str, ...]:
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "solutions":
@@ -43,4 +49,4 @@ def ladder_imports(source: str) -> list[str]:
                 found += [a.name for a in node.names if not a.name.startswith("_")]
             elif not node.module.split(".")[1].startswith("_"):
                 found.append(node.module.split(".")[1])
-    return sorted(set(found))
+    return tuple(sorted(set(found)))
