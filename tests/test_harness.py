@@ -214,6 +214,7 @@ def test_sizes_parse():
     ("softmax", (0, 3), "got rows=0"),
     ("reduction", (2**40,), "moves 4096.0 GiB, more than"),
     ("spmv", (10, 2, 9), "third size number is the pattern"),  # refused by the operator's own model
+    ("attention", (1, 1, 17, 16, 2), "causal 0 or 1 .off or on.; got causal=2"),
 ])
 def test_sizes_of_the_wrong_form_are_refused_naming_the_form(op_name, size, match):
     with pytest.raises(SizeError, match=match):
@@ -227,6 +228,7 @@ def test_sizes_of_the_wrong_form_are_refused_naming_the_form(op_name, size, matc
     ["check", "reduction", "--size", "2**40"],
     ["check", "reduction", "--size", "0"],
     ["check", "spmv", "--size", "10x2x9"],
+    ["check", "attention_rope", "--size", "1x1x17x16x2"],
     ["profile", "attention.nosuchstage"],
     ["sanitize", "nosuchop"],
     ["check", "nosuchop"],

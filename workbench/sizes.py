@@ -79,6 +79,12 @@ def check_size(op: Operator, size: Size) -> Size:
     if bad:
         zero = f" ({', '.join(op.dims[i] for i in sorted(flags))} at least 0)" if flags else ""
         raise SizeError(f"{op.name} takes {form} with every number at least 1{zero}; got {', '.join(bad)}")
+    # Such a field declared only as 0 or 1 is a switch (CAUSAL): 2 would run as 1 and be recorded as 2.
+    switches = [i for i in flags if all(s[i] in (0, 1) for s in declared)]
+    not_01 = [f"{op.dims[i]}={size[i]}" for i in switches if size[i] not in (0, 1)]
+    if not_01:
+        raise SizeError(f"{op.name} takes {form} with {', '.join(op.dims[i] for i in switches)} 0 or 1 "
+                        f"(off or on); got {', '.join(not_01)}")
     limit, why = device_limit_bytes()
     try:
         need = int(op.bytes_moved(size))
