@@ -161,6 +161,18 @@ def _legend_below(ax, most_columns: int = 3):
                             frameon=False)
 
 
+def _grow_for_legend(ax, legend) -> None:
+    """Make the figure taller by the legend's height: with one entry per operator (seventy and more) the
+    legend under the panel is taller than the panel, and constrained layout, keeping the figure's size,
+    would squeeze the axes to nothing and lay the legend over the data."""
+    if legend is None:
+        return
+    root = ax.get_figure(root=True)
+    needed_in = legend.get_window_extent(root.canvas.get_renderer()).height / root.dpi
+    width_in, height_in = root.get_size_inches()
+    root.set_size_inches(width_in, height_in + needed_in)
+
+
 def _ticks(ax) -> None:
     ax.tick_params(labelsize=SMALL_PT)
 
@@ -468,7 +480,7 @@ def roofline_of_operators(ax, data: dict, ops: list[Operator]):
                    data.get("peaks") or {}, tuple(key for key, _ in COMPUTE_ROOFS))
     _title(ax, "every ladder on one roofline (ringed: fastest stage, x: library peer)",
            provenance(data, shown, False))
-    _legend_below(ax)
+    _grow_for_legend(ax, _legend_below(ax, most_columns=2))  # labels of 30 characters: three columns clip
     if skipped:
         ax.text(0.01, 0.99, "not drawn (no flops): " + ", ".join(skipped), transform=ax.transAxes,
                 fontsize=SMALL_PT, va="top", bbox=LABEL_BOX)
