@@ -48,6 +48,7 @@ from solutions._attention_common import attention_flops, extreme_logits, naive_e
 from solutions._ptx import (cp_async_chunk16, cp_async_chunk16_s32, cp_async_commit, cp_async_wait_pending,
                             ex2_approx_ftz, ldmatrix_x4, ldmatrix_x4_s32, ldmatrix_x4_trans, ldmatrix_x4_trans_s32,
                             mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, shared_address32)
+from solutions._vector_io import aligned16
 
 try:
     import ml_dtypes
@@ -604,11 +605,6 @@ def _bits(a):
     return arr.view(np.uint16)
 
 
-def _address(a):
-    cai = getattr(a, "__cuda_array_interface__", None)
-    return cai["data"][0] if cai else a.ctypes.data
-
-
 def launch(stage, q, k, v, causal, out, geometry=None):
     """Run ``stage``'s kernel (in another geometry if one is given): one block per 16 warps queries of
     each (batch, head)."""
@@ -618,7 +614,7 @@ def launch(stage, q, k, v, causal, out, geometry=None):
     P_REGS, ASYNC, _, own = STAGE_SWITCHES[stage]
     own = own[DP] if isinstance(own, dict) else own
     g = own if geometry is None else geometry
-    if ASYNC and any(_address(a) % 16 for a in (q, k, v)):
+    if ASYNC and not aligned16(q, k, v):
         raise InputError("q, k and v must start on 16-byte boundaries (cp.async copies 16 aligned bytes)")
     kernel = build_kernel(stage, DP, bf16, geometry)
     args = (_bits(q), _bits(k), _bits(v), _bits(out), np.float32(LOG2E / math.sqrt(D)), causal)

@@ -1,4 +1,5 @@
-"""Every size an operator declares (simulator, GPU check, bench, headline) is one its own validation accepts.
+"""Every size an operator declares (simulator, GPU check, bench, headline), and every size the grader derives
+from them, is one its own validation accepts.
 
 maxpool2d once listed 1x1x1x2 among its GPU check sizes, a plane its 2x2 pool refuses: `workbench check`
 on a GPU then failed every stage there. Inputs are built for the small sizes only (the simulator holds them
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 from workbench import registry
+from workbench.grade.targets import grade_sizes
 from workbench.ladder import as_size, to_device
 
 SMALL_BYTES = 4 << 20
@@ -16,6 +18,7 @@ SMALL_BYTES = 4 << 20
 def declared(op):
     named = [("sim", s) for s in op.sim_sizes] + [("check", s) for s in op.check_sizes]
     named += [("bench", s) for s in op.bench_sizes] + [("headline", op.headline_size), ("quick", op.quick_sim_size())]
+    named += [("grade", s) for s in grade_sizes(op, "sim")]  # the GPU's: test_gpu_grading_sizes_are_accepted
     return [(kind, as_size(s)) for kind, s in named]
 
 
@@ -48,3 +51,15 @@ def test_a_flag_field_may_be_zero_and_nothing_else_may():
         check_size(op, (1, 1, 0, 16, 0))
     with pytest.raises(SizeError, match="causal=-1"):
         check_size(op, (1, 1, 5, 16, -1))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", list(registry.load_operators().values()), ids=lambda op: op.name)
+def test_gpu_grading_sizes_are_accepted(op):
+    """The sizes the grader derives for a GPU (one more in each dimension than the middle and the
+    largest check size, where the operator accepts it): decode attention's once had query heads that
+    were no multiple of the KV heads, and the answer key read past the cache."""
+    from workbench.sizes import accepted_size
+
+    for size in grade_sizes(op, "gpu"):
+        accepted_size(op, size, build_up_to=1 << 31)  # validated on inputs built at each size

@@ -66,6 +66,23 @@ VALIDATE_BYTES = 1 << 20  # sizes this small are built and validated before anyt
 
 def check_size(op: Operator, size: Size) -> Size:
     """Return ``size`` if ``op`` can run it here, else raise SizeError naming what was expected."""
+    size = accepted_size(op, size)
+    limit, why = device_limit_bytes()
+    need = int(op.bytes_moved(size))
+    if need > limit:
+        from . import device
+
+        example = op.sim_sizes[-1] if device.is_simulator() else op.headline_size
+        raise SizeError(f"{op.name} at {size_label(size)} moves {need / 2**30:.1f} GiB, more than {why} "
+                        f"({limit / 2**30:.1f} GiB); try {size_label(tuple(example) if not isinstance(example, int) else (example,))} "
+                        "or smaller")
+    return size
+
+
+def accepted_size(op: Operator, size: Size, build_up_to: int = VALIDATE_BYTES) -> Size:
+    """Return ``size`` if it has ``op``'s form and ``op``'s own validation accepts it, whatever the
+    machine (``check_size`` adds this machine's memory), else raise SizeError naming what was expected.
+    The validation runs on inputs built at ``size`` when it moves at most ``build_up_to`` bytes."""
     size = tuple(size)
     form = op.size_form
     if len(size) != len(op.dims):
@@ -85,24 +102,16 @@ def check_size(op: Operator, size: Size) -> Size:
     if not_01:
         raise SizeError(f"{op.name} takes {form} with {', '.join(op.dims[i] for i in switches)} 0 or 1 "
                         f"(off or on); got {', '.join(not_01)}")
-    limit, why = device_limit_bytes()
     try:
         need = int(op.bytes_moved(size))
     except InputError as exc:  # a size the operator's own model refuses (spmv's pattern code, ...)
         raise SizeError(str(exc)) from None
-    if need <= VALIDATE_BYTES:  # small enough to build: the operator's own validation has the last word
+    if need <= build_up_to:  # small enough to build: the operator's own validation has the last word
         try:  # (maxpool2d refuses a plane under 2x2, which its bytes model cannot know)
             inputs = [to_device(a) for a in op.make_inputs(size, np.random.default_rng(0))]
             op.validate(*inputs, to_device(op.make_output(size)))
         except InputError as exc:
             raise SizeError(f"{op.name} at {size_label(size)}: {exc}") from None
-    if need > limit:
-        from . import device
-
-        example = op.sim_sizes[-1] if device.is_simulator() else op.headline_size
-        raise SizeError(f"{op.name} at {size_label(size)} moves {need / 2**30:.1f} GiB, more than {why} "
-                        f"({limit / 2**30:.1f} GiB); try {size_label(tuple(example) if not isinstance(example, int) else (example,))} "
-                        "or smaller")
     return size
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import registry
 from ..ladder import Size, as_size
+from ..sizes import SizeError, accepted_size
 from ..paths import EXERCISES_DIR, REPO_ROOT
 from .submission import describe_launcher
 
@@ -104,6 +105,28 @@ def display_path(filename: str | os.PathLike | None) -> str:
     return path
 
 
+def _one_more_in_each(op, size: Size) -> Size:
+    """``size`` with each dimension one larger where the operator accepts it: a switch (attention's
+    CAUSAL) stays 0 or 1, query heads stay a multiple of the KV heads (decode attention), a
+    tensor-core head size a multiple of 8. Adding 1 everywhere had made sizes the operator refuses, on
+    which the grader ran the answer key out of bounds."""
+    key = (op.name, tuple(size))
+    if key not in _ONE_MORE:
+        bumped = tuple(size)
+        for i in range(len(bumped)):
+            trial = bumped[:i] + (bumped[i] + 1,) + bumped[i + 1:]
+            try:  # validated on inputs built at that size: the grader builds them anyway
+                bumped = accepted_size(op, trial, build_up_to=GRADE_SIZE_BUILD_BYTES)
+            except SizeError:
+                pass
+        _ONE_MORE[key] = bumped
+    return _ONE_MORE[key]
+
+
+GRADE_SIZE_BUILD_BYTES = 1 << 28
+_ONE_MORE: dict = {}  # (operator, size) -> its grading size one larger: computed once per process
+
+
 def grade_sizes(op, mode: str, quick: bool = False) -> list[Size]:
     """The operator's check sizes for this mode, plus its extra grading sizes (``Operator.grade_sizes``;
     by default one more than the middle and the largest size in every dimension, so that no size is
@@ -115,6 +138,6 @@ def grade_sizes(op, mode: str, quick: bool = False) -> list[Size]:
     else:
         middle = base[len(base) // 2]
         largest = max(base, key=lambda s: int(np.prod(s)))
-        extra = [tuple(d + 1 for d in middle), tuple(d + 1 for d in largest)]
+        extra = [_one_more_in_each(op, middle), _one_more_in_each(op, largest)]
     chosen = [base[0], extra[0]] if quick else base + extra
     return list(dict.fromkeys(chosen))  # in order, without repeats
