@@ -104,6 +104,20 @@ def test_compare_shape_mismatch():
     assert not r.passed and "shape" in r.message
 
 
+def test_a_16_bit_result_below_the_format_is_judged_by_the_format():
+    """float16 GELU(-6) is -5.9e-9, under float16's smallest subnormal: 0 is the right answer (100% off
+    the exact value, 1e-4 of the format's underflow scale), but 0 for -0.0036 is still wrong."""
+    assert compare("x", (1,), np.array([0.0], np.float16), np.array([-5.9e-9]), 2e-3).passed
+    assert not compare("x", (1,), np.array([0.0], np.float16), np.array([-0.0036]), 2e-3).passed
+    assert not compare("x", (1,), np.array([0.0], np.float32), np.array([-5.9e-9]), 2e-3).passed  # float32 has room
+
+
+def test_complex_workspaces_are_poisoned_with_nan():
+    from workbench.check import is_poison
+
+    assert is_poison(poison_like(np.zeros(3, np.complex64))).all()  # an FFT's coefficients (conv2d_fft)
+
+
 def test_relative_error_of_zero_reference_is_absolute():
     assert relative_error(np.array([0.5]), np.array([0.0])) == 0.5
 

@@ -7,6 +7,7 @@ poisoned with NaN first, so an element the kernel never wrote shows up; relative
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -79,8 +80,8 @@ def poison_value(dtype) -> np.ndarray:
     if dtype in _POISON_BITS:
         bits_type, bits = _POISON_BITS[dtype]
         return np.array(bits, dtype=bits_type).view(dtype)
-    if np.issubdtype(dtype, np.floating):
-        return np.array(np.nan, dtype=dtype)
+    if np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.complexfloating):
+        return np.array(np.nan, dtype=dtype)  # complex: NaN + 0j (a workspace of FFT coefficients)
     info = np.iinfo(dtype)
     return np.array(info.min + 7 if np.issubdtype(dtype, np.signedinteger) else info.max - 7, dtype=dtype)
 
@@ -99,15 +100,34 @@ def is_poison(a: np.ndarray) -> np.ndarray:
     if a.dtype in _POISON_BITS:
         bits_type = _POISON_BITS[a.dtype][0]
         return a.view(bits_type) == p.view(bits_type)
-    if np.issubdtype(a.dtype, np.floating):
+    if np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.complexfloating):
         return np.isnan(a)
     return a == p
 
 
-def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+def relative_error(out: np.ndarray, ref: np.ndarray, floor: float = 0.0) -> float:
+    """||out - ref|| / ||ref||, with ||ref|| taken as at least ``floor`` (compare passes the output
+    format's underflow scale)."""
     diff = np.linalg.norm((out.astype(np.float64) - ref).ravel())
-    scale = np.linalg.norm(np.asarray(ref, dtype=np.float64).ravel())
+    scale = max(float(np.linalg.norm(np.asarray(ref, dtype=np.float64).ravel())), floor)
     return float(diff / scale) if scale > 0 else float(diff)
+
+
+def underflow_scale(dtype, n: int) -> float:
+    """The norm below which ``n`` values of a float format lose relative precision: its smallest normal
+    number times sqrt(n). A float16 GELU(-6) is -5.9e-9, under float16's smallest subnormal, so the right
+    answer is 0, off by 100% of the exact value: against this scale, by 1e-4. For float32 and wider (and
+    bfloat16, with float32's exponents) the scale is around 1e-38 and changes nothing."""
+    dtype = np.dtype(dtype)
+    if not np.issubdtype(dtype, np.floating) and dtype not in _POISON_BITS:
+        return 0.0
+    try:
+        tiny = float(np.finfo(dtype).tiny)
+    except (TypeError, ValueError):  # ml_dtypes' bfloat16
+        import ml_dtypes
+
+        tiny = float(ml_dtypes.finfo(dtype).tiny)
+    return tiny * math.sqrt(max(n, 1))
 
 
 def _same_bits(before: np.ndarray, now: np.ndarray) -> bool:
@@ -212,7 +232,8 @@ def compare(key: str, size: Size, out: np.ndarray, ref: np.ndarray, tolerance: f
                                worst=[[first, float(out.ravel()[flat[0]]), float(ref.ravel()[flat[0]])]],
                                reason="unwritten" if unwritten else "wrong-values")
     finite = ~special
-    err = relative_error(out[finite], ref[finite]) if special.any() else relative_error(out, ref)
+    floor = underflow_scale(out.dtype, int(finite.sum()))
+    err = relative_error(out[finite], ref[finite], floor) if special.any() else relative_error(out, ref, floor)
     passed = err <= tolerance
     result = CheckResult(key, list(size), PASSED if passed else FAILED, err, tolerance)
     if not passed:
