@@ -45,7 +45,14 @@ def _normal_text(text: str) -> str:
     text = TIME.sub("<time>", text)
     text = re.sub(r"/tmp/ipykernel_\d+/\d+\.py", "<a notebook cell>", text)  # the kernel's temporary file
     text = re.sub(r"([─━═\-])\1+", r"\1", text)  # table rules and column padding follow the times' widths
-    return re.sub(r"[ \t]+", " ", text).strip()
+    # The simulator names the first thread to fault, and which one gets there first is the scheduler's
+    # choice; the table cell holding it wraps where that text makes it. Borders out, the ids masked.
+    text = re.sub(r"\s*[│┃]\s*", " ", text)
+    text = re.sub(r"\s+", " ", text)
+    text = re.sub(r"tid=\[[\d, ]*\] ctaid=\[[\d, ]*\]: index \d+", "tid=<thread> ctaid=<block>: index <i>", text)
+    text = re.sub(r"threads \([\d, ]+\) and \([\d, ]+\)( of block \([\d, ]+\))? both access (\w+)\[[\d, ]+\]",
+                  r"threads <a> and <b>\1 both access \2[<i>]", text)  # which pair races first: the scheduler's choice
+    return text.strip()
 
 
 def _png_size(data: str) -> tuple[int, int]:
