@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: df530deab0b5e78acfe0d25391dbe887b953aeb9f8981fb00bf7781c499b868b
+# generated-sha256: d15024860efd6ef451e9cdb3571db54b53fe1e5d930b0678f3fbf3816399b4a0
 # --------------------------------------------------------------------------------------------------
 """Scaled dot-product attention in float32, from three kernels to a register-tiled FlashAttention.
 
@@ -635,6 +635,13 @@ HEAD_DIM_STEPS = (16, 32, 64, 128)
 _BUILT: dict = {}
 
 
+def _register(name, kernel):
+    """Compile a register-tiled kernel built for one head size and keep it under ``name``, also as a
+    module-level name, so that tools that find kernels by module and name (the PTX check) find it."""
+    kernel.__name__ = kernel.__qualname__ = name
+    globals()[name] = _BUILT[name] = cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))(kernel)
+
+
 def _padded_head_dim(D):
     return next(dp for dp in HEAD_DIM_STEPS if D <= dp)
 
@@ -665,9 +672,7 @@ def _register_tiles_kernel(DP):
             _flash_register_tiles(q, k, v, out, scale_log2e, causal, smem, s, o, m_run, l_part, left, right,
                                   RS, DP, OC)
 
-        # a module-level name, so that tools that find kernels by module and name (the PTX check) find it
-        kernel.__name__ = kernel.__qualname__ = name
-        globals()[name] = _BUILT[name] = cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))(kernel)
+        _register(name, kernel)
     return _BUILT[name]
 
 
@@ -740,8 +745,7 @@ def _causal_skip_kernel(DP):
             _flash_causal_tiles(q, k, v, out, scale_log2e, causal, smem, s, o, m_run, l_part, left, right,
                                 RS, DP, OC)
 
-        kernel.__name__ = kernel.__qualname__ = name
-        globals()[name] = _BUILT[name] = cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))(kernel)
+        _register(name, kernel)
     return _BUILT[name]
 
 
@@ -985,8 +989,7 @@ def _rotate_in_shared_kernel(DP):
             _flash_rotated_tiles(q, k, v, out, scale_log2e, causal, cos, sin, smem, s, o, m_run, l_part,
                                  left, right, RS, DP, OC)
 
-        kernel.__name__ = kernel.__qualname__ = name
-        globals()[name] = _BUILT[name] = cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))(kernel)
+        _register(name, kernel)
     return _BUILT[name]
 
 

@@ -650,6 +650,13 @@ HEAD_DIM_STEPS = (16, 32, 64, 128)
 _BUILT: dict = {}
 
 
+def _register(name, kernel):
+    """Compile a register-tiled kernel built for one head size and keep it under ``name``, also as a
+    module-level name, so that tools that find kernels by module and name (the PTX check) find it."""
+    kernel.__name__ = kernel.__qualname__ = name
+    globals()[name] = _BUILT[name] = cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))(kernel)
+
+
 def _padded_head_dim(D):
     return next(dp for dp in HEAD_DIM_STEPS if D <= dp)
 
@@ -680,9 +687,7 @@ def _register_tiles_kernel(DP):
             _flash_register_tiles(q, k, v, out, scale_log2e, causal, smem, s, o, m_run, l_part, left, right,
                                   RS, DP, OC)
 
-        # a module-level name, so that tools that find kernels by module and name (the PTX check) find it
-        kernel.__name__ = kernel.__qualname__ = name
-        globals()[name] = _BUILT[name] = cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))(kernel)
+        _register(name, kernel)
     return _BUILT[name]
 
 
@@ -762,8 +767,7 @@ def _causal_skip_kernel(DP):
             _flash_causal_tiles(q, k, v, out, scale_log2e, causal, smem, s, o, m_run, l_part, left, right,
                                 RS, DP, OC)
 
-        kernel.__name__ = kernel.__qualname__ = name
-        globals()[name] = _BUILT[name] = cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))(kernel)
+        _register(name, kernel)
     return _BUILT[name]
 
 
@@ -1015,8 +1019,7 @@ def _rotate_in_shared_kernel(DP):
             _flash_rotated_tiles(q, k, v, out, scale_log2e, causal, cos, sin, smem, s, o, m_run, l_part,
                                  left, right, RS, DP, OC)
 
-        kernel.__name__ = kernel.__qualname__ = name
-        globals()[name] = _BUILT[name] = cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))(kernel)
+        _register(name, kernel)
     return _BUILT[name]
 
 
