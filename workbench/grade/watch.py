@@ -251,7 +251,7 @@ def classify(exc: BaseException, submission_file: str | None) -> dict:
     if isinstance(exc, NeedsGPU):
         return {"reason": "needs-gpu", "message": f"{text}{where}"}
     if isinstance(exc, RaceError):
-        return {"reason": "race", "message": f"a data race{where}: {text[:1500]}"}
+        return {"reason": "race", "message": f"a data race{_race_where(exc, submission_file) or where}: {text[:1500]}"}
     if isinstance(exc, IndexError):
         return {"reason": "out-of-bounds", "message": f"out-of-bounds access{where}: {first}. Missing bounds check?"}
     if isinstance(exc, LaunchLimitError):
@@ -286,6 +286,19 @@ def _where(exc: BaseException, submission_file: str | None) -> str:
         return ""
     f = mine[-1]
     return f" at {display_path(f.filename)}, line {f.lineno} (`{(f.line or '').strip()}`)"
+
+
+def _race_where(exc, submission_file: str | None) -> str:
+    """The first of a race's two lines (the write, if one wrote) that is in the submission."""
+    if not submission_file:
+        return ""
+    from .targets import display_path
+
+    target = os.path.realpath(submission_file)
+    for filename, line, text in getattr(exc, "places", []):
+        if os.path.realpath(filename) == target:
+            return f" at {display_path(filename)}, line {line} (`{text}`)"
+    return ""
 
 
 def refusal_facts(refusals: list[Refusal]) -> list[dict]:

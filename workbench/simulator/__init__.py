@@ -658,6 +658,8 @@ class _Block:
             if self.failure is not None:
                 # Give the woken threads a moment to stop, so none runs on into the next launch.
                 self.finished.wait_for(lambda: self.live == 0, timeout=_UNWIND_SECONDS)
+        if self.races is not None:
+            self.races.raise_found()  # a race, before what it may have caused (a bad index, a deadlock)
         if self.failure is not None:
             exception, traceback = self.failure
             raise exception.with_traceback(traceback)

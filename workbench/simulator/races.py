@@ -25,9 +25,14 @@ the same bytes, with the happens-before rules of the CUDA memory model, simplifi
 
 Two accesses to the same address race when they come from different threads, at least one is a
 non-atomic write (or an atomic against a plain access), and neither is ordered before the other.
-The first race found stops the launch with a :class:`RaceError` that names the array, the index,
-the two threads and blocks, what each did and on which source line, and how to fix it. Two plain
-writes of the same value are not reported (that race is harmless, and common in flag setting).
+A race found is noted and the block runs on to its end; then the launch stops with a
+:class:`RaceError` that names the array, the index, the two threads and blocks, what each did and on
+which source line, and how to fix it. Which race that is does not depend on how the Python threads
+happened to interleave (the first race found would): of the races the block met, the one on the
+lowest element, a write against a read before two writes, then by line and thread, the write told
+first. Two plain writes of the same value are
+not reported (that race is harmless, and common in flag setting). A thread that, after a race,
+makes ``RUN_ON_AFTER_RACE`` more accesses (a loop bound read from racing memory) stops there.
 
 Cost: every element access of a tracked array goes through a Python proxy, a lock and a few
 dictionary operations, 1-3 µs more than numba's own access. Measured on the 2-core development
@@ -62,6 +67,9 @@ ATOMIC = "atomic"
 # A thread that reads one unchanging address this many times in a row waits for something (a
 # flag another block sets). If that block has not run yet, the simulator would wait forever.
 SPIN_LIMIT = 20_000
+# After a race is noted, the block's threads run on to the end so that every race is seen (see the module
+# docstring); accesses past this many stop the block, with the races seen so far.
+RUN_ON_AFTER_RACE = 200_000
 
 
 # The simulated thread running on this Python thread: ``current.clock`` (its ThreadClock) and
@@ -77,7 +85,14 @@ current = _Current()
 
 
 class RaceError(RuntimeError):
-    """Two threads access the same memory, at least one writing, and nothing orders the two."""
+    """Two threads access the same memory, at least one writing, and nothing orders the two.
+
+    ``places`` holds (file, line, source text) of the two accesses, the write first: the error is raised
+    when the block ends, so its traceback does not pass through the racing lines."""
+
+    def __init__(self, message, places=()):
+        super().__init__(message)
+        self.places = list(places)
 
 
 class SpinWait(RuntimeError):
@@ -282,6 +297,8 @@ class Shadow:
         clock = current.clock
         if clock is None:
             return  # read outside a simulated thread (after its launch): not ours to judge
+        if self.races.found is not None:
+            self.races.run_on()
         phase = current.block.barrier_generation
         access = (clock, phase, clock.wc, clock.fences, READ, -1, frame.f_code, frame.f_lasti, array, index, None)
         reads = self.reads
@@ -310,6 +327,8 @@ class Shadow:
         clock = current.clock
         if clock is None:
             return
+        if self.races.found is not None:
+            self.races.run_on()
         phase = current.block.barrier_generation
         access = (clock, phase, clock.wc, clock.fences, WRITE, -1, frame.f_code, frame.f_lasti, array, index, value)
         clock.spin_address = None
@@ -505,6 +524,9 @@ class LaunchRaces:
         self.kernel = kernel  # the Python function launched
         self.global_array_class = global_array_class
         self.global_memory = Shadow("global", self)
+        self.found = None  # (order key, shadow, first access, second access): the race to report
+        self.accesses_since = 0  # accesses made since the first race was noted
+        self.found_lock = threading.Lock()
 
     def track_argument(self, fake_array, name):
         return self.global_array_class(fake_array, self, name)
@@ -521,7 +543,25 @@ class LaunchRaces:
     # -- messages ---------------------------------------------------------------------------------
 
     def report(self, shadow, earlier, later):
-        raise RaceError(self.describe(shadow, earlier, later))
+        """Note a race; raise_found() reports it when the block ends, unless a lower one turns up."""
+        first, second = sorted((earlier, later), key=_rank)
+        kinds = {first[KIND], second[KIND]}
+        pair = 0 if kinds == {WRITE, READ} else 1 if kinds == {WRITE} else 2  # a read that may miss a write first
+        key = (shadow.space != "shared", first[ARRAY]._name, _index_key(first[INDEX]), pair, _rank(first), _rank(second))
+        with self.found_lock:
+            if self.found is None or key < self.found[0]:
+                self.found = (key, shadow, first, second)
+
+    def run_on(self):
+        self.accesses_since += 1  # unlocked: a count that is roughly right is enough
+        if self.accesses_since > RUN_ON_AFTER_RACE:
+            raise RaceError("stopped after a data race")  # raise_found() says which one
+
+    def raise_found(self):
+        """At the end of a block: raise the race noted during it (or in an earlier block), if any."""
+        if self.found is not None:
+            _, shadow, first, second = self.found
+            raise RaceError(self.describe(shadow, first, second), places=[_place(first), _place(second)])
 
     def describe(self, shadow, earlier, later):
         what = f"{later[ARRAY]._name}{_subscript(later[INDEX])}"
@@ -552,6 +592,25 @@ class LaunchRaces:
             "run together, in no guaranteed order). This kernel needs a GPU to run; to make it correct "
             "everywhere, wait only for blocks that drew an earlier ticket from an atomic counter."
         )
+
+
+_KIND_ORDER = {WRITE: 0, ATOMIC: 1, READ: 2}
+
+
+def _rank(access):
+    """The order in which the two accesses of a race are told: the write first, then by line, block, thread."""
+    clock = access[CLOCK]
+    return _KIND_ORDER[access[KIND]], line_of(access), clock.block, clock.tid
+
+
+def _index_key(index):
+    return tuple(int(i) for i in index) if type(index) is tuple else (int(index),)
+
+
+def _place(access):
+    code = access[CODE]
+    line = line_of(access)
+    return code.co_filename, line, linecache.getline(code.co_filename, line).strip()
 
 
 def _subscript(index):
