@@ -338,7 +338,15 @@ class Geometry:
                 f"{self.smem_bytes // 1024}KiB lb{self.min_blocks} r{self.raster}")
 
 
-@cuda.jit(device=True, inline=True)
+# The device functions below are inlined by NVVM (forceinline=True: each compiled once, then inlined
+# into the kernel) rather than by numba (inline=True, as elsewhere, copies the function's IR into
+# every call site, then copies the scope of all its variables again for each block of it). Here that
+# copying took 15 s of a 16 s compile per kernel variant on the 2-core machine; NVVM's inlining
+# compiles the same kernels in 1-5 s, with the same registers, spills and shared memory for every
+# stage (workbench ptx hgemm). It is not a free swap elsewhere: in gemm's TF32 stage and elementwise's
+# ILP stages it halved the speed on the H200 (NOTES.md), so those keep numba's inlining.
+
+@cuda.jit(device=True, forceinline=True)
 def chunk_offset(row, chunk, chunks_per_row, swizzle):
     """Byte offset of 16-byte chunk ``chunk`` of tile row ``row``. Swizzled, the chunk index is XORed
     with bits of the row: rows of >= 8 chunks (128 bytes) XOR the low 3 bits with row % 8; rows of 4
@@ -352,13 +360,13 @@ def chunk_offset(row, chunk, chunks_per_row, swizzle):
     return (row * chunks_per_row + chunk) * 16
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def element_offset(row, col, chunks_per_row, swizzle):
     """Byte offset of the 16-bit element (row, col) of a tile (see chunk_offset)."""
     return chunk_offset(row, col // 8, chunks_per_row, swizzle) + (col % 8) * 2
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def block_tile(block, tiles_m, tiles_n, raster):
     """(tile row, tile column) of out computed by the ``block``-th block of a 1-D grid.
 
@@ -373,7 +381,7 @@ def block_tile(block, tiles_m, tiles_n, raster):
     return first_row + within % rows, within // rows
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def _issue_copies(A, B, smem, a_at, b_at, row0, col0, k0, t, threads, bm, bn, bk, vec, swizzle):
     """Start copying K-step k0's A tile (bm x bk) to byte offset a_at of smem, and B's (bk x bn) to b_at.
     vec (K and N multiples of 8, 16-byte aligned bases): cp.async, 16 bytes (8 halves) a chunk,
@@ -419,13 +427,13 @@ def _issue_copies(A, B, smem, a_at, b_at, row0, col0, k0, t, threads, bm, bn, bk
                 smem[(b_at + element_offset(k, c, b_chunks, swizzle)) // 2] = v
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def _pair(smem, at):
     """Two neighbouring halves of shared memory (byte offset at), packed: the first in the low 16 bits."""
     return uint32(smem[at // 2]) | (uint32(smem[at // 2 + 1]) << uint32(16))
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def _fragments_by_element(smem, a_at, b_at, kk, wr, wc, lane, mt, nt, bk, bn, swizzle, a, b):
     """This lane's fragments for k = kk .. kk + 15 of the warp tile, assembled 16 bits at a time."""
     g = lane // 4
@@ -444,7 +452,7 @@ def _fragments_by_element(smem, a_at, b_at, kk, wr, wc, lane, mt, nt, bk, bn, sw
             b[2 * j + r] = uint32(lo) | (uint32(hi) << uint32(16))
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def _ldmatrix_lane_offsets(a_lane, b_lane, wr, wc, lane, bk, bn, wn, swizzle):
     """Where this lane's ldmatrix rows are in a ring buffer's tiles, computed once per kernel, outside
     the K loop (byte offsets; the lane addressing is in the comment above):
@@ -459,7 +467,7 @@ def _ldmatrix_lane_offsets(a_lane, b_lane, wr, wc, lane, bk, bn, wn, swizzle):
         b_lane[p] = element_offset(row_in, wc + 16 * p + col_in, bn // 8, swizzle)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def _fragments_by_ldmatrix(smem, a_at, b_at, s, a_lane, b_lane, mt, nt, bk, bn, a, b):
     """This lane's fragments for k16 step s of the tiles at a_at, b_at: one ldmatrix.x4 per m16 tile of
     A, one ldmatrix.x4.trans per two n8 tiles of B. Each address is a precomputed lane offset plus a
@@ -479,7 +487,7 @@ def _fragments_by_ldmatrix(smem, a_at, b_at, s, a_lane, b_lane, mt, nt, bk, bn, 
         b[4 * p + 3] = regs[3]
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def _mma_all(a, b, acc, mt, nt, bf16):
     """The warp tile's mt x nt mma.sync for one k16 step: acc[i, j] += A tile i @ B tile j."""
     for i in range(mt):
@@ -496,7 +504,7 @@ def _mma_all(a, b, acc, mt, nt, bf16):
             acc[i, j, 3] = d[3]
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def _k16_step(smem, a_at, b_at, s, wr, wc, lane, a_lane, b_lane, mt, nt, bk, bn, bf16, ldmatrix, swizzle, a, b,
               acc):
     """k16 step s of the K-step whose tiles are at a_at, b_at: load the fragments, issue the mma."""
@@ -507,7 +515,7 @@ def _k16_step(smem, a_at, b_at, s, wr, wc, lane, a_lane, b_lane, mt, nt, bk, bn,
     _mma_all(a, b, acc, mt, nt, bf16)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def _store(out, acc, row0, col0, lane, mt, nt, bf16):
     """acc to out, rounded to the half type two at a time (c0, c1 and c2, c3 are column neighbours)."""
     M, N = out.shape
@@ -528,7 +536,7 @@ def _store(out, acc, row0, col0, lane, mt, nt, bf16):
                     out[row, col + 1] = uint16(packed >> uint32(16))
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, forceinline=True)
 def _tensor_core_gemm(A, B, out, smem, acc, a, b, a_lane, b_lane,
                       bm, bn, bk, wm, wn, stages, raster, bf16, vec, ldmatrix, swizzle):
     """The kernel every tensor-core stage runs; the stages differ in the constants they pass.

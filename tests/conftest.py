@@ -17,6 +17,20 @@ import workbench
 STAGES_PER_WORKER = 2  # GPU ladder checks: stages of one operator grouped on one worker (see below)
 
 
+BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def pytest_configure(config):
+    # Under xdist each worker's float64 references (numpy's BLAS, torch on the CPU) would start a thread
+    # per core: 12 workers on 16 cores ran 192 spinning threads. A share of the cores each instead; the
+    # workers are started after this hook and inherit it. A variable the user set is left alone.
+    workers = getattr(config.option, "numprocesses", None)
+    if isinstance(workers, int) and workers > 1 and not os.environ.get("PYTEST_XDIST_WORKER"):
+        share = str(max(1, (os.cpu_count() or 1) // workers))
+        for name in BLAS_THREAD_VARIABLES:
+            os.environ.setdefault(name, share)
+
+
 def pytest_collection_modifyitems(config, items):
     # GPU tests need a real device; everything else is written for the simulator (CPU).
     on_gpu = workbench.MODE == "gpu"

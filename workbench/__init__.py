@@ -15,6 +15,10 @@ if MODE == "sim":
     from .simulator import install as _install_simulator
 
     _install_simulator()
+elif MODE == "compile":
+    from .device import install_compile_target as _install_compile_target
+
+    _install_compile_target()
 
 __version__ = "0.1.0"
 __all__ = ["MODE", "__version__"]

@@ -104,6 +104,23 @@ def mode() -> str:
     return choose_mode()
 
 
+COMPILE_CC = (9, 0)  # what compile mode compiles for: the H100/H200 the recorded figures come from
+
+
+def install_compile_target() -> None:
+    """In compile mode, compile device functions for ``COMPILE_CC``.
+
+    ``compile_ptx(kernel, types, cc=...)`` needs no GPU, but numba-cuda 0.30 compiles each device function
+    the kernel calls (``@cuda.jit(device=True, forceinline=True)``: one LLVM function, inlined by NVVM)
+    for "the current device", which a machine without a GPU does not have. The kernel's own ``cc``
+    is the only architecture compile mode ever asks for, so the device functions get it too."""
+    from types import SimpleNamespace
+
+    import numba.cuda.dispatcher as dispatcher
+
+    dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=COMPILE_CC)
+
+
 def is_simulator() -> bool:
     return choose_mode() == "sim"
 

@@ -39,7 +39,9 @@ from typing import Callable
 
 import numpy as np
 
-CC = (9, 0)
+from .device import COMPILE_CC
+
+CC = COMPILE_CC
 ARCH = f"sm_{CC[0]}{CC[1]}"
 _F64 = re.compile(r"\.f64\b")
 _EXTERN_CALL = re.compile(r"^\s*\.extern\s+\.func\b", re.M)  # a call into code numba did not compile
