@@ -348,6 +348,22 @@ def test_missing_syncthreads_between_shared_write_and_read_is_a_race():
     assert np.array_equal(y.copy_to_host(), (np.arange(64) + 33) % 64)
 
 
+def test_the_race_reported_does_not_depend_on_how_threads_interleave():
+    """Which pair of threads meets first differs from run to run; the report names the same race every
+    time: the lowest element, the write told first, its line where the grader points."""
+    x, y = device(np.arange(64)), cuda.device_array(64, np.float32)
+    errors = []
+    for _ in range(6):
+        with pytest.raises(RaceError) as caught:
+            neighbour_through_shared[1, 64](x, y, 0)
+        errors.append(caught.value)
+    assert len({str(e) for e in errors}) == 1, {str(e) for e in errors}
+    message = str(errors[0])
+    assert "buf[0] (shared memory)" in message and "threads (0, 0, 0) and (31, 0, 0)" in message
+    assert message.index("wrote it") < message.index("read it")
+    assert [text for _, _, text in errors[0].places] == ["buf[t] = x[t]", "y[t] = buf[(t + 33) % 64]  # another warp's element"]
+
+
 def test_syncwarp_orders_the_lanes_of_a_warp():
     x, y = device(np.arange(32)), cuda.device_array(32, np.float32)
     with pytest.raises(RaceError, match="syncwarp"):
