@@ -34,6 +34,7 @@ from workbench.ladder import InputError
 from workbench.launch import SM90_OPTIN_LIMIT, SharedMemoryError, set_max_dynamic_shared_memory
 
 from solutions import _ptx, hgemm, int8_gemm
+from tests.test_ladders import SPILL_BUDGET, SPILL_EXPECTED
 
 ROOT = Path(__file__).resolve().parent.parent
 OPS = {o.name: o for o in [*hgemm.OPERATORS, *int8_gemm.OPERATORS]}
@@ -445,7 +446,7 @@ def linked():
 def test_tensor_core_kernels_link_for_sm90(linked):
     """Each kernel links with its C++ and assembles; the instructions the stage is about are in it; no
     float64; accumulators stay in registers through the main loop; the register budget of its launch
-    bounds holds without spilling more than a few bytes."""
+    bounds holds without spilling more than a few bytes (hgemm.mma: the bound of its lesson)."""
     problems = []
     for name, r in linked.items():
         if r.get("ptxas_ok") is False:
@@ -454,7 +455,9 @@ def test_tensor_core_kernels_link_for_sm90(linked):
             problems.append(f"{name}: {r['f64']} float64 instructions")
         if r["local_in_loop"]:
             problems.append(f"{name}: {r['local_in_loop']} local-memory accesses among its mma.sync")
-        if (r.get("spill_bytes") or 0) > 128:
+        # the bound test_ladders.py allows the stage (hgemm.mma's spill is its lesson), named as it is there
+        stage_key = "hgemm_bf16." + name.split(".")[1] if name.endswith(".bf16") else name
+        if (r.get("spill_bytes") or 0) > SPILL_EXPECTED.get(stage_key, SPILL_BUDGET):
             problems.append(f"{name}: {r['spill_bytes']} bytes of spills")
         stage = name.split(".")[1]
         if stage in TENSOR_CORE and not r["mma"]:
