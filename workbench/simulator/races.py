@@ -30,9 +30,9 @@ A race found is noted and the block runs on to its end; then the launch stops wi
 which source line, and how to fix it. Which race that is does not depend on how the Python threads
 happened to interleave (the first race found would): of the races the block met, the one on the
 lowest element, a write against a read before two writes, then by line and thread, the write told
-first. Two plain writes of the same value are
-not reported (that race is harmless, and common in flag setting). A thread that, after a race,
-makes ``RUN_ON_AFTER_RACE`` more accesses (a loop bound read from racing memory) stops there.
+first. Once the launch's threads have made ``RUN_ON_AFTER_RACE`` more accesses between them (a loop
+bound read from racing memory), they stop there. Two plain writes of the same value are not
+reported (that race is harmless, and common in flag setting).
 
 Cost: every element access of a tracked array goes through a Python proxy, a lock and a few
 dictionary operations, 1-3 µs more than numba's own access. Measured on the 2-core development
@@ -68,7 +68,8 @@ ATOMIC = "atomic"
 # flag another block sets). If that block has not run yet, the simulator would wait forever.
 SPIN_LIMIT = 20_000
 # After a race is noted, the block's threads run on to the end so that every race is seen (see the module
-# docstring); accesses past this many stop the block, with the races seen so far.
+# docstring); past this many more accesses (all threads of the launch together) the block stops, and the
+# lowest race seen so far is reported.
 RUN_ON_AFTER_RACE = 200_000
 
 
