@@ -44,6 +44,7 @@ NUMBER = r"(?:\d+(?:\.\d+)?(?:e[-+]?\d+)?|nan|inf)"
 
 def _normal_text(text: str) -> str:
     text = TIME.sub("<time>", text)
+    text = text.replace(str(REPO), "<repo>")  # a warning names its file by absolute path: the clone's
     text = re.sub(r"/tmp/ipykernel_\d+/\d+\.py", "<a notebook cell>", text)  # the kernel's temporary file
     text = re.sub(r"([─━═\-])\1+", r"\1", text)  # table rules and column padding follow the times' widths
     # The simulator names the first thread to fault, and which one gets there first is the scheduler's
@@ -59,6 +60,18 @@ def _normal_text(text: str) -> str:
     text = re.sub(rf"\b{NUMBER} ({NUMBER}) passed\b", r"<err> \1 passed", text)
     text = re.sub(rf"max \|got - want\| = {NUMBER}", "max |got - want| = <err>", text)  # the by-hand cell: same
     return text.strip()
+
+
+def _sorted_warnings(text: str) -> str:
+    """stderr with its warnings (a "file:line: ...Warning: ..." line and the indented source under it) in
+    sorted order: simulated threads warn in the order the scheduler runs them."""
+    groups = []
+    for line in text.splitlines(keepends=True):
+        if groups and line.startswith((" ", "\t")):
+            groups[-1] += line
+        else:
+            groups.append(line)
+    return "".join(sorted(groups))
 
 
 def _png_size(data: str) -> tuple[int, int]:
@@ -79,7 +92,8 @@ def normalised_outputs(notebook) -> list[list]:
         for out in cell.get("outputs", []):
             kind = out["output_type"]
             if kind == "stream":
-                outs.append((kind, out["name"], _normal_text(out["text"])))
+                text = _sorted_warnings(out["text"]) if out["name"] == "stderr" else out["text"]
+                outs.append((kind, out["name"], _normal_text(text)))
             elif kind == "error":
                 outs.append((kind, out["ename"], _normal_text(out["evalue"])))
             else:
