@@ -545,10 +545,10 @@ class LaunchRaces:
 
     def report(self, shadow, earlier, later):
         """Note a race; raise_found() reports it when the block ends, unless a lower one turns up."""
-        first, second = sorted((earlier, later), key=_rank)
+        (rank1, first), (rank2, second) = sorted(((_rank(a), a) for a in (earlier, later)), key=lambda r: r[0])
         kinds = {first[KIND], second[KIND]}
         pair = 0 if kinds == {WRITE, READ} else 1 if kinds == {WRITE} else 2  # a read that may miss a write first
-        key = (shadow.space != "shared", first[ARRAY]._name, _index_key(first[INDEX]), pair, _rank(first), _rank(second))
+        key = (shadow.space != "shared", first[ARRAY]._name, _index_key(first[INDEX]), pair, rank1, rank2)
         with self.found_lock:
             if self.found is None or key < self.found[0]:
                 self.found = (key, shadow, first, second)
