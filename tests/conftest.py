@@ -9,6 +9,7 @@ import contextlib
 import fcntl
 import os
 import tempfile
+import time
 
 import pytest
 
@@ -29,6 +30,60 @@ def pytest_configure(config):
         share = str(max(1, (os.cpu_count() or 1) // workers))
         for name in BLAS_THREAD_VARIABLES:
             os.environ.setdefault(name, share)
+    if workbench.MODE == "gpu" and os.environ.get("PYTEST_XDIST_WORKER"):
+        _share_compiled_kernels(_session_stem("kernels"))
+
+
+def _session_stem(what: str) -> str:
+    """A path in the temporary directory that xdist's workers of one test session share (they share
+    ``PYTEST_XDIST_TESTRUNUID``), unique to the session."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))
+    return os.path.join(tempfile.gettempdir(), f"workbench-gpu-suite-{run}-{what}")
+
+
+KERNELS = {"loaded": 0, "compiled": 0}  # this worker's kernels read from the shared cache or compiled
+
+
+def _share_compiled_kernels(directory: str):
+    """The GPU suite's workers share compiled kernels through numba's file cache (``cache=True``), in a
+    directory of this session only, so nothing outlives the run and no kernel is ever read stale.
+
+    Without it each worker compiled every kernel it ran: a timing test compiled its whole ladder again
+    after the ladder checks had compiled each stage on other workers (attention_tc's took 216 s, mostly
+    NVVM and ptxas). The timing tests run last (``pytest_collection_modifyitems``), so they find the
+    checks' kernels on disk. Kernels numba cannot cache (linked CUDA C++, captured device arrays) are
+    compiled as before: a failed save or load is a miss, never an error."""
+    from numba.cuda import decorators, dispatcher
+    from numba.cuda.core import config
+
+    config.CACHE_DIR = directory
+
+    class SharedCache(dispatcher.CUDACache):
+        def load_overload(self, sig, target_context):
+            try:
+                kernel = super().load_overload(sig, target_context)
+            except Exception:  # noqa: BLE001 - an entry that cannot be read is a miss
+                kernel = None
+            KERNELS["loaded" if kernel is not None else "compiled"] += 1
+            return kernel
+
+        def save_overload(self, sig, data):
+            try:
+                super().save_overload(sig, data)
+            except Exception:  # noqa: BLE001 - e.g. "Cannot pickle CUDACodeLibrary with linking files"
+                self.disable()
+
+    class CachedDispatcher(dispatcher.CUDADispatcher):
+        def __init__(self, py_func, targetoptions, **kwargs):
+            super().__init__(py_func, targetoptions, **kwargs)
+            if targetoptions.get("device") or targetoptions.get("link"):
+                return  # device functions are compiled into their kernels; linked kernels cannot be pickled
+            try:
+                self._cache = SharedCache(py_func)
+            except RuntimeError:  # no source file to key the cache on (code made at run time)
+                pass
+
+    decorators.CUDADispatcher = CachedDispatcher
 
 
 def pytest_collection_modifyitems(config, items):
@@ -63,16 +118,18 @@ class _GpuLock:
     gets in."""
 
     def __init__(self):
-        run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))
-        stem = os.path.join(tempfile.gettempdir(), f"workbench-gpu-suite-{run}")
+        stem = _session_stem("gpu")
         self.turnstile, self.gpu = open(stem + ".turnstile", "a"), open(stem + ".lock", "a")
         self.depth = 0  # measure() calls host_call_latency(): the exclusive lock is re-entrant
+        self.waited = self.held_alone = 0.0  # seconds, this test: reported in the suite's log
 
     @contextlib.contextmanager
     def shared(self):
+        asked = time.perf_counter()
         fcntl.flock(self.turnstile, fcntl.LOCK_SH)
         fcntl.flock(self.gpu, fcntl.LOCK_SH)
         fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+        self.waited += time.perf_counter() - asked
         try:
             yield
         finally:
@@ -81,8 +138,11 @@ class _GpuLock:
     @contextlib.contextmanager
     def exclusive(self):
         if self.depth == 0:
+            asked = time.perf_counter()
             fcntl.flock(self.turnstile, fcntl.LOCK_EX)
             fcntl.flock(self.gpu, fcntl.LOCK_EX)
+            got = time.perf_counter()
+            self.waited += got - asked
         self.depth += 1
         try:
             yield
@@ -91,6 +151,7 @@ class _GpuLock:
             if self.depth == 0:
                 fcntl.flock(self.gpu, fcntl.LOCK_UN)
                 fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+                self.held_alone += time.perf_counter() - got
 
 
 _LOCK = None
@@ -111,19 +172,26 @@ def _gpu_to_itself_while_timing(request):
         yield
         return
     _LOCK = _LOCK or _GpuLock()
+    _LOCK.waited = _LOCK.held_alone = 0.0
+    kernels_before = dict(KERNELS)
     marker = request.node.get_closest_marker("timing")
-    if marker is None and request.node.get_closest_marker("gpu_lock_per_run"):
-        with _runs_shared(_LOCK), _timing_refused(request.node.nodeid):
-            yield
-    elif marker is None:
-        with _LOCK.shared(), _timing_refused(request.node.nodeid):
-            yield
-    elif marker.kwargs.get("whole"):
-        with _LOCK.exclusive():
-            yield
-    else:
-        with _measurements_alone(_LOCK):
-            yield
+    try:
+        if marker is None and request.node.get_closest_marker("gpu_lock_per_run"):
+            with _runs_shared(_LOCK), _timing_refused(request.node.nodeid):
+                yield
+        elif marker is None:
+            with _LOCK.shared(), _timing_refused(request.node.nodeid):
+                yield
+        elif marker.kwargs.get("whole"):
+            with _LOCK.exclusive():
+                yield
+        else:
+            with _measurements_alone(_LOCK):
+                yield
+    finally:  # where a test's time went: waiting for the GPU, holding it alone (scripts/test_durations.py)
+        request.node.user_properties += [("gpu_wait_s", round(_LOCK.waited, 2)),
+                                         ("gpu_alone_s", round(_LOCK.held_alone, 2)),
+                                         *((f"kernels_{k}", KERNELS[k] - kernels_before[k]) for k in KERNELS)]
 
 
 @contextlib.contextmanager
@@ -196,7 +264,8 @@ def pytest_runtest_logreport(report):
     import json
 
     line = {"test": report.nodeid, "when": report.when, "outcome": report.outcome,
-            "seconds": round(report.duration, 2)}
+            "seconds": round(report.duration, 2), "start": round(getattr(report, "start", 0.0), 2),
+            "worker": getattr(report, "worker_id", None), **dict(report.user_properties)}
     if report.failed:
         line["error"] = str(report.longrepr)[-1500:]
     with open(path, "a") as log:
