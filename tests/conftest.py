@@ -125,6 +125,9 @@ class _GpuLock:
 
     @contextlib.contextmanager
     def shared(self):
+        if self.depth:  # inside this worker's own exclusive hold
+            yield
+            return
         asked = time.perf_counter()
         fcntl.flock(self.turnstile, fcntl.LOCK_SH)
         fcntl.flock(self.gpu, fcntl.LOCK_SH)
@@ -161,10 +164,11 @@ _LOCK = None
 def _gpu_to_itself_while_timing(request):
     """A GPU test shares the GPU with the other workers' tests; a measurement has it alone.
 
-    A test marked ``timing`` holds no lock while it prepares (inputs, compiling, a first run): each of
-    its measurements (``workbench.timing.measure``, ``host_call_latency``) takes the exclusive lock for
-    its own duration, so the timing tests' preparation runs in parallel and only the measuring is
-    serial. ``@pytest.mark.timing(whole=True)``: the whole test holds it (a test that times by other
+    A test marked ``timing`` holds no lock while it prepares on the CPU (inputs, float64 references); its first
+    call of each stage (``workbench.bench.first_call``) holds the shared lock, as a check's run does,
+    and each of its measurements (``workbench.timing.measure``, ``host_call_latency``) takes the
+    exclusive lock for its own duration, so the timing tests' preparation runs in parallel and only the
+    measuring is serial. ``@pytest.mark.timing(whole=True)``: the whole test holds it (a test that times by other
     means: host enqueue costs, streams, a grader subprocess's speed bar). Any other GPU test holds the
     shared lock and may not measure (``_timing_refused``)."""
     global _LOCK
@@ -173,30 +177,39 @@ def _gpu_to_itself_while_timing(request):
         return
     _LOCK = _LOCK or _GpuLock()
     _LOCK.waited = _LOCK.held_alone = 0.0
-    kernels_before = dict(KERNELS)
+    _KERNELS_BEFORE.update(KERNELS)
     marker = request.node.get_closest_marker("timing")
-    try:
-        if marker is None and request.node.get_closest_marker("gpu_lock_per_run"):
-            with _runs_shared(_LOCK), _timing_refused(request.node.nodeid):
-                yield
-        elif marker is None:
-            with _LOCK.shared(), _timing_refused(request.node.nodeid):
-                yield
-        elif marker.kwargs.get("whole"):
-            with _LOCK.exclusive():
-                yield
-        else:
-            with _measurements_alone(_LOCK):
-                yield
-    finally:  # where a test's time went: waiting for the GPU, holding it alone (scripts/test_durations.py)
-        request.node.user_properties += [("gpu_wait_s", round(_LOCK.waited, 2)),
-                                         ("gpu_alone_s", round(_LOCK.held_alone, 2)),
-                                         *((f"kernels_{k}", KERNELS[k] - kernels_before[k]) for k in KERNELS)]
+    if marker is None and request.node.get_closest_marker("gpu_lock_per_run"):
+        with _runs_shared(_LOCK), _timing_refused(request.node.nodeid):
+            yield
+    elif marker is None:
+        with _LOCK.shared(), _timing_refused(request.node.nodeid):
+            yield
+    elif marker.kwargs.get("whole"):
+        with _LOCK.exclusive():
+            yield
+    else:
+        with _measurements_alone(_LOCK):
+            yield
+
+
+_KERNELS_BEFORE = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """Where a GPU test's time went, added to its report as the call ends (the suite's log has it:
+    scripts/test_durations.py): seconds waiting for the GPU lock, seconds holding it alone, kernels
+    read from the workers' shared cache or compiled."""
+    yield
+    if _LOCK is not None and "gpu" in item.keywords and workbench.MODE == "gpu":
+        item.user_properties += [("gpu_wait_s", round(_LOCK.waited, 2)), ("gpu_alone_s", round(_LOCK.held_alone, 2)),
+                                 *((f"kernels_{k}", KERNELS[k] - _KERNELS_BEFORE.get(k, 0)) for k in KERNELS)]
 
 
 @contextlib.contextmanager
 def _measurements_alone(lock: _GpuLock):
-    from workbench import timing
+    from workbench import bench, timing
 
     def alone(fn):
         def measured(*args, **kwargs):
@@ -204,12 +217,23 @@ def _measurements_alone(lock: _GpuLock):
                 return fn(*args, **kwargs)
         return measured
 
-    saved = timing.measure, timing.host_call_latency
+    def shared(fn):
+        def run(*args, **kwargs):
+            with lock.shared():
+                return fn(*args, **kwargs)
+        return run
+
+    # A timing test's first call of each stage (bench.first_call) runs kernels as a check does: under the
+    # shared lock, never while another worker measures. Unlocked, a naive reduction's 0.5 s first call at
+    # the headline size ran beside other workers' measurements and halved them (gemm's tensor_core_deep
+    # at 52 TFLOP/s against 103; suite logs of 2026-11-23 and -24).
+    saved = timing.measure, timing.host_call_latency, bench.first_call
     timing.measure, timing.host_call_latency = alone(timing.measure), alone(timing.host_call_latency)
+    bench.first_call = shared(bench.first_call)
     try:
         yield
     finally:
-        timing.measure, timing.host_call_latency = saved
+        timing.measure, timing.host_call_latency, bench.first_call = saved
 
 
 @contextlib.contextmanager

@@ -88,6 +88,18 @@ def strongest_peer(peer_records: list[dict]) -> dict | None:
     return {"name": best["stage"], **summary}
 
 
+def first_call(launch: Callable, args: tuple):
+    """The call whose output is checked before timing (it compiles the kernels, too), synchronized. A
+    function of its own so that the GPU suite can hold the GPU shared around it (tests/conftest.py): a
+    naive stage's first call at the headline size runs for up to half a second, and must not run while
+    another worker measures."""
+    from numba import cuda
+
+    returned = launch(*args)
+    cuda.synchronize()
+    return returned
+
+
 def measure(fn: Callable, arg_sets: list) -> Timing:
     """``workbench.timing.measure``, looked up at each call: the GPU suite wraps it so that each
     measurement holds the GPU alone (tests/conftest.py)."""
@@ -121,8 +133,7 @@ def bench_size(op: Operator, stages: list[Stage], size, peaks: dict, rng: np.ran
     def check_and_time(name: str, launch: Callable, tol: float, traffic: int) -> dict | None:
         d_out = arg_sets[0][-1]
         fill_from_host(d_out, poison_like(out_template))
-        returned = launch(*arg_sets[0])
-        cuda.synchronize()
+        returned = first_call(launch, arg_sets[0])
         # A peer with no out= (torch.nn.functional.layer_norm, ...) may allocate and return its result
         # instead, marked by a `returns_output` attribute: copying into out would time a second pass.
         if getattr(launch, "returns_output", False):
