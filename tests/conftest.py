@@ -86,7 +86,46 @@ def _share_compiled_kernels(directory: str):
     decorators.CUDADispatcher = CachedDispatcher
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--part", default="all", metavar="K/N",
+        help="run part K of N (1 <= K <= N) of the tests marked `exhaustive` (every stage at every simulator size, "
+             "every kernel compiled for sm_90), the others deselected; the other tests all run. Default: all. "
+             "`.ci/run` picks K from the commit, so that successive commits check successive parts.")
+
+
+def _part(config) -> tuple[int, int] | None:
+    """(K, N) from ``--part K/N``, or None for all."""
+    value = config.getoption("part")
+    if value == "all":
+        return None
+    try:
+        k, n = (int(x) for x in value.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"--part wants K/N (two whole numbers, 1 <= K <= N) or all; got {value!r}") from None
+    if not 1 <= k <= n:
+        raise pytest.UsageError(f"--part wants K/N with 1 <= K <= N; got {value!r}")
+    return k, n
+
+
+def pytest_report_header(config):
+    part = _part(config)
+    if part is not None:
+        return f"exhaustive tests: part {part[0]} of {part[1]} (--part); `--part all` runs every one"
+
+
 def pytest_collection_modifyitems(config, items):
+    # --part K/N: every Nth exhaustive test, counted in a fixed order (by test id, so that the parts of N
+    # runs cover them all whatever else is selected), starting at the Kth.
+    part = _part(config)
+    if part is not None:
+        k, n = part
+        exhaustive = sorted((item.nodeid for item in items if "exhaustive" in item.keywords))
+        keep = set(exhaustive[k - 1::n])
+        dropped = [item for item in items if "exhaustive" in item.keywords and item.nodeid not in keep]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if not ("exhaustive" in item.keywords and item.nodeid not in keep)]
     # GPU tests need a real device; everything else is written for the simulator (CPU).
     on_gpu = workbench.MODE == "gpu"
     for item in items:

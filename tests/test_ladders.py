@@ -53,6 +53,7 @@ def test_stage_correct_in_the_simulator(stage):
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.key)
 def test_stage_correct_at_every_simulator_size(stage):
     rng = np.random.default_rng(2)
@@ -65,6 +66,7 @@ def test_stage_correct_at_every_simulator_size(stage):
 
 
 @pytest.mark.slow  # NVVM and ptxas on every kernel of every ladder: minutes on two cores
+@pytest.mark.exhaustive
 @pytest.mark.sim_only
 @pytest.mark.parametrize("op", list(OPS.values()), ids=lambda op: op.name)
 def test_every_kernel_compiles_for_sm90_with_little_spill(op):
