@@ -229,7 +229,9 @@ def shape_families(sizes: list[tuple]) -> list[list[tuple]]:
     if not sizes:
         return []
     first = np.array(sizes[0], dtype=float)
-    if len(first) == 1 or all(np.allclose(np.array(s) / first, s[0] / first[0]) for s in sizes):
+    # s is a multiple of first when s * first[0] == first * s[0] (multiplied out: a size may hold a 0,
+    # attention's causal flag, and dividing by it warned in the notebooks)
+    if len(first) == 1 or all(np.allclose(np.array(s) * first[0], first * s[0]) for s in sizes):
         return [sizes]
     groups: dict[tuple, list[tuple]] = {}
     for s in sizes:
