@@ -45,6 +45,7 @@ NUMBER = r"(?:\d+(?:\.\d+)?(?:e[-+]?\d+)?|nan|inf)"
 def _normal_text(text: str) -> str:
     text = TIME.sub("<time>", text)
     text = text.replace(str(REPO), "<repo>")  # a warning names its file by absolute path: the clone's
+    text = re.sub(r"\S*/site-packages/", "<site-packages>/", text)  # and the installed packages' (a venv's)
     text = re.sub(r"/tmp/ipykernel_\d+/\d+\.py", "<a notebook cell>", text)  # the kernel's temporary file
     text = re.sub(r"([─━═\-])\1+", r"\1", text)  # table rules and column padding follow the times' widths
     # The simulator names the first thread to fault, and which one gets there first is the scheduler's
