@@ -239,6 +239,7 @@ def test_sizes_of_the_wrong_form_are_refused_naming_the_form(op_name, size, matc
     ["check", "reduction", "--size", "1000", "--size", "33x65"],
     ["check", "softmax", "--size", "7"],
     ["check", "reduction", "--size", "-5"],
+    ["check", "softmax", "--size", "-5x3"],  # not a plain negative number: argparse took it for an option
     ["check", "reduction", "--size", "2**40"],
     ["check", "reduction", "--size", "0"],
     ["check", "spmv", "--size", "10x2x9"],

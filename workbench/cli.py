@@ -548,8 +548,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _size_values_attached(argv: list[str]) -> list[str]:
+    """``--size -5x3`` as ``--size=-5x3``: argparse reads a value that starts with "-" and is not a plain
+    negative number as the next option, and would answer "expected one argument" instead of saying what
+    is wrong with the size."""
+    out, rest = [], list(argv)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--size" and rest and rest[0][:1] == "-" and rest[0][1:2].isdigit():
+            arg = f"--size={rest.pop(0)}"
+        out.append(arg)
+    return out
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_size_values_attached(sys.argv[1:] if argv is None else list(argv)))
     try:
         return int(args.func(args) or 0)
     except (registry.UnknownTarget, UsageError, sizes.SizeError) as exc:
