@@ -33,8 +33,12 @@ from numba import cuda, float32
 from workbench.ladder import blocks_for
 
 THREADS = 256
-CHUNKS = 16  # the overlapped stage's chunks: more hide more of the first copy in and the last copy out
-STREAMS = 4  # streams the chunks take in turn
+# The overlapped stage's chunks: more hide more of the first copy in and the last copy out, but each costs
+# the host ~0.4 ms to issue (three numba calls and their events), and the host is part of the pipeline:
+# at 2^26 floats on an H200, 8 chunks reached 93-97% of the both-ways link, 16 chunks 83-91%, 32 chunks 56-58%
+# (scripts/gpu_streams_sweep.py, results/runs/gpu_streams_sweep_2026-11-24.jsonl).
+CHUNKS = 8
+STREAMS = 2  # streams the chunks take in turn: two already let chunk i+1 come in while chunk i goes out
 SQRT_2_OVER_PI = np.float32(math.sqrt(2.0 / math.pi))
 
 
@@ -155,12 +159,15 @@ def pinned(x, out, ws, tl):
 
 
 @stage("overlapped", """
-    The vector cut into 16 chunks, each chunk's copy in, kernel and copy out issued on one of four
+    The vector cut into 8 chunks, each chunk's copy in, kernel and copy out issued on one of two
     streams in turn (asynchronous copies: they need pinned memory). Work on one stream runs in
     order; work on different streams may overlap, and the GPU has a copy engine for each direction
     beside its multiprocessors: chunk i+1 comes in while chunk i is computed and chunk i-1 goes
     out. Only the first chunk's copy in and the last one's copy out are left exposed, so the whole
-    takes about as long as moving the bytes both ways at once: the link's ceiling.""", pinned=True)
+    takes about as long as moving the bytes both ways at once: the link's ceiling. Why not more,
+    smaller chunks: the host issues every copy, at ~0.4 ms a chunk through numba, and once issuing
+    takes longer than the copies the engines wait for the host (16 chunks 83-91% of the link, 32
+    chunks 56-58%, 8 chunks 93-97%).""", pinned=True)
 def overlapped(x, out, ws, tl):
     n = x.size
     chunk = blocks_for(n, CHUNKS)

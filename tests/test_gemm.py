@@ -167,8 +167,21 @@ def test_headline_targets():
 @pytest.mark.gpu
 @pytest.mark.timing
 def test_fused_epilogue_beats_separate_kernels():
+    """Where the stage's paragraph says the fusion matters, a product short enough that the separate
+    kernel's round trip of the output is a visible share: at 2048^3 (recorded: fused 576 against 683 µs).
+    At the 4096^3 headline the round trip is 1-2% of the GEMM (recorded: 4399 against 4470 µs), within
+    the spread of two suite runs (4467 against 4444 in one of 2026-11-24): there the fused stage is held
+    to no slower than 2%, never to a margin smaller than the noise."""
+    from workbench.bench import bench_size
+    from workbench.results import environment
     from tests.headline import headline
 
-    _, stages, _ = headline(gemm.bias_gelu_op)
-    times = {r["stage"]: r["median_us"] for r in stages}
-    assert times["fused"] < times["separate"], times
+    op = gemm.bias_gelu_op
+    records, failures = bench_size(op, op.stages, (2048, 2048, 2048), {}, np.random.default_rng(0), environment(),
+                                   with_peer=False)
+    assert not failures, failures
+    times = {r["stage"]: r["median_us"] for r in records}
+    assert times["fused"] < 0.95 * times["separate"], times
+    _, stages, _ = headline(op)
+    at_headline = {r["stage"]: r["median_us"] for r in stages}
+    assert at_headline["fused"] <= 1.02 * at_headline["separate"], at_headline

@@ -299,7 +299,7 @@ def test_prepared_call_in_the_simulator_checks_and_runs_the_stage():
 def test_streams_ladder_is_correct_in_the_simulator(tmp_path):
     from solutions import streams
 
-    result = streams.run_ladder(1003, repeats=1)  # not a multiple of the 16 chunks
+    result = streams.run_ladder(1003, repeats=1)  # not a multiple of the 8 chunks
     runs = result["runs"]
     assert [r.stage for r in runs] == ["pageable", "pinned", "overlapped"] and all(r.passed for r in runs)
     overlapped = runs[-1]
