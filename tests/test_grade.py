@@ -583,3 +583,31 @@ def test_the_adversarial_sets_also_run_at_a_large_size():
     sizes = [(1,), (31,), (1000,), (ADVERSARIAL_LARGE_MAX_ELEMENTS * 2,)]
     adversarial = lambda cases: [c.size for c in cases if c.inputs not in ("random", "again, new inputs")]
     assert set(adversarial(plan(op, sizes, 0))) == {(1,), (31,), (1000,)}
+
+
+def test_the_answer_key_itself_imports_its_helpers_where_it_is_not_installed(tmp_path):
+    """Grading the answer key (no guard), where the package is not installed: its modules import the
+    package's helpers (`from solutions._templates import instantiate`), which the worker's path, without the
+    repository, did not find ("No module named 'solutions'" on the GPU machine, 2026-11-24)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "workbench").symlink_to(ROOT / "workbench", target_is_directory=True)
+    script = f"""
+import sys
+sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f)]  # as if not pip-installed
+sys.path[:] = [p for p in sys.path if p not in ("", {str(ROOT)!r})]
+sys.path[:0] = [{str(tmp_path)!r}]
+try:
+    import solutions
+    raise SystemExit("solutions importable: this test needs it not to be")
+except ImportError:
+    pass
+from workbench.grade.worker import answer_key_importable
+answer_key_importable([{str(ROOT / "solutions")!r}])
+from solutions._templates import instantiate
+print("imported", instantiate.__module__)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.startswith("imported solutions._templates"), run.stdout

@@ -53,6 +53,18 @@ def _load_gpu_libraries() -> None:
     cuda.synchronize()
 
 
+def answer_key_importable(answer_key_dirs) -> None:
+    """Grading the answer key itself (no guard): its modules import their package's helpers
+    (``from solutions._templates import instantiate``), and the worker's path leaves the repository out.
+    Where the repository is pip-installed the package is found anyway; in a clone that is not (the GPU
+    machine runs one from PYTHONPATH), it was not: "No module named 'solutions'". So the folder that
+    holds the package goes on the path, for the answer key only."""
+    for package_dir in answer_key_dirs:
+        parent = os.path.dirname(os.path.realpath(package_dir))
+        if parent not in sys.path:
+            sys.path.append(parent)
+
+
 class Worker:
     def __init__(self, job: dict, channel: Channel):
         self.job = job
@@ -65,6 +77,8 @@ class Worker:
         _load_gpu_libraries()
         self.primitives = take_primitives()  # before the submission can replace any of them
         self.guard.install()
+        if not self.job.get("guard_answer_key"):
+            answer_key_importable(self.job.get("answer_key_dirs", ()))
         with simulated_device(self.job.get("sm_count")):
             return self._serve()
 
