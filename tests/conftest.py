@@ -8,8 +8,10 @@ kernel of another worker runs while a speed is measured; the timing tests are or
 import contextlib
 import fcntl
 import os
+import shutil
 import tempfile
 import time
+import uuid
 
 import pytest
 
@@ -32,12 +34,24 @@ def pytest_configure(config):
             os.environ.setdefault(name, share)
     if workbench.MODE == "gpu" and os.environ.get("PYTEST_XDIST_WORKER"):
         _share_compiled_kernels(_session_stem("kernels"))
+    elif workbench.MODE == "gpu" and getattr(config.option, "testrunuid", "set") is None:
+        config.option.testrunuid = uuid.uuid4().hex  # xdist's controller: known here, to clean up after
 
 
-def _session_stem(what: str) -> str:
+def pytest_unconfigure(config):
+    """xdist's controller removes what its workers shared (the kernel cache, the lock files)."""
+    run = getattr(config.option, "testrunuid", None)
+    if workbench.MODE == "gpu" and run and not os.environ.get("PYTEST_XDIST_WORKER"):
+        shutil.rmtree(_session_stem("kernels", run), ignore_errors=True)
+        for suffix in (".turnstile", ".lock"):
+            with contextlib.suppress(OSError):
+                os.remove(_session_stem("gpu", run) + suffix)
+
+
+def _session_stem(what: str, run: str | None = None) -> str:
     """A path in the temporary directory that xdist's workers of one test session share (they share
     ``PYTEST_XDIST_TESTRUNUID``), unique to the session."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))
+    run = run or os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))
     return os.path.join(tempfile.gettempdir(), f"workbench-gpu-suite-{run}-{what}")
 
 
@@ -103,7 +117,7 @@ def pytest_addoption(parser):
         "--part", default="all", metavar="K/N",
         help="run part K of N (1 <= K <= N) of the tests marked `exhaustive` (every stage at every simulator size, "
              "every kernel compiled for sm_90), the others deselected; the other tests all run. Default: all. "
-             "`.ci/run` picks K from the commit, so that successive commits check successive parts.")
+             "`.ci/run` picks K from the commit count, so that successive submissions check successive parts.")
 
 
 def _part(config) -> tuple[int, int] | None:
@@ -247,13 +261,14 @@ _LOCK = None
 def _gpu_to_itself_while_timing(request):
     """A GPU test shares the GPU with the other workers' tests; a measurement has it alone.
 
-    A test marked ``timing`` holds no lock while it prepares on the CPU (inputs, float64 references); its first
-    call of each stage (``workbench.bench.first_call``) holds the shared lock, as a check's run does,
-    and each of its measurements (``workbench.timing.measure``, ``host_call_latency``) takes the
-    exclusive lock for its own duration, so the timing tests' preparation runs in parallel and only the
-    measuring is serial. ``@pytest.mark.timing(whole=True)``: the whole test holds it (a test that times by other
-    means: host enqueue costs, streams, a grader subprocess's speed bar). Any other GPU test holds the
-    shared lock and may not measure (``_timing_refused``)."""
+    A test marked ``timing`` holds no lock while it prepares on the CPU (inputs, float64 references);
+    its first call of each stage (``workbench.bench.first_call``) holds the shared lock, as a check's
+    run does, and each of its measurements (``workbench.timing.measure``, ``host_call_latency``) takes
+    the exclusive lock for its own duration, so the timing tests' preparation runs in parallel and only
+    the measuring is serial. ``@pytest.mark.timing(whole=True)``: the whole test holds it (a test that
+    times by other means: host enqueue costs, streams, a grader subprocess's speed bar). Any other GPU
+    test holds the shared lock and may not measure (``_timing_refused``). Whatever a worker holds, it
+    sets aside while numba compiles (``CachedDispatcher.compile``)."""
     global _LOCK
     if workbench.MODE != "gpu" or "gpu" not in request.keywords:
         yield
