@@ -134,6 +134,12 @@ def _part(config) -> tuple[int, int] | None:
     return k, n
 
 
+def part_of(test_ids, k: int, n: int) -> set:
+    """Part K of N of ``test_ids``: every Nth in sorted order, from the Kth. The N parts are disjoint and
+    cover them all."""
+    return set(sorted(test_ids)[k - 1::n])
+
+
 def pytest_report_header(config):
     part = _part(config)
     if part is not None:
@@ -145,9 +151,7 @@ def pytest_collection_modifyitems(config, items):
     # runs cover them all whatever else is selected), starting at the Kth.
     part = _part(config)
     if part is not None:
-        k, n = part
-        exhaustive = sorted((item.nodeid for item in items if "exhaustive" in item.keywords))
-        keep = set(exhaustive[k - 1::n])
+        keep = part_of([item.nodeid for item in items if "exhaustive" in item.keywords], *part)
         dropped = [item for item in items if "exhaustive" in item.keywords and item.nodeid not in keep]
         if dropped:
             config.hook.pytest_deselected(items=dropped)

@@ -426,3 +426,15 @@ def test_readme_opens_with_the_two_setup_commands_ci_runs():
     assert "workbench run" in commands[0] and "pytest" in commands[1]
     ci = open(os.path.join(ROOT, ".ci", "run")).read()
     assert "<!-- setup -->" in ci and "pytest" in ci  # .ci/run runs the README's own test line
+
+
+def test_the_parts_of_the_exhaustive_tests_are_disjoint_and_cover_them_all():
+    """`--part K/N` (tests/conftest.py): what .ci/run runs a third of at a time."""
+    from tests.conftest import part_of
+
+    ids = [f"tests/test_ladders.py::test_x[op{i}.stage{j}]" for i in range(7) for j in range(5)]
+    for n in (1, 2, 3, 4):
+        parts = [part_of(ids, k, n) for k in range(1, n + 1)]
+        assert set().union(*parts) == set(ids)
+        assert sum(len(p) for p in parts) == len(ids)
+        assert max(len(p) for p in parts) - min(len(p) for p in parts) <= 1

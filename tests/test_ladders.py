@@ -6,7 +6,8 @@ Tiers: the quick tier (the default) checks each stage once, with random inputs a
 (``Operator.quick_sim_size``: by convention not a multiple of any block or tile, so every edge path runs),
 and the last stage, the one a user calls, with the operator's adversarial inputs too; ``-m slow`` checks
 every stage at every simulator size with the adversarial inputs (what the quick tier leaves out) and
-compiles every kernel for sm_90 (``workbench ptx``).
+compiles every kernel for sm_90 (``workbench ptx``): both marked ``exhaustive``, which ``--part K/N`` runs a
+part at a time (``.ci/run`` runs a third).
 ``-m gpu`` checks every check size on a GPU, and the headline size of the operators that the timing
 tests time there without checking again (tests/headline.py TIMED_AT_HEADLINE), except that a first ("naive") stage skips the largest check size, where it takes
 seconds a call and teaches nothing new. Every stage of an operator is checked on the same inputs, and

@@ -305,10 +305,10 @@ def judge(stage: Stage, size, inputs: tuple, out: np.ndarray, inputs_after, *, e
     op: Operator = stage.op
     size = as_size(size)
     explain = explain or op.explain
-    if reference is None:
-        with np.errstate(all="ignore"):  # the adversarial inputs hold NaN and inf on purpose: no warnings
-            reference = op.reference(*inputs)
     ref = reference
+    if ref is None:
+        with np.errstate(all="ignore"):  # the adversarial inputs hold NaN and inf on purpose: no warnings
+            ref = op.reference(*inputs)
     result = compare(stage.key, size, out, ref, tolerance_of(stage, size))
     result.inputs = label
     if result.failed and explain is not None and result.reason != "shape":
