@@ -106,6 +106,7 @@ def test_no_catalog_entry_is_a_copy_of_a_planted_bug():
 SPARSE_INPUTS = {"spmv", "coo_to_csr"}
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the float64 reference of NaN and inf inputs, put there on purpose
 @pytest.mark.parametrize("op", list(load_operators().values()), ids=lambda op: op.name)
 def test_every_operator_has_adversarial_inputs(op):
     """Sets at every simulator size, shaped and typed like the random inputs, with a finite reference
