@@ -309,33 +309,27 @@ def pytest_runtest_call(item):
                                  *((f"kernels_{k}", KERNELS[k] - _KERNELS_BEFORE.get(k, 0)) for k in KERNELS)]
 
 
+def _inside(hold, fn):
+    """``fn``, each call of it run inside the context ``hold()`` (a lock)."""
+    def held(*args, **kwargs):
+        with hold():
+            return fn(*args, **kwargs)
+    return held
+
+
 @contextlib.contextmanager
 def _measurements_alone(lock: _GpuLock):
     from workbench import bench, timing
-
-    def alone(fn):
-        def measured(*args, **kwargs):
-            with lock.exclusive():
-                return fn(*args, **kwargs)
-        return measured
-
-    def shared(fn):
-        def run(*args, **kwargs):
-            with lock.shared():
-                return fn(*args, **kwargs)
-        return run
 
     # A timing test's first call of each stage (bench.first_call) runs kernels as a check does: under the
     # shared lock, never while another worker measures. Unlocked, a naive reduction's 0.5 s first call at
     # the headline size ran beside other workers' measurements and halved them (gemm's tensor_core_deep
     # at 52 TFLOP/s against 103; suite logs of 2026-11-23 and -24).
-    saved = timing.measure, timing.host_call_latency, bench.first_call
-    timing.measure, timing.host_call_latency = alone(timing.measure), alone(timing.host_call_latency)
-    bench.first_call = shared(bench.first_call)
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(timing, "measure", _inside(lock.exclusive, timing.measure))
+        patch.setattr(timing, "host_call_latency", _inside(lock.exclusive, timing.host_call_latency))
+        patch.setattr(bench, "first_call", _inside(lock.shared, bench.first_call))
         yield
-    finally:
-        timing.measure, timing.host_call_latency, bench.first_call = saved
 
 
 @contextlib.contextmanager
@@ -346,17 +340,9 @@ def _runs_shared(lock: _GpuLock):
     measurement queued behind it wait, and the workers waiting with it."""
     from workbench import check
 
-    run_once = check.run_once
-
-    def run_once_shared(*args, **kwargs):
-        with lock.shared():
-            return run_once(*args, **kwargs)
-
-    check.run_once = run_once_shared
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(check, "run_once", _inside(lock.shared, check.run_once))
         yield
-    finally:
-        check.run_once = run_once
 
 
 @contextlib.contextmanager
@@ -370,12 +356,10 @@ def _timing_refused(test: str):
     def refuse(*args, **kwargs):
         raise RuntimeError(f"{test} measures a speed: mark it @pytest.mark.timing (so that it gets the GPU to itself)")
 
-    saved = timing._elapsed_us, timing.host_call_latency
-    timing._elapsed_us = timing.host_call_latency = refuse
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(timing, "_elapsed_us", refuse)
+        patch.setattr(timing, "host_call_latency", refuse)
         yield
-    finally:
-        timing._elapsed_us, timing.host_call_latency = saved
 
 
 def pytest_runtest_logreport(report):
