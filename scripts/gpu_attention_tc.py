@@ -1,7 +1,8 @@
 """One run on an H100/H200 that times and checks the tensor-core attention ladder (issue 13, item 2):
 attention_fp16 and attention_bf16 (solutions/attention_tc.py), against torch SDPA at the same dtype.
 
-    python scripts/gpu_attention_tc.py OUT_DIR [--budget 145]
+    python scripts/gpu_attention_tc.py OUT_DIR [--budget 145] [--sweep-only 4,9,10] [--sweep-dtypes fp16,bf16]
+                                       [--sweep-alone]
 
 Items in order of what the issue asks first (each on its own: a failure is reported and the run goes
 on; the run stops starting items when --budget seconds are spent, and says what it skipped). A kernel
@@ -13,7 +14,8 @@ and dtype pays for it, which is why the figures come before the checks.
    side by side at fp16 8x16x2048x64 without the mask, with SDPA: each checked first (float64 reference
    at 1x2x333x64, causal and not; SDPA's output at the headline), then timed (workbench.timing.measure,
    CUDA events, 10 samples): us, TFLOP/s, % of SDPA, registers and local bytes. Then the fastest, and
-   the line to paste into solutions/attention_tc.py if it is not TUNED.
+   the line to paste into solutions/attention_tc.py if it is not TUNED. --sweep-only takes some of
+   SWEEP's entries (by index), --sweep-dtypes sweeps bf16 too, --sweep-alone stops after the sweep.
 1. Speed (``workbench.bench.bench_size``: each stage and SDPA checked against the float64 reference at
    that size, then timed with CUDA events, inputs rotated past L2): fp16 at 8x16x2048x64 without and
    with the mask, bf16 without, fp16 at 4x32x4096x128 (stages 3 to 5: stages 1 and 2 take 80 ms a call
@@ -46,7 +48,7 @@ import gpu_log  # noqa: E402  (scripts/: the folder of the script being run)
 from gpu_log import START, say  # noqa: E402
 
 import workbench  # noqa: E402,F401  (chooses the GPU before numba is imported)
-from workbench import results  # noqa: E402
+from workbench import peers, results  # noqa: E402
 from workbench.bench import bench_size  # noqa: E402
 from workbench.check import adversarial_cases, check_stage  # noqa: E402
 from workbench.ladder import size_label, to_device, to_host  # noqa: E402
@@ -79,25 +81,35 @@ def resources(kernel):
         return {"resources_error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
-def sweep():
-    """The tuned kernel in every layout of attention_tc.SWEEP, side by side with SDPA, fp16 headline."""
+def sweep(op):
+    """The tuned kernel in the layouts of attention_tc.SWEEP (--sweep-only), side by side with SDPA, at
+    the headline without the mask, in op's dtype."""
     import torch
 
     size = HEADLINE + (0,)
-    op = FP16
+    bf16 = op is BF16
     rng = np.random.default_rng(11)
     q, k, v, causal = op.make_inputs(size, rng)
     dq, dk, dv, dc = (to_device(a) for a in (q, k, v, causal))
     out = to_device(op.make_output(size))
-    t = lambda a: torch.as_tensor(a, device="cuda")  # noqa: E731
+    t = peers.as_torch  # a view (bf16 through its int16 bits)
     expected = torch.nn.functional.scaled_dot_product_attention(t(dq), t(dk), t(dv)).float().cpu().numpy()
     sdpa = measure(lambda a, b, c: torch.nn.functional.scaled_dot_product_attention(a, b, c),
                    [(t(dq), t(dk), t(dv))], samples=10, budget_s=1.0)
     OUT["sweep_sdpa_us"] = sdpa.median_us
-    say(f"sweep {size_label(size)}: torch SDPA {sdpa.median_us:8.1f} us {tflops(size, sdpa.median_us):6.1f} TFLOP/s")
+    OUT.setdefault("sweep_sdpa", {})[op.name] = sdpa.median_us
+    say(f"sweep {op.name} {size_label(size)}: torch SDPA {sdpa.median_us:8.1f} us "
+        f"{tflops(size, sdpa.median_us):6.1f} TFLOP/s")
     small = [op.make_inputs(SWEEP_CHECK + (c,), rng) for c in (0, 1)]
-    for g in attention_tc.SWEEP:
-        row = {"label": g.label(), "geometry": g._asdict(), "tuned": g == attention_tc.TUNED, "status": "failed"}
+    tolerance = attention_tc.TOLERANCE[np.dtype(op.dtype).name]
+    chosen = [attention_tc.SWEEP[i] for i in ARGS.sweep_only] if ARGS.sweep_only else attention_tc.SWEEP
+    for g in chosen:
+        if budget_left() < 30:
+            OUT["skipped"].append(f"sweep {op.name} {g.label()}")
+            say(f"SKIPPED sweep {op.name} {g.label()} (budget)")
+            continue
+        row = {"op": op.name, "label": g.label(), "geometry": g._asdict(), "tuned": g == attention_tc.TUNED,
+               "status": "failed"}
         OUT["sweep"].append(row)
         t0 = time.time()
         try:
@@ -108,13 +120,13 @@ def sweep():
                 run(*[to_device(a) for a in inputs], o)
                 ref = op.reference(*inputs)
                 err = float(np.max(np.abs(to_host(o).astype(np.float64) - ref)) / max(1.0, np.max(np.abs(ref))))
-                if not err < attention_tc.TOLERANCE["float16"]:
+                if not err < tolerance:
                     wrong = f"wrong at {size_label(SWEEP_CHECK + (int(inputs[3][0]),))}: err {err:.3g}"
-            row.update(resources(attention_tc.build_kernel("tuned", attention_tc.padded_head_dim(size[3]), False, g)))
+            row.update(resources(attention_tc.build_kernel("tuned", attention_tc.padded_head_dim(size[3]), bf16, g)))
             run(dq, dk, dv, dc, out)
             err = float(np.max(np.abs(to_host(out).astype(np.float32) - expected)) / max(1.0, np.max(np.abs(expected))))
             row["err_vs_sdpa"] = err
-            if wrong is None and not err < 2 * attention_tc.TOLERANCE["float16"]:
+            if wrong is None and not err < 2 * tolerance:
                 wrong = f"differs from SDPA at the headline by {err:.3g}"
             if wrong:
                 row["status"], row["error"] = "wrong", wrong
@@ -131,10 +143,10 @@ def sweep():
                    f"  regs {row.get('registers')} local {row.get('local_bytes')}" if row["status"] == "ok"
                    else " " + row.get("error", "")[:300])
                 + ("  <- TUNED" if row["tuned"] else "") + f"  ({row['seconds']:.0f}s)")
-    ok = [r for r in OUT["sweep"] if r["status"] == "ok"]
+    ok = [r for r in OUT["sweep"] if r["status"] == "ok" and r["op"] == op.name]
     if ok:
         best = min(ok, key=lambda r: r["median_us"])
-        OUT["sweep_best"] = best["label"]
+        OUT.setdefault("sweep_best", {})[op.name] = best["label"]
         tuned = [r for r in ok if r["tuned"]]
         say(f"fastest layout: {best['label']} ({best['tflops']:.1f} TFLOP/s, {best['pct_of_sdpa']:.0f}% of SDPA)"
             + (f"; TUNED {tuned[0]['median_us'] / best['median_us'] - 1:+.0%} slower" if tuned and not best["tuned"]
@@ -213,8 +225,9 @@ def main():
     OUT["device"] = env
     say(f"device {env.get('device')}, numba-cuda {env.get('numba_cuda')}, torch {env.get('torch')}")
     late = [FP16[n] for n in ("async_kv", "causal_skip", "tuned")]  # stages 1, 2: 80 ms a call at D = 128
-    items = [
-        ("sweep fp16 8x16x2048x64 (tuned kernel layouts)", sweep),
+    sweeps = [(f"sweep {d} 8x16x2048x64 (tuned kernel layouts)", functools.partial(sweep, {"fp16": FP16, "bf16": BF16}[d]))
+              for d in ARGS.sweep_dtypes.split(",")]
+    items = sweeps + [
         ("bench fp16 8x16x2048x64", lambda: bench(FP16, HEADLINE + (0,), env)),
         ("bench fp16 8x16x2048x64 causal", lambda: bench(FP16, HEADLINE + (1,), env)),
         ("check fp16 D=64", lambda: check(FP16, 64)),
@@ -226,6 +239,8 @@ def main():
         ("bench bf16 8x16x2048x64 causal", lambda: bench(BF16, HEADLINE + (1,), env)),
         ("check bf16 D=128", lambda: check(BF16, 128)),
     ]
+    if ARGS.sweep_alone:
+        items = sweeps
     for what, fn in items:
         if budget_left() < 15:
             OUT["skipped"].append(what)
@@ -233,13 +248,18 @@ def main():
             continue
         say(f"-- {what}")
         attempt(what, fn)
-    attempt("must show", must_show)
+    if not ARGS.sweep_alone:
+        attempt("must show", must_show)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", nargs="?", default=".")
     parser.add_argument("--budget", type=float, default=145.0)
+    parser.add_argument("--sweep-only", type=lambda text: [int(i) for i in text.split(",")], default=None,
+                        help="indices of attention_tc.SWEEP to time (default: all)")
+    parser.add_argument("--sweep-dtypes", default="fp16", help="fp16, bf16 or fp16,bf16")
+    parser.add_argument("--sweep-alone", action="store_true", help="the sweep only: no bench, checks or verdicts")
     ARGS = parser.parse_args()
     try:
         main()

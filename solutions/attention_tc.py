@@ -30,8 +30,9 @@ and a row's other 48 keys are in the 3 other lanes of its quad (shfl_xor 1 and 2
    shared memory at D = 128.
 4. ``causal_skip``: under the mask a block stops at its diagonal tile (the only one masked) and the
    heaviest blocks start first. Without the mask, stage 3.
-5. ``tuned``: stage 4 with exp2 as one MUFU instruction (the scale folded into its argument), 32-bit
-   shared addresses, copy addresses computed once a tile, three K/V buffers; its geometry picked from alternatives timed side by side.
+5. ``tuned``: stage 4 with 32 queries a warp (two m16 tiles share every K and V fragment), exp2 as
+   one MUFU instruction (the scale folded into its argument), 32-bit shared addresses, copy addresses
+   computed once a tile; its geometry picked from alternatives timed side by side.
 """
 
 import math
@@ -182,44 +183,64 @@ HEAD_DIM_STEPS = (16, 32, 64, 128)
 class Geometry(NamedTuple):
     """How a kernel is laid out: stages 1 to 4 use the defaults; ``tuned`` uses TUNED below, and
     scripts/gpu_attention_tc.py times the alternatives side by side (``launch_geometry``)."""
-    warps: int = 4  # a block's warps; each owns 16 queries (a block: 16 warps queries)
+    warps: int = 4  # a block's warps; each owns `rows` queries (a block: rows x warps queries)
     keys: int = 64  # keys a tile (a multiple of 16)
     stages: int = 2  # K/V buffers in flight (cp.async stages; 1 without cp.async)
     fast_exp: bool = False  # ex2.approx.ftz with the scale folded into its argument, or libdevice exp2f
     addr32: bool = False  # shared addresses in 32 bits (cvta once), copy addresses once a tile; or 64-bit sums
     min_blocks: int = 2  # launch_bounds(32 warps, min_blocks): the register cap
+    rows: int = 16  # queries a warp: one m16 tile, or two (32: every K and V fragment feeds twice the mma)
+    q_regs: bool = True  # Q's fragments in registers for the whole key loop (up to D = 64), or ldmatrix a tile
 
     @property
     def queries(self):
-        return 16 * self.warps
+        return self.rows * self.warps
 
     def label(self):
-        return (f"{self.queries}q{self.warps}w k{self.keys} s{self.stages} "
+        return (f"{self.queries}q{self.warps}w{self.rows}r{'' if self.q_regs else 'Qs'} k{self.keys} s{self.stages} "
                 f"{'ex2' if self.fast_exp else 'exp2f'} {'a32' if self.addr32 else 'a64'} lb{self.min_blocks}")
 
 
 BASE = Geometry()
-# The tuned stage's geometry, the fastest of SWEEP in scripts/gpu_attention_tc.py on an H200 (2026-11-23,
-# fp16 8x16x2048x64, no mask): 623 us, 220.5 TFLOP/s, 49% of SDPA's 454.5 in the same run; the same
-# layout capped for two blocks an SM took 802 us, stage 4's layout 865.
-TUNED = Geometry(warps=4, keys=64, stages=3, fast_exp=True, addr32=True, min_blocks=3)
-# At D = 128 a third K/V buffer would take the block to 112 KiB: one block an SM, not two; and 168
-# registers (three blocks) would spill the wider accumulators.
-TUNED_WIDE = TUNED._replace(stages=2, min_blocks=2)
+# The tuned stage's layout of 2026-11-23: the fastest of the sweep then (623 us, 220.5 TFLOP/s, 49% of
+# SDPA's 454.5 at fp16 8x16x2048x64 without the mask); 16 queries a warp, three K/V buffers, three blocks
+# an SM under a 168-register cap (the same layout capped for two blocks took 802 us, stage 4's 865).
+ONE_TILE = Geometry(warps=4, keys=64, stages=3, fast_exp=True, addr32=True, min_blocks=3)
+# The tuned stage's geometry, the fastest of SWEEP in scripts/gpu_attention_tc.py on an H200 (2026-11-24,
+# fp16 8x16x2048x64, no mask): 593.7 us, 231.5 TFLOP/s, 51% of SDPA's 303.6 us in the same run, where
+# ONE_TILE took 686.0 us. Two m16 tiles a warp (128 queries a block of 4 warps), Q read from its shared
+# tile each k16 step (249 registers, no spill; with Q's 32 registers kept, 255 and 24 bytes spilled),
+# two K/V buffers, two blocks an SM.
+TUNED = Geometry(warps=4, keys=64, stages=2, fast_exp=True, addr32=True, min_blocks=2, rows=32, q_regs=False)
+# At D = 128 two m16 tiles' output accumulators alone would be 128 registers: one tile a warp, and two
+# K/V buffers (a third would take the block to 112 KiB: one block an SM, not two).
+TUNED_WIDE = ONE_TILE._replace(stages=2, min_blocks=2)
 # What scripts/gpu_attention_tc.py times side by side at the headline (fp16 8x16x2048x64, no mask),
-# each one change from its neighbour: stage 4's geometry, then one idea added at a time up to TUNED,
-# then TUNED's layout changed one way at a time.
+# each one change from its neighbour: stage 4's geometry, then one idea added at a time up to ONE_TILE,
+# ONE_TILE's layout changed one way at a time, then two m16 tiles a warp in several layouts.
 _FAST = BASE._replace(fast_exp=True)
 SWEEP = [
     BASE,  # stage 4 (causal_skip), as the tuned kernel builds it
     _FAST,  # + exp2 as one ex2.approx.ftz, the scale inside its argument
     _FAST._replace(addr32=True),  # + 32-bit shared addresses
-    TUNED._replace(min_blocks=2),  # + three K/V buffers, two blocks an SM
-    TUNED,  # three blocks an SM (12 warps): ptxas fits 168 registers, 16 bytes spilled
-    TUNED._replace(keys=128),  # 128 keys a tile: twice the mma between softmax reductions
-    TUNED._replace(warps=8, min_blocks=1),  # 128 queries a block (8 warps): each K/V tile serves twice the queries
-    TUNED._replace(warps=8, keys=128, min_blocks=1),  # FlashAttention-2's 128 x 128 tiles
-    TUNED._replace(warps=8, stages=2, min_blocks=1),
+    ONE_TILE._replace(min_blocks=2),  # + three K/V buffers, two blocks an SM
+    ONE_TILE,  # three blocks an SM (12 warps): ptxas fits 168 registers, 16 bytes spilled
+    ONE_TILE._replace(keys=128),  # 128 keys a tile: twice the mma between softmax reductions
+    ONE_TILE._replace(warps=8, min_blocks=1),  # 128 queries a block (8 warps): each K/V tile serves twice the queries
+    ONE_TILE._replace(warps=8, keys=128, min_blocks=1),  # FlashAttention-2's 128 x 128 tiles
+    ONE_TILE._replace(warps=8, stages=2, min_blocks=1),
+    # 32 queries a warp (two m16 tiles): each K and V fragment loaded by ldmatrix feeds four mma, not
+    # two (at 16 queries a warp, ldmatrix moves 512 bytes for every 8192 flops: the shared-memory
+    # pipe's 128 bytes a clock caps an SM near 2048 flops a clock, about half what its tensor cores do)
+    ONE_TILE._replace(rows=32, min_blocks=2),  # 128 queries a block of 4 warps, three K/V buffers
+    ONE_TILE._replace(rows=32, min_blocks=2, stages=2),
+    ONE_TILE._replace(rows=32, keys=32, min_blocks=3),  # half the score registers: three blocks an SM
+    ONE_TILE._replace(rows=32, warps=2, min_blocks=4),  # 64 queries a block of 2 warps, four blocks an SM
+    ONE_TILE._replace(rows=32, warps=8, min_blocks=1),  # 256 queries a block
+    # the same without Q's 32 fragment registers (two more ldmatrix a k16 step, from the Q tile)
+    ONE_TILE._replace(rows=32, min_blocks=2, q_regs=False),
+    TUNED,  # ... with two K/V buffers
+    ONE_TILE._replace(rows=32, keys=32, min_blocks=3, q_regs=False),
 ]
 BQ = BASE.queries  # stages 1 to 4: queries per block
 BKV = BASE.keys  # keys per tile
@@ -328,21 +349,35 @@ def _pack(lo, hi, bf16):
 
 
 @cuda.jit(device=True, inline=True)
-def _scores(base, q_at, k_at, qf, s, q_lane, k_lane, DP, BKV, Q_REGS, bf16, A32):
+def _q_fragment(base, q_at, qf, st, q_lane, DP, Q_REGS, A32):
+    """The A fragment of Q (16 queries) for k16 step st: from registers, or by ldmatrix from its tile."""
+    if Q_REGS:
+        return qf[4 * st], qf[4 * st + 1], qf[4 * st + 2], qf[4 * st + 3]
+    return _ldsm(base + uint64(q_at + q_lane[st]), A32)
+
+
+@cuda.jit(device=True, inline=True)
+def _scores(base, q_at, k_at, qf, qf2, s, s2, q_lane, k_lane, DP, BKV, Q_REGS, bf16, A32, TWO):
     """s = this warp's 16 queries . the tile's BKV keys: BKV / 8 n8 tiles of keys x DP / 16 k16 steps.
-    An ldmatrix.x4 of K gives the B fragments of two key tiles (K's rows are B's columns, as stored)."""
+    An ldmatrix.x4 of K gives the B fragments of two key tiles (K's rows are B's columns, as stored).
+    TWO: the warp's second 16 queries (s2, from qf2 or 16 rows further down the Q tile) take the
+    same K fragments: one ldmatrix for four mma instead of two."""
     for n in range(BKV // 8):
         for e in range(4):
             s[n, e] = float32(0.0)
+            if TWO:
+                s2[n, e] = float32(0.0)
     for st in range(DP // 16):
-        if Q_REGS:
-            a0, a1, a2, a3 = qf[4 * st], qf[4 * st + 1], qf[4 * st + 2], qf[4 * st + 3]
-        else:
-            a0, a1, a2, a3 = _ldsm(base + uint64(q_at + q_lane[st]), A32)
+        a0, a1, a2, a3 = _q_fragment(base, q_at, qf, st, q_lane, DP, Q_REGS, A32)
+        if TWO:
+            c0, c1, c2, c3 = _q_fragment(base, q_at + 32 * DP, qf2, st, q_lane, DP, Q_REGS, A32)
         for p in range(BKV // 16):
             b = _ldsm(base + uint64(k_at + k_lane[st] + p * 32 * DP), A32)  # 16 rows further: 32 DP bytes
             _mma(s, 2 * p, a0, a1, a2, a3, b[0], b[1], bf16)
             _mma(s, 2 * p + 1, a0, a1, a2, a3, b[2], b[3], bf16)
+            if TWO:
+                _mma(s2, 2 * p, c0, c1, c2, c3, b[0], b[1], bf16)
+                _mma(s2, 2 * p + 1, c0, c1, c2, c3, b[2], b[3], bf16)
 
 
 @cuda.jit(device=True, inline=True)
@@ -403,45 +438,57 @@ def _p_to_shared(smem, p_at, s, warp, bf16):
 
 
 @cuda.jit(device=True, inline=True)
-def _p_times_v(base, p_at, v_at, s, o, p_lane, v_lane, DP, BKV, P_REGS, bf16, A32):
+def _p_fragment(s, kj, bf16):
+    """FlashAttention-2's register trick: the C fragments of key tiles 2kj and 2kj + 1 (rows g and
+    g + 8, keys 2q, 2q + 1 of each) are, packed in pairs, the A fragment of P V's k-step kj: rows g,
+    g + 8, k 2q, 2q + 1 (+ 8)."""
+    return (_pack(s[2 * kj, 0], s[2 * kj, 1], bf16), _pack(s[2 * kj, 2], s[2 * kj, 3], bf16),
+            _pack(s[2 * kj + 1, 0], s[2 * kj + 1, 1], bf16), _pack(s[2 * kj + 1, 2], s[2 * kj + 1, 3], bf16))
+
+
+@cuda.jit(device=True, inline=True)
+def _p_times_v(base, p_at, v_at, s, s2, o, o2, p_lane, v_lane, DP, BKV, P_REGS, bf16, A32, TWO):
     """o += P V over the tile's BKV keys: BKV / 16 k16 steps; an ldmatrix.x4.trans of V gives the B
-    fragments of two n8 tiles of the head size (V is stored key-major: .trans turns it into B's layout)."""
+    fragments of two n8 tiles of the head size (V is stored key-major: .trans turns it into B's layout).
+    TWO: the second 16 queries' P (s2) takes the same V fragments into o2."""
     for kj in range(BKV // 16):
         if P_REGS:
-            # The C fragments of key tiles 2kj and 2kj + 1 (rows g and g + 8, keys 2q, 2q + 1 of each)
-            # are, packed in pairs, the A fragment of k-step kj: rows g, g + 8, k 2q, 2q + 1 (+ 8).
-            a0 = _pack(s[2 * kj, 0], s[2 * kj, 1], bf16)
-            a1 = _pack(s[2 * kj, 2], s[2 * kj, 3], bf16)
-            a2 = _pack(s[2 * kj + 1, 0], s[2 * kj + 1, 1], bf16)
-            a3 = _pack(s[2 * kj + 1, 2], s[2 * kj + 1, 3], bf16)
+            a0, a1, a2, a3 = _p_fragment(s, kj, bf16)
         else:
             a0, a1, a2, a3 = _ldsm(base + uint64(p_at + p_lane + kj * 32), A32)  # 16 keys further: 32 bytes
+        if TWO:
+            c0, c1, c2, c3 = _p_fragment(s2, kj, bf16)
         for p in range(DP // 16):
             b = _ldsm_trans(base + uint64(v_at + v_lane[p] + kj * 32 * DP), A32)
             _mma(o, 2 * p, a0, a1, a2, a3, b[0], b[1], bf16)
             _mma(o, 2 * p + 1, a0, a1, a2, a3, b[2], b[3], bf16)
+            if TWO:
+                _mma(o2, 2 * p, c0, c1, c2, c3, b[0], b[1], bf16)
+                _mma(o2, 2 * p + 1, c0, c1, c2, c3, b[2], b[3], bf16)
 
 
 @cuda.jit(device=True, inline=True)
-def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, q_lane, k_lane, v_lane,
-              DP, BF16, P_REGS, ASYNC, SKIP, BQ, BKV, THREADS, STAGES, FAST, A32):
+def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, second, q_lane, k_lane, v_lane,
+              DP, BF16, P_REGS, ASYNC, SKIP, BQ, BKV, THREADS, STAGES, FAST, A32, ROWS, Q_IN_REGS):
     t = cuda.threadIdx.x
     lane = t % 32
     warp = t // 32
     bh = cuda.blockIdx.y
-    H = q.shape[1]
     S = q.shape[2]
     D = q.shape[3]
     is_causal = causal[0] != 0
     # The heaviest query blocks (the last ones, under the mask) first when skipping: they start at
     # once and the short ones fill in behind them.
     q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * BQ if SKIP else cuda.blockIdx.x * BQ
+    TWO = ROWS == 32  # a warp's queries: one m16 tile (qf, s, o, m_run, l_run) or two (and the second's)
+    # (one tuple: a Python call of more than 30 arguments compiles to *args, which numba cannot inline)
+    qf2, s2, o2, m_run2, l_run2 = second
     CPR = DP // 8  # 16-byte chunks per row of Q, K, V
     TILE_BYTES = BKV * DP * 2
     # Q's fragments in registers from stage 2 on, up to D = 64: at D = 128 the 32 more registers (on
     # top of 64 output and 32 score accumulators) push ptxas past 255 into spills, and an ldmatrix
     # per k16 step from the Q tile (conflict-free once swizzled) is the cheaper price.
-    Q_REGS = P_REGS and DP <= 64
+    Q_REGS = P_REGS and Q_IN_REGS and DP <= 64
     k_at = BQ * DP * 2  # after the Q tile
     v_at = k_at + STAGES * TILE_BYTES
     p_at = v_at + STAGES * TILE_BYTES  # stage 1's P tile (BQ x BKV halves, row-major)
@@ -451,27 +498,30 @@ def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, q
         base = uint64(smem.ctypes.data)
 
     # Each lane's ldmatrix row addresses, computed once (byte offsets in a tile; lane l addresses row
-    # l % 8 of matrix l // 8). Q (A operand, k16 step st): rows 16 warp + l % 16, chunk 2 st + l // 16.
+    # l % 8 of matrix l // 8). Q (A operand, k16 step st): rows ROWS warp + l % 16, chunk 2 st + l // 16.
     # K (two key tiles, non-trans): key l % 8 + 8 (l // 16), chunk 2 st + (l // 8) % 2. V (.trans,
     # head-size tiles 2p, 2p + 1): key l % 16, chunk 2p + l // 16. 16 rows further is 32 DP bytes
     # for any swizzle (it depends on row % 8 only).
     for st in range(DP // 16):
-        q_lane[st] = _offset(16 * warp + lane % 16, 2 * st + lane // 16, CPR, ASYNC)
+        q_lane[st] = _offset(ROWS * warp + lane % 16, 2 * st + lane // 16, CPR, ASYNC)
         k_lane[st] = _offset(lane % 8 + 8 * (lane // 16), 2 * st + (lane // 8) % 2, CPR, ASYNC)
         v_lane[st] = _offset(lane % 16, 2 * st + lane // 16, CPR, ASYNC)
     p_lane = ((16 * warp + lane % 16) * BKV + 8 * (lane // 16)) * 2
     for half in range(2):
         m_run[half] = LOWEST
         l_run[half] = float32(0.0)
+        m_run2[half] = LOWEST
+        l_run2[half] = float32(0.0)
     for c in range(DP // 8):
         for e in range(4):
             o[c, e] = float32(0.0)
+            o2[c, e] = float32(0.0)
 
     end = S
     if SKIP and is_causal:
         end = min(S, q0 + BQ)  # the block's last query sees no key past it
     tiles = (end + BKV - 1) // BKV
-    i0 = q0 + 16 * warp + lane // 4  # this lane's rows: i0 and i0 + 8
+    i0 = q0 + ROWS * warp + lane // 4  # this lane's rows: i0 and i0 + 8 (and i0 + 16, i0 + 24 if TWO)
     if ASYNC:
         # The prologue: Q with key tile 0 in one group, then tiles 1 .. STAGES - 2 a group each (a
         # group is committed even when empty, so that "all but the newest STAGES - 2" counts tiles).
@@ -504,29 +554,52 @@ def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, q
             _load_plain(v, bh, j0, BKV, S, D, smem, v_at, DP, THREADS)
             cuda.syncthreads()
         if Q_REGS and tile == 0:  # the Q fragments, once, into registers for the whole key loop
-            for st in range(DP // 16):
-                a = _ldsm(base + uint64(q_lane[st]), A32)
-                qf[4 * st] = a[0]
-                qf[4 * st + 1] = a[1]
-                qf[4 * st + 2] = a[2]
-                qf[4 * st + 3] = a[3]
+            _q_to_registers(base, 0, qf, q_lane, DP, A32)
+            if TWO:
+                _q_to_registers(base, 32 * DP, qf2, q_lane, DP, A32)  # 16 rows further
         kt_at = k_at + buffer * TILE_BYTES
         vt_at = v_at + buffer * TILE_BYTES
-        _scores(base, 0, kt_at, qf, s, q_lane, k_lane, DP, BKV, Q_REGS, BF16, A32)
+        _scores(base, 0, kt_at, qf, qf2, s, s2, q_lane, k_lane, DP, BKV, Q_REGS, BF16, A32, TWO)
         # Only the tail tile (keys past S) and, under the mask, tiles reaching past the block's first
         # query need the mask; the stages before causal_skip mask every tile.
         masked = (not SKIP) or j0 + BKV > S or (is_causal and j0 + BKV > q0)
         _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP, BKV, FAST)
+        if TWO:
+            _online_softmax(s2, o2, m_run2, l_run2, i0 + 16, j0, S, scale_log2e, masked, is_causal, DP, BKV, FAST)
         if not P_REGS:
             _p_to_shared(smem, p_at, s, warp, BF16)
             cuda.syncwarp()  # each warp reads back only its own 16 rows of P
-        _p_times_v(base, p_at, vt_at, s, o, p_lane, v_lane, DP, BKV, P_REGS, BF16, A32)
+        _p_times_v(base, p_at, vt_at, s, s2, o, o2, p_lane, v_lane, DP, BKV, P_REGS, BF16, A32, TWO)
         if not P_REGS:
             cuda.syncwarp()  # read before the next tile's P overwrites it
         buffer = buffer + 1 if buffer + 1 < STAGES else 0
 
+    _store_rows(out, bh, i0, o, l_run, DP, BF16)
+    if TWO:
+        _store_rows(out, bh, i0 + 16, o2, l_run2, DP, BF16)
+
+
+@cuda.jit(device=True, inline=True)
+def _q_to_registers(base, q_at, qf, q_lane, DP, A32):
+    """The A fragments of 16 queries of the Q tile at q_at, every k16 step, into qf (4 registers a step)."""
+    for st in range(DP // 16):
+        a = _ldsm(base + uint64(q_at + q_lane[st]), A32)
+        qf[4 * st] = a[0]
+        qf[4 * st + 1] = a[1]
+        qf[4 * st + 2] = a[2]
+        qf[4 * st + 3] = a[3]
+
+
+@cuda.jit(device=True, inline=True)
+def _store_rows(out, bh, i0, o, l_run, DP, BF16):
+    """Rows i0 and i0 + 8 of out[b, h] (this lane's columns): o divided by the row's sum, rounded to the
+    half type two at a time."""
+    H = out.shape[1]
+    S = out.shape[2]
+    D = out.shape[3]
     b = bh // H
     h = bh % H
+    lane = cuda.threadIdx.x % 32
     for half in range(2):
         total = l_run[half]  # the row's sum: this lane's share plus its quad's
         total += cuda.shfl_xor_sync(FULL_MASK, total, 1)
@@ -567,14 +640,17 @@ def build_kernel(stage, DP, bf16, geometry=None):
     key = (P_REGS, ASYNC, SKIP, DP, bool(bf16), g)  # tuned in stage 4's geometry is stage 4's kernel
     if key in _BUILT:
         return _BUILT[key]
-    if g.keys % 16 or (not P_REGS and (g.warps, g.keys) != (BASE.warps, BASE.keys)):
-        raise ValueError(f"no kernel for {stage} with {g}: keys a multiple of 16 (stage 1: the base geometry)")
+    if g.keys % 16 or g.rows not in (16, 32) or (not P_REGS and (g.warps, g.keys, g.rows) != (BASE.warps, BASE.keys,
+                                                                                             BASE.rows)):
+        raise ValueError(f"no kernel for {stage} with {g}: keys a multiple of 16, 16 or 32 rows a warp "
+                         "(stage 1: the base geometry)")
     BF16 = bool(bf16)
     QF = max(1, 4 * DP // 16)  # A-fragment registers of Q: 4 per k16 step
     STEPS = DP // 16
     O_SHAPE = (DP // 8, 4)  # the output rows' C fragments: one per n8 tile of the head size
     S_SHAPE = (g.keys // 8, 4)  # the scores' C fragments: one per n8 tile of keys
     BQ_, BKV_, THREADS_, STAGES_, FAST, A32 = g.queries, g.keys, 32 * g.warps, g.stages, g.fast_exp, g.addr32
+    ROWS, Q_IN_REGS = g.rows, g.q_regs
 
     def kernel(q, k, v, out, scale_log2e, causal):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
@@ -583,11 +659,18 @@ def build_kernel(stage, DP, bf16, geometry=None):
         o = cuda.local.array(O_SHAPE, float32)
         m_run = cuda.local.array(2, float32)
         l_run = cuda.local.array(2, float32)
+        # The warp's second m16 tile (rows = 32); with one, these are only zeroed, and compile away.
+        qf2 = cuda.local.array(QF, uint32)
+        s2 = cuda.local.array(S_SHAPE, float32)
+        o2 = cuda.local.array(O_SHAPE, float32)
+        m_run2 = cuda.local.array(2, float32)
+        l_run2 = cuda.local.array(2, float32)
         q_lane = cuda.local.array(STEPS, int32)
         k_lane = cuda.local.array(STEPS, int32)
         v_lane = cuda.local.array(STEPS, int32)
-        _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, q_lane, k_lane, v_lane,
-                  DP, BF16, P_REGS, ASYNC, SKIP, BQ_, BKV_, THREADS_, STAGES_, FAST, A32)
+        _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, (qf2, s2, o2, m_run2, l_run2),
+                  q_lane, k_lane, v_lane, DP, BF16, P_REGS, ASYNC, SKIP, BQ_, BKV_, THREADS_, STAGES_, FAST, A32, ROWS,
+                  Q_IN_REGS)
 
     # A module-level name of its own, for the tools that find kernels by module and name (workbench ptx).
     name = f"_flash_tc_{stage}_d{DP}_{'bf16' if BF16 else 'f16'}"
@@ -696,24 +779,26 @@ def causal_skip(q, k, v, causal, out):
 # -- 5. tuned ------------------------------------------------------------------------------------
 
 @_stage("tuned", """
-    Stage 4 with fewer instructions around the mma and a deeper pipeline; the ideas are the ones
+    Stage 4 with fewer instructions around the mma and twice the queries a warp; the ideas are the ones
     FlashAttention-2 implementations use, and the mix (TUNED) is picked from the alternatives timed
-    side by side by scripts/gpu_attention_tc.py (Geometry: warps a block, keys a tile, pipeline depth,
-    exp2, addressing, register cap). exp2 is one ex2.approx.ftz (libdevice's exp2f wraps the same
-    MUFU.EX2 in a test and two multiplies for subnormal results, which a weight below 2^-126 next to
-    the row maximum's 1 never needs), and the scale moves into its argument: the scores and the
-    maximum stay unscaled, exp2(s scale - m scale) is one fused multiply-add. Shared addresses are
-    converted to the 32-bit shared window once (cvta) and every ldmatrix and cp.async offset is added
-    in 32 bits, where stage 4 added 64-bit generic addresses (an add-with-carry pair each); a copy's
-    global address is the tile's first row, once a tile, plus an offset the thread keeps (stage 4
-    multiplied out the row in 64 bits for each of its 8 copies a tile). Three K/V
-    buffers up to D = 64 (at D = 128 a third would leave room for one block an SM, not two): the
-    copies of tile t + 2 are issued while tile t computes, so a copy has two tiles' math to land
-    instead of one. And three blocks an SM (a 168-register cap; ptxas spills 16 bytes): with two,
-    the three buffers were slower than two (802 against 702 us); with three, the warps of one
-    block compute while another's wait on their softmax reductions. On the H200 (fp16,
-    8x16x2048x64, no mask) this layout ran in 623 us, 220.5 TFLOP/s, 49% of SDPA's 454.5 in
-    the same run, against 865 us for stage 4's layout built the same way. Same fragments, same
+    side by side by scripts/gpu_attention_tc.py (Geometry: warps a block, queries a warp, keys a tile,
+    pipeline depth, exp2, addressing, register cap). Each warp now owns 32 queries, two m16 tiles:
+    every K fragment an ldmatrix brings feeds four mma instead of two, and so does every V fragment.
+    At 16 queries a warp, ldmatrix moved 512 bytes of shared memory for each 8192 flops, and an SM's
+    shared memory gives 128 bytes a clock: that capped the SM near 2048 flops a clock, under what its
+    tensor cores do. The price is registers: two tiles' scores and outputs take 128, so Q's fragments
+    are read from its shared tile each k16 step instead of kept (249 registers, no spill; kept, 255
+    and a spill), and two blocks of 4 warps share an SM. exp2 is one ex2.approx.ftz (libdevice's
+    exp2f wraps the same MUFU.EX2 in a test and two multiplies for subnormal results, which a weight
+    below 2^-126 next to the row maximum's 1 never needs), and the scale moves into its argument: the
+    scores and the maximum stay unscaled, exp2(s scale - m scale) is one fused multiply-add. Shared
+    addresses are converted to the 32-bit shared window once (cvta) and every ldmatrix and cp.async
+    offset is added in 32 bits, where stage 4 added 64-bit generic addresses (an add-with-carry pair
+    each); a copy's global address is the tile's first row, once a tile, plus an offset the thread
+    keeps. On the H200 (fp16, 8x16x2048x64, no mask) this layout ran in 593.7 us, 231.5 TFLOP/s,
+    51% of SDPA's 303.6 in the same run; 16 queries a warp with the same ideas (three K/V buffers,
+    three blocks an SM, the layout this stage had before) took 686.0. At D = 128 two tiles' output
+    accumulators alone would be 128 registers: there a warp keeps 16 queries. Same fragments, same
     online softmax, same skip under the mask.""")
 def tuned(q, k, v, causal, out):
     launch("tuned", q, k, v, causal, out)

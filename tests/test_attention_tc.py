@@ -112,9 +112,12 @@ def test_best_stage_reaches_half_of_sdpa_fp16():
 
 
 # The layouts the simulator runs (each a different kernel; min_blocks only changes the register cap):
-# stage 4's to TUNED one idea at a time, and the largest (8 warps, 128 keys) for the two new sizes.
-_SIM_GEOMETRIES = [g for g in attention_tc.SWEEP if (g.warps, g.keys, g.min_blocks) == (4, 64, 2)]
-_SIM_GEOMETRIES += [attention_tc.TUNED._replace(warps=8, keys=128, min_blocks=1)]
+# stage 4's to TUNED one idea at a time, the largest (8 warps, 128 keys) for the two new sizes, and
+# two m16 tiles a warp (32 queries: 128 a block of 4 warps, 64 a block of 2).
+_SIM_GEOMETRIES = [g for g in attention_tc.SWEEP if (g.warps, g.keys, g.min_blocks, g.rows) == (4, 64, 2, 16)]
+_SIM_GEOMETRIES += [attention_tc.TUNED._replace(warps=8, keys=128, min_blocks=1),
+                    attention_tc.TUNED._replace(rows=32, min_blocks=2),
+                    attention_tc.TUNED._replace(rows=32, warps=2, min_blocks=4)]
 
 
 @pytest.mark.slow
