@@ -159,9 +159,9 @@ def _fragment_places(element, registers, per_reg):
 
 
 _A_PLACES = {per_reg: _fragment_places(lambda l, r, e, p=per_reg: mma_a_element(l, r, e, p), 4, per_reg)
-             for per_reg in (2, 4)}
+             for per_reg in (1, 2, 4)}  # 1: TF32, one 32-bit element a register (m16n8k8)
 _B_PLACES = {per_reg: _fragment_places(lambda l, r, e, p=per_reg: mma_b_element(l, r, e, p), 2, per_reg)
-             for per_reg in (2, 4)}
+             for per_reg in (1, 2, 4)}
 _C_PLACES = _fragment_places(lambda l, i, _: mma_c_element(l, i), 4, 1)
 
 
@@ -197,6 +197,44 @@ def _sim_mma_s8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
     return _warp_collective(((a0, a1, a2, a3), (b0, b1), (c0, c1, c2, c3)),
                             lambda lanes: _emulate_mma(lanes, 4, lambda w: _bytes(w).astype(np.float64),
                                                        np.int32))
+
+
+def _tf32_values(words):
+    """float32 bit patterns (uint32) as a TF32 tensor core reads them: the low 13 mantissa bits ignored."""
+    return (np.asarray(words, np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def _float_bits(values):
+    return np.asarray(values, np.float32).view(np.uint32)
+
+
+def _round_to_tf32(x):
+    """cvt.rna.tf32.f32: x rounded to 10 mantissa bits, ties away from zero (finite x)."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def _sim_split_tf32(x):
+    x = np.float32(x)
+    big = _round_to_tf32(x)
+    return big, _round_to_tf32(np.float32(x - big))
+
+
+def _sim_split_tf32_bits(bits):
+    return _sim_split_tf32(np.array(bits, np.uint32).view(np.float32))
+
+
+def _sim_mma_3xtf32(a0, a1, a2, a3, as0, as1, as2, as3, b0, b1, bs0, bs1, c0, c1, c2, c3):
+    def product(lanes):  # each lane: (a big, a small, b big, b small, c)
+        def mma(a, b, c):  # one TF32 mma of every lane's fragments a, b (positions in the lane's tuple)
+            return _emulate_mma([(_float_bits(lane[a]), _float_bits(lane[b]), acc) for lane, acc in zip(lanes, c)],
+                                1, _tf32_values, np.float32)
+        c = [lane[4] for lane in lanes]
+        c = mma(1, 2, c)  # a_small b_big
+        c = mma(0, 3, c)  # a_big b_small
+        return mma(0, 2, c)  # a_big b_big
+    return _warp_collective(((a0, a1, a2, a3), (as0, as1, as2, as3), (b0, b1), (bs0, bs1), (c0, c1, c2, c3)),
+                            product)
 
 
 def _emulate_ldmatrix(addresses, trans):
@@ -311,6 +349,9 @@ if _device.is_simulator():
     ldmatrix_x4_s32 = _sim_ldmatrix_x4
     ldmatrix_x4_trans_s32 = _sim_ldmatrix_x4_trans
     cp_async_chunk16_s32 = _sim_cp_async_chunk16
+    split_tf32 = _sim_split_tf32
+    split_tf32_bits = _sim_split_tf32_bits
+    mma_3xtf32 = _sim_mma_3xtf32
 else:
     from numba import cuda
 
@@ -336,3 +377,7 @@ else:
                                                 link=HGEMM_CU)
     cp_async_chunk16_s32 = cuda.declare_device("cp_async_chunk16_s32", "int32(uint64, uint64, int32)",
                                                link=HGEMM_CU)
+    split_tf32 = cuda.declare_device("split_tf32", "UniTuple(float32, 2)(float32)", link=HGEMM_CU)
+    split_tf32_bits = cuda.declare_device("split_tf32_bits", "UniTuple(float32, 2)(uint32)", link=HGEMM_CU)
+    mma_3xtf32 = cuda.declare_device("mma_3xtf32_m16n8k8", "UniTuple(float32, 4)(" + ", ".join(["float32"] * 16) + ")",
+                                     link=HGEMM_CU)

@@ -23,6 +23,8 @@ it is 2 GiB of float32, sixteen times the inputs: a kernel that writes it to mem
    load feeds 8 multiply-adds instead of half of one.
 5. ``causal_skip``: under the causal mask, tiles above the diagonal are skipped, not computed and
    masked; the blocks with the most work start first. Without the mask it is stage 4.
+6. ``tensor_cores``: both products on the tensor cores in 3xTF32 (each float32 split into two TF32
+   parts, three mma a product: float32 accuracy), FlashAttention-2's layout (``attention_tc.py``).
 
 The bytes model of each stage counts what it reads from L2 or memory (``stage_bytes``): the scores
 it writes and reads back (stage 1: 6 S^2 floats per head) and how often K and V are fetched (once
@@ -46,6 +48,7 @@ from workbench import peers
 from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 
+from solutions import attention_tc
 from solutions._attention_common import (attention_flops, extreme_logits, naive_expression, reference, rope_tables,
                                          sdpa_peer)
 
@@ -787,6 +790,27 @@ def causal_skip(q, k, v, causal, out):
 for _dp in HEAD_DIM_STEPS:  # built at import: tools that compile kernels by name find them
     _register_tiles_kernel(_dp)
     _causal_skip_kernel(_dp)
+
+
+# -- 6. tensor_cores: float32 products on the tensor cores, in three TF32 parts -------------------------
+
+@op.stage("tensor_cores", """
+    What torch's SDPA does in float32 on this GPU: the two products go to the tensor cores in
+    "3xTF32" (CUTLASS's OpMultiplyAddFastF32). A TF32 tensor core reads only 10 of a float32's 23
+    mantissa bits, about 3 decimal digits. Split every input into two TF32 numbers, x = big + small
+    (big: x rounded to TF32; small: the rest, rounded too), and a b = big_a big_b + big_a small_b +
+    small_a big_b, dropping small_a small_b (2^-22 of the product): three mma give close to float32
+    accuracy, at a third of the TF32 rate, still several times what the CUDA cores' FMAs reach. The
+    kernel is the fp16 ladder's FlashAttention-2 (attention_tc.py) with m16n8k8 TF32 fragments:
+    4 warps of 16 queries, 64-key tiles by cp.async (double-buffered, swizzled), Q and K fragments by
+    ldmatrix (an 8x4 block of float32 is what it hands a TF32 fragment), the online softmax on the
+    accumulator fragments, P kept in registers: the C fragment of 8 keys becomes the A fragment of
+    P V once its k order is read as keys 2q, 2q + 1, with V's rows loaded in that order. Tiles past
+    the diagonal are skipped as in stage 5. Rows that are not whole 16-byte chunks (D not a multiple
+    of 4) are loaded element by element instead of by cp.async.""",
+          bytes_moved=lambda size: _io_bytes(size) // 2 + _kv_bytes(size, 64, skips_masked=True))
+def tensor_cores(q, k, v, causal, out):
+    attention_tc.launch_3xtf32(q, k, v, causal, out)
 
 
 

@@ -48,7 +48,8 @@ from workbench.ladder import InputError, Operator, blocks_for, expect_device_arr
 from solutions._attention_common import attention_flops, extreme_logits, naive_expression, reference, sdpa_peer
 from solutions._ptx import (cp_async_chunk16, cp_async_chunk16_s32, cp_async_commit, cp_async_wait_pending,
                             ex2_approx_ftz, ldmatrix_x4, ldmatrix_x4_s32, ldmatrix_x4_trans, ldmatrix_x4_trans_s32,
-                            mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, shared_address32)
+                            mma_3xtf32, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, shared_address32, split_tf32,
+                            split_tf32_bits)
 from solutions._vector_io import aligned16
 
 try:
@@ -303,23 +304,25 @@ def _load_plain(src, bh, row0, rows, S, D, smem, at, DP, THREADS):
 
 
 @cuda.jit(device=True, inline=True)
-def _issue_async(src, bh, row0, rows, S, D, base, at, DP, THREADS, A32):
-    """Start copying rows row0 .. row0 + rows - 1 of src[b, h] to the swizzled tile at byte ``at``: 16
-    bytes a cp.async, zero-filled past S and D, landing when cp_async_wait_pending retires their group."""
-    CPR = DP // 8
+def _issue_async(src, bh, row0, rows, S, D, base, at, DP, THREADS, A32, E):
+    """Start copying rows row0 .. row0 + rows - 1 of src[b, h] (E-byte elements) to the swizzled tile at
+    byte ``at``: 16 bytes a cp.async, zero-filled past S and D, landing when cp_async_wait_pending
+    retires their group."""
+    CPR = DP * E // 16
+    PER = 16 // E  # elements a chunk
     for j in range((rows * CPR + THREADS - 1) // THREADS):
         c = cuda.threadIdx.x + j * THREADS
         # (a test compiled away where the block's threads divide the tile's chunks: no branch)
         if (rows * CPR) % THREADS == 0 or c < rows * CPR:
             r = c // CPR
             chunk = c % CPR
-            inside = row0 + r < S and chunk * 8 < D
+            inside = row0 + r < S and chunk * PER < D
             src_at = src.ctypes.data
             if inside:
                 if A32:  # the tile's first row once, then a 32-bit offset the thread keeps every tile
-                    src_at += uint64((bh * S + row0) * D * 2) + uint64(int32(r * D + chunk * 8) * 2)
+                    src_at += uint64((bh * S + row0) * D * E) + uint64(int32(r * D + chunk * PER) * E)
                 else:
-                    src_at += uint64(((bh * S + row0 + r) * D + chunk * 8) * 2)
+                    src_at += uint64(((bh * S + row0 + r) * D + chunk * PER) * E)
             dst = base + uint64(at + _offset(r, chunk, CPR, True))
             if A32:
                 cp_async_chunk16_s32(dst, src_at, 16 if inside else 0)
@@ -525,11 +528,11 @@ def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, s
     if ASYNC:
         # The prologue: Q with key tile 0 in one group, then tiles 1 .. STAGES - 2 a group each (a
         # group is committed even when empty, so that "all but the newest STAGES - 2" counts tiles).
-        _issue_async(q, bh, q0, BQ, S, D, base, 0, DP, THREADS, A32)
+        _issue_async(q, bh, q0, BQ, S, D, base, 0, DP, THREADS, A32, 2)
         for ahead in range(STAGES - 1):
             if ahead < tiles:
-                _issue_async(k, bh, ahead * BKV, BKV, S, D, base, k_at + ahead * TILE_BYTES, DP, THREADS, A32)
-                _issue_async(v, bh, ahead * BKV, BKV, S, D, base, v_at + ahead * TILE_BYTES, DP, THREADS, A32)
+                _issue_async(k, bh, ahead * BKV, BKV, S, D, base, k_at + ahead * TILE_BYTES, DP, THREADS, A32, 2)
+                _issue_async(v, bh, ahead * BKV, BKV, S, D, base, v_at + ahead * TILE_BYTES, DP, THREADS, A32, 2)
             cp_async_commit()
     else:
         _load_plain(q, bh, q0, BQ, S, D, smem, 0, DP, THREADS)
@@ -545,8 +548,8 @@ def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, s
             nxt = tile + STAGES - 1
             if nxt < tiles:
                 into = buffer - 1 if buffer > 0 else STAGES - 1  # nxt % STAGES: the buffer tile - 1 used
-                _issue_async(k, bh, nxt * BKV, BKV, S, D, base, k_at + into * TILE_BYTES, DP, THREADS, A32)
-                _issue_async(v, bh, nxt * BKV, BKV, S, D, base, v_at + into * TILE_BYTES, DP, THREADS, A32)
+                _issue_async(k, bh, nxt * BKV, BKV, S, D, base, k_at + into * TILE_BYTES, DP, THREADS, A32, 2)
+                _issue_async(v, bh, nxt * BKV, BKV, S, D, base, v_at + into * TILE_BYTES, DP, THREADS, A32, 2)
             cp_async_commit()
         else:
             cuda.syncthreads()  # every warp is done with the previous K and V tiles
@@ -804,7 +807,249 @@ def tuned(q, k, v, causal, out):
     launch("tuned", q, k, v, causal, out)
 
 
+# == 3xTF32: the float32 attention on tensor cores (stage 6 of solutions/attention.py's ladder) =======
+#
+# torch's SDPA in float32 does not run on the CUDA cores: on sm_80 and later its memory-efficient
+# kernel (CUTLASS's) multiplies on the tensor cores in "3xTF32" (OpMultiplyAddFastF32). A TF32 tensor
+# core reads only 10 of a float32's 23 mantissa bits; split each input as x = big + small, both TF32,
+# and a b = big_a big_b + big_a small_b + small_a big_b (+ small_a small_b, 2^-22 of it, dropped):
+# three TF32 mma give about float32 accuracy, at a third of the TF32 rate. This kernel is the fp16
+# one's FlashAttention-2 with that product: m16n8k8 TF32 fragments instead of m16n8k16 halves, the
+# same online softmax on the same C fragments, float32 tiles (a k8 step is again 32 bytes of a row,
+# so the ldmatrix addresses of Q and K are the same bytes: ldmatrix moves 32-bit words, and an 8x4
+# block of float32 is what it hands a TF32 A or B fragment).
+#
+# P V needs one more idea. The C fragment of key tile n gives lane (g, q) keys 2q and 2q + 1 of rows
+# g and g + 8; a TF32 A fragment wants k = q and q + 4. But a product's k order is free as long as A
+# and B agree: read k = q as key 2q and k = q + 4 as key 2q + 1, and the C fragment is the A fragment,
+# P stays in registers. B must then be V's rows 2q and 2q + 1 at column g: two 4-byte shared loads a
+# lane (the swizzle keeps them in 32 different banks), where ldmatrix.trans would split the floats.
+
+TF32_WARPS = 4
+TF32_QUERIES = 16 * TF32_WARPS  # a block's queries, 16 a warp
+TF32_KEYS = 64  # keys a tile
+TF32_STAGES = 2  # K/V buffers (cp.async double buffering)
+
+
+def smem_bytes_3xtf32(DP):
+    """Dynamic shared memory of the 3xTF32 kernel: the Q tile and two buffers of K and V, float32."""
+    return 4 * DP * (TF32_QUERIES + 2 * TF32_STAGES * TF32_KEYS)
+
+
+@cuda.jit(device=True, inline=True)
+def _split4(r0, r1, r2, r3):
+    """Four float32 (as bits, from ldmatrix) split into their TF32 big and small parts."""
+    b0, s0 = split_tf32_bits(r0)
+    b1, s1 = split_tf32_bits(r1)
+    b2, s2 = split_tf32_bits(r2)
+    b3, s3 = split_tf32_bits(r3)
+    return (b0, b1, b2, b3), (s0, s1, s2, s3)
+
+
+@cuda.jit(device=True, inline=True)
+def _mma3(acc, n, a, a_small, b0, b1, b0_small, b1_small):
+    """acc[n] += A B, float32-accurate, by three TF32 mma (a, a_small: the A fragment's parts)."""
+    d = mma_3xtf32(a[0], a[1], a[2], a[3], a_small[0], a_small[1], a_small[2], a_small[3],
+                   b0, b1, b0_small, b1_small, acc[n, 0], acc[n, 1], acc[n, 2], acc[n, 3])
+    acc[n, 0] = d[0]
+    acc[n, 1] = d[1]
+    acc[n, 2] = d[2]
+    acc[n, 3] = d[3]
+
+
+@cuda.jit(device=True, inline=True)
+def _scores_3xtf32(base, k_at, s, q_lane, k_lane, DP, BKV):
+    """s = this warp's 16 queries . the tile's BKV keys, k8 step by k8 step of the head size: Q's A
+    fragment by ldmatrix (split once for the whole step), K's B fragments of two key tiles per
+    ldmatrix.x4 (K's rows are B's columns, as stored)."""
+    for n in range(BKV // 8):
+        for e in range(4):
+            s[n, e] = float32(0.0)
+    for st in range(DP // 8):
+        r = _ldsm(base + uint64(q_lane[st]), True)
+        a, a_small = _split4(r[0], r[1], r[2], r[3])
+        for p in range(BKV // 16):
+            r = _ldsm(base + uint64(k_at + k_lane[st] + p * 64 * DP), True)  # 16 keys further: 64 DP bytes
+            b, b_small = _split4(r[0], r[1], r[2], r[3])
+            _mma3(s, 2 * p, a, a_small, b[0], b[1], b_small[0], b_small[1])
+            _mma3(s, 2 * p + 1, a, a_small, b[2], b[3], b_small[2], b_small[3])
+
+
+@cuda.jit(device=True, inline=True)
+def _p_times_v_3xtf32(smem_f, v_at, s, o, v_lo, v_hi, DP, BKV):
+    """o += P V: key tile n's C fragment (keys 2q, 2q + 1 of rows g, g + 8) is the A fragment of k8 step
+    n with k = q read as key 2q and k = q + 4 as key 2q + 1; B is then V's rows 2q, 2q + 1 at column g
+    of each n8 tile of the head size (v_lo, v_hi: this lane's byte offsets in the tile, for key tile 0)."""
+    for n in range(BKV // 8):
+        big0, small0 = split_tf32(s[n, 0])  # row g, key 2q -> a0
+        big1, small1 = split_tf32(s[n, 2])  # row g + 8, key 2q -> a1
+        big2, small2 = split_tf32(s[n, 1])  # row g, key 2q + 1 -> a2
+        big3, small3 = split_tf32(s[n, 3])  # row g + 8, key 2q + 1 -> a3
+        a = (big0, big1, big2, big3)
+        a_small = (small0, small1, small2, small3)
+        for c in range(DP // 8):
+            at = v_at + n * 32 * DP  # 8 keys further: 32 DP bytes (the swizzle depends on row % 8 only)
+            b0, b0_small = split_tf32(smem_f[(at + v_lo[c]) // 4])
+            b1, b1_small = split_tf32(smem_f[(at + v_hi[c]) // 4])
+            _mma3(o, c, a, a_small, b0, b1, b0_small, b1_small)
+
+
+@cuda.jit(device=True, inline=True)
+def _load_plain_f32(src, bh, row0, rows, S, D, smem_f, at, DP, THREADS):
+    """Rows row0 .. row0 + rows - 1 of src[b, h] into the swizzled float32 tile at byte ``at``, one
+    element a thread and step, zero past S and D: the path for rows that are not whole 16-byte chunks
+    (D not a multiple of 4) or arrays not 16-byte aligned, where cp.async cannot go."""
+    H = src.shape[1]
+    b = bh // H
+    h = bh % H
+    for e in range(cuda.threadIdx.x, rows * DP, THREADS):
+        r = e // DP
+        c = e % DP
+        value = float32(0.0)
+        if row0 + r < S and c < D:
+            value = src[b, h, row0 + r, c]
+        smem_f[(at + _offset(r, c // 4, DP // 4, True) + (c % 4) * 4) // 4] = value
+
+
+@cuda.jit(device=True, inline=True)
+def _store_rows_f32(out, bh, i0, o, l_run, DP):
+    """Rows i0 and i0 + 8 of out[b, h] (this lane's columns 8c + 2q, + 1): o divided by the row's sum."""
+    H = out.shape[1]
+    S = out.shape[2]
+    D = out.shape[3]
+    b = bh // H
+    h = bh % H
+    lane = cuda.threadIdx.x % 32
+    for half in range(2):
+        total = l_run[half]
+        total += cuda.shfl_xor_sync(FULL_MASK, total, 1)
+        total += cuda.shfl_xor_sync(FULL_MASK, total, 2)
+        inverse = float32(1.0) / total
+        i = i0 + 8 * half
+        for c in range(DP // 8):
+            col = 8 * c + 2 * (lane % 4)
+            if i < S and col < D:
+                out[b, h, i, col] = o[c, 2 * half] * inverse
+            if i < S and col + 1 < D:
+                out[b, h, i, col + 1] = o[c, 2 * half + 1] * inverse
+
+
+@cuda.jit(device=True, inline=True)
+def _flash_3xtf32(q, k, v, out, scale_log2e, causal, smem, smem_f, s, o, m_run, l_run, q_lane, k_lane, v_lo, v_hi,
+                  DP, ASYNC):
+    BQ, BKV, THREADS, STAGES = TF32_QUERIES, TF32_KEYS, 32 * TF32_WARPS, TF32_STAGES
+    t = cuda.threadIdx.x
+    lane = t % 32
+    warp = t // 32
+    bh = cuda.blockIdx.y
+    S = q.shape[2]
+    D = q.shape[3]
+    is_causal = causal[0] != 0
+    q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * BQ  # the heaviest query blocks first (causal_skip's order)
+    CPR = DP // 4  # 16-byte chunks per float32 row
+    TILE_BYTES = BKV * DP * 4
+    k_at = BQ * DP * 4  # after the Q tile
+    v_at = k_at + STAGES * TILE_BYTES
+    base = uint64(shared_address32(smem.ctypes.data))
+    # ldmatrix row addresses (as the fp16 kernel's: a k8 step of float32 is 32 bytes, two chunks)
+    for st in range(DP // 8):
+        q_lane[st] = _offset(16 * warp + lane % 16, 2 * st + lane // 16, CPR, True)
+        k_lane[st] = _offset(lane % 8 + 8 * (lane // 16), 2 * st + (lane // 8) % 2, CPR, True)
+    g = lane // 4
+    for c in range(DP // 8):  # V's rows 2q and 2q + 1 at column 8c + g
+        v_lo[c] = _offset(2 * (lane % 4), (8 * c + g) // 4, CPR, True) + ((8 * c + g) % 4) * 4
+        v_hi[c] = _offset(2 * (lane % 4) + 1, (8 * c + g) // 4, CPR, True) + ((8 * c + g) % 4) * 4
+    for half in range(2):
+        m_run[half] = LOWEST
+        l_run[half] = float32(0.0)
+    for c in range(DP // 8):
+        for e in range(4):
+            o[c, e] = float32(0.0)
+
+    end = min(S, q0 + BQ) if is_causal else S  # the block's last query sees no key past it
+    tiles = (end + BKV - 1) // BKV
+    i0 = q0 + 16 * warp + lane // 4
+    if ASYNC:
+        _issue_async(q, bh, q0, BQ, S, D, base, 0, DP, THREADS, True, 4)
+        if tiles > 0:
+            _issue_async(k, bh, 0, BKV, S, D, base, k_at, DP, THREADS, True, 4)
+            _issue_async(v, bh, 0, BKV, S, D, base, v_at, DP, THREADS, True, 4)
+        cp_async_commit()
+    else:
+        _load_plain_f32(q, bh, q0, BQ, S, D, smem_f, 0, DP, THREADS)
+    for tile in range(tiles):
+        j0 = tile * BKV
+        buffer = tile % 2
+        if ASYNC:
+            cp_async_wait_pending(0)  # tile `tile` has landed (for this thread) ...
+            cuda.syncthreads()  # ... for every thread, and every warp is done with tile - 1's buffer
+            if tile + 1 < tiles:
+                into = 1 - buffer
+                _issue_async(k, bh, j0 + BKV, BKV, S, D, base, k_at + into * TILE_BYTES, DP, THREADS, True, 4)
+                _issue_async(v, bh, j0 + BKV, BKV, S, D, base, v_at + into * TILE_BYTES, DP, THREADS, True, 4)
+            cp_async_commit()
+        else:
+            cuda.syncthreads()
+            _load_plain_f32(k, bh, j0, BKV, S, D, smem_f, k_at + buffer * TILE_BYTES, DP, THREADS)
+            _load_plain_f32(v, bh, j0, BKV, S, D, smem_f, v_at + buffer * TILE_BYTES, DP, THREADS)
+            cuda.syncthreads()
+        _scores_3xtf32(base, k_at + buffer * TILE_BYTES, s, q_lane, k_lane, DP, BKV)
+        masked = j0 + BKV > S or (is_causal and j0 + BKV > q0)  # the tail tile, the diagonal tiles
+        _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP, BKV, True)
+        _p_times_v_3xtf32(smem_f, v_at + buffer * TILE_BYTES, s, o, v_lo, v_hi, DP, BKV)
+    _store_rows_f32(out, bh, i0, o, l_run, DP)
+
+
+_BUILT_3XTF32: dict = {}
+
+
+def build_3xtf32(DP, use_async):
+    """The 3xTF32 kernel for head sizes up to DP, with cp.async tiles or plain loads (made once each)."""
+    key = (DP, bool(use_async))
+    if key in _BUILT_3XTF32:
+        return _BUILT_3XTF32[key]
+    ASYNC = bool(use_async)
+    STEPS = DP // 8
+
+    def kernel(q, k, v, out, scale_log2e, causal):
+        smem = cuda.shared.array(0, uint32, alignment=ALIGN16)  # the same bytes, seen as bits ...
+        smem_f = cuda.shared.array(0, float32, alignment=ALIGN16)  # ... and as float32
+        s = cuda.local.array((TF32_KEYS // 8, 4), float32)
+        o = cuda.local.array((DP // 8, 4), float32)
+        m_run = cuda.local.array(2, float32)
+        l_run = cuda.local.array(2, float32)
+        q_lane = cuda.local.array(STEPS, int32)
+        k_lane = cuda.local.array(STEPS, int32)
+        v_lo = cuda.local.array(STEPS, int32)
+        v_hi = cuda.local.array(STEPS, int32)
+        _flash_3xtf32(q, k, v, out, scale_log2e, causal, smem, smem_f, s, o, m_run, l_run, q_lane, k_lane,
+                      v_lo, v_hi, DP, ASYNC)
+
+    name = f"_flash_3xtf32_d{DP}_{'async' if ASYNC else 'plain'}"
+    kernel.__name__ = kernel.__qualname__ = name
+    compiled = cuda.jit(**_gpu_options(launch_bounds=(32 * TF32_WARPS, 2 if DP <= 64 else 1)))(kernel)
+    globals()[name] = _BUILT_3XTF32[key] = compiled
+    return compiled
+
+
+def launch_3xtf32(q, k, v, causal, out):
+    """float32 attention by the 3xTF32 kernel (the fp32 ladder's tensor_cores stage launches this): one
+    block per 64 queries of each (batch, head). q, k, v, out: B x H x S x D float32, D <= 128."""
+    B, H, S, D = q.shape
+    DP = padded_head_dim(D)
+    use_async = D % 4 == 0 and aligned16(q, k, v)  # whole 16-byte chunks a row, aligned: cp.async
+    kernel = build_3xtf32(DP, use_async)
+    args = (q, k, v, out, np.float32(LOG2E / math.sqrt(D)), causal)
+    nbytes = smem_bytes_3xtf32(DP)
+    if nbytes > STATIC_LIMIT:
+        set_max_dynamic_shared_memory(kernel, args, nbytes)
+    kernel[(blocks_for(S, TF32_QUERIES), B * H), 32 * TF32_WARPS, 0, nbytes](*args)
+
+
 for _stage_name in STAGE_SWITCHES:  # built at import: tools that compile kernels by name find them
     for _dp in HEAD_DIM_STEPS:
         for _bf16 in (False, True):
             build_kernel(_stage_name, _dp, _bf16)
+for _dp in HEAD_DIM_STEPS:
+    for _async in (False, True):
+        build_3xtf32(_dp, _async)

@@ -163,3 +163,54 @@ extern "C" __device__ int cp_async_chunk16_s32(int* result, unsigned long long w
     *result = 0;
     return 0;
 }
+
+// -- for the float32 attention's 3xTF32 stage (solutions/attention_tc.py, attention.tensor_cores) ------
+
+struct f32x2 { float x, y; };
+
+// x = big + small, both TF32 values (10 mantissa bits): big = x rounded to TF32 (cvt.rna), small = the
+// remainder x - big (exact in float32) rounded to TF32 too. A tensor core reading x itself would drop
+// its low 13 mantissa bits; big + small keeps about 21 of x's 24.
+extern "C" __device__ int split_tf32(f32x2* r, float x)
+{
+    unsigned big, small;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
+    float rest = x - __uint_as_float(big);
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(rest));
+    r->x = __uint_as_float(big);
+    r->y = __uint_as_float(small);
+    return 0;
+}
+
+// The same for a float32 held as its bits (what ldmatrix hands back).
+extern "C" __device__ int split_tf32_bits(f32x2* r, unsigned bits)
+{
+    return split_tf32(r, __uint_as_float(bits));
+}
+
+// d = a b + c to about float32 accuracy from three TF32 m16n8k8 mma (CUTLASS's "3xTF32", what torch's
+// float32 SDPA runs on tensor cores): a b = (a_big + a_small)(b_big + b_small), less a_small b_small
+// (2^-22 of the product); the small cross terms go first, so that they are not lost against the big
+// one. Fragments as mma_tf32_m16n8k8 in gemm_mma.cu: lane l, g = l / 4, q = l % 4: a0 A[g][q],
+// a1 A[g+8][q], a2 A[g][q+4], a3 A[g+8][q+4]; b0 B[q][g], b1 B[q+4][g]; c as the f16 mma's.
+extern "C" __device__ int mma_3xtf32_m16n8k8(f32x4* d, float a0, float a1, float a2, float a3,
+                                             float as0, float as1, float as2, float as3,
+                                             float b0, float b1, float bs0, float bs1,
+                                             float c0, float c1, float c2, float c3)
+{
+#define MMA_TF32(A0, A1, A2, A3, B0, B1)                                                                   \
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "                                              \
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"                               \
+        : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)                                                           \
+        : "r"(__float_as_uint(A0)), "r"(__float_as_uint(A1)), "r"(__float_as_uint(A2)),                   \
+          "r"(__float_as_uint(A3)), "r"(__float_as_uint(B0)), "r"(__float_as_uint(B1)))
+    MMA_TF32(as0, as1, as2, as3, b0, b1);   // a_small b_big
+    MMA_TF32(a0, a1, a2, a3, bs0, bs1);     // a_big b_small
+    MMA_TF32(a0, a1, a2, a3, b0, b1);       // a_big b_big
+#undef MMA_TF32
+    d->x = c0;
+    d->y = c1;
+    d->z = c2;
+    d->w = c3;
+    return 0;
+}
