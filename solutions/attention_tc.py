@@ -1010,12 +1010,14 @@ def build_3xtf32(DP, use_async):
         return _BUILT_3XTF32[key]
     ASYNC = bool(use_async)
     STEPS = DP // 8
+    S_SHAPE = (TF32_KEYS // 8, 4)  # shapes computed here: numba takes a closure's tuple as a constant
+    O_SHAPE = (DP // 8, 4)
 
     def kernel(q, k, v, out, scale_log2e, causal):
         smem = cuda.shared.array(0, uint32, alignment=ALIGN16)  # the same bytes, seen as bits ...
         smem_f = cuda.shared.array(0, float32, alignment=ALIGN16)  # ... and as float32
-        s = cuda.local.array((TF32_KEYS // 8, 4), float32)
-        o = cuda.local.array((DP // 8, 4), float32)
+        s = cuda.local.array(S_SHAPE, float32)
+        o = cuda.local.array(O_SHAPE, float32)
         m_run = cuda.local.array(2, float32)
         l_run = cuda.local.array(2, float32)
         q_lane = cuda.local.array(STEPS, int32)

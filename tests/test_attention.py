@@ -99,11 +99,15 @@ def test_decode_bytes_count_the_cache_once_per_kv_head():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stage, size", [("register_tiles", (1, 2, 70, 32, 0)), ("causal_skip", (1, 1, 130, 16, 1)),
-                                         ("rotate_in_shared", (1, 1, 130, 16, 1))],
-                         ids=["register_tiles-2-tiles", "causal_skip-3-query-blocks", "rotate_in_shared-3-query-blocks"])
+                                         ("rotate_in_shared", (1, 1, 130, 16, 1)),
+                                         ("tensor_cores", (1, 1, 130, 16, 1)), ("tensor_cores", (1, 1, 70, 13, 0))],
+                         ids=["register_tiles-2-tiles", "causal_skip-3-query-blocks", "rotate_in_shared-3-query-blocks",
+                              "tensor_cores-3-query-blocks", "tensor_cores-plain-loads-D13"])
 def test_several_key_tiles_and_query_blocks(stage, size):
     """The online softmax across key tiles and the causal skip across query blocks: S past one 64-tile
-    (for the RoPE-fused loads: K tiles and query blocks whose rows sit at positions past 64)."""
+    (for the RoPE-fused loads: K tiles and query blocks whose rows sit at positions past 64; for the
+    3xTF32 stage: the cp.async double buffer across three tiles, and rows of 13 floats, which take the
+    element-by-element loads)."""
     rng = np.random.default_rng(4)
     op = attention.rope_op if stage == "rotate_in_shared" else attention.op
     st = op[stage]
@@ -139,6 +143,33 @@ def test_the_headline_kernels_compile_without_spills():
     assert len(lines) == 6, done.stdout + done.stderr
     for name, status, spills, *_ in lines:
         assert status == "ok" and spills in ("0", "None"), done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.sim_only
+def test_the_3xtf32_kernels_compile_with_little_spill():
+    """The tensor_cores stage's kernels at D = 64 and 128 (cp.async), linked with hgemm_mma.cu as at
+    launch: no float64, at most the 128 bytes of spill tests/test_ladders.py allows. The link is
+    NVRTC + LTO: a minute or two on 2 cores."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from numba.cuda import types\n"
+        "from workbench.ptxcheck import compile_kernel\n"
+        "a4 = types.Array(types.float32, 4, 'C')\n"
+        "sig = (a4, a4, a4, a4, types.float32, types.Array(types.int32, 1, 'C'))\n"
+        "for name in ('_flash_3xtf32_d64_async', '_flash_3xtf32_d128_async'):\n"
+        "    r = compile_kernel('x', 'solutions.attention_tc', name, sig, True)\n"
+        "    print(name, r.status, r.spill_bytes, r.registers, r.message[:300])\n"
+    )
+    env = {**os.environ, "WORKBENCH_MODE": "compile", "NUMBA_ENABLE_CUDASIM": "0"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1500)
+    lines = [ln.split() for ln in done.stdout.splitlines() if ln.startswith("_")]
+    assert len(lines) == 2, done.stdout + done.stderr
+    for name, status, spills, *_ in lines:
+        assert status == "ok" and (spills == "None" or int(spills) <= 128), done.stdout
 
 
 @pytest.mark.sim_only
@@ -196,7 +227,8 @@ def test_decode_wide_kernels_compile_without_spills():
 @pytest.mark.gpu
 @pytest.mark.timing
 def test_attention_targets():
-    """At 8x16x2048x64 in one run: the best fp32 stage at least as fast as torch SDPA (float32), the
+    """At 8x16x2048x64 in one run: the best fp32 stage (tensor_cores, 3xTF32 as SDPA's) at least as fast
+    as torch SDPA (float32), the
     causal_skip stage on the masked problem >= 1.7x faster than register_tiles on the full one, and
     each stage faster than the one before on the masked problem (the headline)."""
     from workbench.bench import bench_size
