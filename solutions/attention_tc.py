@@ -560,21 +560,25 @@ def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, s
             _q_to_registers(base, 0, qf, q_lane, DP, A32)
             if TWO:
                 _q_to_registers(base, 32 * DP, qf2, q_lane, DP, A32)  # 16 rows further
-        kt_at = k_at + buffer * TILE_BYTES
-        vt_at = v_at + buffer * TILE_BYTES
-        _scores(base, 0, kt_at, qf, qf2, s, s2, q_lane, k_lane, DP, BKV, Q_REGS, BF16, A32, TWO)
-        # Only the tail tile (keys past S) and, under the mask, tiles reaching past the block's first
-        # query need the mask; the stages before causal_skip mask every tile.
-        masked = (not SKIP) or j0 + BKV > S or (is_causal and j0 + BKV > q0)
-        _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP, BKV, FAST)
-        if TWO:
-            _online_softmax(s2, o2, m_run2, l_run2, i0 + 16, j0, S, scale_log2e, masked, is_causal, DP, BKV, FAST)
-        if not P_REGS:
-            _p_to_shared(smem, p_at, s, warp, BF16)
-            cuda.syncwarp()  # each warp reads back only its own 16 rows of P
-        _p_times_v(base, p_at, vt_at, s, s2, o, o2, p_lane, v_lane, DP, BKV, P_REGS, BF16, A32, TWO)
-        if not P_REGS:
-            cuda.syncwarp()  # read before the next tile's P overwrites it
+        # Under the mask, with the skip, a warp whose queries all come before the tile's first key has
+        # nothing in it (a block of 128 queries has such tiles; the copies and barriers go on for the others).
+        if not (SKIP and is_causal and j0 >= q0 + ROWS * (warp + 1)):
+            kt_at = k_at + buffer * TILE_BYTES
+            vt_at = v_at + buffer * TILE_BYTES
+            _scores(base, 0, kt_at, qf, qf2, s, s2, q_lane, k_lane, DP, BKV, Q_REGS, BF16, A32, TWO)
+            # Only the tail tile (keys past S) and, under the mask, tiles reaching past the block's first
+            # query need the mask; the stages before causal_skip mask every tile.
+            masked = (not SKIP) or j0 + BKV > S or (is_causal and j0 + BKV > q0)
+            _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP, BKV, FAST)
+            if TWO:
+                _online_softmax(s2, o2, m_run2, l_run2, i0 + 16, j0, S, scale_log2e, masked, is_causal, DP, BKV,
+                                FAST)
+            if not P_REGS:
+                _p_to_shared(smem, p_at, s, warp, BF16)
+                cuda.syncwarp()  # each warp reads back only its own 16 rows of P
+            _p_times_v(base, p_at, vt_at, s, s2, o, o2, p_lane, v_lane, DP, BKV, P_REGS, BF16, A32, TWO)
+            if not P_REGS:
+                cuda.syncwarp()  # read before the next tile's P overwrites it
         buffer = buffer + 1 if buffer + 1 < STAGES else 0
 
     _store_rows(out, bh, i0, o, l_run, DP, BF16)
@@ -825,15 +829,46 @@ def tuned(q, k, v, causal, out):
 # P stays in registers. B must then be V's rows 2q and 2q + 1 at column g: two 4-byte shared loads a
 # lane (the swizzle keeps them in 32 different banks), where ldmatrix.trans would split the floats.
 
-TF32_WARPS = 4
-TF32_QUERIES = 16 * TF32_WARPS  # a block's queries, 16 a warp
-TF32_KEYS = 64  # keys a tile
-TF32_STAGES = 2  # K/V buffers (cp.async double buffering)
+class TF32Geometry(NamedTuple):
+    """The 3xTF32 kernel's layout (Geometry's fields of the same names): two K/V buffers always."""
+    warps: int = 4
+    rows: int = 16  # queries a warp: one m16 tile or two (32: each K and V fragment, and its split, serves both)
+    keys: int = 64  # keys a tile
+    min_blocks: int = 2  # launch_bounds: the register cap
+
+    @property
+    def queries(self):
+        return self.rows * self.warps
+
+    def label(self):
+        return f"{self.queries}q{self.warps}w{self.rows}r k{self.keys} lb{self.min_blocks}"
 
 
-def smem_bytes_3xtf32(DP):
+TF32_BASE = TF32Geometry()
+# scripts/gpu_attention_3xtf32.py times these side by side at 8x16x2048x64 without the mask (D = 64).
+TF32_SWEEP = [TF32_BASE, TF32_BASE._replace(min_blocks=1), TF32_BASE._replace(rows=32, keys=32),
+              TF32_BASE._replace(rows=32, keys=32, min_blocks=1), TF32_BASE._replace(rows=32, min_blocks=1),
+              TF32_BASE._replace(keys=32, min_blocks=3)]
+# The fastest of them on an H200 (2026-11-24): 3724.5 us, 36.9 TFLOP/s, 1.07x torch's float32 SDPA
+# (3987.7 us) in the same run, where TF32_BASE took 6376.1 (255 registers and 160 bytes of local
+# memory a thread; this layout 253 and none). Two m16 tiles a warp share every K and V fragment and
+# its split (half the ldmatrix, shared loads and cvt per mma), and 32-key tiles keep the two tiles'
+# scores in 32 registers.
+TF32_TUNED = TF32_BASE._replace(rows=32, keys=32)
+# At D = 128 two tiles' output accumulators alone are 128 registers (ptxas spilled 808 bytes): one m16
+# tile a warp, 32-key tiles (255 registers, no spill); --wide times the alternatives at 4x32x4096x128.
+TF32_TUNED_WIDE = TF32_BASE._replace(keys=32)
+TF32_SWEEP_WIDE = [TF32_BASE, TF32_TUNED_WIDE, TF32_TUNED._replace(min_blocks=1)]
+
+
+def tf32_geometry(DP):
+    """The 3xTF32 kernel's layout for head sizes up to DP."""
+    return TF32_TUNED_WIDE if DP > 64 else TF32_TUNED
+
+
+def smem_bytes_3xtf32(DP, g):
     """Dynamic shared memory of the 3xTF32 kernel: the Q tile and two buffers of K and V, float32."""
-    return 4 * DP * (TF32_QUERIES + 2 * TF32_STAGES * TF32_KEYS)
+    return 4 * DP * (g.queries + 2 * 2 * g.keys)
 
 
 @cuda.jit(device=True, inline=True)
@@ -858,40 +893,59 @@ def _mma3(acc, n, a, a_small, b0, b1, b0_small, b1_small):
 
 
 @cuda.jit(device=True, inline=True)
-def _scores_3xtf32(base, k_at, s, q_lane, k_lane, DP, BKV):
+def _scores_3xtf32(base, k_at, s, s2, q_lane, k_lane, DP, BKV, TWO):
     """s = this warp's 16 queries . the tile's BKV keys, k8 step by k8 step of the head size: Q's A
     fragment by ldmatrix (split once for the whole step), K's B fragments of two key tiles per
-    ldmatrix.x4 (K's rows are B's columns, as stored)."""
+    ldmatrix.x4 (K's rows are B's columns, as stored). TWO: the next 16 queries into s2, from the
+    same K fragments."""
     for n in range(BKV // 8):
         for e in range(4):
             s[n, e] = float32(0.0)
+            if TWO:
+                s2[n, e] = float32(0.0)
     for st in range(DP // 8):
         r = _ldsm(base + uint64(q_lane[st]), True)
         a, a_small = _split4(r[0], r[1], r[2], r[3])
+        if TWO:
+            r = _ldsm(base + uint64(q_lane[st] + 64 * DP), True)  # 16 rows further: 64 DP bytes
+            c, c_small = _split4(r[0], r[1], r[2], r[3])
         for p in range(BKV // 16):
-            r = _ldsm(base + uint64(k_at + k_lane[st] + p * 64 * DP), True)  # 16 keys further: 64 DP bytes
+            r = _ldsm(base + uint64(k_at + k_lane[st] + p * 64 * DP), True)  # 16 keys further
             b, b_small = _split4(r[0], r[1], r[2], r[3])
             _mma3(s, 2 * p, a, a_small, b[0], b[1], b_small[0], b_small[1])
             _mma3(s, 2 * p + 1, a, a_small, b[2], b[3], b_small[2], b_small[3])
+            if TWO:
+                _mma3(s2, 2 * p, c, c_small, b[0], b[1], b_small[0], b_small[1])
+                _mma3(s2, 2 * p + 1, c, c_small, b[2], b[3], b_small[2], b_small[3])
 
 
 @cuda.jit(device=True, inline=True)
-def _p_times_v_3xtf32(smem_f, v_at, s, o, v_lo, v_hi, DP, BKV):
-    """o += P V: key tile n's C fragment (keys 2q, 2q + 1 of rows g, g + 8) is the A fragment of k8 step
-    n with k = q read as key 2q and k = q + 4 as key 2q + 1; B is then V's rows 2q, 2q + 1 at column g
-    of each n8 tile of the head size (v_lo, v_hi: this lane's byte offsets in the tile, for key tile 0)."""
+def _p_fragment_3xtf32(s, n):
+    """Key tile n's C fragment (keys 2q, 2q + 1 of rows g and g + 8) as the TF32 A fragment of k8 step n,
+    k = q read as key 2q and k = q + 4 as key 2q + 1: (a0, a1, a2, a3) = (s0, s2, s1, s3), split."""
+    big0, small0 = split_tf32(s[n, 0])
+    big1, small1 = split_tf32(s[n, 2])
+    big2, small2 = split_tf32(s[n, 1])
+    big3, small3 = split_tf32(s[n, 3])
+    return (big0, big1, big2, big3), (small0, small1, small2, small3)
+
+
+@cuda.jit(device=True, inline=True)
+def _p_times_v_3xtf32(smem_f, v_at, s, s2, o, o2, v_lo, v_hi, DP, BKV, TWO):
+    """o += P V, P from its C fragments (_p_fragment_3xtf32); B is then V's rows 2q, 2q + 1 at column g
+    of each n8 tile of the head size (v_lo, v_hi: this lane's byte offsets in the tile, for key tile 0).
+    TWO: the next 16 queries' P (s2) into o2, from the same V fragments."""
     for n in range(BKV // 8):
-        big0, small0 = split_tf32(s[n, 0])  # row g, key 2q -> a0
-        big1, small1 = split_tf32(s[n, 2])  # row g + 8, key 2q -> a1
-        big2, small2 = split_tf32(s[n, 1])  # row g, key 2q + 1 -> a2
-        big3, small3 = split_tf32(s[n, 3])  # row g + 8, key 2q + 1 -> a3
-        a = (big0, big1, big2, big3)
-        a_small = (small0, small1, small2, small3)
+        a, a_small = _p_fragment_3xtf32(s, n)
+        if TWO:
+            c2, c2_small = _p_fragment_3xtf32(s2, n)
         for c in range(DP // 8):
             at = v_at + n * 32 * DP  # 8 keys further: 32 DP bytes (the swizzle depends on row % 8 only)
             b0, b0_small = split_tf32(smem_f[(at + v_lo[c]) // 4])
             b1, b1_small = split_tf32(smem_f[(at + v_hi[c]) // 4])
             _mma3(o, c, a, a_small, b0, b1, b0_small, b1_small)
+            if TWO:
+                _mma3(o2, c, c2, c2_small, b0, b1, b0_small, b1_small)
 
 
 @cuda.jit(device=True, inline=True)
@@ -935,9 +989,10 @@ def _store_rows_f32(out, bh, i0, o, l_run, DP):
 
 
 @cuda.jit(device=True, inline=True)
-def _flash_3xtf32(q, k, v, out, scale_log2e, causal, smem, smem_f, s, o, m_run, l_run, q_lane, k_lane, v_lo, v_hi,
-                  DP, ASYNC):
-    BQ, BKV, THREADS, STAGES = TF32_QUERIES, TF32_KEYS, 32 * TF32_WARPS, TF32_STAGES
+def _flash_3xtf32(q, k, v, out, scale_log2e, causal, smem, smem_f, s, o, m_run, l_run, second, q_lane, k_lane,
+                  v_lo, v_hi, DP, ASYNC, BQ, BKV, THREADS, ROWS):
+    TWO = ROWS == 32  # two m16 tiles a warp: s, o, m_run, l_run and the second's
+    s2, o2, m_run2, l_run2 = second
     t = cuda.threadIdx.x
     lane = t % 32
     warp = t // 32
@@ -949,11 +1004,11 @@ def _flash_3xtf32(q, k, v, out, scale_log2e, causal, smem, smem_f, s, o, m_run, 
     CPR = DP // 4  # 16-byte chunks per float32 row
     TILE_BYTES = BKV * DP * 4
     k_at = BQ * DP * 4  # after the Q tile
-    v_at = k_at + STAGES * TILE_BYTES
+    v_at = k_at + 2 * TILE_BYTES
     base = uint64(shared_address32(smem.ctypes.data))
     # ldmatrix row addresses (as the fp16 kernel's: a k8 step of float32 is 32 bytes, two chunks)
     for st in range(DP // 8):
-        q_lane[st] = _offset(16 * warp + lane % 16, 2 * st + lane // 16, CPR, True)
+        q_lane[st] = _offset(ROWS * warp + lane % 16, 2 * st + lane // 16, CPR, True)
         k_lane[st] = _offset(lane % 8 + 8 * (lane // 16), 2 * st + (lane // 8) % 2, CPR, True)
     g = lane // 4
     for c in range(DP // 8):  # V's rows 2q and 2q + 1 at column 8c + g
@@ -962,13 +1017,16 @@ def _flash_3xtf32(q, k, v, out, scale_log2e, causal, smem, smem_f, s, o, m_run, 
     for half in range(2):
         m_run[half] = LOWEST
         l_run[half] = float32(0.0)
+        m_run2[half] = LOWEST
+        l_run2[half] = float32(0.0)
     for c in range(DP // 8):
         for e in range(4):
             o[c, e] = float32(0.0)
+            o2[c, e] = float32(0.0)
 
     end = min(S, q0 + BQ) if is_causal else S  # the block's last query sees no key past it
     tiles = (end + BKV - 1) // BKV
-    i0 = q0 + 16 * warp + lane // 4
+    i0 = q0 + ROWS * warp + lane // 4
     if ASYNC:
         _issue_async(q, bh, q0, BQ, S, D, base, 0, DP, THREADS, True, 4)
         if tiles > 0:
@@ -993,25 +1051,36 @@ def _flash_3xtf32(q, k, v, out, scale_log2e, causal, smem, smem_f, s, o, m_run, 
             _load_plain_f32(k, bh, j0, BKV, S, D, smem_f, k_at + buffer * TILE_BYTES, DP, THREADS)
             _load_plain_f32(v, bh, j0, BKV, S, D, smem_f, v_at + buffer * TILE_BYTES, DP, THREADS)
             cuda.syncthreads()
-        _scores_3xtf32(base, k_at + buffer * TILE_BYTES, s, q_lane, k_lane, DP, BKV)
-        masked = j0 + BKV > S or (is_causal and j0 + BKV > q0)  # the tail tile, the diagonal tiles
-        _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP, BKV, True)
-        _p_times_v_3xtf32(smem_f, v_at + buffer * TILE_BYTES, s, o, v_lo, v_hi, DP, BKV)
+        if not (is_causal and j0 >= q0 + ROWS * (warp + 1)):  # a tile wholly past this warp's queries: nothing
+            _scores_3xtf32(base, k_at + buffer * TILE_BYTES, s, s2, q_lane, k_lane, DP, BKV, TWO)
+            masked = j0 + BKV > S or (is_causal and j0 + BKV > q0)  # the tail tile, the diagonal tiles
+            _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP, BKV, True)
+            if TWO:
+                _online_softmax(s2, o2, m_run2, l_run2, i0 + 16, j0, S, scale_log2e, masked, is_causal, DP, BKV,
+                                True)
+            _p_times_v_3xtf32(smem_f, v_at + buffer * TILE_BYTES, s, s2, o, o2, v_lo, v_hi, DP, BKV, TWO)
     _store_rows_f32(out, bh, i0, o, l_run, DP)
+    if TWO:
+        _store_rows_f32(out, bh, i0 + 16, o2, l_run2, DP)
 
 
 _BUILT_3XTF32: dict = {}
 
 
-def build_3xtf32(DP, use_async):
-    """The 3xTF32 kernel for head sizes up to DP, with cp.async tiles or plain loads (made once each)."""
-    key = (DP, bool(use_async))
+def build_3xtf32(DP, use_async, geometry=None):
+    """The 3xTF32 kernel for head sizes up to DP, with cp.async tiles or plain loads, in ``geometry``
+    (tf32_geometry(DP) unless given; made once per combination)."""
+    g = tf32_geometry(DP) if geometry is None else geometry
+    key = (DP, bool(use_async), g)
     if key in _BUILT_3XTF32:
         return _BUILT_3XTF32[key]
+    if g.rows not in (16, 32) or g.keys % 16:
+        raise ValueError(f"no 3xTF32 kernel with {g}: 16 or 32 rows a warp, keys a multiple of 16")
     ASYNC = bool(use_async)
     STEPS = DP // 8
-    S_SHAPE = (TF32_KEYS // 8, 4)  # shapes computed here: numba takes a closure's tuple as a constant
+    S_SHAPE = (g.keys // 8, 4)  # shapes computed here: numba takes a closure's tuple as a constant
     O_SHAPE = (DP // 8, 4)
+    BQ, BKV, THREADS, ROWS = g.queries, g.keys, 32 * g.warps, g.rows
 
     def kernel(q, k, v, out, scale_log2e, causal):
         smem = cuda.shared.array(0, uint32, alignment=ALIGN16)  # the same bytes, seen as bits ...
@@ -1020,32 +1089,40 @@ def build_3xtf32(DP, use_async):
         o = cuda.local.array(O_SHAPE, float32)
         m_run = cuda.local.array(2, float32)
         l_run = cuda.local.array(2, float32)
+        # The warp's second m16 tile (rows = 32); with one, these are only zeroed, and compile away.
+        s2 = cuda.local.array(S_SHAPE, float32)
+        o2 = cuda.local.array(O_SHAPE, float32)
+        m_run2 = cuda.local.array(2, float32)
+        l_run2 = cuda.local.array(2, float32)
         q_lane = cuda.local.array(STEPS, int32)
         k_lane = cuda.local.array(STEPS, int32)
         v_lo = cuda.local.array(STEPS, int32)
         v_hi = cuda.local.array(STEPS, int32)
-        _flash_3xtf32(q, k, v, out, scale_log2e, causal, smem, smem_f, s, o, m_run, l_run, q_lane, k_lane,
-                      v_lo, v_hi, DP, ASYNC)
+        _flash_3xtf32(q, k, v, out, scale_log2e, causal, smem, smem_f, s, o, m_run, l_run, (s2, o2, m_run2, l_run2),
+                      q_lane, k_lane, v_lo, v_hi, DP, ASYNC, BQ, BKV, THREADS, ROWS)
 
     name = f"_flash_3xtf32_d{DP}_{'async' if ASYNC else 'plain'}"
+    if g != tf32_geometry(DP):
+        name += "_" + "_".join(str(int(x)) for x in g)
     kernel.__name__ = kernel.__qualname__ = name
-    compiled = cuda.jit(**_gpu_options(launch_bounds=(32 * TF32_WARPS, 2 if DP <= 64 else 1)))(kernel)
+    compiled = cuda.jit(**_gpu_options(launch_bounds=(THREADS, g.min_blocks)))(kernel)
     globals()[name] = _BUILT_3XTF32[key] = compiled
     return compiled
 
 
-def launch_3xtf32(q, k, v, causal, out):
+def launch_3xtf32(q, k, v, causal, out, geometry=None):
     """float32 attention by the 3xTF32 kernel (the fp32 ladder's tensor_cores stage launches this): one
-    block per 64 queries of each (batch, head). q, k, v, out: B x H x S x D float32, D <= 128."""
+    block per g.queries queries of each (batch, head). q, k, v, out: B x H x S x D float32, D <= 128."""
     B, H, S, D = q.shape
     DP = padded_head_dim(D)
+    g = tf32_geometry(DP) if geometry is None else geometry
     use_async = D % 4 == 0 and aligned16(q, k, v)  # whole 16-byte chunks a row, aligned: cp.async
-    kernel = build_3xtf32(DP, use_async)
+    kernel = build_3xtf32(DP, use_async, g)
     args = (q, k, v, out, np.float32(LOG2E / math.sqrt(D)), causal)
-    nbytes = smem_bytes_3xtf32(DP)
+    nbytes = smem_bytes_3xtf32(DP, g)
     if nbytes > STATIC_LIMIT:
         set_max_dynamic_shared_memory(kernel, args, nbytes)
-    kernel[(blocks_for(S, TF32_QUERIES), B * H), 32 * TF32_WARPS, 0, nbytes](*args)
+    kernel[(blocks_for(S, g.queries), B * H), 32 * g.warps, 0, nbytes](*args)
 
 
 for _stage_name in STAGE_SWITCHES:  # built at import: tools that compile kernels by name find them
