@@ -560,25 +560,22 @@ def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, s
             _q_to_registers(base, 0, qf, q_lane, DP, A32)
             if TWO:
                 _q_to_registers(base, 32 * DP, qf2, q_lane, DP, A32)  # 16 rows further
-        # Under the mask, with the skip, a warp whose queries all come before the tile's first key has
-        # nothing in it (a block of 128 queries has such tiles; the copies and barriers go on for the others).
-        if not (SKIP and is_causal and j0 >= q0 + ROWS * (warp + 1)):
-            kt_at = k_at + buffer * TILE_BYTES
-            vt_at = v_at + buffer * TILE_BYTES
-            _scores(base, 0, kt_at, qf, qf2, s, s2, q_lane, k_lane, DP, BKV, Q_REGS, BF16, A32, TWO)
-            # Only the tail tile (keys past S) and, under the mask, tiles reaching past the block's first
-            # query need the mask; the stages before causal_skip mask every tile.
-            masked = (not SKIP) or j0 + BKV > S or (is_causal and j0 + BKV > q0)
-            _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP, BKV, FAST)
-            if TWO:
-                _online_softmax(s2, o2, m_run2, l_run2, i0 + 16, j0, S, scale_log2e, masked, is_causal, DP, BKV,
-                                FAST)
-            if not P_REGS:
-                _p_to_shared(smem, p_at, s, warp, BF16)
-                cuda.syncwarp()  # each warp reads back only its own 16 rows of P
-            _p_times_v(base, p_at, vt_at, s, s2, o, o2, p_lane, v_lane, DP, BKV, P_REGS, BF16, A32, TWO)
-            if not P_REGS:
-                cuda.syncwarp()  # read before the next tile's P overwrites it
+        kt_at = k_at + buffer * TILE_BYTES
+        vt_at = v_at + buffer * TILE_BYTES
+        _scores(base, 0, kt_at, qf, qf2, s, s2, q_lane, k_lane, DP, BKV, Q_REGS, BF16, A32, TWO)
+        # Only the tail tile (keys past S) and, under the mask, tiles reaching past the block's first
+        # query need the mask; the stages before causal_skip mask every tile. (A warp whose queries all
+        # come before a tile's first key could skip it: timed in one run, no faster; not done.)
+        masked = (not SKIP) or j0 + BKV > S or (is_causal and j0 + BKV > q0)
+        _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP, BKV, FAST)
+        if TWO:
+            _online_softmax(s2, o2, m_run2, l_run2, i0 + 16, j0, S, scale_log2e, masked, is_causal, DP, BKV, FAST)
+        if not P_REGS:
+            _p_to_shared(smem, p_at, s, warp, BF16)
+            cuda.syncwarp()  # each warp reads back only its own 16 rows of P
+        _p_times_v(base, p_at, vt_at, s, s2, o, o2, p_lane, v_lane, DP, BKV, P_REGS, BF16, A32, TWO)
+        if not P_REGS:
+            cuda.syncwarp()  # read before the next tile's P overwrites it
         buffer = buffer + 1 if buffer + 1 < STAGES else 0
 
     _store_rows(out, bh, i0, o, l_run, DP, BF16)
@@ -1051,14 +1048,12 @@ def _flash_3xtf32(q, k, v, out, scale_log2e, causal, smem, smem_f, s, o, m_run, 
             _load_plain_f32(k, bh, j0, BKV, S, D, smem_f, k_at + buffer * TILE_BYTES, DP, THREADS)
             _load_plain_f32(v, bh, j0, BKV, S, D, smem_f, v_at + buffer * TILE_BYTES, DP, THREADS)
             cuda.syncthreads()
-        if not (is_causal and j0 >= q0 + ROWS * (warp + 1)):  # a tile wholly past this warp's queries: nothing
-            _scores_3xtf32(base, k_at + buffer * TILE_BYTES, s, s2, q_lane, k_lane, DP, BKV, TWO)
-            masked = j0 + BKV > S or (is_causal and j0 + BKV > q0)  # the tail tile, the diagonal tiles
-            _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP, BKV, True)
-            if TWO:
-                _online_softmax(s2, o2, m_run2, l_run2, i0 + 16, j0, S, scale_log2e, masked, is_causal, DP, BKV,
-                                True)
-            _p_times_v_3xtf32(smem_f, v_at + buffer * TILE_BYTES, s, s2, o, o2, v_lo, v_hi, DP, BKV, TWO)
+        _scores_3xtf32(base, k_at + buffer * TILE_BYTES, s, s2, q_lane, k_lane, DP, BKV, TWO)
+        masked = j0 + BKV > S or (is_causal and j0 + BKV > q0)  # the tail tile, the diagonal tiles
+        _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP, BKV, True)
+        if TWO:
+            _online_softmax(s2, o2, m_run2, l_run2, i0 + 16, j0, S, scale_log2e, masked, is_causal, DP, BKV, True)
+        _p_times_v_3xtf32(smem_f, v_at + buffer * TILE_BYTES, s, s2, o, o2, v_lo, v_hi, DP, BKV, TWO)
     _store_rows_f32(out, bh, i0, o, l_run, DP)
     if TWO:
         _store_rows_f32(out, bh, i0 + 16, o2, l_run2, DP)
