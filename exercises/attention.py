@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: d15024860efd6ef451e9cdb3571db54b53fe1e5d930b0678f3fbf3816399b4a0
+# generated-sha256: 6f9aba62cf96d9320a660ee324af1536e7f8aa089dabc823c225dff02b5b4f89
 # --------------------------------------------------------------------------------------------------
 """Scaled dot-product attention in float32, from three kernels to a register-tiled FlashAttention.
 
@@ -37,6 +37,9 @@ it is 2 GiB of float32, sixteen times the inputs: a kernel that writes it to mem
    load feeds 8 multiply-adds instead of half of one.
 5. ``causal_skip``: under the causal mask, tiles above the diagonal are skipped, not computed and
    masked; the blocks with the most work start first. Without the mask it is stage 4.
+6. ``tensor_cores``: both products on the tensor cores in 3xTF32 (each float32 split into two TF32
+   parts, three mma a product: float32 accuracy), FlashAttention-2's layout (``attention_tc.py``; the
+   kernel is in ``_flash_mma.py``, which both share).
 
 The bytes model of each stage counts what it reads from L2 or memory (``stage_bytes``): the scores
 it writes and reads back (stage 1: 6 S^2 floats per head) and how often K and V are fetched (once
@@ -60,6 +63,7 @@ from workbench import peers
 from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 
+from solutions._flash_mma import launch_3xtf32, padded_head_dim, tf32_geometry
 from solutions._attention_common import (attention_flops, extreme_logits, naive_expression, reference, rope_tables,
                                          sdpa_peer)
 
@@ -765,6 +769,37 @@ def causal_skip(q, k, v, causal, out):
 for _dp in HEAD_DIM_STEPS:  # built at import: tools that compile kernels by name find them
     _register_tiles_kernel(_dp)
     _causal_skip_kernel(_dp)
+
+
+# -- 6. tensor_cores: float32 products on the tensor cores, in three TF32 parts -------------------------
+
+def _tf32_block_queries(size):
+    """Queries a block of the 3xTF32 kernel takes (each fetches K and V once): 128, or 64 at D > 64."""
+    return tf32_geometry(padded_head_dim(size[3])).queries
+
+
+@op.stage("tensor_cores", """
+    What torch's SDPA does in float32 on this GPU: the two products go to the tensor cores in
+    "3xTF32" (CUTLASS's OpMultiplyAddFastF32). A TF32 tensor core reads only 10 of a float32's 23
+    mantissa bits, about 3 decimal digits. Split every input into two TF32 numbers, x = big + small
+    (big: x rounded to TF32; small: the rest, rounded too), and a b = big_a big_b + big_a small_b +
+    small_a big_b, dropping small_a small_b (2^-22 of the product): three mma give close to float32
+    accuracy, at a third of the TF32 rate, still more than the CUDA cores' FMAs reach. The kernel is
+    the fp16 ladder's FlashAttention-2 (attention_tc.py, _flash_mma.py) with m16n8k8 TF32 fragments: key tiles
+    by cp.async (double-buffered, swizzled), Q and K fragments by ldmatrix (an 8x4 block of float32
+    is what it hands a TF32 fragment), the online softmax on the accumulator fragments, P kept in
+    registers: the C fragment of 8 keys becomes the A fragment of P V once its k order is read as
+    keys 2q, 2q + 1, with V's rows loaded in that order. Each warp owns 32 queries, two m16 tiles
+    that share every K and V fragment and its split, and the key tiles are 32 wide so that both
+    tiles' scores fit in registers: on the H200 at 8x16x2048x64 that layout ran in 3724.5 us, 1.07x
+    SDPA's 3987.7, where 16 queries a warp and 64-key tiles took 6376.1 (0.63x; 255 registers and
+    160 bytes of spill). At D = 128 a warp keeps 16 queries (two tiles' outputs would spill). Tiles
+    past the diagonal are skipped as in stage 5; rows that are not whole 16-byte chunks (D not a
+    multiple of 4) are loaded element by element instead of by cp.async.""",
+          bytes_moved=lambda size: _io_bytes(size) // 2 + _kv_bytes(size, _tf32_block_queries(size),
+                                                                      skips_masked=True))
+def tensor_cores(q, k, v, causal, out):
+    launch_3xtf32(q, k, v, causal, out)
 
 
 

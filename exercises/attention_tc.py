@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: dbc7329bf10b9de740479e635e026e6c60e74b4621906f9d4d1d29ada2dbad70
+# generated-sha256: 71dfac23f22aa6506493373d136d5e9f480b44e5f05bec58cd429602c328caf0
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync.
 
@@ -60,9 +60,10 @@ from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 
 from solutions._attention_common import attention_flops, extreme_logits, naive_expression, reference, sdpa_peer
-from solutions._ptx import (cp_async_chunk16, cp_async_chunk16_s32, cp_async_commit, cp_async_wait_pending,
-                            ex2_approx_ftz, ldmatrix_x4, ldmatrix_x4_s32, ldmatrix_x4_trans, ldmatrix_x4_trans_s32,
-                            mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, shared_address32)
+from solutions._flash_mma import (ALIGN16, FULL_MASK, HEAD_DIM_STEPS, LOG2E, LOWEST, issue_async, ldsm, ldsm_trans,
+                                  online_softmax, padded_head_dim, tile_offset)
+from solutions._ptx import cp_async_commit, cp_async_wait_pending, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, \
+    shared_address32
 from solutions._vector_io import aligned16
 
 try:
@@ -73,12 +74,6 @@ except ImportError:  # numba-cuda takes bf16 arrays from ml_dtypes; without it t
     BF16 = None
 
 MAX_HEAD_DIM = 128
-NEG_INF = np.float32(-np.inf)
-# The running maximum's start: the most negative finite float32, so that exp2(start - m) is 0 or 1,
-# never exp2(-inf - -inf) = NaN, while a row has seen only masked keys (as in solutions/attention.py).
-LOWEST = np.float32(np.finfo(np.float32).min)
-LOG2E = 1.4426950408889634
-FULL_MASK = 0xFFFFFFFF
 
 
 def _gpu_options(**options):
@@ -86,7 +81,6 @@ def _gpu_options(**options):
     return {} if _device.is_simulator() else options
 
 
-ALIGN16 = None if _device.is_simulator() else 16  # the simulator refuses alignment=
 
 
 # -- the operators -------------------------------------------------------------------------------
@@ -191,9 +185,6 @@ def _stage(name, summary):
 # every loop over fragments has a constant trip count, is unrolled, and the accumulators stay in
 # registers (an index the compiler cannot resolve would move the whole array to local memory).
 
-HEAD_DIM_STEPS = (16, 32, 64, 128)
-
-
 class Geometry(NamedTuple):
     """How a kernel is laid out: stages 1 to 4 use the defaults; ``tuned`` uses TUNED below, and
     scripts/gpu_attention_tc.py times the alternatives side by side (``launch_geometry``)."""
@@ -261,44 +252,6 @@ BKV = BASE.keys  # keys per tile
 THREADS = 32 * BASE.warps
 
 
-def padded_head_dim(D):
-    return next(dp for dp in HEAD_DIM_STEPS if D <= dp)
-
-
-@cuda.jit(device=True, inline=True)
-def _offset(row, chunk, chunks_per_row, swizzle):
-    """Byte offset of 16-byte chunk ``chunk`` of a tile's row ``row``. Swizzled, the chunk index is
-    XORed with row % 8: the 8 rows one ldmatrix phase reads, at one logical chunk, land in 8 different
-    16-byte bank groups (rows of 128 or 256 bytes). Shorter rows (D <= 32, the simulator's sizes) XOR
-    with row % chunks_per_row: still a permutation of the row."""
-    if swizzle:
-        chunk = chunk ^ (row % min(chunks_per_row, 8))
-    return (row * chunks_per_row + chunk) * 16
-
-
-@cuda.jit(device=True, inline=True)
-def _ldsm(address, A32):
-    """ldmatrix.x4 at a shared address: a 32-bit window address (A32) or a generic one."""
-    if A32:
-        return ldmatrix_x4_s32(address)
-    return ldmatrix_x4(address)
-
-
-@cuda.jit(device=True, inline=True)
-def _ldsm_trans(address, A32):
-    if A32:
-        return ldmatrix_x4_trans_s32(address)
-    return ldmatrix_x4_trans(address)
-
-
-@cuda.jit(device=True, inline=True)
-def _exp2(x, FAST):
-    """2^x: one MUFU.EX2 (FAST), or libdevice's exp2f (a subnormal-result fix-up around it)."""
-    if FAST:
-        return ex2_approx_ftz(x)
-    return math.exp2(x)
-
-
 @cuda.jit(device=True, inline=True)
 def _load_plain(src, bh, row0, rows, S, D, smem, at, DP, THREADS):
     """Rows row0 .. row0 + rows - 1 of src[b, h] (16-bit bits) into the tile at byte ``at``, row-major,
@@ -314,31 +267,6 @@ def _load_plain(src, bh, row0, rows, S, D, smem, at, DP, THREADS):
         if row0 + r < S and c < D:
             value = src[b, h, row0 + r, c]
         smem[at // 2 + r * DP + c] = value
-
-
-@cuda.jit(device=True, inline=True)
-def _issue_async(src, bh, row0, rows, S, D, base, at, DP, THREADS, A32):
-    """Start copying rows row0 .. row0 + rows - 1 of src[b, h] to the swizzled tile at byte ``at``: 16
-    bytes a cp.async, zero-filled past S and D, landing when cp_async_wait_pending retires their group."""
-    CPR = DP // 8
-    for j in range((rows * CPR + THREADS - 1) // THREADS):
-        c = cuda.threadIdx.x + j * THREADS
-        # (a test compiled away where the block's threads divide the tile's chunks: no branch)
-        if (rows * CPR) % THREADS == 0 or c < rows * CPR:
-            r = c // CPR
-            chunk = c % CPR
-            inside = row0 + r < S and chunk * 8 < D
-            src_at = src.ctypes.data
-            if inside:
-                if A32:  # the tile's first row once, then a 32-bit offset the thread keeps every tile
-                    src_at += uint64((bh * S + row0) * D * 2) + uint64(int32(r * D + chunk * 8) * 2)
-                else:
-                    src_at += uint64(((bh * S + row0 + r) * D + chunk * 8) * 2)
-            dst = base + uint64(at + _offset(r, chunk, CPR, True))
-            if A32:
-                cp_async_chunk16_s32(dst, src_at, 16 if inside else 0)
-            else:
-                cp_async_chunk16(dst, src_at, 16 if inside else 0)
 
 
 @cuda.jit(device=True, inline=True)
@@ -367,7 +295,7 @@ def _q_fragment(base, q_at, qf, st, q_lane, DP, Q_REGS, A32):
     """The A fragment of Q (16 queries) for k16 step st: from registers, or by ldmatrix from its tile."""
     if Q_REGS:
         return qf[4 * st], qf[4 * st + 1], qf[4 * st + 2], qf[4 * st + 3]
-    return _ldsm(base + uint64(q_at + q_lane[st]), A32)
+    return ldsm(base + uint64(q_at + q_lane[st]), A32)
 
 
 @cuda.jit(device=True, inline=True)
@@ -386,42 +314,12 @@ def _scores(base, q_at, k_at, qf, qf2, s, s2, q_lane, k_lane, DP, BKV, Q_REGS, b
         if TWO:
             c0, c1, c2, c3 = _q_fragment(base, q_at + 32 * DP, qf2, st, q_lane, DP, Q_REGS, A32)
         for p in range(BKV // 16):
-            b = _ldsm(base + uint64(k_at + k_lane[st] + p * 32 * DP), A32)  # 16 rows further: 32 DP bytes
+            b = ldsm(base + uint64(k_at + k_lane[st] + p * 32 * DP), A32)  # 16 rows further: 32 DP bytes
             _mma(s, 2 * p, a0, a1, a2, a3, b[0], b[1], bf16)
             _mma(s, 2 * p + 1, a0, a1, a2, a3, b[2], b[3], bf16)
             if TWO:
                 _mma(s2, 2 * p, c0, c1, c2, c3, b[0], b[1], bf16)
                 _mma(s2, 2 * p + 1, c0, c1, c2, c3, b[2], b[3], bf16)
-
-
-@cuda.jit(device=True, inline=True)
-def _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, DP, BKV, FAST):
-    """Scores -> probabilities against each row's new running maximum; the running sum and the output
-    rows rescaled by how much the maximum grew. This lane: rows i0 (s[:, 0:2]) and i0 + 8 (s[:, 2:4]),
-    keys j0 + 8n + 2q + e; a row's other keys are in the lanes 1 and 2 away (its quad). FAST keeps the
-    scores and the maximum unscaled and scales inside the exponent: exp2(s scale - m scale) is one
-    fused multiply-add (the scale is positive: the maximum of the scaled scores is the scaled maximum);
-    otherwise the scores are scaled first (a multiply of 1 is no instruction)."""
-    factor = float32(1.0) if FAST else scale_log2e  # applied to the scores now
-    scale = scale_log2e if FAST else float32(1.0)  # applied inside exp2
-    for half in range(2):
-        i = i0 + 8 * half
-        tile_max = NEG_INF
-        for n in range(BKV // 8):
-            for e in range(2):
-                x = s[n, 2 * half + e] * factor
-                j = j0 + 8 * n + 2 * (cuda.threadIdx.x % 4) + e
-                if masked and (j >= S or (causal and j > i)):
-                    x = NEG_INF
-                s[n, 2 * half + e] = x
-                tile_max = max(tile_max, x)
-        tile_max = max(tile_max, cuda.shfl_xor_sync(FULL_MASK, tile_max, 1))
-        tile_max = max(tile_max, cuda.shfl_xor_sync(FULL_MASK, tile_max, 2))
-        # EXERCISE: write this part of `_online_softmax`. Read the hints one at a time.
-        #   hint 1 (nudge): the row's new maximum m_new = max(m_run[half], tile_max); what the old terms must be multiplied by is exp2((old - new) scale).
-        #   hint 2: each s[n, 2 half + e] becomes exp2(s scale - m_new scale) (_exp2(x, FAST)); l_run[half] (this lane's share of the row's sum) = l_run * alpha + their sum.
-        #   hint 3 (nearly the answer): the output row so far, o[c, 2 half] and o[c, 2 half + 1] for every n8 tile c of the head size, is multiplied by alpha too.
-        pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
 @cuda.jit(device=True, inline=True)
@@ -439,11 +337,18 @@ def _p_to_shared(smem, p_at, s, warp, bf16):
 
 @cuda.jit(device=True, inline=True)
 def _p_fragment(s, kj, bf16):
-    """FlashAttention-2's register trick: the C fragments of key tiles 2kj and 2kj + 1 (rows g and
-    g + 8, keys 2q, 2q + 1 of each) are, packed in pairs, the A fragment of P V's k-step kj: rows g,
-    g + 8, k 2q, 2q + 1 (+ 8)."""
-    return (_pack(s[2 * kj, 0], s[2 * kj, 1], bf16), _pack(s[2 * kj, 2], s[2 * kj, 3], bf16),
-            _pack(s[2 * kj + 1, 0], s[2 * kj + 1, 1], bf16), _pack(s[2 * kj + 1, 2], s[2 * kj + 1, 3], bf16))
+    """FlashAttention-2's register trick: the A fragment of P V's k-step kj (keys 16 kj .. 16 kj + 15),
+    made from the scores' C fragments where they are, without a trip through shared memory. Lane
+    (g, q): s[n, 0], s[n, 1] are row g, keys 8n + 2q and 8n + 2q + 1; s[n, 2], s[n, 3] the same keys
+    of row g + 8. The A fragment wants a0: row g, k 2q and 2q + 1; a1: row g + 8, the same k; a2, a3:
+    the same 8 further along k, each register two halves, the lower k in the low 16 bits."""
+    a0 = a1 = a2 = a3 = uint32(0)  # (until written: probabilities of 0, which add nothing to P V)
+    # EXERCISE: write this part of `_p_fragment`. Read the hints one at a time.
+    #   hint 1 (nudge): k-step kj covers key tiles 2kj (its first 8 keys) and 2kj + 1 (the next 8): a0 and a1 come from tile 2kj, a2 and a3 from 2kj + 1.
+    #   hint 2: within a tile, row g is s[n, 0], s[n, 1] and row g + 8 is s[n, 2], s[n, 3]: exactly the pairs a register holds.
+    #   hint 3 (nearly the answer): each register is _pack(lo, hi, bf16): the two float32 probabilities rounded to the half type, lo the lower key.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+    return a0, a1, a2, a3
 
 
 @cuda.jit(device=True, inline=True)
@@ -455,11 +360,11 @@ def _p_times_v(base, p_at, v_at, s, s2, o, o2, p_lane, v_lane, DP, BKV, P_REGS, 
         if P_REGS:
             a0, a1, a2, a3 = _p_fragment(s, kj, bf16)
         else:
-            a0, a1, a2, a3 = _ldsm(base + uint64(p_at + p_lane + kj * 32), A32)  # 16 keys further: 32 bytes
+            a0, a1, a2, a3 = ldsm(base + uint64(p_at + p_lane + kj * 32), A32)  # 16 keys further: 32 bytes
         if TWO:
             c0, c1, c2, c3 = _p_fragment(s2, kj, bf16)
         for p in range(DP // 16):
-            b = _ldsm_trans(base + uint64(v_at + v_lane[p] + kj * 32 * DP), A32)
+            b = ldsm_trans(base + uint64(v_at + v_lane[p] + kj * 32 * DP), A32)
             _mma(o, 2 * p, a0, a1, a2, a3, b[0], b[1], bf16)
             _mma(o, 2 * p + 1, a0, a1, a2, a3, b[2], b[3], bf16)
             if TWO:
@@ -503,9 +408,9 @@ def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, s
     # head-size tiles 2p, 2p + 1): key l % 16, chunk 2p + l // 16. 16 rows further is 32 DP bytes
     # for any swizzle (it depends on row % 8 only).
     for st in range(DP // 16):
-        q_lane[st] = _offset(ROWS * warp + lane % 16, 2 * st + lane // 16, CPR, ASYNC)
-        k_lane[st] = _offset(lane % 8 + 8 * (lane // 16), 2 * st + (lane // 8) % 2, CPR, ASYNC)
-        v_lane[st] = _offset(lane % 16, 2 * st + lane // 16, CPR, ASYNC)
+        q_lane[st] = tile_offset(ROWS * warp + lane % 16, 2 * st + lane // 16, CPR, ASYNC)
+        k_lane[st] = tile_offset(lane % 8 + 8 * (lane // 16), 2 * st + (lane // 8) % 2, CPR, ASYNC)
+        v_lane[st] = tile_offset(lane % 16, 2 * st + lane // 16, CPR, ASYNC)
     p_lane = ((16 * warp + lane % 16) * BKV + 8 * (lane // 16)) * 2
     for half in range(2):
         m_run[half] = LOWEST
@@ -525,11 +430,11 @@ def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, s
     if ASYNC:
         # The prologue: Q with key tile 0 in one group, then tiles 1 .. STAGES - 2 a group each (a
         # group is committed even when empty, so that "all but the newest STAGES - 2" counts tiles).
-        _issue_async(q, bh, q0, BQ, S, D, base, 0, DP, THREADS, A32)
+        issue_async(q, bh, q0, BQ, S, D, base, 0, DP, THREADS, A32, 2)
         for ahead in range(STAGES - 1):
             if ahead < tiles:
-                _issue_async(k, bh, ahead * BKV, BKV, S, D, base, k_at + ahead * TILE_BYTES, DP, THREADS, A32)
-                _issue_async(v, bh, ahead * BKV, BKV, S, D, base, v_at + ahead * TILE_BYTES, DP, THREADS, A32)
+                issue_async(k, bh, ahead * BKV, BKV, S, D, base, k_at + ahead * TILE_BYTES, DP, THREADS, A32, 2)
+                issue_async(v, bh, ahead * BKV, BKV, S, D, base, v_at + ahead * TILE_BYTES, DP, THREADS, A32, 2)
             cp_async_commit()
     else:
         _load_plain(q, bh, q0, BQ, S, D, smem, 0, DP, THREADS)
@@ -545,8 +450,8 @@ def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, s
             nxt = tile + STAGES - 1
             if nxt < tiles:
                 into = buffer - 1 if buffer > 0 else STAGES - 1  # nxt % STAGES: the buffer tile - 1 used
-                _issue_async(k, bh, nxt * BKV, BKV, S, D, base, k_at + into * TILE_BYTES, DP, THREADS, A32)
-                _issue_async(v, bh, nxt * BKV, BKV, S, D, base, v_at + into * TILE_BYTES, DP, THREADS, A32)
+                issue_async(k, bh, nxt * BKV, BKV, S, D, base, k_at + into * TILE_BYTES, DP, THREADS, A32, 2)
+                issue_async(v, bh, nxt * BKV, BKV, S, D, base, v_at + into * TILE_BYTES, DP, THREADS, A32, 2)
             cp_async_commit()
         else:
             cuda.syncthreads()  # every warp is done with the previous K and V tiles
@@ -561,11 +466,12 @@ def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, s
         vt_at = v_at + buffer * TILE_BYTES
         _scores(base, 0, kt_at, qf, qf2, s, s2, q_lane, k_lane, DP, BKV, Q_REGS, BF16, A32, TWO)
         # Only the tail tile (keys past S) and, under the mask, tiles reaching past the block's first
-        # query need the mask; the stages before causal_skip mask every tile.
+        # query need the mask; the stages before causal_skip mask every tile. (A warp whose queries all
+        # come before a tile's first key could skip it: timed in one run, no faster; not done.)
         masked = (not SKIP) or j0 + BKV > S or (is_causal and j0 + BKV > q0)
-        _online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP, BKV, FAST)
+        online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP, BKV, FAST)
         if TWO:
-            _online_softmax(s2, o2, m_run2, l_run2, i0 + 16, j0, S, scale_log2e, masked, is_causal, DP, BKV, FAST)
+            online_softmax(s2, o2, m_run2, l_run2, i0 + 16, j0, S, scale_log2e, masked, is_causal, DP, BKV, FAST)
         if not P_REGS:
             _p_to_shared(smem, p_at, s, warp, BF16)
             cuda.syncwarp()  # each warp reads back only its own 16 rows of P
@@ -583,7 +489,7 @@ def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, s
 def _q_to_registers(base, q_at, qf, q_lane, DP, A32):
     """The A fragments of 16 queries of the Q tile at q_at, every k16 step, into qf (4 registers a step)."""
     for st in range(DP // 16):
-        a = _ldsm(base + uint64(q_at + q_lane[st]), A32)
+        a = ldsm(base + uint64(q_at + q_lane[st]), A32)
         qf[4 * st] = a[0]
         qf[4 * st + 1] = a[1]
         qf[4 * st + 2] = a[2]

@@ -1,14 +1,14 @@
 """One run on an H100/H200: the float32 attention's 3xTF32 kernel (attention.tensor_cores, which runs
-``attention_tc.launch_3xtf32``) in each layout of ``attention_tc.TF32_SWEEP``, side by side with torch's
+``_flash_mma.launch_3xtf32``) in each layout of ``_flash_mma.TF32_SWEEP``, side by side with torch's
 float32 SDPA (3xTF32 on tensor cores too), at 8x16x2048x64 without the mask; with --wide, the layouts
-of ``attention_tc.TF32_SWEEP_WIDE`` at 4x32x4096x128 (D = 128).
+of ``_flash_mma.TF32_SWEEP_WIDE`` at 4x32x4096x128 (D = 128).
 
     python scripts/gpu_attention_3xtf32.py OUT_DIR [--wide]
 
 Each layout is checked first (float64 reference at 1x2x333x64, causal and not; SDPA's output at the
 headline), then timed (workbench.timing.measure: CUDA events after warm-up, median of 10 samples):
 us, TFLOP/s, ratio to SDPA, registers and local bytes. Then the fastest, and the line to paste into
-solutions/attention_tc.py if it is not the tuned layout. Everything goes to OUT_DIR/gpu_attention_3xtf32[_wide].json.
+solutions/flash.py if it is not the tuned layout. Everything goes to OUT_DIR/gpu_attention_3xtf32[_wide].json.
 """
 
 from __future__ import annotations
@@ -29,13 +29,15 @@ from workbench import peers, results  # noqa: E402
 from workbench.ladder import size_label, to_device, to_host  # noqa: E402
 from workbench.timing import measure  # noqa: E402
 
-from solutions import attention, attention_tc  # noqa: E402
+import solutions._flash_mma as flash  # noqa: E402
+from solutions import attention  # noqa: E402
+from solutions._attention_common import attention_flops  # noqa: E402
 
 WIDE = "--wide" in sys.argv[1:]
 SIZE = (4, 32, 4096, 128, 0) if WIDE else (8, 16, 2048, 64, 0)
 CHECK = (1, 2, 333, SIZE[3])
-SWEEP = attention_tc.TF32_SWEEP_WIDE if WIDE else attention_tc.TF32_SWEEP
-DP = attention_tc.padded_head_dim(SIZE[3])
+SWEEP = flash.TF32_SWEEP_WIDE if WIDE else flash.TF32_SWEEP
+DP = flash.padded_head_dim(SIZE[3])
 
 
 def main(out_dir: Path) -> None:
@@ -50,17 +52,17 @@ def main(out_dir: Path) -> None:
     expected = torch.nn.functional.scaled_dot_product_attention(t(q), t(k), t(v)).cpu().numpy()
     sdpa = measure(lambda a, b, c: torch.nn.functional.scaled_dot_product_attention(a, b, c),
                    [(t(q), t(k), t(v))], samples=10, budget_s=2.0)
-    flops = attention_tc.attention_flops(SIZE)
+    flops = attention_flops(SIZE)
     out["sdpa_us"] = sdpa.median_us
     say(f"{size_label(SIZE)}: torch SDPA float32 {sdpa.median_us:8.1f} us {flops / sdpa.median_us / 1e6:6.1f} TFLOP/s")
     small = [op.make_inputs(CHECK + (c,), rng) for c in (0, 1)]
     for g in SWEEP:
-        row = {"label": g.label(), "geometry": g._asdict(), "tuned": g == attention_tc.tf32_geometry(DP),
+        row = {"label": g.label(), "geometry": g._asdict(), "tuned": g == flash.tf32_geometry(DP),
                "status": "failed"}
         out["sweep"].append(row)
         t0 = time.time()
         try:
-            run = lambda *a, g=g: attention_tc.launch_3xtf32(*a, geometry=g)  # noqa: E731
+            run = lambda *a, g=g: flash.launch_3xtf32(*a, geometry=g)  # noqa: E731
             for inputs in small:
                 o = to_device(op.make_output(inputs[0].shape))
                 run(*[to_device(a) for a in inputs], o)
@@ -73,7 +75,7 @@ def main(out_dir: Path) -> None:
             err = float(np.max(np.abs(to_host(result) - expected)) / max(1.0, np.max(np.abs(expected))))
             if not err < 1e-4:
                 raise AssertionError(f"differs from SDPA at the headline by {err:.3g}")
-            (compiled,) = attention_tc.build_3xtf32(DP, True, g).overloads.values()
+            (compiled,) = flash.build_3xtf32(DP, True, g).overloads.values()
             m = measure(run, [(q, k, v, causal, result)], samples=10, budget_s=2.0)
             row.update(status="ok", median_us=m.median_us, p10_us=m.p10_us, p90_us=m.p90_us, err_vs_sdpa=err,
                        tflops=flops / m.median_us / 1e6, vs_sdpa=sdpa.median_us / m.median_us,
@@ -92,7 +94,7 @@ def main(out_dir: Path) -> None:
         say(f"fastest: {best['label']} ({best['tflops']:.1f} TFLOP/s, {best['vs_sdpa']:.2f}x SDPA)")
         if not best["tuned"]:
             fields = ", ".join(f"{k}={v!r}" for k, v in best["geometry"].items())
-            say(f"paste into solutions/attention_tc.py: TF32Geometry({fields})")
+            say(f"paste into solutions/flash.py: TF32Geometry({fields})")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"gpu_attention_3xtf32{'_wide' if WIDE else ''}.json").write_text(json.dumps(out, indent=1, default=str))
 

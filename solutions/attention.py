@@ -24,7 +24,8 @@ it is 2 GiB of float32, sixteen times the inputs: a kernel that writes it to mem
 5. ``causal_skip``: under the causal mask, tiles above the diagonal are skipped, not computed and
    masked; the blocks with the most work start first. Without the mask it is stage 4.
 6. ``tensor_cores``: both products on the tensor cores in 3xTF32 (each float32 split into two TF32
-   parts, three mma a product: float32 accuracy), FlashAttention-2's layout (``attention_tc.py``).
+   parts, three mma a product: float32 accuracy), FlashAttention-2's layout (``attention_tc.py``; the
+   kernel is in ``_flash_mma.py``, which both share).
 
 The bytes model of each stage counts what it reads from L2 or memory (``stage_bytes``): the scores
 it writes and reads back (stage 1: 6 S^2 floats per head) and how often K and V are fetched (once
@@ -48,7 +49,7 @@ from workbench import peers
 from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 
-from solutions import attention_tc
+from solutions._flash_mma import launch_3xtf32, padded_head_dim, tf32_geometry
 from solutions._attention_common import (attention_flops, extreme_logits, naive_expression, reference, rope_tables,
                                          sdpa_peer)
 
@@ -796,7 +797,7 @@ for _dp in HEAD_DIM_STEPS:  # built at import: tools that compile kernels by nam
 
 def _tf32_block_queries(size):
     """Queries a block of the 3xTF32 kernel takes (each fetches K and V once): 128, or 64 at D > 64."""
-    return attention_tc.tf32_geometry(attention_tc.padded_head_dim(size[3])).queries
+    return tf32_geometry(padded_head_dim(size[3])).queries
 
 
 @op.stage("tensor_cores", """
@@ -806,7 +807,7 @@ def _tf32_block_queries(size):
     (big: x rounded to TF32; small: the rest, rounded too), and a b = big_a big_b + big_a small_b +
     small_a big_b, dropping small_a small_b (2^-22 of the product): three mma give close to float32
     accuracy, at a third of the TF32 rate, still more than the CUDA cores' FMAs reach. The kernel is
-    the fp16 ladder's FlashAttention-2 (attention_tc.py) with m16n8k8 TF32 fragments: key tiles
+    the fp16 ladder's FlashAttention-2 (attention_tc.py, _flash_mma.py) with m16n8k8 TF32 fragments: key tiles
     by cp.async (double-buffered, swizzled), Q and K fragments by ldmatrix (an 8x4 block of float32
     is what it hands a TF32 fragment), the online softmax on the accumulator fragments, P kept in
     registers: the C fragment of 8 keys becomes the A fragment of P V once its k order is read as
@@ -820,7 +821,7 @@ def _tf32_block_queries(size):
           bytes_moved=lambda size: _io_bytes(size) // 2 + _kv_bytes(size, _tf32_block_queries(size),
                                                                       skips_masked=True))
 def tensor_cores(q, k, v, causal, out):
-    attention_tc.launch_3xtf32(q, k, v, causal, out)
+    launch_3xtf32(q, k, v, causal, out)
 
 
 

@@ -161,7 +161,7 @@ def test_the_3xtf32_kernels_compile_with_little_spill():
         "a4 = types.Array(types.float32, 4, 'C')\n"
         "sig = (a4, a4, a4, a4, types.float32, types.Array(types.int32, 1, 'C'))\n"
         "for name in ('_flash_3xtf32_d64_async', '_flash_3xtf32_d128_async'):\n"
-        "    r = compile_kernel('x', 'solutions.attention_tc', name, sig, True)\n"
+        "    r = compile_kernel('x', 'solutions._flash_mma', name, sig, True)\n"
         "    print(name, r.status, r.spill_bytes, r.registers, r.message[:300])\n"
     )
     env = {**os.environ, "WORKBENCH_MODE": "compile", "NUMBA_ENABLE_CUDASIM": "0"}
