@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 71dfac23f22aa6506493373d136d5e9f480b44e5f05bec58cd429602c328caf0
+# generated-sha256: a30bc4b605693f27c2eab8afb4a2afe2c6cd7d5615188ca25f0553baf219aa7d
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync.
 
@@ -60,8 +60,8 @@ from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 
 from solutions._attention_common import attention_flops, extreme_logits, naive_expression, reference, sdpa_peer
-from solutions._flash_mma import (ALIGN16, FULL_MASK, HEAD_DIM_STEPS, LOG2E, LOWEST, issue_async, ldsm, ldsm_trans,
-                                  online_softmax, padded_head_dim, tile_offset)
+from solutions._flash_mma import (ALIGN16, FULL_MASK, HEAD_DIM_STEPS, LOG2E, LOWEST, block_order, issue_async, ldsm,
+                                  ldsm_trans, online_softmax, padded_head_dim, tile_offset)
 from solutions._ptx import cp_async_commit, cp_async_wait_pending, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, \
     shared_address32
 from solutions._vector_io import aligned16
@@ -378,13 +378,11 @@ def _flash_tc(q, k, v, out, scale_log2e, causal, smem, qf, s, o, m_run, l_run, s
     t = cuda.threadIdx.x
     lane = t % 32
     warp = t // 32
-    bh = cuda.blockIdx.y
     S = q.shape[2]
     D = q.shape[3]
     is_causal = causal[0] != 0
-    # The heaviest query blocks (the last ones, under the mask) first when skipping: they start at
-    # once and the short ones fill in behind them.
-    q0 = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * BQ if SKIP else cuda.blockIdx.x * BQ
+    # When skipping under the mask, the heaviest query block of every head first (block_order)
+    bh, q0 = block_order(SKIP and is_causal, BQ)
     TWO = ROWS == 32  # a warp's queries: one m16 tile (qf, s, o, m_run, l_run) or two (and the second's)
     # (one tuple: a Python call of more than 30 arguments compiles to *args, which numba cannot inline)
     qf2, s2, o2, m_run2, l_run2 = second
@@ -610,7 +608,7 @@ def launch(stage, q, k, v, causal, out, geometry=None):
     nbytes = smem_bytes(P_REGS, g, DP)
     if nbytes > STATIC_LIMIT:
         set_max_dynamic_shared_memory(kernel, args, nbytes)
-    kernel[(blocks_for(S, g.queries), B * H), 32 * g.warps, 0, nbytes](*args)
+    kernel[(B * H, blocks_for(S, g.queries)), 32 * g.warps, 0, nbytes](*args)
 
 
 def launch_geometry(geometry):
@@ -674,9 +672,10 @@ def async_kv(q, k, v, causal, out):
     Under the causal mask, stages 1 to 3 compute every key tile and mask half of them away. Here a
     block stops at its diagonal: its 64 queries from q0 see no key past q0 + 63, so later tiles are
     never copied or multiplied, and only the tiles that reach past q0 (the diagonal one) or past S
-    are masked (the test is skipped on the others). The blocks now have unequal work, so the grid is
-    walked backwards: the longest blocks start first and the short ones fill in at the end. Without
-    the mask this is stage 3.""")
+    are masked (the test is skipped on the others). The blocks now have unequal work, so they are
+    started heaviest first: the last query block of every head, then the one before it, and so on
+    (block_order in _flash_mma.py), so that the long blocks start at once and the short ones fill in
+    at the end. Without the mask this is stage 3.""")
 def causal_skip(q, k, v, causal, out):
     launch("causal_skip", q, k, v, causal, out)
 

@@ -100,14 +100,14 @@ def test_decode_bytes_count_the_cache_once_per_kv_head():
 @pytest.mark.slow
 @pytest.mark.parametrize("stage, size", [("register_tiles", (1, 2, 70, 32, 0)), ("causal_skip", (1, 1, 130, 16, 1)),
                                          ("rotate_in_shared", (1, 1, 130, 16, 1)),
-                                         ("tensor_cores", (1, 1, 130, 16, 1)), ("tensor_cores", (1, 1, 70, 13, 0))],
+                                         ("tensor_cores", (1, 3, 130, 16, 1)), ("tensor_cores", (1, 1, 70, 13, 0))],
                          ids=["register_tiles-2-tiles", "causal_skip-3-query-blocks", "rotate_in_shared-3-query-blocks",
                               "tensor_cores-3-query-blocks", "tensor_cores-plain-loads-D13"])
 def test_several_key_tiles_and_query_blocks(stage, size):
     """The online softmax across key tiles and the causal skip across query blocks: S past one 64-tile
     (for the RoPE-fused loads: K tiles and query blocks whose rows sit at positions past 64; for the
-    3xTF32 stage: the cp.async double buffer across three tiles, and rows of 13 floats, which take the
-    element-by-element loads)."""
+    3xTF32 stage: the cp.async double buffer across three tiles, three heads' blocks in block_order's
+    causal order, and rows of 13 floats, which take the element-by-element loads)."""
     rng = np.random.default_rng(4)
     op = attention.rope_op if stage == "rotate_in_shared" else attention.op
     st = op[stage]
