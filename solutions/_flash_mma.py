@@ -10,6 +10,8 @@ exercise). The pieces:
   halves and a k8 step of float32;
 * the online softmax on mma accumulator fragments (``online_softmax``): FlashAttention-2's, where a
   lane holds 2 rows x 16 keys of a 16 x 64 tile and a row's other keys are in its quad;
+* the order blocks start in (``block_order``): under the causal mask, the heaviest query block of every
+  head first;
 * the float32 kernel (``launch_3xtf32``): every product in three TF32 mma (see its section).
 """
 

@@ -15,8 +15,9 @@ is checked there:
 * addresses are the integers a kernel computes (``array.ctypes.data`` + byte offset), read and written
   with ``ctypes``: the simulator's arrays are NumPy arrays in this process.
 
-This module is shared by ``hgemm``, ``int8_gemm`` and ``gemm`` (its deep-pipeline TF32 stage); it is
-not a ladder (its name starts with ``_``, so the registry skips it).
+This module is shared by ``hgemm``, ``int8_gemm``, ``gemm`` (its deep-pipeline TF32 stage) and the
+tensor-core attention (``_flash_mma``: fp16/bf16, and float32 in 3xTF32: ``split_tf32``, ``mma_3xtf32``);
+it is not a ladder (its name starts with ``_``, so the registry skips it).
 """
 
 from __future__ import annotations

@@ -164,7 +164,7 @@ extern "C" __device__ int cp_async_chunk16_s32(int* result, unsigned long long w
     return 0;
 }
 
-// -- for the float32 attention's 3xTF32 stage (solutions/attention_tc.py, attention.tensor_cores) ------
+// -- for the float32 attention's 3xTF32 stage (solutions/_flash_mma.py, attention.tensor_cores) -------
 
 struct f32x2 { float x, y; };
 
