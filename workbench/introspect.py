@@ -15,6 +15,13 @@ def _is_kernel(obj) -> bool:
     return hasattr(obj, "py_func") and type(obj).__name__ in {"CUDADispatcher", "FakeCUDAKernel"}
 
 
+def _same_or_shared(obj, func) -> bool:
+    """Is ``obj`` a function of ``func``'s module, or of a shared kernel module (``solutions._*``, such as
+    ``_flash_mma``, whose launcher a stage calls)?"""
+    module = obj.__module__ or ""
+    return module == func.__module__ or module.startswith("solutions._")
+
+
 def _reachable(func, seen: dict, helpers: dict | None = None) -> None:
     """Collect the kernels/device functions referenced by name from ``func``, depth first; with
     ``helpers``, also follow (and collect) plain functions of the same module that a launcher calls,
@@ -31,7 +38,7 @@ def _reachable(func, seen: dict, helpers: dict | None = None) -> None:
         if _is_kernel(obj) and name not in seen:
             seen[name] = obj
             _reachable(obj.py_func, seen, helpers)
-        elif (helpers is not None and inspect.isfunction(obj) and obj.__module__ == func.__module__
+        elif (helpers is not None and inspect.isfunction(obj) and _same_or_shared(obj, func)
               and name not in helpers and obj is not func):
             helpers[name] = obj
             _reachable(obj, seen, helpers)
