@@ -49,9 +49,9 @@ from workbench import peers
 from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 
-from solutions._flash_mma import launch_3xtf32, padded_head_dim, tf32_geometry
 from solutions._attention_common import (attention_flops, extreme_logits, naive_expression, reference, rope_tables,
                                          sdpa_peer)
+from solutions._flash_mma import launch_3xtf32, padded_head_dim, tf32_geometry
 
 MAX_HEAD_DIM = 128  # the largest D the kernels take (as FlashAttention's, they are built per head size)
 FULL_MASK = 0xFFFFFFFF
@@ -806,8 +806,8 @@ def _tf32_block_queries(size):
     mantissa bits, about 3 decimal digits. Split every input into two TF32 numbers, x = big + small
     (big: x rounded to TF32; small: the rest, rounded too), and a b = big_a big_b + big_a small_b +
     small_a big_b, dropping small_a small_b (2^-22 of the product): three mma give close to float32
-    accuracy, at a third of the TF32 rate, still more than the CUDA cores' FMAs reach. The kernel is
-    the fp16 ladder's FlashAttention-2 (attention_tc.py, _flash_mma.py) with m16n8k8 TF32 fragments: key tiles
+    accuracy, at a third of the TF32 rate, still more than the CUDA cores' FMAs reach. The kernel
+    (in _flash_mma.py) is the fp16 ladder's FlashAttention-2 with m16n8k8 TF32 fragments: key tiles
     by cp.async (double-buffered, swizzled), Q and K fragments by ldmatrix (an 8x4 block of float32
     is what it hands a TF32 fragment), the online softmax on the accumulator fragments, P kept in
     registers: the C fragment of 8 keys becomes the A fragment of P V once its k order is read as
