@@ -151,25 +151,13 @@ def test_the_3xtf32_kernels_compile_with_little_spill():
     """The tensor_cores stage's kernels at D = 64 and 128 (cp.async), linked with hgemm_mma.cu as at
     launch: no float64, at most the 128 bytes of spill tests/test_ladders.py allows. The link is
     NVRTC + LTO: a minute or two on 2 cores."""
-    import os
-    import subprocess
-    import sys
+    from tests.sm90 import attention_signature, compile_for_sm90
 
-    code = (
-        "from numba.cuda import types\n"
-        "from workbench.ptxcheck import compile_kernel\n"
-        "a4 = types.Array(types.float32, 4, 'C')\n"
-        "sig = (a4, a4, a4, a4, types.float32, types.Array(types.int32, 1, 'C'))\n"
-        "for name in ('_flash_3xtf32_d64_async', '_flash_3xtf32_d128_async'):\n"
-        "    r = compile_kernel('x', 'solutions._flash_mma', name, sig, True)\n"
-        "    print(name, r.status, r.spill_bytes, r.registers, r.message[:300])\n"
-    )
-    env = {**os.environ, "WORKBENCH_MODE": "compile", "NUMBA_ENABLE_CUDASIM": "0"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1500)
-    lines = [ln.split() for ln in done.stdout.splitlines() if ln.startswith("_")]
-    assert len(lines) == 2, done.stdout + done.stderr
-    for name, status, spills, *_ in lines:
-        assert status == "ok" and (spills == "None" or int(spills) <= 128), done.stdout
+    reports, output = compile_for_sm90("solutions._flash_mma", ["_flash_3xtf32_d64_async", "_flash_3xtf32_d128_async"],
+                                       attention_signature("float32"))
+    assert len(reports) == 2, output
+    for name, status, spills, _ in reports:
+        assert status == "ok" and (spills == "None" or int(spills) <= 128), output
 
 
 @pytest.mark.sim_only

@@ -71,24 +71,13 @@ def test_the_d128_kernel_compiles_with_little_spill():
     bytes of spill tests/test_ladders.py allows. At 255 registers (64 output, 32 score accumulators,
     the lane offsets) ptxas 13 spills 120 bytes: a 32-key tile at D = 128 would remove it (not done).
     About two minutes: the link is NVRTC + LTO."""
-    import os
-    import subprocess
-    import sys
+    from tests.sm90 import attention_signature, compile_for_sm90
 
-    code = (
-        "from numba.cuda import types\n"
-        "from workbench.ptxcheck import compile_kernel\n"
-        "a4 = types.Array(types.uint16, 4, 'C')\n"
-        "sig = (a4, a4, a4, a4, types.float32, types.Array(types.int32, 1, 'C'))\n"
-        "r = compile_kernel('x', 'solutions.attention_tc', '_flash_tc_causal_skip_d128_f16', sig, True)\n"
-        "print('_flash_tc_causal_skip_d128_f16', r.status, r.spill_bytes, r.registers, r.message[:300])\n"
-    )
-    env = {**os.environ, "WORKBENCH_MODE": "compile", "NUMBA_ENABLE_CUDASIM": "0"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1500)
-    lines = [ln.split() for ln in done.stdout.splitlines() if ln.startswith("_")]
-    assert len(lines) == 1, done.stdout + done.stderr
-    name, status, spills, *_ = lines[0]
-    assert status == "ok" and (spills == "None" or int(spills) <= 128), done.stdout
+    reports, output = compile_for_sm90("solutions.attention_tc", ["_flash_tc_causal_skip_d128_f16"],
+                                       attention_signature("uint16"))
+    assert len(reports) == 1, output
+    name, status, spills, _ = reports[0]
+    assert status == "ok" and (spills == "None" or int(spills) <= 128), output
 
 
 # -- on a GPU: the issue's target ----------------------------------------------------------------------
