@@ -301,8 +301,8 @@ def measure_stages(gpus, out: dict) -> None:
                         wrong[r].copy_to_device(np.zeros(1, np.int64))
                 group.synchronize()
                 algorithm(group)
-                if name == "flags":
-                    ar.check_flag_status(group, "allreduce.flag")
+                if name in ar.WAITING:
+                    ar.check_flag_status(group, ar.WAITING[name])
                 group.synchronize()
                 bad = 0
                 for r, g in enumerate(gpus):
@@ -315,8 +315,8 @@ def measure_stages(gpus, out: dict) -> None:
                     k = calls_for(nbytes)
                     rec["gpu_us"] = timer.gpu_us(lambda: algorithm(group), k)
                     rec["wall_us"] = timer.wall_us(lambda: algorithm(group), k)
-                    if name == "flags":
-                        ar.check_flag_status(group, "allreduce.flag")
+                    if name in ar.WAITING:
+                        ar.check_flag_status(group, ar.WAITING[name])
             except Exception as exc:  # report, and do not try this stage again
                 rec["correct"] = False
                 rec["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"

@@ -16,7 +16,8 @@ is checked there:
   with ``ctypes``: the simulator's arrays are NumPy arrays in this process.
 
 This module is shared by ``hgemm``, ``int8_gemm``, ``gemm`` (its deep-pipeline TF32 stage) and the
-tensor-core attention (``_flash_mma``: fp16/bf16, and float32 in 3xTF32: ``split_tf32``, ``mma_3xtf32``);
+tensor-core attention (``_flash_mma``: fp16/bf16, and float32 in 3xTF32: ``split_tf32``, ``mma_3xtf32``)
+and the all-reduce's one-shot push (``mailbox_*`` from ``mailbox.cu``: volatile 16-byte loads and stores);
 it is not a ladder (its name starts with ``_``, so the registry skips it).
 """
 
@@ -33,6 +34,7 @@ from workbench import device as _device
 HERE = os.path.dirname(os.path.abspath(__file__))
 HGEMM_CU = os.path.join(HERE, "hgemm_mma.cu")
 INT8_CU = os.path.join(HERE, "int8_gemm.cu")
+MAILBOX_CU = os.path.join(HERE, "mailbox.cu")
 
 WARP = 32
 
@@ -331,6 +333,33 @@ def _sim_shared_address32(generic):
     return int(generic)
 
 
+def _mailbox_words(values):
+    """mailbox.cu's encoding: a float32 with its sign bit flipped, -0.0 first turned into +0.0."""
+    v = np.asarray(values, np.float32) + np.float32(0.0)
+    return v.view(np.uint32) ^ np.uint32(0x80000000)
+
+
+def _sim_mailbox_store_f32x4(address, a, b, c, d):
+    ctypes.memmove(int(address), _mailbox_words([a, b, c, d]).tobytes(), 16)
+    return np.int32(0)
+
+
+def _sim_mailbox_clear_f32x4(address):
+    ctypes.memset(int(address), 0, 16)
+    return np.int32(0)
+
+
+def _sim_mailbox_wait_f32x4(address, max_polls):
+    # The simulator runs one block at a time, so a word a later block writes never arrives while this
+    # one waits: poll as the GPU would, then give up.
+    for _ in range(int(max_polls) + 1):
+        words = np.frombuffer(ctypes.string_at(int(address), 16), np.uint32)
+        if np.all(words != 0):
+            break
+    values = (words ^ np.uint32(0x80000000)).view(np.float32)
+    return (*(np.float32(v) for v in values), np.float32(0.0 if np.all(words != 0) else 1.0))
+
+
 # -- what the kernels call -----------------------------------------------------------------------------
 
 if _device.is_simulator():
@@ -353,6 +382,9 @@ if _device.is_simulator():
     split_tf32 = _sim_split_tf32
     split_tf32_bits = _sim_split_tf32_bits
     mma_3xtf32 = _sim_mma_3xtf32
+    mailbox_store_f32x4 = _sim_mailbox_store_f32x4
+    mailbox_clear_f32x4 = _sim_mailbox_clear_f32x4
+    mailbox_wait_f32x4 = _sim_mailbox_wait_f32x4
 else:
     from numba import cuda
 
@@ -382,3 +414,8 @@ else:
     split_tf32_bits = cuda.declare_device("split_tf32_bits", "UniTuple(float32, 2)(uint32)", link=HGEMM_CU)
     mma_3xtf32 = cuda.declare_device("mma_3xtf32_m16n8k8", "UniTuple(float32, 4)(" + ", ".join(["float32"] * 16) + ")",
                                      link=HGEMM_CU)
+    mailbox_store_f32x4 = cuda.declare_device("mailbox_store_f32x4", "int32(uint64, float32, float32, float32, float32)",
+                                              link=MAILBOX_CU)
+    mailbox_clear_f32x4 = cuda.declare_device("mailbox_clear_f32x4", "int32(uint64)", link=MAILBOX_CU)
+    mailbox_wait_f32x4 = cuda.declare_device("mailbox_wait_f32x4", "UniTuple(float32, 5)(uint64, int32)",
+                                             link=MAILBOX_CU)

@@ -48,6 +48,8 @@ from numba import cuda, float32, uint64
 from workbench import device, peers, results
 from workbench.ladder import InputError, Operator, expect_device_array, scratch, sm_count
 
+from solutions._ptx import mailbox_clear_f32x4, mailbox_store_f32x4, mailbox_wait_f32x4
+
 THREADS = 128  # threads per block; a multiple of the 32-lane warp
 WARPS = THREADS // 32
 FULL_MASK = 0xFFFFFFFF
@@ -732,8 +734,124 @@ def flags(x, out):
     flag_allreduce(Group.emulated(x, out))
 
 
+# -- 6. lamport: a one-shot push into mailboxes, no flags ------------------------------------------------
+#
+# Rank r's mailboxes are an array in its own memory, (3, N, m4) words: box [k, s] receives what rank s
+# pushes in a call numbered k mod 3. A word is a float32 with its sign bit flipped (mailbox.cu), so an
+# empty word is zero and every value written is not: a reader sees each word arrive, no flag needed.
+# Three sets, because a rank's boxes are in three states at once: this call's (being filled and read),
+# the previous call's (read in full, emptied now) and the next call's (empty, ready: a peer may run one
+# call ahead and push into it already). A peer cannot run two calls ahead: it would need this rank's
+# values of the next call, which this rank pushes only after emptying.
+
+LAMPORT_CHUNK = 1 << 20  # floats one launch reduces (4 MB): a longer message takes several launches
+
+
+@cuda.jit
+def _lamport_allreduce(sends, recvs, boxes, lo, m, now, stale, first_rank, max_polls, status):
+    """One rank's all-reduce of elements lo .. lo + m - 1 (blockIdx.y picks the rank when several are
+    emulated in one grid). Each thread takes vectors of four elements; it pushes all of its vectors
+    before it waits for any, so no rank ever waits for a value that a waiting rank has not sent."""
+    rank = first_rank + cuda.blockIdx.y
+    ranks = len(sends)
+    x = sends[rank]
+    out = recvs[rank]
+    per_box = boxes[rank].shape[2]
+    first = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    step = cuda.gridDim.x * cuda.blockDim.x
+    vectors = (m + 3) // 4
+    for v in range(first, vectors, step):  # 1. push: my four values into box [now, rank] of every peer
+        i = lo + 4 * v
+        a0 = x[i]
+        a1 = x[i + 1] if 4 * v + 1 < m else float32(0.0)
+        a2 = x[i + 2] if 4 * v + 2 < m else float32(0.0)
+        a3 = x[i + 3] if 4 * v + 3 < m else float32(0.0)
+        for s in range(ranks):
+            if s != rank:  # posted 16-byte stores over NVLink: they do not wait for a reply
+                mailbox_store_f32x4(boxes[s].ctypes.data + uint64(((now * ranks + rank) * per_box + 4 * v) * 4),
+                                    a0, a1, a2, a3)
+    for v in range(first, vectors, step):  # 2. empty my boxes of the call before, for the call after
+        for s in range(ranks):
+            if s != rank:
+                mailbox_clear_f32x4(boxes[rank].ctypes.data + uint64(((stale * ranks + s) * per_box + 4 * v) * 4))
+    for v in range(first, vectors, step):  # 3. wait for each peer's four values; add in rank order
+        i = lo + 4 * v
+        acc0 = acc1 = acc2 = acc3 = float32(0.0)
+        for s in range(ranks):
+            if s == rank:  # my own values as the peers received them (+0.0 for -0.0: the same bits)
+                c0 = x[i] + float32(0.0)
+                c1 = x[i + 1] + float32(0.0) if 4 * v + 1 < m else float32(0.0)
+                c2 = x[i + 2] + float32(0.0) if 4 * v + 2 < m else float32(0.0)
+                c3 = x[i + 3] + float32(0.0) if 4 * v + 3 < m else float32(0.0)
+            else:
+                c0, c1, c2, c3, gave_up = mailbox_wait_f32x4(
+                    boxes[rank].ctypes.data + uint64(((now * ranks + s) * per_box + 4 * v) * 4), max_polls)
+                if gave_up != float32(0.0):
+                    cuda.atomic.max(status, 0, s + 1)
+            acc0 += c0
+            acc1 += c1
+            acc2 += c2
+            acc3 += c3
+        out[i] = acc0
+        if 4 * v + 1 < m:
+            out[i + 1] = acc1
+        if 4 * v + 2 < m:
+            out[i + 2] = acc2
+        if 4 * v + 3 < m:
+            out[i + 3] = acc3
+
+
+def lamport_allreduce(group: Group) -> None:
+    ranks, n = group.size, group.n
+    cap = max(1, _grid_cap() // (ranks if group.emulating else 1))  # every block resident at once
+    max_polls = 0 if device.is_simulator() else MAX_POLLS
+    for lo in range(0, n, LAMPORT_CHUNK):
+        m = min(LAMPORT_CHUNK, n - lo)
+        per_box = -(-m // 4) * 4
+        blocks = _resident_blocks(per_box // 4, THREADS, cap)
+        key = f"allreduce.lamport.{ranks}x{per_box}"
+        epoch = _next_epoch((key, tuple(group.gpus or ())))
+        now, stale = epoch % 3, (epoch + 2) % 3
+        if group.emulating:
+            table = group.scratch(0, key, (ranks, 3, ranks, per_box), np.uint32, zeroed=True)
+            status = group.scratch(0, "allreduce.lamport.status", 1, np.int32, zeroed=True)
+            boxes = tuple(table[r] for r in range(ranks))
+            _lamport_allreduce[(blocks, ranks), THREADS](tuple(group.sends), tuple(group.recvs), boxes, lo, m,
+                                                          now, stale, 0, max_polls, status)
+            continue
+        boxes = [group.scratch(r, key, (3, ranks, per_box), np.uint32, zeroed=True) for r in range(ranks)]
+        for r in range(ranks):
+            status = group.scratch(r, "allreduce.lamport.status", 1, np.int32, zeroed=True)
+            group.launch(r, _lamport_allreduce, (blocks, 1), THREADS, group.peers(r, group.sends),
+                         group.peers(r, group.recvs), group.peers(r, boxes), lo, m, now, stale, r, max_polls, status)
+    if device.is_simulator():
+        _refuse_in_the_simulator(group, "allreduce.lamport")
+
+
+@op.stage("lamport", """
+    The least latency: one kernel per rank, one step, no flag and no fence. Each rank pushes its
+    whole buffer into a mailbox in every peer's memory (posted 16-byte stores over NVLink), then
+    reads its own mailboxes, where the peers' buffers are arriving, and adds them. The values are
+    their own signal: a mailbox word is a float with its sign bit flipped, so an empty word is
+    zero and no value ever looks empty (-0.0, whose flipped bits are zero, is sent as +0.0). The
+    reader polls each word with a volatile load until it is not zero. The mailboxes are
+    triple-buffered by call: this call's, the previous call's (read in full, so emptied now), and
+    the next call's (already empty, in case a peer runs one call ahead). No rank can run two calls
+    ahead, as it would need values that this rank sends only after emptying. TensorRT-LLM calls
+    this a "Lamport" all-reduce. Every rank moves all N - 1 other buffers, not 2(N-1)/N of one,
+    and the mailboxes take 3 N times the message: it is the stage for small messages, and
+    messages over 4 MB go through it 4 MB at a time.""",
+    gpu_only="ranks wait for values pushed by other ranks' blocks running at the same time; the simulator "
+             "runs blocks one after another")
+def lamport(x, out):
+    lamport_allreduce(Group.emulated(x, out))
+
+
 ALGORITHMS = {"naive": naive_allreduce, "one_shot": one_shot_allreduce, "two_shot": two_shot_allreduce,
-              "ring": ring_allreduce, "flags": flag_allreduce}
+              "ring": ring_allreduce, "flags": flag_allreduce, "lamport": lamport_allreduce}
+# The algorithms whose kernels wait for each other on the GPU, and the name of their status word: after
+# a call, check_flag_status(group, WAITING[name]) turns a rank that gave up waiting into an error.
+WAITING = {"flags": "allreduce.flag", "lamport": "allreduce.lamport"}
 
 
 # =========================================================================================================

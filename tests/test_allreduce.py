@@ -92,8 +92,61 @@ def test_bad_input_gets_one_clear_line():
 
 
 def test_flag_stages_say_why_the_simulator_cannot_run_them():
-    for stage in (allreduce.op["flags"], allreduce.fused_op["fused_flags"]):
+    for stage in (allreduce.op["flags"], allreduce.op["lamport"], allreduce.fused_op["fused_flags"]):
         assert stage.gpu_only and "one after another" in stage.gpu_only
+
+
+def _exact_inputs(rng, ranks, n):
+    """Multiples of 1/16 (every sum exact in float32), with a -0.0 and a NaN among them."""
+    x = (rng.integers(-64, 64, (ranks, n)) / 16).astype(np.float32)
+    x[0, 0] = np.float32(-0.0)
+    x[-1, n // 2] = np.nan
+    return x
+
+
+def _rank_order_sum(x):
+    total = np.zeros(x.shape[1], np.float32)
+    for row in x:  # the ranks' order, in float32: the bits every rank must hold
+        total = total + row
+    return total
+
+
+def test_lamport_mailboxes_in_the_simulator():
+    """The lamport kernel's protocol on a CPU: ranks launched one after another (the simulator's order)
+    with no patience (max_polls = 0). The last rank launched finds every peer's values in its mailboxes
+    and holds the exact sum; the first finds its mailboxes empty and says so. A rank that did not empty
+    its previous call's mailboxes would, three calls later, find stale values there and add them
+    without a word: the first rank's report catches it."""
+    from numba import cuda
+
+    ranks, n = 3, 10  # 3 vectors of 4, the last one ragged
+    rng = np.random.default_rng(3)
+    table = cuda.to_device(np.zeros((ranks, 3, ranks, 12), np.uint32))
+    boxes = tuple(table[r] for r in range(ranks))
+    for epoch in range(1, 8):
+        x = _exact_inputs(rng, ranks, n)
+        d_x, out = cuda.to_device(x), cuda.to_device(np.full((ranks, n), np.nan, np.float32))
+        statuses = [cuda.to_device(np.zeros(1, np.int32)) for _ in range(ranks)]
+        order = [(epoch + k) % ranks for k in range(ranks)]
+        for r in order:
+            allreduce._lamport_allreduce[(1, 1), allreduce.THREADS](
+                tuple(d_x[s] for s in range(ranks)), tuple(out[s] for s in range(ranks)), boxes, 0, n,
+                epoch % 3, (epoch + 2) % 3, r, 0, statuses[r])
+        first, last = order[0], order[-1]
+        got = out.copy_to_host()[last]
+        np.testing.assert_array_equal(got.view(np.uint32), _rank_order_sum(x).view(np.uint32))
+        assert statuses[last].copy_to_host()[0] == 0
+        assert statuses[first].copy_to_host()[0] != 0, f"call {epoch}: rank {first}, launched first, found values"
+
+
+def test_mailbox_words_never_look_empty():
+    from solutions import _ptx
+
+    values = np.array([-0.0, 0.0, 1.0, -1.0, np.nan, np.inf, -np.inf, 1e-45], np.float32)
+    words = _ptx._mailbox_words(values)
+    assert np.all(words != 0)
+    back = (words ^ np.uint32(0x80000000)).view(np.float32)
+    assert np.array_equal(back[1:], values[1:], equal_nan=True) and back[0] == 0 and not np.signbit(back[0])
 
 
 # -- on a GPU ------------------------------------------------------------------------------------------
@@ -117,6 +170,28 @@ def test_flag_kernel_on_one_gpu(ranks):
             got = out.copy_to_host()
             np.testing.assert_allclose(got[0], x.astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-5)
             assert all(np.array_equal(got[0], got[r]) for r in range(ranks))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4, 8])
+def test_lamport_kernel_on_one_gpu(ranks):
+    """All emulated ranks in one grid, pushing into each other's mailboxes: the exact sum in rank order on
+    every rank, on calls enough to reuse each set of mailboxes twice, each with fresh inputs (a mailbox not
+    emptied would hand a later call stale values), across the 4 MB chunks of a long message."""
+    from numba import cuda
+
+    rng = np.random.default_rng(ranks)
+    for n in (1, ranks + 2, 1001, allreduce.LAMPORT_CHUNK + 3):
+        out = cuda.device_array((ranks, n), np.float32)
+        for _ in range(7):
+            x = _exact_inputs(rng, ranks, n)
+            out.copy_to_device(np.full((ranks, n), np.nan, np.float32))
+            group = allreduce.Group.emulated(cuda.to_device(x), out)
+            allreduce.lamport_allreduce(group)
+            allreduce.check_flag_status(group, "allreduce.lamport")
+            got = out.copy_to_host()
+            want = _rank_order_sum(x).view(np.uint32)
+            assert all(np.array_equal(got[r].view(np.uint32), want) for r in range(ranks))
 
 
 def _gpu_count() -> int:
@@ -145,8 +220,8 @@ def test_across_gpus(name):
     group = allreduce.Group.on_gpus(sends, recvs, gpus)
     for _ in range(2):
         allreduce.ALGORITHMS[name](group)
-        if name == "flags":
-            allreduce.check_flag_status(group, "allreduce.flag")
+        if name in allreduce.WAITING:
+            allreduce.check_flag_status(group, allreduce.WAITING[name])
         group.synchronize()
     want = x.astype(np.float64).sum(axis=0)
     results = []
