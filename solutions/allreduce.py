@@ -1144,7 +1144,125 @@ def fused_flags(partials, residual, weight, out):
     flag_allreduce_rmsnorm(_emulated_fused_group(partials, residual, weight, out))
 
 
+# -- 4. fused_lamport: every rank normalises every row from mailboxes ----------------------------------------
+
+FUSED_LAMPORT_CHUNK = 1 << 22  # floats of rows one launch handles (16 MB): 4096 x 8192 takes eight
+
+
+@cuda.jit
+def _lamport_reduce_add_norm(partials, residual, weight, outs, boxes, row_lo, rows_m, now, stale, first_rank,
+                             max_polls, status):
+    """One rank's fused call over rows row_lo .. row_lo + rows_m - 1 with the lamport stage's mailboxes
+    (boxes[r]: (3, N, rows_m, cols rounded up to 4) words). The grid pushes this rank's partial rows
+    to every peer, empties the previous call's mailboxes, then a block per row waits for the peers'
+    values, adds them to the residual in rank order, and normalises: h and y are written here only."""
+    rank = first_rank + cuda.blockIdx.y
+    ranks = len(partials)
+    mine = partials[rank]
+    out = outs[rank]
+    cols = residual.shape[1]
+    per_row = boxes[rank].shape[3]
+    row_vectors = per_row // 4
+    t = cuda.threadIdx.x
+    first = cuda.blockIdx.x * THREADS + t
+    step = cuda.gridDim.x * THREADS
+    for v in range(first, rows_m * row_vectors, step):  # 1. push my partial rows into every peer's box
+        r = v // row_vectors
+        c = 4 * (v % row_vectors)
+        row = row_lo + r
+        a0 = mine[row, c]
+        a1 = mine[row, c + 1] if c + 1 < cols else float32(0.0)
+        a2 = mine[row, c + 2] if c + 2 < cols else float32(0.0)
+        a3 = mine[row, c + 3] if c + 3 < cols else float32(0.0)
+        for s in range(ranks):
+            if s != rank:
+                mailbox_store_f32x4(boxes[s].ctypes.data + uint64((((now * ranks + rank) * rows_m + r) * per_row + c) * 4),
+                                    a0, a1, a2, a3)
+    for v in range(first, rows_m * row_vectors, step):  # 2. empty the previous call's boxes
+        for s in range(ranks):
+            if s != rank:
+                mailbox_clear_f32x4(boxes[rank].ctypes.data + uint64(((stale * ranks + s) * rows_m * row_vectors + v) * 16))
+    for r in range(cuda.blockIdx.x, rows_m, cuda.gridDim.x):  # 3. a block per row: sum, add, normalise
+        row = row_lo + r
+        squares = float32(0.0)
+        for c in range(4 * t, cols, 4 * THREADS):
+            h0 = residual[row, c]
+            h1 = residual[row, c + 1] if c + 1 < cols else float32(0.0)
+            h2 = residual[row, c + 2] if c + 2 < cols else float32(0.0)
+            h3 = residual[row, c + 3] if c + 3 < cols else float32(0.0)
+            for s in range(ranks):
+                if s == rank:  # as the peers received it: -0.0 as +0.0, so every rank adds the same bits
+                    p0 = mine[row, c] + float32(0.0)
+                    p1 = mine[row, c + 1] + float32(0.0) if c + 1 < cols else float32(0.0)
+                    p2 = mine[row, c + 2] + float32(0.0) if c + 2 < cols else float32(0.0)
+                    p3 = mine[row, c + 3] + float32(0.0) if c + 3 < cols else float32(0.0)
+                else:
+                    p0, p1, p2, p3, gave_up = mailbox_wait_f32x4(
+                        boxes[rank].ctypes.data + uint64((((now * ranks + s) * rows_m + r) * per_row + c) * 4), max_polls)
+                    if gave_up != float32(0.0):
+                        cuda.atomic.max(status, 0, s + 1)
+                h0 += p0
+                h1 += p1
+                h2 += p2
+                h3 += p3
+            out[0, row, c] = h0
+            if c + 1 < cols:
+                out[0, row, c + 1] = h1
+            if c + 2 < cols:
+                out[0, row, c + 2] = h2
+            if c + 3 < cols:
+                out[0, row, c + 3] = h3
+            squares += h0 * h0 + h1 * h1 + h2 * h2 + h3 * h3  # past the row's end h is 0
+        rstd = float32(1.0) / math.sqrt(_block_sum(squares) / float32(cols) + EPS)
+        for col in range(t, cols, THREADS):  # h was written by this block: read back from L1/L2
+            out[1, row, col] = out[0, row, col] * rstd * weight[col]
+
+
+def lamport_allreduce_rmsnorm(group: Group) -> None:
+    ranks = group.size
+    rows, cols = group.residuals[0].shape
+    per_row = -(-cols // 4) * 4
+    cap = max(1, _grid_cap() // (ranks if group.emulating else 1))
+    max_polls = 0 if device.is_simulator() else MAX_POLLS
+    chunk_rows = max(1, FUSED_LAMPORT_CHUNK // per_row)
+    for row_lo in range(0, rows, chunk_rows):
+        rows_m = min(chunk_rows, rows - row_lo)
+        blocks = _resident_blocks(max(rows_m, rows_m * per_row // 4 // THREADS), 1, cap)
+        key = f"allreduce_rmsnorm.lamport.{ranks}x{rows_m}x{per_row}"
+        epoch = _next_epoch((key, tuple(group.gpus or ())))
+        now, stale = epoch % 3, (epoch + 2) % 3
+        if group.emulating:
+            table = group.scratch(0, key, (ranks, 3, ranks, rows_m, per_row), np.uint32, zeroed=True)
+            status = group.scratch(0, "allreduce_rmsnorm.lamport.status", 1, np.int32, zeroed=True)
+            _lamport_reduce_add_norm[(blocks, ranks), THREADS](
+                tuple(group.sends), group.residuals[0], group.weights[0], tuple(group.recvs),
+                tuple(table[r] for r in range(ranks)), row_lo, rows_m, now, stale, 0, max_polls, status)
+            continue
+        boxes = [group.scratch(r, key, (3, ranks, rows_m, per_row), np.uint32, zeroed=True) for r in range(ranks)]
+        for r in range(ranks):
+            status = group.scratch(r, "allreduce_rmsnorm.lamport.status", 1, np.int32, zeroed=True)
+            group.launch(r, _lamport_reduce_add_norm, (blocks, 1), THREADS, group.peers(r, group.sends),
+                         group.residuals[r], group.weights[r], group.peers(r, group.recvs), group.peers(r, boxes),
+                         row_lo, rows_m, now, stale, r, max_polls, status)
+    if device.is_simulator():
+        _refuse_in_the_simulator(group, "allreduce_rmsnorm.lamport")
+
+
+@fused_op.stage("fused_lamport", """
+    The all-reduce's lamport stage with the epilogue inside, and no owner: every rank pushes its
+    partial rows into every peer's mailboxes, then normalises every row itself, from its own
+    partial, the peers' values as they arrive, and its residual. The add and the norm are done N
+    times (once on each GPU) instead of once, which costs nothing beside the traffic, and buys the
+    rest: no second push of the results, no flag, no fence, no barrier. h and y are written only
+    to this rank's memory, once. Rows go through it 16 MB at a time.""",
+    gpu_only="ranks wait for values pushed by other ranks' blocks running at the same time; the simulator "
+             "runs blocks one after another")
+def fused_lamport(partials, residual, weight, out):
+    lamport_allreduce_rmsnorm(_emulated_fused_group(partials, residual, weight, out))
+
+
 FUSED_ALGORITHMS = {"separate": separate_allreduce_rmsnorm, "fused": fused_allreduce_rmsnorm,
-                    "fused_flags": flag_allreduce_rmsnorm}
+                    "fused_flags": flag_allreduce_rmsnorm, "fused_lamport": lamport_allreduce_rmsnorm}
+FUSED_WAITING = {"fused_flags": "allreduce_rmsnorm.flag", "fused_lamport": "allreduce_rmsnorm.lamport"}
 
 OPERATORS = [op, fused_op]

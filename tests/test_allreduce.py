@@ -92,7 +92,8 @@ def test_bad_input_gets_one_clear_line():
 
 
 def test_flag_stages_say_why_the_simulator_cannot_run_them():
-    for stage in (allreduce.op["flags"], allreduce.op["lamport"], allreduce.fused_op["fused_flags"]):
+    for stage in (allreduce.op["flags"], allreduce.op["lamport"], allreduce.fused_op["fused_flags"],
+                  allreduce.fused_op["fused_lamport"]):
         assert stage.gpu_only and "one after another" in stage.gpu_only
 
 
@@ -109,6 +110,13 @@ def _rank_order_sum(x):
     for row in x:  # the ranks' order, in float32: the bits every rank must hold
         total = total + row
     return total
+
+
+def _same_sum(got, want) -> bool:
+    """The same bits where the sum is a number (so +0.0 is not -0.0), NaN where it is NaN (a GPU's NaN
+    has its own bits)."""
+    nan = np.isnan(want)
+    return np.array_equal(np.isnan(got), nan) and np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
 
 
 def test_lamport_mailboxes_in_the_simulator():
@@ -134,9 +142,32 @@ def test_lamport_mailboxes_in_the_simulator():
                 epoch % 3, (epoch + 2) % 3, r, 0, statuses[r])
         first, last = order[0], order[-1]
         got = out.copy_to_host()[last]
-        np.testing.assert_array_equal(got.view(np.uint32), _rank_order_sum(x).view(np.uint32))
+        assert _same_sum(got, _rank_order_sum(x)), (got, _rank_order_sum(x))
         assert statuses[last].copy_to_host()[0] == 0
         assert statuses[first].copy_to_host()[0] != 0, f"call {epoch}: rank {first}, launched first, found values"
+
+
+def test_fused_lamport_mailboxes_in_the_simulator():
+    """The fused kernel's protocol, as above: ranks launched in turn; the last holds h and y of every row
+    (a ragged row length: 4-wide vectors past its end), the first says its mailboxes were empty."""
+    from numba import cuda
+
+    ranks, rows, cols = 3, 2, 10
+    rng = np.random.default_rng(4)
+    table = cuda.to_device(np.zeros((ranks, 3, ranks, rows, 12), np.uint32))
+    for epoch in range(1, 5):
+        partials, residual, weight = allreduce.fused_op.make_inputs((ranks, rows, cols), rng)
+        want = allreduce.fused_op.reference(partials, residual, weight)[0]
+        d_p, out = cuda.to_device(partials), cuda.to_device(np.full((ranks, 2, rows, cols), np.nan, np.float32))
+        d_res, d_w = cuda.to_device(residual), cuda.to_device(weight)
+        statuses = [cuda.to_device(np.zeros(1, np.int32)) for _ in range(ranks)]
+        order = [(epoch + k) % ranks for k in range(ranks)]
+        for r in order:
+            allreduce._lamport_reduce_add_norm[(1, 1), allreduce.THREADS](
+                tuple(d_p[s] for s in range(ranks)), d_res, d_w, tuple(out[s] for s in range(ranks)),
+                tuple(table[s] for s in range(ranks)), 0, rows, epoch % 3, (epoch + 2) % 3, r, 0, statuses[r])
+        np.testing.assert_allclose(out.copy_to_host()[order[-1]], want, rtol=1e-5, atol=1e-5)
+        assert statuses[order[-1]].copy_to_host()[0] == 0 and statuses[order[0]].copy_to_host()[0] != 0
 
 
 def test_mailbox_words_never_look_empty():
@@ -190,8 +221,30 @@ def test_lamport_kernel_on_one_gpu(ranks):
             allreduce.lamport_allreduce(group)
             allreduce.check_flag_status(group, "allreduce.lamport")
             got = out.copy_to_host()
-            want = _rank_order_sum(x).view(np.uint32)
-            assert all(np.array_equal(got[r].view(np.uint32), want) for r in range(ranks))
+            assert _same_sum(got[0], _rank_order_sum(x))
+            assert all(np.array_equal(got[0].view(np.uint32), got[r].view(np.uint32)) for r in range(ranks))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", [(1, 3, 65), (2, 5, 4096), (3, 4, 777), (4, 600, 8192)])
+def test_fused_lamport_on_one_gpu(size):
+    """The fused lamport kernel, emulated ranks in one grid: h and y right and the same bits on every rank,
+    call after call with fresh inputs (each set of mailboxes reused), across its 16 MB chunks of rows."""
+    from numba import cuda
+
+    rng = np.random.default_rng(size[0])
+    out = cuda.device_array((size[0], 2) + size[1:], np.float32)
+    for _ in range(4):
+        partials, residual, weight = allreduce.fused_op.make_inputs(size, rng)
+        out.copy_to_device(np.full(out.shape, np.nan, np.float32))
+        group = allreduce._emulated_fused_group(cuda.to_device(partials), cuda.to_device(residual),
+                                                cuda.to_device(weight), out)
+        allreduce.lamport_allreduce_rmsnorm(group)
+        allreduce.check_flag_status(group, "allreduce_rmsnorm.lamport")
+        got = out.copy_to_host()
+        np.testing.assert_allclose(got[0], allreduce.fused_op.reference(partials, residual, weight)[0],
+                                   rtol=1e-4, atol=1e-4)
+        assert all(np.array_equal(got[0], got[r]) for r in range(size[0]))
 
 
 def _gpu_count() -> int:
