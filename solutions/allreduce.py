@@ -51,7 +51,6 @@ from workbench.ladder import InputError, Operator, expect_device_array, scratch,
 from solutions._ptx import mailbox_clear_f32x4, mailbox_store_f32x4, mailbox_wait_f32x4
 
 THREADS = 128  # threads per block; a multiple of the 32-lane warp
-WARPS = THREADS // 32
 FULL_MASK = 0xFFFFFFFF
 UNROLL = 4  # elements each thread of the flag kernels sums per step: 4 N independent loads in flight
 BLOCKS_PER_SM = 4  # the flag kernels' blocks per multiprocessor: few enough to be resident at once
@@ -751,7 +750,8 @@ LAMPORT_CHUNK = 1 << 20  # floats one launch reduces (4 MB): a longer message ta
 def _lamport_allreduce(sends, recvs, boxes, lo, m, now, stale, first_rank, max_polls, status):
     """One rank's all-reduce of elements lo .. lo + m - 1 (blockIdx.y picks the rank when several are
     emulated in one grid). Each thread takes vectors of four elements; it pushes all of its vectors
-    before it waits for any, so no rank ever waits for a value that a waiting rank has not sent."""
+    before it waits for any, so no rank ever waits for a value that a waiting rank has not sent. As
+    it reads a word of this call's box it empties the same word of the previous call's."""
     rank = first_rank + cuda.blockIdx.y
     ranks = len(sends)
     x = sends[rank]
@@ -770,11 +770,7 @@ def _lamport_allreduce(sends, recvs, boxes, lo, m, now, stale, first_rank, max_p
             if s != rank:  # posted 16-byte stores over NVLink: they do not wait for a reply
                 mailbox_store_f32x4(boxes[s].ctypes.data + uint64(((now * ranks + rank) * per_box + 4 * v) * 4),
                                     a0, a1, a2, a3)
-    for v in range(first, vectors, step):  # 2. empty my boxes of the call before, for the call after
-        for s in range(ranks):
-            if s != rank:
-                mailbox_clear_f32x4(boxes[rank].ctypes.data + uint64(((stale * ranks + s) * per_box + 4 * v) * 4))
-    for v in range(first, vectors, step):  # 3. wait for each peer's four values; add in rank order
+    for v in range(first, vectors, step):  # 2. wait for each peer's four values; add in rank order
         i = lo + 4 * v
         acc0 = acc1 = acc2 = acc3 = float32(0.0)
         for s in range(ranks):
@@ -788,6 +784,8 @@ def _lamport_allreduce(sends, recvs, boxes, lo, m, now, stale, first_rank, max_p
                     boxes[rank].ctypes.data + uint64(((now * ranks + s) * per_box + 4 * v) * 4), max_polls)
                 if gave_up != float32(0.0):
                     cuda.atomic.max(status, 0, s + 1)
+                # and empty the same words of the previous call's box, for the call after this one
+                mailbox_clear_f32x4(boxes[rank].ctypes.data + uint64(((stale * ranks + s) * per_box + 4 * v) * 4))
             acc0 += c0
             acc1 += c1
             acc2 += c2
@@ -971,8 +969,9 @@ def _add_residual(summed, residual, h):
 
 @cuda.jit(device=True, inline=True)
 def _block_sum(value):
-    """Sum over the block's THREADS threads, returned to every thread (warp shuffles, one barrier)."""
-    warp_sums = cuda.shared.array(WARPS, float32)
+    """Sum over the block's threads (any multiple of 32, up to 1024), returned to every thread (warp
+    shuffles, one barrier)."""
+    warp_sums = cuda.shared.array(32, float32)
     lane = cuda.threadIdx.x % 32
     offset = 16
     while offset > 0:
@@ -982,7 +981,7 @@ def _block_sum(value):
         warp_sums[cuda.threadIdx.x // 32] = value
     cuda.syncthreads()
     total = float32(0.0)
-    for w in range(WARPS):
+    for w in range(cuda.blockDim.x // 32):
         total += warp_sums[w]
     cuda.syncthreads()  # warp_sums may be written again by the next call
     return total
@@ -1147,6 +1146,10 @@ def fused_flags(partials, residual, weight, out):
 # -- 4. fused_lamport: every rank normalises every row from mailboxes ----------------------------------------
 
 FUSED_LAMPORT_CHUNK = 1 << 22  # floats of rows one launch handles (16 MB): 4096 x 8192 takes eight
+# Threads a block of the fused lamport kernel: a block normalises a row, and a thread waits for its
+# vectors one after another (a wait is a loop: the next load cannot start before it ends), so a row
+# of 8192 takes 4 waits a thread at 512 threads, 16 at 128. At its 90 registers one block fits an SM.
+FUSED_LAMPORT_THREADS = 512
 
 
 @cuda.jit
@@ -1154,8 +1157,9 @@ def _lamport_reduce_add_norm(partials, residual, weight, outs, boxes, row_lo, ro
                              max_polls, status):
     """One rank's fused call over rows row_lo .. row_lo + rows_m - 1 with the lamport stage's mailboxes
     (boxes[r]: (3, N, rows_m, cols rounded up to 4) words). The grid pushes this rank's partial rows
-    to every peer, empties the previous call's mailboxes, then a block per row waits for the peers'
-    values, adds them to the residual in rank order, and normalises: h and y are written here only."""
+    to every peer; then a block per row waits for the peers' values (emptying the previous call's
+    words as it goes), adds them to the residual in rank order, and normalises: h and y are written
+    here only."""
     rank = first_rank + cuda.blockIdx.y
     ranks = len(partials)
     mine = partials[rank]
@@ -1164,8 +1168,8 @@ def _lamport_reduce_add_norm(partials, residual, weight, outs, boxes, row_lo, ro
     per_row = boxes[rank].shape[3]
     row_vectors = per_row // 4
     t = cuda.threadIdx.x
-    first = cuda.blockIdx.x * THREADS + t
-    step = cuda.gridDim.x * THREADS
+    first = cuda.blockIdx.x * FUSED_LAMPORT_THREADS + t
+    step = cuda.gridDim.x * FUSED_LAMPORT_THREADS
     for v in range(first, rows_m * row_vectors, step):  # 1. push my partial rows into every peer's box
         r = v // row_vectors
         c = 4 * (v % row_vectors)
@@ -1178,14 +1182,10 @@ def _lamport_reduce_add_norm(partials, residual, weight, outs, boxes, row_lo, ro
             if s != rank:
                 mailbox_store_f32x4(boxes[s].ctypes.data + uint64((((now * ranks + rank) * rows_m + r) * per_row + c) * 4),
                                     a0, a1, a2, a3)
-    for v in range(first, rows_m * row_vectors, step):  # 2. empty the previous call's boxes
-        for s in range(ranks):
-            if s != rank:
-                mailbox_clear_f32x4(boxes[rank].ctypes.data + uint64(((stale * ranks + s) * rows_m * row_vectors + v) * 16))
-    for r in range(cuda.blockIdx.x, rows_m, cuda.gridDim.x):  # 3. a block per row: sum, add, normalise
+    for r in range(cuda.blockIdx.x, rows_m, cuda.gridDim.x):  # 2. a block per row: sum, add, normalise
         row = row_lo + r
         squares = float32(0.0)
-        for c in range(4 * t, cols, 4 * THREADS):
+        for c in range(4 * t, cols, 4 * FUSED_LAMPORT_THREADS):
             h0 = residual[row, c]
             h1 = residual[row, c + 1] if c + 1 < cols else float32(0.0)
             h2 = residual[row, c + 2] if c + 2 < cols else float32(0.0)
@@ -1201,6 +1201,8 @@ def _lamport_reduce_add_norm(partials, residual, weight, outs, boxes, row_lo, ro
                         boxes[rank].ctypes.data + uint64((((now * ranks + s) * rows_m + r) * per_row + c) * 4), max_polls)
                     if gave_up != float32(0.0):
                         cuda.atomic.max(status, 0, s + 1)
+                    mailbox_clear_f32x4(  # the previous call's words, for the call after this one
+                        boxes[rank].ctypes.data + uint64((((stale * ranks + s) * rows_m + r) * per_row + c) * 4))
                 h0 += p0
                 h1 += p1
                 h2 += p2
@@ -1214,7 +1216,7 @@ def _lamport_reduce_add_norm(partials, residual, weight, outs, boxes, row_lo, ro
                 out[0, row, c + 3] = h3
             squares += h0 * h0 + h1 * h1 + h2 * h2 + h3 * h3  # past the row's end h is 0
         rstd = float32(1.0) / math.sqrt(_block_sum(squares) / float32(cols) + EPS)
-        for col in range(t, cols, THREADS):  # h was written by this block: read back from L1/L2
+        for col in range(t, cols, FUSED_LAMPORT_THREADS):  # h was written by this block: read back from L1/L2
             out[1, row, col] = out[0, row, col] * rstd * weight[col]
 
 
@@ -1222,26 +1224,27 @@ def lamport_allreduce_rmsnorm(group: Group) -> None:
     ranks = group.size
     rows, cols = group.residuals[0].shape
     per_row = -(-cols // 4) * 4
-    cap = max(1, _grid_cap() // (ranks if group.emulating else 1))
+    per_sm = max(1, BLOCKS_PER_SM * THREADS // FUSED_LAMPORT_THREADS)
+    cap = max(1, sm_count() * per_sm // (ranks if group.emulating else 1))  # every block resident at once
     max_polls = 0 if device.is_simulator() else MAX_POLLS
     chunk_rows = max(1, FUSED_LAMPORT_CHUNK // per_row)
     for row_lo in range(0, rows, chunk_rows):
         rows_m = min(chunk_rows, rows - row_lo)
-        blocks = _resident_blocks(max(rows_m, rows_m * per_row // 4 // THREADS), 1, cap)
+        blocks = _resident_blocks(max(rows_m, rows_m * per_row // 4 // FUSED_LAMPORT_THREADS), 1, cap)
         key = f"allreduce_rmsnorm.lamport.{ranks}x{rows_m}x{per_row}"
         epoch = _next_epoch((key, tuple(group.gpus or ())))
         now, stale = epoch % 3, (epoch + 2) % 3
         if group.emulating:
             table = group.scratch(0, key, (ranks, 3, ranks, rows_m, per_row), np.uint32, zeroed=True)
             status = group.scratch(0, "allreduce_rmsnorm.lamport.status", 1, np.int32, zeroed=True)
-            _lamport_reduce_add_norm[(blocks, ranks), THREADS](
+            _lamport_reduce_add_norm[(blocks, ranks), FUSED_LAMPORT_THREADS](
                 tuple(group.sends), group.residuals[0], group.weights[0], tuple(group.recvs),
                 tuple(table[r] for r in range(ranks)), row_lo, rows_m, now, stale, 0, max_polls, status)
             continue
         boxes = [group.scratch(r, key, (3, ranks, rows_m, per_row), np.uint32, zeroed=True) for r in range(ranks)]
         for r in range(ranks):
             status = group.scratch(r, "allreduce_rmsnorm.lamport.status", 1, np.int32, zeroed=True)
-            group.launch(r, _lamport_reduce_add_norm, (blocks, 1), THREADS, group.peers(r, group.sends),
+            group.launch(r, _lamport_reduce_add_norm, (blocks, 1), FUSED_LAMPORT_THREADS, group.peers(r, group.sends),
                          group.residuals[r], group.weights[r], group.peers(r, group.recvs), group.peers(r, boxes),
                          row_lo, rows_m, now, stale, r, max_polls, status)
     if device.is_simulator():

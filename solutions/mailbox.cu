@@ -7,9 +7,11 @@
 // zero) into +0.0 by adding +0.0. So a reader needs no flag and no fence: a word that is not zero has
 // arrived, and a 4-byte word arrives whole.
 //
-// Both helpers are volatile: the store goes out at once (over NVLink when the address is a peer's),
-// and each load of the wait goes to memory. A plain load in a loop may be hoisted out of it by the
-// compiler, or served from this SM's L1, which a peer's store never updates: the loop would spin forever.
+// All three are volatile: the store goes out at once (over NVLink when the address is a peer's), and
+// each load of the wait goes to memory. A plain load in a loop may be hoisted out of it by the compiler,
+// or served from this SM's L1, which a peer's store never updates: the loop would spin forever. None
+// orders other memory operations (no "memory" clobber): a word is its own signal, so nothing else
+// needs to be ordered around it, and the compiler stays free to schedule the kernel's plain loads.
 
 struct f32x5 { float x, y, z, w, gave_up; };
 
@@ -24,7 +26,7 @@ extern "C" __device__ int mailbox_store_f32x4(int* result, unsigned long long ad
 {
     asm volatile("st.volatile.global.v4.b32 [%0], {%1, %2, %3, %4};\n"
                  :: "l"(address), "r"(mailbox_word(a)), "r"(mailbox_word(b)), "r"(mailbox_word(c)),
-                    "r"(mailbox_word(d)) : "memory");
+                    "r"(mailbox_word(d)));
     *result = 0;
     return 0;
 }
@@ -32,7 +34,7 @@ extern "C" __device__ int mailbox_store_f32x4(int* result, unsigned long long ad
 // Empty four mailbox words (16 bytes) for a later call.
 extern "C" __device__ int mailbox_clear_f32x4(int* result, unsigned long long address)
 {
-    asm volatile("st.volatile.global.v4.b32 [%0], {%1, %1, %1, %1};\n" :: "l"(address), "r"(0u) : "memory");
+    asm volatile("st.volatile.global.v4.b32 [%0], {%1, %1, %1, %1};\n" :: "l"(address), "r"(0u));
     *result = 0;
     return 0;
 }
@@ -45,7 +47,7 @@ extern "C" __device__ int mailbox_wait_f32x4(f32x5* r, unsigned long long addres
     r->gave_up = 0.0f;
     for (int polls = 0;; ++polls) {
         asm volatile("ld.volatile.global.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(address) : "memory");
+                     : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(address));
         if (a != 0u && b != 0u && c != 0u && d != 0u)
             break;
         if (polls >= max_polls) {

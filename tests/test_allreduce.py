@@ -163,7 +163,7 @@ def test_fused_lamport_mailboxes_in_the_simulator():
         statuses = [cuda.to_device(np.zeros(1, np.int32)) for _ in range(ranks)]
         order = [(epoch + k) % ranks for k in range(ranks)]
         for r in order:
-            allreduce._lamport_reduce_add_norm[(1, 1), allreduce.THREADS](
+            allreduce._lamport_reduce_add_norm[(1, 1), allreduce.FUSED_LAMPORT_THREADS](
                 tuple(d_p[s] for s in range(ranks)), d_res, d_w, tuple(out[s] for s in range(ranks)),
                 tuple(table[s] for s in range(ranks)), 0, rows, epoch % 3, (epoch + 2) % 3, r, 0, statuses[r])
         np.testing.assert_allclose(out.copy_to_host()[order[-1]], want, rtol=1e-5, atol=1e-5)
