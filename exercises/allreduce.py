@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: c0edc66b3ee011103ad8ab48d8700ce105d7df36828b8bc688f6411ec52706b9
+# generated-sha256: 3fceb0ecb5a6a75a2f9777e864f94be7d2530b653b00ffc7e8c68ba0287dcd43
 # --------------------------------------------------------------------------------------------------
 """AllReduce: every GPU holds a float32 buffer, and every GPU ends up with the sum of all of them.
 
@@ -62,8 +62,9 @@ from numba import cuda, float32, uint64
 from workbench import device, peers, results
 from workbench.ladder import InputError, Operator, expect_device_array, scratch, sm_count
 
+from solutions._ptx import mailbox_clear_f32x4, mailbox_store_f32x4, mailbox_wait_f32x4
+
 THREADS = 128  # threads per block; a multiple of the 32-lane warp
-WARPS = THREADS // 32
 FULL_MASK = 0xFFFFFFFF
 UNROLL = 4  # elements each thread of the flag kernels sums per step: 4 N independent loads in flight
 BLOCKS_PER_SM = 4  # the flag kernels' blocks per multiprocessor: few enough to be resident at once
@@ -741,8 +742,123 @@ def flags(x, out):
     flag_allreduce(Group.emulated(x, out))
 
 
+# -- 6. lamport: a one-shot push into mailboxes, no flags ------------------------------------------------
+#
+# Rank r's mailboxes are an array in its own memory, (3, N, m4) words: box [k, s] receives what rank s
+# pushes in a call numbered k mod 3. A word is a float32 with its sign bit flipped (mailbox.cu), so an
+# empty word is zero and every value written is not: a reader sees each word arrive, no flag needed.
+# Three sets, because a rank's boxes are in three states at once: this call's (being filled and read),
+# the previous call's (read in full, emptied now) and the next call's (empty, ready: a peer may run one
+# call ahead and push into it already). A peer cannot run two calls ahead: it would need this rank's
+# values of the next call, which this rank pushes only after emptying.
+
+LAMPORT_CHUNK = 1 << 20  # floats one launch reduces (4 MB): a longer message takes several launches
+
+
+@cuda.jit
+def _lamport_allreduce(sends, recvs, boxes, lo, m, now, stale, first_rank, max_polls, status):
+    """One rank's all-reduce of elements lo .. lo + m - 1 (blockIdx.y picks the rank when several are
+    emulated in one grid). Each thread takes vectors of four elements; it pushes all of its vectors
+    before it waits for any, so no rank ever waits for a value that a waiting rank has not sent. As
+    it reads a word of this call's box it empties the same word of the previous call's."""
+    rank = first_rank + cuda.blockIdx.y
+    ranks = len(sends)
+    x = sends[rank]
+    out = recvs[rank]
+    per_box = boxes[rank].shape[2]
+    first = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    step = cuda.gridDim.x * cuda.blockDim.x
+    vectors = (m + 3) // 4
+    for v in range(first, vectors, step):  # 1. push: my four values into box [now, rank] of every peer
+        i = lo + 4 * v
+        a0 = x[i]
+        a1 = x[i + 1] if 4 * v + 1 < m else float32(0.0)
+        a2 = x[i + 2] if 4 * v + 2 < m else float32(0.0)
+        a3 = x[i + 3] if 4 * v + 3 < m else float32(0.0)
+        for s in range(ranks):
+            if s != rank:  # posted 16-byte stores over NVLink: they do not wait for a reply
+                mailbox_store_f32x4(boxes[s].ctypes.data + uint64(((now * ranks + rank) * per_box + 4 * v) * 4),
+                                    a0, a1, a2, a3)
+    for v in range(first, vectors, step):  # 2. wait for each peer's four values; add in rank order
+        i = lo + 4 * v
+        acc0 = acc1 = acc2 = acc3 = float32(0.0)
+        for s in range(ranks):
+            if s == rank:  # my own values as the peers received them (+0.0 for -0.0: the same bits)
+                c0 = x[i] + float32(0.0)
+                c1 = x[i + 1] + float32(0.0) if 4 * v + 1 < m else float32(0.0)
+                c2 = x[i + 2] + float32(0.0) if 4 * v + 2 < m else float32(0.0)
+                c3 = x[i + 3] + float32(0.0) if 4 * v + 3 < m else float32(0.0)
+            else:
+                c0, c1, c2, c3, gave_up = mailbox_wait_f32x4(
+                    boxes[rank].ctypes.data + uint64(((now * ranks + s) * per_box + 4 * v) * 4), max_polls)
+                if gave_up != float32(0.0):
+                    cuda.atomic.max(status, 0, s + 1)
+                # and empty the same words of the previous call's box, for the call after this one
+                mailbox_clear_f32x4(boxes[rank].ctypes.data + uint64(((stale * ranks + s) * per_box + 4 * v) * 4))
+            acc0 += c0
+            acc1 += c1
+            acc2 += c2
+            acc3 += c3
+        out[i] = acc0
+        if 4 * v + 1 < m:
+            out[i + 1] = acc1
+        if 4 * v + 2 < m:
+            out[i + 2] = acc2
+        if 4 * v + 3 < m:
+            out[i + 3] = acc3
+
+
+def lamport_allreduce(group: Group) -> None:
+    ranks, n = group.size, group.n
+    cap = max(1, _grid_cap() // (ranks if group.emulating else 1))  # every block resident at once
+    max_polls = 0 if device.is_simulator() else MAX_POLLS
+    for lo in range(0, n, LAMPORT_CHUNK):
+        m = min(LAMPORT_CHUNK, n - lo)
+        per_box = -(-m // 4) * 4
+        blocks = _resident_blocks(per_box // 4, THREADS, cap)
+        key = f"allreduce.lamport.{ranks}x{per_box}"
+        epoch = _next_epoch((key, tuple(group.gpus or ())))
+        now, stale = epoch % 3, (epoch + 2) % 3
+        if group.emulating:
+            table = group.scratch(0, key, (ranks, 3, ranks, per_box), np.uint32, zeroed=True)
+            status = group.scratch(0, "allreduce.lamport.status", 1, np.int32, zeroed=True)
+            boxes = tuple(table[r] for r in range(ranks))
+            _lamport_allreduce[(blocks, ranks), THREADS](tuple(group.sends), tuple(group.recvs), boxes, lo, m,
+                                                          now, stale, 0, max_polls, status)
+            continue
+        boxes = [group.scratch(r, key, (3, ranks, per_box), np.uint32, zeroed=True) for r in range(ranks)]
+        for r in range(ranks):
+            status = group.scratch(r, "allreduce.lamport.status", 1, np.int32, zeroed=True)
+            group.launch(r, _lamport_allreduce, (blocks, 1), THREADS, group.peers(r, group.sends),
+                         group.peers(r, group.recvs), group.peers(r, boxes), lo, m, now, stale, r, max_polls, status)
+    if device.is_simulator():
+        _refuse_in_the_simulator(group, "allreduce.lamport")
+
+
+@op.stage("lamport", """
+    The least latency: one kernel per rank, one step, no flag and no fence. Each rank pushes its
+    whole buffer into a mailbox in every peer's memory (posted 16-byte stores over NVLink), then
+    reads its own mailboxes, where the peers' buffers are arriving, and adds them. The values are
+    their own signal: a mailbox word is a float with its sign bit flipped, so an empty word is
+    zero and no value ever looks empty (-0.0, whose flipped bits are zero, is sent as +0.0). The
+    reader polls each word with a volatile load until it is not zero. The mailboxes are
+    triple-buffered by call: this call's, the previous call's (read in full, so emptied now), and
+    the next call's (already empty, in case a peer runs one call ahead). No rank can run two calls
+    ahead, as it would need values that this rank sends only after emptying. TensorRT-LLM calls
+    this a "Lamport" all-reduce. Every rank moves all N - 1 other buffers, not 2(N-1)/N of one,
+    and the mailboxes take 3 N times the message: it is the stage for small messages, and
+    messages over 4 MB go through it 4 MB at a time.""",
+    gpu_only="ranks wait for values pushed by other ranks' blocks running at the same time; the simulator "
+             "runs blocks one after another")
+def lamport(x, out):
+    lamport_allreduce(Group.emulated(x, out))
+
+
 ALGORITHMS = {"naive": naive_allreduce, "one_shot": one_shot_allreduce, "two_shot": two_shot_allreduce,
-              "ring": ring_allreduce, "flags": flag_allreduce}
+              "ring": ring_allreduce, "flags": flag_allreduce, "lamport": lamport_allreduce}
+# The algorithms whose kernels wait for each other on the GPU, and the name of their status word: after
+# a call, check_flag_status(group, WAITING[name]) turns a rank that gave up waiting into an error.
+WAITING = {"flags": "allreduce.flag", "lamport": "allreduce.lamport"}
 
 
 # =========================================================================================================
@@ -862,8 +978,9 @@ def _add_residual(summed, residual, h):
 
 @cuda.jit(device=True, inline=True)
 def _block_sum(value):
-    """Sum over the block's THREADS threads, returned to every thread (warp shuffles, one barrier)."""
-    warp_sums = cuda.shared.array(WARPS, float32)
+    """Sum over the block's threads (any multiple of 32, up to 1024), returned to every thread (warp
+    shuffles, one barrier)."""
+    warp_sums = cuda.shared.array(32, float32)
     lane = cuda.threadIdx.x % 32
     offset = 16
     while offset > 0:
@@ -873,7 +990,7 @@ def _block_sum(value):
         warp_sums[cuda.threadIdx.x // 32] = value
     cuda.syncthreads()
     total = float32(0.0)
-    for w in range(WARPS):
+    for w in range(cuda.blockDim.x // 32):
         total += warp_sums[w]
     cuda.syncthreads()  # warp_sums may be written again by the next call
     return total
@@ -1035,7 +1152,129 @@ def fused_flags(partials, residual, weight, out):
     flag_allreduce_rmsnorm(_emulated_fused_group(partials, residual, weight, out))
 
 
+# -- 4. fused_lamport: every rank normalises every row from mailboxes ----------------------------------------
+
+FUSED_LAMPORT_CHUNK = 1 << 22  # floats of rows one launch handles (16 MB): 4096 x 8192 takes eight
+# Threads a block of the fused lamport kernel: a block normalises a row, and a thread waits for its
+# vectors one after another (a wait is a loop: the next load cannot start before it ends), so a row
+# of 8192 takes 4 waits a thread at 512 threads, 16 at 128. At its 90 registers one block fits an SM.
+FUSED_LAMPORT_THREADS = 512
+
+
+@cuda.jit
+def _lamport_reduce_add_norm(partials, residual, weight, outs, boxes, row_lo, rows_m, now, stale, first_rank,
+                             max_polls, status):
+    """One rank's fused call over rows row_lo .. row_lo + rows_m - 1 with the lamport stage's mailboxes
+    (boxes[r]: (3, N, rows_m, cols rounded up to 4) words). The grid pushes this rank's partial rows
+    to every peer; then a block per row waits for the peers' values (emptying the previous call's
+    words as it goes), adds them to the residual in rank order, and normalises: h and y are written
+    here only."""
+    rank = first_rank + cuda.blockIdx.y
+    ranks = len(partials)
+    mine = partials[rank]
+    out = outs[rank]
+    cols = residual.shape[1]
+    per_row = boxes[rank].shape[3]
+    row_vectors = per_row // 4
+    t = cuda.threadIdx.x
+    first = cuda.blockIdx.x * FUSED_LAMPORT_THREADS + t
+    step = cuda.gridDim.x * FUSED_LAMPORT_THREADS
+    for v in range(first, rows_m * row_vectors, step):  # 1. push my partial rows into every peer's box
+        r = v // row_vectors
+        c = 4 * (v % row_vectors)
+        row = row_lo + r
+        a0 = mine[row, c]
+        a1 = mine[row, c + 1] if c + 1 < cols else float32(0.0)
+        a2 = mine[row, c + 2] if c + 2 < cols else float32(0.0)
+        a3 = mine[row, c + 3] if c + 3 < cols else float32(0.0)
+        for s in range(ranks):
+            if s != rank:
+                mailbox_store_f32x4(boxes[s].ctypes.data + uint64((((now * ranks + rank) * rows_m + r) * per_row + c) * 4),
+                                    a0, a1, a2, a3)
+    for r in range(cuda.blockIdx.x, rows_m, cuda.gridDim.x):  # 2. a block per row: sum, add, normalise
+        row = row_lo + r
+        squares = float32(0.0)
+        for c in range(4 * t, cols, 4 * FUSED_LAMPORT_THREADS):
+            h0 = residual[row, c]
+            h1 = residual[row, c + 1] if c + 1 < cols else float32(0.0)
+            h2 = residual[row, c + 2] if c + 2 < cols else float32(0.0)
+            h3 = residual[row, c + 3] if c + 3 < cols else float32(0.0)
+            for s in range(ranks):
+                if s == rank:  # as the peers received it: -0.0 as +0.0, so every rank adds the same bits
+                    p0 = mine[row, c] + float32(0.0)
+                    p1 = mine[row, c + 1] + float32(0.0) if c + 1 < cols else float32(0.0)
+                    p2 = mine[row, c + 2] + float32(0.0) if c + 2 < cols else float32(0.0)
+                    p3 = mine[row, c + 3] + float32(0.0) if c + 3 < cols else float32(0.0)
+                else:
+                    p0, p1, p2, p3, gave_up = mailbox_wait_f32x4(
+                        boxes[rank].ctypes.data + uint64((((now * ranks + s) * rows_m + r) * per_row + c) * 4), max_polls)
+                    if gave_up != float32(0.0):
+                        cuda.atomic.max(status, 0, s + 1)
+                    mailbox_clear_f32x4(  # the previous call's words, for the call after this one
+                        boxes[rank].ctypes.data + uint64((((stale * ranks + s) * rows_m + r) * per_row + c) * 4))
+                h0 += p0
+                h1 += p1
+                h2 += p2
+                h3 += p3
+            out[0, row, c] = h0
+            if c + 1 < cols:
+                out[0, row, c + 1] = h1
+            if c + 2 < cols:
+                out[0, row, c + 2] = h2
+            if c + 3 < cols:
+                out[0, row, c + 3] = h3
+            squares += h0 * h0 + h1 * h1 + h2 * h2 + h3 * h3  # past the row's end h is 0
+        rstd = float32(1.0) / math.sqrt(_block_sum(squares) / float32(cols) + EPS)
+        for col in range(t, cols, FUSED_LAMPORT_THREADS):  # h was written by this block: read back from L1/L2
+            out[1, row, col] = out[0, row, col] * rstd * weight[col]
+
+
+def lamport_allreduce_rmsnorm(group: Group) -> None:
+    ranks = group.size
+    rows, cols = group.residuals[0].shape
+    per_row = -(-cols // 4) * 4
+    per_sm = max(1, BLOCKS_PER_SM * THREADS // FUSED_LAMPORT_THREADS)
+    cap = max(1, sm_count() * per_sm // (ranks if group.emulating else 1))  # every block resident at once
+    max_polls = 0 if device.is_simulator() else MAX_POLLS
+    chunk_rows = max(1, FUSED_LAMPORT_CHUNK // per_row)
+    for row_lo in range(0, rows, chunk_rows):
+        rows_m = min(chunk_rows, rows - row_lo)
+        blocks = _resident_blocks(max(rows_m, rows_m * per_row // 4 // FUSED_LAMPORT_THREADS), 1, cap)
+        key = f"allreduce_rmsnorm.lamport.{ranks}x{rows_m}x{per_row}"
+        epoch = _next_epoch((key, tuple(group.gpus or ())))
+        now, stale = epoch % 3, (epoch + 2) % 3
+        if group.emulating:
+            table = group.scratch(0, key, (ranks, 3, ranks, rows_m, per_row), np.uint32, zeroed=True)
+            status = group.scratch(0, "allreduce_rmsnorm.lamport.status", 1, np.int32, zeroed=True)
+            _lamport_reduce_add_norm[(blocks, ranks), FUSED_LAMPORT_THREADS](
+                tuple(group.sends), group.residuals[0], group.weights[0], tuple(group.recvs),
+                tuple(table[r] for r in range(ranks)), row_lo, rows_m, now, stale, 0, max_polls, status)
+            continue
+        boxes = [group.scratch(r, key, (3, ranks, rows_m, per_row), np.uint32, zeroed=True) for r in range(ranks)]
+        for r in range(ranks):
+            status = group.scratch(r, "allreduce_rmsnorm.lamport.status", 1, np.int32, zeroed=True)
+            group.launch(r, _lamport_reduce_add_norm, (blocks, 1), FUSED_LAMPORT_THREADS, group.peers(r, group.sends),
+                         group.residuals[r], group.weights[r], group.peers(r, group.recvs), group.peers(r, boxes),
+                         row_lo, rows_m, now, stale, r, max_polls, status)
+    if device.is_simulator():
+        _refuse_in_the_simulator(group, "allreduce_rmsnorm.lamport")
+
+
+@fused_op.stage("fused_lamport", """
+    The all-reduce's lamport stage with the epilogue inside, and no owner: every rank pushes its
+    partial rows into every peer's mailboxes, then normalises every row itself, from its own
+    partial, the peers' values as they arrive, and its residual. The add and the norm are done N
+    times (once on each GPU) instead of once, which costs nothing beside the traffic, and buys the
+    rest: no second push of the results, no flag, no fence, no barrier. h and y are written only
+    to this rank's memory, once. Rows go through it 16 MB at a time.""",
+    gpu_only="ranks wait for values pushed by other ranks' blocks running at the same time; the simulator "
+             "runs blocks one after another")
+def fused_lamport(partials, residual, weight, out):
+    lamport_allreduce_rmsnorm(_emulated_fused_group(partials, residual, weight, out))
+
+
 FUSED_ALGORITHMS = {"separate": separate_allreduce_rmsnorm, "fused": fused_allreduce_rmsnorm,
-                    "fused_flags": flag_allreduce_rmsnorm}
+                    "fused_flags": flag_allreduce_rmsnorm, "fused_lamport": lamport_allreduce_rmsnorm}
+FUSED_WAITING = {"fused_flags": "allreduce_rmsnorm.flag", "fused_lamport": "allreduce_rmsnorm.lamport"}
 
 OPERATORS = [op, fused_op]

@@ -153,7 +153,7 @@ def calling_section():
     replay = prepared.PreparedCall(hundred, validate=lambda *a: None)
     cost = prepared.host_time_per_call(replay, (x, o), calls=20)
     out["graph of 100 launches"] = cost
-    target("graph replay per kernel ≤ 1.5 µs", round(cost["enqueue_us"] / 100, 3), cost["enqueue_us"] / 100 <= 1.5)
+    target("graph replay per kernel ≤ 1.5 µs (GPU time, events)", round(cost["gpu_us"] / 100, 3), cost["gpu_us"] / 100 <= 1.5)
     return out
 
 

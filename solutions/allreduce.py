@@ -11,7 +11,12 @@ memory over NVLink:
   finished slices): every link carries only 2(N-1)/N of the data;
 * ring: the same traffic over neighbours only, in 2(N-1) steps;
 * flags: one kernel per GPU that synchronises with the others through flags in memory instead of
-  host events, and pushes its sums straight into the other GPUs' buffers.
+  host events, and pushes its sums straight into the other GPUs' buffers;
+* lamport: one kernel per GPU that pushes its whole buffer into every other GPU's mailboxes, where
+  each value is its own signal: no flag, no fence, no barrier; the least latency for small messages.
+
+The fused operator (allreduce_rmsnorm) adds the residual and normalises in the same kernels: the
+epilogue of a tensor-parallel transformer block, beside NCCL followed by the separate kernels.
 
 **Ranks.** A *rank* is one participant: its input buffer ``send`` and its output buffer ``recv``
 (NCCL's sendbuff and recvbuff; the all-reduce is out of place: a one-shot kernel that wrote its sum
@@ -861,7 +866,9 @@ WAITING = {"flags": "allreduce.flag", "lamport": "allreduce.lamport"}
 # normalises the result for the next layer. Three kernels, each a pass over the activations: the
 # all-reduce writes the sum, the add reads it back, the norm reads it again. Fused, the rank that
 # owns a row sums it from every GPU, adds the residual, normalises it and pushes both results (the
-# new residual stream h and the normalised y) to every GPU: one pass.
+# new residual stream h and the normalised y) to every GPU: one pass (fused, fused_flags). Or every
+# rank receives every partial and normalises every row itself (fused_lamport): more arithmetic, one
+# push and no synchronisation at all.
 
 def _fused_inputs(size, rng):
     ranks, rows, cols = size

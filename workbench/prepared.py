@@ -379,23 +379,31 @@ def host_time_per_call(fn: Callable, args: tuple, calls: int = 200, repeats: int
     """Host time of ``fn(*args)`` as a Python loop pays it: ``enqueue_us``, the median over ``repeats``
     of (``calls`` calls back to back, then one synchronize) / ``calls``, which is the launch overhead
     when the kernels are shorter than it; and ``call_sync_us``, the median of one call followed by a
-    synchronize (the harness's ``host_call_us``: overhead + GPU time + the wait)."""
+    synchronize (the harness's ``host_call_us``: overhead + GPU time + the wait). Also ``gpu_us``: the
+    GPU's time per call of the same loops, from CUDA events on the default stream around them. When the
+    GPU is the slower side (a graph replay of many small kernels), ``enqueue_us`` approaches it; when the
+    host is descheduled (other processes loading the CPUs), ``enqueue_us`` grows and ``gpu_us`` does not."""
     import numpy as np
     from numba import cuda
 
     fn(*args)
     cuda.synchronize()
-    loops = []
+    start, end = cuda.event(timing=True), cuda.event(timing=True)
+    loops, gpu = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
+        start.record()
         for _ in range(calls):
             fn(*args)
+        end.record()
         cuda.synchronize()
         loops.append((time.perf_counter() - t0) * 1e6 / calls)
+        gpu.append(cuda.event_elapsed_time(start, end) * 1e3 / calls)
     singles = []
     for _ in range(20):
         t0 = time.perf_counter()
         fn(*args)
         cuda.synchronize()
         singles.append((time.perf_counter() - t0) * 1e6)
-    return {"enqueue_us": float(np.median(loops)), "call_sync_us": float(np.median(singles)), "calls": calls}
+    return {"enqueue_us": float(np.median(loops)), "call_sync_us": float(np.median(singles)),
+            "gpu_us": float(np.median(gpu)), "calls": calls}
