@@ -22,8 +22,8 @@ def test_seven_functions_each_its_own_operator_and_fast_math_only_where_there_is
     assert names == ["act_relu", "act_leaky_relu", "act_sigmoid", "act_tanh", "act_gelu", "act_gelu_tanh", "act_silu"]
     for act, op in zip(activations.ACTIVATIONS, activations.FLOAT32_OPERATORS):
         stages = [s.name for s in op.stages]
-        assert stages[:4] == ["thread_per_element", "grid_stride", "vector4", "in_flight"]
-        assert (stages[4:] == ["fast_math"]) == (act.name in FAST), op.name
+        assert stages[:5] == ["thread_per_element", "grid_stride", "vector4", "in_flight", "small_tiles"]
+        assert (stages[5:] == ["fast_math"]) == (act.name in FAST), op.name
     # tanh.approx.f32 is 2^-11 relative: only its fast-math stage gets a looser tolerance
     loose = {s.key: s.tolerance for op in activations.FLOAT32_OPERATORS for s in op.stages if s.tolerance is not None}
     assert loose == {"act_tanh.fast_math": 1e-3}
@@ -50,7 +50,7 @@ def test_ulp_error_counts_float32_steps():
     assert list(activations.ulp_error(got, ref)) == [0.0, 1.0, 0.0, 0.0, np.inf]
 
 
-@pytest.mark.parametrize("stage_name", ["vector4", "in_flight", "fast_math"])
+@pytest.mark.parametrize("stage_name", ["vector4", "in_flight", "small_tiles", "fast_math"])
 def test_a_view_that_starts_mid_buffer_is_right(stage_name):
     """(In the simulator every array counts as aligned; on a GPU such a view takes the scalar kernel,
     test_every_stage_right_on_a_misaligned_view_on_the_gpu.)"""
@@ -69,7 +69,7 @@ def test_in_flight_main_body_and_last_block(name):
     block through the checked loop and a tail of one, on the specials."""
     op = activations.BY_NAME[name]
     (x,) = activations.OPERATORS[0].adversarial_inputs((5125,), np.random.default_rng(3))[0][1]
-    for stage in op.stages[3:]:  # in_flight, and fast_math (the same kernel) where there is one
+    for stage in op.stages[3:]:  # in_flight, small_tiles, and fast_math where there is one
         result = check_stage(stage, (5125,), inputs=(x,), label="specials")
         assert result.passed, result.message
 
@@ -93,8 +93,8 @@ def test_vector_stages_compile_to_16_byte_accesses_and_fast_tanh_to_one_instruct
         "arr = types.Array(types.float32, 1, 'C')\n"
         "plain, _ = cuda.compile_ptx(A._vector4_gelu.py_func, (arr, arr), cc=(9, 0))\n"
         "flight, _ = cuda.compile_ptx(A._in_flight_gelu.py_func, (arr, arr), cc=(9, 0))\n"
-        "fast, _ = cuda.compile_ptx(A._in_flight_tanh_fast.py_func, (arr, arr), cc=(9, 0), fastmath=True)\n"
-        "exact, _ = cuda.compile_ptx(A._in_flight_tanh.py_func, (arr, arr), cc=(9, 0))\n"
+        "fast, _ = cuda.compile_ptx(A._small_tiles_tanh_fast.py_func, (arr, arr), cc=(9, 0), fastmath=True)\n"
+        "exact, _ = cuda.compile_ptx(A._small_tiles_tanh.py_func, (arr, arr), cc=(9, 0))\n"
         "print('v4', 'ld.global.v4.f32' in plain and 'st.global.v4.f32' in plain)\n"
         "accesses = re.findall(r'(ld|st)\\.global\\.v4\\.f32', flight)\n"
         "print('in flight', ''.join(accesses[:5]))\n"
