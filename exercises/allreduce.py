@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 3fceb0ecb5a6a75a2f9777e864f94be7d2530b653b00ffc7e8c68ba0287dcd43
+# generated-sha256: d462b9764645c539ae2bae3196c2e4217b84058601f348a5d92c8436954a97d0
 # --------------------------------------------------------------------------------------------------
 """AllReduce: every GPU holds a float32 buffer, and every GPU ends up with the sum of all of them.
 
@@ -25,7 +25,12 @@ memory over NVLink:
   finished slices): every link carries only 2(N-1)/N of the data;
 * ring: the same traffic over neighbours only, in 2(N-1) steps;
 * flags: one kernel per GPU that synchronises with the others through flags in memory instead of
-  host events, and pushes its sums straight into the other GPUs' buffers.
+  host events, and pushes its sums straight into the other GPUs' buffers;
+* lamport: one kernel per GPU that pushes its whole buffer into every other GPU's mailboxes, where
+  each value is its own signal: no flag, no fence, no barrier; the least latency for small messages.
+
+The fused operator (allreduce_rmsnorm) adds the residual and normalises in the same kernels: the
+epilogue of a tensor-parallel transformer block, beside NCCL followed by the separate kernels.
 
 **Ranks.** A *rank* is one participant: its input buffer ``send`` and its output buffer ``recv``
 (NCCL's sendbuff and recvbuff; the all-reduce is out of place: a one-shot kernel that wrote its sum
@@ -870,7 +875,9 @@ WAITING = {"flags": "allreduce.flag", "lamport": "allreduce.lamport"}
 # normalises the result for the next layer. Three kernels, each a pass over the activations: the
 # all-reduce writes the sum, the add reads it back, the norm reads it again. Fused, the rank that
 # owns a row sums it from every GPU, adds the residual, normalises it and pushes both results (the
-# new residual stream h and the normalised y) to every GPU: one pass.
+# new residual stream h and the normalised y) to every GPU: one pass (fused, fused_flags). Or every
+# rank receives every partial and normalises every row itself (fused_lamport): more arithmetic, one
+# push and no synchronisation at all.
 
 def _fused_inputs(size, rng):
     ranks, rows, cols = size
@@ -1157,7 +1164,8 @@ def fused_flags(partials, residual, weight, out):
 FUSED_LAMPORT_CHUNK = 1 << 22  # floats of rows one launch handles (16 MB): 4096 x 8192 takes eight
 # Threads a block of the fused lamport kernel: a block normalises a row, and a thread waits for its
 # vectors one after another (a wait is a loop: the next load cannot start before it ends), so a row
-# of 8192 takes 4 waits a thread at 512 threads, 16 at 128. At its 90 registers one block fits an SM.
+# of 8192 takes 4 waits a thread at 512 threads, 16 at 128. Under 128 registers a thread (96: `workbench
+# ptx allreduce_rmsnorm`), one such block fits an SM, which the grid's cap counts on.
 FUSED_LAMPORT_THREADS = 512
 
 
