@@ -2,7 +2,12 @@
 """Why do torch's elementwise kernels stream faster than ours? Variants of a float32 ReLU at 2^28
 elements (1 GiB in, 1 GiB out), timed in one process beside torch's clamp and copy_.
 
-    python3 scripts/gpu_stream_probe.py OUT_DIR
+    python3 scripts/gpu_stream_probe.py OUT_DIR           # ReLU
+    python3 scripts/gpu_stream_probe.py OUT_DIR --chain   # GELU(x + bias) + residual at 16384 x 16384
+
+With --chain: the elementwise ladder's chain (two streams read, one written, erff per element), its
+last stage, torch eager and torch.compile, and the one-tile-a-block kernel with 1, 2 or 4 vectors a
+thread (x and residual by 16-byte loads, the bias by element).
 
 Variants: the workbench's ``act_relu.in_flight`` stage; the same one-tile-per-block kernel with 1, 2, 4 or
 8 16-byte vectors a thread and 128-1024 threads a block; and with cache hints from CUDA C++ (loads that do
@@ -84,6 +89,73 @@ def make_kernel(vectors, hints):
     return hinted
 
 
+def make_chain_kernel(vectors):
+    from solutions.elementwise import gelu
+
+    @cuda.jit
+    def chain(x, bias, residual, out):
+        cols = uint64(bias.size)
+        step = uint64(4) * uint64(cuda.blockDim.x)
+        i = uint64(cuda.blockIdx.x) * step * uint64(vectors) + uint64(4) * uint64(cuda.threadIdx.x)
+        xs = cuda.local.array((vectors, 4), float32)
+        rs = cuda.local.array((vectors, 4), float32)
+        for k in range(vectors):
+            j = i + uint64(k) * step
+            xs[k, 0], xs[k, 1], xs[k, 2], xs[k, 3] = load4(x, j)
+            rs[k, 0], rs[k, 1], rs[k, 2], rs[k, 3] = load4(residual, j)
+        for k in range(vectors):
+            j = i + uint64(k) * step
+            c = j % cols  # cols % 4 == 0: the four columns do not wrap
+            store4(out, j, gelu(xs[k, 0] + bias[c]) + rs[k, 0], gelu(xs[k, 1] + bias[c + uint64(1)]) + rs[k, 1],
+                   gelu(xs[k, 2] + bias[c + uint64(2)]) + rs[k, 2], gelu(xs[k, 3] + bias[c + uint64(3)]) + rs[k, 3])
+    return chain
+
+
+def chain_main(out_dir):
+    import torch
+
+    from solutions import elementwise
+
+    rows = cols = 16384
+    n = rows * cols
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x_t = torch.randn(rows, cols, device="cuda", generator=g)
+    b_t = torch.randn(cols, device="cuda", generator=g)
+    r_t = torch.randn(rows, cols, device="cuda", generator=g)
+    y_t = torch.empty_like(x_t)
+    expr = lambda x, b, r: torch.nn.functional.gelu(x + b) + r  # noqa: E731
+    want = expr(x_t, b_t, r_t)
+    compiled = torch.compile(expr)
+    x, b, r, y = (cuda.as_cuda_array(t) for t in (x_t, b_t, r_t, y_t))
+    xf, rf, yf = (a.reshape(a.size) for a in (x, r, y))
+    start, end = cuda.event(timing=True), cuda.event(timing=True)
+    rows_out = []
+
+    def record(name, launch, produces=True):
+        y_t.fill_(float("nan"))
+        got = launch()
+        cuda.synchronize()
+        result = got if got is not None else y_t
+        ok = bool(torch.allclose(result, want, rtol=1e-5, atol=1e-5)) if produces else None
+        med, lo, hi = time_us(launch, start, end, reps=10)
+        rows_out.append({"variant": name, "correct": ok, "median_us": med, "min_us": lo, "max_us": hi,
+                         "gbps": 12 * n / med / 1e3})
+        print(f"{name:<44} {med:8.1f} us {12 * n / med / 1e3:7.0f} GB/s  correct={ok}", flush=True)
+
+    record("torch eager", lambda: expr(x_t, b_t, r_t))
+    record("torch.compile", lambda: compiled(x_t, b_t, r_t))
+    record("workbench elementwise.ilp8_unsigned", lambda: elementwise.ilp8_unsigned.launch(x, b, r, y))
+    for vectors in (1, 2, 4):
+        kernel = make_chain_kernel(vectors)
+        for threads in (128, 256, 512):
+            blocks = n // (4 * vectors * threads)
+            record(f"chain tile V={vectors} T={threads}", lambda k=kernel, bl=blocks, t=threads: k[bl, t](xf, b, rf, yf))
+    record("torch.compile again", lambda: compiled(x_t, b_t, r_t))
+    (out_dir / "chain_probe.json").write_text(json.dumps({"shape": [rows, cols], "device": torch.cuda.get_device_name(),
+                                                          "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                                          "rows": rows_out}, indent=1))
+
+
 def time_us(launch, start, end, reps=20, samples=9):
     launch()
     cuda.synchronize()
@@ -103,6 +175,10 @@ def main() -> None:
 
     out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "out/stream_probe")
     out_dir.mkdir(parents=True, exist_ok=True)
+    if "--chain" in sys.argv:
+        chain_main(out_dir)
+        sys.stdout.flush()
+        os._exit(0)
     x_t = torch.randn(N, device="cuda")
     y_t = torch.empty_like(x_t)
     want = torch.clamp(x_t, min=0)
