@@ -245,22 +245,6 @@ class _GpuLock:
                 self._drop()
 
     @contextlib.contextmanager
-    def upgraded(self):
-        """Exclusive for the duration, from a shared hold or from none. A shared hold is given up first
-        and taken again after: two workers each keeping theirs while waiting for the exclusive lock
-        would wait for each other."""
-        if self.depth > 0 or self.holding != "shared":
-            with self.exclusive():
-                yield
-            return
-        self._drop()
-        try:
-            with self.exclusive():
-                yield
-        finally:
-            self._take("shared")
-
-    @contextlib.contextmanager
     def set_aside(self):
         """Let go of whatever this worker holds for the duration (a compile), then take the same again."""
         kind = self.holding
@@ -281,12 +265,11 @@ _LOCK = None
 def _gpu_to_itself_while_timing(request):
     """A GPU test shares the GPU with the other workers' tests; a measurement has it alone.
 
-    A test marked ``timing`` holds the shared lock while it prepares (inputs to the device, first calls,
-    float64 references), as a check's run does, and trades it for the exclusive lock during each of its
-    measurements (``workbench.timing.measure``, ``host_call_latency``), so the timing tests' preparation
-    runs in parallel and only the measuring is serial. (Its preparation once held no lock: its copies
-    and torch calls then ran beside other workers' measurements, and the GPU, time-slicing between the
-    two processes, halved some of them: softmax_fp16 at 2127 GB/s in the suite, 2976 alone.) ``@pytest.mark.timing(whole=True)``: the whole test holds it (a test that
+    A test marked ``timing`` holds no lock while it prepares on the CPU (inputs, float64 references);
+    its first call of each stage (``workbench.bench.first_call``) holds the shared lock, as a check's
+    run does, and each of its measurements (``workbench.timing.measure``, ``host_call_latency``) takes
+    the exclusive lock for its own duration, so the timing tests' preparation runs in parallel and only
+    the measuring is serial. ``@pytest.mark.timing(whole=True)``: the whole test holds it (a test that
     times by other means: host enqueue costs, streams, a grader subprocess's speed bar). Any other GPU
     test holds the shared lock and may not measure (``_timing_refused``). Whatever a worker holds, it
     sets aside while numba compiles (``CachedDispatcher.compile``)."""
@@ -308,7 +291,7 @@ def _gpu_to_itself_while_timing(request):
         with _LOCK.exclusive():
             yield
     else:
-        with _LOCK.shared(), _measurements_alone(_LOCK):
+        with _measurements_alone(_LOCK):
             yield
 
 
@@ -343,8 +326,8 @@ def _measurements_alone(lock: _GpuLock):
     # the headline size ran beside other workers' measurements and halved them (gemm's tensor_core_deep
     # at 52 TFLOP/s against 103; suite logs of 2026-11-23 and -24).
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(timing, "measure", _inside(lock.upgraded, timing.measure))
-        patch.setattr(timing, "host_call_latency", _inside(lock.upgraded, timing.host_call_latency))
+        patch.setattr(timing, "measure", _inside(lock.exclusive, timing.measure))
+        patch.setattr(timing, "host_call_latency", _inside(lock.exclusive, timing.host_call_latency))
         patch.setattr(bench, "first_call", _inside(lock.shared, bench.first_call))
         yield
 
