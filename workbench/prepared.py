@@ -44,6 +44,7 @@ from contextlib import contextmanager
 from typing import Callable, Sequence
 
 from . import device as _device
+from . import timing
 from .ladder import as_numba_view
 
 
@@ -380,24 +381,40 @@ def host_time_per_call(fn: Callable, args: tuple, calls: int = 200, repeats: int
     of (``calls`` calls back to back, then one synchronize) / ``calls``, which is the launch overhead
     when the kernels are shorter than it; and ``call_sync_us``, the median of one call followed by a
     synchronize (the harness's ``host_call_us``: overhead + GPU time + the wait). Also ``gpu_us``: the
-    GPU's time per call of the same loops, from CUDA events on the default stream around them. When the
-    GPU is the slower side (a graph replay of many small kernels), ``enqueue_us`` approaches it; when the
-    host is descheduled (other processes loading the CPUs), ``enqueue_us`` grows and ``gpu_us`` does not."""
+    GPU's time per call, from CUDA events on the default stream around the same loop queued behind a sleep
+    (so no wait for the host falls inside them). When the GPU is the slower side (a graph replay of many
+    small kernels), ``enqueue_us`` approaches it; when the host is descheduled (other processes loading the
+    CPUs), ``enqueue_us`` grows and ``gpu_us`` does not."""
     import numpy as np
     from numba import cuda
 
     fn(*args)
     cuda.synchronize()
-    start, end = cuda.event(timing=True), cuda.event(timing=True)
-    loops, gpu = [], []
+    loops = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        start.record()
         for _ in range(calls):
             fn(*args)
-        end.record()
         cuda.synchronize()
         loops.append((time.perf_counter() - t0) * 1e6 / calls)
+    # The GPU's own time: the same loop queued behind a sleep that outlasts the enqueueing, so the GPU
+    # never waits for the host inside the events (it would when the host is slower than the kernels, or
+    # descheduled by other processes); a sample whose sleep ran out first is taken again, sleeping longer.
+    start, end = cuda.event(timing=True), cuda.event(timing=True)
+    hold_us = 2 * calls * max(loops) + 50
+    gpu = []
+    for _ in range(repeats):
+        for _attempt in range(timing.STARVED_RETAKES + 1):
+            timing.keep_gpu_busy(hold_us)
+            start.record()
+            for _ in range(calls):
+                fn(*args)
+            starved = hasattr(start, "query") and start.query()  # (the simulator's events cannot say)
+            end.record()
+            end.synchronize()
+            if not starved:
+                break
+            hold_us *= 2
         gpu.append(cuda.event_elapsed_time(start, end) * 1e3 / calls)
     singles = []
     for _ in range(20):
