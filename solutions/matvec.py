@@ -15,14 +15,18 @@ length cols; y is float32 of length rows and is overwritten. A and x are never w
 """
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, int64
 
+from solutions._vector_io import VECTOR_BYTES, aligned16, flat_view, load4
 from workbench import peers
 from workbench.ladder import Operator, blocks_for, expect_device_array
 
 THREADS = 256
 WARPS = THREADS // 32
 FULL_MASK = 0xFFFFFFFF
+VECTORS_PER_LANE = 4  # vectors: 16-byte loads of A a lane issues per step, all independent (2 KB a warp)
+WARP_CHUNK = 32 * 4  # columns the warp's 32 lanes cover with one 16-byte load each
+STEP = WARP_CHUNK * VECTORS_PER_LANE  # columns a warp covers per step of the vectors kernel
 
 
 def _inputs(size, rng):
@@ -161,3 +165,103 @@ def _warp_per_row(a, x, y):
     at close to copy bandwidth (for rows of at least a few hundred columns).""")
 def warp_per_row(a, x, y):
     _warp_per_row[blocks_for(a.shape[0] * 32, THREADS), THREADS](a, x, y)
+
+
+# -- 3. 16-byte loads, four in flight per lane -----------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def _x4(x, c, x_vector):
+    """x[c .. c + 3]: one 16-byte load where x[c] sits on a 16-byte boundary, else four loads. x is
+    small and read by every row: these come from the L1/L2 caches, not from DRAM."""
+    if x_vector:
+        return load4(x, c)
+    return x[c], x[c + 1], x[c + 2], x[c + 3]
+
+
+@cuda.jit(device=True, inline=True)
+def _dot4(acc, a0, a1, a2, a3, x0, x1, x2, x3):
+    return acc + a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3
+
+
+@cuda.jit
+def _warp_per_row_vectors(flat, x, y, cols, phase, x_vector):
+    """A warp a row, as before; ``flat`` is A as one vector and flat[0] lies ``phase`` elements past a
+    16-byte boundary. A row is read in three parts: a head of 0 to 3 columns up to the row's first
+    16-byte boundary, whole 16-byte vectors, and a tail of 0 to 3 columns. With cols % 4 == 0 on an
+    aligned A (the usual case) every row is vectors only."""
+    lane = cuda.threadIdx.x % 32
+    row = cuda.grid(1) // 32
+    if row < y.size:  # the same for all 32 lanes of the warp, so the shuffles see every lane
+        base = int64(row) * cols  # the row's first element in flat
+        head = min((4 - (phase + base) % 4) % 4, cols)
+        end = head + (cols - head) // 4 * 4  # the whole vectors end here; the tail follows
+        acc0 = float32(0.0)
+        acc1 = float32(0.0)
+        acc2 = float32(0.0)
+        acc3 = float32(0.0)
+        if lane < head:
+            acc0 = flat[base + lane] * x[lane]
+        c = head + 4 * lane
+        # HINT: Lane k reads the row 16 bytes at a time with load4, at columns c = head + 4k, c + 128, c + 256, c + 384 (the warp reads 2 KB of neighbouring bytes), all four loads issued before any multiply; x's four columns for each come from _x4.
+        # HINT: Give each of the four vectors its own accumulator (_dot4 adds one vector's four products) and step c by STEP while c + 3 * WARP_CHUNK < end; then finish one vector (c += WARP_CHUNK) at a time while c < end, and the tail (cols - end < 4 columns, one a lane).
+        # HINT: a0..a3 = load4(flat, base + c); b0..b3 = load4(flat, base + c + WARP_CHUNK); ...; acc0 = _dot4(acc0, a0, a1, a2, a3, *_x4(x, c, x_vector)) (unpack x into four names); ...; c += STEP. Tail: if lane < cols - end: acc1 += flat[base + end + lane] * x[end + lane].
+        # BEGIN SOLUTION
+        while c + 3 * WARP_CHUNK < end:
+            a0, a1, a2, a3 = load4(flat, base + c)
+            b0, b1, b2, b3 = load4(flat, base + c + WARP_CHUNK)
+            c0, c1, c2, c3 = load4(flat, base + c + 2 * WARP_CHUNK)
+            d0, d1, d2, d3 = load4(flat, base + c + 3 * WARP_CHUNK)
+            xa0, xa1, xa2, xa3 = _x4(x, c, x_vector)
+            xb0, xb1, xb2, xb3 = _x4(x, c + WARP_CHUNK, x_vector)
+            xc0, xc1, xc2, xc3 = _x4(x, c + 2 * WARP_CHUNK, x_vector)
+            xd0, xd1, xd2, xd3 = _x4(x, c + 3 * WARP_CHUNK, x_vector)
+            acc0 = _dot4(acc0, a0, a1, a2, a3, xa0, xa1, xa2, xa3)
+            acc1 = _dot4(acc1, b0, b1, b2, b3, xb0, xb1, xb2, xb3)
+            acc2 = _dot4(acc2, c0, c1, c2, c3, xc0, xc1, xc2, xc3)
+            acc3 = _dot4(acc3, d0, d1, d2, d3, xd0, xd1, xd2, xd3)
+            c += STEP
+        while c < end:  # fewer than four vectors a lane left
+            a0, a1, a2, a3 = load4(flat, base + c)
+            xa0, xa1, xa2, xa3 = _x4(x, c, x_vector)
+            acc0 = _dot4(acc0, a0, a1, a2, a3, xa0, xa1, xa2, xa3)
+            c += WARP_CHUNK
+        if lane < cols - end:
+            acc1 += flat[base + end + lane] * x[end + lane]
+        # END SOLUTION
+        acc = (acc0 + acc1) + (acc2 + acc3)
+        offset = 16
+        while offset > 0:
+            acc += cuda.shfl_down_sync(FULL_MASK, acc, offset)
+            offset //= 2
+        if lane == 0:
+            y[row] = acc
+
+
+def _phase(a):
+    """How many elements past a 16-byte boundary a's first element lies: 0 for a fresh allocation."""
+    if aligned16(a):
+        return 0
+    return a.__cuda_array_interface__["data"][0] % VECTOR_BYTES // 4
+
+
+def vectors_with(a, x, y, phase, x_vector):
+    """The vectors kernel with a given phase and x path (tests choose them: the simulator's arrays are
+    always aligned)."""
+    _warp_per_row_vectors[blocks_for(a.shape[0] * 32, THREADS), THREADS](flat_view(a), x, y, a.shape[1], phase,
+                                                                        x_vector)
+
+
+@op.stage("vectors", """
+    Still a warp per row, now reading A 16 bytes at a time: each lane loads four floats with one
+    instruction (load4), and issues four such loads, 128 columns apart, before it multiplies
+    anything. A warp then has 2 KB of its row in flight instead of 128 bytes, and the SM's warps
+    together enough to cover DRAM latency, so A streams at full bandwidth; each of the four vectors
+    feeds its own accumulator. x, read by every row, stays in the L1 and L2 caches and is read with
+    load4 too (shared memory would need a tile loop and a barrier for rows longer than 12K floats,
+    for no fewer DRAM bytes). A row starts on a 16-byte boundary only when cols is a multiple of 4:
+    otherwise each row reads its first (and last) 0 to 3 columns singly, the rest as vectors, and x
+    with four plain loads.""")
+def vectors(a, x, y):
+    cols = a.shape[1]
+    phase = _phase(a)
+    vectors_with(a, x, y, phase, phase == 0 and cols % 4 == 0 and aligned16(x))
