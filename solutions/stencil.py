@@ -16,8 +16,9 @@ img's shape and is overwritten. Pixels outside the image count as zero. img and 
 """
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, int64, uint64
 
+from solutions._vector_io import flat_view, load_chunk, rows_fit_vectors, store_chunk
 from workbench import peers
 from workbench.ladder import Operator, blocks_for, expect_device_array
 
@@ -205,3 +206,128 @@ def _shared_tile(img, w, out):
 def shared_tile(img, w, out):
     blocks, threads = _grid(img)
     _shared_tile[blocks, threads](img, w, out)
+
+
+# -- 3. register tile: a strip of outputs per thread, its inputs kept in registers -----------------
+
+# Tunables (the lead times them on the H200; change them here).
+STRIP = 32  # output rows a thread computes: it reads 2 * RADIUS extra rows (the halo) per STRIP
+CHUNK = 4  # output columns a thread computes: one 16-byte vector of a row (load4 / store4)
+STRIP_THREADS = 128  # threads a block, side by side along a row: 512 columns of one strip
+MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y: a taller image takes several launches
+
+
+@cuda.jit(device=True, inline=True)
+def _weight_row(w, i):
+    """Row i of the weights as five registers (loaded once per thread, not once per tap)."""
+    return (w[i, 0], w[i, 1], w[i, 2], w[i, 3], w[i, 4])
+
+
+@cuda.jit(device=True, inline=True)
+def _dot5(acc, wr, x0, x1, x2, x3, x4):
+    return acc + wr[0] * x0 + wr[1] * x1 + wr[2] * x2 + wr[3] * x3 + wr[4] * x4
+
+
+@cuda.jit(device=True, inline=True)
+def _row_taps(acc, wr, x):
+    """acc (4 outputs side by side) plus one weight row applied to the input row segment x: x holds
+    columns c - 2 .. c + 5 of an input row, output c + q reads x[q .. q + 4]. 20 multiply-adds."""
+    return (_dot5(acc[0], wr, x[0], x[1], x[2], x[3], x[4]),
+            _dot5(acc[1], wr, x[1], x[2], x[3], x[4], x[5]),
+            _dot5(acc[2], wr, x[2], x[3], x[4], x[5], x[6]),
+            _dot5(acc[3], wr, x[3], x[4], x[5], x[6], x[7]))
+
+
+@cuda.jit(device=True, inline=True)
+def _own_chunk(img, r, end, c, cols, vector):
+    """Columns c .. c + 3 of image row r (one 16-byte load); zeros for a row outside 0 .. end - 1
+    (above the image, below it, or below what this strip needs). r is the same across the block."""
+    zero = float32(0.0)
+    if r < 0 or r >= end:
+        return (zero, zero, zero, zero)
+    return load_chunk(img, uint64(r) * cols, c, cols, vector, zero)
+
+
+@cuda.jit(device=True, inline=True)
+def _with_neighbours(img, r, end, c, cols, vector, own):
+    """Columns c - 2 .. c + 5 of row r: this thread's chunk `own` with two columns on each side,
+    taken from the chunks its neighbours loaded a row ago (L1 hits by now); zeros past the edges."""
+    zero = float32(0.0)
+    if r < 0 or r >= end:
+        return (zero, zero, zero, zero, zero, zero, zero, zero)
+    base = uint64(r) * cols
+    four = uint64(CHUNK)
+    left = load_chunk(img, base, c - four, cols, vector, zero) if c >= four else (zero, zero, zero, zero)
+    right = load_chunk(img, base, c + four, cols, vector, zero)
+    return (left[2], left[3], own[0], own[1], own[2], own[3], right[0], right[1])
+
+
+@cuda.jit
+def _register_tile(img, w, out, rows, cols, vector, first_strip):
+    # img and out are flat (load4 takes 1-D arrays); rows stays signed: the halo starts at row -2.
+    cols = uint64(cols)
+    c = uint64(CHUNK) * uint64(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+    if c >= cols:
+        return
+    w0 = _weight_row(w, 0)
+    w1 = _weight_row(w, 1)
+    w2 = _weight_row(w, 2)
+    w3 = _weight_row(w, 3)
+    w4 = _weight_row(w, 4)
+    zero = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
+    top = (first_strip + int64(cuda.blockIdx.y)) * STRIP
+    bottom = min(top + STRIP, rows)  # this thread's outputs: rows top .. bottom - 1, columns c .. c + 3
+    end = min(bottom + RADIUS, rows)  # the input rows the strip reads end here
+    # HINT: Slide down the strip one input row at a time: input row r feeds output rows r - 2 .. r + 2 (with weight rows 4 .. 0), so keep those rows' partial sums in registers; after row r, output row r - 2 is complete.
+    # HINT: Four 4-wide partial sums a0..a3 (rows r - 2 .. r + 1): done = _row_taps(a0, w4, x); a0 = _row_taps(a1, w3, x); ...; a3 = _row_taps(zero, w0, x); store done once r - 2 >= top. Issue the loads of later rows before the 100 multiply-adds of row r.
+    # HINT: for r in range(top - RADIUS, bottom + RADIUS): far = _own_chunk(img, r + 2, end, ...); near = _with_neighbours(img, r + 1, end, ..., own); the taps; if r - RADIUS >= top: store_chunk(out, uint64(r - RADIUS) * cols, c, cols, vector, *done); x, own = near, far.
+    # BEGIN SOLUTION
+    a0 = a1 = a2 = a3 = zero  # partial sums of output rows r - 2 .. r + 1 (row r + 2 starts at zero)
+    x = _with_neighbours(img, top - RADIUS, end, c, cols, vector, _own_chunk(img, top - RADIUS, end, c, cols, vector))
+    own = _own_chunk(img, top - RADIUS + 1, end, c, cols, vector)
+    for r in range(top - RADIUS, bottom + RADIUS):
+        # Row r + 2 comes from memory with two rows of arithmetic to arrive; row r + 1's own chunk
+        # arrived by now, and so did its neighbours' (the same warp and block loaded them).
+        far = _own_chunk(img, r + 2, end, c, cols, vector)
+        near = _with_neighbours(img, r + 1, end, c, cols, vector, own)
+        done = _row_taps(a0, w4, x)  # output row r - 2 gets its last weight row: complete
+        a0 = _row_taps(a1, w3, x)
+        a1 = _row_taps(a2, w2, x)
+        a2 = _row_taps(a3, w1, x)
+        a3 = _row_taps(zero, w0, x)
+        if r - RADIUS >= top:  # the first four rows only fill the partial sums (the strip's halo)
+            store_chunk(out, uint64(r - RADIUS) * cols, c, cols, vector, done[0], done[1], done[2], done[3])
+        x = near
+        own = far
+    # END SOLUTION
+
+
+@op.stage("register_tile", """
+    Each thread now computes a 4-wide, 32-tall strip of outputs and walks down it one input row
+    at a time. It reads columns c - 2 .. c + 5 of a row once (a 16-byte load of its own four pixels,
+    and two halves of its neighbours' chunks, which their threads loaded a row earlier, so they come
+    from L1) and uses them for all five output rows that input row touches, keeping those rows'
+    partial sums in registers; the 25 weights are registers too, read once per thread. The naive and
+    the tiled kernels issue 50 loads per output (25 pixels and 25 weights); this one issues 3 per
+    input row for 4 outputs, and asks for each row two rows before it needs it, so the memory
+    latency hides behind the multiply-adds of the rows between. That is also why the shared tile
+    lost to the naive kernel: it still reads 50 values per output, now from shared memory (a warp's
+    two rows of 16 threads, 20 floats apart, collide in 4 banks), each read behind 64-bit signed
+    index arithmetic (numba's wraparound for negative indices: about 340 integer instructions in
+    its PTX for 25 multiply-adds), and each thread computes a single output after its 1.6 halo
+    loads and a barrier; meanwhile Hopper's L1 (up to 256 KB an SM) already held the naive kernel's
+    20x20 window, so the tile saved no memory traffic. Its 2.7 KB of shared memory did not limit
+    occupancy. Shared memory pays when the reuse is spread across the block and does not fit in one
+    thread's registers: a large radius (a 31x31 window), 3-D stencils that reuse whole planes, tiles
+    every thread reads many times (GEMM), or a GPU whose L1 does not cache global loads. Images whose
+    width is not a multiple of 4 (or that start off a 16-byte boundary) take the same path with one
+    bounds-checked load and store per pixel.""")
+def register_tile(img, w, out):
+    rows, cols = img.shape
+    chunks = blocks_for(cols, CHUNK)
+    threads = min(STRIP_THREADS, 32 * blocks_for(chunks, 32))  # a narrow image needs a warp, not four
+    strips = blocks_for(rows, STRIP)
+    img_flat, out_flat, vector = flat_view(img), flat_view(out), rows_fit_vectors(img, out)
+    for first_strip in range(0, strips, MAX_GRID_Y):  # one launch, unless over 2 million rows
+        blocks = (blocks_for(chunks, threads), min(strips - first_strip, MAX_GRID_Y))
+        _register_tile[blocks, threads](img_flat, w, out_flat, rows, cols, vector, first_strip)
