@@ -15,14 +15,23 @@ Constraints: x is uint8, 1-D, contiguous, n >= 1 (any n up to 2^31 - 1); out is 
 """
 
 import numpy as np
-from numba import cuda, int32
+from numba import cuda, int32, uint32
 
+from solutions._vector_io import VECTOR_BYTES, aligned16, load4
 from workbench import peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, sm_count
 
 BINS = 256
 THREADS = 256
 ELEMENTS_PER_THREAD = 16  # the grid is sized so that each thread counts about this many elements
+
+# Stages 3 and 4 (16-byte loads, a sub-histogram per warp):
+VECTOR_THREADS = 256  # threads a block
+QUADS_IN_FLIGHT = 4  # 16-byte loads a thread issues before counting any: 64 bytes a thread a step
+SUB_HISTOGRAMS = VECTOR_THREADS // 32  # per block: one per warp (fewer: warps share one, more contention)
+BLOCKS_PER_SM = 2048 // VECTOR_THREADS  # a resident grid: every block runs at once, no second wave
+BLOCK_BINS = SUB_HISTOGRAMS * BINS  # a block's shared counters (8 KiB at 256 threads)
+BYTE = uint32(0xFF)
 
 
 def _inputs(size, rng):
@@ -156,3 +165,175 @@ def _shared_privatized(x, out):
 def shared_privatized(x, out):
     _zero_bins[1, BINS](out)
     _shared_privatized[_grid(x.size), THREADS](x, out)
+
+
+# -- 3. 16-byte loads, a sub-histogram per warp --------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def _add_word(hist, base, word):
+    """Count the four bytes of a 32-bit word (little-endian: the lowest byte is the first element)."""
+    cuda.atomic.add(hist, base + (word & BYTE), int32(1))
+    cuda.atomic.add(hist, base + ((word >> uint32(8)) & BYTE), int32(1))
+    cuda.atomic.add(hist, base + ((word >> uint32(16)) & BYTE), int32(1))
+    cuda.atomic.add(hist, base + (word >> uint32(24)), int32(1))
+
+
+@cuda.jit(device=True, inline=True)
+def _zero_sub_histograms(hist):
+    for b in range(cuda.threadIdx.x, BLOCK_BINS, VECTOR_THREADS):
+        hist[b] = 0
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True, inline=True)
+def _merge_sub_histograms(hist, out):
+    """After the block's last count: add up the sub-histograms bin by bin, one global atomic a bin."""
+    cuda.syncthreads()
+    for b in range(cuda.threadIdx.x, BINS, VECTOR_THREADS):
+        count = 0
+        for h in range(SUB_HISTOGRAMS):
+            count += hist[h * BINS + b]
+        if count != 0:
+            cuda.atomic.add(out, b, count)
+
+
+@cuda.jit
+def _per_warp_vectors(x, words, head, out):
+    """x[:head] lies before the first 16-byte boundary, then words (x's bytes from there, four to a
+    uint32) holds whole 16-byte quads, then fewer than 16 bytes are left over at the end."""
+    hist = cuda.shared.array(BLOCK_BINS, int32)
+    base = (cuda.threadIdx.x // 32) % SUB_HISTOGRAMS * BINS  # where this warp's sub-histogram starts
+    _zero_sub_histograms(hist)
+    quads = words.size // 4
+    tail = head + 16 * quads  # the first byte after the last whole quad
+    g = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    # HINT: Read x 16 bytes at a time: load4(words, 4 * q) gives quad q as four uint32 words; issue QUADS_IN_FLIGHT of them, a grid stride apart, before counting any.
+    # HINT: Count each byte of each word into this warp's sub-histogram (hist[base + byte], a shared atomic); then the quads left over one stride at a time, and the bytes before `head` and from `tail` on one per thread.
+    # HINT: q = g; while q + (QUADS_IN_FLIGHT - 1) * stride < quads: quad[k, 0..3] = load4(words, 4 * (q + k * stride)) for each k; then _add_word(hist, base, quad[k, j]) for each; q += QUADS_IN_FLIGHT * stride. Then while q < quads: one quad. Then if g < head: x[g]; if g < x.size - tail: x[tail + g].
+    # BEGIN SOLUTION
+    quad = cuda.local.array((QUADS_IN_FLIGHT, 4), uint32)  # registers: every index below is a constant
+    q = g
+    while q + (QUADS_IN_FLIGHT - 1) * stride < quads:
+        for k in range(QUADS_IN_FLIGHT):
+            quad[k, 0], quad[k, 1], quad[k, 2], quad[k, 3] = load4(words, 4 * (q + k * stride))
+        for k in range(QUADS_IN_FLIGHT):
+            for j in range(4):
+                _add_word(hist, base, quad[k, j])
+        q += QUADS_IN_FLIGHT * stride
+    while q < quads:  # fewer than QUADS_IN_FLIGHT strides of quads left
+        w0, w1, w2, w3 = load4(words, 4 * q)
+        _add_word(hist, base, w0)
+        _add_word(hist, base, w1)
+        _add_word(hist, base, w2)
+        _add_word(hist, base, w3)
+        q += stride
+    if g < head:
+        cuda.atomic.add(hist, base + x[g], int32(1))
+    if g < x.size - tail:
+        cuda.atomic.add(hist, base + x[tail + g], int32(1))
+    # END SOLUTION
+    _merge_sub_histograms(hist, out)
+
+
+def _head(x):
+    """Bytes before x's first 16-byte boundary (0 for a fresh allocation; 1 to 15 for a view that starts
+    mid-buffer), at most x.size."""
+    if aligned16(x):
+        return 0
+    address = x.__cuda_array_interface__["data"][0]
+    return min((VECTOR_BYTES - address % VECTOR_BYTES) % VECTOR_BYTES, x.size)
+
+
+def count_with(kernel, x, out, head):
+    """Zero out, then ``kernel`` over x with x[:head] read one byte at a time (tests choose head): the
+    bytes from head on, whole quads of them, seen as uint32 words."""
+    x = x if hasattr(x, "is_c_contiguous") else cuda.as_cuda_array(x)
+    quads = (x.size - head) // VECTOR_BYTES
+    words = x[head:head + VECTOR_BYTES * quads].view(np.uint32)
+    blocks = max(1, min(blocks_for(quads, VECTOR_THREADS * QUADS_IN_FLIGHT), sm_count() * BLOCKS_PER_SM))
+    _zero_bins[1, BINS](out)
+    kernel[blocks, VECTOR_THREADS](x, words, head, out)
+
+
+@op.stage("per_warp_vectors", """
+    Three changes that cut the work each element costs. Each thread reads sixteen bytes with one
+    instruction (load4 on a uint32 view of x: four words of four bytes) and issues four such loads,
+    a grid stride apart, before counting any, so enough requests are in flight to stream at full
+    bandwidth; the grid is resident (as many blocks as the SMs hold at once), so each block zeroes
+    and merges its bins once for millions of elements. And each warp counts into its own
+    sub-histogram in shared memory: a hot bin is contended by the 32 lanes of one warp, not by
+    every thread of the block, and the block adds its sub-histograms bin by bin before its one
+    global atomic per bin. A view that starts between 16-byte boundaries counts its first bytes
+    one at a time; so does every size's last few bytes.""")
+def per_warp_vectors(x, out):
+    count_with(_per_warp_vectors, x, out, _head(x))
+
+
+# -- 4. warp-aggregated increments ---------------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def _add_aggregated(hist, base, value):
+    """hist[base + value] += 1 for every lane here, as one atomic per distinct value in the warp."""
+    # HINT: Lanes of a warp that hold the same byte need only one atomic between them: find those lanes, and let one add their count.
+    # HINT: cuda.match_any_sync(mask, value) gives each lane the mask of lanes with its value (an int32; mask: cuda.activemask(), the lanes here now); cuda.popc counts them; the lowest of them adds.
+    # HINT: peers = cuda.match_any_sync(cuda.activemask(), int32(value)); if peers & cuda.lanemask_lt() == 0: cuda.atomic.add(hist, base + value, int32(cuda.popc(peers))).
+    # BEGIN SOLUTION
+    peers = cuda.match_any_sync(cuda.activemask(), int32(value))  # the lanes holding this same byte
+    if peers & cuda.lanemask_lt() == 0:  # no peer below this lane: it is the lowest, it adds for all
+        cuda.atomic.add(hist, base + value, int32(cuda.popc(peers)))
+    # END SOLUTION
+
+
+@cuda.jit(device=True, inline=True)
+def _add_word_aggregated(hist, base, word):
+    _add_aggregated(hist, base, word & BYTE)
+    _add_aggregated(hist, base, (word >> uint32(8)) & BYTE)
+    _add_aggregated(hist, base, (word >> uint32(16)) & BYTE)
+    _add_aggregated(hist, base, word >> uint32(24))
+
+
+@cuda.jit
+def _warp_aggregated(x, words, head, out):
+    """_per_warp_vectors with every increment aggregated over the warp."""
+    hist = cuda.shared.array(BLOCK_BINS, int32)
+    base = (cuda.threadIdx.x // 32) % SUB_HISTOGRAMS * BINS
+    _zero_sub_histograms(hist)
+    quads = words.size // 4
+    tail = head + 16 * quads
+    g = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    quad = cuda.local.array((QUADS_IN_FLIGHT, 4), uint32)
+    q = g
+    while q + (QUADS_IN_FLIGHT - 1) * stride < quads:
+        for k in range(QUADS_IN_FLIGHT):
+            quad[k, 0], quad[k, 1], quad[k, 2], quad[k, 3] = load4(words, 4 * (q + k * stride))
+        for k in range(QUADS_IN_FLIGHT):
+            for j in range(4):
+                _add_word_aggregated(hist, base, quad[k, j])
+        q += QUADS_IN_FLIGHT * stride
+    while q < quads:
+        w0, w1, w2, w3 = load4(words, 4 * q)
+        _add_word_aggregated(hist, base, w0)
+        _add_word_aggregated(hist, base, w1)
+        _add_word_aggregated(hist, base, w2)
+        _add_word_aggregated(hist, base, w3)
+        q += stride
+    if g < head:
+        _add_aggregated(hist, base, uint32(x[g]))
+    if g < x.size - tail:
+        _add_aggregated(hist, base, uint32(x[tail + g]))
+    _merge_sub_histograms(hist, out)
+
+
+@op.stage("warp_aggregated", """
+    The same loads and sub-histograms; what changes is the increment. Lanes of a warp that hold the
+    same byte now make one shared atomic between them: cuda.match_any_sync gives each lane the mask
+    of lanes holding its value, and the lowest of them adds the mask's popcount. Atomics to one
+    address from one instruction are done one after another, so on skewed data, where about half
+    the lanes of every instruction hit the hot bin, the last stage waited through some sixteen
+    turns per instruction; now it takes one. On uniform data almost every lane holds its own value,
+    nothing is saved, and the match instruction is pure overhead: aggregation pays where the data
+    repeats. The first and last bytes are read singly, as before.""")
+def warp_aggregated(x, out):
+    count_with(_warp_aggregated, x, out, _head(x))
