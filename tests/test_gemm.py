@@ -120,6 +120,99 @@ def test_tensor_core_stage_says_why_it_is_skipped():
             stage(*_device_args(*_gemm_args()))
 
 
+# -- the tensor-core stages' index math (they link CUDA C++: no simulator run) ----------------------
+
+def test_fragment_place_covers_the_block_tile_once():
+    """Every epilogue of the tensor-core stages stores acc[i, j, e] of thread t at _fragment_place:
+    the 256 threads' 64 accumulators must cover the 128x128 block tile exactly once, each where the
+    PTX ISA's m16n8 accumulator layout (_ptx.mma_c_element) puts it within the warp's 64x32 tile."""
+    from solutions._ptx import mma_c_element
+
+    hits = np.zeros((gemm.TBM, gemm.TBN), int)
+    for t in range(gemm.THREADS):
+        warp, lane = divmod(t, 32)
+        for i in range(4):
+            for j in range(4):
+                for e in range(4):
+                    r, c = gemm._fragment_place.py_func(t, i, j, e)
+                    hits[r, c] += 1
+                    row, col = mma_c_element(lane, e)
+                    assert (r, c) == ((warp // 4) * 64 + 16 * i + row, (warp % 4) * 32 + 8 * j + col)
+    assert (hits == 1).all()
+
+
+SLOTS = gemm.BLOCKS_PER_SM * 132  # an H100/H200
+
+
+@pytest.mark.parametrize("M", [1, 17, 128, 129, 512, 1000, 1024, 2048, 4097])
+@pytest.mark.parametrize("N", [1, 33, 128, 512, 1024, 4096])
+@pytest.mark.parametrize("K", [1, 3, 15, 16, 19, 64, 65, 333, 512, 1000, 1024, 8191])
+def test_split_k_slices_cover_k_once(M, N, K):
+    """The split-K stage's plan and its kernel's slice bounds (_split_steps): each slice non-empty,
+    the slices' K ranges disjoint and covering 0..K, no more blocks than the GPU holds at once
+    (unless unsplit), and the tiles alone left unsplit once they fill the GPU."""
+    splits, per_split = gemm._split_k_plan(M, N, K, SLOTS)
+    tiles = -(-M // gemm.TBM) * -(-N // gemm.TBN)
+    steps = -(-K // gemm.TBK)
+    assert 1 <= splits <= gemm.SPLIT_K_MAX
+    assert splits == 1 or tiles * splits <= SLOTS
+    if 2 * tiles > SLOTS:
+        assert splits == 1
+    covered = []
+    for z in range(splits):
+        first, end = gemm._split_steps.py_func(z, per_split, K)
+        assert first < end, f"slice {z} of {splits} is empty"
+        covered += range(first * gemm.TBK, min(end * gemm.TBK, K))
+    assert covered == list(range(K))
+    if splits == 1:
+        assert per_split == steps
+
+
+@pytest.mark.parametrize("size, plan", [((512, 512, 512), (8, 4)), ((1024, 1024, 1024), (4, 16)),
+                                        ((2048, 2048, 2048), (1, 128)), ((4096, 4096, 4096), (1, 256))])
+def test_split_k_plan_at_the_bench_sizes(size, plan):
+    """What the stage's paragraph promises: 512^3 in 8 slices, 1024^3 in 4, stage 9 unchanged from 2048^3."""
+    assert gemm._split_k_plan(*size, SLOTS) == plan
+
+
+@pytest.mark.parametrize("size, beta", [((9, 13, 70), 0.0), ((9, 13, 70), -0.75), ((130, 3, 33), 1.5)])
+def test_split_k_sums_match_the_reference(size, beta):
+    """The split-K stage's partial products (computed here in NumPy over the slices _split_steps gives,
+    at sizes with a ragged K) summed by its _sum_splits kernel in the simulator: alpha and beta
+    applied once, C not read when beta = 0 (it holds NaN there)."""
+    from numba import cuda
+
+    M, N, K = size
+    rng = np.random.default_rng(7)
+    A, B, C, ab = gemm._inputs(size, rng)
+    ab[1] = beta
+    if beta == 0.0:
+        C[::2] = np.nan
+    splits, per_split = gemm._split_k_plan(M, N, K, SLOTS)
+    assert splits > 1  # these sizes must take the split path
+    partial = np.empty((splits, M, N), np.float32)
+    for z in range(splits):
+        first, end = gemm._split_steps.py_func(z, per_split, K)
+        k = slice(first * gemm.TBK, min(end * gemm.TBK, K))
+        partial[z] = A[:, k] @ B[k, :]
+    d_out = cuda.device_array((M, N), np.float32)
+    threads = gemm.SUM_THREADS
+    gemm._sum_splits[-(-M * N // threads), threads](cuda.to_device(partial), cuda.to_device(C),
+                                                    cuda.to_device(ab), d_out)
+    out = d_out.copy_to_host()
+    assert np.isfinite(out).all()
+    result = compare("split_k", size, out, gemm._reference(A, B, C, ab), gemm._tolerance(size, np.float32))
+    assert result.passed, result.message
+
+
+def test_tensor_core_stages_say_why_they_are_skipped():
+    stages = [gemm.op["tensor_core"], gemm.op["tensor_core_deep"], gemm.op["split_k"],
+              gemm.bias_gelu_op["tensor_core_fused"], gemm.batched_op["tensor_core_batch"]]
+    for stage in stages:
+        assert stage.gpu_only and "link=" in stage.gpu_only
+        assert stage.tolerance == 2e-3  # TF32's (see gemm's tensor_core stage)
+
+
 # -- compiled for sm_90 ----------------------------------------------------------------------------
 
 _PTX_SCRIPT = """
@@ -145,20 +238,50 @@ def test_vectorized_stage_emits_128_bit_shared_loads():
     assert v4 >= 4 and scalar == 0, f"ld.shared.v4: {v4}, scalar ld.shared.f32: {scalar}"
 
 
+_SUM_SPLITS_SCRIPT = """
+import re
+import workbench
+from numba import cuda, float32, types
+from solutions import gemm
+a3, a2, a1 = types.Array(float32, 3, "C"), types.Array(float32, 2, "C"), types.Array(float32, 1, "C")
+ptx, _ = cuda.compile_ptx(gemm._sum_splits.py_func, (a3, a2, a1, a2), cc=(9, 0))
+print(len(re.findall(r"\\.f64\\b", ptx)), len(re.findall(r"ld\\.global", ptx)))
+"""
+
+
+@pytest.mark.slow  # NVVM: seconds
+def test_split_k_sum_kernel_compiles_for_sm90():
+    """`workbench ptx gemm` compiles the kernels a launcher launches in the simulator, and there the
+    split-K stage stops at its first kernel (it links CUDA C++): its second, _sum_splits, is compiled here."""
+    import os
+
+    env = dict(os.environ, WORKBENCH_MODE="compile", NUMBA_ENABLE_CUDASIM="0")
+    run = subprocess.run([sys.executable, "-c", _SUM_SPLITS_SCRIPT], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    f64, loads = map(int, run.stdout.split()[-2:])
+    assert f64 == 0 and loads >= 3, f".f64 instructions: {f64}, global loads: {loads}"
+
+
 # -- on a GPU ------------------------------------------------------------------------------------
 
 @pytest.mark.gpu
 @pytest.mark.timing
 def test_headline_targets():
-    """At 4096^3, in one run: each stage faster than the one before; the best CUDA-core stage at
-    >= 70% of cuBLAS fp32 (torch.addmm, TF32 off) and the tensor-core stage at >= 1.2x it."""
+    """At 4096^3, in one run: each stage up to tensor_core_deep faster than the one before; the best
+    CUDA-core stage at >= 70% of cuBLAS fp32 (torch.addmm, TF32 off) and the tensor-core stage at >=
+    1.2x it. split_k launches tensor_core_deep's kernel unchanged at 4096^3 (the tiles fill the GPU):
+    there it is held to within 2% of it, not to a margin two runs of one kernel cannot show."""
     from tests.headline import assert_each_stage_faster, headline
 
     _, stages, peer = headline(gemm.op)
-    assert_each_stage_faster(stages)
+    assert [r["stage"] for r in stages][-2:] == ["tensor_core_deep", "split_k"]
+    assert_each_stage_faster(stages[:-1])
+    us = {r["stage"]: r["median_us"] for r in stages}
+    assert us["split_k"] <= 1.02 * us["tensor_core_deep"], us
     if peer is not None:
         by_name = {r["stage"]: r["gflops"] for r in stages}
-        tensor_core_stages = {"tensor_core", "tensor_core_deep"}  # the TF32 stages: not CUDA cores
+        tensor_core_stages = {"tensor_core", "tensor_core_deep", "split_k"}  # the TF32 stages: not CUDA cores
         cuda_core = max(g for name, g in by_name.items() if name not in tensor_core_stages)
         assert cuda_core >= 0.70 * peer["gflops"], (by_name, peer["gflops"])
         assert by_name["tensor_core"] >= 1.2 * peer["gflops"], (by_name, peer["gflops"])
@@ -185,3 +308,69 @@ def test_fused_epilogue_beats_separate_kernels():
     _, stages, _ = headline(op)
     at_headline = {r["stage"]: r["median_us"] for r in stages}
     assert at_headline["fused"] <= 1.02 * at_headline["separate"], at_headline
+
+
+
+def _bench(op, stages, size, with_peer=True):
+    from workbench.bench import bench_size
+    from workbench.results import environment
+
+    records, failures = bench_size(op, stages, size, {}, np.random.default_rng(0), environment(), with_peer=with_peer)
+    assert not failures, failures
+    peer = [r for r in records if r["kind"] == "peer"]
+    return {r["stage"]: r for r in records if r["kind"] == "stage"}, (peer[0] if peer else None)
+
+
+@pytest.mark.gpu
+@pytest.mark.timing
+@pytest.mark.parametrize("n", [512, 1024])
+def test_small_products_reach_cublas(n):
+    """The issue's target for small problems: GEMM at 512^3 and 1024^3 >= 0.8x cuBLAS fp32 (torch.addmm,
+    TF32 off), with the last stage (split_k). Recorded before it: tensor_core_deep 49.0 against 18.7 µs
+    at 512^3 (16 blocks for 132 SMs), 71.7 against 68.1 at 1024^3."""
+    stages, peer = _bench(gemm.op, [gemm.op.stages[-1]], (n, n, n))
+    if peer is None:
+        pytest.skip("no torch: no cuBLAS to compare with")
+    last = stages[gemm.op.stages[-1].name]
+    assert last["gflops"] >= 0.8 * peer["gflops"], (last["median_us"], peer["median_us"])
+
+
+@pytest.mark.gpu
+@pytest.mark.timing
+def test_fused_epilogue_costs_at_most_5_percent_on_tensor_cores():
+    """The issue's target for the epilogue: the fused tensor-core stage at the 4096^3 headline takes at
+    most 5% longer than the plain tensor-core GEMM it is built on (gemm's tensor_core_deep, alpha = 1,
+    beta = 0), timed here on the same A and B."""
+    from numba import cuda
+
+    from workbench.timing import measure
+    from tests.headline import headline
+
+    op = gemm.bias_gelu_op
+    _, stages, _ = headline(op)
+    fused_us = {r["stage"]: r["median_us"] for r in stages}["tensor_core_fused"]
+    M, N, K = op.headline_size
+    A, B, _ = op.make_inputs(op.headline_size, np.random.default_rng(0))
+    args = (cuda.to_device(A), cuda.to_device(B), cuda.device_array((M, N), np.float32),
+            cuda.to_device(np.array([1.0, 0.0], np.float32)), cuda.device_array((M, N), np.float32))
+    plain_us = measure(gemm.op["tensor_core_deep"], [args]).median_us
+    assert fused_us <= 1.05 * plain_us, (fused_us, plain_us)
+
+
+@pytest.mark.gpu
+@pytest.mark.timing
+def test_batched_tensor_cores_match_bmm():
+    """The issue's target for batched GEMM: the last stage no slower than torch.bmm (TF32 off) at the
+    headline, 1024 x (128x128x64), and at 4096 x (128x128x64), where the CUDA-core one_launch took 471.7
+    against bmm's 289.8 µs."""
+    from tests.headline import headline
+
+    op = gemm.batched_op
+    last = op.stages[-1]
+    _, stages, peer = headline(op)
+    if peer is None:
+        pytest.skip("no torch: no torch.bmm to compare with")
+    at_headline = {r["stage"]: r["median_us"] for r in stages}[last.name]
+    assert at_headline <= peer["median_us"], (at_headline, peer["median_us"])
+    stages, peer = _bench(op, [last], (4096, 128, 128, 64))
+    assert stages[last.name]["median_us"] <= peer["median_us"], (stages[last.name]["median_us"], peer["median_us"])
