@@ -28,9 +28,11 @@ ELEMENTS_PER_THREAD = 16  # the grid is sized so that each thread counts about t
 # Stages 3 and 4 (16-byte loads, a sub-histogram per warp):
 VECTOR_THREADS = 256  # threads a block
 QUADS_IN_FLIGHT = 4  # 16-byte loads a thread issues before counting any: 64 bytes a thread a step
-SUB_HISTOGRAMS = VECTOR_THREADS // 32  # per block: one per warp (fewer: warps share one, more contention)
+SUB_HISTOGRAMS = VECTOR_THREADS // 32  # per block: one per warp
+THREADS_PER_SUB_HISTOGRAM = VECTOR_THREADS // SUB_HISTOGRAMS  # neighbouring threads share one
+SUB_HISTOGRAM_STRIDE = BINS + 1  # one counter of padding: copy h of bin b lies in bank (b + h) % 32
+BLOCK_BINS = SUB_HISTOGRAMS * SUB_HISTOGRAM_STRIDE  # a block's shared counters (about 8 KiB)
 BLOCKS_PER_SM = 2048 // VECTOR_THREADS  # a resident grid: every block runs at once, no second wave
-BLOCK_BINS = SUB_HISTOGRAMS * BINS  # a block's shared counters (8 KiB at 256 threads)
 BYTE = uint32(0xFF)
 
 
@@ -192,7 +194,7 @@ def _merge_sub_histograms(hist, out):
     for b in range(cuda.threadIdx.x, BINS, VECTOR_THREADS):
         count = 0
         for h in range(SUB_HISTOGRAMS):
-            count += hist[h * BINS + b]
+            count += hist[h * SUB_HISTOGRAM_STRIDE + b]
         if count != 0:
             cuda.atomic.add(out, b, count)
 
@@ -202,7 +204,7 @@ def _per_warp_vectors(x, words, head, out):
     """x[:head] lies before the first 16-byte boundary, then words (x's bytes from there, four to a
     uint32) holds whole 16-byte quads, then fewer than 16 bytes are left over at the end."""
     hist = cuda.shared.array(BLOCK_BINS, int32)
-    base = (cuda.threadIdx.x // 32) % SUB_HISTOGRAMS * BINS  # where this warp's sub-histogram starts
+    base = cuda.threadIdx.x // THREADS_PER_SUB_HISTOGRAM * SUB_HISTOGRAM_STRIDE  # this warp's sub-histogram
     _zero_sub_histograms(hist)
     quads = words.size // 4
     tail = head + 16 * quads  # the first byte after the last whole quad
@@ -297,7 +299,7 @@ def _add_word_aggregated(hist, base, word):
 def _warp_aggregated(x, words, head, out):
     """_per_warp_vectors with every increment aggregated over the warp."""
     hist = cuda.shared.array(BLOCK_BINS, int32)
-    base = (cuda.threadIdx.x // 32) % SUB_HISTOGRAMS * BINS
+    base = cuda.threadIdx.x // THREADS_PER_SUB_HISTOGRAM * SUB_HISTOGRAM_STRIDE
     _zero_sub_histograms(hist)
     quads = words.size // 4
     tail = head + 16 * quads

@@ -283,11 +283,11 @@ def reduce_then_scan(x, y):
 # block rarely waits long: the tiles just before it have at least their AGGREGATE out.
 #
 # Publishing: the status and the float32 value share one 64-bit word (status in the low 32 bits, the
-# value's bits in the high 32), written with one atomic exchange and read with an atomic (add 0).
-# A reader that sees the status therefore sees the value written with it, and no fence is needed. (Two
-# words, value and flag, would need value, then cuda.threadfence(), then the flag, and a reader could
-# still pair a new flag with a stale value if the fence were forgotten; tests/test_scan.py shows the
-# simulator catching a plain store in place of the atomic.)
+# value's bits in the high 32), written with one atomic exchange and read with an atomic (add 0). A
+# reader that sees the status sees the value written with it: no fence is needed. With the value and
+# the flag in two words, the writer would need value, cuda.threadfence(), flag (without the fence
+# another block may see the new flag and the old value). tests/test_scan.py shows the simulator
+# catching a plain store or load of a descriptor in place of the atomics.
 #
 # Forward progress: a GPU runs only the blocks that fit at once, in no promised order, so block b must
 # not wait for block b - 1, which may not have started. Each block therefore takes its tile from an
@@ -450,14 +450,13 @@ def _single_pass(x, y, vectors):
 
 
 @op.stage("decoupled_lookback", """
-    One pass: x read once, y written once, 8 bytes per element. Each block takes its tile from an
-    atomic ticket counter (so it only ever waits for tiles that running blocks already hold), loads
-    16 elements per thread with 16-byte loads, and scans them in registers and warp shuffles with
-    one barrier. It then publishes its tile's sum and looks back: one warp reads the descriptors of
-    the 32 tiles before it at once, adding their sums until it meets a tile that has published its
-    full prefix, and publishes its own. Status and value share one 64-bit word written with one
-    atomic, so a reader never sees one without the other and no fence is needed. The block scans
-    while its predecessors are still finishing, so the tiles are stitched at memory speed instead of
-    in two extra passes. Views not on a 16-byte boundary are read element by element.""")
+    One pass: x read once and y written once, 8 bytes per element instead of 12. Each block takes
+    its tile (4096 elements) from an atomic ticket counter, loads it with 16-byte loads, 16 floats a
+    thread, and scans it in registers and warp shuffles. Then, instead of a separate pass for the
+    tile offsets, it publishes its tile's sum and looks back: one warp reads the descriptors of the
+    32 tiles before it at once and adds their sums until it meets one holding the full prefix,
+    then publishes its own, while the tile waits in registers to be written. Status and sum share
+    one 64-bit word written with one atomic, so no fence is needed. Views not on a 16-byte boundary
+    are read element by element.""")
 def decoupled_lookback(x, y):
     _single_pass(x, y, aligned16(x, y))

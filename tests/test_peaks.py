@@ -88,6 +88,21 @@ def test_stream_kernels_compute_what_they_claim(n):
     z = cuda.device_array(n, np.float32)
     peaks.add(cuda.to_device(x), cuda.to_device(y), z)
     np.testing.assert_array_equal(z.copy_to_host(), x + y)
+    total = cuda.to_device(np.zeros(1))
+    peaks.read_sum_resident(cuda.to_device(x), total)
+    assert total.copy_to_host()[0] == pytest.approx(x.sum(dtype=np.float64), rel=1e-6)
+    copied = cuda.device_array(n, np.float32)
+    peaks._copy_vectors[-(-n // 4 // 128) or 1, 128](cuda.to_device(x), copied)
+    np.testing.assert_array_equal(copied.copy_to_host(), x)
+
+
+@pytest.mark.slow
+def test_stream_kernels_compile_for_sm90():
+    from tests.sm90 import compile_for_sm90
+
+    reports, output = compile_for_sm90("workbench.peaks", ["_copy_vectors", "_copy4"],
+                                       "(types.Array(types.float32, 1, 'C'), types.Array(types.float32, 1, 'C'))")
+    assert len(reports) == 2 and all(status == "ok" for _, status, *_ in reports), output[-2000:]
 
 
 def test_datasheet_figures_by_device_name():

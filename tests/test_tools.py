@@ -343,20 +343,25 @@ def test_a_prepared_stage_of_two_arrays_costs_at_most_8_us_a_call(kind):
 @pytest.mark.gpu
 @pytest.mark.timing(whole=True)
 def test_graph_replay_costs_at_most_1_5_us_a_kernel():
+    """100 launches of a kernel that does almost nothing (ReLU of 1024 floats: two blocks, one 16-byte
+    vector a thread), captured once and replayed: the GPU's time per kernel is then what a graph node
+    costs. (A heavier kernel measures itself: 100 launches of reduction.fused, whose last block waits
+    on an atomic ticket, replay at 2.65 us each on an H200, about what it takes launched back to back.)"""
     from numba import cuda
 
-    from solutions import reduction
+    from workbench import registry
 
-    x, out = cuda.to_device(np.ones(1024, np.float32)), cuda.device_array(1, np.float32)
+    _, (relu,) = registry.resolve("act_relu.small_tiles")
+    x, out = cuda.to_device(np.linspace(-1, 1, 1024, dtype=np.float32)), cuda.device_array(1024, np.float32)
 
     def hundred_launches(x, out):
         for _ in range(100):
-            reduction.fused.launch(x, out)
+            relu.launch(x, out)
     call = prepared.PreparedCall(hundred_launches, validate=lambda *a: None)
     cost = prepared.host_time_per_call(call, (x, out), calls=20)
-    assert out.copy_to_host()[0] == 1024.0
-    # The GPU's time per replayed kernel (events): the host loop's figure ("enqueue_us", the same when the
-    # host is not descheduled) grew to 2.4 us a kernel in the GPU suite, where eleven other workers load the CPUs.
+    assert np.array_equal(out.copy_to_host(), np.maximum(x.copy_to_host(), 0))
+    # The GPU's own time per replayed kernel (events, the replays queued behind a sleep): the host loop's
+    # figure ("enqueue_us") grows when other processes deschedule the host, as in the GPU suite.
     assert cost["gpu_us"] / 100 <= 1.5, cost
 
 

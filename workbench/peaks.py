@@ -3,11 +3,11 @@
 * memory: three streams, each counting every byte read plus every byte written, on buffers far larger
   than L2, timed with CUDA events (median of repeats):
 
-  - ``read_gbps``: a sum of a large buffer (every byte read once, one number written): the ceiling of
-    a reduction, an argmax, a histogram, a matrix-vector product;
-  - ``copy_gbps``: one byte written per byte read, the best of a driver device-to-device copy and a
-    numba copy kernel with four independent loads per thread (unchanged since the first records, so
-    that every older "% of peak" keeps its meaning);
+  - ``read_gbps``: a sum of a large buffer (every byte read once, one number written), the best of a grid
+    sized to the data and a resident grid: the ceiling of a reduction, an argmax, a histogram, a
+    matrix-vector product;
+  - ``copy_gbps``: one byte written per byte read, the best of a driver device-to-device copy, a
+    numba copy kernel with four independent loads per thread and one copying a 16-byte vector a thread;
   - ``read2_write1_gbps``: z = x + y, two bytes read per byte written: the ceiling of an elementwise
     kernel with a residual;
 
@@ -35,6 +35,7 @@ COPY_BYTES = 1 << 30  # 1 GiB per buffer: ~20x an H200's L2
 STREAM_THREADS = 256
 STREAM_WARPS = STREAM_THREADS // 32
 READ_QUADS = 4  # 16-byte loads in flight per thread in the read stream
+VECTOR_COPY_THREADS = 128  # the one-vector-a-thread copy: small blocks, as the activations' small_tiles stage
 ADD_QUADS = 2  # quads of each input per thread in z = x + y: four 16-byte loads in flight
 SAMPLES = 15
 
@@ -142,6 +143,19 @@ def _copy4(src, dst):
         i += stride
 
 
+@cuda.jit
+def _copy_vectors(src, dst):
+    """One 16-byte vector a thread on a grid sized to the data: the fastest streaming layout the stream
+    probe found on the H200 (scripts/gpu_stream_probe.py, 2026-11-24)."""
+    quads = src.size // 4
+    q = cuda.grid(1)
+    if q < quads:
+        _store4(dst, 4 * q, _load4(src, 4 * q))
+    tail = 4 * quads + q  # the last size % 4 elements, one per thread
+    if tail < src.size:
+        dst[tail] = src[tail]
+
+
 @cuda.jit(device=True, inline=True)
 def _sum4(v):
     return (v[0] + v[1]) + (v[2] + v[3])
@@ -218,6 +232,14 @@ def read_sum(src, total) -> None:
     _read_sum[stream_blocks(src.size, READ_QUADS), STREAM_THREADS](src, total)
 
 
+def read_sum_resident(src, total) -> None:
+    """The same sum on a grid the GPU holds at once (eight blocks an SM), each thread looping over many
+    quads: the layout of the reductions' one-pass kernels, which read 1 GiB faster than the data-sized
+    grid on the H200 (4555 against 4280 GB/s, 2026-11-24)."""
+    _read_sum[min(stream_blocks(src.size, READ_QUADS), sm_count() * 2048 // STREAM_THREADS), STREAM_THREADS](
+        src, total)
+
+
 def add(x, y, z) -> None:
     """z = x + y for float32 device vectors of one size (16-byte aligned)."""
     _add[stream_blocks(x.size, ADD_QUADS), STREAM_THREADS](x, y, z)
@@ -245,7 +267,17 @@ def copy_bandwidth(nbytes: int = COPY_BYTES) -> dict:
     t_kernel = timing.measure(kernel_copy, [(src, dst)], samples=SAMPLES)
     if not np.array_equal(dst.copy_to_host()[:1000], src.copy_to_host()[:1000]):
         raise RuntimeError("copy kernel produced wrong data; peak not recorded")
-    gbps = {"memcpy": moved / t_memcpy.median_us / 1e3, "numba_copy4": moved / t_kernel.median_us / 1e3}
+
+    def vector_copy(s, d):
+        _copy_vectors[blocks_for(-(-s.size // 4), VECTOR_COPY_THREADS), VECTOR_COPY_THREADS](s, d)
+
+    dst2 = cuda.device_array(n, np.float32)
+    vector_copy(src, dst2)
+    if not np.array_equal(dst2.copy_to_host(), src.copy_to_host()):
+        raise RuntimeError("vector copy kernel produced wrong data; peak not recorded")
+    t_vector = timing.measure(vector_copy, [(src, dst2)], samples=SAMPLES)
+    gbps = {"memcpy": moved / t_memcpy.median_us / 1e3, "numba_copy4": moved / t_kernel.median_us / 1e3,
+            "numba_vector": moved / t_vector.median_us / 1e3}
     return {"copy_gbps": max(gbps.values()), "copy_detail_gbps": gbps, "copy_bytes": moved}
 
 
@@ -253,14 +285,17 @@ def read_bandwidth(nbytes: int = COPY_BYTES) -> dict:
     """The read-only stream: the sum of an nbytes float32 buffer, checked against numpy's."""
     n = nbytes // 4
     src = _random_vector(n, 1)
-    total = cuda.to_device(np.zeros(1, np.float64))
-    read_sum(src, total)
-    got, want = total.copy_to_host()[0], float(np.sum(src.copy_to_host(), dtype=np.float64))
-    if not abs(got - want) <= 1e-4 * abs(want):
-        raise RuntimeError(f"read kernel summed {got}, numpy {want}; peak not recorded")
-    t = timing.measure(read_sum, [(src, total)], samples=SAMPLES)
+    want = float(np.sum(src.copy_to_host(), dtype=np.float64))
     moved = n * 4 + 8
-    return {"read_gbps": moved / t.median_us / 1e3, "read_bytes": moved}
+    gbps = {}
+    for name, kernel in (("data_sized_grid", read_sum), ("resident_grid", read_sum_resident)):
+        total = cuda.to_device(np.zeros(1, np.float64))
+        kernel(src, total)
+        got = total.copy_to_host()[0]
+        if not abs(got - want) <= 1e-4 * abs(want):
+            raise RuntimeError(f"read kernel ({name}) summed {got}, numpy {want}; peak not recorded")
+        gbps[name] = moved / timing.measure(kernel, [(src, total)], samples=SAMPLES).median_us / 1e3
+    return {"read_gbps": max(gbps.values()), "read_detail_gbps": gbps, "read_bytes": moved}
 
 
 def read2_write1_bandwidth(nbytes: int = COPY_BYTES) -> dict:
