@@ -211,123 +211,132 @@ def shared_tile(img, w, out):
 # -- 3. register tile: a strip of outputs per thread, its inputs kept in registers -----------------
 
 # Tunables (the lead times them on the H200; change them here).
-STRIP = 32  # output rows a thread computes: it reads 2 * RADIUS extra rows (the halo) per STRIP
-CHUNK = 4  # output columns a thread computes: one 16-byte vector of a row (load4 / store4)
-STRIP_THREADS = 128  # threads a block, side by side along a row: 512 columns of one strip
+STRIP = 32  # output rows a thread computes, walking down: it reads 2 * RADIUS extra rows (a halo) per STRIP
+COLS = 8  # output columns a thread computes side by side: COLS // 4 16-byte loads a row (a multiple of 4)
+STRIP_THREADS = 128  # threads a block, side by side along a row
 MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y: a taller image takes several launches
+SPAN = COLS + 2 * RADIUS  # the input columns a thread's outputs read: c - 2 .. c + COLS + 1
+PARTIAL = (DIAMETER - 1, COLS)  # a local array's shape must be a constant, not an expression
 
 
 @cuda.jit(device=True, inline=True)
-def _weight_row(w, i):
-    """Row i of the weights as five registers (loaded once per thread, not once per tap)."""
-    return (w[i, 0], w[i, 1], w[i, 2], w[i, 3], w[i, 4])
-
-
-@cuda.jit(device=True, inline=True)
-def _dot5(acc, wr, x0, x1, x2, x3, x4):
-    return acc + wr[0] * x0 + wr[1] * x1 + wr[2] * x2 + wr[3] * x3 + wr[4] * x4
-
-
-@cuda.jit(device=True, inline=True)
-def _row_taps(acc, wr, x):
-    """acc (4 outputs side by side) plus one weight row applied to the input row segment x: x holds
-    columns c - 2 .. c + 5 of an input row, output c + q reads x[q .. q + 4]. 20 multiply-adds."""
-    return (_dot5(acc[0], wr, x[0], x[1], x[2], x[3], x[4]),
-            _dot5(acc[1], wr, x[1], x[2], x[3], x[4], x[5]),
-            _dot5(acc[2], wr, x[2], x[3], x[4], x[5], x[6]),
-            _dot5(acc[3], wr, x[3], x[4], x[5], x[6], x[7]))
-
-
-@cuda.jit(device=True, inline=True)
-def _own_chunk(img, r, end, c, cols, vector):
-    """Columns c .. c + 3 of image row r (one 16-byte load); zeros for a row outside 0 .. end - 1
-    (above the image, below it, or below what this strip needs). r is the same across the block."""
+def _own_columns(own, img, r, end, c, cols, vector):
+    """own[:] = columns c .. c + COLS - 1 of image row r, in COLS // 4 16-byte loads; zeros for a row
+    outside 0 .. end - 1 (above or below the image, or below what this strip reads). r is the same
+    across the block: the test does not diverge."""
     zero = float32(0.0)
     if r < 0 or r >= end:
-        return (zero, zero, zero, zero)
-    return load_chunk(img, uint64(r) * cols, c, cols, vector, zero)
+        for k in range(COLS):
+            own[k] = zero
+        return
+    for v in range(COLS // 4):
+        own[4 * v], own[4 * v + 1], own[4 * v + 2], own[4 * v + 3] = load_chunk(
+            img, uint64(r) * cols, c + uint64(4 * v), cols, vector, zero)
 
 
 @cuda.jit(device=True, inline=True)
-def _with_neighbours(img, r, end, c, cols, vector, own):
-    """Columns c - 2 .. c + 5 of row r: this thread's chunk `own` with two columns on each side,
-    taken from the chunks its neighbours loaded a row ago (L1 hits by now); zeros past the edges."""
+def _span(x, own, img, r, end, c, cols, vector):
+    """x[:] = columns c - 2 .. c + COLS + 1 of row r: the thread's own columns, and two on each side
+    from the 16-byte chunks its neighbours loaded a row earlier (L1 hits by now); zeros past the edges."""
     zero = float32(0.0)
-    if r < 0 or r >= end:
-        return (zero, zero, zero, zero, zero, zero, zero, zero)
+    for k in range(COLS):
+        x[RADIUS + k] = own[k]
+    if r < 0 or r >= end:  # own holds zeros too
+        x[0] = x[1] = x[SPAN - 2] = x[SPAN - 1] = zero
+        return
     base = uint64(r) * cols
-    four = uint64(CHUNK)
+    four = uint64(4)
     left = load_chunk(img, base, c - four, cols, vector, zero) if c >= four else (zero, zero, zero, zero)
-    right = load_chunk(img, base, c + four, cols, vector, zero)
-    return (left[2], left[3], own[0], own[1], own[2], own[3], right[0], right[1])
+    right = load_chunk(img, base, c + uint64(COLS), cols, vector, zero)
+    x[0], x[1] = left[2], left[3]
+    x[SPAN - 2], x[SPAN - 1] = right[0], right[1]
+
+
+@cuda.jit(device=True, inline=True)
+def _taps(acc, wts, i, x, q):
+    """acc plus weight row i applied to the five inputs of output column c + q: x[q .. q + 4]."""
+    for j in range(DIAMETER):
+        acc += wts[i, j] * x[q + j]
+    return acc
 
 
 @cuda.jit
 def _register_tile(img, w, out, rows, cols, vector, first_strip):
     # img and out are flat (load4 takes 1-D arrays); rows stays signed: the halo starts at row -2.
+    # The local arrays are indexed only by loops of constant length, which unroll: they are registers.
     cols = uint64(cols)
-    c = uint64(CHUNK) * uint64(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+    c = uint64(COLS) * uint64(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
     if c >= cols:
         return
-    w0 = _weight_row(w, 0)
-    w1 = _weight_row(w, 1)
-    w2 = _weight_row(w, 2)
-    w3 = _weight_row(w, 3)
-    w4 = _weight_row(w, 4)
-    zero = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
+    wts = cuda.local.array((DIAMETER, DIAMETER), float32)
+    part = cuda.local.array(PARTIAL, float32)  # partial sums of output rows r - 2 .. r + 1
+    done = cuda.local.array(COLS, float32)  # output row r - 2, complete
+    x = cuda.local.array(SPAN, float32)  # input row r, columns c - 2 .. c + COLS + 1
+    near = cuda.local.array(SPAN, float32)  # input row r + 1
+    far = cuda.local.array(COLS, float32)  # input row r + 2, the thread's own columns
     top = (first_strip + int64(cuda.blockIdx.y)) * STRIP
-    bottom = min(top + STRIP, rows)  # this thread's outputs: rows top .. bottom - 1, columns c .. c + 3
+    bottom = min(top + STRIP, rows)  # this thread's outputs: rows top .. bottom - 1, columns c .. c + COLS - 1
     end = min(bottom + RADIUS, rows)  # the input rows the strip reads end here
-    # HINT: Slide down the strip one input row at a time: input row r feeds output rows r - 2 .. r + 2 (with weight rows 4 .. 0), so keep those rows' partial sums in registers; after row r, output row r - 2 is complete.
-    # HINT: Four 4-wide partial sums a0..a3 (rows r - 2 .. r + 1): done = _row_taps(a0, w4, x); a0 = _row_taps(a1, w3, x); ...; a3 = _row_taps(zero, w0, x); store done once r - 2 >= top. Issue the loads of later rows before the 100 multiply-adds of row r.
-    # HINT: for r in range(top - RADIUS, bottom + RADIUS): far = _own_chunk(img, r + 2, end, ...); near = _with_neighbours(img, r + 1, end, ..., own); the taps; if r - RADIUS >= top: store_chunk(out, uint64(r - RADIUS) * cols, c, cols, vector, *done); x, own = near, far.
+    # HINT: Copy w into registers once. Then slide down the strip one input row at a time: input row r feeds output rows r - 2 .. r + 2 (weight rows 4 .. 0), so keep those rows' partial sums in registers; after row r, output row r - 2 is complete and can be stored.
+    # HINT: for q in range(COLS): done[q] = _taps(part[0, q], wts, 4, x, q); part[0, q] = _taps(part[1, q], wts, 3, x, q); ...; part[3, q] = _taps(0, wts, 0, x, q). Store done once r - 2 >= top (the first rows only fill the partial sums).
+    # HINT: Ask for rows early: before row r's multiply-adds, _span(near, far, ..., r + 1, ...) then _own_columns(far, ..., r + 2, ...); after them x[:] = near[:]. Prime x and far before the loop over r in range(top - 2, bottom + 2).
     # BEGIN SOLUTION
-    a0 = a1 = a2 = a3 = zero  # partial sums of output rows r - 2 .. r + 1 (row r + 2 starts at zero)
-    x = _with_neighbours(img, top - RADIUS, end, c, cols, vector, _own_chunk(img, top - RADIUS, end, c, cols, vector))
-    own = _own_chunk(img, top - RADIUS + 1, end, c, cols, vector)
+    for i in range(DIAMETER):
+        for j in range(DIAMETER):
+            wts[i, j] = w[i, j]  # 25 loads a thread, not 25 an output
+    for k in range(DIAMETER - 1):
+        for q in range(COLS):
+            part[k, q] = float32(0.0)
+    _own_columns(far, img, top - RADIUS, end, c, cols, vector)
+    _span(x, far, img, top - RADIUS, end, c, cols, vector)
+    _own_columns(far, img, top - RADIUS + 1, end, c, cols, vector)
     for r in range(top - RADIUS, bottom + RADIUS):
-        # Row r + 2 comes from memory with two rows of arithmetic to arrive; row r + 1's own chunk
-        # arrived by now, and so did its neighbours' (the same warp and block loaded them).
-        far = _own_chunk(img, r + 2, end, c, cols, vector)
-        near = _with_neighbours(img, r + 1, end, c, cols, vector, own)
-        done = _row_taps(a0, w4, x)  # output row r - 2 gets its last weight row: complete
-        a0 = _row_taps(a1, w3, x)
-        a1 = _row_taps(a2, w2, x)
-        a2 = _row_taps(a3, w1, x)
-        a3 = _row_taps(zero, w0, x)
-        if r - RADIUS >= top:  # the first four rows only fill the partial sums (the strip's halo)
-            store_chunk(out, uint64(r - RADIUS) * cols, c, cols, vector, done[0], done[1], done[2], done[3])
-        x = near
-        own = far
+        # Row r + 1's own columns arrived during the last row; its neighbours' did too (the same warp
+        # and block loaded them), so these are L1 hits. Row r + 2 comes from memory: it has the
+        # multiply-adds of two rows to arrive.
+        _span(near, far, img, r + 1, end, c, cols, vector)
+        _own_columns(far, img, r + 2, end, c, cols, vector)
+        for q in range(COLS):
+            done[q] = _taps(part[0, q], wts, 4, x, q)  # output row r - 2 gets its last weight row
+            part[0, q] = _taps(part[1, q], wts, 3, x, q)
+            part[1, q] = _taps(part[2, q], wts, 2, x, q)
+            part[2, q] = _taps(part[3, q], wts, 1, x, q)
+            part[3, q] = _taps(float32(0.0), wts, 0, x, q)
+        if r - RADIUS >= top:
+            for v in range(COLS // 4):
+                store_chunk(out, uint64(r - RADIUS) * cols, c + uint64(4 * v), cols, vector,
+                            done[4 * v], done[4 * v + 1], done[4 * v + 2], done[4 * v + 3])
+        for k in range(SPAN):
+            x[k] = near[k]
     # END SOLUTION
 
 
 @op.stage("register_tile", """
-    Each thread now computes a 4-wide, 32-tall strip of outputs and walks down it one input row
-    at a time. It reads columns c - 2 .. c + 5 of a row once (a 16-byte load of its own four pixels,
-    and two halves of its neighbours' chunks, which their threads loaded a row earlier, so they come
-    from L1) and uses them for all five output rows that input row touches, keeping those rows'
-    partial sums in registers; the 25 weights are registers too, read once per thread. The naive and
-    the tiled kernels issue 50 loads per output (25 pixels and 25 weights); this one issues 3 per
-    input row for 4 outputs, and asks for each row two rows before it needs it, so the memory
-    latency hides behind the multiply-adds of the rows between. That is also why the shared tile
-    lost to the naive kernel: it still reads 50 values per output, now from shared memory (a warp's
-    two rows of 16 threads, 20 floats apart, collide in 4 banks), each read behind 64-bit signed
-    index arithmetic (numba's wraparound for negative indices: about 340 integer instructions in
-    its PTX for 25 multiply-adds), and each thread computes a single output after its 1.6 halo
-    loads and a barrier; meanwhile Hopper's L1 (up to 256 KB an SM) already held the naive kernel's
-    20x20 window, so the tile saved no memory traffic. Its 2.7 KB of shared memory did not limit
-    occupancy. Shared memory pays when the reuse is spread across the block and does not fit in one
-    thread's registers: a large radius (a 31x31 window), 3-D stencils that reuse whole planes, tiles
-    every thread reads many times (GEMM), or a GPU whose L1 does not cache global loads. Images whose
-    width is not a multiple of 4 (or that start off a 16-byte boundary) take the same path with one
-    bounds-checked load and store per pixel.""")
+    Each thread now computes an 8-wide, 32-tall strip of outputs and walks down it one input row at
+    a time. It reads columns c - 2 .. c + 9 of a row once (two 16-byte loads of its own eight pixels,
+    and two pixels on each side from its neighbours' chunks, which their threads loaded a row
+    earlier, so they come from L1) and uses them for all five output rows that input row touches,
+    keeping those rows' partial sums in registers; the 25 weights are registers too, read once per
+    thread. The naive and the tiled kernels issue 50 loads per output (25 pixels and 25 weights);
+    this one issues 4 per input row for 8 outputs, and asks for each row two rows before it needs
+    it, so the memory latency hides behind the multiply-adds of the rows between. That is also why
+    the shared tile lost to the naive kernel: it still reads 50 values per output, now from shared
+    memory (a warp's two rows of 16 threads, 20 floats apart, collide in 4 banks), each read behind
+    64-bit signed index arithmetic (numba's wraparound for negative indices: about 340 integer
+    instructions in its PTX for 25 multiply-adds), and each thread computes a single output after
+    its 1.6 halo loads and a barrier; meanwhile Hopper's L1 (up to 256 KB an SM) already held the
+    naive kernel's 20x20 window, so the tile saved no memory traffic. Its 2.7 KB of shared memory
+    did not limit occupancy. Shared memory pays when the reuse is spread across the block and does
+    not fit in one thread's registers: a large radius (a 31x31 window), 3-D stencils that reuse
+    whole planes, tiles every thread reads many times (GEMM), or a GPU whose L1 does not cache
+    global loads. Images whose width is not a multiple of 4 (or that start off a 16-byte boundary)
+    take the same path with one bounds-checked load and store per pixel.""")
 def register_tile(img, w, out):
     rows, cols = img.shape
-    chunks = blocks_for(cols, CHUNK)
-    threads = min(STRIP_THREADS, 32 * blocks_for(chunks, 32))  # a narrow image needs a warp, not four
+    strands = blocks_for(cols, COLS)  # threads along a row
+    threads = min(STRIP_THREADS, 32 * blocks_for(strands, 32))  # a narrow image needs a warp, not four
     strips = blocks_for(rows, STRIP)
     img_flat, out_flat, vector = flat_view(img), flat_view(out), rows_fit_vectors(img, out)
     for first_strip in range(0, strips, MAX_GRID_Y):  # one launch, unless over 2 million rows
-        blocks = (blocks_for(chunks, threads), min(strips - first_strip, MAX_GRID_Y))
+        blocks = (blocks_for(strands, threads), min(strips - first_strip, MAX_GRID_Y))
         _register_tile[blocks, threads](img_flat, w, out_flat, rows, cols, vector, first_strip)

@@ -1,7 +1,8 @@
 """The stencil ladder's register_tile stage where its own structure can break (strip boundaries and the
-4-row halo between strips, the 16-byte chunk boundaries, the image's edges, widths that are not a
-multiple of 4, one pixel, images taller than one launch's grid), and (``-m gpu``) the issue's target:
-the last stage at >= 80% of the measured copy bandwidth at 8192 x 8192."""
+4-row halo between strips, the 16-byte chunk and thread boundaries, the image's edges, widths that are
+not a multiple of 4, one pixel, images taller than one launch's grid), its partial sums kept in
+registers (the PTX), and (``-m gpu``) the issue's target: the last stage at >= 80% of the measured copy
+bandwidth at 8192 x 8192."""
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from solutions import stencil
 
 op = stencil.op
 STRIP = stencil.STRIP
+COLS = stencil.COLS  # output columns a thread
 
 
 def _run(stage, img, w):
@@ -38,9 +40,9 @@ def _inputs(rows, cols, seed=0):
     (1, 1),  # one pixel: every tap but the centre is outside
     (1, 9), (2, 4),  # one and two rows: the halo rows above and below are all outside
     (70, 1),  # one column, three strips: each thread's neighbours' chunks lie outside
-    (2 * STRIP + 3, 12),  # the vector path (width a multiple of 4) across two strip boundaries
-    (STRIP + 1, 7),  # a last strip of one row; a width that is not a multiple of 4
-    (STRIP - 1, 16),  # one strip, shorter than STRIP
+    (2 * STRIP + 3, 2 * COLS + 4),  # the vector path across two strip boundaries; a last thread half outside
+    (STRIP + 1, 2 * COLS + 3),  # a last strip of one row; a width that is not a multiple of 4
+    (max(STRIP - 1, 1), COLS),  # one strip, shorter than STRIP; one thread, every column its own
     (STRIP, 6),  # exactly one strip
 ])
 def test_register_tile_matches_the_reference(size):
@@ -48,16 +50,16 @@ def test_register_tile_matches_the_reference(size):
     _assert_matches(_run("register_tile", img, w), img, w)
 
 
-@pytest.mark.parametrize("cols", [8, 11])
+@pytest.mark.parametrize("cols", [2 * COLS + 4, 2 * COLS + 3])
 def test_impulses_at_strip_chunk_and_image_boundaries(cols):
     """Single bright pixels on the rows either side of a strip boundary, on both sides of a 4-column
     chunk boundary and in the corners: each output patch must be w read backwards around its pixel, so
-    a halo row taken from the wrong strip, a neighbour's half from the wrong chunk, or a clamped edge
-    shows at an exact place."""
+    a halo row taken from the wrong strip, a neighbour's columns from the wrong chunk or thread, or a
+    clamped edge shows at an exact place."""
     rows = 2 * STRIP + 2
     img = np.zeros((rows, cols), np.float32)
-    for r, c in [(0, 0), (STRIP - 2, 3), (STRIP - 1, 4), (STRIP, 3), (STRIP + 1, 4), (2 * STRIP, cols - 1),
-                 (rows - 1, cols - 1), (rows - 1, 0)]:
+    for r, c in [(0, 0), (STRIP - 2, 3), (STRIP - 1, 4), (STRIP, COLS - 1), (STRIP + 1, COLS), (STRIP + 3, COLS + 1),
+                 (2 * STRIP, cols - 1), (rows - 1, cols - 1), (rows - 1, 0)]:
         img[r, c] = 1.0 + r + 0.5 * c  # distinct heights, so two impulses swapped would show
     w = np.arange(1, 26, dtype=np.float32).reshape(5, 5) / 25  # no symmetry: a flip or transpose shows
     _assert_matches(_run("register_tile", img, w), img, w)
@@ -68,7 +70,7 @@ def test_scalar_path_at_a_width_that_would_take_vectors(monkeypatch):
     even when the width is a multiple of 4; the simulator's arrays always count as aligned, so the
     launcher's test is forced here."""
     monkeypatch.setattr(stencil, "rows_fit_vectors", lambda *arrays: False)
-    img, w = _inputs(STRIP + 5, 12, seed=1)
+    img, w = _inputs(STRIP + 5, 2 * COLS + 4, seed=1)
     _assert_matches(_run("register_tile", img, w), img, w)
 
 
@@ -88,6 +90,36 @@ def test_an_image_taller_than_one_grid_takes_several_launches(monkeypatch):
     img, w = _inputs(4 * STRIP + 3, 5, seed=2)
     _assert_matches(_run("register_tile", img, w), img, w)
     assert [blocks[1] for blocks, _ in launches] == [2, 2, 1]
+
+
+_REGISTER_PTX = """
+import re
+import workbench
+from numba import cuda, types
+from solutions import stencil
+flat, matrix = types.Array(types.float32, 1, "C"), types.Array(types.float32, 2, "C")
+ptx, _ = cuda.compile_ptx(stencil._register_tile.py_func,
+                          (flat, matrix, flat, types.int64, types.int64, types.boolean, types.int64), cc=(9, 0))
+print(len(re.findall(r"\\.local", ptx)), len(re.findall(r"fma\\.rn\\.f32", ptx)))
+"""
+
+
+@pytest.mark.sim_only
+def test_partial_sums_and_weights_stay_in_registers():
+    """The kernel's local arrays live in registers only if every loop over them unrolls (numba has no
+    #pragma unroll): no local memory in the PTX, and the row loop's body holds all 25 * COLS
+    multiply-adds. A COLS too large for the compiler to unroll fails here, not silently on the GPU."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, WORKBENCH_MODE="compile", NUMBA_ENABLE_CUDASIM="0")
+    run = subprocess.run([sys.executable, "-c", _REGISTER_PTX], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    local, fmas = map(int, run.stdout.split()[-2:])
+    assert local == 0, "local memory in _register_tile: a loop over a local array did not unroll"
+    assert fmas == stencil.DIAMETER ** 2 * COLS, fmas
 
 
 @pytest.mark.gpu
