@@ -409,18 +409,19 @@ def _single_pass_scan(x, y, vectors, state):
         if lane == 31:
             warp_totals[k, warp] = inclusive
     cuda.syncthreads()
-    before_row = float32(0.0)  # the sum of the tile's rows before row k
+    tile_sum = float32(0.0)  # the rows before row k; after the loop, the whole tile (the same in every thread)
     for k in range(VECTORS):
+        warps_before = float32(0.0)
         row_total = float32(0.0)
         for w in range(ONE_PASS_WARPS):
-            if w == warp:
-                thread_exclusive[k] += before_row + row_total
+            if w < warp:
+                warps_before += warp_totals[k, w]
             row_total += warp_totals[k, w]
-        before_row += row_total
-    # before_row now holds the tile's aggregate (the same sum, in the same order, in every thread)
+        thread_exclusive[k] += tile_sum + warps_before
+        tile_sum += row_total
 
     if warp == 0:
-        exclusive = _look_back(state, descriptors, tile, before_row, lane)
+        exclusive = _look_back(state, descriptors, tile, tile_sum, lane)
         if lane == 0:
             tile_exclusive[0] = exclusive
     cuda.syncthreads()
