@@ -25,8 +25,7 @@ THREADS = 256
 WARPS = THREADS // 32
 FULL_MASK = 0xFFFFFFFF
 VECTORS_PER_LANE = 4  # vectors: 16-byte loads of A a lane issues per step, all independent (2 KB a warp)
-WARP_CHUNK = 32 * 4  # columns the warp's 32 lanes cover with one 16-byte load each
-STEP = WARP_CHUNK * VECTORS_PER_LANE  # columns a warp covers per step of the vectors kernel
+MIN_LANES = 4  # vectors: the fewest lanes a row gets (a row's head and tail, up to 3 columns each, take one a lane)
 
 
 def _inputs(size, rng):
@@ -184,57 +183,72 @@ def _dot4(acc, a0, a1, a2, a3, x0, x1, x2, x3):
 
 
 @cuda.jit
-def _warp_per_row_vectors(flat, x, y, cols, phase, x_vector):
-    """A warp a row, as before; ``flat`` is A as one vector and flat[0] lies ``phase`` elements past a
-    16-byte boundary. A row is read in three parts: a head of 0 to 3 columns up to the row's first
-    16-byte boundary, whole 16-byte vectors, and a tail of 0 to 3 columns. With cols % 4 == 0 on an
-    aligned A (the usual case) every row is vectors only."""
-    lane = cuda.threadIdx.x % 32
-    row = cuda.grid(1) // 32
-    if row < y.size:  # the same for all 32 lanes of the warp, so the shuffles see every lane
+def _rows_by_vectors(flat, x, y, cols, lanes, phase, x_vector):
+    """``lanes`` (a power of two, 4 to 32) neighbouring lanes own a row: a warp per row for long rows,
+    up to 8 rows a warp for short ones. ``flat`` is A as one vector, and flat[0] lies ``phase``
+    elements past a 16-byte boundary. A row is read in three parts: a head of 0 to 3 columns up to its
+    first 16-byte boundary, whole 16-byte vectors, and a tail of 0 to 3 columns. With cols % 4 == 0 on
+    an aligned A (the usual case) every row is vectors only."""
+    row = cuda.grid(1) // lanes
+    lane = cuda.grid(1) % lanes  # the lane's place in its row's group
+    acc = float32(0.0)
+    if row < y.size:  # not the same for every row of a warp: no shuffle inside
         base = int64(row) * cols  # the row's first element in flat
         head = min((4 - (phase + base) % 4) % 4, cols)
         end = head + (cols - head) // 4 * 4  # the whole vectors end here; the tail follows
+        # The head's and the tail's columns are loaded now, used last: in flight with the vectors.
+        head_a = flat[base + lane] if lane < head else float32(0.0)
+        head_x = x[lane] if lane < head else float32(0.0)
+        tail_a = flat[base + end + lane] if lane < cols - end else float32(0.0)
+        tail_x = x[end + lane] if lane < cols - end else float32(0.0)
+        chunk = 4 * lanes  # columns the row's lanes cover with one 16-byte load each
         acc0 = float32(0.0)
         acc1 = float32(0.0)
         acc2 = float32(0.0)
         acc3 = float32(0.0)
-        if lane < head:
-            acc0 = flat[base + lane] * x[lane]
         c = head + 4 * lane
-        # HINT: Lane k reads the row 16 bytes at a time with load4, at columns c = head + 4k, c + 128, c + 256, c + 384 (the warp reads 2 KB of neighbouring bytes), all four loads issued before any multiply; x's four columns for each come from _x4.
-        # HINT: Give each of the four vectors its own accumulator (_dot4 adds one vector's four products) and step c by STEP while c + 3 * WARP_CHUNK < end; then finish one vector (c += WARP_CHUNK) at a time while c < end, and the tail (cols - end < 4 columns, one a lane).
-        # HINT: a0..a3 = load4(flat, base + c); b0..b3 = load4(flat, base + c + WARP_CHUNK); ...; acc0 = _dot4(acc0, a0, a1, a2, a3, *_x4(x, c, x_vector)) (unpack x into four names); ...; c += STEP. Tail: if lane < cols - end: acc1 += flat[base + end + lane] * x[end + lane].
+        # HINT: Each lane reads its row 16 bytes at a time with load4, at columns c = head + 4 * lane, c + chunk, c + 2 * chunk, c + 3 * chunk (the row's lanes read neighbouring bytes), all four loads issued before any multiply; x's four columns for each come from _x4.
+        # HINT: Give each of the four vectors its own accumulator (_dot4 adds one vector's four products) and step c by VECTORS_PER_LANE * chunk while c + 3 * chunk < end; then finish one vector (c += chunk) at a time while c < end.
+        # HINT: a0..a3 = load4(flat, base + c); b0..b3 = load4(flat, base + c + chunk); ...; xa0..xa3 = _x4(x, c, x_vector); ...; acc0 = _dot4(acc0, a0, a1, a2, a3, xa0, xa1, xa2, xa3); ...; c += VECTORS_PER_LANE * chunk. Then while c < end: one vector into acc0; c += chunk.
         # BEGIN SOLUTION
-        while c + 3 * WARP_CHUNK < end:
+        while c + 3 * chunk < end:
             a0, a1, a2, a3 = load4(flat, base + c)
-            b0, b1, b2, b3 = load4(flat, base + c + WARP_CHUNK)
-            c0, c1, c2, c3 = load4(flat, base + c + 2 * WARP_CHUNK)
-            d0, d1, d2, d3 = load4(flat, base + c + 3 * WARP_CHUNK)
+            b0, b1, b2, b3 = load4(flat, base + c + chunk)
+            c0, c1, c2, c3 = load4(flat, base + c + 2 * chunk)
+            d0, d1, d2, d3 = load4(flat, base + c + 3 * chunk)
             xa0, xa1, xa2, xa3 = _x4(x, c, x_vector)
-            xb0, xb1, xb2, xb3 = _x4(x, c + WARP_CHUNK, x_vector)
-            xc0, xc1, xc2, xc3 = _x4(x, c + 2 * WARP_CHUNK, x_vector)
-            xd0, xd1, xd2, xd3 = _x4(x, c + 3 * WARP_CHUNK, x_vector)
+            xb0, xb1, xb2, xb3 = _x4(x, c + chunk, x_vector)
+            xc0, xc1, xc2, xc3 = _x4(x, c + 2 * chunk, x_vector)
+            xd0, xd1, xd2, xd3 = _x4(x, c + 3 * chunk, x_vector)
             acc0 = _dot4(acc0, a0, a1, a2, a3, xa0, xa1, xa2, xa3)
             acc1 = _dot4(acc1, b0, b1, b2, b3, xb0, xb1, xb2, xb3)
             acc2 = _dot4(acc2, c0, c1, c2, c3, xc0, xc1, xc2, xc3)
             acc3 = _dot4(acc3, d0, d1, d2, d3, xd0, xd1, xd2, xd3)
-            c += STEP
+            c += VECTORS_PER_LANE * chunk
         while c < end:  # fewer than four vectors a lane left
             a0, a1, a2, a3 = load4(flat, base + c)
             xa0, xa1, xa2, xa3 = _x4(x, c, x_vector)
             acc0 = _dot4(acc0, a0, a1, a2, a3, xa0, xa1, xa2, xa3)
-            c += WARP_CHUNK
-        if lane < cols - end:
-            acc1 += flat[base + end + lane] * x[end + lane]
+            c += chunk
         # END SOLUTION
-        acc = (acc0 + acc1) + (acc2 + acc3)
-        offset = 16
-        while offset > 0:
-            acc += cuda.shfl_down_sync(FULL_MASK, acc, offset)
-            offset //= 2
-        if lane == 0:
-            y[row] = acc
+        acc = ((acc0 + acc1) + (acc2 + acc3)) + (head_a * head_x + tail_a * tail_x)
+    # Every lane of the warp takes part in the shuffles (a lane past the last row with a 0): lane 0 of
+    # each group ends with its row's sum, as offsets below ``lanes`` stay inside the group for lane 0.
+    offset = lanes // 2
+    while offset > 0:
+        acc += cuda.shfl_down_sync(FULL_MASK, acc, offset)
+        offset //= 2
+    if row < y.size and lane == 0:
+        y[row] = acc
+
+
+def lanes_per_row(cols):
+    """The fewest lanes, a power of two from MIN_LANES to 32, that cover the row with one 16-byte load
+    each: 32 from 65 columns on."""
+    lanes = MIN_LANES
+    while lanes < 32 and 4 * lanes < cols:
+        lanes *= 2
+    return lanes
 
 
 def _phase(a):
@@ -244,24 +258,26 @@ def _phase(a):
     return a.__cuda_array_interface__["data"][0] % VECTOR_BYTES // 4
 
 
-def vectors_with(a, x, y, phase, x_vector):
-    """The vectors kernel with a given phase and x path (tests choose them: the simulator's arrays are
-    always aligned)."""
-    _warp_per_row_vectors[blocks_for(a.shape[0] * 32, THREADS), THREADS](flat_view(a), x, y, a.shape[1], phase,
-                                                                        x_vector)
+def vectors_with(a, x, y, lanes, phase, x_vector):
+    """The vectors kernel with a given group size, phase and x path (tests choose them: the simulator's
+    arrays are always aligned)."""
+    rows, cols = a.shape
+    _rows_by_vectors[blocks_for(rows * lanes, THREADS), THREADS](flat_view(a), x, y, cols, lanes, phase, x_vector)
 
 
 @op.stage("vectors", """
-    Still a warp per row, now reading A 16 bytes at a time: each lane loads four floats with one
-    instruction (load4), and issues four such loads, 128 columns apart, before it multiplies
-    anything. A warp then has 2 KB of its row in flight instead of 128 bytes, and the SM's warps
-    together enough to cover DRAM latency, so A streams at full bandwidth; each of the four vectors
-    feeds its own accumulator. x, read by every row, stays in the L1 and L2 caches and is read with
-    load4 too (shared memory would need a tile loop and a barrier for rows longer than 12K floats,
-    for no fewer DRAM bytes). A row starts on a 16-byte boundary only when cols is a multiple of 4:
-    otherwise each row reads its first (and last) 0 to 3 columns singly, the rest as vectors, and x
-    with four plain loads.""")
+    Still a warp per row (for rows of 65 columns or more), now reading A 16 bytes at a time: each
+    lane loads four floats with one instruction (load4), and issues four such loads, 128 columns
+    apart, before it multiplies anything. A warp then has 2 KB of its row in flight instead of 128
+    bytes, and the SM's warps together enough to cover DRAM latency, so A streams at full bandwidth;
+    each of the four vectors feeds its own accumulator. Shorter rows get fewer lanes (down to 4), so
+    a warp reads up to 8 rows at once instead of idling most of its lanes. x, read by every row, stays
+    in the L1 and L2 caches and is read with load4 too (shared memory would need a tile loop and a
+    barrier for rows longer than 12K floats, for no fewer DRAM bytes). A row starts on a 16-byte
+    boundary only when cols is a multiple of 4: otherwise each row reads its first and last 0 to 3
+    columns singly (loaded first, in flight with the vectors), the rest as vectors, and x with four
+    plain loads.""")
 def vectors(a, x, y):
     cols = a.shape[1]
     phase = _phase(a)
-    vectors_with(a, x, y, phase, phase == 0 and cols % 4 == 0 and aligned16(x))
+    vectors_with(a, x, y, lanes_per_row(cols), phase, phase == 0 and cols % 4 == 0 and aligned16(x))

@@ -1,6 +1,7 @@
 """Matvec ladder: what its last stage (vectors) adds. Rows that do not start on a 16-byte boundary (odd
 column counts, a matrix view that starts mid-buffer) read a scalar head and tail around their vectors;
-1-row and 1-column matrices; the loads are 16 bytes wide. `-m gpu`: the issue's target against torch.mv
+short rows share a warp (groups of 4 to 32 lanes a row); 1-row and 1-column matrices; the loads are 16
+bytes wide. `-m gpu`: the issue's target against torch.mv
 at 16384 x 16384."""
 
 import numpy as np
@@ -14,13 +15,15 @@ from solutions import matvec
 op = matvec.op
 
 
-def product(a, x, phase=0, x_vector=None):
+def product(a, x, phase=0, x_vector=None, lanes=None):
     """y = a x through the vectors kernel with the given phase (the simulator's arrays are aligned, so a
-    test chooses where the 16-byte boundaries fall) and x path (by default, as the stage picks it)."""
+    test chooses where the 16-byte boundaries fall), x path and lanes a row (by default, as the stage
+    picks them)."""
     if x_vector is None:
         x_vector = phase == 0 and a.shape[1] % 4 == 0
+    lanes = lanes or matvec.lanes_per_row(a.shape[1])
     y = cuda.to_device(np.full(a.shape[0], np.nan, np.float32))
-    matvec.vectors_with(cuda.to_device(a), cuda.to_device(x), y, phase, x_vector)
+    matvec.vectors_with(cuda.to_device(a), cuda.to_device(x), y, lanes, phase, x_vector)
     return y.copy_to_host()
 
 
@@ -57,6 +60,20 @@ def test_odd_columns_and_unaligned_rows(cols, phase):
     is 0 to 3 columns) and so does the whole matrix with phase != 0."""
     a, x = inputs(5, cols, cols + phase)
     assert_product(a, x, product(a, x, phase))
+
+
+def test_lanes_per_row():
+    assert [matvec.lanes_per_row(c) for c in (1, 16, 17, 32, 33, 64, 65, 16384)] == [4, 4, 8, 8, 16, 16, 32, 32]
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16, 32])
+@pytest.mark.parametrize("rows, cols", [(13, 31), (3, 1031), (9, 64)])
+def test_any_group_of_lanes(lanes, rows, cols):
+    """Groups of 4 to 32 lanes a row, whatever the row's length; rows that end mid-warp (13 rows of 8
+    lanes: the second warp holds one row and 3 empty groups, which still take part in the shuffles)."""
+    a, x = inputs(rows, cols, lanes)
+    for phase in (0, 1):
+        assert_product(a, x, product(a, x, phase, lanes=lanes))
 
 
 @pytest.mark.parametrize("cols", [4, 512, 1028, 2048 + 132])
