@@ -279,7 +279,7 @@ def _register_tile(img, w, out, rows, cols, vector, first_strip):
     end = min(bottom + RADIUS, rows)  # the input rows the strip reads end here
     # HINT: Copy w into registers once. Then slide down the strip one input row at a time: input row r feeds output rows r - 2 .. r + 2 (weight rows 4 .. 0), so keep those rows' partial sums in registers; after row r, output row r - 2 is complete and can be stored.
     # HINT: for q in range(COLS): done[q] = _taps(part[0, q], wts, 4, x, q); part[0, q] = _taps(part[1, q], wts, 3, x, q); ...; part[3, q] = _taps(0, wts, 0, x, q). Store done once r - 2 >= top (the first rows only fill the partial sums).
-    # HINT: Ask for rows early: before row r's multiply-adds, _span(near, far, ..., r + 1, ...) then _own_columns(far, ..., r + 2, ...); after them x[:] = near[:]. Prime x and far before the loop over r in range(top - 2, bottom + 2).
+    # HINT: Ask for rows early: before row r's multiply-adds, _span(near, far, ..., r + 1, ...) (far holds row r + 1's own columns) then _own_columns(far, ..., r + 2, ...); after them x[:] = near[:]. Prime x and far before the loop over r in range(top - 2, bottom + 2).
     # BEGIN SOLUTION
     for i in range(DIAMETER):
         for j in range(DIAMETER):
@@ -291,9 +291,9 @@ def _register_tile(img, w, out, rows, cols, vector, first_strip):
     _span(x, far, img, top - RADIUS, end, c, cols, vector)
     _own_columns(far, img, top - RADIUS + 1, end, c, cols, vector)
     for r in range(top - RADIUS, bottom + RADIUS):
-        # Row r + 1's own columns arrived during the last row; its neighbours' did too (the same warp
-        # and block loaded them), so these are L1 hits. Row r + 2 comes from memory: it has the
-        # multiply-adds of two rows to arrive.
+        # Row r + 2's own columns are asked for now, a row of multiply-adds before they are needed.
+        # Row r + 1's own columns were asked for a row ago; its four edge columns lie in chunks the
+        # neighbouring threads (the same warp or block) asked for then too: L1 hits.
         _span(near, far, img, r + 1, end, c, cols, vector)
         _own_columns(far, img, r + 2, end, c, cols, vector)
         for q in range(COLS):
@@ -318,8 +318,8 @@ def _register_tile(img, w, out, rows, cols, vector, first_strip):
     earlier, so they come from L1) and uses them for all five output rows that input row touches,
     keeping those rows' partial sums in registers; the 25 weights are registers too, read once per
     thread. The naive and the tiled kernels issue 50 loads per output (25 pixels and 25 weights);
-    this one issues 4 per input row for 8 outputs, and asks for each row two rows before it needs
-    it, so the memory latency hides behind the multiply-adds of the rows between. That is also why
+    this one issues 4 per input row for 8 outputs, and asks for each row's pixels a row of
+    multiply-adds before it needs them, so the memory latency hides behind arithmetic. That is also why
     the shared tile lost to the naive kernel: it still reads 50 values per output, now from shared
     memory (a warp's two rows of 16 threads, 20 floats apart, collide in 4 banks), each read behind
     64-bit signed index arithmetic (numba's wraparound for negative indices: about 340 integer
