@@ -137,8 +137,8 @@ from numba import cuda
 from numba.cuda import types
 from solutions import matvec
 f32 = types.Array(types.float32, 1, "C")
-sig = (f32, f32, f32, types.int64, types.int64, types.boolean)
-ptx, _ = cuda.compile_ptx(matvec._warp_per_row_vectors.py_func, sig, cc=(9, 0))
+sig = (f32, f32, f32, types.int64, types.int64, types.int64, types.boolean)
+ptx, _ = cuda.compile_ptx(matvec._rows_by_vectors.py_func, sig, cc=(9, 0))
 print(ptx)
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
