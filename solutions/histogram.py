@@ -15,7 +15,7 @@ Constraints: x is uint8, 1-D, contiguous, n >= 1 (any n up to 2^31 - 1); out is 
 """
 
 import numpy as np
-from numba import cuda, int32, uint32
+from numba import cuda, int32, uint16, uint32
 
 from solutions._vector_io import VECTOR_BYTES, aligned16, load4
 from workbench import peers
@@ -33,6 +33,13 @@ THREADS_PER_SUB_HISTOGRAM = VECTOR_THREADS // SUB_HISTOGRAMS  # neighbouring thr
 SUB_HISTOGRAM_STRIDE = BINS + 1  # one counter of padding: copy h of bin b lies in bank (b + h) % 32
 BLOCK_BINS = SUB_HISTOGRAMS * SUB_HISTOGRAM_STRIDE  # a block's shared counters (about 8 KiB)
 BLOCKS_PER_SM = 2048 // VECTOR_THREADS  # a resident grid: every block runs at once, no second wave
+
+# Stage 4 (a counter per lane):
+COUNTER_WARPS = 2  # warps a block; each lane holds 256 uint16 counters: 16 KiB a warp, 32 KiB a block
+COUNTER_THREADS = 32 * COUNTER_WARPS
+LANE_COUNTERS = COUNTER_WARPS * 32 * BINS
+COUNTER_BLOCKS_PER_SM = 6  # as many as 228 KiB of shared memory holds: the resident grid
+MAX_QUADS_PER_THREAD = 4000  # 64000 bytes, plus 2 read singly: a uint16 counter (at most 65535) never wraps
 BYTE = uint32(0xFF)
 
 
@@ -272,39 +279,41 @@ def per_warp_vectors(x, out):
     count_with(_per_warp_vectors, x, out, _head(x))
 
 
-# -- 4. warp-aggregated increments ---------------------------------------------------------------
+
+
+# -- 4. a counter per lane ---------------------------------------------------------------------
 
 @cuda.jit(device=True, inline=True)
-def _add_aggregated(hist, base, value):
-    """hist[base + value] += 1 for every lane here, as one atomic per distinct value in the warp."""
-    # HINT: Lanes of a warp that hold the same byte need only one atomic between them: find those lanes, and let one add their count.
-    # HINT: cuda.match_any_sync(mask, value) gives each lane the mask of lanes with its value (an int32; mask: cuda.activemask(), the lanes here now); cuda.popc counts them; the lowest of them adds.
-    # HINT: peers = cuda.match_any_sync(cuda.activemask(), int32(value)); if peers & cuda.lanemask_lt() == 0: cuda.atomic.add(hist, base + value, int32(cuda.popc(peers))).
-    # BEGIN SOLUTION
-    peers = cuda.match_any_sync(cuda.activemask(), int32(value))  # the lanes holding this same byte
-    if peers & cuda.lanemask_lt() == 0:  # no peer below this lane: it is the lowest, it adds for all
-        cuda.atomic.add(hist, base + value, int32(cuda.popc(peers)))
-    # END SOLUTION
-
-
-@cuda.jit(device=True, inline=True)
-def _add_word_aggregated(hist, base, word):
-    _add_aggregated(hist, base, word & BYTE)
-    _add_aggregated(hist, base, (word >> uint32(8)) & BYTE)
-    _add_aggregated(hist, base, (word >> uint32(16)) & BYTE)
-    _add_aggregated(hist, base, word >> uint32(24))
+def _count_word(counters, mine, word):
+    """This lane's counters of the four bytes of a word, each a plain read-add-write: no other thread
+    touches them (counter of byte b: counters[mine + 32 * b])."""
+    counters[mine + ((word & BYTE) << uint32(5))] += uint16(1)
+    counters[mine + (((word >> uint32(8)) & BYTE) << uint32(5))] += uint16(1)
+    counters[mine + (((word >> uint32(16)) & BYTE) << uint32(5))] += uint16(1)
+    counters[mine + ((word >> uint32(24)) << uint32(5))] += uint16(1)
 
 
 @cuda.jit
-def _warp_aggregated(x, words, head, out):
-    """_per_warp_vectors with every increment aggregated over the warp."""
-    hist = cuda.shared.array(BLOCK_BINS, int32)
-    base = cuda.threadIdx.x // THREADS_PER_SUB_HISTOGRAM * SUB_HISTOGRAM_STRIDE
-    _zero_sub_histograms(hist)
+def _lane_counters(x, words, head, out):
+    """_per_warp_vectors' walk over x, counted into 256 counters of each lane's own."""
+    counters = cuda.shared.array(LANE_COUNTERS, uint16)  # [warp][bin][lane]
+    block_bins = cuda.shared.array(BINS, int32)
+    t = cuda.threadIdx.x
+    lane = uint32(t % 32)
+    mine = uint32(t // 32 * 32 * BINS) + lane  # this lane's counter of bin 0; of bin b: mine + 32 * b
+    for b in range(t, BINS, COUNTER_THREADS):
+        block_bins[b] = 0
     quads = words.size // 4
     tail = head + 16 * quads
     g = cuda.grid(1)
     stride = cuda.gridsize(1)
+    # HINT: Give each lane its own 256 counters (counters[mine + 32 * b]: lanes side by side, so a row of 32 lanes spans the banks): nothing is shared while counting, so a plain += replaces the atomic. Zero them first (the lane's own: no barrier needed).
+    # HINT: Count as before (QUADS_IN_FLIGHT quads in flight, the rest one stride at a time, the head and tail bytes singly), with _count_word(counters, mine, word). Then cuda.syncwarp() and let lane L add up bins L, L + 32, ... over the warp's 32 lanes into block_bins (a shared atomic a bin), and after cuda.syncthreads() one global atomic per bin.
+    # HINT: for b in range(BINS): counters[mine + 32 * b] = 0; cuda.syncthreads() (block_bins); the loops; cuda.syncwarp(); for b in range(lane, BINS, 32): total = sum(counters[mine - lane + 32 * b + j] for j in range(32)); cuda.atomic.add(block_bins, b, total); cuda.syncthreads(); if block_bins[t...] != 0: cuda.atomic.add(out, b, block_bins[b]).
+    # BEGIN SOLUTION
+    for b in range(BINS):
+        counters[mine + uint32(32 * b)] = 0
+    cuda.syncthreads()  # block_bins zeroed before any warp adds to it
     quad = cuda.local.array((QUADS_IN_FLIGHT, 4), uint32)
     q = g
     while q + (QUADS_IN_FLIGHT - 1) * stride < quads:
@@ -312,30 +321,56 @@ def _warp_aggregated(x, words, head, out):
             quad[k, 0], quad[k, 1], quad[k, 2], quad[k, 3] = load4(words, 4 * (q + k * stride))
         for k in range(QUADS_IN_FLIGHT):
             for j in range(4):
-                _add_word_aggregated(hist, base, quad[k, j])
+                _count_word(counters, mine, quad[k, j])
         q += QUADS_IN_FLIGHT * stride
     while q < quads:
         w0, w1, w2, w3 = load4(words, 4 * q)
-        _add_word_aggregated(hist, base, w0)
-        _add_word_aggregated(hist, base, w1)
-        _add_word_aggregated(hist, base, w2)
-        _add_word_aggregated(hist, base, w3)
+        _count_word(counters, mine, w0)
+        _count_word(counters, mine, w1)
+        _count_word(counters, mine, w2)
+        _count_word(counters, mine, w3)
         q += stride
     if g < head:
-        _add_aggregated(hist, base, uint32(x[g]))
+        counters[mine + (uint32(x[g]) << uint32(5))] += uint16(1)
     if g < x.size - tail:
-        _add_aggregated(hist, base, uint32(x[tail + g]))
-    _merge_sub_histograms(hist, out)
+        counters[mine + (uint32(x[tail + g]) << uint32(5))] += uint16(1)
+    cuda.syncwarp()  # every lane's counts in before lanes read each other's
+    row = mine - lane  # this warp's counters of bin 0
+    for b in range(lane, BINS, 32):
+        total = 0
+        for j in range(32):  # starting at a different lane in each lane: fewer bank conflicts
+            total += counters[row + uint32(32 * b) + (lane + uint32(j)) % uint32(32)]
+        cuda.atomic.add(block_bins, b, total)
+    cuda.syncthreads()
+    for b in range(t, BINS, COUNTER_THREADS):
+        if block_bins[b] != 0:
+            cuda.atomic.add(out, b, block_bins[b])
+    # END SOLUTION
 
 
-@op.stage("warp_aggregated", """
-    The same loads and sub-histograms; what changes is the increment. Lanes of a warp that hold the
-    same byte now make one shared atomic between them: cuda.match_any_sync gives each lane the mask
-    of lanes holding its value, and the lowest of them adds the mask's popcount. Atomics to one
-    address from one instruction are done one after another, so on skewed data, where about half
-    the lanes of every instruction hit the hot bin, the last stage waited through some sixteen
-    turns per instruction; now it takes one. On uniform data almost every lane holds its own value,
-    nothing is saved, and the match instruction is pure overhead: aggregation pays where the data
-    repeats. The first and last bytes are read singly, as before.""")
-def warp_aggregated(x, out):
-    count_with(_warp_aggregated, x, out, _head(x))
+def counters_with(x, out, head, blocks=None):
+    """Zero out, then _lane_counters over x, x[:head] read singly (tests choose head, and blocks)."""
+    x = x if hasattr(x, "is_c_contiguous") else cuda.as_cuda_array(x)
+    quads = (x.size - head) // VECTOR_BYTES
+    words = x[head:head + VECTOR_BYTES * quads].view(np.uint32)
+    _zero_bins[1, BINS](out)
+    _lane_counters[blocks or counter_blocks(quads), COUNTER_THREADS](x, words, head, out)
+
+
+def counter_blocks(quads):
+    """The resident grid, or more blocks where that many threads would each count more than
+    MAX_QUADS_PER_THREAD quads (a grid-stride loop gives each thread at most ceil(quads / threads))."""
+    resident = min(blocks_for(quads, COUNTER_THREADS * QUADS_IN_FLIGHT), sm_count() * COUNTER_BLOCKS_PER_SM)
+    return max(resident, blocks_for(quads, COUNTER_THREADS * MAX_QUADS_PER_THREAD))
+
+
+@op.stage("lane_counters", """
+    No atomics while counting. Every lane gets 256 counters of its own in shared memory (16-bit, laid
+    out bin by bin with the 32 lanes side by side), so an increment is a plain read, add and write
+    that no other thread can disturb: no atomic unit to queue at, no contention however skewed the
+    data. The loads are the last stage's. A warp holds 16 KiB of counters, so fewer warps fit on an
+    SM; each lane's counters are summed once at the end (lane L adds up bins L, L + 32, ... over the
+    warp's 32 lanes), then per block, then one global atomic per bin. A 16-bit counter holds 65535:
+    the grid grows past the resident size where needed so that no lane counts more bytes than that.""")
+def lane_counters(x, out):
+    counters_with(x, out, _head(x))

@@ -14,41 +14,43 @@ from numba import cuda, int32
 from solutions import histogram
 
 op = histogram.op
-VECTOR_KERNELS = {"per_warp_vectors": histogram._per_warp_vectors, "warp_aggregated": histogram._warp_aggregated}
+# The two 16-byte-load stages, with the number of single bytes before the first quad chosen by the test.
+WITH_HEAD = {"per_warp_vectors": lambda x, out, head: histogram.count_with(histogram._per_warp_vectors, x, out, head),
+             "lane_counters": histogram.counters_with}
 
 
 def _skewed(n, seed):
     return op.make_inputs((n,), np.random.default_rng(seed))[0]
 
 
-def _count(kernel, x, head):
+def _count(stage, x, head):
     out = cuda.to_device(np.full(histogram.BINS, 12345, np.int32))  # a dirty output: the call zeroes it
-    histogram.count_with(kernel, cuda.to_device(x), out, head)
+    WITH_HEAD[stage](cuda.to_device(x), out, head)
     return out.copy_to_host()
 
 
-@pytest.mark.parametrize("kernel", sorted(VECTOR_KERNELS))
+@pytest.mark.parametrize("stage", sorted(WITH_HEAD))
 @pytest.mark.parametrize("n, head", [(1, 0), (1, 1), (15, 0), (15, 15), (16, 0), (16, 1), (17, 0), (17, 15),
                                      (31, 3), (32, 0), (33, 1), (47, 15), (48, 0)])
-def test_exact_around_16_byte_boundaries_with_a_head(kernel, n, head):
+def test_exact_around_16_byte_boundaries_with_a_head(stage, n, head):
     """The kernel sees head single bytes, whole quads, then a tail of fewer than 16: every split of n.
     (In the simulator every array counts as aligned, so the launcher's head is 0: a test picks it here.)"""
     x = _skewed(n, n + head)
-    got = _count(VECTOR_KERNELS[kernel], x, head)
-    assert np.array_equal(got, np.bincount(x, minlength=histogram.BINS)), (kernel, n, head)
+    got = _count(stage, x, head)
+    assert np.array_equal(got, np.bincount(x, minlength=histogram.BINS)), (stage, n, head)
 
 
-@pytest.mark.parametrize("kernel", sorted(VECTOR_KERNELS))
-def test_every_element_in_one_bin_and_edge_bytes(kernel):
-    """All 32 lanes of every instruction on one counter (the aggregated add makes it one atomic of 32),
-    and the bytes 0 and 255 in every position of a word (a shift or mask off by one loses them)."""
+@pytest.mark.parametrize("stage", sorted(WITH_HEAD))
+def test_every_element_in_one_bin_and_edge_bytes(stage):
+    """All 32 lanes of every instruction on one bin (one shared counter, or 32 lanes' own counters of
+    it), and the bytes 0 and 255 in every position of a word (a shift or mask off by one loses them)."""
     one_bin = np.full(16 * 48 + 7, 255, np.uint8)
-    assert np.array_equal(_count(VECTOR_KERNELS[kernel], one_bin, 3), np.bincount(one_bin, minlength=256))
+    assert np.array_equal(_count(stage, one_bin, 3), np.bincount(one_bin, minlength=256))
     edges = np.tile(np.array([0, 255, 255, 0, 255, 0, 0, 255], np.uint8), 40)
-    assert np.array_equal(_count(VECTOR_KERNELS[kernel], edges, 0), np.bincount(edges, minlength=256))
+    assert np.array_equal(_count(stage, edges, 0), np.bincount(edges, minlength=256))
 
 
-@pytest.mark.parametrize("stage", ["per_warp_vectors", "warp_aggregated"])
+@pytest.mark.parametrize("stage", sorted(WITH_HEAD))
 def test_repeated_calls_and_a_view_that_starts_mid_buffer(stage):
     """The stage zeroes out itself, so a second call into the same out gives the same counts; a view
     x[5:] is accepted (on a GPU it starts off a 16-byte boundary: see the gpu test below)."""
@@ -61,6 +63,25 @@ def test_repeated_calls_and_a_view_that_starts_mid_buffer(stage):
         assert np.array_equal(out.copy_to_host(), np.bincount(x, minlength=256))
     run(dx[5:], out)
     assert np.array_equal(out.copy_to_host(), np.bincount(x[5:], minlength=256))
+
+
+def test_lane_counters_use_several_blocks_and_never_wrap():
+    """Each lane's counters are 16-bit: the launcher grows the grid so that no thread counts more than
+    MAX_QUADS_PER_THREAD quads (plus a head and a tail byte), up to n = 2^31 - 1 and on a GPU of 2 SMs
+    (the grader's). Several blocks, each with its own counters, add up exactly."""
+    assert 16 * histogram.MAX_QUADS_PER_THREAD + 2 <= np.iinfo(np.uint16).max
+    from workbench.simulator import simulated_sm_count
+
+    for quads in (1, 4000, 10**6, (2**31 - 1) // 16):
+        for sms in (2, 132):
+            with simulated_sm_count(sms):
+                blocks = histogram.counter_blocks(quads)
+            threads = blocks * histogram.COUNTER_THREADS
+            assert -(-quads // threads) <= histogram.MAX_QUADS_PER_THREAD, (quads, sms, blocks)
+    x = _skewed(16 * 300 + 5, 7)
+    out = cuda.to_device(np.zeros(histogram.BINS, np.int32))
+    histogram.counters_with(cuda.to_device(x), out, 2, blocks=3)
+    assert np.array_equal(out.copy_to_host(), np.bincount(x, minlength=256))
 
 
 @cuda.jit
@@ -98,7 +119,7 @@ def test_a_sub_histogram_per_warp_still_needs_atomics():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("offset", [1, 3, 8, 15])
-@pytest.mark.parametrize("stage", ["per_warp_vectors", "warp_aggregated"])
+@pytest.mark.parametrize("stage", sorted(WITH_HEAD))
 def test_views_off_a_16_byte_boundary_on_a_gpu(stage, offset):
     """x[offset:] of a fresh allocation starts off a 16-byte boundary: its first 16 - offset bytes are
     counted singly, the rest through aligned 16-byte loads; exact against numpy."""
