@@ -334,7 +334,7 @@ def _look_back(state, descriptors, tile, aggregate, lane):
     """Run by one warp of the block scanning `tile` (whose sum is `aggregate`): publish, look back,
     publish again. Returns the sum of every tile before `tile`, in every lane."""
     exclusive = float32(0.0)
-    # HINT: Publish (AGGREGATE, aggregate) at descriptors + tile at once (lane 0), so later tiles can use it. Then read the 32 descriptors before a window's end, one a lane; a tile before 0 counts as (PREFIX, 0).
+    # HINT: Lane 0 publishes (AGGREGATE, aggregate) at descriptors + tile at once (tile 0: PREFIX, nothing is before it), so later tiles can use it. Then the warp reads the 32 descriptors before a window's end, one a lane; a tile before 0 counts as (PREFIX, 0).
     # HINT: A lane whose predecessor is still EMPTY reads it again until it is not. cuda.ballot_sync of (status == PREFIX) finds the nearest PREFIX (the highest lane set): sum the values from that lane up with _warp_total; with none, sum all 32 and slide the window back 32 tiles.
     # HINT: end = tile; loop: p = end - 32 + lane; (status, value) = (PREFIX, 0) if p < 0 else _read(state, descriptors + p), re-read while EMPTY; found = ballot_sync(FULL_MASK, status == PREFIX); nearest = 31 - cuda.clz(found) if found else 0; exclusive += _warp_total(value if lane >= nearest else 0); stop if found, else end -= 32. Finally lane 0 publishes (PREFIX, exclusive + aggregate).
     # BEGIN SOLUTION
@@ -375,6 +375,10 @@ def _single_pass_scan(x, y, vectors, state):
     warp = t // 32
     n = x.size
     tiles = int64(cuda.gridDim.x)
+    # HINT: Thread 0 draws this block's tile from the ticket counter state[0] with an atomic add (not blockIdx.x: blocks start in no promised order) and shares it through claimed[0]; claimed[1] is where this call's descriptors start.
+    # HINT: The counter is (calls << 32) + tickets drawn: the low half is the tile, the parity of the high half picks this call's half of the descriptors. The block drawing the last ticket adds 2^32 - tiles (next call, nothing drawn); each block sets its descriptor in the other half (the next call's) to EMPTY.
+    # HINT: ticket = cuda.atomic.add(state, 0, uint64(1)); tile = int64(ticket & uint64(LOW32)); call = int64(ticket >> uint64(32)); if tile == tiles - 1: cuda.atomic.add(state, 0, uint64(2**32) - uint64(tiles)); claimed[0] = tile; claimed[1] = 1 + (call % 2) * tiles; state[1 + ((call + 1) % 2) * tiles + tile] = uint64(0)
+    # BEGIN SOLUTION
     if t == 0:
         ticket = cuda.atomic.add(state, 0, uint64(1))
         tile = int64(ticket & uint64(LOW32))
@@ -384,6 +388,7 @@ def _single_pass_scan(x, y, vectors, state):
         claimed[0] = tile
         claimed[1] = 1 + (call % 2) * tiles
         state[1 + ((call + 1) % 2) * tiles + tile] = uint64(0)  # the next call's descriptor: EMPTY
+    # END SOLUTION
     cuda.syncthreads()
     tile = claimed[0]
     descriptors = claimed[1]
