@@ -19,8 +19,9 @@ import numpy as np
 from numba import cuda, float32, int64, uint64
 
 from solutions._vector_io import flat_view, load_chunk, rows_fit_vectors, store_chunk
+from workbench import device as _device
 from workbench import peers
-from workbench.ladder import Operator, blocks_for, expect_device_array
+from workbench.ladder import Operator, blocks_for, expect_device_array, sm_count
 
 RADIUS = 2
 DIAMETER = 2 * RADIUS + 1
@@ -211,10 +212,10 @@ def shared_tile(img, w, out):
 # -- 3. register tile: a strip of outputs per thread, its inputs kept in registers -----------------
 
 # Tunables (the lead times them on the H200; change them here).
-STRIP = 32  # output rows a thread computes, walking down: it reads 2 * RADIUS extra rows (a halo) per STRIP
 COLS = 8  # output columns a thread computes side by side: COLS // 4 16-byte loads a row (a multiple of 4)
 STRIP_THREADS = 128  # threads a block, side by side along a row
-MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y: a taller image takes several launches
+BLOCKS_PER_SM = 5  # launch_bounds: registers capped (at 102) so that 5 blocks, 20 warps, fit an SM
+MIN_STRIP = 16  # the shortest strip: the 2 * RADIUS extra input rows a strip reads (its halo) stay <= 25%
 SPAN = COLS + 2 * RADIUS  # the input columns a thread's outputs read: c - 2 .. c + COLS + 1
 PARTIAL = (DIAMETER - 1, COLS)  # a local array's shape must be a constant, not an expression
 
@@ -260,8 +261,13 @@ def _taps(acc, wts, i, x, q):
     return acc
 
 
-@cuda.jit
-def _register_tile(img, w, out, rows, cols, vector, first_strip):
+def _gpu_options(**options):
+    """Compile options only the real GPU compiler takes (numba's simulator cuda.jit accepts no launch_bounds)."""
+    return {} if _device.is_simulator() else options
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(STRIP_THREADS, BLOCKS_PER_SM)))
+def _register_tile(img, w, out, rows, cols, vector, strip):
     # img and out are flat (load4 takes 1-D arrays); rows stays signed: the halo starts at row -2.
     # The local arrays are indexed only by loops of constant length, which unroll: they are registers.
     cols = uint64(cols)
@@ -274,8 +280,8 @@ def _register_tile(img, w, out, rows, cols, vector, first_strip):
     x = cuda.local.array(SPAN, float32)  # input row r, columns c - 2 .. c + COLS + 1
     near = cuda.local.array(SPAN, float32)  # input row r + 1
     far = cuda.local.array(COLS, float32)  # input row r + 2, the thread's own columns
-    top = (first_strip + int64(cuda.blockIdx.y)) * STRIP
-    bottom = min(top + STRIP, rows)  # this thread's outputs: rows top .. bottom - 1, columns c .. c + COLS - 1
+    top = int64(cuda.blockIdx.y) * strip
+    bottom = min(top + strip, rows)  # this thread's outputs: rows top .. bottom - 1, columns c .. c + COLS - 1
     end = min(bottom + RADIUS, rows)  # the input rows the strip reads end here
     # HINT: Copy w into registers once. Then slide down the strip one input row at a time: input row r feeds output rows r - 2 .. r + 2 (weight rows 4 .. 0), so keep those rows' partial sums in registers; after row r, output row r - 2 is complete and can be stored.
     # HINT: for q in range(COLS): done[q] = _taps(part[0, q], wts, 4, x, q); part[0, q] = _taps(part[1, q], wts, 3, x, q); ...; part[3, q] = _taps(0, wts, 0, x, q). Store done once r - 2 >= top (the first rows only fill the partial sums).
@@ -311,32 +317,43 @@ def _register_tile(img, w, out, rows, cols, vector, first_strip):
     # END SOLUTION
 
 
+def strip_rows(rows, across):
+    """Rows a strip: as tall as lets the whole grid (``across`` blocks a strip) run as one wave of
+    sm_count() * BLOCKS_PER_SM resident blocks. Every block then starts at once and ends at about the
+    same time: a grid of several such waves would end with a part-filled one, and a strip runs long
+    enough for that tail to cost. At least MIN_STRIP rows, so the halo stays small."""
+    strips = max(1, sm_count() * BLOCKS_PER_SM // across)
+    return max(MIN_STRIP, blocks_for(rows, strips))
+
+
 @op.stage("register_tile", """
-    Each thread now computes an 8-wide, 32-tall strip of outputs and walks down it one input row at
-    a time. It reads columns c - 2 .. c + 9 of a row once (two 16-byte loads of its own eight pixels,
-    and two pixels on each side from its neighbours' chunks, which their threads loaded a row
-    earlier, so they come from L1) and uses them for all five output rows that input row touches,
-    keeping those rows' partial sums in registers; the 25 weights are registers too, read once per
-    thread. The naive and the tiled kernels issue 50 loads per output (25 pixels and 25 weights);
-    this one issues 4 per input row for 8 outputs, and asks for each row's pixels a row of
-    multiply-adds before it needs them, so the memory latency hides behind arithmetic. That is also why
-    the shared tile lost to the naive kernel: it still reads 50 values per output, now from shared
-    memory (a warp's two rows of 16 threads, 20 floats apart, collide in 4 banks), each read behind
-    64-bit signed index arithmetic (numba's wraparound for negative indices: about 340 integer
-    instructions in its PTX for 25 multiply-adds), and each thread computes a single output after
-    its 1.6 halo loads and a barrier; meanwhile Hopper's L1 (up to 256 KB an SM) already held the
-    naive kernel's 20x20 window, so the tile saved no memory traffic. Its 2.7 KB of shared memory
-    did not limit occupancy. Shared memory pays when the reuse is spread across the block and does
-    not fit in one thread's registers: a large radius (a 31x31 window), 3-D stencils that reuse
+    Each thread now computes an 8-wide strip of outputs, tens of rows tall, and walks down it one
+    input row at a time. It reads columns c - 2 .. c + 9 of a row once (two 16-byte loads of its own
+    eight pixels, and two pixels on each side from its neighbours' chunks, which their threads asked
+    for a row earlier, so they come from L1) and uses them for all five output rows that input row
+    touches, keeping those rows' partial sums in registers; the 25 weights are registers too, read
+    once per thread. The naive and tiled kernels issue 50 loads per output (25 pixels, 25 weights);
+    this one issues 4 per input row for 8 outputs, and asks for each row a row of multiply-adds
+    before it needs it, so the memory latency hides behind arithmetic. The strips are as tall as
+    lets the whole grid be resident at once (launch_bounds keeps 5 blocks an SM), so no half-empty
+    last wave of long-running blocks trails behind; the halo costs 4 extra input rows a strip. The
+    50 loads are also why the shared tile lost to the naive kernel: they are still there, from
+    shared memory now (a warp's two rows of 16 threads, 20 floats apart, collide in 4 banks), each
+    read behind 64-bit signed index arithmetic (numba's wraparound for negative indices: about 340
+    integer instructions in its PTX for 25 multiply-adds), and each thread computes a single output
+    after its 1.6 halo loads and a barrier; meanwhile Hopper's L1 (up to 256 KB an SM) already held
+    the naive kernel's 20x20 window, so the tile saved no memory traffic. Its 2.7 KB of shared
+    memory did not limit occupancy. Shared memory pays when the reuse is spread across the block and
+    does not fit in one thread's registers: a large radius (a 31x31 window), 3-D stencils that reuse
     whole planes, tiles every thread reads many times (GEMM), or a GPU whose L1 does not cache
     global loads. Images whose width is not a multiple of 4 (or that start off a 16-byte boundary)
     take the same path with one bounds-checked load and store per pixel.""")
-def register_tile(img, w, out):
+def register_tile(img, w, out, strip=None):
     rows, cols = img.shape
     strands = blocks_for(cols, COLS)  # threads along a row
     threads = min(STRIP_THREADS, 32 * blocks_for(strands, 32))  # a narrow image needs a warp, not four
-    strips = blocks_for(rows, STRIP)
-    img_flat, out_flat, vector = flat_view(img), flat_view(out), rows_fit_vectors(img, out)
-    for first_strip in range(0, strips, MAX_GRID_Y):  # one launch, unless over 2 million rows
-        blocks = (blocks_for(strands, threads), min(strips - first_strip, MAX_GRID_Y))
-        _register_tile[blocks, threads](img_flat, w, out_flat, rows, cols, vector, first_strip)
+    across = blocks_for(strands, threads)
+    strip = strip or strip_rows(rows, across)
+    _register_tile[(across, blocks_for(rows, strip)), threads](
+        flat_view(img), w, flat_view(out), rows, cols, rows_fit_vectors(img, out), strip)
+

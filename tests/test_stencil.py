@@ -1,8 +1,8 @@
 """The stencil ladder's register_tile stage where its own structure can break (strip boundaries and the
 4-row halo between strips, the 16-byte chunk and thread boundaries, the image's edges, widths that are
-not a multiple of 4, one pixel, images taller than one launch's grid), its partial sums kept in
-registers (the PTX), and (``-m gpu``) the issue's target: the last stage at >= 80% of the measured copy
-bandwidth at 8192 x 8192."""
+not a multiple of 4, one pixel), its grid of one wave, its partial sums kept in registers (the PTX),
+and (``-m gpu``) the issue's target: the last stage at >= 80% of the measured copy bandwidth at
+8192 x 8192."""
 
 import numpy as np
 import pytest
@@ -13,13 +13,13 @@ from numba import cuda
 from solutions import stencil
 
 op = stencil.op
-STRIP = stencil.STRIP
+STRIP = 9  # the strip height the tests ask for: strips short enough to cross several in the simulator
 COLS = stencil.COLS  # output columns a thread
 
 
-def _run(stage, img, w):
+def _run(img, w, **options):
     out = cuda.to_device(np.full(img.shape, np.nan, np.float32))  # an output never written stays NaN
-    op[stage](cuda.to_device(img), cuda.to_device(w), out)
+    op["register_tile"].launch(cuda.to_device(img), cuda.to_device(w), out, **options)  # launch: takes strip=
     return out.copy_to_host()
 
 
@@ -39,15 +39,16 @@ def _inputs(rows, cols, seed=0):
 @pytest.mark.parametrize("size", [
     (1, 1),  # one pixel: every tap but the centre is outside
     (1, 9), (2, 4),  # one and two rows: the halo rows above and below are all outside
-    (70, 1),  # one column, three strips: each thread's neighbours' chunks lie outside
+    (4 * STRIP + 1, 1),  # one column, five strips: each thread's neighbours' chunks lie outside
     (2 * STRIP + 3, 2 * COLS + 4),  # the vector path across two strip boundaries; a last thread half outside
     (STRIP + 1, 2 * COLS + 3),  # a last strip of one row; a width that is not a multiple of 4
-    (max(STRIP - 1, 1), COLS),  # one strip, shorter than STRIP; one thread, every column its own
+    (STRIP - 1, COLS),  # one strip, shorter than STRIP; one thread, every column its own
     (STRIP, 6),  # exactly one strip
 ])
-def test_register_tile_matches_the_reference(size):
+@pytest.mark.parametrize("strip", [STRIP, 1, None])  # None: the launcher's own height (MIN_STRIP here)
+def test_register_tile_matches_the_reference(size, strip):
     img, w = _inputs(*size)
-    _assert_matches(_run("register_tile", img, w), img, w)
+    _assert_matches(_run(img, w, strip=strip), img, w)
 
 
 @pytest.mark.parametrize("cols", [2 * COLS + 4, 2 * COLS + 3])
@@ -62,7 +63,7 @@ def test_impulses_at_strip_chunk_and_image_boundaries(cols):
                  (2 * STRIP, cols - 1), (rows - 1, cols - 1), (rows - 1, 0)]:
         img[r, c] = 1.0 + r + 0.5 * c  # distinct heights, so two impulses swapped would show
     w = np.arange(1, 26, dtype=np.float32).reshape(5, 5) / 25  # no symmetry: a flip or transpose shows
-    _assert_matches(_run("register_tile", img, w), img, w)
+    _assert_matches(_run(img, w, strip=STRIP), img, w)
 
 
 def test_scalar_path_at_a_width_that_would_take_vectors(monkeypatch):
@@ -71,25 +72,22 @@ def test_scalar_path_at_a_width_that_would_take_vectors(monkeypatch):
     launcher's test is forced here."""
     monkeypatch.setattr(stencil, "rows_fit_vectors", lambda *arrays: False)
     img, w = _inputs(STRIP + 5, 2 * COLS + 4, seed=1)
-    _assert_matches(_run("register_tile", img, w), img, w)
+    _assert_matches(_run(img, w, strip=STRIP), img, w)
 
 
-def test_an_image_taller_than_one_grid_takes_several_launches(monkeypatch):
-    """gridDim.y is limited (65535 strips, 2 million rows): beyond it the launcher launches again from
-    the next strip on. With the limit set to 2, five strips take three launches."""
-    monkeypatch.setattr(stencil, "MAX_GRID_Y", 2)
-    launches = []
-    kernel = stencil._register_tile
-
-    class Counting:
-        def __getitem__(self, config):
-            launches.append(config)
-            return kernel[config]
-
-    monkeypatch.setattr(stencil, "_register_tile", Counting())
-    img, w = _inputs(4 * STRIP + 3, 5, seed=2)
-    _assert_matches(_run("register_tile", img, w), img, w)
-    assert [blocks[1] for blocks, _ in launches] == [2, 2, 1]
+def test_strips_fill_one_wave():
+    """The launcher's strip height: the grid fits in one wave of sm_count() * BLOCKS_PER_SM blocks
+    (132 * 5 on an H200), covers every row, and no strip is shorter than MIN_STRIP."""
+    slots = 132 * stencil.BLOCKS_PER_SM
+    for rows, cols in [(8192, 8192), (16384, 16384), (4099, 8191), (100_003, 1), (1, 100_003), (1000, 1000), (3, 5)]:
+        threads = min(stencil.STRIP_THREADS, 32 * -(-(-(-cols // COLS)) // 32))
+        across = -(-(-(-cols // COLS)) // threads)
+        strip = stencil.strip_rows(rows, across)
+        strips = -(-rows // strip)
+        assert strip >= stencil.MIN_STRIP and strips * strip >= rows
+        assert across * strips <= max(slots, across), (rows, cols, strip, across * strips)
+    # the headline: a whole wave (656 of 660 slots), 100-row strips, 4 halo rows each
+    assert stencil.strip_rows(8192, 8192 // (COLS * stencil.STRIP_THREADS)) == 100
 
 
 _REGISTER_PTX = """
@@ -97,10 +95,12 @@ import re
 import workbench
 from numba import cuda, types
 from solutions import stencil
+from workbench.ptxcheck import ptx_resources
 flat, matrix = types.Array(types.float32, 1, "C"), types.Array(types.float32, 2, "C")
 ptx, _ = cuda.compile_ptx(stencil._register_tile.py_func,
-                          (flat, matrix, flat, types.int64, types.int64, types.boolean, types.int64), cc=(9, 0))
-print(len(re.findall(r"\\.local", ptx)), len(re.findall(r"fma\\.rn\\.f32", ptx)))
+                          (flat, matrix, flat, types.int64, types.int64, types.boolean, types.int64), cc=(9, 0),
+                          launch_bounds=(stencil.STRIP_THREADS, stencil.BLOCKS_PER_SM))
+print(len(re.findall(r"\\.local", ptx)), len(re.findall(r"fma\\.rn\\.f32", ptx)), ptx_resources(ptx)["spill_bytes"])
 """
 
 
@@ -108,7 +108,8 @@ print(len(re.findall(r"\\.local", ptx)), len(re.findall(r"fma\\.rn\\.f32", ptx))
 def test_partial_sums_and_weights_stay_in_registers():
     """The kernel's local arrays live in registers only if every loop over them unrolls (numba has no
     #pragma unroll): no local memory in the PTX, and the row loop's body holds all 25 * COLS
-    multiply-adds. A COLS too large for the compiler to unroll fails here, not silently on the GPU."""
+    multiply-adds. Nor may the register cap that BLOCKS_PER_SM sets (launch_bounds) make the assembler
+    spill them. A COLS or BLOCKS_PER_SM too large fails here, not silently on the GPU."""
     import os
     import subprocess
     import sys
@@ -117,9 +118,10 @@ def test_partial_sums_and_weights_stay_in_registers():
     run = subprocess.run([sys.executable, "-c", _REGISTER_PTX], capture_output=True, text=True, env=env,
                          timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    local, fmas = map(int, run.stdout.split()[-2:])
+    local, fmas, spilled = map(int, run.stdout.split()[-3:])
     assert local == 0, "local memory in _register_tile: a loop over a local array did not unroll"
     assert fmas == stencil.DIAMETER ** 2 * COLS, fmas
+    assert spilled == 0, f"{spilled} bytes spilled under launch_bounds({stencil.STRIP_THREADS}, {stencil.BLOCKS_PER_SM})"
 
 
 @pytest.mark.gpu
