@@ -339,15 +339,15 @@ def strip_rows(rows, across):
     last wave of long-running blocks trails behind; the halo costs 4 extra input rows a strip. The
     50 loads are also why the shared tile lost to the naive kernel: they are still there, from
     shared memory now (a warp's two rows of 16 threads, 20 floats apart, collide in 4 banks), each
-    read behind 64-bit signed index arithmetic (numba's wraparound for negative indices: about 340
-    integer instructions in its PTX for 25 multiply-adds), and each thread computes a single output
-    after its 1.6 halo loads and a barrier; meanwhile Hopper's L1 (up to 256 KB an SM) already held
-    the naive kernel's 20x20 window, so the tile saved no memory traffic. Its 2.7 KB of shared
-    memory did not limit occupancy. Shared memory pays when the reuse is spread across the block and
-    does not fit in one thread's registers: a large radius (a 31x31 window), 3-D stencils that reuse
-    whole planes, tiles every thread reads many times (GEMM), or a GPU whose L1 does not cache
-    global loads. Images whose width is not a multiple of 4 (or that start off a 16-byte boundary)
-    take the same path with one bounds-checked load and store per pixel.""")
+    read behind 64-bit signed index arithmetic (numba's wraparound for negative indices: its PTX
+    holds about 370 integer instructions for one output's 25 multiply-adds), and each thread
+    computes a single output after its 1.6 halo loads and a barrier; meanwhile Hopper's L1 (up to
+    256 KB an SM) already held the naive kernel's 20x20 window, so the tile saved no memory traffic.
+    Its 2.7 KB of shared memory did not limit occupancy. Shared memory pays when the reuse is spread
+    across the block and does not fit in one thread's registers: a large radius (a 31x31 window),
+    3-D stencils that reuse whole planes, tiles every thread reads many times (GEMM), or a GPU whose
+    L1 does not cache global loads. Images whose width is not a multiple of 4 (or that start off a
+    16-byte boundary) take the same path with one bounds-checked load and store per pixel.""")
 def register_tile(img, w, out, strip=None):
     rows, cols = img.shape
     strands = blocks_for(cols, COLS)  # threads along a row
