@@ -215,7 +215,7 @@ def shared_tile(img, w, out):
 COLS = 8  # output columns a thread computes side by side: COLS // 4 16-byte loads a row (a multiple of 4)
 STRIP_THREADS = 128  # threads a block, side by side along a row
 BLOCKS_PER_SM = 5  # launch_bounds: registers capped (at 102) so that 5 blocks, 20 warps, fit an SM
-MIN_STRIP = 16  # the shortest strip: the 2 * RADIUS extra input rows a strip reads (its halo) stay <= 25%
+MIN_STRIP = 8  # the shortest strip (small images: more, shorter strips keep more threads busy)
 SPAN = COLS + 2 * RADIUS  # the input columns a thread's outputs read: c - 2 .. c + COLS + 1
 PARTIAL = (DIAMETER - 1, COLS)  # a local array's shape must be a constant, not an expression
 
@@ -321,7 +321,8 @@ def strip_rows(rows, across):
     """Rows a strip: as tall as lets the whole grid (``across`` blocks a strip) run as one wave of
     sm_count() * BLOCKS_PER_SM resident blocks. Every block then starts at once and ends at about the
     same time: a grid of several such waves would end with a part-filled one, and a strip runs long
-    enough for that tail to cost. At least MIN_STRIP rows, so the halo stays small."""
+    enough for that tail to cost. At least MIN_STRIP rows, so that the halo (the 2 * RADIUS extra
+    input rows a strip reads) adds at most half again."""
     strips = max(1, sm_count() * BLOCKS_PER_SM // across)
     return max(MIN_STRIP, blocks_for(rows, strips))
 
