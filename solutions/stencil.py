@@ -214,7 +214,7 @@ def shared_tile(img, w, out):
 # Tunables (the lead times them on the H200; change them here).
 COLS = 8  # output columns a thread computes side by side: COLS // 4 16-byte loads a row (a multiple of 4)
 STRIP_THREADS = 128  # threads a block, side by side along a row
-BLOCKS_PER_SM = 5  # launch_bounds: registers capped (at 102) so that 5 blocks, 20 warps, fit an SM
+BLOCKS_PER_SM = 5  # launch_bounds: registers capped so that 5 blocks (20 warps) fit an SM: 96 a thread, no spills
 MIN_STRIP = 8  # the shortest strip (small images: more, shorter strips keep more threads busy)
 SPAN = COLS + 2 * RADIUS  # the input columns a thread's outputs read: c - 2 .. c + COLS + 1
 PARTIAL = (DIAMETER - 1, COLS)  # a local array's shape must be a constant, not an expression
@@ -238,7 +238,7 @@ def _own_columns(own, img, r, end, c, cols, vector):
 @cuda.jit(device=True, inline=True)
 def _span(x, own, img, r, end, c, cols, vector):
     """x[:] = columns c - 2 .. c + COLS + 1 of row r: the thread's own columns, and two on each side
-    from the 16-byte chunks its neighbours loaded a row earlier (L1 hits by now); zeros past the edges."""
+    from the 16-byte chunks its neighbours asked for a row earlier (L1 hits by now); zeros past the edges."""
     zero = float32(0.0)
     for k in range(COLS):
         x[RADIUS + k] = own[k]
