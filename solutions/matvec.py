@@ -168,13 +168,27 @@ def warp_per_row(a, x, y):
 
 # -- 3. 16-byte loads, four in flight per lane -----------------------------------------------------
 
+ZERO = float32(0.0)
+
+
 @cuda.jit(device=True, inline=True)
-def _x4(x, c, x_vector):
-    """x[c .. c + 3]: one 16-byte load where x[c] sits on a 16-byte boundary, else four loads. x is
-    small and read by every row: these come from the L1/L2 caches, not from DRAM."""
+def _a4(flat, i, inside):
+    """flat[i .. i + 3] in one 16-byte load (i on a 16-byte boundary), or zeros past the row's vectors."""
+    if inside:
+        return load4(flat, i)
+    return ZERO, ZERO, ZERO, ZERO
+
+
+@cuda.jit(device=True, inline=True)
+def _x4(x, col, x_vector, inside):
+    """x[col .. col + 3]: one 16-byte load where x[col] sits on a 16-byte boundary, else four loads (or
+    zeros past the row's vectors). x is small and read by every row: these come from the L1/L2 caches,
+    not from DRAM."""
+    if not inside:
+        return ZERO, ZERO, ZERO, ZERO
     if x_vector:
-        return load4(x, c)
-    return x[c], x[c + 1], x[c + 2], x[c + 3]
+        return load4(x, col)
+    return x[col], x[col + 1], x[col + 2], x[col + 3]
 
 
 @cuda.jit(device=True, inline=True)
@@ -191,47 +205,53 @@ def _rows_by_vectors(flat, x, y, cols, lanes, phase, x_vector):
     an aligned A (the usual case) every row is vectors only."""
     row = cuda.grid(1) // lanes
     lane = cuda.grid(1) % lanes  # the lane's place in its row's group
-    acc = float32(0.0)
+    acc = ZERO
     if row < y.size:  # not the same for every row of a warp: no shuffle inside
         base = int64(row) * cols  # the row's first element in flat
         head = min((4 - (phase + base) % 4) % 4, cols)
         end = head + (cols - head) // 4 * 4  # the whole vectors end here; the tail follows
-        # The head's and the tail's columns are loaded now, used last: in flight with the vectors.
-        head_a = flat[base + lane] if lane < head else float32(0.0)
-        head_x = x[lane] if lane < head else float32(0.0)
-        tail_a = flat[base + end + lane] if lane < cols - end else float32(0.0)
-        tail_x = x[end + lane] if lane < cols - end else float32(0.0)
         chunk = 4 * lanes  # columns the row's lanes cover with one 16-byte load each
-        acc0 = float32(0.0)
-        acc1 = float32(0.0)
-        acc2 = float32(0.0)
-        acc3 = float32(0.0)
-        c = head + 4 * lane
-        # HINT: Each lane reads its row 16 bytes at a time with load4, at columns c = head + 4 * lane, c + chunk, c + 2 * chunk, c + 3 * chunk (the row's lanes read neighbouring bytes), all four loads issued before any multiply; x's four columns for each come from _x4.
-        # HINT: Give each of the four vectors its own accumulator (_dot4 adds one vector's four products) and step c by VECTORS_PER_LANE * chunk while c + 3 * chunk < end; then finish one vector (c += chunk) at a time while c < end.
-        # HINT: a0..a3 = load4(flat, base + c); b0..b3 = load4(flat, base + c + chunk); ...; xa0..xa3 = _x4(x, c, x_vector); ...; acc0 = _dot4(acc0, a0, a1, a2, a3, xa0, xa1, xa2, xa3); ...; c += VECTORS_PER_LANE * chunk. Then while c < end: one vector into acc0; c += chunk.
+        acc0 = ZERO
+        acc1 = ZERO
+        acc2 = ZERO
+        acc3 = ZERO
+        col = head + 4 * lane
+        # HINT: Each lane reads its row 16 bytes at a time with load4 (through _a4), at columns col = head + 4 * lane, col + chunk, col + 2 * chunk, col + 3 * chunk (the row's lanes read neighbouring bytes), all four loads issued before any multiply; x's four columns for each come from _x4. Each of the four vectors feeds its own accumulator (_dot4).
+        # HINT: Step col by VECTORS_PER_LANE * chunk while col + 3 * chunk < end. Then at most three vectors are left to a lane: load them in one last step, each only where it lies inside (col + k * chunk < end; _a4 and _x4 give zeros elsewhere), so that they too are in flight together.
+        # HINT: a0..a3 = _a4(flat, base + col, True); ...; xa0..xa3 = _x4(x, col, x_vector, True); ...; acc0 = _dot4(acc0, a0, a1, a2, a3, xa0, xa1, xa2, xa3); ...; col += VECTORS_PER_LANE * chunk. Last step: the same with inside = col + k * chunk < end for k = 0, 1, 2.
         # BEGIN SOLUTION
-        while c + 3 * chunk < end:
-            a0, a1, a2, a3 = load4(flat, base + c)
-            b0, b1, b2, b3 = load4(flat, base + c + chunk)
-            c0, c1, c2, c3 = load4(flat, base + c + 2 * chunk)
-            d0, d1, d2, d3 = load4(flat, base + c + 3 * chunk)
-            xa0, xa1, xa2, xa3 = _x4(x, c, x_vector)
-            xb0, xb1, xb2, xb3 = _x4(x, c + chunk, x_vector)
-            xc0, xc1, xc2, xc3 = _x4(x, c + 2 * chunk, x_vector)
-            xd0, xd1, xd2, xd3 = _x4(x, c + 3 * chunk, x_vector)
+        while col + 3 * chunk < end:
+            a0, a1, a2, a3 = _a4(flat, base + col, True)
+            b0, b1, b2, b3 = _a4(flat, base + col + chunk, True)
+            c0, c1, c2, c3 = _a4(flat, base + col + 2 * chunk, True)
+            d0, d1, d2, d3 = _a4(flat, base + col + 3 * chunk, True)
+            xa0, xa1, xa2, xa3 = _x4(x, col, x_vector, True)
+            xb0, xb1, xb2, xb3 = _x4(x, col + chunk, x_vector, True)
+            xc0, xc1, xc2, xc3 = _x4(x, col + 2 * chunk, x_vector, True)
+            xd0, xd1, xd2, xd3 = _x4(x, col + 3 * chunk, x_vector, True)
             acc0 = _dot4(acc0, a0, a1, a2, a3, xa0, xa1, xa2, xa3)
             acc1 = _dot4(acc1, b0, b1, b2, b3, xb0, xb1, xb2, xb3)
             acc2 = _dot4(acc2, c0, c1, c2, c3, xc0, xc1, xc2, xc3)
             acc3 = _dot4(acc3, d0, d1, d2, d3, xd0, xd1, xd2, xd3)
-            c += VECTORS_PER_LANE * chunk
-        while c < end:  # fewer than four vectors a lane left
-            a0, a1, a2, a3 = load4(flat, base + c)
-            xa0, xa1, xa2, xa3 = _x4(x, c, x_vector)
-            acc0 = _dot4(acc0, a0, a1, a2, a3, xa0, xa1, xa2, xa3)
-            c += chunk
+            col += VECTORS_PER_LANE * chunk
+        # The last step: up to three vectors a lane, each loaded only where it lies inside the row
+        a0, a1, a2, a3 = _a4(flat, base + col, col < end)
+        b0, b1, b2, b3 = _a4(flat, base + col + chunk, col + chunk < end)
+        c0, c1, c2, c3 = _a4(flat, base + col + 2 * chunk, col + 2 * chunk < end)
+        xa0, xa1, xa2, xa3 = _x4(x, col, x_vector, col < end)
+        xb0, xb1, xb2, xb3 = _x4(x, col + chunk, x_vector, col + chunk < end)
+        xc0, xc1, xc2, xc3 = _x4(x, col + 2 * chunk, x_vector, col + 2 * chunk < end)
         # END SOLUTION
-        acc = ((acc0 + acc1) + (acc2 + acc3)) + (head_a * head_x + tail_a * tail_x)
+        # ... and the row's head and tail, a column a lane, in flight with them
+        head_a = flat[base + lane] if lane < head else ZERO
+        head_x = x[lane] if lane < head else ZERO
+        tail_a = flat[base + end + lane] if lane < cols - end else ZERO
+        tail_x = x[end + lane] if lane < cols - end else ZERO
+        acc0 = _dot4(acc0, a0, a1, a2, a3, xa0, xa1, xa2, xa3)
+        acc1 = _dot4(acc1, b0, b1, b2, b3, xb0, xb1, xb2, xb3)
+        acc2 = _dot4(acc2, c0, c1, c2, c3, xc0, xc1, xc2, xc3)
+        acc3 += head_a * head_x + tail_a * tail_x
+        acc = (acc0 + acc1) + (acc2 + acc3)
     # Every lane of the warp takes part in the shuffles (a lane past the last row with a 0): lane 0 of
     # each group ends with its row's sum, as offsets below ``lanes`` stay inside the group for lane 0.
     offset = lanes // 2
@@ -243,10 +263,10 @@ def _rows_by_vectors(flat, x, y, cols, lanes, phase, x_vector):
 
 
 def lanes_per_row(cols):
-    """The fewest lanes, a power of two from MIN_LANES to 32, that cover the row with one 16-byte load
-    each: 32 from 65 columns on."""
+    """The fewest lanes, a power of two from MIN_LANES to 32, that read a row in one step (each lane
+    VECTORS_PER_LANE 16-byte loads): 32 from 257 columns on, a warp per row."""
     lanes = MIN_LANES
-    while lanes < 32 and 4 * lanes < cols:
+    while lanes < 32 and 4 * VECTORS_PER_LANE * lanes < cols:
         lanes *= 2
     return lanes
 
@@ -266,17 +286,19 @@ def vectors_with(a, x, y, lanes, phase, x_vector):
 
 
 @op.stage("vectors", """
-    Still a warp per row (for rows of 65 columns or more), now reading A 16 bytes at a time: each
+    Still a warp per row (for rows longer than 256 columns), now reading A 16 bytes at a time: each
     lane loads four floats with one instruction (load4), and issues four such loads, 128 columns
     apart, before it multiplies anything. A warp then has 2 KB of its row in flight instead of 128
     bytes, and the SM's warps together enough to cover DRAM latency, so A streams at full bandwidth;
-    each of the four vectors feeds its own accumulator. Shorter rows get fewer lanes (down to 4), so
-    a warp reads up to 8 rows at once instead of idling most of its lanes. x, read by every row, stays
-    in the L1 and L2 caches and is read with load4 too (shared memory would need a tile loop and a
-    barrier for rows longer than 12K floats, for no fewer DRAM bytes). A row starts on a 16-byte
-    boundary only when cols is a multiple of 4: otherwise each row reads its first and last 0 to 3
-    columns singly (loaded first, in flight with the vectors), the rest as vectors, and x with four
-    plain loads.""")
+    each of the four vectors feeds its own accumulator. The last step of a row loads what is left
+    (up to three vectors a lane) the same way, all at once. Shorter rows get fewer lanes (down to 4),
+    so that a warp reads up to 8 rows at once instead of idling most of its lanes. x, read by every
+    row, stays in the L1 and L2 caches and is read with load4 too (shared memory would need a tile
+    loop and a barrier for rows longer than 12K floats, for no fewer DRAM bytes). A row starts on a
+    16-byte boundary only when cols is a multiple of 4: otherwise each row reads its first and last
+    0 to 3 columns singly, the rest as vectors, and x with four plain loads. A matrix of a few long
+    rows still has only a few warps at work (one a row): that would take splitting rows between
+    warps.""")
 def vectors(a, x, y):
     cols = a.shape[1]
     phase = _phase(a)

@@ -63,7 +63,7 @@ def test_odd_columns_and_unaligned_rows(cols, phase):
 
 
 def test_lanes_per_row():
-    assert [matvec.lanes_per_row(c) for c in (1, 16, 17, 32, 33, 64, 65, 16384)] == [4, 4, 8, 8, 16, 16, 32, 32]
+    assert [matvec.lanes_per_row(c) for c in (1, 64, 65, 128, 129, 256, 257, 16384)] == [4, 4, 8, 8, 16, 16, 32, 32]
 
 
 @pytest.mark.parametrize("lanes", [4, 8, 16, 32])
