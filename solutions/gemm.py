@@ -1219,8 +1219,8 @@ def _tensor_core_bias_gelu(A, B, bias, out, vec):
 @bias_gelu_op.stage("tensor_core_fused", """
     The same fusion on the tensor-core GEMM (gemm's stage 9: TF32 mma.sync, a four-deep cp.async
     pipeline in dynamic shared memory): bias and GELU are applied to the mma accumulators, still in
-    registers, in the store. The GEMM underneath is several times faster than stage 2's CUDA-core one,
-    and the epilogue costs what it did there: a bias load (the same 8 columns for a warp's 16 stores
+    registers, in the store. The GEMM underneath is much faster than stage 2's CUDA-core one, and
+    the epilogue costs what it did there: a bias load (the same 8 columns for a warp's 16 stores
     of a row) and an erf per output, against K/8 mma steps per accumulator, so the fused stage should
     take about as long as the plain tensor-core GEMM. Accuracy is TF32's, as in gemm's tensor-core
     stages (tolerance 2e-3).""",
@@ -1384,10 +1384,10 @@ def _batched_tensor_core(A, B, out, vec):
     kernel (stage 9: TF32 mma.sync, tiles copied by cp.async four K-steps deep in dynamic shared
     memory). Its 128x128 block tile is a whole 128x128 output, so no thread idles on an edge, and
     K = 64 is exactly four K-steps of 16: the pipeline's first three copies are issued at once and
-    each block has its operands in flight from the start. At 128x128x64 a product does 2 MFLOP on
-    128 KiB of operands and output: the tensor cores make the arithmetic short enough that the stage
-    should be bound by memory, with two blocks to an SM keeping copies in flight while the other
-    computes or stores. Views of matrix z start 16-byte aligned where K and N are multiples of 4, so
+    each block has its operands in flight from the start. A 128x128x64 product is 2 MFLOP on 128 KiB
+    of operands and output, little arithmetic per byte, and the tensor cores do that arithmetic
+    several times faster than stage 2's FMAs; two blocks to an SM keep one's copies in flight while
+    the other computes or stores. Views of matrix z start 16-byte aligned where K and N are multiples of 4, so
     16-byte copies apply to every matrix exactly when they apply to the first. Accuracy is TF32's
     (tolerance 2e-3).""",
     gpu_only="links CUDA C++ (gemm_mma.cu, hgemm_mma.cu) with link=, which the simulator cannot",
