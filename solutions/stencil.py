@@ -5,7 +5,9 @@ naive kernel asks global memory (or, at best, the caches) 25 times for every pix
 first copies its tile of the image into shared memory, together with the 2-pixel border (the halo)
 its outputs also need, reads each pixel from global memory about once and serves the 25 reads from
 on-chip memory. The details are the interview: which threads load the halo, what goes in it at the
-image's edge (zeros), and the barrier between loading and computing.
+image's edge (zeros), and the barrier between loading and computing. The follow-up question is
+whether the tile is needed at all: with a 5x5 window a thread can keep the reuse in its own
+registers, walking down a strip of outputs (stage 3, whose paragraph says when shared memory pays).
 
 Minimum traffic: read the image once, write the output once (8 bytes per pixel), plus the weights;
 50 flops per pixel (25 multiply-adds).
