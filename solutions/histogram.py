@@ -15,7 +15,7 @@ Constraints: x is uint8, 1-D, contiguous, n >= 1 (any n up to 2^31 - 1); out is 
 """
 
 import numpy as np
-from numba import cuda, int32, uint16, uint32
+from numba import cuda, int32, uint32
 
 from solutions._vector_io import VECTOR_BYTES, aligned16, load4
 from workbench import peers
@@ -25,7 +25,7 @@ BINS = 256
 THREADS = 256
 ELEMENTS_PER_THREAD = 16  # the grid is sized so that each thread counts about this many elements
 
-# Stages 3 and 4 (16-byte loads, a sub-histogram per warp):
+# Stage 3 (16-byte loads, a sub-histogram per warp):
 VECTOR_THREADS = 256  # threads a block
 QUADS_IN_FLIGHT = 4  # 16-byte loads a thread issues before counting any: 64 bytes a thread a step
 SUB_HISTOGRAMS = VECTOR_THREADS // 32  # per block: one per warp
@@ -33,13 +33,6 @@ THREADS_PER_SUB_HISTOGRAM = VECTOR_THREADS // SUB_HISTOGRAMS  # neighbouring thr
 SUB_HISTOGRAM_STRIDE = BINS + 1  # one counter of padding: copy h of bin b lies in bank (b + h) % 32
 BLOCK_BINS = SUB_HISTOGRAMS * SUB_HISTOGRAM_STRIDE  # a block's shared counters (about 8 KiB)
 BLOCKS_PER_SM = 2048 // VECTOR_THREADS  # a resident grid: every block runs at once, no second wave
-
-# Stage 4 (a counter per lane):
-COUNTER_WARPS = 2  # warps a block; each lane holds 256 uint16 counters: 16 KiB a warp, 32 KiB a block
-COUNTER_THREADS = 32 * COUNTER_WARPS
-LANE_COUNTERS = COUNTER_WARPS * 32 * BINS
-COUNTER_BLOCKS_PER_SM = 6  # as many as 228 KiB of shared memory holds: the resident grid
-MAX_QUADS_PER_THREAD = 4000  # 64000 bytes, plus 2 read singly: a uint16 counter (at most 65535) never wraps
 BYTE = uint32(0xFF)
 
 
@@ -180,7 +173,8 @@ def shared_privatized(x, out):
 
 @cuda.jit(device=True, inline=True)
 def _add_word(hist, base, word):
-    """Count the four bytes of a 32-bit word (little-endian: the lowest byte is the first element)."""
+    """Count the four bytes of a 32-bit word (little-endian: the lowest byte is the first element).
+    Unsigned indices: numba adds no negative-index wraparound to them."""
     cuda.atomic.add(hist, base + (word & BYTE), int32(1))
     cuda.atomic.add(hist, base + ((word >> uint32(8)) & BYTE), int32(1))
     cuda.atomic.add(hist, base + ((word >> uint32(16)) & BYTE), int32(1))
@@ -211,7 +205,8 @@ def _per_warp_vectors(x, words, head, out):
     """x[:head] lies before the first 16-byte boundary, then words (x's bytes from there, four to a
     uint32) holds whole 16-byte quads, then fewer than 16 bytes are left over at the end."""
     hist = cuda.shared.array(BLOCK_BINS, int32)
-    base = cuda.threadIdx.x // THREADS_PER_SUB_HISTOGRAM * SUB_HISTOGRAM_STRIDE  # this warp's sub-histogram
+    # where this warp's sub-histogram starts (unsigned, as _add_word's indices)
+    base = uint32(cuda.threadIdx.x // THREADS_PER_SUB_HISTOGRAM * SUB_HISTOGRAM_STRIDE)
     _zero_sub_histograms(hist)
     quads = words.size // 4
     tail = head + 16 * quads  # the first byte after the last whole quad
@@ -254,15 +249,15 @@ def _head(x):
     return min((VECTOR_BYTES - address % VECTOR_BYTES) % VECTOR_BYTES, x.size)
 
 
-def count_with(kernel, x, out, head):
-    """Zero out, then ``kernel`` over x with x[:head] read one byte at a time (tests choose head): the
-    bytes from head on, whole quads of them, seen as uint32 words."""
+def per_warp_vectors_with(x, out, head):
+    """Zero out, then count x with x[:head] read one byte at a time (tests choose head) and the bytes
+    from there on, whole quads of them, seen as uint32 words (a view: no copy)."""
     x = x if hasattr(x, "is_c_contiguous") else cuda.as_cuda_array(x)
     quads = (x.size - head) // VECTOR_BYTES
     words = x[head:head + VECTOR_BYTES * quads].view(np.uint32)
     blocks = max(1, min(blocks_for(quads, VECTOR_THREADS * QUADS_IN_FLIGHT), sm_count() * BLOCKS_PER_SM))
     _zero_bins[1, BINS](out)
-    kernel[blocks, VECTOR_THREADS](x, words, head, out)
+    _per_warp_vectors[blocks, VECTOR_THREADS](x, words, head, out)
 
 
 @op.stage("per_warp_vectors", """
@@ -274,103 +269,11 @@ def count_with(kernel, x, out, head):
     sub-histogram in shared memory: a hot bin is contended by the 32 lanes of one warp, not by
     every thread of the block, and the block adds its sub-histograms bin by bin before its one
     global atomic per bin. A view that starts between 16-byte boundaries counts its first bytes
-    one at a time; so does every size's last few bytes.""")
+    one at a time; so does every size's last few bytes. What is left is one shared atomic per byte:
+    ptxas already compiles an atomic add of 1 into ATOMS.POPC.INC, which finds the lanes of a warp
+    that hit the same counter and adds their number once (the warp aggregation one would otherwise
+    write with cuda.match_any_sync, done in hardware), so the all-one-bin input costs no more than
+    uniform bytes; but each such instruction takes the shared-memory unit several cycles, and with
+    one of them per 32 bytes they, not the reads, set this stage's pace.""")
 def per_warp_vectors(x, out):
-    count_with(_per_warp_vectors, x, out, _head(x))
-
-
-
-
-# -- 4. a counter per lane ---------------------------------------------------------------------
-
-@cuda.jit(device=True, inline=True)
-def _count_word(counters, mine, word):
-    """This lane's counters of the four bytes of a word, each a plain read-add-write: no other thread
-    touches them (counter of byte b: counters[mine + 32 * b])."""
-    counters[mine + ((word & BYTE) << uint32(5))] += uint16(1)
-    counters[mine + (((word >> uint32(8)) & BYTE) << uint32(5))] += uint16(1)
-    counters[mine + (((word >> uint32(16)) & BYTE) << uint32(5))] += uint16(1)
-    counters[mine + ((word >> uint32(24)) << uint32(5))] += uint16(1)
-
-
-@cuda.jit
-def _lane_counters(x, words, head, out):
-    """_per_warp_vectors' walk over x, counted into 256 counters of each lane's own."""
-    counters = cuda.shared.array(LANE_COUNTERS, uint16)  # [warp][bin][lane]
-    block_bins = cuda.shared.array(BINS, int32)
-    t = cuda.threadIdx.x
-    lane = uint32(t % 32)
-    mine = uint32(t // 32 * 32 * BINS) + lane  # this lane's counter of bin 0; of bin b: mine + 32 * b
-    for b in range(t, BINS, COUNTER_THREADS):
-        block_bins[b] = 0
-    quads = words.size // 4
-    tail = head + 16 * quads
-    g = cuda.grid(1)
-    stride = cuda.gridsize(1)
-    # HINT: Give each lane its own 256 counters (counters[mine + 32 * b]: lanes side by side, so a row of 32 lanes spans the banks): nothing is shared while counting, so a plain += replaces the atomic. Zero them first (the lane's own: no barrier needed).
-    # HINT: Count as before (QUADS_IN_FLIGHT quads in flight, the rest one stride at a time, the head and tail bytes singly), with _count_word(counters, mine, word). Then cuda.syncwarp() and let lane L add up bins L, L + 32, ... over the warp's 32 lanes into block_bins (a shared atomic a bin), and after cuda.syncthreads() one global atomic per bin.
-    # HINT: for b in range(BINS): counters[mine + 32 * b] = 0; cuda.syncthreads() (block_bins); the loops; cuda.syncwarp(); for b in range(lane, BINS, 32): total = sum(counters[mine - lane + 32 * b + j] for j in range(32)); cuda.atomic.add(block_bins, b, total); cuda.syncthreads(); if block_bins[t...] != 0: cuda.atomic.add(out, b, block_bins[b]).
-    # BEGIN SOLUTION
-    for b in range(BINS):
-        counters[mine + uint32(32 * b)] = 0
-    cuda.syncthreads()  # block_bins zeroed before any warp adds to it
-    quad = cuda.local.array((QUADS_IN_FLIGHT, 4), uint32)
-    q = g
-    while q + (QUADS_IN_FLIGHT - 1) * stride < quads:
-        for k in range(QUADS_IN_FLIGHT):
-            quad[k, 0], quad[k, 1], quad[k, 2], quad[k, 3] = load4(words, 4 * (q + k * stride))
-        for k in range(QUADS_IN_FLIGHT):
-            for j in range(4):
-                _count_word(counters, mine, quad[k, j])
-        q += QUADS_IN_FLIGHT * stride
-    while q < quads:
-        w0, w1, w2, w3 = load4(words, 4 * q)
-        _count_word(counters, mine, w0)
-        _count_word(counters, mine, w1)
-        _count_word(counters, mine, w2)
-        _count_word(counters, mine, w3)
-        q += stride
-    if g < head:
-        counters[mine + (uint32(x[g]) << uint32(5))] += uint16(1)
-    if g < x.size - tail:
-        counters[mine + (uint32(x[tail + g]) << uint32(5))] += uint16(1)
-    cuda.syncwarp()  # every lane's counts in before lanes read each other's
-    row = mine - lane  # this warp's counters of bin 0
-    for b in range(lane, BINS, 32):
-        total = 0
-        for j in range(32):  # starting at a different lane in each lane: fewer bank conflicts
-            total += counters[row + uint32(32 * b) + (lane + uint32(j)) % uint32(32)]
-        cuda.atomic.add(block_bins, b, total)
-    cuda.syncthreads()
-    for b in range(t, BINS, COUNTER_THREADS):
-        if block_bins[b] != 0:
-            cuda.atomic.add(out, b, block_bins[b])
-    # END SOLUTION
-
-
-def counters_with(x, out, head, blocks=None):
-    """Zero out, then _lane_counters over x, x[:head] read singly (tests choose head, and blocks)."""
-    x = x if hasattr(x, "is_c_contiguous") else cuda.as_cuda_array(x)
-    quads = (x.size - head) // VECTOR_BYTES
-    words = x[head:head + VECTOR_BYTES * quads].view(np.uint32)
-    _zero_bins[1, BINS](out)
-    _lane_counters[blocks or counter_blocks(quads), COUNTER_THREADS](x, words, head, out)
-
-
-def counter_blocks(quads):
-    """The resident grid, or more blocks where that many threads would each count more than
-    MAX_QUADS_PER_THREAD quads (a grid-stride loop gives each thread at most ceil(quads / threads))."""
-    resident = min(blocks_for(quads, COUNTER_THREADS * QUADS_IN_FLIGHT), sm_count() * COUNTER_BLOCKS_PER_SM)
-    return max(resident, blocks_for(quads, COUNTER_THREADS * MAX_QUADS_PER_THREAD))
-
-
-@op.stage("lane_counters", """
-    No atomics while counting. Every lane gets 256 counters of its own in shared memory (16-bit, laid
-    out bin by bin with the 32 lanes side by side), so an increment is a plain read, add and write
-    that no other thread can disturb: no atomic unit to queue at, no contention however skewed the
-    data. The loads are the last stage's. A warp holds 16 KiB of counters, so fewer warps fit on an
-    SM; each lane's counters are summed once at the end (lane L adds up bins L, L + 32, ... over the
-    warp's 32 lanes), then per block, then one global atomic per bin. A 16-bit counter holds 65535:
-    the grid grows past the resident size where needed so that no lane counts more bytes than that.""")
-def lane_counters(x, out):
-    counters_with(x, out, _head(x))
+    per_warp_vectors_with(x, out, _head(x))
