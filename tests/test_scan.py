@@ -35,7 +35,7 @@ def inclusive_scan(x):
 
 @pytest.fixture
 def small_tiles(monkeypatch):
-    """Tiles of one warp (512 elements), so that many tiles cost few simulated threads. The simulator
+    """Tiles of one warp (VECTORS x 128 elements), so that many tiles cost few simulated threads. The simulator
     runs a kernel as Python, which reads these module constants at each launch."""
     monkeypatch.setattr(scan, "ONE_PASS_THREADS", 32)
     monkeypatch.setattr(scan, "ONE_PASS_WARPS", 1)
