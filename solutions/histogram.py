@@ -19,7 +19,7 @@ from numba import cuda, int32, uint32
 
 from solutions._vector_io import VECTOR_BYTES, aligned16, load4
 from workbench import peers
-from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
+from workbench.ladder import Operator, blocks_for, expect_device_array, sm_count
 
 BINS = 256
 THREADS = 256
@@ -189,32 +189,19 @@ def _zero_sub_histograms(hist):
 
 
 @cuda.jit(device=True, inline=True)
-def _merge_sub_histograms(hist, totals, blocks_done, out):
-    """After the block's last count: add up the sub-histograms bin by bin, one global atomic a bin
-    into totals; the last block to finish moves totals to out and leaves totals and its ticket zero
-    for the next call (so out needs no zeroing launch before this kernel)."""
+def _merge_sub_histograms(hist, out):
+    """After the block's last count: add up the sub-histograms bin by bin, one global atomic a bin."""
     cuda.syncthreads()
     for b in range(cuda.threadIdx.x, BINS, VECTOR_THREADS):
         count = 0
         for h in range(SUB_HISTOGRAMS):
             count += hist[h * SUB_HISTOGRAM_STRIDE + b]
         if count != 0:
-            cuda.atomic.add(totals, b, count)
-    cuda.threadfence()  # this block's counts are visible to all before it is counted as done
-    cuda.syncthreads()
-    is_last = cuda.shared.array(1, int32)
-    if cuda.threadIdx.x == 0:
-        is_last[0] = cuda.atomic.add(blocks_done, 0, 1) == cuda.gridDim.x - 1
-    cuda.syncthreads()
-    if is_last[0]:
-        for b in range(cuda.threadIdx.x, BINS, VECTOR_THREADS):
-            out[b] = cuda.atomic.exch(totals, b, 0)  # read every block's sum, zero it for next time
-        if cuda.threadIdx.x == 0:
-            blocks_done[0] = 0
+            cuda.atomic.add(out, b, count)
 
 
 @cuda.jit
-def _per_warp_vectors(x, words, head, totals, blocks_done, out):
+def _per_warp_vectors(x, words, head, out):
     """x[:head] lies before the first 16-byte boundary, then words (x's bytes from there, four to a
     uint32) holds whole 16-byte quads, then fewer than 16 bytes are left over at the end."""
     hist = cuda.shared.array(BLOCK_BINS, int32)
@@ -227,7 +214,7 @@ def _per_warp_vectors(x, words, head, totals, blocks_done, out):
     stride = cuda.gridsize(1)
     # HINT: Read x 16 bytes at a time: load4(words, 4 * q) gives quad q as four uint32 words; issue QUADS_IN_FLIGHT of them, a grid stride apart, before counting any.
     # HINT: Count each byte of each word into this warp's sub-histogram (hist[base + byte], a shared atomic); then the quads left over one stride at a time, and the bytes before `head` and from `tail` on one per thread.
-    # HINT: q = g; while q + (QUADS_IN_FLIGHT - 1) * stride < quads: quad[k, 0..3] = load4(words, 4 * (q + k * stride)) for each k; then _add_word(hist, base, quad[k, j]) for each; q += QUADS_IN_FLIGHT * stride. Then while q < quads: one quad. Then if g < head: x[g]; if g < x.size - tail: x[tail + g].
+    # HINT: quad = cuda.local.array((QUADS_IN_FLIGHT, 4), uint32); q = g; while q + (QUADS_IN_FLIGHT - 1) * stride < quads: quad[k, 0..3] = load4(words, 4 * (q + k * stride)) for each k; then _add_word(hist, base, quad[k, j]) for each; q += QUADS_IN_FLIGHT * stride. Then while q < quads: one quad. Then if g < head: x[g]; if g < x.size - tail: x[tail + g].
     # BEGIN SOLUTION
     quad = cuda.local.array((QUADS_IN_FLIGHT, 4), uint32)  # registers: every index below is a constant
     q = g
@@ -250,7 +237,7 @@ def _per_warp_vectors(x, words, head, totals, blocks_done, out):
     if g < x.size - tail:
         cuda.atomic.add(hist, base + x[tail + g], int32(1))
     # END SOLUTION
-    _merge_sub_histograms(hist, totals, blocks_done, out)
+    _merge_sub_histograms(hist, out)
 
 
 def _head(x):
@@ -263,15 +250,14 @@ def _head(x):
 
 
 def per_warp_vectors_with(x, out, head):
-    """Count x into out (every bin written), x[:head] read one byte at a time (tests choose head) and
-    the bytes from there on, whole quads of them, seen as uint32 words (a view: no copy)."""
+    """Zero out, then count x with x[:head] read one byte at a time (tests choose head) and the bytes
+    from there on, whole quads of them, seen as uint32 words (a view: no copy)."""
     x = x if hasattr(x, "is_c_contiguous") else cuda.as_cuda_array(x)
     quads = (x.size - head) // VECTOR_BYTES
     words = x[head:head + VECTOR_BYTES * quads].view(np.uint32)
     blocks = max(1, min(blocks_for(quads, VECTOR_THREADS * QUADS_IN_FLIGHT), sm_count() * BLOCKS_PER_SM))
-    totals = scratch("histogram.per_warp_vectors.totals", BINS, np.int32, zeroed=True)  # zero between calls
-    blocks_done = scratch("histogram.per_warp_vectors.blocks_done", 1, np.int32, zeroed=True)
-    _per_warp_vectors[blocks, VECTOR_THREADS](x, words, head, totals, blocks_done, out)
+    _zero_bins[1, BINS](out)
+    _per_warp_vectors[blocks, VECTOR_THREADS](x, words, head, out)
 
 
 @op.stage("per_warp_vectors", """
@@ -281,15 +267,13 @@ def per_warp_vectors_with(x, out, head):
     bandwidth; the grid is resident (as many blocks as the SMs hold at once), so each block zeroes
     and merges its bins once for millions of elements. And each warp counts into its own
     sub-histogram in shared memory, so a hot bin is shared by the 32 lanes of one warp, not by
-    every thread of the block. The block adds its sub-histograms bin by bin, one global atomic per
-    bin into a scratch total; the last block to finish (an atomic ticket, as in argmax's one_pass)
-    moves the totals to out and zeroes them for the next call, so no zeroing launch goes first. A
-    view that starts between 16-byte boundaries counts its first bytes singly, as does every size's
-    last few. No match_any_sync here: ptxas compiles an atomic add of the constant 1 into
-    ATOMS.POPC.INC, which finds the lanes of a warp that hit the same counter and adds their number
-    once: the warp aggregation is done in hardware, and doing it by hand (a match_any_sync per
-    byte, then one atomic per group) costs far more than it saves. So the more a warp's bytes
+    every thread of the block; the block adds its sub-histograms bin by bin, one global atomic per
+    bin. A view that starts between 16-byte boundaries counts its first bytes singly, as does
+    every size's last few. No match_any_sync here: ptxas compiles an atomic add of the constant 1
+    into ATOMS.POPC.INC, which finds the lanes of a warp that hit the same counter and adds their
+    number once. The warp aggregation is done in hardware, and doing it by hand (a match_any_sync
+    per byte, then one atomic per group) costs far more than it saves. So the more a warp's bytes
     repeat, the fewer counter updates: one bin is cheapest, skewed data next, uniform bytes (about
-    32 distinct counters, in clashing banks, per instruction) the dearest.""")
+    32 distinct counters per instruction) the dearest.""")
 def per_warp_vectors(x, out):
     per_warp_vectors_with(x, out, _head(x))
