@@ -216,7 +216,9 @@ def shared_tile(img, w, out):
 # Tunables (the lead times them on the H200; change them here).
 COLS = 8  # output columns a thread computes side by side: COLS // 4 16-byte loads a row (a multiple of 4)
 STRIP_THREADS = 128  # threads a block, side by side along a row
-BLOCKS_PER_SM = 5  # launch_bounds: registers capped so that 5 blocks (20 warps) fit an SM: 96 a thread, no spills
+BLOCKS_PER_SM = 6  # launch_bounds: registers capped so that 6 blocks (24 warps) fit an SM: 80 a thread, no spills.
+# Swept at 8192x8192 on an H200 (scripts/gpu_sweep_constants.py, results/runs/gpu_stencil_sweep_2026-11-24.jsonl):
+# 6 blocks 148.5 us, 7 150.9, 5 158.9; COLS = 4 183.6 (6 blocks) and 386.1 (8); 64-thread blocks x 10 175.2.
 MIN_STRIP = 8  # the shortest strip (small images: more, shorter strips keep more threads busy)
 SPAN = COLS + 2 * RADIUS  # the input columns a thread's outputs read: c - 2 .. c + COLS + 1
 PARTIAL = (DIAMETER - 1, COLS)  # a local array's shape must be a constant, not an expression
@@ -338,7 +340,7 @@ def strip_rows(rows, across):
     once per thread. The naive and tiled kernels issue 50 loads per output (25 pixels, 25 weights);
     this one issues 4 per input row for 8 outputs, and asks for each row a row of multiply-adds
     before it needs it, so the memory latency hides behind arithmetic. The strips are as tall as
-    lets the whole grid be resident at once (launch_bounds keeps 5 blocks an SM), so no half-empty
+    lets the whole grid be resident at once (launch_bounds keeps 6 blocks an SM), so no half-empty
     last wave of long-running blocks trails behind; the halo costs 4 extra input rows a strip. The
     50 loads are also why the shared tile lost to the naive kernel: they are still there, from
     shared memory now (a warp's two rows of 16 threads, 20 floats apart, collide in 4 banks), each
