@@ -90,6 +90,25 @@ def test_profile_without_a_gpu_prints_the_recorded_profile(tmp_path, monkeypatch
     assert "recorded on NVIDIA H200" in out.err and "configured" in out.out and "dispatch" not in out.out
 
 
+def test_a_notebook_shows_the_recorded_counters_and_explains_the_largest_steps(tmp_path, monkeypatch, capsys):
+    from workbench import nb, registry
+    from workbench.generate import notebooks
+
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
+    op, _ = registry.resolve("launch_overhead")
+    cell = "nb.counters(op)"
+    assert not any(cell in "".join(c["source"]) for c in notebooks.build_notebook(op).cells)  # nothing recorded
+    nb.counters(op)
+    assert "No counters recorded for launch_overhead" in capsys.readouterr().out
+    profiles.save("NVIDIA H200", [{**r, "op": "launch_overhead", "stage": s, "order": i + 1}
+                                  for i, (r, s) in enumerate(zip(TOY, ["dispatch", "configured", "prepared", "graph"]))])
+    assert any(cell in "".join(c["source"]) for c in notebooks.build_notebook(op).cells)
+    nb.counters(op)
+    out = capsys.readouterr().out
+    assert "Recorded on a GPU (NVIDIA H200, 2026-11-23)" in out and "4. graph" in out
+    assert "• 2. configured is 5.00x faster than 1. dispatch" in out
+
+
 # -- compute-sanitizer ---------------------------------------------------------------------------------
 
 KERNEL = ("cudapy::learner_missing_bounds_check::_rows[abi:v1,cw51cXTLSUwv1sCUt9Ww0FEw09RRQPKzLTg4gaGKFsG2oMQGEYak]"

@@ -506,6 +506,23 @@ def ladder_table(op: Operator) -> None:
     show(Markdown(("Measured now. " if live else "Recorded. ") + tables.ladder_table(op, data)))
 
 
+def counters(op: Operator) -> None:
+    """The Nsight Compute counters recorded for every stage (`workbench profile OP` on a GPU writes them to
+    results/profiles/), and what changed at the largest steps of the staircase."""
+    from . import profiles
+
+    device_name, records = profiles.recorded(op.name)
+    if not records:
+        print(f"No counters recorded for {op.name}: `workbench profile {op.name}` on a GPU with Nsight Compute "
+              "records them.")
+        return
+    dates = sorted({r["date"][:10] for r in records})
+    show(Table(list(tables.PROFILE_COLUMNS), tables.profile_rows(records), tables.profile_title(device_name, records),
+               f"Recorded on a GPU ({device_name}, {', '.join(dates)}), not measured now."))
+    for sentence in profiles.explain_steps(records):
+        print(f"• {sentence}")
+
+
 # -- across operators -----------------------------------------------------------------------------
 
 def list_ladders() -> None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import paths, registry, results
+from . import paths, profiles, registry, results
 from .bench import peak_key, percent_of_peak
-from .ladder import Operator
+from .ladder import Operator, size_label
 
 
 def _fmt(x, spec: str) -> str:
@@ -144,3 +144,42 @@ def update_readme(readme: Path | None = None) -> str:
     tmp.write_text(new)
     os.replace(tmp, readme)
     return "updated"
+
+
+# -- recorded Nsight Compute counters (`workbench profile`, the notebooks) ------------------------------------
+
+PROFILE_COLUMNS = ("stage", "size", "kernels", "µs", "DRAM % peak", "occupancy %", "regs", "smem B", "L1 hit %",
+                   "L2 hit %", "instructions", "top stalls (cycles/instr)")
+
+
+def _counter(v, spec):
+    return "—" if not isinstance(v, (int, float)) else format(v, spec)
+
+
+def profile_rows(records: list[dict]) -> list[list[str]]:
+    """A row per stage of an operator's recorded counters (its kernels summed), in PROFILE_COLUMNS order."""
+    rows = []
+    for r in profiles.stage_totals(records):
+        stalls = ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in r["top_stalls"])
+        rows.append([f"{r['order']}. {r['stage']}", size_label(r["size"]), str(r["kernels"]),
+                     _counter(r["duration_ns"] / 1e3, ".1f"), _counter(r["dram_pct_of_peak"], ".0f"),
+                     _counter(r["occupancy_pct"], ".0f"), _counter(r["registers"], "d"),
+                     _counter(r["shared_bytes"], "d"), _counter(r["l1_hit_pct"], ".0f"),
+                     _counter(r["l2_hit_pct"], ".0f"), _counter(r["instructions"], ".3g"), stalls or "—"])
+    return rows
+
+
+def profile_title(device: str, records: list[dict]) -> str:
+    return f"{records[0]['op']} on {device} (Nsight Compute, --clock-control none)"
+
+
+def profile_table(device: str, records: list[dict]):
+    """The same rows as a rich Table, for the terminal."""
+    from rich.table import Table
+
+    table = Table(title=profile_title(device, records), title_justify="left")
+    for col in PROFILE_COLUMNS:
+        table.add_column(col, justify="left" if col in ("stage", "top stalls (cycles/instr)") else "right")
+    for row in profile_rows(records):
+        table.add_row(*row)
+    return table

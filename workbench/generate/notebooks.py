@@ -29,7 +29,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from .. import paths, plots, registry
+from .. import paths, plots, profiles, registry
 from ..ladder import Operator, as_size, size_label
 
 # nbformat validates with jsonschema, which imports rfc3987_syntax when it is installed (jupyter-events
@@ -288,6 +288,17 @@ def build_notebook(op: Operator):
                           "intermediate result in global memory pays for it in bytes; fusing kernels removes "
                           "those round trips."),
             code_cell("nb.bytes_per_stage(op)"),
+        ]
+    if profiles.recorded(op.name)[1]:
+        cells += [
+            markdown_cell("## Why each step is faster: the counters\n\nTiming says how fast; Nsight Compute's "
+                          "hardware counters say why. Each stage ran once under `ncu` (`workbench profile "
+                          f"{op.name}` on a GPU; these were recorded there): DRAM throughput as a share of its peak, "
+                          "achieved occupancy, registers and shared memory per thread and block, cache hit rates, "
+                          "instructions executed, and the stall reasons that cost the most cycles per instruction. "
+                          "Below the table, the three largest steps of the staircase, each with the counters that "
+                          "moved most."),
+            code_cell("nb.counters(op)"),
         ]
     cells += [
         markdown_cell("**The ladder against the library** (the README's table): median time, effective rate, % of "

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from .. import device as _device
-from .. import profiles, registry, sizes
+from .. import profiles, registry, sizes, tables
 from ..ladder import as_size, size_label
 from ..results import environment, now
 
@@ -76,25 +76,8 @@ def _ncu_version(ncu: str) -> str:
     return out.strip().splitlines()[-1] if out.strip() else "unknown"
 
 
-def _fmt(v, spec):
-    return "—" if not isinstance(v, (int, float)) else format(v, spec)
-
-
 def print_profile(console, device: str, records: list[dict]) -> None:
-    from rich.table import Table
-
-    table = Table(title=f"{records[0]['op']} on {device} (Nsight Compute, --clock-control none)", title_justify="left")
-    for col in ("stage", "size", "kernels", "µs", "DRAM % peak", "occupancy %", "regs", "smem B", "L1 hit %",
-                "L2 hit %", "instructions", "top stalls (cycles/instr)"):
-        table.add_column(col, justify="left" if col in ("stage", "top stalls (cycles/instr)") else "right")
-    for r in profiles.stage_totals(records):
-        stalls = ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in r["top_stalls"])
-        table.add_row(f"{r['order']}. {r['stage']}", size_label(r["size"]), str(r["kernels"]),
-                      _fmt(r["duration_ns"] / 1e3, ".1f"), _fmt(r["dram_pct_of_peak"], ".0f"),
-                      _fmt(r["occupancy_pct"], ".0f"), _fmt(r["registers"], "d"), _fmt(r["shared_bytes"], "d"),
-                      _fmt(r["l1_hit_pct"], ".0f"), _fmt(r["l2_hit_pct"], ".0f"), _fmt(r["instructions"], ".3g"),
-                      stalls or "—")
-    console.print(table)
+    console.print(tables.profile_table(device, records))
     for sentence in profiles.explain_steps(records):
         console.print(f"• {sentence}", highlight=False)
 
