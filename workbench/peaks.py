@@ -234,8 +234,8 @@ def read_sum(src, total) -> None:
 
 def read_sum_resident(src, total) -> None:
     """The same sum on a grid the GPU holds at once (eight blocks an SM), each thread looping over many
-    quads: the layout of the reductions' one-pass kernels, which read 1 GiB faster than the data-sized
-    grid on the H200 (4555 against 4280 GB/s, 2026-11-24)."""
+    quads: the layout of the reductions' one-pass kernels. On the H200 it read 1 GiB at 4581 GB/s against
+    the data-sized grid's 4277 (`workbench peaks --measure`, 2026-11-24)."""
     _read_sum[min(stream_blocks(src.size, READ_QUADS), sm_count() * 2048 // STREAM_THREADS), STREAM_THREADS](
         src, total)
 
