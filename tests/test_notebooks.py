@@ -89,8 +89,17 @@ def normalised_outputs(notebook) -> list[list]:
     for cell in notebook.cells:
         if cell.cell_type != "code":
             continue
-        outs = []
+        # Consecutive prints to one stream may arrive as one output or several (a loaded machine flushes
+        # in pieces); Jupyter shows them as one, and so are they compared.
+        merged = []
         for out in cell.get("outputs", []):
+            if (out["output_type"] == "stream" and merged and merged[-1]["output_type"] == "stream"
+                    and merged[-1]["name"] == out["name"]):
+                merged[-1] = {**merged[-1], "text": merged[-1]["text"] + out["text"]}
+            else:
+                merged.append(out)
+        outs = []
+        for out in merged:
             kind = out["output_type"]
             if kind == "stream":
                 text = _sorted_warnings(out["text"]) if out["name"] == "stderr" else out["text"]
