@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 02a1a2ca26f95fa1b3c236d016ec06904e48b5171b98be3c0f2be2a01f6043e4
+# generated-sha256: d22f1af247686e8b1fef9440d73b71f65e142c065bbe066e6ae0c2f3f8fcbc62
 # --------------------------------------------------------------------------------------------------
 """Matrix-vector product y = A x, A float32 of shape (rows, cols), row-major.
 
@@ -217,17 +217,14 @@ def _rows_by_vectors(flat, x, y, cols, lanes, phase, x_vector):
         col = head + 4 * lane
         # EXERCISE: write this part of `_rows_by_vectors`. Read the hints one at a time.
         #   hint 1 (nudge): Each lane reads its row 16 bytes at a time with load4 (through _a4), at columns col = head + 4 * lane, col + chunk, col + 2 * chunk, col + 3 * chunk (the row's lanes read neighbouring bytes), all four loads issued before any multiply; x's four columns for each come from _x4. Each of the four vectors feeds its own accumulator (_dot4).
-        #   hint 2: Step col by VECTORS_PER_LANE * chunk while col + 3 * chunk < end. Then at most three vectors are left to a lane: load them in one last step, each only where it lies inside (col + k * chunk < end; _a4 and _x4 give zeros elsewhere), so that they too are in flight together.
+        #   hint 2: Step col by VECTORS_PER_LANE * chunk while col + 3 * chunk < end. Then at most three vectors are left to a lane: load them in one last step, each only where it lies inside (col + k * chunk < end; _a4 and _x4 give zeros elsewhere), so that they too are in flight together, and add them into acc0, acc1, acc2.
         #   hint 3 (nearly the answer): a0..a3 = _a4(flat, base + col, True); ...; xa0..xa3 = _x4(x, col, x_vector, True); ...; acc0 = _dot4(acc0, a0, a1, a2, a3, xa0, xa1, xa2, xa3); ...; col += VECTORS_PER_LANE * chunk. Last step: the same with inside = col + k * chunk < end for k = 0, 1, 2.
-        return  # TODO(exercise): not implemented yet: replace this line with your code
-        # ... and the row's head and tail, a column a lane, in flight with them
+        pass  # TODO(exercise): not implemented yet: replace this line with your code
+        # The row's head and tail, a column a lane (none when cols % 4 == 0 on an aligned A)
         head_a = flat[base + lane] if lane < head else ZERO
         head_x = x[lane] if lane < head else ZERO
         tail_a = flat[base + end + lane] if lane < cols - end else ZERO
         tail_x = x[end + lane] if lane < cols - end else ZERO
-        acc0 = _dot4(acc0, a0, a1, a2, a3, xa0, xa1, xa2, xa3)
-        acc1 = _dot4(acc1, b0, b1, b2, b3, xb0, xb1, xb2, xb3)
-        acc2 = _dot4(acc2, c0, c1, c2, c3, xc0, xc1, xc2, xc3)
         acc3 += head_a * head_x + tail_a * tail_x
         acc = (acc0 + acc1) + (acc2 + acc3)
     # Every lane of the warp takes part in the shuffles (a lane past the last row with a 0): lane 0 of

@@ -217,7 +217,7 @@ def _rows_by_vectors(flat, x, y, cols, lanes, phase, x_vector):
         acc3 = ZERO
         col = head + 4 * lane
         # HINT: Each lane reads its row 16 bytes at a time with load4 (through _a4), at columns col = head + 4 * lane, col + chunk, col + 2 * chunk, col + 3 * chunk (the row's lanes read neighbouring bytes), all four loads issued before any multiply; x's four columns for each come from _x4. Each of the four vectors feeds its own accumulator (_dot4).
-        # HINT: Step col by VECTORS_PER_LANE * chunk while col + 3 * chunk < end. Then at most three vectors are left to a lane: load them in one last step, each only where it lies inside (col + k * chunk < end; _a4 and _x4 give zeros elsewhere), so that they too are in flight together.
+        # HINT: Step col by VECTORS_PER_LANE * chunk while col + 3 * chunk < end. Then at most three vectors are left to a lane: load them in one last step, each only where it lies inside (col + k * chunk < end; _a4 and _x4 give zeros elsewhere), so that they too are in flight together, and add them into acc0, acc1, acc2.
         # HINT: a0..a3 = _a4(flat, base + col, True); ...; xa0..xa3 = _x4(x, col, x_vector, True); ...; acc0 = _dot4(acc0, a0, a1, a2, a3, xa0, xa1, xa2, xa3); ...; col += VECTORS_PER_LANE * chunk. Last step: the same with inside = col + k * chunk < end for k = 0, 1, 2.
         # BEGIN SOLUTION
         while col + 3 * chunk < end:
@@ -241,15 +241,15 @@ def _rows_by_vectors(flat, x, y, cols, lanes, phase, x_vector):
         xa0, xa1, xa2, xa3 = _x4(x, col, x_vector, col < end)
         xb0, xb1, xb2, xb3 = _x4(x, col + chunk, x_vector, col + chunk < end)
         xc0, xc1, xc2, xc3 = _x4(x, col + 2 * chunk, x_vector, col + 2 * chunk < end)
+        acc0 = _dot4(acc0, a0, a1, a2, a3, xa0, xa1, xa2, xa3)
+        acc1 = _dot4(acc1, b0, b1, b2, b3, xb0, xb1, xb2, xb3)
+        acc2 = _dot4(acc2, c0, c1, c2, c3, xc0, xc1, xc2, xc3)
         # END SOLUTION
-        # ... and the row's head and tail, a column a lane, in flight with them
+        # The row's head and tail, a column a lane (none when cols % 4 == 0 on an aligned A)
         head_a = flat[base + lane] if lane < head else ZERO
         head_x = x[lane] if lane < head else ZERO
         tail_a = flat[base + end + lane] if lane < cols - end else ZERO
         tail_x = x[end + lane] if lane < cols - end else ZERO
-        acc0 = _dot4(acc0, a0, a1, a2, a3, xa0, xa1, xa2, xa3)
-        acc1 = _dot4(acc1, b0, b1, b2, b3, xb0, xb1, xb2, xb3)
-        acc2 = _dot4(acc2, c0, c1, c2, c3, xc0, xc1, xc2, xc3)
         acc3 += head_a * head_x + tail_a * tail_x
         acc = (acc0 + acc1) + (acc2 + acc3)
     # Every lane of the warp takes part in the shuffles (a lane past the last row with a 0): lane 0 of

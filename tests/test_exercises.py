@@ -92,6 +92,10 @@ def test_header_records_the_hash_of_what_was_generated():
     ("def f():\n    # HINT: a\n    x = 1\n", "directly followed"),
     ("def f():\n" + "    # HINT: a\n" * 4 + "    # BEGIN SOLUTION\n    x = 1\n    # END SOLUTION\n", "at most 3"),
     ("# BEGIN SOLUTION\nx = 1\n# END SOLUTION\n", "inside a function"),
+    # A `return` stub inside a branch, with a shuffle after it: the lanes that return would leave the
+    # others waiting at the shuffle (matvec.vectors once shipped such a stub, and its first run hung).
+    ("def f(x, y):\n    acc = 0.0\n    if x.size > 1:\n        # BEGIN SOLUTION\n        a = x[0]\n        # END SOLUTION\n"
+     "        acc = a\n    acc += cuda.shfl_down_sync(FULL_MASK, acc, 1)\n    y[0] = acc\n", "shfl_down_sync below waits"),
 ])
 def test_malformed_markers_are_refused_with_file_and_line(bad, says):
     with pytest.raises(ex.MarkerError, match=says) as info:

@@ -125,6 +125,14 @@ def find_regions(text: str, filename: str = "<source>") -> list[Region]:
     return regions
 
 
+COLLECTIVE = re.compile(r"syncthreads\w*|syncwarp|\w+_sync|sync")  # calls every thread (of a warp or block) must reach
+
+
+def _call_name(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
 def _analyse(text: str, regions: list[Region], filename: str) -> None:
     """Name each region's function, and choose its stub: `pass`, or `return` where code after the
     region reads a variable that only the region assigns (it would not exist with `pass`)."""
@@ -149,6 +157,16 @@ def _analyse(text: str, regions: list[Region], filename: str) -> None:
         defined_before |= {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)}
         needed = (stored_inside & read_after) - defined_before
         region.stub = "return" if needed else "pass"
+        if needed and len(region.indent) > func.body[0].col_offset:  # a return inside a branch or loop: divergent
+            waits = sorted({_call_name(n) for n in ast.walk(func) if isinstance(n, ast.Call) and n.lineno > last
+                            and COLLECTIVE.fullmatch(_call_name(n))})
+            if waits:
+                # A stub returning inside a branch leaves the threads that did not take it waiting at the
+                # barrier or shuffle below (a deadlock in the simulator, undefined on a GPU): the learner's
+                # first run would hang.
+                raise MarkerError(f"{filename}:{first}: the stub would be `return` (code after the region reads "
+                                  f"{', '.join(sorted(needed))}), but {', '.join(waits)} below waits for every "
+                                  "thread; assign those names before the region or move their use into it")
 
 
 def hint_label(k: int, total: int) -> str:
