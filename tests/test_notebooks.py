@@ -403,6 +403,33 @@ def test_figures_draw_in_process_and_say_when_nothing_is_recorded(tmp_path, monk
     assert [type(x).__name__ for x in shown] == ["Picture"]
 
 
+@pytest.mark.parametrize("name", list(OPS))
+def test_your_turn_names_an_exercise_that_exists_or_says_why_there_is_none(name):
+    op = OPS[name]
+    short = registry.short_module_name(op)
+    closing = BUILT[registry.notebook_name(op)].cells[-1].source
+    assert closing.startswith("## Your turn")
+    offered = (REPO / "exercises" / f"{short}.py").exists()
+    assert (f"`exercises/{short}.py`" in closing) == offered, closing
+    assert offered or "has no exercise yet" in closing
+
+
+def test_a_ladder_measured_by_a_script_shows_that_scripts_figures(monkeypatch):
+    """AllReduce runs on several GPUs: `workbench bench` cannot time it, a script did (results/runs/)."""
+    shown, printed = [], []
+    monkeypatch.setattr(nb, "show", shown.append)
+    monkeypatch.setattr("builtins.print", lambda *a, **k: printed.append(" ".join(map(str, a))))
+    op = OPS["allreduce"]
+    nb.progress(op, upto="ring")
+    assert not shown and "a script measured it" in printed[-1]
+    nb.progress(op)
+    assert [type(x).__name__ for x in shown] == ["RecordedPicture"]
+    assert shown[0]._repr_png_().startswith(b"\x89PNG")
+    nb.ladder_table(op)
+    assert type(shown[-1]).__name__ == "Markdown" and "NCCL" in shown[-1].data
+    assert not any("No recorded figures" in line for line in printed)
+
+
 def test_live_figures_measure_each_stage_once(monkeypatch):
     """On a GPU, progress() times the stages so far now: each stage (and the peer) once per size,
     then reuses the figures; a stage that fails its check is reported, not timed again."""

@@ -156,6 +156,19 @@ class Picture:
         return f"<figure: {'; '.join(titles)}>"
 
 
+class RecordedPicture:
+    """A PNG a measuring script drew and left in results/ (for an operator `workbench bench` cannot time)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def _repr_png_(self) -> bytes:
+        return self.path.read_bytes()
+
+    def __repr__(self) -> str:
+        return f"<figure: {self.path.relative_to(results.results_dir().parent).as_posix()}>"
+
+
 def show_figure(fig) -> None:
     import matplotlib.pyplot as plt
 
@@ -441,6 +454,10 @@ def figures(op: Operator, upto: str | None = None) -> tuple[dict | None, bool, s
     if not device.is_simulator() and device.mode() == "gpu" and LIVE:
         return _live_data(op, stages), True, ""
     recorded = results.latest_file_with(op.name)
+    if recorded is None and _elsewhere(op):
+        return None, False, (f"{op.name} runs on several GPUs at once, which `workbench bench` (one GPU) cannot "
+                             "time: a script measured it on several GPUs, and its recorded figures close this notebook (the "
+                             "plot it drew and the ladder table).")
     if recorded is None:
         where = results.results_dir()
         try:
@@ -463,6 +480,16 @@ def figures(op: Operator, upto: str | None = None) -> tuple[dict | None, bool, s
     return data, False, note
 
 
+def _elsewhere(op: Operator) -> str | None:
+    """The markdown of figures a script recorded for ``op`` (AllReduce's, across GPUs), or None."""
+    return op.figures_elsewhere() if op.figures_elsewhere else None
+
+
+def _elsewhere_pictures(op: Operator) -> list:
+    """The plots that script drew beside its run: results/runs/<op>_*.png."""
+    return sorted((results.results_dir() / "runs").glob(f"{op.name}_*.png"))
+
+
 def progress(op: Operator, upto: str | None = None) -> None:
     """The staircase so far and latency against size so far, side by side (the staircase alone where
     only one size was measured)."""
@@ -470,7 +497,10 @@ def progress(op: Operator, upto: str | None = None) -> None:
     if note:
         print(note)
     if data is None:
-        if plots.has_stage_bytes(op):  # what needs no measurement: the bytes each stage moves, from its model
+        if _elsewhere(op):
+            for path in _elsewhere_pictures(op) if upto is None else ():  # once, the whole ladder
+                show(RecordedPicture(path))
+        elif plots.has_stage_bytes(op):  # what needs no measurement: the bytes each stage moves, from its model
             bytes_per_stage(op, upto)
         return
     kinds = [k for k in plots.figure_kinds(op, data) if k in ("staircase", "latency")]
@@ -499,6 +529,9 @@ def ladder_table(op: Operator) -> None:
     from IPython.display import Markdown
 
     data, live, note = figures(op)
+    if data is None and _elsewhere(op):
+        show(Markdown("Recorded. " + _elsewhere(op)))
+        return
     if note:
         print(note)
     if data is None:

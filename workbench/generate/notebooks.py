@@ -304,13 +304,25 @@ def build_notebook(op: Operator):
         markdown_cell("**The ladder against the library** (the README's table): median time, effective rate, % of "
                       "the measured peak, and the time ratio to the peer (above 1x: faster than the library)."),
         code_cell("nb.ladder_table(op)"),
-        markdown_cell(f"## Your turn\n\n`exercises/{short}.py` is this ladder with the heart of each kernel cut out: "
-                      "each `TODO(exercise)` block replaces what sits between `# BEGIN SOLUTION` and "
-                      f"`# END SOLUTION` in `solutions/{short}.py`, with numbered hints (read one at a time). Fill "
-                      f"one in, then grade it with `workbench grade {op.name}` (or `{op.name}.STAGE`), or in "
-                      f"`notebooks/{GRADE_YOURSELF}`: the same checks the solutions pass, and on a GPU a speed bar."),
+        markdown_cell(your_turn_md(op, short)),
     ]
     return finish(cells, op.name)
+
+
+def your_turn_md(op: Operator, short: str) -> str:
+    """The closing cell: the exercise made from this ladder, or why there is none yet."""
+    from .exercises import exercise_sources, not_offered
+
+    if short not in exercise_sources():
+        why_not = not_offered().get(short, "has no regions marked for a learner to write yet")
+        return (f"## Your turn\n\nThis ladder has no exercise yet: `solutions/{short}.py` {why_not}. Read its stages "
+                f"here and with `workbench diff {op.name}.STAGE`; the exercises that exist are listed in "
+                "`exercises/README.md`.")
+    return (f"## Your turn\n\n`exercises/{short}.py` is this ladder with the heart of each kernel cut out: "
+            "each `TODO(exercise)` block replaces what sits between `# BEGIN SOLUTION` and "
+            f"`# END SOLUTION` in `solutions/{short}.py`, with numbered hints (read one at a time). Fill "
+            f"one in, then grade it with `workbench grade {op.name}` (or `{op.name}.STAGE`), or in "
+            f"`notebooks/{GRADE_YOURSELF}`: the same checks the solutions pass, and on a GPU a speed bar.")
 
 
 # -- the notebooks around the ladders -------------------------------------------------------------------
