@@ -5,6 +5,8 @@ the strongest peer on every stage record, a compile failure as one failure line,
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -140,3 +142,23 @@ def test_table_compares_with_the_strongest_peer(monkeypatch):
     rows = {line.split(" | ")[1]: line.rsplit(" | ", 1)[1] for line in text.splitlines() if line.startswith("| ")}
     assert rows["double"] == "0.50x |"
     assert rows["eager (library)"] == "0.62x |" and rows["torch.compile (library)"] == "1.00x |"
+
+
+def test_a_table_without_torch_compile_names_what_it_took_in_its_own_run(monkeypatch, tmp_path):
+    """bias_relu_layernorm's table says 2.44x eager torch; torch.compile, timed in another run, is faster than
+    its last stage: the table must say so (as a note, not a ratio: ratios come from one run)."""
+    records, _ = _bench(monkeypatch, _operator(peer=_eager_peer), {"eager": 8.0, "stage": 4.0}, _compiled([]),
+                        with_compile=False)
+    for r in records:
+        r.update(date="2026-11-23T00:00:00", versions={"numba_cuda": "0.30.4"}, gflops=r.get("gflops", 0))
+    op = _operator()
+    compiled = dict(records[0], stage="torch.compile", op=op.name, median_us=3.0, device="GPU")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "gpu_compile_peer.json").write_text(json.dumps({"rows": [{"records": [compiled]}]}))
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
+    text = tables.ladder_table(op, {"device": "GPU", "records": records})
+    note = text.strip().splitlines()[-1]
+    assert "torch.compile" in note and "3.0 µs" in note and "4.0 µs for `double`" in note
+    other_size = dict(compiled, size=[7])
+    (tmp_path / "runs" / "gpu_compile_peer.json").write_text(json.dumps({"rows": [{"records": [other_size]}]}))
+    assert "torch.compile" not in tables.ladder_table(op, {"device": "GPU", "records": records})

@@ -9,6 +9,7 @@ without anyone editing it: `workbench table --update-readme`.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -66,7 +67,31 @@ def ladder_table(op: Operator, data: dict) -> str:
         pct = percent_of_peak(op, r["gbps"], r["gflops"], peaks_)
         lines.append(f"| — | {r['stage']} (library) | {r['median_us']:.1f} | {r['gbps']:.0f} | {r['gflops']:.0f} | "
                      f"{_fmt(pct, '.0f')} | {strongest['median_us'] / r['median_us']:.2f}x |")
+    if not any(r["stage"] == "torch.compile" for r in peers):
+        lines += compiled_elsewhere(op, stages[-1])
     return "\n".join(lines) + "\n"
+
+
+COMPILE_RUN = ("runs", "gpu_compile_peer.json")  # scripts/gpu_compile_peer.py: torch.compile of each expression
+
+
+def compiled_elsewhere(op: Operator, at: dict) -> list[str]:
+    """A note under a table whose run timed no torch.compile: what torch.compile took at the same size in
+    the run that timed it alone. It is not a ratio in the table, as ratios come from one run; but a table
+    that says "2x torch" where torch.compile is faster than the last stage must say so."""
+    path = results.results_dir().joinpath(*COMPILE_RUN)
+    if not path.exists():
+        return []
+    run = json.loads(path.read_text())
+    compiled = [r for row in run.get("rows", []) for r in row.get("records", [])
+                if r.get("op") == op.name and r.get("stage") == "torch.compile" and r.get("size") == at["size"]]
+    if not compiled:
+        return []
+    c = compiled[0]
+    return ["", f"_torch.compile of the same expression was timed in another run "
+                f"(`results/{'/'.join(COMPILE_RUN)}`, {c['date'][:10]}, {c.get('device', '?')}): {c['median_us']:.1f} µs "
+                f"at {c['size_label']}, against {at['median_us']:.1f} µs for `{at['stage']}` here. It has no ratio "
+                "in this table, as a table's ratios come from one run._"]
 
 
 def recorded_table(op: Operator) -> str:
