@@ -44,7 +44,7 @@ def peak_key(op: Operator, peaks: dict | None = None) -> str | None:
     ``peaks``, the key it would ideally use; with them, falling back to copy_gbps where its own
     pattern's ceiling was never measured."""
     if op.bound == "compute":
-        return COMPUTE_PEAK.get(np.dtype(op.dtype).name)
+        return COMPUTE_PEAK.get(np.dtype(op.compute_dtype or op.dtype).name)
     own = PATTERN_PEAK[op.pattern]
     return own if peaks is None or peaks.get(own) else "copy_gbps"
 

@@ -118,6 +118,9 @@ class Operator:
     bench_sizes: Sequence[Size]  # latency against size, small (launch-bound) to large (bandwidth-bound)
     headline_size: Size  # the size of the staircase and the README table
     dtype: Any = np.float32
+    # the dtype the arithmetic runs in, where it differs from dtype (an int8 GEMM between float32 in and
+    # out): a compute-bound operator's "% of peak" divides by the library rate of this precision
+    compute_dtype: Any = None
     # The simulator size the quick test tier checks every stage at; None: the middle of sim_sizes. Set it
     # where the middle one is costly to simulate (many threads a block, emulated tensor-core instructions);
     # keep it not a multiple of any block or tile, so that every edge path still runs.
