@@ -177,6 +177,17 @@ def test_model_text_reads_the_models():
         assert builder.model_text(op.flops), f"{op.name}: flops model unreadable"
 
 
+def test_a_bound_note_replaces_the_memory_bound_sentence():
+    import dataclasses
+
+    op = OPS["reduction"]
+    assert "**memory-bound**" in builder.models_md(op)
+    noted = dataclasses.replace(op, bound_note="""
+        Bound by the links between GPUs.""")
+    text = builder.models_md(noted)
+    assert "**memory-bound**" not in text and "\nBound by the links between GPUs." in text
+
+
 def test_build_keeps_outputs_and_refuses_to_overwrite_hand_edits(tmp_path):
     logs = []
     written = builder.build_all(tmp_path, only=["reduction"], log=logs.append)

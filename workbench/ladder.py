@@ -135,6 +135,10 @@ class Operator:
     # For an operator `workbench bench` cannot measure as it runs (AllReduce needs several GPUs): returns
     # the markdown of its figures from the script run that measured them (in results/), or None.
     figures_elsewhere: Callable[[], str | None] | None = None
+    # Where the floor is not this GPU's memory or arithmetic (AllReduce: the links between GPUs), what
+    # bounds the ladder instead, in a paragraph: the notebook's models section says it in place of the
+    # memory- or compute-bound sentence.
+    bound_note: str = ""
     bound: str = "memory"  # "memory" or "compute": which measured peak "% of peak" refers to
     # a memory-bound operator's streams (MEMORY_PATTERNS): which measured bandwidth "% of peak" divides by
     pattern: str = "copy"

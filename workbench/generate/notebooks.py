@@ -153,7 +153,9 @@ def models_md(op: Operator) -> str:
     lines += [f"- at the headline size, {plots.size_phrase(op, size)}: **{plots.binary_bytes(b)}** moved and "
               f"**{f:.3g} flop**, an arithmetic intensity of **{intensity} flop/byte**.", ""]
     ridge = ("an H200 moves about 4 TB/s and computes about 50 TFLOP/s in fp32: about 12 flop per byte")
-    if op.bound == "compute":
+    if op.bound_note:
+        lines.append(textwrap.dedent(op.bound_note).strip())
+    elif op.bound == "compute":
         _, peak_name = plots.peak_of(op, {})
         of_what = (f"is of the library's ({peak_name.replace(' ', ') ')} rate on the same GPU" if peak_name != "none"
                    else "has no measured peak in this precision yet")
