@@ -1,7 +1,8 @@
 """What the float32 attention ladder (``attention.py``) and the tensor-core one (``attention_tc.py``) judge
-and compare themselves by, written once: the float64 reference, the flop count, the adversarial logits,
-torch SDPA as the peer and the formula as plain torch for ``torch.compile``; and RoPE's tables, which
-``rope.py`` and the RoPE-fused attention in ``attention.py`` both build.
+and compare themselves by, written once: the float64 reference, the flop count, the K/V traffic of a
+flash kernel, the adversarial logits, torch SDPA as the peer and the formula as plain torch for
+``torch.compile``; and RoPE's tables, which ``rope.py`` and the RoPE-fused attention in ``attention.py``
+both build.
 
 Not a ladder (its name starts with ``_``): a ladder that imports another ladder gets no exercise."""
 
@@ -57,6 +58,18 @@ def attention_flops(size):
     B, H, S, D, causal = size
     pairs = S * (S + 1) // 2 if causal else S * S
     return 4 * B * H * pairs * D
+
+
+def kv_fetch_bytes(size, queries_per_fetch, skips_masked, itemsize):
+    """Bytes of K and V a flash kernel fetches when every block of ``queries_per_fetch`` queries reads the
+    keys it needs once: all S of them, or, when the kernel skips masked keys and the mask is on, those up
+    to its last query (the causal skip stops at the diagonal tile). ``itemsize``: bytes an element."""
+    B, H, S, D, causal = size
+    causal = causal and skips_masked
+    keys = 0
+    for first in range(0, S, queries_per_fetch):
+        keys += min(S, first + queries_per_fetch) if causal else S
+    return B * H * keys * 2 * D * itemsize
 
 
 def extreme_logits(q, k, D, rng):
