@@ -28,7 +28,8 @@ how the non-zeros are laid out (the size's third number):
 Constraints: row_ptr int32 (rows + 1), col_idx int32 (nnz), values float32 (nnz), x float32 (rows),
 y float32 (rows); nnz < 2^31; a valid CSR (row_ptr non-decreasing from 0 to nnz, columns in range;
 not checked: that would read the matrix back). Inputs are never written; every y[r] is written,
-0 for an empty row.
+0 for an empty row. NaN and inf in values or x reach the rows that multiply them, as IEEE arithmetic
+says (a stored 0 times an infinite x is NaN), and no other row.
 """
 
 from functools import lru_cache
@@ -149,7 +150,36 @@ def _adversarial(size, rng):
     one_dense[rng.integers(rows)] = cols
     # No entries at all (nnz = 0): y is all zeros.
     return [("empty-rows", matrix(gaps)), ("one-dense-row", matrix(one_dense)),
-            ("all-empty", matrix(np.zeros(rows, np.int64)))]
+            ("all-empty", matrix(np.zeros(rows, np.int64))), ("nan-inf", _nan_inf_matrix(rows, rng))]
+
+
+def _nan_inf_matrix(rows, rng):
+    """NaN and +-inf in the values and in x, beside a stored 0 times an infinite x and a stored inf times
+    an x of 0 (both NaN in IEEE arithmetic: a row that really multiplies them must come out NaN), and
+    some empty rows. Column 0 (the index a lane with no non-zero of its own reads, if it reads x[0] and
+    multiplies by 0) and one other column are referenced by no row, and x holds NaN and inf there: a
+    kernel whose idle or padded lanes compute 0 * x[col] turns a finite row into NaN. The rest is finite
+    and within [-1, 1], so no float32 sum overflows where the float64 reference does not."""
+    cols = rows
+    unused = [0, int(rng.integers(1, cols))] if cols >= 3 else []  # columns no row references
+    used = np.setdiff1d(np.arange(cols), unused)  # ascending: a row's columns stay ascending
+    row_ptr, slot = csr_from_lengths(rng.integers(0, min(4, used.size) + 1, rows), used.size, rng)
+    col = used[slot].astype(np.int32)
+    values = rng.uniform(-1.0, 1.0, col.size).astype(np.float32)
+    x = rng.uniform(-1.0, 1.0, cols).astype(np.float32)
+    # A few values become NaN, inf or -inf; four referenced x entries become NaN, inf, -inf and 0. Most
+    # rows stay finite.
+    if col.size:
+        values[rng.choice(col.size, min(col.size, 3), replace=False)] = [np.nan, np.inf, -np.inf][: min(col.size, 3)]
+    special_cols = rng.choice(np.unique(col), min(np.unique(col).size, 4), replace=False)
+    x[special_cols] = np.array([np.nan, np.inf, -np.inf, 0.0], np.float32)[: special_cols.size]
+    # A stored 0 times x = inf, and a stored inf times x = 0: both NaN, in the float64 reference too.
+    for value, x_col in ((0.0, 1), (np.inf, 3)):
+        if x_col < special_cols.size:
+            values[rng.choice(np.flatnonzero(col == special_cols[x_col]))] = value
+    if unused:
+        x[unused] = [np.nan, np.inf]
+    return row_ptr, col, values, x
 
 
 def _reference(row_ptr, col_idx, values, x):
@@ -163,10 +193,18 @@ def explain(inputs, out, ref):
     """The grader's hint for a wrong y: which kind of row it got wrong."""
     row_ptr = inputs[0]
     lengths = np.diff(row_ptr.astype(np.int64))
-    wrong = ~np.isclose(out.astype(np.float64), ref, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
+    scale = float(np.abs(ref[np.isfinite(ref)]).max(initial=1.0))  # a NaN or inf row must not set the scale
+    wrong = ~np.isclose(out.astype(np.float64), ref, rtol=1e-4, atol=1e-4 * scale, equal_nan=True)
     if not wrong.any():
         return None
     rows = np.flatnonzero(wrong)
+    x = inputs[3]
+    leaked = np.isfinite(ref) & ~np.isfinite(out)
+    if leaked.any() and not np.isfinite(x).all():
+        first = np.flatnonzero(leaked)[0]
+        return (f"{leaked.sum()} rows whose own products are all finite came out NaN or inf (first {first}), and x "
+                "holds NaN or inf: a lane with no non-zero of its own multiplied 0 by an x entry (0 * NaN and "
+                "0 * inf are NaN); skip the product there instead of zeroing its value")
     if (lengths[rows] == 0).all():
         return (f"the wrong rows ({rows.size}, first {rows[0]}) are all empty (row_ptr[r] == row_ptr[r + 1]): an "
                 "empty row's y is 0 and must still be written")

@@ -81,6 +81,33 @@ def test_hand_made_matrix(stage):
     assert list(y.copy_to_host()) == [6.0, 0.0, 5.0]
 
 
+@pytest.mark.parametrize("stage", [s.name for s in op.stages])
+def test_nan_and_inf_reach_only_their_rows(stage):
+    """x = [NaN, inf, 2, 0], column 0 referenced by no row: [[_, 0, _, _], [], [_, _, 3, _], [_, -1, 1, _]] @ x
+    = [0 * inf = NaN, 0, 6, -inf]. A lane that multiplies 0 by x[0] makes row 2 NaN."""
+    y = cuda.to_device(np.full(4, 7.0, np.float32))
+    op[stage](cuda.to_device(np.array([0, 1, 1, 2, 4], np.int32)), cuda.to_device(np.array([1, 2, 1, 2], np.int32)),
+              cuda.to_device(np.array([0, 3, -1, 1], np.float32)),
+              cuda.to_device(np.array([np.nan, np.inf, 2, 0], np.float32)), y)
+    got = y.copy_to_host()
+    assert np.isnan(got[0]) and list(got[1:]) == [0.0, 6.0, -np.inf], got
+
+
+def test_nan_inf_inputs_hold_what_they_promise():
+    for size in [(5, 3, spmv.UNIFORM), (40, 12, spmv.POWER_LAW), (1000, 7, spmv.POWER_LAW)]:
+        row_ptr, col_idx, values, x = dict(op.adversarial_inputs(size, np.random.default_rng(4)))["nan-inf"]
+        assert np.isnan(x[0]) and not (col_idx == 0).any(), "x[0] is NaN and no row references it"
+        assert np.isinf(x).sum() >= 2 and np.isinf(x[np.setdiff1d(np.arange(size[0]), col_idx)]).any()
+        with np.errstate(invalid="ignore"):  # 0 * inf: the NaN is the point
+            products = values.astype(np.float64) * x.astype(np.float64)[col_idx]
+            ref = op.reference(row_ptr, col_idx, values, x)
+        # A stored 0 times inf and a stored inf times 0 (a matrix of 5 rows may reference too few columns for both).
+        zero_times_inf = ((values == 0) & np.isinf(x[col_idx])) | (np.isinf(values) & (x[col_idx] == 0))
+        assert zero_times_inf.sum() >= (2 if size[0] >= 40 else 1) and np.isnan(products[zero_times_inf]).all()
+        assert np.isnan(ref).any() and np.isinf(ref).any() and np.isfinite(ref).mean() > (0.5 if size[0] >= 40 else 0)
+        assert (np.diff(row_ptr) == 0).any(), "some rows are empty"
+
+
 # -- on a GPU -----------------------------------------------------------------------------------
 
 def _last_stage_and_peer(size):
