@@ -90,6 +90,7 @@ op = Operator(
     validate=_validate,
     tolerance=lambda size, dtype: 0.0,  # counts are exact
     peer=_peer,
+    torch_expression=lambda torch, size: lambda x: torch.bincount(x, minlength=BINS),  # for torch.compile
     adversarial_inputs=_adversarial,
     dtype=np.int32,
     check_sizes=[1, 31, 1000, 1_000_003, 2**24 + 1, 2**28],

@@ -95,6 +95,7 @@ op = Operator(
     validate=_validate,
     tolerance=_tolerance,
     peer=_peer,
+    torch_expression=lambda torch, size: lambda a, x: torch.mv(a, x),  # for torch.compile
     adversarial_inputs=_adversarial,
     check_sizes=[(1, 1), (1000, 1000), (4097, 1023), (31, 100_003), (100_003, 31), (16384, 16384)],
     sim_sizes=[(1, 1), (33, 31), (31, 70), (67, 129), (5, 300)],

@@ -68,6 +68,7 @@ op = Operator(
     validate=_validate,
     tolerance=_tolerance,
     peer=_peer,
+    torch_expression=lambda torch, size: lambda x: torch.sum(x, dim=0, keepdim=True),  # for torch.compile
     adversarial_inputs=_adversarial,
     check_sizes=[1, 31, 33, 1000, 1_000_003, 2**24 + 1, 2**28],
     sim_sizes=[1, 31, 33, 1000, 1021, 4099],

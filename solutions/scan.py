@@ -88,6 +88,7 @@ op = Operator(
     validate=_validate,
     tolerance=_tolerance,
     peer=_peer,
+    torch_expression=lambda torch, size: lambda x: torch.cumsum(x, dim=0),  # for torch.compile
     adversarial_inputs=_adversarial,
     check_sizes=[1, 31, 257, 2049, 65_537, 1_000_003, 2**24 + 1, 2**28],
     # The PTX check runs sim_sizes[2]: 2049 needs more than one tile, so every kernel is launched.

@@ -68,6 +68,7 @@ op = Operator(
     flops=lambda size: 0,
     validate=_validate,
     peer=_peer,
+    torch_expression=lambda torch, size: lambda x: x.t().contiguous(),  # for torch.compile
     adversarial_inputs=_adversarial,
     check_sizes=[(1, 1), (1, 1_000_003), (1_000_003, 1), (33, 65), (65, 33), (1000, 4097), (4097, 1000),
                  (3_000_001, 3), (16384, 16384)],
