@@ -9,14 +9,18 @@ output column q = (n, ho, wo), out[k, q] = sum_j W[k, j] X[j, q], where W is the
 a K x CRS matrix (w's own memory, as is) and X[j, q] is the input pixel tap j of output q reads. That
 "im2col" matrix holds each input pixel R*S times, which is why there are four algorithms:
 
-* direct: loop over the taps (stages 1-2); simple, no extra memory, slow.
+* direct: loop over the taps (stages 1-2); simple, no extra memory, slow for a dense layer. Libraries
+  keep it where there is no matrix product worth forming: depthwise and grouped convolutions with a
+  few channels per group (``solutions/cnn.py``'s depthwise ladder), and layers whose C*R*S or K is
+  smaller than a GEMM tile.
 * explicit im2col + GEMM (stage 3): write X to memory, then call the best GEMM. Caffe's algorithm;
   costs R*S times the input in memory traffic. cuDNN's IMPLICIT_PRECOMP_GEMM is its descendant.
 * implicit GEMM (stage 4): the GEMM's tile loader gathers X's elements straight from the image,
   never writing X. What cuDNN and CUTLASS pick for most layers, and always for 1x1 filters.
 * Winograd F(2x2, 3x3) (stage 5): transforms 4x4 input tiles so that each 2x2 block of outputs costs
-  16 multiplies instead of 36 (2.25x fewer), at some accuracy. Libraries pick it for 3x3, stride-1
-  layers with many channels.
+  16 multiplies instead of 36 (2.25x fewer); as accurate as the GEMM forms on ordinary data, not
+  where an output is small beside its tile's inputs (stage 5 says when). Libraries pick it for 3x3,
+  stride-1 layers with many channels.
 * FFT (``solutions/conv_fft.py``, operator ``conv2d_fft``): a pointwise product in frequency space;
   wins only for large filters and few channels.
 
@@ -366,7 +370,9 @@ DIRECT_SUMMARY = """
     the taps that fall outside the image. A warp's 32 threads take 32 neighbouring output pixels of one
     channel, so its loads of x are coalesced and its filter loads are one broadcast; the caches catch
     some of the reuse (each input pixel is read by K*R*S outputs), but every tap is a load instruction
-    and a bounds test for one multiply-add."""
+    and a bounds test for one multiply-add. No library runs this form for a dense layer; a loop over
+    the taps is what a library keeps for a depthwise convolution, where each output channel reads one
+    input channel and there is no matrix product to form."""
 
 
 @op.stage("direct", DIRECT_SUMMARY)
@@ -454,7 +460,9 @@ SHARED_SUMMARY = """
     for all 8 channels. Global loads per multiply-add drop from about 1 to about 1/50, and the bounds
     tests leave the inner loop. The cost: two barriers per input channel, and the shared patch is sized
     for the largest geometry the operator takes (stride 2, a 7x7 reach), so strided layers pay 2-way
-    bank conflicts."""
+    bank conflicts. A library picks a tiled direct kernel like this for grouped convolutions with a few
+    channels per group, and for layers with so few channels (C or K well below a GEMM tile's 64)
+    that a GEMM's tile would be mostly padding; a dense layer like this one goes to the GEMM forms."""
 
 
 @op.stage("shared_tile", SHARED_SUMMARY)
@@ -529,14 +537,24 @@ def _launch_im2col_gemm(x, w, geometry, out):
 
 
 IM2COL_SUMMARY = """
-    Lower the convolution to the fastest GEMM of the GEMM ladder. A first kernel writes the im2col
-    matrix, for each image the C*R*S x Ho*Wo matrix of the pixels each output reads, and then one GEMM
-    per image multiplies the filter bank (K x C*R*S, w's memory as it is) by it. The GEMM runs at its own
-    speed (stage 7 of gemm, 39 TFLOP/s at 4096^3 on an H200; in the simulator a simpler stage of it
-    stands in), but the buffer is
-    R*S times the input: 231 MB (9 x 25.7 MB) for the N32 C64 56x56 3x3 layer, written once and read
-    back, which costs about as much time as the whole cuDNN convolution. Caffe did exactly this; it
-    is still what a library falls back on for odd geometries, where its workspace is allowed."""
+    Lower the convolution to the GEMM ladder's fastest float32 CUDA-core GEMM. A first kernel writes
+    the im2col matrix, for each image the C*R*S x Ho*Wo matrix of the pixels each output reads, and
+    then one GEMM per image multiplies the filter bank (K x C*R*S, w's memory as it is) by it (in the
+    simulator a simpler stage of the GEMM ladder stands in). On the H200 it lost even to shared_tile:
+    5776 µs at the N32 C64 56x56 layer (1.28 TFLOP/s, against 2638 µs), 9.3-9.9 ms at all three
+    layers in results/runs/gpu_conv.json, and 5.6-6.4 ms for conv2d_general's 1x1 layer, which has a
+    ninth of the work and a buffer 18 times smaller. A time that does not follow the work is not the
+    GPU's (not profiled, but the records agree): the launcher loops over the 32 images in Python,
+    slicing views of the buffer and the output and launching a GEMM for each, and gemm_batched's loop
+    stage, the same pattern, measured 200-280 µs an iteration on that machine: 32 iterations are 6-9
+    ms, during which the GPU mostly waits. The GPU's own share would be poor too: one image's product
+    (64 x 3136 outputs at the headline layer) is 25 of the GEMM's 128 x 128 block tiles for 132 SMs,
+    each with half its rows past K = 64, a tenth of the machine at most. The buffer, R*S times the
+    input (231 MB for that layer, written once and read back: about 0.1 ms at the copy rate), is not
+    what sank it here. The fix is one launch for the whole batch, the image in the grid's third
+    dimension (gemm_batched's one_launch); it is not made yet, since it could not be timed. Caffe did
+    exactly this; it is still what a library falls back on for odd geometries, where its workspace is
+    allowed."""
 
 
 @op.stage("im2col_gemm", IM2COL_SUMMARY, bytes_moved=_im2col_traffic)
@@ -782,10 +800,22 @@ def _winograd_flops(size):
     independent GEMMs, U[e] (K x C) times V[e] (C x tiles). Three small kernels transform the filters,
     the input tiles (overlapping: 4x the input) and the 16 product matrices back; the GEMMs run on
     the GEMM ladder's batched kernel in one launch. 2.25x fewer multiply-adds, paid for in memory
-    traffic (V and M are 4x the input and the output) and in accuracy: the transforms round, and G's
-    halves and the sums in A^T and B^T spread one input's rounding over several outputs (the GPU script
-    reports the relative error beside the implicit GEMM's). Only for 3x3 filters at stride 1, which
-    is why it is the last stage of conv2d and absent from conv2d_general. cuDNN's
+    traffic: V and M are 4x the input and the output. On the H200 that trade did not pay at the
+    headline layer (361.4 µs against implicit_gemm's 360.1; 393 against 396 in gpu_conv.json),
+    likely because with K = 64 output channels half of each 128 x 128 block tile of the batched GEMM
+    is padding (it computes twice the products it keeps), on top of V and M's 411 MB. With 128 and
+    256 channels the tiles are full and it won: 193 against 532 µs at N32 C256 14x14, 202 against
+    389 at N32 C128 28x28 (gpu_conv.json). Accuracy: the same run measured a smaller error than
+    the implicit GEMM's at all three layers (2.6e-7 against 4.3e-7, 5.0e-7 against 8.3e-7, 3.6e-7
+    against 6.0e-7), likely because each of its GEMMs sums C terms where the implicit GEMM sums 9C.
+    The transforms lose accuracy where an output is small beside the values its tile
+    combines: a bright pixel under a zero filter tap drops out of the exact sum, but the rounded
+    intermediates (halved sums of taps, times the pixel) are as large as the pixel, so that output
+    carries the pixel's rounding (tests/test_conv.py: pixels at 1e4, an error of 1e-3 on those
+    outputs where direct has 5e-8, while the whole output's error stays inside the check). Larger
+    tiles such as F(4x4, 3x3), whose transforms hold 1/24 and 8, lose more on any data (about 7x
+    F(2x2)'s error on uniform data, in that file's float32 emulation). Only for 3x3 filters at stride 1,
+    which is why it is the last stage of conv2d and absent from conv2d_general. cuDNN's
     WINOGRAD_NONFUSED is this algorithm; libraries pick it for 3x3 stride-1 layers with many
     channels, where the GEMMs dominate the transforms.""",
     bytes_moved=_winograd_traffic, flops=_winograd_flops)
@@ -974,7 +1004,7 @@ def _unfused(x, w, bias, residual, add_residual, out):
 
 UNFUSED_SUMMARY = """
     What two library calls give you: conv2d's implicit GEMM (stage 4: as fast as Winograd at the
-    headline layer on the H200, 360 against 361 µs, and exact) writes the whole output, then a second
+    headline layer on the H200, 360 against 361 µs) writes the whole output, then a second
     kernel reads it back, adds the channel's bias (and the residual), applies ReLU and writes it again.
     The arithmetic is nothing; the cost is the output's round trip through memory, 8 bytes per output
     (25.7 MB each way at N32 K64 56x56), and a second launch."""
@@ -1087,7 +1117,20 @@ FUSED_SUMMARY = """
     its z input, CUTLASS's epilogue functors, what torch.compile asks of a convolution template).
     Why the implicit GEMM and not Winograd: they are as fast at this layer, but the implicit GEMM's
     accumulators are the outputs themselves, while Winograd's are transformed tiles that become
-    outputs only in its last kernel (the epilogue would go there, still a separate pass over M)."""
+    outputs only in its last kernel (the epilogue would go there, still a separate pass over M).
+    What the H200 showed (results/nvidia-h200.json, results/runs/gpu_conv_extra.json): with the bias
+    alone the fusion won at the headline layer, 382.3 against 394.7 µs (371.5 against 389.4 side by
+    side with the bare convolution's 354.7), but lost at N32 C256 14x14, 635.9 against 592.9, for a
+    reason not yet found (the epilogue there is the same few instructions; it needs a profile). With
+    the residual it never won: 416.1 against 395.1 µs in the recorded table, ties in the two other
+    runs (392.0 against 391.8, 391.2 against 392.6). In the side-by-side run the fused residual
+    epilogue cost 36 µs over the bare convolution, as much as the whole separate pass (37). The
+    likely reason is the residual read: it comes after the main loop, one 4-byte load per output
+    that its store waits for, in the accumulators' layout (a warp's 32 loads spread over 4 channels
+    and 8 pixels 4 apart), while the separate kernel streams the same bytes coalesced from every
+    thread of the GPU. Not registers: ptxas gives the fused kernel 159 and no spills, the implicit
+    GEMM 161. Loading the residual tile into shared memory with coalesced loads during the last
+    K-steps would be the next thing to try."""
 
 
 @bias_relu_op.stage("fused_epilogue", FUSED_SUMMARY)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import workbench  # noqa: F401  (chooses GPU or simulator before numba is imported)
-from workbench.check import check_stage
+from workbench.check import check_stage, relative_error
 from workbench.ladder import InputError, to_device
 
 from solutions import cnn, conv, conv_fft, conv_transpose
@@ -50,6 +50,94 @@ def test_conv2d_general_names_the_output_shape_it_expects():
     (56, 3, 1, 1, 1, 56), (56, 3, 2, 1, 1, 28), (224, 7, 2, 3, 1, 112), (9, 3, 1, 2, 2, 9), (5, 1, 1, 0, 1, 5)])
 def test_output_size_matches_torch_formula(H, R, stride, pad, dilation, expected):
     assert conv.output_hw(H, H, R, R, stride, pad, dilation) == (expected, expected)
+
+
+# -- Winograd's accuracy: where its transforms lose it -------------------------------------------------
+
+def _bright_pixels_under_a_zero_tap(H=12, W=12):
+    """One image, one channel, one filter: pixels at 1e4 on a sparse grid amid uniform(-1, 1) noise, and a
+    filter whose bottom-right tap is 0. Also the mask of the outputs whose window holds a bright pixel
+    under that tap only: exactly, they never see it."""
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1.0, 1.0, (1, 1, H, W)).astype(np.float32)
+    bright = np.zeros((H, W), bool)
+    bright[1::4, 1::4] = True
+    x[0, 0][bright] = 1e4
+    w = rng.uniform(0.5, 1.0, (1, 1, 3, 3)).astype(np.float32)
+    w[0, 0, 2, 2] = 0.0
+    padded = np.pad(bright, 1)  # tap (r, s) of output (h, c) reads padded[h + r, c + s]
+    unseen = padded[2:2 + H, 2:2 + W].copy()
+    for r, s in np.ndindex(3, 3):
+        if (r, s) != (2, 2):
+            unseen &= ~padded[r:r + H, s:s + W]
+    return x, w, unseen
+
+
+def test_winograd_loses_accuracy_where_a_bright_pixel_meets_a_zero_tap():
+    """On random data Winograd F(2x2, 3x3) is as accurate as a direct sum (the H200 recorded a smaller
+    error than the implicit GEMM's at every layer). Its transforms lose accuracy when an output is small
+    beside the values its tile combines: a 1e4 pixel under a zero tap cancels out of the exact output, but
+    the rounded intermediates (halved sums of taps times the pixel) are as large as the pixel. The ladder's
+    own check, a norm over the whole output, does not see it."""
+    x, w, unseen = _bright_pixels_under_a_zero_tap()
+    assert unseen.sum() >= 4
+    ref = conv.op.reference(x, w)
+    local, whole = {}, {}
+    for stage in (conv.direct, conv.winograd):
+        xd, wd, out = _device_args(x, w, np.empty_like(x))
+        stage(xd, wd, out)
+        got = out.copy_to_host()
+        local[stage.name] = relative_error(got[0, 0][unseen], ref[0, 0][unseen])
+        whole[stage.name] = relative_error(got, ref)
+    assert local["direct"] < 1e-6, local
+    assert local["winograd"] > 1e-4 and local["winograd"] > 100 * local["direct"], local
+    assert whole["winograd"] < conv._tolerance((1, 1, 12, 12, 1), np.float32), whole
+
+
+# F(m x m, 3x3) as Y = A^T [(G g G^T) * (B^T d B)] A: conv.py's F(2x2, 3x3), and F(4x4, 3x3) (Lavin & Gray,
+# interpolation points 0, +-1, +-2, +-1/2), whose transforms hold 1/24 and 8.
+_F2 = (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]),
+       np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]]),
+       np.array([[1, 1, 1, 0], [0, 1, -1, -1]]))
+_F4 = (np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0], [0, -2, -1, 2, 1, 0],
+                 [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]]),
+       np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
+                 [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]]),
+       np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]))
+
+
+def _winograd_numpy(x, w, transforms, dtype):
+    """3x3 convolution, stride 1, padding 1, by Winograd F(m x m, 3x3), every step rounded to dtype; the
+    sum over channels in order, one channel at a time, as the GPU's GEMM accumulates."""
+    BT, G, AT = (np.asarray(t, dtype) for t in transforms)
+    m = AT.shape[0]
+    N, C, H, W = x.shape
+    tiles_h, tiles_w = -(-H // m), -(-W // m)
+    padded = np.zeros((N, C, tiles_h * m + 2, tiles_w * m + 2), dtype)
+    padded[:, :, 1:H + 1, 1:W + 1] = x
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (m + 2, m + 2), axis=(2, 3))[:, :, ::m, ::m]
+    U = (G @ w.astype(dtype) @ G.T).astype(dtype)  # K, C, m+2, m+2
+    V = (BT @ windows @ BT.T).astype(dtype)  # N, C, tiles_h, tiles_w, m+2, m+2
+    M = np.zeros((N, w.shape[0], tiles_h, tiles_w, m + 2, m + 2), dtype)
+    for c in range(C):
+        M += U[None, :, c, None, None] * V[:, c, None]
+    Y = AT @ M @ AT.T  # N, K, tiles_h, tiles_w, m, m
+    return Y.transpose(0, 1, 2, 4, 3, 5).reshape(N, -1, tiles_h * m, tiles_w * m)[:, :, :H, :W]
+
+
+def test_winograd_f4x4_loses_more_accuracy_than_f2x2_on_random_data():
+    """Why libraries' float32 Winograd keeps to small tiles: F(4x4, 3x3) (36 multiplies for 16 outputs
+    instead of 144) has transform entries from 1/24 to 8, and its error on plain uniform data is several
+    times F(2x2, 3x3)'s. Both are exact in float64 (the matrices are right)."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1.0, 1.0, (1, 64, 16, 16)).astype(np.float32)
+    w = rng.uniform(-1.0, 1.0, (8, 64, 3, 3)).astype(np.float32)
+    ref = conv.op.reference(x, w)
+    for transforms in (_F2, _F4):
+        assert relative_error(_winograd_numpy(x, w, transforms, np.float64), ref) < 1e-12
+    f2 = relative_error(_winograd_numpy(x, w, _F2, np.float32), ref)
+    f4 = relative_error(_winograd_numpy(x, w, _F4, np.float32), ref)
+    assert f4 > 3 * f2, (f2, f4)
 
 
 def test_maxpool_reference_follows_torch_ties_and_nan():
