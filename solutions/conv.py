@@ -628,7 +628,14 @@ IMPLICIT_SUMMARY = """
     (double buffering), one barrier a step. The block tile is 64 channels x 128 pixels, since layers
     have 64-512 output channels. The gather's index arithmetic is kept off the critical path: a thread
     gathers one pixel's column at every step, so its image base and window corner are computed once,
-    and the tap (c, r, s) advances like an odometer instead of by divisions."""
+    and the tap (c, r, s) advances like an odometer instead of by divisions. There is no cp.async
+    stage after it yet (the GEMM ladder's stage 7). That loop copies 16-byte chunks, and the gather
+    cannot: a 3x3 window starts at wo - 1, so four neighbouring pixels of a tap are rarely 16-byte
+    aligned, and at a border or a row's end not all inside the image. It needs a 4-byte cp.async
+    that writes a zero where the source is outside, which solutions/_ptx.py does not have yet, and
+    its gain is unmeasured: in the GEMM ladder cp.async won 22% (39 against 32 TFLOP/s at 4096^3)
+    by freeing the registers that staged the next tile for a longer K-step; here those are 12 of
+    the kernel's 161 registers, and it already runs three blocks an SM without spilling."""
 
 
 @op.stage("implicit_gemm", IMPLICIT_SUMMARY)
