@@ -1,6 +1,6 @@
 """What the float32 attention ladder (``attention.py``) and the tensor-core one (``attention_tc.py``) judge
 and compare themselves by, written once: the float64 reference, the flop count, the K/V traffic of a
-flash kernel, the adversarial logits, torch SDPA as the peer and the formula as plain torch for
+flash kernel, the adversarial logits (extreme and rising), torch SDPA as the peer and the formula as plain torch for
 ``torch.compile``; and RoPE's tables, which ``rope.py`` and the RoPE-fused attention in ``attention.py``
 both build.
 
@@ -90,6 +90,30 @@ def extreme_logits(q, k, D, rng):
     q = q.copy()
     q[:, :, 1::2] = q[:, :, 1::2] * np.float32(0.1) + reach * direction
     q[:, :, 0::2] *= np.float32(12.0)
+    return q, k
+
+
+RISE = 30.0  # rising_logits: the scores go from about -RISE at the first key to +RISE at the last
+
+
+def rising_logits(q, k, D, rng):
+    """float32 q and k made adversarial for the online softmax: every score rises with the key's position,
+    from about -30 at the first key to +30 at the last, so every query's running maximum grows at every
+    key tile it sees.
+
+    q and k point along one direction, k scaled by a ramp over the keys (plus a tenth of their random
+    draws: the scores stay distinct). A flash kernel that does not rescale its running sum, or its output,
+    by exp(m - m') when the maximum grows from m to m' is then off by O(1) in every query that sees more
+    than one key tile, on every draw; with random scores the maximum grows past the first tile only now
+    and then (in one query of 17 at 17 keys and tiles of 16), and such a bug passes most draws. Under the
+    causal mask each query's largest score is its own key, the last one it sees."""
+    B, H, S, _ = q.shape
+    direction = rng.normal(0.0, 1.0, D).astype(np.float32)
+    direction /= np.linalg.norm(direction)
+    reach = np.float32(math.sqrt(RISE * math.sqrt(D)))  # q . k / sqrt(D) = RISE * ramp
+    ramp = np.linspace(-1.0, 1.0, S, dtype=np.float32)[:, None]  # one value a key
+    q = (q * np.float32(0.1) + reach * direction).astype(np.float32)
+    k = (k * np.float32(0.1) + reach * ramp * direction).astype(np.float32)
     return q, k
 
 

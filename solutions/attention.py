@@ -29,7 +29,7 @@ it is 2 GiB of float32, sixteen times the inputs: a kernel that writes it to mem
 
 The bytes model of each stage counts what it reads from L2 or memory (``stage_bytes``): the scores
 it writes and reads back (stage 1: 6 S^2 floats per head) and how often K and V are fetched (once
-per query in stage 2, once per 16 or 64 queries in the flash stages). The operator's own model is
+per query in stage 2, once per 16, 64 or 128 queries in the flash stages). The operator's own model is
 the minimum, q, k and v read and out written once.
 
 A second operator, ``attention_rope``, takes the cos and sin tables of RoPE (rotary position
@@ -50,7 +50,7 @@ from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 
 from solutions._attention_common import (attention_flops, extreme_logits, kv_fetch_bytes, naive_expression, reference,
-                                         rope_tables, sdpa_peer)
+                                         rising_logits, rope_tables, sdpa_peer)
 from solutions._flash_mma import launch_3xtf32, padded_head_dim, tf32_geometry
 
 MAX_HEAD_DIM = 128  # the largest D the kernels take (as FlashAttention's, they are built per head size)
@@ -87,11 +87,15 @@ def _inputs(size, rng):
 
 def _adversarial(size, rng):
     """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader):
-    one set, its even query rows with logits in the hundreds, its odd ones with every logit near -150
-    (``extreme_logits`` says what each catches)."""
+    one set with its even query rows' logits in the hundreds and its odd ones' every logit near -150
+    (``extreme_logits`` says what each catches), and one whose logits rise with the key, so that every
+    key tile raises every running maximum (``rising_logits``: a missing rescale fails on every draw)."""
     q, k, v, causal = _inputs(size, rng)
     q, k = extreme_logits(q, k, size[3], rng)
-    return [("extreme-logits", (q, k, v, causal))]
+    sets = [("extreme-logits", (q, k, v, causal))]
+    q, k, v, causal = _inputs(size, rng)
+    q, k = rising_logits(q, k, size[3], rng)
+    return sets + [("rising-logits", (q, k, v, causal))]
 
 
 def _validate(q, k, v, causal, out):
@@ -845,8 +849,11 @@ def _rope_inputs(size, rng):
 
 
 def _rope_adversarial(size, rng):
-    (label, (q, k, v, causal)), = _adversarial(size, rng)
-    return [(label, (q, k, v, causal, *rope_tables(size[2], size[3])))]
+    """attention's extreme logits, with the tables (not its rising logits: rotated by their positions, q
+    and k no longer score higher with every key)."""
+    q, k, v, causal = _inputs(size, rng)
+    q, k = extreme_logits(q, k, size[3], rng)
+    return [("extreme-logits", (q, k, v, causal, *rope_tables(size[2], size[3])))]
 
 
 def _rotated64(x, cos, sin):

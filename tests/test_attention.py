@@ -67,6 +67,17 @@ def test_attention_rope_rotates_by_position():
     assert check_stage(stage, (1, 1, 17, 16, 1), np.random.default_rng(0), launch=unrotated).failed
 
 
+@pytest.mark.parametrize("size", [(2, 2, 18, 17, 1), (1, 2, 1000, 128, 0)], ids=["grader-sim", "gpu-check"])
+def test_rising_logits_raise_every_running_maximum_at_every_tile(size):
+    """The "rising-logits" set (what rejects an online softmax that forgets to rescale, on every draw):
+    each tile of 16 keys holds a larger score than every tile before it, for every query."""
+    sets = dict(attention.op.adversarial_inputs(size, np.random.default_rng(7)))
+    q, k, _, _ = sets["rising-logits"]
+    scores = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k.astype(np.float64)) / np.sqrt(size[3])
+    tile_maxima = np.stack([scores[..., j0:j0 + 16].max(axis=-1) for j0 in range(0, size[2], 16)], axis=-1)
+    assert (np.diff(tile_maxima, axis=-1) > 0.1).all()
+
+
 def test_attention_rope_bytes_count_the_rotation_pass():
     """Rotating first costs four passes over Q-sized arrays (q, k read; their rotated copies written)."""
     B, H, S, D, _ = HEADLINE
