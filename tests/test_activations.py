@@ -162,12 +162,15 @@ def test_every_stage_right_on_a_misaligned_view_on_the_gpu():
 HALF = activations.HALF_OPERATORS
 
 
-def test_sixteen_bit_operators_relu_gelus_silu_per_format_float32_inside():
+def test_sixteen_bit_operators_all_seven_functions_per_format_float32_inside():
     assert [op.name for op in HALF] == [f"act_{a}_{f}" for f in ("fp16", "bf16")
-                                        for a in ("relu", "gelu", "gelu_tanh", "silu")]
+                                        for a in ("relu", "leaky_relu", "sigmoid", "tanh", "gelu", "gelu_tanh", "silu")]
     for op in HALF:
         stages = [s.name for s in op.stages]
-        expected = ["widened", "in_flight"] + (["fast_math"] if "relu" not in op.name else [])
+        # fast_math where there is a transcendental function, but not for fp16 tanh (tanh.approx.f32's error
+        # is up to a whole fp16 step)
+        has_fast = op.name.rsplit("_", 1)[0][len("act_"):] in FAST and op.name != "act_tanh_fp16"
+        expected = ["widened", "in_flight"] + (["fast_math"] if has_fast else [])
         expected += ["short_erfc"] if op.name.startswith("act_gelu_") and "tanh" not in op.name else []
         assert stages == expected, op.name
         assert all(s.dtype == np.float32 for s in op.stages)  # the PTX check then refuses f64 in them
@@ -202,7 +205,8 @@ def test_float_to_bf16_rounds_to_nearest_even_and_keeps_nan():
     np.testing.assert_array_equal(back.copy_to_host(), got.astype(np.float32))
 
 
-@pytest.mark.parametrize("name", ["act_gelu_fp16", "act_silu_bf16"])
+@pytest.mark.parametrize("name", ["act_gelu_fp16", "act_silu_bf16", "act_leaky_relu_fp16", "act_leaky_relu_bf16",
+                                  "act_sigmoid_fp16", "act_sigmoid_bf16", "act_tanh_fp16", "act_tanh_bf16"])
 def test_sixteen_bit_results_within_half_an_ulp_of_the_format_on_the_specials(name):
     """Elementwise, not in norm: every result is the float64 answer rounded to 16 bits, give or take the
     float32 function's error (far below a 16-bit step): at most 0.5 ulp of the format, plus a hair."""
@@ -311,6 +315,26 @@ def test_fast_math_flush_to_zero_loses_no_16_bit_result_that_is_a_normal_float32
             assert replaced[0] <= 0.501, (op.name, replaced)
 
 
+def test_fast_tanh_bound_in_ulps_of_each_format():
+    """tanh.approx.f32's documented relative error, 2^-10.987, replayed over all 65536 inputs of each format:
+    the exact tanh, rounded to float32, moved by up to that error either way, then rounded to 16 bits. In bf16
+    every result stays within act_tanh_bf16.fast_math's bound (0.5 + 0.127 ulp) and some pass 0.51, which is
+    why that stage has a bound of its own; in fp16 results land more than a step away, which is why
+    act_tanh_fp16 has no fast_math stage."""
+    error = 2.0**-10.987
+    worst = {}
+    for op in (activations.BY_NAME["act_tanh_fp16"], activations.BY_NAME["act_tanh_bf16"]):
+        x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(op.dtype)
+        ref = op.reference(x)
+        with np.errstate(invalid="ignore"):  # the NaN patterns
+            exact = np.tanh(x.astype(np.float64)).astype(np.float32).astype(np.float64)
+            moved = [(exact * (1.0 + k * error)).astype(np.float32).astype(op.dtype) for k in (-1, -0.5, 0.5, 1)]
+            worst[op.name] = max(float(np.max(activations.ulp_error(got, ref, op.dtype))) for got in moved)
+    assert activations.HALF_ULPS < worst["act_tanh_bf16"] <= activations.ulps_allowed("act_tanh_bf16.fast_math"), worst
+    assert worst["act_tanh_fp16"] > 1.0, worst
+    assert "fast_math" not in [s.name for s in activations.BY_NAME["act_tanh_fp16"].stages]
+
+
 def test_ulp_error_counts_steps_of_the_format():
     h = np.array([1.0, 2048.0, 65504.0, 6e-8], np.float16)
     got = np.array([np.nextafter(h[0], np.float16(2)), h[1], h[2], 0.0], np.float16)
@@ -376,8 +400,9 @@ def test_every_sixteen_bit_stage_right_on_a_misaligned_view_on_the_gpu():
 @pytest.mark.parametrize("name", [op.name for op in activations.HALF_OPERATORS])
 def test_every_16_bit_input_within_half_an_ulp_on_the_gpu(name):
     """All 65536 inputs of the format (NaNs, infinities, subnormals included), every stage: within half
-    an ulp of the format and a hair (the float32 function's own error) of the float64 answer. fast_math
-    flushes float32 subnormal results to zero, which only bf16 can hold: those are left out for it."""
+    an ulp of the format and a hair (the float32 function's own error) of the float64 answer, 0.63 for
+    act_tanh_bf16.fast_math (activations.ulps_allowed). fast_math flushes float32 subnormal results to
+    zero, which only bf16 can hold: those are left out for it."""
     op = activations.BY_NAME[name]
     everything = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(op.dtype)
     ref = op.reference(everything)
@@ -388,4 +413,4 @@ def test_every_16_bit_input_within_half_an_ulp_on_the_gpu(name):
         if stage.name in ("fast_math", "short_erfc") and op.dtype == activations.BFLOAT16:
             ulps = ulps[np.abs(ref) >= np.finfo(np.float32).tiny]
         worst = int(np.argmax(ulps))
-        assert ulps[worst] <= 0.51, (stage.key, float(ulps[worst]))
+        assert ulps[worst] <= activations.ulps_allowed(stage.key), (stage.key, float(ulps[worst]))
