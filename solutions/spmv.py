@@ -577,7 +577,14 @@ def _merge_path_tiled(row_ptr, col_idx, values, x, y, tile_rows, tile_nzs, carry
     (lane l takes non-zeros l, l + 32, ...: seven loads in flight per lane, then the gathers of x)
     and its row ends into shared memory, each lane finds its start with a short search there, and
     the walk reads only shared memory. Neighbouring lanes no longer read 28 bytes apart, and a
-    warp's memory traffic is whole cache lines.""")
+    warp's memory traffic is whole cache lines. It lost, though: 176.8 against merge_path's 166.2 us
+    at the power-law headline (H200, results/nvidia-h200.json, 2026-11-23), 177.1 against 171.5 in the
+    GPU script's run (results/runs/gpu_spmv_topk.json), 181.5 against 180.0 on the uniform matrix,
+    and it won only on the banded one (142.5 against 167.4). The likely reason: merge_path's strided
+    loads wasted less than they seem, since a warp's 32 threads walk 224 consecutive non-zeros and its
+    seven steps read the same seven lines, which L1 keeps after the first; the gathers of x, at random
+    columns, are scattered either way; so the tiles save few bytes and add a launch (the tile starts)
+    and a trip through shared memory for every product.""")
 def merge_path_tiled(row_ptr, col_idx, values, x, y):
     rows, nnz = y.size, values.size
     tiles = blocks_for(rows + nnz, TILE)
@@ -705,7 +712,15 @@ def _merge_path_chunked(row_ptr, col_idx, values, x, y, tiles_per_warp, carry_ro
     tile's first row, so its sum so far passes from lane 31 to lane 0 in a register, and only a
     chunk's last carry goes to the fix-up kernel (4 times fewer atomics). The 4-byte loads: values
     and col_idx come in 16-byte loads (load4: one ld.global.v4 for four non-zeros) from the 16-byte
-    boundary at or below the tile's first non-zero, two per lane per tile instead of 14.""")
+    boundary at or below the tile's first non-zero, two per lane per tile instead of 14. At the
+    power-law headline it did not beat merge_path: 173.5 against 166.2 us in the README's run (H200,
+    results/nvidia-h200.json, 2026-11-23), 170.6 against 171.5 in the GPU script's run
+    (results/runs/gpu_spmv_topk.json), a tie within the two runs' spread; in that run it gained on the
+    uniform matrix (168.2 against 180.0) and the banded one (150.9 against 167.4). Why the power-law
+    matrix gains nothing the records do not show; the likely costs are the ones it keeps or adds:
+    merge_path_tiled's trip through shared memory (above), and 56 registers a thread against
+    merge_path's 32 (workbench ptx spmv, sm_90), which allow 4 blocks of 256 an SM instead of 8 while
+    each warp walks its four tiles one after another: fewer loads in flight.""")
 def merge_path_chunked(row_ptr, col_idx, values, x, y):
     merge_path_in_chunks(row_ptr, col_idx, values, x, y, CHUNK)
 
@@ -1099,7 +1114,14 @@ def _stable_scatter(keys, cols, bits, shift, offsets, keys_out, cols_out, bits_o
     entries stably: an entry lands after every earlier entry with its digit, which within a warp is
     a match_any_sync and a popcount. Stable is what makes it right: the entries came in column order,
     so each row comes out with its columns ascending, whatever its length. The row pointers are the
-    same count and scan as before.""")
+    same count and scan as before. Where both run it is slower than atomic_scatter: 4727.5 against
+    4131.5 us at 2^20 rows of 16 (H200, results/nvidia-h200.json), 4600.2 against 4118.8 in the GPU
+    script's run (results/runs/gpu_spmv_topk.json), which also timed it on the power-law matrix
+    atomic_scatter cannot sort: 4539.0. Likely reasons: three passes, each moving a key, a column and a
+    value, where the atomics move them once and rows of 16 sort cheaply in a thread; a tile of 256
+    entries spreads over 256 digits, so each store lands alone (a 32-byte sector for 4 bytes); and each
+    pass scans 256 counts a tile, 16.8M counts for 16.8M entries. Larger tiles would lengthen the
+    digits' runs (CUB's sorts take thousands of keys a block); not tried here.""")
 def radix_sort(row_idx, col_idx, values, shape, out):
     nnz = row_idx.size
     row_ptr, out_cols, out_bits, value_bits = _coo_views(values, out, nnz)
