@@ -716,8 +716,8 @@ def _merge_path_chunked(row_ptr, col_idx, values, x, y, tiles_per_warp, carry_ro
     power-law headline it did not beat merge_path: 173.5 against 166.2 us in the README's run (H200,
     results/nvidia-h200.json, 2026-11-23), 170.6 against 171.5 in the GPU script's run
     (results/runs/gpu_spmv_topk.json), a tie within the two runs' spread; in that run it gained on the
-    uniform matrix (168.2 against 180.0) and the banded one (150.9 against 167.4). Why the power-law
-    matrix gains nothing the records do not show; the likely costs are the ones it keeps or adds:
+    uniform matrix (168.2 against 180.0) and the banded one (150.9 against 167.4). The records do not
+    show why the power-law matrix gains nothing; the likely costs are the ones it keeps or adds:
     merge_path_tiled's trip through shared memory (above), and 56 registers a thread against
     merge_path's 32 (workbench ptx spmv, sm_90), which allow 4 blocks of 256 an SM instead of 8 while
     each warp walks its four tiles one after another: fewer loads in flight.""")
@@ -1116,9 +1116,10 @@ def _stable_scatter(keys, cols, bits, shift, offsets, keys_out, cols_out, bits_o
     so each row comes out with its columns ascending, whatever its length. The row pointers are the
     same count and scan as before. Where both run it is slower than atomic_scatter: 4727.5 against
     4131.5 us at 2^20 rows of 16 (H200, results/nvidia-h200.json), 4600.2 against 4118.8 in the GPU
-    script's run (results/runs/gpu_spmv_topk.json), which also timed it on the power-law matrix
-    atomic_scatter cannot sort: 4539.0. Likely reasons: three passes, each moving a key, a column and a
-    value, where the atomics move them once and rows of 16 sort cheaply in a thread; a tile of 256
+    script's run (results/runs/gpu_spmv_topk.json), which also timed it alone on the power-law matrix
+    (rows of 10^5 entries, too long for atomic_scatter's one-thread sort): 4539.0. Likely reasons:
+    three passes, each moving a key, a column and a value, where atomic_scatter moves them once and
+    sorts rows of 16 cheaply in a thread; a tile of 256
     entries spreads over 256 digits, so each store lands alone (a 32-byte sector for 4 bytes); and each
     pass scans 256 counts a tile, 16.8M counts for 16.8M entries. Larger tiles would lengthen the
     digits' runs (CUB's sorts take thousands of keys a block); not tried here.""")
