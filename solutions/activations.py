@@ -654,6 +654,7 @@ def _make_operator(act: Activation, rank: float) -> Operator:
         flops=lambda size, f=act.flops: f * size[0],
         validate=_validate,
         peer=_torch_peer(act.torch_name, act.torch_call),
+        torch_expression=lambda torch, size, call=act.torch_call: lambda x: call(torch, x),  # for torch.compile
         adversarial_inputs=_adversarial,
         check_sizes=[1, 3, 1029, 65_539, 1_000_003],  # the GPU suite is shared: 2^28 is the script's
         sim_sizes=[3, 1029],  # 1029: the unrolled loops and a tail of one; 3: the tail alone
