@@ -79,6 +79,67 @@ def test_a_missing_barrier_is_caught():
     assert check_stage(stage, (3, 30), np.random.default_rng(0)).passed
 
 
+class _GroupWithoutWaits(allreduce.Group):
+    """Emulated ranks whose waits for one another do nothing."""
+
+    def wait(self, r, s, mark):
+        pass
+
+
+def test_a_missing_wait_is_caught():
+    """The pipelined ring without its waits: the emulated ranks run as far as their waits let them, the
+    highest first, so rank 2 adds to partial sums its left neighbour has not made yet."""
+    stage = allreduce.op["ring_pipelined"]
+
+    def launch(x, out):
+        allreduce.ring_pipelined_allreduce(_GroupWithoutWaits.emulated(x, out))
+
+    result = check_stage(stage, (3, 30), np.random.default_rng(0), launch=launch)
+    assert result.failed and result.reason == "unwritten", result.message
+    assert check_stage(stage, (3, 30), np.random.default_rng(0)).passed
+
+
+class _GroupInAnyOrder(allreduce.Group):
+    """Emulated ranks that take their turns at a barrier in a random order, not the highest first."""
+
+    rng = np.random.default_rng(0)
+
+    def _next_turn(self, ready):
+        return int(self.rng.choice(ready))
+
+
+@pytest.mark.parametrize("ranks", [3, 4])
+def test_the_pipelined_ring_is_right_in_any_order_its_waits_allow(ranks):
+    """On GPUs the ranks run in whatever order their waits allow: a rank may run far ahead of its right
+    neighbour and overwrite a partial sum there before the neighbour has read it, unless the chain of
+    waits forbids it. Random turns try orders the highest-first one does not."""
+    stage = allreduce.op["ring_pipelined"]
+
+    def launch(x, out):
+        allreduce.ring_pipelined_allreduce(_GroupInAnyOrder.emulated(x, out))
+
+    for seed in range(2):
+        result = check_stage(stage, (ranks, 2 * allreduce.RING_PIECES * ranks + 3), np.random.default_rng(seed),
+                             launch=launch)
+        assert result.passed, result.message
+
+
+def test_a_wait_before_its_record_is_refused():
+    """On GPUs a stream waits for an event as last recorded when the wait is given: a wait given before
+    its record would pass on the previous call's. The group refuses it, emulated or not."""
+    from numba import cuda
+
+    x = cuda.to_device(np.ones((2, 8), np.float32))
+    group = allreduce.Group.emulated(x, cuda.device_array((2, 8), np.float32))
+    with pytest.raises(RuntimeError, match="has not recorded"):
+        group.wait(1, 0, "reduced")
+    group.record(0, "reduced")
+    group.wait(1, 0, "reduced")
+    group.barrier()
+    with pytest.raises(RuntimeError, match="has not recorded"):  # a barrier forgets the marks before it
+        group.wait(1, 0, "reduced")
+
+
 def test_bad_input_gets_one_clear_line():
     from numba import cuda
 
@@ -168,6 +229,36 @@ def test_fused_lamport_mailboxes_in_the_simulator():
                 tuple(table[s] for s in range(ranks)), 0, rows, epoch % 3, (epoch + 2) % 3, r, 0, statuses[r])
         np.testing.assert_allclose(out.copy_to_host()[order[-1]], want, rtol=1e-5, atol=1e-5)
         assert statuses[order[-1]].copy_to_host()[0] == 0 and statuses[order[0]].copy_to_host()[0] != 0
+
+
+def test_flag_protocol_in_the_simulator():
+    """The flags kernel's protocol on a CPU, as above: ranks launched one after another with no patience
+    (max_polls = 0), one block a rank (a second block would run after the first, which waits for it),
+    whose slice is a full tile of THREADS * UNROLL and a ragged tail. Each rank pushes its slice into
+    every rank's output, so once the last rank has run every rank holds the exact sum in rank order.
+    The last rank launched finds every arrival and every rank's flag of this call and waits for nothing;
+    the first finds its peers missing and says so. A rank that did not announce its arrival, or its
+    finished block, would leave the last one waiting: its report catches it."""
+    from numba import cuda
+
+    ranks, blocks = 3, 1
+    n = ranks * allreduce.THREADS * allreduce.UNROLL + 7
+    rng = np.random.default_rng(6)
+    table = cuda.to_device(np.zeros((ranks, ranks + ranks * blocks), np.int32))  # arrivals, then blocks
+    flags = tuple(table[r] for r in range(ranks))
+    for epoch in range(1, 4):  # flags only grow: each call's epoch is larger than the last
+        x = _exact_inputs(rng, ranks, n)
+        d_x, out = cuda.to_device(x), cuda.to_device(np.full((ranks, n), np.nan, np.float32))
+        statuses = [cuda.to_device(np.zeros(1, np.int32)) for _ in range(ranks)]
+        order = [(epoch + k) % ranks for k in range(ranks)]
+        for r in order:
+            allreduce._flag_allreduce[(blocks, 1), allreduce.THREADS](
+                tuple(d_x[s] for s in range(ranks)), tuple(out[s] for s in range(ranks)), flags, r, epoch, 0,
+                statuses[r])
+        got = out.copy_to_host()
+        assert all(_same_sum(got[r], _rank_order_sum(x)) for r in range(ranks))
+        assert statuses[order[-1]].copy_to_host()[0] == 0, f"call {epoch}: rank {order[-1]}, launched last, waited"
+        assert statuses[order[0]].copy_to_host()[0] != 0, f"call {epoch}: rank {order[0]}, launched first, found its peers"
 
 
 def test_mailbox_words_never_look_empty():
