@@ -27,6 +27,8 @@ The ladder, and what each rung changes:
 5. ``pipeline``: four stages of tiles in flight instead of two: 64 KiB of dynamic shared memory,
    past the 48 KiB a block gets by default (``workbench.launch.set_max_dynamic_shared_memory``).
    ``cp.async.wait_group 2`` lets the copies of the next two K-steps run while this one computes.
+   Recorded on the H200 it is no faster than ``swizzle`` (fp16 2.6% slower, bf16 2% faster): its
+   paragraph says why that is likely.
 6. ``tuned``: a 128x256 block tile of 8 warps, each 64x64 (4x8 mma tiles), K-step 64, three stages in 144 KiB:
    each fragment loaded from shared memory feeds twice the mma of stage 5's 64x32 warp tiles.
 
@@ -58,6 +60,7 @@ from workbench.launch import SM90_OPTIN_LIMIT, STATIC_LIMIT, set_max_dynamic_sha
 
 from solutions._ptx import (cp_async_chunk16, cp_async_commit, cp_async_wait_pending, ldmatrix_x4,
                             ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2)
+from solutions._tile_layout import aligned, chunk_offset
 
 try:
     import ml_dtypes
@@ -347,22 +350,10 @@ class Geometry:
 # ILP stages it halved the speed on the H200 (NOTES.md), so those keep numba's inlining.
 
 @cuda.jit(device=True, forceinline=True)
-def chunk_offset(row, chunk, chunks_per_row, swizzle):
-    """Byte offset of 16-byte chunk ``chunk`` of tile row ``row``. Swizzled, the chunk index is XORed
-    with bits of the row: rows of >= 8 chunks (128 bytes) XOR the low 3 bits with row % 8; rows of 4
-    chunks (two rows share a 128-byte line) XOR with (row // 2) % 4. Either way the 8 rows one
-    ldmatrix phase reads, at the same logical chunk, sit in 8 different 16-byte bank groups."""
-    if swizzle:
-        if chunks_per_row >= 8:
-            chunk = chunk ^ (row % 8)
-        else:
-            chunk = chunk ^ ((row // 2) % 4)
-    return (row * chunks_per_row + chunk) * 16
-
-
-@cuda.jit(device=True, forceinline=True)
 def element_offset(row, col, chunks_per_row, swizzle):
-    """Byte offset of the 16-bit element (row, col) of a tile (see chunk_offset)."""
+    """Byte offset of the 16-bit element (row, col) of a tile: its 16-byte chunk, placed by
+    ``chunk_offset`` (solutions/_tile_layout.py, shared with int8_gemm: chunk c of row r sits at
+    c XOR (r % 8), or c XOR ((r // 2) % 4) for rows of 4 chunks), plus its place in the chunk."""
     return chunk_offset(row, col // 8, chunks_per_row, swizzle) + (col % 8) * 2
 
 
@@ -438,6 +429,10 @@ def _fragments_by_element(smem, a_at, b_at, kk, wr, wc, lane, mt, nt, bk, bn, sw
     """This lane's fragments for k = kk .. kk + 15 of the warp tile, assembled 16 bits at a time."""
     g = lane // 4
     q = lane % 4
+    # HINT: the fragment table above the Geometry class, with g = lane // 4 and q = lane % 4: fill a[4 i + r] for every m16 tile i of the warp tile and b[2 j + r] for every n8 tile j.
+    # HINT: A register r of tile i: row wr + 16 i + g + 8 (r % 2), columns k and k + 1 for k = kk + 2q + 8 (r // 2): neighbours in a row, so _pair(smem, a_at + element_offset(row, k, bk // 8, swizzle)).
+    # HINT: B register r of tile j: column wc + 8 j + g, rows k and k + 1 for k = kk + 2q + 8r: two rows of B's tile, so two smem[(b_at + element_offset(k, col, bn // 8, swizzle)) // 2], packed lo | hi << 16.
+    # BEGIN SOLUTION
     for i in range(mt):  # m16 tiles
         for r in range(4):
             row = wr + 16 * i + g + 8 * (r % 2)
@@ -450,6 +445,7 @@ def _fragments_by_element(smem, a_at, b_at, kk, wr, wc, lane, mt, nt, bk, bn, sw
             lo = smem[(b_at + element_offset(k, col, bn // 8, swizzle)) // 2]
             hi = smem[(b_at + element_offset(k + 1, col, bn // 8, swizzle)) // 2]
             b[2 * j + r] = uint32(lo) | (uint32(hi) << uint32(16))
+    # END SOLUTION
 
 
 @cuda.jit(device=True, forceinline=True)
@@ -459,8 +455,14 @@ def _ldmatrix_lane_offsets(a_lane, b_lane, wr, wc, lane, bk, bn, wn, swizzle):
     a_lane[s]: the warp's m16 tile 0 at k16 step s. Tile i is 16 i rows further down, 32 i bk bytes:
     the swizzle depends on row % 8 or (row // 2) % 4, which adding 16 rows does not change.
     b_lane[p]: n8 tiles 2p and 2p + 1 at k16 step 0; step s is 16 s rows of B further, 32 s bn bytes."""
+    row_in = col_in = 0  # (until written: every lane at the tile's corner, a wrong address but a safe one)
+    # HINT: ldmatrix.x4: lane l gives the address of row l % 8 of 8x8 matrix l // 8, and the four matrices become registers 0-3 of every lane.
+    # HINT: A's fragment is (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15) in register order (the table above the Geometry class): which row and column of the m16k16 tile is lane l's?
+    # HINT: lanes 0-15 address rows 0-15 at column 0, lanes 16-31 the same rows at column 8; B's tile, loaded with .trans, takes the same formula (k for rows, n for columns).
+    # BEGIN SOLUTION
     row_in = lane % 16
     col_in = 8 * (lane // 16)
+    # END SOLUTION
     for s in range(bk // 16):
         a_lane[s] = element_offset(wr + row_in, 16 * s + col_in, bk // 8, swizzle)
     for p in range(wn // 16):
@@ -572,6 +574,10 @@ def _tensor_core_gemm(A, B, out, smem, acc, a, b, a_lane, b_lane,
                           bm, bn, bk, vec, swizzle)
         cp_async_commit()  # one group per step, empty or not: the wait count below stays exact
     for kt in range(steps):
+        # HINT: first make step kt's tiles readable by everyone: wait until its copy group has landed, then a barrier.
+        # HINT: cp_async_wait_pending(n) waits until at most n newer groups are still in flight: here stages - 2. The barrier also says everyone has finished computing step kt - 1.
+        # HINT: so step kt - 1's buffer, (kt + stages - 1) % stages, is free: issue step kt + stages - 1's copies into it (if that step exists, as the fill above does), then commit a group, even an empty one, so the wait count stays exact.
+        # BEGIN SOLUTION
         cp_async_wait_pending(stages - 2)  # step kt has landed (at most stages - 2 newer groups pending)
         cuda.syncthreads()
         ahead = kt + stages - 1
@@ -579,6 +585,7 @@ def _tensor_core_gemm(A, B, out, smem, acc, a, b, a_lane, b_lane,
             at = (ahead % stages) * step_bytes
             _issue_copies(A, B, smem, at, at + a_bytes, row0, col0, ahead * bk, t, threads, bm, bn, bk, vec, swizzle)
         cp_async_commit()
+        # END SOLUTION
         a_at = (kt % stages) * step_bytes
         b_at = a_at + a_bytes
         # The k16 steps written out rather than looped: numba's loop would stay a loop in the compiled
@@ -634,16 +641,10 @@ def build_kernel(geometry: Geometry, bf16: bool, vec: bool, ldmatrix: bool = Tru
     return compiled
 
 
-def address(a) -> int:
-    """Where a device array's data starts (the simulator's arrays are NumPy arrays in this process)."""
-    cai = getattr(a, "__cuda_array_interface__", None)
-    return cai["data"][0] if cai else a.ctypes.data
-
-
 def _vec_ok(A, B) -> bool:
     """cp.async copies 16 aligned bytes: rows of A and B must start on 16-byte boundaries."""
     K, N = A.shape[1], B.shape[1]
-    return K % 8 == 0 and N % 8 == 0 and address(A) % 16 == 0 and address(B) % 16 == 0
+    return K % 8 == 0 and N % 8 == 0 and aligned(16, A, B)
 
 
 def launch_tensor_core(geometry: Geometry, A, B, out, ldmatrix: bool = True, swizzle: bool = True):
@@ -738,7 +739,13 @@ def swizzle(A, B, out):
     Four buffers keep three steps in flight: cp.async.wait_group 2 waits only for the oldest. The four
     take 64 KiB, past the 48 KiB a block gets by default: workbench.launch.set_max_dynamic_shared_memory
     raises the kernel's limit through the driver (numba-cuda has no call for it) before the launch
-    asks for them as dynamic shared memory. Two 64 KiB blocks still fit on an SM (227 KiB).""")
+    asks for them as dynamic shared memory. Two 64 KiB blocks still fit on an SM (227 KiB). Measured,
+    it bought nothing: at 8192^3 on the H200 fp16 ran at 252.3 TFLOP/s against swizzle's 259.1, bf16
+    at 272.1 against 266.8 (results/nvidia-h200.json, 2026-11-23; NOTES.md's run of 2026-11-22: 260.4
+    against 258.1), differences of 2-3% either way. The likely reason, not profiled: swizzle already
+    runs two blocks per SM, and while one waits at its barrier the other's warps compute, so the
+    second block hides most of the copy latency the deeper ring was meant to hide; the ring's 128 KiB
+    of shared memory per SM also leaves the L1 cache less room.""")
 def pipeline(A, B, out):
     _run_stage("pipeline", A, B, out)
 
