@@ -43,9 +43,12 @@ import math
 
 import numpy as np
 from numba import cuda, float32, int16, int32, uint16, uint32, uint64
-from numba.cuda import libdevice
 
-from solutions import elementwise, layernorm, softmax
+from solutions._half import (
+    ILP, LOW_PRECISION_GROUP, NEG_INF, THREADS, TWO_WARPS, block_max, block_max_over, block_sum, block_sum_over,
+    libdevice, torch_peer, warp_max, warp_sum)
+from solutions._references import (
+    EPS, gelu, gelu_bias_residual64, gelu_bias_residual_inputs, layernorm64, layernorm_rows, rmsnorm64, softmax64)
 from solutions._vector_io import aligned16, load4, store4
 from workbench import peers
 from workbench.device import is_simulator
@@ -59,14 +62,11 @@ except ImportError:  # pragma: no cover - ml_dtypes is a dependency; without it 
     BFLOAT16 = None
 FLOAT16 = np.dtype(np.float16)
 
-THREADS = 256  # threads per row: a multiple of the 32-lane warp
-WARPS = THREADS // 32
-TWO_WARPS = 2 * WARPS  # a shared array's shape must be a constant: a module global
-FULL_MASK = 0xFFFFFFFF
-NEG_INF = np.float32(-np.inf)
-EPS = layernorm.EPS
+# THREADS (256 a row), ILP, the block-wide maximum and sum (block_max, block_sum, ..._over) and libdevice
+# are in solutions/_half.py, shared with quantize.py; the float64 references, the float32 ladders' inputs
+# and the float32 gelu device function in solutions/_references.py, shared with softmax.py, layernorm.py
+# and elementwise.py. (A ladder module that imports another gets no exercise.)
 TORCH_EPS = float(EPS)  # eps for torch expressions: torch.compile traces float() of a numpy scalar as data-dependent and fails
-ILP = 8  # loads in flight per thread and pass: eight halves (widened) or eight words (packed)
 ILP_SPAN = ILP * THREADS  # columns (widened) or words (packed) a block covers per unrolled step
 LAST = (ILP - 1) * THREADS  # offset of a step's last column (or word) from its first
 LOW = uint32(0xFFFF)
@@ -74,44 +74,8 @@ SIXTEEN = uint32(16)
 ROW_THREADS = 128  # the rows_in_flight stages: four warps per row, twice the rows resident per multiprocessor
 ELEMENTWISE_GRID_FACTOR = 4  # GELU stages: blocks per multiprocessor's worth of threads (see the launcher)
 
-LOW_PRECISION_GROUP = "Low precision: fp16 and bf16 memory-bound ladders, int8 quantization"
-
 
 # -- the two formats: a 16-bit pattern becomes a float32 and back ------------------------------------
-
-if is_simulator() and libdevice.int_as_float(0) is None:
-    class SimulatorLibdevice:
-        """This numba's CUDA simulator leaves libdevice unimplemented (each function returns None). These
-        are the functions the low-precision kernels call, done by NumPy on the same bits."""
-
-        @staticmethod
-        def half2float(bits):
-            return np.float32(np.int16(bits).view(np.float16))
-
-        @staticmethod
-        def float2half_rn(value):
-            with np.errstate(over="ignore"):  # past 65504 rounds to inf, as cvt.rn.f16.f32 does
-                return np.float16(np.float32(value)).view(np.int16)
-
-        @staticmethod
-        def int_as_float(bits):
-            return np.int32(bits).view(np.float32)
-
-        @staticmethod
-        def float_as_int(value):
-            return np.float32(value).view(np.int32)
-
-        @staticmethod
-        def fast_expf(value):
-            with np.errstate(over="ignore", under="ignore"):
-                return np.float32(np.exp(np.float64(value)))
-
-        @staticmethod
-        def float2int_rn(value):
-            return np.int32(np.rint(np.float64(value)))
-
-    libdevice = SimulatorLibdevice  # noqa: F811 - the kernels call libdevice.* either way
-
 
 @cuda.jit(device=True, inline=True)
 def f16_to_float(bits):
@@ -171,61 +135,6 @@ def words(a):
     2w + 1 (high). An odd last element belongs to no word."""
     flat = flat_bits16(a)
     return flat[: flat.size - flat.size % 2].view(np.uint32)
-
-
-# -- block-wide reductions (as in the float32 ladders) --------------------------------------------------
-
-@cuda.jit(device=True, inline=True)
-def warp_max(value):
-    offset = 16
-    while offset > 0:
-        value = max(value, cuda.shfl_xor_sync(FULL_MASK, value, offset))
-        offset //= 2
-    return value
-
-
-@cuda.jit(device=True, inline=True)
-def warp_sum(value):
-    offset = 16
-    while offset > 0:
-        value += cuda.shfl_xor_sync(FULL_MASK, value, offset)
-        offset //= 2
-    return value
-
-
-@cuda.jit(device=True, inline=True)
-def block_max_over(value, reduced, warps):
-    """Maximum over a block of ``warps`` warps, in every thread; reduced: TWO_WARPS floats of shared memory."""
-    lane = cuda.threadIdx.x % 32
-    value = warp_max(value)
-    if lane == 0:
-        reduced[cuda.threadIdx.x // 32] = value
-    cuda.syncthreads()
-    return warp_max(reduced[lane] if lane < warps else NEG_INF)
-
-
-@cuda.jit(device=True, inline=True)
-def block_sum_over(value, reduced, slot, warps):
-    """Sum over a block of ``warps`` warps, in every thread. Use a different slot (0, 1) per sum of a row,
-    so that no barrier is needed between reading one result and writing the next partials."""
-    lane = cuda.threadIdx.x % 32
-    value = warp_sum(value)
-    if lane == 0:
-        reduced[slot * warps + cuda.threadIdx.x // 32] = value
-    cuda.syncthreads()
-    return warp_sum(reduced[slot * warps + lane] if lane < warps else float32(0.0))
-
-
-@cuda.jit(device=True, inline=True)
-def block_max(value, reduced):
-    """Maximum over a block of THREADS threads, in every thread."""
-    return block_max_over(value, reduced, WARPS)
-
-
-@cuda.jit(device=True, inline=True)
-def block_sum(value, reduced, slot):
-    """Sum over a block of THREADS threads, in every thread (slot: 0 or 1, see block_sum_over)."""
-    return block_sum_over(value, reduced, slot, WARPS)
 
 
 # -- where a row's words are ---------------------------------------------------------------------------
@@ -470,20 +379,6 @@ def as_float64(*arrays):
     return tuple(np.asarray(a).astype(np.float64) for a in arrays)
 
 
-def torch_peer(name, call, returns=False):
-    """peer(size) for ``call(torch, *device arrays)``, or None where torch is not installed. With
-    ``returns``, the call allocates and returns its result (torch's norms have no out=): the bench
-    checks and times what it returns."""
-    def peer(size):
-        torch = peers.torch()
-        if torch is None:
-            return None
-
-        def run(*arrays):
-            return call(torch, *arrays)
-        run.returns_output = returns
-        return name, run
-    return peer
 
 
 # ======================================================================================================
@@ -528,7 +423,7 @@ def _softmax_op(dtype, rank):
         dtype,
         name=f"softmax_{short_name(dtype)}",
         title=f"Softmax over the rows of {a_matrix(dtype)}, float32 inside",
-        reference=lambda x: softmax.op.reference(*as_float64(x)),
+        reference=lambda x: softmax64(*as_float64(x)),
         make_inputs=_softmax_inputs(dtype),
         bytes_moved=lambda size: 2 * dtype.itemsize * size[0] * size[1],  # read x once, write out once
         flops=lambda size: 4 * size[0] * size[1],
@@ -850,7 +745,7 @@ def softmax_in_registers(x, out):
 def _norm_rows(dtype):
     """layernorm's rows (random means and spreads, mean-1e4 rows, constant rows), in ``dtype``."""
     def rows(size, rng):
-        x = layernorm.op.make_inputs(size, rng)[0]
+        x = layernorm_rows(size, rng)
         return x.astype(dtype)
     return rows
 
@@ -884,7 +779,7 @@ def _layernorm_op(dtype, rank):
         dtype,
         name=f"layernorm_{short_name(dtype)}",
         title=f"LayerNorm over the rows of {a_matrix(dtype)}, float32 inside",
-        reference=lambda x, w, b: layernorm.op.reference(*as_float64(x, w, b)),
+        reference=lambda x, w, b: layernorm64(*as_float64(x, w, b)),
         make_inputs=lambda size, rng: (rows(size, rng), _vector(size[1], rng, 0.5, 1.5, dtype),
                                        _vector(size[1], rng, -1, 1, dtype)),
         bytes_moved=lambda size: dtype.itemsize * (2 * size[0] * size[1] + 2 * size[1]),
@@ -908,7 +803,7 @@ def _rmsnorm_op(dtype, rank):
         dtype,
         name=f"rmsnorm_{short_name(dtype)}",
         title=f"RMSNorm over the rows of {a_matrix(dtype)}, float32 inside",
-        reference=lambda x, w: layernorm.rmsnorm_op.reference(*as_float64(x, w)),
+        reference=lambda x, w: rmsnorm64(*as_float64(x, w)),
         make_inputs=lambda size, rng: (rows(size, rng), _vector(size[1], rng, 0.5, 1.5, dtype)),
         bytes_moved=lambda size: dtype.itemsize * (2 * size[0] * size[1] + size[1]),
         flops=lambda size: 4 * size[0] * size[1],
@@ -1097,7 +992,12 @@ def _layernorm_packed_bf16(x16, x32, weight, bias, out16, out32, cols):
     output is stored a word at a time, each row's odd edge elements 16 bits at a time. Weight and
     bias are read a half at a time: when the columns are odd, a word of x starts at an odd column
     in every other row, where it does not line up with a word of weight. They are 8 KB each at
-    4096 columns, read by every row, so they come from L1 and cost instructions, not bandwidth.""")
+    4096 columns, read by every row, so they come from L1 and cost instructions, not bandwidth.
+    On the H200 at 32768 x 4096 (results/nvidia-h200.json, 2026-11-24) bf16 went from 318.8 to
+    275.2 us, but fp16 went from 302.2 to 308.5, slower; the likely reason is that measurement
+    rather than the kernel: its samples spread from 270.4 to 412.5 us (p10 to p90; widened's from
+    302.0 to 302.3), and an earlier run (results/runs/gpu_half_norms.json, 2026-11-23) timed fp16
+    packed at 271.6 against widened's 356.0.""")
 def layernorm_packed(x, weight, bias, out):
     kernel = _layernorm_packed_bf16 if is_bf16(x) else _layernorm_packed_f16
     kernel[x.shape[0], THREADS](flat_bits16(x), words(x), bits16(weight), bits16(bias), flat_bits16(out),
@@ -1459,7 +1359,7 @@ def rmsnorm_in_registers(x, weight, out):
 
 def _gelu_inputs(dtype):
     def make(size, rng):
-        return tuple(a.astype(dtype) for a in elementwise.op.make_inputs(size, rng))
+        return tuple(a.astype(dtype) for a in gelu_bias_residual_inputs(size, rng))
     return make
 
 
@@ -1493,7 +1393,7 @@ def _gelu_op(dtype, rank):
         dtype,
         name=f"gelu_{short_name(dtype)}",
         title=f"GELU(x + bias) + residual on {a_matrix(dtype)}, float32 inside",
-        reference=lambda x, bias, residual: elementwise.op.reference(*as_float64(x, bias, residual)),
+        reference=lambda x, bias, residual: gelu_bias_residual64(*as_float64(x, bias, residual)),
         make_inputs=_gelu_inputs(dtype),
         bytes_moved=lambda size: dtype.itemsize * (3 * size[0] * size[1] + size[1]),
         pattern="read2_write1",  # x and residual read, out written: the two-reads-one-write ceiling
@@ -1555,11 +1455,11 @@ def gelu_widened_flat(x, bias, residual, out, widen, narrow):
             bs[u] = widen(uint32(bias[c]))
             c = wrap(c + step, cols)
         for u in range(ILP):
-            out[i + uint64(u) * stride] = uint16(narrow(elementwise.gelu(xs[u] + bs[u]) + rs[u]))
+            out[i + uint64(u) * stride] = uint16(narrow(gelu(xs[u] + bs[u]) + rs[u]))
         col = c
         i += span
     while i < n:
-        out[i] = uint16(narrow(elementwise.gelu(widen(uint32(x[i])) + widen(uint32(bias[col]))) + widen(uint32(residual[i]))))
+        out[i] = uint16(narrow(gelu(widen(uint32(x[i])) + widen(uint32(bias[col]))) + widen(uint32(residual[i]))))
         col = wrap(col + step, cols)
         i += stride
     # END SOLUTION
@@ -1617,21 +1517,21 @@ def gelu_packed_flat(x16, x32, bias, r16, r32, out16, out32, widen, narrow):
             c = wrap(c + step, cols)
         for u in range(ILP):
             c_high = wrap(cs[u] + one, cols)
-            low = elementwise.gelu(widen(xs[u]) + widen(uint32(bias[cs[u]]))) + widen(rs[u])
-            high = elementwise.gelu(widen(xs[u] >> SIXTEEN) + widen(uint32(bias[c_high]))) + widen(rs[u] >> SIXTEEN)
+            low = gelu(widen(xs[u]) + widen(uint32(bias[cs[u]]))) + widen(rs[u])
+            high = gelu(widen(xs[u] >> SIXTEEN) + widen(uint32(bias[c_high]))) + widen(rs[u] >> SIXTEEN)
             out32[w + uint64(u) * stride] = pack(narrow(low), narrow(high))
         col = c
         w += span
     while w < words_n:
         word, r = x32[w], r32[w]
-        low = elementwise.gelu(widen(word) + widen(uint32(bias[col]))) + widen(r)
-        high = elementwise.gelu(widen(word >> SIXTEEN) + widen(uint32(bias[wrap(col + one, cols)]))) + widen(r >> SIXTEEN)
+        low = gelu(widen(word) + widen(uint32(bias[col]))) + widen(r)
+        high = gelu(widen(word >> SIXTEEN) + widen(uint32(bias[wrap(col + one, cols)]))) + widen(r >> SIXTEEN)
         out32[w] = pack(narrow(low), narrow(high))
         col = wrap(col + step, cols)
         w += stride
     if cuda.grid(1) == 0 and n & uint64(1):
         last = n - uint64(1)
-        value = elementwise.gelu(widen(uint32(x16[last])) + widen(uint32(bias[last % cols]))) + widen(uint32(r16[last]))
+        value = gelu(widen(uint32(x16[last])) + widen(uint32(bias[last % cols]))) + widen(uint32(r16[last]))
         out16[last] = uint16(narrow(value))
     # END SOLUTION
 
@@ -1652,7 +1552,13 @@ def _gelu_packed_bf16(x16, x32, bias, r16, r32, out16, out32):
     bytes in flight again. Seen flat, a word may hold the last column of one row and the first of
     the next, so each half finds its own bias column (col, then col + 1 wrapped); the bias, one
     row shared by all, is read a half at a time from L1. An odd last element, in no word, is
-    thread 0's.""")
+    thread 0's. On the H200 at 16384 x 16384 (results/nvidia-h200.json, 2026-11-22) it was slower
+    than widened: fp16 695.5 against 684.0 us (its samples spread from 627.9 to 762.5, p10 to p90,
+    so within the noise), bf16 779.6 against 713.9 (tight: 775.8-788.5 against 708.7-742.1). The
+    likely reason, not yet checked with a profile: at about half the bandwidth (47-54%) this kernel
+    is bound by instructions more than by bytes (the erf alone is about 25 an element, bf16's rounding six
+    more), and packing saves only load and store instructions while adding a second bias column
+    (a wrap), the shifts and the pack to every word, and a column index per word held in flight.""")
 def gelu_packed(x, bias, residual, out):
     kernel = _gelu_packed_bf16 if is_bf16(x) else _gelu_packed_f16
     kernel[gelu_grid(x.shape[0] * x.shape[1] // 2), THREADS](

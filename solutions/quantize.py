@@ -28,8 +28,7 @@ int8 with eight words in flight per thread.
 import numpy as np
 from numba import cuda, float32, int8, int32, uint8, uint32, uint64
 
-from solutions.half_norms import (
-    ILP, LOW_PRECISION_GROUP, THREADS, TWO_WARPS, block_max, libdevice, torch_peer)
+from solutions._half import ILP, LOW_PRECISION_GROUP, THREADS, TWO_WARPS, block_max, libdevice, torch_peer
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 

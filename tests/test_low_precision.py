@@ -217,6 +217,17 @@ def test_every_low_precision_operator_is_grouped_and_ranked_after_the_float32_la
     assert all(s.dtype == np.float32 for op in half_norms.OPERATORS for s in op.stages)  # f64 refused in PTX
 
 
+def test_the_low_precision_ladders_import_no_other_ladder_so_they_get_exercises():
+    """The grader refuses the answer key's modules, so a ladder that imports another gets no exercise:
+    what half_norms.py and quantize.py share lives in solutions/_half.py and solutions/_references.py."""
+    from pathlib import Path
+
+    from workbench.markers import ladder_imports
+
+    for module in (half_norms, quantize):
+        assert ladder_imports(Path(module.__file__).read_text()) == [], module.__name__
+
+
 @pytest.mark.slow
 def test_packed_kernels_compile_to_word_loads_and_hardware_conversions():
     """What the paragraphs say the PTX does (compiles here, ~30 s a kernel on a busy CPU)."""
