@@ -378,6 +378,23 @@ def _run_heading(run: dict, what: str) -> str:
             f"scripts/gpu_allreduce.py OUT` (`results/{'/'.join(RUN_FILE)}`): GPU time per call in µs")
 
 
+# Stage kernels changed after the recorded run: the README says so under its table until the next run.
+CHANGED_SINCE_RUN = {
+    "lamport": "commit e3fbdbb: the previous call's words are emptied as this call's are read, one loop less",
+    "fused_lamport": "commit e3fbdbb: a row normalised by 512 threads, not 128, and the lamport change above",
+}
+
+
+def _since_the_run(operator: Operator, names: list) -> list[str]:
+    """The notes under a recorded table: stages added since the run, and stages whose kernel changed."""
+    notes = [f"`{stage}` changed after this run ({what}): its figures are the earlier kernel's."
+             for stage, what in CHANGED_SINCE_RUN.items() if stage in names]
+    missing = [s.name for s in operator.stages if s.name not in names]
+    if missing:
+        notes.append(f"Not in this run (added since, not yet timed on several GPUs): {', '.join(missing)}.")
+    return ["", "_" + " ".join(notes) + "_"] if notes else []
+
+
 def _allreduce_figures() -> str | None:
     """Per message size: each stage's GPU µs and bus bandwidth (2(N-1)/N bytes / time), and NCCL's."""
     run = _recorded_run()
@@ -396,7 +413,7 @@ def _allreduce_figures() -> str | None:
         label = f"{nbytes >> 30} GB" if nbytes >= 1 << 30 else f"{nbytes >> 20} MB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KB"
         lines.append(f"| {label} | " + " | ".join(cell(by.get((s, nbytes)), nbytes) for s in names)
                      + f" | {cell(nccl.get(nbytes), nbytes)} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _since_the_run(op, names)) + "\n"
 
 
 def _fused_figures() -> str | None:
@@ -413,12 +430,29 @@ def _fused_figures() -> str | None:
         cells = [f"{by[(s, rows, cols)]['gpu_us']:.1f}" if (s, rows, cols) in by else "—" for s in names]
         b = base.get((rows, cols))
         lines.append(f"| {rows}x{cols} | " + " | ".join(cells) + (f" | {b['gpu_us']:.1f} |" if b else " | — |"))
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _since_the_run(fused_op, names)) + "\n"
+
+
+def _bound_note() -> str:
+    """What bounds an all-reduce: the links between GPUs, with the recorded run's peer copy as the line."""
+    run = _recorded_run() or {}
+    link = (run.get("ceiling") or {}).get("peer_copy_gbps")
+    measured = (f" The script measured a copy from one GPU to the other at {link:.0f} GB/s on {run['ranks']} x "
+                f"{run['device']} (`results/{'/'.join(RUN_FILE)}`, {run.get('date', '?')[:10]}): the dashed line "
+                "of the plot at the end, which no stage's bus bandwidth can pass by much." if link else "")
+    return ("Across GPUs the floor is not this GPU's memory but the links between GPUs: each rank must send what "
+            "it holds and receive what the others hold. A ring moves 2(N-1)/N of the buffer through each GPU's "
+            "links, so the figure comparable with a link's speed is the **bus bandwidth**, 2(N-1)/N x bytes / "
+            "time (NCCL reports it); the **algorithm bandwidth**, bytes / time, is what a caller sees. Small "
+            "messages are bound by latency instead: a launch and a handshake between GPUs, a few µs whatever "
+            f"the size.{measured} The bytes and flops models above are one GPU's share, for the simulator's "
+            "checks and one-GPU runs.")
 
 
 op = Operator(
     name="allreduce",
     figures_elsewhere=_allreduce_figures,
+    bound_note=_bound_note(),
     title="AllReduce: the sum of N float32 buffers, one per rank, left on every rank",
     reference=_reference,
     make_inputs=_inputs,
@@ -1070,6 +1104,7 @@ def _fused_bytes(size):
 
 fused_op = Operator(
     figures_elsewhere=_fused_figures,
+    bound_note=_bound_note(),
     name="allreduce_rmsnorm",
     title="AllReduce + residual add + RMSNorm (a tensor-parallel block's epilogue)",
     reference=_fused_reference,

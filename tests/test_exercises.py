@@ -21,7 +21,7 @@ from numba import cuda
 from workbench import paths, registry
 from workbench.check import check_stage
 from workbench.generate import exercises as ex
-from workbench.introspect import kernels_of
+from workbench.introspect import functions_of
 from workbench.ladder import InputError, Operator, as_size
 from workbench.markers import BEGIN, END, HINT, STUB_MARK, stub_lines
 
@@ -394,7 +394,7 @@ def stub_sources(stage) -> list[str]:
     """The names of the kernels a stage of an exercise reaches that still hold a TODO(exercise) stub."""
     import inspect
 
-    return [name for name, k in kernels_of(stage).items() if stub_lines(inspect.getsource(k.py_func))] + (
+    return [name for name, f in functions_of(stage).items() if stub_lines(inspect.getsource(getattr(f, "py_func", f)))] + (
         [stage.launch.__name__] if stub_lines(inspect.getsource(stage.launch)) else [])
 
 

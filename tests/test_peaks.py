@@ -152,3 +152,14 @@ def test_workbench_peaks_measure_needs_a_gpu(tmp_path, monkeypatch, capsys):
     _write_results(tmp_path, monkeypatch, PEAKS)
     assert main(["peaks", "--measure"]) == 2
     assert "needs a real GPU" in " ".join(capsys.readouterr().err.split())
+
+
+def test_percent_of_peak_divides_by_the_precision_the_arithmetic_runs_in():
+    """qlinear takes float32 and returns float32, but its GEMM is int8: dividing its rate by the fp32 cuBLAS
+    rate gave "800% of peak". With no int8 rate measured, it has no % of peak at all."""
+    peak_key, percent_of_peak = bench.peak_key, bench.percent_of_peak
+    peaks = {"gemm_fp32_gflops": 51_000.0, "gemm_fp16_gflops": 661_000.0, "copy_gbps": 4000.0}
+    qlinear, gemm = registry.operator("qlinear"), registry.operator("gemm")
+    assert peak_key(qlinear, peaks) is None and percent_of_peak(qlinear, 1.0, 400_000.0, peaks) is None
+    assert peak_key(gemm, peaks) == "gemm_fp32_gflops"
+    assert percent_of_peak(gemm, 1.0, 25_500.0, peaks) == 50.0

@@ -51,6 +51,16 @@ def kernels_of(stage) -> dict:
     return seen
 
 
+def functions_of(stage) -> dict:
+    """Everything of ``stage``'s module (or a shared one) that its launcher reaches, by name: kernels,
+    device functions, and the plain helpers it calls (an all-reduce's ring schedule), where a learner's
+    exercise region may also sit."""
+    seen: dict = {}
+    helpers: dict = {}
+    _reachable(stage.launch, seen, helpers)
+    return {**seen, **helpers}
+
+
 def stage_source(stage) -> str:
     parts = []
     # In file order, so helpers read before the kernels that use them.

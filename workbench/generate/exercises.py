@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from .. import paths, registry
-from ..introspect import kernels_of
+from ..introspect import functions_of
 from ..ladder import Operator
 from ..markers import BEGIN, END, HINT, MAX_HINTS, STUB_MARK, has_markers, ladder_imports
 
@@ -467,8 +467,8 @@ class ResetResult:
 
 def marked_functions(stage, source_text: str, filename: str = "<source>") -> list[str]:
     """The module-level functions with exercise regions that ``stage``'s launcher reaches (its kernels,
-    their device functions, the launcher itself), in file order."""
-    reached = set(kernels_of(stage)) | {stage.launch.__name__}
+    their device functions, the helpers it calls, the launcher itself), in file order."""
+    reached = set(functions_of(stage)) | {stage.launch.__name__}
     ordered = []
     for region in find_regions(source_text, filename):
         if region.top_function in reached and region.top_function not in ordered:
