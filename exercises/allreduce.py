@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: d462b9764645c539ae2bae3196c2e4217b84058601f348a5d92c8436954a97d0
+# generated-sha256: e6cb0f396a17b97a45f274f1e3bb92817a1ce397bae7a0c9115a3901d068f255
 # --------------------------------------------------------------------------------------------------
 """AllReduce: every GPU holds a float32 buffer, and every GPU ends up with the sum of all of them.
 
@@ -24,6 +24,8 @@ memory over NVLink:
 * two-shot: reduce-scatter (GPU r sums slice r from all GPUs) then all-gather (each GPU fetches the
   finished slices): every link carries only 2(N-1)/N of the data;
 * ring: the same traffic over neighbours only, in 2(N-1) steps;
+* ring_pipelined: the ring's chunks cut into pieces, each waiting only for the same piece at the
+  left neighbour, not for every rank at every step;
 * flags: one kernel per GPU that synchronises with the others through flags in memory instead of
   host events, and pushes its sums straight into the other GPUs' buffers;
 * lamport: one kernel per GPU that pushes its whole buffer into every other GPU's mailboxes, where
@@ -45,11 +47,13 @@ shape (every row: the sum), and are checked in the simulator like any other ladd
 **Synchronisation.** A GPU must not read a peer's buffer before the peer has finished writing it,
 and must not let its caller reuse its own buffers while a peer may still read them. Stages 1-4 put
 a :meth:`Group.barrier` between such steps: on several GPUs, an event recorded on each rank's stream
-that every other rank's stream waits for. Emulated ranks share one stream, so they cannot run at the
-same time; to make a missing barrier show anyway, everything a rank was given since the last barrier
-runs in one go, the highest rank first: a rank that reads a peer's result without a barrier in
+that every other rank's stream waits for. Stage 5 lets one rank wait for one other instead
+(:meth:`Group.record` and :meth:`Group.wait`: one event, one stream waiting on it). Emulated ranks
+share one stream, so they cannot run at the same time; to make a missing barrier or wait show
+anyway, at a barrier each rank runs what it was given as far as its waits let it, the highest rank
+first, and again until all are done: a rank that reads a peer's result without a barrier or wait in
 between reads it before the peer has computed it (``tests/test_allreduce.py`` checks that a two-shot
-without its barrier fails).
+without its barrier, and a pipelined ring without its waits, fail).
 
 **Bytes.** The model here is the one-device figure: every rank's input read once and every rank's
 result written once, 8 N n bytes. Across GPUs, nccl-tests' bus bandwidth 2(N-1)/N * 4n / time is
@@ -60,6 +64,7 @@ import contextlib
 import copy
 import json
 import math
+from typing import NamedTuple
 
 import numpy as np
 from numba import cuda, float32, uint64
@@ -120,6 +125,8 @@ class Group:
         self._queued = [[] for _ in range(self.size)]
         self._views = {}
         self._events = None
+        self._marks = {}  # (rank, mark) -> the event rank's stream records there (on GPUs)
+        self._recorded = set()  # (rank, mark) recorded since the last barrier: a wait needs its record first
         self.streams = [0] * self.size
         if self.gpus is not None:
             self.streams = []
@@ -190,15 +197,57 @@ class Group:
             with cuda.gpus[self.gpus[r]]:
                 dst.copy_to_device(src, stream=self.streams[r])
 
+    def record(self, r, mark):
+        """Rank r marks this point of its work: a peer's ``wait(..., r, mark)`` lets the peer go on only
+        once rank r has finished everything it was given before the mark. (On GPUs: an event recorded
+        on rank r's stream.)"""
+        self._recorded.add((r, mark))
+        if self.emulating:
+            self._queued[r].append(_Record((r, mark)))
+            return
+        if (r, mark) not in self._marks:
+            with cuda.gpus[self.gpus[r]]:
+                self._marks[(r, mark)] = cuda.event(timing=False)
+        with cuda.gpus[self.gpus[r]]:
+            self._marks[(r, mark)].record(self.streams[r])
+
+    def wait(self, r, s, mark):
+        """Rank r goes past this point only once rank s has passed ``record(s, mark)``: one rank waits
+        for one other, not all N for each other as at a barrier. The record must be given first: a
+        stream waits for an event as it was last recorded when the wait is enqueued, so a wait given
+        too early would pass on the previous call's record."""
+        if (s, mark) not in self._recorded:
+            raise RuntimeError(f"rank {r} waits for mark {mark} of rank {s}, which rank {s} has not recorded "
+                               "since the last barrier: give the record first")
+        if self.emulating:
+            self._queued[r].append(_Wait((s, mark)))
+            return
+        with cuda.gpus[self.gpus[r]]:
+            self._marks[(s, mark)].wait(self.streams[r])
+
     def barrier(self):
         """No rank goes past this point until every rank has finished what it was given before it."""
+        self._recorded.clear()
         if self.emulating:
-            # One device, one stream: run what each rank was given, highest rank first (see the
-            # module's docstring: the order in which a missing barrier shows).
-            for r in reversed(range(self.size)):
-                for work in self._queued[r]:
-                    work()
-                self._queued[r].clear()
+            # One device, one stream: the ranks take turns running what they were given, each turn as
+            # far as the rank's waits let it go, until every rank is done. Every wait names a mark
+            # given before it, so some rank can always go on: the loop ends.
+            passed = set()  # (rank, mark) of every record run so far
+
+            def held(item):
+                return isinstance(item, _Wait) and item.key not in passed
+
+            while any(self._queued):
+                ready = [r for r, queue in enumerate(self._queued) if queue and not held(queue[0])]
+                if not ready:
+                    raise RuntimeError("emulated ranks wait for each other in a cycle")
+                queue = self._queued[self._next_turn(ready)]
+                while queue and not held(queue[0]):
+                    item = queue.pop(0)
+                    if isinstance(item, _Record):
+                        passed.add(item.key)
+                    elif not isinstance(item, _Wait):
+                        item()
             return
         if self._events is None:
             self._events = []
@@ -214,6 +263,11 @@ class Group:
                     if s != r:
                         self._events[s].wait(self.streams[r])  # a stream may wait on another device's event
 
+    def _next_turn(self, ready):
+        """Which emulated rank runs next at a barrier, of those whose waits let them go on: the highest
+        (see the module's docstring: the order in which a missing barrier or wait shows)."""
+        return max(ready)
+
     def synchronize(self):
         """Wait on the host until every rank's work is done."""
         if self.emulating:
@@ -223,6 +277,16 @@ class Group:
         for r, g in enumerate(self.gpus):
             with cuda.gpus[g]:
                 self.streams[r].synchronize()
+
+
+class _Record(NamedTuple):
+    """In an emulated rank's queue: the point where it records ``key`` = (rank, mark)."""
+    key: tuple
+
+
+class _Wait(NamedTuple):
+    """In an emulated rank's queue: the point where it waits until ``key`` = (rank, mark) is recorded."""
+    key: tuple
 
 
 def enable_peer_access(gpus) -> None:
@@ -328,6 +392,23 @@ def _run_heading(run: dict, what: str) -> str:
             f"scripts/gpu_allreduce.py OUT` (`results/{'/'.join(RUN_FILE)}`): GPU time per call in µs")
 
 
+# Stage kernels changed after the recorded run: the README says so under its table until the next run.
+CHANGED_SINCE_RUN = {
+    "lamport": "commit e3fbdbb: the previous call's words are emptied as this call's are read, one loop less",
+    "fused_lamport": "commit e3fbdbb: a row normalised by 512 threads, not 128, and the lamport change above",
+}
+
+
+def _since_the_run(operator: Operator, names: list) -> list[str]:
+    """The notes under a recorded table: stages added since the run, and stages whose kernel changed."""
+    notes = [f"`{stage}` changed after this run ({what}): its figures are the earlier kernel's."
+             for stage, what in CHANGED_SINCE_RUN.items() if stage in names]
+    missing = [s.name for s in operator.stages if s.name not in names]
+    if missing:
+        notes.append(f"Not in this run (added since, not yet timed on several GPUs): {', '.join(missing)}.")
+    return ["", "_" + " ".join(notes) + "_"] if notes else []
+
+
 def _allreduce_figures() -> str | None:
     """Per message size: each stage's GPU µs and bus bandwidth (2(N-1)/N bytes / time), and NCCL's."""
     run = _recorded_run()
@@ -346,7 +427,7 @@ def _allreduce_figures() -> str | None:
         label = f"{nbytes >> 30} GB" if nbytes >= 1 << 30 else f"{nbytes >> 20} MB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KB"
         lines.append(f"| {label} | " + " | ".join(cell(by.get((s, nbytes)), nbytes) for s in names)
                      + f" | {cell(nccl.get(nbytes), nbytes)} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _since_the_run(op, names)) + "\n"
 
 
 def _fused_figures() -> str | None:
@@ -363,12 +444,29 @@ def _fused_figures() -> str | None:
         cells = [f"{by[(s, rows, cols)]['gpu_us']:.1f}" if (s, rows, cols) in by else "—" for s in names]
         b = base.get((rows, cols))
         lines.append(f"| {rows}x{cols} | " + " | ".join(cells) + (f" | {b['gpu_us']:.1f} |" if b else " | — |"))
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _since_the_run(fused_op, names)) + "\n"
+
+
+def _bound_note() -> str:
+    """What bounds an all-reduce: the links between GPUs, with the recorded run's peer copy as the line."""
+    run = _recorded_run() or {}
+    link = (run.get("ceiling") or {}).get("peer_copy_gbps")
+    measured = (f" The script measured a copy from one GPU to the other at {link:.0f} GB/s on {run['ranks']} x "
+                f"{run['device']} (`results/{'/'.join(RUN_FILE)}`, {run.get('date', '?')[:10]}): the dashed line "
+                "of the plot at the end, which no stage's bus bandwidth can pass by much." if link else "")
+    return ("Across GPUs the floor is not this GPU's memory but the links between GPUs: each rank must send what "
+            "it holds and receive what the others hold. A ring moves 2(N-1)/N of the buffer through each GPU's "
+            "links, so the figure comparable with a link's speed is the **bus bandwidth**, 2(N-1)/N x bytes / "
+            "time (NCCL reports it); the **algorithm bandwidth**, bytes / time, is what a caller sees. Small "
+            "messages are bound by latency instead: a launch and a handshake between GPUs, a few µs whatever "
+            f"the size.{measured} The bytes and flops models above are one GPU's share, for the simulator's "
+            "checks and one-GPU runs.")
 
 
 op = Operator(
     name="allreduce",
     figures_elsewhere=_allreduce_figures,
+    bound_note=_bound_note(),
     title="AllReduce: the sum of N float32 buffers, one per rank, left on every rank",
     reference=_reference,
     make_inputs=_inputs,
@@ -546,12 +644,71 @@ def ring_allreduce(group: Group) -> None:
     rank holds one chunk's whole sum, and N-1 copying steps pass those around. It needs no link
     between every pair of GPUs, which is why NCCL uses it across PCIe and between hosts. Here each
     step ends in a barrier, so the links idle while the slowest rank finishes a step: 2(N-1) barriers
-    against two-shot's two. The next stage replaces host barriers with flags in memory.""")
+    against two-shot's two. The next stage cuts the chunks into pieces that wait only for their
+    neighbour; the one after it replaces host barriers with flags in memory.""")
 def ring(x, out):
     ring_allreduce(Group.emulated(x, out))
 
 
-# -- 5. flags: one kernel per rank, synchronised through memory -------------------------------------------
+# -- 5. ring_pipelined: the ring's chunks in pieces, each waiting only for its neighbour ----------------
+
+# Pieces each chunk is cut into (P). More pieces: a late rank holds its neighbour up for less (1/P of
+# a chunk), but every rank launches 2(N-1) P kernels, and waits as often, instead of 2(N-1).
+# Not tuned: the stage has not been timed across GPUs yet.
+RING_PIECES = 4
+
+
+def ring_piece(n: int, ranks: int, chunk: int, piece: int) -> tuple[int, int]:
+    """[lo, hi): piece ``piece`` of chunk ``chunk`` (the ring's 1/ranks of an n-element buffer). A chunk
+    of fewer than RING_PIECES elements has empty pieces at its end."""
+    lo, hi = slice_of(n, ranks, chunk)
+    a, b = slice_of(hi - lo, RING_PIECES, piece)
+    return lo + a, lo + b
+
+
+@cuda.jit
+def _ring_copy(left, into, lo, hi):
+    """into[lo:hi] = left[lo:hi]: a finished piece, from the left neighbour. A kernel where the ring
+    stage lets the copy engine copy: the grader counts only what kernels write into the output."""
+    for i in range(lo + cuda.grid(1), hi, cuda.gridsize(1)):
+        into[i] = left[i]
+
+
+def ring_pipelined_allreduce(group: Group) -> None:
+    n, ranks = group.n, group.size
+    group.barrier()  # every input is ready
+    # The ring's 2(N-1) steps, with no barrier between them: at step s rank r works on chunk r - s - 1
+    # (the first N-1 steps add it to the partial sum from the left, the last N-1 copy the finished
+    # chunk from the left). Its left neighbour worked on that same chunk at step s - 1, so piece p of
+    # rank r's step waits only for piece p of the left neighbour's previous step, and then marks
+    # its own: (step, piece).
+    # EXERCISE: write this part of `ring_pipelined_allreduce`. Read the hints one at a time.
+    #   hint 1 (nudge): The ring's two loops become one over 2(N-1) steps, rank r on chunk (r - step - 1) % N: steps before N-1 add (_ring_add, from the left's sends at step 0, its recvs after), the others copy the left's finished piece (_ring_copy). N = 1 has no steps: copy the input.
+    #   hint 2: Each rank, each piece: wait for the left neighbour's mark (step - 1, piece) (none at step 0), do the piece if it is not empty, then record (step, piece), even for an empty piece: the right neighbour waits for it.
+    #   hint 3 (nearly the answer): for step: for piece: for r: left = (r - 1) % N; lo, hi = ring_piece(n, N, (r - step - 1) % N, piece); group.wait(r, left, (step - 1, piece)) if step; launch [lo, hi); group.record(r, (step, piece))
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+    group.barrier()  # nobody reuses a buffer a peer may still read
+
+
+@op.stage("ring_pipelined", """
+    The ring without its barriers between steps. Each chunk is cut into P = RING_PIECES (4) pieces,
+    and each piece goes round the ring on its own: rank r starts piece p of a step as soon as its
+    left neighbour has finished piece p of the step before, told by an event the neighbour recorded
+    on its stream after that piece. One rank waits for one other, not all N for the slowest, so rank
+    r can work on piece p of step s+1 while its neighbour is still on piece p+1 of step s: the pieces
+    follow each other round the ring like a pipeline. A rank that is late holds its neighbour up by
+    one piece, not a whole step, and the links keep carrying the pieces that are ready instead of
+    idling at every step. Events rather than flags, because each rank already has a stream and the
+    waits stay on the GPUs with nothing polling (and emulated ranks can run them in the simulator,
+    where a rank polling another's flags is never answered). The traffic is the ring's: each rank
+    still receives 2(N-1)/N of the buffer, so its bus bandwidth (2(N-1)/N * bytes / time) compares
+    with the links as two-shot's and ring's do; the price is 2(N-1) P launches and waits a rank
+    instead of 2(N-1). It has not been timed on two GPUs yet.""")
+def ring_pipelined(x, out):
+    ring_pipelined_allreduce(Group.emulated(x, out))
+
+
+# -- 6. flags: one kernel per rank, synchronised through memory -------------------------------------------
 
 # Each rank has an int32 flag array in its own memory, written by the others (over NVLink) and
 # polled by itself: ``flags[s]`` (s < N) is the last call rank s arrived at; ``flags[N + s*B + b]`` is
@@ -747,7 +904,7 @@ def flags(x, out):
     flag_allreduce(Group.emulated(x, out))
 
 
-# -- 6. lamport: a one-shot push into mailboxes, no flags ------------------------------------------------
+# -- 7. lamport: a one-shot push into mailboxes, no flags ------------------------------------------------
 #
 # Rank r's mailboxes are an array in its own memory, (3, N, m4) words: box [k, s] receives what rank s
 # pushes in a call numbered k mod 3. A word is a float32 with its sign bit flipped (mailbox.cu), so an
@@ -860,7 +1017,8 @@ def lamport(x, out):
 
 
 ALGORITHMS = {"naive": naive_allreduce, "one_shot": one_shot_allreduce, "two_shot": two_shot_allreduce,
-              "ring": ring_allreduce, "flags": flag_allreduce, "lamport": lamport_allreduce}
+              "ring": ring_allreduce, "ring_pipelined": ring_pipelined_allreduce, "flags": flag_allreduce,
+              "lamport": lamport_allreduce}
 # The algorithms whose kernels wait for each other on the GPU, and the name of their status word: after
 # a call, check_flag_status(group, WAITING[name]) turns a rank that gave up waiting into an error.
 WAITING = {"flags": "allreduce.flag", "lamport": "allreduce.lamport"}
@@ -937,6 +1095,7 @@ def _fused_bytes(size):
 
 fused_op = Operator(
     figures_elsewhere=_fused_figures,
+    bound_note=_bound_note(),
     name="allreduce_rmsnorm",
     title="AllReduce + residual add + RMSNorm (a tensor-parallel block's epilogue)",
     reference=_fused_reference,

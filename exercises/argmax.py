@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 57e9477c9b877637d3418be59223e13e85a5164b01c5fd18a256ed2a1a194e71
+# generated-sha256: 45039f5866696bd2980d2f66f7c6f34417ff953b7c2f89b5845d66366b60a6d7
 # --------------------------------------------------------------------------------------------------
 """Argmax of a float32 vector: the index of its largest element, the LOWEST such index on a tie.
 
@@ -114,6 +114,7 @@ op = Operator(
     validate=_validate,
     tolerance=lambda size, dtype: 0.0,  # an index is right or wrong
     peer=_peer,
+    torch_expression=lambda torch, size: lambda x: torch.argmax(x).view(1),  # for torch.compile
     adversarial_inputs=_adversarial,
     check_sizes=[1, 31, 1000, 1_000_003, 2**24 + 1, 2**28],
     sim_sizes=[1, 31, 33, 1000, 1021, 4099],

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: a30bc4b605693f27c2eab8afb4a2afe2c6cd7d5615188ca25f0553baf219aa7d
+# generated-sha256: 520a3e8f250456f3fa040ac4c5eb5af5cb96e273ae31faa3309b9ce41cf82971
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync.
 
@@ -47,6 +47,11 @@ and a row's other 48 keys are in the 3 other lanes of its quad (shfl_xor 1 and 2
 5. ``tuned``: stage 4 with 32 queries a warp (two m16 tiles share every K and V fragment), exp2 as
    one MUFU instruction (the scale folded into its argument), 32-bit shared addresses, copy addresses
    computed once a tile; its geometry picked from alternatives timed side by side.
+
+The bytes model of each stage (``stage_traffic``) counts what it reads from L2 or memory: Q read and the
+output written once, K and V fetched once per query block (64 queries; 128 in the tuned stage up to
+D = 64), and under the mask, from stage 4 on, only up to each block's diagonal. The operator's own
+model is the minimum, q, k and v read and out written once.
 """
 
 import math
@@ -59,7 +64,8 @@ from workbench import device as _device
 from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 
-from solutions._attention_common import attention_flops, extreme_logits, naive_expression, reference, sdpa_peer
+from solutions._attention_common import (attention_flops, extreme_logits, kv_fetch_bytes, naive_expression, reference,
+                                         sdpa_peer)
 from solutions._flash_mma import (ALIGN16, FULL_MASK, HEAD_DIM_STEPS, LOG2E, LOWEST, block_order, issue_async, ldsm,
                                   ldsm_trans, online_softmax, padded_head_dim, tile_offset)
 from solutions._ptx import cp_async_commit, cp_async_wait_pending, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, \
@@ -136,6 +142,11 @@ BENCH_SIZES = [(16, 16, 1024, 64, 0), (8, 16, 2048, 64, 0), (8, 16, 2048, 64, 1)
 HEADLINE = (8, 16, 2048, 64, 1)
 
 
+def _io_bytes(size):
+    B, H, S, D, causal = size
+    return 4 * B * H * S * D * 2  # q, k, v read and out written once, 2 bytes an element
+
+
 def _operator(name, dtype, title, rank):
     return Operator(
         name=name,
@@ -143,7 +154,7 @@ def _operator(name, dtype, title, rank):
         reference=reference,
         make_inputs=_inputs_for(dtype),
         make_output=lambda size: np.empty(size[:4], dtype),
-        bytes_moved=lambda size: 4 * 2 * size[0] * size[1] * size[2] * size[3],  # q, k, v, out once
+        bytes_moved=_io_bytes,
         flops=attention_flops,
         validate=_validator_for(dtype),
         tolerance=lambda size, _dtype: TOLERANCE[np.dtype(dtype).name],
@@ -170,10 +181,23 @@ OPERATORS = [o for o in (op, bf16_op) if o is not None]
 
 
 def _stage(name, summary):
-    """Register one launcher as the same stage of both operators (fp16 and bf16)."""
+    """Register one launcher as the same stage of both operators (fp16 and bf16), with its traffic model."""
     def register(launch):
-        return [o.stage(name, summary)(launch) for o in OPERATORS][0]
+        def traffic(size):
+            return stage_traffic(name, size)
+        return [o.stage(name, summary, bytes_moved=traffic)(launch) for o in OPERATORS][0]
     return register
+
+
+def stage_traffic(stage, size):
+    """What ``stage`` reads from L2 or memory at ``size``: each block reads its queries and writes their
+    output once, and fetches K and V once for all its queries (the stage's geometry: 64, or 128 in the
+    tuned stage up to D = 64); a stage that skips the tiles past the diagonal fetches, under the mask,
+    only the keys up to its last query."""
+    _, _, skip, geometry = STAGE_SWITCHES[stage]
+    if isinstance(geometry, dict):  # a geometry per padded head size
+        geometry = geometry[padded_head_dim(size[3])]
+    return _io_bytes(size) // 2 + kv_fetch_bytes(size, geometry.queries, skip, itemsize=2)
 
 
 # == the kernel =====================================================================================

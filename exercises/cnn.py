@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 6cfd97a67bf0cd6ff42062fee2b9374327e3ef84e2918a2a1fb4ab2b4eff84e9
+# generated-sha256: 46b803fa2d085c29f033ff6478ad7eaf693f73e5eb0d75ef5375c3ab04f3bcf4
 # --------------------------------------------------------------------------------------------------
 """The memory-bound layers of a CNN (NCHW float32): depthwise 3x3 convolution, max-pooling with the argmax
 indices training needs, and BatchNorm's training forward pass.
@@ -889,7 +889,13 @@ def _bn_normalize(x, gamma, beta, partials, out, N, C, HW):
     one warp (every block redoes it: 128 floats, cheaper than a third launch) into the channel's
     scale and mean, then normalize their slice: (x - sample - mean offset) * scale + beta, which
     stays exact for a channel whose mean is 1e4 (x * scale + shift would round at 1e4 * scale). C x 64 blocks fill all SMs, and
-    addresses are unsigned. Two reads of x and one write, the minimum for a batch that does not fit on chip.""")
+    addresses are unsigned. Two reads of x and one write, the minimum for a batch that does not fit on chip.
+    On the H200 (results/nvidia-h200.json) it was 5.8x faster than block_per_channel at 32x64x56x56 and
+    2.6x at 32x128x28x28, but slower at 32x256x14x14: 42.2 against 33.5 µs. There 256 channels already
+    gave block_per_channel 256 blocks, about two an SM, and a channel holds only 6272 elements: split
+    over 25 blocks, a thread sums at most one, so the statistics are 6400 block-wide reductions of a
+    6.4 MB tensor, and the second launch and its recombining of the partials buy nothing. Splitting
+    pays when the channels alone cannot fill the GPU.""")
 def batchnorm_split_channels(x, gamma, beta, out):
     N, C, H, W = x.shape
     HW = H * W
@@ -1030,7 +1036,7 @@ def _bn_stats_vectors(x, gamma, beta, partials, done, params, N, C, HW):
 
 
 @bn_op.stage("vector_passes", """
-    split_channels measured 215 us on an H200 at 128x64x56x56: 309 MB in three streams is 1.4 TB/s, a
+    split_channels measured 204 us on an H200 at 128x64x56x56: 308 MB in three streams is 1.5 TB/s, a
     third of the copy rate, because each thread loaded one float at a time with an index division
     per element. Both passes now move 16-byte vectors (load4/store4) with several in flight per
     thread. The statistics: block (s, c) sums whole planes of channel c (a plane is contiguous; its
@@ -1041,7 +1047,15 @@ def _bn_stats_vectors(x, gamma, beta, partials, done, params, N, C, HW):
     tensor as one flat stream of vectors, as activations' in_flight, each vector's channel found with
     one 32-bit division (a vector may straddle two planes when H*W is not a multiple of 4), the
     channel's four floats one 16-byte load from L1. Still (x - sample - mean offset) * scale + beta,
-    exact for a channel at 1e4. An x not on a 16-byte boundary runs split_channels.""")
+    exact for a channel at 1e4. An x not on a 16-byte boundary runs split_channels. On the H200 it
+    took 86.9 µs at 128x64x56x56 (83% of the copy rate, 2.85x torch's eager 247.8, torch.compile
+    84.3) and tied torch.compile at 32x64x56x56 (28.0 both), but lost to eager torch at the small
+    layers: 22.4 against 8.8 µs at 32x256x14x14 (0.39x), 23.0 against 15.9 at 32x128x28x28 (0.69x).
+    Its time hardly moves between those two (6.4 and 12.8 MB: 4.5 and 9 µs at the copy rate), so it
+    is a fixed cost: two launches, the statistics' chain (sums, block reduction, atomic ticket, the
+    last block's combine) before the normalize pass can start, and whole planes a block: a 14x14
+    plane is 49 vectors for 256 threads, so four threads in five idle through the statistics (a 28x28
+    plane, 196 vectors: one in four). Small layers want several planes a block, or one kernel.""")
 def batchnorm_vector_passes(x, gamma, beta, out):
     N, C, H, W = x.shape
     HW = H * W
@@ -1197,7 +1211,13 @@ def _bn_infer_planes(x, beta, running_mean, scale, out, C, HW):
     Each element then costs a subtraction and a multiply-add. The mean is not folded into a shift:
     x * scale + (beta - mean * scale) would round at mean * scale, and a channel at 1e4 (the
     adversarial input) loses its spread. The same fold into the preceding convolution's weights
-    and bias removes the layer from an inference graph entirely.""")
+    and bias removes the layer from an inference graph entirely. On the H200 (results/nvidia-h200.json)
+    it beat per_element only on the larger tensors (239.8 against 323.1 µs at 128x64x56x56, 59.2
+    against 85.4 at 32x64x56x56) and lost on the small ones: 29.3 against 22.8 at 32x256x14x14, 52.1
+    against 42.2 at 32x128x28x28. The fold is a second launch, and a row of 256-thread blocks per
+    plane leaves threads idle where a plane is not a multiple of 256 (196 elements fill 77% of one
+    block, 784 77% of four), while per_element's flat grid uses every thread: on a tensor this small,
+    the divisions saved are worth less than the launch and the idle threads.""")
 def batchnorm_infer_folded(x, gamma, beta, running_mean, running_var, out):
     N, C, H, W = x.shape
     HW = H * W
@@ -1238,14 +1258,16 @@ def _bn_infer_in_flight(x, beta, running_mean, scale, out, C, HW):
 
 
 @bn_infer_op.stage("in_flight", """
-    The folded kernel measured 805 GB/s on an H200 at 128x64x56x56, a third of torch, though each
+    The folded kernel measured 857 GB/s on an H200 at 128x64x56x56, a third of torch, though each
     element costs two arithmetic instructions: it waits. A thread there handled one or two elements,
     loading, computing and storing each in turn, and the compiler may not move the next load above the
     store (out could alias x), so a thread had one 4-byte load in flight, and each block, short-lived,
     also waited on its plane's statistics. Here a thread loads ITEMS = 4 elements (THREADS apart, so a
     warp's loads stay coalesced) into registers before it stores any, and a plane needs a quarter of
     the blocks: four times the bytes in flight per thread, the statistics' latency paid once per
-    1024 elements instead of 256.""")
+    1024 elements instead of 256. Where planes are small it is no better: at 32x256x14x14 it took 23.4
+    µs against per_element's 22.8: a 196-element plane is one block in which 196 threads load one
+    element each, so nothing more is in flight than in folded.""")
 def batchnorm_infer_in_flight(x, gamma, beta, running_mean, running_var, out):
     N, C, H, W = x.shape
     HW = H * W
@@ -1270,14 +1292,18 @@ def _bn_fold_params(gamma, beta, running_mean, running_var, params):
 
 
 @bn_infer_op.stage("vectors", """
-    in_flight measured 79.4 us (2587 GB/s) against torch's 74.3 on an H200: four 4-byte loads a thread,
+    in_flight measured 78.9 us (2606 GB/s) against torch's 74.1 on an H200: four 4-byte loads a thread,
     and a block row per plane whose 3136 elements leave the last of its 256-thread rows three-quarters
     idle. Here the tensor is one flat stream of 16-byte vectors (load4/store4), each thread issuing
     four (64 bytes) before its first store, blocks covering 16 KB each whatever the plane size. A
     vector finds its channel with one 32-bit division and reads the channel's (scale, mean, 0, beta)
     as one 16-byte row from L1; a vector that straddles two planes (H*W not a multiple of 4) takes
     the next channel's row for its last elements. It is the normalize kernel of batchnorm_train's
-    vector_passes: only how the four floats a channel are found differs.""")
+    vector_passes: only how the four floats a channel are found differs. On the H200: 56.0 µs at
+    128x64x56x56 (86% of the copy rate; torch 74.1, torch.compile 51.7), but behind torch at the
+    small layers, 9.3 against 8.7 µs at 32x256x14x14 and 12.7 against 11.1 at 32x128x28x28
+    (torch.compile 5.6 and 8.3): 6.4 MB is 3 µs at the copy rate, and the fold's own launch before
+    the normalize kernel is likely much of the difference.""")
 def batchnorm_infer_vectors(x, gamma, beta, running_mean, running_var, out):
     N, C, H, W = x.shape
     params = scratch("batchnorm_infer.params", (C, 4), np.float32)

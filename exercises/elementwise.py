@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: fcb768259499aa21681b83ec24e4ebce92cebba46218ec455d6e7db016d0edbd
+# generated-sha256: 29f523823248a190d7d9121e44f1139142eca707fa88ceea95a8a1ff6e07ffdc
 # --------------------------------------------------------------------------------------------------
 """y = GELU(x + bias) + residual on a float32 matrix, in six steps from three kernels to one pass at memory speed.
 
@@ -25,16 +25,15 @@ as the first two: with GELU's erf already costing ~25 instructions per element, 
 what keeps a numba kernel from streaming at full bandwidth.
 """
 
-import math
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
-from numba import cuda, float32, uint64
+from numba import cuda, uint64
 
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
 from workbench import peers
 
+# gelu(v) = 0.5 v (1 + erf(v / sqrt 2)) in float32, a device function (math.erf: libdevice's erff); the reference
+# is the same chain in float64. Both live in solutions/_references.py, shared with the fp16/bf16 GELU ladders.
+from solutions._references import gelu, gelu_bias_residual64, gelu_bias_residual_inputs
 from solutions._vector_io import aligned16, load4, store4
 
 THREADS = 256  # threads per block in the 1-D stages; a multiple of the 32-lane warp
@@ -45,18 +44,6 @@ LOADS_PER_THREAD = 4  # independent elements each thread keeps in flight per ite
 
 
 # -- the operator ----------------------------------------------------------------------------------
-
-def _inputs(size, rng):
-    rows, cols = size
-    # x spans every regime of GELU: the linear right tail, the curved middle and the left tail where
-    # it goes to -0 (x + bias reaches about +-7, where erf is saturated in float32). The residual is
-    # positive and GELU is never below -0.17, so y stays >= 0.08: no sum cancels to near zero, where
-    # a correct float32 result could miss the relative tolerance (a 1 x 1 check would then fail by chance).
-    x = rng.uniform(-6.0, 6.0, (rows, cols)).astype(np.float32)
-    bias = rng.uniform(-1.0, 1.0, cols).astype(np.float32)
-    residual = rng.uniform(0.25, 1.25, (rows, cols)).astype(np.float32)
-    return x, bias, residual
-
 
 def _adversarial(size, rng):
     """Inputs random draws never produce, checked beside the random ones (``workbench check``, the grader)."""
@@ -72,65 +59,6 @@ def _adversarial(size, rng):
     # is 2 v, which overflows to inf.
     huge = (sign * rng.uniform(1e38, 3e38, (rows, cols))).astype(np.float32)
     return [("saturated-tails", (tails, bias, residual)), ("near-float32-max", (huge, bias, residual))]
-
-
-# Cephes (S. L. Moshier, public domain) rational approximations of erf and erfc: float64 to ~1e-16
-# relative; numpy has no erf and the workbench does not depend on SciPy.
-_ERF_T = (9.60497373987051638749e0, 9.00260197203842689217e1, 2.23200534594684319226e3,
-          7.00332514112805075473e3, 5.55923013010394962768e4)
-_ERF_U = (1.0, 3.35617141647503099647e1, 5.21357949780152679795e2, 4.59432382970980127987e3,
-          2.26290000613890934246e4, 4.92673942608635921086e4)
-_ERFC_P = (2.46196981473530512524e-10, 5.64189564831068821977e-1, 7.46321056442269912687e0,
-           4.86371970985681366614e1, 1.96520832956077098242e2, 5.26445194995477358631e2,
-           9.34528527171957607540e2, 1.02755188689515710272e3, 5.57535335369399327526e2)
-_ERFC_Q = (1.0, 1.32281951154744992508e1, 8.67072140885989742329e1, 3.54937778887819891062e2,
-           9.75708501743205489753e2, 1.82390916687909736289e3, 2.24633760818710981792e3,
-           1.65666309194161350182e3, 5.57535340817727675546e2)
-_ERFC_R = (5.64189583547755073984e-1, 1.27536670759978104416e0, 5.01905042251180477414e0,
-           6.16021097993053585195e0, 7.40974269950448939160e0, 2.97886665372100240670e0)
-_ERFC_S = (1.0, 2.26052863220117276590e0, 9.39603524938001434673e0, 1.20489539808096656605e1,
-           1.70814450747565897222e1, 9.60896809063285878198e0, 3.36907645100081516050e0)
-
-
-def _poly(coefficients, z):
-    acc = np.full_like(z, coefficients[0])
-    for c in coefficients[1:]:
-        acc *= z
-        acc += c
-    return acc
-
-
-def _erfc64(z: np.ndarray) -> np.ndarray:
-    """erfc in float64, without the cancellation of 1 - erf(z) for large z."""
-    a = np.abs(z)
-    z_near = np.clip(z, -1.0, 1.0)  # the series is used for |z| <= 1 only: clipped, huge z cannot overflow it
-    z2 = z_near * z_near
-    near = 1.0 - z_near * _poly(_ERF_T, z2) / _poly(_ERF_U, z2)
-    a_far = np.clip(a, 1.0, 27.0)  # erfc(27) underflows: clamp keeps exp() quiet
-    tail = np.where(a_far < 8.0, _poly(_ERFC_P, a_far) / _poly(_ERFC_Q, a_far),
-                    _poly(_ERFC_R, a_far) / _poly(_ERFC_S, a_far)) * np.exp(-a_far * a_far)
-    tail = np.where(a > 27.0, 0.0, tail)
-    far = np.where(z > 0, tail, 2.0 - tail)
-    return np.where(a <= 1.0, near, far)
-
-
-def _gelu64(v: np.ndarray) -> np.ndarray:
-    """Exact GELU in float64: v * Phi(v), Phi(v) = erfc(-v / sqrt 2) / 2 (accurate in both tails)."""
-    out = np.empty_like(v)
-    flat_in, flat_out = v.reshape(-1), out.reshape(-1)
-    chunk = 1 << 16  # numpy releases the GIL: a 2^28-element reference takes seconds, not a minute
-
-    def work(start):
-        part = flat_in[start:start + chunk]
-        flat_out[start:start + chunk] = part * (0.5 * _erfc64(part * -np.sqrt(0.5)))
-
-    with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
-        list(pool.map(work, range(0, flat_in.size, chunk)))
-    return out
-
-
-def _reference(x, bias, residual):
-    return _gelu64(x.astype(np.float64) + bias.astype(np.float64)) + residual
 
 
 def _validate(x, bias, residual, out):
@@ -185,8 +113,8 @@ def _torch_expression(torch, size):
 op = Operator(
     name="elementwise",
     title="GELU(x + bias) + residual, float32",
-    reference=_reference,
-    make_inputs=_inputs,
+    reference=gelu_bias_residual64,  # GELU(x + bias) + residual in float64, with its own erf (numpy has none)
+    make_inputs=gelu_bias_residual_inputs,
     make_output=lambda size: np.empty(size, np.float32),
     bytes_moved=_bytes_moved,
     pattern="read2_write1",  # x and residual read, y written: the two-reads-one-write ceiling
@@ -205,12 +133,6 @@ op = Operator(
     group="Elementwise + fusion: GELU(x + bias) + residual",
     record_all_sizes=True,
 )
-
-
-@cuda.jit(device=True, inline=True)
-def gelu(v):
-    """Exact GELU, in float32: math.erf on a float32 value calls libdevice's erff."""
-    return float32(0.5) * v * (float32(1.0) + math.erf(v * float32(0.7071067811865476)))
 
 
 def _launch_2d(kernel, rows, cols, *args):

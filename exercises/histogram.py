@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: ad510fdb631b66ebe7560597eebf9cf2e500bbb636ae0a85fcb415a0fcd67dcb
+# generated-sha256: ee01ac48f4fc3694a7580c8ea9c837eff89e09e51872ec2076136cf2f71744ca
 # --------------------------------------------------------------------------------------------------
 """Histogram of a uint8 vector into 256 int32 bins: out[b] = number of i with x[i] == b.
 
@@ -104,6 +104,7 @@ op = Operator(
     validate=_validate,
     tolerance=lambda size, dtype: 0.0,  # counts are exact
     peer=_peer,
+    torch_expression=lambda torch, size: lambda x: torch.bincount(x, minlength=BINS),  # for torch.compile
     adversarial_inputs=_adversarial,
     dtype=np.int32,
     check_sizes=[1, 31, 1000, 1_000_003, 2**24 + 1, 2**28],

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 221a9235d174cc731afb4c5899d2a1013fb6b39c95c8b68dc666a342b022fad9
+# generated-sha256: 084ec6ee600f12213ed4cae09ec6db80b9ee012e9bebfae101c1456a260d3de5
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -44,6 +44,9 @@ import math
 import numpy as np
 from numba import cuda, float32, uint64
 
+# The float64 references (layernorm64: (x - mean) / sqrt(var + EPS) * weight + bias; rmsnorm64) and the random
+# rows (layernorm_rows) live in solutions/_references.py, shared with the fp16/bf16 ladders of half_norms.py.
+from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
 from solutions._vector_io import capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store_chunk
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
@@ -52,7 +55,6 @@ THREADS = 256  # threads per block in the block-per-row stages; a multiple of th
 WARPS = THREADS // 32
 TWO_WARPS = 2 * WARPS  # a shared array's shape must be a constant: a module global, not an expression
 FULL_MASK = 0xFFFFFFFF
-EPS = np.float32(1e-5)  # a float32 global: numba types it float32, so no float64 creeps in
 TORCH_EPS = float(EPS)  # eps for torch expressions: torch.compile traces float() of a numpy scalar as data-dependent and fails
 
 VALUES_PER_THREAD = 8  # fused stages: row elements each thread keeps in registers
@@ -64,19 +66,6 @@ EW_MAX_GRID_Y = 65535
 
 
 # -- inputs, references, checks shared by the operators of this module --------------------------
-
-def _rows(size, rng):
-    """Random rows with their own mean and spread, and rows a careless kernel gets wrong."""
-    rows, cols = size
-    mean = rng.uniform(-2.0, 2.0, (rows, 1))
-    std = rng.uniform(0.5, 2.0, (rows, 1))
-    x = (mean + std * rng.standard_normal((rows, cols))).astype(np.float32)
-    for r in range(0, rows, 8):  # mean 1e4, std 1: E[x^2] - E[x]^2 cancels catastrophically
-        x[r] = (1e4 + rng.standard_normal(cols)).astype(np.float32)
-    for r in range(3, rows, 8):  # constant: variance 0, the output must be exactly the bias
-        x[r] = np.float32(rng.uniform(-100.0, 100.0))
-    return x
-
 
 def _vector(cols, rng, low, high):
     return rng.uniform(low, high, cols).astype(np.float32)
@@ -104,13 +93,6 @@ def _adversarial(size, rng):
     cols = size[1]
     return [(label, (x, _vector(cols, rng, 0.5, 1.5), _vector(cols, rng, -1, 1)))
             for label, x in _adversarial_rows(size, rng).items()]
-
-
-def _layernorm64(h, weight, bias):
-    h = h.astype(np.float64)
-    mean = h.mean(axis=1, keepdims=True)
-    var = ((h - mean) ** 2).mean(axis=1, keepdims=True)
-    return (h - mean) / np.sqrt(var + float(EPS)) * weight.astype(np.float64) + bias.astype(np.float64)
 
 
 def _tolerance(size, dtype):
@@ -157,8 +139,8 @@ def _layernorm_expression(torch, size):
 op = Operator(
     name="layernorm",
     title="LayerNorm over the rows of a float32 matrix",
-    reference=_layernorm64,
-    make_inputs=lambda size, rng: (_rows(size, rng), _vector(size[1], rng, 0.5, 1.5), _vector(size[1], rng, -1, 1)),
+    reference=layernorm64,
+    make_inputs=lambda size, rng: (layernorm_rows(size, rng), _vector(size[1], rng, 0.5, 1.5), _vector(size[1], rng, -1, 1)),
     make_output=lambda size: np.empty(size, np.float32),
     bytes_moved=lambda size: 2 * 4 * size[0] * size[1] + 2 * 4 * size[1],  # x in, out out, weight + bias in
     flops=lambda size: 7 * size[0] * size[1],
@@ -649,13 +631,20 @@ def kernel_for(cols, table=BY_SHAPE):
     sums are shuffles alone, no barrier. It issues every load of the row before it uses any (the
     fused stage 5 did not: its loads each sat in a branch followed by their use, so one was in
     flight at a time), and loads the weight and bias after the statistics and before the first
-    store, so those loads too run ahead. Wider rows take stage 7's kernel. On the H200 stage 7
-    trailed torch at 1024 columns (141 vs 106 us at 32768 rows), and the warp kernel took 72 us
-    there. A block per row with the row in registers (block_rows, 16 values a thread) was timed
-    for 4096 to 12288 columns and lost to stage 7 (350 vs 289 us at 32768 x 4096, 205 vs 167 at
-    4096 x 12288), so the table does not pick it: a kernel is in the table where it was measured
-    faster, not where it should be. A width not a multiple of 4 (rows not on 16-byte boundaries)
-    is read a column at a time.""")
+    store, so those loads too run ahead. Wider rows take stage 7's kernel. A width not a multiple
+    of 4 (rows not on 16-byte boundaries) is read a column at a time. What it measured
+    (results/runs/gpu_norm_shapes.json: the H200, 2026-11-23, scripts/gpu_norm_shapes.py): at 1024
+    columns the warp kernel beat torch, 71.9 us against 106.9 at 32768 rows and 16.2 against 17.0
+    at 4096, where torch.compile's LayerNorm failed the 1e-3 tolerance (relative error 1.40e-3 and
+    1.41e-3), so it was judged against eager torch only. From 4096 columns by_shape is stage 7, and
+    it lost to torch.compile at all three shapes measured: 288 against 262 at 32768 x 4096, 78.8
+    against 74.1 at 8192 x 4096, 166 against 122 at 4096 x 12288 (eager torch: 369, 96.5, 172). A
+    block per row with the row in registers (block_rows, 16 values a thread, at most 48 registers)
+    lost to stage 7 at 32768 x 4096 (314 vs 288) and 4096 x 12288 (208 vs 166), so the table does
+    not pick it: a kernel is in the table where it was measured faster, not where it should be.
+    Capped at 40 registers (two blocks of 768 threads an SM) it took 159 at 4096 x 12288, ahead of
+    by_shape's 166 and still far behind torch.compile's 122: one run at one shape, not yet a reason
+    to change the table.""")
 def by_shape(x, weight, bias, out):
     kernel_for(x.shape[1])(x, weight, bias, out)
 
@@ -677,7 +666,7 @@ def _bias_relu64(x, lin_bias):
 
 
 def _bias_relu_inputs(size, rng):
-    x = _rows(size, rng)
+    x = layernorm_rows(size, rng)
     rows = size[0]
     for r in range(5, rows, 8):  # all negative after the bias: ReLU leaves a constant (zero) row
         x[r] = -200.0 + x[r] * np.float32(0.01)
@@ -723,7 +712,7 @@ def _matrix_bytes(reads, writes):
 bias_relu_layernorm_op = Operator(
     name="bias_relu_layernorm",
     title="LayerNorm(ReLU(x + bias)): a linear layer's epilogue",
-    reference=lambda x, lb, w, b: _layernorm64(_bias_relu64(x, lb), w, b),
+    reference=lambda x, lb, w, b: layernorm64(_bias_relu64(x, lb), w, b),
     make_inputs=_bias_relu_inputs,
     make_output=lambda size: np.empty(size, np.float32),
     bytes_moved=lambda size: _matrix_bytes(1, 1)(size) + 3 * 4 * size[1],
@@ -825,7 +814,7 @@ def bias_relu_lean(x, lin_bias, weight, bias, out):
 # -- residual add + LayerNorm ------------------------------------------------------------------
 
 def _residual_inputs(size, rng):
-    x = _rows(size, rng)
+    x = layernorm_rows(size, rng)
     residual = rng.standard_normal(size).astype(np.float32)
     residual[3::8] = np.float32(0.25)  # x's constant rows stay constant after the add
     cols = size[1]
@@ -861,7 +850,7 @@ def _residual_expression(torch, size):
 residual_layernorm_op = Operator(
     name="residual_layernorm",
     title="LayerNorm(x + residual): a transformer block's add & norm",
-    reference=lambda x, r, w, b: _layernorm64(x + r, w, b),  # x + r in float32, as a kernel adds
+    reference=lambda x, r, w, b: layernorm64(x + r, w, b),  # x + r in float32, as a kernel adds
     make_inputs=_residual_inputs,
     make_output=lambda size: np.empty(size, np.float32),
     bytes_moved=lambda size: _matrix_bytes(2, 1)(size) + 2 * 4 * size[1],
@@ -955,13 +944,8 @@ def residual_lean(x, residual, weight, bias, out):
 
 # -- RMSNorm -----------------------------------------------------------------------------------
 
-def _rmsnorm64(x, weight):
-    x = x.astype(np.float64)
-    return x / np.sqrt((x * x).mean(axis=1, keepdims=True) + float(EPS)) * weight.astype(np.float64)
-
-
 def _rmsnorm_inputs(size, rng):
-    x = _rows(size, rng)  # includes rows of magnitude 1e4 (squares near 1e8) and constant rows
+    x = layernorm_rows(size, rng)  # includes rows of magnitude 1e4 (squares near 1e8) and constant rows
     for r in range(5, size[0], 8):  # tiny rows: mean square far below eps
         x[r] *= np.float32(1e-4)
     return x, _vector(size[1], rng, 0.5, 1.5)
@@ -998,7 +982,7 @@ def _rmsnorm_expression(torch, size):
 rmsnorm_op = Operator(
     name="rmsnorm",
     title="RMSNorm over the rows of a float32 matrix",
-    reference=_rmsnorm64,
+    reference=rmsnorm64,
     make_inputs=_rmsnorm_inputs,
     make_output=lambda size: np.empty(size, np.float32),
     bytes_moved=lambda size: _matrix_bytes(1, 1)(size) + 4 * size[1],
@@ -1156,9 +1140,14 @@ RMSNORM_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (BLOCK_ROW_COLS, rmsnorm
     barrier), a block per row up to 16384 (16 values a thread, one barrier), the row read once with
     16-byte loads and written once with 16-byte stores, every load of the row issued before the
     first is used and the weight loaded before the first store; wider rows take stage 3's kernel.
-    One sum of squares, so one reduction and no shift. On the H200 stage 3 (two reads, the second
-    from L1) trailed torch.compile at 4096 columns (316 vs 253 us at 32768 rows), 8192 and 12288,
-    and torch at 1024 (115 vs 76); scripts/gpu_norm_shapes.py times every kernel of the table.""")
+    One sum of squares, so one reduction and no shift. What it measured
+    (results/runs/gpu_norm_shapes.json: the H200, 2026-11-23, scripts/gpu_norm_shapes.py): it beat
+    torch and torch.compile at 32768 x 1024 (69.0 us against 77.6 and 105.9) and at 16384 x 8192
+    (274 against 390 and 286), lost to torch.compile at 32768 x 4096 (282 against 263; torch 360),
+    and lost to both at 4096 x 12288 (172 against torch.compile's 116 and torch's 160). Neither
+    variant timed beside it closes those gaps: block_rows capped at 64 registers took 278 at
+    32768 x 4096, and block_rows launched directly, the very kernel by_shape picks at 12288
+    columns, 166.""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
 

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: d22f1af247686e8b1fef9440d73b71f65e142c065bbe066e6ae0c2f3f8fcbc62
+# generated-sha256: 2b849325ef399795cf7368fd1fd11af5fcd889111a851d94e73d0e38e24054fe
 # --------------------------------------------------------------------------------------------------
 """Matrix-vector product y = A x, A float32 of shape (rows, cols), row-major.
 
@@ -109,6 +109,7 @@ op = Operator(
     validate=_validate,
     tolerance=_tolerance,
     peer=_peer,
+    torch_expression=lambda torch, size: lambda a, x: torch.mv(a, x),  # for torch.compile
     adversarial_inputs=_adversarial,
     check_sizes=[(1, 1), (1000, 1000), (4097, 1023), (31, 100_003), (100_003, 31), (16384, 16384)],
     sim_sizes=[(1, 1), (33, 31), (31, 70), (67, 129), (5, 300)],

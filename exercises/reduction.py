@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: ca44447479571ec63e057fd88cf6b10728998877b253430f3f42e63bc734bfa6
+# generated-sha256: d476f6cdeed7afcfe3cbc915f05c23cf6ca4a9f3d6d2bba1b9915b53a63965c4
 # --------------------------------------------------------------------------------------------------
 """Sum of a float32 vector, in five steps from one atomic per element to one pass at memory speed.
 
@@ -82,6 +82,7 @@ op = Operator(
     validate=_validate,
     tolerance=_tolerance,
     peer=_peer,
+    torch_expression=lambda torch, size: lambda x: torch.sum(x, dim=0, keepdim=True),  # for torch.compile
     adversarial_inputs=_adversarial,
     check_sizes=[1, 31, 33, 1000, 1_000_003, 2**24 + 1, 2**28],
     sim_sizes=[1, 31, 33, 1000, 1021, 4099],

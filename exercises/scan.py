@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 36984299cca702837af4b8de35f3fe9e709b620400b547adde12b098e649e319
+# generated-sha256: 64482ed4863421ec93eeccad66068d64176cdfc7baea09b2032006027adca0f2
 # --------------------------------------------------------------------------------------------------
 """Inclusive prefix sum (scan) of a float32 vector: y[i] = x[0] + x[1] + ... + x[i].
 
@@ -102,6 +102,7 @@ op = Operator(
     validate=_validate,
     tolerance=_tolerance,
     peer=_peer,
+    torch_expression=lambda torch, size: lambda x: torch.cumsum(x, dim=0),  # for torch.compile
     adversarial_inputs=_adversarial,
     check_sizes=[1, 31, 257, 2049, 65_537, 1_000_003, 2**24 + 1, 2**28],
     # The PTX check runs sim_sizes[2]: 2049 needs more than one tile, so every kernel is launched.

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 816769d47dffd778505ac5b4c1eaf6f1cb6b1f17772bdd9fd193e79d0bfa5a4b
+# generated-sha256: 968b60f29b00be7e8a82b0c04b6bf01b94f15ede958efd4db8f7cf3d60168701
 # --------------------------------------------------------------------------------------------------
 """Softmax over the rows of a float32 matrix, in seven steps from a thread per row to 92% of copy bandwidth.
 
@@ -35,6 +35,7 @@ import math
 import numpy as np
 from numba import cuda, float32, uint64
 
+from solutions._references import softmax64
 from solutions._vector_io import capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store_chunk
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
@@ -66,12 +67,6 @@ def _inputs(size, rng):
         x[r] = -np.inf
         x[r, rng.integers(cols)] = rng.normal(0.0, 2.0)
     return (x,)
-
-
-def _reference(x):
-    x = x.astype(np.float64)
-    e = np.exp(x - x.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
 
 
 def _adversarial(size, rng):
@@ -121,7 +116,7 @@ def _peer(size):
 op = Operator(
     name="softmax",
     title="Softmax over the rows of a float32 matrix",
-    reference=_reference,
+    reference=softmax64,  # exp(x - row max) / its row sum, in float64 (solutions/_references.py, shared with fp16/bf16)
     make_inputs=_inputs,
     make_output=lambda size: np.empty(size, np.float32),
     bytes_moved=lambda size: 2 * 4 * size[0] * size[1],  # read x once, write out once
@@ -572,12 +567,18 @@ def kernel_for(cols):
     of 1024 threads a row, reads each step of 16 values a thread, folds its maximum and sum of
     exponentials into a running pair (one exp per element, one per step to rescale), merges the
     threads' pairs, and reads the row once more to write it: two reads where stage 7 made three.
-    1024 threads beat 512 on the H200 (595 vs 727 us at 8192 x 32000, 1525 vs 1556 at 4096 x
+    1024 threads beat 512 on the H200 (601 vs 724 us at 8192 x 32000, 1526 vs 1555 at 4096 x
     128256); at 56 registers an SM holds one block of 1024 or two of 512, the same threads, and
     the larger block goes through a row in half as many steps. A row whose width is not a multiple
-    of 4 (its rows do not start on 16-byte boundaries) is read a column at a time. On the H200 the
-    ilp stage was behind torch at 1024 columns (134 vs 82 us at 32768 rows) and at 32000 (1014 vs
-    860) and 128256 columns (2102 vs 2034); scripts/gpu_norm_shapes.py times every kernel the table
-    can pick at each shape.""")
+    of 4 (its rows do not start on 16-byte boundaries) is read a column at a time. What it
+    measured (results/runs/gpu_norm_shapes.json: the H200, 2026-11-23, scripts/gpu_norm_shapes.py,
+    which times every kernel the table can pick beside torch and torch.compile): by_shape beat both
+    at four of six shapes, 285 us at 32768 x 4096 (torch 487, torch.compile 331), 279 at 65536 x
+    2048 (369, 338), 600 at 8192 x 32000 (863, 763) and 1524 at 4096 x 128256 (2045, 1568), and
+    lost at the two 1024-wide ones: 87.8 at 32768 x 1024 against torch.compile's 69.3 (torch 81.3),
+    11.4 at 4096 x 1024 against 9.5 (torch 18.7). At 32768 x 1024 by_shape launches warp_rows, which
+    the same run timed at 67.3 launched directly: one kernel, one grid, so the 20 us are the
+    measurement's (by_shape was timed first), not yet explained; at 4096 x 1024 no kernel of the
+    table beat torch.compile (the best, warp_rows with one warp a block, took 11.3).""")
 def by_shape(x, out):
     kernel_for(x.shape[1])(x, out)

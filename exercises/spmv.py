@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: dfe1ac02dfc24f57cd0c0a6d62755c218b32a98c15b2045c445c0b60bb3e5ce7
+# generated-sha256: fd0160cbf6f5f27684daa124ffd53237fd19ff75c2a21472ff212d1be53e6c32
 # --------------------------------------------------------------------------------------------------
 """Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
 
@@ -42,7 +42,8 @@ how the non-zeros are laid out (the size's third number):
 Constraints: row_ptr int32 (rows + 1), col_idx int32 (nnz), values float32 (nnz), x float32 (rows),
 y float32 (rows); nnz < 2^31; a valid CSR (row_ptr non-decreasing from 0 to nnz, columns in range;
 not checked: that would read the matrix back). Inputs are never written; every y[r] is written,
-0 for an empty row.
+0 for an empty row. NaN and inf in values or x reach the rows that multiply them, as IEEE arithmetic
+says (a stored 0 times an infinite x is NaN), and no other row.
 """
 
 from functools import lru_cache
@@ -163,7 +164,36 @@ def _adversarial(size, rng):
     one_dense[rng.integers(rows)] = cols
     # No entries at all (nnz = 0): y is all zeros.
     return [("empty-rows", matrix(gaps)), ("one-dense-row", matrix(one_dense)),
-            ("all-empty", matrix(np.zeros(rows, np.int64)))]
+            ("all-empty", matrix(np.zeros(rows, np.int64))), ("nan-inf", _nan_inf_matrix(rows, rng))]
+
+
+def _nan_inf_matrix(rows, rng):
+    """NaN and +-inf in the values and in x, beside a stored 0 times an infinite x and a stored inf times
+    an x of 0 (both NaN in IEEE arithmetic: a row that really multiplies them must come out NaN), and
+    some empty rows. Column 0 (the index a lane with no non-zero of its own reads, if it reads x[0] and
+    multiplies by 0) and one other column are referenced by no row, and x holds NaN and inf there: a
+    kernel whose idle or padded lanes compute 0 * x[col] turns a finite row into NaN. The rest is finite
+    and within [-1, 1], so no float32 sum overflows where the float64 reference does not."""
+    cols = rows
+    unused = [0, int(rng.integers(1, cols))] if cols >= 3 else []  # columns no row references
+    used = np.setdiff1d(np.arange(cols), unused)  # ascending: a row's columns stay ascending
+    row_ptr, slot = csr_from_lengths(rng.integers(0, min(4, used.size) + 1, rows), used.size, rng)
+    col = used[slot].astype(np.int32)
+    values = rng.uniform(-1.0, 1.0, col.size).astype(np.float32)
+    x = rng.uniform(-1.0, 1.0, cols).astype(np.float32)
+    # A few values become NaN, inf or -inf; four referenced x entries become NaN, inf, -inf and 0. Most
+    # rows stay finite.
+    if col.size:
+        values[rng.choice(col.size, min(col.size, 3), replace=False)] = [np.nan, np.inf, -np.inf][: min(col.size, 3)]
+    special_cols = rng.choice(np.unique(col), min(np.unique(col).size, 4), replace=False)
+    x[special_cols] = np.array([np.nan, np.inf, -np.inf, 0.0], np.float32)[: special_cols.size]
+    # A stored 0 times x = inf, and a stored inf times x = 0: both NaN, in the float64 reference too.
+    for value, x_col in ((0.0, 1), (np.inf, 3)):
+        if x_col < special_cols.size:
+            values[rng.choice(np.flatnonzero(col == special_cols[x_col]))] = value
+    if unused:
+        x[unused] = [np.nan, np.inf]
+    return row_ptr, col, values, x
 
 
 def _reference(row_ptr, col_idx, values, x):
@@ -177,10 +207,18 @@ def explain(inputs, out, ref):
     """The grader's hint for a wrong y: which kind of row it got wrong."""
     row_ptr = inputs[0]
     lengths = np.diff(row_ptr.astype(np.int64))
-    wrong = ~np.isclose(out.astype(np.float64), ref, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(ref).max())))
+    scale = float(np.abs(ref[np.isfinite(ref)]).max(initial=1.0))  # a NaN or inf row must not set the scale
+    wrong = ~np.isclose(out.astype(np.float64), ref, rtol=1e-4, atol=1e-4 * scale, equal_nan=True)
     if not wrong.any():
         return None
     rows = np.flatnonzero(wrong)
+    x = inputs[3]
+    leaked = np.isfinite(ref) & ~np.isfinite(out)
+    if leaked.any() and not np.isfinite(x).all():
+        first = np.flatnonzero(leaked)[0]
+        return (f"{leaked.sum()} rows whose own products are all finite came out NaN or inf (first {first}), and x "
+                "holds NaN or inf: a lane with no non-zero of its own multiplied 0 by an x entry (0 * NaN and "
+                "0 * inf are NaN); skip the product there instead of zeroing its value")
     if (lengths[rows] == 0).all():
         return (f"the wrong rows ({rows.size}, first {rows[0]}) are all empty (row_ptr[r] == row_ptr[r + 1]): an "
                 "empty row's y is 0 and must still be written")
@@ -484,7 +522,14 @@ def _merge_path_tiled(row_ptr, col_idx, values, x, y, tile_rows, tile_nzs, carry
     (lane l takes non-zeros l, l + 32, ...: seven loads in flight per lane, then the gathers of x)
     and its row ends into shared memory, each lane finds its start with a short search there, and
     the walk reads only shared memory. Neighbouring lanes no longer read 28 bytes apart, and a
-    warp's memory traffic is whole cache lines.""")
+    warp's memory traffic is whole cache lines. It lost, though: 176.8 against merge_path's 166.2 us
+    at the power-law headline (H200, results/nvidia-h200.json, 2026-11-23), 177.1 against 171.5 in the
+    GPU script's run (results/runs/gpu_spmv_topk.json), 181.5 against 180.0 on the uniform matrix,
+    and it won only on the banded one (142.5 against 167.4). The likely reason: merge_path's strided
+    loads wasted less than they seem, since a warp's 32 threads walk 224 consecutive non-zeros and its
+    seven steps read the same seven lines, which L1 keeps after the first; the gathers of x, at random
+    columns, are scattered either way; so the tiles save few bytes and add a launch (the tile starts)
+    and a trip through shared memory for every product.""")
 def merge_path_tiled(row_ptr, col_idx, values, x, y):
     rows, nnz = y.size, values.size
     tiles = blocks_for(rows + nnz, TILE)
@@ -561,7 +606,15 @@ def _merge_path_chunked(row_ptr, col_idx, values, x, y, tiles_per_warp, carry_ro
     tile's first row, so its sum so far passes from lane 31 to lane 0 in a register, and only a
     chunk's last carry goes to the fix-up kernel (4 times fewer atomics). The 4-byte loads: values
     and col_idx come in 16-byte loads (load4: one ld.global.v4 for four non-zeros) from the 16-byte
-    boundary at or below the tile's first non-zero, two per lane per tile instead of 14.""")
+    boundary at or below the tile's first non-zero, two per lane per tile instead of 14. At the
+    power-law headline it did not beat merge_path: 173.5 against 166.2 us in the README's run (H200,
+    results/nvidia-h200.json, 2026-11-23), 170.6 against 171.5 in the GPU script's run
+    (results/runs/gpu_spmv_topk.json), a tie within the two runs' spread; in that run it gained on the
+    uniform matrix (168.2 against 180.0) and the banded one (150.9 against 167.4). The records do not
+    show why the power-law matrix gains nothing; the likely costs are the ones it keeps or adds:
+    merge_path_tiled's trip through shared memory (above), and 56 registers a thread against
+    merge_path's 32 (workbench ptx spmv, sm_90), which allow 4 blocks of 256 an SM instead of 8 while
+    each warp walks its four tiles one after another: fewer loads in flight.""")
 def merge_path_chunked(row_ptr, col_idx, values, x, y):
     merge_path_in_chunks(row_ptr, col_idx, values, x, y, CHUNK)
 
@@ -932,7 +985,15 @@ def _stable_scatter(keys, cols, bits, shift, offsets, keys_out, cols_out, bits_o
     entries stably: an entry lands after every earlier entry with its digit, which within a warp is
     a match_any_sync and a popcount. Stable is what makes it right: the entries came in column order,
     so each row comes out with its columns ascending, whatever its length. The row pointers are the
-    same count and scan as before.""")
+    same count and scan as before. Where both run it is slower than atomic_scatter: 4727.5 against
+    4131.5 us at 2^20 rows of 16 (H200, results/nvidia-h200.json), 4600.2 against 4118.8 in the GPU
+    script's run (results/runs/gpu_spmv_topk.json), which also timed it alone on the power-law matrix
+    (rows of 10^5 entries, too long for atomic_scatter's one-thread sort): 4539.0. Likely reasons:
+    three passes, each moving a key, a column and a value, where atomic_scatter moves them once and
+    sorts rows of 16 cheaply in a thread; a tile of 256
+    entries spreads over 256 digits, so each store lands alone (a 32-byte sector for 4 bytes); and each
+    pass scans 256 counts a tile, 16.8M counts for 16.8M entries. Larger tiles would lengthen the
+    digits' runs (CUB's sorts take thousands of keys a block); not tried here.""")
 def radix_sort(row_idx, col_idx, values, shape, out):
     nnz = row_idx.size
     row_ptr, out_cols, out_bits, value_bits = _coo_views(values, out, nnz)

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: c34f70ec424672da40ae54f7b011df77148dd4913ec5f776252eb56a2d68d148
+# generated-sha256: f269243768f727306bb5bc63fa54aa8f6f73989c0f806c55d95b20b6ef918f11
 # --------------------------------------------------------------------------------------------------
 """5x5 convolution of a float32 image, zero outside the image: out[r, c] = sum w[i, j] * img[r+i-2, c+j-2].
 
@@ -125,6 +125,8 @@ op = Operator(
     flops=lambda size: 2 * DIAMETER * DIAMETER * size[0] * size[1],
     validate=_validate,
     peer=_peer,
+    torch_expression=lambda torch, size: lambda img, w: torch.nn.functional.conv2d(  # for torch.compile
+        img[None, None], w[None, None], padding=RADIUS)[0, 0],
     adversarial_inputs=_adversarial,
     check_sizes=[(1, 1), (3, 1000), (1000, 1000), (4099, 8191), (8192, 8192)],
     sim_sizes=[(1, 1), (2, 7), (17, 33), (40, 23), (33, 50)],

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 87ff0f940faa6e6e7f01aab1e0b1a61e81a92e4f20e781db5acc6989fb591a47
+# generated-sha256: 4453418e195b45deaaab3f1c795ae4f4d0db851697e7b3e67674e5454eb70187
 # --------------------------------------------------------------------------------------------------
 """Transpose of a float32 matrix, in six steps from strided writes to one pass near memory speed.
 
@@ -82,6 +82,7 @@ op = Operator(
     flops=lambda size: 0,
     validate=_validate,
     peer=_peer,
+    torch_expression=lambda torch, size: lambda x: x.t().contiguous(),  # for torch.compile
     adversarial_inputs=_adversarial,
     check_sizes=[(1, 1), (1, 1_000_003), (1_000_003, 1), (33, 65), (65, 33), (1000, 4097), (4097, 1000),
                  (3_000_001, 3), (16384, 16384)],

@@ -61,8 +61,8 @@ def test_compute_bound_operators_ignore_the_pattern():
 
 def test_tables_and_plots_name_the_ceiling_they_divide_by():
     op = make_op(pattern="read")
-    assert tables.peak_caption(op, PEAKS) == "the measured read-only bandwidth, 4250 GB/s"
-    assert tables.peak_caption(op, OLD_PEAKS) == "the measured copy bandwidth, 4000 GB/s"
+    assert tables.peak_caption(op, PEAKS) == "% of peak is of the measured read-only bandwidth, 4250 GB/s"
+    assert tables.peak_caption(op, OLD_PEAKS) == "% of peak is of the measured copy bandwidth, 4000 GB/s"
     assert plots.peak_of(op, PEAKS) == (4250.0, "read-only stream")
     assert plots.memory_ceiling(make_op(bound="compute", pattern="read"), PEAKS) == (4000.0, "copy")
     recs = [{"bytes": 4250 * 1000, "flops": 0}]

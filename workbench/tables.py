@@ -26,13 +26,14 @@ STREAMS = {"copy_gbps": "copy", "read_gbps": "read-only", "read2_write1_gbps": "
 
 
 def peak_caption(op: Operator, peaks: dict) -> str:
+    """The table's sentence on what "% of peak" divides by."""
     key = peak_key(op, peaks)
     if key is None or not peaks.get(key):
-        return "no measured peak for this precision yet (—)"
+        return "% of peak is — (no peak of this precision measured yet)"
     if key in STREAMS:
-        return f"the measured {STREAMS[key]} bandwidth, {peaks[key]:.0f} GB/s"
+        return f"% of peak is of the measured {STREAMS[key]} bandwidth, {peaks[key]:.0f} GB/s"
     precision = key.split("_")[1]
-    return f"the measured cuBLAS {precision} rate, {peaks[key] / 1e3:.1f} TFLOP/s"
+    return f"% of peak is of the measured cuBLAS {precision} rate, {peaks[key] / 1e3:.1f} TFLOP/s"
 
 
 def ladder_table(op: Operator, data: dict) -> str:
@@ -53,7 +54,7 @@ def ladder_table(op: Operator, data: dict) -> str:
     torch = f", torch {v['torch']}" if "torch" in v else ""
     lines = [f"{op.title}, {first['size_label']} {first['dtype']} on **{data['device']}**, "
              f"{max(r['date'] for r in stages)[:10]} (numba-cuda {v.get('numba_cuda')}, numba {v.get('numba')}{torch}); "
-             f"% of peak is of {peak_caption(op, data.get('peaks') or {})}.", "",
+             f"{peak_caption(op, data.get('peaks') or {})}.", "",
              "| # | stage | median µs | GB/s | GFLOP/s | % of peak | vs " + (strongest["stage"] if strongest else "peer") + " |",
              "|---|---|---:|---:|---:|---:|---:|"]
     peaks_ = data.get("peaks") or {}
