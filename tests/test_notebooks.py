@@ -188,6 +188,26 @@ def test_a_bound_note_replaces_the_memory_bound_sentence():
     assert "**memory-bound**" not in text and "\nBound by the links between GPUs." in text
 
 
+def test_a_full_build_removes_generated_notebooks_it_no_longer_makes(tmp_path, monkeypatch):
+    """A new operator renumbers those after it: their old files go (never a learner's or a hand-edited one)."""
+    (path,) = builder.build_all(tmp_path, only=["reduction"], log=lambda line: None)
+    renumbered = tmp_path / "98_reduction.ipynb"
+    renumbered.write_bytes(path.read_bytes())
+    edited = nbformat.read(path, as_version=4)
+    edited.cells[0].source += "\nmy note"
+    nbformat.write(edited, tmp_path / "97_reduction.ipynb")
+    mine = nbformat.v4.new_notebook()  # a learner's own notebook: no workbench metadata
+    nbformat.write(mine, tmp_path / "96_mine.ipynb")
+    assert builder.no_longer_built(tmp_path) == [tmp_path / "97_reduction.ipynb", renumbered]
+    recipes = builder.select(builder.notebook_recipes(), ["reduction"])
+    monkeypatch.setattr(builder, "notebook_recipes", lambda: recipes)  # a full build of one notebook: quick
+    logs = []
+    builder.build_all(tmp_path, log=logs.append)
+    assert not renumbered.exists() and (tmp_path / "97_reduction.ipynb").exists() and (tmp_path / "96_mine.ipynb").exists()
+    assert any(line.startswith("removed") and "98_reduction" in line for line in logs)
+    assert any(line.startswith("kept") and "97_reduction" in line for line in logs)
+
+
 def test_build_keeps_outputs_and_refuses_to_overwrite_hand_edits(tmp_path):
     logs = []
     written = builder.build_all(tmp_path, only=["reduction"], log=logs.append)

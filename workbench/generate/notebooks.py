@@ -748,9 +748,36 @@ def build_all(out_dir: Path | str = paths.NOTEBOOKS_DIR, execute: bool = False, 
         os.replace(tmp, path)
         log(f"wrote {path}")
         written.append(path)
+    if only is None:
+        for path in no_longer_built(out_dir):  # an operator added before them renumbered them
+            if hand_edited(path):
+                log(f"kept {path}: no longer built (renumbered or removed), but edited by hand")
+            else:
+                path.unlink()
+                log(f"removed {path}: no longer built (renumbered or removed)")
     if failed:
         raise NotebookFailed(f"a cell failed in {', '.join(failed)} (the traceback is in the notebook)")
     return written
+
+
+def no_longer_built(out_dir: Path | str = paths.NOTEBOOKS_DIR) -> list[Path]:
+    """Notebooks this builder wrote into ``out_dir`` under a name it no longer makes: a new operator
+    shifts the numbers of those after it. Only generated ones (a learner's own notebook has no
+    ``workbench`` metadata)."""
+    import nbformat
+
+    made = set(notebook_recipes())
+    out = []
+    for path in sorted(Path(out_dir).glob("*.ipynb")):
+        if path.name in made:
+            continue
+        try:
+            generated = "workbench" in nbformat.read(path, as_version=4).metadata
+        except (OSError, ValueError, nbformat.ValidationError):
+            generated = False
+        if generated:
+            out.append(path)
+    return out
 
 
 def stale_notebooks(out_dir: Path | str = paths.NOTEBOOKS_DIR) -> list[str]:
@@ -777,6 +804,11 @@ def cmd_notebooks(args) -> int:
         stale = stale_notebooks(out)
         for name in stale:
             print(f"out of date: {out / name}")
+        orphans = no_longer_built(out)
+        for path in orphans:
+            print(f"no longer built (renumbered or removed; `workbench notebooks build` removes it): {path}")
+        if orphans and not stale:
+            return 1
         if stale:
             only = " ".join(f"--only {n}" for n in stale)
             print(f"rebuild: workbench notebooks build --execute {only}", file=sys.stderr)
