@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: b6637e2b5474b9906a6f74999165515a4a166ec2b8aa335b1de9cb564a762eee
+# generated-sha256: 6d5e0334b97f489306020e6ebdee530b3dd19331ca8207cd493106032a988973
 # --------------------------------------------------------------------------------------------------
 """Activation functions on a float32, fp16 or bf16 vector, from a thread per element to 16-byte loads and fast math.
 
@@ -675,6 +675,8 @@ HALF_ULPS_OF = {"act_tanh_bf16.fast_math": 0.63}
 def ulps_allowed(stage_key: str) -> float:
     """The most ulps of its 16-bit format a result of this 16-bit stage may be from the float64 answer."""
     return HALF_ULPS_OF.get(stage_key, HALF_ULPS)
+
+
 HALVES_PER_THREAD = HALVES_PER_VECTOR * VECTORS_PER_THREAD  # in_flight: 32 halves (64 bytes) a thread
 HALF_THREADS = 512  # in_flight's block for every 16-bit function (the H200 sweep: IN_FLIGHT_HALVES, the paragraph)
 

@@ -713,6 +713,8 @@ HALF_ULPS_OF = {"act_tanh_bf16.fast_math": 0.63}
 def ulps_allowed(stage_key: str) -> float:
     """The most ulps of its 16-bit format a result of this 16-bit stage may be from the float64 answer."""
     return HALF_ULPS_OF.get(stage_key, HALF_ULPS)
+
+
 HALVES_PER_THREAD = HALVES_PER_VECTOR * VECTORS_PER_THREAD  # in_flight: 32 halves (64 bytes) a thread
 HALF_THREADS = 512  # in_flight's block for every 16-bit function (the H200 sweep: IN_FLIGHT_HALVES, the paragraph)
 
