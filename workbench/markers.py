@@ -33,6 +33,17 @@ def stub_lines(source: str) -> list[int]:
     return [i for i, line in enumerate(source.splitlines(), 1) if STUB_MARK in line and not line.lstrip().startswith("#")]
 
 
+def no_exercise_because(source: str) -> str | None:
+    """Why a ladder module's source gets no exercise (a phrase that follows its file name), or None."""
+    if not has_markers(source):
+        return "has no regions marked for a learner to write yet"
+    imported = ladder_imports(source)
+    if imported:
+        return (f"imports the ladder module(s) {', '.join(imported)}, which the grader refuses while grading; "
+                "shared code belongs in solutions/_*.py")
+    return None
+
+
 def ladder_imports(source: str) -> list[str]:
     """The other ladder modules a solutions module imports (``from solutions import softmax``, ``from
     solutions.half_norms import ...``); shared helpers (``solutions._ptx``) are not ladders. An exercise

@@ -47,7 +47,7 @@ from pathlib import Path
 from .. import paths, registry
 from ..introspect import functions_of
 from ..ladder import Operator
-from ..markers import BEGIN, END, HINT, MAX_HINTS, STUB_MARK, has_markers, ladder_imports
+from ..markers import BEGIN, END, HINT, MAX_HINTS, STUB_MARK, has_markers, ladder_imports, no_exercise_because
 
 HASH_LINE = re.compile(r"^# generated-sha256: (?P<hash>[0-9a-f]{64})\s*$", re.M)
 HEADER_END = "# " + "-" * 98
@@ -294,8 +294,7 @@ def not_offered() -> dict[str, str]:
     for name, module in registry.ladder_modules().items():
         text = Path(module.__file__).read_text()
         if has_markers(text) and ladder_imports(text):
-            out[name] = (f"imports the ladder module(s) {', '.join(ladder_imports(text))}, which the grader "
-                         "refuses while grading; shared code belongs in solutions/_*.py")
+            out[name] = no_exercise_because(text)
     return out
 
 

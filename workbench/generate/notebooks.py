@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from .. import paths, plots, profiles, registry
+from ..markers import no_exercise_because
 from ..ladder import Operator, as_size, size_label
 
 # nbformat validates with jsonschema, which imports rfc3987_syntax when it is installed (jupyter-events
@@ -313,10 +314,8 @@ def build_notebook(op: Operator):
 
 def your_turn_md(op: Operator, short: str) -> str:
     """The closing cell: the exercise made from this ladder, or why there is none yet."""
-    from .exercises import exercise_sources, not_offered
-
-    if short not in exercise_sources():
-        why_not = not_offered().get(short, "has no regions marked for a learner to write yet")
+    why_not = no_exercise_because(registry.source_file(op).read_text())
+    if why_not:
         return (f"## Your turn\n\nThis ladder has no exercise yet: `solutions/{short}.py` {why_not}. Read its stages "
                 f"here and with `workbench diff {op.name}.STAGE`; the exercises that exist are listed in "
                 "`exercises/README.md`.")
