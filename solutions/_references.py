@@ -101,7 +101,7 @@ def _poly(coefficients, z):
     return acc
 
 
-def _erfc64(z: np.ndarray) -> np.ndarray:
+def erfc64(z: np.ndarray) -> np.ndarray:
     """erfc in float64, without the cancellation of 1 - erf(z) for large z."""
     a = np.abs(z)
     z_near = np.clip(z, -1.0, 1.0)  # the series is used for |z| <= 1 only: clipped, huge z cannot overflow it
@@ -123,7 +123,7 @@ def gelu64(v: np.ndarray) -> np.ndarray:
 
     def work(start):
         part = flat_in[start:start + chunk]
-        flat_out[start:start + chunk] = part * (0.5 * _erfc64(part * -np.sqrt(0.5)))
+        flat_out[start:start + chunk] = part * (0.5 * erfc64(part * -np.sqrt(0.5)))
 
     with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
         list(pool.map(work, range(0, flat_in.size, chunk)))

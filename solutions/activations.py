@@ -68,6 +68,7 @@ import math
 import numpy as np
 from numba import cuda, float32, uint16, uint64
 
+from solutions._references import erfc64
 from solutions._templates import instantiate
 from solutions._vector_io import (HALVES_PER_VECTOR, aligned16, bf16_to_float, f16_to_float, float_to_bf16,
                                  float_to_f16, high_half, load4, load8, low_half, pack, store4, store8)
@@ -196,45 +197,7 @@ def silu(v):
 
 
 # -- the same functions in float64, for the reference ---------------------------------------------------
-# Cephes (S. L. Moshier, public domain) rational approximations of erfc: float64 to ~1e-16 relative;
-# numpy has no erf and the workbench does not depend on SciPy.
-
-_ERF_T = (9.60497373987051638749e0, 9.00260197203842689217e1, 2.23200534594684319226e3,
-          7.00332514112805075473e3, 5.55923013010394962768e4)
-_ERF_U = (1.0, 3.35617141647503099647e1, 5.21357949780152679795e2, 4.59432382970980127987e3,
-          2.26290000613890934246e4, 4.92673942608635921086e4)
-_ERFC_P = (2.46196981473530512524e-10, 5.64189564831068821977e-1, 7.46321056442269912687e0,
-           4.86371970985681366614e1, 1.96520832956077098242e2, 5.26445194995477358631e2,
-           9.34528527171957607540e2, 1.02755188689515710272e3, 5.57535335369399327526e2)
-_ERFC_Q = (1.0, 1.32281951154744992508e1, 8.67072140885989742329e1, 3.54937778887819891062e2,
-           9.75708501743205489753e2, 1.82390916687909736289e3, 2.24633760818710981792e3,
-           1.65666309194161350182e3, 5.57535340817727675546e2)
-_ERFC_R = (5.64189583547755073984e-1, 1.27536670759978104416e0, 5.01905042251180477414e0,
-           6.16021097993053585195e0, 7.40974269950448939160e0, 2.97886665372100240670e0)
-_ERFC_S = (1.0, 2.26052863220117276590e0, 9.39603524938001434673e0, 1.20489539808096656605e1,
-           1.70814450747565897222e1, 9.60896809063285878198e0, 3.36907645100081516050e0)
-
-
-def _poly(coefficients, z):
-    acc = np.full_like(z, coefficients[0])
-    for c in coefficients[1:]:
-        acc *= z
-        acc += c
-    return acc
-
-
-def erfc64(z: np.ndarray) -> np.ndarray:
-    """erfc in float64 (NaN stays NaN, erfc(-inf) = 2, erfc(inf) = 0)."""
-    a = np.abs(z)
-    near_z = np.clip(z, -1.0, 1.0)
-    z2 = near_z * near_z
-    near = 1.0 - near_z * _poly(_ERF_T, z2) / _poly(_ERF_U, z2)
-    far_a = np.clip(a, 1.0, 27.0)  # erfc(27) underflows: the clamp keeps exp() quiet
-    tail = np.where(far_a < 8.0, _poly(_ERFC_P, far_a) / _poly(_ERFC_Q, far_a),
-                    _poly(_ERFC_R, far_a) / _poly(_ERFC_S, far_a)) * np.exp(-far_a * far_a)
-    tail = np.where(a > 27.0, 0.0, tail)
-    return np.where(a <= 1.0, near, np.where(z > 0, tail, 2.0 - tail))
-
+# (erfc64: Cephes' rational approximations of erfc, shared with the elementwise GELU's reference)
 
 def _at_minus_inf_zero(v, y):
     return np.where(v == -np.inf, 0.0, y)
