@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 45039f5866696bd2980d2f66f7c6f34417ff953b7c2f89b5845d66366b60a6d7
+# generated-sha256: 10f7adac89d2969c6118bd97885e7b27ff227812306e36a83a8726d0a7fcdddc
 # --------------------------------------------------------------------------------------------------
 """Argmax of a float32 vector: the index of its largest element, the LOWEST such index on a tie.
 
@@ -33,6 +33,7 @@ from numba import cuda, float32, int32
 from solutions._vector_io import VECTOR_BYTES, aligned16, load4
 from workbench import peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
+from workbench.targets import against_peer
 
 THREADS = 256
 WARPS = THREADS // 32
@@ -104,6 +105,7 @@ def _peer(size):
 
 op = Operator(
     name="argmax",
+    targets=[against_peer(1.0)],
     title="Index of the maximum of a float32 vector (lowest index on ties)",
     reference=lambda x: np.array([np.argmax(x)], dtype=np.int64),
     make_inputs=_inputs,

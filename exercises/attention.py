@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 74812f53e0844b53e92e2e6687e8e0643b56404e523befd53101bea661e55f9a
+# generated-sha256: 41977d678fa173d424c21a1ec61854f28cb07af7b7f4e34da5845b2ec9d40c8c
 # --------------------------------------------------------------------------------------------------
 """Scaled dot-product attention in float32, from three kernels to a register-tiled FlashAttention.
 
@@ -62,6 +62,7 @@ from workbench import device as _device
 from workbench import peers
 from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+from workbench.targets import against_peer
 
 from solutions._attention_common import (attention_flops, extreme_logits, kv_fetch_bytes, naive_expression, reference,
                                          rising_logits, rope_tables, sdpa_peer)
@@ -163,6 +164,7 @@ HEADLINE = (8, 16, 2048, 64, 1)
 
 op = Operator(
     name="attention",
+    targets=[against_peer(1.0, "torch SDPA", stage="best")],
     title="Scaled dot-product attention, float32, causal or not",
     reference=reference,
     make_inputs=_inputs,

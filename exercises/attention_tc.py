@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 520a3e8f250456f3fa040ac4c5eb5af5cb96e273ae31faa3309b9ce41cf82971
+# generated-sha256: 005874c71e98f2b4d538f80879ec51ec4b57ae6251a2841755059feb80e569f8
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync.
 
@@ -63,6 +63,7 @@ from numba import cuda, float32, int32, uint16, uint32, uint64
 from workbench import device as _device
 from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
+from workbench.targets import against_peer
 
 from solutions._attention_common import (attention_flops, extreme_logits, kv_fetch_bytes, naive_expression, reference,
                                          sdpa_peer)
@@ -150,6 +151,7 @@ def _io_bytes(size):
 def _operator(name, dtype, title, rank):
     return Operator(
         name=name,
+        targets=[against_peer(0.5, "torch SDPA", stage="best")],
         title=title,
         reference=reference,
         make_inputs=_inputs_for(dtype),

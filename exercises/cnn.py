@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 46b803fa2d085c29f033ff6478ad7eaf693f73e5eb0d75ef5375c3ab04f3bcf4
+# generated-sha256: 595eb730f48ff77a5b5f0376c2041f923957f107ed6705a3cf403d3d6658a5e9
 # --------------------------------------------------------------------------------------------------
 """The memory-bound layers of a CNN (NCHW float32): depthwise 3x3 convolution, max-pooling with the argmax
 indices training needs, and BatchNorm's training forward pass.
@@ -44,6 +44,7 @@ from numba import cuda, float32, int32, uint32, uint64
 from solutions._vector_io import aligned16, load4, store4
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+from workbench.targets import against_peer
 
 THREADS = 256
 WARPS = THREADS // 32  # a shared array's shape must be a module constant, not an expression
@@ -543,6 +544,7 @@ def _maxpool_expression(torch, size):
 
 maxpool_op = Operator(
     name="maxpool2d",
+    targets=[against_peer(1.0)],
     title="2x2 max-pooling (stride 2) with the argmax indices training needs, NCHW float32",
     reference=_maxpool_reference,
     make_inputs=_images,
@@ -749,6 +751,7 @@ def _bn_expression(torch, size):
 
 bn_op = Operator(
     name="batchnorm_train",
+    targets=[against_peer(1.5, "torch.batch_norm*", stage="vector_passes"), against_peer(1.0)],
     title="BatchNorm, training forward: per-channel batch statistics, then normalize (NCHW float32)",
     reference=_bn_reference,
     make_inputs=_bn_inputs,
@@ -1132,6 +1135,7 @@ def _bn_infer_expression(torch, size):
 
 bn_infer_op = Operator(
     name="batchnorm_infer",
+    targets=[against_peer(1.0, "torch.batch_norm*", stage="vectors")],
     title="BatchNorm, inference: the running statistics folded into a scale per channel (NCHW float32)",
     reference=_bn_infer_reference,
     make_inputs=_bn_infer_inputs,

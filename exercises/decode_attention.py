@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: d622f5802e984369b9d573cabe9d7f54d11cddfbde2767f54dbbe04b45f298d0
+# generated-sha256: 733c2a4a9fa6d327176e23b018ca35619b3e760a15b94d65be8be69e295b2db9
 # --------------------------------------------------------------------------------------------------
 """Decode attention: one new query token per sequence against its KV cache (fp16 cache, fp32 arithmetic).
 
@@ -49,6 +49,7 @@ from solutions._vector_io import aligned16, load4
 from workbench import peers
 from workbench.device import is_simulator
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, sm_count
+from workbench.targets import against_peer, of_ceiling
 
 MAX_HEAD_DIM = 128
 PER_LANE = MAX_HEAD_DIM // 32  # a lane owns features lane, lane + 32, lane + 64, lane + 96
@@ -140,6 +141,7 @@ def _flops(size):
 
 op = Operator(
     name="decode_attention",
+    targets=[of_ceiling(90, "read_gbps", stage="best"), against_peer(1.0)],
     pattern="read",  # the KV cache read once, one token's output written
     title="Decode attention: one query token against an fp16 KV cache (GQA)",
     reference=_reference,

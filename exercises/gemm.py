@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 1e8ca4475b60bf623068cf24af67a313719ee9470da7e172e6823ae482aa0f08
+# generated-sha256: 885b700f0a38bdb6acdc599ba72a553794675e7bf7b0930ff97c9afd4af42c8d
 # --------------------------------------------------------------------------------------------------
 """C = alpha * A @ B + beta * C in float32, from one thread per output to tensor cores.
 
@@ -40,6 +40,7 @@ from numba import cuda, float32, int64, uint32, uint64
 from workbench import device as _device
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, sm_count
+from workbench.targets import against_peer
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -135,6 +136,7 @@ def _peer(size):
 
 op = Operator(
     name="gemm",
+    targets=[against_peer(0.90, "torch.addmm", stage="async_copy"), against_peer(1.2, "torch.addmm", stage="tensor_core")],
     title="float32 GEMM: C = alpha A B + beta C",
     reference=_reference,
     make_inputs=_inputs,

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 25920b98f3f3e6e3c388bb7703dabf39914eff137d5b448e2c8090f410048e9c
+# generated-sha256: f6dc3d058ef66f941d740e9f7cd6d5eeda12f0ede7f5e3640ac7cdad4f3f7afc
 # --------------------------------------------------------------------------------------------------
 """Softmax, LayerNorm, RMSNorm and GELU(x + bias) + residual in fp16 and bf16: half the bytes, fp32 inside.
 
@@ -67,6 +67,7 @@ from solutions._vector_io import aligned16, load4, store4
 from workbench import peers
 from workbench.device import is_simulator
 from workbench.ladder import InputError, Operator, expect_device_array, sm_count
+from workbench.targets import against_peer, of_ceiling
 
 try:  # bf16 arrays on the host and on the device are NumPy arrays of ml_dtypes.bfloat16
     import ml_dtypes
@@ -436,6 +437,7 @@ def _softmax_op(dtype, rank):
     return half_operator(
         dtype,
         name=f"softmax_{short_name(dtype)}",
+        targets=[of_ceiling(85, "copy_gbps"), against_peer(1.2, "eager")],
         title=f"Softmax over the rows of {a_matrix(dtype)}, float32 inside",
         reference=lambda x: softmax64(*as_float64(x)),
         make_inputs=_softmax_inputs(dtype),
@@ -688,6 +690,7 @@ def _layernorm_op(dtype, rank):
     return half_operator(
         dtype,
         name=f"layernorm_{short_name(dtype)}",
+        targets=[of_ceiling(85, "copy_gbps"), against_peer(1.2, "eager")],
         title=f"LayerNorm over the rows of {a_matrix(dtype)}, float32 inside",
         reference=lambda x, w, b: layernorm64(*as_float64(x, w, b)),
         make_inputs=lambda size, rng: (rows(size, rng), _vector(size[1], rng, 0.5, 1.5, dtype),
@@ -712,6 +715,7 @@ def _rmsnorm_op(dtype, rank):
     return half_operator(
         dtype,
         name=f"rmsnorm_{short_name(dtype)}",
+        targets=[of_ceiling(85, "copy_gbps"), against_peer(1.2, "eager")],
         title=f"RMSNorm over the rows of {a_matrix(dtype)}, float32 inside",
         reference=lambda x, w: rmsnorm64(*as_float64(x, w)),
         make_inputs=lambda size, rng: (rows(size, rng), _vector(size[1], rng, 0.5, 1.5, dtype)),

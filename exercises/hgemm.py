@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 214eaea5f0f969959c1a06f3e855315e5dd6865e5137b37fb7cdb9ef5fc9c295
+# generated-sha256: 6d28800ebdb2c3eb2bdebb6b9b0bf7a5e925b04e0d735fcd9a954dc46e87c6d8
 # --------------------------------------------------------------------------------------------------
 """Half-precision GEMM on tensor cores: out = A B with A (M x K) and B (K x N) in fp16 or bf16,
 accumulated in float32, written in the inputs' precision (what ``torch.matmul`` does at that dtype).
@@ -71,6 +71,7 @@ from workbench import device as _device
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 from workbench.launch import SM90_OPTIN_LIMIT, STATIC_LIMIT, set_max_dynamic_shared_memory
+from workbench.targets import against_peer
 
 from solutions._ptx import (cp_async_chunk16, cp_async_commit, cp_async_wait_pending, ldmatrix_x4,
                             ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2)
@@ -170,6 +171,7 @@ def _operator(name, dtype, title, rank):
     bytes_per = np.dtype(dtype).itemsize
     return Operator(
         name=name,
+        targets=[against_peer(0.80, "torch.matmul", stage="best")],
         title=title,
         reference=_reference,
         make_inputs=_inputs_for(dtype),

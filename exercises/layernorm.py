@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 084ec6ee600f12213ed4cae09ec6db80b9ee012e9bebfae101c1456a260d3de5
+# generated-sha256: 308ae64670d52cd284676755ca17fe5ae3af559f3dbbf2dc60e775083c9d7339
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -50,6 +50,7 @@ from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
 from solutions._vector_io import capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store_chunk
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+from workbench.targets import against_peer, of_ceiling
 
 THREADS = 256  # threads per block in the block-per-row stages; a multiple of the 32-lane warp
 WARPS = THREADS // 32
@@ -138,6 +139,7 @@ def _layernorm_expression(torch, size):
 
 op = Operator(
     name="layernorm",
+    targets=[of_ceiling(85, "copy_gbps"), against_peer(1.15, "torch.nn.functional.layer_norm"), against_peer(1.0)],
     title="LayerNorm over the rows of a float32 matrix",
     reference=layernorm64,
     make_inputs=lambda size, rng: (layernorm_rows(size, rng), _vector(size[1], rng, 0.5, 1.5), _vector(size[1], rng, -1, 1)),
@@ -981,6 +983,7 @@ def _rmsnorm_expression(torch, size):
 
 rmsnorm_op = Operator(
     name="rmsnorm",
+    targets=[against_peer(1.0)],
     title="RMSNorm over the rows of a float32 matrix",
     reference=rmsnorm64,
     make_inputs=_rmsnorm_inputs,

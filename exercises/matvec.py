@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 2b849325ef399795cf7368fd1fd11af5fcd889111a851d94e73d0e38e24054fe
+# generated-sha256: 446ec05b015d5e29cfb7e95b2ffe2e73c98f0459b8be4a01eae64a60807ac419
 # --------------------------------------------------------------------------------------------------
 """Matrix-vector product y = A x, A float32 of shape (rows, cols), row-major.
 
@@ -34,6 +34,7 @@ from numba import cuda, float32, int64
 from solutions._vector_io import VECTOR_BYTES, aligned16, flat_view, load4
 from workbench import peers
 from workbench.ladder import Operator, blocks_for, expect_device_array
+from workbench.targets import against_peer
 
 THREADS = 256
 WARPS = THREADS // 32
@@ -99,6 +100,7 @@ def _peer(size):
 
 op = Operator(
     name="matvec",
+    targets=[against_peer(0.95)],
     title="Matrix-vector product y = A x (float32)",
     reference=lambda a, x: a.astype(np.float64) @ x.astype(np.float64),
     make_inputs=_inputs,

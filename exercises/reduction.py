@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: d476f6cdeed7afcfe3cbc915f05c23cf6ca4a9f3d6d2bba1b9915b53a63965c4
+# generated-sha256: f40f4812f256f0721b39a25b2cf47bacdc1205149c91c40f22edb5f03f707ca1
 # --------------------------------------------------------------------------------------------------
 """Sum of a float32 vector, in five steps from one atomic per element to one pass at memory speed.
 
@@ -24,6 +24,7 @@ from numba import cuda, float32, float64, int32
 
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
 from workbench import peers
+from workbench.targets import against_peer, of_ceiling
 
 THREADS = 256  # threads per block; a multiple of the 32-lane warp
 WARPS = THREADS // 32
@@ -72,6 +73,7 @@ def _peer(size):
 
 op = Operator(
     name="reduction",
+    targets=[against_peer(1.0), of_ceiling(90, "copy_gbps")],
     title="Sum of a float32 vector",
     reference=lambda x: np.array([x.astype(np.float64).sum()]),
     make_inputs=_inputs,

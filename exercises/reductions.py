@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 00b85b1e514046db49058ccb2a3555884fff42bf0b01d04d1f74f088eaed66f9
+# generated-sha256: 96d051b81b19896234e5dbe9a8a630c10be6840b39a6464bb842c56719c52938
 # --------------------------------------------------------------------------------------------------
 """Reductions beyond the sum: max, min, mean and sum of squares of a vector, and a matrix summed over
 its rows and over its columns.
@@ -52,6 +52,7 @@ from solutions._vector_io import aligned16, load4
 from workbench import peers
 from workbench.device import is_simulator
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
+from workbench.targets import against_peer
 
 THREADS = 256  # threads per block, a multiple of the 32-lane warp
 WARPS = THREADS // 32
@@ -329,6 +330,7 @@ VECTOR_KERNELS = [(_block_partials, {}), (_fold_partials, {}), (_one_pass, ONE_P
 def _make_vector_operator(r: VectorReduction, rank: float) -> Operator:
     op = Operator(
         name=f"reduce_{r.kind}",
+        targets=[against_peer(1.0, "eager")],
         pattern="read",  # the vector read once, one number written
         title=r.title,
         reference=r.reference,
@@ -578,6 +580,7 @@ def _make_matrix_operator(m: MatrixReduction, rank: float) -> Operator:
     sim_sizes = [(1, 1), (7, 130), (70, 20)] if dim == 1 else [(1, 1), (33, 20), (70, 45)]
     op = Operator(
         name=m.name,
+        targets=[against_peer(1.0, "eager")],
         pattern="read",  # the matrix read once, one row or column of results written
         title=f"{MATRIX_TITLES[m.kind]} over each {where}",
         reference=lambda x: reduce64(x.astype(np.float64), axis=dim),

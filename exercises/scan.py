@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 64482ed4863421ec93eeccad66068d64176cdfc7baea09b2032006027adca0f2
+# generated-sha256: bb0e766c526fef372576a1e42a624a8a1964b3fc6f4fc838f3d1f4b60d008ca7
 # --------------------------------------------------------------------------------------------------
 """Inclusive prefix sum (scan) of a float32 vector: y[i] = x[0] + x[1] + ... + x[i].
 
@@ -33,6 +33,7 @@ from numba import cuda, float32, int32, int64, uint64
 from solutions._vector_io import aligned16, as_bits32, as_float32, load4, store4
 from workbench import peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch
+from workbench.targets import against_peer, of_ceiling
 
 THREADS = 256  # threads per block; a multiple of the 32-lane warp
 WARPS = THREADS // 32
@@ -93,6 +94,7 @@ def _peer(size):
 
 op = Operator(
     name="scan",
+    targets=[of_ceiling(85, "copy_gbps", stage="best"), against_peer(1.0, stage="best")],
     title="Inclusive prefix sum of a float32 vector",
     reference=lambda x: np.cumsum(x.astype(np.float64)),
     make_inputs=_inputs,

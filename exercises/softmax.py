@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 968b60f29b00be7e8a82b0c04b6bf01b94f15ede958efd4db8f7cf3d60168701
+# generated-sha256: 9d7d615658cad0382de3f3f638cc0e4b52afefd083283b8c40925af4c78b1950
 # --------------------------------------------------------------------------------------------------
 """Softmax over the rows of a float32 matrix, in seven steps from a thread per row to 92% of copy bandwidth.
 
@@ -39,6 +39,7 @@ from solutions._references import softmax64
 from solutions._vector_io import capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store_chunk
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
+from workbench.targets import against_peer, of_ceiling
 
 THREADS = 256  # threads per block in the block-per-row stages; a multiple of the 32-lane warp
 WARPS = THREADS // 32
@@ -115,6 +116,7 @@ def _peer(size):
 
 op = Operator(
     name="softmax",
+    targets=[of_ceiling(85, "copy_gbps"), against_peer(1.5, "torch.softmax"), against_peer(1.0)],
     title="Softmax over the rows of a float32 matrix",
     reference=softmax64,  # exp(x - row max) / its row sum, in float64 (solutions/_references.py, shared with fp16/bf16)
     make_inputs=_inputs,

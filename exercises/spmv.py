@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: fd0160cbf6f5f27684daa124ffd53237fd19ff75c2a21472ff212d1be53e6c32
+# generated-sha256: ac3f9e31b4bc898f0626f53ce0e27a77a770e7c30e49bfb5adbefc5de492b4a3
 # --------------------------------------------------------------------------------------------------
 """Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
 
@@ -55,6 +55,7 @@ from solutions._vector_io import aligned16, load4
 from workbench import device as _device
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+from workbench.targets import against_peer
 
 THREADS = 256  # threads per block; a multiple of the 32-lane warp
 FULL_MASK = 0xFFFFFFFF
@@ -286,6 +287,7 @@ def _peer(size):
 
 op = Operator(
     name="spmv",
+    targets=[against_peer(1.0)],
     title="Sparse matrix (CSR) times a dense vector",
     reference=_reference,
     make_inputs=_inputs,

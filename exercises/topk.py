@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 93dfb39e6d623fbcf977ffe7fc48eaddb4f0a4c9c2c9ca3cd012bc6515314cba
+# generated-sha256: 8d3abfb9324a858f162479806a4a3c773584fe2cc939123e071271a36f9027c0
 # --------------------------------------------------------------------------------------------------
 """Top-k of each row of a float32 matrix: the k largest values and their column indices, largest first.
 
@@ -47,6 +47,7 @@ from numba import cuda, int32, uint32, uint64
 
 from workbench import peers
 from workbench.ladder import InputError, Operator, expect_device_array, scratch, sm_count
+from workbench.targets import against_peer
 
 K_MAX = 128
 FULL_MASK = 0xFFFFFFFF
@@ -197,6 +198,7 @@ def _peer(size):
 
 op = Operator(
     name="topk",
+    targets=[against_peer(1.0)],
     pattern="read",  # each row read once, k values and indices written
     title="Top-k of each row of a float32 matrix (values and indices, torch.topk's order)",
     reference=reference_topk,

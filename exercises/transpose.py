@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 4453418e195b45deaaab3f1c795ae4f4d0db851697e7b3e67674e5454eb70187
+# generated-sha256: d25395f572ae0d96512fee325484f3a62de32e08f3790378075dc1f5c0f4449a
 # --------------------------------------------------------------------------------------------------
 """Transpose of a float32 matrix, in six steps from strided writes to one pass near memory speed.
 
@@ -27,6 +27,7 @@ from numba import cuda, float32, uint64
 
 from workbench.ladder import Operator, expect_device_array
 from workbench import peers
+from workbench.targets import against_peer, of_ceiling
 
 TILE = 32  # a tile is TILE x TILE elements: one warp-wide row of 32 floats (128 bytes) per row
 NAIVE_ROWS = 8  # rows per block in the naive stage: a 32 x 8 block of threads, one element each
@@ -74,6 +75,7 @@ def _peer(size):
 
 op = Operator(
     name="transpose",
+    targets=[of_ceiling(85, "copy_gbps"), against_peer(1.0)],
     title="Transpose of a float32 matrix",
     reference=lambda x: x.T.astype(np.float64),
     make_inputs=_inputs,

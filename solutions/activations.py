@@ -74,6 +74,7 @@ from solutions._vector_io import (HALVES_PER_VECTOR, aligned16, bf16_to_float, f
                                  float_to_f16, high_half, load4, load8, low_half, pack, store4, store8)
 from workbench import peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, sm_count
+from workbench.targets import against_peer, of_ceiling
 
 try:
     import ml_dtypes
@@ -609,6 +610,7 @@ KERNEL_TEMPLATES = [_thread_per_element, _grid_stride, _vector4, _in_flight, _sm
 def _make_operator(act: Activation, rank: float) -> Operator:
     op = Operator(
         name=f"act_{act.name}",
+        targets=[of_ceiling(85, "copy_gbps"), against_peer(1.0, "eager")],
         title=f"{act.title}, float32",
         reference=reference_of(act.name),
         make_inputs=_inputs,

@@ -19,6 +19,7 @@ from numba import cuda, float32, int32
 from solutions._vector_io import VECTOR_BYTES, aligned16, load4
 from workbench import peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
+from workbench.targets import against_peer
 
 THREADS = 256
 WARPS = THREADS // 32
@@ -90,6 +91,7 @@ def _peer(size):
 
 op = Operator(
     name="argmax",
+    targets=[against_peer(1.0)],
     title="Index of the maximum of a float32 vector (lowest index on ties)",
     reference=lambda x: np.array([np.argmax(x)], dtype=np.int64),
     make_inputs=_inputs,

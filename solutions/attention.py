@@ -48,6 +48,7 @@ from workbench import device as _device
 from workbench import peers
 from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+from workbench.targets import against_peer
 
 from solutions._attention_common import (attention_flops, extreme_logits, kv_fetch_bytes, naive_expression, reference,
                                          rising_logits, rope_tables, sdpa_peer)
@@ -149,6 +150,7 @@ HEADLINE = (8, 16, 2048, 64, 1)
 
 op = Operator(
     name="attention",
+    targets=[against_peer(1.0, "torch SDPA", stage="best")],
     title="Scaled dot-product attention, float32, causal or not",
     reference=reference,
     make_inputs=_inputs,

@@ -49,6 +49,7 @@ from numba import cuda, float32, int32, uint16, uint32, uint64
 from workbench import device as _device
 from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
+from workbench.targets import against_peer
 
 from solutions._attention_common import (attention_flops, extreme_logits, kv_fetch_bytes, naive_expression, reference,
                                          sdpa_peer)
@@ -136,6 +137,7 @@ def _io_bytes(size):
 def _operator(name, dtype, title, rank):
     return Operator(
         name=name,
+        targets=[against_peer(0.5, "torch SDPA", stage="best")],
         title=title,
         reference=reference,
         make_inputs=_inputs_for(dtype),

@@ -30,6 +30,7 @@ from numba import cuda, float32, int32, uint32, uint64
 from solutions._vector_io import aligned16, load4, store4
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+from workbench.targets import against_peer
 
 THREADS = 256
 WARPS = THREADS // 32  # a shared array's shape must be a module constant, not an expression
@@ -599,6 +600,7 @@ def _maxpool_expression(torch, size):
 
 maxpool_op = Operator(
     name="maxpool2d",
+    targets=[against_peer(1.0)],
     title="2x2 max-pooling (stride 2) with the argmax indices training needs, NCHW float32",
     reference=_maxpool_reference,
     make_inputs=_images,
@@ -861,6 +863,7 @@ def _bn_expression(torch, size):
 
 bn_op = Operator(
     name="batchnorm_train",
+    targets=[against_peer(1.5, "torch.batch_norm*", stage="vector_passes"), against_peer(1.0)],
     title="BatchNorm, training forward: per-channel batch statistics, then normalize (NCHW float32)",
     reference=_bn_reference,
     make_inputs=_bn_inputs,
@@ -1321,6 +1324,7 @@ def _bn_infer_expression(torch, size):
 
 bn_infer_op = Operator(
     name="batchnorm_infer",
+    targets=[against_peer(1.0, "torch.batch_norm*", stage="vectors")],
     title="BatchNorm, inference: the running statistics folded into a scale per channel (NCHW float32)",
     reference=_bn_infer_reference,
     make_inputs=_bn_infer_inputs,

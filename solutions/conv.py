@@ -53,6 +53,7 @@ from numba import cuda, float32
 from workbench import device as _device
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+from workbench.targets import against_peer
 
 from solutions import gemm as gemm_ladder
 from solutions._implicit_gemm import BM, BN, GEMM_THREADS, gemm_tile_loop, output_index
@@ -199,6 +200,7 @@ def _peer(size):
 
 op = Operator(
     name="conv2d",
+    targets=[against_peer(1.0)],
     title="3x3 convolution of a batch of float32 images (NCHW, stride 1, padding 1)",
     reference=lambda x, w: _conv64(x, w, 1, 1, 1),
     make_inputs=_images,

@@ -35,6 +35,7 @@ from solutions._vector_io import aligned16, load4
 from workbench import peers
 from workbench.device import is_simulator
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, sm_count
+from workbench.targets import against_peer, of_ceiling
 
 MAX_HEAD_DIM = 128
 PER_LANE = MAX_HEAD_DIM // 32  # a lane owns features lane, lane + 32, lane + 64, lane + 96
@@ -126,6 +127,7 @@ def _flops(size):
 
 op = Operator(
     name="decode_attention",
+    targets=[of_ceiling(90, "read_gbps", stage="best"), against_peer(1.0)],
     pattern="read",  # the KV cache read once, one token's output written
     title="Decode attention: one query token against an fp16 KV cache (GQA)",
     reference=_reference,

@@ -16,6 +16,7 @@ from numba import cuda, uint64
 
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
 from workbench import peers
+from workbench.targets import of_ceiling
 
 # gelu(v) = 0.5 v (1 + erf(v / sqrt 2)) in float32, a device function (math.erf: libdevice's erff); the reference
 # is the same chain in float64. Both live in solutions/_references.py, shared with the fp16/bf16 GELU ladders.
@@ -98,6 +99,7 @@ def _torch_expression(torch, size):
 
 op = Operator(
     name="elementwise",
+    targets=[of_ceiling(85, "copy_gbps")],
     title="GELU(x + bias) + residual, float32",
     reference=gelu_bias_residual64,  # GELU(x + bias) + residual in float64, with its own erf (numpy has none)
     make_inputs=gelu_bias_residual_inputs,

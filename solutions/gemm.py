@@ -26,6 +26,7 @@ from numba import cuda, float32, int64, uint32, uint64
 from workbench import device as _device
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, sm_count
+from workbench.targets import against_peer
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -121,6 +122,7 @@ def _peer(size):
 
 op = Operator(
     name="gemm",
+    targets=[against_peer(0.90, "torch.addmm", stage="async_copy"), against_peer(1.2, "torch.addmm", stage="tensor_core")],
     title="float32 GEMM: C = alpha A B + beta C",
     reference=_reference,
     make_inputs=_inputs,

@@ -57,6 +57,7 @@ from workbench import device as _device
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 from workbench.launch import SM90_OPTIN_LIMIT, STATIC_LIMIT, set_max_dynamic_shared_memory
+from workbench.targets import against_peer
 
 from solutions._ptx import (cp_async_chunk16, cp_async_commit, cp_async_wait_pending, ldmatrix_x4,
                             ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2)
@@ -156,6 +157,7 @@ def _operator(name, dtype, title, rank):
     bytes_per = np.dtype(dtype).itemsize
     return Operator(
         name=name,
+        targets=[against_peer(0.80, "torch.matmul", stage="best")],
         title=title,
         reference=_reference,
         make_inputs=_inputs_for(dtype),

@@ -22,6 +22,7 @@ from numba import cuda, int32, uint32
 from solutions._vector_io import VECTOR_BYTES, aligned16, load4
 from workbench import peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, sm_count
+from workbench.targets import of_ceiling
 
 BINS = 256
 THREADS = 256
@@ -80,6 +81,7 @@ def _peer(size):
 
 op = Operator(
     name="histogram",
+    targets=[of_ceiling(70, "read_gbps", stage="best")],
     title="256-bin histogram of a uint8 vector",
     reference=lambda x: np.bincount(x, minlength=BINS).astype(np.int64),
     make_inputs=_inputs,

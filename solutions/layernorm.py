@@ -36,6 +36,7 @@ from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
 from solutions._vector_io import capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store_chunk
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+from workbench.targets import against_peer, of_ceiling
 
 THREADS = 256  # threads per block in the block-per-row stages; a multiple of the 32-lane warp
 WARPS = THREADS // 32
@@ -124,6 +125,7 @@ def _layernorm_expression(torch, size):
 
 op = Operator(
     name="layernorm",
+    targets=[of_ceiling(85, "copy_gbps"), against_peer(1.15, "torch.nn.functional.layer_norm"), against_peer(1.0)],
     title="LayerNorm over the rows of a float32 matrix",
     reference=layernorm64,
     make_inputs=lambda size, rng: (layernorm_rows(size, rng), _vector(size[1], rng, 0.5, 1.5), _vector(size[1], rng, -1, 1)),
@@ -1237,6 +1239,7 @@ def _rmsnorm_expression(torch, size):
 
 rmsnorm_op = Operator(
     name="rmsnorm",
+    targets=[against_peer(1.0)],
     title="RMSNorm over the rows of a float32 matrix",
     reference=rmsnorm64,
     make_inputs=_rmsnorm_inputs,

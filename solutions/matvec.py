@@ -20,6 +20,7 @@ from numba import cuda, float32, int64
 from solutions._vector_io import VECTOR_BYTES, aligned16, flat_view, load4
 from workbench import peers
 from workbench.ladder import Operator, blocks_for, expect_device_array
+from workbench.targets import against_peer
 
 THREADS = 256
 WARPS = THREADS // 32
@@ -85,6 +86,7 @@ def _peer(size):
 
 op = Operator(
     name="matvec",
+    targets=[against_peer(0.95)],
     title="Matrix-vector product y = A x (float32)",
     reference=lambda a, x: a.astype(np.float64) @ x.astype(np.float64),
     make_inputs=_inputs,

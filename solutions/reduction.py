@@ -10,6 +10,7 @@ from numba import cuda, float32, float64, int32
 
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
 from workbench import peers
+from workbench.targets import against_peer, of_ceiling
 
 THREADS = 256  # threads per block; a multiple of the 32-lane warp
 WARPS = THREADS // 32
@@ -58,6 +59,7 @@ def _peer(size):
 
 op = Operator(
     name="reduction",
+    targets=[against_peer(1.0), of_ceiling(90, "copy_gbps")],
     title="Sum of a float32 vector",
     reference=lambda x: np.array([x.astype(np.float64).sum()]),
     make_inputs=_inputs,

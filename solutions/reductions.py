@@ -38,6 +38,7 @@ from solutions._vector_io import aligned16, load4
 from workbench import peers
 from workbench.device import is_simulator
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
+from workbench.targets import against_peer
 
 THREADS = 256  # threads per block, a multiple of the 32-lane warp
 WARPS = THREADS // 32
@@ -340,6 +341,7 @@ VECTOR_KERNELS = [(_block_partials, {}), (_fold_partials, {}), (_one_pass, ONE_P
 def _make_vector_operator(r: VectorReduction, rank: float) -> Operator:
     op = Operator(
         name=f"reduce_{r.kind}",
+        targets=[against_peer(1.0, "eager")],
         pattern="read",  # the vector read once, one number written
         title=r.title,
         reference=r.reference,
@@ -634,6 +636,7 @@ def _make_matrix_operator(m: MatrixReduction, rank: float) -> Operator:
     sim_sizes = [(1, 1), (7, 130), (70, 20)] if dim == 1 else [(1, 1), (33, 20), (70, 45)]
     op = Operator(
         name=m.name,
+        targets=[against_peer(1.0, "eager")],
         pattern="read",  # the matrix read once, one row or column of results written
         title=f"{MATRIX_TITLES[m.kind]} over each {where}",
         reference=lambda x: reduce64(x.astype(np.float64), axis=dim),

@@ -19,6 +19,7 @@ from numba import cuda, float32, int32, int64, uint64
 from solutions._vector_io import aligned16, as_bits32, as_float32, load4, store4
 from workbench import peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch
+from workbench.targets import against_peer, of_ceiling
 
 THREADS = 256  # threads per block; a multiple of the 32-lane warp
 WARPS = THREADS // 32
@@ -79,6 +80,7 @@ def _peer(size):
 
 op = Operator(
     name="scan",
+    targets=[of_ceiling(85, "copy_gbps", stage="best"), against_peer(1.0, stage="best")],
     title="Inclusive prefix sum of a float32 vector",
     reference=lambda x: np.cumsum(x.astype(np.float64)),
     make_inputs=_inputs,

@@ -25,6 +25,7 @@ from solutions._references import softmax64
 from solutions._vector_io import capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store_chunk
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
+from workbench.targets import against_peer, of_ceiling
 
 THREADS = 256  # threads per block in the block-per-row stages; a multiple of the 32-lane warp
 WARPS = THREADS // 32
@@ -101,6 +102,7 @@ def _peer(size):
 
 op = Operator(
     name="softmax",
+    targets=[of_ceiling(85, "copy_gbps"), against_peer(1.5, "torch.softmax"), against_peer(1.0)],
     title="Softmax over the rows of a float32 matrix",
     reference=softmax64,  # exp(x - row max) / its row sum, in float64 (solutions/_references.py, shared with fp16/bf16)
     make_inputs=_inputs,

@@ -41,6 +41,7 @@ from solutions._vector_io import aligned16, load4
 from workbench import device as _device
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+from workbench.targets import against_peer
 
 THREADS = 256  # threads per block; a multiple of the 32-lane warp
 FULL_MASK = 0xFFFFFFFF
@@ -272,6 +273,7 @@ def _peer(size):
 
 op = Operator(
     name="spmv",
+    targets=[against_peer(1.0)],
     title="Sparse matrix (CSR) times a dense vector",
     reference=_reference,
     make_inputs=_inputs,

@@ -24,6 +24,7 @@ from solutions._vector_io import flat_view, load_chunk, rows_fit_vectors, store_
 from workbench import device as _device
 from workbench import peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, sm_count
+from workbench.targets import of_ceiling
 
 RADIUS = 2
 DIAMETER = 2 * RADIUS + 1
@@ -103,6 +104,7 @@ def _peer(size):
 
 op = Operator(
     name="stencil",
+    targets=[of_ceiling(80, "copy_gbps")],
     title="5x5 convolution of a float32 image (zero padding)",
     reference=_reference,
     make_inputs=_inputs,

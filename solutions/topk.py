@@ -33,6 +33,7 @@ from numba import cuda, int32, uint32, uint64
 
 from workbench import peers
 from workbench.ladder import InputError, Operator, expect_device_array, scratch, sm_count
+from workbench.targets import against_peer
 
 K_MAX = 128
 FULL_MASK = 0xFFFFFFFF
@@ -183,6 +184,7 @@ def _peer(size):
 
 op = Operator(
     name="topk",
+    targets=[against_peer(1.0)],
     pattern="read",  # each row read once, k values and indices written
     title="Top-k of each row of a float32 matrix (values and indices, torch.topk's order)",
     reference=reference_topk,

@@ -13,6 +13,7 @@ from numba import cuda, float32, uint64
 
 from workbench.ladder import Operator, expect_device_array
 from workbench import peers
+from workbench.targets import against_peer, of_ceiling
 
 TILE = 32  # a tile is TILE x TILE elements: one warp-wide row of 32 floats (128 bytes) per row
 NAIVE_ROWS = 8  # rows per block in the naive stage: a 32 x 8 block of threads, one element each
@@ -60,6 +61,7 @@ def _peer(size):
 
 op = Operator(
     name="transpose",
+    targets=[of_ceiling(85, "copy_gbps"), against_peer(1.0)],
     title="Transpose of a float32 matrix",
     reference=lambda x: x.T.astype(np.float64),
     make_inputs=_inputs,

@@ -308,6 +308,108 @@ def cmd_peaks(args) -> int:
     return 0
 
 
+# -- record / targets ------------------------------------------------------------------------------
+
+def _operators_named(names) -> list:
+    """The operators a person named (all of them for none), each name checked."""
+    ops = registry.load_operators()
+    if not names:
+        return list(ops.values())
+    return [registry.operator(name) for name in names]
+
+
+def cmd_record(args) -> int:
+    """Ceilings if stale, then what is stalest or never recorded, within the budget; a summary."""
+    import time
+
+    from . import record, results
+
+    started = time.monotonic()
+    if args.budget <= 0:
+        raise UsageError(f"--budget is a number of seconds above 0; got {args.budget:g}")
+    ops = _operators_named(args.families)
+    if args.dry_run:
+        return _print_record_plan(ops, not args.no_compile)
+    if not _need_gpu("record"):
+        return 2
+
+    def say(line: str) -> None:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    env = results.environment()
+    peaks = results.stored_peaks(env["device"])
+    stale = record.peaks_stale(peaks, env)
+    if stale and time.monotonic() - started + record.PEAKS_SECONDS <= args.budget:
+        say(f"ceilings: {stale}; measuring them")
+        peaks = _peaks_for_device(remeasure=True)
+    elif stale:
+        say(f"ceilings: {stale}; not enough budget to measure them (~{record.PEAKS_SECONDS:.0f} s)")
+    several = [op for op in ops if record.needs_several_gpus(op)]
+    if several:
+        _record_several_gpus(several, args.budget - (time.monotonic() - started), say)
+    summary = record.record(ops, args.budget, env["device"], record.gpu_measure_item(peaks or {}, env, args.seed,
+                            not args.no_compile), say=say, with_compile=not args.no_compile, started=started)
+    for line in summary.lines():
+        say(line)
+    return 1 if summary.failures else 0
+
+
+def _print_record_plan(ops, with_compile: bool) -> int:
+    """What `record` would measure, in order, against this device's results (any recorded file without a GPU)."""
+    from . import record, results
+
+    device = None if _device.is_simulator() else results.environment()["device"]
+    found = [d for d in results.load_all() if device in (None, d["device"])]
+    data = found[0] if found else results.empty(device or "simulator")
+    console.print(f"plan against the records of {data['device']}:")
+    for n, item in enumerate(record.plan(ops, data, with_compile), 1):
+        why = f"never recorded: {', '.join(item.missing)}" if item.missing else f"last recorded {item.oldest[:10]}"
+        console.print(f"{n:4d}. {item.label} ({why}; ~{item.estimate_s:.0f} s)", markup=False, highlight=False)
+    return 0
+
+
+def _record_several_gpus(ops, budget_s: float, say) -> None:
+    """The all-reduce's run (workbench/tools/allreduce.py) in a process of its own, on two GPUs or more."""
+    import subprocess
+
+    from numba import cuda
+
+    names = ", ".join(op.name for op in ops)
+    if len(cuda.gpus) < 2:
+        say(f"{names}: measured across GPUs; this machine has one: skipped")
+        return
+    if budget_s < ALLREDUCE_SECONDS:
+        say(f"{names}: needs ~{ALLREDUCE_SECONDS} s, {budget_s:.0f} s left: skipped")
+        return
+    say(f"{names}: measuring on {len(cuda.gpus)} GPUs (~{ALLREDUCE_SECONDS} s)")
+    subprocess.run([sys.executable, "-m", "workbench.tools.allreduce", "--budget", str(int(ALLREDUCE_SECONDS))],
+                   timeout=ALLREDUCE_SECONDS + 60)
+
+
+ALLREDUCE_SECONDS = 180  # the all-reduce's run on two H200s: NCCL, the links, every stage at 10 sizes
+
+
+def cmd_targets(args) -> int:
+    from .targets import verdicts
+
+    found = verdicts(_operators_named(args.families))
+    if args.json:
+        print(json.dumps([v.as_dict() for v in found], indent=1))
+        return 0
+    table = Table(title_justify="left")
+    for col in ("operator", "target", "figure", "against", "stage", "date", "verdict"):
+        table.add_column(col, justify="right" if col == "figure" else "left")
+    colour = {"met": "green", "missed": "red", "never measured": "yellow"}
+    for v in found:
+        figure = "—" if v.value is None else (f"{v.value:.2f}x" if v.unit == "x" else f"{v.value:.0f}%")
+        table.add_row(v.op, v.target, figure, v.peer or "—", v.stage or "—", (v.date or "—")[:10],
+                      f"[{colour[v.status]}]{v.status}[/]" + (f" ({v.why})" if v.why else ""))
+    console.print(table)
+    counts = {s: sum(v.status == s for v in found) for s in colour}
+    console.print(", ".join(f"{n} {s}" for s, n in counts.items()))
+    return 0
+
+
 # -- plot / table / run --------------------------------------------------------------------------
 
 def _recorded(op) -> dict | None:
@@ -501,6 +603,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, help=SEED_HELP)
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("record", help="on a GPU: measure what is stalest or never recorded (ceilings first if "
+                                       "stale) within a time budget, saving after every size; a summary")
+    s.add_argument("families", nargs="*", metavar="FAMILY", help="operators to record (default: all)")
+    s.add_argument("--budget", type=float, default=540.0, help="seconds the whole run may take (default 540)")
+    s.add_argument("--no-compile", action="store_true", help="time only the eager peer, not torch.compile")
+    s.add_argument("--dry-run", action="store_true", help="print the plan in order, measure nothing (no GPU needed)")
+    s.add_argument("--seed", type=int, help=SEED_HELP)
+    s.set_defaults(func=cmd_record)
+
+    s = sub.add_parser("targets", help="each operator's declared targets: met, missed or never measured")
+    s.add_argument("families", nargs="*", metavar="FAMILY", help="operators (default: all)")
+    s.add_argument("--json", action="store_true", help=JSON_HELP)
+    s.set_defaults(func=cmd_targets)
 
     s = sub.add_parser("run", help="the main job: check, bench (on a GPU), plot")
     s.add_argument("op", help="an operator, e.g. reduction")

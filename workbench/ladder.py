@@ -148,7 +148,10 @@ class Operator:
     # operators that share a `group` share one README heading (a fusion beside the ladder it fuses).
     rank: float = 1000.0
     group: str | None = None  # the README heading; None: the operator's own title
-    record_all_sizes: bool = False  # the recording script measures every bench size (else the headline only)
+    record_all_sizes: bool = False  # `workbench record` measures every bench size (else the headline only)
+    # What the ladder must reach on a GPU (workbench.targets.Target: "the last stage at least the best peer",
+    # "85% of the read ceiling", ...): `workbench targets` judges each against the recorded figures.
+    targets: Sequence[Any] = ()
 
     # -- how the grader judges a learner's stage of this operator
     grade_sizes: Mapping[str, Sequence[Size]] | None = None  # extra sizes by mode ("sim", "gpu"); None: derived

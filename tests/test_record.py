@@ -1,0 +1,170 @@
+"""`workbench record` and `workbench targets` without a GPU: the plan's order, the budget, saving after every
+item, the summary's changes beyond noise, stale ceilings, and each kind of target judged on a small
+synthetic results file."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from workbench import record, results, targets
+from workbench.cli import main
+from workbench.ladder import Operator
+from workbench.targets import MET, MISSED, NEVER, against_peer, of_ceiling
+
+DEVICE = "NVIDIA Test GPU"
+FRESH = "2026-11-28T00:00:00+00:00"
+STALE = "2026-11-01T00:00:00+00:00"
+
+
+def make_op(name="probe", sizes=((8,), (16,), (32,)), headline=(32,), record_all=True, **fields) -> Operator:
+    op = Operator(name, "a probe", lambda x: x, None, lambda s: np.empty(s, np.float32),
+                  bytes_moved=lambda s: 4 * s[0], flops=lambda s: s[0], validate=lambda *a: None,
+                  check_sizes=list(sizes), sim_sizes=list(sizes), bench_sizes=list(sizes), headline_size=headline,
+                  record_all_sizes=record_all, peer=lambda size: None, **fields)
+    for order, stage in enumerate(("naive", "fast"), 1):
+        op.stage(stage, f"the {stage} stage")(lambda x, out: None)
+    return op
+
+
+def rec(op, stage, size, median, date=FRESH, kind="stage", order=None, spread=0.01, gbps=1000.0, gflops=10.0):
+    return {"op": op, "stage": stage, "size": list(size), "dtype": "float32", "date": date, "kind": kind,
+            "order": order if order is not None else (0 if kind == "peer" else 1 + ("fast" == stage)),
+            "median_us": median, "p10_us": median * (1 - spread / 2), "p90_us": median * (1 + spread / 2),
+            "samples": 10, "launches_per_sample": 10, "gbps": gbps, "gflops": gflops}
+
+
+def complete(op_name, size, date, naive=20.0, fast=10.0, peer=12.0):
+    return [rec(op_name, "naive", size, naive, date), rec(op_name, "fast", size, fast, date),
+            rec(op_name, "torch.probe", size, peer, date, kind="peer")]
+
+
+def test_the_plan_puts_the_never_recorded_first_then_the_headline_then_the_stalest():
+    op = make_op()
+    data = {"records": complete("probe", (8,), STALE) + complete("probe", (32,), FRESH)
+            + [rec("probe", "naive", (16,), 5.0, FRESH)]}  # 16: "fast" and the peer never recorded
+    items = record.plan([op], data)
+    assert [i.size for i in items] == [(16,), (32,), (8,)]  # among complete sizes the headline goes first
+    assert items[0].missing == ["fast", "a peer"]
+    fresh_headline = make_op(name="probe")
+    items = record.plan([fresh_headline], {"records": complete("probe", (8,), STALE) + complete("probe", (16,), FRESH)})
+    assert [(i.size, bool(i.missing)) for i in items] == [((32,), True), ((8,), False), ((16,), False)]  # the stalest first
+
+
+def test_an_items_estimate_is_its_last_run_else_a_model_of_compile_and_timing():
+    op = make_op()
+    timed = [dict(r, item_seconds=7.5) for r in complete("probe", (8,), STALE)]
+    assert record.estimate_seconds(op, timed, with_compile=True) == 7.5
+    never = record.estimate_seconds(op, [], with_compile=True)
+    assert never == pytest.approx(3 * record.STAGE_SECONDS)  # two stages and the peer, no torch expression
+
+
+def test_record_saves_after_every_item_skips_what_does_not_fit_and_summarises(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
+    op = make_op()
+    old = complete("probe", (8,), STALE, fast=10.0) + complete("probe", (32,), STALE, fast=10.0)
+    results.save_records(DEVICE, old)
+    now = [0.0]
+    saved_before = []
+
+    def measure(item):  # each item takes 10 s of the fake clock
+        now[0] += 10
+        saved_before.append(len(results.load(results.path_for(DEVICE))["records"]))
+        fast = {(8,): 5.0, (16,): 10.0, (32,): 10.05}[item.size]  # 8: 2x faster; 32: within noise
+        return complete("probe", item.size, "2026-11-29T00:00:00+00:00", fast=fast), []
+
+    lines = []
+    # estimates: 12 s for each item (three callables at STAGE_SECONDS); 35 s fits three items, not a fourth
+    summary = record.record([op], budget_s=35, device=DEVICE, measure_item=measure, say=lines.append,
+                            clock=lambda: now[0])
+    # 16 (never recorded) first, then the stale headline 32, then 8: each saved before the next starts
+    assert saved_before == [6, 9, 9]
+    assert summary.measured == ["probe @ 16", "probe @ 32", "probe @ 8"]
+    assert [(c[0], c[1]) for c in summary.changes] == [("probe @ 8", "fast")]
+    assert summary.changes[0][4] == pytest.approx(1.0)
+    assert any("faster than the last record" in line for line in summary.lines())
+    saved = results.load(results.path_for(DEVICE))["records"]
+    assert all(r["item_seconds"] == 10 for r in saved if r["date"].startswith("2026-11-29"))
+    # a budget that fits nothing: every item skipped with its estimate, the never-recorded one listed
+    summary = record.record([make_op(sizes=((8,), (64,)), headline=(64,))], budget_s=1, device=DEVICE,
+                            measure_item=measure, say=lines.append, clock=lambda: now[0])
+    assert summary.measured == [] and summary.unrecorded == ["probe @ 64"]
+    assert all("s left" in s for s in summary.skipped)
+
+
+def test_a_change_counts_only_beyond_both_records_spread_and_the_noise_floor():
+    old = rec("probe", "fast", (8,), 100.0, spread=0.02)
+    assert record.change(old, rec("probe", "fast", (8,), 98.0, spread=0.02)) is None  # 2%: noise
+    assert record.change(old, rec("probe", "fast", (8,), 90.0, spread=0.02)) == pytest.approx(100 / 90 - 1)
+    assert record.change(old, rec("probe", "fast", (8,), 90.0, spread=0.3)) is None  # inside the new spread
+    assert record.change(old, rec("probe", "fast", (8,), 120.0)) == pytest.approx(100 / 120 - 1)
+
+
+def test_ceilings_are_stale_when_missing_incomplete_other_versions_or_old():
+    env = {"numba_cuda": "0.30.4", "torch": "2.11"}
+    full = {k: 1.0 for k in record.PEAKS_KEYS} | {"date": results.now(), "environment": dict(env)}
+    assert record.peaks_stale(full, env) is None
+    assert "no ceilings" in record.peaks_stale(None, env)
+    assert "read_gbps never measured" in record.peaks_stale({**full, "read_gbps": None}, env)
+    assert "torch 2.11 -> 2.12" in record.peaks_stale(full, {**env, "torch": "2.12"})
+    assert "older than" in record.peaks_stale({**full, "date": "2026-01-01T00:00:00+00:00"}, env)
+
+
+PEAKS = {"read_gbps": 4000.0, "copy_gbps": 3800.0, "gemm_fp32_gflops": 50000.0}
+
+
+def judged(op, data):
+    return [targets.judge(op, t, data) for t in op.targets]
+
+
+def test_targets_are_judged_met_missed_or_never_measured_on_the_records():
+    op = make_op(targets=[against_peer(1.0), against_peer(1.5, "eager"), of_ceiling(20, "read_gbps"),
+                          of_ceiling(20, "copy_gbps", stage="best"), against_peer(0.9, size=(8,)),
+                          against_peer(1.0, "cuSPARSE*")])
+    data = {"peaks": PEAKS, "records": [
+        rec("probe", "naive", (32,), 20.0, gbps=1500.0), rec("probe", "fast", (32,), 10.0, gbps=1000.0),
+        rec("probe", "torch.probe", (32,), 12.0, kind="peer"),
+        rec("probe", "torch.compile", (32,), 9.0, kind="peer")]}
+    v = judged(op, data)
+    assert [x.status for x in v] == [MISSED, MISSED, MET, MET, NEVER, NEVER]
+    assert v[0].peer == "torch.compile" and v[0].value == pytest.approx(0.9) and v[0].date == FRESH
+    assert v[1].peer == "torch.probe" and v[1].value == pytest.approx(1.2)  # eager: torch.compile left out
+    assert v[2].peer == "read_gbps" and v[2].value == pytest.approx(100 * 1000 / 4000)
+    assert v[3].stage == "fast" and v[3].value == pytest.approx(100 * 1000 / 3800)  # best: the fastest stage
+    assert "no record of the last stage at 8" in v[4].why
+    assert "no record of cuSPARSE*" in v[5].why
+    # no ceiling recorded: never measured, naming the key
+    assert "no read_gbps ceiling" in targets.judge(op, op.targets[2], {"records": data["records"]}).why
+    assert targets.judge(op, op.targets[0], None).status == NEVER
+
+
+def test_a_ceiling_must_be_a_recorded_key():
+    with pytest.raises(ValueError, match="read_gbps"):
+        of_ceiling(50, "read")
+
+
+def test_targets_command_prints_every_declared_target_as_json(capsys):
+    assert main(["targets", "reduction", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert [v["target"] for v in found] == ["last stage >= 1.00x the best peer at 268435456",
+                                            "last stage >= 90% of the copy ceiling at 268435456"]
+    assert all(v["status"] in (MET, MISSED, NEVER) for v in found)
+
+
+def test_every_operator_one_gpu_runs_declares_its_targets_in_the_registry():
+    from workbench import registry
+
+    declared = {op.name for op in registry.load_operators().values() if op.targets}
+    assert {"reduction", "hgemm", "hgemm_bf16", "decode_attention", "histogram", "gemm", "spmv", "conv2d",
+            "layernorm", "rmsnorm", "batchnorm_train", "sum_cols", "transpose"} <= declared
+
+
+def test_record_refuses_a_bad_budget_and_an_unknown_family_and_plans_without_a_gpu(capsys):
+    assert main(["record", "--budget", "0"]) == 2
+    assert "--budget" in capsys.readouterr().err
+    assert main(["record", "nosuchop"]) == 2
+    assert main(["record", "reduction", "--dry-run"]) == 0
+    assert "reduction @ 268435456" in capsys.readouterr().out
+    assert main(["record", "reduction"]) == 2  # the simulator: no timings
