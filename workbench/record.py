@@ -41,6 +41,7 @@ VERSION_KEYS = ("numba_cuda", "torch", "cuda_driver")  # a ceiling taken under o
 # timing itself (samples x launches per sample x the median, from earlier records where there are some).
 STAGE_SECONDS = 4.0
 COMPILE_PEER_SECONDS = 25.0
+WARM_STAGE_SECONDS = 0.5  # a stage already compiled in this run: its check and timing at another size
 NOISE_FLOOR = 0.03  # run-to-run differences under 3% are noise whatever the spread within a run says
 
 
@@ -77,6 +78,7 @@ class Item:
     missing: list[str]  # stages and peers with no record at this size
     oldest: str | None  # the oldest record's date (None: nothing recorded)
     estimate_s: float
+    warm_s: float  # the estimate once the operator was measured at another size in this run
 
     @property
     def label(self) -> str:
@@ -107,14 +109,17 @@ def expected_names(op: Operator, with_compile: bool) -> list[str]:
     return names
 
 
-def estimate_seconds(op: Operator, recs: list[dict], with_compile: bool) -> float:
+def estimate_seconds(op: Operator, recs: list[dict], with_compile: bool, compiled: bool = False) -> float:
     """An item's cost: its last run's wall time where recorded, else compile and check per stage plus the
-    timing the earlier records imply."""
+    timing the earlier records imply; ``compiled``: the operator's kernels and torch.compile already ran
+    at another size in this run (measured on an H200: 23 s for reduction's first size, 1 s for each next)."""
     timed = [r["item_seconds"] for r in recs if r.get("item_seconds")]
     if timed:
         return max(timed)
     n = len(op.stages) + (op.peer is not None)
     timing = sum(r.get("samples", 25) * r.get("launches_per_sample", 1) * r["median_us"] * 1e-6 for r in recs)
+    if compiled:
+        return n * WARM_STAGE_SECONDS + timing
     compile_peer = COMPILE_PEER_SECONDS if with_compile and op.torch_expression is not None else 0.0
     return n * STAGE_SECONDS + compile_peer + timing
 
@@ -132,7 +137,8 @@ def plan(ops: list[Operator], data: dict, with_compile: bool = True) -> list[Ite
             missing = [n for n in expected_names(op, with_compile) if n not in have]
             oldest = min((r["date"] for r in recs), default=None)
             items.append(Item(op, size, size == as_size(op.headline_size), missing, oldest,
-                              estimate_seconds(op, recs, with_compile)))
+                              estimate_seconds(op, recs, with_compile),
+                              estimate_seconds(op, recs, with_compile, compiled=True)))
     return sorted(items, key=lambda i: (not i.missing, not i.headline, i.oldest or ""))
 
 
@@ -196,15 +202,18 @@ def record(ops: list[Operator], budget_s: float, device: str, measure_item: Call
     summary = Summary()
     items = plan(ops, data, with_compile)
     say(f"plan: {len(items)} item(s), {sum(bool(i.missing) for i in items)} never fully recorded; budget {budget_s:.0f} s")
+    compiled = set()  # operators measured at some size in this run: their kernels are compiled
     for n, item in enumerate(items, 1):
         left = budget_s - (clock() - t0)
-        if item.estimate_s > left:
-            summary.skipped.append(f"{item.label} (needs ~{item.estimate_s:.0f} s, {max(left, 0):.0f} s left)")
+        estimate = item.warm_s if item.op.name in compiled else item.estimate_s
+        if estimate > left:
+            summary.skipped.append(f"{item.label} (needs ~{estimate:.0f} s, {max(left, 0):.0f} s left)")
             if item.missing:
                 summary.unrecorded.append(item.label)
             continue
         why = f"never recorded: {', '.join(item.missing)}" if item.missing else f"last recorded {item.oldest[:10]}"
-        say(f"[{clock() - t0:5.0f} s] {n}/{len(items)} {item.label} ({why}; ~{item.estimate_s:.0f} s)")
+        say(f"[{clock() - t0:5.0f} s] {n}/{len(items)} {item.label} ({why}; ~{estimate:.0f} s)")
+        compiled.add(item.op.name)
         began = clock()
         recs, fails = measure_item(item)
         seconds = clock() - began
