@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: e6cb0f396a17b97a45f274f1e3bb92817a1ce397bae7a0c9115a3901d068f255
+# generated-sha256: 0aeaced0be8143ab5270ef14b882b16fa90b1b3f6ce782bcf3b7475a28ddce29
 # --------------------------------------------------------------------------------------------------
 """AllReduce: every GPU holds a float32 buffer, and every GPU ends up with the sum of all of them.
 
@@ -39,7 +39,7 @@ epilogue of a tensor-parallel transformer block, beside NCCL followed by the sep
 over its own input while a peer was still reading it would race). A :class:`Group` holds the ranks
 and knows how each reaches the others' buffers. On a host with several GPUs rank r lives on GPU r
 and sees its peers' buffers through peer pointers (``Group.on_gpus``, used by
-``scripts/gpu_allreduce.py``). Without a GPU, or with one, the ranks are *emulated*: rank r's buffers
+``workbench record`` on a machine with several GPUs). Without a GPU, or with one, the ranks are *emulated*: rank r's buffers
 are row r of an (N, n) array on one device (``Group.emulated``). The same kernels run either way,
 so the stages below take ``x`` of shape (N, n) (row r: rank r's input) and write ``out`` of the same
 shape (every row: the sum), and are checked in the simulator like any other ladder.
@@ -57,7 +57,7 @@ without its barrier, and a pipelined ring without its waits, fail).
 
 **Bytes.** The model here is the one-device figure: every rank's input read once and every rank's
 result written once, 8 N n bytes. Across GPUs, nccl-tests' bus bandwidth 2(N-1)/N * 4n / time is
-what compares with the links (``busbw_bytes``; ``scripts/gpu_allreduce.py`` reports it).
+what compares with the links (``busbw_bytes``; ``workbench/tools/allreduce.py`` reports it).
 """
 
 import contextlib
@@ -375,9 +375,10 @@ def _peer(size):
     return "torch.sum + broadcast (one GPU)", sum_and_broadcast
 
 
-# -- the figures README shows: the last run of scripts/gpu_allreduce.py --------------------------------------
+# -- the figures README shows: the last run of `workbench record` on several GPUs -----------------------------
+# (workbench/tools/allreduce.py writes it; workbench/tables.py renders the README's tables from it)
 
-RUN_FILE = ("runs", "gpu_allreduce.json")  # under results/: what `python3 scripts/gpu_allreduce.py OUT` wrote
+RUN_FILE = ("runs", "gpu_allreduce.json")  # under results/
 
 
 def _recorded_run() -> dict | None:
@@ -385,73 +386,11 @@ def _recorded_run() -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _run_heading(run: dict, what: str) -> str:
-    v = run.get("versions", {})
-    return (f"{what}, {run['ranks']} x **{run['device']}**{', ' + run['date'][:10] if run.get('date') else ''} "
-            f"(numba-cuda {v.get('numba_cuda')}, torch {v.get('torch')}), measured by `python3 "
-            f"scripts/gpu_allreduce.py OUT` (`results/{'/'.join(RUN_FILE)}`): GPU time per call in µs")
-
-
-# Stage kernels changed after the recorded run: the README says so under its table until the next run.
-CHANGED_SINCE_RUN = {
-    "lamport": "commit e3fbdbb: the previous call's words are emptied as this call's are read, one loop less",
-    "fused_lamport": "commit e3fbdbb: a row normalised by 512 threads, not 128, and the lamport change above",
-}
-
-
-def _since_the_run(operator: Operator, names: list) -> list[str]:
-    """The notes under a recorded table: stages added since the run, and stages whose kernel changed."""
-    notes = [f"`{stage}` changed after this run ({what}): its figures are the earlier kernel's."
-             for stage, what in CHANGED_SINCE_RUN.items() if stage in names]
-    missing = [s.name for s in operator.stages if s.name not in names]
-    if missing:
-        notes.append(f"Not in this run (added since, not yet timed on several GPUs): {', '.join(missing)}.")
-    return ["", "_" + " ".join(notes) + "_"] if notes else []
-
-
-def _allreduce_figures() -> str | None:
-    """Per message size: each stage's GPU µs and bus bandwidth (2(N-1)/N bytes / time), and NCCL's."""
-    run = _recorded_run()
-    if not run or run.get("ranks", 1) < 2:
-        return None
-    n, names = run["ranks"], list(dict.fromkeys(r["stage"] for r in run["stages"]))
-    by = {(r["stage"], r["bytes"]): r for r in run["stages"] if "gpu_us" in r and r.get("correct")}
-    nccl = {r["bytes"]: r for r in run["nccl"]["allreduce"] if "gpu_us" in r}
-
-    def cell(r, nbytes):
-        return f"{r['gpu_us']:.1f} ({2 * (n - 1) / n * nbytes / r['gpu_us'] / 1e3:.3g} GB/s)" if r else "—"
-
-    lines = [_run_heading(run, "AllReduce of float32 buffers") + " (bus bandwidth).", "",
-             "| bytes per GPU | " + " | ".join(names) + " | NCCL |", "|---:|" + "---:|" * (len(names) + 1)]
-    for nbytes in run["sizes"]:
-        label = f"{nbytes >> 30} GB" if nbytes >= 1 << 30 else f"{nbytes >> 20} MB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KB"
-        lines.append(f"| {label} | " + " | ".join(cell(by.get((s, nbytes)), nbytes) for s in names)
-                     + f" | {cell(nccl.get(nbytes), nbytes)} |")
-    return "\n".join(lines + _since_the_run(op, names)) + "\n"
-
-
-def _fused_figures() -> str | None:
-    """Per (tokens, hidden): each stage's GPU µs beside NCCL + torch.add + the workbench's RMSNorm."""
-    run = _recorded_run()
-    if not run or run.get("ranks", 1) < 2 or not run.get("fused"):
-        return None
-    names = list(dict.fromkeys(r["stage"] for r in run["fused"]))
-    by = {(r["stage"], r["rows"], r["cols"]): r for r in run["fused"] if "gpu_us" in r and r.get("correct")}
-    base = {(r["rows"], r["cols"]): r for r in run["nccl"].get("fused", []) if "gpu_us" in r}
-    lines = [_run_heading(run, "AllReduce + residual + RMSNorm") + ".", "",
-             "| tokens x hidden | " + " | ".join(names) + " | NCCL + add + RMSNorm |", "|---|" + "---:|" * (len(names) + 1)]
-    for rows, cols in sorted({(r["rows"], r["cols"]) for r in run["fused"]}):
-        cells = [f"{by[(s, rows, cols)]['gpu_us']:.1f}" if (s, rows, cols) in by else "—" for s in names]
-        b = base.get((rows, cols))
-        lines.append(f"| {rows}x{cols} | " + " | ".join(cells) + (f" | {b['gpu_us']:.1f} |" if b else " | — |"))
-    return "\n".join(lines + _since_the_run(fused_op, names)) + "\n"
-
-
 def _bound_note() -> str:
     """What bounds an all-reduce: the links between GPUs, with the recorded run's peer copy as the line."""
     run = _recorded_run() or {}
     link = (run.get("ceiling") or {}).get("peer_copy_gbps")
-    measured = (f" The script measured a copy from one GPU to the other at {link:.0f} GB/s on {run['ranks']} x "
+    measured = (f" The recorded run measured a copy from one GPU to the other at {link:.0f} GB/s on {run['ranks']} x "
                 f"{run['device']} (`results/{'/'.join(RUN_FILE)}`, {run.get('date', '?')[:10]}): the dashed line "
                 "of the plot at the end, which no stage's bus bandwidth can pass by much." if link else "")
     return ("Across GPUs the floor is not this GPU's memory but the links between GPUs: each rank must send what "
@@ -465,7 +404,7 @@ def _bound_note() -> str:
 
 op = Operator(
     name="allreduce",
-    figures_elsewhere=_allreduce_figures,
+    figures_elsewhere="/".join(RUN_FILE),
     bound_note=_bound_note(),
     title="AllReduce: the sum of N float32 buffers, one per rank, left on every rank",
     reference=_reference,
@@ -1094,7 +1033,7 @@ def _fused_bytes(size):
 
 
 fused_op = Operator(
-    figures_elsewhere=_fused_figures,
+    figures_elsewhere="/".join(RUN_FILE),
     bound_note=_bound_note(),
     name="allreduce_rmsnorm",
     title="AllReduce + residual add + RMSNorm (a tensor-parallel block's epilogue)",

@@ -377,15 +377,16 @@ def test_across_gpus(name):
 
 
 def test_readme_table_comes_from_the_recorded_multi_gpu_run(tmp_path, monkeypatch):
-    """`workbench bench` runs one GPU: the README's AllReduce figures are those of scripts/gpu_allreduce.py,
-    read from results/runs/, and without that file the table says how to record them."""
+    """`workbench bench` runs one GPU: the README's AllReduce figures are those of the run `workbench record`
+    makes on several GPUs (workbench/tools/allreduce.py), read from results/runs/ and rendered by
+    workbench/tables.py; without that file the table says how to record them."""
     from workbench import registry, results, tables
 
     ops = registry.load_operators()
     run = results.results_dir() / "runs" / "gpu_allreduce.json"
     if run.exists():
         text = tables.recorded_table(ops["allreduce"])
-        assert "| 1 GB |" in text and "NCCL" in text and "scripts/gpu_allreduce.py" in text
+        assert "| 1 GB |" in text and "NCCL" in text and "`workbench record` on 2 GPUs" in text
         assert "NCCL + add + RMSNorm" in tables.recorded_table(ops["allreduce_rmsnorm"])
     monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
     assert "no recorded figures for allreduce" in tables.recorded_table(ops["allreduce"])

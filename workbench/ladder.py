@@ -132,9 +132,10 @@ class Operator:
     # the expression at trace time. The returned function takes the inputs as tensors in make_inputs'
     # order, no numba array and no out: what torch.compile traces.
     torch_expression: Callable[[Any, Size], Callable[..., Any]] | None = None
-    # For an operator `workbench bench` cannot measure as it runs (AllReduce needs several GPUs): returns
-    # the markdown of its figures from the script run that measured them (in results/), or None.
-    figures_elsewhere: Callable[[], str | None] | None = None
+    # For an operator `workbench bench` cannot measure as it runs (AllReduce needs several GPUs): the file
+    # under results/ that its run on several GPUs writes (`workbench record` there), which
+    # workbench.tables renders as its README table.
+    figures_elsewhere: str | None = None
     # Where the floor is not this GPU's memory or arithmetic (AllReduce: the links between GPUs), what
     # bounds the ladder instead, in a paragraph: the notebook's models section says it in place of the
     # memory- or compute-bound sentence.

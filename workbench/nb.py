@@ -482,7 +482,7 @@ def figures(op: Operator, upto: str | None = None) -> tuple[dict | None, bool, s
 
 def _elsewhere(op: Operator) -> str | None:
     """The markdown of figures a script recorded for ``op`` (AllReduce's, across GPUs), or None."""
-    return op.figures_elsewhere() if op.figures_elsewhere else None
+    return tables.figures_elsewhere(op)
 
 
 def _elsewhere_pictures(op: Operator) -> list:

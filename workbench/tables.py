@@ -42,7 +42,7 @@ def ladder_table(op: Operator, data: dict) -> str:
     stages = sorted((r for r in recs if r.get("kind") == "stage"), key=lambda r: r["order"])
     peers = [r for r in recs if r.get("kind") == "peer"]
     if not stages:
-        elsewhere = op.figures_elsewhere() if op.figures_elsewhere else None
+        elsewhere = figures_elsewhere(op)
         if elsewhere:
             return elsewhere
         return f"_no recorded figures for {op.name} yet: `workbench bench {op.name}` on a GPU records them_\n"
@@ -73,7 +73,7 @@ def ladder_table(op: Operator, data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-COMPILE_RUN = ("runs", "gpu_compile_peer.json")  # scripts/gpu_compile_peer.py: torch.compile of each expression
+COMPILE_RUN = ("runs", "gpu_compile_peer.json")  # an earlier run that timed torch.compile of each expression alone
 
 
 def compiled_elsewhere(op: Operator, at: dict) -> list[str]:
@@ -99,6 +99,80 @@ def recorded_table(op: Operator) -> str:
     """The table from the newest recorded file that has this operator (a note if none has)."""
     data = results.latest_file_with(op.name)
     return ladder_table(op, data) if data is not None else ladder_table(op, {"records": []})
+
+
+# -- figures measured across GPUs: the all-reduce's run (workbench/tools/allreduce.py) ----------------------
+
+# Stage kernels changed after the recorded run: the README says so under its table until the next run.
+CHANGED_SINCE_RUN = {
+    "lamport": "commit e3fbdbb: the previous call's words are emptied as this call's are read, one loop less",
+    "fused_lamport": "commit e3fbdbb: a row normalised by 512 threads, not 128, and the lamport change above",
+}
+
+
+def figures_elsewhere(op: Operator) -> str | None:
+    """The markdown table of an operator measured across GPUs, from the run file its
+    ``Operator.figures_elsewhere`` names (under results/), or None where no run of two GPUs or more is
+    recorded."""
+    if not op.figures_elsewhere:
+        return None
+    path = results.results_dir() / op.figures_elsewhere
+    run = json.loads(path.read_text()) if path.exists() else None
+    if not run or run.get("ranks", 1) < 2:
+        return None
+    if op.name == "allreduce":
+        return allreduce_table(op, run)
+    return fused_allreduce_table(op, run) if run.get("fused") else None
+
+
+def _run_heading(op: Operator, run: dict, what: str) -> str:
+    v = run.get("versions", {})
+    return (f"{what}, {run['ranks']} x **{run['device']}**{', ' + run['date'][:10] if run.get('date') else ''} "
+            f"(numba-cuda {v.get('numba_cuda')}, torch {v.get('torch')}), measured by `workbench record` on "
+            f"{run['ranks']} GPUs (`results/{op.figures_elsewhere}`): GPU time per call in µs")
+
+
+def _since_the_run(op: Operator, names: list) -> list[str]:
+    """The notes under a recorded table: stages added since the run, and stages whose kernel changed."""
+    notes = [f"`{stage}` changed after this run ({what}): its figures are the earlier kernel's."
+             for stage, what in CHANGED_SINCE_RUN.items() if stage in names]
+    missing = [s.name for s in op.stages if s.name not in names]
+    if missing:
+        notes.append(f"Not in this run (added since, not yet timed on several GPUs): {', '.join(missing)}.")
+    return ["", "_" + " ".join(notes) + "_"] if notes else []
+
+
+def allreduce_table(op: Operator, run: dict) -> str:
+    """Per message size: each stage's GPU µs and bus bandwidth (2(N-1)/N bytes / time), and NCCL's."""
+    n, names = run["ranks"], list(dict.fromkeys(r["stage"] for r in run["stages"]))
+    by = {(r["stage"], r["bytes"]): r for r in run["stages"] if "gpu_us" in r and r.get("correct")}
+    nccl = {r["bytes"]: r for r in (run.get("nccl") or {}).get("allreduce", []) if "gpu_us" in r}
+
+    def cell(r, nbytes):
+        return f"{r['gpu_us']:.1f} ({2 * (n - 1) / n * nbytes / r['gpu_us'] / 1e3:.3g} GB/s)" if r else "—"
+
+    lines = [_run_heading(op, run, "AllReduce of float32 buffers") + " (bus bandwidth).", "",
+             "| bytes per GPU | " + " | ".join(names) + " | NCCL |", "|---:|" + "---:|" * (len(names) + 1)]
+    for nbytes in run["sizes"]:
+        label = f"{nbytes >> 30} GB" if nbytes >= 1 << 30 else f"{nbytes >> 20} MB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KB"
+        lines.append(f"| {label} | " + " | ".join(cell(by.get((s, nbytes)), nbytes) for s in names)
+                     + f" | {cell(nccl.get(nbytes), nbytes)} |")
+    return "\n".join(lines + _since_the_run(op, names)) + "\n"
+
+
+def fused_allreduce_table(op: Operator, run: dict) -> str:
+    """Per (tokens, hidden): each stage's GPU µs beside NCCL + torch.add + the workbench's RMSNorm."""
+    names = list(dict.fromkeys(r["stage"] for r in run["fused"]))
+    by = {(r["stage"], r["rows"], r["cols"]): r for r in run["fused"] if "gpu_us" in r and r.get("correct")}
+    base = {(r["rows"], r["cols"]): r for r in (run.get("nccl") or {}).get("fused", []) if "gpu_us" in r}
+    lines = [_run_heading(op, run, "AllReduce + residual + RMSNorm") + ".", "",
+             "| tokens x hidden | " + " | ".join(names) + " | NCCL + add + RMSNorm |",
+             "|---|" + "---:|" * (len(names) + 1)]
+    for rows, cols in sorted({(r["rows"], r["cols"]) for r in run["fused"]}):
+        cells = [f"{by[(s, rows, cols)]['gpu_us']:.1f}" if (s, rows, cols) in by else "—" for s in names]
+        b = base.get((rows, cols))
+        lines.append(f"| {rows}x{cols} | " + " | ".join(cells) + (f" | {b['gpu_us']:.1f} |" if b else " | — |"))
+    return "\n".join(lines + _since_the_run(op, names)) + "\n"
 
 
 # -- the README --------------------------------------------------------------------------------------

@@ -1,7 +1,11 @@
-#!/usr/bin/env python3
 """AllReduce across the GPUs of this host: every stage of solutions/allreduce.py against NCCL.
 
-    python3 scripts/gpu_allreduce.py OUT_DIR
+    python3 -m workbench.tools.allreduce [--budget SECONDS] [--out DIR]
+
+`workbench record` runs it (in a process of its own: NCCL's settings below must be in place before torch
+is imported) on a machine with two GPUs or more. It writes ``DIR/gpu_allreduce.json`` and
+``DIR/allreduce_busbw.png`` (DIR: ``results/runs``), which the README's table (``workbench.tables``) and
+the notebook read.
 
 Measured as nccl-tests does: a message of B bytes per GPU, time per all-reduce, algbw = B / time,
 busbw = 2(N-1)/N * B / time, from 4 KB to 1 GB. Two times per figure:
@@ -22,7 +26,7 @@ the fused all-reduce + residual + RMSNorm against NCCL + torch.add + the workben
 
 With one GPU there is nothing to compare with NCCL: the stages run with emulated ranks on it
 (correctness and one-device times only). Prints a table, writes OUT_DIR/allreduce.json and, where
-matplotlib is installed, OUT_DIR/allreduce_busbw.png. Budget: under 3 minutes on two H200s.
+matplotlib is installed, DIR/allreduce_busbw.png. Budget: under 3 minutes on two H200s.
 
 Safety: NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
 NVSHMEM_DISABLE_NVLS=1, set below before anything else is imported, and inherited by the workers);
@@ -42,13 +46,13 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]
 
 SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
 FUSED_SHAPES = [(16, 8192), (256, 8192), (4096, 8192)]  # (tokens, hidden): decode, small and large batch
 FILL_GRID = (264, 256)  # blocks, threads of the pattern, fill and check kernels
-BUDGET_S = 165  # stop starting new measurements after this (the lead's limit is 3 minutes)
+BUDGET_S = 165  # stop starting new measurements after this (--budget sets it)
+RUN_FILE, PLOT_FILE = "gpu_allreduce.json", "allreduce_busbw.png"  # under --out: what README and the notebook read
 T0 = time.perf_counter()
 
 
@@ -165,7 +169,8 @@ def run_nccl(world: int, out_dir: Path, timeout_s: float) -> dict | None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     files = [out_dir / f"nccl_rank{r}.json" for r in range(world)]
-    procs = [subprocess.Popen([sys.executable, __file__, "--nccl-worker", str(r), str(world), str(port), str(files[r])],
+    procs = [subprocess.Popen([sys.executable, "-m", "workbench.tools.allreduce", "--nccl-worker", str(r), str(world),
+                               str(port), str(files[r])],
                               cwd=str(REPO), env=dict(os.environ)) for r in range(world)]
     deadline = time.perf_counter() + timeout_s
     for p in procs:
@@ -548,9 +553,9 @@ def report(out: dict, out_dir: Path) -> None:
               + (f" {r['gpu_us']:.1f} us" if 'gpu_us' in r else ""))
     for note in out["notes"]:
         print("note:", note)
-    (out_dir / "allreduce.json").write_text(json.dumps(out, indent=1, default=str))
+    (out_dir / RUN_FILE).write_text(json.dumps(out, indent=1, default=str))
     plot(out, out_dir, names, by, nccl)
-    print(f"\nwrote {out_dir / 'allreduce.json'} in {elapsed():.0f} s")
+    print(f"\nwrote {out_dir / RUN_FILE} in {elapsed():.0f} s")
 
 
 def plot(out, out_dir, names, by, nccl):
@@ -581,17 +586,26 @@ def plot(out, out_dir, names, by, nccl):
     ax.set_title(f"AllReduce float32, {ranks} x {out['device']}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out_dir / "allreduce_busbw.png", dpi=120)
+    fig.savefig(out_dir / PLOT_FILE, dpi=120)
 
 
 def main() -> None:
+    global BUDGET_S
     if len(sys.argv) > 1 and sys.argv[1] == "--nccl-worker":
         rank, world, port, path = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
         nccl_worker(rank, world, port, path)
         return
-    out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "out/allreduce")
+    import argparse
+
+    from workbench.results import environment, now, results_dir
+
+    parser = argparse.ArgumentParser(prog="python3 -m workbench.tools.allreduce", description=__doc__.split("\n")[0])
+    parser.add_argument("--budget", type=float, default=BUDGET_S, help="seconds after which no new measurement starts")
+    parser.add_argument("--out", type=Path, default=results_dir() / "runs", help="folder of the run's JSON and plot")
+    args = parser.parse_args()
+    BUDGET_S = args.budget
+    out_dir = args.out
     out_dir.mkdir(parents=True, exist_ok=True)
-    from workbench.results import environment, now
 
     gpus = list(range(len(cuda.gpus)))
     out = {"device": cuda.gpus[0].name.decode() if isinstance(cuda.gpus[0].name, bytes) else str(cuda.gpus[0].name),
