@@ -176,3 +176,30 @@ def bench_size(op: Operator, stages: list[Stage], size, peaks: dict, rng: np.ran
     peers.clear_views()  # the views keep this size's buffers alive
     return records, failures
 
+
+
+def alternate(op: Operator, stages: list[Stage], size, peaks: dict, rng: np.random.Generator, env: dict,
+              rounds: int = 3, progress: Callable[[str], None] | None = None) -> tuple[dict[str, list[dict]], list[str]]:
+    """An A/B comparison: each stage checked and timed in turn, ``rounds`` times (A B A B ...), in one
+    process on the same GPU, so that a drift of the machine (clocks, a neighbour) falls on both. Returns
+    each stage's records by name, and the failures."""
+    by_stage: dict[str, list[dict]] = {s.name: [] for s in stages}
+    failures: list[str] = []
+    for round_ in range(rounds):
+        for stage in stages:
+            if progress:
+                progress(f"round {round_ + 1}/{rounds}: {stage.key} @ {size_label(as_size(size))}")
+            recs, fails = bench_size(op, [stage], size, peaks, rng, env, with_peer=False)
+            by_stage[stage.name] += recs
+            failures += fails
+    return by_stage, failures
+
+
+def middle_record(recs: list[dict]) -> dict:
+    """Of several rounds' records of one stage, the one with the median time, its spread widened to the
+    rounds' (the lowest p10 and highest p90): what an A/B compares."""
+    ordered = sorted(recs, key=lambda r: r["median_us"])
+    middle = dict(ordered[len(ordered) // 2])
+    middle["p10_us"] = min(r["p10_us"] for r in recs)
+    middle["p90_us"] = max(r["p90_us"] for r in recs)
+    return middle

@@ -23,6 +23,7 @@ from rich.table import Table
 from . import device as _device
 from . import paths, registry, sizes, tables
 from .ladder import size_label
+from .sweep import SweepError
 
 console = Console(stderr=False)
 err = Console(stderr=True)
@@ -227,6 +228,8 @@ def bench_target(target: str, given_sizes, seed, save: bool, quick: bool = False
 
 
 def cmd_bench(args) -> int:
+    if args.against:
+        return bench_against(args)
     if not _need_gpu("bench"):
         return 2
     targets = list(registry.load_operators()) if args.target == "all" else [args.target]
@@ -243,6 +246,83 @@ def cmd_bench(args) -> int:
     for f in failures:
         err.print(f"[red]FAIL[/] {f}")
     return 1 if failures else 0
+
+
+def bench_against(args) -> int:
+    """`bench OP.STAGE --against OTHER`: the two stages timed in turn, several rounds, one verdict."""
+    import numpy as np
+
+    from . import results
+    from .bench import alternate, middle_record
+    from .record import change
+
+    op, stages = registry.resolve(args.target)
+    if "." not in args.target:
+        raise UsageError(f"--against compares two stages: bench OP.STAGE --against STAGE, e.g. "
+                         f"bench {op.name}.{op.stages[-1].name} --against {op.stages[0].name}")
+    other = registry.resolve(f"{op.name}.{args.against}")[1][0]
+    if args.rounds < 1:
+        raise UsageError(f"--rounds is a whole number of at least 1; got {args.rounds}")
+    chosen = _sizes_for(op, args.size) or [op.headline_size]
+    if not _need_gpu("bench --against"):
+        return 2
+    peaks, env = _peaks_for_device(), results.environment()
+    rng = np.random.default_rng(args.seed)
+    status = 0
+    for size in chosen:
+        by_stage, failures = alternate(op, [stages[0], other], size, peaks, rng, env, args.rounds)
+        for f in failures:
+            err.print(f"[red]FAIL[/] {f}")
+        if failures or not all(by_stage.values()):
+            status = 1
+            continue
+        a, b = (middle_record(by_stage[s.name]) for s in (stages[0], other))
+        for r in (a, b):
+            console.print(f"{r['stage']:<24} @ {r['size_label']}: {r['median_us']:.1f} µs "
+                          f"(p10-p90 over {args.rounds} rounds {r['p10_us']:.1f}-{r['p90_us']:.1f})")
+        ch = change(b, a)
+        verdict = ("within the noise of both" if ch is None else
+                   f"{a['stage']} is {'faster' if ch > 0 else 'slower'} by {abs(ch):.0%}")
+        console.print(f"{a['stage']} against {b['stage']}: {b['median_us'] / a['median_us']:.3f}x, {verdict}")
+    return status
+
+
+def cmd_sweep(args) -> int:
+    from . import sweep
+    from .ladder import as_size
+
+    op, stages = registry.resolve(args.target)
+    if "." not in args.target:
+        raise UsageError(f"sweep takes OP.STAGE, e.g. {op.name}.{op.stages[-1].name}")
+    settings = sweep.parse_settings(args.settings)
+    for setting in settings:
+        sweep.check_setting(args.target, setting)
+    size = (_sizes_for(op, [args.size] if args.size else None) or [as_size(op.headline_size)])[0]
+    if not _need_gpu("sweep"):
+        return 2
+    table = Table(title=f"{args.target} @ {size_label(size)}", title_justify="left")
+    for col in ("setting", "median µs", "p10–p90 µs", "GB/s", "GFLOP/s", "vs as committed", "result"):
+        table.add_column(col, justify="left" if col in ("setting", "result") else "right")
+    base = None
+    status = 0
+    for setting in [{}] + settings:
+        label = ", ".join(f"{k}={v}" for k, v in setting.items()) or "as committed"
+        err.print(f"{label} ...")
+        row = sweep.run_setting(args.target, size, setting)
+        if args.log:
+            with open(args.log, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        rec = next((r for r in row.get("records", []) if r["kind"] == "stage"), None)
+        if rec is None:
+            status = 1
+            why = row.get("error") or "; ".join(row.get("failures", []))
+            table.add_row(label, "—", "—", "—", "—", "—", f"[red]FAIL[/] {why.strip().splitlines()[-1][:200] if why else ''}")
+            continue
+        base = base or rec
+        table.add_row(label, f"{rec['median_us']:.1f}", f"{rec['p10_us']:.1f}–{rec['p90_us']:.1f}", f"{rec['gbps']:.0f}",
+                      f"{rec['gflops']:.0f}", f"{base['median_us'] / rec['median_us']:.2f}x", "[green]ok[/]")
+    console.print(table)
+    return status
 
 
 def peaks_table(peaks: dict, heading: str) -> Table:
@@ -603,9 +683,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-save", action="store_true", help="do not write results/")
     s.add_argument("--no-compile", action="store_true",
                    help="time only the eager peer, not the operator's torch expression under torch.compile")
+    s.add_argument("--against", metavar="STAGE",
+                   help="A/B: time OP.STAGE and this stage of the same operator in turn (--rounds), nothing saved")
+    s.add_argument("--rounds", type=int, default=3, help="rounds of an --against comparison (default 3)")
     s.add_argument("--seed", type=int, help=SEED_HELP)
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("sweep", help="on a GPU: a stage's module constants tried, each setting in a fresh process, "
+                                      "checked and timed beside the committed values")
+    s.add_argument("target", help="OP.STAGE, e.g. scan.decoupled_lookback")
+    s.add_argument("settings", nargs="+", metavar="NAME=V1,V2",
+                   help="a module constant and the values to try (several: every combination)")
+    s.add_argument("--size", type=size_arg, help="the size to time at (default: the headline size)")
+    s.add_argument("--log", metavar="FILE", help="append each setting's row to this JSON-lines file")
+    s.set_defaults(func=cmd_sweep)
 
     s = sub.add_parser("record", help="on a GPU: measure what is stalest or never recorded (ceilings first if "
                                        "stale) within a time budget, saving after every size; a summary")
@@ -691,7 +783,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(_size_values_attached(sys.argv[1:] if argv is None else list(argv)))
     try:
         return int(args.func(args) or 0)
-    except (registry.UnknownTarget, UsageError, sizes.SizeError) as exc:
+    except (registry.UnknownTarget, UsageError, sizes.SizeError, SweepError) as exc:
         err.print(f"[red]error:[/] {exc.args[0] if exc.args else exc}", soft_wrap=True)
         return 2
     except KeyboardInterrupt:
