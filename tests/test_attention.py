@@ -153,7 +153,7 @@ def test_the_headline_kernels_compile_without_spills():
     lines = [ln.split() for ln in done.stdout.splitlines() if ln.startswith("_")]
     assert len(lines) == 6, done.stdout + done.stderr
     for name, status, spills, *_ in lines:
-        assert status == "ok" and spills in ("0", "None"), done.stdout
+        assert status == "passed" and spills in ("0", "None"), done.stdout
 
 
 @pytest.mark.slow
@@ -168,7 +168,7 @@ def test_the_3xtf32_kernels_compile_with_little_spill():
                                        attention_signature("float32"))
     assert len(reports) == 2, output
     for name, status, spills, _ in reports:
-        assert status == "ok" and (spills == "None" or int(spills) <= 128), output
+        assert status == "passed" and (spills == "None" or int(spills) <= 128), output
 
 
 @pytest.mark.sim_only
@@ -218,7 +218,7 @@ def test_decode_wide_kernels_compile_without_spills():
     lines = [ln.split() for ln in done.stdout.splitlines() if ln.startswith("_")]
     assert len(lines) == 9, done.stdout + done.stderr
     for name, status, spills, v4, local, *_ in lines:
-        assert status == "ok" and spills in ("0", "None") and v4 == "v4" and local == "no-local", done.stdout
+        assert status == "passed" and spills in ("0", "None") and v4 == "v4" and local == "no-local", done.stdout
 
 
 # -- on a GPU: the targets -------------------------------------------------------------------

@@ -99,7 +99,7 @@ def test_the_d128_kernel_compiles_with_little_spill():
                                        attention_signature("uint16"))
     assert len(reports) == 1, output
     name, status, spills, _ = reports[0]
-    assert status == "ok" and (spills == "None" or int(spills) <= 128), output
+    assert status == "passed" and (spills == "None" or int(spills) <= 128), output
 
 
 # -- on a GPU: the target ----------------------------------------------------------------------

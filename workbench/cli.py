@@ -1,7 +1,8 @@
 """``workbench``: learn to write fast GPU kernels by watching them get fast.
 
-Commands: list, check, diff, bench, run, peaks, plot, table, ptx, doctor (here), and the rooms'
-grade, exercises and notebooks (``workbench/grade/``, ``workbench/generate/``). Every command exits
+Commands: list, check, diff, bench, record, targets, sweep, run, peaks, plot, table, ptx, doctor (here,
+``add_core_cli``), and the rooms' grade, exercises, notebooks, profile and sanitize (``workbench/grade/``,
+``workbench/generate/``, ``workbench/tools/``), each group registered by its ``add_cli``. Every command exits
 non-zero on any failure, so scripts and CI can rely on it; a wrong argument gets one line, never a
 traceback.
 """
@@ -12,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 import workbench  # noqa: F401  (chooses GPU or simulator before numba is imported)
@@ -28,19 +30,10 @@ from .sweep import SweepError
 console = Console(stderr=False)
 err = Console(stderr=True)
 
-COMMANDS_LINE = ("list, check, diff, bench, run, peaks, plot, table, ptx, doctor, grade, exercises, notebooks "
-                 "(`workbench COMMAND --help` for each)")
 
 
 class UsageError(Exception):
     """A wrong argument: shown as one line, exit status 2."""
-
-
-def size_arg(text: str) -> tuple:
-    try:
-        return sizes.parse_size(text)
-    except sizes.SizeError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _sizes_for(op, given) -> list | None:
@@ -90,25 +83,24 @@ def cmd_list(args) -> int:
 # -- check ---------------------------------------------------------------------------------------
 
 def run_checks(target: str, given_sizes=None, seed=None) -> tuple:
-    import numpy as np
-
-    from .check import adversarial_cases, check_stage, default_sizes
+    """check.check_ladder at the sizes given (default: the operator's), adversarial inputs included."""
+    from .check import check_ladder, default_sizes
 
     op, stages = registry.resolve(target)
     chosen = _sizes_for(op, given_sizes) or default_sizes(op)
-    rng = np.random.default_rng(seed)
-    results = []
     with _progress() as prog:
         task = prog.add_task(f"checking {target}", total=len(stages) * len(chosen))
-        for stage in stages:
-            for size in chosen:
-                prog.update(task, description=f"{stage.key} @ {size_label(size)}")
-                results.append(check_stage(stage, size, rng))
-                if not given_sizes:  # the operator's adversarial inputs ride along with its own sizes
-                    results += [check_stage(stage, size, inputs=inputs, label=label)
-                                for label, inputs in adversarial_cases(op, size, rng)]
-                prog.advance(task)
+
+        def step(text):
+            prog.update(task, description=text)
+            prog.advance(task)
+
+        results = check_ladder(op, stages, chosen, seed, progress=step)
     return op, results
+
+
+# How every verdict prints (check's and ptx's statuses are the same words: passed, failed, skipped).
+VERDICTS = {"passed": "[green]ok[/]", "failed": "[red]FAIL[/]", "skipped": "[yellow]skipped[/]"}
 
 
 def print_checks(results) -> None:
@@ -116,7 +108,7 @@ def print_checks(results) -> None:
     for col in ("stage", "size", "inputs", "rel. error", "tolerance", "result"):
         table.add_column(col)
     for r in results:
-        verdict = {"passed": "[green]ok[/]", "failed": "[red]FAIL[/]", "skipped": "[yellow]skipped[/]"}[r.status]
+        verdict = VERDICTS[r.status]
         table.add_row(r.key, "x".join(map(str, r.size)), r.inputs, _fmt(r.rel_err), _fmt(r.tolerance, ".1g"),
                       verdict + (f" {r.message}" if r.message else ""))
     console.print(table)
@@ -150,9 +142,15 @@ def cmd_diff(args) -> int:
     if args.against:
         against = registry.resolve(f"{op.name}.{args.against}")[1][0]
     d = diff.stage_diff(stages[0], against)
+    # The diff shows each stage's paragraph as "(the paragraph above)": the paragraph goes above it.
+    paragraph = " ".join(stages[0].summary.split())
     if args.html:
-        print(diff.as_html(d))
-    elif console.is_terminal and not args.plain:
+        import html
+
+        print(f"<p>{html.escape(paragraph)}</p>\n{diff.as_html(d)}")
+        return 0
+    print(textwrap.fill(paragraph, 100) + "\n")
+    if console.is_terminal and not args.plain:
         console.print(diff.as_rich(d), end="")
     else:
         print(diff.as_text(d), end="")
@@ -499,7 +497,10 @@ def _recorded(op) -> dict | None:
     from . import results
 
     data = results.latest_file_with(op.name)
-    if data is None:
+    if data is None and op.figures_elsewhere:
+        err.print(f"[yellow]{op.name} is measured across GPUs[/]: `workbench record` on a machine with two GPUs or "
+                  f"more records it in {paths.results_dir() / op.figures_elsewhere}")
+    elif data is None:
         err.print(f"[yellow]no recorded figures for {op.name} in {paths.results_dir()}[/]: "
                   f"`workbench bench {op.name}` on a GPU records them")
     return data
@@ -516,13 +517,26 @@ def _save_plots(op, data: dict, out_dir: Path, live: bool) -> None:
     from .plots import save_all
 
     metric = "gflops" if op.bound == "compute" else "gbps"
-    for p in save_all(data, op.name, out_dir, metric=metric, live=live):
+    saved = save_all(data, op.name, out_dir, metric=metric, live=live)
+    for p in saved:
         console.print(f"wrote {p}")
+    recorded_sizes = {tuple(r["size"]) for r in data["records"] if r["op"] == op.name and r.get("kind") == "stage"}
+    if not any(p.name.endswith("_latency.png") for p in saved) and len(recorded_sizes) < 2:
+        console.print(f"no latency plot: {op.name} is recorded at one size only "
+                      f"({', '.join(size_label(s) for s in recorded_sizes)}); latency against size needs two or more, "
+                      f"which `workbench bench {op.name}` on a GPU measures (its bench sizes)")
 
 
 def cmd_plot(args) -> int:
+    from . import results
+
     op = registry.operator(args.op)
     data = _recorded(op)
+    if data is None and op.figures_elsewhere:  # its run drew its plots: results/runs/<op>_*.png
+        drawn = sorted((results.results_dir() / "runs").glob(f"{op.name}_*.png"))
+        for p in drawn:
+            console.print(f"its recorded plot: {p}")
+        return 0 if drawn else 1
     if data is None:
         return 1
     _save_plots(op, data, _plot_dir(args), live=False)
@@ -555,14 +569,14 @@ def cmd_run(args) -> int:
     """The main job: check the ladder, then (on a GPU) measure it, then draw it."""
     _device.announce()
     op = registry.operator(args.op)
-    _, checks = run_checks(args.op, None, args.seed)
+    _, checks = run_checks(args.op, args.size, args.seed)
     print_checks(checks)
     if any(r.failed for r in checks):
         err.print("[red]checks failed: not timing a wrong kernel[/]")
         return 1
     status = 0
     if not _device.is_simulator():
-        records, failures = bench_target(args.op, None, args.seed, save=True, quick=args.quick)
+        records, failures = bench_target(args.op, args.size, args.seed, save=True, quick=args.quick)
         print_bench(records)
         status = 1 if failures else 0
     data = _recorded(op)
@@ -594,10 +608,9 @@ def cmd_ptx(args) -> int:
     table = Table(title_justify="left")
     for col in ("stage", "kernel", "registers", "spill B", "smem B", "result"):
         table.add_column(col)
-    verdicts = {"ok": "[green]ok[/]", "failed": "[red]FAIL[/]", "skipped": "[yellow]skipped[/]"}
     for r in reports:
         table.add_row(r.stage, r.kernel.rsplit(".", 1)[-1], _fmt(r.registers, "d"), _fmt(r.spill_bytes, "d"),
-                      _fmt(r.shared_bytes, "d"), verdicts[r.status] + (f" {r.message}" if r.message else ""))
+                      _fmt(r.shared_bytes, "d"), VERDICTS[r.status] + (f" {r.message}" if r.message else ""))
     console.print(table)
     if not reports:
         err.print(f"[red]no kernel of {args.target} was compiled[/]")
@@ -654,18 +667,34 @@ JSON_HELP = "print machine-readable JSON instead of a table"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="workbench", description=__doc__.split("\n\n")[0].split(": ", 1)[1].capitalize(),
-                                epilog=f"commands: {COMMANDS_LINE}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    """Every command, registered one way: each group's ``add_cli(sub)`` (this module's own first, then the
+    rooms'); the list of commands in ``--help`` is read back from what they registered."""
+    from .generate.exercises import add_cli as add_exercises_cli  # `workbench exercises build|check|reset`
+    from .generate.notebooks import add_cli as add_notebooks_cli  # `workbench notebooks build|check`
+    from .grade.cli import add_cli as add_grade_cli  # `workbench grade ...`
+    from .tools.profile import add_cli as add_profile_cli  # `workbench profile` (Nsight Compute)
+    from .tools.sanitize import add_cli as add_sanitize_cli  # `workbench sanitize` (compute-sanitizer)
 
+    p = argparse.ArgumentParser(prog="workbench", description=__doc__.split("\n\n")[0].split(": ", 1)[1].capitalize())
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_cli in (add_core_cli, add_grade_cli, add_exercises_cli, add_notebooks_cli, add_profile_cli,
+                    add_sanitize_cli):
+        add_cli(sub)
+    p.epilog = f"commands: {', '.join(sub.choices)} (`workbench COMMAND --help` for each)"
+    return p
+
+
+def add_core_cli(sub) -> None:
+    """The commands of this module: list, check, diff, bench, record, targets, sweep, run, peaks, plot,
+    table, ptx, doctor."""
     s = sub.add_parser("list", help="operators and their stages")
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_list)
 
     s = sub.add_parser("check", help="correctness of OP or OP.STAGE against a float64 reference")
     s.add_argument("target", help=TARGET_HELP)
-    s.add_argument("--size", type=size_arg, action="append", help=SIZE_HELP)
-    s.add_argument("--seed", type=int, help=SEED_HELP)
+    s.add_argument("--size", type=sizes.size_arg, action="append", help=SIZE_HELP)
+    s.add_argument("--seed", type=sizes.seed_arg, help=SEED_HELP)
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_check)
 
@@ -678,7 +707,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("bench", help="check, time and record OP or OP.STAGE (or all) on the GPU")
     s.add_argument("target", help=TARGET_HELP + ", or all")
-    s.add_argument("--size", type=size_arg, action="append", help=SIZE_HELP)
+    s.add_argument("--size", type=sizes.size_arg, action="append", help=SIZE_HELP)
     s.add_argument("--quick", action="store_true", help="only the operator's headline size")
     s.add_argument("--no-save", action="store_true", help="do not write results/")
     s.add_argument("--no-compile", action="store_true",
@@ -686,7 +715,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--against", metavar="STAGE",
                    help="A/B: time OP.STAGE and this stage of the same operator in turn (--rounds), nothing saved")
     s.add_argument("--rounds", type=int, default=3, help="rounds of an --against comparison (default 3)")
-    s.add_argument("--seed", type=int, help=SEED_HELP)
+    s.add_argument("--seed", type=sizes.seed_arg, help=SEED_HELP)
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_bench)
 
@@ -695,7 +724,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("target", help="OP.STAGE, e.g. scan.decoupled_lookback")
     s.add_argument("settings", nargs="+", metavar="NAME=V1,V2",
                    help="a module constant and the values to try (several: every combination)")
-    s.add_argument("--size", type=size_arg, help="the size to time at (default: the headline size)")
+    s.add_argument("--size", type=sizes.size_arg, help="the size to time at (default: the headline size)")
     s.add_argument("--log", metavar="FILE", help="append each setting's row to this JSON-lines file")
     s.set_defaults(func=cmd_sweep)
 
@@ -705,7 +734,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--budget", type=float, default=540.0, help="seconds the whole run may take (default 540)")
     s.add_argument("--no-compile", action="store_true", help="time only the eager peer, not torch.compile")
     s.add_argument("--dry-run", action="store_true", help="print the plan in order, measure nothing (no GPU needed)")
-    s.add_argument("--seed", type=int, help=SEED_HELP)
+    s.add_argument("--seed", type=sizes.seed_arg, help=SEED_HELP)
     s.set_defaults(func=cmd_record)
 
     s = sub.add_parser("targets", help="each operator's declared targets: met, missed or never measured")
@@ -715,8 +744,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("run", help="the main job: check, bench (on a GPU), plot")
     s.add_argument("op", help="an operator, e.g. reduction")
+    s.add_argument("--size", type=sizes.size_arg, action="append", help=SIZE_HELP + "; default: the operator's")
     s.add_argument("--quick", action="store_true", help="bench only the headline size")
-    s.add_argument("--seed", type=int, help=SEED_HELP)
+    s.add_argument("--seed", type=sizes.seed_arg, help=SEED_HELP)
     s.add_argument("--out", help="folder for the plots (default: out/plots in the checkout, git-ignored)")
     s.set_defaults(func=cmd_run)
 
@@ -747,23 +777,6 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("doctor", help="GPU, driver, CUDA, numba and numpy versions; known-bad combinations")
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_doctor)
-
-    from .grade.cli import add_cli as add_grade_cli  # `workbench grade ...`
-
-    add_grade_cli(sub)
-    from .generate.exercises import add_cli as add_exercises_cli  # `workbench exercises build|check|reset`
-
-    add_exercises_cli(sub)
-
-    from .generate.notebooks import add_cli as add_notebooks_cli  # `workbench notebooks build|check`
-
-    add_notebooks_cli(sub)
-    from .tools.profile import add_cli as add_profile_cli  # `workbench profile` (Nsight Compute)
-    from .tools.sanitize import add_cli as add_sanitize_cli  # `workbench sanitize` (compute-sanitizer)
-
-    add_profile_cli(sub)
-    add_sanitize_cli(sub)
-    return p
 
 
 def _size_values_attached(argv: list[str]) -> list[str]:

@@ -47,12 +47,13 @@ _F64 = re.compile(r"\.f64\b")
 _EXTERN_CALL = re.compile(r"^\s*\.extern\s+\.func\b", re.M)  # a call into code numba did not compile
 PROTOCOL = "PTXCHECK "  # the prefix of the compiler process's answer lines (anything else is noise)
 
-OK, FAILED, SKIPPED = "ok", "failed", "skipped"
+# One vocabulary for every verdict the workbench prints (check's: passed, failed, skipped).
+OK, FAILED, SKIPPED = "passed", "failed", "skipped"
 
 
 @dataclass
 class KernelReport:
-    """One kernel of one stage, compiled for sm_90: ``status`` is ok, failed, or skipped (a part of
+    """One kernel of one stage, compiled for sm_90: ``status`` is passed, failed, or skipped (a part of
     the check that this machine cannot do, ``message`` says which and why)."""
 
     stage: str
@@ -407,7 +408,7 @@ def check_stages(stages, progress: Callable[[str], None] | None = None) -> list[
 
 
 def summary(rows: list[KernelReport]) -> str:
-    """'2 ok', '1 ok, 1 skipped', '1 failed': one stage's outcome in a few words."""
+    """'2 passed', '1 passed, 1 skipped', '1 failed': one stage's outcome in a few words."""
     counts = {s: sum(r.status == s for r in rows) for s in (OK, FAILED, SKIPPED)}
     return ", ".join(f"{n} {s}" for s, n in counts.items() if n)
 

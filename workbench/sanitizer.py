@@ -145,6 +145,11 @@ def parse(output: str, tool: str) -> list[Finding]:
     return findings
 
 
+def is_sanitizer_log(output: str) -> bool:
+    """Did compute-sanitizer write this? Every line it prints starts with its "=========" prefix."""
+    return any(PREFIX.match(line) for line in output.splitlines())
+
+
 def error_count(output: str) -> int | None:
     m = SUMMARY.search(output)
     return int(m.group(1)) if m else None

@@ -36,6 +36,22 @@ def peak_caption(op: Operator, peaks: dict) -> str:
     return f"% of peak is of the measured cuBLAS {precision} rate, {peaks[key] / 1e3:.1f} TFLOP/s"
 
 
+def teaches_host_time(stages: list[dict]) -> bool:
+    """Does the ladder change what a call costs on the host, not on the GPU? Two consecutive stages with the
+    same GPU time (within 3%), a host call at least twice that in one of them, and the host's share (host
+    call minus GPU time) more than halved or doubled from one to the other (the launch-overhead ladder: four
+    ways of launching the same kernels). Then the table shows the host call beside the GPU time."""
+    for a, b in zip(stages, stages[1:]):
+        if not (a.get("host_call_us") and b.get("host_call_us")):
+            continue
+        same_gpu = abs(a["median_us"] / b["median_us"] - 1) <= 0.03
+        host_a, host_b = (max(r["host_call_us"] - r["median_us"], 1e-3) for r in (a, b))
+        host_bound = max(a["host_call_us"] / a["median_us"], b["host_call_us"] / b["median_us"]) >= 2
+        if same_gpu and host_bound and max(host_a / host_b, host_b / host_a) > 2:
+            return True
+    return False
+
+
 def ladder_table(op: Operator, data: dict) -> str:
     """Markdown table of a ladder at its headline size, from one recorded results file."""
     recs = results.headline(results.records_for(op.name, data), op.headline_size)
@@ -52,22 +68,29 @@ def ladder_table(op: Operator, data: dict) -> str:
     first = stages[0]
     v = first["versions"]
     torch = f", torch {v['torch']}" if "torch" in v else ""
+    host = teaches_host_time(stages)
     lines = [f"{op.title}, {first['size_label']} {first['dtype']} on **{data['device']}**, "
              f"{max(r['date'] for r in stages)[:10]} (numba-cuda {v.get('numba_cuda')}, numba {v.get('numba')}{torch}); "
-             f"{peak_caption(op, data.get('peaks') or {})}.", "",
-             "| # | stage | median µs | GB/s | GFLOP/s | % of peak | vs " + (strongest["stage"] if strongest else "peer") + " |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+             f"{peak_caption(op, data.get('peaks') or {})}"
+             + ("; host call µs is the time of one call from Python, launch included" if host else "") + ".", "",
+             "| # | stage | median µs | " + ("host call µs | " if host else "") + "GB/s | GFLOP/s | % of peak | vs "
+             + (strongest["stage"] if strongest else "peer") + " |",
+             "|---|---|---:|" + ("---:|" if host else "") + "---:|---:|---:|---:|"]
     peaks_ = data.get("peaks") or {}
+
+    def host_cell(r):
+        return f"{r['host_call_us']:.1f} | " if host else ""
+
     for r in stages:
         peer = strongest or r.get("peer")
         ratio = f"{peer['median_us'] / r['median_us']:.2f}x" if peer else "—"
         pct = percent_of_peak(op, r["gbps"], r["gflops"], peaks_)
-        lines.append(f"| {r['order']} | {r['stage']} | {r['median_us']:.1f} | {r['gbps']:.0f} | {r['gflops']:.0f} | "
-                     f"{_fmt(pct, '.0f')} | {ratio} |")
+        lines.append(f"| {r['order']} | {r['stage']} | {r['median_us']:.1f} | {host_cell(r)}{r['gbps']:.0f} | "
+                     f"{r['gflops']:.0f} | {_fmt(pct, '.0f')} | {ratio} |")
     for r in peers:
         pct = percent_of_peak(op, r["gbps"], r["gflops"], peaks_)
-        lines.append(f"| — | {r['stage']} (library) | {r['median_us']:.1f} | {r['gbps']:.0f} | {r['gflops']:.0f} | "
-                     f"{_fmt(pct, '.0f')} | {strongest['median_us'] / r['median_us']:.2f}x |")
+        lines.append(f"| — | {r['stage']} (library) | {r['median_us']:.1f} | {host_cell(r)}{r['gbps']:.0f} | "
+                     f"{r['gflops']:.0f} | {_fmt(pct, '.0f')} | {strongest['median_us'] / r['median_us']:.2f}x |")
     if not any(r["stage"] == "torch.compile" for r in peers):
         lines += compiled_elsewhere(op, stages[-1])
     return "\n".join(lines) + "\n"

@@ -15,19 +15,12 @@ from pathlib import Path
 
 from .. import device as _device
 from ..registry import UnknownTarget
-from ..sizes import SizeError, parse_size
+from ..sizes import SizeError, seed_arg, size_arg
 from .api import TIMEOUT_GPU_S, TIMEOUT_SIM_S, grade
 from .report import CaseResult, StageGrade
 from .stages import Listener
 
 BAD_INPUT, GRADER_ERROR = 2, 2
-
-
-def size_argument(text: str) -> tuple:
-    try:
-        return parse_size(text)
-    except SizeError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 class ProgressBars(Listener):
@@ -126,11 +119,11 @@ def add_cli(sub) -> None:
     s.add_argument("target", nargs="?", help="OP or OP.STAGE (default: every exercise)")
     s.add_argument("--impl", default="exercises",
                    help="exercises (default), solutions (the answer key), or a path to a file or folder")
-    s.add_argument("--size", type=size_argument, action="append",
+    s.add_argument("--size", type=size_arg, action="append",
                    help="grade at this size only, e.g. 1000 or 33x65 (repeatable)")
     s.add_argument("--quick", action="store_true",
                    help="two sizes per stage (the smallest and an awkward one) instead of all")
-    s.add_argument("--seed", type=int, help="reproduce a run (the report prints its seed)")
+    s.add_argument("--seed", type=seed_arg, help="reproduce a run (the report prints its seed)")
     s.add_argument("--timeout", type=float,
                    help=f"seconds per case (default {TIMEOUT_SIM_S:.0f} in the simulator, "
                         f"{TIMEOUT_GPU_S:.0f} on a GPU); importing the submission may take as long "

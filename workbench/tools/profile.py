@@ -97,6 +97,15 @@ def cmd_profile(args) -> int:
             err.print(f"[yellow]{why}, and no recorded profile of {args.target}[/] in {profiles.profiles_dir()}: "
                       f"`workbench profile {args.target}` on a GPU with Nsight Compute records one")
             return 1
+        if args.size:  # the size asked for, never another one in its place
+            at = [r for r in records if tuple(r["size"]) == tuple(args.size)]
+            if not at:
+                shown = ", ".join(sorted({size_label(tuple(r["size"])) for r in records}))
+                err.print(f"[yellow]{why}, and no recorded profile of {args.target} at {size_label(args.size)}[/] "
+                          f"(recorded at {shown}): `workbench profile {args.target} --size {size_label(args.size)}` "
+                          "on a GPU with Nsight Compute records one")
+                return 1
+            records = at
         err.print(f"{why}: the profile recorded on {device}")
         print_profile(console, device, records)
         return 0
@@ -130,16 +139,7 @@ def add_cli(sub) -> None:
     s = sub.add_parser("profile", help="Nsight Compute counters per stage (DRAM %%, occupancy, stalls, ...), recorded",
                        description=__doc__.split("\n\n")[0])
     s.add_argument("target", help="OP or OP.STAGE")
-    s.add_argument("--size", type=_size_arg, help="problem size (default: the operator's headline size)")
+    s.add_argument("--size", type=sizes.size_arg, help="problem size (default: the operator's headline size)")
     s.add_argument("--impl", help="profile a learner's launcher from this file instead of the answer key's")
     s.add_argument("--no-save", action="store_true", help="do not write results/profiles/")
     s.set_defaults(func=cmd_profile)
-
-
-def _size_arg(text: str):
-    import argparse
-
-    try:
-        return sizes.parse_size(text)
-    except sizes.SizeError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -76,8 +76,16 @@ def cmd_sanitize(args) -> int:
         if len(tools) != 1:
             err.print("[red]error:[/] --parse reads one log: name its --tool")
             return 2
-        findings = sanitizer.parse(Path(args.parse).read_text(errors="replace"), tools[0])
-        return _report(console, findings, args.json)
+        log = Path(args.parse)
+        if not log.is_file():
+            err.print(f"[red]error:[/] --parse: no such file {log}")
+            return 2
+        text = log.read_text(errors="replace")
+        if not sanitizer.is_sanitizer_log(text):
+            err.print(f"[red]error:[/] {log} is not a compute-sanitizer log (no '========= ' lines): "
+                      "--parse reads what `compute-sanitizer --tool T ...` printed")
+            return 2
+        return _report(console, sanitizer.parse(text, tools[0]), args.json)
     if not args.target:
         err.print("[red]error:[/] name a target (OP or OP.STAGE), or --parse a saved log")
         return 2
@@ -127,16 +135,7 @@ def add_cli(sub) -> None:
     s.add_argument("target", nargs="?", help="OP or OP.STAGE")
     s.add_argument("--tool", action="append", choices=sanitizer.TOOLS, help="one tool (repeatable; default all four)")
     s.add_argument("--impl", help="check a learner's launcher for the stage from this file")
-    s.add_argument("--size", type=_size_arg, help="problem size (default: a small, awkward one)")
+    s.add_argument("--size", type=sizes.size_arg, help="problem size (default: a small, awkward one)")
     s.add_argument("--parse", metavar="LOG", help="read a saved compute-sanitizer log instead of running one")
     s.add_argument("--json", action="store_true", help="print the findings as JSON")
     s.set_defaults(func=cmd_sanitize)
-
-
-def _size_arg(text: str):
-    import argparse
-
-    try:
-        return sizes.parse_size(text)
-    except sizes.SizeError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
