@@ -136,8 +136,8 @@ _SIM_GEOMETRIES += [attention_tc.TUNED._replace(warps=8, keys=128, min_blocks=1)
 @pytest.mark.slow
 @pytest.mark.parametrize("geometry", _SIM_GEOMETRIES, ids=lambda g: g.label().replace(" ", "-"))
 def test_the_geometries_the_gpu_script_times_are_correct(geometry):
-    """scripts/gpu_attention_tc.py times layouts of the tuned kernel side by side (and checks each on
-    the GPU first); here they are checked against the float64 reference in the simulator. 133 keys:
+    """A run on the GPU timed these layouts of the tuned kernel side by side (results/runs/
+    gpu_attention_tc.json, each checked there first); here they are checked against the float64 reference in the simulator. 133 keys:
     with 64-key tiles, under the mask, the last query block walks three tiles (the third K/V buffer
     in use, a partial tail); the 8-warp 128-key layout without the mask: two query blocks, two tiles.
     About 90 s in all (the 8-warp layout is most of it)."""

@@ -13,8 +13,8 @@ No GPU here, so the tensor-core kernels are checked three ways on the CPU:
    with its C++ by nvJitLink (LTO) and assembled by ptxas for sm_90: the instructions are there, no
    float64, no local memory in the main loop, registers within the launch bounds.
 
-``-m gpu`` checks the full sizes and the issue's targets on a real GPU; ``scripts/gpu_low_precision.py``
-is the one-shot version of that for a lead with an H200 and four minutes.
+``-m gpu`` checks the full sizes and the issue's targets on a real GPU; `workbench record hgemm` records
+the figures and `workbench targets hgemm` judges the declared targets on them.
 """
 
 import json

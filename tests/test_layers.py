@@ -26,7 +26,7 @@ PACKAGE = ROOT / "workbench"
 
 MODEL = {"device", "ladder", "registry", "paths", "sizes", "markers", "check", "timing", "bench", "results",
          "peaks", "peers", "simulator", "introspect", "ptxcheck", "diff", "launch", "prepared", "profiles",
-         "sanitizer", "record", "targets"}
+         "sanitizer", "record", "targets", "sweep"}
 PRESENTATION = {"tables", "plots", "nb"}
 TOP = {"cli", "__main__"}
 LAYER_NAMES = ["model", "presentation", "room", "cli"]

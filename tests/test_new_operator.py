@@ -125,10 +125,10 @@ def test_readme_section_and_recording_plan(toy_dir):
     readme = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert readme.returncode == 0, readme.stderr
     assert "### A throw-away operator" in readme.stdout and "<!-- ladder:toy_twice -->" in readme.stdout
-    plan = subprocess.run([sys.executable, "scripts/record_all.py", "--dry-run"], capture_output=True, text=True,
-                          env=env, cwd=ROOT)
+    plan = subprocess.run([sys.executable, "-m", "workbench", "record", "--dry-run"], capture_output=True,
+                          text=True, env=env, cwd=ROOT)
     assert plan.returncode == 0, plan.stderr
-    assert "workbench bench toy_twice --quick" in plan.stdout.splitlines()
+    assert any("toy_twice @ " in line and "never recorded" in line for line in plan.stdout.splitlines()), plan.stdout
 
 
 def test_exercise_and_notebook_generated(toy_dir, tmp_path):

@@ -442,7 +442,8 @@ def _print_record_plan(ops, with_compile: bool) -> int:
     console.print(f"plan against the records of {data['device']}:")
     for n, item in enumerate(record.plan(ops, data, with_compile), 1):
         why = f"never recorded: {', '.join(item.missing)}" if item.missing else f"last recorded {item.oldest[:10]}"
-        console.print(f"{n:4d}. {item.label} ({why}; ~{item.estimate_s:.0f} s)", markup=False, highlight=False)
+        console.print(f"{n:4d}. {item.label} ({why}; ~{item.estimate_s:.0f} s)", markup=False, highlight=False,
+                      soft_wrap=True)
     return 0
 
 

@@ -146,7 +146,7 @@ def _copy4(src, dst):
 @cuda.jit
 def _copy_vectors(src, dst):
     """One 16-byte vector a thread on a grid sized to the data: the fastest streaming layout the stream
-    probe found on the H200 (scripts/gpu_stream_probe.py, 2026-11-24)."""
+    probe found on the H200 (results/runs/gpu_stream_probe_2026-11-24.json)."""
     quads = src.size // 4
     q = cuda.grid(1)
     if q < quads:
