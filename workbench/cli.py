@@ -486,7 +486,8 @@ def cmd_targets(args) -> int:
         figure = "—" if v.value is None else (f"{v.value:.2f}x" if v.unit == "x" else f"{v.value:.0f}%")
         table.add_row(v.op, v.target, figure, v.peer or "—", v.stage or "—", (v.date or "—")[:10],
                       f"[{colour[v.status]}]{v.status}[/]" + (f" ({v.why})" if v.why else ""))
-    console.print(table)
+    wide = console if console.is_terminal else Console(width=200)  # a log (not a terminal) gets whole lines
+    wide.print(table)
     counts = {s: sum(v.status == s for v in found) for s in colour}
     console.print(", ".join(f"{n} {s}" for s, n in counts.items()))
     return 0

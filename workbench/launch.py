@@ -34,11 +34,6 @@ def _device_optin_limit() -> int:
     return int(cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
 
 
-def dynamic_shared_limit() -> int:
-    """The most shared memory (static + dynamic) one block may opt in to on this device."""
-    return _device_optin_limit()
-
-
 def _argument_types(kernel, signature_or_args):
     """A signature ("void(float32[:, ::1], ...)" or a tuple of numba types) or the launch's actual
     arguments -> the tuple of numba types numba compiles the kernel for."""
