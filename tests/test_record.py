@@ -48,6 +48,10 @@ def test_the_plan_puts_the_never_recorded_first_then_the_headline_then_the_stale
     items = record.plan([op], data)
     assert [i.size for i in items] == [(16,), (32,), (8,)]  # among complete sizes the headline goes first
     assert items[0].missing == ["fast", "a peer"]
+    # a peer missing alone (a torch.compile that failed its check) waits its turn by date
+    peerless = [r for r in complete("probe", (16,), FRESH) if r["kind"] == "stage"]
+    items = record.plan([op], {"records": complete("probe", (8,), STALE) + complete("probe", (32,), STALE) + peerless})
+    assert [(i.size, i.missing) for i in items] == [((32,), []), ((8,), []), ((16,), ["a peer"])]
     fresh_headline = make_op(name="probe")
     items = record.plan([fresh_headline], {"records": complete("probe", (8,), STALE) + complete("probe", (16,), FRESH)})
     assert [(i.size, bool(i.missing)) for i in items] == [((32,), True), ((8,), False), ((16,), False)]  # the stalest first

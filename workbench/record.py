@@ -3,7 +3,8 @@
 1. The ceilings (``workbench.peaks``) are measured again when they are stale: never measured on this
    device, missing a pattern, taken under other versions, or older than ``PEAKS_MAX_AGE_DAYS``.
 2. Then the plan: every (operator, size) an operator declares (its headline size, every bench size where
-   ``record_all_sizes``, the sizes its targets name), never-recorded ones first, then the stalest. Each
+   ``record_all_sizes``, the sizes its targets name), those with a stage never recorded first, then the
+   headline sizes, then the stalest. Each
    item is checked and timed as `workbench bench` does (``bench.bench_size``: every stage checked against
    the float64 reference before it is timed, the eager peer and torch.compile beside it) and saved at once,
    so a run that is cut off keeps what it measured, and the next run resumes where it stopped (what it
@@ -81,6 +82,10 @@ class Item:
     warm_s: float  # the estimate once the operator was measured at another size in this run
 
     @property
+    def stages_missing(self) -> bool:
+        return any(name in {s.name for s in self.op.stages} for name in self.missing)
+
+    @property
     def label(self) -> str:
         return f"{self.op.name} @ {size_label(self.size)}"
 
@@ -139,7 +144,9 @@ def plan(ops: list[Operator], data: dict, with_compile: bool = True) -> list[Ite
             items.append(Item(op, size, size == as_size(op.headline_size), missing, oldest,
                               estimate_seconds(op, recs, with_compile),
                               estimate_seconds(op, recs, with_compile, compiled=True)))
-    return sorted(items, key=lambda i: (not i.missing, not i.headline, i.oldest or ""))
+    # A stage never recorded goes first; a peer missing alone does not (a torch.compile that fails its
+    # check at some size would otherwise come back first in every run): that size waits its turn by date.
+    return sorted(items, key=lambda i: (not i.stages_missing, not i.headline, i.oldest or ""))
 
 
 def _spread(r: dict) -> float:
