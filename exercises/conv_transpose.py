@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 3cd873db714418a464cda8279b61f0abe8d1319d4c21918a082ea674a30fcd60
+# generated-sha256: a646e00cfe42f6736b89d4d562361fce7bdf9c19593254d539b79d1a553b2007
 # --------------------------------------------------------------------------------------------------
 """Transposed 2-D convolution (NCHW float32): the upsampling layer of decoders and GANs, and the gradient
 of conv2d with respect to its input.
@@ -50,6 +50,7 @@ from numba import cuda, float32
 from workbench import device as _device
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+from workbench.targets import against_peer
 
 from solutions._implicit_gemm import BM, BN, GEMM_THREADS, gemm_tile_loop, output_index
 
@@ -170,6 +171,7 @@ def _expression(torch, size):
 
 op = Operator(
     name="conv_transpose2d",
+    targets=[against_peer(1.0)],
     title="Transposed convolution (NCHW float32, any stride and padding; conv2d's input gradient)",
     reference=_reference,
     make_inputs=_inputs,

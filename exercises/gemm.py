@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 885b700f0a38bdb6acdc599ba72a553794675e7bf7b0930ff97c9afd4af42c8d
+# generated-sha256: 395654f976b058fde1e45224c35201fdfdea891417f174381055401d7cfefc7b
 # --------------------------------------------------------------------------------------------------
 """C = alpha * A @ B + beta * C in float32, from one thread per output to tensor cores.
 
@@ -136,7 +136,8 @@ def _peer(size):
 
 op = Operator(
     name="gemm",
-    targets=[against_peer(0.90, "torch.addmm", stage="async_copy"), against_peer(1.2, "torch.addmm", stage="tensor_core")],
+    targets=[against_peer(0.90, "torch.addmm", stage="async_copy"), against_peer(1.2, "torch.addmm", stage="tensor_core"),
+             against_peer(0.8, "torch.addmm", size=(512, 512, 512)), against_peer(0.8, "torch.addmm", size=(1024, 1024, 1024))],
     title="float32 GEMM: C = alpha A B + beta C",
     reference=_reference,
     make_inputs=_inputs,

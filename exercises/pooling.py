@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: c26b116576ce8d54edeb4d321de969539f77faa1cc86861ca92c182f22d6769d
+# generated-sha256: 2b91061f1c2e374da20bf9869d3bccea8ad387a89f21cb04c8a9894549dcd91e
 # --------------------------------------------------------------------------------------------------
 """Average pooling of NCHW float32 images: a K x K window (stride 2), and the global average of each plane.
 
@@ -35,6 +35,7 @@ from numba import cuda, float32, uint32, uint64
 from solutions._vector_io import aligned16, load4
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
+from workbench.targets import against_peer, of_ceiling
 
 THREADS = 256
 FULL_MASK = 0xFFFFFFFF
@@ -132,6 +133,7 @@ AVG_BENCH = [(32, 64, 56, 56, 2), (32, 64, 56, 56, 3), (128, 64, 56, 56, 3), (12
 
 avg_op = Operator(
     name="avgpool2d",
+    targets=[against_peer(1.0), of_ceiling(85, "copy_gbps")],
     title="Average pooling, K x K window (K = 2 or 3), stride 2, padding (K - 1) // 2, count_include_pad (NCHW float32)",
     reference=_avg_reference,
     make_inputs=_avg_inputs,
@@ -263,6 +265,7 @@ GAP_BENCH = [(32, 2048, 7, 7), (32, 64, 56, 56), (128, 512, 7, 7), (128, 64, 56,
 
 gap_op = Operator(
     name="global_avgpool",
+    targets=[against_peer(1.0), of_ceiling(85, "copy_gbps")],
     title="Global average pooling: the mean of each plane, N x C x H x W -> N x C (NCHW float32)",
     reference=_gap_reference,
     make_inputs=_images,

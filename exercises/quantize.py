@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: dfb44eb86cad758d4e57cdc9b41e0b0fcaec736e74b1908d03799294844b790d
+# generated-sha256: 43c4619e523f6b8ae98724d9109c52ebe297fe1f04533f97ac654e27ac7d33ab
 # --------------------------------------------------------------------------------------------------
 """int8 quantization of a float32 matrix, per row and symmetric, and back: two memory-bound ladders.
 
@@ -45,6 +45,7 @@ from numba import cuda, float32, int8, int32, uint8, uint32, uint64
 from solutions._half import ILP, LOW_PRECISION_GROUP, THREADS, TWO_WARPS, block_max, libdevice, torch_peer
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+from workbench.targets import of_ceiling
 
 QMAX = 127
 SCALE_BYTES = 4  # the float32 scale after each row's values
@@ -160,6 +161,7 @@ ROW_SIZES = dict(
 
 op = Operator(
     name="quantize",
+    targets=[of_ceiling(85, "copy_gbps")],
     title="int8 quantization per row (symmetric, round half to even), float32 in",
     reference=_quantize_reference,
     make_inputs=_quantize_inputs,
@@ -347,6 +349,7 @@ def _torch_dequantize(torch, packed, out):
 
 dequantize_op = Operator(
     name="dequantize",
+    targets=[of_ceiling(85, "copy_gbps")],
     title="int8 dequantization per row: q * scale, float32 out",
     reference=_dequantize_reference,
     make_inputs=_dequantize_inputs,

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: ac3f9e31b4bc898f0626f53ce0e27a77a770e7c30e49bfb5adbefc5de492b4a3
+# generated-sha256: ee9ee52075f2846f306145a7749164a5c5e9827c243858c5ae10dc82769e93bd
 # --------------------------------------------------------------------------------------------------
 """Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
 
@@ -287,7 +287,7 @@ def _peer(size):
 
 op = Operator(
     name="spmv",
-    targets=[against_peer(1.0)],
+    targets=[against_peer(1.0), against_peer(0.9, size=(2**20, 16, UNIFORM))],
     title="Sparse matrix (CSR) times a dense vector",
     reference=_reference,
     make_inputs=_inputs,

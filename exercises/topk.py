@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 8d3abfb9324a858f162479806a4a3c773584fe2cc939123e071271a36f9027c0
+# generated-sha256: b49c4dc7b5a612421daf368453e2ef91cde3f9ed85f4696d4049db5abf0aa10d
 # --------------------------------------------------------------------------------------------------
 """Top-k of each row of a float32 matrix: the k largest values and their column indices, largest first.
 
@@ -198,7 +198,7 @@ def _peer(size):
 
 op = Operator(
     name="topk",
-    targets=[against_peer(1.0)],
+    targets=[against_peer(1.0), against_peer(1.0, size=(4096, 128_256, 50))],
     pattern="read",  # each row read once, k values and indices written
     title="Top-k of each row of a float32 matrix (values and indices, torch.topk's order)",
     reference=reference_topk,

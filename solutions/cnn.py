@@ -30,7 +30,7 @@ from numba import cuda, float32, int32, uint32, uint64
 from solutions._vector_io import aligned16, load4, store4
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
-from workbench.targets import against_peer
+from workbench.targets import against_peer, of_ceiling
 
 THREADS = 256
 WARPS = THREADS // 32  # a shared array's shape must be a module constant, not an expression
@@ -113,6 +113,7 @@ def _depthwise_expression(torch, size):
 
 depthwise_op = Operator(
     name="depthwise3x3",
+    targets=[against_peer(1.0), of_ceiling(85, "copy_gbps")],
     title="Depthwise 3x3 convolution (one filter per channel, padding 1), NCHW float32",
     reference=_depthwise_reference,
     make_inputs=_depthwise_inputs,
@@ -349,6 +350,7 @@ def _nhwc_expression(torch, size):
 
 depthwise_nhwc_op = Operator(
     name="depthwise3x3_nhwc",
+    targets=[against_peer(1.0), of_ceiling(85, "copy_gbps")],
     title="Depthwise 3x3 convolution (padding 1), NHWC (channels last) float32",
     reference=_nhwc_reference,
     make_inputs=_nhwc_inputs,
@@ -600,7 +602,7 @@ def _maxpool_expression(torch, size):
 
 maxpool_op = Operator(
     name="maxpool2d",
-    targets=[against_peer(1.0)],
+    targets=[against_peer(1.0), of_ceiling(85, "copy_gbps")],
     title="2x2 max-pooling (stride 2) with the argmax indices training needs, NCHW float32",
     reference=_maxpool_reference,
     make_inputs=_images,
@@ -863,7 +865,8 @@ def _bn_expression(torch, size):
 
 bn_op = Operator(
     name="batchnorm_train",
-    targets=[against_peer(1.5, "torch.batch_norm*", stage="vector_passes"), against_peer(1.0)],
+    targets=[against_peer(1.5, "torch.batch_norm*", stage="vector_passes"), against_peer(1.0),
+             of_ceiling(85, "copy_gbps", stage="vector_passes")],
     title="BatchNorm, training forward: per-channel batch statistics, then normalize (NCHW float32)",
     reference=_bn_reference,
     make_inputs=_bn_inputs,
@@ -1324,7 +1327,7 @@ def _bn_infer_expression(torch, size):
 
 bn_infer_op = Operator(
     name="batchnorm_infer",
-    targets=[against_peer(1.0, "torch.batch_norm*", stage="vectors")],
+    targets=[against_peer(1.0, "torch.batch_norm*", stage="vectors"), of_ceiling(85, "copy_gbps", stage="vectors")],
     title="BatchNorm, inference: the running statistics folded into a scale per channel (NCHW float32)",
     reference=_bn_infer_reference,
     make_inputs=_bn_infer_inputs,

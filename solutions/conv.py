@@ -53,7 +53,7 @@ from numba import cuda, float32
 from workbench import device as _device
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
-from workbench.targets import against_peer
+from workbench.targets import against_peer, against_stage
 
 from solutions import gemm as gemm_ladder
 from solutions._implicit_gemm import BM, BN, GEMM_THREADS, gemm_tile_loop, output_index
@@ -959,6 +959,7 @@ _EPILOGUE_FIELDS = dict(
 
 bias_relu_op = Operator(
     name="conv2d_bias_relu",
+    targets=[against_stage(1.0, "unfused", stage="fused_epilogue")],
     title="3x3 convolution + bias + ReLU, the epilogue fused (NCHW float32)",
     reference=_epilogue_reference,
     make_inputs=lambda size, rng: _epilogue_inputs(size, rng, False),

@@ -36,6 +36,7 @@ from numba import cuda, float32
 from workbench import device as _device
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+from workbench.targets import against_peer
 
 from solutions._implicit_gemm import BM, BN, GEMM_THREADS, gemm_tile_loop, output_index
 
@@ -156,6 +157,7 @@ def _expression(torch, size):
 
 op = Operator(
     name="conv_transpose2d",
+    targets=[against_peer(1.0)],
     title="Transposed convolution (NCHW float32, any stride and padding; conv2d's input gradient)",
     reference=_reference,
     make_inputs=_inputs,

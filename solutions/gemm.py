@@ -122,7 +122,8 @@ def _peer(size):
 
 op = Operator(
     name="gemm",
-    targets=[against_peer(0.90, "torch.addmm", stage="async_copy"), against_peer(1.2, "torch.addmm", stage="tensor_core")],
+    targets=[against_peer(0.90, "torch.addmm", stage="async_copy"), against_peer(1.2, "torch.addmm", stage="tensor_core"),
+             against_peer(0.8, "torch.addmm", size=(512, 512, 512)), against_peer(0.8, "torch.addmm", size=(1024, 1024, 1024))],
     title="float32 GEMM: C = alpha A B + beta C",
     reference=_reference,
     make_inputs=_inputs,

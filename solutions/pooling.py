@@ -21,6 +21,7 @@ from numba import cuda, float32, uint32, uint64
 from solutions._vector_io import aligned16, load4
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
+from workbench.targets import against_peer, of_ceiling
 
 THREADS = 256
 FULL_MASK = 0xFFFFFFFF
@@ -118,6 +119,7 @@ AVG_BENCH = [(32, 64, 56, 56, 2), (32, 64, 56, 56, 3), (128, 64, 56, 56, 3), (12
 
 avg_op = Operator(
     name="avgpool2d",
+    targets=[against_peer(1.0), of_ceiling(85, "copy_gbps")],
     title="Average pooling, K x K window (K = 2 or 3), stride 2, padding (K - 1) // 2, count_include_pad (NCHW float32)",
     reference=_avg_reference,
     make_inputs=_avg_inputs,
@@ -279,6 +281,7 @@ GAP_BENCH = [(32, 2048, 7, 7), (32, 64, 56, 56), (128, 512, 7, 7), (128, 64, 56,
 
 gap_op = Operator(
     name="global_avgpool",
+    targets=[against_peer(1.0), of_ceiling(85, "copy_gbps")],
     title="Global average pooling: the mean of each plane, N x C x H x W -> N x C (NCHW float32)",
     reference=_gap_reference,
     make_inputs=_images,

@@ -31,6 +31,7 @@ from numba import cuda, float32, int8, int32, uint8, uint32, uint64
 from solutions._half import ILP, LOW_PRECISION_GROUP, THREADS, TWO_WARPS, block_max, libdevice, torch_peer
 from workbench import peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+from workbench.targets import of_ceiling
 
 QMAX = 127
 SCALE_BYTES = 4  # the float32 scale after each row's values
@@ -146,6 +147,7 @@ ROW_SIZES = dict(
 
 op = Operator(
     name="quantize",
+    targets=[of_ceiling(85, "copy_gbps")],
     title="int8 quantization per row (symmetric, round half to even), float32 in",
     reference=_quantize_reference,
     make_inputs=_quantize_inputs,
@@ -392,6 +394,7 @@ def _torch_dequantize(torch, packed, out):
 
 dequantize_op = Operator(
     name="dequantize",
+    targets=[of_ceiling(85, "copy_gbps")],
     title="int8 dequantization per row: q * scale, float32 out",
     reference=_dequantize_reference,
     make_inputs=_dequantize_inputs,

@@ -273,7 +273,7 @@ def _peer(size):
 
 op = Operator(
     name="spmv",
-    targets=[against_peer(1.0)],
+    targets=[against_peer(1.0), against_peer(0.9, size=(2**20, 16, UNIFORM))],
     title="Sparse matrix (CSR) times a dense vector",
     reference=_reference,
     make_inputs=_inputs,

@@ -184,7 +184,7 @@ def _peer(size):
 
 op = Operator(
     name="topk",
-    targets=[against_peer(1.0)],
+    targets=[against_peer(1.0), against_peer(1.0, size=(4096, 128_256, 50))],
     pattern="read",  # each row read once, k values and indices written
     title="Top-k of each row of a float32 matrix (values and indices, torch.topk's order)",
     reference=reference_topk,

@@ -173,3 +173,14 @@ def test_record_refuses_a_bad_budget_and_an_unknown_family_and_plans_without_a_g
     assert main(["record", "reduction", "--dry-run"]) == 0
     assert "reduction @ 268435456" in capsys.readouterr().out
     assert main(["record", "reduction"]) == 2  # the simulator: no timings
+
+
+def test_a_stage_target_compares_two_stages_of_the_ladder_at_one_size():
+    from workbench.targets import against_stage
+
+    op = make_op(targets=[against_stage(1.5, "naive"), against_stage(3.0, "naive"), against_stage(1.0, "nope")])
+    data = {"records": [rec("probe", "naive", (32,), 20.0), rec("probe", "fast", (32,), 10.0)]}
+    v = judged(op, data)
+    assert [x.status for x in v] == [MET, MISSED, NEVER]
+    assert v[0].value == pytest.approx(2.0) and v[0].peer == "naive" and v[0].unit == "x"
+    assert "no record of stage nope" in v[2].why

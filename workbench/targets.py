@@ -7,7 +7,9 @@ An operator lists its goals in ``Operator.targets``, built with the two helpers 
   ("torch.matmul", "torch.batch_norm*"), "eager" the library call itself (every peer but torch.compile),
   None the fastest peer recorded at that size;
 * ``of_ceiling(percent, ceiling=None)``: a stage's GB/s (or GFLOP/s) as a share of a measured ceiling of
-  ``workbench peaks`` ("read_gbps", "copy_gbps", "gemm_fp16_gflops"), None the operator's own.
+  ``workbench peaks`` ("read_gbps", "copy_gbps", "gemm_fp16_gflops"), None the operator's own;
+* ``against_stage(at_least, other)``: a stage's speed over another stage of the ladder at the same size (a
+  fused epilogue against the unfused one).
 
 Each judges the last stage by default (what a user calls), ``stage="best"`` the fastest one, at the headline
 size unless ``size`` says otherwise. ``verdicts()`` reads ``results/`` and says for each target met, missed
@@ -32,12 +34,13 @@ EAGER = "eager"  # a peer pattern: the library call as a user writes it, not its
 
 @dataclass(frozen=True)
 class Target:
-    """One goal: ``kind`` "peer" (a speed ratio over a library call) or "ceiling" (a percentage of a
-    measured ceiling), reached when the figure is at least ``at_least``."""
+    """One goal: ``kind`` "peer" (a speed ratio over a library call), "stage" (a speed ratio over another
+    stage) or "ceiling" (a percentage of a measured ceiling), reached when the figure is at least
+    ``at_least``."""
 
     kind: str
     at_least: float
-    peer: str | None = None  # "peer": a pattern of the peer's name; None: the fastest peer recorded
+    peer: str | None = None  # "peer": a pattern of the peer's name, None the fastest peer; "stage": a stage's name
     ceiling: str | None = None  # "ceiling": a key of the recorded peaks; None: the operator's own
     stage: str = LAST  # "last", "best" (the fastest stage) or a stage's name
     size: tuple | None = None  # None: the operator's headline size
@@ -48,6 +51,8 @@ class Target:
         if self.kind == "peer":
             peer = {None: "the best peer", EAGER: "the eager peer"}.get(self.peer, self.peer)
             return f"{who} >= {self.at_least:.2f}x {peer} at {at}"
+        if self.kind == "stage":
+            return f"{who} >= {self.at_least:.2f}x stage {self.peer} at {at}"
         ceiling = (self.ceiling or peak_key(op) or "?").replace("_gbps", "").replace("_gflops", "")
         return f"{who} >= {self.at_least:.0f}% of the {ceiling} ceiling at {at}"
 
@@ -57,6 +62,10 @@ class Target:
 
 def against_peer(at_least: float = 1.0, peer: str | None = None, stage: str = LAST, size=None) -> Target:
     return Target("peer", at_least, peer=peer, stage=stage, size=size)
+
+
+def against_stage(at_least: float, other: str, stage: str = LAST, size=None) -> Target:
+    return Target("stage", at_least, peer=other, stage=stage, size=size)
 
 
 def of_ceiling(percent: float, ceiling: str | None = None, stage: str = LAST, size=None) -> Target:
@@ -103,7 +112,7 @@ def _is_peer(name: str, pattern: str | None) -> bool:
 
 def judge(op: Operator, target: Target, data: dict | None) -> Verdict:
     """One target against one results file (None: nothing recorded)."""
-    verdict = Verdict(op.name, target.describe(op), NEVER, "x" if target.kind == "peer" else "%",
+    verdict = Verdict(op.name, target.describe(op), NEVER, "%" if target.kind == "ceiling" else "x",
                       at_least=target.at_least)
     size = list(target.size_of(op))
     recs = [r for r in (data or {}).get("records", []) if r["op"] == op.name and r["size"] == size]
@@ -112,7 +121,13 @@ def judge(op: Operator, target: Target, data: dict | None) -> Verdict:
         verdict.why = f"no record of the {target.stage} stage at {size_label(tuple(size))}"
         return verdict
     verdict.stage, verdict.date = stage["stage"], stage["date"]
-    if target.kind == "peer":
+    if target.kind == "stage":
+        other = _stage_record([r for r in recs if r.get("kind") == "stage"], target.peer)
+        if other is None:
+            verdict.why = f"no record of stage {target.peer} at {size_label(tuple(size))}"
+            return verdict
+        verdict.peer, verdict.value = other["stage"], other["median_us"] / stage["median_us"]
+    elif target.kind == "peer":
         peers = [r for r in recs if r.get("kind") == "peer" and _is_peer(r["stage"], target.peer)]
         if not peers:
             verdict.why = f"no record of {target.peer or 'any peer'} at {size_label(tuple(size))}"
