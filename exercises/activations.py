@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 120ccb1c642bf0f8d504306f007f8d4610d2e45a76c33ebb1b1022377aa6b449
+# generated-sha256: f1d3d5cb5057f40c778cca4ecb994f477a4714ff9cba54ada4399fc614d3d0ef
 # --------------------------------------------------------------------------------------------------
 """Activation functions on a float32, fp16 or bf16 vector, from a thread per element to 16-byte loads and fast math.
 
@@ -86,7 +86,7 @@ from solutions._references import erfc64
 from solutions._templates import instantiate
 from solutions._vector_io import (HALVES_PER_VECTOR, aligned16, bf16_to_float, f16_to_float, float_to_bf16,
                                  float_to_f16, high_half, load4, load8, low_half, pack, store4, store8)
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, sm_count
 from workbench.targets import against_peer, of_ceiling
 

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 0aeaced0be8143ab5270ef14b882b16fa90b1b3f6ce782bcf3b7475a28ddce29
+# generated-sha256: e92731c91c535d814989345ca016c2f7b5182afaae6645ae6046f7c7fc74ffeb
 # --------------------------------------------------------------------------------------------------
 """AllReduce: every GPU holds a float32 buffer, and every GPU ends up with the sum of all of them.
 
@@ -69,7 +69,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda, float32, uint64
 
-from workbench import device, peers, results
+from workbench import device, library_peers as peers, results
 from workbench.ladder import InputError, Operator, expect_device_array, scratch, sm_count
 
 from solutions._ptx import mailbox_clear_f32x4, mailbox_store_f32x4, mailbox_wait_f32x4

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 10f7adac89d2969c6118bd97885e7b27ff227812306e36a83a8726d0a7fcdddc
+# generated-sha256: 907fb6b37ef8deea3446c1df1d1fae4bca583a047c95b6620e291281b6d0866d
 # --------------------------------------------------------------------------------------------------
 """Argmax of a float32 vector: the index of its largest element, the LOWEST such index on a tie.
 
@@ -31,7 +31,7 @@ import numpy as np
 from numba import cuda, float32, int32
 
 from solutions._vector_io import VECTOR_BYTES, aligned16, load4
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
 from workbench.targets import against_peer
 

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: aa624977f15d97b1a7b30816fd3af036902e347088fe4073019cb5404362b1af
+# generated-sha256: 942d2cc47ccecb4d9d2031abf3eaf5da8fcbbfd60c2d7c66d48132dc4bae2c1a
 # --------------------------------------------------------------------------------------------------
 """Scaled dot-product attention in float32, from three kernels to a register-tiled FlashAttention.
 
@@ -59,8 +59,8 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from workbench import device as _device
-from workbench import peers
-from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
+from workbench import library_peers as peers
+from workbench.shared_memory import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import against_peer
 

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 005874c71e98f2b4d538f80879ec51ec4b57ae6251a2841755059feb80e569f8
+# generated-sha256: c327689ffa05559ee98183776956eab27340a18afb2eca98d1b84e74ac628901
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync.
 
@@ -61,7 +61,7 @@ import numpy as np
 from numba import cuda, float32, int32, uint16, uint32, uint64
 
 from workbench import device as _device
-from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
+from workbench.shared_memory import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 from workbench.targets import against_peer
 

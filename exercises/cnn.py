@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: f6ac42aef5db84a9dad08b37ae91e59bfe3f4985c06d58245fb52f2e663c0f38
+# generated-sha256: 084bbd5e99d30c4e931e451b8a733718ac56d0e9977f8e5351fab47791d8daf6
 # --------------------------------------------------------------------------------------------------
 """The memory-bound layers of a CNN (NCHW float32): depthwise 3x3 convolution, max-pooling with the argmax
 indices training needs, and BatchNorm's training forward pass.
@@ -42,7 +42,7 @@ import numpy as np
 from numba import cuda, float32, int32, uint32, uint64
 
 from solutions._vector_io import aligned16, load4, store4
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import against_peer, of_ceiling
 

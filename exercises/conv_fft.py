@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: a1d02372321db9c89b5eba4afbbf7d60ae10553d34fc30dc9bc1a7c302a25918
+# generated-sha256: 50c72b2417a7b85db7317e0c136dac61345057a23a94f6fd9d722731a6d6b44e
 # --------------------------------------------------------------------------------------------------
 """2-D convolution with a large filter through the FFT: few channels in, one out (NCHW float32).
 
@@ -34,7 +34,7 @@ import math
 import numpy as np
 from numba import complex64, cuda, float32
 
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 
 EPS32 = float(np.finfo(np.float32).eps)

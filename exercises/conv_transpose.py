@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: a646e00cfe42f6736b89d4d562361fce7bdf9c19593254d539b79d1a553b2007
+# generated-sha256: 80454c0dc2d0034e35bbb0819168003546ecf997051ec5b3a64bb12c2e1859c9
 # --------------------------------------------------------------------------------------------------
 """Transposed 2-D convolution (NCHW float32): the upsampling layer of decoders and GANs, and the gradient
 of conv2d with respect to its input.
@@ -48,7 +48,7 @@ import numpy as np
 from numba import cuda, float32
 
 from workbench import device as _device
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import against_peer
 

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 733c2a4a9fa6d327176e23b018ca35619b3e760a15b94d65be8be69e295b2db9
+# generated-sha256: 8c77981411bc51d049836db47b18d846c3624f99794dbcbf602a480cb1c0c426
 # --------------------------------------------------------------------------------------------------
 """Decode attention: one new query token per sequence against its KV cache (fp16 cache, fp32 arithmetic).
 
@@ -46,7 +46,7 @@ from numba.types import float16
 
 from solutions._templates import instantiate
 from solutions._vector_io import aligned16, load4
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.device import is_simulator
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, sm_count
 from workbench.targets import against_peer, of_ceiling

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: f65fb785d61ec5db24e490f069d096ce7a86c35a7283424bb7d073872dad744f
+# generated-sha256: e4fe6ab5df46a50e23c9f639d0fa65d9fa5c9195137276b09654fbb9fdce6baf
 # --------------------------------------------------------------------------------------------------
 """y = GELU(x + bias) + residual on a float32 matrix, in six steps from three kernels to one pass at memory speed.
 
@@ -29,7 +29,7 @@ import numpy as np
 from numba import cuda, uint64
 
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.targets import of_ceiling
 
 # gelu(v) = 0.5 v (1 + erf(v / sqrt 2)) in float32, a device function (math.erf: libdevice's erff); the reference

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 395654f976b058fde1e45224c35201fdfdea891417f174381055401d7cfefc7b
+# generated-sha256: 716635f60bf8efaa2e2592bad63440eadbc31a572fe0652bd8de724bf08a9ee4
 # --------------------------------------------------------------------------------------------------
 """C = alpha * A @ B + beta * C in float32, from one thread per output to tensor cores.
 
@@ -38,7 +38,7 @@ import numpy as np
 from numba import cuda, float32, int64, uint32, uint64
 
 from workbench import device as _device
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, sm_count
 from workbench.targets import against_peer
 
@@ -781,7 +781,7 @@ def tensor_core(A, B, C, alpha_beta, out):
 
 # cp.async.commit_group / wait_group N (hgemm_mma.cu): with several groups in flight, wait for the oldest.
 from solutions._ptx import cp_async_commit, cp_async_wait_pending  # noqa: E402
-from workbench.launch import set_max_dynamic_shared_memory  # noqa: E402
+from workbench.shared_memory import set_max_dynamic_shared_memory  # noqa: E402
 
 DEEP_STAGES = 4  # K-steps of tiles in flight
 DEEP_BYTES = DEEP_STAGES * (A_TILE + B_TILE) * 4  # 74 KiB: past the 48 KiB default; two blocks fit an SM
@@ -863,7 +863,7 @@ def _tensor_core_deep(A, B, C, alpha_beta, out, vec):
     at the barrier. Four buffers keep three K-steps in flight (cp.async.wait_group 2 waits only for
     the oldest), one barrier per step. They take 74 KiB, past the 48 KiB a block may declare
     statically, so they live in dynamic shared memory (cuda.shared.array(0, ...)), and
-    workbench.launch.set_max_dynamic_shared_memory raises the kernel's limit through the driver:
+    workbench.shared_memory.set_max_dynamic_shared_memory raises the kernel's limit through the driver:
     numba-cuda has no call for it. Two blocks still share an SM (148 of its 227 KiB). What it bought
     on an H200 is small: 1310 against 1317 µs at 4096^3, 9763 against 9985 at 8192^3 (2%): stage 8's
     warps already have enough other warps' mma to hide the copy behind.""",

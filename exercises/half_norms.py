@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: f6dc3d058ef66f941d740e9f7cd6d5eeda12f0ede7f5e3640ac7cdad4f3f7afc
+# generated-sha256: c804cecb06b596fa5801cb3e89ee0b81d6f79e7736098e81947770a32aedd326
 # --------------------------------------------------------------------------------------------------
 """Softmax, LayerNorm, RMSNorm and GELU(x + bias) + residual in fp16 and bf16: half the bytes, fp32 inside.
 
@@ -64,7 +64,7 @@ from solutions._half import (
 from solutions._references import (
     EPS, gelu, gelu_bias_residual64, gelu_bias_residual_inputs, layernorm64, layernorm_rows, rmsnorm64, softmax64)
 from solutions._vector_io import aligned16, load4, store4
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.device import is_simulator
 from workbench.ladder import InputError, Operator, expect_device_array, sm_count
 from workbench.targets import against_peer, of_ceiling

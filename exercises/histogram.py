@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: d5c2e264e9f3ccbab84bfc186e518add842c73d066da609b0d58616a8923d948
+# generated-sha256: f23b96b9a4c6991153570975f1504b6ff334a9c0ba97de442f62f95a960affdd
 # --------------------------------------------------------------------------------------------------
 """Histogram of a uint8 vector into 256 int32 bins: out[b] = number of i with x[i] == b.
 
@@ -34,7 +34,7 @@ import numpy as np
 from numba import cuda, int32, uint32
 
 from solutions._vector_io import VECTOR_BYTES, aligned16, load4
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, sm_count
 from workbench.targets import of_ceiling
 

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: d32f6f7f095d5659ae6ccce023dff9e73ac6a9818af4ac1962d6815681d5007a
+# generated-sha256: 17d8a2407ec5a56aba0ce9ae8b2d4811a1e498131cb2fb6c3d857b6b4427381d
 # --------------------------------------------------------------------------------------------------
 """int8 GEMM (int32 accumulation) and the quantized linear layer built on it.
 
@@ -36,9 +36,9 @@ from numba import cuda, float32, int8, int32, uint8, uint32, uint64
 from numba.cuda import libdevice
 
 from workbench import device as _device
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
-from workbench.launch import set_max_dynamic_shared_memory
+from workbench.shared_memory import set_max_dynamic_shared_memory
 
 from solutions._ptx import cp_async_chunk16, cp_async_commit, cp_async_wait_pending, dp4a_s8, ldmatrix_x4, mma_s8
 from solutions._tile_layout import aligned, chunk_offset

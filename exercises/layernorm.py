@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 308ae64670d52cd284676755ca17fe5ae3af559f3dbbf2dc60e775083c9d7339
+# generated-sha256: babb1efd6717bf42dfe41bc45815491503803a7f07ba41087e2f02c86dfdf843
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -48,7 +48,7 @@ from numba import cuda, float32, uint64
 # rows (layernorm_rows) live in solutions/_references.py, shared with the fp16/bf16 ladders of half_norms.py.
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
 from solutions._vector_io import capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store_chunk
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import against_peer, of_ceiling
 

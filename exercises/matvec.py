@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 446ec05b015d5e29cfb7e95b2ffe2e73c98f0459b8be4a01eae64a60807ac419
+# generated-sha256: a519a8a4a18e5dd1a68adaef36b4680b7274fd0f7c2559c290d1de5f0e8b27b1
 # --------------------------------------------------------------------------------------------------
 """Matrix-vector product y = A x, A float32 of shape (rows, cols), row-major.
 
@@ -32,7 +32,7 @@ import numpy as np
 from numba import cuda, float32, int64
 
 from solutions._vector_io import VECTOR_BYTES, aligned16, flat_view, load4
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import Operator, blocks_for, expect_device_array
 from workbench.targets import against_peer
 

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 2b91061f1c2e374da20bf9869d3bccea8ad387a89f21cb04c8a9894549dcd91e
+# generated-sha256: d0106cc494d699e20177e0f0833f1c00b2555c61aec63f53c83a89a76ded3139
 # --------------------------------------------------------------------------------------------------
 """Average pooling of NCHW float32 images: a K x K window (stride 2), and the global average of each plane.
 
@@ -33,7 +33,7 @@ import numpy as np
 from numba import cuda, float32, uint32, uint64
 
 from solutions._vector_io import aligned16, load4
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 from workbench.targets import against_peer, of_ceiling
 

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 43c4619e523f6b8ae98724d9109c52ebe297fe1f04533f97ac654e27ac7d33ab
+# generated-sha256: 8de3108d8268d6439937c272a1c654a893eacb0bf2d20e27c7a1930c20d74c71
 # --------------------------------------------------------------------------------------------------
 """int8 quantization of a float32 matrix, per row and symmetric, and back: two memory-bound ladders.
 
@@ -43,7 +43,7 @@ import numpy as np
 from numba import cuda, float32, int8, int32, uint8, uint32, uint64
 
 from solutions._half import ILP, LOW_PRECISION_GROUP, THREADS, TWO_WARPS, block_max, libdevice, torch_peer
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import of_ceiling
 

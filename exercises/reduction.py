@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: f40f4812f256f0721b39a25b2cf47bacdc1205149c91c40f22edb5f03f707ca1
+# generated-sha256: 9ca3a625129f34fd2ccf53fe49dd689005e1395e8ab744a253f86bf0a3c270af
 # --------------------------------------------------------------------------------------------------
 """Sum of a float32 vector, in five steps from one atomic per element to one pass at memory speed.
 
@@ -23,7 +23,7 @@ import numpy as np
 from numba import cuda, float32, float64, int32
 
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.targets import against_peer, of_ceiling
 
 THREADS = 256  # threads per block; a multiple of the 32-lane warp

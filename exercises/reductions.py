@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 96d051b81b19896234e5dbe9a8a630c10be6840b39a6464bb842c56719c52938
+# generated-sha256: 22213523689a3d5781749152422887d388f52d985fdda775638b22c059f5b6ee
 # --------------------------------------------------------------------------------------------------
 """Reductions beyond the sum: max, min, mean and sum of squares of a vector, and a matrix summed over
 its rows and over its columns.
@@ -49,7 +49,7 @@ from numba import cuda, float32, int32, uint64
 
 from solutions._templates import instantiate
 from solutions._vector_io import aligned16, load4
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.device import is_simulator
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
 from workbench.targets import against_peer

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 6ac1a273091a068304bb3e2adf647dcc85f341b30c7b033b4b5092ef47cb29f3
+# generated-sha256: 2e685d70829bc1cd3ff8bd60bc3201ed536c7b2cb49299319c5199ff230cfc9b
 # --------------------------------------------------------------------------------------------------
 """Rotary position embedding (RoPE), float32: a table of angles or sines computed on the fly, and the two
 layouts models use.
@@ -42,7 +42,7 @@ import numpy as np
 from numba import cuda, float32, uint64
 from numba.cuda import libdevice
 
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 
 from solutions._attention_common import inverse_frequencies, rope_angles as _angles, rope_tables

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: bb0e766c526fef372576a1e42a624a8a1964b3fc6f4fc838f3d1f4b60d008ca7
+# generated-sha256: fd6598f8059754322c47ae27e7e2511452cbfa2cfbe26ea11b1cfc8878b6fd7c
 # --------------------------------------------------------------------------------------------------
 """Inclusive prefix sum (scan) of a float32 vector: y[i] = x[0] + x[1] + ... + x[i].
 
@@ -31,7 +31,7 @@ import numpy as np
 from numba import cuda, float32, int32, int64, uint64
 
 from solutions._vector_io import aligned16, as_bits32, as_float32, load4, store4
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import against_peer, of_ceiling
 

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 9d7d615658cad0382de3f3f638cc0e4b52afefd083283b8c40925af4c78b1950
+# generated-sha256: e876f89911c20129ad980148b53a23f902fb6328defb3c233f387d525d547ca0
 # --------------------------------------------------------------------------------------------------
 """Softmax over the rows of a float32 matrix, in seven steps from a thread per row to 92% of copy bandwidth.
 
@@ -37,7 +37,7 @@ from numba import cuda, float32, uint64
 
 from solutions._references import softmax64
 from solutions._vector_io import capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store_chunk
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 from workbench.targets import against_peer, of_ceiling
 

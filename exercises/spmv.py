@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: ee9ee52075f2846f306145a7749164a5c5e9827c243858c5ae10dc82769e93bd
+# generated-sha256: 43a3bf5430eb3c43764c084519650b37f323e264635b313bb1ce4970935ef46a
 # --------------------------------------------------------------------------------------------------
 """Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
 
@@ -53,7 +53,7 @@ from numba import cuda, float32, int32
 
 from solutions._vector_io import aligned16, load4
 from workbench import device as _device
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import against_peer
 

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: b49c4dc7b5a612421daf368453e2ef91cde3f9ed85f4696d4049db5abf0aa10d
+# generated-sha256: ca7215a94a6dbe4aedc3909aa8331e8ced5f54f5fa08e7c8afcfccdc7261be75
 # --------------------------------------------------------------------------------------------------
 """Top-k of each row of a float32 matrix: the k largest values and their column indices, largest first.
 
@@ -45,7 +45,7 @@ float32, 2-D (rows, cols), contiguous; 1 <= k <= min(128, cols); x and k are nev
 import numpy as np
 from numba import cuda, int32, uint32, uint64
 
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, expect_device_array, scratch, sm_count
 from workbench.targets import against_peer
 

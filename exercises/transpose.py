@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: d25395f572ae0d96512fee325484f3a62de32e08f3790378075dc1f5c0f4449a
+# generated-sha256: 6c174ff9d913e2be0e3a10d1544610b68111a7359b026d27e80ff2d44b1661fc
 # --------------------------------------------------------------------------------------------------
 """Transpose of a float32 matrix, in six steps from strided writes to one pass near memory speed.
 
@@ -26,7 +26,7 @@ import numpy as np
 from numba import cuda, float32, uint64
 
 from workbench.ladder import Operator, expect_device_array
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.targets import against_peer, of_ceiling
 
 TILE = 32  # a tile is TILE x TILE elements: one warp-wide row of 32 floats (128 bytes) per row

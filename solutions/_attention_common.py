@@ -11,7 +11,7 @@ import math
 import numpy as np
 from numba import cuda
 
-from workbench import peers
+from workbench import library_peers as peers
 
 
 def reference(q, k, v, causal):

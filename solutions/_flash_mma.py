@@ -22,7 +22,7 @@ import numpy as np
 from numba import cuda, float32, int32, uint32, uint64
 
 from workbench import device as _device
-from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
+from workbench.shared_memory import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import blocks_for
 
 from solutions._ptx import (cp_async_chunk16, cp_async_chunk16_s32, cp_async_commit, cp_async_wait_pending,

@@ -10,7 +10,7 @@ import numpy as np
 from numba import cuda, float32
 from numba.cuda import libdevice
 
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.device import is_simulator
 
 THREADS = 256  # threads per row: a multiple of the 32-lane warp

@@ -72,7 +72,7 @@ from solutions._references import erfc64
 from solutions._templates import instantiate
 from solutions._vector_io import (HALVES_PER_VECTOR, aligned16, bf16_to_float, f16_to_float, float_to_bf16,
                                  float_to_f16, high_half, load4, load8, low_half, pack, store4, store8)
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, sm_count
 from workbench.targets import against_peer, of_ceiling
 

@@ -55,7 +55,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import cuda, float32, uint64
 
-from workbench import device, peers, results
+from workbench import device, library_peers as peers, results
 from workbench.ladder import InputError, Operator, expect_device_array, scratch, sm_count
 
 from solutions._ptx import mailbox_clear_f32x4, mailbox_store_f32x4, mailbox_wait_f32x4

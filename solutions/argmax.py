@@ -17,7 +17,7 @@ import numpy as np
 from numba import cuda, float32, int32
 
 from solutions._vector_io import VECTOR_BYTES, aligned16, load4
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
 from workbench.targets import against_peer
 

@@ -45,8 +45,8 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from workbench import device as _device
-from workbench import peers
-from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
+from workbench import library_peers as peers
+from workbench.shared_memory import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import against_peer
 

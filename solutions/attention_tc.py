@@ -47,7 +47,7 @@ import numpy as np
 from numba import cuda, float32, int32, uint16, uint32, uint64
 
 from workbench import device as _device
-from workbench.launch import STATIC_LIMIT, set_max_dynamic_shared_memory
+from workbench.shared_memory import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 from workbench.targets import against_peer
 

@@ -28,7 +28,7 @@ import numpy as np
 from numba import cuda, float32, int32, uint32, uint64
 
 from solutions._vector_io import aligned16, load4, store4
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import against_peer, of_ceiling
 

@@ -20,7 +20,7 @@ import math
 import numpy as np
 from numba import complex64, cuda, float32
 
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 
 EPS32 = float(np.finfo(np.float32).eps)

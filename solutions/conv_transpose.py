@@ -34,7 +34,7 @@ import numpy as np
 from numba import cuda, float32
 
 from workbench import device as _device
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import against_peer
 

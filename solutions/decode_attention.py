@@ -32,7 +32,7 @@ from numba.types import float16
 
 from solutions._templates import instantiate
 from solutions._vector_io import aligned16, load4
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.device import is_simulator
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, sm_count
 from workbench.targets import against_peer, of_ceiling

@@ -15,7 +15,7 @@ import numpy as np
 from numba import cuda, uint64
 
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.targets import of_ceiling
 
 # gelu(v) = 0.5 v (1 + erf(v / sqrt 2)) in float32, a device function (math.erf: libdevice's erff); the reference

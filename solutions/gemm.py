@@ -24,7 +24,7 @@ import numpy as np
 from numba import cuda, float32, int64, uint32, uint64
 
 from workbench import device as _device
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, sm_count
 from workbench.targets import against_peer
 
@@ -858,7 +858,7 @@ def tensor_core(A, B, C, alpha_beta, out):
 
 # cp.async.commit_group / wait_group N (hgemm_mma.cu): with several groups in flight, wait for the oldest.
 from solutions._ptx import cp_async_commit, cp_async_wait_pending  # noqa: E402
-from workbench.launch import set_max_dynamic_shared_memory  # noqa: E402
+from workbench.shared_memory import set_max_dynamic_shared_memory  # noqa: E402
 
 DEEP_STAGES = 4  # K-steps of tiles in flight
 DEEP_BYTES = DEEP_STAGES * (A_TILE + B_TILE) * 4  # 74 KiB: past the 48 KiB default; two blocks fit an SM
@@ -940,7 +940,7 @@ def _tensor_core_deep(A, B, C, alpha_beta, out, vec):
     at the barrier. Four buffers keep three K-steps in flight (cp.async.wait_group 2 waits only for
     the oldest), one barrier per step. They take 74 KiB, past the 48 KiB a block may declare
     statically, so they live in dynamic shared memory (cuda.shared.array(0, ...)), and
-    workbench.launch.set_max_dynamic_shared_memory raises the kernel's limit through the driver:
+    workbench.shared_memory.set_max_dynamic_shared_memory raises the kernel's limit through the driver:
     numba-cuda has no call for it. Two blocks still share an SM (148 of its 227 KiB). What it bought
     on an H200 is small: 1310 against 1317 µs at 4096^3, 9763 against 9985 at 8192^3 (2%): stage 8's
     warps already have enough other warps' mma to hide the copy behind.""",

@@ -50,7 +50,7 @@ from solutions._half import (
 from solutions._references import (
     EPS, gelu, gelu_bias_residual64, gelu_bias_residual_inputs, layernorm64, layernorm_rows, rmsnorm64, softmax64)
 from solutions._vector_io import aligned16, load4, store4
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.device import is_simulator
 from workbench.ladder import InputError, Operator, expect_device_array, sm_count
 from workbench.targets import against_peer, of_ceiling

@@ -25,7 +25,7 @@ The ladder, and what each rung changes:
    rows an ``ldmatrix`` phase reads (and the chunks ``cp.async`` writes) land in 8 different bank
    groups, with no padding bytes lost.
 5. ``pipeline``: four stages of tiles in flight instead of two: 64 KiB of dynamic shared memory,
-   past the 48 KiB a block gets by default (``workbench.launch.set_max_dynamic_shared_memory``).
+   past the 48 KiB a block gets by default (``workbench.shared_memory.set_max_dynamic_shared_memory``).
    ``cp.async.wait_group 2`` lets the copies of the next two K-steps run while this one computes.
    Recorded on the H200 it is no faster than ``swizzle`` (fp16 2.6% slower, bf16 2% faster): its
    paragraph says why that is likely.
@@ -54,9 +54,9 @@ import numpy as np
 from numba import cuda, float32, int32, uint16, uint32, uint64
 
 from workbench import device as _device
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
-from workbench.launch import SM90_OPTIN_LIMIT, STATIC_LIMIT, set_max_dynamic_shared_memory
+from workbench.shared_memory import SM90_OPTIN_LIMIT, STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.targets import against_peer
 
 from solutions._ptx import (cp_async_chunk16, cp_async_commit, cp_async_wait_pending, ldmatrix_x4,
@@ -739,7 +739,7 @@ def swizzle(A, B, out):
     Two buffers let one K-step's copy overlap one K-step's arithmetic; at tensor-core speed a 16 KiB
     step computes in less time than global memory takes to answer, so the warps wait at every barrier.
     Four buffers keep three steps in flight: cp.async.wait_group 2 waits only for the oldest. The four
-    take 64 KiB, past the 48 KiB a block gets by default: workbench.launch.set_max_dynamic_shared_memory
+    take 64 KiB, past the 48 KiB a block gets by default: workbench.shared_memory.set_max_dynamic_shared_memory
     raises the kernel's limit through the driver (numba-cuda has no call for it) before the launch
     asks for them as dynamic shared memory. Two 64 KiB blocks still fit on an SM (227 KiB). Measured,
     it bought nothing: at 8192^3 on the H200 fp16 ran at 252.3 TFLOP/s against swizzle's 259.1, bf16

@@ -20,7 +20,7 @@ import numpy as np
 from numba import cuda, int32, uint32
 
 from solutions._vector_io import VECTOR_BYTES, aligned16, load4
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, sm_count
 from workbench.targets import of_ceiling
 

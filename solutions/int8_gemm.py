@@ -22,9 +22,9 @@ from numba import cuda, float32, int8, int32, uint8, uint32, uint64
 from numba.cuda import libdevice
 
 from workbench import device as _device
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
-from workbench.launch import set_max_dynamic_shared_memory
+from workbench.shared_memory import set_max_dynamic_shared_memory
 
 from solutions._ptx import cp_async_chunk16, cp_async_commit, cp_async_wait_pending, dp4a_s8, ldmatrix_x4, mma_s8
 from solutions._tile_layout import aligned, chunk_offset

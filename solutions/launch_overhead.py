@@ -32,7 +32,7 @@ import math
 import numpy as np
 from numba import cuda, float32, uint64
 
-from workbench import device, peers, prepared
+from workbench import device, library_peers as peers, prepared
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 
 THREADS = 256  # threads per block; a multiple of the 32-lane warp

@@ -34,7 +34,7 @@ from numba import cuda, float32, uint64
 # rows (layernorm_rows) live in solutions/_references.py, shared with the fp16/bf16 ladders of half_norms.py.
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
 from solutions._vector_io import capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store_chunk
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import against_peer, of_ceiling
 

@@ -29,7 +29,7 @@ import numpy as np
 from numba import cuda, float32, int8, int32, uint8, uint32, uint64
 
 from solutions._half import ILP, LOW_PRECISION_GROUP, THREADS, TWO_WARPS, block_max, libdevice, torch_peer
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import of_ceiling
 

@@ -9,7 +9,7 @@ import numpy as np
 from numba import cuda, float32, float64, int32
 
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.targets import against_peer, of_ceiling
 
 THREADS = 256  # threads per block; a multiple of the 32-lane warp

@@ -35,7 +35,7 @@ from numba import cuda, float32, int32, uint64
 
 from solutions._templates import instantiate
 from solutions._vector_io import aligned16, load4
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.device import is_simulator
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
 from workbench.targets import against_peer

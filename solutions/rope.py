@@ -28,7 +28,7 @@ import numpy as np
 from numba import cuda, float32, uint64
 from numba.cuda import libdevice
 
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 
 from solutions._attention_common import inverse_frequencies, rope_angles as _angles, rope_tables

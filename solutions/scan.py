@@ -17,7 +17,7 @@ import numpy as np
 from numba import cuda, float32, int32, int64, uint64
 
 from solutions._vector_io import aligned16, as_bits32, as_float32, load4, store4
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import against_peer, of_ceiling
 

@@ -23,7 +23,7 @@ from numba import cuda, float32, uint64
 
 from solutions._references import softmax64
 from solutions._vector_io import capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store_chunk
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 from workbench.targets import against_peer, of_ceiling
 

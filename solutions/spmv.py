@@ -39,7 +39,7 @@ from numba import cuda, float32, int32
 
 from solutions._vector_io import aligned16, load4
 from workbench import device as _device
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import against_peer
 

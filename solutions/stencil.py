@@ -22,7 +22,7 @@ from numba import cuda, float32, int64, uint64
 
 from solutions._vector_io import flat_view, load_chunk, rows_fit_vectors, store_chunk
 from workbench import device as _device
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, sm_count
 from workbench.targets import of_ceiling
 

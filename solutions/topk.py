@@ -31,7 +31,7 @@ float32, 2-D (rows, cols), contiguous; 1 <= k <= min(128, cols); x and k are nev
 import numpy as np
 from numba import cuda, int32, uint32, uint64
 
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, expect_device_array, scratch, sm_count
 from workbench.targets import against_peer
 

@@ -12,7 +12,7 @@ import numpy as np
 from numba import cuda, float32, uint64
 
 from workbench.ladder import Operator, expect_device_array
-from workbench import peers
+from workbench import library_peers as peers
 from workbench.targets import against_peer, of_ceiling
 
 TILE = 32  # a tile is TILE x TILE elements: one warp-wide row of 32 floats (128 bytes) per row

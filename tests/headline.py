@@ -24,7 +24,7 @@ TIMED_AT_HEADLINE = frozenset({
 
 @functools.lru_cache(maxsize=None)
 def copy_peaks() -> dict:
-    from workbench.peaks import copy_bandwidth
+    from workbench.ceilings import copy_bandwidth
 
     return copy_bandwidth()
 

@@ -1,7 +1,7 @@
 """torch.compile beside eager torch as a peer (issue 16): the Operator field, the bench's list of peers,
 the strongest peer on every stage record, a compile failure as one failure line, and the table's
 "vs" column. Runs in the simulator without torch: peers are fakes written here, in numba, and
-``workbench.peers`` is monkeypatched where torch would be asked for."""
+``workbench.library_peers`` is monkeypatched where torch would be asked for."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from workbench import bench, peers, registry, tables
+from workbench import bench, library_peers, registry, tables
 from workbench.ladder import Operator, as_size, expect_device_array
 
 SIZE = (5,)
@@ -69,21 +69,21 @@ def test_torch_expression_is_optional_and_given_where_issue_16_asks():
 
 def test_without_torch_there_is_no_compiled_peer():
     """The simulator has no torch: the compiled peer is absent, never a crash or a stub."""
-    assert peers.torch() is None
-    assert peers.compiled_peer(registry.operator("softmax"), (4, 100)) is None
+    assert library_peers.torch() is None
+    assert library_peers.compiled_peer(registry.operator("softmax"), (4, 100)) is None
     assert bench.peer_launches(_operator(peer=_eager_peer), SIZE, with_compile=True)[0][0] == "eager"
 
 
 def _bench(monkeypatch, op, median_us, compiled_peer, with_compile=True):
     monkeypatch.setattr(bench, "measure", _fake_timing(median_us))
-    monkeypatch.setattr(peers, "compiled_peer", compiled_peer)
+    monkeypatch.setattr(library_peers, "compiled_peer", compiled_peer)
     return bench.bench_size(op, op.stages, SIZE, {}, np.random.default_rng(0), ENV, with_compile=with_compile)
 
 
 def _compiled(size_seen):
     def compiled_peer(op, size):
         size_seen.append(as_size(size))
-        return peers.COMPILED_NAME, _labelled(peers.COMPILED_NAME, lambda x, out: _launch_double(x, out))
+        return library_peers.COMPILED_NAME, _labelled(library_peers.COMPILED_NAME, lambda x, out: _launch_double(x, out))
     return compiled_peer
 
 
@@ -113,7 +113,7 @@ def test_a_compile_failure_is_one_failure_line_and_the_rest_is_measured(monkeypa
     def compiled_peer(op, size):
         def launch(x, out):
             raise RuntimeError("backend='inductor' raised:\nCompilationError: at 3:4 ...\nmore lines")
-        return peers.COMPILED_NAME, launch
+        return library_peers.COMPILED_NAME, launch
 
     records, failures = _bench(monkeypatch, _operator(peer=_eager_peer), {"eager": 4.0}, compiled_peer)
     assert failures == ["torch.compile @ 5: RuntimeError: backend='inductor' raised:"]
@@ -123,7 +123,7 @@ def test_a_compile_failure_is_one_failure_line_and_the_rest_is_measured(monkeypa
 
 def test_a_wrong_compiled_result_gets_no_figure(monkeypatch):
     def compiled_peer(op, size):
-        return peers.COMPILED_NAME, _labelled(peers.COMPILED_NAME, lambda x, out: None)  # writes nothing
+        return library_peers.COMPILED_NAME, _labelled(library_peers.COMPILED_NAME, lambda x, out: None)  # writes nothing
 
     records, failures = _bench(monkeypatch, _operator(), {}, compiled_peer)
     assert len(failures) == 1 and failures[0].startswith("torch.compile @ 5")

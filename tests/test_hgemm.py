@@ -1,5 +1,5 @@
 """The low-precision GEMMs (hgemm, hgemm_bf16, int8_gemm, qlinear), their PTX helpers, and
-workbench.launch.set_max_dynamic_shared_memory.
+workbench.shared_memory.set_max_dynamic_shared_memory.
 
 No GPU here, so the tensor-core kernels are checked three ways on the CPU:
 
@@ -31,7 +31,7 @@ import workbench  # noqa: F401  (chooses GPU or simulator before numba is import
 from workbench import device
 from workbench.check import check_stage
 from workbench.ladder import InputError
-from workbench.launch import SM90_OPTIN_LIMIT, SharedMemoryError, set_max_dynamic_shared_memory
+from workbench.shared_memory import SM90_OPTIN_LIMIT, SharedMemoryError, set_max_dynamic_shared_memory
 
 from solutions import _ptx, _tile_layout, hgemm, int8_gemm
 from tests.test_ladders import SPILL_BUDGET, SPILL_EXPECTED

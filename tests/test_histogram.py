@@ -108,7 +108,7 @@ def test_views_off_a_16_byte_boundary_on_a_gpu(offset):
 
 @functools.lru_cache(maxsize=None)
 def _read_ceiling_gbps():
-    from workbench.peaks import read_bandwidth
+    from workbench.ceilings import read_bandwidth
 
     return read_bandwidth()["read_gbps"]
 
@@ -117,7 +117,7 @@ def _read_ceiling_gbps():
 @pytest.mark.timing
 def test_headline_reaches_70_percent_of_the_read_ceiling():
     """At 2^28 skewed bytes (half in one hot bin): the fastest stage at >= 70% of the read-only ceiling
-    (the sum of a 1 GiB buffer, workbench.peaks.read_bandwidth: headline() measures only the copy
+    (the sum of a 1 GiB buffer, workbench.ceilings.read_bandwidth: headline() measures only the copy
     stream, so the read stream is measured here, on this GPU, in this run)."""
     from tests.headline import headline
 

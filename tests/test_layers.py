@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "workbench"
 
 MODEL = {"device", "ladder", "registry", "paths", "sizes", "markers", "check", "timing", "bench", "results",
-         "peaks", "peers", "simulator", "introspect", "ptxcheck", "diff", "launch", "prepared", "profiles",
-         "sanitizer", "record", "targets", "sweep"}
+         "ceilings", "library_peers", "simulator", "introspect", "ptxcheck", "diff", "shared_memory", "prepared",
+         "profiles", "sanitizer_reports", "record", "targets", "sweep"}
 PRESENTATION = {"tables", "plots", "nb"}
 TOP = {"cli", "__main__"}
 LAYER_NAMES = ["model", "presentation", "room", "cli"]

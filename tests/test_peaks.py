@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from workbench import bench, peaks, plots, registry, results, tables
+from workbench import bench, ceilings, plots, registry, results, tables
 from workbench.cli import main
 from workbench.ladder import MEMORY_PATTERNS, Operator
 from workbench.timing import Timing
@@ -81,18 +81,18 @@ def test_stream_kernels_compute_what_they_claim(n):
     a one-block grid makes the grid-stride loops take several trips."""
     rng = np.random.default_rng(n)
     x, y = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
-    for blocks in (peaks.stream_blocks(n, peaks.READ_QUADS), 1):
+    for blocks in (ceilings.stream_blocks(n, ceilings.READ_QUADS), 1):
         total = cuda.to_device(np.zeros(1))
-        peaks._read_sum[blocks, peaks.STREAM_THREADS](cuda.to_device(x), total)
+        ceilings._read_sum[blocks, ceilings.STREAM_THREADS](cuda.to_device(x), total)
         assert total.copy_to_host()[0] == pytest.approx(x.sum(dtype=np.float64), rel=1e-6)
     z = cuda.device_array(n, np.float32)
-    peaks.add(cuda.to_device(x), cuda.to_device(y), z)
+    ceilings.add(cuda.to_device(x), cuda.to_device(y), z)
     np.testing.assert_array_equal(z.copy_to_host(), x + y)
     total = cuda.to_device(np.zeros(1))
-    peaks.read_sum_resident(cuda.to_device(x), total)
+    ceilings.read_sum_resident(cuda.to_device(x), total)
     assert total.copy_to_host()[0] == pytest.approx(x.sum(dtype=np.float64), rel=1e-6)
     copied = cuda.device_array(n, np.float32)
-    peaks._copy_vectors[-(-n // 4 // 128) or 1, 128](cuda.to_device(x), copied)
+    ceilings._copy_vectors[-(-n // 4 // 128) or 1, 128](cuda.to_device(x), copied)
     np.testing.assert_array_equal(copied.copy_to_host(), x)
 
 
@@ -100,18 +100,18 @@ def test_stream_kernels_compute_what_they_claim(n):
 def test_stream_kernels_compile_for_sm90():
     from tests.sm90 import compile_for_sm90
 
-    reports, output = compile_for_sm90("workbench.peaks", ["_copy_vectors", "_copy4"],
+    reports, output = compile_for_sm90("workbench.ceilings", ["_copy_vectors", "_copy4"],
                                        "(types.Array(types.float32, 1, 'C'), types.Array(types.float32, 1, 'C'))")
     assert len(reports) == 2 and all(status == "passed" for _, status, *_ in reports), output[-2000:]
 
 
 def test_datasheet_figures_by_device_name():
-    assert peaks.datasheet_gbps("NVIDIA H200") == 4800
-    assert peaks.datasheet_gbps("NVIDIA H100 80GB HBM3") == 3350  # the SXM's driver name
-    assert peaks.datasheet_gbps("NVIDIA H100 PCIe") == 2000
-    assert peaks.datasheet_gbps("NVIDIA A100-SXM4-80GB") == 2039
-    assert peaks.datasheet_gbps("NVIDIA A100-PCIE-40GB") == 1555
-    assert peaks.datasheet_gbps("Tesla T4") is None
+    assert ceilings.datasheet_gbps("NVIDIA H200") == 4800
+    assert ceilings.datasheet_gbps("NVIDIA H100 80GB HBM3") == 3350  # the SXM's driver name
+    assert ceilings.datasheet_gbps("NVIDIA H100 PCIe") == 2000
+    assert ceilings.datasheet_gbps("NVIDIA A100-SXM4-80GB") == 2039
+    assert ceilings.datasheet_gbps("NVIDIA A100-PCIE-40GB") == 1555
+    assert ceilings.datasheet_gbps("Tesla T4") is None
 
 
 def _write_results(tmp_path, monkeypatch, stored: dict) -> None:

@@ -16,7 +16,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from workbench import cli, prepared, profiles, sanitizer
+from workbench import cli, prepared, profiles, sanitizer_reports
 from workbench.ladder import InputError
 
 # -- Nsight Compute ------------------------------------------------------------------------------------
@@ -210,40 +210,40 @@ INITCHECK = textwrap.dedent('''\
 
 def test_memcheck_out_of_bounds_names_the_line_the_thread_and_the_cause(tmp_path):
     path = _source(tmp_path)
-    findings = sanitizer.parse(memcheck_new(path), "memcheck")
+    findings = sanitizer_reports.parse(memcheck_new(path), "memcheck")
     assert len(findings) == 1  # the same write at the same line: folded
     f = findings[0]
     assert (f.kind, f.access, f.kernel, f.line, f.thread, f.block) == ("out-of-bounds", "write", "_rows", 25,
                                                                       (231, 0, 0), (3, 0, 0))
-    line = sanitizer.teach(f)
+    line = sanitizer_reports.teach(f)
     assert "line 25 of learner.py (`y[row] = acc`)" in line and "thread (231,0,0) of block (3,0,0)" in line
     assert "bounds check" in line
-    assert sanitizer.error_count(memcheck_new(path)) == 25
-    old = sanitizer.parse(memcheck_old(path), "memcheck")[0]
+    assert sanitizer_reports.error_count(memcheck_new(path)) == 25
+    old = sanitizer_reports.parse(memcheck_old(path), "memcheck")[0]
     assert (old.kind, old.access, old.kernel, old.line, old.thread) == ("out-of-bounds", "read", "_rows", 25, (7, 0, 0))
 
 
 def test_racecheck_names_both_threads_and_both_lines(tmp_path):
     path = _source(tmp_path)
-    findings = sanitizer.parse(racecheck_hazard(path), "racecheck")
+    findings = sanitizer_reports.parse(racecheck_hazard(path), "racecheck")
     assert len(findings) == 1
     f = findings[0]
     assert (f.kind, f.access, f.kernel, f.line, f.other_line, f.thread, f.other_thread, f.block) == (
         "race", "RAW", "_tree", 30, 31, (4, 0, 0), (0, 0, 0), (2, 0, 0))
-    line = sanitizer.teach(f)
+    line = sanitizer_reports.teach(f)
     assert "`partials[t] = partial`" in line and "line 31 (`partials[t] += partials[t + half]`)" in line
     assert "syncthreads" in line
-    analysis = sanitizer.parse(RACECHECK_ANALYSIS, "racecheck")[0]
+    analysis = sanitizer_reports.parse(RACECHECK_ANALYSIS, "racecheck")[0]
     assert (analysis.kind, analysis.access, analysis.line, analysis.other_line) == ("race", "Write", 30, 31)
 
 
 def test_synccheck_and_initcheck_findings():
-    sync = sanitizer.parse(SYNCCHECK, "synccheck")[0]
+    sync = sanitizer_reports.parse(SYNCCHECK, "synccheck")[0]
     assert (sync.kind, sync.line, sync.kernel) == ("barrier", 12, "_bad_barrier")
-    assert "inside an `if`" in sanitizer.teach(sync)
-    init = sanitizer.parse(INITCHECK, "initcheck")[0]
+    assert "inside an `if`" in sanitizer_reports.teach(sync)
+    init = sanitizer_reports.parse(INITCHECK, "initcheck")[0]
     assert (init.kind, init.line, init.thread, init.block) == ("uninitialized", 8, (3, 0, 0), (1, 0, 0))
-    assert sanitizer.parse("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n", "memcheck") == []
+    assert sanitizer_reports.parse("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n", "memcheck") == []
 
 
 def test_sanitize_command_parses_a_saved_log_and_refuses_without_a_gpu(tmp_path, capsys):
@@ -429,7 +429,7 @@ def test_sanitize_catches_the_planted_bugs_and_names_the_line(planted, target, t
     op, (stage,) = registry.resolve(target)
     findings, output = sanitize.run_tool(path, tool, stage, sanitize.default_size(op), file)
     assert findings, output[-2000:]
-    assert any(line_text in sanitizer.teach(f) for f in findings), [sanitizer.teach(f) for f in findings]
+    assert any(line_text in sanitizer_reports.teach(f) for f in findings), [sanitizer_reports.teach(f) for f in findings]
 
 
 def test_a_report_naming_the_file_bare_still_quotes_the_code_of_the_file_that_ran(tmp_path, monkeypatch):
@@ -448,4 +448,4 @@ def test_a_report_naming_the_file_bare_still_quotes_the_code_of_the_file_that_ra
     monkeypatch.setattr(subprocess, "run", fake_run)
     op, (stage,) = registry.resolve("matvec.thread_per_row")
     findings, _ = sanitize.run_tool("compute-sanitizer", "memcheck", stage, (1000, 33), str(path))
-    assert "(`y[row] = acc`)" in sanitizer.teach(findings[0])
+    assert "(`y[row] = acc`)" in sanitizer_reports.teach(findings[0])

@@ -62,13 +62,13 @@ def headline():
 def test_headline_each_stage_faster_and_beats_torch(headline):
     """At 16384 x 16384: each stage faster than the one before, the last >= 2.5x torch's
     x.t().contiguous()."""
-    from workbench import peers
+    from workbench import library_peers
     from workbench.timing import measure
 
     _, stages = headline
     times = [r["median_us"] for r in stages]
     assert all(a > b for a, b in zip(times, times[1:])), times
-    torch = peers.torch()
+    torch = library_peers.torch()
     if torch is not None:
         x = torch.rand(op.headline_size, device="cuda")
         contiguous = measure(lambda a: a.t().contiguous(), [(x,)])

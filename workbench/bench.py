@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import peers
+from . import library_peers
 from .check import compare, poison_like
 from .ladder import Operator, Size, Stage, as_size, fill_from_host, size_label, to_device, to_host
 from .results import now
@@ -75,7 +75,7 @@ def peer_launches(op: Operator, size: Size, with_compile: bool) -> list[tuple[st
     """The libraries a size is compared with, as (name, launch): the operator's own peer (eager torch,
     else CuPy) first, then its torch expression under torch.compile where it gives one. Records keep
     this order, so the first peer record is still the eager one that the GPU tests' targets name."""
-    found = [op.peer(size) if op.peer else None, peers.compiled_peer(op, size) if with_compile else None]
+    found = [op.peer(size) if op.peer else None, library_peers.compiled_peer(op, size) if with_compile else None]
     return [p for p in found if p is not None]
 
 
@@ -137,7 +137,7 @@ def bench_size(op: Operator, stages: list[Stage], size, peaks: dict, rng: np.ran
         # A peer with no out= (torch.nn.functional.layer_norm, ...) may allocate and return its result
         # instead, marked by a `returns_output` attribute: copying into out would time a second pass.
         if getattr(launch, "returns_output", False):
-            got = peers.to_host(returned)
+            got = library_peers.to_host(returned)
         else:
             got = to_host(d_out)
         rel_err = None
@@ -173,7 +173,7 @@ def bench_size(op: Operator, stages: list[Stage], size, peaks: dict, rng: np.ran
         if rec is not None:
             rec.update(stage=stage.name, order=stage.order, kind="stage", summary=stage.summary, peer=peer_summary)
             records.append(rec)
-    peers.clear_views()  # the views keep this size's buffers alive
+    library_peers.clear_views()  # the views keep this size's buffers alive
     return records, failures
 
 

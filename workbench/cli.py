@@ -170,7 +170,7 @@ def _need_gpu(what: str) -> bool:
 
 def _peaks_for_device(remeasure: bool = False) -> dict:
     from . import results
-    from .peaks import measure_peaks
+    from .ceilings import measure_peaks
 
     env = results.environment()
     if not remeasure:
@@ -326,7 +326,7 @@ def cmd_sweep(args) -> int:
 def peaks_table(peaks: dict, heading: str) -> Table:
     """The memory ceilings by access pattern beside NVIDIA's figure, then the library GEMM rates."""
     from .bench import PATTERN_PEAK
-    from .peaks import MEASURED_BY, datasheet_gbps
+    from .ceilings import MEASURED_BY, datasheet_gbps
 
     device = (peaks.get("environment") or {}).get("device", "")
     sheet = peaks.get("datasheet_gbps") or datasheet_gbps(device)

@@ -102,7 +102,7 @@ class Operator:
     validate(*device_arrays) -> raise InputError naming what was expected
     peer(size) -> (library name, callable(*device_inputs, out)) or None where no library is installed
     torch_expression(torch, size) -> f(*input_tensors) -> output tensor: the operator as plain torch
-        code, for ``torch.compile`` (the bench times it beside ``peer``; see ``peers.compiled_peer``)
+        code, for ``torch.compile`` (the bench times it beside ``peer``; see ``library_peers.compiled_peer``)
     """
 
     name: str
@@ -229,7 +229,7 @@ class Operator:
 
 
 # How a memory-bound operator's minimum bytes split between reads and writes, each with a ceiling of its
-# own that `workbench peaks` measures (workbench.peaks): reading alone runs faster than copying, and two
+# own that `workbench peaks` measures (workbench.ceilings): reading alone runs faster than copying, and two
 # reads per write faster again, since the memory bus turns round between reads and writes less often.
 MEMORY_PATTERNS = {
     "read": "read only: the input read once, a tiny output (reductions, argmax, histogram, matvec)",

@@ -398,7 +398,7 @@ def _live_peaks(env: dict) -> dict:
     if "peaks" not in _LIVE_ENV:
         stored = results.stored_peaks(env["device"])
         if stored is None:
-            from .peaks import measure_peaks
+            from .ceilings import measure_peaks
 
             print("measuring this GPU's peaks (copy bandwidth, library GEMM) once...")
             stored = measure_peaks()

@@ -1,6 +1,6 @@
 """`workbench record`: the one command a GPU run needs, within a time budget.
 
-1. The ceilings (``workbench.peaks``) are measured again when they are stale: never measured on this
+1. The ceilings (``workbench.ceilings``) are measured again when they are stale: never measured on this
    device, missing a pattern, taken under other versions, or older than ``PEAKS_MAX_AGE_DAYS``.
 2. Then the plan: every (operator, size) an operator declares (its headline size, every bench size where
    ``record_all_sizes``, the sizes its targets name), those with a stage never recorded first, then the
@@ -30,7 +30,7 @@ from typing import Callable
 from . import results
 from .bench import PATTERN_PEAK
 from .ladder import Operator, as_size, size_label
-from .peers import COMPILED_NAME
+from .library_peers import COMPILED_NAME
 
 PEAKS_MAX_AGE_DAYS = 30
 PEAKS_KEYS = (*PATTERN_PEAK.values(), "gemm_fp32_gflops", "gemm_fp16_gflops")

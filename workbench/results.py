@@ -41,7 +41,7 @@ def environment() -> dict:
     import numba
     import numpy
 
-    from . import device, peers
+    from . import device, library_peers
 
     env = {"python": platform.python_version(), "numba": numba.__version__, "numpy": numpy.__version__}
     try:
@@ -68,7 +68,7 @@ def environment() -> dict:
             pass
     else:
         env["device"] = "simulator"
-    env.update(peers.versions())
+    env.update(library_peers.versions())
     return env
 
 

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from . import results
 from .bench import peak_key
 from .ladder import Operator, as_size, size_label
-from .peers import COMPILED_NAME
+from .library_peers import COMPILED_NAME
 
 MET, MISSED, NEVER = "met", "missed", "never measured"
 LAST, BEST = "last", "best"

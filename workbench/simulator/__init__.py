@@ -449,7 +449,7 @@ def _check_launch(grid_dim, block_dim, dynamic_shared_bytes, opted_in_bytes=0):
 
 def _check_shared_memory(static_bytes, dynamic_bytes, opted_in_bytes=0):
     """The limits a GPU enforces. A kernel given more dynamic shared memory with
-    ``workbench.launch.set_max_dynamic_shared_memory`` (which records ``sim_max_dynamic_shared_bytes``
+    ``workbench.shared_memory.set_max_dynamic_shared_memory`` (which records ``sim_max_dynamic_shared_bytes``
     on it here) may use up to that much in all; static shared memory stays within 48 KiB."""
     total = static_bytes + dynamic_bytes
     if opted_in_bytes > SHARED_MEMORY_PER_BLOCK and static_bytes <= SHARED_MEMORY_PER_BLOCK and total <= opted_in_bytes:

@@ -3,6 +3,6 @@
 
 Both run a stage in a child process under the NVIDIA tool (``python -m workbench.tools.target``), so
 the tool sees one stage's kernels and nothing of the workbench's own; the parsing and the recorded
-files live in the model (``workbench.profiles``, ``workbench.sanitizer``). Each module has
+files live in the model (``workbench.profiles``, ``workbench.sanitizer_reports``). Each module has
 ``add_cli(subparsers)``; the room never imports the other rooms.
 """

@@ -3,7 +3,7 @@
 Each stage runs once in a child process (``python -m workbench.tools.target``) under
 ``compute-sanitizer --tool memcheck|racecheck|synccheck|initcheck`` (all four by default), with
 ``NUMBA_CUDA_DEBUGINFO=1`` so the kernels carry line information, and every finding becomes one
-teaching line: the kernel, the source line and its text, the thread, what it did (``workbench.sanitizer``).
+teaching line: the kernel, the source line and its text, the thread, what it did (``workbench.sanitizer_reports``).
 ``--impl FILE`` checks a learner's launcher for the stage instead of the answer key's.
 ``--parse LOG --tool T`` reads a saved sanitizer log instead (no GPU needed).
 
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from .. import device as _device
-from .. import registry, sanitizer, sizes
+from .. import registry, sanitizer_reports, sizes
 from ..ladder import as_size, size_label
 
 TIMEOUT_S = 600
@@ -56,7 +56,7 @@ def run_tool(tool_path: str, tool: str, stage, size, impl: str | None = None) ->
     run = subprocess.run(sanitizer_command(tool_path, tool, stage.key, size, impl), capture_output=True, text=True,
                          env=env, timeout=TIMEOUT_S)
     output = run.stdout + run.stderr
-    findings = sanitizer.parse(output, tool)
+    findings = sanitizer_reports.parse(output, tool)
     # The report may name a kernel's file by its bare name (the debug info's directory is printed apart,
     # or not at all): point such findings at the file we ran, so that the teaching line can quote the code.
     ran = [Path(impl)] if impl else []
@@ -71,7 +71,7 @@ def cmd_sanitize(args) -> int:
     from rich.console import Console
 
     console, err = Console(), Console(stderr=True)
-    tools = args.tool or list(sanitizer.TOOLS)
+    tools = args.tool or list(sanitizer_reports.TOOLS)
     if args.parse:
         if len(tools) != 1:
             err.print("[red]error:[/] --parse reads one log: name its --tool")
@@ -81,11 +81,11 @@ def cmd_sanitize(args) -> int:
             err.print(f"[red]error:[/] --parse: no such file {log}")
             return 2
         text = log.read_text(errors="replace")
-        if not sanitizer.is_sanitizer_log(text):
+        if not sanitizer_reports.is_sanitizer_log(text):
             err.print(f"[red]error:[/] {log} is not a compute-sanitizer log (no '========= ' lines): "
                       "--parse reads what `compute-sanitizer --tool T ...` printed")
             return 2
-        return _report(console, sanitizer.parse(text, tools[0]), args.json)
+        return _report(console, sanitizer_reports.parse(text, tools[0]), args.json)
     if not args.target:
         err.print("[red]error:[/] name a target (OP or OP.STAGE), or --parse a saved log")
         return 2
@@ -107,7 +107,7 @@ def cmd_sanitize(args) -> int:
         for tool in tools:
             err.print(f"{tool}: {stage.key} @ {size_label(size)} ...")
             found, output = run_tool(tool_path, tool, stage, size, args.impl)
-            count = sanitizer.error_count(output)
+            count = sanitizer_reports.error_count(output)
             if not found and count is None:
                 failures.append(f"{tool} on {stage.key} printed no summary: {output.strip()[-400:]}")
             findings += found
@@ -119,10 +119,10 @@ def cmd_sanitize(args) -> int:
 
 def _report(console, findings, as_json: bool) -> int:
     if as_json:
-        print(json.dumps([{**f.as_dict(), "message": sanitizer.teach(f)} for f in findings], indent=1))
+        print(json.dumps([{**f.as_dict(), "message": sanitizer_reports.teach(f)} for f in findings], indent=1))
     elif findings:
         for f in findings:
-            console.print(f"[red]•[/] {sanitizer.teach(f)}", highlight=False, soft_wrap=True)
+            console.print(f"[red]•[/] {sanitizer_reports.teach(f)}", highlight=False, soft_wrap=True)
     else:
         console.print("[green]no errors found[/]")
     return 1 if findings else 0
@@ -133,7 +133,7 @@ def add_cli(sub) -> None:
     s = sub.add_parser("sanitize", help="compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on stages",
                        description=__doc__.split("\n\n")[0])
     s.add_argument("target", nargs="?", help="OP or OP.STAGE")
-    s.add_argument("--tool", action="append", choices=sanitizer.TOOLS, help="one tool (repeatable; default all four)")
+    s.add_argument("--tool", action="append", choices=sanitizer_reports.TOOLS, help="one tool (repeatable; default all four)")
     s.add_argument("--impl", help="check a learner's launcher for the stage from this file")
     s.add_argument("--size", type=sizes.size_arg, help="problem size (default: a small, awkward one)")
     s.add_argument("--parse", metavar="LOG", help="read a saved compute-sanitizer log instead of running one")

@@ -314,9 +314,9 @@ def read2_write1_bandwidth(nbytes: int = COPY_BYTES) -> dict:
 def library_streams(nbytes: int = COPY_BYTES) -> dict:
     """The same three patterns done by torch, if installed (torch.sum, Tensor.copy_, torch.add), in GB/s.
     On the H200 (2026-11-23) each beat our stream kernel by 1-5%: a ceiling is the best measured here."""
-    from . import peers
+    from . import library_peers
 
-    torch = peers.torch()
+    torch = library_peers.torch()
     if torch is None:
         return {}
     n = nbytes // 4
@@ -345,9 +345,9 @@ def stream_ceilings(nbytes: int = COPY_BYTES) -> dict:
 
 def gemm_rates(n: int = 8192) -> dict:
     """fp32 / TF32 / fp16 GEMM rates of the library (GFLOP/s), if torch or CuPy is installed."""
-    from . import peers
+    from . import library_peers
 
-    torch = peers.torch()
+    torch = library_peers.torch()
     if torch is None:
         return {}
     flops = 2 * n**3
