@@ -42,7 +42,10 @@ LEGEND_COLUMN_PX = 250  # the width a legend column needs: a panel 500 px wide h
 
 STAGE_COLORS = plt.get_cmap("viridis")
 PEER_COLOR = "tab:red"
-PEER_STYLE = dict(color=PEER_COLOR, linestyle="--", linewidth=1.6)
+# Library peers (eager torch, torch.compile, cuBLAS...) each get a colour, a line style and a marker of
+# their own: two peers drawn alike would read as one. Viridis (the stages) has no red, orange or pink.
+PEER_LOOKS = [("tab:red", "--", "x"), ("tab:orange", "-.", "P"), ("tab:pink", (0, (5, 1, 1, 1, 1, 1)), "*"),
+              ("tab:brown", (0, (3, 2)), "X")]
 PEAK_STYLE = dict(color="black", linestyle=":", linewidth=1.6)
 FLOOR_STYLE = dict(color="0.45", linestyle=":", linewidth=2.2)
 # Shape families on the latency plot: the first is drawn solid with dots, the next ones differ in both.
@@ -147,6 +150,13 @@ def _peers(recs: list[dict]) -> list[dict]:
     return [r for r in recs if r.get("kind") == "peer"]
 
 
+def peer_look(recs: list[dict], name: str) -> tuple:
+    """(colour, line style, marker) of the peer ``name`` among the peers of ``recs``: by its place in
+    their sorted names, so every panel of a figure draws one peer alike and two peers apart."""
+    names = sorted({r["stage"] for r in _peers(recs)})
+    return PEER_LOOKS[names.index(name) % len(PEER_LOOKS)]
+
+
 def _legend_below(ax, most_columns: int = 3):
     """A legend under the panel (under its tick labels and x label), so that it never covers the data.
 
@@ -179,6 +189,26 @@ def _ticks(ax) -> None:
 
 # -- one operator ---------------------------------------------------------------------------------
 
+AXES_SHARE = 0.8  # of its (sub)figure's width, what a panel's axes keep beside its tick labels
+LABEL_CHAR_EM = 0.6  # a label digit's width in ems (DejaVu Sans digits are 0.64; "%" is wider, spaces narrower)
+
+
+def _bar_labels(ax, bars, labels: list[str]) -> bool:
+    """Label each bar over its top, on an opaque box. Upright where every label fits the width of its
+    bar's slot; otherwise all of them on one line each, turned on end, so that neighbours never overlap
+    (twelve stages in a 500-pixel panel leave 35 pixels a bar: "31964" alone needs 40). Returns whether
+    they stand upright (a turned label is taller: the caller leaves more room above the bars)."""
+    slot_px = AXES_SHARE * ax.figure.bbox.width / max(len(bars), 1)
+    widest = max((len(line) for label in labels for line in label.split("\n")), default=0)
+    upright = widest * SMALL_PT * ax.figure.dpi / 72 * LABEL_CHAR_EM <= slot_px * 0.9
+    for bar, label in zip(bars, labels):
+        ax.annotate(label if upright else label.replace("\n", " "),
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 2),
+                    textcoords="offset points", ha="center", va="bottom", rotation=0 if upright else 90,
+                    fontsize=SMALL_PT, bbox=LABEL_BOX, zorder=LABEL_ZORDER)
+    return upright
+
+
 def staircase(ax, data: dict, op: Operator, *, upto: str | None = None, live: bool = False):
     """One bar per stage at the headline size, up to stage ``upto``; the measured peak (dotted) and the
     library peer (dashed red) as lines. Each bar is labelled with its rate and its % of the peak."""
@@ -194,20 +224,21 @@ def staircase(ax, data: dict, op: Operator, *, upto: str | None = None, live: bo
     if peak:
         ax.axhline(peak, **PEAK_STYLE, zorder=3, label=f"measured peak ({peak_name}) {peak:.0f}")
     for r in peers:
-        ax.axhline(r[metric], **PEER_STYLE, zorder=3, label=f"{r['stage']} {r[metric]:.0f}")
-    for bar, r in zip(bars, stages):
+        color, style, _ = peer_look(recs, r["stage"])
+        ax.axhline(r[metric], color=color, linestyle=style, linewidth=1.6, zorder=3,
+                   label=f"{r['stage']} {r[metric]:.0f}")
+    labels = []
+    for r in stages:
         pct = percent(op, r, peaks)
-        label = f"{r[metric]:.0f}" + (f"\n{pct:.0f}%" if pct is not None else "")
-        ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 2),
-                    textcoords="offset points", ha="center", va="bottom", fontsize=SMALL_PT,
-                    bbox=LABEL_BOX, zorder=LABEL_ZORDER)
+        labels.append(f"{r[metric]:.0f}" + (f"\n{pct:.0f}%" if pct is not None else ""))
+    upright = _bar_labels(ax, bars, labels)
     top = max(values + [peak or 0] + [r[metric] for r in peers], default=1) or 1
     positive = [v for v in values if v > 0]
     if positive and top / min(positive) > 100:  # early stages would be invisible on a linear axis
         ax.set_yscale("log")
-        ax.set_ylim(min(positive) / 3, top * 6)  # room for two lines of label over the tallest bar
+        ax.set_ylim(min(positive) / 3, top * (6 if upright else 40))  # room for the labels over the tallest bar
     else:
-        ax.set_ylim(0, top * 1.3)
+        ax.set_ylim(0, top * (1.3 if upright else 1.6))
     ax.set_ylabel(unit_of(op), fontsize=LABEL_PT)
     ax.tick_params(axis="x", rotation=25)
     for label in ax.get_xticklabels():
@@ -270,20 +301,26 @@ def latency(ax, data: dict, op: Operator, *, upto: str | None = None, live: bool
     families = shape_families([r["size"] for r in stages + peers])
     family_of = {s: i for i, fam in enumerate(families) for s in fam}
 
-    def draw(rows: list[dict], color, label: str, peer: bool) -> None:
+    def draw(rows: list[dict], color, label: str, peer_look: tuple | None = None) -> None:
+        """One line per shape family; the first line drawn carries the legend entry (a stage recorded
+        only at some shapes still gets one)."""
         for i, fam in enumerate(families):
             pts = sorted((r["bytes"], r["median_us"]) for r in rows if family_of[as_size(r["size"])] == i)
             if not pts:
                 continue
             style, marker = FAMILY_STYLES[i % len(FAMILY_STYLES)]
-            ax.plot(*zip(*pts), color=color, linestyle=style, marker=marker, markersize=4,
-                    linewidth=1.8 if peer else 1.4, label=label if i == 0 else None, zorder=3)
+            if peer_look and len(families) == 1:  # one family: the peer's own style tells it from the others
+                style, marker = peer_look[1], peer_look[2]
+            ax.plot(*zip(*pts), color=color, linestyle=style, marker=marker, markersize=5 if peer_look else 4,
+                    linewidth=1.8 if peer_look else 1.4, label=label, zorder=3)
+            label = None
 
     for order in sorted({r["order"] for r in stages}):
         rows = [r for r in stages if r["order"] == order]
-        draw(rows, stage_color(op, order), rows[0]["stage"], peer=False)
+        draw(rows, stage_color(op, order), rows[0]["stage"])
     for name in sorted({r["stage"] for r in peers}):
-        draw([r for r in peers if r["stage"] == name], PEER_COLOR, f"{name} (library)", peer=True)
+        look = peer_look(peers, name)
+        draw([r for r in peers if r["stage"] == name], look[0], f"{name} (library)", look)
     shown = stages + peers
     floor = time_floor(op, data.get("peaks") or {}, shown)
     if shown:  # drawn only where it is within sight of the measurements
@@ -356,22 +393,60 @@ def has_roofline(op: Operator) -> bool:
     return op.flops(as_size(op.headline_size)) > 0
 
 
+def intensity(rec: dict) -> float:
+    """A record's arithmetic intensity: its flops over the bytes its own stage moves (its traffic
+    model; the operator's minimum where the stage has none, and for a library peer)."""
+    return rec["flops"] / (rec.get("stage_bytes") or rec["bytes"])
+
+
+def intensities(op: Operator, data: dict) -> list[float]:
+    """The distinct arithmetic intensities of ``op``'s records at its headline size, rounded to 0.1%."""
+    recs = results.headline(results.records_for(op.name, data), op.headline_size)
+    return sorted({float(f"{intensity(r):.3g}") for r in recs if r["flops"]})
+
+
+def roofline_says_something(op: Operator, data: dict) -> bool:
+    """A roofline of one ladder places its stages by intensity; where every stage and peer sits at the
+    same one (no stage has a traffic model of its own: gemm), it would stack them in one column under
+    the roof, which the staircase's "% of peak" already says. It is drawn where there are two or more."""
+    return has_roofline(op) and len(intensities(op, data)) > 1
+
+
+def one_intensity_note(op: Operator, data: dict) -> str:
+    """What a one-column roofline would have said, in a sentence: the intensity, which side of the
+    ridge, and that the staircase shows the distance to the roof."""
+    peaks = data.get("peaks") or {}
+    memory, _ = memory_ceiling(op, peaks)
+    compute = peaks.get(bench.peak_key(op, peaks) if op.bound == "compute" else "gemm_fp32_gflops")
+    size = as_size(op.headline_size)
+    x = (intensities(op, data) or [op.flops(size) / op.bytes_moved(size)])[0]
+    text = (f"Every stage of {op.name} does the same flops on the same bytes (no stage moves more than the "
+            f"minimum in its model): one arithmetic intensity, {x:.3g} flop/byte")
+    if memory and compute:
+        ridge = compute / memory
+        side = "right of the ridge: compute-bound" if x > ridge else "left of the ridge: memory-bound"
+        text += f", {side} (the ridge is at {ridge:.3g} flop/byte on {data.get('device', '?')})"
+    return (text + ". A roofline would stack every stage in one column under the same roof; the staircase's "
+            "% of peak is each stage's distance to it, so no roofline is drawn.")
+
+
 def roofline(ax, data: dict, op: Operator, *, upto: str | None = None, live: bool = False):
-    """Each stage at the headline size as a point (intensity from the models, rate measured) under the
-    memory and compute roofs; the library peer a red cross."""
+    """Each stage at the headline size as a point (intensity from its own traffic model, rate
+    measured) under the memory and compute roofs; each library peer a cross of its own."""
     recs = results.headline(results.records_for(op.name, data), op.headline_size)
     stages = _stage_records(recs, upto, op)
     peers = _peers(recs)
     for r in stages:
-        ax.scatter(r["flops"] / r["bytes"], r["gflops"], color=stage_color(op, r["order"]), s=36, zorder=3,
+        ax.scatter(intensity(r), r["gflops"], color=stage_color(op, r["order"]), s=36, zorder=3,
                    label=r["stage"])
     for r in peers:
-        ax.scatter(r["flops"] / r["bytes"], r["gflops"], marker="x", color=PEER_COLOR, s=50, zorder=4,
+        color, _, marker = peer_look(peers, r["stage"])
+        ax.scatter(intensity(r), r["gflops"], marker=marker, color=color, s=50, zorder=4,
                    label=f"{r['stage']} (library)")
     peaks = data.get("peaks") or {}
     keys = ("gemm_fp32_gflops", "gemm_tf32_gflops") + ((bench.peak_key(op),) if op.bound == "compute" else ())
     memory_key = bench.peak_key(op, peaks) if op.bound == "memory" else "copy_gbps"  # its own stream's roof
-    _roofline_axes(ax, [(r["flops"] / r["bytes"], r["gflops"]) for r in stages + peers if r["flops"]],
+    _roofline_axes(ax, [(intensity(r), r["gflops"]) for r in stages + peers if r["flops"]],
                    peaks, keys, memory_key)
     size = as_size(recs[0]["size"]) if recs else as_size(op.headline_size)
     _title(ax, f"{op.name}: roofline at {size_phrase(op, size)}", provenance(data, stages + peers, live))
@@ -432,18 +507,16 @@ def best_against_peer(ax, rows: list[tuple[Operator, dict, dict | None, dict]]):
     x = np.arange(len(rows))
     ours = [percent(op, best, peaks) or 0 for op, best, _, peaks in rows]
     theirs = [(percent(op, peer, peaks) or 0) if peer else 0 for op, _, peer, peaks in rows]
-    ax.bar(x - 0.2, ours, 0.4, label="best stage", color="tab:green", zorder=2)
+    bars = ax.bar(x - 0.2, ours, 0.4, label="best stage", color="tab:green", zorder=2)
     ax.bar(x + 0.2, theirs, 0.4, label="library peer", color=PEER_COLOR, alpha=0.7, zorder=2)
-    for xi, v in zip(x, ours):
-        ax.annotate(f"{v:.0f}", (xi - 0.2, v), xytext=(0, 2), textcoords="offset points", ha="center",
-                    va="bottom", fontsize=SMALL_PT, bbox=LABEL_BOX, zorder=LABEL_ZORDER)
+    upright = _bar_labels(ax, bars, [f"{v:.0f}" for v in ours])
     ax.axhline(100, **PEAK_STYLE, zorder=3, label="100% of the measured peak")
     ax.set_xticks(x, [f"{op.name}\n{best['stage']}" for op, best, _, _ in rows])
     ax.tick_params(axis="x", rotation=35)
     for label in ax.get_xticklabels():
         label.set_horizontalalignment("right")
         label.set_rotation_mode("anchor")
-    ax.set_ylim(0, max(ours + theirs + [100]) * 1.15)
+    ax.set_ylim(0, max(ours + theirs + [100]) * (1.15 if upright else 1.3))
     ax.set_ylabel("% of measured peak", fontsize=LABEL_PT)
     _ticks(ax)
     devices = sorted({best["device"] for _, best, _, _ in rows})
@@ -469,16 +542,16 @@ def roofline_of_operators(ax, data: dict, ops: list[Operator]):
         color = cmap(i % 20)
         stages = sorted((r for r in recs if r.get("kind") == "stage"), key=lambda r: r["order"])
         for k, r in enumerate(stages):
-            ax.scatter(r["flops"] / r["bytes"], r["gflops"], color=color, s=18,
+            ax.scatter(intensity(r), r["gflops"], color=color, s=18,
                        alpha=0.35 + 0.65 * (k + 1) / len(stages), zorder=3)
         best, _ = best_stage(op, data)
         if best is not None:
-            ax.scatter(best["flops"] / best["bytes"], best["gflops"], s=70, facecolors="none", edgecolors=color,
+            ax.scatter(intensity(best), best["gflops"], s=70, facecolors="none", edgecolors=color,
                        linewidths=1.5, zorder=4, label=f"{op.name} ({best['stage']})")
         for r in _peers(recs):
-            ax.scatter(r["flops"] / r["bytes"], r["gflops"], marker="x", color=color, s=30, zorder=4)
+            ax.scatter(intensity(r), r["gflops"], marker="x", color=color, s=30, zorder=4)
         shown += recs
-    _roofline_axes(ax, [(r["flops"] / r["bytes"], r["gflops"]) for r in shown if r["flops"]],
+    _roofline_axes(ax, [(intensity(r), r["gflops"]) for r in shown if r["flops"]],
                    data.get("peaks") or {}, tuple(key for key, _ in COMPUTE_ROOFS))
     _title(ax, "every ladder on one roofline (ringed: fastest stage, x: library peer)",
            provenance(data, shown, False))
@@ -521,11 +594,35 @@ def recorded_sizes(data: dict, op: Operator) -> int:
 
 def figure_kinds(op: Operator, data: dict | None = None) -> list[str]:
     """The figures an operator has: the staircase always; latency against size where the records hold
-    two sizes or more (given no ``data``: always); a roofline where it does arithmetic; bytes per stage
-    where some stage moves more than the minimum."""
+    two sizes or more (given no ``data``: always); a roofline where it does arithmetic at two or more
+    intensities (``roofline_says_something``; given no ``data``: wherever it does arithmetic); bytes per
+    stage where some stage moves more than the minimum."""
     latency_too = data is None or recorded_sizes(data, op) > 1
-    return (["staircase"] + (["latency"] if latency_too else []) + (["roofline"] if has_roofline(op) else [])
+    roofline_too = has_roofline(op) if data is None else roofline_says_something(op, data)
+    return (["staircase"] + (["latency"] if latency_too else []) + (["roofline"] if roofline_too else [])
             + (["bytes"] if has_stage_bytes(op) else []))
+
+
+def caption(op: Operator, kinds: list[str]) -> str:
+    """Markdown that says what a figure of these panels (``kinds``, left to right) shows, naming a
+    panel's side only where there are two: the caption follows the figure actually drawn."""
+    metric_words = ("GFLOP/s, under the compute peak" if op.bound == "compute"
+                    else "effective GB/s, under the measured bandwidth of its memory pattern")
+    what = {
+        "staircase": ("**Staircase**", f"each stage at the headline size in {metric_words} (dotted line), and "
+                      "each library peer as a line of its own colour and dash"),
+        "latency": ("**Latency against size**", "log-log: a flat line is launch-bound (a few µs whatever the "
+                    "size), a slope of one is bandwidth-bound; each shape family has its own line style; the "
+                    "dotted grey line is the least time the roofline allows, a floor no stage can cross"),
+        "roofline": ("**Roofline**", "each stage's arithmetic intensity (flops over the bytes its own traffic "
+                     "model moves) against its rate. Under the slanted memory roof a kernel can only get faster "
+                     "by moving its bytes faster; under a flat compute roof, by doing its arithmetic faster"),
+        "bytes": ("**Bytes moved per stage**", "what each stage moves against the minimum: a stage that reads or writes an "
+                  "intermediate result in global memory pays for it in bytes; fusing kernels removes those "
+                  "round trips"),
+    }
+    sides = ["(left)", "(right)"] if len(kinds) == 2 else [""]
+    return " ".join(f"{what[k][0]}{' ' + side if side else ''}: {what[k][1]}." for k, side in zip(kinds, sides))
 
 
 def ladder_figure(data: dict, op: Operator, kinds: list[str], *, upto: str | None = None, live: bool = False):
@@ -533,6 +630,7 @@ def ladder_figure(data: dict, op: Operator, kinds: list[str], *, upto: str | Non
     fig, axes = new_figure(len(kinds))
     for kind, ax in zip(kinds, axes):
         PANELS[kind](ax, data, op, upto, live)
+        ax.set_gid(kind)  # what the panel is, for whoever reads the figure back (nb.Picture, the tests)
     return fig
 
 
