@@ -573,23 +573,18 @@ def whole_ladder_figures(op: Operator) -> dict[str, list[str]]:
 
 SPHINX_ROLE = re.compile(r":(?:py:)?(?:func|class|meth|mod|attr|data|obj|exc|const|ref|term):`~?([^`]+)`")
 CODE_SPAN = re.compile(r"(```.*?```|``[^\n]*?``|`[^`\n]*`)", re.S)
-# An asterisk that is not half of a "**" pair is multiplication ("4*N reads, 2*N writes"), which
-# Markdown would set in italics.
-LONE_ASTERISK = re.compile(r"(?<![*\\])\*(?!\*)")
+# An asterisk between two operands ("2*M*N*K", "ho*stride", "(a+b)*c") is multiplication, which Markdown
+# would read as the edge of italics; one with a space on a side ("*now*", "a * b") is left as it is.
+TIMES_ASTERISK = re.compile(r"(?<=[\w)\]])\*(?=[\w(\[])")
 
 
 def prose_markdown(text: str) -> str:
     """A paragraph or docstring from solutions/ as Markdown that shows what it says: Sphinx roles
-    (``:func:`name```) become code, and an asterisk outside code that is not a pair's ``**`` is
-    escaped, so that "4*N reads, 2*N writes" is not set in italics. A leading "* " bullet stays a bullet."""
+    (``:func:`name```) become code, and a multiplication's asterisk outside code is escaped, so that
+    "2*M*N*K flops" is not set in italics (emphasis, "*now*", stays emphasis)."""
     parts = CODE_SPAN.split(SPHINX_ROLE.sub(lambda m: f"`{m.group(1)}`", text))
     for i in range(0, len(parts), 2):  # the even parts are outside code
-        lines = parts[i].split("\n")
-        for j, line in enumerate(lines):
-            bullet = re.match(r"\s*\* ", line) if (j > 0 or i == 0) else None
-            head, body = (line[:bullet.end()], line[bullet.end():]) if bullet else ("", line)
-            lines[j] = head + LONE_ASTERISK.sub(r"\*", body)
-        parts[i] = "\n".join(lines)
+        parts[i] = TIMES_ASTERISK.sub(r"\\*", parts[i])
     return "".join(parts)
 
 
