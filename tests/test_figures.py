@@ -468,3 +468,27 @@ def test_every_stage_shows_the_kernels_it_launches():
     assert all(f"def {name}(" in source for name in ("warp_rows", "block_rows", "online_rows", "_softmax_online"))
     rms = registry.operator("rmsnorm")["by_shape"].source()
     assert "_layernorm_warp_rows" not in rms, "rmsnorm's by_shape names its own table, not layernorm's"
+
+
+# -- the committed figures are drawn from the records ----------------------------------------------------
+
+def test_committed_plots_are_drawn_from_todays_records():
+    """Each PNG in results/plots/ is entered in its manifest with the hash of the records it was drawn
+    from, and that is the hash of today's records (the reduction's staircase once said 104% of a peak
+    re-measured since: its table said 97%)."""
+    stale = plots.committed_plots_out_of_date()
+    assert not stale, (f"{len(stale)} committed figure(s) out of date, e.g. "
+                       + "; ".join(f"{k}: {v}" for k, v in sorted(stale.items())[:5])
+                       + ": `workbench table --update-readme` redraws them")
+
+
+def test_the_manifest_tells_a_figure_drawn_from_other_records(tmp_path):
+    op = registry.operator("transpose")
+    written = plots.save_all(DATA, op, tmp_path)
+    manifest = plots.read_manifest(tmp_path)
+    assert set(manifest) == {p.name for p in written}
+    assert all(manifest[p.name] == {"data": plots.data_hash(DATA, op), "png": plots.png_hash(p)} for p in written)
+    remeasured = {**DATA, "peaks": {**DATA["peaks"], "copy_gbps": DATA["peaks"]["copy_gbps"] * 1.07}}
+    assert plots.data_hash(remeasured, op) != plots.data_hash(DATA, op)  # a new peak: other figures
+    other_op = {**DATA, "records": [r for r in DATA["records"] if r["op"] != "reduction"]}
+    assert plots.data_hash(other_op, op) == plots.data_hash(DATA, op)  # another operator's records: the same

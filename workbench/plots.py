@@ -21,7 +21,9 @@ figures. Stage colours follow a stage's place in its whole ladder, so a "so far"
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import math
 import textwrap
 from pathlib import Path
@@ -29,7 +31,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from . import bench, registry, results
+from . import bench, paths, registry, results
 from .ladder import Operator, as_size, size_label
 
 FIG_DPI = 100
@@ -658,14 +660,106 @@ def save(fig, path: Path) -> Path:
     return path
 
 
+# Beside the PNGs save_all writes: for each, a hash of the records it was drawn from and of the PNG itself,
+# so that a test can tell a committed figure drawn from other records (older peaks, a stage re-recorded)
+# from one drawn from today's.
+MANIFEST = "drawn_from.json"
+
+
+def data_hash(data: dict, op: Operator) -> str:
+    """A hash of what ``op``'s saved figures are drawn from: its records in ``data`` (every size) and the
+    file's device and measured peaks. Any change there changes the figures, and this hash."""
+    drawn = {"device": data.get("device"), "peaks": data.get("peaks") or {},
+             "records": sorted(results.records_for(op.name, data), key=lambda r: json.dumps(r, sort_keys=True))}
+    return hashlib.sha256(json.dumps(drawn, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def png_hash(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def read_manifest(out_dir: Path) -> dict:
+    path = Path(out_dir) / MANIFEST
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _write_manifest(out_dir: Path, manifest: dict) -> None:
+    path = Path(out_dir) / MANIFEST
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(sorted(manifest.items())), indent=1) + "\n")
+
+
 def save_all(data: dict, op: Operator | str, out_dir: Path, *, live: bool = False, metric: str | None = None) -> list[Path]:
     """Write ``<op>_staircase.png``, ``_latency.png`` (where two sizes or more were recorded) and
-    ``_roofline.png`` (where the operator does arithmetic) into ``out_dir``: the figures README shows. The metric follows the operator
-    (``metric`` is accepted for older callers and must agree)."""
+    ``_roofline.png`` (where its stages sit at two intensities or more) into ``out_dir``: the figures
+    README shows, each entered in the folder's manifest (``drawn_from.json``) with the hash of the records
+    it was drawn from. The metric follows the operator (``metric`` is accepted for older callers and must agree)."""
     op = registry.operator(op) if isinstance(op, str) else op
     if metric is not None and metric != metric_of(op):
         raise ValueError(f"{op.name} is {op.bound}-bound: its plots are in {metric_of(op)}, not {metric}")
-    paths = []
+    paths_written = []
+    manifest = read_manifest(out_dir)
+    drawn_from = data_hash(data, op)
+    for kind in SAVED_KINDS:  # a kind no longer drawn (a roofline of one column) leaves no stale PNG behind
+        (Path(out_dir) / f"{op.name}_{kind}.png").unlink(missing_ok=True)
+        manifest.pop(f"{op.name}_{kind}.png", None)
     for kind in [k for k in figure_kinds(op, data) if k in SAVED_KINDS]:
-        paths.append(save(ladder_figure(data, op, [kind], live=live), Path(out_dir) / f"{op.name}_{kind}.png"))
-    return paths
+        path = save(ladder_figure(data, op, [kind], live=live), Path(out_dir) / f"{op.name}_{kind}.png")
+        manifest[path.name] = {"data": drawn_from, "png": png_hash(path)}
+        paths_written.append(path)
+    _write_manifest(out_dir, manifest)
+    return paths_written
+
+
+def committed_plots_out_of_date(out_dir: Path = paths.COMMITTED_PLOTS_DIR) -> dict[str, str]:
+    """{figure or operator: why} for every committed figure not drawn from today's records in results/
+    (each operator's newest recorded file, as the tables read them): missing, drawn from other records,
+    changed since it was drawn, or no longer drawn at all."""
+    out_dir = Path(out_dir)
+    manifest = read_manifest(out_dir)
+    stale: dict[str, str] = {}
+    expected = set()
+    for op in registry.load_operators().values():
+        data = results.latest_file_with(op.name)
+        if data is None:
+            continue
+        drawn_from = data_hash(data, op)
+        for kind in [k for k in figure_kinds(op, data) if k in SAVED_KINDS]:
+            name = f"{op.name}_{kind}.png"
+            expected.add(name)
+            entry = manifest.get(name)
+            if not (out_dir / name).exists() or entry is None:
+                stale[name] = "missing"
+            elif entry["data"] != drawn_from:
+                stale[name] = "drawn from other records than today's"
+            elif entry["png"] != png_hash(out_dir / name):
+                stale[name] = "changed since it was drawn"
+    for path in out_dir.glob("*.png"):
+        if path.name not in expected:
+            stale[path.name] = "no longer drawn (no records, or a kind this operator no longer has)"
+    return stale
+
+
+def update_committed_plots(out_dir: Path = paths.COMMITTED_PLOTS_DIR, log=print) -> list[Path]:
+    """Redraw the committed figures that are out of date (``committed_plots_out_of_date``) and remove
+    those no longer drawn; the figures of unchanged records are left as they are (drawing all takes minutes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    out_dir = Path(out_dir)
+    stale = committed_plots_out_of_date(out_dir)
+    ops = {op.name: op for op in registry.load_operators().values()}
+    redrawn = []
+    for name in sorted({n.rsplit("_", 1)[0] for n in stale}):
+        data = results.latest_file_with(name) if name in ops else None
+        if data is None:  # an operator without records (or gone): its figures go
+            for kind in SAVED_KINDS:
+                (out_dir / f"{name}_{kind}.png").unlink(missing_ok=True)
+            manifest = read_manifest(out_dir)
+            _write_manifest(out_dir, {k: v for k, v in manifest.items() if not k.startswith(f"{name}_")})
+            log(f"removed the figures of {name}: no records")
+            continue
+        written = save_all(data, ops[name], out_dir)
+        log(f"drew {', '.join(p.name for p in written)}")
+        redrawn += written
+    return redrawn
