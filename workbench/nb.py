@@ -563,8 +563,6 @@ def whole_ladder_figures(op: Operator) -> dict[str, list[str]]:
     data, _, _ = figures(op, measure=False)
     drawn = plots.figure_kinds(op, data) if data is not None else []
     progress = progress_kinds(op, data) if data is not None else []
-    if data is None and _elsewhere(op):
-        progress = []
     bytes_figure = ["bytes"] if plots.has_stage_bytes(op) else []
     return {"progress": progress, "roofline": [k for k in drawn if k == "roofline"], "bytes": bytes_figure}
 

@@ -1,10 +1,13 @@
 """Every picture of a ladder, drawn from records (measured now, or recorded in ``results/``).
 
 * staircase: each stage's rate at the headline size (effective GB/s, or GFLOP/s for a compute-bound
-  operator), with the measured peak and the library peer as horizontal lines;
+  operator), with the measured peak and each library peer as horizontal lines (peers each in a colour
+  and dash of their own: eager torch and torch.compile are two lines, never one red one);
 * latency against size, log-log, one line per stage and per shape family (softmax's rows of 1024
   columns are one line, its rows of 4096 another: same bytes is not same shape);
-* roofline: each stage's arithmetic intensity against its rate, under the memory and compute roofs;
+* roofline: each stage's arithmetic intensity (flops over the bytes its own traffic model moves) against
+  its rate, under the memory and compute roofs; drawn only where the stages sit at two intensities or
+  more (``roofline_says_something``), a sentence otherwise;
 * bytes per stage: what each stage's traffic model says it moves, against the minimum (fusion's gain);
 * across operators: each best stage against its library peer, and one roofline of every ladder.
 
@@ -13,7 +16,9 @@ device and date of its records. Figures are made to be read at the width Jupyter
 them (about ``PAGE_WIDTH_PX`` = 1000 pixels): at most two panels side by side, no text under 9 points,
 legends under the axes (never over the data), and bar labels on an opaque box, so a peak or peer line
 passes behind them rather than through them. ``png(fig)`` is how every figure is saved, for the
-README's ``results/plots/`` and for the notebooks alike.
+README's ``results/plots/`` and for the notebooks alike; ``caption(op, kinds)`` says in Markdown what a
+figure of those panels shows (left and right only where there are two). ``results/plots/drawn_from.json``
+records the hash of the records each committed PNG was drawn from (``committed_plots_out_of_date``).
 
 Drawing functions take an axes first and return it; ``ladder_figure`` and ``save_all`` make whole
 figures. Stage colours follow a stage's place in its whole ladder, so a "so far" figure never shifts them.
@@ -51,7 +56,8 @@ PEER_LOOKS = [("tab:red", "--", "x"), ("tab:orange", "-.", "P"), ("tab:pink", (0
 PEAK_STYLE = dict(color="black", linestyle=":", linewidth=1.6)
 FLOOR_STYLE = dict(color="0.45", linestyle=":", linewidth=2.2)
 # Shape families on the latency plot: the first is drawn solid with dots, the next ones differ in both.
-FAMILY_STYLES = [("-", "o"), ("--", "s"), ("-.", "^"), ((0, (1, 1)), "D")]
+FAMILY_STYLES = [("-", "o"), ("--", "s"), ("-.", "^"), ((0, (1, 1)), "D"), ((0, (5, 1, 1, 1, 1, 1)), "v"),
+                 ((0, (8, 2)), "P")]  # attention records five shape families
 LABEL_BOX = dict(boxstyle="square,pad=0.15", facecolor="white", edgecolor="none", alpha=0.9)
 LABEL_ZORDER = 6  # above every line
 
@@ -154,8 +160,8 @@ def _peers(recs: list[dict]) -> list[dict]:
 
 def peer_look(recs: list[dict], name: str) -> tuple:
     """(colour, line style, marker) of the peer ``name`` among the peers of ``recs``: by its place in
-    their sorted names, so every panel of a figure draws one peer alike and two peers apart."""
-    names = sorted({r["stage"] for r in _peers(recs)})
+    their names (torch.compile after the eager peers), so every panel of a figure draws one peer alike and two peers apart."""
+    names = sorted({r["stage"] for r in _peers(recs)}, key=lambda n: ("compile" in n, n))  # eager torch red
     return PEER_LOOKS[names.index(name) % len(PEER_LOOKS)]
 
 
@@ -613,8 +619,8 @@ def caption(op: Operator, kinds: list[str]) -> str:
     what = {
         "staircase": ("**Staircase**", f"each stage at the headline size in {metric_words} (dotted line), and "
                       "each library peer as a line of its own colour and dash"),
-        "latency": ("**Latency against size**", "log-log: a flat line is launch-bound (a few µs whatever the "
-                    "size), a slope of one is bandwidth-bound; each shape family has its own line style; the "
+        "latency": ("**Latency against size**", "on log-log axes a flat line is launch-bound (a few µs whatever "
+                    "the size), a slope of one is bandwidth-bound; each shape family has its own line style; the "
                     "dotted grey line is the least time the roofline allows, a floor no stage can cross"),
         "roofline": ("**Roofline**", "each stage's arithmetic intensity (flops over the bytes its own traffic "
                      "model moves) against its rate. Under the slanted memory roof a kernel can only get faster "

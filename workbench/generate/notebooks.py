@@ -361,13 +361,15 @@ launcher that runs module-level `@cuda.jit` kernels on device arrays.
 
 - **Staircase**: one bar per stage at the operator's headline (large) size, in effective GB/s (the
   minimum bytes divided by the time) for memory-bound operators, GFLOP/s for compute-bound ones. The
-  dotted line is the peak measured on that GPU (a copy kernel's bandwidth, or cuBLAS's fp32 rate), the
-  dashed red line the library peer. Each bar is labelled with its rate and its % of the peak.
+  dotted line is the peak measured on that GPU (a copy kernel's bandwidth, or cuBLAS's fp32 rate), each
+  library peer a line of its own colour and dash (eager torch red, torch.compile orange). Each bar is labelled with its rate and its % of the peak.
 - **Latency against size** (log-log): small sizes are launch-bound (a few µs, flat), large sizes
   bandwidth-bound (a slope of one). Sizes of different shapes (rows of 1024 or of 4096 columns) get
   their own line style. The dotted grey line is the least time the roofline allows: a floor.
-- **Roofline**: arithmetic intensity (flop per byte, from the models) against GFLOP/s, under the memory
-  roof (slanted) and the compute roofs (flat). Memory-bound operators sit far left.
+- **Roofline**: arithmetic intensity (flop per byte, from each stage's traffic model) against GFLOP/s,
+  under the memory roof (slanted) and the compute roofs (flat). Memory-bound operators sit far left.
+  Drawn where a ladder's stages sit at two intensities or more; where they all sit at one, a sentence
+  says where, and the staircase shows how far each stage is from the roof.
 - **Bytes moved per stage**: each stage's own traffic against the minimum: what fusion saves.
 
 Every figure's title names the size in words, and the device and the date of its records: "recorded"
