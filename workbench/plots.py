@@ -158,10 +158,11 @@ def _peers(recs: list[dict]) -> list[dict]:
     return [r for r in recs if r.get("kind") == "peer"]
 
 
-def peer_look(recs: list[dict], name: str) -> tuple:
-    """(colour, line style, marker) of the peer ``name`` among the peers of ``recs``: by its place in
-    their names (torch.compile after the eager peers), so every panel of a figure draws one peer alike and two peers apart."""
-    names = sorted({r["stage"] for r in _peers(recs)}, key=lambda n: ("compile" in n, n))  # eager torch red
+def peer_look(data: dict, op: Operator, name: str) -> tuple:
+    """(colour, line style, marker) of ``op``'s peer ``name``: by its place among the peers recorded in
+    ``data`` at any size (eager ones first, torch.compile after them), so that every panel draws one peer
+    alike and two peers apart."""
+    names = sorted({r["stage"] for r in _peers(results.records_for(op.name, data))}, key=lambda n: ("compile" in n, n))
     return PEER_LOOKS[names.index(name) % len(PEER_LOOKS)]
 
 
@@ -218,8 +219,8 @@ def _bar_labels(ax, bars, labels: list[str]) -> bool:
 
 
 def staircase(ax, data: dict, op: Operator, *, upto: str | None = None, live: bool = False):
-    """One bar per stage at the headline size, up to stage ``upto``; the measured peak (dotted) and the
-    library peer (dashed red) as lines. Each bar is labelled with its rate and its % of the peak."""
+    """One bar per stage at the headline size, up to stage ``upto``; the measured peak (dotted) and each
+    library peer (``peer_look``) as lines. Each bar is labelled with its rate and its % of the peak."""
     metric = metric_of(op)
     recs = results.headline(results.records_for(op.name, data), op.headline_size)
     stages = _stage_records(recs, upto, op)
@@ -232,7 +233,7 @@ def staircase(ax, data: dict, op: Operator, *, upto: str | None = None, live: bo
     if peak:
         ax.axhline(peak, **PEAK_STYLE, zorder=3, label=f"measured peak ({peak_name}) {peak:.0f}")
     for r in peers:
-        color, style, _ = peer_look(recs, r["stage"])
+        color, style, _ = peer_look(data, op, r["stage"])
         ax.axhline(r[metric], color=color, linestyle=style, linewidth=1.6, zorder=3,
                    label=f"{r['stage']} {r[metric]:.0f}")
     labels = []
@@ -309,7 +310,7 @@ def latency(ax, data: dict, op: Operator, *, upto: str | None = None, live: bool
     families = shape_families([r["size"] for r in stages + peers])
     family_of = {s: i for i, fam in enumerate(families) for s in fam}
 
-    def draw(rows: list[dict], color, label: str, peer_look: tuple | None = None) -> None:
+    def draw(rows: list[dict], color, label: str, look: tuple | None = None) -> None:
         """One line per shape family; the first line drawn carries the legend entry (a stage recorded
         only at some shapes still gets one)."""
         for i, fam in enumerate(families):
@@ -317,17 +318,17 @@ def latency(ax, data: dict, op: Operator, *, upto: str | None = None, live: bool
             if not pts:
                 continue
             style, marker = FAMILY_STYLES[i % len(FAMILY_STYLES)]
-            if peer_look and len(families) == 1:  # one family: the peer's own style tells it from the others
-                style, marker = peer_look[1], peer_look[2]
-            ax.plot(*zip(*pts), color=color, linestyle=style, marker=marker, markersize=5 if peer_look else 4,
-                    linewidth=1.8 if peer_look else 1.4, label=label, zorder=3)
+            if look and len(families) == 1:  # one family: the peer's own style tells it from the others
+                style, marker = look[1], look[2]
+            ax.plot(*zip(*pts), color=color, linestyle=style, marker=marker, markersize=5 if look else 4,
+                    linewidth=1.8 if look else 1.4, label=label, zorder=3)
             label = None
 
     for order in sorted({r["order"] for r in stages}):
         rows = [r for r in stages if r["order"] == order]
         draw(rows, stage_color(op, order), rows[0]["stage"])
     for name in sorted({r["stage"] for r in peers}):
-        look = peer_look(peers, name)
+        look = peer_look(data, op, name)
         draw([r for r in peers if r["stage"] == name], look[0], f"{name} (library)", look)
     shown = stages + peers
     floor = time_floor(op, data.get("peaks") or {}, shown)
@@ -448,7 +449,7 @@ def roofline(ax, data: dict, op: Operator, *, upto: str | None = None, live: boo
         ax.scatter(intensity(r), r["gflops"], color=stage_color(op, r["order"]), s=36, zorder=3,
                    label=r["stage"])
     for r in peers:
-        color, _, marker = peer_look(peers, r["stage"])
+        color, _, marker = peer_look(data, op, r["stage"])
         ax.scatter(intensity(r), r["gflops"], marker=marker, color=color, s=50, zorder=4,
                    label=f"{r['stage']} (library)")
     peaks = data.get("peaks") or {}
