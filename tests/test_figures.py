@@ -491,3 +491,41 @@ def test_the_manifest_tells_a_figure_drawn_from_other_records(tmp_path):
     assert plots.data_hash(remeasured, op) != plots.data_hash(DATA, op)  # a new peak: other figures
     other_op = {**DATA, "records": [r for r in DATA["records"] if r["op"] != "reduction"]}
     assert plots.data_hash(other_op, op) == plots.data_hash(DATA, op)  # another operator's records: the same
+
+
+def test_a_stage_without_records_does_not_draw_the_figure_above_again(tmp_path, monkeypatch):
+    """progress(op, upto=STAGE) for a stage not recorded yet would draw the stages before it: the
+    figure of the section above, a second time. It says so instead."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    op = registry.operator("reduction")
+    unrecorded = {**DATA, "records": [r for r in DATA["records"]
+                                      if not (r["op"] == op.name and r["stage"] == "warp_shuffle")]}
+    (tmp_path / RECORDED.name).write_text(json.dumps(unrecorded))
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
+    shown, printed = [], []
+    monkeypatch.setattr(nb, "show", shown.append)
+    monkeypatch.setattr(nb, "say", printed.append)
+    nb.progress(op, upto="shared_tree")
+    nb.progress(op, upto="warp_shuffle")
+    assert len(shown) == 1 and any("warp_shuffle" in line for line in printed)
+    for picture in shown:
+        plt.close(picture.figure)
+
+
+def test_prose_from_solutions_reads_as_it_was_written_in_markdown():
+    text = "2*M*N*K flops on (M*K + K*N) floats; **bold**, *emphasis*, `a*b` and ``x*y`` stay; :func:`quantize`"
+    assert nb.prose_markdown(text) == (r"2\*M\*N\*K flops on (M\*K + K\*N) floats; **bold**, *emphasis*, "
+                                       "`a*b` and ``x*y`` stay; `quantize`")
+    assert not TIMES.search(CODE.sub("", nb.prose_markdown(text)))
+
+
+def test_printed_text_is_wrapped_at_words():
+    line = "• 2. coalesced is 3.46x faster than 1. naive: " + "achieved occupancy 12% -> 98%; " * 5
+    out = nb.wrapped(line).splitlines()
+    assert len(out) > 1 and all(len(x) <= nb.PRINT_COLUMNS for x in out)
+    assert " ".join(x.strip() for x in out) == line.strip()  # no word broken, none lost
+    assert all(x.startswith("  ") for x in out[1:])  # continued under the bullet's text
+    path = "/a/" + "very_long_directory_name/" * 6
+    assert nb.wrapped(path) == path  # one word: left whole
