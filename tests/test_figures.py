@@ -454,7 +454,7 @@ def test_printed_text_wraps_at_words_within_the_page(path):
                 continue
             for line in "".join(output["text"]).splitlines():
                 if " " in line.strip():  # a single long word (a path) cannot wrap
-                    assert len(line) <= nb.PRINT_COLUMNS, f"{path.name} cell {i}: {len(line)} characters: {line[:60]}..."
+                    assert len(line) <= nb.PRINT_COLUMNS, f"{path.name} cell {i}: {len(line)} characters: {line[:60]}"
 
 
 def test_every_stage_shows_the_kernels_it_launches():

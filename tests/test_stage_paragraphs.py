@@ -14,7 +14,8 @@ from workbench import registry
 HISTORY = {
     "a run date": re.compile(r"\b20\d\d-\d\d-\d\d\b"),
     # an issue of the tracker ("the issue's 50%", "issue 30"), not an instruction issued ("issues eight loads")
-    "an issue or a tracker": re.compile(r"\bissue(?:'s| #\d+)|\(issues? \d+|\bthe issue\b(?! slots?)|\btracker\b", re.I),
+    "an issue or a tracker": re.compile(
+        r"\bissue(?:'s| #\d+)|\(issues? \d+|\bthe issue\b(?! slots?)|\btracker\b", re.I),
     "a results file": re.compile(r"results/|\.jsonl?\b"),
     "a work session": re.compile(r"\bsession\b", re.I),
 }

@@ -162,7 +162,8 @@ def peer_look(data: dict, op: Operator, name: str) -> tuple:
     """(colour, line style, marker) of ``op``'s peer ``name``: by its place among the peers recorded in
     ``data`` at any size (eager ones first, torch.compile after them), so that every panel draws one peer
     alike and two peers apart."""
-    names = sorted({r["stage"] for r in _peers(results.records_for(op.name, data))}, key=lambda n: ("compile" in n, n))
+    recorded = {r["stage"] for r in _peers(results.records_for(op.name, data))}
+    names = sorted(recorded, key=lambda name: ("compile" in name, name))
     return PEER_LOOKS[names.index(name) % len(PEER_LOOKS)]
 
 
@@ -626,8 +627,8 @@ def caption(op: Operator, kinds: list[str]) -> str:
         "roofline": ("**Roofline**", "each stage's arithmetic intensity (flops over the bytes its own traffic "
                      "model moves) against its rate. Under the slanted memory roof a kernel can only get faster "
                      "by moving its bytes faster; under a flat compute roof, by doing its arithmetic faster"),
-        "bytes": ("**Bytes moved per stage**", "what each stage moves against the minimum: a stage that reads or writes an "
-                  "intermediate result in global memory pays for it in bytes; fusing kernels removes those "
+        "bytes": ("**Bytes moved per stage**", "what each stage moves against the minimum: a stage that reads "
+                  "or writes an intermediate result in global memory pays for it in bytes; fusing kernels removes those "
                   "round trips"),
     }
     sides = ["(left)", "(right)"] if len(kinds) == 2 else [""]
