@@ -529,3 +529,21 @@ def test_printed_text_is_wrapped_at_words():
     assert all(x.startswith("  ") for x in out[1:])  # continued under the bullet's text
     path = "/a/" + "very_long_directory_name/" * 6
     assert nb.wrapped(path) == path  # one word: left whole
+
+
+def test_update_redraws_only_what_changed_and_removes_what_is_no_longer_drawn(tmp_path):
+    """What `workbench table --update-readme` runs after the tables: a figure whose records changed is
+    redrawn, one no operator draws any more goes, the others are left as they are."""
+    import shutil
+
+    committed = Path(__file__).resolve().parent.parent / "results" / "plots"
+    shutil.copytree(committed, tmp_path, dirs_exist_ok=True)
+    manifest = plots.read_manifest(tmp_path)
+    manifest["transpose_staircase.png"]["data"] = "drawn-from-old"  # as if transpose were re-recorded
+    (tmp_path / plots.MANIFEST).write_text(json.dumps(manifest))
+    (tmp_path / "gone_staircase.png").write_bytes(b"\x89PNG")  # an operator since removed
+    assert set(plots.committed_plots_out_of_date(tmp_path)) == {"transpose_staircase.png", "gone_staircase.png"}
+    redrawn = plots.update_committed_plots(tmp_path, log=lambda line: None)
+    assert {p.name for p in redrawn} == {"transpose_staircase.png", "transpose_latency.png"}
+    assert not (tmp_path / "gone_staircase.png").exists()
+    assert plots.committed_plots_out_of_date(tmp_path) == {}

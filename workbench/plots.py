@@ -727,8 +727,9 @@ def committed_plots_out_of_date(out_dir: Path = paths.COMMITTED_PLOTS_DIR) -> di
     manifest = read_manifest(out_dir)
     stale: dict[str, str] = {}
     expected = set()
+    files = results.load_all()
     for op in registry.load_operators().values():
-        data = results.latest_file_with(op.name)
+        data = results.latest_file_with(op.name, files)
         if data is None:
             continue
         drawn_from = data_hash(data, op)
