@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: c804cecb06b596fa5801cb3e89ee0b81d6f79e7736098e81947770a32aedd326
+# generated-sha256: 1682842524196cebbf0860bf31253696f7583d54ab27440b4e1578ccf17a538a
 # --------------------------------------------------------------------------------------------------
 """Softmax, LayerNorm, RMSNorm and GELU(x + bias) + residual in fp16 and bf16: half the bytes, fp32 inside.
 
@@ -807,17 +807,14 @@ def _layernorm_packed_bf16(x16, x32, weight, bias, out16, out32, cols):
 
 
 @each(LAYERNORM, "packed", """
-    The three passes over 32-bit words of x, two halves a load, eight words in flight per thread:
-    the float32 kernel's 32 bytes in flight, with half the load instructions per element. The
-    output is stored a word at a time, each row's odd edge elements 16 bits at a time. Weight and
-    bias are read a half at a time: when the columns are odd, a word of x starts at an odd column
-    in every other row, where it does not line up with a word of weight. They are 8 KB each at
-    4096 columns, read by every row, so they come from L1 and cost instructions, not bandwidth.
-    On the H200 at 32768 x 4096 (results/nvidia-h200.json, 2026-11-24) bf16 went from 318.8 to
-    275.2 us, but fp16 went from 302.2 to 308.5, slower; the likely reason is that measurement
-    rather than the kernel: its samples spread from 270.4 to 412.5 us (p10 to p90; widened's from
-    302.0 to 302.3), and an earlier run (results/runs/gpu_half_norms.json, 2026-11-23) timed fp16
-    packed at 271.6 against widened's 356.0.""")
+    The three passes over 32-bit words of x, two halves a load, eight words in flight per thread: the
+    float32 kernel's 32 bytes in flight, with half the load instructions per element. The output is
+    stored a word at a time, each row's odd edge elements 16 bits at a time. Weight and bias are read a
+    half at a time: when the columns are odd, a word of x starts at an odd column in every other row,
+    where it does not line up with a word of weight. They are 8 KB each at 4096 columns, read by every
+    row, so they come from L1 and cost instructions, not bandwidth. On an H200 at 32768 x 4096 it made
+    bf16 about 14% faster; fp16's timings spread too widely (p10 to p90) to tell it from widened in one
+    run, and another run had it 24% faster.""")
 def layernorm_packed(x, weight, bias, out):
     kernel = _layernorm_packed_bf16 if is_bf16(x) else _layernorm_packed_f16
     kernel[x.shape[0], THREADS](flat_bits16(x), words(x), bits16(weight), bits16(bias), flat_bits16(out),
@@ -1195,18 +1192,16 @@ def _gelu_packed_bf16(x16, x32, bias, r16, r32, out16, out32):
 
 
 @each(GELU, "packed", """
-    The same loop over 32-bit words: one load brings two elements of x, one two of the residual,
-    one store writes two results, and eight words in flight per thread are the float32 kernel's
-    bytes in flight again. Seen flat, a word may hold the last column of one row and the first of
-    the next, so each half finds its own bias column (col, then col + 1 wrapped); the bias, one
-    row shared by all, is read a half at a time from L1. An odd last element, in no word, is
-    thread 0's. On the H200 at 16384 x 16384 (results/nvidia-h200.json, 2026-11-22) it was slower
-    than widened: fp16 695.5 against 684.0 us (its samples spread from 627.9 to 762.5, p10 to p90,
-    so within the noise), bf16 779.6 against 713.9 (tight: 775.8-788.5 against 708.7-742.1). The
-    likely reason, not yet checked with a profile: at about half the bandwidth (47-54%) this kernel
-    is bound by instructions more than by bytes (the erf alone is about 25 an element, bf16's rounding six
-    more), and packing saves only load and store instructions while adding a second bias column
-    (a wrap), the shifts and the pack to every word, and a column index per word held in flight.""")
+    The same loop over 32-bit words: one load brings two elements of x, one two of the residual, one
+    store writes two results, and eight words in flight per thread are the float32 kernel's bytes in
+    flight again. Seen flat, a word may hold the last column of one row and the first of the next, so
+    each half finds its own bias column (col, then col + 1 wrapped); the bias, one row shared by all, is
+    read a half at a time from L1. An odd last element, in no word, is thread 0's. On an H200 at 16384 x
+    16384 it was slower than widened: within the noise for fp16, 9% slower for bf16. The likely reason,
+    not yet checked with a profile: at about half the bandwidth (47-54%) this kernel is bound by
+    instructions more than by bytes (the erf alone is about 25 an element, bf16's rounding six more),
+    and packing saves only load and store instructions while adding a second bias column (a wrap), the
+    shifts and the pack to every word, and a column index per word held in flight.""")
 def gelu_packed(x, bias, residual, out):
     kernel = _gelu_packed_bf16 if is_bf16(x) else _gelu_packed_f16
     kernel[gelu_grid(x.shape[0] * x.shape[1] // 2), THREADS](

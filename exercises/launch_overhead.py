@@ -10,12 +10,12 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 811853f883db094049d16bc0d456b55b364a5a4b1b5ad89d8d7734400558ae36
+# generated-sha256: 02322bc06b8c866037f10b44762f295e3b15d4fec5e920fe983936a9097f90bd
 # --------------------------------------------------------------------------------------------------
 """The cost of calling a kernel from Python, and how to remove it: LayerNorm as three small kernels.
 
 A decoder block at batch 1 is a chain of small kernels (norms, elementwise ops) that each run for a
-few microseconds. A numba launch costs about 26 µs of Python on the host (issue 17, H200: finding the
+few microseconds. A numba launch costs about 26 µs of Python on the host (on an H200: finding the
 compiled overload for the arguments' types, then flattening every array into the dozen values the
 kernel's ABI takes, on every call), so below a few MB of data the GPU waits on Python, not on memory.
 
@@ -200,11 +200,11 @@ def _geometry(x):
 # -- 1. dispatch -----------------------------------------------------------------------------------------
 
 @op.stage("dispatch", """
-    Three kernels launched as numba code usually launches them, kernel[grid, block](args). Each
-    call, numba types every argument to find the compiled overload, then flattens each array into
-    the values the kernel takes (a data pointer, the shape, the strides, ...) and calls the driver:
-    about 26 µs of Python per launch on an H200 (issue 17), so 80 µs for the three. Below a few MB of
-    data the kernels finish sooner than Python can launch the next one: the GPU idles.""",
+    Three kernels launched as numba code usually launches them, kernel[grid, block](args). Each call,
+    numba types every argument to find the compiled overload, then flattens each array into the values
+    the kernel takes (a data pointer, the shape, the strides, ...) and calls the driver: about 26 µs of
+    Python per launch on an H200, so 80 µs for the three. Below a few MB of data the kernels finish
+    sooner than Python can launch the next one: the GPU idles.""",
     bytes_moved=_matrix_passes(3, 1))
 def dispatch(x, weight, bias, out):
     stats = _stats(x.shape[0])
@@ -228,10 +228,10 @@ def _configured(x):
 
 
 @op.stage("configured", """
-    The configured launchers (kernel[grid, block]) made once per shape and kept, the first thing
-    one tries. It saves nothing (25.8 against 25.9 µs a launch in the issue's measurement): numba
-    already caches configurations, and what costs is the per-argument work every call still does,
-    typing each array and flattening it. The lesson is where the time is not.""",
+    The configured launchers (kernel[grid, block]) made once per shape and kept, the first thing one
+    tries. It saves nothing (25.8 against 25.9 µs a launch): numba already caches configurations, and
+    what costs is the per-argument work every call still does, typing each array and flattening it. The
+    lesson is where the time is not.""",
     bytes_moved=_matrix_passes(3, 1))
 def configured(x, weight, bias, out):
     stats = _stats(x.shape[0])

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 22213523689a3d5781749152422887d388f52d985fdda775638b22c059f5b6ee
+# generated-sha256: ef6830c1647c7023168b958a82b1569764533464d78c0e0918f2051b3053688d
 # --------------------------------------------------------------------------------------------------
 """Reductions beyond the sum: max, min, mean and sum of squares of a vector, and a matrix summed over
 its rows and over its columns.
@@ -217,15 +217,15 @@ TWO_PASS = """
     so the order of combination is fixed and NaN {nan}."""
 
 ONE_PASS = """
-    The same fold, made fast the way the sum ladder was, in one launch: each thread reads four
-    16-byte vectors a step (load4: ld.global.v4.f32), all four issued before any is used, 64 bytes
-    in flight per thread, each folded into its own accumulator (four independent dependency chains),
-    and the last block to finish (an atomic ticket) folds the per-block results, so there is no
-    second launch and the answer is the same on every run. (Two vectors a step, 32 bytes, measured
-    0.97-0.98x torch.amax/amin/mean at 2^28 on an H200 on 2026-11-23.) A vector that does not start
-    on a 16-byte boundary falls back to the two-pass kernels. The grid counts on 8 blocks resident
-    per multiprocessor, 32 registers a thread; the sixteen loaded values would take 33, so the kernel
-    is compiled with launch_bounds=(256, 8), which holds the compiler to 32 (no spill: workbench ptx)."""
+    The same fold, made fast the way the sum ladder was, in one launch: each thread reads four 16-byte
+    vectors a step (load4: ld.global.v4.f32), all four issued before any is used, 64 bytes in flight per
+    thread, each folded into its own accumulator (four independent dependency chains), and the last
+    block to finish (an atomic ticket) folds the per-block results, so there is no second launch and the
+    answer is the same on every run. (Two vectors a step, 32 bytes, measured 0.97-0.98x
+    torch.amax/amin/mean at 2^28 on an H200.) A vector that does not start on a 16-byte boundary falls
+    back to the two-pass kernels. The grid counts on 8 blocks resident per multiprocessor, 32 registers
+    a thread; the sixteen loaded values would take 33, so the kernel is compiled with
+    launch_bounds=(256, 8), which holds the compiler to 32 (no spill: workbench ptx)."""
 
 
 # -- the vector operators ------------------------------------------------------------------------------

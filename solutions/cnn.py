@@ -1026,19 +1026,19 @@ def _bn_normalize(x, gamma, beta, partials, out, N, C, HW):
 
 
 @bn_op.stage("split_channels", """
-    The statistics are now a reduction across blocks: 64 blocks per channel each sum a strided share
-    of the channel's elements (deviations from a sample, as before) and write two partial sums; a
-    second launch gives each channel a grid row of blocks that first combine the 64 partials with
-    one warp (every block redoes it: 128 floats, cheaper than a third launch) into the channel's
-    scale and mean, then normalize their slice: (x - sample - mean offset) * scale + beta, which
-    stays exact for a channel whose mean is 1e4 (x * scale + shift would round at 1e4 * scale). C x 64 blocks fill all SMs, and
-    addresses are unsigned. Two reads of x and one write, the minimum for a batch that does not fit on chip.
-    On the H200 (results/nvidia-h200.json) it was 5.8x faster than block_per_channel at 32x64x56x56 and
-    2.6x at 32x128x28x28, but slower at 32x256x14x14: 42.2 against 33.5 µs. There 256 channels already
-    gave block_per_channel 256 blocks, about two an SM, and a channel holds only 6272 elements: split
-    over 25 blocks, a thread sums at most one, so the statistics are 6400 block-wide reductions of a
-    6.4 MB tensor, and the second launch and its recombining of the partials buy nothing. Splitting
-    pays when the channels alone cannot fill the GPU.""")
+    The statistics are now a reduction across blocks: 64 blocks per channel each sum a strided share of
+    the channel's elements (deviations from a sample, as before) and write two partial sums; a second
+    launch gives each channel a grid row of blocks that first combine the 64 partials with one warp
+    (every block redoes it: 128 floats, cheaper than a third launch) into the channel's scale and mean,
+    then normalize their slice: (x - sample - mean offset) * scale + beta, which stays exact for a
+    channel whose mean is 1e4 (x * scale + shift would round at 1e4 * scale). C x 64 blocks fill all
+    SMs, and addresses are unsigned. Two reads of x and one write, the minimum for a batch that does not
+    fit on chip. On an H200 it was 5.8x faster than block_per_channel at 32x64x56x56 and 2.6x at
+    32x128x28x28, but slower at 32x256x14x14: 42.2 against 33.5 µs. There 256 channels already gave
+    block_per_channel 256 blocks, about two an SM, and a channel holds only 6272 elements: split over 25
+    blocks, a thread sums at most one, so the statistics are 6400 block-wide reductions of a 6.4 MB
+    tensor, and the second launch and its recombining of the partials buy nothing. Splitting pays when
+    the channels alone cannot fill the GPU.""")
 def batchnorm_split_channels(x, gamma, beta, out):
     N, C, H, W = x.shape
     HW = H * W
@@ -1408,19 +1408,18 @@ def _bn_infer_planes(x, beta, running_mean, scale, out, C, HW):
 
 
 @bn_infer_op.stage("folded", """
-    What a deployed model does: a first tiny launch folds each channel's divisor into one scale,
-    gamma / sqrt(var + eps), and the main kernel gives each (image, channel) plane a row of blocks,
-    so a thread knows its channel without dividing its index and reads the three constants once.
-    Each element then costs a subtraction and a multiply-add. The mean is not folded into a shift:
-    x * scale + (beta - mean * scale) would round at mean * scale, and a channel at 1e4 (the
-    adversarial input) loses its spread. The same fold into the preceding convolution's weights
-    and bias removes the layer from an inference graph entirely. On the H200 (results/nvidia-h200.json)
-    it beat per_element only on the larger tensors (239.8 against 323.1 µs at 128x64x56x56, 59.2
-    against 85.4 at 32x64x56x56) and lost on the small ones: 29.3 against 22.8 at 32x256x14x14, 52.1
-    against 42.2 at 32x128x28x28. The fold is a second launch, and a row of 256-thread blocks per
-    plane leaves threads idle where a plane is not a multiple of 256 (196 elements fill 77% of one
-    block, 784 77% of four), while per_element's flat grid uses every thread: on a tensor this small,
-    the divisions saved are worth less than the launch and the idle threads.""")
+    What a deployed model does: a first tiny launch folds each channel's divisor into one scale, gamma /
+    sqrt(var + eps), and the main kernel gives each (image, channel) plane a row of blocks, so a thread
+    knows its channel without dividing its index and reads the three constants once. Each element then
+    costs a subtraction and a multiply-add. The mean is not folded into a shift: x * scale + (beta -
+    mean * scale) would round at mean * scale, and a channel at 1e4 (the adversarial input) loses its
+    spread. The same fold into the preceding convolution's weights and bias removes the layer from an
+    inference graph entirely. On an H200 it beat per_element only on the larger tensors (239.8 against
+    323.1 µs at 128x64x56x56, 59.2 against 85.4 at 32x64x56x56) and lost on the small ones: 29.3 against
+    22.8 at 32x256x14x14, 52.1 against 42.2 at 32x128x28x28. The fold is a second launch, and a row of
+    256-thread blocks per plane leaves threads idle where a plane is not a multiple of 256 (196 elements
+    fill 77% of one block, 784 77% of four), while per_element's flat grid uses every thread: on a
+    tensor this small, the divisions saved are worth less than the launch and the idle threads.""")
 def batchnorm_infer_folded(x, gamma, beta, running_mean, running_var, out):
     N, C, H, W = x.shape
     HW = H * W

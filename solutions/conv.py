@@ -539,24 +539,23 @@ def _launch_im2col_gemm(x, w, geometry, out):
 
 
 IM2COL_SUMMARY = """
-    Lower the convolution to the GEMM ladder's fastest float32 CUDA-core GEMM. A first kernel writes
-    the im2col matrix, for each image the C*R*S x Ho*Wo matrix of the pixels each output reads, and
-    then one GEMM per image multiplies the filter bank (K x C*R*S, w's memory as it is) by it (in the
-    simulator a simpler stage of the GEMM ladder stands in). On the H200 it lost even to shared_tile:
-    5776 µs at the N32 C64 56x56 layer (1.28 TFLOP/s, against 2638 µs), 9.3-9.9 ms at all three
-    layers in results/runs/gpu_conv.json, and 5.6-6.4 ms for conv2d_general's 1x1 layer, which has a
-    ninth of the work and a buffer 18 times smaller. A time that does not follow the work is not the
-    GPU's (not profiled, but the records agree): the launcher loops over the 32 images in Python,
-    slicing views of the buffer and the output and launching a GEMM for each, and gemm_batched's loop
-    stage, the same pattern, measured 200-280 µs an iteration on that machine: 32 iterations are 6-9
-    ms, during which the GPU mostly waits. The GPU's own share would be poor too: one image's product
-    (64 x 3136 outputs at the headline layer) is 25 of the GEMM's 128 x 128 block tiles for 132 SMs,
-    each with half its rows past K = 64, a tenth of the machine at most. The buffer, R*S times the
-    input (231 MB for that layer, written once and read back: about 0.1 ms at the copy rate), is not
-    what sank it here. The fix is one launch for the whole batch, the image in the grid's third
-    dimension (gemm_batched's one_launch); it is not made yet, since it could not be timed. Caffe did
-    exactly this; it is still what a library falls back on for odd geometries, where its workspace is
-    allowed."""
+    Lower the convolution to the GEMM ladder's fastest float32 CUDA-core GEMM. A first kernel writes the
+    im2col matrix, for each image the C*R*S x Ho*Wo matrix of the pixels each output reads, and then one
+    GEMM per image multiplies the filter bank (K x C*R*S, w's memory as it is) by it (in the simulator a
+    simpler stage of the GEMM ladder stands in). On the H200 it lost even to shared_tile: 5776 µs at the
+    N32 C64 56x56 layer (1.28 TFLOP/s, against 2638 µs), 9.3-9.9 ms at all three layers in a second run,
+    and 5.6-6.4 ms for conv2d_general's 1x1 layer, which has a ninth of the work and a buffer 18 times
+    smaller. A time that does not follow the work is not the GPU's (not profiled, but the records
+    agree): the launcher loops over the 32 images in Python, slicing views of the buffer and the output
+    and launching a GEMM for each, and gemm_batched's loop stage, the same pattern, measured 200-280 µs
+    an iteration on that machine: 32 iterations are 6-9 ms, during which the GPU mostly waits. The GPU's
+    own share would be poor too: one image's product (64 x 3136 outputs at the headline layer) is 25 of
+    the GEMM's 128 x 128 block tiles for 132 SMs, each with half its rows past K = 64, a tenth of the
+    machine at most. The buffer, R*S times the input (231 MB for that layer, written once and read back:
+    about 0.1 ms at the copy rate), is not what sank it here. The fix is one launch for the whole batch,
+    the image in the grid's third dimension (gemm_batched's one_launch); it is not made yet, since it
+    could not be timed. Caffe did exactly this; it is still what a library falls back on for odd
+    geometries, where its workspace is allowed."""
 
 
 @op.stage("im2col_gemm", IM2COL_SUMMARY, bytes_moved=_im2col_traffic)
@@ -803,30 +802,29 @@ def _winograd_flops(size):
 
 
 @op.stage("winograd", """
-    Winograd's minimal filtering, F(2x2, 3x3): a 2x2 block of outputs reads a 4x4 input tile d, and
-    Y = A^T [(G g G^T) * (B^T d B)] A computes it with 16 multiplies instead of 36 (the transforms are
-    additions and halvings). Summed over input channels, the 16 elementwise products are 16
-    independent GEMMs, U[e] (K x C) times V[e] (C x tiles). Three small kernels transform the filters,
-    the input tiles (overlapping: 4x the input) and the 16 product matrices back; the GEMMs run on
-    the GEMM ladder's batched kernel in one launch. 2.25x fewer multiply-adds, paid for in memory
-    traffic: V and M are 4x the input and the output. On the H200 that trade did not pay at the
-    headline layer (361.4 µs against implicit_gemm's 360.1; 393 against 396 in gpu_conv.json),
-    likely because with K = 64 output channels half of each 128 x 128 block tile of the batched GEMM
-    is padding (it computes twice the products it keeps), on top of V and M's 411 MB. With 128 and
-    256 channels the tiles are full and it won: 193 against 532 µs at N32 C256 14x14, 202 against
-    389 at N32 C128 28x28 (gpu_conv.json). Accuracy: the same run measured a smaller error than
-    the implicit GEMM's at all three layers (2.6e-7 against 4.3e-7, 5.0e-7 against 8.3e-7, 3.6e-7
-    against 6.0e-7), likely because each of its GEMMs sums C terms where the implicit GEMM sums 9C.
-    The transforms lose accuracy where an output is small beside the values its tile
-    combines: a bright pixel under a zero filter tap drops out of the exact sum, but the rounded
-    intermediates (halved sums of taps, times the pixel) are as large as the pixel, so that output
-    carries the pixel's rounding (tests/test_conv.py: pixels at 1e4, an error of 1e-3 on those
-    outputs where direct has 5e-8, while the whole output's error stays inside the check). Larger
-    tiles such as F(4x4, 3x3), whose transforms hold 1/24 and 8, lose more on any data (about 7x
-    F(2x2)'s error on uniform data, in that file's float32 emulation). Only for 3x3 filters at stride 1,
-    which is why it is the last stage of conv2d and absent from conv2d_general. cuDNN's
-    WINOGRAD_NONFUSED is this algorithm; libraries pick it for 3x3 stride-1 layers with many
-    channels, where the GEMMs dominate the transforms.""",
+    Winograd's minimal filtering, F(2x2, 3x3): a 2x2 block of outputs reads a 4x4 input tile d, and Y =
+    A^T [(G g G^T) * (B^T d B)] A computes it with 16 multiplies instead of 36 (the transforms are
+    additions and halvings). Summed over input channels, the 16 elementwise products are 16 independent
+    GEMMs, U[e] (K x C) times V[e] (C x tiles). Three small kernels transform the filters, the input
+    tiles (overlapping: 4x the input) and the 16 product matrices back; the GEMMs run on the GEMM
+    ladder's batched kernel in one launch. 2.25x fewer multiply-adds, paid for in memory traffic: V and
+    M are 4x the input and the output. On the H200 that trade did not pay at the headline layer (361.4
+    µs against implicit_gemm's 360.1; 393 against 396 in a second run), likely because with K = 64
+    output channels half of each 128 x 128 block tile of the batched GEMM is padding (it computes twice
+    the products it keeps), on top of V and M's 411 MB. With 128 and 256 channels the tiles are full and
+    it won: 193 against 532 µs at N32 C256 14x14, 202 against 389 at N32 C128 28x28. Accuracy: the same
+    run measured a smaller error than the implicit GEMM's at all three layers (2.6e-7 against 4.3e-7,
+    5.0e-7 against 8.3e-7, 3.6e-7 against 6.0e-7), likely because each of its GEMMs sums C terms where
+    the implicit GEMM sums 9C. The transforms lose accuracy where an output is small beside the values
+    its tile combines: a bright pixel under a zero filter tap drops out of the exact sum, but the
+    rounded intermediates (halved sums of taps, times the pixel) are as large as the pixel, so that
+    output carries the pixel's rounding (tests/test_conv.py: pixels at 1e4, an error of 1e-3 on those
+    outputs where direct has 5e-8, while the whole output's error stays inside the check). Larger tiles
+    such as F(4x4, 3x3), whose transforms hold 1/24 and 8, lose more on any data (about 7x F(2x2)'s
+    error on uniform data, in that file's float32 emulation). Only for 3x3 filters at stride 1, which is
+    why it is the last stage of conv2d and absent from conv2d_general. cuDNN's WINOGRAD_NONFUSED is this
+    algorithm; libraries pick it for 3x3 stride-1 layers with many channels, where the GEMMs dominate
+    the transforms.""",
     bytes_moved=_winograd_traffic, flops=_winograd_flops)
 def winograd(x, w, out):
     N, C, H, W = x.shape
@@ -1117,30 +1115,25 @@ def epilogue_variant(bias_once, add_residual):
 
 
 FUSED_SUMMARY = """
-    The implicit GEMM's main loop unchanged (the same device function), with the bias, the residual
-    and ReLU applied to each accumulator while it is still in a register, just before its one store.
-    A thread's 64 accumulators lie in 8 output channels: it reads their 8 biases once, before the
-    store loop, and whether a residual is added is compiled in (a kernel each), so the store loop is
-    the implicit GEMM's plus one add, one compare (and one residual load at the store's own index).
-    The separate kernel and its read and write of the output are gone; the residual is read where
-    the output is written. This is a library's "epilogue fusion" (cuDNN's ConvBiasActivation with
-    its z input, CUTLASS's epilogue functors, what torch.compile asks of a convolution template).
-    Why the implicit GEMM and not Winograd: they are as fast at this layer, but the implicit GEMM's
-    accumulators are the outputs themselves, while Winograd's are transformed tiles that become
-    outputs only in its last kernel (the epilogue would go there, still a separate pass over M).
-    What the H200 showed (results/nvidia-h200.json, results/runs/gpu_conv_extra.json): with the bias
-    alone the fusion won at the headline layer, 382.3 against 394.7 µs (371.5 against 389.4 side by
-    side with the bare convolution's 354.7), but lost at N32 C256 14x14, 635.9 against 592.9, for a
-    reason not yet found (the epilogue there is the same few instructions; it needs a profile). With
-    the residual it never won: 416.1 against 395.1 µs in the recorded table, ties in the two other
-    runs (392.0 against 391.8, 391.2 against 392.6). In the side-by-side run the fused residual
-    epilogue cost 36 µs over the bare convolution, as much as the whole separate pass (37). The
-    likely reason is the residual read: it comes after the main loop, one 4-byte load per output
-    that its store waits for, in the accumulators' layout (a warp's 32 loads spread over 4 channels
-    and 8 pixels 4 apart), while the separate kernel streams the same bytes coalesced from every
-    thread of the GPU. Not registers: ptxas gives the fused kernel 159 and no spills, the implicit
-    GEMM 161. Loading the residual tile into shared memory with coalesced loads during the last
-    K-steps would be the next thing to try."""
+    The implicit GEMM's main loop unchanged (the same device function), with the bias, the residual and
+    ReLU applied to each accumulator while it is still in a register, just before its one store. A
+    thread's 64 accumulators lie in 8 output channels: it reads their 8 biases once, before the store
+    loop, and whether a residual is added is compiled in (a kernel each), so the store loop is the
+    implicit GEMM's plus one add, one compare (and one residual load at the store's own index). The
+    separate kernel and its read and write of the output are gone; the residual is read where the output
+    is written. This is a library's "epilogue fusion" (cuDNN's ConvBiasActivation with its z input,
+    CUTLASS's epilogue functors, what torch.compile asks of a convolution template). Why the implicit
+    GEMM and not Winograd: they are as fast at this layer, but the implicit GEMM's accumulators are the
+    outputs themselves, while Winograd's are transformed tiles that become outputs only in its last
+    kernel (the epilogue would go there, still a separate pass over M). On an H200, with the bias alone
+    the fusion won at the headline layer (about 3%) but lost at N32 C256 14x14, for a reason not yet
+    found. With the residual it never won: the fused residual epilogue cost as much over the bare
+    convolution as the whole separate pass. The likely reason is the residual read: it comes after the
+    main loop, one 4-byte load per output that its store waits for, in the accumulators' layout (a
+    warp's 32 loads spread over 4 channels and 8 pixels 4 apart), while the separate kernel streams the
+    same bytes coalesced from every thread of the GPU. Not registers: ptxas gives the fused kernel 159
+    and no spills, the implicit GEMM 161. Loading the residual tile into shared memory with coalesced
+    loads during the last K-steps would be the next thing to try."""
 
 
 @bias_relu_op.stage("fused_epilogue", FUSED_SUMMARY)

@@ -740,14 +740,12 @@ def swizzle(A, B, out):
     step computes in less time than global memory takes to answer, so the warps wait at every barrier.
     Four buffers keep three steps in flight: cp.async.wait_group 2 waits only for the oldest. The four
     take 64 KiB, past the 48 KiB a block gets by default: workbench.shared_memory.set_max_dynamic_shared_memory
-    raises the kernel's limit through the driver (numba-cuda has no call for it) before the launch
-    asks for them as dynamic shared memory. Two 64 KiB blocks still fit on an SM (227 KiB). Measured,
-    it bought nothing: at 8192^3 on the H200 fp16 ran at 252.3 TFLOP/s against swizzle's 259.1, bf16
-    at 272.1 against 266.8 (results/nvidia-h200.json, 2026-11-23; NOTES.md's run of 2026-11-22: 260.4
-    against 258.1), differences of 2-3% either way. The likely reason, not profiled: swizzle already
-    runs two blocks per SM, and while one waits at its barrier the other's warps compute, so the
-    second block hides most of the copy latency the deeper ring was meant to hide; the ring's 128 KiB
-    of shared memory per SM also leaves the L1 cache less room.""")
+    raises the kernel's limit through the driver (numba-cuda has no call for it) before the launch asks
+    for them as dynamic shared memory. Two 64 KiB blocks still fit on an SM (227 KiB). Measured, it
+    bought nothing: at 8192^3 on an H200 it ran within 2-3% of swizzle, either way. The likely reason,
+    not profiled: swizzle already runs two blocks per SM, and while one waits at its barrier the other's
+    warps compute, so the second block hides most of the copy latency the deeper ring was meant to hide;
+    the ring's 128 KiB of shared memory per SM also leaves the L1 cache less room.""")
 def pipeline(A, B, out):
     _run_stage("pipeline", A, B, out)
 
@@ -757,15 +755,15 @@ def pipeline(A, B, out):
 @_stage("tuned", """
     A bigger tile and a launch order for the cache. The warp tile grows from 64x32 to 64x64 (4 x 8 mma
     tiles, 128 float32 accumulators a lane) and the block tile to 128x256: per k16 step a warp issues 8
-    ldmatrix for 32 mma where stage 5 issued 6 for 16, a third less shared-memory traffic per flop,
-    and each block reads A once for 256 columns instead of 128; the K-step doubles to 64, so a block
-    waits on half as many barriers. The price is registers (about 250 a thread: one block per SM) and
-    fewer warps to hide latency, covered by three stages of 48 KiB in flight (144 KiB). The
-    blocks are launched in bands of 8 tile rows walked column by column (block_tile), so the blocks
-    on the GPU at one time share their A and B panels in L2 instead of streaming B from memory for
-    every tile row. The numbers (tile, warp tile, K-step, stages, band) are TUNED, chosen among many
-    by scripts/gpu_hgemm_sweep.py on an H200: 305 TFLOP/s at 8192^3 fp16, 41% of cuBLAS's 745 in
-    the same run (2026-11-22); the issue's 50% is not reached (see NOTES.md).""")
+    ldmatrix for 32 mma where stage 5 issued 6 for 16, a third less shared-memory traffic per flop, and
+    each block reads A once for 256 columns instead of 128; the K-step doubles to 64, so a block waits
+    on half as many barriers. The price is registers (about 250 a thread: one block per SM) and fewer
+    warps to hide latency, covered by three stages of 48 KiB in flight (144 KiB). The blocks are
+    launched in bands of 8 tile rows walked column by column (block_tile), so the blocks on the GPU at
+    one time share their A and B panels in L2 instead of streaming B from memory for every tile row. The
+    numbers (tile, warp tile, K-step, stages, band) are TUNED, chosen among many by
+    scripts/gpu_hgemm_sweep.py on an H200: 305 TFLOP/s at 8192^3 fp16, 41% of cuBLAS's 745 in the same
+    run.""")
 def tuned(A, B, out):
     _run_stage("tuned", A, B, out)
 

@@ -14,7 +14,7 @@ Wq (N x K int8) and w_scale (N) are the weights, quantized the same way once, ah
 acc * x_scale[m] * w_scale[n]. The operator's reference is that pipeline in exact arithmetic (a
 kernel must match it to float32 rounding); what quantization itself costs, against the float32 layer
 x Wᵀ, is measured by ``scripts/gpu_low_precision.py``: at 8192³ a relative error of 0.0128, where
-cuBLAS in fp16 has 0.00036 (H200, 2026-11-22, NOTES.md; the fused stage's paragraph says more).
+cuBLAS in fp16 has 0.00036 (on an H200; the fused stage's paragraph says more).
 """
 
 import numpy as np
@@ -638,15 +638,14 @@ def _fused_bytes(A, W, x_scale, w_scale, out):
     The dequantization moves into the GEMM's epilogue: the int32 accumulators are scaled by x_scale[m]
     and w_scale[n] while still in registers and stored once as float32. Two launches instead of three,
     and the M x N int32 intermediate never exists. (Quantizing x stays its own pass: its scale is the
-    max over a whole row, which no GEMM block sees before it starts.) At 8192^3 on the H200 it took
-    2561 µs against the unfused stage's 2773 and torch's quantize + _int_mm + dequantize's 2516
-    (results/nvidia-h200.json, 2026-11-23). What int8 costs in accuracy: against the float32 layer
-    x Wᵀ (computed in float64), with x standard normal and W standard normal / sqrt(K), the output's
-    relative error (norm of the difference over norm of the exact layer, on sampled rows) was 0.0128
-    at 8192^3, where cuBLAS in fp16 on the same layer had 0.00036 (scripts/gpu_low_precision.py, H200,
-    2026-11-22; NOTES.md): about 36 times fp16's error. What it buys, in the same recording as the
-    times above: cuBLAS's int8 GEMM (torch._int_mm, 920 TOPS at 8192^3) runs 1.37 times its fp16 GEMM
-    (torch.matmul, 671 TFLOP/s).""")
+    max over a whole row, which no GEMM block sees before it starts.) At 8192^3 on an H200 it took 2561
+    µs against the unfused stage's 2773 and torch's quantize + _int_mm + dequantize's 2516. What int8
+    costs in accuracy: against the float32 layer x Wᵀ (computed in float64), with x standard normal and
+    W standard normal / sqrt(K), the output's relative error (norm of the difference over norm of the
+    exact layer, on sampled rows) was 0.0128 at 8192^3, where cuBLAS in fp16 on the same layer had
+    0.00036 (scripts/gpu_low_precision.py on an H200): about 36 times fp16's error. What it buys, in the
+    same recording as the times above: cuBLAS's int8 GEMM (torch._int_mm, 920 TOPS at 8192^3) runs 1.37
+    times its fp16 GEMM (torch.matmul, 671 TFLOP/s).""")
 def fused(x, Wq, w_scale, out):
     xq, x_scale = _quantize(x)
     _launch_int8(_fused_vec, _fused_bytes, xq, Wq, x_scale, w_scale, out)

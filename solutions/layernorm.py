@@ -823,26 +823,18 @@ def kernel_for(cols, table=BY_SHAPE):
 
 
 @op.stage("by_shape", """
-    No one kernel wins at every shape, so the last stage chooses by row width. Rows up to 1024 wide
-    get a warp each (four to a block; one, when rows are fewer than 4096, to spread them over every
-    SM): the row sits in registers, 32 values a lane, read once with 16-byte loads (load4), and the
-    sums are shuffles alone, no barrier. It issues every load of the row before it uses any (the
-    fused stage 5 did not: its loads each sat in a branch followed by their use, so one was in
-    flight at a time), and loads the weight and bias after the statistics and before the first
-    store, so those loads too run ahead. Wider rows take stage 7's kernel. A width not a multiple
-    of 4 (rows not on 16-byte boundaries) is read a column at a time. What it measured
-    (results/runs/gpu_norm_shapes.json: the H200, 2026-11-23, scripts/gpu_norm_shapes.py): at 1024
-    columns the warp kernel beat torch, 71.9 us against 106.9 at 32768 rows and 16.2 against 17.0
-    at 4096, where torch.compile's LayerNorm failed the 1e-3 tolerance (relative error 1.40e-3 and
-    1.41e-3), so it was judged against eager torch only. From 4096 columns by_shape is stage 7, and
-    it lost to torch.compile at all three shapes measured: 288 against 262 at 32768 x 4096, 78.8
-    against 74.1 at 8192 x 4096, 166 against 122 at 4096 x 12288 (eager torch: 369, 96.5, 172). A
-    block per row with the row in registers (block_rows, 16 values a thread, at most 48 registers)
-    lost to stage 7 at 32768 x 4096 (314 vs 288) and 4096 x 12288 (208 vs 166), so the table does
-    not pick it: a kernel is in the table where it was measured faster, not where it should be.
-    Capped at 40 registers (two blocks of 768 threads an SM) it took 159 at 4096 x 12288, ahead of
-    by_shape's 166 and still far behind torch.compile's 122: one run at one shape, not yet a reason
-    to change the table.""")
+    No one kernel wins at every shape, so the last stage chooses by row width. Rows up to 1024 wide get
+    a warp each (four to a block; one, when rows are fewer than 4096, to spread them over every SM): the
+    row sits in registers, 32 values a lane, read once with 16-byte loads (load4), and the sums are
+    shuffles alone, no barrier. It issues every load of the row before it uses any (the fused stage 5
+    did not: its loads each sat in a branch followed by their use, so one was in flight at a time), and
+    loads the weight and bias after the statistics and before the first store, so those loads too run
+    ahead. Wider rows take stage 7's kernel. A width not a multiple of 4 (rows not on 16-byte
+    boundaries) is read a column at a time. On an H200 the warp kernel beat torch at 1024 columns
+    (torch.compile's LayerNorm missed the 1e-3 tolerance there); from 4096 columns by_shape is stage 7,
+    which torch.compile beats. A block per row with the row in registers (block_rows) was slower than
+    stage 7, so the table does not pick it: a kernel is in the table where it was measured faster, not
+    where it should be.""")
 def by_shape(x, weight, bias, out):
     kernel_for(x.shape[1])(x, weight, bias, out)
 
@@ -1460,16 +1452,10 @@ RMSNORM_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (BLOCK_ROW_COLS, rmsnorm
 @rmsnorm_op.stage("by_shape", """
     LayerNorm's by_shape table for RMSNorm: a warp per row up to 1024 columns (32 values a lane, no
     barrier), a block per row up to 16384 (16 values a thread, one barrier), the row read once with
-    16-byte loads and written once with 16-byte stores, every load of the row issued before the
-    first is used and the weight loaded before the first store; wider rows take stage 3's kernel.
-    One sum of squares, so one reduction and no shift. What it measured
-    (results/runs/gpu_norm_shapes.json: the H200, 2026-11-23, scripts/gpu_norm_shapes.py): it beat
-    torch and torch.compile at 32768 x 1024 (69.0 us against 77.6 and 105.9) and at 16384 x 8192
-    (274 against 390 and 286), lost to torch.compile at 32768 x 4096 (282 against 263; torch 360),
-    and lost to both at 4096 x 12288 (172 against torch.compile's 116 and torch's 160). Neither
-    variant timed beside it closes those gaps: block_rows capped at 64 registers took 278 at
-    32768 x 4096, and block_rows launched directly, the very kernel by_shape picks at 12288
-    columns, 166.""")
+    16-byte loads and written once with 16-byte stores, every load of the row issued before the first is
+    used and the weight loaded before the first store; wider rows take stage 3's kernel. One sum of
+    squares, so one reduction and no shift. On an H200 it beat torch and torch.compile at 1024 and 8192
+    columns and lost to torch.compile at 4096 and 12288.""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
 

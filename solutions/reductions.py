@@ -228,15 +228,15 @@ TWO_PASS = """
     so the order of combination is fixed and NaN {nan}."""
 
 ONE_PASS = """
-    The same fold, made fast the way the sum ladder was, in one launch: each thread reads four
-    16-byte vectors a step (load4: ld.global.v4.f32), all four issued before any is used, 64 bytes
-    in flight per thread, each folded into its own accumulator (four independent dependency chains),
-    and the last block to finish (an atomic ticket) folds the per-block results, so there is no
-    second launch and the answer is the same on every run. (Two vectors a step, 32 bytes, measured
-    0.97-0.98x torch.amax/amin/mean at 2^28 on an H200 on 2026-11-23.) A vector that does not start
-    on a 16-byte boundary falls back to the two-pass kernels. The grid counts on 8 blocks resident
-    per multiprocessor, 32 registers a thread; the sixteen loaded values would take 33, so the kernel
-    is compiled with launch_bounds=(256, 8), which holds the compiler to 32 (no spill: workbench ptx)."""
+    The same fold, made fast the way the sum ladder was, in one launch: each thread reads four 16-byte
+    vectors a step (load4: ld.global.v4.f32), all four issued before any is used, 64 bytes in flight per
+    thread, each folded into its own accumulator (four independent dependency chains), and the last
+    block to finish (an atomic ticket) folds the per-block results, so there is no second launch and the
+    answer is the same on every run. (Two vectors a step, 32 bytes, measured 0.97-0.98x
+    torch.amax/amin/mean at 2^28 on an H200.) A vector that does not start on a 16-byte boundary falls
+    back to the two-pass kernels. The grid counts on 8 blocks resident per multiprocessor, 32 registers
+    a thread; the sixteen loaded values would take 33, so the kernel is compiled with
+    launch_bounds=(256, 8), which holds the compiler to 32 (no spill: workbench ptx)."""
 
 
 # -- the vector operators ------------------------------------------------------------------------------

@@ -575,18 +575,16 @@ def _merge_path_tiled(row_ptr, col_idx, values, x, y, tile_rows, tile_nzs, carry
 @op.stage("merge_path_tiled", """
     The same merge path, cut into one tile of 224 steps per warp, as CUB's SpMV does. A first small
     kernel finds every tile's start with one binary search per tile (in merge_path each thread did a
-    20-step search through L2). Then a warp loads its tile's values and column indices coalesced
-    (lane l takes non-zeros l, l + 32, ...: seven loads in flight per lane, then the gathers of x)
-    and its row ends into shared memory, each lane finds its start with a short search there, and
-    the walk reads only shared memory. Neighbouring lanes no longer read 28 bytes apart, and a
-    warp's memory traffic is whole cache lines. It lost, though: 176.8 against merge_path's 166.2 us
-    at the power-law headline (H200, results/nvidia-h200.json, 2026-11-23), 177.1 against 171.5 in the
-    GPU script's run (results/runs/gpu_spmv_topk.json), 181.5 against 180.0 on the uniform matrix,
-    and it won only on the banded one (142.5 against 167.4). The likely reason: merge_path's strided
-    loads wasted less than they seem, since a warp's 32 threads walk 224 consecutive non-zeros and its
-    seven steps read the same seven lines, which L1 keeps after the first; the gathers of x, at random
-    columns, are scattered either way; so the tiles save few bytes and add a launch (the tile starts)
-    and a trip through shared memory for every product.""")
+    20-step search through L2). Then a warp loads its tile's values and column indices coalesced (lane l
+    takes non-zeros l, l + 32, ...: seven loads in flight per lane, then the gathers of x) and its row
+    ends into shared memory, each lane finds its start with a short search there, and the walk reads
+    only shared memory. Neighbouring lanes no longer read 28 bytes apart, and a warp's memory traffic is
+    whole cache lines. It lost, though: on an H200 it was 3-6% slower than merge_path at the power-law
+    headline, about as fast on the uniform matrix, and won only on the banded one (15%). The likely
+    reason: merge_path's strided loads wasted less than they seem, since a warp's 32 threads walk 224
+    consecutive non-zeros and its seven steps read the same seven lines, which L1 keeps after the first;
+    the gathers of x, at random columns, are scattered either way; so the tiles save few bytes and add a
+    launch (the tile starts) and a trip through shared memory for every product.""")
 def merge_path_tiled(row_ptr, col_idx, values, x, y):
     rows, nnz = y.size, values.size
     tiles = blocks_for(rows + nnz, TILE)
@@ -706,23 +704,20 @@ def _merge_path_chunked(row_ptr, col_idx, values, x, y, tiles_per_warp, carry_ro
 
 
 @op.stage("merge_path_chunked", """
-    The tiles of merge_path_tiled, walked CHUNK = 4 at a time by one warp, in order. Three costs go.
-    The search kernel: a warp finds its chunk's start itself, with all 32 lanes probing 32 rows at
-    once (a ballot says which end before the diagonal), 4 rounds of loads for 10^6 rows instead of a
-    20-step search per tile in a launch of its own; each next tile's end is a short search of the
-    same kind, within 224 rows of its start. The carries: the row open at a tile's end is the next
-    tile's first row, so its sum so far passes from lane 31 to lane 0 in a register, and only a
-    chunk's last carry goes to the fix-up kernel (4 times fewer atomics). The 4-byte loads: values
-    and col_idx come in 16-byte loads (load4: one ld.global.v4 for four non-zeros) from the 16-byte
-    boundary at or below the tile's first non-zero, two per lane per tile instead of 14. At the
-    power-law headline it did not beat merge_path: 173.5 against 166.2 us in the README's run (H200,
-    results/nvidia-h200.json, 2026-11-23), 170.6 against 171.5 in the GPU script's run
-    (results/runs/gpu_spmv_topk.json), a tie within the two runs' spread; in that run it gained on the
-    uniform matrix (168.2 against 180.0) and the banded one (150.9 against 167.4). The records do not
-    show why the power-law matrix gains nothing; the likely costs are the ones it keeps or adds:
-    merge_path_tiled's trip through shared memory (above), and 56 registers a thread against
-    merge_path's 32 (workbench ptx spmv, sm_90), which allow 4 blocks of 256 an SM instead of 8 while
-    each warp walks its four tiles one after another: fewer loads in flight.""")
+    The tiles of merge_path_tiled, walked CHUNK = 4 at a time by one warp, in order. Three costs go. The
+    search kernel: a warp finds its chunk's start itself, with all 32 lanes probing 32 rows at once (a
+    ballot says which end before the diagonal), 4 rounds of loads for 10^6 rows instead of a 20-step
+    search per tile in a launch of its own; each next tile's end is a short search of the same kind,
+    within 224 rows of its start. The carries: the row open at a tile's end is the next tile's first
+    row, so its sum so far passes from lane 31 to lane 0 in a register, and only a chunk's last carry
+    goes to the fix-up kernel (4 times fewer atomics). The 4-byte loads: values and col_idx come in
+    16-byte loads (load4: one ld.global.v4 for four non-zeros) from the 16-byte boundary at or below the
+    tile's first non-zero, two per lane per tile instead of 14. At the power-law headline it did not
+    beat merge_path on an H200 (a tie within two runs' spread); it gained on the uniform matrix (7%) and
+    the banded one (10%). The records do not show why the power-law matrix gains nothing; the likely
+    costs are the ones it keeps or adds: merge_path_tiled's trip through shared memory (above), and 56
+    registers a thread against merge_path's 32 (workbench ptx spmv, sm_90), which allow 4 blocks of 256
+    an SM instead of 8 while each warp walks its four tiles one after another: fewer loads in flight.""")
 def merge_path_chunked(row_ptr, col_idx, values, x, y):
     merge_path_in_chunks(row_ptr, col_idx, values, x, y, CHUNK)
 
@@ -1110,21 +1105,19 @@ def _stable_scatter(keys, cols, bits, shift, offsets, keys_out, cols_out, bits_o
 
 
 @coo_op.stage("radix_sort", """
-    Sort instead of fixing up: a least-significant-digit radix sort of the entries by row, 8 bits a
-    pass (3 passes for 2^20 rows). Each pass counts the digits of every tile of 256 entries, scans
-    those counts (digit-major, so every tile learns where each of its digits starts), and scatters the
-    entries stably: an entry lands after every earlier entry with its digit, which within a warp is
-    a match_any_sync and a popcount. Stable is what makes it right: the entries came in column order,
-    so each row comes out with its columns ascending, whatever its length. The row pointers are the
-    same count and scan as before. Where both run it is slower than atomic_scatter: 4727.5 against
-    4131.5 us at 2^20 rows of 16 (H200, results/nvidia-h200.json), 4600.2 against 4118.8 in the GPU
-    script's run (results/runs/gpu_spmv_topk.json), which also timed it alone on the power-law matrix
-    (rows of 10^5 entries, too long for atomic_scatter's one-thread sort): 4539.0. Likely reasons:
-    three passes, each moving a key, a column and a value, where atomic_scatter moves them once and
-    sorts rows of 16 cheaply in a thread; a tile of 256
-    entries spreads over 256 digits, so each store lands alone (a 32-byte sector for 4 bytes); and each
-    pass scans 256 counts a tile, 16.8M counts for 16.8M entries. Larger tiles would lengthen the
-    digits' runs (CUB's sorts take thousands of keys a block); not tried here.""")
+    Sort instead of fixing up: a least-significant-digit radix sort of the entries by row, 8 bits a pass
+    (3 passes for 2^20 rows). Each pass counts the digits of every tile of 256 entries, scans those
+    counts (digit-major, so every tile learns where each of its digits starts), and scatters the entries
+    stably: an entry lands after every earlier entry with its digit, which within a warp is a
+    match_any_sync and a popcount. Stable is what makes it right: the entries came in column order, so
+    each row comes out with its columns ascending, whatever its length. The row pointers are the same
+    count and scan as before. Where both run it is 12-14% slower than atomic_scatter on an H200 (2^20
+    rows of 16); it also sorts the power-law matrix, whose rows of 10^5 entries are too long for
+    atomic_scatter's one-thread sort, in about the same time. Likely reasons: three passes, each moving
+    a key, a column and a value, where atomic_scatter moves them once and sorts rows of 16 cheaply in a
+    thread; a tile of 256 entries spreads over 256 digits, so each store lands alone (a 32-byte sector
+    for 4 bytes); and each pass scans 256 counts a tile, 16.8M counts for 16.8M entries. Larger tiles
+    would lengthen the digits' runs (CUB's sorts take thousands of keys a block); not tried here.""")
 def radix_sort(row_idx, col_idx, values, shape, out):
     nnz = row_idx.size
     row_ptr, out_cols, out_bits, value_bits = _coo_views(values, out, nnz)

@@ -202,14 +202,13 @@ def _shared_tile(img, w, out):
 
 
 @op.stage("shared_tile", """
-    Each 16x16 block first copies the 20x20 patch of the image its outputs need (its tile plus a
-    2-pixel halo, zeros beyond the image's edge) into shared memory, 400 loads shared by 256
-    threads, and the 25 weights beside it. After one barrier every tap is a shared-memory read: no
-    bounds tests in the inner loop, and each pixel comes from global memory 1.6 times (400 / 256)
-    instead of 25. Measure before you believe it: on an H200 this stage ran slower than the naive
-    one (1068 against 885 µs at 8192x8192, results/nvidia-h200.json), because Hopper's L1 cache
-    already serves the naive kernel's reuse, while the tile pays a barrier and signed index
-    arithmetic on every shared-memory read.""")
+    Each 16x16 block first copies the 20x20 patch of the image its outputs need (its tile plus a 2-pixel
+    halo, zeros beyond the image's edge) into shared memory, 400 loads shared by 256 threads, and the 25
+    weights beside it. After one barrier every tap is a shared-memory read: no bounds tests in the inner
+    loop, and each pixel comes from global memory 1.6 times (400 / 256) instead of 25. Measure before
+    you believe it: on an H200 this stage ran slower than the naive one (1068 against 885 µs at
+    8192x8192), because Hopper's L1 cache already serves the naive kernel's reuse, while the tile pays a
+    barrier and signed index arithmetic on every shared-memory read.""")
 def shared_tile(img, w, out):
     blocks, threads = _grid(img)
     _shared_tile[blocks, threads](img, w, out)

@@ -555,6 +555,10 @@ def cmd_table(args) -> int:
             err.print(f"[red]{readme} has no <!-- ladders --> ... <!-- /ladders --> markers[/]")
             return 1
         console.print(f"{outcome} the ladder sections of {readme}")
+        if not args.readme:  # the figures README shows are redrawn with its tables, from the same records
+            from .plots import update_committed_plots
+
+            update_committed_plots(log=console.print)
         return 0
     ops = [registry.operator(args.op)] if args.op else list(registry.load_operators().values())
     status = 0
@@ -768,7 +772,8 @@ def add_core_cli(sub) -> None:
     s = sub.add_parser("table", help="markdown ladder table from results/ (--update-readme rewrites README's)")
     s.add_argument("op", nargs="?", help="an operator (default: all)")
     s.add_argument("--update-readme", action="store_true",
-                   help="regenerate README's ladder sections (headings, tables, plots) from the registry")
+                   help="regenerate README's ladder sections (headings, tables) from the registry, and redraw "
+                        "the committed plots (results/plots) whose records changed")
     s.add_argument("--readme", help="the README to update (default: the checkout's)")
     s.set_defaults(func=cmd_table)
 

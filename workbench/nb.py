@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 
 import numpy as np
@@ -58,6 +59,31 @@ def show(obj) -> None:
     display(obj)
 
 
+# Printed text wraps at word boundaries at this many characters: JupyterLab's output area at 1280 px
+# shows about 120 monospace characters and, past them, breaks a line wherever it reaches the edge,
+# mid-word (its CSS is `word-break: break-all`). 100 also fits GitHub's notebook view and a terminal.
+PRINT_COLUMNS = 100
+
+
+def wrapped(text: str, columns: int = PRINT_COLUMNS) -> str:
+    """``text`` with each line longer than ``columns`` wrapped at word boundaries (a word longer than a
+    line, a path, stays whole), its continuation indented under a bullet's text."""
+    import textwrap
+
+    out = []
+    for line in text.splitlines() or [""]:
+        bullet = re.match(r"\s*(?:[•\-*]|\d+\.)\s+", line)
+        indent = " " * (bullet.end() if bullet else len(line) - len(line.lstrip()))
+        out.append(textwrap.fill(line, columns, subsequent_indent=indent, break_long_words=False,
+                                 break_on_hyphens=False) if len(line) > columns else line)
+    return "\n".join(out)
+
+
+def say(text: str) -> None:
+    """Print ``text`` wrapped to PRINT_COLUMNS, so that no output breaks a word at the page's edge."""
+    print(wrapped(text), flush=True)
+
+
 class LiveDisplay:
     """An output that is redrawn in place as work goes on (a notebook's display_id); in a terminal,
     each ``line`` is printed instead, so slow work is never silent."""
@@ -77,7 +103,7 @@ class LiveDisplay:
         if self.handle is not None:
             self.handle.update(self.obj)
         elif line:
-            print(line, flush=True)
+            say(line)
 
 
 class Table:
@@ -209,20 +235,20 @@ def about_mode() -> None:
     """Print whether kernels run on a GPU or in the simulator, and what that means for this notebook."""
     import workbench
 
-    print(f"workbench.MODE = {workbench.MODE!r}")
+    say(f"workbench.MODE = {workbench.MODE!r}")
     if device.is_simulator():
-        print(device.SIMULATOR_NOTICE.format(reason=device.probe().reason))
-        print("Here: check() runs every stage at the simulator sizes; plots show figures recorded on a GPU "
-              "in results/ (labelled 'recorded', with device and date).")
+        say(device.SIMULATOR_NOTICE.format(reason=device.probe().reason))
+        say("Here: check() runs every stage at the simulator sizes; plots show figures recorded on a GPU "
+            "in results/ (labelled 'recorded', with device and date).")
     elif device.mode() == "compile":
-        print("compile mode (WORKBENCH_MODE=compile): kernels compile to PTX but nothing runs; "
-              "plots show figures recorded in results/.")
+        say("compile mode (WORKBENCH_MODE=compile): kernels compile to PTX but nothing runs; "
+            "plots show figures recorded in results/.")
     else:
         env = results.environment()
-        print(f"GPU: {env['device']} (compute capability {env.get('compute_capability')}, "
-              f"{env.get('sm_count')} SMs), numba-cuda {env.get('numba_cuda')}")
-        print("Here: check() runs every stage at the GPU check sizes; progress() measures the stages so far "
-              "now (labelled 'measured now')" if LIVE else "Here: plots show figures recorded in results/.")
+        say(f"GPU: {env['device']} (compute capability {env.get('compute_capability')}, "
+            f"{env.get('sm_count')} SMs), numba-cuda {env.get('numba_cuda')}")
+        say("Here: check() runs every stage at the GPU check sizes; progress() measures the stages so far "
+            "now (labelled 'measured now')" if LIVE else "Here: plots show figures recorded in results/.")
 
 
 def _recorded_peaks() -> tuple[dict, str]:
@@ -372,7 +398,7 @@ def check(stage: Stage, sizes=None, seed: int = 0) -> None:
     report.title = report.headline()
     live.update()
     if live.handle is None:
-        print(report.title)
+        say(report.title)
     if report.failures:
         raise AssertionError(f"{stage.key}: {len(report.failures)} case(s) failed: " + report.failure_summary())
 
@@ -400,7 +426,7 @@ def _live_peaks(env: dict) -> dict:
         if stored is None:
             from .ceilings import measure_peaks
 
-            print("measuring this GPU's peaks (copy bandwidth, library GEMM) once...")
+            say("measuring this GPU's peaks (copy bandwidth, library GEMM) once...")
             stored = measure_peaks()
         _LIVE_ENV["peaks"] = stored
     return _LIVE_ENV["peaks"]
@@ -423,8 +449,8 @@ def _live_data(op: Operator, stages: list[Stage]) -> dict:
         if todo or need_peer:
             started = time.perf_counter()
             new, failures = bench_size(op, todo, size, peaks, rng, env, with_peer=need_peer)
-            print(f"measured {', '.join(s.name for s in todo) or 'the peer'} at {size_label(size)} "
-                  f"in {time.perf_counter() - started:.1f} s", flush=True)
+            say(f"measured {', '.join(s.name for s in todo) or 'the peer'} at {size_label(size)} "
+                f"in {time.perf_counter() - started:.1f} s")
             if need_peer:
                 cache["__peer__"] = [r for r in new if r.get("kind") == "peer"]
             for r in new:
@@ -433,7 +459,7 @@ def _live_data(op: Operator, stages: list[Stage]) -> dict:
             for s in todo:  # a stage that failed its check gets no figure (and is not re-timed)
                 cache.setdefault(s.name, None)
             for failure in failures:
-                print(f"FAIL (not timed) {failure}")
+                say(f"FAIL (not timed) {failure}")
         records += cache["__peer__"] + [cache[s.name] for s in stages if cache.get(s.name) is not None]
     return {"device": env["device"], "peaks": peaks, "records": records}
 
@@ -444,14 +470,14 @@ def stages_upto(op: Operator, upto: str | None) -> list[Stage]:
     return [s for s in op.stages if s.order <= op[upto].order]
 
 
-def figures(op: Operator, upto: str | None = None) -> tuple[dict | None, bool, str]:
+def figures(op: Operator, upto: str | None = None, measure: bool = True) -> tuple[dict | None, bool, str]:
     """(data, live, note): the records to draw for ``op``'s stages up to ``upto``.
 
-    On a GPU (and LIVE), measured now; otherwise the newest recorded file in results/ for this op,
-    cut to the stages so far. ``data`` is None when there is nothing to show; ``note`` says why."""
+    On a GPU (and LIVE, and ``measure``), measured now; otherwise the newest recorded file in results/
+    for this op, cut to the stages so far. ``data`` is None when there is nothing to show; ``note`` says why."""
     stages = stages_upto(op, upto)
     names = {s.name for s in stages}
-    if not device.is_simulator() and device.mode() == "gpu" and LIVE:
+    if measure and not device.is_simulator() and device.mode() == "gpu" and LIVE:
         return _live_data(op, stages), True, ""
     recorded = results.latest_file_with(op.name)
     if recorded is None and _elsewhere(op):
@@ -495,28 +521,69 @@ def progress(op: Operator, upto: str | None = None) -> None:
     only one size was measured)."""
     data, live, note = figures(op, upto)
     if note:
-        print(note)
+        say(note)
     if data is None:
         if _elsewhere(op):
             for path in _elsewhere_pictures(op) if upto is None else ():  # once, the whole ladder
                 show(RecordedPicture(path))
-        elif plots.has_stage_bytes(op):  # what needs no measurement: the bytes each stage moves, from its model
-            bytes_per_stage(op, upto)
+        elif upto is not None and plots.has_stage_bytes(op):  # what needs no measurement: the bytes each
+            bytes_per_stage(op, upto)  # stage so far moves, from its model (the whole ladder's has a cell of its own)
         return
-    kinds = [k for k in plots.figure_kinds(op, data) if k in ("staircase", "latency")]
-    show_figure(plots.ladder_figure(data, op, kinds, upto=upto, live=live))
+    if upto is not None and not any(r.get("kind") == "stage" and r["stage"] == upto for r in data["records"]):
+        return  # this stage has no figures: drawn again, the ladder so far would repeat the figure above
+    show_figure(plots.ladder_figure(data, op, progress_kinds(op, data), upto=upto, live=live))
+
+
+def progress_kinds(op: Operator, data: dict) -> list[str]:
+    """The panels progress() draws from ``data``: the staircase, and latency where two sizes were measured."""
+    return [k for k in plots.figure_kinds(op, data) if k in ("staircase", "latency")]
 
 
 def roofline(op: Operator) -> None:
-    """Every stage at the headline size under the memory and compute roofs."""
+    """Every stage at the headline size under the memory and compute roofs, where the stages sit at two
+    or more intensities; otherwise the sentence that says where they all sit."""
     if not plots.has_roofline(op):
-        print(f"{op.name} does no arithmetic (0 flops): it has no point on a roofline.")
+        say(f"{op.name} does no arithmetic (0 flops): it has no point on a roofline.")
         return
     data, live, note = figures(op)
     if note:
-        print(note)
-    if data is not None:
+        say(note)
+    if data is None:
+        return
+    if plots.roofline_says_something(op, data):
         show_figure(plots.ladder_figure(data, op, ["roofline"], live=live))
+    else:
+        say(plots.one_intensity_note(op, data))
+
+
+def whole_ladder_figures(op: Operator) -> dict[str, list[str]]:
+    """What the whole-ladder cells draw from the records in results/ (never measured: the notebook
+    builder asks, to caption each figure by the panels it will have): {"progress": its panels,
+    "roofline": ["roofline"] or [], "bytes": ["bytes"] or []}. No records: no progress or roofline figure."""
+    data, _, _ = figures(op, measure=False)
+    drawn = plots.figure_kinds(op, data) if data is not None else []
+    progress = progress_kinds(op, data) if data is not None else []
+    bytes_figure = ["bytes"] if plots.has_stage_bytes(op) else []
+    return {"progress": progress, "roofline": [k for k in drawn if k == "roofline"], "bytes": bytes_figure}
+
+
+# -- prose from solutions/ as Markdown --------------------------------------------------------------
+
+SPHINX_ROLE = re.compile(r":(?:py:)?(?:func|class|meth|mod|attr|data|obj|exc|const|ref|term):`~?([^`]+)`")
+CODE_SPAN = re.compile(r"(```.*?```|``[^\n]*?``|`[^`\n]*`)", re.S)
+# An asterisk between two operands ("2*M*N*K", "ho*stride", "(a+b)*c") is multiplication, which Markdown
+# would read as the edge of italics; one with a space on a side ("*now*", "a * b") is left as it is.
+TIMES_ASTERISK = re.compile(r"(?<=[\w)\]])\*(?=[\w(\[])")
+
+
+def prose_markdown(text: str) -> str:
+    """A paragraph or docstring from solutions/ as Markdown that shows what it says: Sphinx roles
+    (``:func:`name```) become code, and a multiplication's asterisk outside code is escaped, so that
+    "2*M*N*K flops" is not set in italics (emphasis, "*now*", stays emphasis)."""
+    parts = CODE_SPAN.split(SPHINX_ROLE.sub(lambda m: f"`{m.group(1)}`", text))
+    for i in range(0, len(parts), 2):  # the even parts are outside code
+        parts[i] = TIMES_ASTERISK.sub(r"\\*", parts[i])
+    return "".join(parts)
 
 
 def bytes_per_stage(op: Operator, upto: str | None = None) -> None:
@@ -533,7 +600,7 @@ def ladder_table(op: Operator) -> None:
         show(Markdown("Recorded. " + _elsewhere(op)))
         return
     if note:
-        print(note)
+        say(note)
     if data is None:
         return
     show(Markdown(("Measured now. " if live else "Recorded. ") + tables.ladder_table(op, data)))
@@ -546,14 +613,14 @@ def counters(op: Operator) -> None:
 
     device_name, records = profiles.recorded(op.name)
     if not records:
-        print(f"No counters recorded for {op.name}: `workbench profile {op.name}` on a GPU with Nsight Compute "
-              "records them.")
+        say(f"No counters recorded for {op.name}: `workbench profile {op.name}` on a GPU with Nsight Compute "
+            "records them.")
         return
     dates = sorted({r["date"][:10] for r in records})
     show(Table(list(tables.PROFILE_COLUMNS), tables.profile_rows(records), tables.profile_title(device_name, records),
                f"Recorded on a GPU ({device_name}, {', '.join(dates)}), not measured now."))
     for sentence in profiles.explain_steps(records):
-        print(f"• {sentence}")
+        say(f"• {sentence}")
 
 
 # -- across operators -----------------------------------------------------------------------------
@@ -603,13 +670,13 @@ def roofline_all() -> None:
     files = [(sum(1 for op in ops if results.records_for(op.name, d)), d) for d in results.load_all()]
     files = [(k, d) for k, d in files if k]
     if not files:
-        print(f"No recorded figures yet (nothing in {results.results_dir()}): run `workbench run OP` on a GPU.")
+        say(f"No recorded figures yet (nothing in {results.results_dir()}): run `workbench run OP` on a GPU.")
         return
     _, data = max(files, key=lambda kd: kd[0])
     recorded = [op for op in ops if results.records_for(op.name, data)]
     others = [op.name for op in ops if op not in recorded]
     if others:
-        print(f"not recorded on {data.get('device')}: {', '.join(others)}")
+        say(f"not recorded on {data.get('device')}: {', '.join(others)}")
     fig, (ax,) = plots.new_figure(1, height=6.0)
     plots.roofline_of_operators(ax, data, recorded)
     show_figure(fig)

@@ -1,10 +1,13 @@
 """Every picture of a ladder, drawn from records (measured now, or recorded in ``results/``).
 
 * staircase: each stage's rate at the headline size (effective GB/s, or GFLOP/s for a compute-bound
-  operator), with the measured peak and the library peer as horizontal lines;
+  operator), with the measured peak and each library peer as horizontal lines (peers each in a colour
+  and dash of their own: eager torch and torch.compile are two lines, never one red one);
 * latency against size, log-log, one line per stage and per shape family (softmax's rows of 1024
   columns are one line, its rows of 4096 another: same bytes is not same shape);
-* roofline: each stage's arithmetic intensity against its rate, under the memory and compute roofs;
+* roofline: each stage's arithmetic intensity (flops over the bytes its own traffic model moves) against
+  its rate, under the memory and compute roofs; drawn only where the stages sit at two intensities or
+  more (``roofline_says_something``), a sentence otherwise;
 * bytes per stage: what each stage's traffic model says it moves, against the minimum (fusion's gain);
 * across operators: each best stage against its library peer, and one roofline of every ladder.
 
@@ -13,7 +16,9 @@ device and date of its records. Figures are made to be read at the width Jupyter
 them (about ``PAGE_WIDTH_PX`` = 1000 pixels): at most two panels side by side, no text under 9 points,
 legends under the axes (never over the data), and bar labels on an opaque box, so a peak or peer line
 passes behind them rather than through them. ``png(fig)`` is how every figure is saved, for the
-README's ``results/plots/`` and for the notebooks alike.
+README's ``results/plots/`` and for the notebooks alike; ``caption(op, kinds)`` says in Markdown what a
+figure of those panels shows (left and right only where there are two). ``results/plots/drawn_from.json``
+records the hash of the records each committed PNG was drawn from (``committed_plots_out_of_date``).
 
 Drawing functions take an axes first and return it; ``ladder_figure`` and ``save_all`` make whole
 figures. Stage colours follow a stage's place in its whole ladder, so a "so far" figure never shifts them.
@@ -21,7 +26,9 @@ figures. Stage colours follow a stage's place in its whole ladder, so a "so far"
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import math
 import textwrap
 from pathlib import Path
@@ -29,7 +36,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from . import bench, registry, results
+from . import bench, paths, registry, results
 from .ladder import Operator, as_size, size_label
 
 FIG_DPI = 100
@@ -42,11 +49,15 @@ LEGEND_COLUMN_PX = 250  # the width a legend column needs: a panel 500 px wide h
 
 STAGE_COLORS = plt.get_cmap("viridis")
 PEER_COLOR = "tab:red"
-PEER_STYLE = dict(color=PEER_COLOR, linestyle="--", linewidth=1.6)
+# Library peers (eager torch, torch.compile, cuBLAS...) each get a colour, a line style and a marker of
+# their own: two peers drawn alike would read as one. Viridis (the stages) has no red, orange or pink.
+PEER_LOOKS = [("tab:red", "--", "x"), ("tab:orange", "-.", "P"), ("tab:pink", (0, (5, 1, 1, 1, 1, 1)), "*"),
+              ("tab:brown", (0, (3, 2)), "X")]
 PEAK_STYLE = dict(color="black", linestyle=":", linewidth=1.6)
 FLOOR_STYLE = dict(color="0.45", linestyle=":", linewidth=2.2)
 # Shape families on the latency plot: the first is drawn solid with dots, the next ones differ in both.
-FAMILY_STYLES = [("-", "o"), ("--", "s"), ("-.", "^"), ((0, (1, 1)), "D")]
+FAMILY_STYLES = [("-", "o"), ("--", "s"), ("-.", "^"), ((0, (1, 1)), "D"), ((0, (5, 1, 1, 1, 1, 1)), "v"),
+                 ((0, (8, 2)), "P")]  # attention records five shape families
 LABEL_BOX = dict(boxstyle="square,pad=0.15", facecolor="white", edgecolor="none", alpha=0.9)
 LABEL_ZORDER = 6  # above every line
 
@@ -147,6 +158,15 @@ def _peers(recs: list[dict]) -> list[dict]:
     return [r for r in recs if r.get("kind") == "peer"]
 
 
+def peer_look(data: dict, op: Operator, name: str) -> tuple:
+    """(colour, line style, marker) of ``op``'s peer ``name``: by its place among the peers recorded in
+    ``data`` at any size (eager ones first, torch.compile after them), so that every panel draws one peer
+    alike and two peers apart."""
+    recorded = {r["stage"] for r in _peers(results.records_for(op.name, data))}
+    names = sorted(recorded, key=lambda name: ("compile" in name, name))
+    return PEER_LOOKS[names.index(name) % len(PEER_LOOKS)]
+
+
 def _legend_below(ax, most_columns: int = 3):
     """A legend under the panel (under its tick labels and x label), so that it never covers the data.
 
@@ -179,9 +199,29 @@ def _ticks(ax) -> None:
 
 # -- one operator ---------------------------------------------------------------------------------
 
+AXES_SHARE = 0.8  # of its (sub)figure's width, what a panel's axes keep beside its tick labels
+LABEL_CHAR_EM = 0.6  # a label digit's width in ems (DejaVu Sans digits are 0.64; "%" is wider, spaces narrower)
+
+
+def _bar_labels(ax, bars, labels: list[str]) -> bool:
+    """Label each bar over its top, on an opaque box. Upright where every label fits the width of its
+    bar's slot; otherwise all of them on one line each, turned on end, so that neighbours never overlap
+    (twelve stages in a 500-pixel panel leave 35 pixels a bar: "31964" alone needs 40). Returns whether
+    they stand upright (a turned label is taller: the caller leaves more room above the bars)."""
+    slot_px = AXES_SHARE * ax.figure.bbox.width / max(len(bars), 1)
+    widest = max((len(line) for label in labels for line in label.split("\n")), default=0)
+    upright = widest * SMALL_PT * ax.figure.dpi / 72 * LABEL_CHAR_EM <= slot_px * 0.9
+    for bar, label in zip(bars, labels):
+        ax.annotate(label if upright else label.replace("\n", " "),
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 2),
+                    textcoords="offset points", ha="center", va="bottom", rotation=0 if upright else 90,
+                    fontsize=SMALL_PT, bbox=LABEL_BOX, zorder=LABEL_ZORDER)
+    return upright
+
+
 def staircase(ax, data: dict, op: Operator, *, upto: str | None = None, live: bool = False):
-    """One bar per stage at the headline size, up to stage ``upto``; the measured peak (dotted) and the
-    library peer (dashed red) as lines. Each bar is labelled with its rate and its % of the peak."""
+    """One bar per stage at the headline size, up to stage ``upto``; the measured peak (dotted) and each
+    library peer (``peer_look``) as lines. Each bar is labelled with its rate and its % of the peak."""
     metric = metric_of(op)
     recs = results.headline(results.records_for(op.name, data), op.headline_size)
     stages = _stage_records(recs, upto, op)
@@ -194,20 +234,21 @@ def staircase(ax, data: dict, op: Operator, *, upto: str | None = None, live: bo
     if peak:
         ax.axhline(peak, **PEAK_STYLE, zorder=3, label=f"measured peak ({peak_name}) {peak:.0f}")
     for r in peers:
-        ax.axhline(r[metric], **PEER_STYLE, zorder=3, label=f"{r['stage']} {r[metric]:.0f}")
-    for bar, r in zip(bars, stages):
+        color, style, _ = peer_look(data, op, r["stage"])
+        ax.axhline(r[metric], color=color, linestyle=style, linewidth=1.6, zorder=3,
+                   label=f"{r['stage']} {r[metric]:.0f}")
+    labels = []
+    for r in stages:
         pct = percent(op, r, peaks)
-        label = f"{r[metric]:.0f}" + (f"\n{pct:.0f}%" if pct is not None else "")
-        ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), xytext=(0, 2),
-                    textcoords="offset points", ha="center", va="bottom", fontsize=SMALL_PT,
-                    bbox=LABEL_BOX, zorder=LABEL_ZORDER)
+        labels.append(f"{r[metric]:.0f}" + (f"\n{pct:.0f}%" if pct is not None else ""))
+    upright = _bar_labels(ax, bars, labels)
     top = max(values + [peak or 0] + [r[metric] for r in peers], default=1) or 1
     positive = [v for v in values if v > 0]
     if positive and top / min(positive) > 100:  # early stages would be invisible on a linear axis
         ax.set_yscale("log")
-        ax.set_ylim(min(positive) / 3, top * 6)  # room for two lines of label over the tallest bar
+        ax.set_ylim(min(positive) / 3, top * (6 if upright else 40))  # room for the labels over the tallest bar
     else:
-        ax.set_ylim(0, top * 1.3)
+        ax.set_ylim(0, top * (1.3 if upright else 1.6))
     ax.set_ylabel(unit_of(op), fontsize=LABEL_PT)
     ax.tick_params(axis="x", rotation=25)
     for label in ax.get_xticklabels():
@@ -270,20 +311,26 @@ def latency(ax, data: dict, op: Operator, *, upto: str | None = None, live: bool
     families = shape_families([r["size"] for r in stages + peers])
     family_of = {s: i for i, fam in enumerate(families) for s in fam}
 
-    def draw(rows: list[dict], color, label: str, peer: bool) -> None:
+    def draw(rows: list[dict], color, label: str, look: tuple | None = None) -> None:
+        """One line per shape family; the first line drawn carries the legend entry (a stage recorded
+        only at some shapes still gets one)."""
         for i, fam in enumerate(families):
             pts = sorted((r["bytes"], r["median_us"]) for r in rows if family_of[as_size(r["size"])] == i)
             if not pts:
                 continue
             style, marker = FAMILY_STYLES[i % len(FAMILY_STYLES)]
-            ax.plot(*zip(*pts), color=color, linestyle=style, marker=marker, markersize=4,
-                    linewidth=1.8 if peer else 1.4, label=label if i == 0 else None, zorder=3)
+            if look and len(families) == 1:  # one family: the peer's own style tells it from the others
+                style, marker = look[1], look[2]
+            ax.plot(*zip(*pts), color=color, linestyle=style, marker=marker, markersize=5 if look else 4,
+                    linewidth=1.8 if look else 1.4, label=label, zorder=3)
+            label = None
 
     for order in sorted({r["order"] for r in stages}):
         rows = [r for r in stages if r["order"] == order]
-        draw(rows, stage_color(op, order), rows[0]["stage"], peer=False)
+        draw(rows, stage_color(op, order), rows[0]["stage"])
     for name in sorted({r["stage"] for r in peers}):
-        draw([r for r in peers if r["stage"] == name], PEER_COLOR, f"{name} (library)", peer=True)
+        look = peer_look(data, op, name)
+        draw([r for r in peers if r["stage"] == name], look[0], f"{name} (library)", look)
     shown = stages + peers
     floor = time_floor(op, data.get("peaks") or {}, shown)
     if shown:  # drawn only where it is within sight of the measurements
@@ -356,22 +403,60 @@ def has_roofline(op: Operator) -> bool:
     return op.flops(as_size(op.headline_size)) > 0
 
 
+def intensity(rec: dict) -> float:
+    """A record's arithmetic intensity: its flops over the bytes its own stage moves (its traffic
+    model; the operator's minimum where the stage has none, and for a library peer)."""
+    return rec["flops"] / (rec.get("stage_bytes") or rec["bytes"])
+
+
+def intensities(op: Operator, data: dict) -> list[float]:
+    """The distinct arithmetic intensities of ``op``'s records at its headline size, rounded to 0.1%."""
+    recs = results.headline(results.records_for(op.name, data), op.headline_size)
+    return sorted({float(f"{intensity(r):.3g}") for r in recs if r["flops"]})
+
+
+def roofline_says_something(op: Operator, data: dict) -> bool:
+    """A roofline of one ladder places its stages by intensity; where every stage and peer sits at the
+    same one (no stage has a traffic model of its own: gemm), it would stack them in one column under
+    the roof, which the staircase's "% of peak" already says. It is drawn where there are two or more."""
+    return has_roofline(op) and len(intensities(op, data)) > 1
+
+
+def one_intensity_note(op: Operator, data: dict) -> str:
+    """What a one-column roofline would have said, in a sentence: the intensity, which side of the
+    ridge, and that the staircase shows the distance to the roof."""
+    peaks = data.get("peaks") or {}
+    memory, _ = memory_ceiling(op, peaks)
+    compute = peaks.get(bench.peak_key(op, peaks) if op.bound == "compute" else "gemm_fp32_gflops")
+    size = as_size(op.headline_size)
+    x = (intensities(op, data) or [op.flops(size) / op.bytes_moved(size)])[0]
+    text = (f"Every stage of {op.name} does the same flops on the same bytes (no stage moves more than the "
+            f"minimum in its model): one arithmetic intensity, {x:.3g} flop/byte")
+    if memory and compute:
+        ridge = compute / memory
+        side = "right of the ridge: compute-bound" if x > ridge else "left of the ridge: memory-bound"
+        text += f", {side} (the ridge is at {ridge:.3g} flop/byte on {data.get('device', '?')})"
+    return (text + ". A roofline would stack every stage in one column under the same roof; the staircase's "
+            "% of peak is each stage's distance to it, so no roofline is drawn.")
+
+
 def roofline(ax, data: dict, op: Operator, *, upto: str | None = None, live: bool = False):
-    """Each stage at the headline size as a point (intensity from the models, rate measured) under the
-    memory and compute roofs; the library peer a red cross."""
+    """Each stage at the headline size as a point (intensity from its own traffic model, rate
+    measured) under the memory and compute roofs; each library peer a cross of its own."""
     recs = results.headline(results.records_for(op.name, data), op.headline_size)
     stages = _stage_records(recs, upto, op)
     peers = _peers(recs)
     for r in stages:
-        ax.scatter(r["flops"] / r["bytes"], r["gflops"], color=stage_color(op, r["order"]), s=36, zorder=3,
+        ax.scatter(intensity(r), r["gflops"], color=stage_color(op, r["order"]), s=36, zorder=3,
                    label=r["stage"])
     for r in peers:
-        ax.scatter(r["flops"] / r["bytes"], r["gflops"], marker="x", color=PEER_COLOR, s=50, zorder=4,
+        color, _, marker = peer_look(data, op, r["stage"])
+        ax.scatter(intensity(r), r["gflops"], marker=marker, color=color, s=50, zorder=4,
                    label=f"{r['stage']} (library)")
     peaks = data.get("peaks") or {}
     keys = ("gemm_fp32_gflops", "gemm_tf32_gflops") + ((bench.peak_key(op),) if op.bound == "compute" else ())
     memory_key = bench.peak_key(op, peaks) if op.bound == "memory" else "copy_gbps"  # its own stream's roof
-    _roofline_axes(ax, [(r["flops"] / r["bytes"], r["gflops"]) for r in stages + peers if r["flops"]],
+    _roofline_axes(ax, [(intensity(r), r["gflops"]) for r in stages + peers if r["flops"]],
                    peaks, keys, memory_key)
     size = as_size(recs[0]["size"]) if recs else as_size(op.headline_size)
     _title(ax, f"{op.name}: roofline at {size_phrase(op, size)}", provenance(data, stages + peers, live))
@@ -432,18 +517,16 @@ def best_against_peer(ax, rows: list[tuple[Operator, dict, dict | None, dict]]):
     x = np.arange(len(rows))
     ours = [percent(op, best, peaks) or 0 for op, best, _, peaks in rows]
     theirs = [(percent(op, peer, peaks) or 0) if peer else 0 for op, _, peer, peaks in rows]
-    ax.bar(x - 0.2, ours, 0.4, label="best stage", color="tab:green", zorder=2)
+    bars = ax.bar(x - 0.2, ours, 0.4, label="best stage", color="tab:green", zorder=2)
     ax.bar(x + 0.2, theirs, 0.4, label="library peer", color=PEER_COLOR, alpha=0.7, zorder=2)
-    for xi, v in zip(x, ours):
-        ax.annotate(f"{v:.0f}", (xi - 0.2, v), xytext=(0, 2), textcoords="offset points", ha="center",
-                    va="bottom", fontsize=SMALL_PT, bbox=LABEL_BOX, zorder=LABEL_ZORDER)
+    upright = _bar_labels(ax, bars, [f"{v:.0f}" for v in ours])
     ax.axhline(100, **PEAK_STYLE, zorder=3, label="100% of the measured peak")
     ax.set_xticks(x, [f"{op.name}\n{best['stage']}" for op, best, _, _ in rows])
     ax.tick_params(axis="x", rotation=35)
     for label in ax.get_xticklabels():
         label.set_horizontalalignment("right")
         label.set_rotation_mode("anchor")
-    ax.set_ylim(0, max(ours + theirs + [100]) * 1.15)
+    ax.set_ylim(0, max(ours + theirs + [100]) * (1.15 if upright else 1.3))
     ax.set_ylabel("% of measured peak", fontsize=LABEL_PT)
     _ticks(ax)
     devices = sorted({best["device"] for _, best, _, _ in rows})
@@ -469,16 +552,16 @@ def roofline_of_operators(ax, data: dict, ops: list[Operator]):
         color = cmap(i % 20)
         stages = sorted((r for r in recs if r.get("kind") == "stage"), key=lambda r: r["order"])
         for k, r in enumerate(stages):
-            ax.scatter(r["flops"] / r["bytes"], r["gflops"], color=color, s=18,
+            ax.scatter(intensity(r), r["gflops"], color=color, s=18,
                        alpha=0.35 + 0.65 * (k + 1) / len(stages), zorder=3)
         best, _ = best_stage(op, data)
         if best is not None:
-            ax.scatter(best["flops"] / best["bytes"], best["gflops"], s=70, facecolors="none", edgecolors=color,
+            ax.scatter(intensity(best), best["gflops"], s=70, facecolors="none", edgecolors=color,
                        linewidths=1.5, zorder=4, label=f"{op.name} ({best['stage']})")
         for r in _peers(recs):
-            ax.scatter(r["flops"] / r["bytes"], r["gflops"], marker="x", color=color, s=30, zorder=4)
+            ax.scatter(intensity(r), r["gflops"], marker="x", color=color, s=30, zorder=4)
         shown += recs
-    _roofline_axes(ax, [(r["flops"] / r["bytes"], r["gflops"]) for r in shown if r["flops"]],
+    _roofline_axes(ax, [(intensity(r), r["gflops"]) for r in shown if r["flops"]],
                    data.get("peaks") or {}, tuple(key for key, _ in COMPUTE_ROOFS))
     _title(ax, "every ladder on one roofline (ringed: fastest stage, x: library peer)",
            provenance(data, shown, False))
@@ -521,11 +604,35 @@ def recorded_sizes(data: dict, op: Operator) -> int:
 
 def figure_kinds(op: Operator, data: dict | None = None) -> list[str]:
     """The figures an operator has: the staircase always; latency against size where the records hold
-    two sizes or more (given no ``data``: always); a roofline where it does arithmetic; bytes per stage
-    where some stage moves more than the minimum."""
+    two sizes or more (given no ``data``: always); a roofline where it does arithmetic at two or more
+    intensities (``roofline_says_something``; given no ``data``: wherever it does arithmetic); bytes per
+    stage where some stage moves more than the minimum."""
     latency_too = data is None or recorded_sizes(data, op) > 1
-    return (["staircase"] + (["latency"] if latency_too else []) + (["roofline"] if has_roofline(op) else [])
+    roofline_too = has_roofline(op) if data is None else roofline_says_something(op, data)
+    return (["staircase"] + (["latency"] if latency_too else []) + (["roofline"] if roofline_too else [])
             + (["bytes"] if has_stage_bytes(op) else []))
+
+
+def caption(op: Operator, kinds: list[str]) -> str:
+    """Markdown that says what a figure of these panels (``kinds``, left to right) shows, naming a
+    panel's side only where there are two: the caption follows the figure actually drawn."""
+    metric_words = ("GFLOP/s, under the compute peak" if op.bound == "compute"
+                    else "effective GB/s, under the measured bandwidth of its memory pattern")
+    what = {
+        "staircase": ("**Staircase**", f"each stage at the headline size in {metric_words} (dotted line), and "
+                      "each library peer as a line of its own colour and dash"),
+        "latency": ("**Latency against size**", "on log-log axes a flat line is launch-bound (a few µs whatever "
+                    "the size), a slope of one is bandwidth-bound; each shape family has its own line style; the "
+                    "dotted grey line is the least time the roofline allows, a floor no stage can cross"),
+        "roofline": ("**Roofline**", "each stage's arithmetic intensity (flops over the bytes its own traffic "
+                     "model moves) against its rate. Under the slanted memory roof a kernel can only get faster "
+                     "by moving its bytes faster; under a flat compute roof, by doing its arithmetic faster"),
+        "bytes": ("**Bytes moved per stage**", "what each stage moves against the minimum: a stage that reads "
+                  "or writes an intermediate result in global memory pays for it in bytes; fusing kernels removes those "
+                  "round trips"),
+    }
+    sides = ["(left)", "(right)"] if len(kinds) == 2 else [""]
+    return " ".join(f"{what[k][0]}{' ' + side if side else ''}: {what[k][1]}." for k, side in zip(kinds, sides))
 
 
 def ladder_figure(data: dict, op: Operator, kinds: list[str], *, upto: str | None = None, live: bool = False):
@@ -533,6 +640,7 @@ def ladder_figure(data: dict, op: Operator, kinds: list[str], *, upto: str | Non
     fig, axes = new_figure(len(kinds))
     for kind, ax in zip(kinds, axes):
         PANELS[kind](ax, data, op, upto, live)
+        ax.set_gid(kind)  # what the panel is, for whoever reads the figure back (nb.Picture, the tests)
     return fig
 
 
@@ -560,14 +668,107 @@ def save(fig, path: Path) -> Path:
     return path
 
 
+# Beside the PNGs save_all writes: for each, a hash of the records it was drawn from and of the PNG itself,
+# so that a test can tell a committed figure drawn from other records (older peaks, a stage re-recorded)
+# from one drawn from today's.
+MANIFEST = "drawn_from.json"
+
+
+def data_hash(data: dict, op: Operator) -> str:
+    """A hash of what ``op``'s saved figures are drawn from: its records in ``data`` (every size) and the
+    file's device and measured peaks. Any change there changes the figures, and this hash."""
+    drawn = {"device": data.get("device"), "peaks": data.get("peaks") or {},
+             "records": sorted(results.records_for(op.name, data), key=lambda r: json.dumps(r, sort_keys=True))}
+    return hashlib.sha256(json.dumps(drawn, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def png_hash(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def read_manifest(out_dir: Path) -> dict:
+    path = Path(out_dir) / MANIFEST
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _write_manifest(out_dir: Path, manifest: dict) -> None:
+    path = Path(out_dir) / MANIFEST
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(sorted(manifest.items())), indent=1) + "\n")
+
+
 def save_all(data: dict, op: Operator | str, out_dir: Path, *, live: bool = False, metric: str | None = None) -> list[Path]:
     """Write ``<op>_staircase.png``, ``_latency.png`` (where two sizes or more were recorded) and
-    ``_roofline.png`` (where the operator does arithmetic) into ``out_dir``: the figures README shows. The metric follows the operator
-    (``metric`` is accepted for older callers and must agree)."""
+    ``_roofline.png`` (where its stages sit at two intensities or more) into ``out_dir``: the figures
+    README shows, each entered in the folder's manifest (``drawn_from.json``) with the hash of the records
+    it was drawn from. The metric follows the operator (``metric`` is accepted for older callers and must agree)."""
     op = registry.operator(op) if isinstance(op, str) else op
     if metric is not None and metric != metric_of(op):
         raise ValueError(f"{op.name} is {op.bound}-bound: its plots are in {metric_of(op)}, not {metric}")
-    paths = []
+    paths_written = []
+    manifest = read_manifest(out_dir)
+    drawn_from = data_hash(data, op)
+    for kind in SAVED_KINDS:  # a kind no longer drawn (a roofline of one column) leaves no stale PNG behind
+        (Path(out_dir) / f"{op.name}_{kind}.png").unlink(missing_ok=True)
+        manifest.pop(f"{op.name}_{kind}.png", None)
     for kind in [k for k in figure_kinds(op, data) if k in SAVED_KINDS]:
-        paths.append(save(ladder_figure(data, op, [kind], live=live), Path(out_dir) / f"{op.name}_{kind}.png"))
-    return paths
+        path = save(ladder_figure(data, op, [kind], live=live), Path(out_dir) / f"{op.name}_{kind}.png")
+        manifest[path.name] = {"data": drawn_from, "png": png_hash(path)}
+        paths_written.append(path)
+    _write_manifest(out_dir, manifest)
+    return paths_written
+
+
+def committed_plots_out_of_date(out_dir: Path = paths.COMMITTED_PLOTS_DIR) -> dict[str, str]:
+    """{figure or operator: why} for every committed figure not drawn from today's records in results/
+    (each operator's newest recorded file, as the tables read them): missing, drawn from other records,
+    changed since it was drawn, or no longer drawn at all."""
+    out_dir = Path(out_dir)
+    manifest = read_manifest(out_dir)
+    stale: dict[str, str] = {}
+    expected = set()
+    files = results.load_all()
+    for op in registry.load_operators().values():
+        data = results.latest_file_with(op.name, files)
+        if data is None:
+            continue
+        drawn_from = data_hash(data, op)
+        for kind in [k for k in figure_kinds(op, data) if k in SAVED_KINDS]:
+            name = f"{op.name}_{kind}.png"
+            expected.add(name)
+            entry = manifest.get(name)
+            if not (out_dir / name).exists() or entry is None:
+                stale[name] = "missing"
+            elif entry["data"] != drawn_from:
+                stale[name] = "drawn from other records than today's"
+            elif entry["png"] != png_hash(out_dir / name):
+                stale[name] = "changed since it was drawn"
+    for path in out_dir.glob("*.png"):
+        if path.name not in expected:
+            stale[path.name] = "no longer drawn (no records, or a kind this operator no longer has)"
+    return stale
+
+
+def update_committed_plots(out_dir: Path = paths.COMMITTED_PLOTS_DIR, log=print) -> list[Path]:
+    """Redraw the committed figures that are out of date (``committed_plots_out_of_date``) and remove
+    those no longer drawn; the figures of unchanged records are left as they are (drawing all takes minutes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    out_dir = Path(out_dir)
+    stale = committed_plots_out_of_date(out_dir)
+    ops = {op.name: op for op in registry.load_operators().values()}
+    redrawn = []
+    for name in sorted({n.rsplit("_", 1)[0] for n in stale}):
+        data = results.latest_file_with(name) if name in ops else None
+        if data is None:  # an operator without records (or gone): its figures go
+            for kind in SAVED_KINDS:
+                (out_dir / f"{name}_{kind}.png").unlink(missing_ok=True)
+            manifest = read_manifest(out_dir)
+            _write_manifest(out_dir, {k: v for k, v in manifest.items() if not k.startswith(f"{name}_")})
+            log(f"removed the figures of {name}: no records")
+            continue
+        written = save_all(data, ops[name], out_dir)
+        log(f"drew {', '.join(p.name for p in written)}")
+        redrawn += written
+    return redrawn

@@ -156,10 +156,11 @@ def headline(recs: list[dict], size) -> list[dict]:
     return [r for r in recs if r["size"] == size]
 
 
-def latest_file_with(op: str) -> dict | None:
-    """The recorded file with the newest records for ``op`` (what plots show without a GPU)."""
+def latest_file_with(op: str, files: list[dict] | None = None) -> dict | None:
+    """The recorded file with the newest records for ``op`` (what plots show without a GPU), among
+    ``files`` (default: ``load_all()``; a caller asking for every operator reads them once)."""
     best, best_date = None, ""
-    for data in load_all():
+    for data in load_all() if files is None else files:
         recs = records_for(op, data)
         if recs:
             date = max(r["date"] for r in recs)

@@ -29,6 +29,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from .. import nb as cells_helpers
 from .. import paths, plots, profiles, registry
 from ..markers import no_exercise_because
 from ..ladder import Operator, as_size, size_label
@@ -209,7 +210,7 @@ def story_md(op: Operator) -> str:
     operators), and the stages in order."""
     module = registry.module_of(op)
     short = registry.short_module_name(op)
-    doc = inspect.cleandoc(module.__doc__ or op.title)
+    doc = cells_helpers.prose_markdown(inspect.cleandoc(module.__doc__ or op.title))
     first, _, rest = doc.partition("\n")
     story = f"**{first.strip()}**\n\n{rest.strip()}"
     main = registry.operators_by_module()[short][0]
@@ -241,14 +242,15 @@ def stage_cells(op: Operator) -> list:
     cells = []
     for s in op.stages:
         ref = f"op[{s.name!r}]"
-        text = f"## {s.order}. `{s.name}`\n\n{s.summary}"
+        text = f"## {s.order}. `{s.name}`\n\n{cells_helpers.prose_markdown(s.summary)}"
         if s.gpu_only:
             text += f"\n\n> **GPU only**: {s.gpu_only}. In the simulator its check is skipped."
         cells.append(markdown_cell(text))
         if s.order > 1:
             cells.append(code_cell(f"nb.show_diff({ref})  # what changed from stage {s.order - 1}"))
-        cells += [code_cell(f"nb.show_source({ref})"), code_cell(f"nb.check({ref})"),
-                  code_cell(f"nb.progress(op, upto={s.name!r})")]
+        cells += [code_cell(f"nb.show_source({ref})"), code_cell(f"nb.check({ref})")]
+        if s is not op.stages[-1]:  # the last stage's figure is the whole ladder's, drawn once below
+            cells.append(code_cell(f"nb.progress(op, upto={s.name!r})"))
     return cells
 
 
@@ -267,31 +269,15 @@ def build_notebook(op: Operator):
         code_cell(by_hand_cell(op)),
     ]
     cells += stage_cells(op)
-    metric_words = ("GFLOP/s, under the compute peak" if op.bound == "compute"
-                    else "effective GB/s, under the measured copy bandwidth")
-    cells += [
-        markdown_cell("## The whole ladder\n\n"
-                      f"**Staircase** (left): each stage at the headline size in {metric_words} (dotted line) and "
-                      "the library peer (dashed red). **Latency against size** (right), log-log: a flat line is "
-                      "launch-bound (a few µs whatever the size), a slope of one is bandwidth-bound; each shape "
-                      "family has its own line style; the dotted grey line is the least time the roofline allows, "
-                      "a floor no stage can cross."),
-        code_cell("nb.progress(op)"),
-    ]
-    if plots.has_roofline(op):
-        cells += [
-            markdown_cell("**Roofline**: each stage's arithmetic intensity (flops over minimum bytes) against its "
-                          "rate. Under the slanted memory roof a kernel can only get faster by moving its bytes "
-                          "faster; under a flat compute roof, by doing its arithmetic faster."),
-            code_cell("nb.roofline(op)"),
-        ]
-    if plots.has_stage_bytes(op):
-        cells += [
-            markdown_cell("**Bytes moved per stage** against the minimum: a stage that reads or writes an "
-                          "intermediate result in global memory pays for it in bytes; fusing kernels removes "
-                          "those round trips."),
-            code_cell("nb.bytes_per_stage(op)"),
-        ]
+    drawn = cells_helpers.whole_ladder_figures(op)  # captions follow the panels each figure will have
+    caption = f"\n\n{plots.caption(op, drawn['progress'])}" if drawn["progress"] else ""
+    cells += [markdown_cell(f"## The whole ladder{caption}"), code_cell("nb.progress(op)")]
+    if drawn["roofline"]:
+        cells += [markdown_cell(plots.caption(op, drawn["roofline"])), code_cell("nb.roofline(op)")]
+    elif plots.has_roofline(op) and drawn["progress"]:  # says where the stages sit instead
+        cells.append(code_cell("nb.roofline(op)"))
+    if drawn["bytes"]:
+        cells += [markdown_cell(plots.caption(op, drawn["bytes"])), code_cell("nb.bytes_per_stage(op)")]
     if profiles.recorded(op.name)[1]:
         cells += [
             markdown_cell("## Why each step is faster: the counters\n\nTiming says how fast; Nsight Compute's "
@@ -375,13 +361,15 @@ launcher that runs module-level `@cuda.jit` kernels on device arrays.
 
 - **Staircase**: one bar per stage at the operator's headline (large) size, in effective GB/s (the
   minimum bytes divided by the time) for memory-bound operators, GFLOP/s for compute-bound ones. The
-  dotted line is the peak measured on that GPU (a copy kernel's bandwidth, or cuBLAS's fp32 rate), the
-  dashed red line the library peer. Each bar is labelled with its rate and its % of the peak.
+  dotted line is the peak measured on that GPU (a copy kernel's bandwidth, or cuBLAS's fp32 rate), each
+  library peer a line of its own colour and dash (eager torch red, torch.compile orange). Each bar is labelled with its rate and its % of the peak.
 - **Latency against size** (log-log): small sizes are launch-bound (a few µs, flat), large sizes
   bandwidth-bound (a slope of one). Sizes of different shapes (rows of 1024 or of 4096 columns) get
   their own line style. The dotted grey line is the least time the roofline allows: a floor.
-- **Roofline**: arithmetic intensity (flop per byte, from the models) against GFLOP/s, under the memory
-  roof (slanted) and the compute roofs (flat). Memory-bound operators sit far left.
+- **Roofline**: arithmetic intensity (flop per byte, from each stage's traffic model) against GFLOP/s,
+  under the memory roof (slanted) and the compute roofs (flat). Memory-bound operators sit far left.
+  Drawn where a ladder's stages sit at two intensities or more; where they all sit at one, a sentence
+  says where, and the staircase shows how far each stage is from the roof.
 - **Bytes moved per stage**: each stage's own traffic against the minimum: what fusion saves.
 
 Every figure's title names the size in words, and the device and the date of its records: "recorded"
