@@ -24,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "workbench"
 
-MODEL = {"device", "ladder", "registry", "paths", "sizes", "markers", "check", "timing", "bench", "results",
+MODEL = {"device", "ladder", "registry", "curriculum", "paths", "sizes", "markers", "check", "timing", "bench", "results",
          "peaks", "peers", "simulator", "introspect", "ptxcheck", "diff", "launch", "prepared", "profiles",
          "sanitizer"}
 PRESENTATION = {"tables", "plots", "nb"}
