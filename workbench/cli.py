@@ -70,13 +70,35 @@ def _fmt(x, spec=".3g") -> str:
 
 def cmd_list(args) -> int:
     ops = registry.load_operators()
+    chapters = registry.chapters()
+    if args.target in ops:  # one operator
+        chosen = [ops[args.target]]
+    elif args.target:  # one chapter (its number or name), or a clear error naming both kinds
+        try:
+            chosen = [ops[name] for name in registry.chapter(args.target).operators]
+        except registry.UnknownTarget:
+            raise registry.UnknownTarget(f"no operator or chapter {args.target!r}: `workbench list` shows "
+                                         f"the chapters ({', '.join(ch.stem for ch in chapters)})") from None
+    else:
+        chosen = list(ops.values())
     if args.json:
-        print(json.dumps([{"op": op.name, "title": op.title, "size": op.size_form, "module": op.module, "stages": [
+        print(json.dumps([{"op": op.name, "title": op.title, "chapter": registry.chapter_of(op).stem,
+                           "size": op.size_form, "module": op.module, "stages": [
             {"name": s.name, "order": s.order, "summary": s.summary, "gpu_only": s.gpu_only} for s in op.stages]}
-            for op in ops.values()], indent=1))
+            for op in chosen], indent=1))
         return 0
-    for op in ops.values():
-        table = Table(title=f"{op.name}: {op.title}  (size {op.size_form}, {op.module})", title_justify="left")
+    if not args.target:  # the course: a row per chapter; `workbench list CHAPTER` shows its stages
+        table = Table(title="The chapters (`workbench list CHAPTER` or `list OP` shows the stages)",
+                      title_justify="left")
+        for col in ("#", "chapter", "operators"):
+            table.add_column(col)
+        for ch in chapters:
+            table.add_row(str(ch.number) + (" ★" if ch.core else ""), ch.slug, ", ".join(ch.operators))
+        console.print(table)
+        return 0
+    for op in chosen:
+        table = Table(title=f"{op.name}: {op.title}  (size {op.size_form}, {op.module}, chapter "
+                            f"{registry.chapter_of(op).stem})", title_justify="left")
         table.add_column("#", justify="right")
         table.add_column("stage")
         table.add_column("what changed and why")
@@ -473,7 +495,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog=f"commands: {COMMANDS_LINE}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    s = sub.add_parser("list", help="operators and their stages")
+    s = sub.add_parser("list", help="the chapters and their operators; an operator's or chapter's stages")
+    s.add_argument("target", nargs="?", metavar="OP|CHAPTER",
+                   help="an operator (softmax_fp16) or a chapter (21, softmax or 21_softmax): its stages")
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_list)
 

@@ -571,3 +571,36 @@ def save_all(data: dict, op: Operator | str, out_dir: Path, *, live: bool = Fals
     for kind in [k for k in figure_kinds(op, data) if k in SAVED_KINDS]:
         paths.append(save(ladder_figure(data, op, [kind], live=live), Path(out_dir) / f"{op.name}_{kind}.png"))
     return paths
+
+
+# -- the course, by Part (99_compare_all) ------------------------------------------------------------
+
+BAR_ROW_IN = 0.24  # height of one operator's row in a by-Part figure: its name on the axis stays legible
+
+
+def part_figure(rows: list[tuple[Operator, dict, dict | None, dict]], title: str):
+    """One Part's operators as horizontal bars, each named on its axis: the best stage's % of the measured
+    peak, the strongest library peer's as a red tick on the same row, the value written at the bar's end.
+    A row is (operator, best stage's record, peer's record or None, the peaks of their file). The figure
+    grows with its rows and its two-entry legend sits under it, never taller than the plot."""
+    fig, (ax,) = new_figure(1, height=1.6 + BAR_ROW_IN * len(rows))
+    y = np.arange(len(rows))[::-1]  # the first row on top
+    ours = [percent(op, best, peaks) or 0 for op, best, _, peaks in rows]
+    theirs = [(percent(op, peer, peaks) if peer else None) for op, _, peer, peaks in rows]
+    ax.barh(y, ours, 0.7, color="tab:green", label="best stage", zorder=2)
+    peer_y = [yi for yi, t in zip(y, theirs) if t is not None]
+    ax.scatter([t for t in theirs if t is not None], peer_y, marker="|", s=160, linewidths=2.5,
+               color=PEER_COLOR, label="strongest library peer", zorder=4)
+    for yi, v, (_, best, _, _) in zip(y, ours, rows):
+        ax.annotate(f"{v:.0f}% {best['stage']}", (v, yi), xytext=(3, 0), textcoords="offset points",
+                    va="center", fontsize=SMALL_PT, bbox=LABEL_BOX, zorder=LABEL_ZORDER)
+    ax.set_yticks(y, [op.name for op, _, _, _ in rows], fontsize=SMALL_PT)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.axvline(100, **PEAK_STYLE, zorder=3, label="100% of the measured peak")
+    ax.set_xlim(0, max(ours + [t for t in theirs if t is not None] + [100]) * 1.45)  # room for the labels
+    ax.set_xlabel("% of measured peak at the headline size", fontsize=LABEL_PT)
+    _ticks(ax)
+    devices = sorted({best["device"] for _, best, _, _ in rows})
+    _title(ax, title, ", ".join(devices))
+    _legend_below(ax)
+    return fig

@@ -157,12 +157,12 @@ def percent_words(found: dict | None) -> str:
     return "—" if found is None or found["percent"] is None else f"{found['percent']:.0f}%"
 
 
-def variants_table(chapter) -> str:
-    """A chapter's variants side by side: each one's best stage and its rate, % of peak and time ratio to
-    its strongest peer, at each variant's own headline size (Markdown)."""
+def variants_table(names) -> str:
+    """Operators side by side (a chapter's variants): each one's best stage against its strongest peer, its
+    rate and % of peak, at each operator's own headline size (Markdown)."""
     ops = registry.load_operators()
-    lines = ["| variant | best stage vs best peer | rate | % of peak |", "|---|---|---:|---:|"]
-    for name in chapter.operators:
+    lines = ["| operator | best stage vs best peer | rate | % of peak |", "|---|---|---:|---:|"]
+    for name in names:
         found = best_against_peer(ops[name])
         lines.append(f"| `{name}` | {against_peer_words(found)} | {found['rate'] if found else '—'} | "
                      f"{percent_words(found)} |")
@@ -211,7 +211,7 @@ def chapter_page(ch) -> str:
     else:
         out += ["It answers:", ""] + [f"- {q}" for q in ch.teaches] + [""]
     if len(ch.operators) > 1:
-        out += [f"Its variants, by {ch.axes}, each at its own headline size:", "", variants_table(ch)]
+        out += [f"Its variants, by {ch.axes}, each at its own headline size:", "", variants_table(ch.operators)]
     for name in ch.operators:
         op = ops[name]
         out += [f"## `{name}`: {op.title}", "", f"`solutions/{registry.short_module_name(op)}.py`", "",
