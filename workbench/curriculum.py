@@ -194,7 +194,7 @@ CHAPTERS = (
             ("How does a shared-memory tile with a halo serve every neighbour once?",
              "Why does a missing barrier fail only sometimes?",
              "What does a register tile per thread add?"),
-            minutes=30, prerequisites=(15,)),
+            minutes=30, prerequisites=(15,), core=True),
     Chapter(52, "conv2d", "Convolution: direct, im2col + GEMM, implicit GEMM, Winograd",
             ("conv2d", "conv2d_general", "conv2d_bias_relu", "conv2d_bias_add_relu", "conv_bn_folded"),
             ("How is a convolution a GEMM (im2col), and why is implicit GEMM better?",
