@@ -295,6 +295,11 @@ def collapsed(cell):
     return cell
 
 
+def paragraph_key(summary: str) -> str:
+    """A stage paragraph as compared for repetition: the same words, however the source indented them."""
+    return " ".join(summary.split())
+
+
 def variant_cells(op: Operator, shown: dict[str, str]) -> list:
     """A variant's short section: what it is, its stages' paragraphs (one already shown in this notebook
     is named, not repeated), a check per stage, its figures and its table. ``shown`` maps each paragraph
@@ -304,9 +309,9 @@ def variant_cells(op: Operator, shown: dict[str, str]) -> list:
              f"In `solutions/{short}.py`; {len(op.stages)} stages (`workbench diff {op.name}.STAGE` shows each "
              "one's change):", ""]
     for s in op.stages:
-        said = shown.get(s.summary)
+        said = shown.get(paragraph_key(s.summary))
         lines.append(f"{s.order}. `{s.name}`: " + (f"as `{said}` above." if said else s.summary.strip()))
-        shown.setdefault(s.summary, s.key)
+        shown.setdefault(paragraph_key(s.summary), s.key)
         if s.gpu_only:
             lines.append(f"   **GPU only**: {s.gpu_only}.")
     cells = [markdown_cell("\n".join(lines)),
@@ -380,7 +385,7 @@ def build_notebook(ch: Chapter):
         cells += [markdown_cell(f"## The variants side by side\n\nThe chapter's ladders vary by {ch.axes}. Each "
                                 "one's fastest stage against its strongest library peer, at its own headline size:"),
                   code_cell(f"nb.variants({ch.number})")]
-        shown = {s.summary: s.key for s in op.stages}
+        shown = {paragraph_key(s.summary): s.key for s in op.stages}
         for variant in family[1:]:
             cells += variant_cells(variant, shown)
     first_of_module = {}  # each module's exercise once, named by its first operator in the chapter
