@@ -243,6 +243,29 @@ def test_compare_all_goes_a_part_at_a_time():
     assert [s for s in sources if s.startswith("nb.compare_part(")] == [f"nb.compare_part({p})" for p in parts]
 
 
+def test_a_parts_figure_names_every_bar_and_its_legend_is_shorter_than_the_plot():
+    from workbench import plots, results
+
+    names = [name for ch in CHAPTERS.values() if ch.part == 1 for name in ch.operators]
+    rows = []
+    for name in names:
+        data = results.latest_file_with(name)
+        best, peer = plots.best_stage(OPS[name], data) if data else (None, None)
+        if best is not None:
+            rows.append((OPS[name], best, peer, data.get("peaks") or {}))
+    if len(rows) < 10:
+        pytest.skip("too few recorded figures in results/")
+    fig = plots.part_figure(rows, "Part 1")
+    (ax,) = fig.axes
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    assert [t.get_text() for t in ax.get_yticklabels()] == [op.name for op, *_ in rows]  # the first on top
+    labels = [t.get_text() for t in ax.texts]
+    assert len(labels) == len(rows) and all(best["stage"] in text for text, (_, best, _, _) in zip(labels, rows))
+    (legend,) = ax.figure.legends  # under the panel, in its subfigure
+    assert legend.get_window_extent(renderer).height < ax.get_window_extent(renderer).height / 4
+
+
 def test_notebooks_are_named_by_their_chapters_declared_numbers():
     names = list(BUILT)
     assert names == [builder.START_HERE, *(ch.notebook for ch in CHAPTERS.values()),

@@ -585,14 +585,17 @@ def part_figure(rows: list[tuple[Operator, dict, dict | None, dict]], title: str
     grows with its rows and its two-entry legend sits under it, never taller than the plot."""
     fig, (ax,) = new_figure(1, height=1.6 + BAR_ROW_IN * len(rows))
     y = np.arange(len(rows))[::-1]  # the first row on top
-    ours = [percent(op, best, peaks) or 0 for op, best, _, peaks in rows]
+    measured = [percent(op, best, peaks) for op, best, _, peaks in rows]  # None: no peak in its precision
+    ours = [v or 0 for v in measured]
     theirs = [(percent(op, peer, peaks) if peer else None) for op, _, peer, peaks in rows]
     ax.barh(y, ours, 0.7, color="tab:green", label="best stage", zorder=2)
     peer_y = [yi for yi, t in zip(y, theirs) if t is not None]
     ax.scatter([t for t in theirs if t is not None], peer_y, marker="|", s=160, linewidths=2.5,
-               color=PEER_COLOR, label="strongest library peer", zorder=4)
-    for yi, v, (_, best, _, _) in zip(y, ours, rows):
-        ax.annotate(f"{v:.0f}% {best['stage']}", (v, yi), xytext=(3, 0), textcoords="offset points",
+               color=PEER_COLOR, label="strongest library peer", zorder=LABEL_ZORDER + 1)  # over the labels
+    for yi, v, (_, best, _, _) in zip(y, measured, rows):
+        words = (f"{v:.0f}% {best['stage']}" if v is not None
+                 else f"{best['stage']} (no peak of its precision measured)")
+        ax.annotate(words, (v or 0, yi), xytext=(3, 0), textcoords="offset points",
                     va="center", fontsize=SMALL_PT, bbox=LABEL_BOX, zorder=LABEL_ZORDER)
     ax.set_yticks(y, [op.name for op, _, _, _ in rows], fontsize=SMALL_PT)
     ax.set_ylim(-0.7, len(rows) - 0.3)
