@@ -204,6 +204,9 @@ def test_full_sources_and_long_tables_are_folded_and_the_diff_is_shown():
     assert "nb.show_source(op['naive'])" not in folded  # the first stage has no diff: its source is the lesson
     assert "nb.show_source(op['coalesced'])" in folded and "nb.show_diff(op['coalesced'])" not in folded
     assert "nb.ladder_table(op)" in folded and "nb.counters(op)" in folded
+    variant = section_of(built, OPS["softmax_fp16"])
+    assert all(c.source in folded for c in variant if c.source.startswith("nb.check("))  # the primary's shown
+    assert "nb.check(op['coalesced'])" not in folded
 
 
 def test_a_variant_repeats_no_paragraph_shown_before_it():

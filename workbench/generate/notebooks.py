@@ -316,7 +316,7 @@ def variant_cells(op: Operator, shown: dict[str, str]) -> list:
             lines.append(f"   **GPU only**: {s.gpu_only}.")
     cells = [markdown_cell("\n".join(lines)),
              code_cell(f"op = nb.operator({op.name!r})  # this section's variant")]
-    cells += [code_cell(f"nb.check(op[{s.name!r}])") for s in op.stages]
+    cells += [collapsed(code_cell(f"nb.check(op[{s.name!r}])")) for s in op.stages]  # each verdict in its header
     cells += [code_cell("nb.progress(op)"), collapsed(code_cell("nb.ladder_table(op)"))]
     return cells
 
@@ -421,11 +421,12 @@ def build_start_here(ops: dict):
 Learn to write fast GPU kernels with `numba.cuda` by watching them get fast. Each operator (a sum, an
 elementwise expression, a transpose, softmax, layernorm, a matrix product...) is a **ladder**: a sequence
 of kernels, each a small change from the one before (naive → coalesced → shared-memory tiles → warp-level →
-fused), each **correct on any valid input** and each **measured**. The notebooks walk one ladder each:
-what each stage changed, the kernel, its check, and how far the ladder has climbed so far."""),
+fused), each **correct on any valid input** and each **measured**. The ladders make a course of chapters,
+a notebook each: what each stage changed, the kernel, its check, and how far the ladder has climbed so far.
+Follow the core path (★) first, or start from any chapter whose prerequisites you know."""),
+        markdown_cell(course_map_md()),
         markdown_cell(HOW_TO_RUN_MD.replace("this notebook", "the notebooks")),
         code_cell("import workbench\nfrom workbench import nb\n\nnb.about_mode()"),
-        markdown_cell(course_map_md()),
         markdown_cell("""\
 ## How a ladder works
 
@@ -963,7 +964,8 @@ def add_cli(sub) -> None:
                    help="build: write (and with --execute run) them; check: list those out of date; list: names")
     s.add_argument("--execute", action="store_true", help="run them (nbclient) and save their outputs")
     s.add_argument("--only", action="append", metavar="OP",
-                   help="an operator (e.g. reduction) or a notebook file name; repeatable")
+                   help="an operator (its chapter's notebook), a chapter (21, softmax or 21_softmax) or a notebook file "
+                        "name; repeatable")
     s.add_argument("--out", default=str(paths.NOTEBOOKS_DIR), help="the folder to write (default: notebooks/)")
     s.add_argument("--force", action="store_true", help="overwrite notebooks edited by hand")
     s.add_argument("--sim", action="store_true", help="execute in the simulator even on a GPU machine")
