@@ -228,6 +228,15 @@ def test_a_variant_repeats_no_paragraph_shown_before_it():
     assert pointers  # the 16-bit ladders share paragraphs: each is shown once
 
 
+def test_a_variants_module_story_is_told_once_where_the_notebook_first_meets_it():
+    built = BUILT[CHAPTERS["21_softmax"].notebook]
+    fp16, bf16 = section_of(built, OPS["softmax_fp16"])[0].source, section_of(built, OPS["softmax_bf16"])[0].source
+    assert "`solutions/half_norms.py`: **" in fp16 and "<details>" in fp16
+    assert "half_norms.py" not in bf16 and "<details>" not in bf16
+    activations = BUILT[CHAPTERS["14_activations"].notebook]  # the variants share the primary's module
+    assert not any("<details>" in c.source for c in activations.cells)
+
+
 def test_start_here_is_the_course_map():
     text = "\n".join(c.source for c in BUILT[builder.START_HERE].cells)
     for ch in CHAPTERS.values():

@@ -300,14 +300,23 @@ def paragraph_key(summary: str) -> str:
     return " ".join(summary.split())
 
 
-def variant_cells(op: Operator, shown: dict[str, str]) -> list:
-    """A variant's short section: what it is, its stages' paragraphs (one already shown in this notebook
-    is named, not repeated), a check per stage, its figures and its table. ``shown`` maps each paragraph
-    shown so far to the stage that showed it, and grows."""
+def variant_cells(op: Operator, shown: dict[str, str], introduced: set[str]) -> list:
+    """A variant's short section: what it is, its module's story the first time the notebook meets that
+    module (what the axis changes: 16-bit storage, another function, ...; folded), its stages' paragraphs
+    (one already shown in this notebook is named, not repeated), a check per stage (folded), its figures
+    and its table. ``shown`` maps each paragraph shown so far to the stage that showed it, and
+    ``introduced`` holds the modules whose story was told; both grow."""
     short = registry.short_module_name(op)
-    lines = [f"## Variant `{op.name}`: {op.title}", "",
-             f"In `solutions/{short}.py`; {len(op.stages)} stages (`workbench diff {op.name}.STAGE` shows each "
-             "one's change):", ""]
+    lines = [f"## Variant `{op.name}`: {op.title}", ""]
+    if short not in introduced:
+        introduced.add(short)
+        doc = inspect.cleandoc(registry.module_of(op).__doc__ or op.title)
+        first, _, rest = doc.partition("\n")
+        lines += [f"`solutions/{short}.py`: **{first.strip()}**", ""]
+        if rest.strip():
+            lines += ["<details><summary>What it changes, and why (the module's story)</summary>", "",
+                      rest.strip(), "", "</details>", ""]
+    lines += [f"{len(op.stages)} stages (`workbench diff {op.name}.STAGE` shows each one's change):", ""]
     for s in op.stages:
         said = shown.get(paragraph_key(s.summary))
         lines.append(f"{s.order}. `{s.name}`: " + (f"as `{said}` above." if said else s.summary.strip()))
@@ -386,8 +395,9 @@ def build_notebook(ch: Chapter):
                                 "one's fastest stage against its strongest library peer, at its own headline size:"),
                   code_cell(f"nb.variants({ch.number})")]
         shown = {paragraph_key(s.summary): s.key for s in op.stages}
+        introduced = {registry.short_module_name(op)}  # the primary's story opened the notebook
         for variant in family[1:]:
-            cells += variant_cells(variant, shown)
+            cells += variant_cells(variant, shown, introduced)
     first_of_module = {}  # each module's exercise once, named by its first operator in the chapter
     for o in family:
         first_of_module.setdefault(registry.short_module_name(o), o)
