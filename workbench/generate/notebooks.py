@@ -177,8 +177,17 @@ def models_md(op: Operator) -> str:
     return "\n".join(lines)
 
 
+# A chapter says it in a paragraph; 00_start_here says it whole (HOW_TO_RUN_MD).
+HOW_TO_RUN_SHORT_MD = """\
+**Running it.** With a CUDA GPU, `check()` runs each stage at the GPU check sizes and the figures are
+measured now; without one, kernels run in numba's CUDA simulator (every stage still checked, at small
+sizes) and the figures are those **recorded** on a GPU in `results/`, labelled with device and date
+([00_start_here](00_start_here.ipynb) says more). The notebook is generated from `solutions/`: edit the
+ladder, not it.
+"""
+
 HOW_TO_RUN_MD = """\
-## How to run this notebook
+## How to run the notebooks
 
 The workbench decides when it is imported whether there is a CUDA GPU:
 
@@ -338,10 +347,11 @@ def build_notebook(ch: Chapter):
     cells = [
         markdown_cell(chapter_md(ch)),
         markdown_cell(story_md(op)),
-        markdown_cell(HOW_TO_RUN_MD),
+        markdown_cell(HOW_TO_RUN_SHORT_MD),
         code_cell(import_cell(ch)),
         markdown_cell(models_md(op)),
-        code_cell("nb.models(op)  # the same models at every bench size (and the time floor, where a peak is recorded)"),
+        collapsed(code_cell("nb.models(op)  # the same models at every bench size (and the time floor, where a peak "
+                            "is recorded)")),
         markdown_cell("### Calling a stage by hand\n\nA stage is a plain function on device arrays. `check()` below "
                       "does this for you (fresh random inputs, an output poisoned with NaN, a float64 reference), "
                       "but nothing more is hidden:"),
@@ -435,7 +445,7 @@ fused), each **correct on any valid input** and each **measured**. The ladders m
 a notebook each: what each stage changed, the kernel, its check, and how far the ladder has climbed so far.
 Follow the core path (★) first, or start from any chapter whose prerequisites you know."""),
         markdown_cell(course_map_md()),
-        markdown_cell(HOW_TO_RUN_MD.replace("this notebook", "the notebooks")),
+        markdown_cell(HOW_TO_RUN_MD),
         code_cell("import workbench\nfrom workbench import nb\n\nnb.about_mode()"),
         markdown_cell("""\
 ## How a ladder works
