@@ -1,6 +1,7 @@
 """A new operator is one file: written in a folder of its own and named by $WORKBENCH_SOLUTIONS_PATH, it
 appears in `workbench list`, `check`, `diff` and `ptx`, in the exercises, in a generated notebook, in the
-README's ladder sections and in the recording script, with no other file edited."""
+README's course map (an unfiled chapter, until workbench/curriculum.py lists it) and in the recording
+script, with no other file edited."""
 
 from __future__ import annotations
 

@@ -369,13 +369,13 @@ def cmd_plot(args) -> int:
 def cmd_table(args) -> int:
     if args.update_readme:
         if args.op:
-            raise UsageError("table --update-readme regenerates every operator's section: give no OP")
+            raise UsageError("table --update-readme regenerates the course map and every chapter's page: give no OP")
         outcome = tables.update_readme(Path(args.readme) if args.readme else None)
         readme = args.readme or paths.README
         if outcome == "no-markers":
-            err.print(f"[red]{readme} has no <!-- ladders --> ... <!-- /ladders --> markers[/]")
+            err.print(f"[red]{readme} has no <!-- course --> ... <!-- /course --> markers[/]")
             return 1
-        console.print(f"{outcome} the ladder sections of {readme}")
+        console.print(f"{outcome}: the course map of {readme} and the chapter pages beside it (docs/)")
         return 0
     ops = [registry.operator(args.op)] if args.op else list(registry.load_operators().values())
     status = 0
@@ -549,7 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("table", help="markdown ladder table from results/ (--update-readme rewrites README's)")
     s.add_argument("op", nargs="?", help="an operator (default: all)")
     s.add_argument("--update-readme", action="store_true",
-                   help="regenerate README's ladder sections (headings, tables, plots) from the registry")
+                   help="regenerate README's course map and the chapter pages under docs/ (tables, plots)")
     s.add_argument("--readme", help="the README to update (default: the checkout's)")
     s.set_defaults(func=cmd_table)
 

@@ -175,17 +175,18 @@ def link(text: str, target: str) -> str:
     return f"[{text}]({target})"
 
 
-def course_map(doc_prefix: str = "", notebook_prefix: str = "notebooks/") -> str:
-    """The course as one Markdown table: each chapter (linking its page under docs/), its Part, its primary
-    variant's best stage against the best peer, % of peak, and its notebook; core chapters starred."""
+def course_map() -> str:
+    """The course as one Markdown table, its links relative to the README: each chapter (linking its page
+    under docs/), its Part, its primary variant's best stage against the best peer, % of peak, and its
+    notebook; core chapters starred."""
     ops = registry.load_operators()
     lines = ["| chapter | Part | best stage vs best peer | % of peak | notebook |", "|---|---|---|---:|---|"]
     for ch in registry.chapters():
         found = best_against_peer(ops[ch.primary])
         star = " ★" if ch.core else ""
-        lines.append(f"| {link(f'{ch.number} {ch.slug}', doc_prefix + ch.page)}{star} | {ch.part} | "
+        lines.append(f"| {link(f'{ch.number} {ch.slug}', ch.page)}{star} | {ch.part} | "
                      f"{against_peer_words(found)} | {percent_words(found)} | "
-                     f"{link('notebook', notebook_prefix + ch.notebook)} |")
+                     f"{link('notebook', 'notebooks/' + ch.notebook)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -5,12 +5,13 @@ so it never drifts from ``solutions/``.
 time, prerequisites, questions), then its primary ladder: the module's story, the bytes and flops models,
 how to run, one section per stage (its paragraph, its diff against the previous stage, its source folded,
 its check, the figures so far), the whole ladder against the library peer; then its variants side by side
-and a short section each (their paragraphs, a check per stage, their figures and table). ``build_all_notebooks()`` adds ``00_start_here`` (the course map), ``90_grade_yourself`` and
+and a short section each (their paragraphs, a check per stage, their figures and table).
+``build_all_notebooks()`` adds ``00_start_here`` (the course map), ``90_grade_yourself`` and
 ``99_compare_all``; ``build_all(out_dir, execute=...)`` writes them (a notebook per chapter of
-``workbench/curriculum.py``, named by its declared number) and runs them with nbclient so their outputs show
-without running them. The cells call :mod:`workbench.nb`.
+``workbench/curriculum.py``, named by its declared number) and runs them with nbclient so their outputs
+show without running them. The cells call :mod:`workbench.nb`.
 
-``workbench notebooks build [--execute] [--only OP] [--sim] [--recorded] [--force]``,
+``workbench notebooks build [--execute] [--only OP|CHAPTER] [--sim] [--recorded] [--force]``,
 ``workbench notebooks check`` (which are out of date) and ``workbench notebooks list``. Committed
 notebooks are executed on CPU (``WORKBENCH_MODE=sim``) so that their figures are the recorded ones, with
 device and date; the tests check that their cells are what this builder makes from ``solutions/`` today
