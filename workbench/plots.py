@@ -604,6 +604,8 @@ def part_figure(rows: list[tuple[Operator, dict, dict | None, dict]], title: str
     ax.set_xlabel("% of measured peak at the headline size", fontsize=LABEL_PT)
     _ticks(ax)
     devices = sorted({best["device"] for _, best, _, _ in rows})
-    _title(ax, title, ", ".join(devices))
+    dates = sorted(best["date"][:10] for _, best, _, _ in rows)
+    when = dates[0] if dates[0] == dates[-1] else f"{dates[0]}..{dates[-1]}"
+    _title(ax, title, f"{', '.join(devices)}, recorded {when}")
     _legend_below(ax)
     return fig
