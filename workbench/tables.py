@@ -55,7 +55,7 @@ def ladder_table(op: Operator, data: dict) -> str:
     lines = [f"{op.title}, {first['size_label']} {first['dtype']} on **{data['device']}**, "
              f"{max(r['date'] for r in stages)[:10]} (numba-cuda {v.get('numba_cuda')}, numba {v.get('numba')}{torch}); "
              f"{peak_caption(op, data.get('peaks') or {})}.", "",
-             "| # | stage | median µs | GB/s | GFLOP/s | % of peak | vs " + (strongest["stage"] if strongest else "peer") + " |",
+             "| # | stage | median µs | GB/s | GFLOP/s | % of peak | vs best peer |",  # the peer row at 1.00x
              "|---|---|---:|---:|---:|---:|---:|"]
     peaks_ = data.get("peaks") or {}
     for r in stages:
@@ -66,7 +66,7 @@ def ladder_table(op: Operator, data: dict) -> str:
                      f"{_fmt(pct, '.0f')} | {ratio} |")
     for r in peers:
         pct = percent_of_peak(op, r["gbps"], r["gflops"], peaks_)
-        lines.append(f"| — | {r['stage']} (library) | {r['median_us']:.1f} | {r['gbps']:.0f} | {r['gflops']:.0f} | "
+        lines.append(f"| — | {peer_name(r['stage'])} (library) | {r['median_us']:.1f} | {r['gbps']:.0f} | {r['gflops']:.0f} | "
                      f"{_fmt(pct, '.0f')} | {strongest['median_us'] / r['median_us']:.2f}x |")
     if not any(r["stage"] == "torch.compile" for r in peers):
         lines += compiled_elsewhere(op, stages[-1])
@@ -128,29 +128,37 @@ def committed_plots(op: Operator) -> list[Path]:
 
 def best_against_peer(op: Operator) -> dict | None:
     """``op``'s fastest stage at its headline size against its strongest library peer, from the newest
-    recorded file that has it (as the ladder table compares them): {'stage', 'rate', 'percent', 'peer',
-    'ratio'}, the last three None where there is no peak or peer; None where nothing is recorded."""
+    recorded file that has it (as the ladder table compares them): {'stage', 'percent', 'peer', 'ratio'},
+    the last three None where there is no peak or peer; None where nothing is recorded."""
     from . import plots  # matplotlib: only for what needs it, not for every command that formats a table
 
     data = results.latest_file_with(op.name)
     best, peer = plots.best_stage(op, data) if data else (None, None)
     if best is None:
         return None
-    metric = plots.metric_of(op)
-    unit = "GFLOP/s" if metric == "gflops" else "GB/s"
-    return {"stage": best["stage"], "rate": f"{best[metric]:.0f} {unit}",
+    return {"stage": best["stage"],
             "percent": percent_of_peak(op, best["gbps"], best["gflops"], data.get("peaks") or {}),
             "peer": peer["stage"] if peer else None,
             "ratio": peer["median_us"] / best["median_us"] if peer else None}
 
 
-def against_peer_words(found: dict | None) -> str:
-    """'`rows_in_flight` 1.52x torch' (above 1x: faster than the library), or a dash."""
-    if found is None:
+def peer_name(name: str) -> str:
+    """A library peer as torch code names it: ``F.gelu`` for ``torch.nn.functional.gelu`` (tables stay
+    within 100 columns)."""
+    return name.replace("torch.nn.functional.", "F.")
+
+
+def peer_words(found: dict | None) -> str:
+    """'1.52x torch.compile': the best stage's time ratio to the strongest peer (above 1x: faster than the
+    library); or a dash."""
+    if found is None or found["ratio"] is None:
         return "—"
-    if found["ratio"] is None:
-        return f"`{found['stage']}` (no peer)"
-    return f"`{found['stage']}` {found['ratio']:.2f}x {found['peer']}"
+    return f"{found['ratio']:.2f}x {peer_name(found['peer'])}"
+
+
+def against_peer_words(found: dict | None) -> str:
+    """'`rows_in_flight` 1.52x torch.compile', or a dash."""
+    return "—" if found is None else f"`{found['stage']}` {peer_words(found)}"
 
 
 def percent_words(found: dict | None) -> str:
@@ -158,14 +166,15 @@ def percent_words(found: dict | None) -> str:
 
 
 def variants_table(names) -> str:
-    """Operators side by side (a chapter's variants): each one's best stage against its strongest peer, its
-    rate and % of peak, at each operator's own headline size (Markdown)."""
+    """Operators side by side (a chapter's variants): each one's best stage, its time ratio to its strongest
+    peer and its % of peak, at each operator's own headline size (Markdown; the rates are in the ladder
+    tables)."""
     ops = registry.load_operators()
-    lines = ["| operator | best stage vs best peer | rate | % of peak |", "|---|---|---:|---:|"]
+    lines = ["| operator | best stage | vs best peer | % of peak |", "|---|---|---|---:|"]
     for name in names:
         found = best_against_peer(ops[name])
-        lines.append(f"| `{name}` | {against_peer_words(found)} | {found['rate'] if found else '—'} | "
-                     f"{percent_words(found)} |")
+        stage = f"`{found['stage']}`" if found else "—"
+        lines.append(f"| `{name}` | {stage} | {peer_words(found)} | {percent_words(found)} |")
     return "\n".join(lines) + "\n"
 
 
