@@ -238,9 +238,17 @@ def docs_pages() -> dict[str, str]:
     return {ch.page: chapter_page(ch) for ch in registry.chapters()}
 
 
+def core_path_line() -> str:
+    """'★ The core path (13 chapters, about 13 hours): 11 → 13 → ...'."""
+    core = [ch for ch in registry.chapters() if ch.core]
+    hours = sum(ch.minutes for ch in core) / 60
+    return (f"★ The core path ({len(core)} chapters, about {hours:.0f} hours): "
+            + " → ".join(str(ch.number) for ch in core) + ".")
+
+
 def render_readme(text: str) -> str:
     """README text with its generated course map made anew (unchanged text if it has no markers)."""
-    new = replace_between(text, "course", f"{parts_line()}; ★ the core path.\n\n{course_map()}")
+    new = replace_between(text, "course", f"{parts_line()}.\n\n{course_map()}\n{core_path_line()}\n")
     return text if new is None else new
 
 
