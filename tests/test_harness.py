@@ -4,7 +4,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ import pytest
 import workbench
 from workbench import results
 from workbench.check import check_stage, compare, poison_like, relative_error
-from workbench import tables
+from workbench import registry, tables
 from workbench.cli import main
 from workbench.ladder import InputError, as_size
 from workbench.registry import UnknownTarget, load_operators, resolve
@@ -379,24 +378,13 @@ def test_cli_doctor_warns_about_simulator(capsys):
     assert any("simulator" in w for w in report["warnings"])
 
 
-def test_readme_ladders_are_regenerated_between_markers(tmp_path):
+def test_a_ladder_table_names_its_stages_and_device_and_sits_on_its_chapter_page():
     data = results.latest_file_with("reduction")
     if data is None:
         pytest.skip("no recorded reduction figures")
     table = tables.ladder_table(load_operators()["reduction"], data)
     assert "| 5 | fused |" in table and data["device"] in table
-    readme = tmp_path / "README.md"
-    readme.write_text("intro\n<!-- ladders -->\nSTALE TABLES\n<!-- /ladders -->\nrest\n")
-    assert tables.update_readme(readme) == "updated"
-    text = readme.read_text()
-    assert "STALE TABLES" not in text and table in text and text.endswith("rest\n")
-    assert "### Reduction: sum of a float32 vector" in text
-    assert tables.update_readme(readme) == "unchanged"
-
-
-def test_committed_readme_is_what_the_registry_and_results_generate():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert tables.render_readme(readme) == readme, "run `workbench table --update-readme`"
+    assert table in tables.chapter_page(registry.chapter("11"))
 
 
 def test_plots_draw_from_recorded_results(tmp_path):
@@ -424,9 +412,12 @@ def test_doctor_warns_about_numpy_25_with_numba_cuda_030(monkeypatch):
 def test_readme_opens_with_the_two_setup_commands_ci_runs():
     text = open(os.path.join(ROOT, "README.md")).read()
     block = text.split("<!-- setup -->", 1)[1].split("<!-- /setup -->", 1)[0]
-    commands = [ln for ln in block.splitlines() if ln.startswith("python")]
-    assert len(commands) == 2
-    assert "workbench run" in commands[0] and "pytest" in commands[1]
+    lines = [ln for ln in block.splitlines() if ln.startswith("python")]
+    assert "venv" in lines[0]  # where to install, first
+    commands = [ln for ln in lines if ln.startswith("python -m pip install")]
+    assert len(commands) == 2 and lines[1:] == commands
+    assert "workbench run" in commands[0]
+    assert commands[1] == 'python -m pip install -e ".[test]" && python -m pytest -n auto'
     ci = open(os.path.join(ROOT, ".ci", "run")).read()
     assert "<!-- setup -->" in ci and "pytest" in ci  # .ci/run runs the README's own test line
 

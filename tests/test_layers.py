@@ -24,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "workbench"
 
-MODEL = {"device", "ladder", "registry", "paths", "sizes", "markers", "check", "timing", "bench", "results",
+MODEL = {"device", "ladder", "registry", "curriculum", "paths", "sizes", "markers", "check", "timing", "bench", "results",
          "ceilings", "library_peers", "simulator", "introspect", "ptxcheck", "diff", "shared_memory", "prepared",
          "profiles", "sanitizer_reports", "record", "targets", "sweep"}
 PRESENTATION = {"tables", "plots", "nb"}

@@ -1,6 +1,7 @@
 """A new operator is one file: written in a folder of its own and named by $WORKBENCH_SOLUTIONS_PATH, it
 appears in `workbench list`, `check`, `diff` and `ptx`, in the exercises, in a generated notebook, in the
-README's ladder sections and in the recording script, with no other file edited."""
+README's course map (an unfiled chapter, until workbench/curriculum.py lists it) and in the recording
+script, with no other file edited."""
 
 from __future__ import annotations
 
@@ -120,11 +121,13 @@ def test_compiled_for_sm90(toy_dir):
 
 
 def test_readme_section_and_recording_plan(toy_dir):
-    code = ("from workbench import tables; import sys; sys.stdout.write(tables.readme_ladders())")
+    code = ("from workbench import tables; import sys; "
+            "sys.stdout.write(tables.course_map() + tables.docs_pages()['docs/81_toy_twice.md'])")
     env = dict(os.environ, WORKBENCH_SOLUTIONS_PATH=str(toy_dir), WORKBENCH_MODE="sim")
     readme = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert readme.returncode == 0, readme.stderr
-    assert "### A throw-away operator" in readme.stdout and "<!-- ladder:toy_twice -->" in readme.stdout
+    assert "[81 toy_twice](docs/81_toy_twice.md)" in readme.stdout  # unfiled, until curriculum.py lists it
+    assert "## `toy_twice`: Twice a float32 vector" in readme.stdout and "workbench/curriculum.py" in readme.stdout
     plan = subprocess.run([sys.executable, "-m", "workbench", "record", "--dry-run"], capture_output=True,
                           text=True, env=env, cwd=ROOT)
     assert plan.returncode == 0, plan.stderr

@@ -140,15 +140,35 @@ def assert_matches_a_fresh_run(name: str, tmp_path: Path) -> float:
 
 # -- building -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", list(OPS))
-def test_built_notebook_is_valid_and_walks_every_stage(name):
-    op = OPS[name]
-    built = BUILT[registry.notebook_name(op)]
+CHAPTERS = {ch.stem: ch for ch in registry.chapters()}
+
+
+def section_of(notebook, op) -> list:
+    """The cells of ``op``'s part of its chapter's notebook: the primary ladder's walk up to the variants,
+    or a variant's section up to the next heading of its level."""
+    cells = notebook.cells
+    chapter = registry.chapter_of(op)
+    if op.name == chapter.primary:
+        end = next((i for i, c in enumerate(cells) if c.source.startswith("## The variants side by side")), len(cells))
+        return cells[:end]
+    start = next(i for i, c in enumerate(cells) if c.source.startswith(f"## Variant `{op.name}`"))
+    end = next((i for i in range(start + 1, len(cells)) if cells[i].source.startswith("## ")), len(cells))
+    return cells[start:end]
+
+
+@pytest.mark.parametrize("stem", list(CHAPTERS))
+def test_built_notebook_is_valid_and_walks_its_primary_ladder(stem):
+    chapter = CHAPTERS[stem]
+    op = OPS[chapter.primary]
+    built = BUILT[chapter.notebook]
     nbformat.validate(built)
     sources = [c.source for c in built.cells]
     assert len({c.id for c in built.cells}) == len(built.cells)
-    assert sources[0].startswith(f"# {op.title}")
-    assert f"from solutions import {registry.short_module_name(op)}" in sources[2]
+    assert sources[0].startswith(f"# {chapter.number}. {chapter.title}")
+    assert all(q in sources[0] for q in chapter.teaches) or chapter.unfiled
+    assert sources[1].startswith(f"## {op.title}")
+    modules = {registry.short_module_name(OPS[name]) for name in chapter.operators}
+    assert all(f"solutions/{m}.py" in sources[3] for m in modules) and f"nb.operator({op.name!r})" in sources[3]
     for stage in op.stages:
         ref = f"op[{stage.name!r}]"
         paragraph = next(i for i, s in enumerate(sources) if s.startswith(f"## {stage.order}. `{stage.name}`"))
@@ -162,13 +182,111 @@ def test_built_notebook_is_valid_and_walks_every_stage(name):
     for call in ("nb.progress(op)", "nb.ladder_table(op)", "nb.about_mode()"):
         assert any(call in s for s in sources), call
     assert any("nb.bytes_per_stage(op)" in s for s in sources) == any(s.bytes_moved for s in op.stages)
+    assert any(f"nb.variants({chapter.number})" == s for s in sources) == (len(chapter.operators) > 1)
 
 
-def test_numbering_follows_the_registry_order():
+@pytest.mark.parametrize("name", list(OPS))
+def test_every_stage_of_every_variant_is_checked_in_its_chapter(name):
+    op = OPS[name]
+    section = section_of(BUILT[registry.notebook_name(op)], op)
+    sources = [c.source for c in section]
+    if name != registry.chapter_of(op).primary:
+        assert f"op = nb.operator({name!r})  # this section's variant" in sources
+        assert "nb.progress(op)" in sources and "nb.ladder_table(op)" in sources
+        for stage in op.stages:  # its paragraph, or a pointer to the same paragraph shown before it
+            assert f"`{stage.name}`: " in section[0].source
+    for stage in op.stages:
+        assert f"nb.check(op[{stage.name!r}])" in sources, stage.key
+
+
+def test_full_sources_and_long_tables_are_folded_and_the_diff_is_shown():
+    built = BUILT[CHAPTERS["21_softmax"].notebook]
+    folded = [c.source for c in built.cells if c.metadata.get("jupyter", {}).get("outputs_hidden")]
+    assert all(c.metadata.get("collapsed") for c in built.cells if c.source in folded)
+    assert "nb.show_source(op['naive'])" not in folded  # the first stage has no diff: its source is the lesson
+    assert "nb.show_source(op['coalesced'])" in folded and "nb.show_diff(op['coalesced'])" not in folded
+    assert "nb.ladder_table(op)" in folded and "nb.counters(op)" in folded
+    variant = section_of(built, OPS["softmax_fp16"])
+    assert all(c.source in folded for c in variant if c.source.startswith("nb.check("))  # the primary's shown
+    assert "nb.check(op['coalesced'])" not in folded
+
+
+def test_a_variant_repeats_no_paragraph_shown_before_it():
+    chapter = registry.chapter("14")
+    built = BUILT[chapter.notebook]
+    shown = {builder.paragraph_key(s.summary) for s in OPS[chapter.primary].stages}
+    pointers = 0
+    for name in chapter.operators[1:]:
+        for stage in OPS[name].stages:
+            item = next(line for line in section_of(built, OPS[name])[0].source.splitlines()
+                        if line.startswith(f"{stage.order}. `{stage.name}`: "))
+            text = item.split(": ", 1)[1]
+            if builder.paragraph_key(stage.summary) in shown:
+                assert text.startswith("as `") and text.endswith("` above."), item
+                pointers += 1
+            else:
+                assert text == stage.summary.strip()
+                shown.add(builder.paragraph_key(stage.summary))
+    assert pointers  # the 16-bit ladders share paragraphs: each is shown once
+
+
+def test_a_variants_module_story_is_told_once_where_the_notebook_first_meets_it():
+    built = BUILT[CHAPTERS["21_softmax"].notebook]
+    fp16, bf16 = section_of(built, OPS["softmax_fp16"])[0].source, section_of(built, OPS["softmax_bf16"])[0].source
+    assert "`solutions/half_norms.py`: **" in fp16 and "<details>" in fp16
+    assert "half_norms.py" not in bf16 and "<details>" not in bf16
+    activations = BUILT[CHAPTERS["14_activations"].notebook]  # the variants share the primary's module
+    assert not any("<details>" in c.source for c in activations.cells)
+
+
+def test_start_here_is_the_course_map():
+    text = "\n".join(c.source for c in BUILT[builder.START_HERE].cells)
+    for ch in CHAPTERS.values():
+        assert f"[{ch.number}. {ch.title}]({ch.notebook}){' ★' if ch.core else ''} · {ch.minutes} min" in text
+        for pre in ch.prerequisites:
+            assert f"[{pre}](" in text
+    for part in {ch.part for ch in CHAPTERS.values()}:
+        assert f"### Part {part}: " in text
+    core = " → ".join(f"[{ch.number} {ch.slug}]({ch.notebook})" for ch in CHAPTERS.values() if ch.core)
+    assert core in text
+
+
+def test_compare_all_goes_a_part_at_a_time():
+    sources = [c.source for c in BUILT[builder.COMPARE_ALL].cells]
+    parts = sorted({ch.part for ch in CHAPTERS.values()})
+    assert [s for s in sources if s.startswith("nb.compare_part(")] == [f"nb.compare_part({p})" for p in parts]
+
+
+def test_a_parts_figure_names_every_bar_and_its_legend_is_shorter_than_the_plot():
+    from workbench import plots, results
+
+    names = [name for ch in CHAPTERS.values() if ch.part == 1 for name in ch.operators]
+    rows = []
+    for name in names:
+        data = results.latest_file_with(name)
+        best, peer = plots.best_stage(OPS[name], data) if data else (None, None)
+        if best is not None:
+            rows.append((OPS[name], best, peer, data.get("peaks") or {}))
+    if len(rows) < 10:
+        pytest.skip("too few recorded figures in results/")
+    fig = plots.part_figure(rows, "Part 1")
+    (ax,) = fig.axes
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    assert [t.get_text() for t in ax.get_yticklabels()] == [op.name for op, *_ in rows]  # the first on top
+    labels = [t.get_text() for t in ax.texts]
+    assert len(labels) == len(rows) and all(best["stage"] in text for text, (_, best, _, _) in zip(labels, rows))
+    (legend,) = ax.figure.legends  # under the panel, in its subfigure
+    assert legend.get_window_extent(renderer).height < ax.get_window_extent(renderer).height / 4
+
+
+def test_notebooks_are_named_by_their_chapters_declared_numbers():
     names = list(BUILT)
-    assert names[0] == builder.START_HERE and names[-2:] == [builder.GRADE_YOURSELF, builder.COMPARE_ALL]
-    for i, op_name in enumerate(OPS):  # load_operators() sorts by rank
-        assert names[i + 1] == f"{i + 1:02d}_{op_name}.ipynb"
+    assert names == [builder.START_HERE, *(ch.notebook for ch in CHAPTERS.values()),
+                     builder.GRADE_YOURSELF, builder.COMPARE_ALL]
+    assert len({name[:2] for name in names}) == len(names)  # no two notebooks share a number
+    for ch in CHAPTERS.values():
+        assert {registry.notebook_name(OPS[name]) for name in ch.operators} == {f"{ch.number}_{ch.slug}.ipynb"}
 
 
 def test_model_text_reads_the_models():
@@ -191,7 +309,8 @@ def test_a_bound_note_replaces_the_memory_bound_sentence():
 
 
 def test_a_full_build_removes_generated_notebooks_it_no_longer_makes(tmp_path, monkeypatch):
-    """A new operator renumbers those after it: their old files go (never a learner's or a hand-edited one)."""
+    """A notebook renamed (a chapter renamed, the old per-operator numbering): its old file goes (never a
+    learner's or a hand-edited one)."""
     (path,) = builder.build_all(tmp_path, only=["reduction"], log=lambda line: None)
     renumbered = tmp_path / "98_reduction.ipynb"
     renumbered.write_bytes(path.read_bytes())
@@ -213,9 +332,9 @@ def test_a_full_build_removes_generated_notebooks_it_no_longer_makes(tmp_path, m
 def test_build_keeps_outputs_and_refuses_to_overwrite_hand_edits(tmp_path):
     logs = []
     written = builder.build_all(tmp_path, only=["reduction"], log=logs.append)
-    assert [p.name for p in written] == ["01_reduction.ipynb"]
+    assert [p.name for p in written] == ["11_reduction.ipynb"]
     stale = builder.stale_notebooks(tmp_path)
-    assert "01_reduction.ipynb" not in stale and builder.START_HERE in stale
+    assert "11_reduction.ipynb" not in stale and builder.START_HERE in stale
     path = written[0]
     kept = nbformat.read(path, as_version=4)
     kept.cells[2].outputs = [nbformat.v4.new_output("stream", text="kept\n")]
@@ -287,8 +406,9 @@ def test_a_throwaway_operator_gets_a_notebook_that_runs(tmp_path, monkeypatch):
     del sys.modules["solutions.twice"]
     op = registry.operator("twice")
     name = registry.notebook_name(op)
-    notebook = builder.build_notebook(op)
-    assert name == f"{len(OPS) + 1:02d}_twice.ipynb" and name in builder.notebook_recipes()
+    notebook = builder.build_notebook(registry.chapter_of(op))
+    assert name == "81_twice.ipynb" and name in builder.notebook_recipes()  # unfiled: a chapter of its own
+    assert "workbench/curriculum.py" in notebook.cells[0].source
     code = [c for c in notebook.cells if c.cell_type == "code"]
     notebook.cells = code[:1] + [c for c in code if c.source.startswith("nb.check(")]
     # The kernel finds the module as a learner's would: solutions/__init__.py reads $WORKBENCH_SOLUTIONS_PATH.
@@ -334,7 +454,7 @@ def test_committed_notebooks_never_call_a_skipped_stage_passed():
     assert gpu_only, "no GPU-only stage to look at"
     for op, stage in gpu_only:
         committed = nbformat.read(COMMITTED / registry.notebook_name(op), as_version=4)
-        cell = next(c for c in committed.cells if c.source == f"nb.check(op[{stage.name!r}])")
+        cell = next(c for c in section_of(committed, op) if c.source == f"nb.check(op[{stage.name!r}])")
         text = "".join(o.get("data", {}).get("text/plain", "") for o in cell.outputs)
         assert f"{stage.key} in the simulator: no case run;" in text and "skipped: needs a GPU" in text, text[:300]
         assert "pass" not in text.splitlines()[0].replace("passed", "")

@@ -64,13 +64,35 @@ def _fmt(x, spec=".3g") -> str:
 
 def cmd_list(args) -> int:
     ops = registry.load_operators()
+    chapters = registry.chapters()
+    if args.target in ops:  # one operator
+        chosen = [ops[args.target]]
+    elif args.target:  # one chapter (its number or name), or a clear error naming both kinds
+        try:
+            chosen = [ops[name] for name in registry.chapter(args.target).operators]
+        except registry.UnknownTarget:
+            raise registry.UnknownTarget(f"no operator or chapter {args.target!r}: `workbench list` shows "
+                                         f"the chapters ({', '.join(ch.stem for ch in chapters)})") from None
+    else:
+        chosen = list(ops.values())
     if args.json:
-        print(json.dumps([{"op": op.name, "title": op.title, "size": op.size_form, "module": op.module, "stages": [
+        print(json.dumps([{"op": op.name, "title": op.title, "chapter": registry.chapter_of(op).stem,
+                           "size": op.size_form, "module": op.module, "stages": [
             {"name": s.name, "order": s.order, "summary": s.summary, "gpu_only": s.gpu_only} for s in op.stages]}
-            for op in ops.values()], indent=1))
+            for op in chosen], indent=1))
         return 0
-    for op in ops.values():
-        table = Table(title=f"{op.name}: {op.title}  (size {op.size_form}, {op.module})", title_justify="left")
+    if not args.target:  # the course: a row per chapter; `workbench list CHAPTER` shows its stages
+        table = Table(title="The chapters (`workbench list CHAPTER` or `list OP` shows the stages)",
+                      title_justify="left")
+        for col in ("#", "chapter", "operators"):
+            table.add_column(col)
+        for ch in chapters:
+            table.add_row(str(ch.number) + (" ★" if ch.core else ""), ch.slug, ", ".join(ch.operators))
+        console.print(table)
+        return 0
+    for op in chosen:
+        table = Table(title=f"{op.name}: {op.title}  (size {op.size_form}, {op.module}, chapter "
+                            f"{registry.chapter_of(op).stem})", title_justify="left")
         table.add_column("#", justify="right")
         table.add_column("stage")
         table.add_column("what changed and why")
@@ -548,13 +570,13 @@ def cmd_plot(args) -> int:
 def cmd_table(args) -> int:
     if args.update_readme:
         if args.op:
-            raise UsageError("table --update-readme regenerates every operator's section: give no OP")
+            raise UsageError("table --update-readme regenerates the course map and every chapter's page: give no OP")
         outcome = tables.update_readme(Path(args.readme) if args.readme else None)
         readme = args.readme or paths.README
         if outcome == "no-markers":
-            err.print(f"[red]{readme} has no <!-- ladders --> ... <!-- /ladders --> markers[/]")
+            err.print(f"[red]{readme} has no <!-- course --> ... <!-- /course --> markers[/]")
             return 1
-        console.print(f"{outcome} the ladder sections of {readme}")
+        console.print(f"{outcome}: the course map of {readme} and the chapter pages beside it (docs/)")
         if not args.readme:  # the figures README shows are redrawn with its tables, from the same records
             from .plots import update_committed_plots
 
@@ -693,7 +715,9 @@ def build_parser() -> argparse.ArgumentParser:
 def add_core_cli(sub) -> None:
     """The commands of this module: list, check, diff, bench, record, targets, sweep, run, peaks, plot,
     table, ptx, doctor."""
-    s = sub.add_parser("list", help="operators and their stages")
+    s = sub.add_parser("list", help="the chapters and their operators; an operator's or chapter's stages")
+    s.add_argument("target", nargs="?", metavar="OP|CHAPTER",
+                   help="an operator (softmax_fp16) or a chapter (21, softmax or 21_softmax): its stages")
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_list)
 
@@ -772,8 +796,8 @@ def add_core_cli(sub) -> None:
     s = sub.add_parser("table", help="markdown ladder table from results/ (--update-readme rewrites README's)")
     s.add_argument("op", nargs="?", help="an operator (default: all)")
     s.add_argument("--update-readme", action="store_true",
-                   help="regenerate README's ladder sections (headings, tables) from the registry, and redraw "
-                        "the committed plots (results/plots) whose records changed")
+                   help="regenerate README's course map and the chapter pages under docs/ (tables, plots), "
+                        "and redraw the committed plots (results/plots) whose records changed")
     s.add_argument("--readme", help="the README to update (default: the checkout's)")
     s.set_defaults(func=cmd_table)
 

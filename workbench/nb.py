@@ -1,6 +1,7 @@
 """What a notebook's cells call: ``from workbench import nb``.
 
-Each generated notebook (``workbench notebooks build``) walks one ladder with these helpers:
+Each generated notebook (``workbench notebooks build``) is a chapter of the course: it walks one ladder, then
+its variants, with these helpers:
 
 * ``about_mode()``: GPU or simulator, and what that means for the cells below;
 * ``models(op)``: the bytes and flops every stage must at least move and do, and the time floor;
@@ -11,7 +12,8 @@ Each generated notebook (``workbench notebooks build``) walks one ladder with th
   a stage the simulator cannot run shows as skipped (never as passed);
 * ``progress(op, upto=...)``: the staircase and latency-against-size figures of the stages so far;
   ``roofline(op)``, ``bytes_per_stage(op)``, ``ladder_table(op)`` for the whole ladder;
-* ``list_ladders()``, ``compare_all()``, ``roofline_all()``, ``gradeable_stages()`` across operators.
+* ``variants(chapter)`` (a chapter's variants side by side), ``compare_part(part)``, ``roofline_all()``,
+  ``gradeable_stages()`` across operators.
 
 Figures are drawn by :mod:`workbench.plots`. On a GPU they are measured now (a few sizes, the stages so
 far, each timed once per session); without one they come from ``results/`` and say where and when they
@@ -27,7 +29,7 @@ import time
 
 import numpy as np
 
-from . import device, diff, markers, paths, plots, registry, results, tables
+from . import curriculum, device, diff, markers, paths, plots, registry, results, tables
 from .check import adversarial_cases, check_stage
 from .ladder import Operator, Stage, as_size, size_label
 
@@ -625,45 +627,6 @@ def counters(op: Operator) -> None:
 
 # -- across operators -----------------------------------------------------------------------------
 
-def list_ladders() -> None:
-    """Every operator, its stages and its notebook."""
-    rows = [[registry.notebook_name(op), op.title, op.bound, " → ".join(s.name for s in op.stages)]
-            for op in registry.load_operators().values()]
-    show(Table(["notebook", "operator", "bound by", "stages"], rows, "The ladders"))
-
-
-def compare_all() -> None:
-    """Each operator's best stage at its headline size against its library peer, from results/."""
-    rows, bars = [], []
-    for name, op in registry.load_operators().items():
-        data = results.latest_file_with(name)
-        best, peer = plots.best_stage(op, data) if data else (None, None)
-        if best is None:
-            rows.append([name, op.bound, size_label(as_size(op.headline_size)), "—", "—", "—", "—", "—",
-                         "no recorded figures yet"])
-            continue
-        bars.append((op, best, peer, data.get("peaks") or {}))
-        m = plots.metric_of(op)
-        unit = "GFLOP/s" if m == "gflops" else "GB/s"
-        pct_value = plots.percent(op, best, data.get("peaks") or {})
-        pct = f"{pct_value:.0f}%" if pct_value is not None else "—"
-        rows.append([name, op.bound, best["size_label"], best["stage"], f"{best[m]:.0f} {unit}", pct,
-                     f"{peer['stage']} {peer[m]:.0f} {unit}" if peer else "—",
-                     f"{peer['median_us'] / best['median_us']:.2f}x" if peer else "—",
-                     f"{data.get('device', '?')}, {best['date'][:10]}"])
-    show(Table(["operator", "bound", "size", "best stage", "rate", "% of peak", "library peer",
-                "best vs peer (time ratio)", "recorded on"], rows,
-               "Every ladder's best stage against its library peer",
-               "% of peak: of the measured bandwidth of the operator's memory pattern (read-only, copy, or two "
-               "reads per write; memory-bound) or cuBLAS rate in the operator's "
-               "precision (compute-bound). "
-               "best vs peer > 1 means the stage is faster than the library."))
-    if bars:
-        fig, (ax,) = plots.new_figure(1)
-        plots.best_against_peer(ax, bars)
-        show_figure(fig)
-
-
 def roofline_all() -> None:
     """One roofline with every operator's stages (from the recorded file holding the most operators)."""
     ops = list(registry.load_operators().values())
@@ -697,3 +660,33 @@ def gradeable_stages() -> None:
     show(Table(["target", "launcher to write", "exercise", "runs"], rows, "Stages you can grade",
                "Write a launcher with these arguments (device arrays, the output last) and the kernels it "
                "launches; grade_function(target, launcher) judges it like the solution."))
+
+
+# -- the course ------------------------------------------------------------------------------------
+
+def variants(chapter: int) -> None:
+    """A chapter's variants side by side: each one's best stage against its strongest peer (recorded)."""
+    from IPython.display import Markdown
+
+    show(Markdown(tables.variants_table(registry.chapter(str(chapter)).operators)))
+
+
+def compare_part(number: int) -> None:
+    """One Part's operators, chapter by chapter: a table of each one's best stage against its strongest
+    peer, and the same as bars of % of peak, each bar named (from results/)."""
+    from IPython.display import Markdown
+
+    part = curriculum.part(number)
+    names = [name for ch in registry.chapters() if ch.part == number for name in ch.operators]
+    show(Markdown(tables.variants_table(names)))
+    ops = registry.load_operators()
+    rows = []
+    for name in names:
+        data = results.latest_file_with(name)
+        best, peer = plots.best_stage(ops[name], data) if data else (None, None)
+        if best is not None:
+            rows.append((ops[name], best, peer, data.get("peaks") or {}))
+    if rows:
+        show_figure(plots.part_figure(rows, f"Part {part.number}, {part.title}: best stage against the library"))
+    else:
+        print(f"Part {part.number}: nothing recorded yet (`workbench bench OP` on a GPU records it).")

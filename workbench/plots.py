@@ -772,3 +772,41 @@ def update_committed_plots(out_dir: Path = paths.COMMITTED_PLOTS_DIR, log=print)
         log(f"drew {', '.join(p.name for p in written)}")
         redrawn += written
     return redrawn
+
+
+# -- the course, by Part (99_compare_all) ------------------------------------------------------------
+
+BAR_ROW_IN = 0.24  # height of one operator's row in a by-Part figure: its name on the axis stays legible
+
+
+def part_figure(rows: list[tuple[Operator, dict, dict | None, dict]], title: str):
+    """One Part's operators as horizontal bars, each named on its axis: the best stage's % of the measured
+    peak, the strongest library peer's as a red tick on the same row, the value written at the bar's end.
+    A row is (operator, best stage's record, peer's record or None, the peaks of their file). The figure
+    grows with its rows and its two-entry legend sits under it, never taller than the plot."""
+    fig, (ax,) = new_figure(1, height=1.6 + BAR_ROW_IN * len(rows))
+    y = np.arange(len(rows))[::-1]  # the first row on top
+    measured = [percent(op, best, peaks) for op, best, _, peaks in rows]  # None: no peak in its precision
+    ours = [v or 0 for v in measured]
+    theirs = [(percent(op, peer, peaks) if peer else None) for op, _, peer, peaks in rows]
+    ax.barh(y, ours, 0.7, color="tab:green", label="best stage", zorder=2)
+    peer_y = [yi for yi, t in zip(y, theirs) if t is not None]
+    ax.scatter([t for t in theirs if t is not None], peer_y, marker="|", s=160, linewidths=2.5,
+               color=PEER_COLOR, label="strongest library peer", zorder=LABEL_ZORDER + 1)  # over the labels
+    for yi, v, (_, best, _, _) in zip(y, measured, rows):
+        words = (f"{v:.0f}% {best['stage']}" if v is not None
+                 else f"{best['stage']} (no peak of its precision measured)")
+        ax.annotate(words, (v or 0, yi), xytext=(3, 0), textcoords="offset points",
+                    va="center", fontsize=SMALL_PT, bbox=LABEL_BOX, zorder=LABEL_ZORDER)
+    ax.set_yticks(y, [op.name for op, _, _, _ in rows], fontsize=SMALL_PT)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.axvline(100, **PEAK_STYLE, zorder=3, label="100% of the measured peak")
+    ax.set_xlim(0, max(ours + [t for t in theirs if t is not None] + [100]) * 1.45)  # room for the labels
+    ax.set_xlabel("% of measured peak at the headline size", fontsize=LABEL_PT)
+    _ticks(ax)
+    devices = sorted({best["device"] for _, best, _, _ in rows})
+    dates = sorted(best["date"][:10] for _, best, _, _ in rows)
+    when = dates[0] if dates[0] == dates[-1] else f"{dates[0]}..{dates[-1]}"
+    _title(ax, title, f"{', '.join(devices)}, recorded {when}")
+    _legend_below(ax)
+    return fig

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from . import curriculum
 from .ladder import Operator, Stage
 
 PACKAGE = "solutions"
@@ -89,10 +90,27 @@ def source_file(op: Operator) -> Path:
     return Path(module_of(op).__file__)
 
 
+def chapters() -> list[curriculum.Chapter]:
+    """The course's chapters (workbench/curriculum.py) holding the operators found, then any unfiled ones."""
+    return curriculum.chapters_for(load_operators())
+
+
+def chapter_of(op: Operator) -> curriculum.Chapter:
+    return next(ch for ch in chapters() if op.name in ch.operators)
+
+
+def chapter(target: str) -> curriculum.Chapter:
+    """A chapter by number ('21'), slug ('softmax') or notebook stem ('21_softmax')."""
+    found = chapters()
+    for ch in found:
+        if target in (str(ch.number), ch.slug, ch.stem):
+            return ch
+    raise UnknownTarget(f"no chapter {target!r}; known: {', '.join(ch.stem for ch in found)}")
+
+
 def notebook_name(op: Operator) -> str:
-    """NN_<op>.ipynb: NN is the operator's 1-based place in listing order (by rank)."""
-    names = list(load_operators())
-    return f"{names.index(op.name) + 1:02d}_{op.name}.ipynb"
+    """NN_<chapter>.ipynb: the notebook of the operator's chapter, NN its declared number."""
+    return chapter_of(op).notebook
 
 
 def operators_by_module() -> dict[str, list[Operator]]:

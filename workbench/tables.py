@@ -1,10 +1,10 @@
-"""Ladder tables in Markdown, and the README's ladder sections, generated from the registry and
-``results/``.
+"""Ladder tables in Markdown, the README's course map and the chapter pages under docs/, generated from
+the registry, the curriculum (workbench/curriculum.py) and ``results/``.
 
-The README's "The ladders" part lies between ``<!-- ladders -->`` and ``<!-- /ladders -->`` and is made
-here whole: a heading per ``Operator.group`` (in ``rank`` order), and for each operator its table (between
-``<!-- ladder:OP -->`` markers) and its committed plots. A new operator therefore appears in the README
-without anyone editing it: `workbench table --update-readme`.
+The README's course map lies between ``<!-- course -->`` and ``<!-- /course -->``: a row per chapter with
+its primary variant's best stage against the best library peer, linking the chapter's page
+``docs/NN_<slug>.md``, which holds each variant's table and committed figures. A new operator therefore
+appears without anyone editing the README: `workbench table --update-readme` writes both.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from . import paths, profiles, registry, results
+from . import curriculum, paths, profiles, registry, results
 from .bench import peak_key, percent_of_peak
 from .ladder import Operator, size_label
 
@@ -73,8 +73,7 @@ def ladder_table(op: Operator, data: dict) -> str:
              f"{max(r['date'] for r in stages)[:10]} (numba-cuda {v.get('numba_cuda')}, numba {v.get('numba')}{torch}); "
              f"{peak_caption(op, data.get('peaks') or {})}"
              + ("; host call µs is the time of one call from Python, launch included" if host else "") + ".", "",
-             "| # | stage | median µs | " + ("host call µs | " if host else "") + "GB/s | GFLOP/s | % of peak | vs "
-             + (strongest["stage"] if strongest else "peer") + " |",
+             "| # | stage | median µs | " + ("host call µs | " if host else "") + "GB/s | GFLOP/s | % of peak | vs best peer |",  # the peer row at 1.00x
              "|---|---|---:|" + ("---:|" if host else "") + "---:|---:|---:|---:|"]
     peaks_ = data.get("peaks") or {}
 
@@ -89,7 +88,7 @@ def ladder_table(op: Operator, data: dict) -> str:
                      f"{r['gflops']:.0f} | {_fmt(pct, '.0f')} | {ratio} |")
     for r in peers:
         pct = percent_of_peak(op, r["gbps"], r["gflops"], peaks_)
-        lines.append(f"| — | {r['stage']} (library) | {r['median_us']:.1f} | {host_cell(r)}{r['gbps']:.0f} | "
+        lines.append(f"| — | {peer_name(r['stage'])} (library) | {r['median_us']:.1f} | {host_cell(r)}{r['gbps']:.0f} | "
                      f"{r['gflops']:.0f} | {_fmt(pct, '.0f')} | {strongest['median_us'] / r['median_us']:.2f}x |")
     if not any(r["stage"] == "torch.compile" for r in peers):
         lines += compiled_elsewhere(op, stages[-1])
@@ -216,57 +215,166 @@ def replace_between(text: str, name: str, body: str) -> str | None:
 
 
 def committed_plots(op: Operator) -> list[Path]:
-    """The committed figures of an operator that README shows, in a fixed order."""
+    """The committed figures of an operator that its chapter's page shows, in a fixed order."""
     return [p for kind in ("staircase", "latency", "roofline")
             if (p := paths.COMMITTED_PLOTS_DIR / f"{op.name}_{kind}.png").exists()]
 
 
-def notebook_label(ops: list[Operator]) -> str:
-    names = [registry.notebook_name(op) for op in ops]
-    if len(names) == 1:
-        return f"`notebooks/{names[0]}`"
-    numbers = [n.split("_", 1)[0] for n in names]
-    return f"notebooks {numbers[0]}-{numbers[-1]}"
+# -- the course: best stage against the best peer ------------------------------------------------------
+
+def best_against_peer(op: Operator) -> dict | None:
+    """``op``'s fastest stage at its headline size against its strongest library peer, from the newest
+    recorded file that has it (as the ladder table compares them): {'stage', 'percent', 'peer', 'ratio'},
+    the last three None where there is no peak or peer; None where nothing is recorded."""
+    from . import plots  # matplotlib: only for what needs it, not for every command that formats a table
+
+    data = results.latest_file_with(op.name)
+    best, peer = plots.best_stage(op, data) if data else (None, None)
+    if best is None:
+        return None
+    return {"stage": best["stage"],
+            "percent": percent_of_peak(op, best["gbps"], best["gflops"], data.get("peaks") or {}),
+            "peer": peer["stage"] if peer else None,
+            "ratio": peer["median_us"] / best["median_us"] if peer else None}
 
 
-def readme_ladders() -> str:
-    """The whole generated "ladders" block: a heading per group, a table and plots per operator."""
-    groups: dict[str, list[Operator]] = {}
-    for op in registry.load_operators().values():
-        groups.setdefault(op.group or op.title, []).append(op)
-    out = []
-    for heading, ops in groups.items():
-        files = sorted({f"solutions/{registry.short_module_name(op)}.py" for op in ops})
-        where = f"`{files[0]}`" if len(files) == 1 else "`solutions/`"
-        out += [f"### {heading} ({where}, {notebook_label(ops)})", ""]
-        for op in ops:
-            out += [f"<!-- ladder:{op.name} -->", recorded_table(op).rstrip("\n"), f"<!-- /ladder:{op.name} -->", ""]
-            plots = committed_plots(op)
-            if plots:
-                out += [f"![{op.name} {p.stem.rsplit('_', 1)[1]}]({p.relative_to(paths.REPO_ROOT).as_posix()})"
-                        for p in plots] + [""]
+def peer_name(name: str) -> str:
+    """A library peer as torch code names it: ``F.gelu`` for ``torch.nn.functional.gelu`` (tables stay
+    within 100 columns)."""
+    return name.replace("torch.nn.functional.", "F.")
+
+
+def peer_words(found: dict | None) -> str:
+    """'1.52x torch.compile': the best stage's time ratio to the strongest peer (above 1x: faster than the
+    library); or a dash."""
+    if found is None or found["ratio"] is None:
+        return "—"
+    return f"{found['ratio']:.2f}x {peer_name(found['peer'])}"
+
+
+def against_peer_words(found: dict | None) -> str:
+    """'`rows_in_flight` 1.52x torch.compile', or a dash."""
+    return "—" if found is None else f"`{found['stage']}` {peer_words(found)}"
+
+
+def percent_words(found: dict | None) -> str:
+    return "—" if found is None or found["percent"] is None else f"{found['percent']:.0f}%"
+
+
+def variants_table(names) -> str:
+    """Operators side by side (a chapter's variants): each one's best stage, its time ratio to its strongest
+    peer and its % of peak, at each operator's own headline size (Markdown; the rates are in the ladder
+    tables)."""
+    ops = registry.load_operators()
+    lines = ["| operator | best stage | vs best peer | % of peak |", "|---|---|---|---:|"]
+    for name in names:
+        found = best_against_peer(ops[name])
+        stage = f"`{found['stage']}`" if found else "—"
+        lines.append(f"| `{name}` | {stage} | {peer_words(found)} | {percent_words(found)} |")
+    return "\n".join(lines) + "\n"
+
+
+# -- the README's course map and the chapter pages under docs/ ------------------------------------------
+
+def link(text: str, target: str) -> str:
+    return f"[{text}]({target})"
+
+
+def course_map() -> str:
+    """The course as one Markdown table, its links relative to the README: each chapter (linking its page
+    under docs/), its Part, its primary variant's best stage against the best peer, % of peak, and its
+    notebook; core chapters starred."""
+    ops = registry.load_operators()
+    lines = ["| chapter | Part | best stage vs best peer | % of peak | notebook |", "|---|---|---|---:|---|"]
+    for ch in registry.chapters():
+        found = best_against_peer(ops[ch.primary])
+        star = " ★" if ch.core else ""
+        lines.append(f"| {link(f'{ch.number} {ch.slug}', ch.page)}{star} | {ch.part} | "
+                     f"{against_peer_words(found)} | {percent_words(found)} | "
+                     f"{link('notebook', 'notebooks/' + ch.notebook)} |")
+    return "\n".join(lines) + "\n"
+
+
+def parts_line() -> str:
+    """'Parts: 1 Foundations · 2 Rows · ...' (the Parts that hold a chapter)."""
+    present = {ch.part for ch in registry.chapters()}
+    return "Parts: " + " · ".join(f"{p.number} {p.title}" for p in curriculum.PARTS if p.number in present)
+
+
+def chapter_page(ch) -> str:
+    """docs/NN_<slug>.md: what the chapter teaches, then each variant's table and committed figures."""
+    ops = registry.load_operators()
+    by_number = {c.number: c for c in registry.chapters()}
+    part = curriculum.part(ch.part)
+    pre = ", ".join(link(f"{n} {by_number[n].slug}", f"{by_number[n].stem}.md") for n in ch.prerequisites)
+    out = [f"# {ch.number}. {ch.title}", "",
+           f"Part {part.number}, {part.title}" + (" · on the core path ★" if ch.core else "")
+           + (f" · about {ch.minutes} minutes" if ch.minutes else "")
+           + (f" · after {pre}" if pre else "") + " · notebook "
+           + link(ch.notebook, f"../notebooks/{ch.notebook}") + " · " + link("course map", "../README.md"), ""]
+    if ch.unfiled:
+        out += [curriculum.unfiled_note(ch), ""]
+    else:
+        out += ["It answers:", ""] + [f"- {q}" for q in ch.teaches] + [""]
+    if len(ch.operators) > 1:
+        out += [f"Its variants, by {ch.axes}, each at its own headline size:", "", variants_table(ch.operators)]
+    for name in ch.operators:
+        op = ops[name]
+        out += [f"## `{name}`: {op.title}", "", f"`solutions/{registry.short_module_name(op)}.py`", "",
+                recorded_table(op).rstrip("\n"), ""]
+        figures = committed_plots(op)
+        if figures:
+            out += [f"![{name} {p.stem.rsplit('_', 1)[1]}](../{p.relative_to(paths.REPO_ROOT).as_posix()})"
+                    for p in figures] + [""]
     return "\n".join(out)
 
 
+def docs_pages() -> dict[str, str]:
+    """{path under the checkout: text} for every chapter's page."""
+    return {ch.page: chapter_page(ch) for ch in registry.chapters()}
+
+
+def core_path_line() -> str:
+    """'★ The core path (13 chapters, about 13 hours): 11 → 13 → ...'."""
+    core = [ch for ch in registry.chapters() if ch.core]
+    hours = sum(ch.minutes for ch in core) / 60
+    return (f"★ The core path ({len(core)} chapters, about {hours:.0f} hours): "
+            + " → ".join(str(ch.number) for ch in core) + ".")
+
+
 def render_readme(text: str) -> str:
-    """README text with its generated ladders block made anew (unchanged text if it has no markers)."""
-    new = replace_between(text, "ladders", readme_ladders())
+    """README text with its generated course map made anew (unchanged text if it has no markers)."""
+    new = replace_between(text, "course", f"{parts_line()}.\n\n{course_map()}\n{core_path_line()}\n")
     return text if new is None else new
 
 
+def _write(path: Path, text: str) -> bool:
+    if path.exists() and path.read_text() == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return True
+
+
 def update_readme(readme: Path | None = None) -> str:
-    """Rewrite the README's generated block; returns "updated", "unchanged" or "no-markers"."""
+    """Rewrite the README's course map and, beside it, the chapter pages it links (docs/; pages of
+    chapters that no longer exist removed): "updated", "unchanged" or "no-markers"."""
     readme = Path(readme or paths.README)
     text = readme.read_text()
-    if between(text, "ladders") is None:
+    if between(text, "course") is None:
         return "no-markers"
-    new = render_readme(text)
-    if new == text:
-        return "unchanged"
-    tmp = readme.with_suffix(".md.tmp")
-    tmp.write_text(new)
-    os.replace(tmp, readme)
-    return "updated"
+    changed = _write(readme, render_readme(text))
+    root = readme.parent
+    pages = docs_pages()
+    for rel, page in pages.items():
+        changed |= _write(root / rel, page)
+    for old in sorted((root / "docs").glob("[0-9][0-9]_*.md")):
+        if old.relative_to(root).as_posix() not in pages:
+            old.unlink()
+            changed = True
+    return "updated" if changed else "unchanged"
 
 
 # -- recorded Nsight Compute counters (`workbench profile`, the notebooks) ------------------------------------

@@ -1,14 +1,17 @@
-"""The notebook builder: one notebook per operator, built from the registry so it never drifts from ``solutions/``.
+"""The notebook builder: one notebook per chapter of the course, built from the registry and the curriculum
+so it never drifts from ``solutions/``.
 
-``build_notebook(op)`` turns an Operator into a notebook (nbformat): the module's story, the bytes and
-flops models, how to run, one section per stage (its paragraph, its diff against the previous stage,
-its source, its check, the figures so far), and a closing section with the whole ladder against the
-library peer. ``build_all_notebooks()`` adds ``00_start_here``, ``90_grade_yourself`` and
-``99_compare_all``; ``build_all(out_dir, execute=...)`` writes them (numbered by the operators' place in
-``registry.load_operators()``, i.e. by ``rank``) and runs them with nbclient so their outputs show
-without running them. The cells call :mod:`workbench.nb`.
+``build_notebook(chapter)`` makes a chapter's notebook (nbformat): what the chapter teaches (its Part,
+time, prerequisites, questions), then its primary ladder: the module's story, the bytes and flops models,
+how to run, one section per stage (its paragraph, its diff against the previous stage, its source folded,
+its check, the figures so far), the whole ladder against the library peer; then its variants side by side
+and a short section each (their paragraphs, a check per stage, their figures and table).
+``build_all_notebooks()`` adds ``00_start_here`` (the course map), ``90_grade_yourself`` and
+``99_compare_all``; ``build_all(out_dir, execute=...)`` writes them (a notebook per chapter of
+``workbench/curriculum.py``, named by its declared number) and runs them with nbclient so their outputs
+show without running them. The cells call :mod:`workbench.nb`.
 
-``workbench notebooks build [--execute] [--only OP] [--sim] [--recorded] [--force]``,
+``workbench notebooks build [--execute] [--only OP|CHAPTER] [--sim] [--recorded] [--force]``,
 ``workbench notebooks check`` (which are out of date) and ``workbench notebooks list``. Committed
 notebooks are executed on CPU (``WORKBENCH_MODE=sim``) so that their figures are the recorded ones, with
 device and date; the tests check that their cells are what this builder makes from ``solutions/`` today
@@ -30,7 +33,8 @@ import time
 from pathlib import Path
 
 from .. import nb as cells_helpers
-from .. import paths, plots, profiles, registry
+from .. import curriculum, paths, plots, profiles, registry
+from ..curriculum import Chapter
 from ..markers import no_exercise_because
 from ..ladder import Operator, as_size, size_label
 
@@ -175,8 +179,17 @@ def models_md(op: Operator) -> str:
     return "\n".join(lines)
 
 
+# A chapter says it in a paragraph; 00_start_here says it whole (HOW_TO_RUN_MD).
+HOW_TO_RUN_SHORT_MD = """\
+**Running it.** With a CUDA GPU, `check()` runs each stage at the GPU check sizes and the figures are
+measured now; without one, kernels run in numba's CUDA simulator (every stage still checked, at small
+sizes) and the figures are those **recorded** on a GPU in `results/`, labelled with device and date
+([00_start_here](00_start_here.ipynb) says more). The notebook is generated from `solutions/`: edit the
+ladder, not it.
+"""
+
 HOW_TO_RUN_MD = """\
-## How to run this notebook
+## How to run the notebooks
 
 The workbench decides when it is imported whether there is a CUDA GPU:
 
@@ -194,15 +207,46 @@ The workbench decides when it is imported whether there is a CUDA GPU:
 
 # -- one operator ---------------------------------------------------------------------------------------
 
-def import_cell(op: Operator) -> str:
-    """The first code cell: the workbench (before numba), the helpers, the ladder's module and its operator.
-    ``from solutions import <module>`` finds operators from $WORKBENCH_SOLUTIONS_PATH too."""
-    short = registry.short_module_name(op)
+def import_cell(ch: Chapter) -> str:
+    """The first code cell: the workbench (before numba), the helpers, the chapter's modules and its primary
+    operator. ``from solutions import <module>`` finds operators from $WORKBENCH_SOLUTIONS_PATH too."""
+    modules = list(dict.fromkeys(registry.short_module_name(op) for op in chapter_operators(ch)))
+    where = ", ".join(f"solutions/{m}.py" for m in modules)
     return (f"import workbench                 # chooses GPU or simulator before numba is imported\n"
             f"from workbench import nb\n"
-            f"from solutions import {short}   # the ladder's module, solutions/{short}.py\n\n"
-            f"op = nb.operator({op.name!r})   # its Operator: op[\"<stage name>\"] is a stage, callable\n"
+            f"from solutions import {', '.join(modules)}   # the ladders' modules: {where}\n\n"
+            f"op = nb.operator({ch.primary!r})   # its Operator: op[\"<stage name>\"] is a stage, callable\n"
             f"nb.about_mode()")
+
+
+def chapter_operators(ch: Chapter) -> list[Operator]:
+    ops = registry.load_operators()
+    return [ops[name] for name in ch.operators]
+
+
+def chapter_md(ch: Chapter) -> str:
+    """The notebook's opening: the chapter, its Part, time, prerequisites (links), the questions it
+    answers, and its variants."""
+    by_number = {c.number: c for c in registry.chapters()}
+    part = curriculum.part(ch.part)
+    facts = [f"Part {part.number}: {part.title}"]
+    if ch.core:
+        facts.append("on the core path ★")
+    if ch.minutes:
+        facts.append(f"about {ch.minutes} minutes")
+    if ch.prerequisites:
+        facts.append("after " + ", ".join(f"[{n}. {by_number[n].title}]({by_number[n].notebook})"
+                                          for n in ch.prerequisites))
+    lines = [f"# {ch.number}. {ch.title}", "", " · ".join(facts) + " · [the course map](00_start_here.ipynb)", ""]
+    if ch.unfiled:
+        lines += [curriculum.unfiled_note(ch)]
+    else:
+        lines += ["This chapter answers:", ""] + [f"- {q}" for q in ch.teaches]
+    if len(ch.operators) > 1:
+        others = ", ".join(f"`{name}`" for name in ch.operators[1:])
+        lines += ["", f"Its ladders vary by {ch.axes}. The `{ch.primary}` ladder is walked stage by stage below; "
+                      f"its variants {others} follow, a short section each (their checks, figures and tables)."]
+    return "\n".join(lines)
 
 
 def story_md(op: Operator) -> str:
@@ -218,7 +262,7 @@ def story_md(op: Operator) -> str:
         story = (f"This ladder lives in `solutions/{short}.py`, next to the `{main.name}` ladder "
                  f"(notebook `{registry.notebook_name(main)}`), whose story it shares:\n\n> "
                  + story.replace("\n", "\n> "))
-    return (f"# {op.title}: the `{op.name}` ladder\n\n{story}\n\n"
+    return (f"## {op.title}: the `{op.name}` ladder\n\n{story}\n\n"
             f"The ladder has {len(op.stages)} stages: " + ", ".join(f"{s.order}. `{s.name}`" for s in op.stages)
             + f". Each section below shows what a stage changed from the one before (the diff), its kernels "
             f"(read from `solutions/{short}.py`), checks it against a float64 reference, and plots how far the "
@@ -248,21 +292,69 @@ def stage_cells(op: Operator) -> list:
         cells.append(markdown_cell(text))
         if s.order > 1:
             cells.append(code_cell(f"nb.show_diff({ref})  # what changed from stage {s.order - 1}"))
-        cells += [code_cell(f"nb.show_source({ref})"), code_cell(f"nb.check({ref})")]
+        source = code_cell(f"nb.show_source({ref})")
+        cells += [collapsed(source) if s.order > 1 else source, code_cell(f"nb.check({ref})")]
         if s is not op.stages[-1]:  # the last stage's figure is the whole ladder's, drawn once below
             cells.append(code_cell(f"nb.progress(op, upto={s.name!r})"))
     return cells
 
 
-def build_notebook(op: Operator):
-    """The notebook for one operator: its story, its models, then a section per stage, then the whole ladder."""
+def collapsed(cell):
+    """A cell whose output (a full source, a long table) is folded until clicked: the diff above it is the
+    lesson. ``collapsed`` for the classic notebook and nbconvert, ``jupyter.outputs_hidden`` for JupyterLab."""
+    cell.metadata["collapsed"] = True
+    cell.metadata["jupyter"] = {"outputs_hidden": True}
+    return cell
+
+
+def paragraph_key(summary: str) -> str:
+    """A stage paragraph as compared for repetition: the same words, however the source indented them."""
+    return " ".join(summary.split())
+
+
+def variant_cells(op: Operator, shown: dict[str, str], introduced: set[str]) -> list:
+    """A variant's short section: what it is, its module's story the first time the notebook meets that
+    module (what the axis changes: 16-bit storage, another function, ...; folded), its stages' paragraphs
+    (one already shown in this notebook is named, not repeated), a check per stage (folded), its figures
+    and its table. ``shown`` maps each paragraph shown so far to the stage that showed it, and
+    ``introduced`` holds the modules whose story was told; both grow."""
     short = registry.short_module_name(op)
+    lines = [f"## Variant `{op.name}`: {op.title}", ""]
+    if short not in introduced:
+        introduced.add(short)
+        doc = inspect.cleandoc(registry.module_of(op).__doc__ or op.title)
+        first, _, rest = doc.partition("\n")
+        lines += [f"`solutions/{short}.py`: **{first.strip()}**", ""]
+        if rest.strip():
+            lines += ["<details><summary>What it changes, and why (the module's story)</summary>", "",
+                      rest.strip(), "", "</details>", ""]
+    lines += [f"{len(op.stages)} stages (`workbench diff {op.name}.STAGE` shows each one's change):", ""]
+    for s in op.stages:
+        said = shown.get(paragraph_key(s.summary))
+        lines.append(f"{s.order}. `{s.name}`: " + (f"as `{said}` above." if said else s.summary.strip()))
+        shown.setdefault(paragraph_key(s.summary), s.key)
+        if s.gpu_only:
+            lines.append(f"   **GPU only**: {s.gpu_only}.")
+    cells = [markdown_cell("\n".join(lines)),
+             code_cell(f"op = nb.operator({op.name!r})  # this section's variant")]
+    cells += [collapsed(code_cell(f"nb.check(op[{s.name!r}])")) for s in op.stages]  # each verdict in its header
+    cells += [code_cell("nb.progress(op)"), collapsed(code_cell("nb.ladder_table(op)"))]
+    return cells
+
+
+def build_notebook(ch: Chapter):
+    """The notebook of a chapter: what it teaches, then its primary ladder (its story, its models, a section
+    per stage, the whole ladder), then its variants side by side and a short section each."""
+    family = chapter_operators(ch)
+    op = family[0]
     cells = [
+        markdown_cell(chapter_md(ch)),
         markdown_cell(story_md(op)),
-        markdown_cell(HOW_TO_RUN_MD),
-        code_cell(import_cell(op)),
+        markdown_cell(HOW_TO_RUN_SHORT_MD),
+        code_cell(import_cell(ch)),
         markdown_cell(models_md(op)),
-        code_cell("nb.models(op)  # the same models at every bench size (and the time floor, where a peak is recorded)"),
+        collapsed(code_cell("nb.models(op)  # the same models at every bench size (and the time floor, where a peak "
+                            "is recorded)")),
         markdown_cell("### Calling a stage by hand\n\nA stage is a plain function on device arrays. `check()` below "
                       "does this for you (fresh random inputs, an output poisoned with NaN, a float64 reference), "
                       "but nothing more is hidden:"),
@@ -287,15 +379,28 @@ def build_notebook(op: Operator):
                           "instructions executed, and the stall reasons that cost the most cycles per instruction. "
                           "Below the table, the three largest steps of the staircase, each with the counters that "
                           "moved most."),
-            code_cell("nb.counters(op)"),
+            collapsed(code_cell("nb.counters(op)")),
         ]
     cells += [
-        markdown_cell("**The ladder against the library** (the README's table): median time, effective rate, % of "
-                      "the measured peak, and the time ratio to the peer (above 1x: faster than the library)."),
-        code_cell("nb.ladder_table(op)"),
-        markdown_cell(your_turn_md(op, short)),
+        markdown_cell("**The ladder against the library** (its chapter page's table): median time, effective "
+                      "rate, % of the measured peak, and the time ratio to the peer (above 1x: faster than the "
+                      "library)."),
+        collapsed(code_cell("nb.ladder_table(op)")),
     ]
-    return finish(cells, op.name)
+    if len(family) > 1:
+        cells += [markdown_cell(f"## The variants side by side\n\nThe chapter's ladders vary by {ch.axes}. Each "
+                                "one's fastest stage against its strongest library peer, at its own headline size:"),
+                  code_cell(f"nb.variants({ch.number})")]
+        shown = {paragraph_key(s.summary): s.key for s in op.stages}
+        introduced = {registry.short_module_name(op)}  # the primary's story opened the notebook
+        for variant in family[1:]:
+            cells += variant_cells(variant, shown, introduced)
+    first_of_module = {}  # each module's exercise once, named by its first operator in the chapter
+    for o in family:
+        first_of_module.setdefault(registry.short_module_name(o), o)
+    turns = [your_turn_md(o, short).removeprefix("## Your turn\n\n") for short, o in first_of_module.items()]
+    cells.append(markdown_cell("## Your turn\n\n" + "\n\n".join(turns)))
+    return finish(cells, ch.stem)
 
 
 def your_turn_md(op: Operator, short: str) -> str:
@@ -323,12 +428,12 @@ def build_start_here(ops: dict):
 Learn to write fast GPU kernels with `numba.cuda` by watching them get fast. Each operator (a sum, an
 elementwise expression, a transpose, softmax, layernorm, a matrix product...) is a **ladder**: a sequence
 of kernels, each a small change from the one before (naive → coalesced → shared-memory tiles → warp-level →
-fused), each **correct on any valid input** and each **measured**. The notebooks walk one ladder each:
-what each stage changed, the kernel, its check, and how far the ladder has climbed so far."""),
-        markdown_cell(HOW_TO_RUN_MD.replace("this notebook", "the notebooks")),
+fused), each **correct on any valid input** and each **measured**. The ladders make a course of chapters,
+a notebook each: what each stage changed, the kernel, its check, and how far the ladder has climbed so far.
+Follow the core path (★) first, or start from any chapter whose prerequisites you know."""),
+        markdown_cell(course_map_md()),
+        markdown_cell(HOW_TO_RUN_MD),
         code_cell("import workbench\nfrom workbench import nb\n\nnb.about_mode()"),
-        markdown_cell("## The ladders"),
-        code_cell("nb.list_ladders()"),
         markdown_cell("""\
 ## How a ladder works
 
@@ -395,18 +500,58 @@ and on a GPU also asks for a share of the solution's speed.
     return finish(cells, "start-here")
 
 
+def course_map_md() -> str:
+    """The course map: a table per Part, each chapter linking its notebook, with its time, prerequisites
+    and the first question it answers; then the core path in order."""
+    chapters = registry.chapters()
+    by_number = {ch.number: ch for ch in chapters}
+
+    def link(ch: Chapter) -> str:
+        return f"[{ch.number}. {ch.title}]({ch.notebook})"
+
+    lines = ["## The course map", "",
+             "Each chapter is a notebook: one ladder walked stage by stage, then its variants (other dtypes, "
+             "functions, axes, fusions), a short section each. ★ marks the core path; \"after\" names the "
+             "chapters it builds on.", ""]
+    for part in curriculum.PARTS:
+        mine = [ch for ch in chapters if ch.part == part.number]
+        if not mine:
+            continue
+        lines += [f"### Part {part.number}: {part.title}", "", part.about, ""]
+        for ch in mine:
+            facts = [f"{ch.minutes} min" if ch.minutes else "", "after " + ", ".join(
+                f"[{n}]({by_number[n].notebook})" for n in ch.prerequisites) if ch.prerequisites else ""]
+            lines.append(f"- {link(ch)}{' ★' if ch.core else ''} · " + " · ".join(f for f in facts if f)
+                         + f"  \n  {ch.teaches[0]}")
+        lines.append("")
+    core = [ch for ch in chapters if ch.core]
+    hours = sum(ch.minutes for ch in core) / 60
+    lines += [f"**The core path** ({len(core)} chapters, about {hours:.0f} hours): "
+              + " → ".join(f"[{ch.number} {ch.slug}]({ch.notebook})" for ch in core) + "."]
+    return "\n".join(lines)
+
+
 def build_compare_all(ops: dict):
+    parts = sorted({ch.part for ch in registry.chapters()})
     cells = [
         markdown_cell("""\
 # Every ladder side by side
 
-Each operator's fastest stage at its headline size against its library peer, with its % of the measured
-peak (copy bandwidth for memory-bound operators, cuBLAS fp32 for compute-bound ones), then one roofline with
-every stage of every operator. Figures come from `results/` (recorded on a GPU, with device and date)."""),
+Each operator's fastest stage at its headline size against its strongest library peer, with its % of the
+measured peak (the bandwidth of its memory pattern for memory-bound operators, the library's GEMM rate in
+its precision for compute-bound ones), a Part at a time in the course's order: a table, then the same as
+bars, each named. Then one roofline with every stage of every operator. Figures come from `results/`
+(recorded on a GPU, with device and date)."""),
         code_cell("import workbench\nfrom workbench import nb\n\nnb.about_mode()"),
-        code_cell("nb.compare_all()"),
-        markdown_cell("Memory-bound operators sit left of the ridge, on the slanted roof: their ceiling is bandwidth. "
-                      "Compute-bound ones (GEMM) sit right, under the flat compute roofs."),
+    ]
+    for number in parts:
+        part = curriculum.part(number)
+        cells += [markdown_cell(f"## Part {number}: {part.title}\n\n{part.about}"),
+                  code_cell(f"nb.compare_part({number})")]
+    cells += [
+        markdown_cell("## Every stage on one roofline\n\nMemory-bound operators sit left of the ridge, on the "
+                      "slanted roof: their ceiling is bandwidth. Compute-bound ones (GEMM) sit right, under the "
+                      "flat compute roofs."),
         code_cell("nb.roofline_all()"),
     ]
     return finish(cells, "compare-all")
@@ -614,12 +759,12 @@ workbench grade histogram --impl my_histogram.py --json --junit grade.xml
 # -- the set ------------------------------------------------------------------------------------------
 
 def notebook_recipes() -> dict:
-    """{file name: a function that builds that notebook}, in order: start-here, every operator (numbered
-    by listing order), grade-yourself, compare-all. Building one does not build the others."""
+    """{file name: a function that builds that notebook}, in order: start-here, every chapter (by its
+    declared number), grade-yourself, compare-all. Building one does not build the others."""
     ops = registry.load_operators()
     recipes = {START_HERE: functools.partial(build_start_here, ops)}
-    for op in ops.values():
-        recipes[registry.notebook_name(op)] = functools.partial(build_notebook, op)
+    for ch in registry.chapters():
+        recipes[ch.notebook] = functools.partial(build_notebook, ch)
     recipes[GRADE_YOURSELF] = functools.partial(build_grade_yourself, ops)
     recipes[COMPARE_ALL] = functools.partial(build_compare_all, ops)
     return recipes
@@ -631,22 +776,26 @@ def build_all_notebooks() -> dict:
 
 
 class UnknownNotebook(LookupError):
-    """--only named neither an operator nor a notebook file."""
+    """--only named neither an operator, a chapter nor a notebook file."""
 
 
 def select(notebooks: dict, only: list[str] | None) -> dict:
-    """The entries of ``notebooks`` (by file name) that ``only`` names (an operator, a file name, or a
-    file name's stem); all without it."""
+    """The entries of ``notebooks`` (by file name) that ``only`` names (an operator: its chapter's notebook;
+    a chapter's number or name; a file name, or a file name's stem); all without it."""
     if not only:
         return notebooks
+    ops = registry.load_operators()
     picked = {}
     for want in only:
+        if want in ops:
+            want = registry.notebook_name(ops[want])
         hits = [name for name in notebooks
-                if want in (name, name.removesuffix(".ipynb"), name.split("_", 1)[-1].removesuffix(".ipynb"))]
+                if want in (name, name.removesuffix(".ipynb"), *name.removesuffix(".ipynb").split("_", 1))]
         if not hits:
             extra = ", ".join(name.removesuffix(".ipynb") for name in (START_HERE, GRADE_YOURSELF, COMPARE_ALL))
-            raise UnknownNotebook(f"no notebook for {want!r}: --only takes an operator "
-                                  f"({', '.join(registry.load_operators())}), {extra}, or a file name")
+            raise UnknownNotebook(f"no notebook for {want!r}: --only takes an operator (`workbench list`), a "
+                                  f"chapter's number or name ({', '.join(ch.stem for ch in registry.chapters())}), "
+                                  f"{extra}, or a file name")
         picked.update((name, notebooks[name]) for name in hits)
     return {name: nb for name, nb in notebooks.items() if name in picked}
 
@@ -824,7 +973,8 @@ def add_cli(sub) -> None:
                    help="build: write (and with --execute run) them; check: list those out of date; list: names")
     s.add_argument("--execute", action="store_true", help="run them (nbclient) and save their outputs")
     s.add_argument("--only", action="append", metavar="OP",
-                   help="an operator (e.g. reduction) or a notebook file name; repeatable")
+                   help="an operator (its chapter's notebook), a chapter (21, softmax or 21_softmax) or a notebook file "
+                        "name; repeatable")
     s.add_argument("--out", default=str(paths.NOTEBOOKS_DIR), help="the folder to write (default: notebooks/)")
     s.add_argument("--force", action="store_true", help="overwrite notebooks edited by hand")
     s.add_argument("--sim", action="store_true", help="execute in the simulator even on a GPU machine")
