@@ -552,6 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_profile_cli(sub)
     add_sanitize_cli(sub)
+    from .tools.counters import add_cli as add_counters_cli  # `workbench counters` (counted in the simulator)
+
+    add_counters_cli(sub)
     return p
 
 

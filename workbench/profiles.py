@@ -14,7 +14,9 @@ from __future__ import annotations
 import csv
 import io
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import results
 
@@ -250,3 +252,160 @@ def explain_steps(records: list[dict], size=None, largest: int = 3) -> list[str]
              for i, (a, b) in enumerate(zip(rows, rows[1:]))]
     chosen = sorted(i for _, i in sorted(steps, reverse=True)[:largest])
     return [explain_step(rows[i], rows[i + 1]) for i in chosen]
+
+
+# -- the same counters, counted in the simulator --------------------------------------------------------------
+
+@dataclass
+class SimulatedCounters:
+    """What the simulator counted for one stage at one size (``workbench counters``): one
+    :class:`workbench.simulator.counters.LaunchCounters` per kernel, and whether the output was right."""
+
+    stage: Any
+    size: tuple
+    status: str  # the check's: passed, failed or skipped
+    message: str
+    kernels: list
+    bytes_model: int  # the stage's bytes model (Stage.traffic), what it must move at least
+
+    def total(self, space, kind):
+        from .simulator.counters import LineCounters
+
+        result = LineCounters("", 0, space, kind)
+        for kernel in self.kernels:
+            result.add(kernel.total(space, kind))
+        return result
+
+    @property
+    def unique_global_bytes(self):
+        return sum(k.unique_global_bytes for k in self.kernels)
+
+
+def simulated(stage, size, seed: int = 0) -> SimulatedCounters:
+    """Run ``stage`` once at ``size`` in the simulator, checked as ``workbench check`` does, counting
+    what its kernels do (see workbench.simulator.counters). Needs the simulator."""
+    import numpy as np
+
+    from .check import check_stage
+    from .ladder import as_size
+    from .simulator import counters
+
+    size = as_size(size)
+    with counters.counting() as launches:
+        result = check_stage(stage, size, np.random.default_rng(seed))
+    return SimulatedCounters(stage, size, result.status, result.message or "", counters.merge_by_kernel(launches),
+                             stage.traffic(size))
+
+
+def source_text(file: str, line: int) -> str:
+    import linecache
+
+    return linecache.getline(file, line).strip()
+
+
+def counter_rows(kernel) -> list[dict]:
+    """One kernel's lines, the worst first: memory accesses by the transactions they waste, then branches
+    by how often they split the warp. Each row: line, source text, what (e.g. "global load"), warp
+    instructions, per request (sectors or wavefronts), ideal per request, efficiency %, wasted."""
+    rows = []
+    for row in kernel.memory.values():
+        per_request = row.sectors_per_request if row.space == "global" else row.wavefronts_per_request
+        ideal = (row.ideal_sectors if row.space == "global" else row.ideal_wavefronts) / (row.requests or 1)
+        rows.append({"line": row.line, "source": source_text(row.file, row.line), "what": f"{row.space} {row.kind}",
+                     "requests": row.requests, "unit": "sectors" if row.space == "global" else "wavefronts",
+                     "per_request": per_request, "ideal_per_request": ideal, "efficiency_pct": 100 * row.efficiency,
+                     "wasted": row.excess, "lanes_per_request": row.lanes / (row.requests or 1)})
+    for branch in kernel.branches.values():
+        rows.append({"line": branch.line, "source": source_text(branch.file, branch.line), "what": "branch",
+                     "requests": branch.executed, "unit": "divergent", "per_request": branch.divergent / branch.executed,
+                     "ideal_per_request": 0.0, "efficiency_pct": 100 * (1 - branch.divergent / branch.executed),
+                     "wasted": branch.divergent, "lanes_per_request": None})
+    rows.sort(key=lambda r: (-r["wasted"], r["what"] == "branch", r["line"]))
+    return rows
+
+
+def kernel_summary(kernel) -> dict:
+    """A kernel's totals, named after the Nsight Compute metrics they stand for."""
+    out = {"kernel": kernel.kernel, "launches": kernel.launches}
+    for space, kind in (("global", "load"), ("global", "store"), ("global", "atomic"), ("shared", "load"),
+                        ("shared", "store"), ("shared", "atomic")):
+        total = kernel.total(space, kind)
+        if not total.requests:
+            continue
+        key = f"{space}_{kind}"
+        out[f"{key}_requests"] = total.requests
+        if space == "global":
+            out[f"{key}_sectors"] = total.sectors
+            out[f"{key}_sectors_per_request"] = total.sectors_per_request
+            out[f"{key}_efficiency_pct"] = 100 * total.efficiency
+        else:
+            out[f"{key}_wavefronts"] = total.wavefronts
+            out[f"{key}_bank_conflicts"] = total.conflicts
+    out["threads_per_instruction"] = kernel.threads_per_instruction
+    out["branch_uniform_pct"] = kernel.uniform_branch_pct
+    out["barriers"] = kernel.barriers
+    out["barrier_warps"] = kernel.barrier_warps
+    out["warp_intrinsics"] = sum(kernel.intrinsics.values())
+    out["l1_global_bytes"] = kernel.l1_global_bytes
+    out["unique_global_bytes"] = kernel.unique_global_bytes
+    return out
+
+
+def simulated_as_dict(counted: SimulatedCounters) -> dict:
+    """What ``workbench counters --json`` prints for one stage."""
+    return {"stage": counted.stage.key, "size": list(counted.size), "check": counted.status,
+            "bytes_model": counted.bytes_model, "unique_global_bytes": counted.unique_global_bytes,
+            "kernels": [dict(kernel_summary(k), lines=counter_rows(k)) for k in counted.kernels]}
+
+
+@dataclass
+class CounterChange:
+    """One access line of a stage against the same line (same source text, space and kind) one stage before."""
+
+    source: str
+    what: str
+    unit: str
+    before: float | None  # per request; None: the line is new
+    after: float | None  # None: the line is gone
+    changed_in_diff: bool  # the line itself was edited (else only something around it changed)
+
+    def sentence(self) -> str:
+        if self.before is None:
+            return f"new: `{self.source}` ({self.what}), {self.after:.1f} {self.unit} per request"
+        if self.after is None:
+            return f"gone: `{self.source}` ({self.what}), was {self.before:.1f} {self.unit} per request"
+        return f"`{self.source}` ({self.what}): {self.before:.1f} -> {self.after:.1f} {self.unit} per request"
+
+
+def counter_changes(before: SimulatedCounters, after: SimulatedCounters, threshold: float = 0.1) -> list[CounterChange]:
+    """The access lines whose counters moved between two stages, the largest move first: lines matched by
+    their source text, space and kind; a line counts as moved when its sectors (or wavefronts) per
+    request changed by more than ``threshold`` of the larger, or when it is new or gone. A line that
+    reads the same but counts differently (the padded tile's column read) is the lesson as much as an
+    edited one; ``changed_in_diff`` says which it is."""
+    from .diff import stage_diff
+
+    def by_text(counted):
+        merged = {}
+        for kernel in counted.kernels:
+            for row in counter_rows(kernel):
+                if row["what"] == "branch":
+                    continue
+                key = (row["source"], row["what"])
+                total = merged.setdefault(key, [row["unit"], 0.0, 0])
+                total[1] += row["per_request"] * row["requests"]
+                total[2] += row["requests"]
+        return {key: (unit, amount / requests) for key, (unit, amount, requests) in merged.items()}
+
+    edited = {line[1:].strip() for line in stage_diff(after.stage, before.stage).lines if line[:1] in "+-"}
+    old, new = by_text(before), by_text(after)
+    changes = []
+    for key in sorted(set(old) | set(new)):
+        unit = (new.get(key) or old.get(key))[0]
+        a = old[key][1] if key in old else None
+        b = new[key][1] if key in new else None
+        if a is not None and b is not None and abs(a - b) <= threshold * max(a, b, 1e-9):
+            continue
+        changes.append(CounterChange(key[0], key[1], unit, a, b, key[0] in edited))
+    changes.sort(key=lambda c: -(abs((c.after or 0) - (c.before or 0))))
+    return changes

@@ -71,6 +71,7 @@ from contextlib import contextmanager
 import numba
 import numpy as np
 
+from . import counters as counting
 from . import libdevice as libdevice_bodies
 from . import races as race_detector
 from .races import RaceError
@@ -368,13 +369,20 @@ def _launch(self, *args):
         launch = (self.fn, tuple(_numba_type(arg) for arg in args))
         for launches in _recordings:
             launches.append(launch)
-    races = race_detector.LaunchRaces(self.fn, _TrackedGlobalArray) if racecheck_enabled() else None
+    counts = counting.new_launch(self.fn, grid_dim, block_dim)  # None unless inside counters.counting()
+    # The counters see the accesses through the race checker's tracked arrays, so counting turns it on.
+    races = None
+    if racecheck_enabled() or counts is not None:
+        races = race_detector.LaunchRaces(self.fn, _TrackedGlobalArray)
+        races.counts = counts
     global _opted_in_bytes
     _opted_in_bytes = getattr(self, "sim_max_dynamic_shared_bytes", 0)
     try:
         _run_kernel(self, grid_dim, block_dim, args, races)
     finally:
         _opted_in_bytes = 0
+    if counts is not None:
+        counting.finish_launch(counts)
 
 
 _opted_in_bytes = 0  # the running launch's shared-memory opt-in (set_max_dynamic_shared_memory), if any
@@ -701,6 +709,8 @@ class _Block:
     def _release_barrier(self):
         if self.races is not None:
             race_detector.barrier([thread.sim_clock for thread in self.barrier])
+            if self.races.counts is not None:
+                self.races.counts.barrier(len({thread.thread_id // WARP_SIZE for thread in self.barrier}))
         for thread in self.barrier:
             self._wake(thread)
         self.barrier = []
@@ -772,6 +782,8 @@ class _Block:
                 values = {member.lane: member.value for member in group}
                 if self.races is not None:
                     race_detector.warp_meeting([member.thread.sim_clock for member in group])
+                    if self.races.counts is not None:
+                        self.races.counts.intrinsic(kind)
                 for member in group:
                     member.values = values
                     self._wake(member.thread)
@@ -921,6 +933,10 @@ class _Worker(threading.Thread):
         """Run the kernel as one CUDA thread, record its exception (if any), report the exit."""
         tracking = race_detector.current
         tracking.clock, tracking.block = self.sim_clock, self.sim_block
+        races = self.sim_block.races
+        counts = races.counts if races is not None else None
+        if counts is not None:
+            counts.start_thread(self.sim_clock)
         try:
             # A GPU computes inf and NaN without a word; numpy's scalars, which the simulator computes
             # with, would warn once per thread (the adversarial inputs hold NaN and inf on purpose).
@@ -941,6 +957,8 @@ class _Worker(threading.Thread):
                 renamed = error
             self.exception = (renamed, sys.exc_info()[2])
         finally:
+            if counts is not None:
+                counts.end_thread()  # before the exit is reported: the launch may end with it
             tracking.clock = tracking.block = None
             self.job = None
             self.busy = False

@@ -300,6 +300,8 @@ class Shadow:
             return  # read outside a simulated thread (after its launch): not ours to judge
         if self.races.found is not None:
             self.races.run_on()
+        if self.races.counts is not None:
+            self.races.counts.access(self.space, "load", array, address, frame)
         phase = current.block.barrier_generation
         access = (clock, phase, clock.wc, clock.fences, READ, -1, frame.f_code, frame.f_lasti, array, index, None)
         reads = self.reads
@@ -330,6 +332,8 @@ class Shadow:
             return
         if self.races.found is not None:
             self.races.run_on()
+        if self.races.counts is not None:
+            self.races.counts.access(self.space, "store", array, address, frame)
         phase = current.block.barrier_generation
         access = (clock, phase, clock.wc, clock.fences, WRITE, -1, frame.f_code, frame.f_lasti, array, index, value)
         clock.spin_address = None
@@ -351,6 +355,8 @@ class Shadow:
         clock = current.clock
         if clock is None:
             return operation()
+        if self.races.counts is not None:
+            self.races.counts.access(self.space, "atomic", array, address, frame)
         phase = current.block.barrier_generation
         with self.locks[(address >> 2) % _STRIPES]:
             order = self.atomic_counts.get(address, 0)
@@ -410,6 +416,10 @@ class TrackedMemory:
             _base=ary.__array_interface__["data"][0],
             _strides=ary.strides,
             _shape=ary.shape,
+            # for the counters (workbench.simulator.counters): where the array's allocation starts, which a
+            # GPU aligns to 256 bytes, and the bytes of one element
+            track_origin=allocation_start(ary),
+            track_itemsize=ary.dtype.itemsize,
         )
 
     def address(self, index):
@@ -456,6 +466,13 @@ class TrackedMemory:
     def tracked_atomic(self, index, operation, frame):
         shadow = self._shadow or current.block.shared_shadow
         return shadow.atomic(self.address(index), self, index, frame, operation)
+
+
+def allocation_start(ary):
+    """The address of the first byte of the allocation a view of it starts in (its root array)."""
+    while isinstance(ary.base, np.ndarray):
+        ary = ary.base
+    return ary.__array_interface__["data"][0]
 
 
 def make_global_array_class(base):
@@ -528,6 +545,7 @@ class LaunchRaces:
         self.found = None  # (order key, shadow, first access, second access): the race to report
         self.accesses_since = 0  # accesses made since the first race was noted
         self.found_lock = threading.Lock()
+        self.counts = None  # a counters.LaunchRecord, when the launch's counters are wanted too
 
     def track_argument(self, fake_array, name):
         return self.global_array_class(fake_array, self, name)

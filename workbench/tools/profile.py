@@ -130,13 +130,13 @@ def add_cli(sub) -> None:
     s = sub.add_parser("profile", help="Nsight Compute counters per stage (DRAM %%, occupancy, stalls, ...), recorded",
                        description=__doc__.split("\n\n")[0])
     s.add_argument("target", help="OP or OP.STAGE")
-    s.add_argument("--size", type=_size_arg, help="problem size (default: the operator's headline size)")
+    s.add_argument("--size", type=size_arg, help="problem size (default: the operator's headline size)")
     s.add_argument("--impl", help="profile a learner's launcher from this file instead of the answer key's")
     s.add_argument("--no-save", action="store_true", help="do not write results/profiles/")
     s.set_defaults(func=cmd_profile)
 
 
-def _size_arg(text: str):
+def size_arg(text: str):
     import argparse
 
     try:
