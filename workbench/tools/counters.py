@@ -71,7 +71,7 @@ def print_counted(console, counted) -> None:
                       caption="per request: 32-byte sectors (global), wavefronts (shared), share split (branch); eff: the ideal's share",
                       title_justify="left", caption_justify="left", highlight=False, box=box.SIMPLE_HEAD,
                       pad_edge=False)
-        table.add_column("line: source", no_wrap=True, overflow="ellipsis", width=30)
+        table.add_column("line: source", no_wrap=True, overflow="ellipsis", width=27)
         for column in ("access", "instr", "per req", "eff", "wasted"):
             table.add_column(column, justify="left" if column == "access" else "right", no_wrap=True,
                              width=13 if column == "access" else None,
