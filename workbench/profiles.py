@@ -306,7 +306,8 @@ def source_text(file: str, line: int) -> str:
 def counter_rows(kernel) -> list[dict]:
     """One kernel's lines, the worst first: memory accesses by the transactions they waste, then branches
     by how often they split the warp. Each row: line, source text, what (e.g. "global load"), warp
-    instructions, per request (sectors or wavefronts), ideal per request, efficiency %, wasted."""
+    instructions, per request (sectors or wavefronts), ideal per request, efficiency %, wasted, and one warp
+    instruction's accesses as [lane, offset in the array, bytes] (for a diagram)."""
     rows = []
     for row in kernel.memory.values():
         per_request = row.sectors_per_request if row.space == "global" else row.wavefronts_per_request
@@ -314,12 +315,13 @@ def counter_rows(kernel) -> list[dict]:
         rows.append({"line": row.line, "source": source_text(row.file, row.line), "what": f"{row.space} {row.kind}",
                      "requests": row.requests, "unit": "sectors" if row.space == "global" else "wavefronts",
                      "per_request": per_request, "ideal_per_request": ideal, "efficiency_pct": 100 * row.efficiency,
-                     "wasted": row.excess, "lanes_per_request": row.lanes / (row.requests or 1)})
+                     "wasted": row.excess, "lanes_per_request": row.lanes / (row.requests or 1),
+                     "example": [list(access) for access in row.example]})
     for branch in kernel.branches.values():
         rows.append({"line": branch.line, "source": source_text(branch.file, branch.line), "what": "branch",
                      "requests": branch.executed, "unit": "divergent", "per_request": branch.divergent / branch.executed,
                      "ideal_per_request": 0.0, "efficiency_pct": 100 * (1 - branch.divergent / branch.executed),
-                     "wasted": branch.divergent, "lanes_per_request": None})
+                     "wasted": branch.divergent, "lanes_per_request": None, "example": []})
     rows.sort(key=lambda r: (-r["wasted"], r["what"] == "branch", r["line"]))
     return rows
 
@@ -365,47 +367,53 @@ class CounterChange:
     source: str
     what: str
     unit: str
-    before: float | None  # per request; None: the line is new
-    after: float | None  # None: the line is gone
-    changed_in_diff: bool  # the line itself was edited (else only something around it changed)
+    before: dict | None  # the line's row in the earlier stage (counter_rows); None: the line is new
+    after: dict | None  # ... in the later one; None: the line is gone
+    edited: bool  # the line itself was edited (else only something around it changed)
 
     def sentence(self) -> str:
         if self.before is None:
-            return f"new: `{self.source}` ({self.what}), {self.after:.1f} {self.unit} per request"
+            return f"new: `{self.source}` ({self.what}), {self.after['per_request']:.1f} {self.unit} per request"
         if self.after is None:
-            return f"gone: `{self.source}` ({self.what}), was {self.before:.1f} {self.unit} per request"
-        return f"`{self.source}` ({self.what}): {self.before:.1f} -> {self.after:.1f} {self.unit} per request"
+            return f"gone: `{self.source}` ({self.what}), was {self.before['per_request']:.1f} {self.unit} per request"
+        return (f"`{self.source}` ({self.what}): {self.before['per_request']:.1f} -> "
+                f"{self.after['per_request']:.1f} {self.unit} per request")
 
 
-def counter_changes(before: SimulatedCounters, after: SimulatedCounters, threshold: float = 0.1) -> list[CounterChange]:
-    """The access lines whose counters moved between two stages, the largest move first: lines matched by
-    their source text, space and kind; a line counts as moved when its sectors (or wavefronts) per
-    request changed by more than ``threshold`` of the larger, or when it is new or gone. A line that
-    reads the same but counts differently (the padded tile's column read) is the lesson as much as an
-    edited one; ``changed_in_diff`` says which it is."""
+def counter_changes(before: dict, after: dict, threshold: float = 0.1) -> list[CounterChange]:
+    """The access lines whose counters moved between two stages (documents of :func:`simulated_as_dict`),
+    the largest move first. Lines are matched by their source text, space and kind; a line moved when its
+    sectors (or wavefronts) per request changed by more than ``threshold`` of the larger, or is new or gone.
+    A line that reads the same but counts differently (the padded tile's column read) is the lesson as
+    much as an edited one; ``edited`` says which it is."""
     from .diff import stage_diff
+    from .registry import resolve
 
-    def by_text(counted):
+    def by_text(document):
         merged = {}
-        for kernel in counted.kernels:
-            for row in counter_rows(kernel):
+        for kernel in document["kernels"]:
+            for row in kernel["lines"]:
                 if row["what"] == "branch":
                     continue
                 key = (row["source"], row["what"])
-                total = merged.setdefault(key, [row["unit"], 0.0, 0])
-                total[1] += row["per_request"] * row["requests"]
-                total[2] += row["requests"]
-        return {key: (unit, amount / requests) for key, (unit, amount, requests) in merged.items()}
+                if key in merged:  # the same line in two kernels: requests-weighted
+                    mine = dict(merged[key])
+                    requests = mine["requests"] + row["requests"]
+                    mine["per_request"] = (mine["per_request"] * mine["requests"]
+                                           + row["per_request"] * row["requests"]) / requests
+                    mine["requests"] = requests
+                    row = mine
+                merged[key] = row
+        return merged
 
-    edited = {line[1:].strip() for line in stage_diff(after.stage, before.stage).lines if line[:1] in "+-"}
+    (_, [stage_before]), (_, [stage_after]) = resolve(before["stage"]), resolve(after["stage"])
+    edited = {line[1:].strip() for line in stage_diff(stage_after, stage_before).lines if line[:1] in "+-"}
     old, new = by_text(before), by_text(after)
     changes = []
     for key in sorted(set(old) | set(new)):
-        unit = (new.get(key) or old.get(key))[0]
-        a = old[key][1] if key in old else None
-        b = new[key][1] if key in new else None
-        if a is not None and b is not None and abs(a - b) <= threshold * max(a, b, 1e-9):
+        a, b = old.get(key), new.get(key)
+        if a and b and abs(a["per_request"] - b["per_request"]) <= threshold * max(a["per_request"], b["per_request"]):
             continue
-        changes.append(CounterChange(key[0], key[1], unit, a, b, key[0] in edited))
-    changes.sort(key=lambda c: -(abs((c.after or 0) - (c.before or 0))))
+        changes.append(CounterChange(key[0], key[1], (a or b)["unit"], a, b, key[0] in edited))
+    changes.sort(key=lambda c: -abs((c.after or {}).get("per_request", 0) - (c.before or {}).get("per_request", 0)))
     return changes

@@ -369,7 +369,7 @@ def summarise(record: LaunchRecord) -> LaunchCounters:
     result = LaunchCounters(record.kernel.__name__, barriers=record.barriers, barrier_warps=record.barrier_warps,
                             intrinsics=dict(record.intrinsics))
     touched = set()
-    for lanes_accesses in record.accesses.values():
+    for _, lanes_accesses in sorted(record.accesses.items(), key=lambda item: item[0]):  # block 0's warp 0 first
         instructions = {}
         for lane, (space, kind, code, lasti, occurrence, origin, offset, size) in lanes_accesses:
             instructions.setdefault((space, kind, code, lasti, occurrence), []).append((lane, offset, size))
