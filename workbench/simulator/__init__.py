@@ -361,6 +361,8 @@ def _launch(self, *args):
     if needs_gpu:
         raise NeedsGPU(needs_gpu)
     if self._device or _kernel._kernel_context is not None:
+        if counting.current.launch is not None:  # counted: its lines are traced too
+            counting.current.launch.entering_device_function()
         return _original_kernel_call(self, *args)  # a device function: a call, not a launch
     grid_dim, block_dim = normalize_kernel_dimensions(self.grid_dim, self.block_dim)
     _check_launch(grid_dim, block_dim, self.dynshared_size, getattr(self, "sim_max_dynamic_shared_bytes", 0))

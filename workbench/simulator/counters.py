@@ -79,7 +79,7 @@ class _ThreadRecord(threading.local):
     clock = None  # its race-checker ThreadClock: block, warp, lane
     accesses = None  # [(space, kind, code, lasti, occurrence, origin, offset, itemsize)]
     instruction_counts = None  # (code, lasti) -> times this thread executed that access so far
-    line_counts = None  # (code, line) -> times this thread executed that line
+    line_counts = None  # code -> {line: times this thread executed it}
     branches = None  # [(code, line, occurrence, next line or -1 for a return)]
 
 
@@ -107,7 +107,11 @@ class LaunchRecord:
         current.launch, current.clock = self, clock
         current.accesses, current.branches = [], []
         current.instruction_counts, current.line_counts = {}, {}
-        sys.settrace(self._trace_call)
+        sys.settrace(self._find_kernel_frame)
+
+    def entering_device_function(self):
+        """Called by the simulator as a device function is called: trace its lines too."""
+        sys.settrace(self._find_kernel_frame)
 
     def end_thread(self):
         sys.settrace(None)
@@ -116,8 +120,9 @@ class LaunchRecord:
         lane = clock.lane
         with self.lock:
             self.accesses.setdefault(key, []).extend((lane, access) for access in current.accesses)
-            for (code, line), count in current.line_counts.items():
-                self.lines.setdefault((clock.block, clock.warp, code, line), []).append(count)
+            for code, counts in current.line_counts.items():
+                for line, count in counts.items():
+                    self.lines.setdefault((clock.block, clock.warp, code, line), []).append(count)
             for code, line, occurrence, following in current.branches:
                 targets = self.branches.setdefault((clock.block, clock.warp, code, line, occurrence), {})
                 targets[following] = targets.get(following, 0) + 1
@@ -157,30 +162,46 @@ class LaunchRecord:
         self._traced[code] = lines
         return lines
 
-    def _trace_call(self, frame, event, arg):
+    def _find_kernel_frame(self, frame, event, arg):
+        """The trace function while a kernel or device function is about to start: its frame gets a line
+        tracer; then calls are ignored again (cheaply), as most calls a kernel makes are the simulator's."""
         branch_lines = self._branch_lines(frame.f_code)
         if branch_lines is None:
-            return None
-        code = frame.f_code
-        counts = current.line_counts
+            return None  # the simulator on its way to the kernel: keep looking
+        sys.settrace(_IGNORE_CALLS)
+        return self._line_tracer(frame.f_code, branch_lines)
+
+    @staticmethod
+    def _line_tracer(code, branch_lines):
+        counts = current.line_counts.setdefault(code, {})  # line -> times this thread ran it
         branches = current.branches
-        last = [None]  # (line, occurrence) of this frame's last line, if it was a branch
+        last_branch, last_occurrence = 0, 0  # this frame's last line, if it was a branch (0: it was not)
 
         def trace_line(frame, event, arg):
+            nonlocal last_branch, last_occurrence
             if event == "line":
                 line = frame.f_lineno
-                key = (code, line)
-                occurrence = counts.get(key, 0)
-                counts[key] = occurrence + 1
-                if last[0] is not None:
-                    branches.append((code, last[0][0], last[0][1], line))
-                last[0] = (line, occurrence) if line in branch_lines else None
-            elif event == "return" and last[0] is not None:
-                branches.append((code, last[0][0], last[0][1], -1))
-                last[0] = None
+                occurrence = counts.get(line, 0)
+                counts[line] = occurrence + 1
+                if last_branch:
+                    branches.append((code, last_branch, last_occurrence, line))
+                if line in branch_lines:
+                    last_branch, last_occurrence = line, occurrence
+                else:
+                    last_branch = 0
+            elif event == "return" and last_branch:
+                branches.append((code, last_branch, last_occurrence, -1))
+                last_branch = 0
             return trace_line
 
         return trace_line
+
+
+# The trace function between kernel frames: called as getattr(frame, "call", None) on every call the
+# thread makes, it answers None (no frame has that attribute) without running any Python, so the
+# simulator's own calls do not get a line tracer and cost little. (sys.settrace has no cheaper filter
+# before Python 3.12's sys.monitoring.)
+_IGNORE_CALLS = getattr
 
 
 _sessions = []  # the active counting() blocks, innermost last
