@@ -560,7 +560,7 @@ _counted_documents: dict = {}  # (stage key, size) -> what simulated_counters co
 
 
 def _counted(stage: Stage, size=None) -> dict:
-    """The stage's counters (profiles.simulated_as_dict) at ``size`` (default: the quick tests' size), counted
+    """The stage's counters (profiles.simulated_as_dict) at ``size`` (default: its largest simulator size), counted
     in the simulator: here, or on a GPU machine in a child process in simulator mode. Counted once per session."""
     import json
     import subprocess
@@ -568,7 +568,7 @@ def _counted(stage: Stage, size=None) -> dict:
 
     from . import profiles
 
-    size = as_size(size) if size is not None else stage.op.quick_sim_size()
+    size = as_size(size) if size is not None else profiles.counter_size(stage.op)
     key = (stage.key, size)
     if key not in _counted_documents:
         if device.is_simulator():

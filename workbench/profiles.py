@@ -40,6 +40,26 @@ METRICS = {
     "block_size": ("launch__block_size", "threads per block"),
 }
 
+# What `workbench profile --counters` adds: the memory-access and divergence counters the simulator counts
+# too (workbench.simulator.counters, `workbench counters`), so that the two can be held to each other.
+COUNTER_METRICS = {
+    "global_load_requests": ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "global load requests (warp instructions)"),
+    "global_load_sectors": ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "32-byte sectors of global loads"),
+    "global_store_requests": ("l1tex__t_requests_pipe_lsu_mem_global_op_st.sum", "global store requests"),
+    "global_store_sectors": ("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum", "32-byte sectors of global stores"),
+    "global_atomic_requests": ("l1tex__t_requests_pipe_lsu_mem_global_op_atom.sum", "global atomic requests (with a result)"),
+    "global_reduction_requests": ("l1tex__t_requests_pipe_lsu_mem_global_op_red.sum", "global reductions (atomics without a result)"),
+    "shared_load_requests": ("smsp__inst_executed_op_shared_ld.sum", "shared-memory load instructions"),
+    "shared_store_requests": ("smsp__inst_executed_op_shared_st.sum", "shared-memory store instructions"),
+    "shared_load_wavefronts": ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum", "wavefronts of shared loads"),
+    "shared_store_wavefronts": ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum", "wavefronts of shared stores"),
+    "shared_load_bank_conflicts": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", "bank conflicts of shared loads"),
+    "shared_store_bank_conflicts": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "bank conflicts of shared stores"),
+    "branch_uniform_pct": ("smsp__sass_average_branch_targets_threads_uniform.pct", "branches all active lanes took alike, %"),
+    "threads_per_instruction": ("smsp__thread_inst_executed_per_inst_executed.ratio", "active lanes per warp instruction"),
+    "barriers": ("smsp__inst_executed_op_barrier.sum", "barrier instructions executed (per warp)"),
+}
+
 # Why warps were not issuing: cycles stalled per issued instruction, by reason (WarpStateStats).
 STALL_REASONS = {
     "long_scoreboard": "waiting on global/local memory (a load not yet back)",
@@ -62,8 +82,10 @@ STALL_REASONS = {
 STALL_METRIC = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
 
 
-def metric_names(with_stalls: bool = True) -> list[str]:
+def metric_names(with_stalls: bool = True, counters: bool = False) -> list[str]:
     names = [m for m, _ in METRICS.values()]
+    if counters:
+        names += [m for m, _ in COUNTER_METRICS.values()]
     if with_stalls:
         names += [STALL_METRIC.format(r) for r in STALL_REASONS]
     return names
@@ -96,7 +118,7 @@ def parse_ncu_csv(text: str) -> list[dict]:
     col = {name: i for i, name in enumerate(header)}
     if "Kernel Name" not in col:
         raise ValueError("not ncu --page raw CSV: no 'Kernel Name' column")
-    by_metric = {m: k for k, (m, _) in METRICS.items()}
+    by_metric = {m: k for k, (m, _) in (METRICS | COUNTER_METRICS).items()}
     stall_of = {STALL_METRIC.format(r): r for r in STALL_REASONS}
     kernels = []
     for row in rows[1:]:
@@ -279,6 +301,14 @@ class SimulatedCounters:
     @property
     def unique_global_bytes(self):
         return sum(k.unique_global_bytes for k in self.kernels)
+
+
+def counter_size(op) -> tuple:
+    """The size counters are counted (and recorded on a GPU, to compare) at by default: the operator's
+    largest simulator size, where warps are full and every edge path runs."""
+    from .ladder import as_size
+
+    return max((as_size(s) for s in op.sim_sizes), key=math.prod)
 
 
 def simulated(stage, size, seed: int = 0) -> SimulatedCounters:

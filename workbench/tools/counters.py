@@ -1,6 +1,6 @@
 """``workbench counters OP[.STAGE] [--size S] [--json]``: the profiler's counters, counted in the simulator.
 
-For each stage, run once at a simulator size (default: the size the quick tests check), a table per
+For each stage, run once at a simulator size (default: the operator's largest), a table per
 kernel of its source lines, the worst first: each global load or store with its 32-byte sectors per
 request against the ideal, each shared-memory access with its wavefronts per request (bank conflicts),
 each branch with how often it split a warp; then the kernel's totals (active lanes per instruction,
@@ -18,7 +18,7 @@ import sys
 
 from .. import device as _device
 from .. import profiles, registry, sizes
-from ..ladder import as_size, size_label
+from ..ladder import size_label
 from .profile import size_arg
 
 TOP_LINES = 12  # rows per kernel table, the worst first (--json has them all)
@@ -30,7 +30,7 @@ def cmd_counters(args) -> int:
     console, err = Console(), Console(stderr=True)
     op, stages = registry.resolve(args.target)
     try:
-        size = sizes.check_size(op, args.size) if args.size else as_size(op.quick_sim_size())
+        size = sizes.check_size(op, args.size) if args.size else profiles.counter_size(op)
     except sizes.SizeError as exc:
         err.print(f"[red]error:[/] {exc}")
         return 2
@@ -95,6 +95,6 @@ def add_cli(sub) -> None:
     s = sub.add_parser("counters", help="sectors per request, bank conflicts, divergence per source line, "
                                         "counted in the simulator", description=__doc__.split("\n\n")[0])
     s.add_argument("target", help="OP or OP.STAGE")
-    s.add_argument("--size", type=size_arg, help="problem size (default: the size the quick tests check)")
+    s.add_argument("--size", type=size_arg, help="problem size (default: the largest simulator size)")
     s.add_argument("--json", action="store_true", help="print the counters of every line as JSON")
     s.set_defaults(func=cmd_counters)
