@@ -447,3 +447,63 @@ def counter_changes(before: dict, after: dict, threshold: float = 0.1) -> list[C
         changes.append(CounterChange(key[0], key[1], (a or b)["unit"], a, b, key[0] in edited))
     changes.sort(key=lambda c: -abs((c.after or {}).get("per_request", 0) - (c.before or {}).get("per_request", 0)))
     return changes
+
+
+# -- the simulator held to the hardware -------------------------------------------------------------------------
+
+# (what is compared, the simulator's figure, the recorded figure): per request, so that a compiler that merges
+# or splits accesses (numba's vector loads, a load it keeps in a register) changes the request counts, which
+# the comparison shows beside, but not the figure compared.
+def _per(a, b):
+    return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
+
+
+COMPARED = {
+    "global load sectors/request": (
+        lambda c: c.total("global", "load").sectors_per_request if c.total("global", "load").requests else None,
+        lambda m: _per(m.get("global_load_sectors"), m.get("global_load_requests"))),
+    "global store sectors/request": (
+        lambda c: c.total("global", "store").sectors_per_request if c.total("global", "store").requests else None,
+        lambda m: _per(m.get("global_store_sectors"), m.get("global_store_requests"))),
+    "shared load bank conflicts/request": (
+        lambda c: _per(c.total("shared", "load").conflicts, c.total("shared", "load").requests),
+        lambda m: _per(m.get("shared_load_bank_conflicts"), m.get("shared_load_requests"))),
+    "shared store bank conflicts/request": (
+        lambda c: _per(c.total("shared", "store").conflicts, c.total("shared", "store").requests),
+        lambda m: _per(m.get("shared_store_bank_conflicts"), m.get("shared_store_requests"))),
+}
+AGREE_WITHIN = 0.10  # of the larger figure
+AGREE_NEAR_ZERO = 0.05  # per request: 0.02 against 0 conflicts is agreement, not a 100% difference
+
+
+def recorded_counters() -> dict:
+    """{(op, stage, size): metrics summed over the stage's kernels} of every recorded profile that holds the
+    counters of `workbench profile --counters`; the newest device file's records where several hold one."""
+    found = {}
+    for path in sorted(profiles_dir().glob("*.json")) if profiles_dir().exists() else []:
+        try:
+            data = load(path)
+        except (ValueError, OSError):
+            continue
+        for r in data["records"]:
+            if not any(key in r["metrics"] for key in COUNTER_METRICS):
+                continue
+            summed = found.setdefault((r["op"], r["stage"], tuple(r["size"])), {"device": data["device"]})
+            for key, value in r["metrics"].items():
+                if key in COUNTER_METRICS and isinstance(value, (int, float)):
+                    summed[key] = summed.get(key, 0) + value
+    return found
+
+
+def compare_counters(counted: SimulatedCounters, recorded: dict) -> list[dict]:
+    """The simulator's figures against the recorded ones for one stage: a row per COMPARED figure that both
+    have, with ``agree`` (within AGREE_WITHIN of the larger, or AGREE_NEAR_ZERO per request)."""
+    rows = []
+    for name, (simulated_figure, recorded_figure) in COMPARED.items():
+        mine, theirs = simulated_figure(counted), recorded_figure(recorded)
+        if mine is None or theirs is None:
+            continue  # an access the stage does not make, or a metric this ncu did not record
+        agree = abs(mine - theirs) <= max(AGREE_WITHIN * max(abs(mine), abs(theirs)), AGREE_NEAR_ZERO)
+        rows.append({"stage": counted.stage.key, "size": list(counted.size), "figure": name, "simulator": mine,
+                     "recorded": theirs, "agree": agree})
+    return rows
