@@ -317,3 +317,27 @@ def test_simulator_counters_agree_with_nsight_compute():
     stages = {row["stage"] for row in rows}
     assert len(stages) >= 12, f"counters compared for {len(stages)} stages, the issue asks for 12: {RECORD_COMMAND}"
     assert not unexplained, "the simulator and the GPU disagree, and no reason is named:\n" + "\n".join(unexplained)
+
+
+def test_the_comparison_with_recorded_counters_says_which_figures_agree(tmp_path, monkeypatch, capsys):
+    """Records written by hand as `workbench profile --counters` writes them (not from a GPU run)."""
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "200")
+    naive = {"global_load_requests": 128, "global_load_sectors": 512, "global_store_requests": 128,
+             "global_store_sectors": 4096 + 300}  # 34.3 sectors a store: 7% more than the simulator's 32
+    tiled = {"global_load_requests": 128, "global_load_sectors": 512, "shared_load_requests": 128,
+             "shared_load_bank_conflicts": 128 * 31, "shared_store_requests": 128,
+             "shared_store_bank_conflicts": 128 * 3, "barriers": None}  # 3 conflicts a store where 0 are due
+    profiles.save("NVIDIA H200", [
+        {"op": "transpose", "stage": name, "order": order, "size": [64, 64], "kernel": f"_{name}", "launch": 0,
+         "metrics": metrics, "stalls": {}, "date": "2026-11-29", "ncu": "test"}
+        for name, order, metrics in (("naive", 1, naive), ("tiled", 2, tiled))])
+    assert cli.main(["counters", "transpose", "--against-recorded"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| transpose")]
+    assert rows == [
+        "| transpose.naive | 64x64 | global load sectors/request | 4.00 | 4.00 | yes |",
+        "| transpose.naive | 64x64 | global store sectors/request | 32.00 | 34.34 | yes |",
+        "| transpose.tiled | 64x64 | global load sectors/request | 4.00 | 4.00 | yes |",
+        "| transpose.tiled | 64x64 | shared load bank conflicts/request | 31.00 | 31.00 | yes |",
+        "| transpose.tiled | 64x64 | shared store bank conflicts/request | 0.00 | 3.00 | no |",
+    ]

@@ -35,9 +35,12 @@ def cmd_counters(args) -> int:
         err.print(f"[red]error:[/] {exc}")
         return 2
     if not _device.is_simulator():  # the counting needs the simulator's view of every access
-        argv = [sys.executable, "-m", "workbench", "counters", args.target, "--size", size_label(size)]
-        return subprocess.run(argv + (["--json"] if args.json else []),
-                              env=dict(os.environ, WORKBENCH_MODE="sim")).returncode
+        argv = [sys.executable, "-m", "workbench", "counters", args.target] + (
+            ["--size", size_label(size)] if args.size else [])
+        argv += ["--json"] * args.json + ["--against-recorded"] * args.against_recorded
+        return subprocess.run(argv, env=dict(os.environ, WORKBENCH_MODE="sim")).returncode
+    if args.against_recorded:
+        return print_against_recorded(console, err, args.target, stages)
     warning = sizes.simulator_warning(op, size)
     if warning:
         err.print(f"[yellow]{warning}[/]")
@@ -56,6 +59,24 @@ def cmd_counters(args) -> int:
     if args.json:
         print(json.dumps(documents, indent=1))
     return 1 if failed else 0
+
+
+def print_against_recorded(console, err, target, stages) -> int:
+    """A Markdown table of the simulator's figures against Nsight Compute's, for every stage of ``stages``
+    with counters recorded by `workbench profile --counters`, at the size they were recorded at."""
+    names = {(stage.op.name, stage.name): stage for stage in stages if not stage.gpu_only}
+    recorded = {key: metrics for key, metrics in profiles.recorded_counters().items() if key[:2] in names}
+    if not recorded:
+        err.print(f"[yellow]no Nsight Compute counters recorded for {target}[/] in {profiles.profiles_dir()}: "
+                  f"`workbench profile --counters {target}` on a GPU records them")
+        return 1
+    console.print("| stage | size | figure | simulator | Nsight Compute | within 10% |\n|---|---|---|---:|---:|---|",
+                  highlight=False, markup=False)
+    for (op_name, stage_name, size), metrics in sorted(recorded.items(), key=lambda kv: names[kv[0][:2]].order):
+        for row in profiles.compare_counters(profiles.simulated(names[(op_name, stage_name)], size), metrics):
+            console.print(f"| {row['stage']} | {size_label(size)} | {row['figure']} | {row['simulator']:.2f} | "
+                          f"{row['recorded']:.2f} | {'yes' if row['agree'] else 'no'} |", highlight=False, markup=False)
+    return 0
 
 
 def print_counted(console, counted) -> None:
@@ -97,4 +118,6 @@ def add_cli(sub) -> None:
     s.add_argument("target", help="OP or OP.STAGE")
     s.add_argument("--size", type=size_arg, help="problem size (default: the largest simulator size)")
     s.add_argument("--json", action="store_true", help="print the counters of every line as JSON")
+    s.add_argument("--against-recorded", action="store_true",
+                   help="compare with the Nsight Compute counters `workbench profile --counters` recorded (Markdown)")
     s.set_defaults(func=cmd_counters)
