@@ -43,6 +43,10 @@ where now threads are reused). Shared memory is tracked per block and forgotten 
 ends; global memory per launch. ``WORKBENCH_SIM_RACECHECK=0`` switches it all off (see
 ``workbench.simulator.racecheck``).
 
+The same accesses feed the profiler's counters when they are asked for
+(:mod:`workbench.simulator.counters`: ``LaunchRaces.counts``, and each tracked array's ``track_origin``
+and ``track_itemsize``).
+
 Limits, deliberately lenient: an atomic read is an acquire even without a fence after it (PTX
 wants one, or ``.acquire`` semantics); ``threadfence_block()`` releases nothing (blocks cannot
 see what it orders); element accesses are tracked, array slices passed to numpy functions are
