@@ -19,6 +19,7 @@ could not be profiled (or nothing recorded to show), 2 a bad argument.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -68,11 +69,18 @@ def profile_stage(ncu: str, stage, size, impl: str | None = None, counters: bool
                 return kernels, ""
             errors = [l for l in (text + run.stdout + run.stderr).splitlines() if "ERROR" in l or "error" in l]
             why = " ".join(errors)[-500:] or f"ncu exited {run.returncode} and reported no kernel"
-            unknown = [m for m in metrics if any(m in line or m.rsplit(".", 1)[0] in line for line in errors)]
+            unknown = [m for m in metrics if any(_named_in(m, line) for line in errors)]
             if not unknown or len(unknown) == len(metrics):  # nothing named, or an error about everything
                 break
             metrics = [m for m in metrics if m not in unknown]
     return [], why
+
+
+def _named_in(metric: str, line: str) -> bool:
+    """Does ncu's message name this metric (in full, or its base name without the .sum/.pct/.ratio)? A
+    whole name only: smsp__inst_executed is not named by a message about smsp__inst_executed_op_barrier."""
+    base = metric.rsplit(".", 1)[0]
+    return re.search(rf"(?<![\w.]){re.escape(base)}(?![\w])", line) is not None
 
 
 def records_for(stage, size, kernels: list[dict], ncu_version: str) -> list[dict]:
