@@ -9,6 +9,9 @@ Each generated notebook (``workbench notebooks build``) walks one ladder with th
 * ``check(stage)``: the stage against the float64 reference at every check size, and on the operator's
   adversarial inputs at one of them, shown as a table that fills in while it runs; a failure raises,
   a stage the simulator cannot run shows as skipped (never as passed);
+* ``simulated_counters(stage)``: the profiler's counters counted in the simulator (sectors per request,
+  bank conflicts, divergent branches per source line) and one warp's addresses drawn for the worst line;
+  ``counter_changes(stage)``: the lines whose counters moved from the previous stage, drawn before and after;
 * ``progress(op, upto=...)``: the staircase and latency-against-size figures of the stages so far;
   ``roofline(op)``, ``bytes_per_stage(op)``, ``ladder_table(op)`` for the whole ladder;
 * ``list_ladders()``, ``compare_all()``, ``roofline_all()``, ``gradeable_stages()`` across operators.
