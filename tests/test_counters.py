@@ -198,6 +198,31 @@ def test_barriers_and_atomics_are_counted_per_block_and_per_warp():
     assert (global_atomics.requests, global_atomics.lanes) == (3, 3)  # thread 0 of each block
 
 
+@cuda.jit
+def _quads(x, out):
+    tile = cuda.shared.array(128, float32)
+    i = 4 * cuda.threadIdx.x
+    tile[i], tile[i + 1], tile[i + 2], tile[i + 3] = x[i], x[i + 1], x[i + 2], x[i + 3]
+    cuda.syncwarp()
+    out[cuda.threadIdx.x] = tile[i] + tile[i + 1] + tile[i + 2] + tile[i + 3]
+
+
+def test_four_neighbouring_elements_on_one_line_are_one_16_byte_access():
+    x, out = np.arange(128, dtype=np.float32), np.zeros(32, np.float32)
+    with counting.counting() as launches:
+        _quads[1, 32](x, out)
+    (kernel,) = counting.merge_by_kernel(launches)
+    load = kernel.total("global", "load")
+    # one 16-byte load a lane (ld.global.v4, as load4 on a GPU): 512 bytes, 16 sectors, all of them used
+    assert (load.requests, load.sectors, load.ideal_sectors) == (1, 16, 16)
+    # in shared memory, four quarter-warps of 8 lanes x 16 bytes, each over all 32 banks: 4 wavefronts,
+    # where four separate 4-byte reads 16 bytes apart would each take 4 (words 4 l: 8 banks, 4 words each)
+    for kind in ("store", "load"):
+        shared = kernel.total("shared", kind)
+        assert (shared.requests, shared.wavefronts, shared.conflicts) == (1, 4, 0)
+    assert counting.wavefronts([(lane, 16 * lane, 4) for lane in range(32)]) == (4, 1)
+
+
 def test_nothing_is_counted_unless_asked():
     assert counting.new_launch(_by_warp, (1, 1, 1), (64, 1, 1)) is None
     with counting.counting() as launches:

@@ -398,10 +398,10 @@ def summarise(record: LaunchRecord) -> LaunchCounters:
     for _, lanes_accesses in sorted(record.accesses.items(), key=lambda item: item[0]):  # block 0's warp 0 first
         instructions = {}
         for lane, (space, kind, code, lasti, occurrence, origin, offset, size) in lanes_accesses:
-            instructions.setdefault((space, kind, code, lasti, occurrence), []).append((lane, offset, size))
+            instructions.setdefault((space, kind, code, lasti, occurrence, origin), []).append((lane, offset, size))
             if space == GLOBAL:
                 touched.add((origin + offset, size))
-        for (space, kind, code, lasti, _), accesses in instructions.items():
+        for (space, kind, code, lasti, _, _), accesses in merge_vector_accesses(instructions).items():
             key = (code.co_filename, _line_of(code, lasti), space, kind)
             row = result.memory.get(key)
             if row is None:
@@ -431,6 +431,47 @@ def summarise(record: LaunchRecord) -> LaunchCounters:
         row.executed += 1
         row.divergent += len(targets) > 1
     return result
+
+
+def merge_vector_accesses(instructions):
+    """Element accesses that together are one 8- or 16-byte vector access, merged into it.
+
+    The simulator emulates a 16-byte load (``load4`` of solutions/_vector_io.py, ``ld.global.v4`` on a GPU)
+    as four element reads on one source line; counted apart, they would look like four strided requests
+    (and, in shared memory, four conflicting ones). Accesses on one line, of one array, at the same dynamic
+    instance, are one vector access when every lane's bytes are contiguous, 8 or 16 in all, and aligned to
+    that size, as the hardware's vector instructions require. ``instructions`` maps (space, kind, code,
+    bytecode offset, occurrence, array) to [(lane, offset, bytes)]; the result has the same form."""
+    by_line = {}
+    for key in instructions:
+        space, kind, code, lasti, occurrence, origin = key
+        by_line.setdefault((space, kind, code, _line_of(code, lasti), occurrence, origin), []).append(key)
+    merged = {}
+    for keys in by_line.values():
+        vector = _as_vector([instructions[key] for key in keys]) if len(keys) > 1 else None
+        if vector is None:
+            merged.update((key, instructions[key]) for key in keys)
+        else:
+            merged[min(keys, key=lambda key: key[3])] = vector
+    return merged
+
+
+def _as_vector(element_accesses):
+    """[(lane, offset, bytes)] of one vector access per lane, or None where these are not one."""
+    per_lane = {}
+    for accesses in element_accesses:
+        for lane, offset, size in accesses:
+            per_lane.setdefault(lane, []).append((offset, size))
+    vector = []
+    for lane, parts in per_lane.items():
+        parts.sort()
+        total = sum(size for _, size in parts)
+        start = parts[0][0]
+        contiguous = all(a + n == b for (a, n), (b, _) in zip(parts, parts[1:]))
+        if len(parts) != len(element_accesses) or total not in (8, 16) or start % total or not contiguous:
+            return None
+        vector.append((lane, start, total))
+    return vector
 
 
 def _line_of(code, lasti, _cache={}):
