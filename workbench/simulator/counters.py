@@ -18,6 +18,9 @@ whatever branches came before). Then, per instruction, what the hardware would d
   and Nsight Compute shows for 16-byte vectors: the warp is split into phases of 128 bytes (two
   half-warps for 8-byte accesses, four quarter-warps for 16-byte ones), each phase at least one
   wavefront, and conflicts counted within a phase. Conflicts are the wavefronts beyond that ideal;
+* element accesses on one line that together make one 8- or 16-byte access per lane (contiguous and
+  aligned: how the simulator emulates ``load4``, a GPU's ``ld.global.v4``) count as that one access
+  (:func:`merge_vector_accesses`);
 * an atomic counts once per warp instruction, with the lanes it updates;
 * each executed source line counts its active lanes (threads per warp instruction, Nsight's
   ``smsp__thread_inst_executed_per_inst_executed.ratio``, with lines for SASS instructions), and each
