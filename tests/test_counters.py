@@ -6,6 +6,7 @@ apart each want their own sector; shared word w sits in bank w % 32. The last te
 Nsight Compute's counters recorded on a GPU (``workbench profile --counters``), and skips until they are.
 """
 
+import functools
 import json
 import os
 import sys
@@ -33,6 +34,12 @@ SIZE = (64, 64)  # two 32 x 32 tiles each way: every warp full, rows 256 bytes a
 
 def stage(key):
     return registry.resolve(key)[1][0]
+
+
+@functools.lru_cache(maxsize=None)
+def counted(key):
+    """A transpose stage counted at SIZE, once for the tests that read it."""
+    return profiles.simulated(stage(key), SIZE)
 
 
 def only_kernel(counted):
@@ -80,7 +87,7 @@ def test_wavefronts_of_one_warp():
 
 
 def test_transpose_naive_reads_rows_coalesced_and_writes_columns_a_sector_a_lane():
-    kernel = only_kernel(profiles.simulated(stage("transpose.naive"), SIZE))
+    kernel = only_kernel(counted("transpose.naive"))
     load, store = row_of(kernel, "global", "load"), row_of(kernel, "global", "store")
     # 64 x 64 elements, 32 lanes a warp: 128 warp instructions each way
     assert load.requests == store.requests == 128
@@ -93,8 +100,8 @@ def test_transpose_naive_reads_rows_coalesced_and_writes_columns_a_sector_a_lane
 
 
 def test_transpose_tiled_moves_the_waste_into_a_32_way_bank_conflict_and_padding_removes_it():
-    tiled = only_kernel(profiles.simulated(stage("transpose.tiled"), SIZE))
-    padded = only_kernel(profiles.simulated(stage("transpose.padded"), SIZE))
+    tiled = only_kernel(counted("transpose.tiled"))
+    padded = only_kernel(counted("transpose.padded"))
     for kernel in (tiled, padded):
         # both global sides are whole rows now: 4 sectors a request
         assert row_of(kernel, "global", "load").sectors_per_request == 4
@@ -112,8 +119,8 @@ def test_transpose_tiled_moves_the_waste_into_a_32_way_bank_conflict_and_padding
 
 
 def test_the_change_from_tiled_to_padded_is_the_column_read():
-    before = profiles.simulated_as_dict(profiles.simulated(stage("transpose.tiled"), SIZE))
-    after = profiles.simulated_as_dict(profiles.simulated(stage("transpose.padded"), SIZE))
+    before = profiles.simulated_as_dict(counted("transpose.tiled"))
+    after = profiles.simulated_as_dict(counted("transpose.padded"))
     (change,) = profiles.counter_changes(before, after)
     assert change.source == "out[out_row, out_col] = tile[tx, ty]" and change.what == "shared load"
     assert (change.before["per_request"], change.after["per_request"]) == (32, 1)
@@ -121,7 +128,7 @@ def test_the_change_from_tiled_to_padded_is_the_column_read():
     assert change.sentence() == ("`out[out_row, out_col] = tile[tx, ty]` (shared load): 32.0 -> 1.0 wavefronts "
                                  "per request")
     # naive -> tiled: the column store is gone, the tile's loads and stores are new
-    naive = profiles.simulated_as_dict(profiles.simulated(stage("transpose.naive"), SIZE))
+    naive = profiles.simulated_as_dict(counted("transpose.naive"))
     changes = {(c.source, c.what): c for c in profiles.counter_changes(naive, before)}
     assert changes[("out[col, row] = x[row, col]", "global store")].after is None
     assert changes[("out[out_row, out_col] = tile[tx, ty]", "shared load")].before is None
