@@ -230,6 +230,23 @@ def test_four_neighbouring_elements_on_one_line_are_one_16_byte_access():
     assert counting.wavefronts([(lane, 16 * lane, 4) for lane in range(32)]) == (4, 1)
 
 
+@cuda.jit
+def _streaming_copy(x, out):
+    i = cuda.threadIdx.x
+    out[i] = cuda.ldcs(x, i)
+
+
+def test_a_load_with_a_cache_hint_counts_on_the_kernels_line():
+    x, out = np.arange(32, dtype=np.float32), np.zeros(32, np.float32)
+    with counting.counting() as launches:
+        _streaming_copy[1, 32](x, out)
+    (kernel,) = counting.merge_by_kernel(launches)
+    load = kernel.total("global", "load")
+    assert (load.requests, load.sectors) == (1, 4)
+    (row,) = [r for r in kernel.memory.values() if r.kind == "load"]
+    assert row.file == __file__ and row.line == _streaming_copy.py_func.__code__.co_firstlineno + 3
+
+
 def test_nothing_is_counted_unless_asked():
     assert counting.new_launch(_by_warp, (1, 1, 1), (64, 1, 1)) is None
     with counting.counting() as launches:

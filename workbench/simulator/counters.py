@@ -61,8 +61,7 @@ LINE_BYTES = 128
 BANKS = 32
 BANK_BYTES = 4
 
-LOAD, STORE, ATOMIC = "load", "store", "atomic"
-GLOBAL, SHARED = "global", "shared"
+GLOBAL = "global"  # an access's space, as races.Shadow names it ("shared" the other)
 
 # Opcodes that make a line a branch: a conditional jump or a loop's test (CPython 3.10-3.13 names).
 _BRANCH_OPCODES = {name for name in dis.opname if "JUMP" in name and "IF" in name} | {"FOR_ITER"}
@@ -103,7 +102,7 @@ class LaunchRecord:
         self.lock = threading.Lock()
         self.accesses = {}  # (block, warp) -> [(lane, access), ...]
         self.lines = {}  # (block, warp, code, line) -> [times each lane executed it]
-        self.branches = {}  # (block, warp, code, line, occurrence) -> {next line: lanes}
+        self.branches = {}  # (block, warp, code, line, occurrence) -> {next line: lanes that went there}
         self.barriers = 0  # syncthreads() completed, per block
         self.barrier_warps = 0  # ... times the warps that took part
         self.intrinsics = {}  # kind -> warp-level calls completed
@@ -150,11 +149,13 @@ class LaunchRecord:
         counts = current.instruction_counts
         if counts is None:
             return  # not one of this launch's simulated threads
+        while self._branch_lines(frame.f_code) is None and frame.f_back is not None:
+            frame = frame.f_back  # an access the simulator made for the kernel (cuda.ldcs): the kernel's line
         instruction = (frame.f_code, frame.f_lasti)
         occurrence = counts.get(instruction, 0)
         counts[instruction] = occurrence + 1
         origin = array.track_origin
-        current.accesses.append((space, kind, frame.f_code, frame.f_lasti, occurrence, origin, address - origin,
+        current.accesses.append((space, kind, instruction[0], instruction[1], occurrence, origin, address - origin,
                                  array.track_itemsize))
 
     # -- line tracing -----------------------------------------------------------------------------
