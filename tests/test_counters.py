@@ -352,7 +352,7 @@ def test_fake_ncu_that_lacks_a_metric_still_gives_the_others(tmp_path):
 def test_simulator_counters_agree_with_nsight_compute():
     recorded = profiles.recorded_counters()
     if not recorded:
-        pytest.skip("no Nsight Compute counters recorded in results/profiles/ yet: on a GPU, "
+        pytest.skip("no Nsight Compute counters recorded in results/profiles/counters/ yet: on a GPU, "
                     f"`{RECORD_COMMAND}` records them")
     rows, unexplained = [], []
     for (op_name, stage_name, size), metrics in sorted(recorded.items()):
@@ -381,7 +381,8 @@ def test_the_comparison_with_recorded_counters_says_which_figures_agree(tmp_path
     profiles.save("NVIDIA H200", [
         {"op": "transpose", "stage": name, "order": order, "size": [64, 64], "kernel": f"_{name}", "launch": 0,
          "metrics": metrics, "stalls": {}, "date": "2026-11-29", "ncu": "test"}
-        for name, order, metrics in (("naive", 1, naive), ("tiled", 2, tiled))])
+        for name, order, metrics in (("naive", 1, naive), ("tiled", 2, tiled))], counters=True)
+    assert profiles.recorded("transpose") == (None, [])  # apart from the profiles at benchmark sizes
     assert cli.main(["counters", "transpose", "--against-recorded"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| transpose")]
     assert rows == [

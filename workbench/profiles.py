@@ -149,8 +149,14 @@ def profiles_dir() -> Path:
     return results.results_dir() / "profiles"
 
 
-def path_for(device_name: str) -> Path:
-    return profiles_dir() / f"{results.slug(device_name)}.json"
+def counters_dir() -> Path:
+    """Where `workbench profile --counters` records: at the simulator's small sizes, apart from the
+    profiles at benchmark sizes that tables, notebooks and :func:`recorded` show."""
+    return profiles_dir() / "counters"
+
+
+def path_for(device_name: str, counters: bool = False) -> Path:
+    return (counters_dir() if counters else profiles_dir()) / f"{results.slug(device_name)}.json"
 
 
 def load(path: Path) -> dict:
@@ -163,9 +169,10 @@ def load(path: Path) -> dict:
     return data
 
 
-def save(device_name: str, records: list[dict]) -> Path:
-    """Add (or replace, by op, stage and size) kernel records in this device's profile file."""
-    path = path_for(device_name)
+def save(device_name: str, records: list[dict], counters: bool = False) -> Path:
+    """Add (or replace, by op, stage and size) kernel records in this device's profile file (with
+    ``counters``, its file of `workbench profile --counters` records)."""
+    path = path_for(device_name, counters)
     data = load(path) if path.exists() else {"schema": SCHEMA, "device": device_name, "records": []}
     replaced = {(r["op"], r["stage"], tuple(r["size"])) for r in records}
     data["records"] = [r for r in data["records"] if (r["op"], r["stage"], tuple(r["size"])) not in replaced] + records
@@ -477,10 +484,10 @@ AGREE_NEAR_ZERO = 0.05  # per request: 0.02 against 0 conflicts is agreement, no
 
 
 def recorded_counters() -> dict:
-    """{(op, stage, size): metrics summed over the stage's kernels} of every recorded profile that holds the
-    counters of `workbench profile --counters`; the newest device file's records where several hold one."""
+    """{(op, stage, size): metrics summed over the stage's kernels} of what `workbench profile --counters`
+    recorded (counters_dir()), with the device's name under "device"."""
     found = {}
-    for path in sorted(profiles_dir().glob("*.json")) if profiles_dir().exists() else []:
+    for path in sorted(counters_dir().glob("*.json")) if counters_dir().exists() else []:
         try:
             data = load(path)
         except (ValueError, OSError):

@@ -1,4 +1,4 @@
-"""``workbench counters OP[.STAGE] [--size S] [--json]``: the profiler's counters, counted in the simulator.
+"""``workbench counters OP[.STAGE] [--size S] [--json] [--against-recorded]``: the profiler's counters, counted in the simulator.
 
 For each stage, run once at a simulator size (default: the operator's largest), a table per
 kernel of its source lines, the worst first: each global load or store with its 32-byte sectors per

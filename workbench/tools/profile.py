@@ -9,7 +9,8 @@ then a table per stage and the sentences that explain the three largest steps of
 
 ``--counters`` adds the sectors, requests, shared-memory wavefronts and bank conflicts and branch uniformity
 that ``workbench counters`` counts in the simulator, at the size it counts at by default (the operator's
-largest simulator size), for ``tests/test_counters.py`` to hold the simulator to. A metric this ``ncu``
+largest simulator size), and records them apart (``results/profiles/counters/<gpu>.json``: kernels that
+small say nothing about speed), for ``tests/test_counters.py`` to hold the simulator to. A metric this ``ncu``
 does not know is left out (and named) rather than losing the stage.
 
 Without a GPU (or without ``ncu``) it prints the recorded profile. Exit status: 0 done, 1 a stage
@@ -147,7 +148,7 @@ def cmd_profile(args) -> int:
         recs = records_for(stage, size, kernels, version)
         by_op.setdefault(stage.op.name, []).extend(recs)
         if not args.no_save:
-            profiles.save(device, recs)
+            profiles.save(device, recs, counters=args.counters)
     for records in by_op.values():
         print_profile(console, device, records)
     for f in failed:
