@@ -657,9 +657,11 @@ def counter_changes(stage: Stage, size=None) -> None:
         print(f"No access line of {stage.key} counts differently from {before_stage.key}.")
         return
     for change in changes:
-        print(f"• {change.sentence()}" + ("" if change.edited else " (the line reads the same: what around it changed)"))
+        same = "" if change.edited else " (the line reads the same: what around it changed)"
+        print(f"• {change.sentence()}{same}")
     top = changes[0]
-    pairs = [(row, label) for row, label in ((top.before, before_stage.key), (top.after, stage.key)) if row and row["example"]]
+    pairs = [(row, label) for row, label in ((top.before, before_stage.key), (top.after, stage.key))
+             if row and row["example"]]
     if pairs:
         fig, axes = plots.new_figure(len(pairs))
         for ax, (row, label) in zip(axes, pairs):

@@ -43,20 +43,24 @@ METRICS = {
 # What `workbench profile --counters` adds: the memory-access and divergence counters the simulator counts
 # too (workbench.simulator.counters, `workbench counters`), so that the two can be held to each other.
 COUNTER_METRICS = {
-    "global_load_requests": ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "global load requests (warp instructions)"),
+    "global_load_requests": ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "global load requests (warp instr.)"),
     "global_load_sectors": ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "32-byte sectors of global loads"),
     "global_store_requests": ("l1tex__t_requests_pipe_lsu_mem_global_op_st.sum", "global store requests"),
     "global_store_sectors": ("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum", "32-byte sectors of global stores"),
-    "global_atomic_requests": ("l1tex__t_requests_pipe_lsu_mem_global_op_atom.sum", "global atomic requests (with a result)"),
-    "global_reduction_requests": ("l1tex__t_requests_pipe_lsu_mem_global_op_red.sum", "global reductions (atomics without a result)"),
+    "global_atomic_requests": ("l1tex__t_requests_pipe_lsu_mem_global_op_atom.sum", "global atomics with a result"),
+    "global_reduction_requests": ("l1tex__t_requests_pipe_lsu_mem_global_op_red.sum", "global atomics without one"),
     "shared_load_requests": ("smsp__inst_executed_op_shared_ld.sum", "shared-memory load instructions"),
     "shared_store_requests": ("smsp__inst_executed_op_shared_st.sum", "shared-memory store instructions"),
     "shared_load_wavefronts": ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum", "wavefronts of shared loads"),
     "shared_store_wavefronts": ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum", "wavefronts of shared stores"),
-    "shared_load_bank_conflicts": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", "bank conflicts of shared loads"),
-    "shared_store_bank_conflicts": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "bank conflicts of shared stores"),
-    "branch_uniform_pct": ("smsp__sass_average_branch_targets_threads_uniform.pct", "branches all active lanes took alike, %"),
-    "threads_per_instruction": ("smsp__thread_inst_executed_per_inst_executed.ratio", "active lanes per warp instruction"),
+    "shared_load_bank_conflicts": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+                                   "bank conflicts of shared loads"),
+    "shared_store_bank_conflicts": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+                                    "bank conflicts of shared stores"),
+    "branch_uniform_pct": ("smsp__sass_average_branch_targets_threads_uniform.pct",
+                           "branches all active lanes took alike, %"),
+    "threads_per_instruction": ("smsp__thread_inst_executed_per_inst_executed.ratio",
+                                "active lanes per warp instruction"),
     "barriers": ("smsp__inst_executed_op_barrier.sum", "barrier instructions executed (per warp)"),
 }
 
@@ -356,7 +360,8 @@ def counter_rows(kernel) -> list[dict]:
                      "example": [list(access) for access in row.example]})
     for branch in kernel.branches.values():
         rows.append({"line": branch.line, "source": source_text(branch.file, branch.line), "what": "branch",
-                     "requests": branch.executed, "unit": "divergent", "per_request": branch.divergent / branch.executed,
+                     "requests": branch.executed, "unit": "divergent",
+                     "per_request": branch.divergent / branch.executed,
                      "ideal_per_request": 0.0, "efficiency_pct": 100 * (1 - branch.divergent / branch.executed),
                      "wasted": branch.divergent, "lanes_per_request": None, "example": []})
     rows.sort(key=lambda r: (-r["wasted"], r["what"] == "branch", r["line"]))

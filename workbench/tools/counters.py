@@ -1,4 +1,5 @@
-"""``workbench counters OP[.STAGE] [--size S] [--json] [--against-recorded]``: the profiler's counters, counted in the simulator.
+"""``workbench counters OP[.STAGE] [--size S] [--json] [--against-recorded]``: the profiler's counters,
+counted in the simulator.
 
 For each stage, run once at a simulator size (default: the operator's largest), a table per
 kernel of its source lines, the worst first: each global load or store with its 32-byte sectors per
@@ -89,7 +90,8 @@ def print_counted(console, counted) -> None:
     for kernel in counted.kernels:
         summary = profiles.kernel_summary(kernel)
         table = Table(title=f"{kernel.kernel} ({kernel.launches} launch{'es' if kernel.launches > 1 else ''})",
-                      caption="per request: 32-byte sectors (global), wavefronts (shared), share split (branch); eff: the ideal's share",
+                      caption="per request: 32-byte sectors (global), wavefronts (shared), share split "
+                              "(branch); eff: the ideal's share",
                       title_justify="left", caption_justify="left", highlight=False, box=box.SIMPLE_HEAD,
                       pad_edge=False)
         table.add_column("line: source", no_wrap=True, overflow="ellipsis", width=27)
