@@ -259,13 +259,21 @@ def test_counting_costs_at_most_a_few_seconds_more_than_checking():
     from workbench.check import check_stage
 
     padded, size = stage("transpose.padded"), profiles.counter_size(registry.operator("transpose"))
-    start = time.process_time()  # CPU time of every thread: what the machine's other jobs do not inflate
-    assert check_stage(padded, size, np.random.default_rng(0)).status == "passed"
-    checked = time.process_time() - start
-    start = time.process_time()
-    assert profiles.simulated(padded, size).status == "passed"
-    counted = time.process_time() - start
-    assert counted - checked < 4.0, f"counting took {counted:.1f} s of CPU, checking {checked:.1f} s"
+
+    def cpu_seconds(run):
+        """The fewer of two runs' CPU seconds (every thread's: the machine's other jobs inflate wall time
+        more; on a machine loaded far past its cores, CPU time too, by the same factor for both)."""
+        times = []
+        for _ in range(2):
+            start = time.process_time()
+            assert run().status == "passed"
+            times.append(time.process_time() - start)
+        return min(times)
+
+    checked = cpu_seconds(lambda: check_stage(padded, size, np.random.default_rng(0)))
+    counted = cpu_seconds(lambda: profiles.simulated(padded, size))
+    # measured on the 2-core machine: 0.9 s to check, 1.7 s to count (2026-11-29)
+    assert counted <= max(checked + 4.0, 3 * checked), f"counting took {counted:.1f} s of CPU, checking {checked:.1f} s"
 
 
 # -- where it is shown ------------------------------------------------------------------------------------------------
