@@ -702,11 +702,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .grade.cli import add_cli as add_grade_cli  # `workbench grade ...`
     from .tools.profile import add_cli as add_profile_cli  # `workbench profile` (Nsight Compute)
     from .tools.sanitize import add_cli as add_sanitize_cli  # `workbench sanitize` (compute-sanitizer)
+    from .tools.counters import add_cli as add_counters_cli  # `workbench counters` (counted in the simulator)
 
     p = argparse.ArgumentParser(prog="workbench", description=__doc__.split("\n\n")[0].split(": ", 1)[1].capitalize())
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_cli in (add_core_cli, add_grade_cli, add_exercises_cli, add_notebooks_cli, add_profile_cli,
-                    add_sanitize_cli):
+                    add_sanitize_cli, add_counters_cli):
         add_cli(sub)
     p.epilog = f"commands: {', '.join(sub.choices)} (`workbench COMMAND --help` for each)"
     return p

@@ -10,6 +10,9 @@ its variants, with these helpers:
 * ``check(stage)``: the stage against the float64 reference at every check size, and on the operator's
   adversarial inputs at one of them, shown as a table that fills in while it runs; a failure raises,
   a stage the simulator cannot run shows as skipped (never as passed);
+* ``simulated_counters(stage)``: the profiler's counters counted in the simulator (sectors per request,
+  bank conflicts, divergent branches per source line) and one warp's addresses drawn for the worst line;
+  ``counter_changes(stage)``: the lines whose counters moved from the previous stage, drawn before and after;
 * ``progress(op, upto=...)``: the staircase and latency-against-size figures of the stages so far;
   ``roofline(op)``, ``bytes_per_stage(op)``, ``ladder_table(op)`` for the whole ladder;
 * ``variants(chapter)`` (a chapter's variants side by side), ``compare_part(part)``, ``roofline_all()``,
@@ -623,6 +626,116 @@ def counters(op: Operator) -> None:
                f"Recorded on a GPU ({device_name}, {', '.join(dates)}), not measured now."))
     for sentence in profiles.explain_steps(records):
         say(f"• {sentence}")
+
+
+_counted_documents: dict = {}  # (stage key, size) -> what simulated_counters counted, for counter_changes
+
+
+def _counted(stage: Stage, size=None) -> dict:
+    """The stage's counters (profiles.simulated_as_dict) at ``size`` (default: its largest simulator size), counted
+    in the simulator: here, or on a GPU machine in a child process in simulator mode. Counted once per session."""
+    import json
+    import subprocess
+    import sys
+
+    from . import profiles
+
+    size = as_size(size) if size is not None else profiles.counter_size(stage.op)
+    key = (stage.key, size)
+    if key not in _counted_documents:
+        if device.is_simulator():
+            document = profiles.simulated_as_dict(profiles.simulated(stage, size))
+        else:
+            run = subprocess.run([sys.executable, "-m", "workbench", "counters", stage.key, "--size", size_label(size),
+                                  "--json"], capture_output=True, text=True, env=dict(os.environ, WORKBENCH_MODE="sim"))
+            documents = json.loads(run.stdout) if run.stdout.strip().startswith("[") else []
+            document = documents[0] if documents else {"stage": stage.key, "size": list(size), "kernels": [],
+                                                       "check": run.stderr.strip()[-300:] or "not counted"}
+        _counted_documents[key] = document
+    return _counted_documents[key]
+
+
+def _warp_diagram(ax, row: dict, label: str) -> None:
+    """One warp instruction of an access line: which lane touches which 32-byte sector (global memory,
+    counted from the warp's first) or which of the 32 banks (shared memory)."""
+    from .simulator import counters
+
+    example = row["example"]
+    lanes = [lane for lane, _, _ in example]
+    if row["what"].startswith("global"):
+        sectors = [offset // counters.SECTOR_BYTES for _, offset, _ in example]
+        y = [s - min(sectors) for s in sectors]
+        touched, _, ideal = counters.sectors_and_lines((offset, size) for _, offset, size in example)
+        ax.set_ylabel("32-byte sector (from the warp's first)")
+        summary = f"{touched} sectors (ideal {ideal})"
+    else:
+        y = [(offset // counters.BANK_BYTES) % counters.BANKS for _, offset, _ in example]
+        waves, ideal = counters.wavefronts(example)
+        ax.set_ylabel("shared-memory bank")
+        ax.set_ylim(-1, counters.BANKS)
+        summary = f"{waves} wavefront{'s' if waves > 1 else ''} (ideal {ideal})"
+    ax.scatter(lanes, y, s=18, c=y, cmap="viridis")
+    ax.set_xlabel("lane of the warp")
+    ax.set_xlim(-1, counters.WARP_SIZE)
+    ax.set_title(f"{label}\n{row['line']}: {row['source'][:48]}\n{row['what']}: {len(example)} lanes, {summary}",
+                 fontsize=8)
+
+
+def simulated_counters(stage: Stage, size=None) -> None:
+    """The profiler's counters for one stage, counted in the simulator (``workbench counters``): a table
+    per kernel of its lines, the worst first (sectors per request of each global access, wavefronts per
+    request of each shared one, how often each branch split a warp), and a diagram of one warp's
+    addresses for the line that wastes the most."""
+    document = _counted(stage, size)
+    if not document["kernels"]:
+        print(f"{stage.key}: not counted ({document.get('check')}).")
+        return
+    worst = None
+    for kernel in document["kernels"]:
+        rows = [[f"{r['line']}: {r['source'][:50]}", r["what"], f"{r['requests']:,}",
+                 f"{r['per_request']:.2f} {r['unit']}", f"{r['ideal_per_request']:.2f}", f"{r['efficiency_pct']:.0f}%"]
+                for r in kernel["lines"][:12]]
+        note = (f"{kernel['threads_per_instruction']:.1f} of 32 lanes active per line executed, "
+                f"{kernel['branch_uniform_pct']:.0f}% of branches uniform, {kernel['barriers']} block barriers, "
+                f"{kernel['warp_intrinsics']} warp intrinsics.")
+        show(Table(["line", "access", "warp instructions", "per request", "ideal", "efficiency"], rows,
+                   f"{kernel['kernel']} at {size_label(tuple(document['size']))}, counted in the simulator", note))
+        for row in kernel["lines"]:
+            if row["example"] and (worst is None or row["wasted"] > worst["wasted"]):
+                worst = row
+    print(f"Global bytes touched: {fmt_bytes(document['unique_global_bytes'])}; the bytes model: "
+          f"{fmt_bytes(document['bytes_model'])}.")
+    if worst is not None:
+        fig, (ax,) = plots.new_figure(1)
+        _warp_diagram(ax, worst, f"{stage.key}: one warp of its most wasteful access")
+        show_figure(fig)
+
+
+def counter_changes(stage: Stage, size=None) -> None:
+    """The line that changed from the previous stage and what its counters did: each access line whose
+    sectors or wavefronts per request moved, and one warp's addresses before and after for the largest move."""
+    from . import profiles
+
+    before_stage = diff.previous_stage(stage)
+    if before_stage is None:
+        print(f"{stage.key} is the first stage: nothing to compare its counters with.")
+        return
+    before, after = _counted(before_stage, size), _counted(stage, size)
+    changes = profiles.counter_changes(before, after)
+    if not changes:
+        print(f"No access line of {stage.key} counts differently from {before_stage.key}.")
+        return
+    for change in changes:
+        same = "" if change.edited else " (the line reads the same: what around it changed)"
+        print(f"• {change.sentence()}{same}")
+    top = changes[0]
+    pairs = [(row, label) for row, label in ((top.before, before_stage.key), (top.after, stage.key))
+             if row and row["example"]]
+    if pairs:
+        fig, axes = plots.new_figure(len(pairs))
+        for ax, (row, label) in zip(axes, pairs):
+            _warp_diagram(ax, row, label)
+        show_figure(fig)
 
 
 # -- across operators -----------------------------------------------------------------------------

@@ -14,7 +14,9 @@ from __future__ import annotations
 import csv
 import io
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import results
 
@@ -36,6 +38,30 @@ METRICS = {
     "instructions": ("smsp__inst_executed.sum", "warp instructions executed"),
     "grid_size": ("launch__grid_size", "blocks"),
     "block_size": ("launch__block_size", "threads per block"),
+}
+
+# What `workbench profile --counters` adds: the memory-access and divergence counters the simulator counts
+# too (workbench.simulator.counters, `workbench counters`), so that the two can be held to each other.
+COUNTER_METRICS = {
+    "global_load_requests": ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "global load requests (warp instr.)"),
+    "global_load_sectors": ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "32-byte sectors of global loads"),
+    "global_store_requests": ("l1tex__t_requests_pipe_lsu_mem_global_op_st.sum", "global store requests"),
+    "global_store_sectors": ("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum", "32-byte sectors of global stores"),
+    "global_atomic_requests": ("l1tex__t_requests_pipe_lsu_mem_global_op_atom.sum", "global atomics with a result"),
+    "global_reduction_requests": ("l1tex__t_requests_pipe_lsu_mem_global_op_red.sum", "global atomics without one"),
+    "shared_load_requests": ("smsp__inst_executed_op_shared_ld.sum", "shared-memory load instructions"),
+    "shared_store_requests": ("smsp__inst_executed_op_shared_st.sum", "shared-memory store instructions"),
+    "shared_load_wavefronts": ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum", "wavefronts of shared loads"),
+    "shared_store_wavefronts": ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum", "wavefronts of shared stores"),
+    "shared_load_bank_conflicts": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+                                   "bank conflicts of shared loads"),
+    "shared_store_bank_conflicts": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+                                    "bank conflicts of shared stores"),
+    "branch_uniform_pct": ("smsp__sass_average_branch_targets_threads_uniform.pct",
+                           "branches all active lanes took alike, %"),
+    "threads_per_instruction": ("smsp__thread_inst_executed_per_inst_executed.ratio",
+                                "active lanes per warp instruction"),
+    "barriers": ("smsp__inst_executed_op_barrier.sum", "barrier instructions executed (per warp)"),
 }
 
 # Why warps were not issuing: cycles stalled per issued instruction, by reason (WarpStateStats).
@@ -60,8 +86,10 @@ STALL_REASONS = {
 STALL_METRIC = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
 
 
-def metric_names(with_stalls: bool = True) -> list[str]:
+def metric_names(with_stalls: bool = True, counters: bool = False) -> list[str]:
     names = [m for m, _ in METRICS.values()]
+    if counters:
+        names += [m for m, _ in COUNTER_METRICS.values()]
     if with_stalls:
         names += [STALL_METRIC.format(r) for r in STALL_REASONS]
     return names
@@ -94,7 +122,7 @@ def parse_ncu_csv(text: str) -> list[dict]:
     col = {name: i for i, name in enumerate(header)}
     if "Kernel Name" not in col:
         raise ValueError("not ncu --page raw CSV: no 'Kernel Name' column")
-    by_metric = {m: k for k, (m, _) in METRICS.items()}
+    by_metric = {m: k for k, (m, _) in (METRICS | COUNTER_METRICS).items()}
     stall_of = {STALL_METRIC.format(r): r for r in STALL_REASONS}
     kernels = []
     for row in rows[1:]:
@@ -125,8 +153,14 @@ def profiles_dir() -> Path:
     return results.results_dir() / "profiles"
 
 
-def path_for(device_name: str) -> Path:
-    return profiles_dir() / f"{results.slug(device_name)}.json"
+def counters_dir() -> Path:
+    """Where `workbench profile --counters` records: at the simulator's small sizes, apart from the
+    profiles at benchmark sizes that tables, notebooks and :func:`recorded` show."""
+    return profiles_dir() / "counters"
+
+
+def path_for(device_name: str, counters: bool = False) -> Path:
+    return (counters_dir() if counters else profiles_dir()) / f"{results.slug(device_name)}.json"
 
 
 def load(path: Path) -> dict:
@@ -139,9 +173,10 @@ def load(path: Path) -> dict:
     return data
 
 
-def save(device_name: str, records: list[dict]) -> Path:
-    """Add (or replace, by op, stage and size) kernel records in this device's profile file."""
-    path = path_for(device_name)
+def save(device_name: str, records: list[dict], counters: bool = False) -> Path:
+    """Add (or replace, by op, stage and size) kernel records in this device's profile file (with
+    ``counters``, its file of `workbench profile --counters` records)."""
+    path = path_for(device_name, counters)
     data = load(path) if path.exists() else {"schema": SCHEMA, "device": device_name, "records": []}
     replaced = {(r["op"], r["stage"], tuple(r["size"])) for r in records}
     data["records"] = [r for r in data["records"] if (r["op"], r["stage"], tuple(r["size"])) not in replaced] + records
@@ -250,3 +285,237 @@ def explain_steps(records: list[dict], size=None, largest: int = 3) -> list[str]
              for i, (a, b) in enumerate(zip(rows, rows[1:]))]
     chosen = sorted(i for _, i in sorted(steps, reverse=True)[:largest])
     return [explain_step(rows[i], rows[i + 1]) for i in chosen]
+
+
+# -- the same counters, counted in the simulator --------------------------------------------------------------
+
+@dataclass
+class SimulatedCounters:
+    """What the simulator counted for one stage at one size (``workbench counters``): one
+    :class:`workbench.simulator.counters.LaunchCounters` per kernel, and whether the output was right."""
+
+    stage: Any
+    size: tuple
+    status: str  # the check's: passed, failed or skipped
+    message: str
+    kernels: list
+    bytes_model: int  # the stage's bytes model (Stage.traffic), what it must move at least
+
+    def total(self, space, kind):
+        from .simulator.counters import LineCounters
+
+        result = LineCounters("", 0, space, kind)
+        for kernel in self.kernels:
+            result.add(kernel.total(space, kind))
+        return result
+
+    @property
+    def unique_global_bytes(self):
+        return sum(k.unique_global_bytes for k in self.kernels)
+
+
+def counter_size(op) -> tuple:
+    """The size counters are counted (and recorded on a GPU, to compare) at by default: the operator's
+    largest simulator size, where warps are full and every edge path runs."""
+    from .ladder import as_size
+
+    return max((as_size(s) for s in op.sim_sizes), key=math.prod)
+
+
+def simulated(stage, size, seed: int = 0) -> SimulatedCounters:
+    """Run ``stage`` once at ``size`` in the simulator, checked as ``workbench check`` does, counting
+    what its kernels do (see workbench.simulator.counters). Needs the simulator."""
+    import numpy as np
+
+    from .check import check_stage
+    from .ladder import as_size
+    from .simulator import counters
+
+    size = as_size(size)
+    with counters.counting() as launches:
+        result = check_stage(stage, size, np.random.default_rng(seed))
+    return SimulatedCounters(stage, size, result.status, result.message or "", counters.merge_by_kernel(launches),
+                             stage.traffic(size))
+
+
+def source_text(file: str, line: int) -> str:
+    import linecache
+
+    return linecache.getline(file, line).strip()
+
+
+def counter_rows(kernel) -> list[dict]:
+    """One kernel's lines, the worst first: memory accesses by the transactions they waste, then branches
+    by how often they split the warp. Each row: line, source text, what (e.g. "global load"), warp
+    instructions, per request (sectors or wavefronts), ideal per request, efficiency %, wasted, and one warp
+    instruction's accesses as [lane, offset in the array, bytes] (for a diagram)."""
+    rows = []
+    for row in kernel.memory.values():
+        per_request = row.sectors_per_request if row.space == "global" else row.wavefronts_per_request
+        ideal = (row.ideal_sectors if row.space == "global" else row.ideal_wavefronts) / (row.requests or 1)
+        rows.append({"line": row.line, "source": source_text(row.file, row.line), "what": f"{row.space} {row.kind}",
+                     "requests": row.requests, "unit": "sectors" if row.space == "global" else "wavefronts",
+                     "per_request": per_request, "ideal_per_request": ideal, "efficiency_pct": 100 * row.efficiency,
+                     "wasted": row.excess, "lanes_per_request": row.lanes / (row.requests or 1),
+                     "example": [list(access) for access in row.example]})
+    for branch in kernel.branches.values():
+        rows.append({"line": branch.line, "source": source_text(branch.file, branch.line), "what": "branch",
+                     "requests": branch.executed, "unit": "divergent",
+                     "per_request": branch.divergent / branch.executed,
+                     "ideal_per_request": 0.0, "efficiency_pct": 100 * (1 - branch.divergent / branch.executed),
+                     "wasted": branch.divergent, "lanes_per_request": None, "example": []})
+    rows.sort(key=lambda r: (-r["wasted"], r["what"] == "branch", r["line"]))
+    return rows
+
+
+def kernel_summary(kernel) -> dict:
+    """A kernel's totals, named after the Nsight Compute metrics they stand for."""
+    out = {"kernel": kernel.kernel, "launches": kernel.launches}
+    for space, kind in (("global", "load"), ("global", "store"), ("global", "atomic"), ("shared", "load"),
+                        ("shared", "store"), ("shared", "atomic")):
+        total = kernel.total(space, kind)
+        if not total.requests:
+            continue
+        key = f"{space}_{kind}"
+        out[f"{key}_requests"] = total.requests
+        if space == "global":
+            out[f"{key}_sectors"] = total.sectors
+            out[f"{key}_sectors_per_request"] = total.sectors_per_request
+            out[f"{key}_efficiency_pct"] = 100 * total.efficiency
+        else:
+            out[f"{key}_wavefronts"] = total.wavefronts
+            out[f"{key}_bank_conflicts"] = total.conflicts
+    out["threads_per_instruction"] = kernel.threads_per_instruction
+    out["branch_uniform_pct"] = kernel.uniform_branch_pct
+    out["barriers"] = kernel.barriers
+    out["barrier_warps"] = kernel.barrier_warps
+    out["warp_intrinsics"] = sum(kernel.intrinsics.values())
+    out["l1_global_bytes"] = kernel.l1_global_bytes
+    out["unique_global_bytes"] = kernel.unique_global_bytes
+    return out
+
+
+def simulated_as_dict(counted: SimulatedCounters) -> dict:
+    """What ``workbench counters --json`` prints for one stage."""
+    return {"stage": counted.stage.key, "size": list(counted.size), "check": counted.status,
+            "bytes_model": counted.bytes_model, "unique_global_bytes": counted.unique_global_bytes,
+            "kernels": [dict(kernel_summary(k), lines=counter_rows(k)) for k in counted.kernels]}
+
+
+@dataclass
+class CounterChange:
+    """One access line of a stage against the same line (same source text, space and kind) one stage before."""
+
+    source: str
+    what: str
+    unit: str
+    before: dict | None  # the line's row in the earlier stage (counter_rows); None: the line is new
+    after: dict | None  # ... in the later one; None: the line is gone
+    edited: bool  # the line itself was edited (else only something around it changed)
+
+    def sentence(self) -> str:
+        if self.before is None:
+            return f"new: `{self.source}` ({self.what}), {self.after['per_request']:.1f} {self.unit} per request"
+        if self.after is None:
+            return f"gone: `{self.source}` ({self.what}), was {self.before['per_request']:.1f} {self.unit} per request"
+        return (f"`{self.source}` ({self.what}): {self.before['per_request']:.1f} -> "
+                f"{self.after['per_request']:.1f} {self.unit} per request")
+
+
+def counter_changes(before: dict, after: dict, threshold: float = 0.1) -> list[CounterChange]:
+    """The access lines whose counters moved between two stages (documents of :func:`simulated_as_dict`),
+    the largest move first. Lines are matched by their source text, space and kind; a line moved when its
+    sectors (or wavefronts) per request changed by more than ``threshold`` of the larger, or is new or gone.
+    A line that reads the same but counts differently (the padded tile's column read) is the lesson as
+    much as an edited one; ``edited`` says which it is."""
+    from .diff import stage_diff
+    from .registry import resolve
+
+    def by_text(document):
+        merged = {}
+        for kernel in document["kernels"]:
+            for row in kernel["lines"]:
+                if row["what"] == "branch":
+                    continue
+                key = (row["source"], row["what"])
+                if key in merged:  # the same line in two kernels: requests-weighted
+                    mine = dict(merged[key])
+                    requests = mine["requests"] + row["requests"]
+                    mine["per_request"] = (mine["per_request"] * mine["requests"]
+                                           + row["per_request"] * row["requests"]) / requests
+                    mine["requests"] = requests
+                    row = mine
+                merged[key] = row
+        return merged
+
+    (_, [stage_before]), (_, [stage_after]) = resolve(before["stage"]), resolve(after["stage"])
+    edited = {line[1:].strip() for line in stage_diff(stage_after, stage_before).lines if line[:1] in "+-"}
+    old, new = by_text(before), by_text(after)
+    changes = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if a and b and abs(a["per_request"] - b["per_request"]) <= threshold * max(a["per_request"], b["per_request"]):
+            continue
+        changes.append(CounterChange(key[0], key[1], (a or b)["unit"], a, b, key[0] in edited))
+    changes.sort(key=lambda c: -abs((c.after or {}).get("per_request", 0) - (c.before or {}).get("per_request", 0)))
+    return changes
+
+
+# -- the simulator held to the hardware -------------------------------------------------------------------------
+
+# (what is compared, the simulator's figure, the recorded figure): per request, so that a compiler that merges
+# or splits accesses (numba's vector loads, a load it keeps in a register) changes the request counts, which
+# the comparison shows beside, but not the figure compared.
+def _per(a, b):
+    return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
+
+
+COMPARED = {
+    "global load sectors/request": (
+        lambda c: c.total("global", "load").sectors_per_request if c.total("global", "load").requests else None,
+        lambda m: _per(m.get("global_load_sectors"), m.get("global_load_requests"))),
+    "global store sectors/request": (
+        lambda c: c.total("global", "store").sectors_per_request if c.total("global", "store").requests else None,
+        lambda m: _per(m.get("global_store_sectors"), m.get("global_store_requests"))),
+    "shared load bank conflicts/request": (
+        lambda c: _per(c.total("shared", "load").conflicts, c.total("shared", "load").requests),
+        lambda m: _per(m.get("shared_load_bank_conflicts"), m.get("shared_load_requests"))),
+    "shared store bank conflicts/request": (
+        lambda c: _per(c.total("shared", "store").conflicts, c.total("shared", "store").requests),
+        lambda m: _per(m.get("shared_store_bank_conflicts"), m.get("shared_store_requests"))),
+}
+AGREE_WITHIN = 0.10  # of the larger figure
+AGREE_NEAR_ZERO = 0.05  # per request: 0.02 against 0 conflicts is agreement, not a 100% difference
+
+
+def recorded_counters() -> dict:
+    """{(op, stage, size): metrics summed over the stage's kernels} of what `workbench profile --counters`
+    recorded (counters_dir()), with the device's name under "device"."""
+    found = {}
+    for path in sorted(counters_dir().glob("*.json")) if counters_dir().exists() else []:
+        try:
+            data = load(path)
+        except (ValueError, OSError):
+            continue
+        for r in data["records"]:
+            if not any(key in r["metrics"] for key in COUNTER_METRICS):
+                continue
+            summed = found.setdefault((r["op"], r["stage"], tuple(r["size"])), {"device": data["device"]})
+            for key, value in r["metrics"].items():
+                if key in COUNTER_METRICS and isinstance(value, (int, float)):
+                    summed[key] = summed.get(key, 0) + value
+    return found
+
+
+def compare_counters(counted: SimulatedCounters, recorded: dict) -> list[dict]:
+    """The simulator's figures against the recorded ones for one stage: a row per COMPARED figure that both
+    have, with ``agree`` (within AGREE_WITHIN of the larger, or AGREE_NEAR_ZERO per request)."""
+    rows = []
+    for name, (simulated_figure, recorded_figure) in COMPARED.items():
+        mine, theirs = simulated_figure(counted), recorded_figure(recorded)
+        if mine is None or theirs is None:
+            continue  # an access the stage does not make, or a metric this ncu did not record
+        agree = abs(mine - theirs) <= max(AGREE_WITHIN * max(abs(mine), abs(theirs)), AGREE_NEAR_ZERO)
+        rows.append({"stage": counted.stage.key, "size": list(counted.size), "figure": name, "simulator": mine,
+                     "recorded": theirs, "agree": agree})
+    return rows

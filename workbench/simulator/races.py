@@ -43,6 +43,10 @@ where now threads are reused). Shared memory is tracked per block and forgotten 
 ends; global memory per launch. ``WORKBENCH_SIM_RACECHECK=0`` switches it all off (see
 ``workbench.simulator.racecheck``).
 
+The same accesses feed the profiler's counters when they are asked for
+(:mod:`workbench.simulator.counters`: ``LaunchRaces.counts``, and each tracked array's ``track_origin``
+and ``track_itemsize``).
+
 Limits, deliberately lenient: an atomic read is an acquire even without a fence after it (PTX
 wants one, or ``.acquire`` semantics); ``threadfence_block()`` releases nothing (blocks cannot
 see what it orders); element accesses are tracked, array slices passed to numpy functions are
@@ -300,6 +304,8 @@ class Shadow:
             return  # read outside a simulated thread (after its launch): not ours to judge
         if self.races.found is not None:
             self.races.run_on()
+        if self.races.counts is not None:
+            self.races.counts.access(self.space, "load", array, address, frame)
         phase = current.block.barrier_generation
         access = (clock, phase, clock.wc, clock.fences, READ, -1, frame.f_code, frame.f_lasti, array, index, None)
         reads = self.reads
@@ -330,6 +336,8 @@ class Shadow:
             return
         if self.races.found is not None:
             self.races.run_on()
+        if self.races.counts is not None:
+            self.races.counts.access(self.space, "store", array, address, frame)
         phase = current.block.barrier_generation
         access = (clock, phase, clock.wc, clock.fences, WRITE, -1, frame.f_code, frame.f_lasti, array, index, value)
         clock.spin_address = None
@@ -351,6 +359,8 @@ class Shadow:
         clock = current.clock
         if clock is None:
             return operation()
+        if self.races.counts is not None:
+            self.races.counts.access(self.space, "atomic", array, address, frame)
         phase = current.block.barrier_generation
         with self.locks[(address >> 2) % _STRIPES]:
             order = self.atomic_counts.get(address, 0)
@@ -410,6 +420,10 @@ class TrackedMemory:
             _base=ary.__array_interface__["data"][0],
             _strides=ary.strides,
             _shape=ary.shape,
+            # for the counters (workbench.simulator.counters): where the array's allocation starts, which a
+            # GPU aligns to 256 bytes, and the bytes of one element
+            track_origin=allocation_start(ary),
+            track_itemsize=ary.dtype.itemsize,
         )
 
     def address(self, index):
@@ -456,6 +470,13 @@ class TrackedMemory:
     def tracked_atomic(self, index, operation, frame):
         shadow = self._shadow or current.block.shared_shadow
         return shadow.atomic(self.address(index), self, index, frame, operation)
+
+
+def allocation_start(ary):
+    """The address of the first byte of the allocation a view of it starts in (its root array)."""
+    while isinstance(ary.base, np.ndarray):
+        ary = ary.base
+    return ary.__array_interface__["data"][0]
 
 
 def make_global_array_class(base):
@@ -528,6 +549,7 @@ class LaunchRaces:
         self.found = None  # (order key, shadow, first access, second access): the race to report
         self.accesses_since = 0  # accesses made since the first race was noted
         self.found_lock = threading.Lock()
+        self.counts = None  # a counters.LaunchRecord, when the launch's counters are wanted too
 
     def track_argument(self, fake_array, name):
         return self.global_array_class(fake_array, self, name)

@@ -1,4 +1,4 @@
-"""``workbench profile OP[.STAGE] [--size S]``: Nsight Compute's counters for each stage, recorded.
+"""``workbench profile OP[.STAGE]... [--size S] [--counters]``: Nsight Compute's counters for each stage, recorded.
 
 On a GPU with ``ncu``: each stage runs in a child process (``python -m workbench.tools.target``), once to
 warm up and once inside ``cuProfilerStart``/``cuProfilerStop``, under ``ncu --clock-control none
@@ -7,6 +7,12 @@ warm up and once inside ``cuProfilerStart``/``cuProfilerStop``, under ``ncu --cl
 the timings saw them). Every kernel of the stage becomes a record in ``results/profiles/<gpu>.json``;
 then a table per stage and the sentences that explain the three largest steps of the staircase.
 
+``--counters`` adds the sectors, requests, shared-memory wavefronts and bank conflicts and branch uniformity
+that ``workbench counters`` counts in the simulator, at the size it counts at by default (the operator's
+largest simulator size), and records them apart (``results/profiles/counters/<gpu>.json``: kernels that
+small say nothing about speed), for ``tests/test_counters.py`` to hold the simulator to. A metric this ``ncu``
+does not know is left out (and named) rather than losing the stage.
+
 Without a GPU (or without ``ncu``) it prints the recorded profile. Exit status: 0 done, 1 a stage
 could not be profiled (or nothing recorded to show), 2 a bad argument.
 """
@@ -14,6 +20,7 @@ could not be profiled (or nothing recorded to show), 2 a bad argument.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +33,7 @@ from ..ladder import as_size, size_label
 from ..results import environment, now
 
 NCU_TIMEOUT_S = 600
+MISSING_METRIC_RETRIES = 4  # profile again without the metrics ncu said it does not know, at most this often
 
 
 def find_ncu() -> str | None:
@@ -35,30 +43,45 @@ def find_ncu() -> str | None:
     return None
 
 
-def ncu_command(ncu: str, target: str, size, with_stalls: bool, log: str, impl: str | None = None) -> list[str]:
+def ncu_command(ncu: str, target: str, size, metrics: list[str], log: str, impl: str | None = None) -> list[str]:
     cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--csv", "--page", "raw",
-           "--print-units", "base", "--log-file", log, "--metrics", ",".join(profiles.metric_names(with_stalls)),
+           "--print-units", "base", "--log-file", log, "--metrics", ",".join(metrics),
            sys.executable, "-m", "workbench.tools.target", target, "--size", size_label(size), "--warmup",
            "--profile-range"]
     return cmd + (["--impl", impl] if impl else [])
 
 
-def profile_stage(ncu: str, stage, size, impl: str | None = None) -> tuple[list[dict], str]:
-    """(kernel records, "" or why none) for one stage at one size."""
+def profile_stage(ncu: str, stage, size, impl: str | None = None, counters: bool = False) -> tuple[list[dict], str]:
+    """(kernel records, "" or why none) for one stage at one size. A metric this ncu does not know (its
+    error names it) is left out and the stage profiled again, so one missing metric costs only itself;
+    then, failing that, the run is tried without the stall reasons."""
     env = dict(os.environ, WORKBENCH_MODE="gpu")
     why = ""
-    for with_stalls in (True, False):  # an ncu that does not know a stall metric: the core set alone
-        with tempfile.TemporaryDirectory() as tmp:
-            log = str(Path(tmp) / "ncu.csv")
-            run = subprocess.run(ncu_command(ncu, stage.key, size, with_stalls, log, impl), capture_output=True,
-                                 text=True, env=env, timeout=NCU_TIMEOUT_S)
-            text = Path(log).read_text() if Path(log).exists() else run.stdout
-        kernels = profiles.parse_ncu_csv(text)
-        if kernels:
-            return kernels, ""
-        why = " ".join(l for l in (text + run.stderr).splitlines() if "ERROR" in l or "error" in l)[-500:] \
-            or f"ncu exited {run.returncode} and reported no kernel"
+    for with_stalls in (True, False):
+        metrics = profiles.metric_names(with_stalls, counters)
+        for _ in range(MISSING_METRIC_RETRIES + 1):
+            with tempfile.TemporaryDirectory() as tmp:
+                log = str(Path(tmp) / "ncu.csv")
+                run = subprocess.run(ncu_command(ncu, stage.key, size, metrics, log, impl), capture_output=True,
+                                     text=True, env=env, timeout=NCU_TIMEOUT_S)
+                text = Path(log).read_text() if Path(log).exists() else run.stdout
+            kernels = profiles.parse_ncu_csv(text)
+            if kernels:
+                return kernels, ""
+            errors = [l for l in (text + run.stdout + run.stderr).splitlines() if "ERROR" in l or "error" in l]
+            why = " ".join(errors)[-500:] or f"ncu exited {run.returncode} and reported no kernel"
+            unknown = [m for m in metrics if any(_named_in(m, line) for line in errors)]
+            if not unknown or len(unknown) == len(metrics):  # nothing named, or an error about everything
+                break
+            metrics = [m for m in metrics if m not in unknown]
     return [], why
+
+
+def _named_in(metric: str, line: str) -> bool:
+    """Does ncu's message name this metric (in full, or its base name without the .sum/.pct/.ratio)? A
+    whole name only: smsp__inst_executed is not named by a message about smsp__inst_executed_op_barrier."""
+    base = metric.rsplit(".", 1)[0]
+    return re.search(rf"(?<![\w.]){re.escape(base)}(?![\w])", line) is not None
 
 
 def records_for(stage, size, kernels: list[dict], ncu_version: str) -> list[dict]:
@@ -86,60 +109,74 @@ def cmd_profile(args) -> int:
     from rich.console import Console
 
     console, err = Console(), Console(stderr=True)
-    op, stages = registry.resolve(args.target)
+    targets = [(target, *registry.resolve(target)) for target in args.target]
     ncu = find_ncu()
     if _device.is_simulator() or ncu is None:
         why = "no GPU here" if _device.is_simulator() else "no ncu (Nsight Compute) found: set $NCU or PATH"
-        device, records = profiles.recorded(op.name)
-        names = {s.name for s in stages}
-        records = [r for r in records if r["stage"] in names]
-        if not records:
-            err.print(f"[yellow]{why}, and no recorded profile of {args.target}[/] in {profiles.profiles_dir()}: "
-                      f"`workbench profile {args.target}` on a GPU with Nsight Compute records one")
-            return 1
-        if args.size:  # the size asked for, never another one in its place
-            at = [r for r in records if tuple(r["size"]) == tuple(args.size)]
-            if not at:
-                shown = ", ".join(sorted({size_label(tuple(r["size"])) for r in records}))
-                err.print(f"[yellow]{why}, and no recorded profile of {args.target} at {size_label(args.size)}[/] "
-                          f"(recorded at {shown}): `workbench profile {args.target} --size {size_label(args.size)}` "
-                          "on a GPU with Nsight Compute records one")
-                return 1
-            records = at
-        err.print(f"{why}: the profile recorded on {device}")
-        print_profile(console, device, records)
-        return 0
-    try:
-        size = sizes.check_size(op, args.size) if args.size else as_size(op.headline_size)
-    except sizes.SizeError as exc:
-        err.print(f"[red]error:[/] {exc}")
-        return 2
+        missing = 0
+        for target, op, stages in targets:
+            device, records = profiles.recorded(op.name)
+            names = {s.name for s in stages}
+            records = [r for r in records if r["stage"] in names]
+            if not records:
+                err.print(f"[yellow]{why}, and no recorded profile of {target}[/] in {profiles.profiles_dir()}: "
+                          f"`workbench profile {target}` on a GPU with Nsight Compute records one")
+                missing += 1
+                continue
+            if args.size:  # the size asked for, never another one in its place
+                at = [r for r in records if tuple(r["size"]) == tuple(args.size)]
+                if not at:
+                    shown = ", ".join(sorted({size_label(tuple(r["size"])) for r in records}))
+                    err.print(f"[yellow]{why}, and no recorded profile of {target} at {size_label(args.size)}[/] "
+                              f"(recorded at {shown}): `workbench profile {target} --size {size_label(args.size)}` "
+                              "on a GPU with Nsight Compute records one")
+                    missing += 1
+                    continue
+                records = at
+            err.print(f"{why}: the profile recorded on {device}")
+            print_profile(console, device, records)
+        return 1 if missing else 0
+    plan = []  # (stage, size)
+    for _, op, stages in targets:
+        try:
+            # --counters: at the size `workbench counters` counts at, so that the two compare
+            size = sizes.check_size(op, args.size) if args.size else (
+                profiles.counter_size(op) if args.counters else as_size(op.headline_size))
+        except sizes.SizeError as exc:
+            err.print(f"[red]error:[/] {exc}")
+            return 2
+        plan += [(stage, size) for stage in stages]
     version = _ncu_version(ncu)
     device = environment()["device"]
-    all_records, failed = [], []
-    for stage in stages:
+    by_op, failed = {}, []
+    for stage, size in plan:
         err.print(f"profiling {stage.key} @ {size_label(size)} ...")
-        kernels, why = profile_stage(ncu, stage, size, args.impl)
+        kernels, why = profile_stage(ncu, stage, size, args.impl, counters=args.counters)
         if not kernels:
             failed.append(f"{stage.key}: {why}")
             continue
         recs = records_for(stage, size, kernels, version)
-        all_records += recs
+        by_op.setdefault(stage.op.name, []).extend(recs)
         if not args.no_save:
-            profiles.save(device, recs)
-    if all_records:
-        print_profile(console, device, all_records)
+            profiles.save(device, recs, counters=args.counters)
+    for records in by_op.values():
+        print_profile(console, device, records)
     for f in failed:
         err.print(f"[red]not profiled[/] {f}", highlight=False)
-    return 1 if failed or not all_records else 0
+    return 1 if failed or not by_op else 0
 
 
 def add_cli(sub) -> None:
     """Add `workbench profile` to the CLI's subparsers."""
     s = sub.add_parser("profile", help="Nsight Compute counters per stage (DRAM %%, occupancy, stalls, ...), recorded",
                        description=__doc__.split("\n\n")[0])
-    s.add_argument("target", help="OP or OP.STAGE")
-    s.add_argument("--size", type=sizes.size_arg, help="problem size (default: the operator's headline size)")
+    s.add_argument("target", nargs="+", help="OP or OP.STAGE, one or several")
+    s.add_argument("--size", type=sizes.size_arg, help="problem size (default: the operator's headline size; with "
+                                                 "--counters its largest simulator size)")
+    s.add_argument("--counters", action="store_true",
+                   help="record the memory-access and divergence counters the simulator counts too "
+                        "(`workbench counters`; profiles.COUNTER_METRICS), to hold the two to each other")
     s.add_argument("--impl", help="profile a learner's launcher from this file instead of the answer key's")
     s.add_argument("--no-save", action="store_true", help="do not write results/profiles/")
     s.set_defaults(func=cmd_profile)
+
