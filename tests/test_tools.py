@@ -97,12 +97,12 @@ def test_a_notebook_shows_the_recorded_counters_and_explains_the_largest_steps(t
     monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
     op, _ = registry.resolve("launch_overhead")
     cell = "nb.counters(op)"
-    assert not any(cell in "".join(c["source"]) for c in notebooks.build_notebook(op).cells)  # nothing recorded
+    assert not any(cell in "".join(c["source"]) for c in notebooks.build_notebook(registry.chapter_of(op)).cells)  # nothing recorded
     nb.counters(op)
     assert "No counters recorded for launch_overhead" in capsys.readouterr().out
     profiles.save("NVIDIA H200", [{**r, "op": "launch_overhead", "stage": s, "order": i + 1}
                                   for i, (r, s) in enumerate(zip(TOY, ["dispatch", "configured", "prepared", "graph"]))])
-    assert any(cell in "".join(c["source"]) for c in notebooks.build_notebook(op).cells)
+    assert any(cell in "".join(c["source"]) for c in notebooks.build_notebook(registry.chapter_of(op)).cells)
     nb.counters(op)
     out = capsys.readouterr().out
     assert "Recorded on a GPU (NVIDIA H200, 2026-11-23)" in out and "4. graph" in out
