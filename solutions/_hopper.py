@@ -1,0 +1,435 @@
+"""Hopper's own instructions (sm_90a) as device functions numba kernels call: ``wgmma``, TMA, ``mbarrier``,
+``setmaxnreg``.
+
+On a GPU each one is a numba ``@intrinsic`` whose code is one ``llvmlite`` ``InlineAsm`` call: the PTX
+instruction written out, its operands bound to LLVM values. No CUDA C++ is linked, and the kernel that
+calls them stays Python. ``wgmma_m64n256k16`` takes the 128 float32 accumulators of a thread as a
+``cuda.local.array``: the intrinsic loads them, passes them to the instruction as 128 ``"=f"`` outputs
+tied to 128 inputs, and stores the results back; with constant indices LLVM keeps the whole array in
+registers, so the accumulators never touch memory.
+
+In numba's CUDA simulator each name is a Python emulation, as ``_ptx.py`` does for ``mma.sync``:
+
+* ``wgmma`` gathers the 128 threads of the warpgroup, reads its A (64 x 16) and B (16 x 256) tiles out of
+  shared memory *through the matrix descriptors*, applying the swizzle the descriptor declares, and
+  scatters the product into each thread's accumulators in the PTX fragment layout. A descriptor with a
+  wrong stride or swizzle reads the wrong elements there as it would on the GPU. (The one difference: a
+  GPU descriptor holds a 14-bit shared-memory address; the simulator's shared arrays live anywhere in
+  the process, so its descriptor keeps the address in bits 64 and up of a Python int.)
+* ``mbarrier`` is a phase counter with pending arrivals and a transaction count; ``mbarrier_wait``
+  blocks until the phase of the given parity has completed.
+* a TMA copy (``tma_load_2d``) reads its box of the global tensor when it is issued (zero outside the
+  tensor, swizzled as the tensor map says) and counts its bytes against the barrier, but the bytes land
+  in shared memory only when a thread *waits* on the barrier and sees the copy's phase complete. A
+  kernel that reads a TMA buffer before waiting on its barrier reads stale data.
+* ``setmaxnreg`` and the fences do nothing (the simulator has no registers and one memory proxy).
+
+Host side, :func:`tensor_map` builds the 128-byte ``CUtensorMap`` of a 2-D array with the driver's
+``cuTensorMapEncodeTiled`` and copies it to a device buffer; ``cp.async.bulk.tensor`` takes its global
+address (no ``__grid_constant__`` kernel parameter needed). Not a ladder (its name starts with ``_``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import weakref
+
+import numpy as np
+
+from workbench import device as _device
+
+WARPGROUP = 128
+SWIZZLE_128B = 1  # the descriptor's 2-bit layout field (bits 62-63): 1 = 128-byte swizzle
+SWIZZLE_BYTES = 128  # the rows of a 128B-swizzled tile; 8 of them (1024 bytes) make one swizzle atom
+
+
+def swizzle_128b(address):
+    """Where the 16-byte chunk at ``address`` really sits in a 128B-swizzled tile: address bits 4-6 (the
+    chunk in its 128-byte row) XOR bits 7-9 (the row in its 8-row, 1024-byte atom). Tiles must start
+    on 1024-byte boundaries for the kernel's offsets and the hardware's to agree."""
+    return address ^ (((address >> 7) & 7) << 4)
+
+
+def descriptor_fields(start, leading_bytes, stride_bytes, swizzle=SWIZZLE_128B):
+    """The 64-bit shared-memory matrix descriptor of wgmma (PTX ISA, "Matrix Descriptor Format"):
+    bits 0-13 the start address / 16, 16-29 the leading-dimension byte offset / 16, 32-45 the
+    stride-dimension byte offset / 16, 62-63 the swizzle mode (base offset, bits 49-51, stays 0: tiles
+    are 1024-byte aligned)."""
+    return (((start & 0x3FFFF) >> 4) | ((leading_bytes >> 4) << 16) | ((stride_bytes >> 4) << 32)
+            | (swizzle << 62))
+
+
+# -- the simulator's emulations ----------------------------------------------------------------------
+
+def _read(address, nbytes):
+    return np.frombuffer(ctypes.string_at(int(address), int(nbytes)), np.uint8)
+
+
+def _sim_descriptor(generic, leading_bytes, stride_bytes):
+    # The start-address field left 0 and the process address kept above bit 64 (see the docstring).
+    return descriptor_fields(0, int(leading_bytes), int(stride_bytes)) | (int(generic) >> 4 << 64)
+
+
+def _decode(desc):
+    desc = int(desc)
+    start = (desc >> 64) << 4
+    leading = ((desc >> 16) & 0x3FFF) << 4
+    stride = ((desc >> 32) & 0x3FFF) << 4
+    return start, leading, stride, (desc >> 62) & 3
+
+
+def _halves_at(addresses):
+    """The 16-bit values at an array of byte addresses, each read through the 128B swizzle."""
+    out = np.empty(addresses.shape, np.uint16)
+    for index, a in np.ndenumerate(addresses):
+        out[index] = _read(swizzle_128b(int(a)), 2).view(np.uint16)[0]
+    return out
+
+
+def a_tile_addresses(desc):
+    """Byte addresses (before the swizzle) of the 64 x 16 A tile a K-major descriptor points at: 8-row
+    groups ``stride`` bytes apart, rows of one group 128 bytes apart (a swizzle atom), k contiguous.
+    (The leading-dimension offset is unused for a swizzled K-major operand.)"""
+    start, _, stride, mode = _decode(desc)
+    if mode != SWIZZLE_128B:
+        raise ValueError(f"the emulated wgmma reads 128B-swizzled tiles; the descriptor says mode {mode}")
+    m = np.arange(64)[:, None]
+    k = np.arange(16)[None, :]
+    return start + (m // 8) * stride + (m % 8) * SWIZZLE_BYTES + 2 * k
+
+
+def b_tile_addresses(desc, n=256):
+    """Byte addresses (before the swizzle) of the 16 x n B tile an MN-major descriptor points at (B
+    row-major, read transposed): rows of 64 n-values (128 bytes) one after another, 8 k-rows an atom,
+    atoms ``stride`` bytes apart along k and ``leading`` bytes apart along n (CUTLASS's canonical
+    ((8, 8, n/64), (8, 2)) : ((1, 8, LBO), (64, SBO)) layout, in 16-bit elements)."""
+    start, leading, stride, mode = _decode(desc)
+    if mode != SWIZZLE_128B:
+        raise ValueError(f"the emulated wgmma reads 128B-swizzled tiles; the descriptor says mode {mode}")
+    k = np.arange(16)[:, None]
+    col = np.arange(n)[None, :]
+    return start + (col // 64) * leading + (k // 8) * stride + (k % 8) * SWIZZLE_BYTES + 2 * (col % 64)
+
+
+def accumulator_place(thread, i):
+    """(row, column) in the warpgroup's 64 x N tile of accumulator i of thread (0..127) of the
+    warpgroup: warp w owns rows 16w..16w+15, and in each 8-column slice the thread holds what mma.sync's
+    C fragment holds (rows g and g + 8, columns 2q and 2q + 1; g = lane // 4, q = lane % 4)."""
+    warp, lane = thread // 32, thread % 32
+    g, q = lane // 4, lane % 4
+    return 16 * warp + g + 8 * ((i % 4) // 2), 8 * (i // 4) + 2 * q + i % 2
+
+
+_ACC_ROWS, _ACC_COLS = np.array([[accumulator_place(t, i) for i in range(128)] for t in range(WARPGROUP)]).transpose(2, 0, 1)
+
+
+def _sim_wgmma(bf16):
+    def values(bits):
+        if bf16:
+            return (bits.astype(np.uint32) << 16).view(np.float32)
+        return bits.view(np.float16).astype(np.float32)
+
+    def combine(threads):
+        acc_arrays = [t[0] for t in threads]
+        _, desc_a, desc_b = threads[0]
+        if any(t[1] != desc_a or t[2] != desc_b for t in threads):
+            raise RuntimeError("the threads of a warpgroup passed different descriptors to one wgmma")
+        A = values(_halves_at(a_tile_addresses(desc_a)))
+        B = values(_halves_at(b_tile_addresses(desc_b)))
+        D = np.zeros((64, 256), np.float32)
+        D[_ACC_ROWS, _ACC_COLS] = np.array([a[:128] for a in acc_arrays], np.float32)
+        D = (D + A @ B).astype(np.float32)
+        for t, acc in enumerate(acc_arrays):
+            acc[:128] = D[_ACC_ROWS[t], _ACC_COLS[t]]
+        return [None] * WARPGROUP
+
+    def wgmma(acc, desc_a, desc_b):
+        from solutions._ptx import group_collective
+        group_collective((acc, int(desc_a), int(desc_b)), combine, WARPGROUP)
+    return wgmma
+
+
+def _nothing(*_args):
+    return None
+
+
+class _Barrier:
+    """One mbarrier: ``pending`` arrivals and ``tx`` transaction bytes still owed by the current phase,
+    and the copies waiting for their phase to be observed complete before they land."""
+
+    def __init__(self, count):
+        self.count = self.pending = int(count)
+        self.tx = 0
+        self.phase = 0  # phases completed so far
+        self.copies = {}  # phase -> [(shared address, bytes)] to land when a waiter sees it complete
+
+
+_BARRIERS: dict = {}
+_BARRIERS_CHANGED = threading.Condition()
+_WAIT_SECONDS = 300
+
+
+def _barrier(address):
+    from solutions._ptx import block_key
+    try:
+        return _BARRIERS[(id(block_key()), int(address))]
+    except KeyError:
+        raise RuntimeError(f"mbarrier at {int(address):#x} used before mbarrier_init") from None
+
+
+def _complete_if_done(bar):
+    if bar.pending == 0 and bar.tx == 0:
+        bar.phase += 1
+        bar.pending = bar.count
+        _BARRIERS_CHANGED.notify_all()
+
+
+def _sim_mbarrier_init(address, count):
+    from solutions._ptx import block_key
+    with _BARRIERS_CHANGED:
+        _BARRIERS[(id(block_key()), int(address))] = _Barrier(count)
+
+
+def _sim_mbarrier_arrive_expect_tx(address, nbytes):
+    with _BARRIERS_CHANGED:
+        bar = _barrier(address)
+        bar.tx += int(nbytes)
+        bar.pending -= 1
+        _complete_if_done(bar)
+
+
+def _sim_mbarrier_arrive(address):
+    with _BARRIERS_CHANGED:
+        bar = _barrier(address)
+        bar.pending -= 1
+        _complete_if_done(bar)
+
+
+def _sim_mbarrier_wait(address, parity):
+    """Block until the phase of parity ``parity`` has completed (the current phase's parity differs: a
+    barrier in phase 0 is past 'the phase of parity 1', so that wait returns at once, as on the GPU),
+    then land the copies of every completed phase."""
+    with _BARRIERS_CHANGED:
+        bar = _barrier(address)
+        if not _BARRIERS_CHANGED.wait_for(lambda: bar.phase % 2 != int(parity) % 2, _WAIT_SECONDS):
+            raise RuntimeError(f"mbarrier_wait(parity {int(parity)}) waited {_WAIT_SECONDS} s: a missing arrive, "
+                               "or a transaction count that never reaches zero")
+        for phase in sorted(p for p in bar.copies if p < bar.phase):
+            for dst, data in bar.copies.pop(phase):
+                ctypes.memmove(dst, data, len(data))
+
+
+# The simulator's tensor map: 16 uint64 words instead of the driver's opaque 128 bytes. Word 0 names the
+# global array (a handle into _SIM_TENSORS: a simulated device array's address may not be read on the
+# host), then the element size, the two dimensions (inner first), the outer stride in bytes and the box.
+_SIM_TENSORS: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
+
+
+def _sim_tma_load_2d(dst, tensor_map, inner, outer, bar_address):
+    words = np.frombuffer(ctypes.string_at(int(tensor_map), 128), np.uint64)
+    handle, elem, dim0, dim1, stride1, box0, box1 = (int(w) for w in words[:7])
+    array = _SIM_TENSORS[handle]
+    base = array.ctypes.data  # inside a kernel: the simulated device memory, as the copy engine reads it
+    inner, outer = int(inner), int(outer)
+    row_bytes = box0 * elem
+    box = np.zeros((box1, row_bytes), np.uint8)
+    for r in range(box1):
+        y = outer + r
+        if 0 <= y < dim1:
+            lo, hi = max(inner, 0), min(inner + box0, dim0)  # zero outside the tensor, as the copy engine fills
+            if hi > lo:
+                box[r, (lo - inner) * elem:(hi - inner) * elem] = _read(base + y * stride1 + lo * elem, (hi - lo) * elem)
+    landed = np.empty(box1 * row_bytes, np.uint8)
+    dst = int(dst)
+    for r in range(box1):  # 128B swizzle: each 16-byte chunk at its swizzled address
+        for c in range(row_bytes // 16):
+            at = swizzle_128b(dst + r * row_bytes + 16 * c) - dst
+            landed[at:at + 16] = box[r, 16 * c:16 * c + 16]
+    with _BARRIERS_CHANGED:
+        bar = _barrier(bar_address)
+        bar.copies.setdefault(bar.phase, []).append((dst, landed.tobytes()))
+        bar.tx -= landed.size
+        _complete_if_done(bar)
+
+
+# -- host side: tensor maps -----------------------------------------------------------------------------
+
+_MAPS: dict = {}  # (address, shape, strides, box) -> device buffer: built once per buffer and box
+
+
+def tensor_map(array, box_inner, box_outer):
+    """A device buffer holding the tensor map of the 2-D row-major array of 16-bit elements ``array``,
+    copied by boxes of ``box_outer`` rows x ``box_inner`` elements (``box_inner`` * 2 = 128 bytes: the
+    128B swizzle's row), 128B-swizzled, zero-filled outside the array. Rows must be a multiple of 16
+    bytes long and the array 16-byte aligned (the copy engine's rule; launchers check :func:`tma_ok`)."""
+    from numba import cuda
+
+    rows, cols = array.shape
+    if _device.is_simulator():
+        key = (id(array), array.shape, box_inner, box_outer)
+        if key not in _MAPS:
+            _SIM_TENSORS[id(array)] = array
+            words = np.zeros(16, np.uint64)
+            words[:7] = [id(array), 2, cols, rows, 2 * cols, box_inner, box_outer]
+            _MAPS[key] = cuda.to_device(words.view(np.uint8))
+        return _MAPS[key]
+    address = array.__cuda_array_interface__["data"][0]
+    key = (address, array.shape, box_inner, box_outer)
+    if key not in _MAPS:
+        from cuda.bindings import driver
+
+        err, encoded = driver.cuTensorMapEncodeTiled(
+            driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, address,
+            [cols, rows], [2 * cols], [box_inner, box_outer], [1, 1],
+            driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuTensorMapEncodeTiled failed: {err.name}")
+        raw = np.frombuffer(ctypes.string_at(encoded.getPtr(), 128), np.uint8).copy()
+        _MAPS[key] = cuda.to_device(raw)
+    return _MAPS[key]
+
+
+def tma_ok(*arrays) -> bool:
+    """Can the copy engine read these 2-D 16-bit arrays: rows a multiple of 16 bytes, 16-byte aligned?"""
+    from solutions._tile_layout import aligned
+    return all(a.shape[1] % 8 == 0 for a in arrays) and aligned(16, *arrays)
+
+
+# -- on the GPU: one inline-asm instruction each ------------------------------------------------------
+
+def _gpu_intrinsics():
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+    SHARED = "{ .reg .u64 s; cvta.to.shared.u64 s, $0; "  # generic address -> shared window, then the op
+
+    def asm(builder, text, constraints, args=(), result=ir.VoidType()):
+        fty = ir.FunctionType(result, [a.type for a in args])
+        return builder.call(ir.InlineAsm(fty, text, constraints, side_effect=True), list(args))
+
+    def statement(text, constraints="~{memory}"):
+        """An intrinsic of no arguments that issues ``text``."""
+        @intrinsic
+        def op(typingctx):
+            def codegen(context, builder, sig, args):
+                asm(builder, text, constraints)
+                return context.get_dummy_value()
+            return types.none(), codegen
+        return op
+
+    @intrinsic
+    def shared_descriptor(typingctx, generic, leading_bytes, stride_bytes):
+        """descriptor_fields of the shared-memory address of ``generic`` (uint64)."""
+        def codegen(context, builder, sig, args):
+            g, lead, stride = (context.cast(builder, v, t, types.uint64) for v, t in zip(args, sig.args))
+            shared = asm(builder, "cvta.to.shared.u64 $0, $1;", "=l,l", [g], i64)
+            desc = builder.lshr(builder.and_(shared, i64(0x3FFFF)), i64(4))
+            desc = builder.or_(desc, builder.shl(builder.lshr(lead, i64(4)), i64(16)))
+            desc = builder.or_(desc, builder.shl(builder.lshr(stride, i64(4)), i64(32)))
+            return builder.or_(desc, i64(SWIZZLE_128B << 62))
+        return types.uint64(generic, leading_bytes, stride_bytes), codegen
+
+    def wgmma(kind):
+        n = 128  # accumulators a thread: m64n256 / 128 threads
+        regs = ", ".join(f"${i}" for i in range(n))
+        text = ("{ .reg .pred p; setp.ne.b32 p, 1, 0; "
+                f"wgmma.mma_async.sync.aligned.m64n256k16.f32.{kind}.{kind} {{{regs}}}, ${2 * n}, ${2 * n + 1}, "
+                "p, 1, 1, 0, 1; }")  # scale-d true (accumulate), A K-major, B transposed (MN-major)
+        constraints = ",".join(["=f"] * n + [str(i) for i in range(n)] + ["l", "l"])
+
+        @intrinsic
+        def op(typingctx, acc, desc_a, desc_b):
+            def codegen(context, builder, sig, args):
+                arr = context.make_array(sig.args[0])(context, builder, args[0])
+                places = [builder.gep(arr.data, [i64(i)]) for i in range(n)]
+                values = [builder.load(p) for p in places]
+                da, db = (context.cast(builder, v, t, types.uint64) for v, t in zip(args[1:], sig.args[1:]))
+                out = asm(builder, text, constraints, values + [da, db], ir.LiteralStructType([f32] * n))
+                for i, p in enumerate(places):
+                    builder.store(builder.extract_value(out, i), p)
+                return context.get_dummy_value()
+            return types.none(acc, desc_a, desc_b), codegen
+        return op
+
+    def on_barrier(text, with_value):
+        @intrinsic
+        def op(typingctx, address, value):
+            def codegen(context, builder, sig, args):
+                a = context.cast(builder, args[0], sig.args[0], types.uint64)
+                v = context.cast(builder, args[1], sig.args[1], types.uint32)
+                asm(builder, SHARED + text + " }", "l,r,~{memory}", [a, v])
+                return context.get_dummy_value()
+            return types.none(address, value), codegen
+
+        @intrinsic
+        def op1(typingctx, address):
+            def codegen(context, builder, sig, args):
+                a = context.cast(builder, args[0], sig.args[0], types.uint64)
+                asm(builder, SHARED + text + " }", "l,~{memory}", [a])
+                return context.get_dummy_value()
+            return types.none(address), codegen
+        return op if with_value else op1
+
+    @intrinsic
+    def tma_load_2d(typingctx, dst, tensor_map_address, inner, outer, bar):
+        def codegen(context, builder, sig, args):
+            d, m, b = (context.cast(builder, args[i], sig.args[i], types.uint64) for i in (0, 1, 4))
+            x, y = (context.cast(builder, args[i], sig.args[i], types.int32) for i in (2, 3))
+            asm(builder, "{ .reg .u64 d, b; cvta.to.shared.u64 d, $0; cvta.to.shared.u64 b, $4; "
+                "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [d], [$1, {$2, $3}], [b]; }",
+                "l,l,r,r,l,~{memory}", [d, m, x, y, b])
+            return context.get_dummy_value()
+        return types.none(dst, tensor_map_address, inner, outer, bar), codegen
+
+    def pack(kind):
+        @intrinsic
+        def op(typingctx, lo, hi):
+            def codegen(context, builder, sig, args):
+                a, b = (context.cast(builder, v, t, types.float32) for v, t in zip(args, sig.args))
+                return asm(builder, f"cvt.rn.{kind}x2.f32 $0, $2, $1;", "=r,f,f", [a, b], i32)
+            return types.uint32(lo, hi), codegen
+        return op
+
+    return dict(
+        shared_descriptor=shared_descriptor,
+        wgmma_f16=wgmma("f16"), wgmma_bf16=wgmma("bf16"),
+        wgmma_fence=statement("wgmma.fence.sync.aligned;"),
+        wgmma_commit=statement("wgmma.commit_group.sync.aligned;"),
+        wgmma_wait0=statement("wgmma.wait_group.sync.aligned 0;"),
+        wgmma_wait1=statement("wgmma.wait_group.sync.aligned 1;"),
+        fence_proxy_async=statement("fence.proxy.async.shared::cta;"),
+        setmaxnreg_producer=statement("setmaxnreg.dec.sync.aligned.u32 40;"),
+        setmaxnreg_consumer=statement("setmaxnreg.inc.sync.aligned.u32 232;"),
+        mbarrier_init=on_barrier("mbarrier.init.shared::cta.b64 [s], $1;", True),
+        mbarrier_arrive_expect_tx=on_barrier("mbarrier.arrive.expect_tx.shared::cta.b64 _, [s], $1;", True),
+        mbarrier_arrive=on_barrier("mbarrier.arrive.shared::cta.b64 _, [s];", False),
+        # try_wait suspends the thread for a while inside the instruction; the loop retries until the
+        # phase of that parity has completed (braces scope the labels: the function is inlined many times)
+        mbarrier_wait=on_barrier(".reg .pred p; WAIT: mbarrier.try_wait.parity.shared::cta.b64 p, [s], $1; "
+                                 "@!p bra WAIT;", True),
+        tma_load_2d=tma_load_2d,
+        pack_f16x2=pack("f16"), pack_bf16x2=pack("bf16"),
+    )
+
+
+if _device.is_simulator():
+    from solutions._ptx import pack_bf16x2, pack_f16x2  # noqa: F401  (the simulator's conversions)
+
+    shared_descriptor = _sim_descriptor
+    wgmma_f16 = _sim_wgmma(bf16=False)
+    wgmma_bf16 = _sim_wgmma(bf16=True)
+    wgmma_fence = wgmma_commit = wgmma_wait0 = wgmma_wait1 = fence_proxy_async = _nothing
+    setmaxnreg_producer = setmaxnreg_consumer = _nothing
+    mbarrier_init = _sim_mbarrier_init
+    mbarrier_arrive_expect_tx = _sim_mbarrier_arrive_expect_tx
+    mbarrier_arrive = _sim_mbarrier_arrive
+    mbarrier_wait = _sim_mbarrier_wait
+    tma_load_2d = _sim_tma_load_2d
+else:
+    globals().update(_gpu_intrinsics())
