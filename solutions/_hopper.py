@@ -281,7 +281,8 @@ def tensor_map(array, box_inner, box_outer):
 
         err, encoded = driver.cuTensorMapEncodeTiled(
             driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, address,
-            [cols, rows], [2 * cols], [box_inner, box_outer], [1, 1],
+            [driver.cuuint64_t(cols), driver.cuuint64_t(rows)], [driver.cuuint64_t(2 * cols)],
+            [driver.cuuint32_t(box_inner), driver.cuuint32_t(box_outer)], [driver.cuuint32_t(1)] * 2,
             driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
             driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
