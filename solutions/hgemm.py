@@ -852,10 +852,13 @@ def _wgmma_k_step(acc, a_tile, b_tile, wg, bf16):
 
 
 @cuda.jit(device=True, forceinline=True)
-def _store_warpgroup(out, acc, row0, col0, thread, bf16):
+def _store_warpgroup(out, out_pairs, acc, row0, col0, thread, bf16):
     """A warpgroup's 64 x 256 accumulators to out (rows row0.., columns col0..), rounded to the half type,
-    masked at the edges. Accumulators 4j..4j+3 of a thread are mma.sync's C fragment of columns 8j..8j+7."""
+    masked at the edges. Accumulators 4j..4j+3 of a thread are mma.sync's C fragment of columns 8j..8j+7:
+    two column neighbours at a time, stored as one 32-bit word through ``out_pairs`` (out seen as uint32
+    pairs) when N is even, as two 16-bit stores otherwise (the launcher then passes out itself)."""
     M, N = out.shape
+    pairs = out_pairs.shape[1] * 2 == N  # out_pairs is the uint32 view
     lane = thread % 32
     row = row0 + 16 * (thread // 32) + lane // 4
     for j in range(HBN // 8):
@@ -866,10 +869,14 @@ def _store_warpgroup(out, acc, row0, col0, thread, bf16):
             else:
                 packed = pack_f16x2_hopper(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1])
             r = row + 8 * h
-            if r < M and col < N:
-                out[r, col] = uint16(packed & uint32(0xFFFF))
-            if r < M and col + 1 < N:
-                out[r, col + 1] = uint16(packed >> uint32(16))
+            if pairs:
+                if r < M and col < N:  # col is even and N even: col + 1 < N too
+                    out_pairs[r, col // 2] = packed
+            else:
+                if r < M and col < N:
+                    out[r, col] = uint16(packed & uint32(0xFFFF))
+                if r < M and col + 1 < N:
+                    out[r, col + 1] = uint16(packed >> uint32(16))
 
 
 @cuda.jit(device=True, forceinline=True)
@@ -918,7 +925,7 @@ def _wgmma_kernel_source(bf16, vec):
     """Stage 7's kernel: 2 warpgroups (256 threads), a 128 x 256 block tile, tiles by cp.async."""
     BF16, VEC, STAGES = bool(bf16), bool(vec), WGMMA_STAGES
 
-    def kernel(A, B, out):
+    def kernel(A, B, out, out_pairs):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
         acc = cuda.local.array(128, float32)
         t = cuda.threadIdx.x
@@ -950,7 +957,7 @@ def _wgmma_kernel_source(bf16, vec):
             at = tiles + uint64((kt % STAGES) * HSTEP)
             _wgmma_k_step(acc, at, at + uint64(A_TILE), wg, BF16)
             wgmma_wait0()  # this step's products are done: next iteration's barrier frees its buffer
-        _store_warpgroup(out, acc, row0 + 64 * wg, col0, t % 128, BF16)
+        _store_warpgroup(out, out_pairs, acc, row0 + 64 * wg, col0, t % 128, BF16)
     return kernel
 
 
@@ -972,7 +979,7 @@ def _tma_kernel_source(bf16):
     """Stage 8's kernel: stage 7 with its tiles copied by the copy engine, on mbarriers."""
     BF16, STAGES = bool(bf16), TMA_STAGES
 
-    def kernel(A, B, out, map_a, map_b):
+    def kernel(A, B, out, out_pairs, map_a, map_b):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
         acc = cuda.local.array(128, float32)
         t = cuda.threadIdx.x
@@ -1011,7 +1018,7 @@ def _tma_kernel_source(bf16):
             at = tiles + uint64(slot * HSTEP)
             _wgmma_k_step(acc, at, at + uint64(A_TILE), wg, BF16)
             wgmma_wait0()
-        _store_warpgroup(out, acc, row0 + 64 * wg, col0, t % 128, BF16)
+        _store_warpgroup(out, out_pairs, acc, row0 + 64 * wg, col0, t % 128, BF16)
     return kernel
 
 
@@ -1022,7 +1029,7 @@ def _warp_specialized_kernel_source(bf16):
     """Stage 9's kernel: warpgroup 0 copies (one thread issues TMA), warpgroups 1 and 2 multiply."""
     BF16, STAGES = bool(bf16), WS_STAGES
 
-    def kernel(A, B, out, map_a, map_b):
+    def kernel(A, B, out, out_pairs, map_a, map_b):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
         acc = cuda.local.array(128, float32)
         t = cuda.threadIdx.x
@@ -1066,7 +1073,7 @@ def _warp_specialized_kernel_source(bf16):
                 if kt > 0 and t % 128 == 0:
                     mbarrier_arrive(empty + uint64(8 * ((kt - 1) % STAGES)))
             wgmma_wait0()
-            _store_warpgroup(out, acc, row0 + 64 * (wg - 1), col0, t % 128, BF16)
+            _store_warpgroup(out, out_pairs, acc, row0 + 64 * (wg - 1), col0, t % 128, BF16)
     return kernel
 
 
@@ -1104,7 +1111,9 @@ def launch_hopper(stage, A, B, out):
         stage = "wgmma"
     kernel = build_hopper_kernel(stage, bf16, _vec_ok(A, B))
     nbytes = hopper_smem_bytes(stage)
-    args = (A, B, out)
+    # out as uint32 pairs of halves when its rows allow it (N even, 4-byte aligned), else out itself
+    pairs = out.view(np.uint32) if N % 2 == 0 and aligned(4, out) else out
+    args = (A, B, out, pairs)
     if stage != "wgmma":
         args += (tensor_map(A, HBK, HBM), tensor_map(B, 64, HBK))
     set_max_dynamic_shared_memory(kernel, args, nbytes)
