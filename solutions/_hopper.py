@@ -154,6 +154,25 @@ def _nothing(*_args):
     return None
 
 
+def _sim_zero_accumulators(acc):
+    acc[:128] = 0
+
+
+def _sim_store_accumulators(pack):
+    def store(acc, address, pitch, rows_left, cols_left, pairs):
+        address, pitch, rows_left, cols_left = int(address), int(pitch), int(rows_left), int(cols_left)
+        for j in range(32):
+            for h in range(2):
+                if 8 * h < rows_left and 8 * j < cols_left:
+                    packed = int(pack(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]))
+                    at = address + 8 * h * pitch + 16 * j
+                    if pairs or 8 * j + 1 < cols_left:
+                        ctypes.memmove(at, packed.to_bytes(4, "little"), 4)
+                    else:
+                        ctypes.memmove(at, packed.to_bytes(4, "little"), 2)
+    return store
+
+
 class _Barrier:
     """One mbarrier: ``pending`` arrivals and ``tx`` transaction bytes still owed by the current phase,
     and the copies waiting for their phase to be observed complete before they land."""
@@ -388,6 +407,51 @@ def _gpu_intrinsics():
             return context.get_dummy_value()
         return types.none(dst, tensor_map_address, inner, outer, bar), codegen
 
+    @intrinsic
+    def zero_accumulators(typingctx, acc):
+        """acc[0..127] = 0, as 128 stores at constant indices (a loop would index the array at run time,
+        and an array indexed at run time lives in local memory, not registers)."""
+        def codegen(context, builder, sig, args):
+            arr = context.make_array(sig.args[0])(context, builder, args[0])
+            for i in range(128):
+                builder.store(f32(0.0), builder.gep(arr.data, [i64(i)]))
+            return context.get_dummy_value()
+        return types.none(acc), codegen
+
+    def store_accumulators(kind):
+        @intrinsic
+        def op(typingctx, acc, address, pitch, rows_left, cols_left, pairs):
+            """The 128 accumulators of a thread to the 16-bit matrix whose element (row, col) of this thread's
+            accumulator 0 is at generic ``address`` (row pitch ``pitch`` bytes), rounded to the half type:
+            accumulators 4j + 2h, 4j + 2h + 1 go to row 8h, columns 8j, 8j + 1 from there, stored only where
+            8h < rows_left and 8j (+ 1) < cols_left; as one 32-bit word where ``pairs`` (N even: the pair is
+            aligned), else as two 16-bit halves. Straight-line code at constant indices, as in zero_accumulators."""
+            def codegen(context, builder, sig, args):
+                arr = context.make_array(sig.args[0])(context, builder, args[0])
+                base, row_pitch = (context.cast(builder, args[i], sig.args[i], types.uint64) for i in (1, 2))
+                rows, cols = (context.cast(builder, args[i], sig.args[i], types.int64) for i in (3, 4))
+                as_pairs = context.cast(builder, args[5], sig.args[5], types.boolean)
+                for j in range(32):
+                    for h in range(2):
+                        inside = builder.and_(builder.icmp_signed(">", rows, i64(8 * h)),
+                                              builder.icmp_signed(">", cols, i64(8 * j)))
+                        with builder.if_then(inside):
+                            lo, hi = (builder.load(builder.gep(arr.data, [i64(4 * j + 2 * h + e)])) for e in (0, 1))
+                            packed = asm(builder, f"cvt.rn.{kind}x2.f32 $0, $2, $1;", "=r,f,f", [lo, hi], i32)
+                            at = builder.add(base, builder.add(builder.mul(row_pitch, i64(8 * h)), i64(16 * j)))
+                            with builder.if_else(as_pairs) as (word, halves):
+                                with word:
+                                    builder.store(packed, builder.inttoptr(at, i32.as_pointer()))
+                                with halves:
+                                    i16 = ir.IntType(16)
+                                    builder.store(builder.trunc(packed, i16), builder.inttoptr(at, i16.as_pointer()))
+                                    with builder.if_then(builder.icmp_signed(">", cols, i64(8 * j + 1))):
+                                        builder.store(builder.trunc(builder.lshr(packed, i32(16)), i16),
+                                                      builder.inttoptr(builder.add(at, i64(2)), i16.as_pointer()))
+                return context.get_dummy_value()
+            return types.none(acc, address, pitch, rows_left, cols_left, pairs), codegen
+        return op
+
     def pack(kind):
         @intrinsic
         def op(typingctx, lo, hi):
@@ -416,11 +480,17 @@ def _gpu_intrinsics():
                                  "@!p bra WAIT;", True),
         tma_load_2d=tma_load_2d,
         pack_f16x2=pack("f16"), pack_bf16x2=pack("bf16"),
+        zero_accumulators=zero_accumulators,
+        store_accumulators_f16=store_accumulators("f16"), store_accumulators_bf16=store_accumulators("bf16"),
     )
 
 
 if _device.is_simulator():
-    from solutions._ptx import pack_bf16x2, pack_f16x2  # noqa: F401  (the simulator's conversions)
+    from solutions._ptx import pack_bf16x2, pack_f16x2  # the simulator's conversions
+
+    zero_accumulators = _sim_zero_accumulators
+    store_accumulators_f16 = _sim_store_accumulators(pack_f16x2)
+    store_accumulators_bf16 = _sim_store_accumulators(pack_bf16x2)
 
     shared_descriptor = _sim_descriptor
     wgmma_f16 = _sim_wgmma(bf16=False)

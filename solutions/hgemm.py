@@ -32,20 +32,28 @@ The ladder, and what each rung changes:
 6. ``tuned``: a 128x256 block tile of 8 warps, each 64x64 (4x8 mma tiles), K-step 64, three stages in 144 KiB:
    each fragment loaded from shared memory feeds twice the mma of stage 5's 64x32 warp tiles.
 
-Why not ``wgmma`` and TMA, what cuBLAS runs on Hopper? ``wgmma.mma_async`` is a warpgroup-wide (128
-threads), asynchronous instruction that reads its B operand (and optionally A) straight from shared
-memory through a 64-bit *matrix descriptor*, and TMA copies whole tiles with one thread through a
-*tensor map* built on the host (``cuTensorMapEncodeTiled``) and a shared-memory ``mbarrier``. From
-numba, the C++ side could issue the instructions, but the kernel around them cannot be written:
-numba cannot pass a 128-byte ``CUtensorMap`` as a ``__grid_constant__`` kernel parameter, cannot
-launch thread-block clusters, cannot declare the ``setmaxnreg`` register split between producer and
-consumer warpgroups, and its accumulators live in a local array that must stay in registers across
-the asynchronous wgmma (``wgmma.fence``/``commit_group``/``wait_group``) — without control of the
-register allocation that would spill. ``mma.sync`` is Ampere's synchronous warp-level instruction,
-which Hopper still runs, at about half of its tensor-core peak per SM: each warp waits for its own
-product, operands go through registers, and ldmatrix must feed them. That is the cost: the best
-mma.sync kernels reach about 60-70% of cuBLAS fp16 on an H100/H200 (cuBLAS 661 TFLOP/s on our
-H200); this ladder aims at 50-60%.
+That is where Ampere's instruction stops: ``mma.sync`` is a synchronous warp-level instruction that
+Hopper still runs, at about half of its tensor-core peak per SM (each warp waits for its own product,
+operands go through registers, ldmatrix must feed them). On the H200 stage 6 reached 315 TFLOP/s
+against cuBLAS's 680. The last three stages use the instructions cuBLAS uses on Hopper (sm_90a),
+each a numba intrinsic of one inline-assembly instruction (``solutions/_hopper.py``), so the kernels
+stay Python:
+
+7. ``wgmma``: a warpgroup (4 warps) issues ``wgmma.mma_async`` m64n256k16, reading A and B straight
+   from shared memory through matrix descriptors; tiles in the 128-byte swizzle (drawn above the
+   Hopper stages' code), still loaded by cp.async.
+8. ``tma``: one thread copies whole tiles with ``cp.async.bulk.tensor`` through tensor maps the host
+   builds (``cuTensorMapEncodeTiled``) into a buffer the kernel reads; the copies complete on
+   ``mbarrier``s in shared memory, four stages deep.
+9. ``warp_specialized``: a producer warpgroup keeps the ring full while two consumer warpgroups only
+   multiply, coupled by "full" and "empty" mbarriers, with ``setmaxnreg`` moving registers from the
+   producer to the consumers (the design of cuBLAS's, CUTLASS's and FlashAttention-3's Hopper kernels).
+
+None of it needs what numba lacks: a tensor map need not be a ``__grid_constant__`` parameter
+(``cp.async.bulk.tensor`` takes its address in global memory), the accumulators are a local array
+whose constant indices keep it in registers across the asynchronous wgmma (the intrinsic passes its
+128 values as tied inline-asm operands), and numba compiles for ``sm_90a`` on a Hopper GPU.
+Thread-block clusters with TMA multicast (cuBLAS's next step) are not used.
 """
 
 from dataclasses import dataclass
@@ -61,11 +69,10 @@ from workbench.launch import SM90_OPTIN_LIMIT, STATIC_LIMIT, set_max_dynamic_sha
 from solutions._ptx import (cp_async_chunk16, cp_async_commit, cp_async_wait_pending, ldmatrix_x4,
                             ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2)
 from solutions._hopper import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
-                               mbarrier_wait, setmaxnreg_consumer, setmaxnreg_producer, shared_descriptor, tensor_map,
-                               tma_load_2d, tma_ok, wgmma_bf16, wgmma_commit, wgmma_f16, wgmma_fence, wgmma_wait0,
-                               wgmma_wait1)
-from solutions._hopper import pack_bf16x2 as pack_bf16x2_hopper
-from solutions._hopper import pack_f16x2 as pack_f16x2_hopper
+                               mbarrier_wait, setmaxnreg_consumer, setmaxnreg_producer, shared_descriptor,
+                               store_accumulators_bf16, store_accumulators_f16, tensor_map, tma_load_2d, tma_ok,
+                               wgmma_bf16, wgmma_commit, wgmma_f16, wgmma_fence, wgmma_wait0, wgmma_wait1,
+                               zero_accumulators)
 from solutions._tile_layout import aligned, chunk_offset
 
 try:
@@ -830,6 +837,20 @@ def _swizzled(offset):
 
 
 @cuda.jit(device=True, forceinline=True)
+def _hopper_tile(tiles_m, tiles_n):
+    """block_tile's walk (bands of HRASTER tile rows, column by column) in 32-bit unsigned arithmetic.
+    Numba computes in 64 bits, and ptxas implements a 64-bit division by a run-time number as a call to
+    a subroutine; a call anywhere in a kernel makes ptxas serialise its wgmma (warning C7509) and ignore
+    its setmaxnreg (C7504). Unsigned 32-bit operands, zero-extended, let LLVM divide in 32 bits inline."""
+    block = uint32(cuda.blockIdx.x)
+    per_group = uint32(uint32(HRASTER) * uint32(tiles_n))
+    first_row = uint32(block // per_group) * uint32(HRASTER)
+    rows = uint32(min(uint32(tiles_m) - first_row, uint32(HRASTER)))
+    within = uint32(block % per_group)
+    return int32(first_row + within % rows), int32(within // rows)
+
+
+@cuda.jit(device=True, forceinline=True)
 def _tile_pad(smem):
     """Bytes from the start of dynamic shared memory to its first 1024-byte boundary, where the tiles start."""
     at = smem.ctypes.data
@@ -852,31 +873,22 @@ def _wgmma_k_step(acc, a_tile, b_tile, wg, bf16):
 
 
 @cuda.jit(device=True, forceinline=True)
-def _store_warpgroup(out, out_pairs, acc, row0, col0, thread, bf16):
+def _store_warpgroup(out, acc, row0, col0, thread, bf16):
     """A warpgroup's 64 x 256 accumulators to out (rows row0.., columns col0..), rounded to the half type,
-    masked at the edges. Accumulators 4j..4j+3 of a thread are mma.sync's C fragment of columns 8j..8j+7:
-    two column neighbours at a time, stored as one 32-bit word through ``out_pairs`` (out seen as uint32
-    pairs) when N is even, as two 16-bit stores otherwise (the launcher then passes out itself)."""
+    masked at the edges. Accumulators 4j..4j+3 of a thread are mma.sync's C fragment of columns 8j..8j+7
+    (rows g and g + 8, columns 2q, 2q + 1): each column pair leaves as one 32-bit store when N is even.
+    One intrinsic writes all 128 (store_accumulators): a loop here would index acc at run time, and
+    that alone would move the accumulators from registers to local memory for the whole kernel."""
     M, N = out.shape
-    pairs = out_pairs.shape[1] * 2 == N  # out_pairs is the uint32 view
     lane = thread % 32
     row = row0 + 16 * (thread // 32) + lane // 4
-    for j in range(HBN // 8):
-        col = col0 + 8 * j + 2 * (lane % 4)
-        for h in range(2):
-            if bf16:
-                packed = pack_bf16x2_hopper(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1])
-            else:
-                packed = pack_f16x2_hopper(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1])
-            r = row + 8 * h
-            if pairs:
-                if r < M and col < N:  # col is even and N even: col + 1 < N too
-                    out_pairs[r, col // 2] = packed
-            else:
-                if r < M and col < N:
-                    out[r, col] = uint16(packed & uint32(0xFFFF))
-                if r < M and col + 1 < N:
-                    out[r, col + 1] = uint16(packed >> uint32(16))
+    col = col0 + 2 * (lane % 4)
+    at = out.ctypes.data + uint64((row * N + col) * 2)  # (row, col) itself may lie outside: masked
+    pairs = N % 2 == 0 and out.ctypes.data % uint64(4) == 0
+    if bf16:
+        store_accumulators_bf16(acc, at, 2 * N, M - row, N - col, pairs)
+    else:
+        store_accumulators_f16(acc, at, 2 * N, M - row, N - col, pairs)
 
 
 @cuda.jit(device=True, forceinline=True)
@@ -925,20 +937,19 @@ def _wgmma_kernel_source(bf16, vec):
     """Stage 7's kernel: 2 warpgroups (256 threads), a 128 x 256 block tile, tiles by cp.async."""
     BF16, VEC, STAGES = bool(bf16), bool(vec), WGMMA_STAGES
 
-    def kernel(A, B, out, out_pairs):
+    def kernel(A, B, out):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
         acc = cuda.local.array(128, float32)
         t = cuda.threadIdx.x
         wg = t // 128
         M, K = A.shape
         N = B.shape[1]
-        tile_row, tile_col = block_tile(cuda.blockIdx.x, (M + HBM - 1) // HBM, (N + HBN - 1) // HBN, HRASTER)
+        tile_row, tile_col = _hopper_tile((M + HBM - 1) // HBM, (N + HBN - 1) // HBN)
         row0 = tile_row * HBM
         col0 = tile_col * HBN
         pad = _tile_pad(smem)
         tiles = smem.ctypes.data + uint64(pad)
-        for i in range(128):
-            acc[i] = float32(0.0)
+        zero_accumulators(acc)
         steps = (K + HBK - 1) // HBK
         for s in range(STAGES - 1):
             if s < steps:
@@ -957,7 +968,7 @@ def _wgmma_kernel_source(bf16, vec):
             at = tiles + uint64((kt % STAGES) * HSTEP)
             _wgmma_k_step(acc, at, at + uint64(A_TILE), wg, BF16)
             wgmma_wait0()  # this step's products are done: next iteration's barrier frees its buffer
-        _store_warpgroup(out, out_pairs, acc, row0 + 64 * wg, col0, t % 128, BF16)
+        _store_warpgroup(out, acc, row0 + 64 * wg, col0, t % 128, BF16)
     return kernel
 
 
@@ -979,14 +990,14 @@ def _tma_kernel_source(bf16):
     """Stage 8's kernel: stage 7 with its tiles copied by the copy engine, on mbarriers."""
     BF16, STAGES = bool(bf16), TMA_STAGES
 
-    def kernel(A, B, out, out_pairs, map_a, map_b):
+    def kernel(A, B, out, map_a, map_b):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
         acc = cuda.local.array(128, float32)
         t = cuda.threadIdx.x
         wg = t // 128
         M, K = A.shape
         N = B.shape[1]
-        tile_row, tile_col = block_tile(cuda.blockIdx.x, (M + HBM - 1) // HBM, (N + HBN - 1) // HBN, HRASTER)
+        tile_row, tile_col = _hopper_tile((M + HBM - 1) // HBM, (N + HBN - 1) // HBN)
         row0 = tile_row * HBM
         col0 = tile_col * HBN
         tiles = smem.ctypes.data + uint64(_tile_pad(smem))
@@ -998,8 +1009,7 @@ def _tma_kernel_source(bf16):
             for s in range(STAGES):
                 mbarrier_init(full + uint64(8 * s), 1)  # one arrival (the expect_tx) per phase
             fence_proxy_async()  # the copy engine must see the initialised barriers
-        for i in range(128):
-            acc[i] = float32(0.0)
+        zero_accumulators(acc)
         cuda.syncthreads()
         if t == 0:
             for s in range(STAGES - 1):
@@ -1018,7 +1028,7 @@ def _tma_kernel_source(bf16):
             at = tiles + uint64(slot * HSTEP)
             _wgmma_k_step(acc, at, at + uint64(A_TILE), wg, BF16)
             wgmma_wait0()
-        _store_warpgroup(out, out_pairs, acc, row0 + 64 * wg, col0, t % 128, BF16)
+        _store_warpgroup(out, acc, row0 + 64 * wg, col0, t % 128, BF16)
     return kernel
 
 
@@ -1029,20 +1039,23 @@ def _warp_specialized_kernel_source(bf16):
     """Stage 9's kernel: warpgroup 0 copies (one thread issues TMA), warpgroups 1 and 2 multiply."""
     BF16, STAGES = bool(bf16), WS_STAGES
 
-    def kernel(A, B, out, out_pairs, map_a, map_b):
+    def kernel(A, B, out, map_a, map_b):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
         acc = cuda.local.array(128, float32)
         t = cuda.threadIdx.x
         wg = t // 128
         M, K = A.shape
         N = B.shape[1]
-        tile_row, tile_col = block_tile(cuda.blockIdx.x, (M + HBM - 1) // HBM, (N + HBN - 1) // HBN, HRASTER)
+        tile_row, tile_col = _hopper_tile((M + HBM - 1) // HBM, (N + HBN - 1) // HBN)
         row0 = tile_row * HBM
         col0 = tile_col * HBN
         tiles = smem.ctypes.data + uint64(_tile_pad(smem))
         full = tiles + uint64(STAGES * HSTEP)  # "slot s holds its tiles": the copy engine completes it
         empty = full + uint64(8 * STAGES)  # "slot s may be refilled": each consumer warpgroup arrives once
-        steps = (K + HBK - 1) // HBK
+        # At least one K-step (K = 0 multiplies one box of zeros): with a path that skips the loop, the
+        # accumulators would reach the final wgmma_wait0 from two places, and ptxas answers that by
+        # serialising every wgmma of the kernel (warning C7515), losing the overlap wgmma_wait1 buys.
+        steps = max((K + HBK - 1) // HBK, 1)
         if t == 0:
             for s in range(STAGES):
                 mbarrier_init(full + uint64(8 * s), 1)
@@ -1062,8 +1075,7 @@ def _warp_specialized_kernel_source(bf16):
                                 kt * HBK)
         else:  # the consumers: take the registers, multiply, release each slot as soon as it is read
             setmaxnreg_consumer()
-            for i in range(128):
-                acc[i] = float32(0.0)
+            zero_accumulators(acc)
             for kt in range(steps):
                 slot = kt % STAGES
                 mbarrier_wait(full + uint64(8 * slot), (kt // STAGES) % 2)
@@ -1073,7 +1085,7 @@ def _warp_specialized_kernel_source(bf16):
                 if kt > 0 and t % 128 == 0:
                     mbarrier_arrive(empty + uint64(8 * ((kt - 1) % STAGES)))
             wgmma_wait0()
-            _store_warpgroup(out, out_pairs, acc, row0 + 64 * (wg - 1), col0, t % 128, BF16)
+            _store_warpgroup(out, acc, row0 + 64 * (wg - 1), col0, t % 128, BF16)
     return kernel
 
 
@@ -1111,9 +1123,7 @@ def launch_hopper(stage, A, B, out):
         stage = "wgmma"
     kernel = build_hopper_kernel(stage, bf16, _vec_ok(A, B))
     nbytes = hopper_smem_bytes(stage)
-    # out as uint32 pairs of halves when its rows allow it (N even, 4-byte aligned), else out itself
-    pairs = out.view(np.uint32) if N % 2 == 0 and aligned(4, out) else out
-    args = (A, B, out, pairs)
+    args = (A, B, out)
     if stage != "wgmma":
         args += (tensor_map(A, HBK, HBM), tensor_map(B, 64, HBK))
     set_max_dynamic_shared_memory(kernel, args, nbytes)
@@ -1134,7 +1144,11 @@ def launch_hopper(stage, A, B, out):
     atom, 16-byte chunk c sits at c XOR r, so the 8 rows a k-slice reads hit 8 different bank groups.
     Because the tensor cores read shared memory through the async proxy, each thread fences
     (fence.proxy.async) its own writes before the barrier. The instructions are numba intrinsics
-    (solutions/_hopper.py): each one llvmlite inline assembly, compiled for sm_90a.""")
+    (solutions/_hopper.py): each one llvmlite inline assembly, compiled for sm_90a. The accumulators
+    leave as column pairs, one 32-bit store each. At 8192^3 fp16 on the H200: 2864 us, 384 TFLOP/s,
+    0.58x cuBLAS (stage 6: 315). What holds it back is the copying: every thread computes cp.async
+    addresses, and each K-step waits for its copies, a block-wide barrier and its own products
+    (wgmma_wait0) before the next copies are issued.""")
 def wgmma(A, B, out):
     launch_hopper("wgmma", A, B, out)
 
@@ -1151,7 +1165,8 @@ def wgmma(A, B, out):
     the phase flips when both reach zero; the warpgroups wait on its parity (try_wait.parity), which
     alternates with each refill of the slot. 255 of 256 threads issue no copy instructions and no
     address arithmetic, and four stages (192 KiB) are in flight. K and N must be multiples of 8 (rows
-    of 16-byte multiples, the engine's rule); other shapes run stage 7's kernel.""")
+    of 16-byte multiples, the engine's rule); other shapes run stage 7's kernel. At 8192^3 fp16: 2152
+    us, 511 TFLOP/s, 0.77x cuBLAS, a third faster than stage 7.""")
 def tma(A, B, out):
     launch_hopper("tma", A, B, out)
 
@@ -1167,7 +1182,10 @@ def tma(A, B, out):
     barrier). No barrier couples the warpgroups; copies and products overlap completely. setmaxnreg
     moves registers between roles: the producer drops to 40 a thread and the consumers rise to 232, room
     for their 128 accumulators, which a uniform 168 (65536 over 384 threads) would squeeze. This is the
-    structure of cuBLAS's and FlashAttention-3's Hopper kernels (and ThunderKittens').""")
+    structure of cuBLAS's and FlashAttention-3's Hopper kernels (and ThunderKittens'). At 8192^3 on the
+    H200: fp16 1971 us, 558 TFLOP/s, 0.84x cuBLAS; bf16 1928 us, 570 TFLOP/s, 0.81x. The epilogue
+    mattered here: with two 16-bit stores per column pair instead of one 32-bit store it ran at 522
+    TFLOP/s, since with one block per SM nothing overlaps a tile's stores.""")
 def warp_specialized(A, B, out):
     launch_hopper("warp_specialized", A, B, out)
 
