@@ -6,7 +6,14 @@ instruction written out, its operands bound to LLVM values. No CUDA C++ is linke
 calls them stays Python. ``wgmma_m64n256k16`` takes the 128 float32 accumulators of a thread as a
 ``cuda.local.array``: the intrinsic loads them, passes them to the instruction as 128 ``"=f"`` outputs
 tied to 128 inputs, and stores the results back; with constant indices LLVM keeps the whole array in
-registers, so the accumulators never touch memory.
+registers, so the accumulators never touch memory. Every other access to them must be at constant
+indices too, so ``zero_accumulators`` and ``store_accumulators_*`` (the epilogue: round to the half type,
+mask the edges, store) are intrinsics as well: a Python loop over the array would index it at run time
+and send it to local memory for the whole kernel.
+
+``setmaxnreg`` takes effect only when ptxas compiles the kernel as a whole program: numba links kernels
+with nvJitLink and link-time optimisation where nvJitLink is installed (its default), and then it does;
+PTX linked without LTO is compiled as relocatable code, and ptxas ignores the instruction (C7504).
 
 In numba's CUDA simulator each name is a Python emulation, as ``_ptx.py`` does for ``mma.sync``:
 

@@ -1144,11 +1144,13 @@ def launch_hopper(stage, A, B, out):
     atom, 16-byte chunk c sits at c XOR r, so the 8 rows a k-slice reads hit 8 different bank groups.
     Because the tensor cores read shared memory through the async proxy, each thread fences
     (fence.proxy.async) its own writes before the barrier. The instructions are numba intrinsics
-    (solutions/_hopper.py): each one llvmlite inline assembly, compiled for sm_90a. The accumulators
-    leave as column pairs, one 32-bit store each. At 8192^3 fp16 on the H200: 2864 us, 384 TFLOP/s,
-    0.58x cuBLAS (stage 6: 315). What holds it back is the copying: every thread computes cp.async
-    addresses, and each K-step waits for its copies, a block-wide barrier and its own products
-    (wgmma_wait0) before the next copies are issued.""")
+    (solutions/_hopper.py): each one llvmlite inline assembly, compiled for sm_90a. The 128
+    accumulators must stay in registers: they are only ever indexed by constants (zeroed and stored by
+    intrinsics too; one loop over them would move the array to local memory), and leave as column pairs,
+    one 32-bit store each. At 8192^3 fp16 on the H200: 2638 us, 417 TFLOP/s, 0.63x cuBLAS (stage 6:
+    315). What holds it back is the copying: every thread computes cp.async addresses, and each K-step
+    waits for its copies, a block-wide barrier and its own products (wgmma_wait0) before the next
+    copies are issued.""")
 def wgmma(A, B, out):
     launch_hopper("wgmma", A, B, out)
 
@@ -1165,8 +1167,8 @@ def wgmma(A, B, out):
     the phase flips when both reach zero; the warpgroups wait on its parity (try_wait.parity), which
     alternates with each refill of the slot. 255 of 256 threads issue no copy instructions and no
     address arithmetic, and four stages (192 KiB) are in flight. K and N must be multiples of 8 (rows
-    of 16-byte multiples, the engine's rule); other shapes run stage 7's kernel. At 8192^3 fp16: 2152
-    us, 511 TFLOP/s, 0.77x cuBLAS, a third faster than stage 7.""")
+    of 16-byte multiples, the engine's rule); other shapes run stage 7's kernel. At 8192^3: fp16 1967
+    us, 559 TFLOP/s, 0.81x cuBLAS, a third faster than stage 7; bf16 1897 us, 580 TFLOP/s, 0.83x.""")
 def tma(A, B, out):
     launch_hopper("tma", A, B, out)
 
@@ -1182,10 +1184,12 @@ def tma(A, B, out):
     barrier). No barrier couples the warpgroups; copies and products overlap completely. setmaxnreg
     moves registers between roles: the producer drops to 40 a thread and the consumers rise to 232, room
     for their 128 accumulators, which a uniform 168 (65536 over 384 threads) would squeeze. This is the
-    structure of cuBLAS's and FlashAttention-3's Hopper kernels (and ThunderKittens'). At 8192^3 on the
-    H200: fp16 1971 us, 558 TFLOP/s, 0.84x cuBLAS; bf16 1928 us, 570 TFLOP/s, 0.81x. The epilogue
-    mattered here: with two 16-bit stores per column pair instead of one 32-bit store it ran at 522
-    TFLOP/s, since with one block per SM nothing overlaps a tile's stores.""")
+    structure of cuBLAS's and FlashAttention-3's Hopper kernels (and ThunderKittens'). Two things
+    would silently undo the overlap, and ptxas says so only in its log: any call in the kernel (a
+    64-bit division by a run-time number is one: the tile walk divides in 32 bits) makes it serialise
+    every wgmma, and so does a path on which the accumulators reach the final wait without passing
+    through the loop (so there is always at least one K-step). At 8192^3 on the H200: fp16 1700 us,
+    647 TFLOP/s, 0.94x cuBLAS; bf16 1618 us, 679 TFLOP/s, 0.93x.""")
 def warp_specialized(A, B, out):
     launch_hopper("warp_specialized", A, B, out)
 
