@@ -43,6 +43,7 @@ import threading
 import weakref
 
 import numpy as np
+from numba import cuda, int32, uint32, uint64
 
 from workbench import device as _device
 
@@ -67,6 +68,31 @@ def descriptor_fields(start, leading_bytes, stride_bytes, swizzle=SWIZZLE_128B):
             | (swizzle << 62))
 
 
+# -- device functions the Hopper kernels share -------------------------------------------------------
+
+@cuda.jit(device=True, forceinline=True)
+def tile_of_block(tiles_m, tiles_n, raster):
+    """(tile row, tile column) of this block of a 1-D grid: the tile rows in bands of ``raster``, each band
+    walked column by column (hgemm's block_tile), in 32-bit unsigned arithmetic. Numba computes in 64
+    bits, and ptxas implements a 64-bit division by a run-time number as a call to a subroutine; a call
+    anywhere in a kernel makes ptxas serialise its wgmma (warning C7509). Unsigned 32-bit operands,
+    zero-extended, let LLVM divide in 32 bits, inline."""
+    block = uint32(cuda.blockIdx.x)
+    per_group = uint32(uint32(raster) * uint32(tiles_n))
+    first_row = uint32(block // per_group) * uint32(raster)
+    rows = uint32(min(uint32(tiles_m) - first_row, uint32(raster)))
+    within = uint32(block % per_group)
+    return int32(first_row + within % rows), int32(within // rows)
+
+
+@cuda.jit(device=True, forceinline=True)
+def tile_pad(smem):
+    """Bytes from the start of dynamic shared memory to its first 1024-byte boundary, where 128B-swizzled
+    tiles must start (the swizzle is a function of address bits 7-9)."""
+    at = smem.ctypes.data
+    return int32(((at + uint64(1023)) & ~uint64(1023)) - at)
+
+
 # -- the simulator's emulations ----------------------------------------------------------------------
 
 def _read(address, nbytes):
@@ -86,24 +112,30 @@ def _decode(desc):
     return start, leading, stride, (desc >> 62) & 3
 
 
-def _halves_at(addresses):
-    """The 16-bit values at an array of byte addresses, each read through the 128B swizzle."""
-    out = np.empty(addresses.shape, np.uint16)
+def _values_at(addresses, dtype):
+    """The values of ``dtype`` at an array of byte addresses, each read through the 128B swizzle."""
+    dtype = np.dtype(dtype)
+    out = np.empty(addresses.shape, dtype)
     for index, a in np.ndenumerate(addresses):
-        out[index] = _read(swizzle_128b(int(a)), 2).view(np.uint16)[0]
+        out[index] = _read(swizzle_128b(int(a)), dtype.itemsize).view(dtype)[0]
     return out
 
 
-def a_tile_addresses(desc):
-    """Byte addresses (before the swizzle) of the 64 x 16 A tile a K-major descriptor points at: 8-row
-    groups ``stride`` bytes apart, rows of one group 128 bytes apart (a swizzle atom), k contiguous.
-    (The leading-dimension offset is unused for a swizzled K-major operand.)"""
+def kmajor_addresses(desc, rows, k, elem):
+    """Byte addresses (before the swizzle) of the rows x k tile a K-major descriptor points at: 8-row
+    groups ``stride`` bytes apart, rows of one group 128 bytes apart (a swizzle atom), k contiguous in
+    elements of ``elem`` bytes. (The leading-dimension offset is unused for a swizzled K-major operand.)"""
     start, _, stride, mode = _decode(desc)
     if mode != SWIZZLE_128B:
         raise ValueError(f"the emulated wgmma reads 128B-swizzled tiles; the descriptor says mode {mode}")
-    m = np.arange(64)[:, None]
-    k = np.arange(16)[None, :]
-    return start + (m // 8) * stride + (m % 8) * SWIZZLE_BYTES + 2 * k
+    r = np.arange(rows)[:, None]
+    kk = np.arange(k)[None, :]
+    return start + (r // 8) * stride + (r % 8) * SWIZZLE_BYTES + elem * kk
+
+
+def a_tile_addresses(desc):
+    """The 64 x 16 A tile (16-bit elements) of a wgmma m64nNk16."""
+    return kmajor_addresses(desc, 64, 16, 2)
 
 
 def b_tile_addresses(desc, n=256):
@@ -142,8 +174,8 @@ def _sim_wgmma(bf16):
         _, desc_a, desc_b = threads[0]
         if any(t[1] != desc_a or t[2] != desc_b for t in threads):
             raise RuntimeError("the threads of a warpgroup passed different descriptors to one wgmma")
-        A = values(_halves_at(a_tile_addresses(desc_a)))
-        B = values(_halves_at(b_tile_addresses(desc_b)))
+        A = values(_values_at(a_tile_addresses(desc_a), np.uint16))
+        B = values(_values_at(b_tile_addresses(desc_b), np.uint16))
         D = np.zeros((64, 256), np.float32)
         D[_ACC_ROWS, _ACC_COLS] = np.array([a[:128] for a in acc_arrays], np.float32)
         D = (D + A @ B).astype(np.float32)
@@ -155,6 +187,36 @@ def _sim_wgmma(bf16):
         from solutions._ptx import group_collective
         group_collective((acc, int(desc_a), int(desc_b)), combine, WARPGROUP)
     return wgmma
+
+
+def _sim_wgmma_s8(acc, desc_a, desc_b):
+    """wgmma m64n256k32 .s32.s8.s8: both operands K-major (an 8-bit wgmma has no transpose), A 64 x 32
+    and B as 256 rows (n) of 32 k; int32 accumulators, wrapping as the hardware's do."""
+    def combine(threads):
+        _, da, db = threads[0]
+        if any(t[1] != da or t[2] != db for t in threads):
+            raise RuntimeError("the threads of a warpgroup passed different descriptors to one wgmma")
+        A = _values_at(kmajor_addresses(da, 64, 32, 1), np.int8).astype(np.int64)
+        B = _values_at(kmajor_addresses(db, 256, 32, 1), np.int8).astype(np.int64)
+        D = np.zeros((64, 256), np.int64)
+        D[_ACC_ROWS, _ACC_COLS] = np.array([t[0][:128] for t in threads], np.int64)
+        D = (D + A @ B.T).astype(np.int32)  # two's-complement wrap, as int32 accumulators do
+        for t, thread in enumerate(threads):
+            thread[0][:128] = D[_ACC_ROWS[t], _ACC_COLS[t]]
+        return [None] * WARPGROUP
+
+    from solutions._ptx import group_collective
+    group_collective((acc, int(desc_a), int(desc_b)), combine, WARPGROUP)
+
+
+def _sim_store_accumulators_s32(acc, address, pitch, rows_left, cols_left):
+    address, pitch, rows_left, cols_left = int(address), int(pitch), int(rows_left), int(cols_left)
+    for j in range(32):
+        for h in range(2):
+            for e in range(2):
+                if 8 * h < rows_left and 8 * j + e < cols_left:
+                    value = np.int32(acc[4 * j + 2 * h + e])
+                    ctypes.memmove(address + 8 * h * pitch + 32 * j + 4 * e, value.tobytes(), 4)
 
 
 def _nothing(*_args):
@@ -285,19 +347,20 @@ _MAPS: dict = {}  # (address, shape, strides, box) -> device buffer: built once 
 
 
 def tensor_map(array, box_inner, box_outer):
-    """A device buffer holding the tensor map of the 2-D row-major array of 16-bit elements ``array``,
-    copied by boxes of ``box_outer`` rows x ``box_inner`` elements (``box_inner`` * 2 = 128 bytes: the
-    128B swizzle's row), 128B-swizzled, zero-filled outside the array. Rows must be a multiple of 16
-    bytes long and the array 16-byte aligned (the copy engine's rule; launchers check :func:`tma_ok`)."""
+    """A device buffer holding the tensor map of the 2-D row-major array ``array`` of 8- or 16-bit
+    elements, copied by boxes of ``box_outer`` rows x ``box_inner`` elements (128 bytes: the 128B
+    swizzle's row), 128B-swizzled, zero-filled outside the array. Rows must be a multiple of 16 bytes
+    long and the array 16-byte aligned (the copy engine's rule; launchers check :func:`tma_ok`)."""
     from numba import cuda
 
     rows, cols = array.shape
+    elem = np.dtype(array.dtype).itemsize
     if _device.is_simulator():
         key = (id(array), array.shape, box_inner, box_outer)
         if key not in _MAPS:
             _SIM_TENSORS[id(array)] = array
             words = np.zeros(16, np.uint64)
-            words[:7] = [id(array), 2, cols, rows, 2 * cols, box_inner, box_outer]
+            words[:7] = [id(array), elem, cols, rows, elem * cols, box_inner, box_outer]
             _MAPS[key] = cuda.to_device(words.view(np.uint8))
         return _MAPS[key]
     address = array.__cuda_array_interface__["data"][0]
@@ -305,9 +368,10 @@ def tensor_map(array, box_inner, box_outer):
     if key not in _MAPS:
         from cuda.bindings import driver
 
+        kind = {1: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                2: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16}[elem]
         err, encoded = driver.cuTensorMapEncodeTiled(
-            driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, address,
-            [driver.cuuint64_t(cols), driver.cuuint64_t(rows)], [driver.cuuint64_t(2 * cols)],
+            kind, 2, address, [driver.cuuint64_t(cols), driver.cuuint64_t(rows)], [driver.cuuint64_t(elem * cols)],
             [driver.cuuint32_t(box_inner), driver.cuuint32_t(box_outer)], [driver.cuuint32_t(1)] * 2,
             driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
@@ -321,9 +385,9 @@ def tensor_map(array, box_inner, box_outer):
 
 
 def tma_ok(*arrays) -> bool:
-    """Can the copy engine read these 2-D 16-bit arrays: rows a multiple of 16 bytes, 16-byte aligned?"""
+    """Can the copy engine read these 2-D arrays: rows a multiple of 16 bytes, 16-byte aligned?"""
     from solutions._tile_layout import aligned
-    return all(a.shape[1] % 8 == 0 for a in arrays) and aligned(16, *arrays)
+    return all(a.shape[1] * np.dtype(a.dtype).itemsize % 16 == 0 for a in arrays) and aligned(16, *arrays)
 
 
 # -- on the GPU: one inline-asm instruction each ------------------------------------------------------
@@ -365,10 +429,14 @@ def _gpu_intrinsics():
     def wgmma(kind):
         n = 128  # accumulators a thread: m64n256 / 128 threads
         regs = ", ".join(f"${i}" for i in range(n))
+        if kind == "s8":  # an 8-bit wgmma takes both operands K-major and has no scale or transpose flags
+            shape, tail, reg = "m64n256k32.s32.s8.s8", "p", "r"
+        else:  # scale-d true (accumulate), A and B scaled by 1, A K-major, B transposed (MN-major)
+            shape, tail, reg = f"m64n256k16.f32.{kind}.{kind}", "p, 1, 1, 0, 1", "f"
         text = ("{ .reg .pred p; setp.ne.b32 p, 1, 0; "
-                f"wgmma.mma_async.sync.aligned.m64n256k16.f32.{kind}.{kind} {{{regs}}}, ${2 * n}, ${2 * n + 1}, "
-                "p, 1, 1, 0, 1; }")  # scale-d true (accumulate), A K-major, B transposed (MN-major)
-        constraints = ",".join(["=f"] * n + [str(i) for i in range(n)] + ["l", "l"])
+                f"wgmma.mma_async.sync.aligned.{shape} {{{regs}}}, ${2 * n}, ${2 * n + 1}, {tail}; }}")
+        constraints = ",".join([f"={reg}"] * n + [str(i) for i in range(n)] + ["l", "l"])
+        element = i32 if kind == "s8" else f32
 
         @intrinsic
         def op(typingctx, acc, desc_a, desc_b):
@@ -377,7 +445,7 @@ def _gpu_intrinsics():
                 places = [builder.gep(arr.data, [i64(i)]) for i in range(n)]
                 values = [builder.load(p) for p in places]
                 da, db = (context.cast(builder, v, t, types.uint64) for v, t in zip(args[1:], sig.args[1:]))
-                out = asm(builder, text, constraints, values + [da, db], ir.LiteralStructType([f32] * n))
+                out = asm(builder, text, constraints, values + [da, db], ir.LiteralStructType([element] * n))
                 for i, p in enumerate(places):
                     builder.store(builder.extract_value(out, i), p)
                 return context.get_dummy_value()
@@ -420,8 +488,9 @@ def _gpu_intrinsics():
         and an array indexed at run time lives in local memory, not registers)."""
         def codegen(context, builder, sig, args):
             arr = context.make_array(sig.args[0])(context, builder, args[0])
+            zero = context.get_constant(sig.args[0].dtype, 0)
             for i in range(128):
-                builder.store(f32(0.0), builder.gep(arr.data, [i64(i)]))
+                builder.store(zero, builder.gep(arr.data, [i64(i)]))
             return context.get_dummy_value()
         return types.none(acc), codegen
 
@@ -459,6 +528,26 @@ def _gpu_intrinsics():
             return types.none(acc, address, pitch, rows_left, cols_left, pairs), codegen
         return op
 
+    @intrinsic
+    def store_accumulators_s32(typingctx, acc, address, pitch, rows_left, cols_left):
+        """store_accumulators for int32 accumulators into an int32 matrix: accumulators 4j + 2h + e go to
+        row 8h, column 8j + e from the thread's (row, col) at ``address``, where inside."""
+        def codegen(context, builder, sig, args):
+            arr = context.make_array(sig.args[0])(context, builder, args[0])
+            base, row_pitch = (context.cast(builder, args[i], sig.args[i], types.uint64) for i in (1, 2))
+            rows, cols = (context.cast(builder, args[i], sig.args[i], types.int64) for i in (3, 4))
+            for j in range(32):
+                for h in range(2):
+                    for e in range(2):
+                        inside = builder.and_(builder.icmp_signed(">", rows, i64(8 * h)),
+                                              builder.icmp_signed(">", cols, i64(8 * j + e)))
+                        with builder.if_then(inside):
+                            value = builder.load(builder.gep(arr.data, [i64(4 * j + 2 * h + e)]))
+                            at = builder.add(base, builder.add(builder.mul(row_pitch, i64(8 * h)), i64(32 * j + 4 * e)))
+                            builder.store(value, builder.inttoptr(at, i32.as_pointer()))
+            return context.get_dummy_value()
+        return types.none(acc, address, pitch, rows_left, cols_left), codegen
+
     def pack(kind):
         @intrinsic
         def op(typingctx, lo, hi):
@@ -470,7 +559,8 @@ def _gpu_intrinsics():
 
     return dict(
         shared_descriptor=shared_descriptor,
-        wgmma_f16=wgmma("f16"), wgmma_bf16=wgmma("bf16"),
+        wgmma_f16=wgmma("f16"), wgmma_bf16=wgmma("bf16"), wgmma_s8=wgmma("s8"),
+        store_accumulators_s32=store_accumulators_s32,
         wgmma_fence=statement("wgmma.fence.sync.aligned;"),
         wgmma_commit=statement("wgmma.commit_group.sync.aligned;"),
         wgmma_wait0=statement("wgmma.wait_group.sync.aligned 0;"),
@@ -502,6 +592,8 @@ if _device.is_simulator():
     shared_descriptor = _sim_descriptor
     wgmma_f16 = _sim_wgmma(bf16=False)
     wgmma_bf16 = _sim_wgmma(bf16=True)
+    wgmma_s8 = _sim_wgmma_s8
+    store_accumulators_s32 = _sim_store_accumulators_s32
     wgmma_fence = wgmma_commit = wgmma_wait0 = wgmma_wait1 = fence_proxy_async = _nothing
     setmaxnreg_producer = setmaxnreg_consumer = _nothing
     mbarrier_init = _sim_mbarrier_init

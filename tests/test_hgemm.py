@@ -431,9 +431,9 @@ def _dynamic_shared_opt_in_works():
     """Does this simulator honour set_max_dynamic_shared_memory (workbench.simulator reads the opt-in)?"""
     if not device.is_simulator():
         return True
-    from numba import cuda, uint8
+    from numba import uint8
 
-    @cuda.jit
+    @cuda.jit  # the module's cuda: a local import would be a closure variable, which the simulator never swaps
     def touch(out):
         smem = cuda.shared.array(0, uint8)
         smem[64 * 1024 - 1] = 1
