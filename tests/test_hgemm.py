@@ -369,6 +369,10 @@ def test_tma_copy_lands_only_when_its_barrier_is_waited_on():
 
     before = cuda.device_array(1024, np.uint8)
     after = cuda.device_array(1024, np.uint8)
+    # The map is cached by the array's id, which a freed array's successor may get: every call registers
+    # the array it was given, so a cached map always reads the live one.
+    _hopper._SIM_TENSORS.clear()
+    assert _hopper.tensor_map(g, 64, 8) is tmap and _hopper._SIM_TENSORS[id(g)] is g
     kernel[1, 1](tmap, before, after)
     assert (before.copy_to_host() == 0xAB).all()
     box = np.zeros((8, 64), np.uint16)
@@ -466,8 +470,8 @@ def test_stage_correct_in_the_simulator_on_odd_shapes(op_name, stage_name):
     vec_size = (17, 24, 168) if stage_name in ("pipeline", "tuned") else (17, 24, 96 if op.dtype != np.float16 else 40)
     if op.name.startswith("hgemm") and stage_name not in ("pipeline", "tuned"):
         vec_size = (17, 24, 40)
-    if stage_name in HOPPER:  # 6 K-steps of 64 (the last partial): the 3- and 4-slot rings wrap
-        vec_size = (17, 264, 328)
+    if stage_name in HOPPER:  # 6 K-steps (the last partial): the 3- and 4-slot rings wrap
+        vec_size = (17, 264, 328) if op.name.startswith("hgemm") else (17, 264, 656)
     for size in (vec_size, (33, 9, 19)):
         result = check_stage(stage, size, np.random.default_rng(5))
         assert result.passed, f"{stage.key} @ {size}: {result.message}"
@@ -643,13 +647,16 @@ import workbench
 from cuda.core import Linker, LinkerOptions
 from numba import cuda
 from numba.cuda import types
-from solutions import hgemm
+from solutions import hgemm, int8_gemm
 from workbench.ptxcheck import as_object_code, parse_assembler_log
 
 u2, b1 = types.Array(types.uint16, 2, "C"), types.Array(types.uint8, 1, "C")
 out = {}
-for (stage, bf16, vec), kernel in [(k[1:], v) for k, v in hgemm._BUILT.items() if k[0] == "hopper" and k[3]]:
-    sig = (u2, u2, u2) + (() if stage == "wgmma" else (b1, b1))
+i2, o2 = types.Array(types.int8, 2, "C"), types.Array(types.int32, 2, "C")
+jobs = [((key[1], key[2]), kernel, (u2, u2, u2) + (() if key[1] == "wgmma" else (b1, b1)))
+        for key, kernel in hgemm._BUILT.items() if key[0] == "hopper" and key[3]]  # key: (hopper, stage, bf16, vec)
+jobs.append((("warp_specialized", "int8"), int8_gemm._wgmma_int8, (i2, i2, o2, b1, b1)))
+for (stage, bf16), kernel, sig in jobs:
     bounds = kernel.targetoptions.get("launch_bounds")
     ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0, "a"), launch_bounds=bounds)
     count = lambda pattern: len(re.findall(pattern, ptx))
@@ -659,7 +666,7 @@ for (stage, bf16, vec), kernel in [(k[1:], v) for k, v in hgemm._BUILT.items() i
                     options=LinkerOptions(arch="sm_90a", verbose=True, link_time_optimization=True))
     linker.link("cubin")
     log = linker.get_info_log() or ""
-    out[f"{stage}{'.bf16' if bf16 else ''}"] = dict(
+    out[f"{stage}{'.' + bf16 if isinstance(bf16, str) else '.bf16' if bf16 else ''}"] = dict(
         target=re.search(r"^\.target (\S+)", ptx, re.M).group(1), wgmma=count(r"wgmma\.mma_async"),
         tma=count(r"cp\.async\.bulk\.tensor"), try_wait=count(r"mbarrier\.try_wait"), setmaxnreg=count(r"setmaxnreg"),
         f64=count(r"\.f64\b"), warnings=sorted(set(re.findall(r"C75\d\d", log))), **parse_assembler_log(log))
@@ -668,14 +675,14 @@ print(json.dumps(out))
 
 
 @pytest.mark.sim_only
-@pytest.mark.slow  # NVVM and nvJitLink on six kernels of 128 accumulators: a minute on two cores
+@pytest.mark.slow  # NVVM and nvJitLink on seven kernels of 128 accumulators: a minute on two cores
 def test_hopper_kernels_compile_for_sm90a_with_their_instructions():
     env = dict(os.environ, WORKBENCH_MODE="compile", NUMBA_ENABLE_CUDASIM="0")
     run = subprocess.run([sys.executable, "-c", _HOPPER_SCRIPT], capture_output=True, text=True, env=env, cwd=ROOT,
                          timeout=1200)
     assert run.returncode == 0, run.stderr[-4000:]
     found = json.loads(run.stdout.strip().splitlines()[-1])
-    assert set(found) == {f"{s}{b}" for s in HOPPER for b in ("", ".bf16")}, found
+    assert set(found) == {f"{s}{b}" for s in HOPPER for b in ("", ".bf16")} | {"warp_specialized.int8"}, found
     for name, r in found.items():
         stage = name.split(".")[0]
         assert r["target"] == "sm_90a", (name, r)
@@ -752,10 +759,10 @@ def test_tf32_with_four_buffers_beats_two():
 @pytest.mark.gpu
 @pytest.mark.timing
 def test_int8_targets():
-    """int8 GEMM best stage >= 40% of torch._int_mm at 8192^3; each stage faster than the one before."""
+    """int8 GEMM best stage (wgmma) >= 75% of torch._int_mm at 8192^3; each stage faster than the one before."""
     from tests.headline import assert_each_stage_faster, headline
 
     _, stages, peer = headline(int8_gemm.op)
     assert_each_stage_faster(stages)
     assert peer is not None, "torch is needed for the comparison with torch._int_mm"
-    assert max(r["gflops"] for r in stages) >= 0.4 * peer["gflops"], (stages, peer)
+    assert max(r["gflops"] for r in stages) >= 0.75 * peer["gflops"], (stages, peer)
