@@ -413,6 +413,18 @@ def test_reading_a_tma_buffer_before_its_barrier_fails_the_check():
     assert not np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3  # stale garbage: wrong, or NaN
 
 
+@pytest.mark.sim_only
+def test_int8_wgmma_takes_its_tma_path_in_the_quick_tier():
+    """int8_gemm's quick size (K = 35) sends its wgmma stage to the mma fallback (TMA needs K % 16 == 0):
+    this checks the Hopper kernel itself, at two K-steps of 128 with a ragged second one."""
+    from workbench.simulator import record_launches
+
+    with record_launches() as launches:
+        result = check_stage(int8_gemm.op["wgmma"], (17, 24, 208), np.random.default_rng(10))
+    assert result.passed, result.message
+    assert {f.__name__ for f, _ in launches} == {"_wgmma_int8"}, launches
+
+
 def test_pack_rounds_half_to_even():
     lo, hi = np.float32(1 + 2**-11), np.float32(1 + 3 * 2**-11)  # ties in fp16: to 1.0 and to 1 + 2^-9
     packed = int(_ptx._sim_pack_f16x2(lo, hi))
