@@ -73,8 +73,8 @@ def mma_c_element(lane, i):
 class _Meeting:
     """One warp-wide instruction: the 32 lanes' operands, and the results the last lane to arrive computes."""
 
-    def __init__(self):
-        self.inputs = [None] * WARP
+    def __init__(self, width=WARP):
+        self.inputs = [None] * width
         self.arrived = 0
         self.outputs = None
         self.error = None
@@ -87,33 +87,43 @@ _COPIES = threading.local()  # this simulated thread's cp.async state
 _WAIT_SECONDS = 300  # a lane that never arrives (a missing .sync.aligned call) ends the wait with an error
 
 
-def _whoami():
-    """(warp key, lane) of the calling simulated thread (one Python thread per CUDA thread). The key holds
-    the simulator's block object where there is one, so a meeting left half full by a failed launch is
-    never joined by a later launch's block with the same index."""
+def block_key():
+    """The calling simulated thread's block: the simulator's block object where there is one, so that
+    state a failed launch left half built is never joined by a later launch's block with the same index."""
     t = threading.current_thread()
-    tid = getattr(t, "thread_id", None)
-    if tid is None:
+    if getattr(t, "thread_id", None) is None:
         raise RuntimeError("a warp-wide instruction was called outside a simulated kernel")
-    block = getattr(t, "sim_block", None) or tuple(t.blockIdx)
-    return (block, tid // WARP), tid % WARP
+    return getattr(t, "sim_block", None) or tuple(t.blockIdx)
+
+
+def _whoami(width=WARP):
+    """(group key, place in the group) of the calling simulated thread (one Python thread per CUDA
+    thread), for groups of ``width`` consecutive threads: a warp (32), a warpgroup (128)."""
+    block = block_key()
+    tid = threading.current_thread().thread_id
+    return (block, width, tid // width), tid % width
 
 
 def _warp_collective(value, combine):
-    """Every lane of the calling warp passes ``value``; ``combine(values of lanes 0..31)`` returns the 32
-    results, of which each lane gets its own. All 32 lanes must call (as .sync.aligned requires).
+    return group_collective(value, combine, WARP)
+
+
+def group_collective(value, combine, width):
+    """Every thread of the calling group of ``width`` threads (a warp, or the warpgroup of wgmma) passes
+    ``value``; ``combine(values of threads 0..width-1)`` returns their results, of which each thread gets
+    its own. All of them must call (as .sync.aligned requires).
 
     One wait per lane: the last lane to arrive takes the meeting out of ``_MEETINGS`` (a lane that goes
     straight on to its next instruction starts a new one and overwrites nothing a slower lane still
     reads), computes every lane's result and wakes the others."""
-    key, lane = _whoami()
+    key, lane = _whoami(width)
     with _MEETINGS_LOCK:
         meeting = _MEETINGS.get(key)
         if meeting is None:
-            meeting = _MEETINGS[key] = _Meeting()
+            meeting = _MEETINGS[key] = _Meeting(width)
         meeting.inputs[lane] = value
         meeting.arrived += 1
-        last = meeting.arrived == WARP
+        last = meeting.arrived == width
         if last:
             del _MEETINGS[key]
     if last:
@@ -125,8 +135,8 @@ def _warp_collective(value, combine):
         finally:
             meeting.done.set()
     elif not meeting.done.wait(_WAIT_SECONDS):
-        raise RuntimeError(f"lane {lane}: the other lanes of its warp did not all reach this warp-wide "
-                           f"instruction within {_WAIT_SECONDS} s (all 32 lanes must call it)")
+        raise RuntimeError(f"lane {lane}: the other threads of its group did not all reach this {width}-thread "
+                           f"instruction within {_WAIT_SECONDS} s (all {width} must call it)")
     if meeting.error is not None:
         raise RuntimeError(f"lane {lane}: the warp-wide instruction failed in another lane") from meeting.error
     return meeting.outputs[lane]

@@ -32,20 +32,28 @@ The ladder, and what each rung changes:
 6. ``tuned``: a 128x256 block tile of 8 warps, each 64x64 (4x8 mma tiles), K-step 64, three stages in 144 KiB:
    each fragment loaded from shared memory feeds twice the mma of stage 5's 64x32 warp tiles.
 
-Why not ``wgmma`` and TMA, what cuBLAS runs on Hopper? ``wgmma.mma_async`` is a warpgroup-wide (128
-threads), asynchronous instruction that reads its B operand (and optionally A) straight from shared
-memory through a 64-bit *matrix descriptor*, and TMA copies whole tiles with one thread through a
-*tensor map* built on the host (``cuTensorMapEncodeTiled``) and a shared-memory ``mbarrier``. From
-numba, the C++ side could issue the instructions, but the kernel around them cannot be written:
-numba cannot pass a 128-byte ``CUtensorMap`` as a ``__grid_constant__`` kernel parameter, cannot
-launch thread-block clusters, cannot declare the ``setmaxnreg`` register split between producer and
-consumer warpgroups, and its accumulators live in a local array that must stay in registers across
-the asynchronous wgmma (``wgmma.fence``/``commit_group``/``wait_group``) — without control of the
-register allocation that would spill. ``mma.sync`` is Ampere's synchronous warp-level instruction,
-which Hopper still runs, at about half of its tensor-core peak per SM: each warp waits for its own
-product, operands go through registers, and ldmatrix must feed them. That is the cost: the best
-mma.sync kernels reach about 60-70% of cuBLAS fp16 on an H100/H200 (cuBLAS 661 TFLOP/s on our
-H200); this ladder aims at 50-60%.
+That is where Ampere's instruction stops: ``mma.sync`` is a synchronous warp-level instruction that
+Hopper still runs, at about half of its tensor-core peak per SM (each warp waits for its own product,
+operands go through registers, ldmatrix must feed them). On the H200 stage 6 reached 315 TFLOP/s
+against cuBLAS's 680. The last three stages use the instructions cuBLAS uses on Hopper (sm_90a),
+each a numba intrinsic of one inline-assembly instruction (``solutions/_hopper.py``), so the kernels
+stay Python:
+
+7. ``wgmma``: a warpgroup (4 warps) issues ``wgmma.mma_async`` m64n256k16, reading A and B straight
+   from shared memory through matrix descriptors; tiles in the 128-byte swizzle (drawn above the
+   Hopper stages' code), still loaded by cp.async.
+8. ``tma``: one thread copies whole tiles with ``cp.async.bulk.tensor`` through tensor maps the host
+   builds (``cuTensorMapEncodeTiled``) into a buffer the kernel reads; the copies complete on
+   ``mbarrier``s in shared memory, four stages deep.
+9. ``warp_specialized``: a producer warpgroup keeps the ring full while two consumer warpgroups only
+   multiply, coupled by "full" and "empty" mbarriers, with ``setmaxnreg`` moving registers from the
+   producer to the consumers (the design of cuBLAS's, CUTLASS's and FlashAttention-3's Hopper kernels).
+
+None of it needs what numba lacks: a tensor map need not be a ``__grid_constant__`` parameter
+(``cp.async.bulk.tensor`` takes its address in global memory), the accumulators are a local array
+whose constant indices keep it in registers across the asynchronous wgmma (the intrinsic passes its
+128 values as tied inline-asm operands), and numba compiles for ``sm_90a`` on a Hopper GPU.
+Thread-block clusters with TMA multicast (cuBLAS's next step) are not used.
 """
 
 from dataclasses import dataclass
@@ -61,6 +69,12 @@ from workbench.targets import against_peer
 
 from solutions._ptx import (cp_async_chunk16, cp_async_commit, cp_async_wait_pending, ldmatrix_x4,
                             ldmatrix_x4_trans, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2)
+from solutions._hopper import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
+                               mbarrier_wait, setmaxnreg_consumer, setmaxnreg_producer, shared_descriptor,
+                               store_accumulators_bf16, store_accumulators_f16, tensor_map, tile_of_block, tile_pad,
+                               tma_load_2d, tma_ok,
+                               wgmma_bf16, wgmma_commit, wgmma_f16, wgmma_fence, wgmma_wait0, wgmma_wait1,
+                               zero_accumulators)
 from solutions._tile_layout import aligned, chunk_offset
 
 try:
@@ -778,3 +792,388 @@ def stage_kernels(name):
 # The kernels every stage launches, by stage name, and the stages past 48 KiB of shared memory.
 KERNELS = {"cuda_core": {None: _cuda_core}, **{name: stage_kernels(name) for name in TENSOR_CORE_STAGES}}
 DYNAMIC_BYTES = {name: g.smem_bytes for name, (g, _, _) in TENSOR_CORE_STAGES.items() if g.smem_bytes > STATIC_LIMIT}
+
+
+# == the Hopper stages (sm_90a) =========================================================================
+#
+# wgmma.mma_async is issued by a *warpgroup*, 4 consecutive warps (128 threads), and multiplies a 64 x 16
+# tile of A by a 16 x N tile of B (here N = 256) into 64 x 256 float32 accumulators spread over the 128
+# threads (128 a thread, solutions/_hopper.py's accumulator_place). It reads both operands straight from
+# shared memory through 64-bit *matrix descriptors* (start address, two byte strides, a swizzle mode): no
+# ldmatrix, no fragments in registers. It is asynchronous: wgmma_commit closes a group of them and
+# wgmma_wait0/1 waits until at most 0/1 groups are still running.
+#
+# The descriptor's swizzle mode must match how the tile was written. The 128-byte swizzle, the one used
+# here, treats the tile as rows of 128 bytes (8 chunks of 16 bytes) and 8 rows as one 1024-byte atom;
+# in row r of an atom, logical chunk c is stored at chunk c XOR r:
+#
+#     row 0:  0 1 2 3 4 5 6 7        An 8-row column of chunks (what one k-slice of a wgmma, or one
+#     row 1:  1 0 3 2 5 4 7 6        ldmatrix phase, reads) lands in 8 different 16-byte bank groups:
+#     row 2:  2 3 0 1 6 7 4 5        no bank conflicts, no padding. The 64- and 32-byte modes do the
+#     row 3:  3 2 1 0 7 6 5 4        same within 64- or 32-byte rows (XOR with r / 2 or r / 4), for
+#     row 4:  4 5 6 7 0 1 2 3        tiles whose rows are that short; mode 0 (none) wants 8 x 16-byte
+#     row 5:  5 4 7 6 1 0 3 2        "core matrices" laid out by the two strides.
+#     row 6:  6 7 4 5 2 3 0 1
+#     row 7:  7 6 5 4 3 2 1 0
+#
+# The hardware applies it to address bits (bits 4-6 XOR bits 7-9), so tiles start on 1024-byte boundaries.
+# A's tile (BM rows x 64 k, K-major) is exactly that: 128-byte rows, 8-row atoms 1024 bytes apart (the
+# descriptor's stride offset); a k16 slice starts 32 bytes further along the row. B is row-major (K x N):
+# its rows are n, so it is stored *MN-major* in column blocks of 64 n (128 bytes) x 64 k, 8 KiB each,
+# and read with the transpose flag: 8-k atoms 1024 bytes apart (stride offset), the next 64 columns 8 KiB
+# further (leading offset), a k16 slice 16 rows (2048 bytes) further. The copy engine (TMA) writes
+# exactly this layout when its tensor map says SWIZZLE_128B and its box is 64 elements wide.
+
+HBM, HBN, HBK = 128, 256, 64  # block tile and K-step of every Hopper stage: one 64 x 256 warpgroup tile per 64 rows
+A_TILE = HBM * HBK * 2  # 16 KiB
+B_BLOCK = HBK * 64 * 2  # one 64 k x 64 n column block of B: 8 KiB
+HSTEP = A_TILE + (HBN // 64) * B_BLOCK  # one K-step's tiles: 48 KiB
+HRASTER = 8  # the tile rows one group of blocks walks together (block_tile), as in stage 6
+
+
+@cuda.jit(device=True, forceinline=True)
+def _swizzled(offset):
+    """The 128-byte swizzle of a byte offset from a 1024-byte boundary (the table above)."""
+    return offset ^ (((offset >> 7) & 7) << 4)
+
+
+@cuda.jit(device=True, forceinline=True)
+def _wgmma_k_step(acc, a_tile, b_tile, wg, bf16):
+    """One K-step (64) of a warpgroup's 64 x 256 tile: 4 wgmma of k16, issued as one group. a_tile and
+    b_tile are the generic addresses of the step's A and B tiles; warpgroup wg reads A's rows 64 wg.."""
+    wgmma_fence()  # the accumulators were last written by other instructions (zeroing, the last wait)
+    for s in range(HBK // 16):
+        desc_a = shared_descriptor(a_tile + uint64(64 * 128 * wg + 32 * s), 16, 1024)
+        desc_b = shared_descriptor(b_tile + uint64(16 * 128 * s), B_BLOCK, 1024)
+        if bf16:
+            wgmma_bf16(acc, desc_a, desc_b)
+        else:
+            wgmma_f16(acc, desc_a, desc_b)
+    wgmma_commit()
+
+
+@cuda.jit(device=True, forceinline=True)
+def _store_warpgroup(out, acc, row0, col0, thread, bf16):
+    """A warpgroup's 64 x 256 accumulators to out (rows row0.., columns col0..), rounded to the half type,
+    masked at the edges. Accumulators 4j..4j+3 of a thread are mma.sync's C fragment of columns 8j..8j+7
+    (rows g and g + 8, columns 2q, 2q + 1): each column pair leaves as one 32-bit store when N is even.
+    One intrinsic writes all 128 (store_accumulators): a loop here would index acc at run time, and
+    that alone would move the accumulators from registers to local memory for the whole kernel."""
+    M, N = out.shape
+    lane = thread % 32
+    row = row0 + 16 * (thread // 32) + lane // 4
+    col = col0 + 2 * (lane % 4)
+    at = out.ctypes.data + uint64((row * N + col) * 2)  # (row, col) itself may lie outside: masked
+    pairs = N % 2 == 0 and out.ctypes.data % uint64(4) == 0
+    if bf16:
+        store_accumulators_bf16(acc, at, 2 * N, M - row, N - col, pairs)
+    else:
+        store_accumulators_f16(acc, at, 2 * N, M - row, N - col, pairs)
+
+
+@cuda.jit(device=True, forceinline=True)
+def _copy_k_step(A, B, smem, at, row0, col0, k0, t, vec):
+    """Start copying K-step k0's tiles into the 48 KiB at byte offset ``at`` of smem (1024-aligned), in the
+    128B-swizzled layouts the descriptors declare: A's 128 x 64 tile, then B's 64 x 256 as 4 column blocks.
+    vec: cp.async, 16 bytes a copy, zero-filled outside; otherwise plain 16-bit loads and stores."""
+    M, K = A.shape
+    N = B.shape[1]
+    base = smem.ctypes.data + uint64(at)
+    if vec:
+        for j in range(HBM * 8 // 256):  # A: 128 rows of 8 chunks, 4 a thread
+            c = t + 256 * j
+            r = c // 8
+            kc = c % 8
+            inside = row0 + r < M and k0 + 8 * kc < K
+            src = A.ctypes.data + uint64(((row0 + r) * K + k0 + 8 * kc) * 2) if inside else A.ctypes.data
+            cp_async_chunk16(base + uint64(_swizzled(128 * r + 16 * kc)), src, 16 if inside else 0)
+        for j in range(HBK * 32 // 256):  # B: 64 k-rows of 32 chunks, 8 a thread
+            c = t + 256 * j
+            k = c // 32
+            nc = c % 32
+            inside = k0 + k < K and col0 + 8 * nc < N
+            src = B.ctypes.data + uint64(((k0 + k) * N + col0 + 8 * nc) * 2) if inside else B.ctypes.data
+            dst = A_TILE + (nc // 8) * B_BLOCK + _swizzled(128 * k + 16 * (nc % 8))
+            cp_async_chunk16(base + uint64(dst), src, 16 if inside else 0)
+    else:
+        for j in range(HBM * HBK // 256):
+            e = t + 256 * j
+            r = e // HBK
+            k = e % HBK
+            v = A[row0 + r, k0 + k] if row0 + r < M and k0 + k < K else uint16(0)
+            smem[(at + _swizzled(128 * r + 2 * k)) // 2] = v
+        for j in range(HBK * HBN // 256):
+            e = t + 256 * j
+            k = e // HBN
+            n = e % HBN
+            v = B[k0 + k, col0 + n] if k0 + k < K and col0 + n < N else uint16(0)
+            smem[(at + A_TILE + (n // 64) * B_BLOCK + _swizzled(128 * k + 2 * (n % 64))) // 2] = v
+
+
+WGMMA_STAGES = 3  # cp.async ring depth of stage 7: 3 x 48 KiB
+
+
+def _wgmma_kernel_source(bf16, vec):
+    """Stage 7's kernel: 2 warpgroups (256 threads), a 128 x 256 block tile, tiles by cp.async."""
+    BF16, VEC, STAGES = bool(bf16), bool(vec), WGMMA_STAGES
+
+    def kernel(A, B, out):
+        smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
+        acc = cuda.local.array(128, float32)
+        t = cuda.threadIdx.x
+        wg = t // 128
+        M, K = A.shape
+        N = B.shape[1]
+        tile_row, tile_col = tile_of_block((M + HBM - 1) // HBM, (N + HBN - 1) // HBN, HRASTER)
+        row0 = tile_row * HBM
+        col0 = tile_col * HBN
+        pad = tile_pad(smem)
+        tiles = smem.ctypes.data + uint64(pad)
+        zero_accumulators(acc)
+        steps = (K + HBK - 1) // HBK
+        for s in range(STAGES - 1):
+            if s < steps:
+                _copy_k_step(A, B, smem, pad + s * HSTEP, row0, col0, s * HBK, t, VEC)
+            cp_async_commit()
+        for kt in range(steps):
+            cp_async_wait_pending(STAGES - 2)
+            # cp.async and plain stores write through the generic proxy; wgmma reads through the async
+            # proxy: each writing thread fences before the barrier, or the tensor cores may read old bytes.
+            fence_proxy_async()
+            cuda.syncthreads()
+            ahead = kt + STAGES - 1
+            if ahead < steps:
+                _copy_k_step(A, B, smem, pad + (ahead % STAGES) * HSTEP, row0, col0, ahead * HBK, t, VEC)
+            cp_async_commit()
+            at = tiles + uint64((kt % STAGES) * HSTEP)
+            _wgmma_k_step(acc, at, at + uint64(A_TILE), wg, BF16)
+            wgmma_wait0()  # this step's products are done: next iteration's barrier frees its buffer
+        _store_warpgroup(out, acc, row0 + 64 * wg, col0, t % 128, BF16)
+    return kernel
+
+
+@cuda.jit(device=True, forceinline=True)
+def _tma_k_step(map_a, map_b, tiles, bar, row0, col0, k0):
+    """One thread starts K-step k0's copies: A's 128 x 64 box and B's four 64 x 64 boxes, all completing on
+    the mbarrier at ``bar``, which is first told to expect their 48 KiB (boxes past the edges count whole:
+    the copy engine writes their zeros too)."""
+    mbarrier_arrive_expect_tx(bar, HSTEP)
+    tma_load_2d(tiles, map_a, k0, row0, bar)
+    for nb in range(HBN // 64):
+        tma_load_2d(tiles + uint64(A_TILE + nb * B_BLOCK), map_b, col0 + 64 * nb, k0, bar)
+
+
+TMA_STAGES = 4  # 4 x 48 KiB in flight
+
+
+def _tma_kernel_source(bf16):
+    """Stage 8's kernel: stage 7 with its tiles copied by the copy engine, on mbarriers."""
+    BF16, STAGES = bool(bf16), TMA_STAGES
+
+    def kernel(A, B, out, map_a, map_b):
+        smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
+        acc = cuda.local.array(128, float32)
+        t = cuda.threadIdx.x
+        wg = t // 128
+        M, K = A.shape
+        N = B.shape[1]
+        tile_row, tile_col = tile_of_block((M + HBM - 1) // HBM, (N + HBN - 1) // HBN, HRASTER)
+        row0 = tile_row * HBM
+        col0 = tile_col * HBN
+        tiles = smem.ctypes.data + uint64(tile_pad(smem))
+        full = tiles + uint64(STAGES * HSTEP)  # STAGES mbarriers of 8 bytes after the tiles
+        a_map = map_a.ctypes.data
+        b_map = map_b.ctypes.data
+        steps = (K + HBK - 1) // HBK
+        if t == 0:
+            for s in range(STAGES):
+                mbarrier_init(full + uint64(8 * s), 1)  # one arrival (the expect_tx) per phase
+            fence_proxy_async()  # the copy engine must see the initialised barriers
+        zero_accumulators(acc)
+        cuda.syncthreads()
+        if t == 0:
+            for s in range(STAGES - 1):
+                if s < steps:
+                    _tma_k_step(a_map, b_map, tiles + uint64(s * HSTEP), full + uint64(8 * s), row0, col0, s * HBK)
+        for kt in range(steps):
+            ahead = kt + STAGES - 1
+            if kt > 0:
+                cuda.syncthreads()  # both warpgroups finished step kt - 1: its buffer is free
+            if t == 0 and ahead < steps:
+                slot = ahead % STAGES
+                _tma_k_step(a_map, b_map, tiles + uint64(slot * HSTEP), full + uint64(8 * slot), row0, col0,
+                            ahead * HBK)
+            slot = kt % STAGES
+            mbarrier_wait(full + uint64(8 * slot), (kt // STAGES) % 2)  # the slot's (kt // STAGES)-th fill
+            at = tiles + uint64(slot * HSTEP)
+            _wgmma_k_step(acc, at, at + uint64(A_TILE), wg, BF16)
+            wgmma_wait0()
+        _store_warpgroup(out, acc, row0 + 64 * wg, col0, t % 128, BF16)
+    return kernel
+
+
+WS_STAGES = 4
+
+
+def _warp_specialized_kernel_source(bf16):
+    """Stage 9's kernel: warpgroup 0 copies (one thread issues TMA), warpgroups 1 and 2 multiply."""
+    BF16, STAGES = bool(bf16), WS_STAGES
+
+    def kernel(A, B, out, map_a, map_b):
+        smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
+        acc = cuda.local.array(128, float32)
+        t = cuda.threadIdx.x
+        wg = t // 128
+        M, K = A.shape
+        N = B.shape[1]
+        tile_row, tile_col = tile_of_block((M + HBM - 1) // HBM, (N + HBN - 1) // HBN, HRASTER)
+        row0 = tile_row * HBM
+        col0 = tile_col * HBN
+        tiles = smem.ctypes.data + uint64(tile_pad(smem))
+        full = tiles + uint64(STAGES * HSTEP)  # "slot s holds its tiles": the copy engine completes it
+        empty = full + uint64(8 * STAGES)  # "slot s may be refilled": each consumer warpgroup arrives once
+        # At least one K-step (K = 0 multiplies one box of zeros): with a path that skips the loop, the
+        # accumulators would reach the final wgmma_wait0 from two places, and ptxas answers that by
+        # serialising every wgmma of the kernel (warning C7515), losing the overlap wgmma_wait1 buys.
+        steps = max((K + HBK - 1) // HBK, 1)
+        if t == 0:
+            for s in range(STAGES):
+                mbarrier_init(full + uint64(8 * s), 1)
+                mbarrier_init(empty + uint64(8 * s), 2)
+            fence_proxy_async()
+        cuda.syncthreads()
+        if wg == 0:  # the producer: gives registers away, one thread issues every copy
+            setmaxnreg_producer()
+            if t == 0:
+                a_map = map_a.ctypes.data
+                b_map = map_b.ctypes.data
+                for kt in range(steps):
+                    slot = kt % STAGES
+                    if kt >= STAGES:  # wait until both consumers released the slot's previous fill
+                        mbarrier_wait(empty + uint64(8 * slot), (kt // STAGES - 1) % 2)
+                    _tma_k_step(a_map, b_map, tiles + uint64(slot * HSTEP), full + uint64(8 * slot), row0, col0,
+                                kt * HBK)
+        else:  # the consumers: take the registers, multiply, release each slot as soon as it is read
+            setmaxnreg_consumer()
+            zero_accumulators(acc)
+            for kt in range(steps):
+                slot = kt % STAGES
+                mbarrier_wait(full + uint64(8 * slot), (kt // STAGES) % 2)
+                at = tiles + uint64(slot * HSTEP)
+                _wgmma_k_step(acc, at, at + uint64(A_TILE), wg - 1, BF16)
+                wgmma_wait1()  # this step's group may still run; the previous step's is done
+                if kt > 0 and t % 128 == 0:
+                    mbarrier_arrive(empty + uint64(8 * ((kt - 1) % STAGES)))
+            wgmma_wait0()
+            _store_warpgroup(out, acc, row0 + 64 * (wg - 1), col0, t % 128, BF16)
+    return kernel
+
+
+HOPPER_SOURCES = {"wgmma": (_wgmma_kernel_source, 256, WGMMA_STAGES), "tma": (_tma_kernel_source, 256, TMA_STAGES),
+                  "warp_specialized": (_warp_specialized_kernel_source, 384, WS_STAGES)}
+
+
+def hopper_smem_bytes(stage):
+    """Dynamic shared memory of a Hopper stage: its ring, 1 KiB to align the tiles, two mbarriers a slot."""
+    stages = HOPPER_SOURCES[stage][2]
+    return stages * HSTEP + 1024 + 16 * stages
+
+
+def build_hopper_kernel(stage, bf16, vec=True):
+    """The kernel of Hopper stage ``stage`` for (bf16?, cp.async path?), made once, named for `workbench ptx`."""
+    key = ("hopper", stage, bool(bf16), bool(vec))
+    if key in _BUILT:
+        return _BUILT[key]
+    source, threads, _ = HOPPER_SOURCES[stage]
+    kernel = source(bf16, vec) if stage == "wgmma" else source(bf16)
+    name = f"_{stage}_{'bf16' if bf16 else 'f16'}" + ("" if stage != "wgmma" else ("_vec" if vec else "_scalar"))
+    kernel.__name__ = kernel.__qualname__ = name
+    compiled = cuda.jit(**_gpu_options(launch_bounds=(threads, 1)))(kernel)
+    globals()[name] = _BUILT[key] = compiled
+    return compiled
+
+
+def launch_hopper(stage, A, B, out):
+    """Run Hopper stage ``stage`` on half arrays. The TMA stages need rows of a multiple of 16 bytes (K and
+    N multiples of 8) and 16-byte aligned arrays; other shapes run stage 7's cp.async kernel."""
+    bf16 = _is_bf16(A)
+    A, B, out = _bits(A), _bits(B), _bits(out)
+    M, N = out.shape
+    if stage != "wgmma" and not tma_ok(A, B):
+        stage = "wgmma"
+    kernel = build_hopper_kernel(stage, bf16, _vec_ok(A, B))
+    nbytes = hopper_smem_bytes(stage)
+    args = (A, B, out)
+    if stage != "wgmma":
+        args += (tensor_map(A, HBK, HBM), tensor_map(B, 64, HBK))
+    set_max_dynamic_shared_memory(kernel, args, nbytes)
+    blocks = blocks_for(M, HBM) * blocks_for(N, HBN)
+    kernel[blocks, HOPPER_SOURCES[stage][1], 0, nbytes](*args)
+
+
+# -- 7. wgmma ------------------------------------------------------------------------------------------
+
+@_stage("wgmma", """
+    Hopper's own tensor-core instruction. wgmma.mma_async is issued by a warpgroup (4 warps, 128
+    threads) and computes a 64x256x16 product, 64 times the work of one mma.sync, with both operands read
+    straight from shared memory through matrix descriptors: no ldmatrix, no fragment registers, and the
+    warp does not wait for its product (wgmma_commit, then wgmma_wait when the result is needed). Two
+    warpgroups share a 128x256 block tile, each holding 64x256 float32 accumulators (128 registers a
+    thread). The tiles still arrive by cp.async (three 48 KiB stages), written in the 128-byte swizzle
+    the descriptors declare (the comment above the Hopper stages draws it): in row r of each 1024-byte
+    atom, 16-byte chunk c sits at c XOR r, so the 8 rows a k-slice reads hit 8 different bank groups.
+    Because the tensor cores read shared memory through the async proxy, each thread fences
+    (fence.proxy.async) its own writes before the barrier. The instructions are numba intrinsics
+    (solutions/_hopper.py): each one llvmlite inline assembly, compiled for sm_90a. The 128
+    accumulators must stay in registers: they are only ever indexed by constants (zeroed and stored by
+    intrinsics too; one loop over them would move the array to local memory), and leave as column pairs,
+    one 32-bit store each. At 8192^3 fp16 on the H200: 2638 us, 417 TFLOP/s, 0.63x cuBLAS (stage 6:
+    315). What holds it back is the copying: every thread computes cp.async addresses, and each K-step
+    waits for its copies, a block-wide barrier and its own products (wgmma_wait0) before the next
+    copies are issued.""")
+def wgmma(A, B, out):
+    launch_hopper("wgmma", A, B, out)
+
+
+# -- 8. TMA ----------------------------------------------------------------------------------------------
+
+@_stage("tma", """
+    The copies move to the copy engine. One thread issues cp.async.bulk.tensor for a whole 128x64 box
+    of A and four 64x64 boxes of B per K-step, described by tensor maps the host builds once per buffer
+    (cuTensorMapEncodeTiled: base address, shape, strides, box, 128-byte swizzle) and the kernel reads
+    from global memory; the engine computes every address, zero-fills boxes past the matrix edges, and
+    writes the swizzled layout itself. Completion is counted on an mbarrier in shared memory: the
+    issuing thread tells it to expect 48 KiB (arrive.expect_tx), the copies count their bytes off, and
+    the phase flips when both reach zero; the warpgroups wait on its parity (try_wait.parity), which
+    alternates with each refill of the slot. 255 of 256 threads issue no copy instructions and no
+    address arithmetic, and four stages (192 KiB) are in flight. K and N must be multiples of 8 (rows
+    of 16-byte multiples, the engine's rule); other shapes run stage 7's kernel. At 8192^3: fp16 1967
+    us, 559 TFLOP/s, 0.81x cuBLAS, a third faster than stage 7; bf16 1897 us, 580 TFLOP/s, 0.83x.""")
+def tma(A, B, out):
+    launch_hopper("tma", A, B, out)
+
+
+# -- 9. warp specialisation ------------------------------------------------------------------------------
+
+@_stage("warp_specialized", """
+    Stage 8 still stops both warpgroups at a block-wide barrier every K-step before a slot can be
+    refilled. Here a third warpgroup, the producer, does nothing but keep the ring full: one of its
+    threads waits on a slot's "empty" mbarrier, then issues its TMA copies onto the slot's "full" one.
+    The two consumer warpgroups wait only on "full", issue their wgmma, and with wgmma_wait1 keep one
+    group of products running while they release the previous slot (one arrive each on its "empty"
+    barrier). No barrier couples the warpgroups; copies and products overlap completely. setmaxnreg
+    moves registers between roles: the producer drops to 40 a thread and the consumers rise to 232, room
+    for their 128 accumulators, which a uniform 168 (65536 over 384 threads) would squeeze. This is the
+    structure of cuBLAS's and FlashAttention-3's Hopper kernels (and ThunderKittens'). Two things
+    would silently undo the overlap, and ptxas says so only in its log: any call in the kernel (a
+    64-bit division by a run-time number is one: the tile walk divides in 32 bits) makes it serialise
+    every wgmma, and so does a path on which the accumulators reach the final wait without passing
+    through the loop (so there is always at least one K-step). At 8192^3 on the H200: fp16 1700 us,
+    647 TFLOP/s, 0.94x cuBLAS; bf16 1618 us, 679 TFLOP/s, 0.93x.""")
+def warp_specialized(A, B, out):
+    launch_hopper("warp_specialized", A, B, out)
+
+
+KERNELS.update({name: {(bf16, vec): build_hopper_kernel(name, bf16, vec) for bf16 in (False, True)
+                       for vec in ((True, False) if name == "wgmma" else (True,))} for name in HOPPER_SOURCES})
+DYNAMIC_BYTES.update({name: hopper_smem_bytes(name) for name in HOPPER_SOURCES})

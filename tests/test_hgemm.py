@@ -28,17 +28,19 @@ import numpy as np
 import pytest
 
 import workbench  # noqa: F401  (chooses GPU or simulator before numba is imported)
+from numba import cuda  # a module global: the simulator swaps it in kernels' globals, not in closures
 from workbench import device
 from workbench.check import check_stage
 from workbench.ladder import InputError
 from workbench.shared_memory import SM90_OPTIN_LIMIT, SharedMemoryError, set_max_dynamic_shared_memory
 
-from solutions import _ptx, _tile_layout, hgemm, int8_gemm
+from solutions import _hopper, _ptx, _tile_layout, hgemm, int8_gemm
 from tests.test_ladders import SPILL_BUDGET, SPILL_EXPECTED
 
 ROOT = Path(__file__).resolve().parent.parent
 OPS = {o.name: o for o in [*hgemm.OPERATORS, *int8_gemm.OPERATORS]}
 TENSOR_CORE = {"mma", "ldmatrix", "swizzle", "pipeline", "tuned"}
+HOPPER = {"wgmma", "tma", "warp_specialized"}  # sm_90a: wgmma, TMA, mbarrier, setmaxnreg (solutions/_hopper.py)
 
 
 # -- 1. fragment layouts, in NumPy ------------------------------------------------------------------------
@@ -248,6 +250,181 @@ def test_cp_async_emulation_lands_only_when_waited_for():
     assert (dst[16:20] == src[:4]).all() and not dst[20:].any()
 
 
+# -- the Hopper stages' emulations (solutions/_hopper.py) ------------------------------------------------
+
+def test_wgmma_descriptors_read_what_the_kernels_write():
+    """The addresses the emulated wgmma reads through the stage's descriptors (A K-major, stride 1024; B
+    MN-major, leading 8 KiB, stride 1024; one k16 slice per descriptor) are, element by element, where
+    hgemm._copy_k_step writes A[r, k] and B[k, n] of a 128x64 / 64x256 K-step (tile base 0, swizzled):
+    each element once, so a wrong stride, slice offset or swizzle in either would show here."""
+    swz = np.vectorize(hgemm._swizzled)
+    read = {}
+    for wg in range(2):
+        for s in range(4):
+            desc = _hopper._sim_descriptor(64 * 128 * wg + 32 * s, 16, 1024)
+            rows, ks = np.meshgrid(np.arange(64), np.arange(16), indexing="ij")
+            got = swz(_hopper.a_tile_addresses(desc))
+            want = swz(128 * (64 * wg + rows) + 2 * (16 * s + ks))  # _copy_k_step's A offset of (r, k)
+            assert (got == want).all(), (wg, s)
+            read.update({int(a): ("A", wg, s) for a in got.ravel()})
+    assert len(read) == hgemm.HBM * hgemm.HBK  # every element of A's tile, once
+    b_read = set()
+    for s in range(4):
+        got = swz(_hopper.b_tile_addresses(_hopper._sim_descriptor(2048 * s, hgemm.B_BLOCK, 1024)))
+        ks, ns = np.meshgrid(16 * s + np.arange(16), np.arange(256), indexing="ij")
+        want = (ns // 64) * hgemm.B_BLOCK + swz(128 * ks + 2 * (ns % 64))  # _copy_k_step's B offset of (k, n)
+        assert (got == want).all(), s
+        b_read.update(int(a) for a in got.ravel())
+    assert len(b_read) == hgemm.HBK * hgemm.HBN
+
+
+def test_accumulator_places_cover_the_warpgroup_tile_once():
+    places = {_hopper.accumulator_place(t, i) for t in range(128) for i in range(128)}
+    assert places == {(r, c) for r in range(64) for c in range(256)}
+
+
+def _run_emulated_wgmma(stride_bytes):
+    """One warpgroup's emulated m64n256k16 from 128B-swizzled tiles in (simulated) shared memory:
+    (A 64x16, B 16x256, the 64x256 result)."""
+    from numba import float32, uint8, uint64
+
+    rng = np.random.default_rng(7)
+    A = rng.uniform(-1, 1, (64, 16)).astype(np.float16)
+    B = rng.uniform(-1, 1, (16, 256)).astype(np.float16)
+    a_bytes = np.zeros(8192, np.uint8)  # the tiles as the kernels lay them out (tile base 1024-aligned)
+    b_bytes = np.zeros(4 * 8192, np.uint8)
+    for r in range(64):
+        for k in range(16):
+            at = _hopper.swizzle_128b(128 * r + 2 * k)
+            a_bytes[at:at + 2] = A[r, k:k + 1].view(np.uint8)
+    for k in range(16):
+        for n in range(256):
+            at = (n // 64) * 8192 + _hopper.swizzle_128b(128 * k + 2 * (n % 64))
+            b_bytes[at:at + 2] = B[k, n:n + 1].view(np.uint8)
+
+    @cuda.jit
+    def kernel(a_src, b_src, out):
+        smem = cuda.shared.array(8192 + 4 * 8192 + 1024, uint8)
+        t = cuda.threadIdx.x
+        pad = int(((smem.ctypes.data + uint64(1023)) & ~uint64(1023)) - smem.ctypes.data)
+        for i in range(t, 8192, 128):
+            smem[pad + i] = a_src[i]
+        for i in range(t, 4 * 8192, 128):
+            smem[pad + 8192 + i] = b_src[i]
+        cuda.syncthreads()
+        acc = cuda.local.array(128, float32)
+        for i in range(128):
+            acc[i] = 0
+        base = smem.ctypes.data + uint64(pad)
+        _hopper.wgmma_f16(acc, _hopper.shared_descriptor(base, 16, stride_bytes),
+                          _hopper.shared_descriptor(base + uint64(8192), 8192, 1024))
+        for i in range(128):
+            out[t, i] = acc[i]
+
+    out = cuda.device_array((128, 128), np.float32)
+    kernel[1, 128](cuda.to_device(a_bytes), cuda.to_device(b_bytes), out)
+    D = np.zeros((64, 256), np.float32)
+    D[_hopper._ACC_ROWS, _hopper._ACC_COLS] = out.copy_to_host()
+    return A, B, D
+
+
+@pytest.mark.sim_only
+def test_emulated_wgmma_is_the_product_of_the_tiles_its_descriptors_describe():
+    A, B, D = _run_emulated_wgmma(stride_bytes=1024)
+    want = A.astype(np.float64) @ B.astype(np.float64)
+    assert np.abs(D - want).max() < 1e-5
+    _, _, wrong = _run_emulated_wgmma(stride_bytes=2048)  # 8-row groups read from the wrong place
+    assert np.abs(wrong - want).max() > 0.1
+
+
+@pytest.mark.sim_only
+def test_tma_copy_lands_only_when_its_barrier_is_waited_on():
+    """A box copied by the emulated TMA: invisible (stale bytes) before a thread waits on the barrier,
+    then swizzled in place and zero past the tensor's edges. A fresh barrier counts the phase 'before'
+    phase 0 as complete: waiting on parity 1 returns at once, as on the GPU."""
+    from numba import uint8, uint64
+
+    rows, cols = 13, 40  # the 8 x 64 box at row 8 hangs over both edges
+    G = np.random.default_rng(8).integers(1, 2**16, (rows, cols)).astype(np.uint16)
+    g = cuda.to_device(G)
+    tmap = _hopper.tensor_map(g, 64, 8)
+
+    @cuda.jit
+    def kernel(tensor_map, before, after):
+        smem = cuda.shared.array(1024 + 1024 + 8, uint8)
+        pad = int(((smem.ctypes.data + uint64(1023)) & ~uint64(1023)) - smem.ctypes.data)
+        for i in range(1024):
+            smem[pad + i] = 0xAB
+        base = smem.ctypes.data + uint64(pad)
+        bar = base + uint64(1024)
+        _hopper.mbarrier_init(bar, 1)
+        _hopper.mbarrier_wait(bar, 1)
+        _hopper.mbarrier_arrive_expect_tx(bar, 1024)
+        _hopper.tma_load_2d(base, tensor_map.ctypes.data, 0, 8, bar)
+        for i in range(1024):
+            before[i] = smem[pad + i]
+        _hopper.mbarrier_wait(bar, 0)
+        for i in range(1024):
+            after[i] = smem[pad + i]
+
+    before = cuda.device_array(1024, np.uint8)
+    after = cuda.device_array(1024, np.uint8)
+    # The map is cached by the array's id, which a freed array's successor may get: every call registers
+    # the array it was given, so a cached map always reads the live one.
+    _hopper._SIM_TENSORS.clear()
+    assert _hopper.tensor_map(g, 64, 8) is tmap and _hopper._SIM_TENSORS[id(g)] is g
+    kernel[1, 1](tmap, before, after)
+    assert (before.copy_to_host() == 0xAB).all()
+    box = np.zeros((8, 64), np.uint16)
+    box[:rows - 8, :cols] = G[8:, :]
+    landed = after.copy_to_host()
+    unswizzled = np.empty(1024, np.uint8)
+    for at in range(0, 1024, 16):
+        src = _hopper.swizzle_128b(at)
+        unswizzled[at:at + 16] = landed[src:src + 16]
+    assert (unswizzled.view(np.uint16).reshape(8, 64) == box).all()
+
+
+@pytest.mark.sim_only
+def test_reading_a_tma_buffer_before_its_barrier_fails_the_check():
+    """The emulation makes the classic mistake visible: a warp-specialised kernel whose consumers skip the
+    wait on the "full" barrier multiplies stale tiles (whatever shared memory held) and fails."""
+    import inspect
+
+    source = inspect.getsource(hgemm._warp_specialized_kernel_source)
+    wait = "mbarrier_wait(full + uint64(8 * slot), (kt // STAGES) % 2)"
+    assert wait in source
+    namespace = dict(vars(hgemm))
+    exec(compile(source.replace(wait, "pass"), "<no full wait>", "exec"), namespace)
+    from numba import cuda
+
+    broken = cuda.jit(namespace["_warp_specialized_kernel_source"](False))
+    rng = np.random.default_rng(9)
+    A = rng.uniform(-1, 1, (17, 72)).astype(np.float16)
+    B = rng.uniform(-1, 1, (72, 24)).astype(np.float16)
+    a, b = cuda.to_device(A.view(np.uint16)), cuda.to_device(B.view(np.uint16))
+    out = cuda.to_device(np.zeros((17, 24), np.uint16))
+    nbytes = hgemm.hopper_smem_bytes("warp_specialized")
+    set_max_dynamic_shared_memory(broken, (), nbytes)
+    broken[1, 384, 0, nbytes](a, b, out, _hopper.tensor_map(a, hgemm.HBK, hgemm.HBM),
+                              _hopper.tensor_map(b, 64, hgemm.HBK))
+    got = out.copy_to_host().view(np.float16).astype(np.float64)
+    want = A.astype(np.float64) @ B.astype(np.float64)
+    assert not np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3  # stale garbage: wrong, or NaN
+
+
+@pytest.mark.sim_only
+def test_int8_wgmma_takes_its_tma_path_in_the_quick_tier():
+    """int8_gemm's quick size (K = 35) sends its wgmma stage to the mma fallback (TMA needs K % 16 == 0):
+    this checks the Hopper kernel itself, at two K-steps of 128 with a ragged second one."""
+    from workbench.simulator import record_launches
+
+    with record_launches() as launches:
+        result = check_stage(int8_gemm.op["wgmma"], (17, 24, 208), np.random.default_rng(10))
+    assert result.passed, result.message
+    assert {f.__name__ for f, _ in launches} == {"_wgmma_int8"}, launches
+
+
 def test_pack_rounds_half_to_even():
     lo, hi = np.float32(1 + 2**-11), np.float32(1 + 3 * 2**-11)  # ties in fp16: to 1.0 and to 1 + 2^-9
     packed = int(_ptx._sim_pack_f16x2(lo, hi))
@@ -270,9 +447,9 @@ def _dynamic_shared_opt_in_works():
     """Does this simulator honour set_max_dynamic_shared_memory (workbench.simulator reads the opt-in)?"""
     if not device.is_simulator():
         return True
-    from numba import cuda, uint8
+    from numba import uint8
 
-    @cuda.jit
+    @cuda.jit  # the module's cuda: a local import would be a closure variable, which the simulator never swaps
     def touch(out):
         smem = cuda.shared.array(0, uint8)
         smem[64 * 1024 - 1] = 1
@@ -305,6 +482,8 @@ def test_stage_correct_in_the_simulator_on_odd_shapes(op_name, stage_name):
     vec_size = (17, 24, 168) if stage_name in ("pipeline", "tuned") else (17, 24, 96 if op.dtype != np.float16 else 40)
     if op.name.startswith("hgemm") and stage_name not in ("pipeline", "tuned"):
         vec_size = (17, 24, 40)
+    if stage_name in HOPPER:  # 6 K-steps (the last partial): the 3- and 4-slot rings wrap
+        vec_size = (17, 264, 328) if op.name.startswith("hgemm") else (17, 264, 656)
     for size in (vec_size, (33, 9, 19)):
         result = check_stage(stage, size, np.random.default_rng(5))
         assert result.passed, f"{stage.key} @ {size}: {result.message}"
@@ -469,6 +648,65 @@ def test_tensor_core_kernels_link_for_sm90(linked):
     assert not problems, "\n".join(problems) + "\n" + json.dumps(linked, indent=1)
 
 
+# The Hopper kernels compiled as numba compiles them on an H100/H200 (sm_90a, LTO-IR linked by nvJitLink
+# with link-time optimisation, numba's default where nvJitLink is installed), no GPU needed: their PTX and
+# the assembler's report. Each kernel's sm_90a-only instructions are there, nothing spills, and ptxas
+# neither serialises the wgmma (C7509: a call in the kernel; C7515: accumulators written between a wgmma
+# and its wait) nor ignores setmaxnreg (C7504).
+_HOPPER_SCRIPT = r"""
+import json, re
+import workbench
+from cuda.core import Linker, LinkerOptions
+from numba import cuda
+from numba.cuda import types
+from solutions import hgemm, int8_gemm
+from workbench.ptxcheck import as_object_code, parse_assembler_log
+
+u2, b1 = types.Array(types.uint16, 2, "C"), types.Array(types.uint8, 1, "C")
+out = {}
+i2, o2 = types.Array(types.int8, 2, "C"), types.Array(types.int32, 2, "C")
+jobs = [((key[1], key[2]), kernel, (u2, u2, u2) + (() if key[1] == "wgmma" else (b1, b1)))
+        for key, kernel in hgemm._BUILT.items() if key[0] == "hopper" and key[3]]  # key: (hopper, stage, bf16, vec)
+jobs.append((("warp_specialized", "int8"), int8_gemm._wgmma_int8, (i2, i2, o2, b1, b1)))
+for (stage, bf16), kernel, sig in jobs:
+    bounds = kernel.targetoptions.get("launch_bounds")
+    ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0, "a"), launch_bounds=bounds)
+    count = lambda pattern: len(re.findall(pattern, ptx))
+    codes, _ = cuda.compile_all(kernel.py_func, sig, device=False, abi="numba", cc=(9, 0, "a"), output="ltoir",
+                                launch_bounds=bounds)
+    linker = Linker(*[as_object_code(c, f"{stage}.ltoir") for c in codes],
+                    options=LinkerOptions(arch="sm_90a", verbose=True, link_time_optimization=True))
+    linker.link("cubin")
+    log = linker.get_info_log() or ""
+    out[f"{stage}{'.' + bf16 if isinstance(bf16, str) else '.bf16' if bf16 else ''}"] = dict(
+        target=re.search(r"^\.target (\S+)", ptx, re.M).group(1), wgmma=count(r"wgmma\.mma_async"),
+        tma=count(r"cp\.async\.bulk\.tensor"), try_wait=count(r"mbarrier\.try_wait"), setmaxnreg=count(r"setmaxnreg"),
+        f64=count(r"\.f64\b"), warnings=sorted(set(re.findall(r"C75\d\d", log))), **parse_assembler_log(log))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.sim_only
+@pytest.mark.slow  # NVVM and nvJitLink on seven kernels of 128 accumulators: a minute on two cores
+def test_hopper_kernels_compile_for_sm90a_with_their_instructions():
+    env = dict(os.environ, WORKBENCH_MODE="compile", NUMBA_ENABLE_CUDASIM="0")
+    run = subprocess.run([sys.executable, "-c", _HOPPER_SCRIPT], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=1200)
+    assert run.returncode == 0, run.stderr[-4000:]
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    assert set(found) == {f"{s}{b}" for s in HOPPER for b in ("", ".bf16")} | {"warp_specialized.int8"}, found
+    for name, r in found.items():
+        stage = name.split(".")[0]
+        assert r["target"] == "sm_90a", (name, r)
+        assert r["wgmma"] == 4, (name, r)  # a K-step's four k16 products, the loop not unrolled
+        assert (r["tma"] > 0) == (stage != "wgmma"), (name, r)
+        assert (r["try_wait"] > 0) == (stage != "wgmma"), (name, r)
+        assert (r["setmaxnreg"] == 2) == (stage == "warp_specialized"), (name, r)
+        assert not r["f64"], (name, r)
+        assert not r["warnings"], (name, r)  # wgmma overlapped, setmaxnreg honoured
+        assert r["spill_bytes"] == 0, (name, r)  # the 128 accumulators stay in registers
+
+
 # -- on a GPU ---------------------------------------------------------------------------------------------
 
 @pytest.mark.gpu
@@ -508,15 +746,15 @@ def test_dynamic_shared_memory_past_48_kib_on_the_gpu():
 @pytest.mark.timing
 @pytest.mark.parametrize("op_name", [o.name for o in hgemm.OPERATORS], ids=str)
 def test_hgemm_targets(op_name):
-    """At 8192^3, in one run: each stage faster than the one before; the best at >= 50% of cuBLAS
-    (torch.matmul at the same dtype); 330 TFLOP/s on an H200 is 50% of the 661 measured there."""
+    """At 8192^3, in one run: each stage faster than the one before; the best (warp_specialized) at >= 80%
+    of cuBLAS (torch.matmul at the same dtype): 545 TFLOP/s on an H200 where cuBLAS ran at 680."""
     from tests.headline import assert_each_stage_faster, headline
 
     _, stages, peer = headline(OPS[op_name])
     assert_each_stage_faster(stages)
     assert peer is not None, "torch is needed for the comparison with cuBLAS"
     best = max(r["gflops"] for r in stages)
-    assert best >= 0.5 * peer["gflops"], ([(r["stage"], round(r["gflops"])) for r in stages], peer["gflops"])
+    assert best >= 0.8 * peer["gflops"], ([(r["stage"], round(r["gflops"])) for r in stages], peer["gflops"])
 
 
 @pytest.mark.gpu
@@ -533,10 +771,10 @@ def test_tf32_with_four_buffers_beats_two():
 @pytest.mark.gpu
 @pytest.mark.timing
 def test_int8_targets():
-    """int8 GEMM best stage >= 40% of torch._int_mm at 8192^3; each stage faster than the one before."""
+    """int8 GEMM best stage (wgmma) >= 75% of torch._int_mm at 8192^3; each stage faster than the one before."""
     from tests.headline import assert_each_stage_faster, headline
 
     _, stages, peer = headline(int8_gemm.op)
     assert_each_stage_faster(stages)
     assert peer is not None, "torch is needed for the comparison with torch._int_mm"
-    assert max(r["gflops"] for r in stages) >= 0.4 * peer["gflops"], (stages, peer)
+    assert max(r["gflops"] for r in stages) >= 0.75 * peer["gflops"], (stages, peer)

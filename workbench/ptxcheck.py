@@ -41,8 +41,11 @@ import numpy as np
 
 from .device import COMPILE_CC
 
-CC = COMPILE_CC
-ARCH = f"sm_{CC[0]}{CC[1]}"
+# The "a" target, as numba-cuda compiles on a Hopper GPU itself (codegen._ensure_cc adds it from cc 9.0 on):
+# sm_90a accepts everything sm_90 does, plus the instructions only Hopper has (wgmma, setmaxnreg) that
+# hgemm's Hopper stages issue.
+CC = (*COMPILE_CC, "a")
+ARCH = f"sm_{CC[0]}{CC[1]}{CC[2]}"
 _F64 = re.compile(r"\.f64\b")
 _EXTERN_CALL = re.compile(r"^\s*\.extern\s+\.func\b", re.M)  # a call into code numba did not compile
 PROTOCOL = "PTXCHECK "  # the prefix of the compiler process's answer lines (anything else is noise)
