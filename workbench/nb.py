@@ -611,6 +611,19 @@ def ladder_table(op: Operator) -> None:
     show(Markdown(("Measured now. " if live else "Recorded. ") + tables.ladder_table(op, data)))
 
 
+def targets(op: Operator) -> None:
+    """The chapter's declared targets (workbench.targets) and what the records say of each: met, missed or
+    never measured; the same verdicts as the README's course map and `workbench targets`."""
+    from IPython.display import Markdown
+
+    names = registry.chapter_of(op).operators
+    table = tables.targets_table(names)
+    if not table:
+        say(f"No target is declared for {', '.join(names)}.")
+        return
+    show(Markdown("Recorded. " + table))
+
+
 def counters(op: Operator) -> None:
     """The Nsight Compute counters recorded for every stage (`workbench profile OP` on a GPU writes them to
     results/profiles/), and what changed at the largest steps of the staircase."""

@@ -285,13 +285,43 @@ def course_map() -> str:
     under docs/), its Part, its primary variant's best stage against the best peer, % of peak, and its
     notebook; core chapters starred."""
     ops = registry.load_operators()
-    lines = ["| chapter | Part | best stage vs best peer | % of peak | notebook |", "|---|---|---|---:|---|"]
+    lines = ["| chapter | Part | best stage vs best peer | % of peak | targets | notebook |",
+             "|---|---|---|---:|---|---|"]
     for ch in registry.chapters():
         found = best_against_peer(ops[ch.primary])
         star = " ★" if ch.core else ""
         lines.append(f"| {link(f'{ch.number} {ch.slug}', ch.page)}{star} | {ch.part} | "
-                     f"{against_peer_words(found)} | {percent_words(found)} | "
+                     f"{against_peer_words(found)} | {percent_words(found)} | {targets_words(ch.operators)} | "
                      f"{link('notebook', 'notebooks/' + ch.notebook)} |")
+    return "\n".join(lines) + "\n"
+
+
+def targets_words(names) -> str:
+    """'2 of 3 met' for the targets the operators ``names`` declare (workbench.targets, judged on the
+    records), '—' where they declare none: the course map's column."""
+    from .targets import MET, NEVER, verdicts
+
+    ops = registry.load_operators()
+    found = verdicts([ops[n] for n in names])
+    if not found:
+        return "—"
+    met, never = sum(v.status == MET for v in found), sum(v.status == NEVER for v in found)
+    return f"{met} of {len(found)} met" + (f", {never} unmeasured" if never else "")
+
+
+def targets_table(names) -> str:
+    """Each declared target of the operators ``names``, the figure the records give and the verdict: what
+    `workbench targets` prints, as Markdown ('' where none is declared)."""
+    from .targets import verdicts
+
+    ops = registry.load_operators()
+    found = verdicts([ops[n] for n in names])
+    if not found:
+        return ""
+    lines = ["| operator | target | figure | verdict |", "|---|---|---:|---|"]
+    for v in found:
+        figure = "—" if v.value is None else (f"{v.value:.2f}x" if v.unit == "x" else f"{v.value:.0f}%")
+        lines.append(f"| `{v.op}` | {v.target} | {figure} | {v.status} |")
     return "\n".join(lines) + "\n"
 
 
@@ -318,6 +348,9 @@ def chapter_page(ch) -> str:
         out += ["It answers:", ""] + [f"- {q}" for q in ch.teaches] + [""]
     if len(ch.operators) > 1:
         out += [f"Its variants, by {ch.axes}, each at its own headline size:", "", variants_table(ch.operators)]
+    goals = targets_table(ch.operators)
+    if goals:
+        out += ["Its targets, judged on the records (`workbench targets` prints the same):", "", goals]
     for name in ch.operators:
         op = ops[name]
         out += [f"## `{name}`: {op.title}", "", f"`solutions/{registry.short_module_name(op)}.py`", "",

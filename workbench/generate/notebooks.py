@@ -282,7 +282,11 @@ def by_hand_cell(op: Operator) -> str:
             "print(f\"size {size}: max |got - want| = {np.abs(got - want).max():.3g} (float64 reference)\")")
 
 
-def stage_cells(op: Operator) -> list:
+def stage_cells(op: Operator, counters: bool = False) -> list:
+    """A section per stage: its paragraph, the diff from the previous stage, its source (folded), its check,
+    its figure; with ``counters`` (the core path's chapters), the profiler's counters counted in the
+    simulator: the first stage's table, then for each later one the line that changed and what its counters
+    did (its full table folded)."""
     cells = []
     for s in op.stages:
         ref = f"op[{s.name!r}]"
@@ -294,6 +298,13 @@ def stage_cells(op: Operator) -> list:
             cells.append(code_cell(f"nb.show_diff({ref})  # what changed from stage {s.order - 1}"))
         source = code_cell(f"nb.show_source({ref})")
         cells += [collapsed(source) if s.order > 1 else source, code_cell(f"nb.check({ref})")]
+        if counters and not s.gpu_only:
+            if s.order == 1:
+                cells.append(code_cell(f"nb.simulated_counters({ref})  # what a profiler would count, counted in "
+                                       "the simulator"))
+            else:
+                cells += [code_cell(f"nb.counter_changes({ref})  # the line that changed and what its counters did"),
+                          collapsed(code_cell(f"nb.simulated_counters({ref})  # all its counters"))]
         if s is not op.stages[-1]:  # the last stage's figure is the whole ladder's, drawn once below
             cells.append(code_cell(f"nb.progress(op, upto={s.name!r})"))
     return cells
@@ -360,7 +371,7 @@ def build_notebook(ch: Chapter):
                       "but nothing more is hidden:"),
         code_cell(by_hand_cell(op)),
     ]
-    cells += stage_cells(op)
+    cells += stage_cells(op, counters=ch.core)
     drawn = cells_helpers.whole_ladder_figures(op)  # captions follow the panels each figure will have
     caption = f"\n\n{plots.caption(op, drawn['progress'])}" if drawn["progress"] else ""
     cells += [markdown_cell(f"## The whole ladder{caption}"), code_cell("nb.progress(op)")]
@@ -370,6 +381,10 @@ def build_notebook(ch: Chapter):
         cells.append(code_cell("nb.roofline(op)"))
     if drawn["bytes"]:
         cells += [markdown_cell(plots.caption(op, drawn["bytes"])), code_cell("nb.bytes_per_stage(op)")]
+    if any(o.targets for o in family):
+        cells += [markdown_cell("### The targets\n\nWhat this chapter's ladders set out to reach, each judged on the "
+                                "records (`workbench targets` prints the same verdicts):"),
+                  code_cell("nb.targets(op)")]
     if profiles.recorded(op.name)[1]:
         cells += [
             markdown_cell("## Why each step is faster: the counters\n\nTiming says how fast; Nsight Compute's "
