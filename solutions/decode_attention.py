@@ -969,7 +969,7 @@ RING_KERNELS = {group: _ring_kernel(group) for group in range(1, MAX_GROUP + 1)}
     each step the step three ahead, waiting only for the oldest (cp.async.wait_group 3). A copy in
     flight holds no register, so while a thread computes, 384 bytes of its cache are on their way
     (stage 5: none while computing, 128 while waiting), and three blocks a multiprocessor keep about
-    140 KB in flight. A thread reads back only the bytes it copied, so no barrier is needed between
+    150 KB in flight. A thread reads back only the bytes it copied, so no barrier is needed between
     steps: each warp runs its own pipeline. The arithmetic, the grouping of query heads, the splits and
     the merge are stage 5's.""")
 def async_ring(q, k, v, out):

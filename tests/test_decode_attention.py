@@ -1,6 +1,6 @@
 """decode_attention's last stage, ``async_ring`` (cp.async copies into a ring of shared memory): a block that
 takes many steps of keys, so that its ring wraps (the ladder's check sizes give each block one or two steps),
-at group sizes 1-3, batch != heads and a last step cut short; the grid and the bytes at the headline; the
+at group sizes 1, 2, 3 and 8, batch != heads and a last step cut short; the grid and the bytes at the headline; the
 kernels compiled for sm_90 (slow). Every stage at the simulator and check sizes is tested by tests/test_ladders.py."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ SHARED_PER_SM = 228 * 1024  # an H100/H200 multiprocessor's shared memory, 1 KiB
 
 
 @pytest.mark.sim_only
-@pytest.mark.parametrize("size", [(1, 4, 2, 333, 16), (2, 1, 1, 200, 128), (1, 3, 1, 150, 8)],
-                         ids=["group-2-11-steps", "group-1-D128-batch-2", "group-3-D8"])
+@pytest.mark.parametrize("size", [(1, 4, 2, 333, 16), (2, 1, 1, 200, 128), (1, 3, 1, 150, 8), (1, 8, 1, 180, 16)],
+                         ids=["group-2-11-steps", "group-1-D128-batch-2", "group-3-D8", "group-8"])
 def test_async_ring_wraps_its_ring(size, monkeypatch):
     """One split per head (one block takes every key), so each block's ring of RING_STEPS steps is refilled
     several times and its last step is cut short: a copy waited for too early, or put in the wrong slot,
