@@ -961,8 +961,8 @@ RING_KERNELS = {group: _ring_kernel(group) for group in range(1, MAX_GROUP + 1)}
 
 @op.stage("async_ring", """
     Stage 5 issued a step's loads and then waited for them: while a warp computed its scores,
-    exponentials and sums, none of its bytes were on their way, and the registers that received the
-    loads were taken until they landed. SDPA's decode kernel (FlashAttention's split-KV) instead copies
+    exponentials and sums, none of its bytes were on their way, and the next step's loads waited for
+    that arithmetic. SDPA's decode kernel (FlashAttention's split-KV) instead copies
     K and V tiles into shared memory with cp.async, the next tiles travelling while the current one is
     used. Here each thread issues stage 4's 16-byte pieces as cp.async copies into its own places in a
     ring of four steps in shared memory (64 KiB a block): three steps before the first score, then at
