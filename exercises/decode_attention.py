@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 8c77981411bc51d049836db47b18d846c3624f99794dbcbf602a480cb1c0c426
+# generated-sha256: 2ea00bc11a4733e7f7d8b4adeca4950baf34865eb9ebe84d22558712af5112b0
 # --------------------------------------------------------------------------------------------------
 """Decode attention: one new query token per sequence against its KV cache (fp16 cache, fp32 arithmetic).
 
@@ -35,6 +35,8 @@ cache once, plus q and out). The ladder:
    whole neighbouring rows per load; four keys in flight per half-warp; chunks of whole steps.
 5. ``gqa_shared_kv``: a block serves all the query heads of one KV head, so with GQA each cached
    element is read once per group instead of once per query head (stage 4's loads, shared).
+6. ``async_ring``: the loads become ``cp.async`` copies into a ring of shared memory, three steps
+   ahead of the arithmetic, so the cache streams while the scores and sums are computed.
 """
 
 import math
@@ -44,11 +46,13 @@ from numba import cuda, float32, int16, uint32, uint64
 from numba.cuda import libdevice
 from numba.types import float16
 
+from solutions._ptx import cp_async_chunk16, cp_async_commit, cp_async_wait_pending
 from solutions._templates import instantiate
 from solutions._vector_io import aligned16, load4
 from workbench import library_peers as peers
 from workbench.device import is_simulator
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, sm_count
+from workbench.shared_memory import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.targets import against_peer, of_ceiling
 
 MAX_HEAD_DIM = 128
@@ -654,18 +658,35 @@ def _wide_loads_fit(k, v):
     return k.shape[3] % HALVES == 0 and aligned16(k, v)
 
 
-def _launch_wide(kernel, q, k, v, out, group=1):
-    """Stage 2's two kernels with chunks of whole steps; a block serves ``group`` query heads."""
+def merge_shared_bytes(group):
+    """The static shared memory of stages 4-6's end: per query head and warp, a maximum, a sum and a row
+    of output (wm, wl, wo), float32."""
+    return 4 * group * WARPS * (MAX_HEAD_DIM + 2)
+
+
+def _wide_splits(blocks_per_split, S):
+    """(splits, chunk) for stages 4-6: chunks of whole steps of STEP_KEYS keys, enough of them for about
+    WIDE_BLOCKS_PER_SM blocks per multiprocessor, where each split takes ``blocks_per_split`` blocks."""
+    splits = max(1, min(blocks_for(S, STEP_KEYS), blocks_for(WIDE_BLOCKS_PER_SM * sm_count(), blocks_per_split)))
+    chunk = STEP_KEYS * blocks_for(blocks_for(S, splits), STEP_KEYS)
+    return blocks_for(S, chunk), chunk
+
+
+def _launch_wide(kernel, q, k, v, out, group=1, shared_bytes=0):
+    """Stage 2's two kernels with chunks of whole steps; a block serves ``group`` query heads and gets
+    ``shared_bytes`` of dynamic shared memory."""
     B, Hq, D = q.shape
     S = k.shape[2]
     heads = Hq // group
-    splits = max(1, min(blocks_for(S, STEP_KEYS), blocks_for(WIDE_BLOCKS_PER_SM * sm_count(), B * heads)))
-    chunk = STEP_KEYS * blocks_for(blocks_for(S, splits), STEP_KEYS)
-    splits = blocks_for(S, chunk)
+    splits, chunk = _wide_splits(B * heads, S)
     part_o = scratch("decode_attention.part_o", (B * Hq * splits, D))
     part_ml = scratch("decode_attention.part_ml", (B * Hq * splits, 2))
-    kernel[(splits, heads, B), THREADS](q, _cache_words(k), _cache_words(v), part_o, part_ml, _scale_log2e(D), S,
-                                        k.shape[1], chunk)
+    args = (q, _cache_words(k), _cache_words(v), part_o, part_ml, _scale_log2e(D), S, k.shape[1], chunk)
+    if shared_bytes > STATIC_LIMIT:
+        # The opt-in also covers the block's static merge arrays: a GPU counts only the dynamic bytes
+        # against it, the simulator counts both.
+        set_max_dynamic_shared_memory(kernel, args, shared_bytes + merge_shared_bytes(group))
+    kernel[(splits, heads, B), THREADS, 0, shared_bytes](*args)
     _merge_splits[(Hq, B), THREADS](part_o, part_ml, out, splits)
 
 
@@ -749,3 +770,164 @@ def gqa_shared_kv(q, k, v, out):
         _launch_split(_chunk_keys_in_flight, q, k, v, out)
         return
     _launch_wide(GROUP_KERNELS[group], q, k, v, out, group=group)
+
+
+# -- 6. async_ring: cp.async copies into a ring of shared memory, steps ahead of the arithmetic --------
+
+RING_STEPS = 4  # steps each thread keeps in its ring: three in flight while it computes the fourth
+ROW_WORDS = MAX_HEAD_DIM // 2  # 32-bit words of one cached row of 128 halves
+RING_BYTES = RING_STEPS * 2 * STEP_KEYS * ROW_WORDS * 4  # K and V rows of every step: 64 KiB a block
+ALIGN16 = None if is_simulator() else 16  # the simulator refuses alignment=
+
+
+@cuda.jit(device=True, inline=True)
+def _ring_word(step, kv, key):
+    """Where this lane's 16 bytes of key ``key`` of ``step`` (K: kv 0, V: kv 1) sit in the ring, in words:
+    the row and place stage 4's load gave the lane, so a half-warp reads back one row of 256 contiguous
+    bytes (a warp two rows: no bank conflicts)."""
+    row = ROWS_AT_ONCE * key + cuda.threadIdx.x // ROW_LANES
+    return ((((step % RING_STEPS) * 2 + kv) * STEP_KEYS + row) * ROW_WORDS
+            + WORDS * (cuda.threadIdx.x % ROW_LANES))
+
+
+@cuda.jit(device=True, inline=True)
+def _copy_step(k, v, ring_at, first_row, step, start, end, D):
+    """Start this lane's copies of step ``step`` (its keys from start + STEP_KEYS step) into the ring:
+    stage 4's 16-byte loads as cp.async, which land later and hold no register meanwhile. A key past
+    ``end`` or a lane past D copies zeros (its score is masked to -inf, as in stage 4)."""
+    slot = cuda.threadIdx.x % ROW_LANES
+    first_key = start + step * STEP_KEYS + cuda.threadIdx.x // ROW_LANES
+    for key in range(KEYS_AT_ONCE):
+        j = first_key + ROWS_AT_ONCE * key
+        inside = j < end and HALVES * slot < D
+        at = uint64(((first_row + j) * D + HALVES * slot) * 2) if inside else uint64(0)  # bytes into the cache
+        nbytes = 16 if inside else 0
+        cp_async_chunk16(ring_at + uint64(4 * _ring_word(step, 0, key)), k.ctypes.data + at, nbytes)
+        cp_async_chunk16(ring_at + uint64(4 * _ring_word(step, 1, key)), v.ctypes.data + at, nbytes)
+
+
+@cuda.jit(device=True, inline=True)
+def _read_step(ring, step, kw, vw):
+    """This lane's words of a landed step, from the ring into registers: one ld.shared.v4 a row."""
+    for key in range(KEYS_AT_ONCE):
+        w0, w1, w2, w3 = load4(ring, _ring_word(step, 0, key))
+        u0, u1, u2, u3 = load4(ring, _ring_word(step, 1, key))
+        kw[key, 0] = w0
+        kw[key, 1] = w1
+        kw[key, 2] = w2
+        kw[key, 3] = w3
+        vw[key, 0] = u0
+        vw[key, 1] = u1
+        vw[key, 2] = u2
+        vw[key, 3] = u3
+
+
+def _group_step(kw, vw, qr, o, m, l, s, m_new, f, base, end):
+    # A device-function template (compiled per GROUP): stage 5's arithmetic on one step's loaded words,
+    # every head of the group scoring the same keys and updating its own running softmax.
+    for key in range(KEYS_AT_ONCE):
+        _widen(kw, key, f)
+        for i in range(GROUP):  # noqa: F821
+            partial = float32(0.0)
+            for t in range(HALVES):
+                partial += qr[i, t] * f[t]
+            s[i, key] = partial
+    first_key = base + cuda.threadIdx.x // ROW_LANES  # this half-warp's first key of the step
+    for i in range(GROUP):  # noqa: F821
+        m_new[i] = m[i]
+        for key in range(KEYS_AT_ONCE):
+            s[i, key] = _row_sum(s[i, key])
+            if first_key + ROWS_AT_ONCE * key >= end:
+                s[i, key] = NEG_INF
+            m_new[i] = max(m_new[i], s[i, key])
+        alpha = math.exp2(m[i] - m_new[i])
+        m[i] = m_new[i]
+        l[i] *= alpha
+        for t in range(HALVES):
+            o[i, t] *= alpha
+    for key in range(KEYS_AT_ONCE):
+        _widen(vw, key, f)
+        for i in range(GROUP):  # noqa: F821
+            p = math.exp2(s[i, key] - m[i])
+            l[i] += p
+            for t in range(HALVES):
+                o[i, t] += p * f[t]
+
+
+def _chunk_ring(q, k, v, part_o, part_ml, scale_log2e, S, Hkv, chunk):
+    # A template per GROUP, as stage 5's kernel; STEP (the _group_step of the same GROUP) is bound with it.
+    ring = cuda.shared.array(0, uint32, alignment=ALIGN16)  # RING_BYTES of dynamic shared memory
+    wm = cuda.shared.array((GROUP, WARPS), float32)  # noqa: F821
+    wl = cuda.shared.array((GROUP, WARPS), float32)  # noqa: F821
+    wo = cuda.shared.array((GROUP, WARPS, MAX_HEAD_DIM), float32)  # noqa: F821
+    qr = cuda.local.array((GROUP, HALVES), float32)  # noqa: F821
+    o = cuda.local.array((GROUP, HALVES), float32)  # noqa: F821
+    m = cuda.local.array(GROUP, float32)  # noqa: F821
+    l = cuda.local.array(GROUP, float32)  # noqa: F821
+    kw = cuda.local.array((KEYS_AT_ONCE, WORDS), uint32)
+    vw = cuda.local.array((KEYS_AT_ONCE, WORDS), uint32)
+    s = cuda.local.array((GROUP, KEYS_AT_ONCE), float32)  # noqa: F821
+    m_new = cuda.local.array(GROUP, float32)  # noqa: F821
+    f = cuda.local.array(HALVES, float32)
+    split = cuda.blockIdx.x
+    g = cuda.blockIdx.y
+    b = cuda.blockIdx.z
+    Hq = q.shape[1]
+    D = q.shape[2]
+    first_row = (b * Hkv + g) * S
+    for i in range(GROUP):  # noqa: F821
+        _load_query_wide(q, b, g * GROUP + i, D, scale_log2e, qr, i)  # noqa: F821
+        m[i] = LOWEST
+        l[i] = float32(0.0)
+        for t in range(HALVES):
+            o[i, t] = float32(0.0)
+    start = split * chunk
+    end = min(S, start + chunk)
+    steps = (end - start + STEP_KEYS - 1) // STEP_KEYS
+    ring_at = ring.ctypes.data
+    for n in range(RING_STEPS - 1):  # fill the ring: the first three steps on their way before any arithmetic
+        if n < steps:
+            _copy_step(k, v, ring_at, first_row, n, start, end, D)
+        cp_async_commit()
+    for n in range(steps):
+        if n + RING_STEPS - 1 < steps:  # into the slot this lane read last step: it is done with it
+            _copy_step(k, v, ring_at, first_row, n + RING_STEPS - 1, start, end, D)
+        cp_async_commit()  # one group a step, empty near the end, so that ...
+        cp_async_wait_pending(RING_STEPS - 1)  # ... all but the newest three landed means step n has
+        _read_step(ring, n, kw, vw)  # this lane reads only what it copied: no barrier between steps
+        STEP(kw, vw, qr, o, m, l, s, m_new, f, start + n * STEP_KEYS, end)  # noqa: F821
+    for i in range(GROUP):  # noqa: F821
+        _stash_head(m[i], l[i], o, i, D, wm, wl, wo)
+    cuda.syncthreads()
+    _write_partials(D, wm, wl, wo, part_o, part_ml, (b * Hq + g * GROUP) * cuda.gridDim.x + split,  # noqa: F821
+                    cuda.gridDim.x)
+
+
+def _ring_kernel(group):
+    namespace = {**globals(), "GROUP": group}
+    namespace["STEP"] = instantiate(_group_step, namespace, f"_group_step{group}", jit={"device": True, "inline": True})
+    return instantiate(_chunk_ring, namespace, f"_chunk_ring{group}", jit={})
+
+
+RING_KERNELS = {group: _ring_kernel(group) for group in range(1, MAX_GROUP + 1)}
+
+
+@op.stage("async_ring", """
+    Stage 5 issued a step's loads and then waited for them: while a warp computed its scores,
+    exponentials and sums, none of its bytes were on their way, and the next step's loads waited for
+    that arithmetic. SDPA's decode kernel (FlashAttention's split-KV) instead copies
+    K and V tiles into shared memory with cp.async, the next tiles travelling while the current one is
+    used. Here each thread issues stage 4's 16-byte pieces as cp.async copies into its own places in a
+    ring of four steps in shared memory (64 KiB a block): three steps before the first score, then at
+    each step the step three ahead, waiting only for the oldest (cp.async.wait_group 3). A copy in
+    flight holds no register, so while a thread computes, 384 bytes of its cache are on their way
+    (stage 5: none while computing, 128 while waiting), and three blocks a multiprocessor keep about
+    150 KB in flight. A thread reads back only the bytes it copied, so no barrier is needed between
+    steps: each warp runs its own pipeline. The arithmetic, the grouping of query heads, the splits and
+    the merge are stage 5's.""")
+def async_ring(q, k, v, out):
+    group = q.shape[1] // k.shape[1]
+    if not _wide_loads_fit(k, v):
+        _launch_split(_chunk_keys_in_flight, q, k, v, out)
+        return
+    _launch_wide(RING_KERNELS[group], q, k, v, out, group=group, shared_bytes=RING_BYTES)

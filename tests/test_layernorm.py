@@ -200,3 +200,22 @@ def test_by_shape_table():
     vector = cuda.device_array(layernorm.WARP_ROW_COLS + 4, np.float32)
     with pytest.raises(InputError, match="at most 1024"):
         layernorm.warp_rows(wide, vector, vector, wide)
+
+
+@pytest.mark.sim_only
+def test_rmsnorm_sums_long_constant_rows_to_one_rounding():
+    """RMSNorm's unfused stage (and fused, which hands it rows past 8192) at 7 x 131072, the adversarial
+    constant rows: a lane adds 4096 squares. Added plainly in float32, a row of 1e4 came out 2.6e-5 off
+    (the stages' tolerance is 1e-5); with Kahan's compensation the row's 1 / rms is within a few roundings.
+    The sum-of-squares kernel alone: the scaling kernel of 917,504 simulated threads is too slow here."""
+    from workbench.ladder import blocks_for, to_device, to_host
+    from workbench.simulator import racecheck
+
+    values = np.array([1e-3, -1e-3, 1.5, -7.0, 100.0, -1e4, 1e4], np.float32)  # _rmsnorm_adversarial's
+    x = np.repeat(values[:, None], 131072, axis=1)
+    rstd = to_device(np.zeros(len(values), np.float32))
+    with racecheck(False):  # a warp per row reads only its row: nothing to race; 4x faster without
+        layernorm._row_rstd[blocks_for(len(values), layernorm.WARPS), layernorm.THREADS](to_device(x), rstd)
+    exact = 1 / np.sqrt(values.astype(np.float64) ** 2 + float(layernorm.EPS))
+    rel = np.abs(to_host(rstd) - exact) / exact
+    assert rel.max() < 1e-6, rel  # the output x * rstd * w adds two roundings more: far inside 1e-5
