@@ -65,6 +65,36 @@ def test_an_items_estimate_is_its_last_run_else_a_model_of_compile_and_timing():
     assert never == pytest.approx(3 * record.STAGE_SECONDS)  # two stages and the peer, no torch expression
 
 
+def test_a_size_never_recorded_is_estimated_from_another_size_scaled_by_its_work():
+    op = make_op()  # memory-bound: its work is its bytes, 4 per element
+    at_8 = [dict(r, item_seconds=60.0) for r in complete("probe", (8,), STALE, naive=1e3, fast=5e2)]
+    small = record.estimate_seconds(op, [], with_compile=True, size=(8,), elsewhere=at_8)
+    big = record.estimate_seconds(op, [], with_compile=True, size=(32,), elsewhere=at_8)
+    # four times the bytes: four times the timing and four times the wall time the other size took
+    assert big == pytest.approx(4 * 60.0) and small == pytest.approx(60.0)
+    assert big > record.estimate_seconds(op, [], with_compile=True)  # the model alone knew nothing of it
+    items = record.plan([op], {"records": at_8})
+    assert {i.size: round(i.estimate_s) for i in items}[(32,)] == 240
+
+
+def test_an_item_that_outlasts_the_budget_is_cut_off_and_what_came_before_is_kept(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
+    op = make_op(record_all=False, headline=(8,), sizes=((8,),))
+    results.save_records(DEVICE, [dict(r, item_seconds=0.1) for r in complete("probe", (8,), STALE)])
+
+    def too_slow(item):  # its estimate (0.1 s, its last run) was wrong
+        time.sleep(5)
+        return complete("probe", item.size, FRESH), []
+
+    began = time.monotonic()
+    summary = record.record([op], 0.5, DEVICE, too_slow, say=lambda line: None)
+    assert time.monotonic() - began < 2, "the run went on past its budget"
+    assert summary.measured == [] and "cut off when the budget ran out" in summary.skipped[0]
+    assert {r["date"] for r in results.load(results.path_for(DEVICE))["records"]} == {STALE}  # nothing lost
+
+
 def test_record_saves_after_every_item_skips_what_does_not_fit_and_summarises(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
     op = make_op()

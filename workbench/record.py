@@ -21,8 +21,11 @@ with two GPUs or more, and says in one line that it skipped them otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import math
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -114,19 +117,41 @@ def expected_names(op: Operator, with_compile: bool) -> list[str]:
     return names
 
 
-def estimate_seconds(op: Operator, recs: list[dict], with_compile: bool, compiled: bool = False) -> float:
+def _timing_seconds(recs: list[dict]) -> float:
+    return sum(r.get("samples", 25) * r.get("launches_per_sample", 1) * r["median_us"] * 1e-6 for r in recs)
+
+
+def _work(op: Operator, size) -> float:
+    """What a size costs to run, for scaling one size's seconds to another's: flops for a compute-bound
+    operator, bytes for a memory-bound one (the float64 reference on the CPU grows the same way)."""
+    return float(op.flops(size) if op.bound == "compute" else op.bytes_moved(size)) or 1.0
+
+
+def estimate_seconds(op: Operator, recs: list[dict], with_compile: bool, compiled: bool = False,
+                     size=None, elsewhere: list[dict] = ()) -> float:
     """An item's cost: its last run's wall time where recorded, else compile and check per stage plus the
     timing the earlier records imply; ``compiled``: the operator's kernels and torch.compile already ran
-    at another size in this run (measured on an H200: 23 s for reduction's first size, 1 s for each next)."""
+    at another size in this run (measured on an H200: 23 s for reduction's first size, 1 s for each next).
+    A size never recorded takes its timing (and, where known, its whole wall time) from the operator's
+    most-recorded other size, ``elsewhere``, scaled by the work: attention's first run at 4x the
+    headline's work was estimated at 49 s without this, and took over two minutes."""
     timed = [r["item_seconds"] for r in recs if r.get("item_seconds")]
     if timed:
         return max(timed)
     n = len(op.stages) + (op.peer is not None)
-    timing = sum(r.get("samples", 25) * r.get("launches_per_sample", 1) * r["median_us"] * 1e-6 for r in recs)
+    timing, whole = _timing_seconds(recs), 0.0
+    if not recs and size is not None and elsewhere:
+        by_size: dict[tuple, list[dict]] = {}
+        for r in elsewhere:
+            by_size.setdefault(tuple(r["size"]), []).append(r)
+        other, other_recs = max(by_size.items(), key=lambda kv: len(kv[1]))
+        ratio = _work(op, as_size(size)) / _work(op, other)
+        timing = ratio * _timing_seconds(other_recs)
+        whole = ratio * max((r.get("item_seconds") or 0.0 for r in other_recs), default=0.0)
     if compiled:
-        return n * WARM_STAGE_SECONDS + timing
+        return max(n * WARM_STAGE_SECONDS + timing, whole)
     compile_peer = COMPILE_PEER_SECONDS if with_compile and op.torch_expression is not None else 0.0
-    return n * STAGE_SECONDS + compile_peer + timing
+    return max(n * STAGE_SECONDS + compile_peer + timing, whole)
 
 
 def plan(ops: list[Operator], data: dict, with_compile: bool = True) -> list[Item]:
@@ -141,9 +166,11 @@ def plan(ops: list[Operator], data: dict, with_compile: bool = True) -> list[Ite
             have = {r["stage"] for r in recs} | ({"a peer"} if any(r.get("kind") == "peer" for r in recs) else set())
             missing = [n for n in expected_names(op, with_compile) if n not in have]
             oldest = min((r["date"] for r in recs), default=None)
+            elsewhere = [r for r in own if r["size"] != list(size) and r.get("kind") == "stage"]
             items.append(Item(op, size, size == as_size(op.headline_size), missing, oldest,
-                              estimate_seconds(op, recs, with_compile),
-                              estimate_seconds(op, recs, with_compile, compiled=True)))
+                              estimate_seconds(op, recs, with_compile, size=size, elsewhere=elsewhere),
+                              estimate_seconds(op, recs, with_compile, compiled=True, size=size,
+                                               elsewhere=elsewhere)))
     # A stage never recorded goes first; a peer missing alone does not (a torch.compile that fails its
     # check at some size would otherwise come back first in every run): that size waits its turn by date.
     return sorted(items, key=lambda i: (not i.stages_missing, not i.headline, i.oldest or ""))
@@ -197,6 +224,32 @@ def compare_records(label: str, before: list[dict], after: list[dict]) -> list[t
     return rows
 
 
+class OverBudget(BaseException):
+    """The budget ran out while an item was being measured (a BaseException: the measuring step's own
+    ``except Exception``, which keeps one broken operator from ending the run, must not swallow it)."""
+
+
+@contextlib.contextmanager
+def stopped_when_spent(seconds_left: float, real_clock: bool = True):
+    """Raise OverBudget in the main thread once ``seconds_left`` have passed (SIGALRM), so that an item
+    whose estimate was wrong (a size never run, a slow float64 reference) cannot carry the run past its
+    budget; a no-op off the main thread, without SIGALRM, or under a test's clock."""
+    if not real_clock or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def spent(signum, frame):
+        raise OverBudget()
+
+    previous = signal.signal(signal.SIGALRM, spent)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds_left, 0.01))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def record(ops: list[Operator], budget_s: float, device: str, measure_item: Callable[[Item], tuple[list, list]],
            say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic,
            with_compile: bool = True, started: float | None = None) -> Summary:
@@ -222,7 +275,14 @@ def record(ops: list[Operator], budget_s: float, device: str, measure_item: Call
         say(f"[{clock() - t0:5.0f} s] {n}/{len(items)} {item.label} ({why}; ~{estimate:.0f} s)")
         compiled.add(item.op.name)
         began = clock()
-        recs, fails = measure_item(item)
+        try:
+            with stopped_when_spent(budget_s - (began - t0), real_clock=clock is time.monotonic):
+                recs, fails = measure_item(item)
+        except OverBudget:
+            say(f"  the budget ran out {clock() - began:.0f} s into {item.label}: its measurements are dropped")
+            summary.skipped.append(f"{item.label} (cut off when the budget ran out; estimated ~{estimate:.0f} s)")
+            summary.unrecorded.append(item.label)
+            break
         seconds = clock() - began
         for r in recs:
             r["item_seconds"] = round(seconds, 1)
