@@ -36,6 +36,7 @@ from numba import cuda, int16, int32, uint16, uint32, uint64
 from numba.cuda import libdevice
 
 from workbench.device import is_simulator
+from workbench.simulator.counters import vector_access
 from workbench.ladder import InputError
 
 VECTOR_BYTES = 16
@@ -55,11 +56,13 @@ def aligned16(*arrays) -> bool:
 
 
 if is_simulator():
+    @vector_access
     @cuda.jit(device=True)
     def load4(a, i):
         """Elements i, i + 1, i + 2, i + 3 of a 1-D array of 4-byte elements (i a multiple of 4)."""
         return a[i], a[i + 1], a[i + 2], a[i + 3]
 
+    @vector_access
     @cuda.jit(device=True)
     def store4(a, i, v0, v1, v2, v3):
         """a[i], ..., a[i + 3] = v0, ..., v3 (i a multiple of 4)."""
@@ -68,6 +71,7 @@ if is_simulator():
         a[i + 2] = v2
         a[i + 3] = v3
 
+    @vector_access
     @cuda.jit(device=True)
     def load8(a, i):
         """Elements i .. i + 7 of a 1-D array of 2-byte elements (i a multiple of 8), as four 32-bit words
@@ -75,6 +79,7 @@ if is_simulator():
         return (pack(a[i], a[i + 1]), pack(a[i + 2], a[i + 3]), pack(a[i + 4], a[i + 5]),
                 pack(a[i + 6], a[i + 7]))
 
+    @vector_access
     @cuda.jit(device=True)
     def store8(a, i, w0, w1, w2, w3):
         """a[i], ..., a[i + 7] = the halves of words w0, ..., w3 (i a multiple of 8), low half first."""

@@ -206,16 +206,39 @@ def test_barriers_and_atomics_are_counted_per_block_and_per_warp():
     assert (global_atomics.requests, global_atomics.lanes) == (3, 3)  # thread 0 of each block
 
 
+@counting.vector_access
+@cuda.jit(device=True)
+def _load_quad(a, i):  # as solutions/_vector_io.py's load4 in the simulator: one ld.v4 on a GPU
+    return a[i], a[i + 1], a[i + 2], a[i + 3]
+
+
+@counting.vector_access
+@cuda.jit(device=True)
+def _store_quad(a, i, v0, v1, v2, v3):  # store4: one st.v4
+    a[i] = v0
+    a[i + 1] = v1
+    a[i + 2] = v2
+    a[i + 3] = v3
+
+
 @cuda.jit
 def _quads(x, out):
     tile = cuda.shared.array(128, float32)
     i = 4 * cuda.threadIdx.x
-    tile[i], tile[i + 1], tile[i + 2], tile[i + 3] = x[i], x[i + 1], x[i + 2], x[i + 3]
+    v0, v1, v2, v3 = _load_quad(x, i)
+    _store_quad(tile, i, v0, v1, v2, v3)
     cuda.syncwarp()
-    out[cuda.threadIdx.x] = tile[i] + tile[i + 1] + tile[i + 2] + tile[i + 3]
+    w0, w1, w2, w3 = _load_quad(tile, i)
+    out[cuda.threadIdx.x] = w0 + w1 + w2 + w3
 
 
-def test_four_neighbouring_elements_on_one_line_are_one_16_byte_access():
+@cuda.jit
+def _scalar_quads(x, out):
+    i = 4 * cuda.threadIdx.x
+    out[cuda.threadIdx.x] = x[i] + x[i + 1] + x[i + 2] + x[i + 3]
+
+
+def test_a_declared_vector_access_is_one_16_byte_access():
     x, out = np.arange(128, dtype=np.float32), np.zeros(32, np.float32)
     with counting.counting() as launches:
         _quads[1, 32](x, out)
@@ -229,6 +252,17 @@ def test_four_neighbouring_elements_on_one_line_are_one_16_byte_access():
         shared = kernel.total("shared", kind)
         assert (shared.requests, shared.wavefronts, shared.conflicts) == (1, 4, 0)
     assert counting.wavefronts([(lane, 16 * lane, 4) for lane in range(32)]) == (4, 1)
+
+
+def test_neighbouring_elements_read_by_plain_code_stay_separate_requests():
+    """The compiler issues a vector load only where it can prove the alignment (the H200 ran gemm's
+    alpha_beta[0], alpha_beta[1] as two loads): four 4-byte reads 16 bytes apart are four requests."""
+    x, out = np.arange(128, dtype=np.float32), np.zeros(32, np.float32)
+    with counting.counting() as launches:
+        _scalar_quads[1, 32](x, out)
+    (kernel,) = counting.merge_by_kernel(launches)
+    load = kernel.total("global", "load")
+    assert (load.requests, load.sectors) == (4, 64)  # each request: 32 lanes 16 bytes apart, 16 sectors
 
 
 @cuda.jit

@@ -18,9 +18,11 @@ whatever branches came before). Then, per instruction, what the hardware would d
   and Nsight Compute shows for 16-byte vectors: the warp is split into phases of 128 bytes (two
   half-warps for 8-byte accesses, four quarter-warps for 16-byte ones), each phase at least one
   wavefront, and conflicts counted within a phase. Conflicts are the wavefronts beyond that ideal;
-* element accesses on one line that together make one 8- or 16-byte access per lane (contiguous and
-  aligned: how the simulator emulates ``load4``, a GPU's ``ld.global.v4``) count as that one access
-  (:func:`merge_vector_accesses`);
+* element accesses on one line of a function declared a vector access (:func:`vector_access`: the
+  simulator's ``load4``, a GPU's ``ld.global.v4``) that together make one 8- or 16-byte access per
+  lane, contiguous and aligned, count as that one access (:func:`merge_vector_accesses`). Elsewhere two
+  neighbouring elements read on one line stay two requests, as the compiler leaves them when it cannot
+  prove their alignment (gemm's ``alpha_beta[0], alpha_beta[1]``: two 4-byte loads on the H200);
 * an atomic counts once per warp instruction, with the lanes it updates;
 * each executed source line counts its active lanes (threads per warp instruction, Nsight's
   ``smsp__thread_inst_executed_per_inst_executed.ratio``, with lines for SASS instructions), and each
@@ -437,19 +439,32 @@ def summarise(record: LaunchRecord) -> LaunchCounters:
     return result
 
 
+VECTOR_ACCESS_CODE: set = set()  # code objects of the functions whose element accesses are one vector access
+
+
+def vector_access(function):
+    """Declare a simulator stand-in for a vector load or store (``load4``: four element reads on one line,
+    one ``ld.global.v4`` on a GPU): its accesses are counted as the one vector access the GPU makes."""
+    VECTOR_ACCESS_CODE.add(getattr(function, "py_func", function).__code__)
+    return function
+
+
 def merge_vector_accesses(instructions):
     """Element accesses that together are one 8- or 16-byte vector access, merged into it.
 
-    The simulator emulates a 16-byte load (``load4`` of solutions/_vector_io.py, ``ld.global.v4`` on a GPU)
-    as four element reads on one source line; counted apart, they would look like four strided requests
-    (and, in shared memory, four conflicting ones). Accesses on one line, of one array, at the same dynamic
-    instance, are one vector access when every lane's bytes are contiguous, 8 or 16 in all, and aligned to
-    that size, as the hardware's vector instructions require. ``instructions`` maps (space, kind, code,
+    The simulator emulates a 16-byte load (``load4`` of solutions/_vector_io.py, ``ld.global.v4`` on a
+    GPU) as four element reads (and ``store4`` as four writes); counted apart, they would look like four
+    strided requests (and, in shared memory, four conflicting ones). The accesses one call of a
+    :func:`vector_access` function makes to one array are one vector access when every lane's bytes are
+    contiguous, 8 or 16 in all, and aligned to that size, as the hardware's vector instructions require. ``instructions`` maps (space, kind, code,
     bytecode offset, occurrence, array) to [(lane, offset, bytes)]; the result has the same form."""
     by_line = {}
     for key in instructions:
         space, kind, code, lasti, occurrence, origin = key
-        by_line.setdefault((space, kind, code, _line_of(code, lasti), occurrence, origin), []).append(key)
+        if code not in VECTOR_ACCESS_CODE:  # scalar code: each element access is its own instruction
+            by_line[key] = [key]
+            continue
+        by_line.setdefault((space, kind, code, occurrence, origin), []).append(key)  # one call, any line
     merged = {}
     for keys in by_line.values():
         vector = _as_vector([instructions[key] for key in keys]) if len(keys) > 1 else None
