@@ -612,3 +612,50 @@ print("imported", instantiate.__module__)
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.startswith("imported solutions._templates"), run.stdout
+
+
+# -- a stub never passes; what is not an exercise says so --------------------------------------------
+
+@pytest.mark.parametrize("target, says", [
+    ("conv2d.direct", "conv.py imports the ladder module"),  # its module gets no exercise file
+    ("attention.tensor_cores", "given whole"),  # nothing on its path is marked
+])
+def test_a_stage_that_is_no_exercise_is_listed_never_failed(target, says):
+    report = grade(target, "exercises", jobs=1)
+    (stage,) = report.stages
+    assert stage.status == "not-an-exercise" and not stage.judged and not stage.cases, report.text()
+    assert says in stage.notes[0] and report.score == (0, 0)
+    assert f"1 not an exercise: {target}" in report.summary() and "not an exercise" in report.text()
+    assert report.files == []  # no file was looked for, so none is missing
+
+
+def test_the_answer_key_still_grades_every_stage_no_exercise_or_not():
+    assert grade("attention.tensor_cores", "solutions", sizes=[(1, 2, 5, 8, 0)], jobs=1).passed
+
+
+def test_a_pristine_exercise_that_passes_never_ran_learner_code(tmp_path):
+    """The stage's only TODO is in a helper it never calls (as attention_fp16.mma_scores' was): in an
+    exercise nobody edited, a pass means no learner code ran. It is "not an exercise", never a pass."""
+    from workbench.markers import HEADER_END, digest
+
+    correct = (ROOT / "tests" / "planted" / "correct" / "leftover_todo_line.py").read_text()
+    body = correct.replace("    pass  # TODO(exercise)", "    # (moved below)\n    # TODO(exercise)") + (
+        "\n\nUSE_HELPER = False\n\n\n"
+        "def _helper(out):\n"
+        "    pass  # TODO(exercise): not implemented yet: replace this line with your code\n\n\n"
+        "def global_atomics_with_helper(x, out):\n"
+        "    global_atomics(x, out)\n"
+        "    if USE_HELPER:\n"
+        "        _helper(out)\n")
+    body = body.replace("def global_atomics(x, out):", "def _global_atomics(x, out):").replace(
+        "    global_atomics(x, out)\n", "    _global_atomics(x, out)\n").replace(
+        "def global_atomics_with_helper(", "def global_atomics(")
+    pristine = tmp_path / "histogram.py"
+    pristine.write_text(f"{HEADER_END}\n# generated-sha256: {digest(body)}\n{HEADER_END}\n{body}")
+    (stage,) = grade("histogram.global_atomics", str(pristine), quick=True, jobs=1).stages
+    assert stage.status == "not-an-exercise" and "never runs" in stage.notes[0], stage
+    edited = tmp_path / "edited" / "histogram.py"  # the same code, edited by its learner: a pass
+    edited.parent.mkdir()
+    edited.write_text(pristine.read_text() + "# mine\n")
+    (stage,) = grade("histogram.global_atomics", str(edited), quick=True, jobs=1).stages
+    assert stage.status == "passed" and "TODO(exercise) line" in stage.notes[-1]

@@ -18,11 +18,11 @@ from ..ladder import as_size
 from ..sizes import check_size
 from .cases import Submission, plan
 from .guards import Guard
-from .report import FAILED, Report, StageGrade
+from .report import FAILED, NOT_AN_EXERCISE, Report, StageGrade
 from .stages import Listener, grade_stage, stage_verdict
 from .supervisor import CallReply, WorkerSession
 from .submission import describe_launcher
-from .targets import answer_key_code, display_path, grade_sizes, submission_path, targets
+from .targets import answer_key_code, display_path, grade_sizes, not_an_exercise, submission_path, targets
 from .watch import classify, refusal_facts, run_watched, simulated_device, threads_in
 
 TIMEOUT_SIM_S = 300.0  # per case, in the simulator: generous, it is slow
@@ -66,6 +66,10 @@ def grade(target: str | None = None, impl: str = "exercises", *, sizes=None, qui
         report.not_judged.append(SPEED_NOT_JUDGED)
     by_file: dict[Path, list] = {}
     for stage in stages:
+        why_not = None if impl == "solutions" else not_an_exercise(stage)  # the answer key grades every stage
+        if why_not:
+            report.stages.append(StageGrade(stage.key, stage.order, NOT_AN_EXERCISE, notes=[why_not]))
+            continue
         by_file.setdefault(submission_path(impl, stage.op), []).append(stage)
     report.files = [display_path(path) for path in by_file]
     t0 = time.perf_counter()

@@ -16,6 +16,7 @@ import numpy as np
 from .. import registry
 from ..ladder import Size, as_size
 from ..sizes import SizeError, accepted_size
+from ..markers import no_exercise_because
 from ..paths import EXERCISES_DIR, REPO_ROOT
 from .submission import describe_launcher
 
@@ -25,6 +26,21 @@ BUILT_IN = ("exercises", "solutions")
 def is_exercise(stage) -> bool:
     """Does the stage's solution code have a marked region (is it an exercise)?"""
     return any(f["marked"] for f in describe_launcher(stage.launch))
+
+
+def not_an_exercise(stage) -> str | None:
+    """Why the stage is not an exercise (nothing on its path for a learner to write), or None.
+
+    Its module gets no exercise file (``markers.no_exercise_because``), or no function the stage
+    reaches is marked: it is given whole. Graded from anything but the answer key, such a stage could
+    only fail for a missing file or pass on code the learner never wrote, so it is listed, not run."""
+    module = registry.module_of(stage.op)
+    why = no_exercise_because(Path(module.__file__).read_text())
+    if why:
+        return f"{registry.short_module_name(stage.op)}.py {why}"
+    if not is_exercise(stage):
+        return "given whole: nothing on its path is marked for a learner to write"
+    return None
 
 
 def answer_key_code(op) -> dict[str, str]:
