@@ -659,3 +659,33 @@ def test_a_pristine_exercise_that_passes_never_ran_learner_code(tmp_path):
     edited.write_text(pristine.read_text() + "# mine\n")
     (stage,) = grade("histogram.global_atomics", str(edited), quick=True, jobs=1).stages
     assert stage.status == "passed" and "TODO(exercise) line" in stage.notes[-1]
+
+
+@pytest.mark.parametrize("options, says", [
+    (["--timeout", "-5"], "--timeout -5.0: seconds per case, a number greater than 0"),
+    (["--timeout", "0"], "--timeout 0.0: seconds per case"),  # not a silent "the default"
+    (["--jobs", "0"], "--jobs 0: files graded in parallel"),
+    (["--seed", "-1"], "--seed -1: a seed is a whole number from 0"),  # not a grader error
+    (["--impl", "README.md"], "--impl README.md: not a Python file"),
+    (["--impl", "no/such/place"], "--impl no/such/place: no such file or folder"),
+    (["--junit", "{tmp}/not/made/yet/report.xml"], "not/made/yet does not exist"),
+    (["--impl", "{tmp}"], "the folder has no histogram.py for histogram"),  # one line, not a FAIL per stage
+])
+def test_every_option_is_checked_with_one_line_before_anything_runs(options, says, tmp_path, capsys):
+    from workbench.cli import main
+
+    code = main(["grade", "histogram", "--size", "5", *[o.replace("{tmp}", str(tmp_path)) for o in options]])
+    out, err = capsys.readouterr()
+    assert code == 2 and not out.strip(), err
+    assert err.count("error:") == 1, err  # one message (rich may wrap it to the terminal's width)
+    assert says.replace("{tmp}", str(tmp_path)) in " ".join(err.split()), err
+    assert "grader error" not in err and "grading" not in err
+    assert not (tmp_path / "not").exists()  # no folder was made
+
+
+def test_the_api_refuses_the_same_options():
+    from workbench.grade.api import BadOption
+
+    for options in (dict(timeout=0), dict(timeout=-5.0), dict(jobs=0), dict(seed=-1)):
+        with pytest.raises(BadOption):
+            grade("histogram", "solutions", sizes=[(5,)], **options)

@@ -31,6 +31,25 @@ SIM_SM_COUNT = 2  # the simulated device's multiprocessors while grading: grids 
 SPEED_NOT_JUDGED = "the speed bar (no GPU here: the simulator cannot time kernels)"
 
 
+class BadOption(ValueError):
+    """An option of grade() (or `workbench grade`) that cannot be used; the message is one line naming what
+    was expected."""
+
+
+MAX_SEED = 2**63 - 1
+
+
+def check_options(*, seed=None, timeout=None, jobs=None) -> None:
+    """Refuse a seed, timeout or job count that cannot mean anything, before anything runs: a timeout of 0
+    (or less) is not "the default", a negative seed is not a seed numpy takes, 0 jobs grade nothing."""
+    if seed is not None and not (isinstance(seed, (int, np.integer)) and 0 <= seed <= MAX_SEED):
+        raise BadOption(f"--seed {seed}: a seed is a whole number from 0 to {MAX_SEED}")
+    if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout < float("inf")):
+        raise BadOption(f"--timeout {timeout}: seconds per case, a number greater than 0")
+    if jobs is not None and not (isinstance(jobs, (int, np.integer)) and jobs >= 1):
+        raise BadOption(f"--jobs {jobs}: files graded in parallel, a whole number of at least 1")
+
+
 def new_seed() -> int:
     return int(np.random.SeedSequence().entropy % (2**31))
 
@@ -53,7 +72,9 @@ def grade(target: str | None = None, impl: str = "exercises", *, sizes=None, qui
     """Grade the stages of ``target`` (default: every exercise) in ``impl`` (exercises, solutions, a
     file or a folder). One worker process per file, ``jobs`` files at a time.
 
-    Raises registry.UnknownTarget or sizes.SizeError for a bad target or size, before anything runs."""
+    Raises registry.UnknownTarget, sizes.SizeError or BadOption for a bad target, size or option,
+    before anything runs."""
+    check_options(seed=seed, timeout=timeout, jobs=jobs)
     mode = _device.mode()
     seed = new_seed() if seed is None else int(seed)
     timeout = timeout or (TIMEOUT_SIM_S if mode == "sim" else TIMEOUT_GPU_S)

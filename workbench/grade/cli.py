@@ -16,7 +16,7 @@ from pathlib import Path
 from .. import device as _device
 from ..registry import UnknownTarget
 from ..sizes import SizeError, parse_size
-from .api import TIMEOUT_GPU_S, TIMEOUT_SIM_S, grade
+from .api import TIMEOUT_GPU_S, TIMEOUT_SIM_S, BadOption, check_options, grade
 from .report import CaseResult, StageGrade
 from .stages import Listener
 
@@ -71,7 +71,7 @@ def cmd_grade(args) -> int:
     err = Console(stderr=True)
     try:
         return _grade(args, err)
-    except (UnknownTarget, SizeError) as exc:
+    except (UnknownTarget, SizeError, BadOption) as exc:
         err.print(f"[red]error:[/] {exc.args[0] if exc.args else exc}", highlight=False)
         return BAD_INPUT
     except KeyboardInterrupt:
@@ -85,15 +85,19 @@ def cmd_grade(args) -> int:
 def _grade(args, err) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .targets import BUILT_IN, targets
+    from .targets import targets
 
     impl = args.impl
-    if impl not in BUILT_IN and not os.path.exists(impl):
-        err.print(f"[red]error:[/] --impl {impl}: no such file or folder (use exercises, solutions or a path)")
-        return BAD_INPUT
+    check_options(seed=args.seed, timeout=args.timeout, jobs=args.jobs)
+    refused = bad_impl(impl) or bad_junit(args.junit)
+    if refused:
+        raise BadOption(refused)
+    stages = targets(args.target, impl)  # an unknown target is refused here, before anything runs
+    missing = missing_in_folder(impl, args.target, stages)
+    if missing:
+        raise BadOption(missing)
     if not args.json:
         _device.announce()
-    stages = targets(args.target, impl)  # an unknown target is refused here, before anything runs
     options = dict(sizes=args.size, quick=args.quick, seed=args.seed, timeout=args.timeout, jobs=args.jobs,
                    speed=not args.no_speed)
     if args.json or not err.is_terminal:
@@ -103,7 +107,6 @@ def _grade(args, err) -> int:
                       console=err, transient=True) as progress:
             report = grade(args.target, impl, listener=ProgressBars(progress, len(stages)), **options)
     if args.junit:
-        Path(args.junit).parent.mkdir(parents=True, exist_ok=True)
         Path(args.junit).write_text(report.junit())
     if args.json:
         print(json.dumps(report.as_dict(), indent=1))
@@ -115,6 +118,44 @@ def _grade(args, err) -> int:
     if report.errors:
         return GRADER_ERROR
     return 0 if report.passed else 1
+
+
+def bad_impl(impl: str) -> str | None:
+    """Why ``--impl`` cannot be graded (one line), or None."""
+    from .targets import BUILT_IN
+
+    if impl in BUILT_IN:
+        return None
+    if not os.path.exists(impl):
+        return f"--impl {impl}: no such file or folder (use exercises, solutions, a .py file or a folder of them)"
+    if os.path.isfile(impl) and not impl.endswith(".py"):
+        return f"--impl {impl}: not a Python file (a submission is a .py file, or a folder of them)"
+    return None
+
+
+def bad_junit(junit: str | None) -> str | None:
+    """A JUnit report goes into a folder that exists: a typo in its path makes no folders anywhere."""
+    if not junit:
+        return None
+    folder = Path(junit).parent
+    if not folder.is_dir():
+        return f"--junit {junit}: the folder {folder} does not exist (create it first)"
+    if Path(junit).is_dir():
+        return f"--junit {junit}: is a folder; give the path of the XML file to write"
+    return None
+
+
+def missing_in_folder(impl: str, target: str | None, stages: list) -> str | None:
+    """A target asked for by name in a folder that has no file for it: said once, before grading."""
+    from .targets import BUILT_IN, not_an_exercise, submission_path
+
+    if not (target and os.path.isdir(impl)) or impl in BUILT_IN:
+        return None
+    files = sorted({str(submission_path(impl, s.op)) for s in stages
+                    if not submission_path(impl, s.op).exists() and not not_an_exercise(s)})
+    if not files:
+        return None
+    return f"--impl {impl}: the folder has no {', '.join(Path(f).name for f in files)} for {target}"
 
 
 def add_cli(sub) -> None:
