@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
@@ -510,6 +511,7 @@ def test_the_answer_key_is_refused_by_name_where_the_worker_cannot_even_find_it(
     (tmp_path / "workbench").symlink_to(ROOT / "workbench", target_is_directory=True)
     script = f"""
 import sys
+import time
 sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f)]  # as if not pip-installed
 sys.path[:0] = [{str(tmp_path)!r}]
 try:
@@ -551,7 +553,7 @@ class _Replies:
     def __init__(self, second):
         self.second = second
 
-    def call(self, stage, case_id, inputs, out):
+    def call(self, stage, case_id, inputs, out, limit=None):
         from workbench.grade.supervisor import CallReply
 
         return CallReply(None, [], [], 0.0, self.second, list(inputs))
@@ -596,6 +598,7 @@ def test_the_answer_key_itself_imports_its_helpers_where_it_is_not_installed(tmp
     (tmp_path / "workbench").symlink_to(ROOT / "workbench", target_is_directory=True)
     script = f"""
 import sys
+import time
 sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f)]  # as if not pip-installed
 sys.path[:] = [p for p in sys.path if p not in ("", {str(ROOT)!r})]
 sys.path[:0] = [{str(tmp_path)!r}]
@@ -689,3 +692,17 @@ def test_the_api_refuses_the_same_options():
     for options in (dict(timeout=0), dict(timeout=-5.0), dict(jobs=0), dict(seed=-1)):
         with pytest.raises(BadOption):
             grade("histogram", "solutions", sizes=[(5,)], **options)
+
+
+def test_a_kernel_that_never_ends_is_stopped_after_a_multiple_of_the_solutions_time():
+    """With the default timeout (300 s a case in the simulator), not after it: a few times the answer
+    key's own time at that size, at least RUNAWAY_FLOOR_S."""
+    from workbench.grade.supervisor import RUNAWAY_FLOOR_S
+
+    t0 = time.monotonic()
+    report = grade("scan.hillis_steele", str(ROOT / "tests" / "planted" / "hangs.py"), sizes=[(5,)], jobs=1)
+    took = time.monotonic() - t0
+    (stage,) = report.stages
+    case = stage.cases[0]
+    assert case.reason == "timeout" and "times the solution's" in case.message, case.message
+    assert took < RUNAWAY_FLOOR_S + 45, took  # the floor, starting the worker, and stopping it

@@ -16,7 +16,7 @@ from .. import device as _device
 from .. import registry
 from ..ladder import as_size
 from ..sizes import check_size
-from .cases import Submission, plan
+from .cases import SIM_SM_COUNT, Submission, plan
 from .guards import Guard
 from .report import FAILED, NOT_AN_EXERCISE, Report, StageGrade
 from .stages import Listener, grade_stage, stage_verdict
@@ -27,7 +27,6 @@ from .watch import classify, refusal_facts, run_watched, simulated_device, threa
 
 TIMEOUT_SIM_S = 300.0  # per case, in the simulator: generous, it is slow
 TIMEOUT_GPU_S = 60.0
-SIM_SM_COUNT = 2  # the simulated device's multiprocessors while grading: grids sized from it stay small
 SPEED_NOT_JUDGED = "the speed bar (no GPU here: the simulator cannot time kernels)"
 
 
@@ -178,7 +177,7 @@ class InProcessSession:
         clear_scratch()
         return {"ok": True, "functions": describe_launcher(self.launcher)}
 
-    def call(self, stage: str, case_id: int, inputs: tuple, out: np.ndarray) -> CallReply:
+    def call(self, stage: str, case_id: int, inputs: tuple, out: np.ndarray, limit=None) -> CallReply:
         outcome = run_watched(self.launcher, inputs, out, Guard(), self.file, _max_threads(TIMEOUT_SIM_S))
         return CallReply(outcome.error, outcome.launches, refusal_facts(outcome.refusals), outcome.seconds,
                          outcome.out, outcome.inputs_after)

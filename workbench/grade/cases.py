@@ -9,6 +9,7 @@ submission's process says about itself beyond plain facts (what it launched, wha
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -16,11 +17,12 @@ from typing import Callable
 import numpy as np
 
 from .. import device as _device
-from ..check import adversarial_cases, judge, poison_like, tolerance_of
+from ..check import adversarial_cases, judge, poison_like, run_once, tolerance_of
 from ..ladder import Size, as_size
 from .reasons import advice_for
 from .report import PASSED, SKIPPED, CaseResult
-from .supervisor import CallReply, CaseAborted
+from .supervisor import RUNAWAY_FLOOR_S, CallReply, CaseAborted
+from .watch import simulated_device
 
 ADVERSARIAL_SIZES = 2  # adversarial input sets are graded at this many of the smallest sizes
 # And at the largest size of at most this many elements (a size past one full resident grid: a missing
@@ -30,6 +32,8 @@ ADVERSARIAL_SIZES = 2  # adversarial input sets are graded at this many of the s
 # first one is already wrong), but not at the 2^28 sizes of a GPU, where making the sets and their
 # float64 reference costs more than it proves.
 ADVERSARIAL_LARGE_MAX_ELEMENTS = 1 << 25
+SIM_SM_COUNT = 2  # the simulated device's multiprocessors while grading: grids sized from it stay small
+RUNAWAY_FACTOR = 10  # a call is stopped after this many times the solution's own time at its size
 AGAIN = "again, new inputs"  # the label of the call that repeats the first size with fresh inputs
 VALUE_REASONS = ("wrong-values", "all-zeros", "unwritten", "uninitialised", "nan")
 
@@ -110,6 +114,36 @@ def foreign_code(functions: list[dict], submission: Submission) -> tuple[str, st
     return None
 
 
+_SOLUTION_SECONDS: dict = {}  # (stage, size) -> the solution's time for one call, measured once per process
+_SOLUTION_LOCK = threading.Lock()  # one solution run at a time: files are graded in threads
+
+
+def solution_seconds(stage, size, inputs: tuple) -> float:
+    """The answer key's own time for one call of ``stage`` at ``size`` (on a GPU the second run: the
+    first one compiles), run here in the grader's process as the worker runs the submission."""
+    key = (stage.key, tuple(size))
+    with _SOLUTION_LOCK:
+        if key not in _SOLUTION_SECONDS:
+            template = stage.op.make_output(size)
+            with simulated_device(SIM_SM_COUNT):
+                if not _device.is_simulator():
+                    run_once(stage, inputs, template)
+                t0 = time.perf_counter()
+                run_once(stage, inputs, template)
+            _SOLUTION_SECONDS[key] = time.perf_counter() - t0
+    return _SOLUTION_SECONDS[key]
+
+
+def runaway_limit(stage, size, inputs: tuple):
+    """For the worker's supervisor: how long this call may run, and why (asked only once it is late)."""
+    def limit() -> tuple[float, str]:
+        theirs = solution_seconds(stage, size, inputs)
+        allowed = max(RUNAWAY_FLOOR_S, RUNAWAY_FACTOR * theirs)
+        return allowed, (f"{RUNAWAY_FACTOR} times the solution's {theirs:.2g} s at this size, and at least "
+                         f"{RUNAWAY_FLOOR_S:.0f} s: a loop that never ends?")
+    return limit
+
+
 def run_case(stage, session, case: Case, case_id: int, *, functions: list[dict], submission: Submission) -> CaseResult:
     """Make the inputs, have ``session`` call the submission on them, and judge what came back."""
     op = stage.op
@@ -119,7 +153,7 @@ def run_case(stage, session, case: Case, case_id: int, *, functions: list[dict],
                         tolerance=tolerance_of(stage, case.size))
     t0 = time.perf_counter()
     try:
-        reply = session.call(stage.name, case_id, inputs, out)
+        reply = session.call(stage.name, case_id, inputs, out, limit=runaway_limit(stage, case.size, inputs))
     except CaseAborted as aborted:
         result.seconds = time.perf_counter() - t0
         result.output = aborted.printed
