@@ -706,3 +706,29 @@ def test_a_kernel_that_never_ends_is_stopped_after_a_multiple_of_the_solutions_t
     case = stage.cases[0]
     assert case.reason == "timeout" and "times the solution's" in case.message, case.message
     assert took < RUNAWAY_FLOOR_S + 45, took  # the floor, starting the worker, and stopping it
+
+
+@pytest.mark.slow
+def test_every_fresh_stub_fails_and_what_is_no_exercise_says_so(tmp_path):
+    """`grade` on exercises as generated now: every stage `todo`, `not an exercise` or skipped (needs a
+    GPU); none passes without learner code, none FAILs (the conv family once failed: no conv.py)."""
+    from workbench.generate.exercises import build
+
+    exercises = tmp_path / "exercises"
+    build(exercises)
+    report = grade(None, str(exercises), quick=True)
+    statuses = {s.key: s.status for s in report.stages}
+    assert set(statuses.values()) <= {"not-implemented", "not-an-exercise", "skipped"}, [
+        (s.key, s.status, s.cases[-1].message if s.cases else s.notes) for s in report.stages
+        if s.status not in ("not-implemented", "not-an-exercise", "skipped")]
+    for key in ("attention_fp16.mma_scores", "attention_bf16.mma_scores"):  # (a folder: conv has no file there)
+        assert statuses[key] == "not-an-exercise", key
+    assert sum(s == "not-implemented" for s in statuses.values()) > 250
+
+
+def test_a_fault_on_the_gpu_is_the_learners_in_every_case_never_a_grader_error():
+    report = grade("histogram.global_atomics", str(ROOT / "tests" / "planted" / "gpu_fault.py"), quick=True, jobs=1)
+    (stage,) = report.stages
+    assert stage.status == "failed" and not report.errors, report.text()
+    assert len(stage.cases) > 2 and {c.reason for c in stage.cases} == {"gpu-fault"}  # a fresh worker each time
+    assert "illegal memory address" in stage.cases[0].message and "global_atomics" in report.text()

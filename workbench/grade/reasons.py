@@ -19,6 +19,9 @@ ADVICE = {
              "itself"),
     "out-of-bounds": ("out-of-bounds access: missing bounds check? The grid is rounded up to whole blocks, so "
                       "the last block has threads with no element: guard every access (if i < x.size:)"),
+    "gpu-fault": ("the GPU stopped your kernel: check every index against its array's size (the last block "
+                  "has threads past the end), and every shared array's index against its declared size; the "
+                  "simulator (WORKBENCH_MODE=sim) names the line of an out-of-bounds access"),
     "launch-limit": ("the launch was refused: a block may have at most 1024 threads (x*y*z) and 48 KiB of "
                      "static shared memory; launch more blocks instead"),
     "warp-sync": "a warp intrinsic was called by only part of the lanes in its mask (a shuffle inside a branch?)",

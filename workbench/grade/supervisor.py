@@ -319,6 +319,8 @@ class WorkerSession:
             raise CaseAborted("channel", "the grader's channel got a reply to a call it did not make")
         reply = CallReply(header.get("error"), list(header.get("launches", [])), list(header.get("refusals", [])),
                           float(header.get("seconds", 0.0)))
+        if reply.error is not None and reply.error.get("reason") == "gpu-fault":
+            worker.stop()  # its CUDA context is lost: the next request starts a fresh worker
         if reply.error is None:
             if len(arrays) != len(inputs) + 1:
                 worker.stop()
