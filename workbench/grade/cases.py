@@ -88,10 +88,14 @@ class Submission:
     own_dirs: tuple = ()  # folders whose files count as the submission's too (the answer key's own)
     hint_missing: str = ""  # added to "the submission does not define this stage"
 
+    shared_code: frozenset | None = None  # fingerprints of the answer key's shared code this stage may run
+
     def owns(self, filename: str) -> bool:
-        """Is code from this file the submission's own (or shared infrastructure anyone may use)?"""
-        if same_file(filename, self.file) or (self.own_dirs and _inside(filename, self.own_dirs)):
-            return True
+        """Is code from this file the submission's own?"""
+        return same_file(filename, self.file) or bool(self.own_dirs and _inside(filename, self.own_dirs))
+
+    def is_shared(self, filename: str) -> bool:
+        """Is this file one of the answer key's shared modules (``solutions/_*.py``)?"""
         return os.path.basename(filename).startswith("_") and _inside(filename, self.answer_key_dirs)
 
 
@@ -101,6 +105,13 @@ def foreign_code(functions: list[dict], submission: Submission) -> tuple[str, st
     for f in functions:
         where = f"{f['file']}, line {f['line']}"
         mine = submission.owns(f["file"])
+        if not mine and submission.is_shared(f["file"]):
+            # Shared helpers are importable (the exercise imports them), but only those the solution's own
+            # stage runs are given: the rest of those modules (another stage's whole kernel) is the answer.
+            if submission.shared_code is None or f["fingerprint"] in submission.shared_code:
+                continue
+            return "answer-key", (f"`{f['qualname']}` ({where}) is the answer key's shared code, which this "
+                                  "stage's exercise does not give you: write it yourself")
         if f["fingerprint"] in submission.answer_key and not mine:
             key = submission.answer_key[f["fingerprint"]]
             return "answer-key", f"`{f['qualname']}` ({where}) is the answer key's {key}"

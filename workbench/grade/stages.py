@@ -9,12 +9,15 @@ on the stage's path (its only TODO is in a helper it never calls), and it is "no
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import device as _device
 from ..markers import is_pristine
 from .cases import Case, Submission, foreign_code, run_case, speed_case, stale_if_repeat
 from .reasons import ADVICE, advice_for
 from .report import ERROR, FAILED, NOT_AN_EXERCISE, NOT_IMPLEMENTED, PASSED, SKIPPED, CaseResult, StageGrade
 from .supervisor import GraderError
+from .targets import shared_code_of
 
 
 # Cases after one of these are not run (they would hang or die the same way, a fresh process each).
@@ -87,6 +90,8 @@ def _grade_stage(stage, session, cases, submission: Submission, *, seed, speed, 
         return stage_verdict(stage, FAILED, "missing", prepared.get("message", "") + submission.hint_missing,
                              file=submission.shown_as)
     functions = prepared["functions"]
+    if not submission.own_dirs:  # (the answer key itself owns its shared modules)
+        submission = replace(submission, shared_code=shared_code_of(stage))
     foreign = foreign_code(functions, submission)
     if foreign:
         return stage_verdict(stage, FAILED, *foreign, file=submission.shown_as)

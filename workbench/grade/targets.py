@@ -18,7 +18,7 @@ from ..ladder import Size, as_size
 from ..sizes import SizeError, accepted_size
 from ..markers import no_exercise_because
 from ..paths import EXERCISES_DIR, REPO_ROOT
-from .submission import describe_launcher
+from .submission import describe_launcher, fingerprint, reachable_functions
 
 BUILT_IN = ("exercises", "solutions")
 
@@ -41,6 +41,21 @@ def not_an_exercise(stage) -> str | None:
     if not is_exercise(stage):
         return "given whole: nothing on its path is marked for a learner to write"
     return None
+
+
+def shared_code_of(stage) -> frozenset[str]:
+    """Fingerprints of the answer key's shared code (``solutions/_*.py``) that the solution's own stage
+    runs, and of the kernels those functions build: what the exercise gives a learner for this stage.
+    Any other code of those modules (a whole launcher of another stage, say) is the answer key's."""
+    found = set()
+    for func in reachable_functions(stage.launch):
+        if os.path.basename(func.__code__.co_filename).startswith("_"):
+            stack = [func.__code__]
+            while stack:
+                code = stack.pop()
+                found.add(fingerprint(code))
+                stack += [c for c in code.co_consts if type(c) is type(code)]
+    return frozenset(found)
 
 
 def answer_key_code(op) -> dict[str, str]:
