@@ -177,8 +177,10 @@ class InProcessSession:
         clear_scratch()
         return {"ok": True, "functions": describe_launcher(self.launcher)}
 
-    def call(self, stage: str, case_id: int, inputs: tuple, out: np.ndarray, limit=None) -> CallReply:
-        outcome = run_watched(self.launcher, inputs, out, Guard(), self.file, _max_threads(TIMEOUT_SIM_S))
+    def call(self, stage: str, case_id: int, inputs: tuple, out: np.ndarray, limit=None,
+             sm_count: int | None = None) -> CallReply:
+        with simulated_device(sm_count):  # (a hang hangs the caller here: no limit to apply)
+            outcome = run_watched(self.launcher, inputs, out, Guard(), self.file, _max_threads(TIMEOUT_SIM_S))
         return CallReply(outcome.error, outcome.launches, refusal_facts(outcome.refusals), outcome.seconds,
                          outcome.out, outcome.inputs_after)
 

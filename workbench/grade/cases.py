@@ -33,6 +33,9 @@ ADVERSARIAL_SIZES = 2  # adversarial input sets are graded at this many of the s
 # float64 reference costs more than it proves.
 ADVERSARIAL_LARGE_MAX_ELEMENTS = 1 << 25
 SIM_SM_COUNT = 2  # the simulated device's multiprocessors while grading: grids sized from it stay small
+# ...and for one case of each stage, this many: split and persistent schedules then take more than two
+# blocks (a partial result combined as if there were two, a split count bounded by 2, shows there).
+WIDE_SM_COUNT = 5
 RUNAWAY_FACTOR = 10  # a call is stopped after this many times the solution's own time at its size
 AGAIN = "again, new inputs"  # the label of the call that repeats the first size with fresh inputs
 VALUE_REASONS = ("wrong-values", "all-zeros", "unwritten", "uninitialised", "nan")
@@ -43,6 +46,7 @@ class Case:
     size: Size
     inputs: str  # "random", an adversarial set's label, or AGAIN
     make: Callable[[], tuple]  # the inputs, made when the case runs
+    sm_count: int | None = None  # the simulated device's multiprocessors for this case (None: SIM_SM_COUNT)
 
 
 def plan(op, sizes, seed: int) -> list[Case]:
@@ -57,6 +61,9 @@ def plan(op, sizes, seed: int) -> list[Case]:
     cases = [Case(size, "random", random_inputs(size, i)) for i, size in enumerate(sizes)]
     cases.insert(1, Case(sizes[0], AGAIN, random_inputs(sizes[0], 10_000)))
     by_elements = sorted(dict.fromkeys(sizes), key=lambda s: int(np.prod(s)))
+    if _device.is_simulator() and len(sizes) > 1:  # (a GPU has its own SM count)
+        cases.append(Case(by_elements[-1], f"random on {WIDE_SM_COUNT} SMs", random_inputs(by_elements[-1], 15_000),
+                          WIDE_SM_COUNT))
     adversarial = by_elements[:ADVERSARIAL_SIZES]
     large = [s for s in by_elements if int(np.prod(s)) <= ADVERSARIAL_LARGE_MAX_ELEMENTS]
     if large and large[-1] not in adversarial:
@@ -129,14 +136,14 @@ _SOLUTION_SECONDS: dict = {}  # (stage, size) -> the solution's time for one cal
 _SOLUTION_LOCK = threading.Lock()  # one solution run at a time: files are graded in threads
 
 
-def solution_seconds(stage, size, inputs: tuple) -> float:
+def solution_seconds(stage, size, inputs: tuple, sm_count: int | None = None) -> float:
     """The answer key's own time for one call of ``stage`` at ``size`` (on a GPU the second run: the
     first one compiles), run here in the grader's process as the worker runs the submission."""
-    key = (stage.key, tuple(size))
+    key = (stage.key, tuple(size), sm_count)
     with _SOLUTION_LOCK:
         if key not in _SOLUTION_SECONDS:
             template = stage.op.make_output(size)
-            with simulated_device(SIM_SM_COUNT):
+            with simulated_device(sm_count or SIM_SM_COUNT):
                 if not _device.is_simulator():
                     run_once(stage, inputs, template)
                 t0 = time.perf_counter()
@@ -145,10 +152,10 @@ def solution_seconds(stage, size, inputs: tuple) -> float:
     return _SOLUTION_SECONDS[key]
 
 
-def runaway_limit(stage, size, inputs: tuple):
+def runaway_limit(stage, size, inputs: tuple, sm_count: int | None = None):
     """For the worker's supervisor: how long this call may run, and why (asked only once it is late)."""
     def limit() -> tuple[float, str]:
-        theirs = solution_seconds(stage, size, inputs)
+        theirs = solution_seconds(stage, size, inputs, sm_count)
         allowed = max(RUNAWAY_FLOOR_S, RUNAWAY_FACTOR * theirs)
         return allowed, (f"{RUNAWAY_FACTOR} times the solution's {theirs:.2g} s at this size, and at least "
                          f"{RUNAWAY_FLOOR_S:.0f} s: a loop that never ends?")
@@ -164,7 +171,8 @@ def run_case(stage, session, case: Case, case_id: int, *, functions: list[dict],
                         tolerance=tolerance_of(stage, case.size))
     t0 = time.perf_counter()
     try:
-        reply = session.call(stage.name, case_id, inputs, out, limit=runaway_limit(stage, case.size, inputs))
+        reply = session.call(stage.name, case_id, inputs, out, limit=runaway_limit(stage, case.size, inputs, case.sm_count),
+                             sm_count=case.sm_count)
     except CaseAborted as aborted:
         result.seconds = time.perf_counter() - t0
         result.output = aborted.printed
@@ -203,7 +211,8 @@ def second_run_differs(stage, session, case: Case, case_id: int, inputs: tuple, 
     add floats in another order) means the result depends on the order threads and blocks ran in.
     Returns what to add to the message, or "" (the same output, or no second output to compare)."""
     try:
-        reply = session.call(stage.name, case_id, inputs, poison_like(stage.op.make_output(case.size)))
+        reply = session.call(stage.name, case_id, inputs, poison_like(stage.op.make_output(case.size)),
+                             sm_count=case.sm_count)
     except CaseAborted:
         return ""
     second = reply.out

@@ -309,10 +309,12 @@ class WorkerSession:
         return reply
 
     def call(self, stage: str, case_id: int, inputs: tuple, out: np.ndarray,
-             limit: Callable[[], tuple[float, str]] | None = None) -> CallReply:
-        """One call of the stage; ``limit`` as in WorkerProcess.request (a runaway kernel's stop)."""
+             limit: Callable[[], tuple[float, str]] | None = None, sm_count: int | None = None) -> CallReply:
+        """One call of the stage; ``limit`` as in WorkerProcess.request (a runaway kernel's stop);
+        ``sm_count``: the simulated device's multiprocessors for this call (None: the job's)."""
         worker = self._ensure()
-        header, arrays = worker.request({"type": "call", "stage": stage, "id": case_id}, [*inputs, out],
+        header, arrays = worker.request({"type": "call", "stage": stage, "id": case_id, "sm_count": sm_count},
+                                        [*inputs, out],
                                         self.timeout, "running this case", limit)
         if header.get("type") != "called" or header.get("id") != case_id:
             worker.stop()

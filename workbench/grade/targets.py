@@ -158,10 +158,83 @@ GRADE_SIZE_BUILD_BYTES = 1 << 28
 _ONE_MORE: dict = {}  # (operator, size) -> its grading size one larger: computed once per process
 
 
+def switches(op) -> list[int]:
+    """The dimensions that are on/off switches (attention's CAUSAL): declared only as 0 or 1."""
+    declared = [as_size(z) for z in (*op.sim_sizes, *op.check_sizes, *op.bench_sizes, op.headline_size)]
+    return [i for i in range(len(op.dims)) if all(z[i] in (0, 1) for z in declared) and any(z[i] == 0 for z in declared)]
+
+
+SIZE_CAP = 8  # a symmetry-breaking size has at most this many times the elements of the largest check size
+SEARCH = 8  # how far past its target a dimension's value is tried when the operator refuses the target
+
+
+def _accepted(op, size) -> bool:
+    try:
+        accepted_size(op, size, build_up_to=GRADE_SIZE_BUILD_BYTES)
+        return True
+    except Exception:  # a SizeError, or the operator's own builders failing there (a negative output size)
+        return False
+
+
+def distinct_size(op, base: Size, descending: bool) -> Size | None:
+    """``base`` with its dimensions made unequal to each other and none of them 1 (where the operator
+    accepts it), their values ascending in the order of the dimensions, or descending: together the two
+    show each pair of dimensions in both orientations (rows < cols and rows > cols, R < S and R > S), so
+    that code confusing two of them (batch for heads, rows for columns, a square filter) cannot pass.
+    Switches are kept as they are. Each dimension takes the first value from its target up that the
+    operator accepts (a head size a multiple of 8, query heads a multiple of KV heads); None where no
+    dimension could be changed."""
+    key = (op.name, tuple(base), descending)
+    if key in _DISTINCT:
+        return _DISTINCT[key]
+    fixed = set(switches(op))
+    free = [i for i in range(len(base)) if i not in fixed]
+    targets_ = []
+    for value in sorted(max(2, base[i]) for i in free):
+        targets_.append(max(value, targets_[-1] + 1) if targets_ else value)
+    if descending:
+        targets_.reverse()
+    size = list(base)
+    for i, target in zip(free, targets_):
+        taken = {size[j] for j in free if j != i}
+        for value in range(target, target + SEARCH):
+            trial = size[:i] + [value] + size[i + 1:]
+            if value not in taken and _accepted(op, trial):
+                size = trial
+                break
+    _DISTINCT[key] = None if size == list(base) else tuple(size)
+    return _DISTINCT[key]
+
+
+_DISTINCT: dict = {}  # computed once per process: the operator's validation builds inputs
+
+
+def symmetry_sizes(op, base: list[Size]) -> list[Size]:
+    """Sizes that break the symmetries of the simulator's small sizes: the middle size with every
+    dimension distinct, in both orientations, each switch both off and on (a mask at a length where
+    it changes the answer); none much larger than the largest size already graded."""
+    if len(op.dims) < 2:
+        return []
+    middle = base[len(base) // 2]
+    largest = max(int(np.prod(s)) for s in base)
+    found = []
+    for descending in (False, True):
+        size = distinct_size(op, middle, descending)
+        if size is None:
+            continue
+        found.append(size)
+        for i in switches(op):
+            flipped = size[:i] + (1 - size[i],) + size[i + 1:]
+            if _accepted(op, flipped):
+                found.append(flipped)
+    return [s for s in dict.fromkeys(found) if int(np.prod([max(1, n) for n in s])) <= SIZE_CAP * max(largest, 1)]
+
+
 def grade_sizes(op, mode: str, quick: bool = False) -> list[Size]:
     """The operator's check sizes for this mode, plus its extra grading sizes (``Operator.grade_sizes``;
     by default one more than the middle and the largest size in every dimension, so that no size is
-    a multiple of a block). Quick: the smallest size and the first extra one."""
+    a multiple of a block), plus the sizes that break its symmetries (``symmetry_sizes``). Quick: the
+    smallest size and the first extra one."""
     base = [as_size(s) for s in (op.sim_sizes if mode == "sim" else op.check_sizes)]
     declared = (op.grade_sizes or {}).get("sim" if mode == "sim" else "gpu")
     if declared:
@@ -170,5 +243,5 @@ def grade_sizes(op, mode: str, quick: bool = False) -> list[Size]:
         middle = base[len(base) // 2]
         largest = max(base, key=lambda s: int(np.prod(s)))
         extra = [_one_more_in_each(op, middle), _one_more_in_each(op, largest)]
-    chosen = [base[0], extra[0]] if quick else base + extra
+    chosen = [base[0], extra[0]] if quick else base + extra + symmetry_sizes(op, base)
     return list(dict.fromkeys(chosen))  # in order, without repeats

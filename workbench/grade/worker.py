@@ -124,8 +124,9 @@ class Worker:
 
     def call(self, header: dict, arrays: list) -> tuple[dict, list]:
         launch = self.launches[header["stage"]]
-        outcome = run_watched(launch, tuple(arrays[:-1]), arrays[-1], self.guard, self.job["submission"],
-                              self.job.get("max_threads"))
+        with simulated_device(header.get("sm_count")):  # (None: the job's, set for the whole worker)
+            outcome = run_watched(launch, tuple(arrays[:-1]), arrays[-1], self.guard, self.job["submission"],
+                                  self.job.get("max_threads"))
         reply = {"type": "called", "id": header["id"], "error": outcome.error, "launches": outcome.launches,
                  "refusals": refusal_facts(outcome.refusals), "seconds": outcome.seconds}
         return reply, ([outcome.out, *outcome.inputs_after] if outcome.error is None else [])
