@@ -26,7 +26,7 @@ from numba import cuda
 from workbench.check import compare, is_poison, poison_like
 from workbench.grade import grade, grade_function
 from workbench.grade.channel import Channel, ChannelGarbage
-from workbench.grade.report import Report, StageGrade
+from workbench.grade.report import CaseResult, Report, StageGrade
 from workbench.grade.cases import Submission
 from workbench.grade.stages import Listener, grade_stage
 from workbench.grade.supervisor import GraderError
@@ -732,3 +732,29 @@ def test_a_fault_on_the_gpu_is_the_learners_in_every_case_never_a_grader_error()
     assert stage.status == "failed" and not report.errors, report.text()
     assert len(stage.cases) > 2 and {c.reason for c in stage.cases} == {"gpu-fault"}  # a fresh worker each time
     assert "illegal memory address" in stage.cases[0].message and "global_atomics" in report.text()
+
+
+# -- diagnoses that point the right way ---------------------------------------------------------------
+
+def test_a_shared_memory_race_says_barrier_first_and_its_detail_once():
+    report = grade("reduction.shared_tree", str(ROOT / "tests" / "planted" / "missing_syncthreads_reduction.py"),
+                   quick=True, jobs=1)
+    (stage,) = report.stages
+    advice = stage.headline.advice
+    assert advice.index("syncthreads") < advice.index("atomic"), advice
+    assert "Fix:" not in stage.headline.message  # (the simulator's own fix, atomics first, is the advice's now)
+    text = " ".join(report.text(width=400).split())
+    # said in its first row and under the table, and every other row says "the same again"
+    assert text.count("both access partials") == 2 and text.count("race again (as at 1)") >= 3, text
+
+
+def test_the_headline_is_the_most_informative_failure_not_the_smallest():
+    """An off-by-one bound: at size 1 nothing is written (all zeros), at 1000 the tail is unwritten."""
+    cases = [CaseResult("reduction.naive", [1], "failed", "all-zeros", "the output is all zeros", inputs="random"),
+             CaseResult("reduction.naive", [1000], "failed", "unwritten", "3 of 1000 never written"),
+             CaseResult("reduction.naive", [33], "failed", "unwritten", "1 of 33 never written")]
+    stage = StageGrade("reduction.naive", 1, "failed", cases)
+    assert stage.headline is cases[1]
+    report = Report("mine.py", "sim", 1, stages=[stage])
+    assert "reduction.naive failed at 1000: 3 of 1000 never written" in " ".join(report.text(width=300).split())
+    assert StageGrade("x.y", 1, "passed", [CaseResult("x.y", [1], "passed")]).headline is None

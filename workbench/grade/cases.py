@@ -185,7 +185,7 @@ def run_case(stage, session, case: Case, case_id: int, *, functions: list[dict],
         if reason == "needs-gpu":
             result.status, result.reason, result.message = SKIPPED, reason, message
             return result
-        return result.fail(reason, message, advice_for(reason, shared))
+        return result.fail(reason, message, advice_for(reason, shared, message))
     if not reply.launches:
         checked = judge(stage, case.size, inputs, reply.out, reply.inputs_after)
         also = f" (and the output is wrong too: {checked.message})" if checked.failed else ""
@@ -200,7 +200,7 @@ def run_case(stage, session, case: Case, case_id: int, *, functions: list[dict],
             differ = second_run_differs(stage, session, case, case_id, inputs, reply.out, result.tolerance)
             if differ:
                 reason, message = "race", f"{message}; {differ}"
-        result.fail(reason, message, advice_for(reason, shared))
+        result.fail(reason, message, advice_for(reason, shared, message))
     return result
 
 

@@ -17,6 +17,8 @@ PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 NOT_IMPLEMENTED, ERROR, NOT_AN_EXERCISE = "not-implemented", "error", "not-an-exercise"
 JUDGED = (PASSED, FAILED, NOT_IMPLEMENTED)
 OUTPUT_SHOWN = 1500  # characters of a submission's printed output kept per case
+# Failure reasons that say least about the cause, ranked after all others when choosing a stage's headline.
+HEADLINE_RANK = {"wrong-values": 1, "stale": 1, "nan": 1, "uninitialised": 1, "unwritten": 1, "all-zeros": 2}
 
 
 @dataclass
@@ -77,6 +79,14 @@ class StageGrade:
     @property
     def judged(self) -> bool:
         return self.status in JUDGED
+
+    @property
+    def headline(self) -> "CaseResult | None":
+        """The failed case that says most about the failure: a specific reason (a race, an out-of-bounds
+        access, a refusal) before wrong values, and "all zeros" last (at size 1 an off-by-one bound or a
+        missing element looks like nothing computed); among equals, the first."""
+        bad = [c for c in self.cases if c.failed]
+        return min(bad, key=lambda c: (HEADLINE_RANK.get(c.reason, 0), bad.index(c))) if bad else None
 
     @property
     def why_not_judged(self) -> str:
@@ -217,9 +227,17 @@ def _case_table(report: Report, title: str):
     for s in report.stages:
         if not s.cases:
             table.add_row(s.key, "", VERDICT[s.status], _markup(s.why_not_judged))
+        said: dict = {}  # reason -> the case whose row said it: a repeat says so in a few words
         for c in s.cases:
             status = s.status if s.status in (NOT_IMPLEMENTED, ERROR) and not c.passed else c.status
-            detail = speed_text(c) if c.kind == "speed" else ("" if c.passed else one_line(c))
+            if c.kind == "speed":
+                detail = speed_text(c)
+            elif c.passed:
+                detail = ""
+            elif c.reason in said:
+                detail = f"{c.reason} again (as at {said[c.reason]})"
+            else:
+                detail, said[c.reason] = one_line(c), c.label
             table.add_row(s.key, c.label, VERDICT[status], _markup(detail))
     return table
 
@@ -235,7 +253,7 @@ def _render_stage_details(console, s: StageGrade) -> None:
         for c in bad:
             console.print(f"[bold]{s.key}[/] [magenta]grader error (not your code):[/] {_markup(c.message)}")
         return
-    c = bad[0]
+    c = s.headline
     at = "" if c.kind == "stage" else f" at {_markup(c.label)}"
     console.print(f"[bold]{s.key}[/] failed{at}: {_markup(c.message)}")
     if c.advice:

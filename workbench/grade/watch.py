@@ -250,7 +250,8 @@ def classify(exc: BaseException, submission_file: str | None) -> dict:
         return {"reason": "host-copy", "message": f"{first}{where}"}
     if isinstance(exc, NeedsGPU):
         return {"reason": "needs-gpu", "message": f"{text}{where}"}
-    if isinstance(exc, RaceError):
+    if isinstance(exc, RaceError):  # (its "Fix:" paragraph goes: the advice says it, the likely cause first)
+        text = "\n".join(line for line in text.splitlines() if not line.startswith("Fix:"))
         return {"reason": "race", "message": f"a data race{_race_where(exc, submission_file) or where}: {text[:1500]}"}
     fault = gpu_fault(exc)
     if fault:
