@@ -334,11 +334,12 @@ def test_progress_bars_follow_stages_and_cases():
 def test_summary_counts_skipped_apart():
     stages = [StageGrade("a.x", 1, "passed"), StageGrade("a.y", 2, "failed"),
               StageGrade("a.z", 3, "skipped", notes=["needs a GPU: links CUDA C++"]),
-              StageGrade("a.w", 4, "not-implemented")]
+              StageGrade("a.w", 4, "not-implemented"), StageGrade("a.v", 5, "not-an-exercise", notes=["given whole"])]
     report = Report("exercises", "sim", 1, stages=stages)
-    assert report.summary() == "1 of 3 judged stages passed; 1 skipped: a.z (needs a GPU: links CUDA C++)"
+    assert report.summary() == ("1 of 3 judged stages passed; 1 skipped: a.z (needs a GPU: links CUDA C++); "
+                                "1 not an exercise: a.v")
     assert report.as_dict()["score"] == {"passed": 1, "judged": 3, "failed": 1, "not_implemented": 1,
-                                         "skipped": 1, "errors": 0}
+                                         "skipped": 1, "not_an_exercise": 1, "errors": 0}
 
 
 # -- the channel ----------------------------------------------------------------------------------
