@@ -585,7 +585,7 @@ def test_the_adversarial_sets_also_run_at_a_large_size():
 
     op, _ = resolve("reduction")
     sizes = [(1,), (31,), (1000,), (ADVERSARIAL_LARGE_MAX_ELEMENTS * 2,)]
-    adversarial = lambda cases: [c.size for c in cases if c.inputs not in ("random", "again, new inputs")]
+    adversarial = lambda cases: [c.size for c in cases if not c.inputs.startswith(("random", "again, new inputs"))]
     assert set(adversarial(plan(op, sizes, 0))) == {(1,), (31,), (1000,)}
 
 
