@@ -759,3 +759,11 @@ def test_the_headline_is_the_most_informative_failure_not_the_smallest():
     report = Report("mine.py", "sim", 1, stages=[stage])
     assert "reduction.naive failed at 1000: 3 of 1000 never written" in " ".join(report.text(width=300).split())
     assert StageGrade("x.y", 1, "passed", [CaseResult("x.y", [1], "passed")]).headline is None
+
+
+def test_a_time_faster_than_the_memory_allows_is_refused():
+    from workbench.grade.cases import below_roofline
+
+    assert "cannot be the stage's own" in below_roofline(10**9, 10.0, "NVIDIA H200")  # 100 TB/s
+    assert below_roofline(10**9, 1000.0, "NVIDIA H200") == ""  # 1 TB/s: possible
+    assert below_roofline(10**9, 10.0, "a GPU nobody lists") == ""  # unknown: not judged

@@ -268,6 +268,25 @@ def stale_if_repeat(cases: list[CaseResult]) -> None:
         again.advice = advice_for("stale")
 
 
+ROOFLINE_MARGIN = 2.0  # times the device's published bandwidth: rotated inputs larger than L2 cannot beat it
+
+
+def below_roofline(moved_bytes: int, median_us: float, device_name: str | None) -> str:
+    """Why a time is impossible (it moves the stage's minimum traffic faster than ROOFLINE_MARGIN times
+    the device's memory bandwidth: the work was done elsewhere, on another stream or thread the timer
+    never waited for, or the timer was fooled), or "" where it is possible or the device is unknown."""
+    from ..peaks import datasheet_gbps
+
+    peak = datasheet_gbps(device_name or "")
+    if not peak or median_us <= 0:
+        return "" if peak is None or median_us > 0 else "a time of zero"
+    gbps = moved_bytes / median_us / 1e3
+    if gbps <= ROOFLINE_MARGIN * peak:
+        return ""
+    return (f"{median_us:.3g} µs moves its {moved_bytes / 1e6:.3g} MB at {gbps:.0f} GB/s, more than {ROOFLINE_MARGIN:g} "
+            f"times the {peak:.0f} GB/s this GPU's memory can: the time cannot be the stage's own")
+
+
 def speed_case(stage, session, bar: float, seed: int) -> CaseResult:
     """Time the submission (in its worker) and the solution stage (here) on the same inputs (GPU only)."""
     from ..bench import rotating_arg_sets
@@ -294,9 +313,12 @@ def speed_case(stage, session, bar: float, seed: int) -> CaseResult:
              "bar": bar, "median_us": mine_us, "solution_median_us": theirs.median_us}
     case.speed, case.seconds = speed, time.perf_counter() - t0
     checked = judge(stage, size, inputs, out, inputs)
+    floor = below_roofline(moved, mine_us, environment().get("device"))
     if checked.failed:
         case.fail(checked.reason or "wrong-values", f"wrong at the timing size: {checked.message}",
                   advice_for(checked.reason))
+    elif floor:
+        case.fail("below-roofline", floor, advice_for("below-roofline"))
     elif ratio < bar:
         case.fail("too-slow", f"{100 * ratio:.0f}% of the solution's bandwidth, the bar is {100 * bar:.0f}%",
                   advice_for("too-slow"))

@@ -68,6 +68,9 @@ ADVICE = {
                 "cuda.syncthreads() that some threads never reach, a block waiting on another block)"),
     "crash": ("the process running your code died during this case (a segfault in a kernel or a native "
               "library your code called?)"),
+    "below-roofline": ("the time measured is below what the memory allows: work left running on another "
+                       "stream or thread when the launcher returned is not done (the timer waits only for the "
+                       "default stream), and the clocks and the timer are not the submission's to replace"),
     "too-slow": "correct, but slower than the speed bar: see the stage's lesson for what makes it fast",
     "needs-gpu": "the simulator cannot run this: grade it on a machine with a GPU",
     "grader-error": "an error in the grader itself, not in your code: please report it (the message says where)",

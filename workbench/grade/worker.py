@@ -143,6 +143,9 @@ class Worker:
             timing = measure(launch, arg_sets)
         except Exception as exc:  # the learner's launcher raised while being timed
             return {"type": "timed", "error": classify(exc, self.job["submission"])}, []
+        replaced = tampered(self.primitives)
+        if replaced:  # a clock, an event or the timer replaced while being timed: its time is its own story
+            return {"type": "timed", "error": {"reason": "tampered", "message": replaced[0].what}}, []
         return {"type": "timed", "median_us": timing.median_us}, [self.primitives.copy_to_host(arg_sets[0][-1])]
 
 
