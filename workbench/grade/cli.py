@@ -170,7 +170,8 @@ def add_cli(sub) -> None:
     s.add_argument("--size", type=size_argument, action="append",
                    help="grade at this size only, e.g. 1000 or 33x65 (repeatable)")
     s.add_argument("--quick", action="store_true",
-                   help="two sizes per stage (the smallest and an awkward one) instead of all")
+                   help="two or three sizes per stage (the smallest, an awkward one, one with every dimension "
+                        "different) instead of all")
     s.add_argument("--seed", type=int, help="reproduce a run (the report prints its seed)")
     s.add_argument("--timeout", type=float,
                    help=f"seconds per case (default {TIMEOUT_SIM_S:.0f} in the simulator, "

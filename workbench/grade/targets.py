@@ -234,7 +234,7 @@ def grade_sizes(op, mode: str, quick: bool = False) -> list[Size]:
     """The operator's check sizes for this mode, plus its extra grading sizes (``Operator.grade_sizes``;
     by default one more than the middle and the largest size in every dimension, so that no size is
     a multiple of a block), plus the sizes that break its symmetries (``symmetry_sizes``). Quick: the
-    smallest size and the first extra one."""
+    smallest size, the first extra one and the first size that breaks the symmetries."""
     base = [as_size(s) for s in (op.sim_sizes if mode == "sim" else op.check_sizes)]
     declared = (op.grade_sizes or {}).get("sim" if mode == "sim" else "gpu")
     if declared:
@@ -243,5 +243,6 @@ def grade_sizes(op, mode: str, quick: bool = False) -> list[Size]:
         middle = base[len(base) // 2]
         largest = max(base, key=lambda s: int(np.prod(s)))
         extra = [_one_more_in_each(op, middle), _one_more_in_each(op, largest)]
-    chosen = [base[0], extra[0]] if quick else base + extra + symmetry_sizes(op, base)
+    symmetric = symmetry_sizes(op, base)
+    chosen = [base[0], extra[0], *symmetric[:1]] if quick else base + extra + symmetric
     return list(dict.fromkeys(chosen))  # in order, without repeats
