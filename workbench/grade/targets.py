@@ -176,15 +176,16 @@ def _accepted(op, size) -> bool:
         return False
 
 
-def distinct_size(op, base: Size, descending: bool) -> Size | None:
+def distinct_size(op, base: Size, descending: bool, caps: Size | None = None) -> Size | None:
     """``base`` with its dimensions made unequal to each other and none of them 1 (where the operator
     accepts it), their values ascending in the order of the dimensions, or descending: together the two
     show each pair of dimensions in both orientations (rows < cols and rows > cols, R < S and R > S), so
     that code confusing two of them (batch for heads, rows for columns, a square filter) cannot pass.
     Switches are kept as they are. Each dimension takes the first value from its target up that the
     operator accepts (a head size a multiple of 8, query heads a multiple of KV heads); None where no
-    dimension could be changed."""
-    key = (op.name, tuple(base), descending)
+    dimension could be changed. ``caps``: the largest value each dimension may take (the simulator's cost
+    grows with the blocks a launch takes, which a batch or a head count multiplies)."""
+    key = (op.name, tuple(base), descending, caps)
     if key in _DISTINCT:
         return _DISTINCT[key]
     fixed = set(switches(op))
@@ -197,7 +198,9 @@ def distinct_size(op, base: Size, descending: bool) -> Size | None:
     size = list(base)
     for i, target in zip(free, targets_):
         taken = {size[j] for j in free if j != i}
-        for value in range(target, target + SEARCH):
+        start = min(target, caps[i]) if caps else target
+        top = min(start + SEARCH, caps[i] + 1) if caps else start + SEARCH
+        for value in [*range(start, top), *range(start - 1, 1, -1)]:  # up from the target, then down
             trial = size[:i] + [value] + size[i + 1:]
             if value not in taken and _accepted(op, trial):
                 size = trial
@@ -217,9 +220,15 @@ def symmetry_sizes(op, base: list[Size]) -> list[Size]:
         return []
     middle = base[len(base) // 2]
     largest = max(int(np.prod(s)) for s in base)
+    # The simulator's time grows with the blocks a launch takes, which a batch, a head count or a rank count
+    # multiplies: a dimension stays within twice its largest value (at least 4); of an operator of at most
+    # three, within 32 if another dimension reaches that (so that rows can outnumber columns where every
+    # size had fewer).
+    widest = min(32, max(max(s) for s in base)) if len(middle) <= 3 else 0
+    caps = tuple(max(4, 2 * max(s[i] for s in base), widest) for i in range(len(middle)))
     found = []
     for descending in (False, True):
-        size = distinct_size(op, middle, descending)
+        size = distinct_size(op, middle, descending, caps)
         if size is None:
             continue
         found.append(size)
