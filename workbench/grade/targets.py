@@ -196,8 +196,8 @@ def distinct_size(op, base: Size, descending: bool, caps: Size | None = None) ->
     if descending:
         targets_.reverse()
     size = list(base)
-    for i, target in zip(free, targets_):
-        taken = {size[j] for j in free if j != i}
+    for k, (i, target) in enumerate(zip(free, targets_)):
+        taken = {size[j] for j in free[:k]}  # (the dimensions after this one move next)
         start = min(target, caps[i]) if caps else target
         top = min(start + SEARCH, caps[i] + 1) if caps else start + SEARCH
         for value in [*range(start, top), *range(start - 1, 1, -1)]:  # up from the target, then down
@@ -213,18 +213,21 @@ _DISTINCT: dict = {}  # computed once per process: the operator's validation bui
 
 
 def symmetry_sizes(op, base: list[Size]) -> list[Size]:
-    """Sizes that break the symmetries of the simulator's small sizes: the middle size with every
+    """Sizes that break the symmetries of the simulator's small sizes: its second smallest with every
     dimension distinct, in both orientations, each switch both off and on (a mask at a length where
     it changes the answer); none much larger than the largest size already graded."""
     if len(op.dims) < 2:
         return []
-    middle = base[len(base) // 2]
+    # From the second smallest size: small enough that six heads where there was one stay cheap, past the
+    # first (often all ones).
+    by_elements = sorted(base, key=lambda s: int(np.prod([max(1, n) for n in s])))
+    middle = by_elements[min(1, len(base) - 1)]
     largest = max(int(np.prod(s)) for s in base)
     # The simulator's time grows with the blocks a launch takes, which a batch, a head count or a rank count
     # multiplies: a dimension stays within twice its largest value (at least 4); of an operator of at most
-    # three, within 32 if another dimension reaches that (so that rows can outnumber columns where every
+    # three, within 16 if another dimension reaches that (so that rows can outnumber columns where every
     # size had fewer).
-    widest = min(32, max(max(s) for s in base)) if len(middle) <= 3 else 0
+    widest = min(16, max(max(s) for s in base)) if len(middle) <= 3 else 0
     caps = tuple(max(4, 2 * max(s[i] for s in base), widest) for i in range(len(middle)))
     found = []
     for descending in (False, True):
