@@ -49,6 +49,11 @@ class Case:
     sm_count: int | None = None  # the simulated device's multiprocessors for this case (None: SIM_SM_COUNT)
 
 
+def elements(size) -> int:
+    """A size's element count, a switch's 0 (attention's CAUSAL off) counted as 1, not as no elements."""
+    return int(np.prod([max(1, n) for n in size]))
+
+
 def plan(op, sizes, seed: int) -> list[Case]:
     """The cases for one stage: each size on random inputs; the first size again on fresh inputs
     (a stage that keeps results between calls fails it); the operator's adversarial sets at the
@@ -60,12 +65,12 @@ def plan(op, sizes, seed: int) -> list[Case]:
 
     cases = [Case(size, "random", random_inputs(size, i)) for i, size in enumerate(sizes)]
     cases.insert(1, Case(sizes[0], AGAIN, random_inputs(sizes[0], 10_000)))
-    by_elements = sorted(dict.fromkeys(sizes), key=lambda s: int(np.prod(s)))
+    by_elements = sorted(dict.fromkeys(sizes), key=elements)
     if _device.is_simulator() and len(sizes) > 1:  # (a GPU has its own SM count)
         middle = by_elements[len(by_elements) // 2]  # (more blocks at the largest size cost twice its time)
         cases.append(Case(middle, f"random on {WIDE_SM_COUNT} SMs", random_inputs(middle, 15_000), WIDE_SM_COUNT))
     adversarial = by_elements[:ADVERSARIAL_SIZES]
-    large = [s for s in by_elements if int(np.prod(s)) <= ADVERSARIAL_LARGE_MAX_ELEMENTS]
+    large = [s for s in by_elements if elements(s) <= ADVERSARIAL_LARGE_MAX_ELEMENTS]
     if large and large[-1] not in adversarial:
         adversarial.append(large[-1])
     for j, size in enumerate(adversarial):

@@ -224,11 +224,11 @@ def symmetry_sizes(op, base: list[Size]) -> list[Size]:
     middle = by_elements[min(1, len(base) - 1)]
     largest = max(int(np.prod(s)) for s in base)
     # The simulator's time grows with the blocks a launch takes, which a batch, a head count or a rank count
-    # multiplies: a dimension stays within twice its largest value (at least 4); of an operator of at most
-    # three, within 16 if another dimension reaches that (so that rows can outnumber columns where every
+    # multiplies: a dimension stays within twice its largest value (at least 3); of an operator of at most
+    # three, within 8 if another dimension reaches that (so that rows can outnumber columns where every
     # size had fewer).
-    widest = min(16, max(max(s) for s in base)) if len(middle) <= 3 else 0
-    caps = tuple(max(4, 2 * max(s[i] for s in base), widest) for i in range(len(middle)))
+    widest = min(8, max(max(s) for s in base)) if len(middle) <= 3 else 0
+    caps = tuple(max(3, 2 * max(s[i] for s in base), widest) for i in range(len(middle)))
     found = []
     for descending in (False, True):
         size = distinct_size(op, middle, descending, caps)
