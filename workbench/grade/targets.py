@@ -214,8 +214,8 @@ _DISTINCT: dict = {}  # computed once per process: the operator's validation bui
 
 def symmetry_sizes(op, base: list[Size]) -> list[Size]:
     """Sizes that break the symmetries of the simulator's small sizes: its second smallest with every
-    dimension distinct, in both orientations, each switch both off and on (a mask at a length where
-    it changes the answer); none much larger than the largest size already graded."""
+    dimension distinct, in both orientations, each switch both off and on at the first (a mask at a
+    length where it changes the answer); none much larger than the largest size already graded."""
     if len(op.dims) < 2:
         return []
     # From the second smallest size: small enough that six heads where there was one stay cheap, past the
@@ -235,7 +235,7 @@ def symmetry_sizes(op, base: list[Size]) -> list[Size]:
         if size is None:
             continue
         found.append(size)
-        for i in switches(op):
+        for i in switches(op) if not descending else ():  # (each switch both ways once is enough)
             flipped = size[:i] + (1 - size[i],) + size[i + 1:]
             if _accepted(op, flipped):
                 found.append(flipped)
