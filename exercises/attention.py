@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: a8293fa1100caf46f3bd7b35c0ebf3f8c710ba46ece8aafc5523950e4f103b52
+# generated-sha256: c5326984e879534c504180f782b89e4e52a2590b101018177abef292542dd7d2
 # --------------------------------------------------------------------------------------------------
 """Scaled dot-product attention in float32, from three kernels to a register-tiled FlashAttention.
 
@@ -64,8 +64,8 @@ from workbench.shared_memory import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import against_peer
 
-from solutions._attention_common import (attention_flops, extreme_logits, kv_fetch_bytes, naive_expression, reference,
-                                         rising_logits, rope_tables, sdpa_peer)
+from solutions._attention_common import (ROPE_BASES, attention_flops, extreme_logits, kv_fetch_bytes, naive_expression,
+                                         reference, rising_logits, rope_tables, sdpa_peer)
 from solutions._flash_mma import launch_3xtf32, padded_head_dim, tf32_geometry
 
 MAX_HEAD_DIM = 128  # the largest D the kernels take (as FlashAttention's, they are built per head size)
@@ -820,7 +820,7 @@ def tensor_cores(q, k, v, causal, out):
 
 def _rope_inputs(size, rng):
     q, k, v, causal = _inputs(size, rng)
-    return (q, k, v, causal, *rope_tables(size[2], size[3]))
+    return (q, k, v, causal, *rope_tables(size[2], size[3], float(rng.choice(ROPE_BASES))))
 
 
 def _rope_adversarial(size, rng):
@@ -828,7 +828,7 @@ def _rope_adversarial(size, rng):
     and k no longer score higher with every key)."""
     q, k, v, causal = _inputs(size, rng)
     q, k = extreme_logits(q, k, size[3], rng)
-    return [("extreme-logits", (q, k, v, causal, *rope_tables(size[2], size[3])))]
+    return [("extreme-logits", (q, k, v, causal, *rope_tables(size[2], size[3], float(rng.choice(ROPE_BASES)))))]
 
 
 def _rotated64(x, cos, sin):

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: ffdfaf7c737746b0922bce7404135bb5c7137455038bbc6cf49a9cde352ec69c
+# generated-sha256: 2249d8855164302284cdf7ab567312bb60b374162366375472964e86a1419d9a
 # --------------------------------------------------------------------------------------------------
 """int8 GEMM (int32 accumulation) and the quantized linear layer built on it.
 
@@ -39,6 +39,7 @@ from workbench import device as _device
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 from workbench.shared_memory import set_max_dynamic_shared_memory
+from workbench.targets import against_peer
 
 from solutions._hopper import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
                                mbarrier_wait, setmaxnreg_consumer, setmaxnreg_producer, shared_descriptor,
@@ -134,6 +135,7 @@ op = Operator(
     quick_size=(5, 7, 35),  # two k32 steps, the second ragged: the emulated mma at a third less than (17, 24, 96)
     bench_sizes=[(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)],
     headline_size=(8192, 8192, 8192),
+    targets=[against_peer(0.75, "torch._int_mm", stage="best")],
     rank=260,
     group="INT8: GEMM and the quantized linear layer",
     record_all_sizes=True,

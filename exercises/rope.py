@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 2e685d70829bc1cd3ff8bd60bc3201ed536c7b2cb49299319c5199ff230cfc9b
+# generated-sha256: 49ef59191cbc1557bf659863e22af5fd8dcbecbee03763610fd8ea0903c2ca6e
 # --------------------------------------------------------------------------------------------------
 """Rotary position embedding (RoPE), float32: a table of angles or sines computed on the fly, and the two
 layouts models use.
@@ -45,7 +45,7 @@ from numba.cuda import libdevice
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 
-from solutions._attention_common import inverse_frequencies, rope_angles as _angles, rope_tables
+from solutions._attention_common import ROPE_BASES, inverse_frequencies, rope_angles as _angles, rope_tables
 
 THREADS = 256
 
@@ -71,8 +71,9 @@ INV_TWO_PI = np.float32(1 / (2 * math.pi))
 def _inputs(size, rng):
     S, H, D = size
     x = rng.normal(0.0, 1.0, (S, H, D)).astype(np.float32)
-    cos, sin = rope_tables(S, D)
-    return x, inverse_frequencies(D), cos, sin
+    base = float(rng.choice(ROPE_BASES))  # the model's: a parameter, so drawn too
+    cos, sin = rope_tables(S, D, base)
+    return x, inverse_frequencies(D, base), cos, sin
 
 
 def _adversarial(interleaved):

@@ -33,11 +33,14 @@ def reference(q, k, v, causal):
 # -- RoPE's tables (rope.py, and attention.py's RoPE-fused operator) -------------------------------
 
 ROPE_BASE = 10000.0
+# Bases models use (the original and Llama 2's; Llama 3's; Qwen's and Code Llama's): inputs draw one, so a
+# kernel that rebuilds the frequencies from a base written into it, not from the inv_freq it is given, fails.
+ROPE_BASES = (10000.0, 500000.0, 1000000.0)
 
 
-def inverse_frequencies(D):
+def inverse_frequencies(D, base=ROPE_BASE):
     """The model's inv_freq in float32, as Hugging Face computes it: 1 / base^(2i / D)."""
-    return (1.0 / (np.float32(ROPE_BASE) ** (np.arange(0, D, 2, dtype=np.float32) / np.float32(D)))).astype(np.float32)
+    return (1.0 / (np.float32(base) ** (np.arange(0, D, 2, dtype=np.float32) / np.float32(D)))).astype(np.float32)
 
 
 def rope_angles(S, inv_freq):
@@ -45,9 +48,9 @@ def rope_angles(S, inv_freq):
     return np.arange(S, dtype=np.float32)[:, None] * inv_freq[None, :]
 
 
-def rope_tables(S, D):
+def rope_tables(S, D, base=ROPE_BASE):
     """The cached cos and sin tables a model keeps (S x D/2 float32 each), of the float32 angles."""
-    angles = rope_angles(S, inverse_frequencies(D)).astype(np.float64)
+    angles = rope_angles(S, inverse_frequencies(D, base)).astype(np.float64)
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import re
 
 HINT = re.compile(r"^(?P<indent>[ \t]*)# HINT:\s?(?P<text>.*?)\s*$")
@@ -21,6 +22,10 @@ BEGIN = re.compile(r"^(?P<indent>[ \t]*)# BEGIN SOLUTION\s*$")
 END = re.compile(r"^(?P<indent>[ \t]*)# END SOLUTION\s*$")
 STUB_MARK = "TODO(exercise): not implemented yet"  # on the stub line only; the grader looks for it
 MAX_HINTS = 3
+# A generated exercise's header records the hash of the body below it: an exercise is pristine (nobody
+# has edited it) while the two agree. The generator writes it; the grader reads it.
+HASH_LINE = re.compile(r"^# generated-sha256: (?P<hash>[0-9a-f]{64})\s*$", re.M)
+HEADER_END = "# " + "-" * 98
 
 
 def has_markers(text: str) -> bool:
@@ -61,3 +66,24 @@ def _ladder_imports(source: str) -> tuple[str, ...]:
             elif not node.module.split(".")[1].startswith("_"):
                 found.append(node.module.split(".")[1])
     return tuple(sorted(set(found)))
+
+
+def digest(body: str) -> str:
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def split_header(text: str) -> tuple[str | None, str]:
+    """(the hash recorded in the header, the body after it); (None, text) if there is no header."""
+    match = HASH_LINE.search(text)
+    if match is None:
+        return None, text
+    end = text.find(HEADER_END + "\n", match.end())
+    if end < 0:
+        return None, text
+    return match["hash"], text[end + len(HEADER_END) + 1:]
+
+
+def is_pristine(text: str) -> bool:
+    """Is this exactly what the exercise generator wrote once (no learner edits below the header)?"""
+    recorded, body = split_header(text)
+    return recorded is not None and digest(body) == recorded

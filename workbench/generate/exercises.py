@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import ast
 import functools
-import hashlib
 import os
 import re
 import sys
@@ -47,10 +46,9 @@ from pathlib import Path
 from .. import paths, registry
 from ..introspect import functions_of
 from ..ladder import Operator
-from ..markers import BEGIN, END, HINT, MAX_HINTS, STUB_MARK, has_markers, ladder_imports, no_exercise_because
+from ..markers import (BEGIN, END, HEADER_END, HINT, MAX_HINTS, STUB_MARK, digest, has_markers, is_pristine,
+                       ladder_imports, no_exercise_because, split_header)
 
-HASH_LINE = re.compile(r"^# generated-sha256: (?P<hash>[0-9a-f]{64})\s*$", re.M)
-HEADER_END = "# " + "-" * 98
 INDEX = "README.md"
 
 # The states of an exercise file against what the solutions generate now.
@@ -192,10 +190,6 @@ def render_body(text: str, filename: str = "<source>") -> str:
     return "\n".join(lines) + "\n"
 
 
-def digest(body: str) -> str:
-    return hashlib.sha256(body.encode()).hexdigest()
-
-
 DEFAULT_SPEED_BAR = next(f.default for f in fields(Operator) if f.name == "grade_speed_bar")
 
 
@@ -232,23 +226,6 @@ def render(text: str, module: str, *, filename: str = "<source>", source_label: 
         HEADER_END,
     ]
     return "\n".join(header) + "\n" + body
-
-
-def split_header(text: str) -> tuple[str | None, str]:
-    """(the hash recorded in the header, the body after it); (None, text) if there is no header."""
-    match = HASH_LINE.search(text)
-    if match is None:
-        return None, text
-    end = text.find(HEADER_END + "\n", match.end())
-    if end < 0:
-        return None, text
-    return match["hash"], text[end + len(HEADER_END) + 1:]
-
-
-def is_pristine(text: str) -> bool:
-    """Is this exactly what the generator wrote once (no learner edits below the header)?"""
-    recorded, body = split_header(text)
-    return recorded is not None and digest(body) == recorded
 
 
 # -- which modules have exercises -------------------------------------------------------------------

@@ -16,19 +16,37 @@ from .. import device as _device
 from .. import registry
 from ..ladder import as_size
 from ..sizes import check_size
-from .cases import Submission, plan
+from .cases import SIM_SM_COUNT, Submission, plan
 from .guards import Guard
-from .report import FAILED, Report, StageGrade
+from .report import FAILED, NOT_AN_EXERCISE, Report, StageGrade
 from .stages import Listener, grade_stage, stage_verdict
 from .supervisor import CallReply, WorkerSession
 from .submission import describe_launcher
-from .targets import answer_key_code, display_path, grade_sizes, submission_path, targets
+from .targets import answer_key_code, display_path, grade_sizes, not_an_exercise, submission_path, targets
 from .watch import classify, refusal_facts, run_watched, simulated_device, threads_in
 
 TIMEOUT_SIM_S = 300.0  # per case, in the simulator: generous, it is slow
 TIMEOUT_GPU_S = 60.0
-SIM_SM_COUNT = 2  # the simulated device's multiprocessors while grading: grids sized from it stay small
 SPEED_NOT_JUDGED = "the speed bar (no GPU here: the simulator cannot time kernels)"
+
+
+class BadOption(ValueError):
+    """An option of grade() (or `workbench grade`) that cannot be used; the message is one line naming what
+    was expected."""
+
+
+MAX_SEED = 2**63 - 1
+
+
+def check_options(*, seed=None, timeout=None, jobs=None) -> None:
+    """Refuse a seed, timeout or job count that cannot mean anything, before anything runs: a timeout of 0
+    (or less) is not "the default", a negative seed is not a seed numpy takes, 0 jobs grade nothing."""
+    if seed is not None and not (isinstance(seed, (int, np.integer)) and 0 <= seed <= MAX_SEED):
+        raise BadOption(f"--seed {seed}: a seed is a whole number from 0 to {MAX_SEED}")
+    if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout < float("inf")):
+        raise BadOption(f"--timeout {timeout}: seconds per case, a number greater than 0")
+    if jobs is not None and not (isinstance(jobs, (int, np.integer)) and jobs >= 1):
+        raise BadOption(f"--jobs {jobs}: files graded in parallel, a whole number of at least 1")
 
 
 def new_seed() -> int:
@@ -53,7 +71,9 @@ def grade(target: str | None = None, impl: str = "exercises", *, sizes=None, qui
     """Grade the stages of ``target`` (default: every exercise) in ``impl`` (exercises, solutions, a
     file or a folder). One worker process per file, ``jobs`` files at a time.
 
-    Raises registry.UnknownTarget or sizes.SizeError for a bad target or size, before anything runs."""
+    Raises registry.UnknownTarget, sizes.SizeError or BadOption for a bad target, size or option,
+    before anything runs."""
+    check_options(seed=seed, timeout=timeout, jobs=jobs)
     mode = _device.mode()
     seed = new_seed() if seed is None else int(seed)
     timeout = timeout or (TIMEOUT_SIM_S if mode == "sim" else TIMEOUT_GPU_S)
@@ -66,6 +86,10 @@ def grade(target: str | None = None, impl: str = "exercises", *, sizes=None, qui
         report.not_judged.append(SPEED_NOT_JUDGED)
     by_file: dict[Path, list] = {}
     for stage in stages:
+        why_not = None if impl == "solutions" else not_an_exercise(stage)  # the answer key grades every stage
+        if why_not:
+            report.stages.append(StageGrade(stage.key, stage.order, NOT_AN_EXERCISE, notes=[why_not]))
+            continue
         by_file.setdefault(submission_path(impl, stage.op), []).append(stage)
     report.files = [display_path(path) for path in by_file]
     t0 = time.perf_counter()
@@ -153,8 +177,10 @@ class InProcessSession:
         clear_scratch()
         return {"ok": True, "functions": describe_launcher(self.launcher)}
 
-    def call(self, stage: str, case_id: int, inputs: tuple, out: np.ndarray) -> CallReply:
-        outcome = run_watched(self.launcher, inputs, out, Guard(), self.file, _max_threads(TIMEOUT_SIM_S))
+    def call(self, stage: str, case_id: int, inputs: tuple, out: np.ndarray, limit=None,
+             sm_count: int | None = None) -> CallReply:
+        with simulated_device(sm_count):  # (a hang hangs the caller here: no limit to apply)
+            outcome = run_watched(self.launcher, inputs, out, Guard(), self.file, _max_threads(TIMEOUT_SIM_S))
         return CallReply(outcome.error, outcome.launches, refusal_facts(outcome.refusals), outcome.seconds,
                          outcome.out, outcome.inputs_after)
 

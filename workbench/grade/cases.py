@@ -9,6 +9,7 @@ submission's process says about itself beyond plain facts (what it launched, wha
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -16,11 +17,12 @@ from typing import Callable
 import numpy as np
 
 from .. import device as _device
-from ..check import adversarial_cases, judge, poison_like, tolerance_of
+from ..check import adversarial_cases, judge, poison_like, run_once, tolerance_of
 from ..ladder import Size, as_size
 from .reasons import advice_for
 from .report import PASSED, SKIPPED, CaseResult
-from .supervisor import CallReply, CaseAborted
+from .supervisor import RUNAWAY_FLOOR_S, CallReply, CaseAborted
+from .watch import simulated_device
 
 ADVERSARIAL_SIZES = 2  # adversarial input sets are graded at this many of the smallest sizes
 # And at the largest size of at most this many elements (a size past one full resident grid: a missing
@@ -30,6 +32,11 @@ ADVERSARIAL_SIZES = 2  # adversarial input sets are graded at this many of the s
 # first one is already wrong), but not at the 2^28 sizes of a GPU, where making the sets and their
 # float64 reference costs more than it proves.
 ADVERSARIAL_LARGE_MAX_ELEMENTS = 1 << 25
+SIM_SM_COUNT = 2  # the simulated device's multiprocessors while grading: grids sized from it stay small
+# ...and for one case of each stage, this many: split and persistent schedules then take more than two
+# blocks (a partial result combined as if there were two, a split count bounded by 2, shows there).
+WIDE_SM_COUNT = 5
+RUNAWAY_FACTOR = 10  # a call is stopped after this many times the solution's own time at its size
 AGAIN = "again, new inputs"  # the label of the call that repeats the first size with fresh inputs
 VALUE_REASONS = ("wrong-values", "all-zeros", "unwritten", "uninitialised", "nan")
 
@@ -39,6 +46,12 @@ class Case:
     size: Size
     inputs: str  # "random", an adversarial set's label, or AGAIN
     make: Callable[[], tuple]  # the inputs, made when the case runs
+    sm_count: int | None = None  # the simulated device's multiprocessors for this case (None: SIM_SM_COUNT)
+
+
+def elements(size) -> int:
+    """A size's element count, a switch's 0 (attention's CAUSAL off) counted as 1, not as no elements."""
+    return int(np.prod([max(1, n) for n in size]))
 
 
 def plan(op, sizes, seed: int) -> list[Case]:
@@ -52,9 +65,12 @@ def plan(op, sizes, seed: int) -> list[Case]:
 
     cases = [Case(size, "random", random_inputs(size, i)) for i, size in enumerate(sizes)]
     cases.insert(1, Case(sizes[0], AGAIN, random_inputs(sizes[0], 10_000)))
-    by_elements = sorted(dict.fromkeys(sizes), key=lambda s: int(np.prod(s)))
+    by_elements = sorted(dict.fromkeys(sizes), key=elements)
+    if _device.is_simulator() and len(sizes) > 1:  # (a GPU has its own SM count)
+        middle = by_elements[len(by_elements) // 2]  # (more blocks at the largest size cost twice its time)
+        cases.append(Case(middle, f"random on {WIDE_SM_COUNT} SMs", random_inputs(middle, 15_000), WIDE_SM_COUNT))
     adversarial = by_elements[:ADVERSARIAL_SIZES]
-    large = [s for s in by_elements if int(np.prod(s)) <= ADVERSARIAL_LARGE_MAX_ELEMENTS]
+    large = [s for s in by_elements if elements(s) <= ADVERSARIAL_LARGE_MAX_ELEMENTS]
     if large and large[-1] not in adversarial:
         adversarial.append(large[-1])
     for j, size in enumerate(adversarial):
@@ -84,10 +100,14 @@ class Submission:
     own_dirs: tuple = ()  # folders whose files count as the submission's too (the answer key's own)
     hint_missing: str = ""  # added to "the submission does not define this stage"
 
+    shared_code: frozenset | None = None  # fingerprints of the answer key's shared code this stage may run
+
     def owns(self, filename: str) -> bool:
-        """Is code from this file the submission's own (or shared infrastructure anyone may use)?"""
-        if same_file(filename, self.file) or (self.own_dirs and _inside(filename, self.own_dirs)):
-            return True
+        """Is code from this file the submission's own?"""
+        return same_file(filename, self.file) or bool(self.own_dirs and _inside(filename, self.own_dirs))
+
+    def is_shared(self, filename: str) -> bool:
+        """Is this file one of the answer key's shared modules (``solutions/_*.py``)?"""
         return os.path.basename(filename).startswith("_") and _inside(filename, self.answer_key_dirs)
 
 
@@ -97,6 +117,13 @@ def foreign_code(functions: list[dict], submission: Submission) -> tuple[str, st
     for f in functions:
         where = f"{f['file']}, line {f['line']}"
         mine = submission.owns(f["file"])
+        if not mine and submission.is_shared(f["file"]):
+            # Shared helpers are importable (the exercise imports them), but only those the solution's own
+            # stage runs are given: the rest of those modules (another stage's whole kernel) is the answer.
+            if submission.shared_code is None or f["fingerprint"] in submission.shared_code:
+                continue
+            return "answer-key", (f"`{f['qualname']}` ({where}) is the answer key's shared code, which this "
+                                  "stage's exercise does not give you: write it yourself")
         if f["fingerprint"] in submission.answer_key and not mine:
             key = submission.answer_key[f["fingerprint"]]
             return "answer-key", f"`{f['qualname']}` ({where}) is the answer key's {key}"
@@ -110,6 +137,36 @@ def foreign_code(functions: list[dict], submission: Submission) -> tuple[str, st
     return None
 
 
+_SOLUTION_SECONDS: dict = {}  # (stage, size) -> the solution's time for one call, measured once per process
+_SOLUTION_LOCK = threading.Lock()  # one solution run at a time: files are graded in threads
+
+
+def solution_seconds(stage, size, inputs: tuple, sm_count: int | None = None) -> float:
+    """The answer key's own time for one call of ``stage`` at ``size`` (on a GPU the second run: the
+    first one compiles), run here in the grader's process as the worker runs the submission."""
+    key = (stage.key, tuple(size), sm_count)
+    with _SOLUTION_LOCK:
+        if key not in _SOLUTION_SECONDS:
+            template = stage.op.make_output(size)
+            with simulated_device(sm_count or SIM_SM_COUNT):
+                if not _device.is_simulator():
+                    run_once(stage, inputs, template)
+                t0 = time.perf_counter()
+                run_once(stage, inputs, template)
+            _SOLUTION_SECONDS[key] = time.perf_counter() - t0
+    return _SOLUTION_SECONDS[key]
+
+
+def runaway_limit(stage, size, inputs: tuple, sm_count: int | None = None):
+    """For the worker's supervisor: how long this call may run, and why (asked only once it is late)."""
+    def limit() -> tuple[float, str]:
+        theirs = solution_seconds(stage, size, inputs, sm_count)
+        allowed = max(RUNAWAY_FLOOR_S, RUNAWAY_FACTOR * theirs)
+        return allowed, (f"{RUNAWAY_FACTOR} times the solution's {theirs:.2g} s at this size, and at least "
+                         f"{RUNAWAY_FLOOR_S:.0f} s: a loop that never ends?")
+    return limit
+
+
 def run_case(stage, session, case: Case, case_id: int, *, functions: list[dict], submission: Submission) -> CaseResult:
     """Make the inputs, have ``session`` call the submission on them, and judge what came back."""
     op = stage.op
@@ -119,7 +176,8 @@ def run_case(stage, session, case: Case, case_id: int, *, functions: list[dict],
                         tolerance=tolerance_of(stage, case.size))
     t0 = time.perf_counter()
     try:
-        reply = session.call(stage.name, case_id, inputs, out)
+        reply = session.call(stage.name, case_id, inputs, out, limit=runaway_limit(stage, case.size, inputs, case.sm_count),
+                             sm_count=case.sm_count)
     except CaseAborted as aborted:
         result.seconds = time.perf_counter() - t0
         result.output = aborted.printed
@@ -132,7 +190,7 @@ def run_case(stage, session, case: Case, case_id: int, *, functions: list[dict],
         if reason == "needs-gpu":
             result.status, result.reason, result.message = SKIPPED, reason, message
             return result
-        return result.fail(reason, message, advice_for(reason, shared))
+        return result.fail(reason, message, advice_for(reason, shared, message))
     if not reply.launches:
         checked = judge(stage, case.size, inputs, reply.out, reply.inputs_after)
         also = f" (and the output is wrong too: {checked.message})" if checked.failed else ""
@@ -147,7 +205,7 @@ def run_case(stage, session, case: Case, case_id: int, *, functions: list[dict],
             differ = second_run_differs(stage, session, case, case_id, inputs, reply.out, result.tolerance)
             if differ:
                 reason, message = "race", f"{message}; {differ}"
-        result.fail(reason, message, advice_for(reason, shared))
+        result.fail(reason, message, advice_for(reason, shared, message))
     return result
 
 
@@ -158,7 +216,8 @@ def second_run_differs(stage, session, case: Case, case_id: int, inputs: tuple, 
     add floats in another order) means the result depends on the order threads and blocks ran in.
     Returns what to add to the message, or "" (the same output, or no second output to compare)."""
     try:
-        reply = session.call(stage.name, case_id, inputs, poison_like(stage.op.make_output(case.size)))
+        reply = session.call(stage.name, case_id, inputs, poison_like(stage.op.make_output(case.size)),
+                             sm_count=case.sm_count)
     except CaseAborted:
         return ""
     second = reply.out
@@ -214,6 +273,25 @@ def stale_if_repeat(cases: list[CaseResult]) -> None:
         again.advice = advice_for("stale")
 
 
+ROOFLINE_MARGIN = 2.0  # times the device's published bandwidth: rotated inputs larger than L2 cannot beat it
+
+
+def below_roofline(moved_bytes: int, median_us: float, device_name: str | None) -> str:
+    """Why a time is impossible (it moves the stage's minimum traffic faster than ROOFLINE_MARGIN times
+    the device's memory bandwidth: the work was done elsewhere, on another stream or thread the timer
+    never waited for, or the timer was fooled), or "" where it is possible or the device is unknown."""
+    from ..peaks import datasheet_gbps
+
+    peak = datasheet_gbps(device_name or "")
+    if not peak or median_us <= 0:
+        return "" if peak is None or median_us > 0 else "a time of zero"
+    gbps = moved_bytes / median_us / 1e3
+    if gbps <= ROOFLINE_MARGIN * peak:
+        return ""
+    return (f"{median_us:.3g} µs moves its {moved_bytes / 1e6:.3g} MB at {gbps:.0f} GB/s, more than {ROOFLINE_MARGIN:g} "
+            f"times the {peak:.0f} GB/s this GPU's memory can: the time cannot be the stage's own")
+
+
 def speed_case(stage, session, bar: float, seed: int) -> CaseResult:
     """Time the submission (in its worker) and the solution stage (here) on the same inputs (GPU only)."""
     from ..bench import rotating_arg_sets
@@ -240,9 +318,12 @@ def speed_case(stage, session, bar: float, seed: int) -> CaseResult:
              "bar": bar, "median_us": mine_us, "solution_median_us": theirs.median_us}
     case.speed, case.seconds = speed, time.perf_counter() - t0
     checked = judge(stage, size, inputs, out, inputs)
+    floor = below_roofline(moved, mine_us, environment().get("device"))
     if checked.failed:
         case.fail(checked.reason or "wrong-values", f"wrong at the timing size: {checked.message}",
                   advice_for(checked.reason))
+    elif floor:
+        case.fail("below-roofline", floor, advice_for("below-roofline"))
     elif ratio < bar:
         case.fail("too-slow", f"{100 * ratio:.0f}% of the solution's bandwidth, the bar is {100 * bar:.0f}%",
                   advice_for("too-slow"))

@@ -9,6 +9,7 @@ reads numbers (dtypes of plain numeric kinds, shapes, bytes) and strings.
 from __future__ import annotations
 
 import json
+import select
 import socket
 import struct
 import time
@@ -71,6 +72,13 @@ class Channel:
         for a in arrays:
             if a.nbytes:
                 self.sock.sendall(memoryview(a.reshape(-1).view(np.uint8)))
+
+    def ready(self, deadline: float) -> bool:
+        """Has something (a message, or the other end closing) arrived by ``deadline``? Reads nothing, so
+        waiting in steps never cuts a message in two."""
+        left = max(0.0, deadline - time.monotonic())
+        readable, _, _ = select.select([self.sock], [], [], left)
+        return bool(readable)
 
     def receive(self, deadline: float | None = None) -> tuple[dict, list[np.ndarray]]:
         """The next message: (header, arrays). Raises ChannelClosed, ChannelTimeout or ChannelGarbage."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from .. import device as _device
 from ..registry import UnknownTarget
 from ..sizes import SizeError, seed_arg, size_arg
-from .api import TIMEOUT_GPU_S, TIMEOUT_SIM_S, grade
+from .api import TIMEOUT_GPU_S, TIMEOUT_SIM_S, BadOption, check_options, grade
 from .report import CaseResult, StageGrade
 from .stages import Listener
 
@@ -64,7 +64,7 @@ def cmd_grade(args) -> int:
     err = Console(stderr=True)
     try:
         return _grade(args, err)
-    except (UnknownTarget, SizeError) as exc:
+    except (UnknownTarget, SizeError, BadOption) as exc:
         err.print(f"[red]error:[/] {exc.args[0] if exc.args else exc}", highlight=False)
         return BAD_INPUT
     except KeyboardInterrupt:
@@ -78,15 +78,19 @@ def cmd_grade(args) -> int:
 def _grade(args, err) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .targets import BUILT_IN, targets
+    from .targets import targets
 
     impl = args.impl
-    if impl not in BUILT_IN and not os.path.exists(impl):
-        err.print(f"[red]error:[/] --impl {impl}: no such file or folder (use exercises, solutions or a path)")
-        return BAD_INPUT
+    check_options(seed=args.seed, timeout=args.timeout, jobs=args.jobs)
+    refused = bad_impl(impl) or bad_junit(args.junit)
+    if refused:
+        raise BadOption(refused)
+    stages = targets(args.target, impl)  # an unknown target is refused here, before anything runs
+    missing = missing_in_folder(impl, args.target, stages)
+    if missing:
+        raise BadOption(missing)
     if not args.json:
         _device.announce()
-    stages = targets(args.target, impl)  # an unknown target is refused here, before anything runs
     options = dict(sizes=args.size, quick=args.quick, seed=args.seed, timeout=args.timeout, jobs=args.jobs,
                    speed=not args.no_speed)
     if args.json or not err.is_terminal:
@@ -96,7 +100,6 @@ def _grade(args, err) -> int:
                       console=err, transient=True) as progress:
             report = grade(args.target, impl, listener=ProgressBars(progress, len(stages)), **options)
     if args.junit:
-        Path(args.junit).parent.mkdir(parents=True, exist_ok=True)
         Path(args.junit).write_text(report.junit())
     if args.json:
         print(json.dumps(report.as_dict(), indent=1))
@@ -108,6 +111,44 @@ def _grade(args, err) -> int:
     if report.errors:
         return GRADER_ERROR
     return 0 if report.passed else 1
+
+
+def bad_impl(impl: str) -> str | None:
+    """Why ``--impl`` cannot be graded (one line), or None."""
+    from .targets import BUILT_IN
+
+    if impl in BUILT_IN:
+        return None
+    if not os.path.exists(impl):
+        return f"--impl {impl}: no such file or folder (use exercises, solutions, a .py file or a folder of them)"
+    if os.path.isfile(impl) and not impl.endswith(".py"):
+        return f"--impl {impl}: not a Python file (a submission is a .py file, or a folder of them)"
+    return None
+
+
+def bad_junit(junit: str | None) -> str | None:
+    """A JUnit report goes into a folder that exists: a typo in its path makes no folders anywhere."""
+    if not junit:
+        return None
+    folder = Path(junit).parent
+    if not folder.is_dir():
+        return f"--junit {junit}: the folder {folder} does not exist (create it first)"
+    if Path(junit).is_dir():
+        return f"--junit {junit}: is a folder; give the path of the XML file to write"
+    return None
+
+
+def missing_in_folder(impl: str, target: str | None, stages: list) -> str | None:
+    """A target asked for by name in a folder that has no file for it: said once, before grading."""
+    from .targets import BUILT_IN, not_an_exercise, submission_path
+
+    if not (target and os.path.isdir(impl)) or impl in BUILT_IN:
+        return None
+    files = sorted({str(submission_path(impl, s.op)) for s in stages
+                    if not submission_path(impl, s.op).exists() and not not_an_exercise(s)})
+    if not files:
+        return None
+    return f"--impl {impl}: the folder has no {', '.join(Path(f).name for f in files)} for {target}"
 
 
 def add_cli(sub) -> None:
@@ -122,7 +163,8 @@ def add_cli(sub) -> None:
     s.add_argument("--size", type=size_arg, action="append",
                    help="grade at this size only, e.g. 1000 or 33x65 (repeatable)")
     s.add_argument("--quick", action="store_true",
-                   help="two sizes per stage (the smallest and an awkward one) instead of all")
+                   help="two or three sizes per stage (the smallest, an awkward one, one with every dimension "
+                        "different) instead of all")
     s.add_argument("--seed", type=seed_arg, help="reproduce a run (the report prints its seed)")
     s.add_argument("--timeout", type=float,
                    help=f"seconds per case (default {TIMEOUT_SIM_S:.0f} in the simulator, "

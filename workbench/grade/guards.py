@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import device as _device
 from ..paths import REPO_ROOT
-from .submission import is_library_file
+from .submission import WORKBENCH_DIR, is_library_file
 
 ANSWER_KEY_PACKAGE = "solutions"
 
@@ -61,12 +61,30 @@ def _is_stdlib(filename: str) -> bool:
     return filename.startswith("<frozen") or os.path.realpath(filename).startswith(_stdlib_roots())
 
 
+# The workbench's machinery that runs a submission's kernels (the simulator's launch and blocks): trusted
+# like numba's. Any other workbench code (to_host, fill_from_host, scratch, ...) is a helper: it acts for
+# whoever called it, so the guards look through it to its caller and a helper never launders a host copy.
+MACHINERY_DIRS = (os.path.join(os.path.realpath(WORKBENCH_DIR), "simulator") + os.sep,)
+
+
+@lru_cache(maxsize=4096)
+def _workbench_helper(filename: str) -> bool:
+    real = os.path.realpath(filename)
+    return real.startswith(os.path.realpath(WORKBENCH_DIR) + os.sep) and not real.startswith(MACHINERY_DIRS)
+
+
 def _requester(skip) -> str:
-    """The file of the first frame (above this module's own) for which ``skip(file)`` is false."""
-    frame = sys._getframe(1)
-    while frame is not None and (frame.f_code.co_filename == __file__ or skip(frame.f_code.co_filename)):
+    """The file of the first frame for which ``skip(file)`` is false, looking through this module and the
+    workbench's helpers to whoever called them. A stack of nothing but the workbench's own code (the
+    worker between calls) is the workbench's request."""
+    frame, last = sys._getframe(1), __file__
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not (filename == __file__ or _workbench_helper(filename) or skip(filename)):
+            return filename
+        last = filename if _workbench_helper(filename) else last
         frame = frame.f_back
-    return frame.f_code.co_filename if frame is not None else "<unknown>"
+    return last
 
 
 def _submission_asked(skip=_is_stdlib) -> bool:

@@ -19,6 +19,9 @@ ADVICE = {
              "itself"),
     "out-of-bounds": ("out-of-bounds access: missing bounds check? The grid is rounded up to whole blocks, so "
                       "the last block has threads with no element: guard every access (if i < x.size:)"),
+    "gpu-fault": ("the GPU stopped your kernel: check every index against its array's size (the last block "
+                  "has threads past the end), and every shared array's index against its declared size; the "
+                  "simulator (WORKBENCH_MODE=sim) names the line of an out-of-bounds access"),
     "launch-limit": ("the launch was refused: a block may have at most 1024 threads (x*y*z) and 48 KiB of "
                      "static shared memory; launch more blocks instead"),
     "warp-sync": "a warp intrinsic was called by only part of the lanes in its mask (a shuffle inside a branch?)",
@@ -65,6 +68,9 @@ ADVICE = {
                 "cuda.syncthreads() that some threads never reach, a block waiting on another block)"),
     "crash": ("the process running your code died during this case (a segfault in a kernel or a native "
               "library your code called?)"),
+    "below-roofline": ("the time measured is below what the memory allows: work left running on another "
+                       "stream or thread when the launcher returned is not done (the timer waits only for the "
+                       "default stream), and the clocks and the timer are not the submission's to replace"),
     "too-slow": "correct, but slower than the speed bar: see the stage's lesson for what makes it fast",
     "needs-gpu": "the simulator cannot run this: grade it on a machine with a GPU",
     "grader-error": "an error in the grader itself, not in your code: please report it (the message says where)",
@@ -79,9 +85,38 @@ SHARED_MEMORY_ADVICE = ("this stage's kernels share data through shared memory: 
                         "for ints")
 
 
-def advice_for(reason: str, uses_shared_memory: bool = False) -> str:
-    """The advice shown under a failed case: the reason's own, plus the shared-memory question where
-    wrong values may come from a missing barrier."""
+# A race's advice by what the simulator saw, the likely cause first: in shared memory, threads of one block
+# (a tree step reading a partner's slot) want a barrier far more often than atomics; a `+=` both threads
+# made to one element wants an atomic; blocks racing each other want atomics or a slot per block.
+RACE_ADVICE = {
+    "shared": ("threads of one block used the same shared-memory element with nothing ordering them: a "
+               "cuda.syncthreads() is missing between one thread's write and another's read (after filling "
+               "the shared array, and after each step of a tree); every thread of the block must reach it. "
+               "Only where threads update one element together (a shared counter) use cuda.atomic.*"),
+    "update": ("two threads made a read-modify-write (`+=`) of the same element, which is not atomic: use "
+               "cuda.atomic.add (or another cuda.atomic operation) for updates that threads share"),
+    "blocks": ("two blocks used the same memory: blocks run at the same time on a GPU, and no barrier orders "
+               "them; use cuda.atomic.* for shared totals, or give each block its own slot and combine the "
+               "slots in a second kernel launch"),
+}
+
+
+def race_kind(message: str) -> str:
+    """Which RACE_ADVICE fits a race the simulator described (its message), "" if none does better."""
+    if "read-modify-write" in message:
+        return "update"
+    if "(shared memory)" in message:
+        return "shared"
+    if "blocks of a launch run at the same time" in message:
+        return "blocks"
+    return ""
+
+
+def advice_for(reason: str, uses_shared_memory: bool = False, message: str = "") -> str:
+    """The advice shown under a failed case: the reason's own (a race's by what raced, from its
+    ``message``), plus the shared-memory question where wrong values may come from a missing barrier."""
+    if reason == "race" and race_kind(message):
+        return RACE_ADVICE[race_kind(message)]
     advice = ADVICE.get(reason, "")
     if uses_shared_memory and reason in ("wrong-values", "unwritten", "all-zeros", "stale"):
         advice = (advice + ". Also: " if advice else "") + SHARED_MEMORY_ADVICE

@@ -1,9 +1,10 @@
 """The grader's report: what was graded, each case's verdict, and the score, as text, JSON and JUnit.
 
-A stage ends in one of five states. ``passed``, ``failed`` and ``not-implemented`` (a stage that still
+A stage ends in one of six states. ``passed``, ``failed`` and ``not-implemented`` (a stage that still
 has its ``TODO(exercise)`` line and does not work yet) are *judged*: they make the score. ``skipped``
-(the simulator cannot run it: it needs a GPU) and ``error`` (the grader's own trouble, never the
-submission's) are not judged, and the score says how many of each there were, and why.
+(the simulator cannot run it: it needs a GPU), ``not-an-exercise`` (nothing on the stage's path is for
+a learner to write: given whole, or its module has no exercise) and ``error`` (the grader's own trouble,
+never the submission's) are not judged, and the score says how many of each there were, and why.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from dataclasses import asdict, dataclass, field
 from xml.sax.saxutils import escape, quoteattr
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
-NOT_IMPLEMENTED, ERROR = "not-implemented", "error"
+NOT_IMPLEMENTED, ERROR, NOT_AN_EXERCISE = "not-implemented", "error", "not-an-exercise"
 JUDGED = (PASSED, FAILED, NOT_IMPLEMENTED)
 OUTPUT_SHOWN = 1500  # characters of a submission's printed output kept per case
+# Failure reasons that say least about the cause, ranked after all others when choosing a stage's headline.
+HEADLINE_RANK = {"wrong-values": 1, "stale": 1, "nan": 1, "uninitialised": 1, "unwritten": 1, "all-zeros": 2}
 
 
 @dataclass
@@ -78,6 +81,14 @@ class StageGrade:
         return self.status in JUDGED
 
     @property
+    def headline(self) -> "CaseResult | None":
+        """The failed case that says most about the failure: a specific reason (a race, an out-of-bounds
+        access, a refusal) before wrong values, and "all zeros" last (at size 1 an off-by-one bound or a
+        missing element looks like nothing computed); among equals, the first."""
+        bad = [c for c in self.cases if c.failed]
+        return min(bad, key=lambda c: (HEADLINE_RANK.get(c.reason, 0), bad.index(c))) if bad else None
+
+    @property
     def why_not_judged(self) -> str:
         return "; ".join(self.notes) or self.status
 
@@ -101,6 +112,10 @@ class Report:
         return [s for s in self.stages if s.status == SKIPPED]
 
     @property
+    def not_exercises(self) -> list:
+        return [s for s in self.stages if s.status == NOT_AN_EXERCISE]
+
+    @property
     def errors(self) -> list:
         return [s for s in self.stages if s.status == ERROR]
 
@@ -121,6 +136,9 @@ class Report:
         if self.skipped:
             parts.append(f"{len(self.skipped)} skipped: " + ", ".join(
                 f"{s.key} ({s.why_not_judged})" for s in self.skipped))
+        if self.not_exercises:
+            parts.append(f"{len(self.not_exercises)} not an exercise: "
+                         + ", ".join(s.key for s in self.not_exercises))
         if self.errors:
             parts.append(f"{len(self.errors)} not graded because of a grader error (not your code): "
                          + ", ".join(s.key for s in self.errors))
@@ -129,12 +147,13 @@ class Report:
     def as_dict(self) -> dict:
         done, judged = self.score
         count = {status: sum(s.status == status for s in self.stages)
-                 for status in (FAILED, NOT_IMPLEMENTED, SKIPPED, ERROR)}
+                 for status in (FAILED, NOT_IMPLEMENTED, SKIPPED, NOT_AN_EXERCISE, ERROR)}
         return {"impl": self.impl, "files": self.files, "mode": self.mode, "seed": self.seed,
                 "seconds": round(self.seconds, 2), "passed": self.passed, "summary": self.summary(),
                 "not_judged": self.not_judged,
                 "score": {"passed": done, "judged": judged, "failed": count[FAILED],
                           "not_implemented": count[NOT_IMPLEMENTED], "skipped": count[SKIPPED],
+                          "not_an_exercise": count[NOT_AN_EXERCISE],
                           "errors": count[ERROR]},
                 "stages": [{"key": s.key, "order": s.order, "status": s.status, "file": s.file, "notes": s.notes,
                             "cases": [asdict(c) for c in s.cases]} for s in self.stages]}
@@ -149,7 +168,7 @@ class Report:
         for s, c in rows:
             name = c.label if c is not None else "stage"
             case = f'<testcase classname={quoteattr(s.key)} name={quoteattr(name)} time="{c.seconds if c else 0:.3f}"'
-            if s.status == SKIPPED or (c is not None and c.status == SKIPPED):
+            if s.status in (SKIPPED, NOT_AN_EXERCISE) or (c is not None and c.status == SKIPPED):
                 lines.append(f"{case}><skipped message={quoteattr(s.why_not_judged)}/></testcase>")
             elif s.status == ERROR:
                 message = c.message if c is not None else s.why_not_judged
@@ -195,7 +214,8 @@ def _markup(text: str) -> str:
 
 
 VERDICT = {PASSED: "[green]ok[/]", FAILED: "[red]FAIL[/]", SKIPPED: "[yellow]skip[/]",
-           NOT_IMPLEMENTED: "[yellow]todo[/]", ERROR: "[magenta]error[/]"}
+           NOT_IMPLEMENTED: "[yellow]todo[/]", ERROR: "[magenta]error[/]",
+           NOT_AN_EXERCISE: "[dim]not an exercise[/]"}
 
 
 def _case_table(report: Report, title: str):
@@ -207,23 +227,33 @@ def _case_table(report: Report, title: str):
     for s in report.stages:
         if not s.cases:
             table.add_row(s.key, "", VERDICT[s.status], _markup(s.why_not_judged))
+        said: dict = {}  # reason -> the case whose row said it: a repeat says so in a few words
         for c in s.cases:
             status = s.status if s.status in (NOT_IMPLEMENTED, ERROR) and not c.passed else c.status
-            detail = speed_text(c) if c.kind == "speed" else ("" if c.passed else one_line(c))
+            if c.kind == "speed":
+                detail = speed_text(c)
+            elif c.passed:
+                detail = ""
+            elif c.reason in said:
+                detail = f"{c.reason} again (as at {said[c.reason]})"
+            else:
+                detail, said[c.reason] = one_line(c), c.label
             table.add_row(s.key, c.label, VERDICT[status], _markup(detail))
     return table
 
 
 def _render_stage_details(console, s: StageGrade) -> None:
     for note in s.notes:
-        if s.status != SKIPPED:
+        if s.status not in (SKIPPED, NOT_AN_EXERCISE):
             console.print(f"[bold]{s.key}[/] [cyan]note:[/] {_markup(note)}")
     bad = [c for c in s.cases if c.failed]
+    if s.status == NOT_AN_EXERCISE:
+        return  # its table row says why
     if not bad or s.status == ERROR:
         for c in bad:
             console.print(f"[bold]{s.key}[/] [magenta]grader error (not your code):[/] {_markup(c.message)}")
         return
-    c = bad[0]
+    c = s.headline
     at = "" if c.kind == "stage" else f" at {_markup(c.label)}"
     console.print(f"[bold]{s.key}[/] failed{at}: {_markup(c.message)}")
     if c.advice:

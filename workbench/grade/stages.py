@@ -2,16 +2,22 @@
 stub line, then its cases in order, then (on a GPU) the speed bar.
 
 A stage that still has a ``TODO(exercise)`` line is judged by what runs: at its first failed case it
-is "not implemented yet"; if every case passes it passes, with a note to delete the leftover line.
+is "not implemented yet"; if every case passes it passes, with a note to delete the leftover line,
+unless its file is the exercise exactly as generated: then no code of the learner's ran, the stub is not
+on the stage's path (its only TODO is in a helper it never calls), and it is "not an exercise", never a pass.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import device as _device
+from ..markers import is_pristine
 from .cases import Case, Submission, foreign_code, run_case, speed_case, stale_if_repeat
 from .reasons import ADVICE, advice_for
-from .report import ERROR, FAILED, NOT_IMPLEMENTED, PASSED, SKIPPED, CaseResult, StageGrade
+from .report import ERROR, FAILED, NOT_AN_EXERCISE, NOT_IMPLEMENTED, PASSED, SKIPPED, CaseResult, StageGrade
 from .supervisor import GraderError
+from .targets import shared_code_of
 
 
 # Cases after one of these are not run (they would hang or die the same way, a fresh process each).
@@ -84,6 +90,8 @@ def _grade_stage(stage, session, cases, submission: Submission, *, seed, speed, 
         return stage_verdict(stage, FAILED, "missing", prepared.get("message", "") + submission.hint_missing,
                              file=submission.shown_as)
     functions = prepared["functions"]
+    if not submission.own_dirs:  # (the answer key itself owns its shared modules)
+        submission = replace(submission, shared_code=shared_code_of(stage))
     foreign = foreign_code(functions, submission)
     if foreign:
         return stage_verdict(stage, FAILED, *foreign, file=submission.shown_as)
@@ -108,9 +116,22 @@ def _grade_stage(stage, session, cases, submission: Submission, *, seed, speed, 
     if all(c.passed for c in grade.cases) and speed and not _device.is_simulator():
         grade.cases.append(speed_case(stage, session, stage.op.grade_speed_bar, seed))
     grade.status = PASSED if all(c.passed for c in grade.cases) else FAILED
+    if stubs and grade.passed and _untouched(submission):
+        return StageGrade(stage.key, stage.order, NOT_AN_EXERCISE, file=submission.shown_as, notes=[
+            "it passes with the exercise untouched: its TODO(exercise) stub is in code the stage never runs, "
+            "so nothing on its path is for a learner to write (" + "; ".join(stubs) + ")"])
     if stubs:
         grade.notes.append("it runs, but still has its TODO(exercise) line: delete it (" + "; ".join(stubs) + ")")
     return grade
+
+
+def _untouched(submission: Submission) -> bool:
+    """Is the submission's file a generated exercise nobody has edited?"""
+    try:
+        with open(submission.file or "", encoding="utf-8") as f:
+            return is_pristine(f.read())
+    except OSError:
+        return False
 
 
 def _not_implemented(grade: StageGrade, stubs: list[str], first: CaseResult) -> StageGrade:

@@ -21,6 +21,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -30,7 +31,11 @@ from .channel import Channel, ChannelClosed, ChannelGarbage, ChannelTimeout
 from .report import OUTPUT_SHOWN
 
 STARTUP_TIMEOUT_S = 120.0  # importing numba and the submission
-MIN_STARTUP_TIMEOUT_S = 30.0  # a short --timeout shortens the wait for an import that hangs, to this at least
+MIN_STARTUP_TIMEOUT_S = 30.0
+# A call still running after this long is compared with the solution's own time at that size (measured
+# then, not before: most calls end sooner and cost nothing); never stopped sooner than this either (a
+# first call includes compiling the kernel).
+RUNAWAY_FLOOR_S = 10.0  # a short --timeout shortens the wait for an import that hangs, to this at least
 TOKEN_VARIABLE = "WORKBENCH_GRADE_TOKEN"
 
 
@@ -122,23 +127,36 @@ class WorkerProcess:
     def start(self, timeout: float = STARTUP_TIMEOUT_S) -> dict:
         """Send the job; the reply says whether the submission imported."""
         self.channel.send(self.job)
-        header, _ = self._receive(time.monotonic() + timeout, "importing the submission", timeout)
+        header, _ = self._receive(time.monotonic() + timeout, "importing the submission", f"{timeout:.0f} s")
         return header
 
-    def request(self, header: dict, arrays, timeout: float, doing: str) -> tuple[dict, list]:
+    def request(self, header: dict, arrays, timeout: float, doing: str,
+                limit: Callable[[], tuple[float, str]] | None = None) -> tuple[dict, list]:
+        """Send a request and wait for its reply, ``timeout`` seconds at most. With ``limit``: once the
+        reply is RUNAWAY_FLOOR_S late, ``limit()`` says how long this call may take in all and why (a
+        multiple of the solution's own time), so a loop that never ends is stopped in seconds."""
         try:
             self.channel.send(header, arrays)
         except OSError:
             pass  # it died: receive says how
-        return self._receive(time.monotonic() + timeout, doing, timeout)
+        start = time.monotonic()
+        deadline, why = start + timeout, f"{timeout:.0f} s"
+        if limit is not None and timeout > RUNAWAY_FLOOR_S and not self.channel.ready(start + RUNAWAY_FLOOR_S):
+            try:
+                allowed, because = limit()
+            except Exception:  # the solution could not be timed at this size: the full timeout, then
+                allowed, because = timeout, ""
+            if allowed < timeout:
+                deadline, why = start + allowed, f"{allowed:.0f} s ({because})"
+        return self._receive(deadline, doing, why)
 
-    def _receive(self, deadline: float, doing: str, timeout: float) -> tuple[dict, list]:
+    def _receive(self, deadline: float, doing: str, waited: str) -> tuple[dict, list]:
         try:
             header, arrays = self.channel.receive(deadline)
         except ChannelTimeout:
             printed = self.printed()
             self.stop()
-            raise CaseAborted("timeout", f"no result after {timeout:.0f} s {doing}: stopped", printed)
+            raise CaseAborted("timeout", f"no result after {waited} {doing}: stopped", printed)
         except ChannelClosed:
             code = self._exit_code()
             printed = self.printed()
@@ -290,15 +308,21 @@ class WorkerSession:
         reply["printed"] = worker.printed()
         return reply
 
-    def call(self, stage: str, case_id: int, inputs: tuple, out: np.ndarray) -> CallReply:
+    def call(self, stage: str, case_id: int, inputs: tuple, out: np.ndarray,
+             limit: Callable[[], tuple[float, str]] | None = None, sm_count: int | None = None) -> CallReply:
+        """One call of the stage; ``limit`` as in WorkerProcess.request (a runaway kernel's stop);
+        ``sm_count``: the simulated device's multiprocessors for this call (None: the job's)."""
         worker = self._ensure()
-        header, arrays = worker.request({"type": "call", "stage": stage, "id": case_id}, [*inputs, out],
-                                        self.timeout, "running this case")
+        header, arrays = worker.request({"type": "call", "stage": stage, "id": case_id, "sm_count": sm_count},
+                                        [*inputs, out],
+                                        self.timeout, "running this case", limit)
         if header.get("type") != "called" or header.get("id") != case_id:
             worker.stop()
             raise CaseAborted("channel", "the grader's channel got a reply to a call it did not make")
         reply = CallReply(header.get("error"), list(header.get("launches", [])), list(header.get("refusals", [])),
                           float(header.get("seconds", 0.0)))
+        if reply.error is not None and reply.error.get("reason") == "gpu-fault":
+            worker.stop()  # its CUDA context is lost: the next request starts a fresh worker
         if reply.error is None:
             if len(arrays) != len(inputs) + 1:
                 worker.stop()

@@ -16,8 +16,9 @@ import numpy as np
 from .. import registry
 from ..ladder import Size, as_size
 from ..sizes import SizeError, accepted_size
+from ..markers import no_exercise_because
 from ..paths import EXERCISES_DIR, REPO_ROOT
-from .submission import describe_launcher
+from .submission import describe_launcher, fingerprint, reachable_functions
 
 BUILT_IN = ("exercises", "solutions")
 
@@ -25,6 +26,36 @@ BUILT_IN = ("exercises", "solutions")
 def is_exercise(stage) -> bool:
     """Does the stage's solution code have a marked region (is it an exercise)?"""
     return any(f["marked"] for f in describe_launcher(stage.launch))
+
+
+def not_an_exercise(stage) -> str | None:
+    """Why the stage is not an exercise (nothing on its path for a learner to write), or None.
+
+    Its module gets no exercise file (``markers.no_exercise_because``), or no function the stage
+    reaches is marked: it is given whole. Graded from anything but the answer key, such a stage could
+    only fail for a missing file or pass on code the learner never wrote, so it is listed, not run."""
+    module = registry.module_of(stage.op)
+    why = no_exercise_because(Path(module.__file__).read_text())
+    if why:
+        return f"{registry.short_module_name(stage.op)}.py {why}"
+    if not is_exercise(stage):
+        return "given whole: nothing on its path is marked for a learner to write"
+    return None
+
+
+def shared_code_of(stage) -> frozenset[str]:
+    """Fingerprints of the answer key's shared code (``solutions/_*.py``) that the solution's own stage
+    runs, and of the kernels those functions build: what the exercise gives a learner for this stage.
+    Any other code of those modules (a whole launcher of another stage, say) is the answer key's."""
+    found = set()
+    for func in reachable_functions(stage.launch):
+        if os.path.basename(func.__code__.co_filename).startswith("_"):
+            stack = [func.__code__]
+            while stack:
+                code = stack.pop()
+                found.add(fingerprint(code))
+                stack += [c for c in code.co_consts if type(c) is type(code)]
+    return frozenset(found)
 
 
 def answer_key_code(op) -> dict[str, str]:
@@ -127,10 +158,95 @@ GRADE_SIZE_BUILD_BYTES = 1 << 28
 _ONE_MORE: dict = {}  # (operator, size) -> its grading size one larger: computed once per process
 
 
+def switches(op) -> list[int]:
+    """The dimensions that are on/off switches (attention's CAUSAL): declared only as 0 or 1."""
+    declared = [as_size(z) for z in (*op.sim_sizes, *op.check_sizes, *op.bench_sizes, op.headline_size)]
+    return [i for i in range(len(op.dims)) if all(z[i] in (0, 1) for z in declared) and any(z[i] == 0 for z in declared)]
+
+
+SIZE_CAP = 8  # a symmetry-breaking size has at most this many times the elements of the largest check size
+SEARCH = 8  # how far past its target a dimension's value is tried when the operator refuses the target
+
+
+def _accepted(op, size) -> bool:
+    try:
+        accepted_size(op, size, build_up_to=GRADE_SIZE_BUILD_BYTES)
+        return True
+    except Exception:  # a SizeError, or the operator's own builders failing there (a negative output size)
+        return False
+
+
+def distinct_size(op, base: Size, descending: bool, caps: Size | None = None) -> Size | None:
+    """``base`` with its dimensions made unequal to each other and none of them 1 (where the operator
+    accepts it), their values ascending in the order of the dimensions, or descending: together the two
+    show each pair of dimensions in both orientations (rows < cols and rows > cols, R < S and R > S), so
+    that code confusing two of them (batch for heads, rows for columns, a square filter) cannot pass.
+    Switches are kept as they are. Each dimension takes the first value from its target up that the
+    operator accepts (a head size a multiple of 8, query heads a multiple of KV heads); None where no
+    dimension could be changed. ``caps``: the largest value each dimension may take (the simulator's cost
+    grows with the blocks a launch takes, which a batch or a head count multiplies)."""
+    key = (op.name, tuple(base), descending, caps)
+    if key in _DISTINCT:
+        return _DISTINCT[key]
+    fixed = set(switches(op))
+    free = [i for i in range(len(base)) if i not in fixed]
+    targets_ = []
+    for value in sorted(max(2, base[i]) for i in free):
+        targets_.append(max(value, targets_[-1] + 1) if targets_ else value)
+    if descending:
+        targets_.reverse()
+    size = list(base)
+    for k, (i, target) in enumerate(zip(free, targets_)):
+        taken = {size[j] for j in free[:k]}  # (the dimensions after this one move next)
+        start = min(target, caps[i]) if caps else target
+        top = min(start + SEARCH, caps[i] + 1) if caps else start + SEARCH
+        for value in [*range(start, top), *range(start - 1, 1, -1)]:  # up from the target, then down
+            trial = size[:i] + [value] + size[i + 1:]
+            if value not in taken and _accepted(op, trial):
+                size = trial
+                break
+    _DISTINCT[key] = None if size == list(base) else tuple(size)
+    return _DISTINCT[key]
+
+
+_DISTINCT: dict = {}  # computed once per process: the operator's validation builds inputs
+
+
+def symmetry_sizes(op, base: list[Size]) -> list[Size]:
+    """Sizes that break the symmetries of the simulator's small sizes: its second smallest with every
+    dimension distinct, in both orientations, each switch both off and on at the first (a mask at a
+    length where it changes the answer); none much larger than the largest size already graded."""
+    if len(op.dims) < 2:
+        return []
+    # From the second smallest size: small enough that six heads where there was one stay cheap, past the
+    # first (often all ones).
+    by_elements = sorted(base, key=lambda s: int(np.prod([max(1, n) for n in s])))
+    middle = by_elements[min(1, len(base) - 1)]
+    largest = max(int(np.prod(s)) for s in base)
+    # The simulator's time grows with the blocks a launch takes, which a batch, a head count or a rank count
+    # multiplies: a dimension stays within twice its largest value (at least 3); of an operator of at most
+    # three, within 8 if another dimension reaches that (so that rows can outnumber columns where every
+    # size had fewer).
+    widest = min(8, max(max(s) for s in base)) if len(middle) <= 3 else 0
+    caps = tuple(max(3, 2 * max(s[i] for s in base), widest) for i in range(len(middle)))
+    found = []
+    for descending in (False, True):
+        size = distinct_size(op, middle, descending, caps)
+        if size is None:
+            continue
+        found.append(size)
+        for i in switches(op) if not descending else ():  # (each switch both ways once is enough)
+            flipped = size[:i] + (1 - size[i],) + size[i + 1:]
+            if _accepted(op, flipped):
+                found.append(flipped)
+    return [s for s in dict.fromkeys(found) if int(np.prod([max(1, n) for n in s])) <= SIZE_CAP * max(largest, 1)]
+
+
 def grade_sizes(op, mode: str, quick: bool = False) -> list[Size]:
     """The operator's check sizes for this mode, plus its extra grading sizes (``Operator.grade_sizes``;
     by default one more than the middle and the largest size in every dimension, so that no size is
-    a multiple of a block). Quick: the smallest size and the first extra one."""
+    a multiple of a block), plus the sizes that break its symmetries (``symmetry_sizes``). Quick: the
+    smallest size, the first extra one and the first size that breaks the symmetries."""
     base = [as_size(s) for s in (op.sim_sizes if mode == "sim" else op.check_sizes)]
     declared = (op.grade_sizes or {}).get("sim" if mode == "sim" else "gpu")
     if declared:
@@ -139,5 +255,6 @@ def grade_sizes(op, mode: str, quick: bool = False) -> list[Size]:
         middle = base[len(base) // 2]
         largest = max(base, key=lambda s: int(np.prod(s)))
         extra = [_one_more_in_each(op, middle), _one_more_in_each(op, largest)]
-    chosen = [base[0], extra[0]] if quick else base + extra
+    symmetric = symmetry_sizes(op, base)
+    chosen = [base[0], extra[0], *symmetric[:1]] if quick else base + extra + symmetric
     return list(dict.fromkeys(chosen))  # in order, without repeats

@@ -137,7 +137,18 @@ class Primitives:
                                                         if n in devicearray.DeviceNDArray.__dict__)),
                       (driver, ("device_to_host", "host_to_device", "device_pointer", "device_ctypes_pointer",
                                 "host_pointer"))]
-        owners.append((cuda, ("to_device", "device_array", "device_array_like", "synchronize")))
+        owners.append((cuda, ("to_device", "device_array", "device_array_like", "synchronize", "event",
+                              "event_elapsed_time")))
+        # The clocks and the workbench's timer that the speed bar is measured with (in this process): a
+        # submission that replaces one would decide its own time.
+        from .. import timing
+
+        owners += [(time, ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time")),
+                   (timing, ("measure", "_elapsed_us"))]
+        if not _device.is_simulator():
+            from numba.cuda.cudadrv import driver
+
+            owners.append((driver.Event, ("record", "synchronize", "wait", "elapsed_time")))
         for owner, names in owners:
             for name in names:
                 if name in vars(owner):
@@ -250,8 +261,12 @@ def classify(exc: BaseException, submission_file: str | None) -> dict:
         return {"reason": "host-copy", "message": f"{first}{where}"}
     if isinstance(exc, NeedsGPU):
         return {"reason": "needs-gpu", "message": f"{text}{where}"}
-    if isinstance(exc, RaceError):
+    if isinstance(exc, RaceError):  # (its "Fix:" paragraph goes: the advice says it, the likely cause first)
+        text = "\n".join(line for line in text.splitlines() if not line.startswith("Fix:"))
         return {"reason": "race", "message": f"a data race{_race_where(exc, submission_file) or where}: {text[:1500]}"}
+    fault = gpu_fault(exc)
+    if fault:
+        return {"reason": "gpu-fault", "message": f"{fault}{where} ({first})"}
     if isinstance(exc, IndexError):
         return {"reason": "out-of-bounds", "message": f"out-of-bounds access{where}: {first}. Missing bounds check?"}
     if isinstance(exc, LaunchLimitError):
@@ -261,6 +276,31 @@ def classify(exc: BaseException, submission_file: str | None) -> dict:
     if type(exc).__module__.startswith("numba") and ".errors" in type(exc).__module__:
         return {"reason": "compile-error", "message": f"{name}{where}: {text[:1500]}"}
     return {"reason": "exception", "message": f"{name}{where}: {first}"}
+
+
+# CUDA errors a kernel's own fault raises (at the launch or at the next synchronisation), by code, with
+# their likely cause. After one of them the process's CUDA context is unusable: the worker is replaced.
+GPU_FAULTS = {
+    700: "an illegal memory address in your kernel: an index past the end of an array (a missing bounds "
+         "check? a grid rounded up to whole blocks?) or past a shared array's size",
+    701: "the launch needs more registers or shared memory than a block can have: fewer threads per block",
+    702: "the kernel ran too long and was stopped by the driver: a loop that never ends?",
+    715: "an illegal instruction in your kernel",
+    716: "a misaligned memory access in your kernel: a wide load or store at an address that is not a "
+         "multiple of its size (a reinterpreted view at an odd offset?)",
+    718: "an invalid program counter in your kernel",
+    719: "your kernel faulted (launch failure): an out-of-bounds access or a bad pointer, most likely",
+}
+
+
+def gpu_fault(exc: BaseException) -> str | None:
+    """What a CUDA error raised by the submission's call means, if it is a kernel's fault; else None."""
+    code = getattr(exc, "code", None)
+    if code is None and exc.args and isinstance(exc.args[0], int):  # (the simulator's stand-in class)
+        code = exc.args[0]
+    if type(exc).__name__ not in ("CudaAPIError", "CudaDriverError") or code not in GPU_FAULTS:
+        return None
+    return f"the GPU reported a fault (CUDA error {code}): {GPU_FAULTS[code]}"
 
 
 def import_error_text(exc: BaseException, submission_file: str) -> str:

@@ -124,8 +124,9 @@ class Worker:
 
     def call(self, header: dict, arrays: list) -> tuple[dict, list]:
         launch = self.launches[header["stage"]]
-        outcome = run_watched(launch, tuple(arrays[:-1]), arrays[-1], self.guard, self.job["submission"],
-                              self.job.get("max_threads"))
+        with simulated_device(header.get("sm_count")):  # (None: the job's, set for the whole worker)
+            outcome = run_watched(launch, tuple(arrays[:-1]), arrays[-1], self.guard, self.job["submission"],
+                                  self.job.get("max_threads"))
         reply = {"type": "called", "id": header["id"], "error": outcome.error, "launches": outcome.launches,
                  "refusals": refusal_facts(outcome.refusals), "seconds": outcome.seconds}
         return reply, ([outcome.out, *outcome.inputs_after] if outcome.error is None else [])
@@ -142,6 +143,9 @@ class Worker:
             timing = measure(launch, arg_sets)
         except Exception as exc:  # the learner's launcher raised while being timed
             return {"type": "timed", "error": classify(exc, self.job["submission"])}, []
+        replaced = tampered(self.primitives)
+        if replaced:  # a clock, an event or the timer replaced while being timed: its time is its own story
+            return {"type": "timed", "error": {"reason": "tampered", "message": replaced[0].what}}, []
         return {"type": "timed", "median_us": timing.median_us}, [self.primitives.copy_to_host(arg_sets[0][-1])]
 
 
