@@ -280,7 +280,7 @@ def below_roofline(moved_bytes: int, median_us: float, device_name: str | None) 
     """Why a time is impossible (it moves the stage's minimum traffic faster than ROOFLINE_MARGIN times
     the device's memory bandwidth: the work was done elsewhere, on another stream or thread the timer
     never waited for, or the timer was fooled), or "" where it is possible or the device is unknown."""
-    from ..peaks import datasheet_gbps
+    from ..ceilings import datasheet_gbps
 
     peak = datasheet_gbps(device_name or "")
     if not peak or median_us <= 0:
