@@ -718,10 +718,12 @@ def simulated_counters(stage: Stage, size=None) -> None:
                 worst = row
     print(f"Global bytes touched: {fmt_bytes(document['unique_global_bytes'])}; the bytes model: "
           f"{fmt_bytes(document['bytes_model'])}.")
-    if worst is not None:
+    if worst is not None and worst["wasted"] > 0:
         fig, (ax,) = plots.new_figure(1)
         _warp_diagram(ax, worst, f"{stage.key}: one warp of its most wasteful access")
         show_figure(fig)
+    elif worst is not None:  # a diagram of an access that wastes nothing would be called wasteful
+        print("Every access at its ideal: no sector or wavefront wasted, so no warp is drawn.")
 
 
 def counter_changes(stage: Stage, size=None) -> None:
