@@ -173,9 +173,15 @@ def test_built_notebook_is_valid_and_walks_its_primary_ladder(stem):
         ref = f"op[{stage.name!r}]"
         paragraph = next(i for i, s in enumerate(sources) if s.startswith(f"## {stage.order}. `{stage.name}`"))
         assert nb.prose_markdown(stage.summary) in sources[paragraph]
+        # a core chapter's stages show the profiler's counters, counted in the simulator: the first
+        # stage's table, then each later stage's change (its full table folded)
+        counters = []
+        if chapter.core and not stage.gpu_only:
+            counters = ([f"nb.simulated_counters({ref})"] if stage.order == 1
+                        else [f"nb.counter_changes({ref})", f"nb.simulated_counters({ref})"])
         # the last stage's figure is the whole ladder's, drawn once after it
         expected = ([f"nb.show_diff({ref})"] if stage.order > 1 else []) + [
-            f"nb.show_source({ref})", f"nb.check({ref})"] + (
+            f"nb.show_source({ref})", f"nb.check({ref})"] + counters + (
             [f"nb.progress(op, upto={stage.name!r})"] if stage is not op.stages[-1] else [])
         following = sources[paragraph + 1: paragraph + 1 + len(expected)]
         assert [s.split("  #")[0] for s in following] == expected, f"{stage.key}: {following}"
@@ -443,7 +449,11 @@ def test_committed_notebook_has_the_cells_solutions_make_today(name):
         f"{path} differs from what solutions/ generates: {fix}"
     assert builder.source_hash(committed) == committed.metadata["workbench"]["source_hash"]
     code = [c for c in committed.cells if c.cell_type == "code"]
-    assert all(c.get("outputs") for c in code), f"{name}: a code cell has no output (not executed?)"
+    # executed: every cell has its count, and every cell that is not a plain assignment (a variant's
+    # `op = nb.operator(...)`) printed or drew something
+    assert all(c.get("execution_count") for c in code), f"{name}: a code cell was not executed"
+    silent = [c.source for c in code if not c.get("outputs") and not re.match(r"^\w+ = nb\.operator\(", c.source)]
+    assert not silent, f"{name}: code cells with no output: {silent[:3]}"
     assert not _errors(committed), _errors(committed)
 
 

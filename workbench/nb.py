@@ -701,7 +701,7 @@ def simulated_counters(stage: Stage, size=None) -> None:
     addresses for the line that wastes the most."""
     document = _counted(stage, size)
     if not document["kernels"]:
-        print(f"{stage.key}: not counted ({document.get('check')}).")
+        say(f"{stage.key}: not counted ({document.get('check')}).")
         return
     worst = None
     for kernel in document["kernels"]:
@@ -716,14 +716,14 @@ def simulated_counters(stage: Stage, size=None) -> None:
         for row in kernel["lines"]:
             if row["example"] and (worst is None or row["wasted"] > worst["wasted"]):
                 worst = row
-    print(f"Global bytes touched: {fmt_bytes(document['unique_global_bytes'])}; the bytes model: "
+    say(f"Global bytes touched: {fmt_bytes(document['unique_global_bytes'])}; the bytes model: "
           f"{fmt_bytes(document['bytes_model'])}.")
     if worst is not None and worst["wasted"] > 0:
         fig, (ax,) = plots.new_figure(1)
         _warp_diagram(ax, worst, f"{stage.key}: one warp of its most wasteful access")
         show_figure(fig)
     elif worst is not None:  # a diagram of an access that wastes nothing would be called wasteful
-        print("Every access at its ideal: no sector or wavefront wasted, so no warp is drawn.")
+        say("Every access at its ideal: no sector or wavefront wasted, so no warp is drawn.")
 
 
 def counter_changes(stage: Stage, size=None) -> None:
@@ -733,16 +733,16 @@ def counter_changes(stage: Stage, size=None) -> None:
 
     before_stage = diff.previous_stage(stage)
     if before_stage is None:
-        print(f"{stage.key} is the first stage: nothing to compare its counters with.")
+        say(f"{stage.key} is the first stage: nothing to compare its counters with.")
         return
     before, after = _counted(before_stage, size), _counted(stage, size)
     changes = profiles.counter_changes(before, after)
     if not changes:
-        print(f"No access line of {stage.key} counts differently from {before_stage.key}.")
+        say(f"No access line of {stage.key} counts differently from {before_stage.key}.")
         return
     for change in changes:
         same = "" if change.edited else " (the line reads the same: what around it changed)"
-        print(f"• {change.sentence()}{same}")
+        say(f"• {change.sentence()}{same}")
     top = changes[0]
     pairs = [(row, label) for row, label in ((top.before, before_stage.key), (top.after, stage.key))
              if row and row["example"]]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from . import curriculum, paths, profiles, registry, results
@@ -252,9 +253,13 @@ def peer_words(found: dict | None) -> str:
     return f"{found['ratio']:.2f}x {peer_name(found['peer'])}"
 
 
-def against_peer_words(found: dict | None) -> str:
-    """'`rows_in_flight` 1.52x torch.compile', or a dash."""
-    return "—" if found is None else f"`{found['stage']}` {peer_words(found)}"
+def against_peer_words(found: dict | None, brief: bool = False) -> str:
+    """'`rows_in_flight` 1.52x torch.compile', or a dash; ``brief``: the peer's name without what its
+    parentheses add ("torch.conv_transpose2d", not "... (cuDNN fp32)"), as the course map shows it."""
+    if found is None:
+        return "—"
+    words = peer_words(found)
+    return f"`{found['stage']}` " + (re.sub(r" \(.*\)$", "", words) if brief else words)
 
 
 def percent_words(found: dict | None) -> str:
@@ -285,19 +290,19 @@ def course_map() -> str:
     under docs/), its Part, its primary variant's best stage against the best peer, % of peak, and its
     notebook; core chapters starred."""
     ops = registry.load_operators()
-    lines = ["| chapter | Part | best stage vs best peer | % of peak | targets | notebook |",
+    lines = ["| chapter | Part | best stage vs best peer | % peak | targets | notebook |",
              "|---|---|---|---:|---|---|"]
     for ch in registry.chapters():
         found = best_against_peer(ops[ch.primary])
         star = " ★" if ch.core else ""
         lines.append(f"| {link(f'{ch.number} {ch.slug}', ch.page)}{star} | {ch.part} | "
-                     f"{against_peer_words(found)} | {percent_words(found)} | {targets_words(ch.operators)} | "
+                     f"{against_peer_words(found, brief=True)} | {percent_words(found)} | {targets_words(ch.operators)} | "
                      f"{link('notebook', 'notebooks/' + ch.notebook)} |")
     return "\n".join(lines) + "\n"
 
 
 def targets_words(names) -> str:
-    """'2 of 3 met' for the targets the operators ``names`` declare (workbench.targets, judged on the
+    """'2/3' (met of declared) for the targets the operators ``names`` declare (workbench.targets, judged on the
     records), '—' where they declare none: the course map's column."""
     from .targets import MET, NEVER, verdicts
 
@@ -306,7 +311,7 @@ def targets_words(names) -> str:
     if not found:
         return "—"
     met, never = sum(v.status == MET for v in found), sum(v.status == NEVER for v in found)
-    return f"{met} of {len(found)} met" + (f", {never} unmeasured" if never else "")
+    return f"{met}/{len(found)}" + (f" ({never} unmeasured)" if never else "")
 
 
 def targets_table(names) -> str:

@@ -338,11 +338,12 @@ def variant_cells(op: Operator, shown: dict[str, str], introduced: set[str]) -> 
         lines += [f"`solutions/{short}.py`: **{first.strip()}**", ""]
         if rest.strip():
             lines += ["<details><summary>What it changes, and why (the module's story)</summary>", "",
-                      rest.strip(), "", "</details>", ""]
+                      cells_helpers.prose_markdown(rest.strip()), "", "</details>", ""]
     lines += [f"{len(op.stages)} stages (`workbench diff {op.name}.STAGE` shows each one's change):", ""]
     for s in op.stages:
         said = shown.get(paragraph_key(s.summary))
-        lines.append(f"{s.order}. `{s.name}`: " + (f"as `{said}` above." if said else s.summary.strip()))
+        lines.append(f"{s.order}. `{s.name}`: "
+                     + (f"as `{said}` above." if said else cells_helpers.prose_markdown(s.summary.strip())))
         shown.setdefault(paragraph_key(s.summary), s.key)
         if s.gpu_only:
             lines.append(f"   **GPU only**: {s.gpu_only}.")
