@@ -734,7 +734,7 @@ def build_grade_yourself(ops: dict):
             markdown_cell("## Exercise 1: a histogram with global atomics\n\nThe statement is the module docstring "
                           "of `solutions/histogram.py` and the stage's paragraph:"),
             code_cell('import solutions.histogram as histogram\n\nstage = nb.operator("histogram")["global_atomics"]\n'
-                      'print(histogram.__doc__)\nprint(stage.title, "-", stage.summary)'),
+                      'nb.say(histogram.__doc__)\nnb.say(f"{stage.title} - {stage.summary}")'),
             markdown_cell("A first attempt: one thread per element, an atomic add per element. It forgets two things; "
                           "the grader names each."),
             code_cell(HISTOGRAM_V1),

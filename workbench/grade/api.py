@@ -25,6 +25,8 @@ from .submission import describe_launcher
 from .targets import answer_key_code, display_path, grade_sizes, not_an_exercise, submission_path, targets
 from .watch import classify, refusal_facts, run_watched, simulated_device, threads_in
 
+NOTEBOOK_COLUMNS = 100  # grade_function's report in a notebook: no line wider than the page
+
 TIMEOUT_SIM_S = 300.0  # per case, in the simulator: generous, it is slow
 TIMEOUT_GPU_S = 60.0
 SPEED_NOT_JUDGED = "the speed bar (no GPU here: the simulator cannot time kernels)"
@@ -226,7 +228,7 @@ def grade_function(op_stage: str, launcher: Callable, *, sizes=None, quick: bool
                             listener=Listener())
     report.stages.append(grade)
     report.seconds = time.perf_counter() - t0
-    if show:
-        print(report.text(), end="")
+    if show:  # in a notebook: within the 100 columns a page shows at 1280 px
+        print(report.text(width=NOTEBOOK_COLUMNS), end="")
     return report
 

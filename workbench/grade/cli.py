@@ -65,13 +65,14 @@ def cmd_grade(args) -> int:
     try:
         return _grade(args, err)
     except (UnknownTarget, SizeError, BadOption) as exc:
-        err.print(f"[red]error:[/] {exc.args[0] if exc.args else exc}", highlight=False)
+        err.print(f"[red]error:[/] {exc.args[0] if exc.args else exc}", highlight=False, soft_wrap=True)
         return BAD_INPUT
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/] (every grading process was stopped)")
         return 130
     except Exception as exc:  # the grader's own bug: one line, never a traceback, never the learner's fault
-        err.print(f"[red]grader error (not your code):[/] {type(exc).__name__}: {exc}", highlight=False)
+        err.print(f"[red]grader error (not your code):[/] {type(exc).__name__}: {exc}", highlight=False,
+                  soft_wrap=True)
         return GRADER_ERROR
 
 
