@@ -141,3 +141,13 @@ def test_maxpool_vectors_follows_torch_on_nan_and_ties_in_both_windows_of_a_load
     (label, inputs) = ("nan-and-ties", (x,))
     result = check_stage(cnn.maxpool_op["vectors"], (1, 1, 2, 8), np.random.default_rng(0), inputs=inputs, label=label)
     assert result.passed, result.message
+
+
+def test_avgpool_refuses_a_window_it_has_no_kernel_for():
+    """K reaches the kernels as a device value, which no validator may read: the size says it. A 4x4 window
+    (which the grader's symmetry-breaking sizes once derived) gets one line, not wrong values."""
+    from workbench import sizes
+
+    with pytest.raises(sizes.SizeError, match="K is 2 or 3"):
+        sizes.accepted_size(pooling.avg_op, (2, 4, 8, 10, 4))
+    assert sizes.accepted_size(pooling.avg_op, (2, 4, 8, 10, 3)) == (2, 4, 8, 10, 3)

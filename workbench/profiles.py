@@ -364,7 +364,9 @@ def counter_rows(kernel) -> list[dict]:
                      "per_request": branch.divergent / branch.executed,
                      "ideal_per_request": 0.0, "efficiency_pct": 100 * (1 - branch.divergent / branch.executed),
                      "wasted": branch.divergent, "lanes_per_request": None, "example": []})
-    rows.sort(key=lambda r: (-r["wasted"], r["what"] == "branch", r["line"]))
+    # ties broken by everything a row shows, so that the order never depends on which simulated thread
+    # recorded its access first
+    rows.sort(key=lambda r: (-r["wasted"], r["what"] == "branch", r["line"], r["what"], r["source"]))
     return rows
 
 

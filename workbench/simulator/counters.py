@@ -323,7 +323,7 @@ class LineCounters:
         for name in ("requests", "lanes", "bytes", "sectors", "lines", "ideal_sectors", "wavefronts",
                      "ideal_wavefronts"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        if len(other.example) > len(self.example):
+        if _better_example(other.example, self.example):
             self.example = other.example
 
 
@@ -414,7 +414,7 @@ def summarise(record: LaunchRecord) -> LaunchCounters:
                 row = result.memory[key] = LineCounters(*key)
             row.requests += 1
             row.lanes += len(accesses)
-            if len(accesses) > len(row.example):
+            if _better_example(sorted(accesses), row.example):
                 row.example = sorted(accesses)
             row.bytes += sum(size for _, _, size in accesses)
             if space == GLOBAL:
@@ -447,6 +447,13 @@ def vector_access(function):
     one ``ld.global.v4`` on a GPU): its accesses are counted as the one vector access the GPU makes."""
     VECTOR_ACCESS_CODE.add(getattr(function, "py_func", function).__code__)
     return function
+
+
+def _better_example(candidate: list, current: list) -> bool:
+    """Whether ``candidate`` (a warp instruction's sorted accesses) should be a line's example warp instead
+    of ``current``: more lanes first, then the lowest addresses, so that the warp drawn is the same in every
+    run whatever order the simulated threads happened to record their accesses in."""
+    return (-len(candidate), candidate) < (-len(current), current)
 
 
 def merge_vector_accesses(instructions):
