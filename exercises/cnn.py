@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 1e3b4da63c2a7b837f62bf2f659e838edf881e29ad1f222c037fd5092c5fe092
+# generated-sha256: 13f7f70ecec4e7946d11a82f0839af09e5b4fb8fd0f1347fc915173d62f16dd2
 # --------------------------------------------------------------------------------------------------
 """The memory-bound layers of a CNN (NCHW float32): depthwise 3x3 convolution, max-pooling with the argmax
 indices training needs, and BatchNorm's training forward pass.
@@ -66,7 +66,7 @@ def _nchw_bytes(size):
 SIM_SIZES = [(1, 2, 3, 5), (1, 3, 9, 10), (2, 3, 7, 6)]  # quick tier: the first and (1, 3, 9, 10)
 CHECK_SIZES = [(1, 1, 1, 2), (2, 3, 17, 19), (4, 64, 28, 28), (32, 64, 56, 56)]
 BENCH_SIZES = [(32, 64, 56, 56), (32, 256, 14, 14), (32, 128, 28, 28), (128, 64, 56, 56)]
-HEADLINE = (128, 64, 56, 56)  # the layer of the issue at N128: 103 MB in, large enough to be bandwidth-bound
+HEADLINE = (128, 64, 56, 56)  # a ResNet layer at batch 128: 103 MB in, large enough to be bandwidth-bound
 GROUP = "CNN layers: depthwise convolution, max-pooling, BatchNorm"
 
 

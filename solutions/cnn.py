@@ -52,7 +52,7 @@ def _nchw_bytes(size):
 SIM_SIZES = [(1, 2, 3, 5), (1, 3, 9, 10), (2, 3, 7, 6)]  # quick tier: the first and (1, 3, 9, 10)
 CHECK_SIZES = [(1, 1, 1, 2), (2, 3, 17, 19), (4, 64, 28, 28), (32, 64, 56, 56)]
 BENCH_SIZES = [(32, 64, 56, 56), (32, 256, 14, 14), (32, 128, 28, 28), (128, 64, 56, 56)]
-HEADLINE = (128, 64, 56, 56)  # the layer of the issue at N128: 103 MB in, large enough to be bandwidth-bound
+HEADLINE = (128, 64, 56, 56)  # a ResNet layer at batch 128: 103 MB in, large enough to be bandwidth-bound
 GROUP = "CNN layers: depthwise convolution, max-pooling, BatchNorm"
 
 

@@ -220,7 +220,7 @@ def shared_tile(img, w, out):
 COLS = 8  # output columns a thread computes side by side: COLS // 4 16-byte loads a row (a multiple of 4)
 STRIP_THREADS = 128  # threads a block, side by side along a row
 BLOCKS_PER_SM = 6  # launch_bounds: registers capped so that 6 blocks (24 warps) fit an SM: 80 a thread, no spills.
-# Swept at 8192x8192 on an H200 (scripts/gpu_sweep_constants.py, results/runs/gpu_stencil_sweep_2026-11-24.jsonl):
+# Swept at 8192x8192 on an H200 (`workbench sweep stencil.STAGE BLOCKS_PER_SM=5,6,7` tries it again):
 # 6 blocks 148.5 us, 7 150.9, 5 158.9; COLS = 4 183.6 (6 blocks) and 386.1 (8); 64-thread blocks x 10 175.2.
 MIN_STRIP = 8  # the shortest strip (small images: more, shorter strips keep more threads busy)
 SPAN = COLS + 2 * RADIUS  # the input columns a thread's outputs read: c - 2 .. c + COLS + 1
