@@ -83,6 +83,7 @@ class Item:
     oldest: str | None  # the oldest record's date (None: nothing recorded)
     estimate_s: float
     warm_s: float  # the estimate once the operator was measured at another size in this run
+    for_target: bool = False  # a declared target reads this size: unmeasured, its verdict is unknown
 
     @property
     def stages_missing(self) -> bool:
@@ -155,11 +156,13 @@ def estimate_seconds(op: Operator, recs: list[dict], with_compile: bool, compile
 
 
 def plan(ops: list[Operator], data: dict, with_compile: bool = True) -> list[Item]:
-    """Every item of ``ops``, never-recorded first, the headline before other sizes, then the stalest."""
+    """Every item of ``ops``, never-recorded first (a size a target reads before the rest), the headline
+    before other sizes, then the stalest."""
     items = []
     for op in ops:
         if needs_several_gpus(op):
             continue
+        target_sizes = {t.size_of(op) for t in op.targets}
         own = results.records_for(op.name, data)
         for size in declared_sizes(op):
             recs = [r for r in own if r["size"] == list(size)]
@@ -170,10 +173,12 @@ def plan(ops: list[Operator], data: dict, with_compile: bool = True) -> list[Ite
             items.append(Item(op, size, size == as_size(op.headline_size), missing, oldest,
                               estimate_seconds(op, recs, with_compile, size=size, elsewhere=elsewhere),
                               estimate_seconds(op, recs, with_compile, compiled=True, size=size,
-                                               elsewhere=elsewhere)))
+                                               elsewhere=elsewhere), size in target_sizes))
     # A stage never recorded goes first; a peer missing alone does not (a torch.compile that fails its
     # check at some size would otherwise come back first in every run): that size waits its turn by date.
-    return sorted(items, key=lambda i: (not i.stages_missing, not i.headline, i.oldest or ""))
+    # Among those, a size a target reads goes before the rest: until it is measured its verdict is unknown.
+    return sorted(items, key=lambda i: (not i.stages_missing, not (i.for_target and i.stages_missing),
+                                        not i.headline, i.oldest or ""))
 
 
 def _spread(r: dict) -> float:
