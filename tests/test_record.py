@@ -57,6 +57,15 @@ def test_the_plan_puts_the_never_recorded_first_then_the_headline_then_the_stale
     assert [(i.size, bool(i.missing)) for i in items] == [((32,), True), ((8,), False), ((16,), False)]  # the stalest first
 
 
+def test_a_never_recorded_size_that_a_target_reads_goes_before_the_other_never_recorded_ones():
+    op = make_op(targets=[against_peer(1.0, size=(8,))])  # a target reads 8, never recorded; 32 is the headline
+    items = record.plan([op], {"records": []})
+    assert [(i.size, i.for_target) for i in items] == [((8,), True), ((32,), False), ((16,), False)]
+    # once measured, the target's size waits its turn like any other complete size
+    items = record.plan([op], {"records": complete("probe", (8,), STALE)})
+    assert [i.size for i in items] == [(32,), (16,), (8,)]
+
+
 def test_an_items_estimate_is_its_last_run_else_a_model_of_compile_and_timing():
     op = make_op()
     timed = [dict(r, item_seconds=7.5) for r in complete("probe", (8,), STALE)]
