@@ -1,5 +1,5 @@
 """conv2d's implicit GEMM main loop, shared by the ladders that run a convolution as one (solutions/conv.py:
-conv2d, conv2d_general, the fused epilogues; solutions/conv_transpose.py: parity_gemm's stride-1 classes).
+conv2d, conv2d[general], the fused epilogues; solutions/conv_transpose.py: parity_gemm's stride-1 classes).
 
 A shared module (solutions/_*.py) rather than an import of conv.py: a ladder module that imports
 another gets no exercise (the grader refuses the answer key's modules while grading).

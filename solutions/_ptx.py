@@ -15,7 +15,7 @@ is checked there:
 * addresses are the integers a kernel computes (``array.ctypes.data`` + byte offset), read and written
   with ``ctypes``: the simulator's arrays are NumPy arrays in this process.
 
-This module is shared by ``hgemm``, ``int8_gemm``, ``gemm`` (its deep-pipeline TF32 stage) and the
+This module is shared by ``gemm[fp16]``, ``gemm[int8]``, ``gemm`` (its deep-pipeline TF32 stage) and the
 tensor-core attention (``_flash_mma``: fp16/bf16, and float32 in 3xTF32: ``split_tf32``, ``mma_3xtf32``)
 and the all-reduce's one-shot push (``mailbox_*`` from ``mailbox.cu``: volatile 16-byte loads and stores);
 it is not a ladder (its name starts with ``_``, so the registry skips it).

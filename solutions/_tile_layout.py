@@ -1,4 +1,4 @@
-"""Where a tile's bytes go in shared memory, shared by the tensor-core GEMMs (``hgemm``, ``int8_gemm``).
+"""Where a tile's bytes go in shared memory, shared by the tensor-core GEMMs (``gemm[fp16]``, ``gemm[int8]``).
 
 A ladder module may not import another ladder (the exercise generator refuses a module that imports an
 answer key), so the two pieces both GEMMs use live here: :func:`chunk_offset`, the XOR swizzle of a

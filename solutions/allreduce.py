@@ -17,7 +17,7 @@ memory over NVLink:
 * lamport: one kernel per GPU that pushes its whole buffer into every other GPU's mailboxes, where
   each value is its own signal: no flag, no fence, no barrier; the least latency for small messages.
 
-The fused operator (allreduce_rmsnorm) adds the residual and normalises in the same kernels: the
+The fused operator (allreduce[rmsnorm]) adds the residual and normalises in the same kernels: the
 epilogue of a tensor-parallel transformer block, beside NCCL followed by the separate kernels.
 
 **Ranks.** A *rank* is one participant: its input buffer ``send`` and its output buffer ``recv``
@@ -1044,7 +1044,7 @@ def _fused_bytes(size):
 fused_op = Operator(
     figures_elsewhere="/".join(RUN_FILE),
     bound_note=_bound_note(),
-    name="allreduce_rmsnorm",
+    name="allreduce", variant={"fusion": "rmsnorm"},
     title="AllReduce + residual add + RMSNorm (a tensor-parallel block's epilogue)",
     reference=_fused_reference,
     make_inputs=_fused_inputs,

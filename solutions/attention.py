@@ -32,7 +32,7 @@ it writes and reads back (stage 1: 6 S^2 floats per head) and how often K and V 
 per query in stage 2, once per 16, 64 or 128 queries in the flash stages). The operator's own model is
 the minimum, q, k and v read and out written once.
 
-A second operator, ``attention_rope``, takes the cos and sin tables of RoPE (rotary position
+A second operator, ``attention[rope]``, takes the cos and sin tables of RoPE (rotary position
 embedding, ``rope.py``) too and attends over q and k rotated by them, as a Llama layer does:
 
 1. ``rotate_then_attend``: a RoPE kernel writes rotated copies of q and k, then stage 5 runs on them.
@@ -699,7 +699,7 @@ def _register_tiles_kernel(DP):
 
 
 def _launch_tiles(kernel, q, k, v, causal, out, *tables):
-    """``tables``: arguments the kernel takes after its first six (RoPE's cos and sin: attention_rope)."""
+    """``tables``: arguments the kernel takes after its first six (RoPE's cos and sin: attention[rope])."""
     B, H, S, D = q.shape
     args = (q, k, v, out, _scale_log2e(q), causal, *tables)
     nbytes = _tile_bytes(_padded_head_dim(D))
@@ -833,7 +833,7 @@ def tensor_cores(q, k, v, causal, out):
 
 
 
-# == RoPE fused into the flash kernel's loads (a second operator: attention_rope) ====================
+# == RoPE fused into the flash kernel's loads (a second operator: attention[rope]) ====================
 #
 # Models rotate q and k by their positions (RoPE, rope.py) right before attention. The rotation is a
 # pass over Q and K through memory; a flash kernel already loads both tile by tile, so it can rotate
@@ -923,7 +923,7 @@ def _rotation_pass_bytes(size):
 
 
 rope_op = Operator(
-    name="attention_rope",
+    name="attention", variant={"fusion": "rope"},
     title="Attention with RoPE (rotary positions), float32, causal or not",
     reference=_rope_reference,
     make_inputs=_rope_inputs,

@@ -134,9 +134,9 @@ def _io_bytes(size):
     return 4 * B * H * S * D * 2  # q, k, v read and out written once, 2 bytes an element
 
 
-def _operator(name, dtype, title, rank):
+def _operator(short, dtype, title, rank):
     return Operator(
-        name=name,
+        name="attention", variant={"dtype": short},
         # mma.sync's ladder set out for half of SDPA; on Hopper's instructions (wgmma, TMA, warp
         # specialisation) the aim is SDPA itself, at both shapes FlashAttention-3 is judged at
         targets=[against_peer(0.5, "torch SDPA", stage="best"), against_peer(1.0, "torch SDPA", stage="best"),
@@ -165,8 +165,8 @@ def _operator(name, dtype, title, rank):
     )
 
 
-op = _operator("attention_fp16", np.float16, "FlashAttention on tensor cores, fp16 (float32 softmax)", 302)
-bf16_op = _operator("attention_bf16", BF16, "FlashAttention on tensor cores, bf16 (float32 softmax)", 303) \
+op = _operator("fp16", np.float16, "FlashAttention on tensor cores, fp16 (float32 softmax)", 302)
+bf16_op = _operator("bf16", BF16, "FlashAttention on tensor cores, bf16 (float32 softmax)", 303) \
     if BF16 is not None else None
 OPERATORS = [o for o in (op, bf16_op) if o is not None]
 

@@ -349,7 +349,7 @@ def _nhwc_expression(torch, size):
 
 
 depthwise_nhwc_op = Operator(
-    name="depthwise3x3_nhwc",
+    name="depthwise3x3", variant={"layout": "nhwc"},
     targets=[against_peer(1.0), of_ceiling(85, "copy_gbps")],
     title="Depthwise 3x3 convolution (padding 1), NHWC (channels last) float32",
     reference=_nhwc_reference,
@@ -601,7 +601,7 @@ def _maxpool_expression(torch, size):
 
 
 maxpool_op = Operator(
-    name="maxpool2d",
+    name="pool2d", variant={"combine": "max"},
     targets=[against_peer(1.0), of_ceiling(85, "copy_gbps")],
     title="2x2 max-pooling (stride 2) with the argmax indices training needs, NCHW float32",
     reference=_maxpool_reference,
@@ -864,7 +864,7 @@ def _bn_expression(torch, size):
 
 
 bn_op = Operator(
-    name="batchnorm_train",
+    name="batchnorm", variant={"mode": "train"},
     targets=[against_peer(1.5, "torch.batch_norm*", stage="vector_passes"), against_peer(1.0),
              of_ceiling(85, "copy_gbps", stage="vector_passes")],
     title="BatchNorm, training forward: per-channel batch statistics, then normalize (NCHW float32)",
@@ -1326,7 +1326,7 @@ def _bn_infer_expression(torch, size):
 
 
 bn_infer_op = Operator(
-    name="batchnorm_infer",
+    name="batchnorm", variant={"mode": "infer"},
     targets=[against_peer(1.0, "torch.batch_norm*", stage="vectors"), of_ceiling(85, "copy_gbps", stage="vectors")],
     title="BatchNorm, inference: the running statistics folded into a scale per channel (NCHW float32)",
     reference=_bn_infer_reference,

@@ -31,12 +31,12 @@ Four operators share these kernels:
 ``conv2d``: 3x3 filters, stride 1, padding 1 (the layer ResNet and VGG are made of), size
 N x C x H x W x K. Its last stage is Winograd F(2x2, 3x3), which exists only for that geometry.
 
-``conv2d_general``: any filter R x S, stride, padding and dilation, given as a third input
+``conv2d[general]``: any filter R x S, stride, padding and dilation, given as a third input
 ``geometry`` (an int32 device array [stride, pad, dilation]; the kernels read it from device memory,
 so launchers never copy anything to the host), size N x C x H x W x K x R x S x STRIDE x PAD x DIL.
 Output size Ho = (H + 2 pad - dilation (R - 1) - 1) // stride + 1 (and Wo likewise).
 
-``conv2d_bias_relu`` and ``conv2d_bias_add_relu``: conv2d's layer with the epilogue a network puts after
+``conv2d[bias_relu]`` and ``conv2d[bias_add_relu]``: conv2d's layer with the epilogue a network puts after
 it, relu(conv(x, w) + bias[k]) and relu(conv(x, w) + bias[k] + residual) (a ResNet block's tail);
 inputs x, w, bias float32 (K,) (and residual, shaped as out). Stages: ``unfused`` (the implicit GEMM,
 then an epilogue kernel) and ``fused_epilogue`` (the epilogue on the accumulators, one store).
@@ -275,7 +275,7 @@ MAX_STRIDE = 2  # the shared-tile stage's input patch is sized for these (see PA
 MAX_REACH = 6
 
 general_op = Operator(
-    name="conv2d_general",
+    name="conv2d", variant={"geometry": "general"},
     title="Convolution with any filter size, stride, padding and dilation (NCHW float32)",
     reference=lambda x, w, geometry: _conv64(x, w, *(int(v) for v in geometry)),
     make_inputs=_general_inputs,
@@ -822,7 +822,7 @@ def _winograd_flops(size):
     outputs where direct has 5e-8, while the whole output's error stays inside the check). Larger tiles
     such as F(4x4, 3x3), whose transforms hold 1/24 and 8, lose more on any data (about 7x F(2x2)'s
     error on uniform data, in that file's float32 emulation). Only for 3x3 filters at stride 1, which is
-    why it is the last stage of conv2d and absent from conv2d_general. cuDNN's WINOGRAD_NONFUSED is this
+    why it is the last stage of conv2d and absent from conv2d[general]. cuDNN's WINOGRAD_NONFUSED is this
     algorithm; libraries pick it for 3x3 stride-1 layers with many channels, where the GEMMs dominate
     the transforms.""",
     bytes_moved=_winograd_traffic, flops=_winograd_flops)
@@ -843,12 +843,12 @@ def winograd(x, w, out):
 
 
 
-# == conv2d_bias_relu and conv2d_bias_add_relu: the epilogue, fused ====================================
+# == conv2d[bias_relu] and conv2d[bias_add_relu]: the epilogue, fused ====================================
 #
 # A ResNet layer is rarely a bare convolution: BatchNorm folded into the filters leaves a per-channel
 # bias, then ReLU, and at the end of a residual block the block's input is added before the ReLU:
-#   out = relu(conv(x, w) + bias[k])                  conv2d_bias_relu
-#   out = relu(conv(x, w) + bias[k] + residual)       conv2d_bias_add_relu
+#   out = relu(conv(x, w) + bias[k])                  conv2d[bias_relu]
+#   out = relu(conv(x, w) + bias[k] + residual)       conv2d[bias_add_relu]
 # (3x3, stride 1, padding 1 as conv2d). The epilogue is a few additions per output; what it costs
 # when run as its own kernel is one more read and write of the whole output.
 
@@ -956,7 +956,7 @@ _EPILOGUE_FIELDS = dict(
 )
 
 bias_relu_op = Operator(
-    name="conv2d_bias_relu",
+    name="conv2d", variant={"fusion": "bias_relu"},
     targets=[against_stage(1.0, "unfused", stage="fused_epilogue")],
     title="3x3 convolution + bias + ReLU, the epilogue fused (NCHW float32)",
     reference=_epilogue_reference,
@@ -969,7 +969,7 @@ bias_relu_op = Operator(
 )
 
 bias_add_relu_op = Operator(
-    name="conv2d_bias_add_relu",
+    name="conv2d", variant={"fusion": "bias_add_relu"},
     title="3x3 convolution + bias + residual + ReLU (a ResNet block's tail), fused (NCHW float32)",
     reference=_epilogue_reference,
     make_inputs=lambda size, rng: _epilogue_inputs(size, rng, True),

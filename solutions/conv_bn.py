@@ -7,14 +7,14 @@ eps). A convolution is linear in its weights, so the map moves into them:
     w'[k] = w[k] * s_k        b'[k] = beta_k - mean_k * s_k        y = conv(x, w') + b'
 
 and the unit becomes one convolution with a bias and a ReLU, which the convolution ladder's fused
-epilogue (solutions/conv.py, conv2d_bias_relu.fused_epilogue) applies on the accumulators before
+epilogue (solutions/conv.py, conv2d[bias_relu].fused_epilogue) applies on the accumulators before
 their one store. What the fold removes is two passes over the output (BatchNorm's and ReLU's read and
 write); what it changes is rounding: conv(x, w * s) rounds each product of the scaled weights, and
 beta - mean * s is computed once in float32, where the unfolded BatchNorm subtracts the mean from
 each output first. The check's relative error of each stage shows the difference.
 
 Why conv + BN + ReLU and not conv + BN alone: the conv ladder's public bias epilogue is bias + ReLU
-(conv2d_bias_relu), and conv -> BN -> ReLU is the unit a deployed ResNet is made of. Size
+(conv2d[bias_relu]), and conv -> BN -> ReLU is the unit a deployed ResNet is made of. Size
 N x C x H x W x K (3x3 filters, stride 1, padding 1). Inputs x (N, C, H, W), w (K, C, 3, 3) and the
 BatchNorm's gamma, beta, running_mean, running_var (K,), all float32.
 
@@ -131,7 +131,7 @@ def _conv_bytes(size):
 
 
 op = Operator(
-    name="conv_bn_folded",
+    name="conv2d", variant={"fusion": "bn_folded"},
     title="3x3 convolution -> BatchNorm (inference) -> ReLU, the BatchNorm folded into the weights (NCHW float32)",
     reference=_reference,
     make_inputs=_inputs,

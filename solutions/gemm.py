@@ -13,7 +13,7 @@ anything back to the host to learn them. As in BLAS, beta == 0 means C is not re
 hold NaN). ``out`` receives the result; C itself is an input and is never written.
 
 Two more operators share this module and its kernels (``OPERATORS`` lists all three):
-``gemm_bias_gelu`` (the epilogue fused into the GEMM's store) and ``gemm_batched`` (many small
+``gemm[bias_gelu]`` (the epilogue fused into the GEMM's store) and ``gemm[batched]`` (many small
 products in one launch, as in attention).
 """
 
@@ -1051,7 +1051,7 @@ def split_k(A, B, C, alpha_beta, out):
     _sum_splits[blocks_for(M * N, SUM_THREADS), SUM_THREADS](partial, C, alpha_beta, out)
 
 
-# == gemm_bias_gelu: the epilogue, fused =============================================================
+# == gemm[bias_gelu]: the epilogue, fused =============================================================
 
 SQRT_HALF = 0.7071067811865476
 
@@ -1106,7 +1106,7 @@ def _bias_gelu_peer(size):
 
 
 bias_gelu_op = Operator(
-    name="gemm_bias_gelu",
+    name="gemm", variant={"fusion": "bias_gelu"},
     title="GEMM + bias + GELU: out = gelu(A B + bias)",
     reference=_bias_gelu_reference,
     make_inputs=_bias_gelu_inputs,
@@ -1238,7 +1238,7 @@ def tensor_core_fused(A, B, bias, out):
     _tensor_core_bias_gelu[(blocks_for(N, TBN), blocks_for(M, TBM)), THREADS, 0, DEEP_BYTES](*args)
 
 
-# == gemm_batched: many small products in one launch =================================================
+# == gemm[batched]: many small products in one launch =================================================
 
 def _batched_inputs(size, rng):
     batch, M, N, K = size
@@ -1282,7 +1282,7 @@ def _batched_peer(size):
 
 
 batched_op = Operator(
-    name="gemm_batched",
+    name="gemm", variant={"batch": "batched"},
     title="Batched GEMM: one product per matrix of the batch (out_i = A_i B_i)",
     reference=lambda A, B: A.astype(np.float64) @ B.astype(np.float64),
     make_inputs=_batched_inputs,

@@ -422,7 +422,7 @@ def _softmax_adversarial(dtype):
 def _softmax_op(dtype, rank):
     return half_operator(
         dtype,
-        name=f"softmax_{short_name(dtype)}",
+        name="softmax", variant={"dtype": short_name(dtype)},
         targets=[of_ceiling(85, "copy_gbps"), against_peer(1.2, "eager")],
         title=f"Softmax over the rows of {a_matrix(dtype)}, float32 inside",
         reference=lambda x: softmax64(*as_float64(x)),
@@ -779,7 +779,7 @@ def _layernorm_op(dtype, rank):
     rows = _norm_rows(dtype)
     return half_operator(
         dtype,
-        name=f"layernorm_{short_name(dtype)}",
+        name="layernorm", variant={"dtype": short_name(dtype)},
         targets=[of_ceiling(85, "copy_gbps"), against_peer(1.2, "eager")],
         title=f"LayerNorm over the rows of {a_matrix(dtype)}, float32 inside",
         reference=lambda x, w, b: layernorm64(*as_float64(x, w, b)),
@@ -804,7 +804,7 @@ def _rmsnorm_op(dtype, rank):
     rows = _norm_rows(dtype)
     return half_operator(
         dtype,
-        name=f"rmsnorm_{short_name(dtype)}",
+        name="rmsnorm", variant={"dtype": short_name(dtype)},
         targets=[of_ceiling(85, "copy_gbps"), against_peer(1.2, "eager")],
         title=f"RMSNorm over the rows of {a_matrix(dtype)}, float32 inside",
         reference=lambda x, w: rmsnorm64(*as_float64(x, w)),
@@ -1392,7 +1392,7 @@ def _gelu_op(dtype, rank):
 
     return half_operator(
         dtype,
-        name=f"gelu_{short_name(dtype)}",
+        name="elementwise", variant={"dtype": short_name(dtype)},
         title=f"GELU(x + bias) + residual on {a_matrix(dtype)}, float32 inside",
         reference=lambda x, bias, residual: gelu_bias_residual64(*as_float64(x, bias, residual)),
         make_inputs=_gelu_inputs(dtype),

@@ -6,7 +6,7 @@ the very same buffers. B row-major means its columns, which the tensor core want
 are strided in memory: the ``ldmatrix`` stage loads them with ``.trans`` (the int8 GEMM, whose
 weights come as N x K, shows the other layout). Any M, N, K: tiles are zero-filled past the edges.
 
-Two operators share every stage: ``hgemm`` (fp16) and ``hgemm_bf16``. bf16 keeps float32's 8-bit
+Two operators share every stage: ``gemm[fp16]`` (fp16) and ``gemm[bf16]``. bf16 keeps float32's 8-bit
 exponent and only 8 bits of mantissa (fp16: 5 and 11): the same tensor-core speed, a wider range,
 four times coarser rounding.
 
@@ -167,10 +167,10 @@ def _peer(size):
     return "torch.matmul", matmul
 
 
-def _operator(name, dtype, title, rank):
+def _operator(short, dtype, title, rank):
     bytes_per = np.dtype(dtype).itemsize
     return Operator(
-        name=name,
+        name="gemm", variant={"dtype": short},
         targets=[against_peer(0.80, "torch.matmul", stage="best")],
         title=title,
         reference=_reference,
@@ -197,8 +197,8 @@ def _operator(name, dtype, title, rank):
     )
 
 
-op = _operator("hgemm", np.float16, "fp16 GEMM on tensor cores: out = A B (float32 accumulation)", 250)
-bf16_op = _operator("hgemm_bf16", BF16, "bf16 GEMM on tensor cores: out = A B (float32 accumulation)", 251) \
+op = _operator("fp16", np.float16, "fp16 GEMM on tensor cores: out = A B (float32 accumulation)", 250)
+bf16_op = _operator("bf16", BF16, "bf16 GEMM on tensor cores: out = A B (float32 accumulation)", 251) \
     if BF16 is not None else None
 OPERATORS = [o for o in (op, bf16_op) if o is not None]
 

@@ -1,6 +1,6 @@
 """int8 GEMM (int32 accumulation) and the quantized linear layer built on it.
 
-``int8_gemm``: out = A Wᵀ with A (M x K) and W (N x K) int8, out (M x N) int32, exact. The weights
+``gemm[int8]``: out = A Wᵀ with A (M x K) and W (N x K) int8, out (M x N) int32, exact. The weights
 come N x K, as a linear layer stores them (``torch.nn.Linear.weight``) and as ``torch._int_mm(A, W.t())``
 wants them: both operands are then contiguous along k, which is what the int8 tensor core wants (four
 consecutive k in each 32-bit fragment register), and an ``ldmatrix`` without ``.trans`` (which has no
@@ -101,7 +101,7 @@ def _peer(size):
 
 
 op = Operator(
-    name="int8_gemm",
+    name="gemm", variant={"dtype": "int8"},
     title="int8 GEMM: out = A Wᵀ (int8 in, int32 out)",
     reference=_reference,
     make_inputs=_inputs,

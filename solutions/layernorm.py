@@ -900,7 +900,7 @@ def _matrix_bytes(reads, writes):
 
 
 bias_relu_layernorm_op = Operator(
-    name="bias_relu_layernorm",
+    name="layernorm", variant={"fusion": "bias_relu"},
     title="LayerNorm(ReLU(x + bias)): a linear layer's epilogue",
     reference=lambda x, lb, w, b: layernorm64(_bias_relu64(x, lb), w, b),
     make_inputs=_bias_relu_inputs,
@@ -1068,7 +1068,7 @@ def _residual_expression(torch, size):
 
 
 residual_layernorm_op = Operator(
-    name="residual_layernorm",
+    name="layernorm", variant={"fusion": "residual"},
     title="LayerNorm(x + residual): a transformer block's add & norm",
     reference=lambda x, r, w, b: layernorm64(x + r, w, b),  # x + r in float32, as a kernel adds
     make_inputs=_residual_inputs,

@@ -120,7 +120,7 @@ AVG_CHECK = [(1, 1, 2, 3, 2), (1, 1, 2, 2, 3), (2, 3, 17, 19, 3), (2, 3, 17, 19,
 AVG_BENCH = [(32, 64, 56, 56, 2), (32, 64, 56, 56, 3), (128, 64, 56, 56, 3), (128, 64, 56, 56, 2)]
 
 avg_op = Operator(
-    name="avgpool2d",
+    name="pool2d", variant={"combine": "mean"},
     targets=[against_peer(1.0), of_ceiling(85, "copy_gbps")],
     title="Average pooling, K x K window (K = 2 or 3), stride 2, padding (K - 1) // 2, count_include_pad (NCHW float32)",
     reference=_avg_reference,
@@ -282,7 +282,7 @@ GAP_CHECK = [(1, 1, 1, 1), (2, 3, 17, 19), (32, 512, 7, 7), (32, 64, 56, 56)]
 GAP_BENCH = [(32, 2048, 7, 7), (32, 64, 56, 56), (128, 512, 7, 7), (128, 64, 56, 56)]
 
 gap_op = Operator(
-    name="global_avgpool",
+    name="pool2d", variant={"combine": "mean", "window": "global"},
     targets=[against_peer(1.0), of_ceiling(85, "copy_gbps")],
     title="Global average pooling: the mean of each plane, N x C x H x W -> N x C (NCHW float32)",
     reference=_gap_reference,

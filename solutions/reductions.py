@@ -340,7 +340,7 @@ VECTOR_KERNELS = [(_block_partials, {}), (_fold_partials, {}), (_one_pass, ONE_P
 
 def _make_vector_operator(r: VectorReduction, rank: float) -> Operator:
     op = Operator(
-        name=f"reduce_{r.kind}",
+        name="reduction", variant={"combine": r.kind},
         targets=[against_peer(1.0, "eager")],
         pattern="read",  # the vector read once, one number written
         title=r.title,
@@ -615,6 +615,7 @@ MIN_NOTE = """ The combining operation is the vector ladder's minimum (identity 
 MEAN_NOTE = """ The kernels are the sum's; the one thread that writes an output divides the sum by the
     number of elements it covers, once (finish), as torch.mean does."""
 
+COMBINE_OF = {"sum": "sum", "amax": "max", "amin": "min", "mean": "mean"}  # torch's name -> the combine axis's
 MATRIX_REDUCTIONS = [
     MatrixReduction(kind, dim, combine, finish, identity, kind, note)
     for kind, combine, finish, identity, note in [("sum", add, total, ZERO, ""),
@@ -635,7 +636,7 @@ def _make_matrix_operator(m: MatrixReduction, rank: float) -> Operator:
     # slow: one element, and several blocks (two bands of rows for the column kernel, two strips)
     sim_sizes = [(1, 1), (7, 130), (70, 20)] if dim == 1 else [(1, 1), (33, 20), (70, 45)]
     op = Operator(
-        name=m.name,
+        name="reduction", variant={"combine": COMBINE_OF[m.kind], "axis": "rows" if m.dim == 1 else "cols"},
         targets=[against_peer(1.0, "eager")],
         pattern="read",  # the matrix read once, one row or column of results written
         title=f"{MATRIX_TITLES[m.kind]} over each {where}",

@@ -7,7 +7,7 @@ Which features form a pair is the model's choice, and both are in use:
 
 * ``rope``, the half-split layout (GPT-NeoX, the Hugging Face Llama and most models since): pair i is
   (x[i], x[i + D/2]), out[i] = x[i] cos - x[i + D/2] sin, out[i + D/2] = x[i + D/2] cos + x[i] sin;
-* ``rope_interleaved`` (GPT-J, Meta's original Llama, RoFormer): pair i is (x[2i], x[2i+1]), the
+* ``rope[interleaved]`` (GPT-J, Meta's original Llama, RoFormer): pair i is (x[2i], x[2i+1]), the
   real and imaginary parts of one complex number multiplied by e^(i angle).
 
 The input is x, S tokens x H heads x D features (the layout a projection writes before the heads are
@@ -156,9 +156,9 @@ def _flops(size):
     return 3 * S * H * D  # two multiplies and an add per output
 
 
-def _make_operator(name, title, interleaved, rank):
+def _make_operator(title, interleaved, rank):
     return Operator(
-        name=name,
+        name="rope", variant={"pairs": "interleaved"} if interleaved else {},
         title=title,
         reference=lambda x, inv_freq, cos, sin: _reference(x, inv_freq, cos, sin, interleaved),
         make_inputs=_inputs,
@@ -180,8 +180,8 @@ def _make_operator(name, title, interleaved, rank):
     )
 
 
-op = _make_operator("rope", "RoPE, half-split layout (GPT-NeoX, Hugging Face Llama), float32", False, 305)
-interleaved_op = _make_operator("rope_interleaved", "RoPE, interleaved layout (GPT-J, Meta Llama), float32",
+op = _make_operator("RoPE, half-split layout (GPT-NeoX, Hugging Face Llama), float32", False, 305)
+interleaved_op = _make_operator("RoPE, interleaved layout (GPT-J, Meta Llama), float32",
                                 True, 306)
 
 

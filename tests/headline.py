@@ -14,10 +14,10 @@ import numpy as np
 # in test_attention.py / test_attention_tc.py): tests/test_ladders.py checks each of their stages at the
 # headline size first. headline() refuses an operator missing here, so a new timing test cannot skip that.
 TIMED_AT_HEADLINE = frozenset({
-    "argmax", "attention", "attention_fp16", "batchnorm_infer", "batchnorm_train", "conv2d_bias_add_relu", "conv2d_bias_relu", "conv2d_fft",
-    "conv_transpose2d", "decode_attention", "dequantize", "elementwise", "gemm", "gemm_batched", "gemm_bias_gelu", "hgemm",
-    "hgemm_bf16", "histogram", "int8_gemm", "layernorm", "layernorm_bf16", "layernorm_fp16", "matvec", "quantize",
-    "reduction", "rmsnorm_bf16", "rmsnorm_fp16", "scan", "softmax", "softmax_bf16", "softmax_fp16", "stencil",
+    "argmax", "attention", "attention[fp16]", "batchnorm[infer]", "batchnorm[train]", "conv2d[bias_add_relu]", "conv2d[bias_relu]", "conv2d_fft",
+    "conv_transpose2d", "decode_attention", "dequantize", "elementwise", "gemm", "gemm[batched]", "gemm[bias_gelu]", "gemm[fp16]",
+    "gemm[bf16]", "histogram", "gemm[int8]", "layernorm", "layernorm[bf16]", "layernorm[fp16]", "matvec", "quantize",
+    "reduction", "rmsnorm[bf16]", "rmsnorm[fp16]", "scan", "softmax", "softmax[bf16]", "softmax[fp16]", "stencil",
     "topk", "transpose",
 })
 

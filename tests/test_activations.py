@@ -19,14 +19,14 @@ FAST = {"sigmoid", "tanh", "gelu", "gelu_tanh", "silu"}
 
 def test_seven_functions_each_its_own_operator_and_fast_math_only_where_there_is_a_transcendental():
     names = [op.name for op in activations.FLOAT32_OPERATORS]
-    assert names == ["act_relu", "act_leaky_relu", "act_sigmoid", "act_tanh", "act_gelu", "act_gelu_tanh", "act_silu"]
+    assert names == ["activation[relu]", "activation[leaky_relu]", "activation[sigmoid]", "activation[tanh]", "activation[gelu]", "activation[gelu_tanh]", "activation[silu]"]
     for act, op in zip(activations.ACTIVATIONS, activations.FLOAT32_OPERATORS):
         stages = [s.name for s in op.stages]
         assert stages[:5] == ["thread_per_element", "grid_stride", "vector4", "in_flight", "small_tiles"]
         assert (stages[5:] == ["fast_math"]) == (act.name in FAST), op.name
     # tanh.approx.f32 is 2^-11 relative: only its fast-math stage gets a looser tolerance
     loose = {s.key: s.tolerance for op in activations.FLOAT32_OPERATORS for s in op.stages if s.tolerance is not None}
-    assert loose == {"act_tanh.fast_math": 1e-3}
+    assert loose == {"activation[tanh].fast_math": 1e-3}
 
 
 def test_references_take_the_limits_and_propagate_nan():
@@ -169,7 +169,7 @@ def test_sixteen_bit_operators_all_seven_functions_per_format_float32_inside():
         stages = [s.name for s in op.stages]
         # fast_math where there is a transcendental function, but not for fp16 tanh (tanh.approx.f32's error
         # is up to a whole fp16 step)
-        has_fast = op.name.rsplit("_", 1)[0][len("act_"):] in FAST and op.name != "act_tanh_fp16"
+        has_fast = op.name.rsplit("_", 1)[0][len("act_"):] in FAST and op.name != "activation[tanh,fp16]"
         expected = ["widened", "in_flight"] + (["fast_math"] if has_fast else [])
         expected += ["short_erfc"] if op.name.startswith("act_gelu_") and "tanh" not in op.name else []
         assert stages == expected, op.name
@@ -205,8 +205,8 @@ def test_float_to_bf16_rounds_to_nearest_even_and_keeps_nan():
     np.testing.assert_array_equal(back.copy_to_host(), got.astype(np.float32))
 
 
-@pytest.mark.parametrize("name", ["act_gelu_fp16", "act_silu_bf16", "act_leaky_relu_fp16", "act_leaky_relu_bf16",
-                                  "act_sigmoid_fp16", "act_sigmoid_bf16", "act_tanh_fp16", "act_tanh_bf16"])
+@pytest.mark.parametrize("name", ["activation[gelu,fp16]", "activation[silu,bf16]", "activation[leaky_relu,fp16]", "activation[leaky_relu,bf16]",
+                                  "activation[sigmoid,fp16]", "activation[sigmoid,bf16]", "activation[tanh,fp16]", "activation[tanh,bf16]"])
 def test_sixteen_bit_results_within_half_an_ulp_of_the_format_on_the_specials(name):
     """Elementwise, not in norm: every result is the float64 answer rounded to 16 bits, give or take the
     float32 function's error (far below a 16-bit step): at most 0.5 ulp of the format, plus a hair."""
@@ -234,7 +234,7 @@ def _short_erfc_in_float32(z):
 
 
 def test_short_erfc_is_within_its_stated_error_and_gelu_with_it_rounds_every_16_bit_input_right():
-    """The formula of act_gelu_fp16/bf16.short_erfc: relative error below 1.2e-7 against the float64 erfc
+    """The formula of activation[gelu,fp16]/bf16.short_erfc: relative error below 1.2e-7 against the float64 erfc
     (in float64 arithmetic), and in float32 arithmetic every one of the 65536 inputs of each format
     within 0.501 ulp of the format (the rounding alone; bf16 results below float32's smallest normal
     left out, as the fast kernels flush them)."""
@@ -244,7 +244,7 @@ def test_short_erfc_is_within_its_stated_error_and_gelu_with_it_rounds_every_16_
     p = np.polyval([float(c) for c in activations.ERFC_P[::-1]], t)
     r = np.where(z >= 0, t * np.exp(p - a * a), 2.0 - t * np.exp(p - a * a))
     assert np.max(np.abs(r / activations.erfc64(z) - 1.0)) < 1.2e-7
-    for op in (activations.BY_NAME["act_gelu_fp16"], activations.BY_NAME["act_gelu_bf16"]):
+    for op in (activations.BY_NAME["activation[gelu,fp16]"], activations.BY_NAME["activation[gelu,bf16]"]):
         x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(op.dtype)
         v = x.astype(np.float32)
         with np.errstate(all="ignore"):
@@ -318,21 +318,21 @@ def test_fast_math_flush_to_zero_loses_no_16_bit_result_that_is_a_normal_float32
 def test_fast_tanh_bound_in_ulps_of_each_format():
     """tanh.approx.f32's documented relative error, 2^-10.987, replayed over all 65536 inputs of each format:
     the exact tanh, rounded to float32, moved by up to that error either way, then rounded to 16 bits. In bf16
-    every result stays within act_tanh_bf16.fast_math's bound (0.5 + 0.127 ulp) and some pass 0.51, which is
+    every result stays within activation[tanh,bf16].fast_math's bound (0.5 + 0.127 ulp) and some pass 0.51, which is
     why that stage has a bound of its own; in fp16 results land more than a step away, which is why
-    act_tanh_fp16 has no fast_math stage."""
+    activation[tanh,fp16] has no fast_math stage."""
     error = 2.0**-10.987
     worst = {}
-    for op in (activations.BY_NAME["act_tanh_fp16"], activations.BY_NAME["act_tanh_bf16"]):
+    for op in (activations.BY_NAME["activation[tanh,fp16]"], activations.BY_NAME["activation[tanh,bf16]"]):
         x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(op.dtype)
         ref = op.reference(x)
         with np.errstate(invalid="ignore"):  # the NaN patterns
             exact = np.tanh(x.astype(np.float64)).astype(np.float32).astype(np.float64)
             moved = [(exact * (1.0 + k * error)).astype(np.float32).astype(op.dtype) for k in (-1, -0.5, 0.5, 1)]
             worst[op.name] = max(float(np.max(activations.ulp_error(got, ref, op.dtype))) for got in moved)
-    assert activations.HALF_ULPS < worst["act_tanh_bf16"] <= activations.ulps_allowed("act_tanh_bf16.fast_math"), worst
-    assert worst["act_tanh_fp16"] > 1.0, worst
-    assert "fast_math" not in [s.name for s in activations.BY_NAME["act_tanh_fp16"].stages]
+    assert activations.HALF_ULPS < worst["activation[tanh,bf16]"] <= activations.ulps_allowed("activation[tanh,bf16].fast_math"), worst
+    assert worst["activation[tanh,fp16]"] > 1.0, worst
+    assert "fast_math" not in [s.name for s in activations.BY_NAME["activation[tanh,fp16]"].stages]
 
 
 def test_ulp_error_counts_steps_of_the_format():
@@ -345,7 +345,7 @@ def test_ulp_error_counts_steps_of_the_format():
 
 
 @pytest.mark.slow  # 8395 halves in the simulator: seconds a stage
-@pytest.mark.parametrize("name", ["act_gelu_fp16", "act_silu_bf16"])
+@pytest.mark.parametrize("name", ["activation[gelu,fp16]", "activation[silu,bf16]"])
 def test_sixteen_bit_in_flight_main_body_and_last_block(name):
     """Past the simulator sizes: 8192 + 203 halves give one block through the unchecked four-vector
     body and a last block through the checked loop and a tail of three, on the specials."""
@@ -356,7 +356,7 @@ def test_sixteen_bit_in_flight_main_body_and_last_block(name):
 
 
 def test_sixteen_bit_bad_inputs_are_refused_in_one_line():
-    op = activations.BY_NAME["act_gelu_fp16"]
+    op = activations.BY_NAME["activation[gelu,fp16]"]
     with pytest.raises(InputError, match="x must have dtype float16, got float32"):
         op["in_flight"](cuda.to_device(np.ones(8, np.float32)), cuda.to_device(np.ones(8, np.float16)))
     with pytest.raises(InputError, match=r"out must have shape \(8,\)"):
@@ -401,7 +401,7 @@ def test_every_sixteen_bit_stage_right_on_a_misaligned_view_on_the_gpu():
 def test_every_16_bit_input_within_half_an_ulp_on_the_gpu(name):
     """All 65536 inputs of the format (NaNs, infinities, subnormals included), every stage: within half
     an ulp of the format and a hair (the float32 function's own error) of the float64 answer, 0.63 for
-    act_tanh_bf16.fast_math (activations.ulps_allowed). fast_math flushes float32 subnormal results to
+    activation[tanh,bf16].fast_math (activations.ulps_allowed). fast_math flushes float32 subnormal results to
     zero, which only bf16 can hold: those are left out for it."""
     op = activations.BY_NAME[name]
     everything = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(op.dtype)

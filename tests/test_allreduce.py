@@ -331,7 +331,7 @@ def test_fused_lamport_on_one_gpu(size):
         group = allreduce._emulated_fused_group(cuda.to_device(partials), cuda.to_device(residual),
                                                 cuda.to_device(weight), out)
         allreduce.lamport_allreduce_rmsnorm(group)
-        allreduce.check_flag_status(group, "allreduce_rmsnorm.lamport")
+        allreduce.check_flag_status(group, "allreduce[rmsnorm].lamport")
         got = out.copy_to_host()
         np.testing.assert_allclose(got[0], allreduce.fused_op.reference(partials, residual, weight)[0],
                                    rtol=1e-4, atol=1e-4)
@@ -387,6 +387,6 @@ def test_readme_table_comes_from_the_recorded_multi_gpu_run(tmp_path, monkeypatc
     if run.exists():
         text = tables.recorded_table(ops["allreduce"])
         assert "| 1 GB |" in text and "NCCL" in text and "`workbench record` on 2 GPUs" in text
-        assert "NCCL + add + RMSNorm" in tables.recorded_table(ops["allreduce_rmsnorm"])
+        assert "NCCL + add + RMSNorm" in tables.recorded_table(ops["allreduce[rmsnorm]"])
     monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
     assert "no recorded figures for allreduce" in tables.recorded_table(ops["allreduce"])

@@ -1,4 +1,4 @@
-"""What is specific to the attention family (attention, attention_rope, decode_attention, rope, rope_interleaved):
+"""What is specific to the attention family (attention, attention[rope], decode_attention, rope, rope[interleaved]):
 inputs they must refuse, the bytes models' order, more key tiles than the quick tier's sizes reach
 (slow), the kernels the headline runs compiled for sm_90 (slow), and the issue's targets (GPU).
 Every stage at the simulator and check sizes is tested by tests/test_ladders.py."""

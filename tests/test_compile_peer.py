@@ -60,10 +60,10 @@ def _eager_peer(size):
 def test_torch_expression_is_optional_and_given_where_issue_16_asks():
     assert _operator().torch_expression is None
     ops = registry.load_operators()
-    asked = {"softmax", "layernorm", "rmsnorm", "residual_layernorm", "bias_relu_layernorm", "elementwise",
-             "softmax_fp16", "softmax_bf16", "layernorm_fp16", "layernorm_bf16", "rmsnorm_fp16", "rmsnorm_bf16",
-             "gelu_fp16", "gelu_bf16", "depthwise3x3", "maxpool2d", "batchnorm_infer", "rope",
-             "rope_interleaved", "attention"}
+    asked = {"softmax", "layernorm", "rmsnorm", "layernorm[residual]", "layernorm[bias_relu]", "elementwise",
+             "softmax[fp16]", "softmax[bf16]", "layernorm[fp16]", "layernorm[bf16]", "rmsnorm[fp16]", "rmsnorm[bf16]",
+             "elementwise[fp16]", "elementwise[bf16]", "depthwise3x3", "pool2d[max]", "batchnorm[infer]", "rope",
+             "rope[interleaved]", "attention"}
     assert not [name for name in asked if ops[name].torch_expression is None]
 
 

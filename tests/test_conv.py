@@ -171,7 +171,7 @@ def test_memory_bound_final_stages_correct_at_the_headline(op):
     assert result.passed, result.message
 
 
-# -- the fused epilogue (conv2d_bias_relu, conv2d_bias_add_relu) ------------------------------------------
+# -- the fused epilogue (conv2d[bias_relu], conv2d[bias_add_relu]) ------------------------------------------
 
 def test_fused_epilogue_refuses_a_bias_per_pixel():
     x, w, bias, out = _device_args(np.ones((1, 2, 6, 6), np.float32), np.ones((3, 2, 3, 3), np.float32),

@@ -167,9 +167,9 @@ def test_update_readme_writes_the_map_and_the_pages_and_removes_old_pages(tmp_pa
 
 def test_a_chapter_page_shows_every_variant_table_beside_the_others():
     page = tables.chapter_page(registry.chapter("21"))
-    for name in ("softmax", "softmax_fp16", "softmax_bf16"):
+    for name in ("softmax", "softmax[fp16]", "softmax[bf16]"):
         assert f"## `{name}`:" in page and f"| `{name}` |" in page
-    assert "| `softmax_fp16` | `rows_in_flight` | 1.83x torch.compile |" in page or "no recorded" in page
+    assert "| `softmax[fp16]` | `rows_in_flight` | 1.83x torch.compile |" in page or "no recorded" in page
     assert "[11 reduction](11_reduction.md)" in page and "(../notebooks/21_softmax.ipynb)" in page
 
 
@@ -178,15 +178,15 @@ def test_a_chapter_page_shows_every_variant_table_beside_the_others():
 def test_list_shows_the_chapters_and_filters_by_operator_or_chapter(capsys):
     assert main(["list"]) == 0
     text = capsys.readouterr().out
-    assert "21 ★" in text and "softmax_fp16" in text and "rows_in_flight" not in text  # chapters, not stages
+    assert "21 ★" in text and "softmax[fp16]" in text and "rows_in_flight" not in text  # chapters, not stages
     assert main(["list", "21", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert [op["op"] for op in listed] == ["softmax", "softmax_fp16", "softmax_bf16"]
+    assert [op["op"] for op in listed] == ["softmax", "softmax[fp16]", "softmax[bf16]"]
     assert {op["chapter"] for op in listed} == {"21_softmax"}
-    assert main(["list", "softmax_fp16", "--json"]) == 0
-    assert [op["op"] for op in json.loads(capsys.readouterr().out)] == ["softmax_fp16"]
+    assert main(["list", "softmax[fp16]", "--json"]) == 0
+    assert [op["op"] for op in json.loads(capsys.readouterr().out)] == ["softmax[fp16]"]
     assert main(["list", "layernorm"]) == 0  # an operator's name wins over a chapter's of the same name
-    assert "bias_relu_layernorm" not in capsys.readouterr().out
+    assert "layernorm[bias_relu]" not in capsys.readouterr().out
     assert main(["list", "no_such_thing"]) == 2
     err = capsys.readouterr().err
     assert "no operator or chapter 'no_such_thing'" in err and "21_softmax" in err and "Traceback" not in err

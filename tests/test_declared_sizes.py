@@ -1,7 +1,7 @@
 """Every size an operator declares (simulator, GPU check, bench, headline), and every size the grader derives
 from them, is one its own validation accepts.
 
-maxpool2d once listed 1x1x1x2 among its GPU check sizes, a plane its 2x2 pool refuses: `workbench check`
+pool2d[max] once listed 1x1x1x2 among its GPU check sizes, a plane its 2x2 pool refuses: `workbench check`
 on a GPU then failed every stage there. Inputs are built for the small sizes only (the simulator holds them
 in host memory); every size also passes the operator's size model (its bytes_moved)."""
 
@@ -37,8 +37,8 @@ def test_a_size_the_operator_refuses_is_one_error_before_anything_runs():
 
     ops = registry.load_operators()
     with pytest.raises(sizes.SizeError, match="maxpool2d at 1x1x1x2: a 2x2 max-pool needs planes of at least 2x2"):
-        sizes.check_size(ops["maxpool2d"], (1, 1, 1, 2))
-    assert sizes.check_size(ops["maxpool2d"], (1, 1, 2, 3)) == (1, 1, 2, 3)
+        sizes.check_size(ops["pool2d[max]"], (1, 1, 1, 2))
+    assert sizes.check_size(ops["pool2d[max]"], (1, 1, 2, 3)) == (1, 1, 2, 3)
 
 
 def test_a_flag_field_may_be_zero_and_nothing_else_may():

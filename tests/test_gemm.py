@@ -1,4 +1,4 @@
-"""The GEMM ladders (gemm, gemm_bias_gelu, gemm_batched): every stage correct in the simulator at
+"""The GEMM ladders (gemm, gemm[bias_gelu], gemm[batched]): every stage correct in the simulator at
 shapes that are not multiples of any tile, alpha/beta honoured (including beta = 0 with NaN in C),
 inputs untouched, bad inputs refused by name, and every kernel compiling for sm_90 without float64.
 ``-m gpu`` checks the full sizes on a real GPU."""

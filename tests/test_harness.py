@@ -242,7 +242,7 @@ def test_sizes_of_the_wrong_form_are_refused_naming_the_form(op_name, size, matc
     ["check", "reduction", "--size", "2**40"],
     ["check", "reduction", "--size", "0"],
     ["check", "spmv", "--size", "10x2x9"],
-    ["check", "attention_rope", "--size", "1x1x17x16x2"],
+    ["check", "attention[rope]", "--size", "1x1x17x16x2"],
     ["profile", "attention.nosuchstage"],
     ["sanitize", "nosuchop"],
     ["check", "nosuchop"],

@@ -1,4 +1,4 @@
-"""The low-precision GEMMs (hgemm, hgemm_bf16, int8_gemm, qlinear), their PTX helpers, and
+"""The low-precision GEMMs (hgemm, gemm[bf16], int8_gemm, qlinear), their PTX helpers, and
 workbench.shared_memory.set_max_dynamic_shared_memory.
 
 No GPU here, so the tensor-core kernels are checked three ways on the CPU:
@@ -475,15 +475,15 @@ def test_stage_correct_in_the_simulator_on_odd_shapes(op_name, stage_name):
     any tile; several K-steps, so the pipelines wrap), one on the scalar path (K odd)."""
     op = OPS[op_name]
     stage = op[stage_name]
-    dynamic = stage_name in hgemm.DYNAMIC_BYTES or op.name == "qlinear" or (op.name == "int8_gemm" and stage_name == "mma")
+    dynamic = stage_name in hgemm.DYNAMIC_BYTES or op.name == "qlinear" or (op.name == "gemm[int8]" and stage_name == "mma")
     if dynamic and not _dynamic_shared_opt_in_works():
         pytest.skip("workbench.simulator does not honour set_max_dynamic_shared_memory yet (kernel attribute "
                     "sim_max_dynamic_shared_bytes): this stage uses more than 48 KiB of dynamic shared memory")
     vec_size = (17, 24, 168) if stage_name in ("pipeline", "tuned") else (17, 24, 96 if op.dtype != np.float16 else 40)
-    if op.name.startswith("hgemm") and stage_name not in ("pipeline", "tuned"):
+    if op.name.startswith("gemm[fp16]") and stage_name not in ("pipeline", "tuned"):
         vec_size = (17, 24, 40)
     if stage_name in HOPPER:  # 6 K-steps (the last partial): the 3- and 4-slot rings wrap
-        vec_size = (17, 264, 328) if op.name.startswith("hgemm") else (17, 264, 656)
+        vec_size = (17, 264, 328) if op.name.startswith("gemm[fp16]") else (17, 264, 656)
     for size in (vec_size, (33, 9, 19)):
         result = check_stage(stage, size, np.random.default_rng(5))
         assert result.passed, f"{stage.key} @ {size}: {result.message}"
@@ -555,7 +555,7 @@ def test_simulator_records_the_opt_in_on_the_kernel():
 # -- 3. compiled for sm_90 ------------------------------------------------------------------------------
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
-@pytest.mark.parametrize("source", ["hgemm_mma.cu", "int8_gemm.cu"])
+@pytest.mark.parametrize("source", ["hgemm_mma.cu", "gemm[int8].cu"])
 def test_cuda_cpp_compiles_for_sm90(source, tmp_path):
     run = subprocess.run(["nvcc", "-arch=sm_90", "-rdc=true", "-c", str(ROOT / "solutions" / source),
                           "-o", str(tmp_path / "x.o")], capture_output=True, text=True, timeout=300)
@@ -597,13 +597,13 @@ def report(kernel, argtypes):
 u2, h2 = types.Array(types.uint16, 2, "C"), types.Array(types.float16, 2, "C")
 i2, w2, o2 = types.Array(types.int8, 2, "C"), types.Array(types.uint32, 2, "C"), types.Array(types.int32, 2, "C")
 f1, f2 = types.Array(types.float32, 1, "C"), types.Array(types.float32, 2, "C")
-jobs = {"hgemm.cuda_core": (hgemm._cuda_core, (h2, h2, h2))}
+jobs = {"gemm[fp16].cuda_core": (hgemm._cuda_core, (h2, h2, h2))}
 for stage in sys.argv[1].split(","):
     for (bf16, vec), kernel in hgemm.KERNELS[stage].items():
         if vec:
             jobs[f"hgemm.{stage}{'.bf16' if bf16 else ''}"] = (kernel, (u2, u2, u2))
-jobs["int8_gemm.dp4a"] = (int8_gemm._dp4a_words, (i2, i2, w2, w2, o2))
-jobs["int8_gemm.mma"] = (int8_gemm._mma_vec, (i2, i2, o2))
+jobs["gemm[int8].dp4a"] = (int8_gemm._dp4a_words, (i2, i2, w2, w2, o2))
+jobs["gemm[int8].mma"] = (int8_gemm._mma_vec, (i2, i2, o2))
 jobs["qlinear.fused"] = (int8_gemm._fused_vec, (i2, i2, f1, f1, f2))
 jobs["gemm.tensor_core_deep"] = (gemm._tensor_core_deep, (f2, f2, f2, f1, f2, types.boolean))
 print(json.dumps({name: report(k, sig) for name, (k, sig) in jobs.items()}))
@@ -635,13 +635,13 @@ def test_tensor_core_kernels_link_for_sm90(linked):
         if r["local_in_loop"]:
             problems.append(f"{name}: {r['local_in_loop']} local-memory accesses among its mma.sync")
         # the bound test_ladders.py allows the stage (hgemm.mma's spill is its lesson), named as it is there
-        stage_key = "hgemm_bf16." + name.split(".")[1] if name.endswith(".bf16") else name
+        stage_key = "gemm[bf16]." + name.split(".")[1] if name.endswith(".bf16") else name
         if (r.get("spill_bytes") or 0) > SPILL_EXPECTED.get(stage_key, SPILL_BUDGET):
             problems.append(f"{name}: {r['spill_bytes']} bytes of spills")
         stage = name.split(".")[1]
         if stage in TENSOR_CORE and not r["mma"]:
             problems.append(f"{name}: no mma.sync")
-        if stage in TENSOR_CORE - {"mma"} and name.startswith("hgemm") and not r["ldmatrix"]:
+        if stage in TENSOR_CORE - {"mma"} and name.startswith("gemm[fp16]") and not r["ldmatrix"]:
             problems.append(f"{name}: no ldmatrix")
         if stage in TENSOR_CORE and not r["cp_async"]:
             problems.append(f"{name}: no cp.async")

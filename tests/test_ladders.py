@@ -32,7 +32,7 @@ SPILL_BUDGET = 128  # bytes of spill traffic a kernel may have
 # Stages whose spill is part of their lesson, each with the bound it must stay under: hgemm's stage 2
 # builds its mma fragments element by element (24 shared loads per 16 mma, their addresses live in
 # registers); at 255 registers ptxas 13 spills 184 bytes, and stage 3 (ldmatrix) is what removes it.
-SPILL_EXPECTED = {"hgemm.mma": 256, "hgemm_bf16.mma": 256}
+SPILL_EXPECTED = {"gemm[fp16].mma": 256, "gemm[bf16].mma": 256}
 STAGES = [s for op in OPS.values() for s in op.stages]
 
 

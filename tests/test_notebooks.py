@@ -212,7 +212,7 @@ def test_full_sources_and_long_tables_are_folded_and_the_diff_is_shown():
     assert "nb.show_source(op['naive'])" not in folded  # the first stage has no diff: its source is the lesson
     assert "nb.show_source(op['coalesced'])" in folded and "nb.show_diff(op['coalesced'])" not in folded
     assert "nb.ladder_table(op)" in folded and "nb.counters(op)" in folded
-    variant = section_of(built, OPS["softmax_fp16"])
+    variant = section_of(built, OPS["softmax[fp16]"])
     assert all(c.source in folded for c in variant if c.source.startswith("nb.check("))  # the primary's shown
     assert "nb.check(op['coalesced'])" not in folded
 
@@ -238,7 +238,7 @@ def test_a_variant_repeats_no_paragraph_shown_before_it():
 
 def test_a_variants_module_story_is_told_once_where_the_notebook_first_meets_it():
     built = BUILT[CHAPTERS["21_softmax"].notebook]
-    fp16, bf16 = section_of(built, OPS["softmax_fp16"])[0].source, section_of(built, OPS["softmax_bf16"])[0].source
+    fp16, bf16 = section_of(built, OPS["softmax[fp16]"])[0].source, section_of(built, OPS["softmax[bf16]"])[0].source
     assert "`solutions/half_norms.py`: **" in fp16 and "<details>" in fp16
     assert "half_norms.py" not in bf16 and "<details>" not in bf16
     activations = BUILT[CHAPTERS["14_activations"].notebook]  # the variants share the primary's module

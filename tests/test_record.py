@@ -201,8 +201,8 @@ def test_every_operator_one_gpu_runs_declares_its_targets_in_the_registry():
     from workbench import registry
 
     declared = {op.name for op in registry.load_operators().values() if op.targets}
-    assert {"reduction", "hgemm", "hgemm_bf16", "decode_attention", "histogram", "gemm", "spmv", "conv2d",
-            "layernorm", "rmsnorm", "batchnorm_train", "sum_cols", "transpose"} <= declared
+    assert {"reduction", "gemm[fp16]", "gemm[bf16]", "decode_attention", "histogram", "gemm", "spmv", "conv2d",
+            "layernorm", "rmsnorm", "batchnorm[train]", "reduction[cols]", "transpose"} <= declared
 
 
 def test_record_refuses_a_bad_budget_and_an_unknown_family_and_plans_without_a_gpu(capsys):

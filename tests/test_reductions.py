@@ -13,7 +13,7 @@ VECTOR = [op for op in reductions.OPERATORS if op.name.startswith("reduce_")]
 
 
 @pytest.mark.parametrize("where", [0, 2, 1028])
-@pytest.mark.parametrize("name", ["reduce_max", "reduce_min"])
+@pytest.mark.parametrize("name", ["reduction[max]", "reduction[min]"])
 def test_nan_wins_wherever_it_is_as_torch_amax_does(name, where):
     """a > b is false for NaN on either side: a maximum written that way drops a NaN that arrives as its
     first argument, so the answer would depend on where the NaN sits in the tree."""
@@ -25,7 +25,7 @@ def test_nan_wins_wherever_it_is_as_torch_amax_does(name, where):
         assert result.passed, result.message
 
 
-@pytest.mark.parametrize("name", ["reduce_max", "reduce_sumsq"])
+@pytest.mark.parametrize("name", ["reduction[max]", "reduction[sumsq]"])
 def test_one_pass_four_vector_loop(name):
     """At the quick simulator size (1029) one_pass's four-vector loop never runs (one block of 256
     threads needs more than 768 vectors); at 4095 threads 0-254 take it once, thread 255 the
@@ -41,7 +41,7 @@ def test_one_pass_four_vector_loop(name):
 def test_identities_are_the_operations_own():
     by_kind = {op.name: op for op in VECTOR}
     x = -np.random.default_rng(1).uniform(1.0, 2.0, 33).astype(np.float32)  # all negative: 0 would win a max
-    for name in ("reduce_max", "reduce_min"):  # (a sum's identity, 0, is every random check's)
+    for name in ("reduction[max]", "reduction[min]"):  # (a sum's identity, 0, is every random check's)
         for stage in by_kind[name].stages:
             assert check_stage(stage, (33,), inputs=(x,), label="all-negative").passed, stage.key
 
@@ -55,7 +55,7 @@ def _misaligned_view_is_right(name, n):
     np.testing.assert_allclose(out.copy_to_host(), op.reference(x[1:]), rtol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["reduce_max", "reduce_sumsq"])
+@pytest.mark.parametrize("name", ["reduction[max]", "reduction[sumsq]"])
 def test_a_vector_view_that_starts_mid_buffer_is_right(name):
     _misaligned_view_is_right(name, 1030)  # in the simulator every array counts as aligned
 
@@ -68,10 +68,10 @@ def test_a_misaligned_vector_takes_the_two_pass_kernels_on_the_gpu(name):
 
 def test_bad_inputs_are_refused_in_one_line():
     with pytest.raises(InputError, match="x must be 1-D"):
-        reductions.BY_NAME["reduce_max"]["one_pass"](cuda.to_device(np.ones((2, 3), np.float32)),
+        reductions.BY_NAME["reduction[max]"]["one_pass"](cuda.to_device(np.ones((2, 3), np.float32)),
                                                       cuda.to_device(np.ones(1, np.float32)))
     with pytest.raises(InputError, match=r"out must have shape \(3,\)"):
-        reductions.BY_NAME["sum_cols"]["row_bands"](cuda.to_device(np.ones((2, 3), np.float32)),
+        reductions.BY_NAME["reduction[cols]"]["row_bands"](cuda.to_device(np.ones((2, 3), np.float32)),
                                                     cuda.to_device(np.ones(2, np.float32)))
 
 
@@ -100,8 +100,8 @@ def test_column_sum_within_1_2x_of_the_row_sum_at_16384_squared():
     x_t = torch.rand((16384, 16384), device="cuda")
     x = cuda.as_cuda_array(x_t)
     out = cuda.device_array(16384, np.float32)
-    rows = _time(reductions.BY_NAME["sum_rows"]["warp_per_row"], x, out)
-    cols = _time(reductions.BY_NAME["sum_cols"]["row_bands"], x, out)
+    rows = _time(reductions.BY_NAME["reduction[rows]"]["warp_per_row"], x, out)
+    cols = _time(reductions.BY_NAME["reduction[cols]"]["row_bands"], x, out)
     assert cols <= 1.2 * rows, (cols, rows)
 
 
@@ -131,7 +131,7 @@ def test_matrix_operators_every_operation_in_both_orientations():
                                                else ["thread_per_column", "row_bands"])
 
 
-@pytest.mark.parametrize("name", ["amax_rows", "amax_cols", "amin_cols"])
+@pytest.mark.parametrize("name", ["reduction[max,rows]", "reduction[max,cols]", "reduction[min,cols]"])
 def test_a_nan_anywhere_wins_its_row_or_column_and_the_identity_is_the_operations(name):
     """All values of one sign (an identity of 0 would win every row or column), a NaN on the first row,
     inside the band kernel's unrolled reach (row 9 of 33) and at the last row and column."""
@@ -147,7 +147,7 @@ def test_a_nan_anywhere_wins_its_row_or_column_and_the_identity_is_the_operation
 def test_mean_divides_once_by_the_length_it_covers():
     x = np.full((37, 5), 3.0, np.float32)  # each row's mean 3, each column's mean 3
     x[:, 0] = 1.0  # row means (1 + 4 * 3) / 5 = 2.6; column 0's mean 1
-    for name, expected in [("mean_rows", np.full(37, 2.6)), ("mean_cols", np.array([1.0, 3, 3, 3, 3]))]:
+    for name, expected in [("reduction[mean,rows]", np.full(37, 2.6)), ("reduction[mean,cols]", np.array([1.0, 3, 3, 3, 3]))]:
         op = reductions.BY_NAME[name]
         for stage in op.stages:
             out = to_device(np.zeros(expected.size, np.float32))
@@ -157,10 +157,10 @@ def test_mean_divides_once_by_the_length_it_covers():
 
 def test_matrix_bad_inputs_are_refused_in_one_line():
     with pytest.raises(InputError, match=r"out must have shape \(2,\)"):
-        reductions.BY_NAME["amax_rows"]["warp_per_row"](cuda.to_device(np.ones((2, 3), np.float32)),
+        reductions.BY_NAME["reduction[max,rows]"]["warp_per_row"](cuda.to_device(np.ones((2, 3), np.float32)),
                                                         cuda.to_device(np.ones(3, np.float32)))
     with pytest.raises(InputError, match="x must have dtype float32"):
-        reductions.BY_NAME["mean_cols"]["row_bands"](cuda.to_device(np.ones((2, 3), np.float64)),
+        reductions.BY_NAME["reduction[mean,cols]"]["row_bands"](cuda.to_device(np.ones((2, 3), np.float64)),
                                                      cuda.to_device(np.ones(3, np.float32)))
 
 

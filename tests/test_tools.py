@@ -370,7 +370,7 @@ def test_graph_replay_costs_at_most_1_5_us_a_kernel():
 
     from workbench import registry
 
-    _, (relu,) = registry.resolve("act_relu.small_tiles")
+    _, (relu,) = registry.resolve("activation[relu].small_tiles")
     x, out = cuda.to_device(np.linspace(-1, 1, 1024, dtype=np.float32)), cuda.device_array(1024, np.float32)
 
     def hundred_launches(x, out):

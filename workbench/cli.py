@@ -18,7 +18,7 @@ from pathlib import Path
 
 import workbench  # noqa: F401  (chooses GPU or simulator before numba is imported)
 
-from rich.console import Console
+from .console import console as Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -65,33 +65,45 @@ def _fmt(x, spec=".3g") -> str:
 def cmd_list(args) -> int:
     ops = registry.load_operators()
     chapters = registry.chapters()
-    if args.target in ops:  # one operator
-        chosen = [ops[args.target]]
-    elif args.target:  # one chapter (its number or name), or a clear error naming both kinds
+    if args.target:  # a family (all its variants), one variant, or one chapter (its number or name)
         try:
-            chosen = [ops[name] for name in registry.chapter(args.target).operators]
+            chosen = registry.operators_named(args.target)
         except registry.UnknownTarget:
-            raise registry.UnknownTarget(f"no operator or chapter {args.target!r}: `workbench list` shows "
-                                         f"the chapters ({', '.join(ch.stem for ch in chapters)})") from None
+            try:
+                chosen = [ops[name] for name in registry.chapter(args.target).operators]
+            except registry.UnknownTarget:
+                raise registry.UnknownTarget(
+                    f"no operator or chapter {args.target!r}{registry.renamed_hint(args.target)}: `workbench list` "
+                    f"shows the families and the chapters "
+                    f"({', '.join(ch.stem for ch in chapters)})") from None
     else:
         chosen = list(ops.values())
     if args.json:
-        print(json.dumps([{"op": op.name, "title": op.title, "chapter": registry.chapter_of(op).stem,
-                           "size": op.size_form, "module": op.module, "stages": [
-            {"name": s.name, "order": s.order, "summary": s.summary, "gpu_only": s.gpu_only} for s in op.stages]}
-            for op in chosen], indent=1))
+        print(json.dumps([{"op": op.name, "family": op.family, "variant": op.variant, "title": op.title,
+                           "chapter": registry.chapter_of(op).stem, "size": op.size_form, "module": op.module,
+                           "stages": [{"name": s.name, "order": s.order, "summary": s.summary, "gpu_only": s.gpu_only}
+                                      for s in op.stages]}
+                          for op in chosen], indent=1))
         return 0
-    if not args.target:  # the course: a row per chapter; `workbench list CHAPTER` shows its stages
-        table = Table(title="The chapters (`workbench list CHAPTER` or `list OP` shows the stages)",
-                      title_justify="left")
-        for col in ("#", "chapter", "operators"):
+    if not args.target:  # the course: a row per chapter; `workbench list CHAPTER|FAMILY|OP` shows stages
+        families = registry.families()
+        table = Table(title=f"{len(families)} families, {len(ops)} variants, in {len(chapters)} chapters "
+                            "(`workbench list CHAPTER|FAMILY|OP` shows the stages)", title_justify="left")
+        for col in ("#", "chapter", "operators (a family's name alone is its default variant)"):
             table.add_column(col)
         for ch in chapters:
             table.add_row(str(ch.number) + (" ★" if ch.core else ""), ch.slug, ", ".join(ch.operators))
         console.print(table)
         return 0
+    # Variants whose ladders are the same stages (an activation's seven functions) share one table.
+    ladders: dict[tuple, list] = {}
     for op in chosen:
-        table = Table(title=f"{op.name}: {op.title}  (size {op.size_form}, {op.module}, chapter "
+        ladders.setdefault(tuple((s.name, s.summary, s.gpu_only) for s in op.stages), []).append(op)
+    for same in ladders.values():
+        op = same[0]
+        names = ", ".join(o.name for o in same)
+        title = op.title if len(same) == 1 else f"{len(same)} variants, one ladder"
+        table = Table(title=f"{names}: {title}  (size {op.size_form}, {op.module}, chapter "
                             f"{registry.chapter_of(op).stem})", title_justify="left")
         table.add_column("#", justify="right")
         table.add_column("stage")
@@ -557,7 +569,7 @@ def cmd_plot(args) -> int:
     op = registry.operator(args.op)
     data = _recorded(op)
     if data is None and op.figures_elsewhere:  # its run drew its plots: results/runs/<op>_*.png
-        drawn = sorted((results.results_dir() / "runs").glob(f"{op.name}_*.png"))
+        drawn = sorted((results.results_dir() / "runs").glob(f"{op.slug}_*.png"))
         for p in drawn:
             console.print(f"its recorded plot: {p}")
         return 0 if drawn else 1
@@ -718,7 +730,7 @@ def add_core_cli(sub) -> None:
     table, ptx, doctor."""
     s = sub.add_parser("list", help="the chapters and their operators; an operator's or chapter's stages")
     s.add_argument("target", nargs="?", metavar="OP|CHAPTER",
-                   help="an operator (softmax_fp16) or a chapter (21, softmax or 21_softmax): its stages")
+                   help="an operator (softmax[fp16]) or a chapter (21, softmax or 21_softmax): its stages")
     s.add_argument("--json", action="store_true", help=JSON_HELP)
     s.set_defaults(func=cmd_list)
 

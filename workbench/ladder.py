@@ -105,7 +105,8 @@ class Operator:
         code, for ``torch.compile`` (the bench times it beside ``peer``; see ``library_peers.compiled_peer``)
     """
 
-    name: str
+    # -- what it computes (required: the family's name and title, the reference, inputs, output, models)
+    name: str  # the family's name; the operator's own name adds its variant (``softmax[bf16]``)
     title: str
     reference: Callable[..., np.ndarray]
     make_inputs: Callable[[Size, np.random.Generator], tuple]
@@ -113,46 +114,57 @@ class Operator:
     bytes_moved: Callable[[Size], int]
     flops: Callable[[Size], int]
     validate: Callable[..., None]
+    # -- its sizes
     check_sizes: Sequence[Size]  # on a GPU
     sim_sizes: Sequence[Size]  # in the simulator: small, slow is the simulator
     bench_sizes: Sequence[Size]  # latency against size, small (launch-bound) to large (bandwidth-bound)
     headline_size: Size  # the size of the staircase and the README table
+
+    # -- what it computes, continued: its point on the family's axes, its precision, its accuracy
+    # The variant: a value on each of the family's axes (AXES) where it differs from the axis's default,
+    # e.g. {"dtype": "bf16"}, {"function": "gelu", "dtype": "fp16"}, {"combine": "max", "axis": "rows"}.
+    variant: Mapping[str, str] = field(default_factory=dict)
     dtype: Any = np.float32
     # the dtype the arithmetic runs in, where it differs from dtype (an int8 GEMM between float32 in and
     # out): a compute-bound operator's "% of peak" divides by the library rate of this precision
     compute_dtype: Any = None
+    tolerance: Callable[[Size, Any], float] | None = None
+    # adversarial_inputs(size, rng) -> [(label, inputs)]: inputs random draws never hit (all-negative,
+    # constant rows, huge logits, ties, ...), checked by the grader and the tests beside the random ones
+    adversarial_inputs: Callable[[Size, np.random.Generator], list[tuple[str, tuple]]] | None = None
+    size_names: Sequence[str] | None = None  # what each number of a size is; None: by their count
     # The simulator size the quick test tier checks every stage at; None: the middle of sim_sizes. Set it
     # where the middle one is costly to simulate (many threads a block, emulated tensor-core instructions);
     # keep it not a multiple of any block or tile, so that every edge path still runs.
     quick_size: Size | None = None
-    tolerance: Callable[[Size, Any], float] | None = None
+
+    # -- how it is measured: its peers, its bound, its targets
     peer: Callable[[Size], tuple[str, Callable] | None] | None = None
     # The torch module is passed in, not imported, because solutions import without torch (a CPU
     # machine has none); the size is passed so that a size field (attention's causal flag) can choose
     # the expression at trace time. The returned function takes the inputs as tensors in make_inputs'
     # order, no numba array and no out: what torch.compile traces.
     torch_expression: Callable[[Any, Size], Callable[..., Any]] | None = None
-    # For an operator `workbench bench` cannot measure as it runs (AllReduce needs several GPUs): the file
-    # under results/ that its run on several GPUs writes (`workbench record` there), which
-    # workbench.tables renders as its README table.
-    figures_elsewhere: str | None = None
+    bound: str = "memory"  # "memory" or "compute": which measured peak "% of peak" refers to
+    # a memory-bound operator's streams (MEMORY_PATTERNS): which measured bandwidth "% of peak" divides by
+    pattern: str = "copy"
     # Where the floor is not this GPU's memory or arithmetic (AllReduce: the links between GPUs), what
     # bounds the ladder instead, in a paragraph: the notebook's models section says it in place of the
     # memory- or compute-bound sentence.
     bound_note: str = ""
-    bound: str = "memory"  # "memory" or "compute": which measured peak "% of peak" refers to
-    # a memory-bound operator's streams (MEMORY_PATTERNS): which measured bandwidth "% of peak" divides by
-    pattern: str = "copy"
-    size_names: Sequence[str] | None = None  # what each number of a size is; None: by their count
-
-    # -- where the operator appears: the README, notebooks and `workbench list` sort by (rank, name);
-    # operators that share a `group` share one README heading (a fusion beside the ladder it fuses).
-    rank: float = 1000.0
-    group: str | None = None  # the README heading; None: the operator's own title
+    # For an operator `workbench bench` cannot measure as it runs (AllReduce needs several GPUs): the file
+    # under results/ that its run on several GPUs writes (`workbench record` there), which
+    # workbench.tables renders as its README table.
+    figures_elsewhere: str | None = None
     record_all_sizes: bool = False  # `workbench record` measures every bench size (else the headline only)
     # What the ladder must reach on a GPU (workbench.targets.Target: "the last stage at least the best peer",
     # "85% of the read ceiling", ...): `workbench targets` judges each against the recorded figures.
     targets: Sequence[Any] = ()
+
+    # -- how it is listed: the README, notebooks and `workbench list` sort by (rank, name); operators that
+    # share a `group` share one README heading (a fusion beside the ladder it fuses).
+    rank: float = 1000.0
+    group: str | None = None  # the README heading; None: the operator's own title
 
     # -- how the grader judges a learner's stage of this operator
     grade_sizes: Mapping[str, Sequence[Size]] | None = None  # extra sizes by mode ("sim", "gpu"); None: derived
@@ -160,14 +172,20 @@ class Operator:
     grade_speed_size: Size | None = None  # None: the headline size
     # explain(inputs, out, ref) -> a sentence on why out is wrong (a tie broken the wrong way, ...) or None
     explain: Callable[[tuple, np.ndarray, np.ndarray], str | None] | None = None
-    # adversarial_inputs(size, rng) -> [(label, inputs)]: inputs random draws never hit (all-negative,
-    # constant rows, huge logits, ties, ...), checked by the grader and the tests beside the random ones
-    adversarial_inputs: Callable[[Size, np.random.Generator], list[tuple[str, tuple]]] | None = None
 
+    # -- set when built: its ladder, its family, the module that defines it (by the registry)
     stages: list[Stage] = field(default_factory=list)
-    module: str | None = None  # the module that defines the operator (set by the registry)
+    module: str | None = None
+    family: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
+        self.family = self.name.partition("[")[0]  # (dataclasses.replace passes the full name back in)
+        self.variant = dict(self.variant)
+        for axis, value in self.variant.items():
+            if axis not in AXES or not value:
+                raise ValueError(f"{self.family}: variant {self.variant}; an axis is one of {', '.join(AXES)}, "
+                                 f"each given a value")
+        self.name = variant_name(self.family, self.variant)
         if self.pattern not in MEMORY_PATTERNS:
             raise ValueError(f"{self.name}: pattern={self.pattern!r}; an operator's memory pattern is one of "
                              f"{', '.join(map(repr, MEMORY_PATTERNS))} (what its bytes model reads and writes)")
@@ -211,6 +229,16 @@ class Operator:
         raise KeyError(f"{self.name} has no stage {name!r}; stages: {', '.join(s.name for s in self.stages)}")
 
     @property
+    def slug(self) -> str:
+        """The name as a file name: 'softmax[bf16]' -> 'softmax-bf16' (plots, figures)."""
+        return "-".join([self.family, *self.variant_values])
+
+    @property
+    def variant_values(self) -> list[str]:
+        """The variant's values in the axes' order, defaults left out: ['gelu', 'fp16']."""
+        return [self.variant[axis] for axis in AXES if self.variant.get(axis, AXES[axis]) != AXES[axis]]
+
+    @property
     def dims(self) -> tuple[str, ...]:
         """The names of a size's numbers: ('n',), ('rows', 'cols'), ('M', 'N', 'K'), ..."""
         if self.size_names:
@@ -226,6 +254,31 @@ class Operator:
         if self.tolerance is not None:
             return float(self.tolerance(size, dtype))
         return DEFAULT_TOLERANCE[np.dtype(dtype).name]
+
+
+# The axes a family's variants lie on, in the order a name lists them, each with its default: a value
+# equal to the default is left out of the name (``softmax`` is softmax[fp32]); "" where every variant
+# names its value (an activation's function). Values are distinct across axes, so a name need not say
+# which axis a value is on: ``reduction[max,rows]``.
+AXES = {
+    "function": "",  # an activation's function: relu, gelu, silu, ...
+    "combine": "sum",  # a reduction's combine: sum, max, min, mean, sumsq
+    "axis": "vector",  # what a reduction reduces: the whole vector, each row, each column
+    "window": "kxk",  # a pooling window: K x K, or the whole plane (global)
+    "fusion": "none",  # what is fused into the operator: bias_gelu, residual, rope, ...
+    "geometry": "3x3",  # a convolution's filter, stride and padding: 3x3 same, or general
+    "batch": "single",  # one problem a launch, or a batch of them
+    "pairs": "halves",  # which elements RoPE rotates together: the two halves, or interleaved pairs
+    "layout": "nchw",  # an image's layout: channels first or channels last (nhwc)
+    "mode": "",  # training or inference
+    "dtype": "fp32",  # the inputs' and output's format: fp32, fp16, bf16, int8
+}
+
+
+def variant_name(family: str, variant: Mapping[str, str]) -> str:
+    """'softmax', {'dtype': 'bf16'} -> 'softmax[bf16]'; defaults are left out ({'dtype': 'fp32'} -> 'softmax')."""
+    values = [variant[axis] for axis in AXES if variant.get(axis, AXES[axis]) != AXES[axis]]
+    return f"{family}[{','.join(values)}]" if values else family
 
 
 # How a memory-bound operator's minimum bytes split between reads and writes, each with a ceiling of its

@@ -518,7 +518,7 @@ def _elsewhere(op: Operator) -> str | None:
 
 def _elsewhere_pictures(op: Operator) -> list:
     """The plots that script drew beside its run: results/runs/<op>_*.png."""
-    return sorted((results.results_dir() / "runs").glob(f"{op.name}_*.png"))
+    return sorted((results.results_dir() / "runs").glob(f"{op.slug}_*.png"))
 
 
 def progress(op: Operator, upto: str | None = None) -> None:

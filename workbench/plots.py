@@ -698,7 +698,7 @@ def _write_manifest(out_dir: Path, manifest: dict) -> None:
 
 
 def save_all(data: dict, op: Operator | str, out_dir: Path, *, live: bool = False, metric: str | None = None) -> list[Path]:
-    """Write ``<op>_staircase.png``, ``_latency.png`` (where two sizes or more were recorded) and
+    """Write ``<slug>_staircase.png`` (``softmax-bf16_staircase.png``), ``_latency.png`` (where two sizes or more were recorded) and
     ``_roofline.png`` (where its stages sit at two intensities or more) into ``out_dir``: the figures
     README shows, each entered in the folder's manifest (``drawn_from.json``) with the hash of the records
     it was drawn from. The metric follows the operator (``metric`` is accepted for older callers and must agree)."""
@@ -709,10 +709,10 @@ def save_all(data: dict, op: Operator | str, out_dir: Path, *, live: bool = Fals
     manifest = read_manifest(out_dir)
     drawn_from = data_hash(data, op)
     for kind in SAVED_KINDS:  # a kind no longer drawn (a roofline of one column) leaves no stale PNG behind
-        (Path(out_dir) / f"{op.name}_{kind}.png").unlink(missing_ok=True)
-        manifest.pop(f"{op.name}_{kind}.png", None)
+        (Path(out_dir) / f"{op.slug}_{kind}.png").unlink(missing_ok=True)
+        manifest.pop(f"{op.slug}_{kind}.png", None)
     for kind in [k for k in figure_kinds(op, data) if k in SAVED_KINDS]:
-        path = save(ladder_figure(data, op, [kind], live=live), Path(out_dir) / f"{op.name}_{kind}.png")
+        path = save(ladder_figure(data, op, [kind], live=live), Path(out_dir) / f"{op.slug}_{kind}.png")
         manifest[path.name] = {"data": drawn_from, "png": png_hash(path)}
         paths_written.append(path)
     _write_manifest(out_dir, manifest)
@@ -734,7 +734,7 @@ def committed_plots_out_of_date(out_dir: Path = paths.COMMITTED_PLOTS_DIR) -> di
             continue
         drawn_from = data_hash(data, op)
         for kind in [k for k in figure_kinds(op, data) if k in SAVED_KINDS]:
-            name = f"{op.name}_{kind}.png"
+            name = f"{op.slug}_{kind}.png"
             expected.add(name)
             entry = manifest.get(name)
             if not (out_dir / name).exists() or entry is None:
@@ -757,10 +757,10 @@ def update_committed_plots(out_dir: Path = paths.COMMITTED_PLOTS_DIR, log=print)
     matplotlib.use("Agg")
     out_dir = Path(out_dir)
     stale = committed_plots_out_of_date(out_dir)
-    ops = {op.name: op for op in registry.load_operators().values()}
+    ops = {op.slug: op for op in registry.load_operators().values()}  # figures are named by slug
     redrawn = []
     for name in sorted({n.rsplit("_", 1)[0] for n in stale}):
-        data = results.latest_file_with(name) if name in ops else None
+        data = results.latest_file_with(ops[name].name) if name in ops else None
         if data is None:  # an operator without records (or gone): its figures go
             for kind in SAVED_KINDS:
                 (out_dir / f"{name}_{kind}.png").unlink(missing_ok=True)

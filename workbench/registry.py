@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
 
 from . import curriculum
-from .ladder import Operator, Stage
+from .ladder import AXES, Operator, Stage, variant_name
+from .results import RENAMED
 
 PACKAGE = "solutions"
 
@@ -55,16 +57,73 @@ def load_operators() -> dict[str, Operator]:
     return dict(sorted(ops.items(), key=lambda kv: (kv[1].rank, kv[0])))
 
 
+def families() -> dict[str, list[Operator]]:
+    """Family name -> its variants (operators), in listing order: ``softmax`` -> softmax, softmax[fp16], ..."""
+    out: dict[str, list[Operator]] = {}
+    for op in load_operators().values():
+        out.setdefault(op.family, []).append(op)
+    return out
+
+
+_NAME = re.compile(r"^(?P<family>[A-Za-z0-9_]+)(?:\[(?P<values>[^\[\]]*)\])?$")
+
+
+def renamed_hint(name: str) -> str:
+    """'; it is now called 'softmax[fp16]'' for an operator's old name (results.RENAMED), else ''."""
+    old = split_target(name)[0]
+    return f"; it is now called {RENAMED[old]!r}" if old in RENAMED else ""
+
+
+def canonical_name(name: str) -> str:
+    """A variant's name as the registry keys it: the values in the axes' order, defaults dropped
+    ('reduction[rows,max]' -> 'reduction[max,rows]', 'softmax[fp32]' -> 'softmax'). Raises UnknownTarget
+    naming the family's variants for a value none of them has."""
+    match = _NAME.match(name.strip())
+    if not match:
+        raise UnknownTarget(f"{name!r} is not an operator's name: FAMILY or FAMILY[VALUE,...], e.g. softmax[bf16]")
+    family, values = match["family"], match["values"]
+    variants = families().get(family)
+    if variants is None:
+        raise UnknownTarget(f"no operator {name!r}{renamed_hint(name)}; families: {', '.join(families()) or 'none'}")
+    if values is None:
+        return family
+    axis_of = {value: axis for op in variants for axis, value in op.variant.items()}
+    axis_of.update({default: axis for axis, default in AXES.items() if default})
+    chosen: dict[str, str] = {}
+    for value in filter(None, (v.strip() for v in values.split(","))):
+        if value not in axis_of or axis_of[value] in chosen:
+            raise UnknownTarget(f"no variant {name!r}; {family}'s variants: {', '.join(op.name for op in variants)}")
+        chosen[axis_of[value]] = value
+    return variant_name(family, chosen)
+
+
 def operator(name: str) -> Operator:
+    """An operator by its name, 'softmax' or 'softmax[bf16]' (values in any order, defaults optional)."""
     ops = load_operators()
-    if name not in ops:
-        raise UnknownTarget(f"no operator {name!r}; known: {', '.join(ops) or 'none'}")
-    return ops[name]
+    key = canonical_name(name)
+    if key not in ops:
+        variants = families()[key.partition("[")[0]]
+        raise UnknownTarget(f"no operator {name!r}; {variants[0].family}'s variants: "
+                            f"{', '.join(op.name for op in variants)}")
+    return ops[key]
+
+
+def operators_named(target: str) -> list[Operator]:
+    """A family's name -> all its variants; a variant's name -> that operator (for commands taking FAMILY)."""
+    key = canonical_name(target)
+    return families()[key] if key in families() and "[" not in target else [operator(key)]
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """'softmax[bf16].rows_in_flight' -> ('softmax[bf16]', 'rows_in_flight'); no stage -> (name, '')."""
+    close = target.find("]")
+    dot = target.find(".", close + 1 if close >= 0 else 0)
+    return (target, "") if dot < 0 else (target[:dot], target[dot + 1:])
 
 
 def resolve(target: str) -> tuple[Operator, list[Stage]]:
-    """'reduction' -> the operator and all its stages; 'reduction.fused' -> that stage only."""
-    op_name, _, stage_name = target.partition(".")
+    """'reduction' -> the operator and all its stages; 'softmax[bf16].packed' -> that stage only."""
+    op_name, stage_name = split_target(target)
     op = operator(op_name)
     if not stage_name:
         return op, list(op.stages)

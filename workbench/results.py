@@ -72,6 +72,40 @@ def environment() -> dict:
     return env
 
 
+# The operators' names before variants were axes of one family (``softmax_fp16`` is ``softmax[fp16]``):
+# records made under an old name are read under the new one, so that no figure is lost, and the CLI
+# answers an old name with the new one.
+_ACTIVATIONS = ("relu", "leaky_relu", "sigmoid", "tanh", "gelu", "gelu_tanh", "silu")
+RENAMED = {
+    "reduce_max": "reduction[max]", "reduce_min": "reduction[min]", "reduce_mean": "reduction[mean]",
+    "reduce_sumsq": "reduction[sumsq]", "sum_rows": "reduction[rows]", "sum_cols": "reduction[cols]",
+    **{f"{short}_{axis}": f"reduction[{combine},{axis}]" for short, combine in
+       (("amax", "max"), ("amin", "min"), ("mean", "mean")) for axis in ("rows", "cols")},
+    "gelu_fp16": "elementwise[fp16]", "gelu_bf16": "elementwise[bf16]",
+    **{f"act_{f}": f"activation[{f}]" for f in _ACTIVATIONS},
+    **{f"act_{f}_{d}": f"activation[{f},{d}]" for f in _ACTIVATIONS for d in ("fp16", "bf16")},
+    **{f"{op}_{d}": f"{op}[{d}]" for op in ("softmax", "layernorm", "rmsnorm", "attention") for d in ("fp16", "bf16")},
+    "bias_relu_layernorm": "layernorm[bias_relu]", "residual_layernorm": "layernorm[residual]",
+    "gemm_bias_gelu": "gemm[bias_gelu]", "gemm_batched": "gemm[batched]",
+    "hgemm": "gemm[fp16]", "hgemm_bf16": "gemm[bf16]", "int8_gemm": "gemm[int8]",
+    "rope_interleaved": "rope[interleaved]", "attention_rope": "attention[rope]",
+    "conv2d_general": "conv2d[general]", "conv2d_bias_relu": "conv2d[bias_relu]",
+    "conv2d_bias_add_relu": "conv2d[bias_add_relu]", "conv_bn_folded": "conv2d[bn_folded]",
+    "depthwise3x3_nhwc": "depthwise3x3[nhwc]",
+    "maxpool2d": "pool2d[max]", "avgpool2d": "pool2d[mean]", "global_avgpool": "pool2d[mean,global]",
+    "batchnorm_train": "batchnorm[train]", "batchnorm_infer": "batchnorm[infer]",
+    "allreduce_rmsnorm": "allreduce[rmsnorm]",
+}
+
+
+def renamed_records(records: list[dict]) -> list[dict]:
+    """Records with each old operator name replaced by its name today (RENAMED)."""
+    for r in records:
+        if r.get("op") in RENAMED:
+            r["op"] = RENAMED[r["op"]]
+    return records
+
+
 def empty(device_name: str) -> dict:
     return {"schema": SCHEMA, "device": device_name, "peaks": {}, "records": []}
 
@@ -81,6 +115,7 @@ def load(path: Path) -> dict:
         data = json.load(f)
     if data.get("schema") != SCHEMA:
         raise ValueError(f"{path}: schema {data.get('schema')!r}, this workbench reads schema {SCHEMA}")
+    renamed_records(data.get("records", []))
     return data
 
 

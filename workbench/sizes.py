@@ -133,7 +133,7 @@ def accepted_size(op: Operator, size: Size, build_up_to: int = VALIDATE_BYTES) -
     except InputError as exc:  # a size the operator's own model refuses (spmv's pattern code, ...)
         raise SizeError(str(exc)) from None
     if need <= build_up_to:  # small enough to build: the operator's own validation has the last word
-        try:  # (maxpool2d refuses a plane under 2x2, which its bytes model cannot know)
+        try:  # (pool2d[max] refuses a plane under 2x2, which its bytes model cannot know)
             inputs = [to_device(a) for a in op.make_inputs(size, np.random.default_rng(0))]
             op.validate(*inputs, to_device(op.make_output(size)))
         except InputError as exc:

@@ -218,7 +218,7 @@ def replace_between(text: str, name: str, body: str) -> str | None:
 def committed_plots(op: Operator) -> list[Path]:
     """The committed figures of an operator that its chapter's page shows, in a fixed order."""
     return [p for kind in ("staircase", "latency", "roofline")
-            if (p := paths.COMMITTED_PLOTS_DIR / f"{op.name}_{kind}.png").exists()]
+            if (p := paths.COMMITTED_PLOTS_DIR / f"{op.slug}_{kind}.png").exists()]
 
 
 # -- the course: best stage against the best peer ------------------------------------------------------

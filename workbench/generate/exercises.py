@@ -544,7 +544,7 @@ def escape(text: str) -> str:
 
 def terminal(stderr: bool = False):
     """A rich console that never breaks a line (a path is copied whole) and colours only what we mark."""
-    from rich.console import Console
+    from ..console import console as Console
 
     return Console(stderr=stderr, soft_wrap=True, highlight=False)
 

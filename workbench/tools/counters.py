@@ -25,7 +25,7 @@ TOP_LINES = 12  # rows per kernel table, the worst first (--json has them all)
 
 
 def cmd_counters(args) -> int:
-    from rich.console import Console
+    from ..console import console as Console
 
     console, err = Console(), Console(stderr=True)
     op, stages = registry.resolve(args.target)

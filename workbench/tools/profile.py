@@ -106,7 +106,7 @@ def print_profile(console, device: str, records: list[dict]) -> None:
 
 
 def cmd_profile(args) -> int:
-    from rich.console import Console
+    from ..console import console as Console
 
     console, err = Console(), Console(stderr=True)
     targets = [(target, *registry.resolve(target)) for target in args.target]

@@ -68,7 +68,7 @@ def run_tool(tool_path: str, tool: str, stage, size, impl: str | None = None) ->
 
 
 def cmd_sanitize(args) -> int:
-    from rich.console import Console
+    from ..console import console as Console
 
     console, err = Console(), Console(stderr=True)
     tools = args.tool or list(sanitizer_reports.TOOLS)
