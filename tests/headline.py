@@ -14,11 +14,11 @@ import numpy as np
 # in test_attention.py / test_attention_tc.py): tests/test_ladders.py checks each of their stages at the
 # headline size first. headline() refuses an operator missing here, so a new timing test cannot skip that.
 TIMED_AT_HEADLINE = frozenset({
-    "argmax", "attention", "attention[fp16]", "batchnorm[infer]", "batchnorm[train]", "conv2d[bias_add_relu]", "conv2d[bias_relu]", "conv2d_fft",
-    "conv_transpose2d", "decode_attention", "dequantize", "elementwise", "gemm", "gemm[batched]", "gemm[bias_gelu]", "gemm[fp16]",
-    "gemm[bf16]", "histogram", "gemm[int8]", "layernorm", "layernorm[bf16]", "layernorm[fp16]", "matvec", "quantize",
-    "reduction", "rmsnorm[bf16]", "rmsnorm[fp16]", "scan", "softmax", "softmax[bf16]", "softmax[fp16]", "stencil",
-    "topk", "transpose",
+    "argmax", "attention", "attention[fp16]", "batchnorm[infer]", "batchnorm[train]", "conv2d[bias_add_relu]",
+    "conv2d[bias_relu]", "conv2d_fft", "conv_transpose2d", "decode_attention", "dequantize", "elementwise", "gemm",
+    "gemm[batched]", "gemm[bf16]", "gemm[bias_gelu]", "gemm[fp16]", "gemm[int8]", "histogram", "layernorm",
+    "layernorm[bf16]", "layernorm[fp16]", "matvec", "quantize", "reduction", "rmsnorm[bf16]", "rmsnorm[fp16]",
+    "scan", "softmax", "softmax[bf16]", "softmax[fp16]", "stencil", "topk", "transpose",
 })
 
 

@@ -163,18 +163,18 @@ HALF = activations.HALF_OPERATORS
 
 
 def test_sixteen_bit_operators_all_seven_functions_per_format_float32_inside():
-    assert [op.name for op in HALF] == [f"act_{a}_{f}" for f in ("fp16", "bf16")
+    assert [op.name for op in HALF] == [f"activation[{a},{f}]" for f in ("fp16", "bf16")
                                         for a in ("relu", "leaky_relu", "sigmoid", "tanh", "gelu", "gelu_tanh", "silu")]
     for op in HALF:
         stages = [s.name for s in op.stages]
         # fast_math where there is a transcendental function, but not for fp16 tanh (tanh.approx.f32's error
         # is up to a whole fp16 step)
-        has_fast = op.name.rsplit("_", 1)[0][len("act_"):] in FAST and op.name != "activation[tanh,fp16]"
+        has_fast = op.variant["function"] in FAST and op.name != "activation[tanh,fp16]"
         expected = ["widened", "in_flight"] + (["fast_math"] if has_fast else [])
-        expected += ["short_erfc"] if op.name.startswith("act_gelu_") and "tanh" not in op.name else []
+        expected += ["short_erfc"] if op.variant["function"] == "gelu" else []
         assert stages == expected, op.name
         assert all(s.dtype == np.float32 for s in op.stages)  # the PTX check then refuses f64 in them
-        assert op.tolerance_for((1,), np.float32) == (2e-3 if op.name.endswith("fp16") else 1e-2)
+        assert op.tolerance_for((1,), np.float32) == (2e-3 if op.variant["dtype"] == "fp16" else 1e-2)
         assert op.torch_expression is not None  # torch.compile beside eager torch at the dtype
 
 
@@ -290,7 +290,7 @@ def test_fast_math_flush_to_zero_loses_no_16_bit_result_that_is_a_normal_float32
     measured 245 ulps for SiLU at x = -90.5, 155 for GELU-tanh at x = -10.06; this replay finds the same),
     which is what makes this test able to fail. fp16's range ends long before: both are right there."""
     f = np.float32
-    for op in (activations.BY_NAME[f"act_{name}_fp16"], activations.BY_NAME[f"act_{name}_bf16"]):
+    for op in (activations.BY_NAME[f"activation[{name},fp16]"], activations.BY_NAME[f"activation[{name},bf16]"]):
         x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(op.dtype)
         ref = op.reference(x)
         kept = (np.abs(ref) >= np.finfo(f).tiny) | (ref == 0) | ~np.isfinite(ref)

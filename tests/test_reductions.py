@@ -9,7 +9,7 @@ from solutions import reductions
 from workbench.check import check_stage
 from workbench.ladder import InputError, to_device
 
-VECTOR = [op for op in reductions.OPERATORS if op.name.startswith("reduce_")]
+VECTOR = [op for op in reductions.OPERATORS if op.variant.get("axis", "vector") == "vector"]
 
 
 @pytest.mark.parametrize("where", [0, 2, 1028])
@@ -120,14 +120,14 @@ def test_last_stage_at_least_its_torch_peer_at_2_28(name):
 
 # -- max, min and mean over rows and columns -------------------------------------------------------------
 
-MATRIX = [op for op in reductions.OPERATORS if op.name.endswith(("_rows", "_cols"))]
+MATRIX = [op for op in reductions.OPERATORS if op.variant.get("axis") in ("rows", "cols")]
 
 
 def test_matrix_operators_every_operation_in_both_orientations():
-    assert [op.name for op in MATRIX] == [f"{kind}_{where}" for kind in ("sum", "amax", "amin", "mean")
-                                          for where in ("rows", "cols")]
+    assert [op.name for op in MATRIX] == [f"reduction[{where}]" if combine == "sum" else f"reduction[{combine},{where}]"
+                                          for combine in ("sum", "max", "min", "mean") for where in ("rows", "cols")]
     for op in MATRIX:
-        assert [s.name for s in op.stages] == (["thread_per_row", "warp_per_row"] if op.name.endswith("_rows")
+        assert [s.name for s in op.stages] == (["thread_per_row", "warp_per_row"] if op.variant["axis"] == "rows"
                                                else ["thread_per_column", "row_bands"])
 
 

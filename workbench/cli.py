@@ -423,11 +423,11 @@ def cmd_peaks(args) -> int:
 # -- record / targets ------------------------------------------------------------------------------
 
 def _operators_named(names) -> list:
-    """The operators a person named (all of them for none), each name checked."""
+    """The operators a person named (all of them for none; a family's name: all its variants), each checked."""
     ops = registry.load_operators()
     if not names:
         return list(ops.values())
-    return [registry.operator(name) for name in names]
+    return list({op.name: op for name in names for op in registry.operators_named(name)}.values())
 
 
 def cmd_record(args) -> int:
@@ -594,7 +594,7 @@ def cmd_table(args) -> int:
 
             update_committed_plots(log=console.print)
         return 0
-    ops = [registry.operator(args.op)] if args.op else list(registry.load_operators().values())
+    ops = registry.operators_named(args.op) if args.op else list(registry.load_operators().values())
     status = 0
     for op in ops:
         data = _recorded(op)
