@@ -95,6 +95,15 @@ def cmd_list(args) -> int:
             table.add_row(str(ch.number) + (" ★" if ch.core else ""), ch.slug, ", ".join(ch.operators))
         console.print(table)
         return 0
+    if len(chosen) > 1:  # which variants each stage serves, before the ladders
+        from .tables import served_words
+
+        table = Table(title="which variants each stage serves", title_justify="left")
+        table.add_column("stage")
+        table.add_column("serves")
+        for stage, served in registry.stages_served(chosen):
+            table.add_row(stage, served_words(served, chosen).replace("`", ""))
+        console.print(table)
     # Variants whose ladders are the same stages (an activation's seven functions) share one table.
     ladders: dict[tuple, list] = {}
     for op in chosen:

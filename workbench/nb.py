@@ -796,7 +796,9 @@ def variants(chapter: int) -> None:
     """A chapter's variants side by side: each one's best stage against its strongest peer (recorded)."""
     from IPython.display import Markdown
 
-    show(Markdown(tables.variants_table(registry.chapter(str(chapter)).operators)))
+    names = registry.chapter(str(chapter)).operators
+    show(Markdown(tables.variants_table(names) + "\nWhich variants each stage serves:\n\n"
+                  + tables.stages_served_table(names)))
 
 
 def compare_part(number: int) -> None:

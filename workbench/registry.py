@@ -114,6 +114,16 @@ def operators_named(target: str) -> list[Operator]:
     return families()[key] if key in families() and "[" not in target else [operator(key)]
 
 
+def stages_served(ops: list[Operator]) -> list[tuple[str, list[Operator]]]:
+    """Each stage name among ``ops`` (a family's variants, a chapter's operators) with the variants that have
+    a stage of that name, in ladder order: which variants each stage serves."""
+    served: dict[str, list[Operator]] = {}
+    for op in ops:
+        for stage in op.stages:
+            served.setdefault(stage.name, []).append(op)
+    return list(served.items())
+
+
 def split_target(target: str) -> tuple[str, str]:
     """'softmax[bf16].rows_in_flight' -> ('softmax[bf16]', 'rows_in_flight'); no stage -> (name, '')."""
     close = target.find("]")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import curriculum, paths, profiles, registry, results
 from .bench import peak_key, percent_of_peak
-from .ladder import Operator, size_label
+from .ladder import AXES, Operator, size_label
 
 
 def _fmt(x, spec: str) -> str:
@@ -279,6 +279,44 @@ def variants_table(names) -> str:
     return "\n".join(lines) + "\n"
 
 
+def served_words(served: list, among: list) -> str:
+    """Which of ``among`` (a chapter's operators) a stage serves, in the fewest words: 'every variant',
+    'dtype fp16, bf16', 'function gelu x dtype fp16, bf16', '... except `activation[tanh,fp16]`', 'all but
+    `softmax`', or the names."""
+    if len(served) == len(among):
+        return "every variant" if len(among) > 1 else f"`{among[0].name}`"
+    names = lambda ops: ", ".join(f"`{op.name}`" for op in ops)  # noqa: E731
+    if len(served) == 1:
+        return names(served)
+    if len({op.family for op in among}) == 1:  # one family: say it by the values of its axes
+        axes = [a for a in AXES if len({op.variant.get(a, AXES[a]) for op in among}) > 1]
+        chosen = {a: [] for a in axes}
+        for op in served:
+            for a in axes:
+                if op.variant.get(a, AXES[a]) not in chosen[a]:
+                    chosen[a].append(op.variant.get(a, AXES[a]))
+        inside = [op for op in among if all(op.variant.get(a, AXES[a]) in chosen[a] for a in axes)]
+        narrowed = [a for a in axes if len(chosen[a]) < len({op.variant.get(a, AXES[a]) for op in among})]
+        exceptions = [op for op in inside if op not in served]
+        if narrowed and len(exceptions) <= 2:
+            words = " x ".join(f"{a} {', '.join(chosen[a])}" for a in narrowed)
+            return words + (f", except {names(exceptions)}" if exceptions else "")
+    missing = [op for op in among if op not in served]
+    if len(missing) < len(served) and len(missing) <= 3:
+        return "all but " + names(missing)
+    return names(served)
+
+
+def stages_served_table(names) -> str:
+    """Which variants each stage serves (Markdown): a stage written once for several variants (the 16-bit
+    formats, every activation) is one row; the stage's paragraph says why the others lack it."""
+    ops = registry.load_operators()
+    among = [ops[name] for name in names]
+    lines = ["| stage | serves |", "|---|---|"]
+    lines += [f"| `{stage}` | {served_words(served, among)} |" for stage, served in registry.stages_served(among)]
+    return "\n".join(lines) + "\n"
+
+
 # -- the README's course map and the chapter pages under docs/ ------------------------------------------
 
 def link(text: str, target: str) -> str:
@@ -352,7 +390,9 @@ def chapter_page(ch) -> str:
     else:
         out += ["It answers:", ""] + [f"- {q}" for q in ch.teaches] + [""]
     if len(ch.operators) > 1:
-        out += [f"Its variants, by {ch.axes}, each at its own headline size:", "", variants_table(ch.operators)]
+        out += [f"Its variants, by {ch.axes}, each at its own headline size:", "", variants_table(ch.operators),
+                "Which variants each stage serves (each stage's paragraph says why):", "",
+                stages_served_table(ch.operators)]
     goals = targets_table(ch.operators)
     if goals:
         out += ["Its targets, judged on the records (`workbench targets` prints the same):", "", goals]
