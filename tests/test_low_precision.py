@@ -220,6 +220,28 @@ def test_every_low_precision_operator_is_grouped_and_ranked_after_the_float32_la
     assert all(s.dtype == np.float32 for op in HALF_OPERATORS for s in op.stages)  # f64 refused in PTX
 
 
+def test_one_launcher_serves_every_format_of_a_family_through_stage_of():
+    """workbench.ladder.stage_of registers one launcher as the same stage of each variant: same name,
+    paragraph and function; each Stage keeps its dtype (float32 where the stages say so, else the
+    operator's own); the module-level name stays the plain launcher, which takes either format."""
+    from solutions import hgemm
+
+    for fp16, bf16 in (softmax.HALF_OPERATORS, layernorm.HALF_LAYERNORMS, layernorm.HALF_RMSNORMS,
+                       elementwise.HALF_OPERATORS, hgemm.OPERATORS):
+        assert [s.name for s in fp16.stages] == [s.name for s in bf16.stages]
+        for a, b in zip(fp16.stages, bf16.stages):
+            assert a.launch is b.launch and a.summary == b.summary and a.order == b.order
+    assert all(s.dtype == np.float32 for op in HALF_OPERATORS for s in op.stages)
+    assert {np.dtype(s.dtype) for s in hgemm.op.stages} == {F16}
+    assert {np.dtype(s.dtype) for s in hgemm.bf16_op.stages} == {BF16}
+    assert softmax.softmax_packed is OPS["softmax_bf16"]["packed"].launch
+    x = cuda.to_device(np.random.default_rng(0).normal(size=(3, 5)).astype(BF16))
+    out = cuda.device_array((3, 5), BF16)
+    softmax.softmax_packed(x, out)  # the plain launcher, given bf16: no fp16 validation in the way
+    got = out.copy_to_host().astype(np.float64)
+    assert np.allclose(got.sum(axis=1), 1.0, atol=3e-2)
+
+
 def test_the_low_precision_ladders_import_no_other_ladder_so_they_get_exercises():
     """The grader refuses the answer key's modules, so a ladder that imports another gets no exercise:
     what the 16-bit variants of softmax.py, layernorm.py, elementwise.py and quantize.py share lives in
