@@ -11,7 +11,7 @@ a K x CRS matrix (w's own memory, as is) and X[j, q] is the input pixel tap j of
 
 * direct: loop over the taps (stages 1-2); simple, no extra memory, slow for a dense layer. Libraries
   keep it where there is no matrix product worth forming: depthwise and grouped convolutions with a
-  few channels per group (``solutions/cnn.py``'s depthwise ladder), and layers whose C*R*S or K is
+  few channels per group (``solutions/depthwise.py``), and layers whose C*R*S or K is
   smaller than a GEMM tile.
 * explicit im2col + GEMM (stage 3): write X to memory, then call the best GEMM. Caffe's algorithm;
   costs R*S times the input in memory traffic. cuDNN's IMPLICIT_PRECOMP_GEMM is its descendant.
