@@ -2115,4 +2115,5 @@ def rmsnorm_in_registers(x, weight, out):
                           rows, cols, threads)
 
 
-OPERATORS = [op, bias_relu_layernorm_op, residual_layernorm_op, rmsnorm_op, *HALF_LAYERNORMS, *HALF_RMSNORMS]
+FLOAT32_OPERATORS = [op, bias_relu_layernorm_op, residual_layernorm_op, rmsnorm_op]
+OPERATORS = FLOAT32_OPERATORS + HALF_LAYERNORMS + HALF_RMSNORMS
