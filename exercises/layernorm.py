@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: e18c617b4eaf85e62086b95213a76bf4c1946e83c317a6162ff83c77924d362f
+# generated-sha256: f14c2edcfffee31fc0dd251f55071a9c7eb0cf50c01cea7e2e1b8f8a449a2d7e
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -61,7 +61,8 @@ from workbench.targets import against_peer, of_ceiling
 
 # The fp16/bf16 variants' part of the lesson, the same for softmax, the norms and GELU, is told once in
 # solutions/_half.py; what the norms add to it follows.
-__doc__ += SIXTEEN_BIT_STORY + """3. ``rows_in_flight``: blocks of 128 threads a row instead of 256, twice the rows in flight per
+__doc__ += SIXTEEN_BIT_STORY + """\
+3. ``rows_in_flight``: blocks of 128 threads a row instead of 256, twice the rows in flight per
    multiprocessor: a block's time on a row is mostly fixed latency, and a 16-bit row is half the bytes.
 4. (RMSNorm) ``in_registers``: the row read once and held in registers, 16 bytes a load, each pair of
    results rounded to 16 bits by one instruction (cvt.rn.f16x2.f32, cvt.rn.bf16x2.f32).
@@ -1575,4 +1576,5 @@ def rmsnorm_in_registers(x, weight, out):
                           rows, cols, threads)
 
 
-OPERATORS = [op, bias_relu_layernorm_op, residual_layernorm_op, rmsnorm_op, *HALF_LAYERNORMS, *HALF_RMSNORMS]
+FLOAT32_OPERATORS = [op, bias_relu_layernorm_op, residual_layernorm_op, rmsnorm_op]
+OPERATORS = FLOAT32_OPERATORS + HALF_LAYERNORMS + HALF_RMSNORMS

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 3c0babc1222768cee0a49de873346e0c37477afde4671c26b2ec7a6870e220c0
+# generated-sha256: 87edb7c1b325cde66721f36015b9d691d3db6cd2063f3fc01bdc5a5f88d6b570
 # --------------------------------------------------------------------------------------------------
 """Softmax over the rows of a float32 matrix, in seven steps from a thread per row to 92% of copy bandwidth.
 
@@ -50,7 +50,8 @@ from workbench.targets import against_peer, of_ceiling
 
 # The fp16/bf16 variants' part of the lesson, the same for softmax, the norms and GELU, is told once in
 # solutions/_half.py; what softmax adds to it follows.
-__doc__ += SIXTEEN_BIT_STORY + """3. ``fast_exp``: at 2 bytes an element each element gets half the instructions it had in
+__doc__ += SIXTEEN_BIT_STORY + """\
+3. ``fast_exp``: at 2 bytes an element each element gets half the instructions it had in
    float32, and libdevice's exact expf was most of them; the hardware's approximate exp2 is accurate
    to a thousandth of a half's rounding.
 4. ``rows_in_flight``: blocks of 128 threads a row instead of 256, twice the rows in flight per

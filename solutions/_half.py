@@ -278,7 +278,7 @@ def edge_element(t, start, end):
     return end
 
 
-# -- rows held in registers (the in_registers and paired_convert stages) -----------------------------------
+# -- rows held in registers (RMSNorm's in_registers; softmax's and LayerNorm's kernels of the same idea) ---
 
 VECTOR = 8  # halves in one 16-byte load (load4 of four words)
 CHUNKS = 4  # 16-byte vectors each thread holds: 32 halves in 16 registers

@@ -47,7 +47,8 @@ from workbench.targets import against_peer, of_ceiling
 
 # The fp16/bf16 variants' part of the lesson, the same for softmax, the norms and GELU, is told once in
 # solutions/_half.py; what the norms add to it follows.
-__doc__ += SIXTEEN_BIT_STORY + """3. ``rows_in_flight``: blocks of 128 threads a row instead of 256, twice the rows in flight per
+__doc__ += SIXTEEN_BIT_STORY + """\
+3. ``rows_in_flight``: blocks of 128 threads a row instead of 256, twice the rows in flight per
    multiprocessor: a block's time on a row is mostly fixed latency, and a 16-bit row is half the bytes.
 4. (RMSNorm) ``in_registers``: the row read once and held in registers, 16 bytes a load, each pair of
    results rounded to 16 bits by one instruction (cvt.rn.f16x2.f32, cvt.rn.bf16x2.f32).

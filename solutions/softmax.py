@@ -36,7 +36,8 @@ from workbench.targets import against_peer, of_ceiling
 
 # The fp16/bf16 variants' part of the lesson, the same for softmax, the norms and GELU, is told once in
 # solutions/_half.py; what softmax adds to it follows.
-__doc__ += SIXTEEN_BIT_STORY + """3. ``fast_exp``: at 2 bytes an element each element gets half the instructions it had in
+__doc__ += SIXTEEN_BIT_STORY + """\
+3. ``fast_exp``: at 2 bytes an element each element gets half the instructions it had in
    float32, and libdevice's exact expf was most of them; the hardware's approximate exp2 is accurate
    to a thousandth of a half's rounding.
 4. ``rows_in_flight``: blocks of 128 threads a row instead of 256, twice the rows in flight per
