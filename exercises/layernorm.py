@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: f14c2edcfffee31fc0dd251f55071a9c7eb0cf50c01cea7e2e1b8f8a449a2d7e
+# generated-sha256: 05d929b46d455f88317bde7268e2196a9aa6f318b32e73a8d0eb17f8226f244d
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -1391,8 +1391,8 @@ def _layernorm_registers_bf16(x16, x32, w16, w32, b16, b32, out16, out32, rows, 
 def layernorm_in_registers(x, weight, bias, out):
     """Not a stage: RMSNorm's in_registers idea applied to LayerNorm (the mean of x - x0 and the mean squared
     deviation from the held halves), measured slower than rows_in_flight on an H200 at 32768 x 4096 (fp16
-    215.0 us against 181.4, bf16 215.7 against 207.8; see RMSNORM_ONLY). scripts/gpu_half_norms.py times
-    it with its registers capped."""
+    215.0 us against 181.4, bf16 215.7 against 207.8; see RMSNORM_ONLY). Kept so that the occupancy
+    explanation can be tested with its registers capped."""
     rows, cols = x.shape
     threads = registers_threads(cols)
     if threads is None or not aligned16(x, weight, bias, out):

@@ -1847,8 +1847,8 @@ def _layernorm_registers_bf16(x16, x32, w16, w32, b16, b32, out16, out32, rows, 
 def layernorm_in_registers(x, weight, bias, out):
     """Not a stage: RMSNorm's in_registers idea applied to LayerNorm (the mean of x - x0 and the mean squared
     deviation from the held halves), measured slower than rows_in_flight on an H200 at 32768 x 4096 (fp16
-    215.0 us against 181.4, bf16 215.7 against 207.8; see RMSNORM_ONLY). scripts/gpu_half_norms.py times
-    it with its registers capped."""
+    215.0 us against 181.4, bf16 215.7 against 207.8; see RMSNORM_ONLY). Kept so that the occupancy
+    explanation can be tested with its registers capped."""
     rows, cols = x.shape
     threads = registers_threads(cols)
     if threads is None or not aligned16(x, weight, bias, out):

@@ -1153,7 +1153,7 @@ def softmax_registers_launch(f16_kernel, bf16_kernel, x, out):
 def softmax_in_registers(x, out):
     """Not a stage: RMSNorm's in_registers idea applied to softmax, measured slower than rows_in_flight on an
     H200 at 32768 x 4096 (fp16 266.7 us against 165.3, bf16 206.8 against 189.0; see RMSNORM_ONLY).
-    scripts/gpu_half_norms.py times it with its registers capped, to test the occupancy explanation."""
+    Kept so that the occupancy explanation can be tested: timed with its registers capped, it should catch up."""
     softmax_registers_launch(_softmax_registers_f16, _softmax_registers_bf16, x, out)
 
 

@@ -57,6 +57,13 @@ def test_folded_weights_stays_within_tolerance_on_a_tiny_variance_channel():
 # -- on a GPU: the targets at 128x64x56x56 ------------------------------------------------------------------------
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("op", batchnorm.OPERATORS, ids=lambda o: o.name)
+def test_batchnorm_final_stages_correct_at_the_headline(op):
+    result = check_stage(op.stages[-1], op.headline_size, np.random.default_rng(0))
+    assert result.passed, result.message
+
+
+@pytest.mark.gpu
 @pytest.mark.timing
 def test_batchnorm_train_vector_passes_beats_torch_by_half():
     """BatchNorm training at least 1.5x torch at N128 C64 56x56."""
