@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/pooling.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade avgpool2d            (or avgpool2d.<stage>; its other operators: global_avgpool)
+#     workbench grade maxpool2d            (or maxpool2d.<stage>; its other operators: avgpool2d, global_avgpool)
 # The grader checks each stage against the operator in solutions/pooling.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,12 +10,16 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 366f8c3d74f9e071751b2e67b1640dbd527756b321d61c4c98b159a786dec07b
+# generated-sha256: 6d974292884c64ceec089e51b1c675bdea6aa7b21f95f34de6c35c510c106e39
 # --------------------------------------------------------------------------------------------------
-"""Average pooling of NCHW float32 images: a K x K window (stride 2), and the global average of each plane.
+"""Pooling of NCHW float32 images: 2x2 max-pooling with its argmax indices, K x K average pooling, and the
+global average of each plane.
 
-Max-pooling with its argmax indices is ``maxpool2d`` in ``cnn.py``; these are its averaging siblings:
-
+* ``maxpool2d``: the max of each 2x2 window (stride 2) and, for the backward pass, which of the 4 it
+  was. The output holds both: ``out[0]`` the values, ``out[1]`` the flat index h * W + w of the max in
+  its input plane (as torch's ``return_indices`` gives), stored as float32, exact below 2^24; the check's
+  tolerance is 0, so a single wrong index fails. Ties go to the first element in row-major order, and a
+  NaN wins (the last NaN of the window), as in torch.
 * ``avgpool2d``: the mean of each K x K window, stride 2, zero padding (K - 1) // 2 (K = 2: no padding, the
   2x2 downsampling of a U-Net; K = 3: padding 1, ResNet-D's shortcut pooling). Size N x C x H x W x K.
   torch's default ``count_include_pad=True``: the divisor is always K * K, the padded zeros counted,
@@ -24,14 +28,17 @@ Max-pooling with its argmax indices is ``maxpool2d`` in ``cnn.py``; these are it
   A reduction per plane: 3136 floats at 56x56, 49 at 7x7, so the question is how many threads a plane
   gets and how many loads each keeps in flight.
 
-Both read their input once and write far less, so "% of peak" divides by the read-only ceiling for
-the global pool and by the copy ceiling for the window pool (a 2x2 pool writes a quarter of what it
-reads: bytes_moved counts both).
+None of them does enough arithmetic per byte to matter: each reads its input once and writes less, so
+the ladders are about reading each byte once, with many loads in flight (several windows a thread,
+then 16-byte loads), and filling the GPU. "% of peak" divides by the copy ceiling for the window pools
+(a 2x2 max-pool writes half of what it reads, values and indices; a 2x2 average pool a quarter:
+bytes_moved counts both) and by the read-only ceiling for the global pool.
 """
 
 import numpy as np
 from numba import cuda, float32, uint32, uint64
 
+from solutions._nchw import BENCH_SIZES, CHECK_SIZES, GROUP, HEADLINE, nchw_bytes, nchw_images
 from solutions._vector_io import aligned16, load4
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
@@ -39,12 +46,213 @@ from workbench.targets import against_peer, of_ceiling
 
 THREADS = 256
 FULL_MASK = 0xFFFFFFFF
-GROUP = "CNN layers: depthwise convolution, max-pooling, BatchNorm"  # cnn.py's heading: the same section
 
 
-def _images(size, rng):
-    N, C, H, W = size[:4]
-    return (rng.uniform(-2.0, 2.0, (N, C, H, W)).astype(np.float32),)
+# == maxpool2d ====================================================================================
+
+def _maxpool_reference(x):
+    N, C, H, W = x.shape
+    Ho, Wo = H // 2, W // 2
+    win = x[:, :, :2 * Ho, :2 * Wo].reshape(N, C, Ho, 2, Wo, 2).transpose(0, 1, 2, 4, 3, 5).reshape(N, C, Ho, Wo, 4)
+    nan = np.isnan(win)
+    # torch's rule: scan the window in row-major order, take an element if it is greater or NaN.
+    which = np.where(nan.any(-1), 3 - np.argmax(nan[..., ::-1], -1), np.argmax(np.where(nan, -np.inf, win), -1))
+    values = np.take_along_axis(win, which[..., None], -1)[..., 0]
+    rows = 2 * np.arange(Ho)[:, None] + which // 2
+    cols = 2 * np.arange(Wo)[None, :] + which % 2
+    return np.stack([values.astype(np.float64), (rows * W + cols).astype(np.float64)])
+
+
+def _maxpool_adversarial(size, rng):
+    (x,) = nchw_images(size, rng)
+    # Every value negative: a max started from 0 (or an index from a zeroed slot) shows.
+    negative = -np.abs(x) - np.float32(1.0)
+    # Small integers: most windows hold ties, which must go to the first element in row-major order.
+    ties = rng.integers(-1, 2, x.shape).astype(np.float32)
+    return [("all-negative", (negative,)), ("ties", (ties,))]
+
+
+def _maxpool_validate(x, out):
+    expect_device_array("x", x, dtype=np.float32, ndim=4)
+    N, C, H, W = x.shape
+    if H < 2 or W < 2:
+        raise InputError(f"a 2x2 max-pool needs planes of at least 2x2, got {H}x{W}")
+    expect_device_array("out", out, dtype=np.float32, shape=(2, N, C, H // 2, W // 2))
+
+
+def _maxpool_peer(size):
+    torch = peers.torch()
+    if torch is None:
+        return None
+
+    def run(x, out):
+        o = peers.as_torch(out)
+        values, indices = torch.nn.functional.max_pool2d(peers.as_torch(x), 2, return_indices=True)
+        o[0].copy_(values)
+        o[1].copy_(indices)  # int64 -> float32: a small extra kernel torch's own layout does not need
+
+    return "torch.max_pool2d(return_indices)", run
+
+
+def _maxpool_expression(torch, size):
+    """The operator's output whole (values, then the indices as float32), for torch.compile: where the
+    eager peer copies values and indices into out, Inductor can write both from its pooling kernel."""
+    def pool(x):
+        values, indices = torch.nn.functional.max_pool2d(x, 2, return_indices=True)
+        return torch.stack((values, indices.to(torch.float32)))
+    return pool
+
+
+maxpool_op = Operator(
+    name="maxpool2d",
+    targets=[against_peer(1.0), of_ceiling(85, "copy_gbps")],
+    title="2x2 max-pooling (stride 2) with the argmax indices training needs, NCHW float32",
+    reference=_maxpool_reference,
+    make_inputs=nchw_images,
+    make_output=lambda size: np.empty((2, size[0], size[1], size[2] // 2, size[3] // 2), np.float32),
+    # Read the input once, write the values and the indices.
+    bytes_moved=lambda size: nchw_bytes(size) + 2 * 4 * size[0] * size[1] * (size[2] // 2) * (size[3] // 2),
+    flops=lambda size: 0,
+    validate=_maxpool_validate,
+    tolerance=lambda size, dtype: 0.0,  # a max is exact, and so must every index be
+    peer=_maxpool_peer,
+    torch_expression=_maxpool_expression,
+    adversarial_inputs=_maxpool_adversarial,
+    size_names=("N", "C", "H", "W"),
+    sim_sizes=[(1, 1, 2, 2), (2, 3, 6, 5), (1, 2, 7, 8), (1, 2, 7, 9)],  # the middle (quick) one: W % 4 == 0, the vectors path
+    check_sizes=[(1, 1, 2, 3)] + CHECK_SIZES[1:],  # a 2x2 pool needs a 2x2 plane: the smallest, with an odd column
+    bench_sizes=BENCH_SIZES,
+    headline_size=HEADLINE,
+    rank=331,
+    group=GROUP,
+    record_all_sizes=True,
+)
+
+
+# -- 1. a thread per output ------------------------------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def _take(v, h, w, W, best, best_at):
+    """torch's rule: a later element wins if it is greater, or NaN."""
+    if v > best or v != v:
+        return v, h * W + w
+    return best, best_at
+
+
+@cuda.jit
+def _maxpool_naive(x, out):
+    i = cuda.grid(1)
+    N, C, H, W = x.shape
+    Ho = out.shape[3]
+    Wo = out.shape[4]
+    if i < N * C * Ho * Wo:
+        wo = i % Wo
+        ho = i // Wo % Ho
+        c = i // (Wo * Ho) % C
+        n = i // (Wo * Ho * C)
+        # EXERCISE: write this part of `_maxpool_naive`. Read the hints one at a time.
+        #   hint 1 (nudge): start from the window's first element (2 ho, 2 wo) and its index; visit the other three in row-major order with _take.
+        #   hint 2 (nearly the answer): out[0, n, c, ho, wo] = the max, out[1, n, c, ho, wo] = its flat index h * W + w, as a float32.
+        pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@maxpool_op.stage("naive", """
+    One thread per output window: four loads (two neighbouring pairs in two rows), three comparisons
+    with torch's rule (greater, or NaN), and two stores, the max and its index. The loads are
+    coalesced (a warp reads two 256-byte row segments) but each thread has only four in flight, and
+    every index goes through four divisions and numba's signed, wrap-checked indexing.""")
+def maxpool_naive(x, out):
+    N, C, H, W = x.shape
+    _maxpool_naive[blocks_for(N * C * (H // 2) * (W // 2), THREADS), THREADS](x, out)
+
+
+# -- 2. more windows in flight per thread -------------------------------------------------------------------
+
+WINDOWS = 4  # windows per thread, one grid-width apart, all loaded before any is compared
+
+
+@cuda.jit(device=True, inline=True)
+def _take_at(v, at, best, best_at):
+    """_take with the element's offset in its plane already known."""
+    if v > best or v != v:
+        return v, at
+    return best, best_at
+
+
+@cuda.jit
+def _maxpool_in_flight(x, out, N, C, H, W):
+    # x, out: flat views. Window i is (plane, ho, wo); its values go to out[i], its index to out[total + i].
+    Ho = H // 2
+    Wo = W // 2
+    total = N * C * Ho * Wo
+    step = cuda.gridsize(1)
+    first = cuda.grid(1)
+    v = cuda.local.array((WINDOWS, 4), float32)
+    within = cuda.local.array(WINDOWS, uint32)  # each window's first element within its plane: h * W + w
+    # EXERCISE: write this part of `_maxpool_in_flight`. Read the hints one at a time.
+    #   hint 1 (nudge): two loops over the WINDOWS windows i = first + k * step: the first divides i once, keeps the window's offset within its plane and issues all 4 * WINDOWS loads (unsigned addresses); the second compares and stores.
+    #   hint 2 (nearly the answer): window i: plane = i // (Ho Wo), ho, wo from the rest; its first element is at plane * H * W + 2 ho * W + 2 wo.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@maxpool_op.stage("in_flight", """
+    Each thread takes 4 windows one grid-width apart and issues all 16 of their loads before the first
+    comparison, so 16 loads per thread are in flight instead of 4 (what kept the memory-bound ladders
+    of softmax and LayerNorm from the copy rate, NOTES.md); neighbouring threads still read
+    neighbouring windows, so every load stays coalesced. A window's position is divided out once (the
+    naive kernel's four divisions per window are what its threads spend most instructions on) and kept
+    as its offset in the plane, which is also the index to store; addresses are unsigned, which drops
+    numba's negative-index checks.""")
+def maxpool_in_flight(x, out):
+    N, C, H, W = x.shape
+    total = N * C * (H // 2) * (W // 2)
+    threads = blocks_for(total, WINDOWS)
+    _maxpool_in_flight[blocks_for(threads, THREADS), THREADS](x.reshape(x.size), out.reshape(out.size),
+                                                                N, C, H, W)
+
+
+# -- 3. two windows per 16-byte load ---------------------------------------------------------------------------
+
+GROUPS = 4  # groups of two windows per thread, THREADS apart, all loaded before any is compared
+
+
+@cuda.jit
+def _maxpool_vectors(x, out, N, C, H, W):
+    # x, out: flat views; W is a multiple of 4, so every row starts on a 16-byte boundary. Group g is
+    # windows 2g and 2g + 1 (two neighbours in one output row): input columns 4wq .. 4wq + 3 of rows
+    # 2ho and 2ho + 1, one load4 each.
+    Ho = uint32(H // 2)
+    Wq = uint32(W // 4)  # groups per output row
+    groups = uint32(N * C) * Ho * Wq
+    total = uint64(2) * uint64(groups)  # windows: where the indices start in out
+    first = uint32(cuda.blockIdx.x) * uint32(GROUPS * THREADS) + uint32(cuda.threadIdx.x)
+    top = cuda.local.array((GROUPS, 4), float32)
+    bottom = cuda.local.array((GROUPS, 4), float32)
+    within = cuda.local.array(GROUPS, uint32)  # the group's first element within its plane: 2 ho W + 4 wq
+    # EXERCISE: write this part of `_maxpool_vectors`. Read the hints one at a time.
+    #   hint 1 (nudge): first loop: for each of the GROUPS groups g = first + k THREADS, divide g into (plane, ho, wq) once, keep within = 2 ho W + 4 wq, and load4 the two rows (all 2 GROUPS loads before any comparison).
+    #   hint 2 (nearly the answer): second loop: window 2g is top[0], top[1], bottom[0], bottom[1] in torch's order (_take_at), window 2g + 1 the other two columns; values to out[2g], out[2g + 1], indices to out[total + 2g], ...
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@maxpool_op.stage("vectors", """
+    in_flight measured 62 us on an H200 at 128x64x56x56 (2490 GB/s, 59% of copy): each window still
+    costs four 4-byte loads and three index divisions. When W is a multiple of 4 every input row
+    starts on a 16-byte boundary, so two neighbouring windows are two 16-byte loads (four columns of
+    two rows): a quarter of the load instructions, and the position (plane, row, column group) is
+    divided out once per two windows, in 32-bit arithmetic. A thread takes 4 such groups, THREADS
+    apart (a warp's loads are 512 contiguous bytes), all 8 loads issued before the first comparison.
+    Other widths, and a view off a 16-byte boundary, run the in_flight kernel.""")
+def maxpool_vectors(x, out):
+    N, C, H, W = x.shape
+    flat_x = x.reshape(x.size)
+    flat_out = out.reshape(out.size)
+    if W % 4 != 0 or x.size >= 2 ** 32 or not aligned16(flat_x):
+        total = N * C * (H // 2) * (W // 2)
+        _maxpool_in_flight[blocks_for(blocks_for(total, WINDOWS), THREADS), THREADS](flat_x, flat_out, N, C, H, W)
+        return
+    groups = N * C * (H // 2) * (W // 4)
+    _maxpool_vectors[blocks_for(groups, GROUPS * THREADS), THREADS](flat_x, flat_out, N, C, H, W)
 
 
 # == avgpool2d =====================================================================================
@@ -70,7 +278,7 @@ def _avg_reference(x, window):
 def _avg_inputs(size, rng):
     # K travels as a one-element int32 array the kernels read (as conv2d_general's geometry): the
     # reference sees only the inputs, and a launcher never copies anything to the host.
-    return _images(size, rng) + (np.array([size[4]], np.int32),)
+    return nchw_images(size, rng) + (np.array([size[4]], np.int32),)
 
 
 def _avg_output(size):
@@ -191,8 +399,7 @@ def avgpool_naive(x, window, out):
 
 # -- 2. every tap of several windows in flight ---------------------------------------------------------------
 
-WINDOWS = 4  # windows per thread, one grid-width apart
-
+# WINDOWS windows per thread, one grid-width apart, as in maxpool2d's in_flight stage
 
 @cuda.jit
 def _avg_in_flight(x, window, out, N, C, H, W, Ho, Wo):
@@ -235,7 +442,7 @@ def _gap_reference(x):
 
 
 def _gap_adversarial(size, rng):
-    (x,) = _images(size, rng)
+    (x,) = nchw_images(size, rng)
     # Planes around 1e4 with a spread of 1: a float32 running sum of a whole plane loses the spread's
     # low bits (at 3136 elements the total is 3e7, where a float32 step is 2); partial sums per lane do
     # not. A NaN in one plane must make that plane's mean NaN and leave the others alone.
@@ -270,7 +477,7 @@ gap_op = Operator(
     targets=[against_peer(1.0), of_ceiling(85, "copy_gbps")],
     title="Global average pooling: the mean of each plane, N x C x H x W -> N x C (NCHW float32)",
     reference=_gap_reference,
-    make_inputs=_images,
+    make_inputs=nchw_images,
     make_output=lambda size: np.empty(size[:2], np.float32),
     bytes_moved=lambda size: 4 * int(np.prod(size)) + 4 * size[0] * size[1],
     flops=lambda size: int(np.prod(size)),
@@ -386,4 +593,4 @@ def gap_vectors(x, out):
     _gap_vectors[blocks, THREADS](flat, out.reshape(out.size), H * W)
 
 
-OPERATORS = [avg_op, gap_op]
+OPERATORS = [maxpool_op, avg_op, gap_op]

@@ -1,4 +1,4 @@
-"""The ladders: one module per operator, every stage of it, in order.
+"""The ladders: one module per family (its fp16/bf16 variants and its fusions beside it), every stage in order.
 
 Notebooks show these kernels, the grader's answer key is these, and ``exercises/`` is generated
 from them. Importing a module here imports ``workbench`` first, which chooses GPU or simulator

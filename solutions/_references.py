@@ -1,10 +1,10 @@
-"""The float64 references and random inputs that the float32 row ladders share with their fp16/bf16 versions.
+"""The float64 references and random inputs of the row and elementwise ladders, float32 and fp16/bf16 alike.
 
-softmax.py, layernorm.py and elementwise.py judge their stages with these; half_norms.py judges its
-fp16 and bf16 stages with the same ones (on the inputs widened to float64) and draws its inputs from
-the same generators. They live here, not in the float32 ladders, because a ladder module that
-imports another gets no exercise: the grader refuses the answer key's modules while it grades.
-``gelu`` is the float32 device function every GELU kernel of both ladders calls.
+softmax.py, layernorm.py and elementwise.py judge their float32 stages with these and their fp16 and
+bf16 variants' stages with the same ones (on the inputs widened to float64), and draw both from the
+same generators; activations.py's GELU shares erfc64. They live here, not in one ladder, because a
+ladder module that imports another gets no exercise: the grader refuses the answer key's modules while
+it grades. ``gelu`` is the float32 device function every GELU kernel, float32 or 16-bit, calls.
 """
 
 import math

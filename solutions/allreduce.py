@@ -1272,7 +1272,7 @@ FUSED_LAMPORT_CHUNK = 1 << 22  # floats of rows one launch handles (16 MB): 4096
 # Threads a block of the fused lamport kernel: a block normalises a row, and a thread waits for its
 # vectors one after another (a wait is a loop: the next load cannot start before it ends), so a row
 # of 8192 takes 4 waits a thread at 512 threads, 16 at 128. Under 128 registers a thread (96: `workbench
-# ptx allreduce_rmsnorm`), one such block fits an SM, which the grid's cap counts on.
+# ptx allreduce[rmsnorm]`), one such block fits an SM, which the grid's cap counts on.
 FUSED_LAMPORT_THREADS = 512
 
 

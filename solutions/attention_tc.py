@@ -2,7 +2,7 @@
 
 out[b, h, i] = sum_j softmax_j(q[b, h, i] . k[b, h, j] / sqrt(D)) v[b, h, j], with the causal mask
 (query i sees keys j <= i) when ``causal[0]`` is 1: the float32 ``attention`` ladder's operator, with
-q, k, v and out B x H x S x D arrays in fp16 (``attention_fp16``) or bf16 (``attention_bf16``), the
+q, k, v and out B x H x S x D arrays in fp16 (``attention[fp16]``) or bf16 (``attention[bf16]``), the
 scores, the softmax statistics and the output accumulated in float32, the output rounded once to
 the inputs' type (what torch's SDPA does at these dtypes). A size is B x H x S x D x CAUSAL; D is a
 multiple of 8 up to 128 (16-byte rows for cp.async; the kernels are built for D padded to 16, 32, 64

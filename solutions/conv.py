@@ -11,7 +11,7 @@ a K x CRS matrix (w's own memory, as is) and X[j, q] is the input pixel tap j of
 
 * direct: loop over the taps (stages 1-2); simple, no extra memory, slow for a dense layer. Libraries
   keep it where there is no matrix product worth forming: depthwise and grouped convolutions with a
-  few channels per group (``solutions/cnn.py``'s depthwise ladder), and layers whose C*R*S or K is
+  few channels per group (``solutions/depthwise.py``), and layers whose C*R*S or K is
   smaller than a GEMM tile.
 * explicit im2col + GEMM (stage 3): write X to memory, then call the best GEMM. Caffe's algorithm;
   costs R*S times the input in memory traffic. cuDNN's IMPLICIT_PRECOMP_GEMM is its descendant.
@@ -188,7 +188,7 @@ def _validate(x, w, out):
     _validate_images(x, w)
     if tuple(w.shape[2:]) != (3, 3):
         raise InputError(f"conv2d takes 3x3 filters (stride 1, padding 1), got {w.shape[2]}x{w.shape[3]}; "
-                         "conv2d_general takes any filter, stride, padding and dilation")
+                         "conv2d[general] takes any filter, stride, padding and dilation")
     N, _, H, W = x.shape
     expect_device_array("out", out, dtype=np.float32, shape=(N, w.shape[0], H, W))
 
@@ -240,7 +240,7 @@ def _general_validate(x, w, geometry, out):
     N, C, H, W = x.shape
     K, _, R, S = w.shape
     if stride > MAX_STRIDE or max(R - 1, S - 1) * dilation > MAX_REACH:
-        raise InputError(f"conv2d_general supports stride <= {MAX_STRIDE} and a dilated filter reach "
+        raise InputError(f"conv2d[general] supports stride <= {MAX_STRIDE} and a dilated filter reach "
                          f"dilation*(R-1) <= {MAX_REACH} (7x7, or 3x3 at dilation 3); got stride {stride}, "
                          f"{R}x{S} at dilation {dilation}")
     Ho, Wo = output_hw(H, W, R, S, stride, pad, dilation)
@@ -544,16 +544,16 @@ IM2COL_SUMMARY = """
     GEMM per image multiplies the filter bank (K x C*R*S, w's memory as it is) by it (in the simulator a
     simpler stage of the GEMM ladder stands in). On the H200 it lost even to shared_tile: 5776 µs at the
     N32 C64 56x56 layer (1.28 TFLOP/s, against 2638 µs), 9.3-9.9 ms at all three layers in a second run,
-    and 5.6-6.4 ms for conv2d_general's 1x1 layer, which has a ninth of the work and a buffer 18 times
+    and 5.6-6.4 ms for conv2d[general]'s 1x1 layer, which has a ninth of the work and a buffer 18 times
     smaller. A time that does not follow the work is not the GPU's (not profiled, but the records
     agree): the launcher loops over the 32 images in Python, slicing views of the buffer and the output
-    and launching a GEMM for each, and gemm_batched's loop stage, the same pattern, measured 200-280 µs
+    and launching a GEMM for each, and gemm[batched]'s loop stage, the same pattern, measured 200-280 µs
     an iteration on that machine: 32 iterations are 6-9 ms, during which the GPU mostly waits. The GPU's
     own share would be poor too: one image's product (64 x 3136 outputs at the headline layer) is 25 of
     the GEMM's 128 x 128 block tiles for 132 SMs, each with half its rows past K = 64, a tenth of the
     machine at most. The buffer, R*S times the input (231 MB for that layer, written once and read back:
     about 0.1 ms at the copy rate), is not what sank it here. The fix is one launch for the whole batch,
-    the image in the grid's third dimension (gemm_batched's one_launch); it is not made yet, since it
+    the image in the grid's third dimension (gemm[batched]'s one_launch); it is not made yet, since it
     could not be timed. Caffe did exactly this; it is still what a library falls back on for odd
     geometries, where its workspace is allowed."""
 

@@ -18,7 +18,7 @@ Why conv + BN + ReLU and not conv + BN alone: the conv ladder's public bias epil
 N x C x H x W x K (3x3 filters, stride 1, padding 1). Inputs x (N, C, H, W), w (K, C, 3, 3) and the
 BatchNorm's gamma, beta, running_mean, running_var (K,), all float32.
 
-This module imports two ladders (conv's implicit GEMM and fused epilogue, cnn's BatchNorm), so it has
+This module imports two ladders (conv's implicit GEMM and fused epilogue, batchnorm's inference kernel), so it has
 no exercise: the grader refuses answer-key modules, and a learner's conv would have to come first.
 """
 
@@ -27,12 +27,12 @@ import math
 import numpy as np
 from numba import cuda, float32
 
-from solutions import cnn, conv
+from solutions import batchnorm, conv
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 
 THREADS = 256
-EPS = cnn.EPS  # BatchNorm's eps, float32 1e-5, as the batchnorm ladders use
+EPS = batchnorm.EPS  # BatchNorm's eps, float32 1e-5, as the batchnorm ladders use
 EPS32 = float(np.finfo(np.float32).eps)
 
 
@@ -64,7 +64,7 @@ def _reference(x, w, gamma, beta, mean, var):
 
 
 def tiny_variance_inputs(size, rng):
-    """The operator's adversarial set (the quick tier checks it on the last stage only; tests/test_cnn.py
+    """The operator's adversarial set (the quick tier checks it on the last stage only; tests/test_batchnorm.py
     checks both stages on it in the slow tier)."""
     inputs = list(_inputs(size, rng))
     # A channel of tiny variance: its scale is ~100x the others', so w' spans a wider range and the
@@ -168,13 +168,13 @@ def _relu_in_place(y):
 
 @op.stage("conv_then_bn", """
     The graph as trained, one layer at a time: the convolution ladder's implicit GEMM writes the
-    convolution, batchnorm_infer's vectors stage normalizes it in place (a read and a write of the
+    convolution, batchnorm[infer]'s vectors stage normalizes it in place (a read and a write of the
     output at 16 bytes a load), and a ReLU kernel reads it a third time and writes it again. The
     convolution is compute-bound; the two passes after it are pure memory traffic, 4 N K H W bytes
     each way per pass.""")
 def conv_then_bn(x, w, gamma, beta, mean, var, out):
     conv.implicit_gemm(x, w, out)
-    cnn.batchnorm_infer_vectors(out, gamma, beta, mean, var, out)
+    batchnorm.batchnorm_infer_vectors(out, gamma, beta, mean, var, out)
     N, K, H, W = out.shape
     flat = out.reshape(out.size)
     _relu_in_place[min(blocks_for(out.size, 4 * THREADS), 4096), THREADS](flat)
@@ -208,7 +208,7 @@ def _fold_into_weights(w, gamma, beta, mean, var, w_folded, bias):
     main loop as stage 1, with the bias and ReLU applied to the accumulators before their store. The
     two passes over the output are gone. The rounding differs: the scaled weights are rounded once
     more, and the bias is a difference computed once in float32, which a channel of tiny variance
-    magnifies (tests/test_cnn.py checks one).""")
+    magnifies (tests/test_batchnorm.py checks one).""")
 def folded_weights(x, w, gamma, beta, mean, var, out):
     K = w.shape[0]
     w_folded = scratch("conv_bn_folded.w", tuple(w.shape), np.float32)

@@ -24,7 +24,7 @@ The ladder is the choice between pushing and pulling:
    convolution with a sub-filter, run on conv2d's implicit GEMM main loop (solutions/_implicit_gemm.py).
 
 Inputs: x float32 (N, C, H, W), w float32 (C, K, R, S), geometry int32 [stride, pad] (a device array the
-kernels read, as conv2d_general's), out float32 (N, K, Ho, Wo), overwritten. Size: N x C x H x W x K x
+kernels read, as conv2d[general]'s), out float32 (N, K, Ho, Wo), overwritten. Size: N x C x H x W x K x
 R x S x STRIDE x PAD.
 """
 

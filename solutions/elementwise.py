@@ -12,16 +12,24 @@ what keeps a numba kernel from streaming at full bandwidth.
 """
 
 import numpy as np
-from numba import cuda, uint64
+from numba import cuda, float32, uint16, uint32, uint64
 
-from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
+from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count, stage_of
 from workbench import library_peers as peers
 from workbench.targets import of_ceiling
 
+from solutions._half import (
+    FLOAT16, FORMATS, ILP, SIXTEEN, SIXTEEN_BIT_STORY, a_matrix, as_float64, bf16_to_float, bits16, expect_rows,
+    expect_vectors, f16_to_float, flat_bits16, float_to_bf16, float_to_f16, half_operator, is_bf16, pack,
+    short_name, torch_peer, words)
 # gelu(v) = 0.5 v (1 + erf(v / sqrt 2)) in float32, a device function (math.erf: libdevice's erff); the reference
-# is the same chain in float64. Both live in solutions/_references.py, shared with the fp16/bf16 GELU ladders.
+# is the same chain in float64. Both live in solutions/_references.py, with the row ladders' references.
 from solutions._references import gelu, gelu_bias_residual64, gelu_bias_residual_inputs
 from solutions._vector_io import aligned16, load4, store4
+
+# The fp16/bf16 variants' part of the lesson, the same for softmax, the norms and GELU, is told once in
+# solutions/_half.py.
+__doc__ += SIXTEEN_BIT_STORY
 
 THREADS = 256  # threads per block in the 1-D stages; a multiple of the 32-lane warp
 BLOCK_2D = (16, 16)  # threads per block in the 2-D stages (x, y)
@@ -440,3 +448,211 @@ def vector_tiles(x, bias, residual, out):
         _ilp8_unsigned[_machine_grid(n, 2 * LOADS_PER_THREAD, 8), THREADS](xf, bias, rf, of)
         return
     _vector_tiles[blocks_for(-(-n // 4), VECTOR_TILE_THREADS), VECTOR_TILE_THREADS](xf, bias, rf, of)
+
+
+# ======================================================================================================
+# elementwise[fp16] and elementwise[bf16]: GELU(x + bias) + residual on 16-bit matrices, float32 inside
+# ======================================================================================================
+# Each launcher serves both formats (stage_of).
+
+def _gelu_inputs(dtype):
+    def make(size, rng):
+        return tuple(a.astype(dtype) for a in gelu_bias_residual_inputs(size, rng))
+    return make
+
+
+def _gelu_adversarial(dtype):
+    big = 3.0e4 if dtype == FLOAT16 else 1.0e30  # x + bias + residual stays inside the format
+    # Subnormal x (below 6.1e-5 in fp16, 1.2e-38 in bf16) on a small normal bias: x moves x + bias by
+    # several roundings of the output, so a kernel that flushes subnormals to zero is caught, while the
+    # output itself stays normal (a subnormal output would carry fewer bits than the tolerance assumes).
+    small, bias = (3.0e-6, 1.0e-3) if dtype == FLOAT16 else (1.1e-38, 2.0e-37)
+
+    def cases(size, rng):
+        rows, cols = size
+        large = (rng.uniform(-big, big, size), rng.uniform(-big / 30, big / 30, cols), rng.uniform(0, big / 30, size))
+        subnormal = (rng.uniform(-small, small, size), np.full(cols, bias), np.zeros(size))
+        return [(label, tuple(a.astype(np.float32).astype(dtype) for a in arrays)) for label, arrays in
+                [("large values", large), ("subnormal x, small bias", subnormal)]]
+    return cases
+
+
+def _gelu_peer(torch, x, bias, residual, out):
+    gelu = torch.nn.functional.gelu  # approximate="none": the erf GELU
+    torch.add(gelu(peers.as_torch(x) + peers.as_torch(bias)), peers.as_torch(residual), out=peers.as_torch(out))
+
+
+def _gelu_op(dtype, rank):
+    def validate(x, bias, residual, out):
+        expect_rows(dtype, ("x", x), ("residual", residual), ("out", out))
+        expect_vectors(dtype, x, ("bias", bias))
+
+    return half_operator(
+        dtype,
+        name="elementwise", variant={"dtype": short_name(dtype)},
+        title=f"GELU(x + bias) + residual on {a_matrix(dtype)}, float32 inside",
+        reference=lambda x, bias, residual: gelu_bias_residual64(*as_float64(x, bias, residual)),
+        make_inputs=_gelu_inputs(dtype),
+        bytes_moved=lambda size: dtype.itemsize * (3 * size[0] * size[1] + size[1]),
+        pattern="read2_write1",  # x and residual read, out written: the two-reads-one-write ceiling
+        flops=lambda size: 8 * size[0] * size[1],
+        validate=validate,
+        peer=torch_peer(f"torch (gelu(x + bias) + residual, {short_name(dtype)})", _gelu_peer),
+        # Eager torch rounds x + bias and the GELU to the half format between its three kernels;
+        # Inductor fuses them and, by default, keeps the intermediates in float32, as the stages do.
+        torch_expression=lambda torch, size: lambda x, bias, residual: (
+            torch.nn.functional.gelu(x + bias) + residual),
+        rank=rank,
+        adversarial_inputs=_gelu_adversarial(dtype),
+        check_sizes=[(1, 1), (1, 37), (37, 1), (1, 2**21 + 3), (33, 65), (1001, 4097), (16384, 16384)],
+        sim_sizes=[(1, 1), (2, 5), (3, 37), (9, 65), (65, 67)],  # the last: full unrolled steps
+        bench_sizes=[(1024, 1024), (4096, 4096), (8192, 8192), (16384, 16384)],
+        headline_size=(16384, 16384),
+    )
+
+
+HALF_OPERATORS = [_gelu_op(dtype, 230 + i) for i, dtype in enumerate(FORMATS)]
+GELU_BLOCKS_PER_SM = 8  # the float32 ladder's best grid for its eight-in-flight kernel
+
+
+def gelu_grid(items):
+    """Blocks for a grid-stride loop over ``items``: enough for ILP items a thread, at most 8 blocks per
+    multiprocessor (the float32 ladder's best for eight loads in flight)."""
+    return max(1, min(-(-items // (THREADS * ILP)), sm_count() * GELU_BLOCKS_PER_SM))
+
+
+# -- 1. widened: the float32 kernel on halves -------------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def gelu_widened_flat(x, bias, residual, out, widen, narrow):
+    xs = cuda.local.array(ILP, float32)
+    rs = cuda.local.array(ILP, float32)
+    bs = cuda.local.array(ILP, float32)
+    n = uint64(x.size)
+    cols = uint64(bias.size)
+    stride = uint64(cuda.gridsize(1))
+    i = uint64(cuda.grid(1))
+    # HINT: elementwise's ilp8_unsigned loop over the flat arrays: eight elements a stride apart, their
+    # HINT: column walked with _wrap(col + step, cols); every 16-bit load widened, the result narrowed.
+    # BEGIN SOLUTION
+    col = i % cols
+    step = stride % cols
+    span = stride * uint64(ILP)
+    while i + span - stride < n:
+        c = col
+        for u in range(ILP):
+            k = i + uint64(u) * stride
+            xs[u] = widen(uint32(x[k]))
+            rs[u] = widen(uint32(residual[k]))
+            bs[u] = widen(uint32(bias[c]))
+            c = _wrap(c + step, cols)
+        for u in range(ILP):
+            out[i + uint64(u) * stride] = uint16(narrow(gelu(xs[u] + bs[u]) + rs[u]))
+        col = c
+        i += span
+    while i < n:
+        out[i] = uint16(narrow(gelu(widen(uint32(x[i])) + widen(uint32(bias[col]))) + widen(uint32(residual[i]))))
+        col = _wrap(col + step, cols)
+        i += stride
+    # END SOLUTION
+
+
+@cuda.jit
+def _gelu_widened_f16(x, bias, residual, out):
+    gelu_widened_flat(x, bias, residual, out, f16_to_float, float_to_f16)
+
+
+@cuda.jit
+def _gelu_widened_bf16(x, bias, residual, out):
+    gelu_widened_flat(x, bias, residual, out, bf16_to_float, float_to_bf16)
+
+
+@stage_of(HALF_OPERATORS, "widened", """
+    elementwise's last float32 kernel with 16-bit loads and stores: the matrix walked flat, eight
+    elements a grid stride apart per thread, unsigned indices, each column one compare from the
+    last. x, bias and residual are widened as they are loaded, x + bias, the erf GELU and the
+    residual add are float32, and the sum is rounded to 16 bits once: 6 bytes an element instead of
+    12. torch computes the same chain as three kernels, each rounding its result to 16 bits.""", dtype=np.float32)
+def gelu_widened(x, bias, residual, out):
+    kernel = _gelu_widened_bf16 if is_bf16(x) else _gelu_widened_f16
+    kernel[gelu_grid(x.shape[0] * x.shape[1]), THREADS](flat_bits16(x), bits16(bias), flat_bits16(residual),
+                                                         flat_bits16(out))
+
+
+# -- 2. packed: words of two halves -------------------------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def gelu_packed_flat(x16, x32, bias, r16, r32, out16, out32, widen, narrow):
+    xs = cuda.local.array(ILP, uint32)
+    rs = cuda.local.array(ILP, uint32)
+    cs = cuda.local.array(ILP, uint64)
+    n = uint64(x16.size)
+    words_n = uint64(x32.size)
+    cols = uint64(bias.size)
+    stride = uint64(cuda.gridsize(1))
+    w = uint64(cuda.grid(1))
+    # HINT: a grid-stride loop over words, eight a step: word w holds elements 2w and 2w + 1, in columns
+    # HINT: col = 2w % cols and _wrap(col + 1, cols); the next word's column is _wrap(col + 2 stride % cols).
+    # HINT: when n is odd its last element belongs to no word: thread 0 does it through the 16-bit arrays.
+    # BEGIN SOLUTION
+    col = (w * uint64(2)) % cols
+    step = (stride * uint64(2)) % cols
+    one = uint64(1) % cols  # the next column: 1, or 0 when there is only one column
+    span = stride * uint64(ILP)
+    while w + span - stride < words_n:
+        c = col
+        for u in range(ILP):
+            k = w + uint64(u) * stride
+            xs[u] = x32[k]
+            rs[u] = r32[k]
+            cs[u] = c
+            c = _wrap(c + step, cols)
+        for u in range(ILP):
+            c_high = _wrap(cs[u] + one, cols)
+            low = gelu(widen(xs[u]) + widen(uint32(bias[cs[u]]))) + widen(rs[u])
+            high = gelu(widen(xs[u] >> SIXTEEN) + widen(uint32(bias[c_high]))) + widen(rs[u] >> SIXTEEN)
+            out32[w + uint64(u) * stride] = pack(narrow(low), narrow(high))
+        col = c
+        w += span
+    while w < words_n:
+        word, r = x32[w], r32[w]
+        low = gelu(widen(word) + widen(uint32(bias[col]))) + widen(r)
+        high = gelu(widen(word >> SIXTEEN) + widen(uint32(bias[_wrap(col + one, cols)]))) + widen(r >> SIXTEEN)
+        out32[w] = pack(narrow(low), narrow(high))
+        col = _wrap(col + step, cols)
+        w += stride
+    if cuda.grid(1) == 0 and n & uint64(1):
+        last = n - uint64(1)
+        value = gelu(widen(uint32(x16[last])) + widen(uint32(bias[last % cols]))) + widen(uint32(r16[last]))
+        out16[last] = uint16(narrow(value))
+    # END SOLUTION
+
+
+@cuda.jit
+def _gelu_packed_f16(x16, x32, bias, r16, r32, out16, out32):
+    gelu_packed_flat(x16, x32, bias, r16, r32, out16, out32, f16_to_float, float_to_f16)
+
+
+@cuda.jit
+def _gelu_packed_bf16(x16, x32, bias, r16, r32, out16, out32):
+    gelu_packed_flat(x16, x32, bias, r16, r32, out16, out32, bf16_to_float, float_to_bf16)
+
+
+@stage_of(HALF_OPERATORS, "packed", """
+    The same loop over 32-bit words: one load brings two elements of x, one two of the residual, one
+    store writes two results, and eight words in flight per thread are the float32 kernel's bytes in
+    flight again. Seen flat, a word may hold the last column of one row and the first of the next, so
+    each half finds its own bias column (col, then col + 1 wrapped); the bias, one row shared by all, is
+    read a half at a time from L1. An odd last element, in no word, is thread 0's. On an H200 at 16384 x
+    16384 it was slower than widened: within the noise for fp16, 9% slower for bf16. The likely reason,
+    not yet checked with a profile: at about half the bandwidth (47-54%) this kernel is bound by
+    instructions more than by bytes (the erf alone is about 25 an element, bf16's rounding six more),
+    and packing saves only load and store instructions while adding a second bias column (a wrap), the
+    shifts and the pack to every word, and a column index per word held in flight.""", dtype=np.float32)
+def gelu_packed(x, bias, residual, out):
+    kernel = _gelu_packed_bf16 if is_bf16(x) else _gelu_packed_f16
+    kernel[gelu_grid(x.shape[0] * x.shape[1] // 2), THREADS](
+        flat_bits16(x), words(x), bits16(bias), flat_bits16(residual), words(residual), flat_bits16(out), words(out))
+
+
+OPERATORS = [op, *HALF_OPERATORS]

@@ -28,15 +28,31 @@ memory-bound operator is most of the time.
 import math
 
 import numpy as np
-from numba import cuda, float32, uint64
+from numba import cuda, float32, uint16, uint32, uint64
 
+from solutions._half import (
+    CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, VECTOR,
+    a_matrix, as_float64, bf16_to_float, bits16, block_sum, block_sum_over, cvt_pair_bf16, cvt_pair_f16,
+    edge_element, expect_rows, expect_vectors, f16_to_float, flat_bits16, float_to_bf16, float_to_f16, group_row,
+    group_sum, half_operator, is_bf16, load_held, pack, registers_grid, registers_threads, row_words, short_name,
+    torch_peer, vector_at, words)
 # The float64 references (layernorm64: (x - mean) / sqrt(var + EPS) * weight + bias; rmsnorm64) and the random
-# rows (layernorm_rows) live in solutions/_references.py, shared with the fp16/bf16 ladders of half_norms.py.
+# rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
-from solutions._vector_io import capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store_chunk
+from solutions._vector_io import (
+    aligned16, capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store4, store_chunk)
 from workbench import library_peers as peers
-from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, stage_of
 from workbench.targets import against_peer, of_ceiling
+
+# The fp16/bf16 variants' part of the lesson, the same for softmax, the norms and GELU, is told once in
+# solutions/_half.py; what the norms add to it follows.
+__doc__ += SIXTEEN_BIT_STORY + """\
+3. ``rows_in_flight``: blocks of 128 threads a row instead of 256, twice the rows in flight per
+   multiprocessor: a block's time on a row is mostly fixed latency, and a 16-bit row is half the bytes.
+4. (RMSNorm) ``in_registers``: the row read once and held in registers, 16 bytes a load, each pair of
+   results rounded to 16 bits by one instruction (cvt.rn.f16x2.f32, cvt.rn.bf16x2.f32).
+"""
 
 THREADS = 256  # threads per block in the block-per-row stages; a multiple of the 32-lane warp
 WARPS = THREADS // 32
@@ -54,8 +70,9 @@ EW_MAX_GRID_Y = 65535
 
 # -- inputs, references, checks shared by the operators of this module --------------------------
 
-def _vector(cols, rng, low, high):
-    return rng.uniform(low, high, cols).astype(np.float32)
+def _vector(cols, rng, low, high, dtype=np.float32):
+    """A weight or bias vector, drawn in float32 (then rounded to ``dtype``, for the 16-bit variants)."""
+    return rng.uniform(low, high, cols).astype(np.float32).astype(dtype)
 
 
 def _adversarial_rows(size, rng):
@@ -1469,4 +1486,635 @@ def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
 
 
-OPERATORS = [op, bias_relu_layernorm_op, residual_layernorm_op, rmsnorm_op]
+# ======================================================================================================
+# layernorm[fp16], layernorm[bf16], rmsnorm[fp16], rmsnorm[bf16]: 16-bit rows, float32 inside
+# ======================================================================================================
+# Their kernels start from stage 7's (ilp): its THREADS, ILP, ILP_SPAN and TWO_WARPS, which are also what
+# solutions/_half.py's block_sum assumes. Each launcher serves both formats (stage_of).
+
+def _norm_rows(dtype):
+    """layernorm's rows (random means and spreads, mean-1e4 rows, constant rows), in ``dtype``."""
+    def rows(size, rng):
+        x = layernorm_rows(size, rng)
+        return x.astype(dtype)
+    return rows
+
+
+def _norm_adversarial(dtype, with_bias):
+    """Rows whose squares pass 65504 (an fp16 sum of squares is inf), subnormal rows (a kernel that
+    flushes them to zero divides 0 by sqrt(eps)), constant rows (variance 0) and rows of mean 1e4."""
+    big = 3.0e4 if dtype == FLOAT16 else 1.0e15
+    small = 3.0e-6 if dtype == FLOAT16 else 3.0e-39  # subnormal in the format itself
+
+    def cases(size, rng):
+        rows, cols = size
+        vectors = (_vector(cols, rng, 0.5, 1.5, dtype),) + ((_vector(cols, rng, -1, 1, dtype),) if with_bias else ())
+        big_rows = rng.uniform(-big, big, size).astype(np.float32)
+        subnormal = rng.uniform(-small, small, size).astype(np.float32)
+        constant = np.repeat(rng.uniform(-100, 100, (rows, 1)), cols, axis=1).astype(np.float32)
+        offset = (1e4 + rng.standard_normal(size)).astype(np.float32)
+        return [(label, (a.astype(dtype),) + vectors) for label, a in
+                [("squares past 65504", big_rows), ("subnormal rows", subnormal), ("constant rows", constant),
+                 ("mean 1e4", offset)]]
+    return cases
+
+
+def _layernorm_op(dtype, rank):
+    rows = _norm_rows(dtype)
+    return half_operator(
+        dtype,
+        name="layernorm", variant={"dtype": short_name(dtype)},
+        targets=[of_ceiling(85, "copy_gbps"), against_peer(1.2, "eager")],
+        title=f"LayerNorm over the rows of {a_matrix(dtype)}, float32 inside",
+        reference=lambda x, w, b: layernorm64(*as_float64(x, w, b)),
+        make_inputs=lambda size, rng: (rows(size, rng), _vector(size[1], rng, 0.5, 1.5, dtype),
+                                       _vector(size[1], rng, -1, 1, dtype)),
+        bytes_moved=lambda size: dtype.itemsize * (2 * size[0] * size[1] + 2 * size[1]),
+        flops=lambda size: 7 * size[0] * size[1],
+        validate=lambda x, w, b, out: (expect_rows(dtype, ("x", x), ("out", out)),
+                                       expect_vectors(dtype, x, ("weight", w), ("bias", b))),
+        peer=torch_peer(f"torch.nn.functional.layer_norm ({short_name(dtype)})", lambda torch, x, w, b, out:
+                        torch.nn.functional.layer_norm(peers.as_torch(x), (x.shape[1],), peers.as_torch(w),
+                                                       peers.as_torch(b), float(EPS)), returns=True),
+        torch_expression=lambda torch, size: lambda x, w, b: torch.nn.functional.layer_norm(
+            x, (size[1],), w, b, TORCH_EPS),
+        rank=rank,
+        adversarial_inputs=_norm_adversarial(dtype, with_bias=True),
+        **ROW_SIZES,
+    )
+
+
+def _rmsnorm_op(dtype, rank):
+    rows = _norm_rows(dtype)
+    return half_operator(
+        dtype,
+        name="rmsnorm", variant={"dtype": short_name(dtype)},
+        targets=[of_ceiling(85, "copy_gbps"), against_peer(1.2, "eager")],
+        title=f"RMSNorm over the rows of {a_matrix(dtype)}, float32 inside",
+        reference=lambda x, w: rmsnorm64(*as_float64(x, w)),
+        make_inputs=lambda size, rng: (rows(size, rng), _vector(size[1], rng, 0.5, 1.5, dtype)),
+        bytes_moved=lambda size: dtype.itemsize * (2 * size[0] * size[1] + size[1]),
+        flops=lambda size: 4 * size[0] * size[1],
+        validate=lambda x, w, out: (expect_rows(dtype, ("x", x), ("out", out)), expect_vectors(dtype, x, ("weight", w))),
+        peer=torch_peer(f"torch.nn.functional.rms_norm ({short_name(dtype)})", lambda torch, x, w, out:
+                        torch.nn.functional.rms_norm(peers.as_torch(x), (x.shape[1],), peers.as_torch(w),
+                                                     float(EPS)), returns=True),
+        torch_expression=lambda torch, size: lambda x, w: torch.nn.functional.rms_norm(x, (size[1],), w, TORCH_EPS),
+        rank=rank,
+        adversarial_inputs=_norm_adversarial(dtype, with_bias=False),
+        **ROW_SIZES,
+    )
+
+
+HALF_LAYERNORMS = [_layernorm_op(dtype, 210 + i) for i, dtype in enumerate(FORMATS)]
+HALF_RMSNORMS = [_rmsnorm_op(dtype, 220 + i) for i, dtype in enumerate(FORMATS)]
+
+
+# -- 1. widened -----------------------------------------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def layernorm_widened_row(x, weight, bias, out, widen, narrow):
+    reduced = cuda.shared.array(TWO_WARPS, float32)
+    xs = cuda.local.array(ILP, float32)  # the write pass's loads, all issued before the first store
+    ws = cuda.local.array(ILP, float32)
+    bs = cuda.local.array(ILP, float32)
+    row = uint64(cuda.blockIdx.x)
+    t = uint64(cuda.threadIdx.x)
+    cols = uint64(x.shape[1])
+    x0 = widen(uint32(x[row, 0]))  # every element is shifted by the row's first: see layernorm.py
+    # HINT: layernorm's ilp kernel (mean of x - x0, mean squared deviation, then the output), each 16-bit
+    # HINT: load widened first (widen(x[row, j]), widen(weight[j]), ...), the output stored as narrow(value).
+    # BEGIN SOLUTION
+    total = float32(0.0)
+    j = t
+    while j + uint64(LAST) < cols:
+        for u in range(ILP):
+            total += widen(uint32(x[row, j + uint64(u * THREADS)])) - x0
+        j += uint64(ILP_SPAN)
+    while j < cols:
+        total += widen(uint32(x[row, j])) - x0
+        j += uint64(THREADS)
+    mean = block_sum(total, reduced, 0) / float32(cols)
+    squares = float32(0.0)
+    j = t
+    while j + uint64(LAST) < cols:
+        for u in range(ILP):
+            d = widen(uint32(x[row, j + uint64(u * THREADS)])) - x0 - mean
+            squares += d * d
+        j += uint64(ILP_SPAN)
+    while j < cols:
+        d = widen(uint32(x[row, j])) - x0 - mean
+        squares += d * d
+        j += uint64(THREADS)
+    rstd = float32(1.0) / math.sqrt(block_sum(squares, reduced, 1) / float32(cols) + EPS)
+    j = t
+    while j + uint64(LAST) < cols:
+        for u in range(ILP):
+            c = j + uint64(u * THREADS)
+            xs[u] = widen(uint32(x[row, c]))
+            ws[u] = widen(uint32(weight[c]))
+            bs[u] = widen(uint32(bias[c]))
+        for u in range(ILP):
+            out[row, j + uint64(u * THREADS)] = uint16(narrow((xs[u] - x0 - mean) * rstd * ws[u] + bs[u]))
+        j += uint64(ILP_SPAN)
+    while j < cols:
+        value = (widen(uint32(x[row, j])) - x0 - mean) * rstd * widen(uint32(weight[j])) + widen(uint32(bias[j]))
+        out[row, j] = uint16(narrow(value))
+        j += uint64(THREADS)
+    # END SOLUTION
+
+
+@cuda.jit
+def _layernorm_widened_f16(x, weight, bias, out):
+    layernorm_widened_row(x, weight, bias, out, f16_to_float, float_to_f16)
+
+
+@cuda.jit
+def _layernorm_widened_bf16(x, weight, bias, out):
+    layernorm_widened_row(x, weight, bias, out, bf16_to_float, float_to_bf16)
+
+
+@stage_of(HALF_LAYERNORMS, "widened", """
+    layernorm's last float32 kernel with 16-bit loads and stores: a block of 256 threads per row,
+    three passes (mean, mean squared deviation, output), eight loads in flight per thread, every
+    element shifted by the row's first one. Each half is widened as it is loaded, so the sums are
+    float32: in fp16 a sum of squares past 65504 would be inf, and any fp16 sum past 2048 stops
+    counting ones. Half the bytes of the float32 kernel, the same instructions per element plus a
+    conversion each way, and half the bytes in flight per thread.""", dtype=np.float32)
+def layernorm_widened(x, weight, bias, out):
+    kernel = _layernorm_widened_bf16 if is_bf16(x) else _layernorm_widened_f16
+    kernel[x.shape[0], THREADS](bits16(x), bits16(weight), bits16(bias), bits16(out))
+
+
+# -- 2. packed ------------------------------------------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, widen, narrow, threads):
+    reduced = cuda.shared.array(TWO_WARPS, float32)
+    ws = cuda.local.array(ILP, uint32)
+    t = uint64(cuda.threadIdx.x)
+    last = uint64((ILP - 1) * threads)  # offset of a step's last word from its first
+    span = uint64(ILP * threads)  # words a block covers per unrolled step
+    warps = threads // 32
+    start, end, first, stop = row_words(uint64(cuda.blockIdx.x), uint64(cols))
+    edge = edge_element(t, start, end)
+    x0 = widen(uint32(x16[start]))
+    # HINT: the widened kernel over the row's words (two halves each, eight words a step) plus its edge
+    # HINT: element (if edge < end). The column of element e is e - start: weight and bias are read a
+    # HINT: half at a time, since a word of x need not line up with a word of weight.
+    # BEGIN SOLUTION
+    total = float32(0.0)
+    if edge < end:
+        total = widen(uint32(x16[edge])) - x0
+    w = first + t
+    while w + last < stop:
+        for u in range(ILP):
+            word = x32[w + uint64(u * threads)]
+            total += (widen(word) - x0) + (widen(word >> SIXTEEN) - x0)
+        w += span
+    while w < stop:
+        word = x32[w]
+        total += (widen(word) - x0) + (widen(word >> SIXTEEN) - x0)
+        w += uint64(threads)
+    mean = block_sum_over(total, reduced, 0, warps) / float32(cols)
+    squares = float32(0.0)
+    if edge < end:
+        d = widen(uint32(x16[edge])) - x0 - mean
+        squares = d * d
+    w = first + t
+    while w + last < stop:
+        for u in range(ILP):
+            word = x32[w + uint64(u * threads)]
+            d_low = widen(word) - x0 - mean
+            d_high = widen(word >> SIXTEEN) - x0 - mean
+            squares += d_low * d_low + d_high * d_high
+        w += span
+    while w < stop:
+        word = x32[w]
+        d_low = widen(word) - x0 - mean
+        d_high = widen(word >> SIXTEEN) - x0 - mean
+        squares += d_low * d_low + d_high * d_high
+        w += uint64(threads)
+    rstd = float32(1.0) / math.sqrt(block_sum_over(squares, reduced, 1, warps) / float32(cols) + EPS)
+    # x - x0 - mean, never x - (x0 + mean): x0 + mean rounds to float32 at x0's size (2^-10 at 1e4), which
+    # on a row of mean 1e4 and spread 0.1 (fp16 rounds 1e4 + N(0, 1) to steps of 8) is 1% of the spread.
+    if edge < end:
+        c = edge - start
+        value = (widen(uint32(x16[edge])) - x0 - mean) * rstd * widen(uint32(weight[c])) + widen(uint32(bias[c]))
+        out16[edge] = uint16(narrow(value))
+    w = first + t
+    while w + last < stop:
+        for u in range(ILP):
+            ws[u] = x32[w + uint64(u * threads)]
+        for u in range(ILP):
+            c = (w + uint64(u * threads)) * uint64(2) - start
+            low = (widen(ws[u]) - x0 - mean) * rstd * widen(uint32(weight[c])) + widen(uint32(bias[c]))
+            c += uint64(1)
+            high = (widen(ws[u] >> SIXTEEN) - x0 - mean) * rstd * widen(uint32(weight[c])) + widen(uint32(bias[c]))
+            out32[w + uint64(u * threads)] = pack(narrow(low), narrow(high))
+        w += span
+    while w < stop:
+        word = x32[w]
+        c = w * uint64(2) - start
+        low = (widen(word) - x0 - mean) * rstd * widen(uint32(weight[c])) + widen(uint32(bias[c]))
+        c += uint64(1)
+        high = (widen(word >> SIXTEEN) - x0 - mean) * rstd * widen(uint32(weight[c])) + widen(uint32(bias[c]))
+        out32[w] = pack(narrow(low), narrow(high))
+        w += uint64(threads)
+    # END SOLUTION
+
+
+@cuda.jit
+def _layernorm_packed_f16(x16, x32, weight, bias, out16, out32, cols):
+    layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, f16_to_float, float_to_f16, THREADS)
+
+
+@cuda.jit
+def _layernorm_packed_bf16(x16, x32, weight, bias, out16, out32, cols):
+    layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, bf16_to_float, float_to_bf16, THREADS)
+
+
+@stage_of(HALF_LAYERNORMS, "packed", """
+    The three passes over 32-bit words of x, two halves a load, eight words in flight per thread: the
+    float32 kernel's 32 bytes in flight, with half the load instructions per element. The output is
+    stored a word at a time, each row's odd edge elements 16 bits at a time. Weight and bias are read a
+    half at a time: when the columns are odd, a word of x starts at an odd column in every other row,
+    where it does not line up with a word of weight. They are 8 KB each at 4096 columns, read by every
+    row, so they come from L1 and cost instructions, not bandwidth. On an H200 at 32768 x 4096 it made
+    bf16 about 14% faster; fp16's timings spread too widely (p10 to p90) to tell it from widened in one
+    run, and another run had it 24% faster.""", dtype=np.float32)
+def layernorm_packed(x, weight, bias, out):
+    kernel = _layernorm_packed_bf16 if is_bf16(x) else _layernorm_packed_f16
+    kernel[x.shape[0], THREADS](flat_bits16(x), words(x), bits16(weight), bits16(bias), flat_bits16(out),
+                                words(out), x.shape[1])
+
+
+# -- 3. rows_in_flight: four warps per row ----------------------------------------------------------------
+
+@cuda.jit
+def _layernorm_rows_f16(x16, x32, weight, bias, out16, out32, cols):
+    layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, f16_to_float, float_to_f16, ROW_THREADS)
+
+
+@cuda.jit
+def _layernorm_rows_bf16(x16, x32, weight, bias, out16, out32, cols):
+    layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, bf16_to_float, float_to_bf16, ROW_THREADS)
+
+
+@stage_of(HALF_LAYERNORMS, "rows_in_flight", """
+    The packed kernel in blocks of 128 threads per row instead of 256. A block's time on a row is mostly
+    fixed latency (the first pass's loads, two barriers, the reductions), whatever the row's bytes;
+    at 2 bytes an element a 4096-column row is 8 KB where the float32 kernel's was 16 KB, so 256-
+    thread blocks (eight per multiprocessor at 32 registers) keep 64 KB of rows moving per
+    multiprocessor where the float32 ilp kernel kept 96 KB (six blocks of 16 KB): about half its
+    bandwidth, which is what the packed stage measured. Blocks of 128 threads fit sixteen to a
+    multiprocessor: 128 KB of rows in flight, each thread two unrolled steps of eight words a pass
+    (the float32 kernel's shape again), and the reductions cross four warps instead of eight.""", dtype=np.float32)
+def layernorm_rows_in_flight(x, weight, bias, out):
+    kernel = _layernorm_rows_bf16 if is_bf16(x) else _layernorm_rows_f16
+    kernel[x.shape[0], ROW_THREADS](flat_bits16(x), words(x), bits16(weight), bits16(bias), flat_bits16(out),
+                                    words(out), x.shape[1])
+
+
+# -- 4. in_registers: the row read once, 16 bytes a load, two results rounded by one instruction ----------
+
+@cuda.jit(device=True, inline=True)
+def layernorm_registers_row(x16, x32, w16, w32, b16, b32, out16, out32, rows, cols, threads, widen, narrow, narrow2):
+    reduced = cuda.shared.array(GROUP_SLOTS, float32)
+    held = cuda.local.array(HELD, uint32)
+    results = cuda.local.array(4, uint32)
+    t, start, end, head_end, first, stop, tail = group_row(uint64(rows), uint64(cols), uint64(threads))
+    head, tail = start + t, tail + t  # this thread's head and tail element, if they are in the row
+    warps = threads // 32
+    # HINT: softmax's in_registers row: load_held, then the mean of x - x0 and the mean squared deviation
+    # HINT: from the held words and the head/tail elements (group_sum, slots 0 and 1).
+    # HINT: weight and bias of vector v: vector_at(w16, w32, 8v - start, start % 8 == 0).
+    # BEGIN SOLUTION
+    load_held(x32, held, first, stop, t, uint64(threads))
+    x0 = widen(uint32(x16[start])) if start < end else float32(0.0)  # the shift of the float32 ladder
+    x_head = widen(uint32(x16[head])) - x0 if head < head_end else float32(0.0)
+    x_tail = widen(uint32(x16[tail])) - x0 if tail < end else float32(0.0)
+    total = x_head + x_tail
+    for i in range(HELD):
+        if first + t + uint64(i // 4) * uint64(threads) < stop:
+            total += (widen(held[i]) - x0) + (widen(held[i] >> SIXTEEN) - x0)
+    mean = group_sum(total, reduced, 0, warps) / float32(cols)
+    squares = float32(0.0)
+    if head < head_end:
+        squares = (x_head - mean) * (x_head - mean)
+    if tail < end:
+        squares += (x_tail - mean) * (x_tail - mean)
+    for i in range(HELD):
+        if first + t + uint64(i // 4) * uint64(threads) < stop:
+            d_low = widen(held[i]) - x0 - mean
+            d_high = widen(held[i] >> SIXTEEN) - x0 - mean
+            squares += d_low * d_low + d_high * d_high
+    rstd = float32(1.0) / math.sqrt(group_sum(squares, reduced, 1, warps) / float32(cols) + EPS)
+    aligned = start % uint64(VECTOR) == uint64(0)  # then a vector of x lines up with one of weight
+    for k in range(CHUNKS):
+        v = first + t + uint64(k) * uint64(threads)
+        if v < stop:
+            c = v * uint64(VECTOR) - start
+            ws = vector_at(w16, w32, c, aligned)
+            bs = vector_at(b16, b32, c, aligned)
+            for j in range(4):
+                word = held[4 * k + j]
+                low = (widen(word) - x0 - mean) * rstd * widen(ws[j]) + widen(bs[j])
+                high = (widen(word >> SIXTEEN) - x0 - mean) * rstd * widen(ws[j] >> SIXTEEN) + widen(bs[j] >> SIXTEEN)
+                results[j] = narrow2(low, high)
+            store4(out32, v * uint64(4), results[0], results[1], results[2], results[3])
+    if head < head_end:
+        c = head - start
+        out16[head] = uint16(narrow((x_head - mean) * rstd * widen(uint32(w16[c])) + widen(uint32(b16[c]))))
+    if tail < end:
+        c = tail - start
+        out16[tail] = uint16(narrow((x_tail - mean) * rstd * widen(uint32(w16[c])) + widen(uint32(b16[c]))))
+    # END SOLUTION
+
+
+@cuda.jit
+def _layernorm_registers_f16(x16, x32, w16, w32, b16, b32, out16, out32, rows, cols, threads):
+    layernorm_registers_row(x16, x32, w16, w32, b16, b32, out16, out32, rows, cols, threads,
+                            f16_to_float, float_to_f16, cvt_pair_f16)
+
+
+@cuda.jit
+def _layernorm_registers_bf16(x16, x32, w16, w32, b16, b32, out16, out32, rows, cols, threads):
+    layernorm_registers_row(x16, x32, w16, w32, b16, b32, out16, out32, rows, cols, threads,
+                            bf16_to_float, float_to_bf16, cvt_pair_bf16)
+
+
+def layernorm_in_registers(x, weight, bias, out):
+    """Not a stage: RMSNorm's in_registers idea applied to LayerNorm (the mean of x - x0 and the mean squared
+    deviation from the held halves), measured slower than rows_in_flight on an H200 at 32768 x 4096 (fp16
+    215.0 us against 181.4, bf16 215.7 against 207.8; see RMSNORM_ONLY). Kept so that the occupancy
+    explanation can be tested with its registers capped."""
+    rows, cols = x.shape
+    threads = registers_threads(cols)
+    if threads is None or not aligned16(x, weight, bias, out):
+        return layernorm_rows_in_flight(x, weight, bias, out)
+    blocks, block = registers_grid(rows, threads)
+    kernel = _layernorm_registers_bf16 if is_bf16(x) else _layernorm_registers_f16
+    kernel[blocks, block](flat_bits16(x), words(x), bits16(weight), words(weight), bits16(bias), words(bias),
+                          flat_bits16(out), words(out), rows, cols, threads)
+
+
+# -- RMSNorm: 1. widened --------------------------------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def rmsnorm_widened_row(x, weight, out, widen, narrow):
+    reduced = cuda.shared.array(TWO_WARPS, float32)
+    xs = cuda.local.array(ILP, float32)
+    ws = cuda.local.array(ILP, float32)
+    row = uint64(cuda.blockIdx.x)
+    t = uint64(cuda.threadIdx.x)
+    cols = uint64(x.shape[1])
+    # HINT: two passes: the sum of squares of the widened values (float32: fp16 squares overflow past 255),
+    # HINT: then out = narrow(x * rstd * weight), eight columns a step with loads before stores.
+    # BEGIN SOLUTION
+    squares = float32(0.0)
+    j = t
+    while j + uint64(LAST) < cols:
+        for u in range(ILP):
+            v = widen(uint32(x[row, j + uint64(u * THREADS)]))
+            squares += v * v
+        j += uint64(ILP_SPAN)
+    while j < cols:
+        v = widen(uint32(x[row, j]))
+        squares += v * v
+        j += uint64(THREADS)
+    rstd = float32(1.0) / math.sqrt(block_sum(squares, reduced, 0) / float32(cols) + EPS)
+    j = t
+    while j + uint64(LAST) < cols:
+        for u in range(ILP):
+            xs[u] = widen(uint32(x[row, j + uint64(u * THREADS)]))
+            ws[u] = widen(uint32(weight[j + uint64(u * THREADS)]))
+        for u in range(ILP):
+            out[row, j + uint64(u * THREADS)] = uint16(narrow(xs[u] * rstd * ws[u]))
+        j += uint64(ILP_SPAN)
+    while j < cols:
+        out[row, j] = uint16(narrow(widen(uint32(x[row, j])) * rstd * widen(uint32(weight[j]))))
+        j += uint64(THREADS)
+    # END SOLUTION
+
+
+@cuda.jit
+def _rmsnorm_widened_f16(x, weight, out):
+    rmsnorm_widened_row(x, weight, out, f16_to_float, float_to_f16)
+
+
+@cuda.jit
+def _rmsnorm_widened_bf16(x, weight, out):
+    rmsnorm_widened_row(x, weight, out, bf16_to_float, float_to_bf16)
+
+
+@stage_of(HALF_RMSNORMS, "widened", """
+    A block of 256 threads per row, two passes (the sum of squares, then the output, from L1),
+    eight 16-bit loads in flight per thread, everything in float32 between the load and the store.
+    It has to be: an fp16 square overflows past 255 (256^2 = 65536), so an fp16 sum of squares of
+    ordinary activations is inf, and the output would be zero.""", dtype=np.float32)
+def rmsnorm_widened(x, weight, out):
+    kernel = _rmsnorm_widened_bf16 if is_bf16(x) else _rmsnorm_widened_f16
+    kernel[x.shape[0], THREADS](bits16(x), bits16(weight), bits16(out))
+
+
+# -- RMSNorm: 2. packed ---------------------------------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def rmsnorm_packed_row(x16, x32, weight, out16, out32, cols, widen, narrow, threads):
+    reduced = cuda.shared.array(TWO_WARPS, float32)
+    ws = cuda.local.array(ILP, uint32)
+    t = uint64(cuda.threadIdx.x)
+    last = uint64((ILP - 1) * threads)  # offset of a step's last word from its first
+    span = uint64(ILP * threads)  # words a block covers per unrolled step
+    warps = threads // 32
+    start, end, first, stop = row_words(uint64(cuda.blockIdx.x), uint64(cols))
+    edge = edge_element(t, start, end)
+    # HINT: the widened kernel over words plus the row's edge element; weight read a half at a time
+    # HINT: at column e - start of element e.
+    # BEGIN SOLUTION
+    squares = float32(0.0)
+    if edge < end:
+        v = widen(uint32(x16[edge]))
+        squares = v * v
+    w = first + t
+    while w + last < stop:
+        for u in range(ILP):
+            word = x32[w + uint64(u * threads)]
+            low = widen(word)
+            high = widen(word >> SIXTEEN)
+            squares += low * low + high * high
+        w += span
+    while w < stop:
+        word = x32[w]
+        low = widen(word)
+        high = widen(word >> SIXTEEN)
+        squares += low * low + high * high
+        w += uint64(threads)
+    rstd = float32(1.0) / math.sqrt(block_sum_over(squares, reduced, 0, warps) / float32(cols) + EPS)
+    if edge < end:
+        out16[edge] = uint16(narrow(widen(uint32(x16[edge])) * rstd * widen(uint32(weight[edge - start]))))
+    w = first + t
+    while w + last < stop:
+        for u in range(ILP):
+            ws[u] = x32[w + uint64(u * threads)]
+        for u in range(ILP):
+            c = (w + uint64(u * threads)) * uint64(2) - start
+            low = widen(ws[u]) * rstd * widen(uint32(weight[c]))
+            high = widen(ws[u] >> SIXTEEN) * rstd * widen(uint32(weight[c + uint64(1)]))
+            out32[w + uint64(u * threads)] = pack(narrow(low), narrow(high))
+        w += span
+    while w < stop:
+        word = x32[w]
+        c = w * uint64(2) - start
+        low = widen(word) * rstd * widen(uint32(weight[c]))
+        high = widen(word >> SIXTEEN) * rstd * widen(uint32(weight[c + uint64(1)]))
+        out32[w] = pack(narrow(low), narrow(high))
+        w += uint64(threads)
+    # END SOLUTION
+
+
+@cuda.jit
+def _rmsnorm_packed_f16(x16, x32, weight, out16, out32, cols):
+    rmsnorm_packed_row(x16, x32, weight, out16, out32, cols, f16_to_float, float_to_f16, THREADS)
+
+
+@cuda.jit
+def _rmsnorm_packed_bf16(x16, x32, weight, out16, out32, cols):
+    rmsnorm_packed_row(x16, x32, weight, out16, out32, cols, bf16_to_float, float_to_bf16, THREADS)
+
+
+@stage_of(HALF_RMSNORMS, "packed", """
+    Both passes over 32-bit words, two halves a load and a store, eight words in flight per thread,
+    each row's odd edge elements 16 bits at a time; the weight is read a half at a time from L1
+    (a word of x and a word of weight line up only in rows that start at an even element).""", dtype=np.float32)
+def rmsnorm_packed(x, weight, out):
+    kernel = _rmsnorm_packed_bf16 if is_bf16(x) else _rmsnorm_packed_f16
+    kernel[x.shape[0], THREADS](flat_bits16(x), words(x), bits16(weight), flat_bits16(out), words(out), x.shape[1])
+
+
+# -- RMSNorm: 3. rows_in_flight ------------------------------------------------------------------------
+
+@cuda.jit
+def _rmsnorm_rows_f16(x16, x32, weight, out16, out32, cols):
+    rmsnorm_packed_row(x16, x32, weight, out16, out32, cols, f16_to_float, float_to_f16, ROW_THREADS)
+
+
+@cuda.jit
+def _rmsnorm_rows_bf16(x16, x32, weight, out16, out32, cols):
+    rmsnorm_packed_row(x16, x32, weight, out16, out32, cols, bf16_to_float, float_to_bf16, ROW_THREADS)
+
+
+@stage_of(HALF_RMSNORMS, "rows_in_flight", """
+    The packed kernel in blocks of 128 threads per row instead of 256 (RMSNorm has one reduction,
+    one barrier fewer than LayerNorm, which is why its packed stage was already at 83% of copy).
+    A block's time on a row is mostly
+    fixed latency (the first pass's loads, two barriers, the reductions), whatever the row's bytes;
+    at 2 bytes an element a 4096-column row is 8 KB where the float32 kernel's was 16 KB, so 256-
+    thread blocks (eight per multiprocessor at 32 registers) keep 64 KB of rows moving per
+    multiprocessor where the float32 ilp kernel kept 96 KB (six blocks of 16 KB): about half its
+    bandwidth, which is what the packed stage measured. Blocks of 128 threads fit sixteen to a
+    multiprocessor: 128 KB of rows in flight, each thread two unrolled steps of eight words a pass
+    (the float32 kernel's shape again), and the reductions cross four warps instead of eight.""", dtype=np.float32)
+def rmsnorm_rows_in_flight(x, weight, out):
+    kernel = _rmsnorm_rows_bf16 if is_bf16(x) else _rmsnorm_rows_f16
+    kernel[x.shape[0], ROW_THREADS](flat_bits16(x), words(x), bits16(weight), flat_bits16(out), words(out),
+                                    x.shape[1])
+
+
+# -- RMSNorm: 4. in_registers ----------------------------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def rmsnorm_registers_row(x16, x32, w16, w32, out16, out32, rows, cols, threads, widen, narrow, narrow2):
+    reduced = cuda.shared.array(GROUP_SLOTS, float32)
+    held = cuda.local.array(HELD, uint32)
+    results = cuda.local.array(4, uint32)
+    t, start, end, head_end, first, stop, tail = group_row(uint64(rows), uint64(cols), uint64(threads))
+    head, tail = start + t, tail + t  # this thread's head and tail element, if they are in the row
+    warps = threads // 32
+    # HINT: layernorm's in_registers row with one statistic: the sum of squares of the held halves.
+    # BEGIN SOLUTION
+    load_held(x32, held, first, stop, t, uint64(threads))
+    x_head = widen(uint32(x16[head])) if head < head_end else float32(0.0)
+    x_tail = widen(uint32(x16[tail])) if tail < end else float32(0.0)
+    squares = x_head * x_head + x_tail * x_tail
+    for i in range(HELD):
+        if first + t + uint64(i // 4) * uint64(threads) < stop:
+            low = widen(held[i])
+            high = widen(held[i] >> SIXTEEN)
+            squares += low * low + high * high
+    rstd = float32(1.0) / math.sqrt(group_sum(squares, reduced, 0, warps) / float32(cols) + EPS)
+    aligned = start % uint64(VECTOR) == uint64(0)
+    for k in range(CHUNKS):
+        v = first + t + uint64(k) * uint64(threads)
+        if v < stop:
+            ws = vector_at(w16, w32, v * uint64(VECTOR) - start, aligned)
+            for j in range(4):
+                word = held[4 * k + j]
+                results[j] = narrow2(widen(word) * rstd * widen(ws[j]), widen(word >> SIXTEEN) * rstd * widen(ws[j] >> SIXTEEN))
+            store4(out32, v * uint64(4), results[0], results[1], results[2], results[3])
+    if head < head_end:
+        out16[head] = uint16(narrow(x_head * rstd * widen(uint32(w16[head - start]))))
+    if tail < end:
+        out16[tail] = uint16(narrow(x_tail * rstd * widen(uint32(w16[tail - start]))))
+    # END SOLUTION
+
+
+@cuda.jit
+def _rmsnorm_registers_f16(x16, x32, w16, w32, out16, out32, rows, cols, threads):
+    rmsnorm_registers_row(x16, x32, w16, w32, out16, out32, rows, cols, threads, f16_to_float, float_to_f16, cvt_pair_f16)
+
+
+@cuda.jit
+def _rmsnorm_registers_bf16(x16, x32, w16, w32, out16, out32, rows, cols, threads):
+    rmsnorm_registers_row(x16, x32, w16, w32, out16, out32, rows, cols, threads, bf16_to_float, float_to_bf16,
+                          cvt_pair_bf16)
+
+
+IN_REGISTERS = """
+    The row is read from memory once and held in registers: each thread issues all its loads at once,
+    16 bytes (eight halves) a load, four of them (32 halves in 16 registers), so a 4096-column row is
+    one group of 128 threads with every byte of it in flight together, and the statistics and the
+    output come from registers: no second or third pass over L1, one load instruction per eight
+    elements instead of one per two, one 16-byte store per eight results. Each pair of results is
+    rounded by one instruction, cvt.rn.f16x2.f32 or cvt.rn.bf16x2.f32 (sm_80+, round to nearest
+    even; numba exposes neither, so a numba intrinsic emits it as inline PTX): for bf16 it replaces
+    about a dozen integer instructions a word (add, shift, and, NaN test and select per half, the
+    pack), and at 2 bytes an element the H200 must convert about four elements a cycle per
+    multiprocessor, where integer instructions issue at half the float32 rate. Narrow rows share a
+    block (groups of 32 or 64 threads), with reductions per group. A row that does not start on 16
+    bytes (columns not a multiple of 8) has a head and a tail of at most 7 elements, read and written
+    16 bits at a time by the group's first threads; rows wider than 32768 columns, or arrays that do
+    not start on 16 bytes, take the rows_in_flight kernel."""
+
+
+
+RMSNORM_ONLY = """
+    Only RMSNorm has this stage. The same kernels for softmax and LayerNorm (softmax_in_registers in
+    softmax.py, layernorm_in_registers above) were slower than their rows_in_flight stage on an H200 at 32768 x
+    4096 (softmax fp16 266.7 us against 165.3, bf16 206.8 against 189.0; LayerNorm fp16 215.0 against
+    181.4, bf16 215.7 against 207.8), while RMSNorm's ran at 94% of copy. Holding 32 halves a thread
+    costs 52 to 62 registers (rows_in_flight needs 32), so a multiprocessor holds about 8 or 9 groups of
+    128 threads instead of 16: half the rows in flight. RMSNorm has one reduction between its loads and
+    its stores; softmax and LayerNorm have two, each a barrier, and more arithmetic per element in
+    between (two exponentials, two subtractions), so each resident row spends longer without a load in
+    flight and the halved occupancy shows. (That is the explanation the register count suggests;
+    scripts/gpu_half_norms.py times those kernels with their registers capped, which tests it.)"""
+
+
+@stage_of(HALF_RMSNORMS, "in_registers", IN_REGISTERS + """
+    Here: the sum of squares from the held halves, then the output with the weight in 16-byte loads
+    from L1 when the row starts on 16 bytes.""" + RMSNORM_ONLY, dtype=np.float32)
+def rmsnorm_in_registers(x, weight, out):
+    rows, cols = x.shape
+    threads = registers_threads(cols)
+    if threads is None or not aligned16(x, weight, out):
+        return rmsnorm_rows_in_flight(x, weight, out)
+    blocks, block = registers_grid(rows, threads)
+    kernel = _rmsnorm_registers_bf16 if is_bf16(x) else _rmsnorm_registers_f16
+    kernel[blocks, block](flat_bits16(x), words(x), bits16(weight), words(weight), flat_bits16(out), words(out),
+                          rows, cols, threads)
+
+
+FLOAT32_OPERATORS = [op, bias_relu_layernorm_op, residual_layernorm_op, rmsnorm_op]
+OPERATORS = FLOAT32_OPERATORS + HALF_LAYERNORMS + HALF_RMSNORMS

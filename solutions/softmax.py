@@ -19,13 +19,30 @@ how many of those bytes are on their way at once).
 import math
 
 import numpy as np
-from numba import cuda, float32, uint64
+from numba import cuda, float32, uint16, uint32, uint64
 
+from solutions._half import (
+    CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, a_matrix,
+    as_float64, bf16_to_float, bits16, block_max, block_max_over, block_sum, block_sum_over, cvt_pair_bf16,
+    cvt_pair_f16, edge_element, expect_rows, f16_to_float, flat_bits16, float_to_bf16, float_to_f16, group_max,
+    group_row, group_sum, half_operator, is_bf16, libdevice, load_held, pack, registers_grid, registers_threads,
+    row_words, short_name, torch_peer, words)
 from solutions._references import softmax64
-from solutions._vector_io import capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store_chunk
+from solutions._vector_io import (
+    aligned16, capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store4, store_chunk)
 from workbench import library_peers as peers
-from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
+from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, stage_of
 from workbench.targets import against_peer, of_ceiling
+
+# The fp16/bf16 variants' part of the lesson, the same for softmax, the norms and GELU, is told once in
+# solutions/_half.py; what softmax adds to it follows.
+__doc__ += SIXTEEN_BIT_STORY + """\
+3. ``fast_exp``: at 2 bytes an element each element gets half the instructions it had in
+   float32, and libdevice's exact expf was most of them; the hardware's approximate exp2 is accurate
+   to a thousandth of a half's rounding.
+4. ``rows_in_flight``: blocks of 128 threads a row instead of 256, twice the rows in flight per
+   multiprocessor: a block's time on a row is mostly fixed latency, and a 16-bit row is half the bytes.
+"""
 
 THREADS = 256  # threads per block in the block-per-row stages; a multiple of the 32-lane warp
 WARPS = THREADS // 32
@@ -778,3 +795,366 @@ def kernel_for(cols):
     (scripts/gpu_norm_shapes.py times every kernel the table can pick).""")
 def by_shape(x, out):
     kernel_for(x.shape[1])(x, out)
+
+
+# ======================================================================================================
+# softmax[fp16] and softmax[bf16]: 16-bit rows, float32 inside
+# ======================================================================================================
+# Their kernels start from stage 7's (ilp): its THREADS, ILP, ILP_SPAN and TWO_WARPS, which are also what
+# solutions/_half.py's block_max and block_sum assume. Each launcher serves both formats (stage_of).
+
+def _softmax_inputs(dtype):
+    def make(size, rng):
+        # softmax's own inputs (normal(0, 2), rows of +-1e4, rows of -inf but one), with the trap rows
+        # moved off the first two: a two-row check then still sees ordinary rows.
+        rows, cols = size
+        x = rng.normal(0.0, 2.0, size).astype(np.float32)
+        for r in range(3, rows, 5):
+            x[r] = rng.uniform(-1e4, 1e4, cols)
+        for r in range(4, rows, 5):
+            x[r] = -np.inf
+            x[r, rng.integers(cols)] = rng.normal(0.0, 2.0)
+        return (x.astype(dtype),)
+    return make
+
+
+def _softmax_adversarial(dtype):
+    big = 6.0e4 if dtype == FLOAT16 else 1.0e30
+
+    def cases(size, rng):
+        rows, cols = size
+        constant = np.full(size, rng.uniform(-3, 3), np.float32)  # sum of exps = cols: an fp16 sum stalls at 2048
+        huge = rng.uniform(-big, big, size).astype(np.float32)  # exp overflows unless the max is subtracted
+        tiny = np.full(size, -14.0, np.float32)  # e^-14 against a 0 in each row: fp16 subnormal outputs
+        tiny[np.arange(rows), rng.integers(cols, size=rows)] = 0.0
+        subnormal = rng.uniform(-3e-6, 3e-6, size).astype(np.float32)  # fp16 subnormal inputs
+        one_hot = np.full(size, -np.inf, np.float32)  # -inf - -inf is NaN: the maximum must be finite
+        one_hot[np.arange(rows), rng.integers(cols, size=rows)] = rng.normal(0.0, 2.0, rows)
+        return [(label, (a.astype(dtype),)) for label, a in
+                [("constant rows", constant), ("huge logits", huge), ("tiny probabilities", tiny),
+                 ("subnormal inputs", subnormal), ("-inf but one", one_hot)]]
+    return cases
+
+
+def _softmax_op(dtype, rank):
+    return half_operator(
+        dtype,
+        name="softmax", variant={"dtype": short_name(dtype)},
+        targets=[of_ceiling(85, "copy_gbps"), against_peer(1.2, "eager")],
+        title=f"Softmax over the rows of {a_matrix(dtype)}, float32 inside",
+        reference=lambda x: softmax64(*as_float64(x)),
+        make_inputs=_softmax_inputs(dtype),
+        bytes_moved=lambda size: 2 * dtype.itemsize * size[0] * size[1],  # read x once, write out once
+        flops=lambda size: 4 * size[0] * size[1],
+        validate=lambda x, out: expect_rows(dtype, ("x", x), ("out", out)),
+        peer=torch_peer(f"torch.softmax ({short_name(dtype)})",
+                        lambda torch, x, out: torch.softmax(peers.as_torch(x), 1, out=peers.as_torch(out))),
+        torch_expression=lambda torch, size: lambda x: torch.softmax(x, dim=-1),  # for torch.compile
+        rank=rank,
+        adversarial_inputs=_softmax_adversarial(dtype),
+        record_all_sizes=True,
+        **ROW_SIZES,
+    )
+
+
+HALF_OPERATORS = [_softmax_op(dtype, 200 + i) for i, dtype in enumerate(FORMATS)]
+
+
+@cuda.jit(device=True, inline=True)
+def exact_exp(v):
+    """libdevice's expf: accurate to 2 ulp of float32, about a dozen instructions."""
+    return math.exp(v)
+
+
+@cuda.jit(device=True, inline=True)
+def fast_exp(v):
+    """e^v as 2^(v log2 e) with the hardware's approximate exp2: ``mul.f32`` and ``ex2.approx.f32``,
+    relative error about 2^-22, a thousandth of an fp16's rounding."""
+    return libdevice.fast_expf(v)
+
+
+# -- 1. widened: the float32 kernel, reading and writing halves ----------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def softmax_widened_row(x, out, widen, narrow):
+    reduced = cuda.shared.array(TWO_WARPS, float32)
+    xs = cuda.local.array(ILP, float32)
+    row = uint64(cuda.blockIdx.x)
+    t = uint64(cuda.threadIdx.x)
+    cols = uint64(x.shape[1])
+    # HINT: softmax's ilp kernel (three passes, eight columns a step, then the rest one by one), with
+    # HINT: each load x[row, j] (16 bits) widened to float32 first: widen(x[row, j]).
+    # HINT: the write pass stores narrow(value), the 16 bits of the rounded result.
+    # BEGIN SOLUTION
+    m = NEG_INF
+    j = t
+    while j + uint64(LAST) < cols:
+        for u in range(ILP):
+            m = max(m, widen(uint32(x[row, j + uint64(u * THREADS)])))
+        j += uint64(ILP_SPAN)
+    while j < cols:
+        m = max(m, widen(uint32(x[row, j])))
+        j += uint64(THREADS)
+    m = block_max(m, reduced)
+    s = float32(0.0)
+    j = t
+    while j + uint64(LAST) < cols:
+        for u in range(ILP):
+            s += math.exp(widen(uint32(x[row, j + uint64(u * THREADS)])) - m)
+        j += uint64(ILP_SPAN)
+    while j < cols:
+        s += math.exp(widen(uint32(x[row, j])) - m)
+        j += uint64(THREADS)
+    inverse = float32(1.0) / block_sum(s, reduced, 1)
+    j = t
+    while j + uint64(LAST) < cols:
+        for u in range(ILP):
+            xs[u] = widen(uint32(x[row, j + uint64(u * THREADS)]))
+        for u in range(ILP):
+            out[row, j + uint64(u * THREADS)] = uint16(narrow(math.exp(xs[u] - m) * inverse))
+        j += uint64(ILP_SPAN)
+    while j < cols:
+        out[row, j] = uint16(narrow(math.exp(widen(uint32(x[row, j])) - m) * inverse))
+        j += uint64(THREADS)
+    # END SOLUTION
+
+
+@cuda.jit
+def _softmax_widened_f16(x, out):
+    softmax_widened_row(x, out, f16_to_float, float_to_f16)
+
+
+@cuda.jit
+def _softmax_widened_bf16(x, out):
+    softmax_widened_row(x, out, bf16_to_float, float_to_bf16)
+
+
+@stage_of(HALF_OPERATORS, "widened", """
+    The float32 ladder's last kernel with 16-bit loads and stores: a block of 256 threads per row,
+    three passes (maximum, sum of exponentials, output), eight loads in flight per thread. Each
+    element is widened to float32 as it is loaded and rounded to 16 bits once, as it is stored, so
+    the maximum and the sum are float32. The bytes halve, but not the instructions: each element
+    still takes a load per pass, one conversion each way (fp16: cvt.f32.f16 and cvt.rn.f16.f32; bf16:
+    a shift in, five integer instructions and a NaN select out), and eight 2-byte loads a thread
+    keep half as many bytes in flight as the float32 kernel's eight 4-byte ones.""", dtype=np.float32)
+def softmax_widened(x, out):
+    kernel = _softmax_widened_bf16 if is_bf16(x) else _softmax_widened_f16
+    kernel[x.shape[0], THREADS](bits16(x), bits16(out))
+
+
+# -- 2. packed: two halves per load and store -----------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def softmax_packed_row(x16, x32, out16, out32, cols, widen, narrow, exp, threads):
+    reduced = cuda.shared.array(TWO_WARPS, float32)
+    ws = cuda.local.array(ILP, uint32)
+    t = uint64(cuda.threadIdx.x)
+    last = uint64((ILP - 1) * threads)  # offset of a step's last word from its first
+    span = uint64(ILP * threads)  # words a block covers per unrolled step
+    warps = threads // 32
+    start, end, first, stop = row_words(uint64(cuda.blockIdx.x), uint64(cols))
+    edge = edge_element(t, start, end)
+    # HINT: the widened kernel over the row's words: word w holds two halves, widen(w) and widen(w >> 16).
+    # HINT: words first + t, first + t + threads, ... up to stop, eight a step (last, span); the odd edge element (if
+    # HINT: edge < end) through the 16-bit arrays. exp is passed in; store a word as pack(narrow(a), narrow(b)).
+    # BEGIN SOLUTION
+    m = NEG_INF
+    if edge < end:
+        m = widen(uint32(x16[edge]))
+    w = first + t
+    while w + last < stop:
+        for u in range(ILP):
+            word = x32[w + uint64(u * threads)]
+            m = max(m, max(widen(word), widen(word >> SIXTEEN)))
+        w += span
+    while w < stop:
+        word = x32[w]
+        m = max(m, max(widen(word), widen(word >> SIXTEEN)))
+        w += uint64(threads)
+    m = block_max_over(m, reduced, warps)
+    s = float32(0.0)
+    if edge < end:
+        s = exp(widen(uint32(x16[edge])) - m)
+    w = first + t
+    while w + last < stop:
+        for u in range(ILP):
+            word = x32[w + uint64(u * threads)]
+            s += exp(widen(word) - m) + exp(widen(word >> SIXTEEN) - m)
+        w += span
+    while w < stop:
+        word = x32[w]
+        s += exp(widen(word) - m) + exp(widen(word >> SIXTEEN) - m)
+        w += uint64(threads)
+    inverse = float32(1.0) / block_sum_over(s, reduced, 1, warps)
+    if edge < end:
+        out16[edge] = uint16(narrow(exp(widen(uint32(x16[edge])) - m) * inverse))
+    w = first + t
+    while w + last < stop:
+        for u in range(ILP):
+            ws[u] = x32[w + uint64(u * threads)]
+        for u in range(ILP):
+            low = narrow(exp(widen(ws[u]) - m) * inverse)
+            high = narrow(exp(widen(ws[u] >> SIXTEEN) - m) * inverse)
+            out32[w + uint64(u * threads)] = pack(low, high)
+        w += span
+    while w < stop:
+        word = x32[w]
+        low = narrow(exp(widen(word) - m) * inverse)
+        high = narrow(exp(widen(word >> SIXTEEN) - m) * inverse)
+        out32[w] = pack(low, high)
+        w += uint64(threads)
+    # END SOLUTION
+
+
+@cuda.jit
+def _softmax_packed_f16(x16, x32, out16, out32, cols):
+    softmax_packed_row(x16, x32, out16, out32, cols, f16_to_float, float_to_f16, exact_exp, THREADS)
+
+
+@cuda.jit
+def _softmax_packed_bf16(x16, x32, out16, out32, cols):
+    softmax_packed_row(x16, x32, out16, out32, cols, bf16_to_float, float_to_bf16, exact_exp, THREADS)
+
+
+@stage_of(HALF_OPERATORS, "packed", """
+    The same three passes over 32-bit words, two halves each: one load instruction brings two
+    elements (ld.global.u32, then a free split of the register and a conversion per half), one
+    store writes two (the two rounded halves packed with mov.b32 {lo, hi}), and eight words in
+    flight per thread are the float32 kernel's 32 bytes again. The matrix is seen flat: when the
+    number of columns is odd, every other row starts in the middle of a word, so each row has at most
+    one 16-bit element at each end, loaded and stored on its own: a 32-bit store there would also
+    write the neighbouring row's half, which another block is writing at the same time.""", dtype=np.float32)
+def softmax_packed(x, out):
+    kernel = _softmax_packed_bf16 if is_bf16(x) else _softmax_packed_f16
+    kernel[x.shape[0], THREADS](flat_bits16(x), words(x), flat_bits16(out), words(out), x.shape[1])
+
+
+
+
+# -- 3. fast_exp: an exponential as accurate as a half needs ---------------------------------------------
+
+@cuda.jit
+def _softmax_fast_f16(x16, x32, out16, out32, cols):
+    softmax_packed_row(x16, x32, out16, out32, cols, f16_to_float, float_to_f16, fast_exp, THREADS)
+
+
+@cuda.jit
+def _softmax_fast_bf16(x16, x32, out16, out32, cols):
+    softmax_packed_row(x16, x32, out16, out32, cols, bf16_to_float, float_to_bf16, fast_exp, THREADS)
+
+
+@stage_of(HALF_OPERATORS, "fast_exp", """
+    The packed kernel with a cheaper exponential. At 2 bytes an element, memory delivers twice as
+    many elements per second as in float32, so each element gets half the instructions it had, and
+    the exponential was most of them: libdevice's expf (about a dozen instructions, two per
+    element) is accurate to float32's last bits, which rounding the result to 16 bits then throws
+    away. The hardware's approximate exp2 (ex2.approx, via libdevice.fast_expf: a multiply by log2 e
+    and one instruction) is off by about 2^-22, a thousandth of an fp16 rounding step, so the output
+    is the same to within one rounding; only the kernel's instruction count changes.""", dtype=np.float32)
+def softmax_fast_exp(x, out):
+    kernel = _softmax_fast_bf16 if is_bf16(x) else _softmax_fast_f16
+    kernel[x.shape[0], THREADS](flat_bits16(x), words(x), flat_bits16(out), words(out), x.shape[1])
+
+
+# -- 4. rows_in_flight: four warps per row ----------------------------------------------------------------
+
+@cuda.jit
+def _softmax_rows_f16(x16, x32, out16, out32, cols):
+    softmax_packed_row(x16, x32, out16, out32, cols, f16_to_float, float_to_f16, fast_exp, ROW_THREADS)
+
+
+@cuda.jit
+def _softmax_rows_bf16(x16, x32, out16, out32, cols):
+    softmax_packed_row(x16, x32, out16, out32, cols, bf16_to_float, float_to_bf16, fast_exp, ROW_THREADS)
+
+
+@stage_of(HALF_OPERATORS, "rows_in_flight", """
+    The fast_exp kernel in blocks of 128 threads per row instead of 256. A block's time on a row is mostly
+    fixed latency (the first pass's loads, two barriers, the reductions), whatever the row's bytes;
+    at 2 bytes an element a 4096-column row is 8 KB where the float32 kernel's was 16 KB, so 256-
+    thread blocks (eight per multiprocessor at 32 registers) keep 64 KB of rows moving per
+    multiprocessor where the float32 ilp kernel kept 96 KB (six blocks of 16 KB): about half its
+    bandwidth, which is what the packed stage measured. Blocks of 128 threads fit sixteen to a
+    multiprocessor: 128 KB of rows in flight, each thread two unrolled steps of eight words a pass
+    (the float32 kernel's shape again), and the reductions cross four warps instead of eight.""", dtype=np.float32)
+def softmax_rows_in_flight(x, out):
+    kernel = _softmax_rows_bf16 if is_bf16(x) else _softmax_rows_f16
+    kernel[x.shape[0], ROW_THREADS](flat_bits16(x), words(x), flat_bits16(out), words(out), x.shape[1])
+
+
+# -- 5. in_registers: the row read once, 16 bytes a load, two results rounded by one instruction --------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def softmax_registers_row(x16, x32, out16, out32, rows, cols, threads, widen, narrow, narrow2):
+    reduced = cuda.shared.array(GROUP_SLOTS, float32)
+    held = cuda.local.array(HELD, uint32)
+    results = cuda.local.array(4, uint32)
+    t, start, end, head_end, first, stop, tail = group_row(uint64(rows), uint64(cols), uint64(threads))
+    head, tail = start + t, tail + t  # this thread's head and tail element, if they are in the row
+    warps = threads // 32
+    # HINT: load_held brings the thread's CHUNKS vectors at once; word i of held is in the row when its
+    # HINT: vector first + t + (i // 4) * threads is before stop. Head and tail elements come 16 bits at a time.
+    # HINT: maximum and sum from the registers (group_max, group_sum), then one store4 per vector: narrow2 packs a word.
+    # BEGIN SOLUTION
+    load_held(x32, held, first, stop, t, uint64(threads))
+    x_head = widen(uint32(x16[head])) if head < head_end else NEG_INF
+    x_tail = widen(uint32(x16[tail])) if tail < end else NEG_INF
+    m = max(x_head, x_tail)
+    for i in range(HELD):
+        if first + t + uint64(i // 4) * uint64(threads) < stop:
+            m = max(m, max(widen(held[i]), widen(held[i] >> SIXTEEN)))
+    m = group_max(m, reduced, warps)
+    s = float32(0.0)
+    if head < head_end:
+        s = fast_exp(x_head - m)
+    if tail < end:
+        s += fast_exp(x_tail - m)
+    for i in range(HELD):
+        if first + t + uint64(i // 4) * uint64(threads) < stop:
+            s += fast_exp(widen(held[i]) - m) + fast_exp(widen(held[i] >> SIXTEEN) - m)
+    s = group_sum(s, reduced, 1, warps)
+    inverse = float32(1.0) / s if start < end else float32(0.0)  # an empty row (past the last) has no sum
+    for k in range(CHUNKS):
+        v = first + t + uint64(k) * uint64(threads)
+        if v < stop:
+            for j in range(4):
+                word = held[4 * k + j]
+                results[j] = narrow2(fast_exp(widen(word) - m) * inverse, fast_exp(widen(word >> SIXTEEN) - m) * inverse)
+            store4(out32, v * uint64(4), results[0], results[1], results[2], results[3])
+    if head < head_end:
+        out16[head] = uint16(narrow(fast_exp(x_head - m) * inverse))
+    if tail < end:
+        out16[tail] = uint16(narrow(fast_exp(x_tail - m) * inverse))
+    # END SOLUTION
+
+
+@cuda.jit
+def _softmax_registers_f16(x16, x32, out16, out32, rows, cols, threads):
+    softmax_registers_row(x16, x32, out16, out32, rows, cols, threads, f16_to_float, float_to_f16, cvt_pair_f16)
+
+
+@cuda.jit
+def _softmax_registers_bf16(x16, x32, out16, out32, rows, cols, threads):
+    softmax_registers_row(x16, x32, out16, out32, rows, cols, threads, bf16_to_float, float_to_bf16, cvt_pair_bf16)
+
+
+def softmax_registers_launch(f16_kernel, bf16_kernel, x, out):
+    """Launch one of the row-in-registers kernels; a row wider than 1024 threads hold, or an array that
+    starts off a 16-byte boundary (a view mid-buffer), takes the rows_in_flight kernel instead."""
+    rows, cols = x.shape
+    threads = registers_threads(cols)
+    if threads is None or not aligned16(x, out):
+        return softmax_rows_in_flight(x, out)
+    blocks, block = registers_grid(rows, threads)
+    kernel = bf16_kernel if is_bf16(x) else f16_kernel
+    kernel[blocks, block](flat_bits16(x), words(x), flat_bits16(out), words(out), rows, cols, threads)
+
+
+def softmax_in_registers(x, out):
+    """Not a stage: RMSNorm's in_registers idea applied to softmax, measured slower than rows_in_flight on an
+    H200 at 32768 x 4096 (fp16 266.7 us against 165.3, bf16 206.8 against 189.0; see RMSNORM_ONLY).
+    Kept so that the occupancy explanation can be tested: timed with its registers capped, it should catch up."""
+    softmax_registers_launch(_softmax_registers_f16, _softmax_registers_bf16, x, out)
+
+
+OPERATORS = [op, *HALF_OPERATORS]

@@ -1,4 +1,4 @@
-"""What is specific to the tensor-core attention operators (attention_fp16, attention_bf16): the inputs
+"""What is specific to the tensor-core attention operators (attention[fp16], attention[bf16]): the inputs
 they refuse, the fragment identity stage 2 rests on, the headline kernels compiled for sm_90 (slow),
 and the issue's target on a GPU. Every stage at the simulator and check sizes is tested by
 tests/test_ladders.py."""

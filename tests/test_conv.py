@@ -1,4 +1,4 @@
-"""The convolution family (solutions/conv.py, solutions/cnn.py): what is specific to it. Every stage's
+"""The convolution family (solutions/conv.py, solutions/depthwise.py): what is specific to it. Every stage's
 correctness in the simulator and its sm_90 compile are tests/test_ladders.py's; here: bad inputs refused
 with one line that names the problem, the geometry arithmetic, and on a GPU the issue's layers."""
 
@@ -9,7 +9,7 @@ import workbench  # noqa: F401  (chooses GPU or simulator before numba is import
 from workbench.check import check_stage, relative_error
 from workbench.ladder import InputError, to_device
 
-from solutions import cnn, conv, conv_fft, conv_transpose
+from solutions import conv, conv_fft, conv_transpose, depthwise
 
 
 def _device_args(*arrays):
@@ -19,7 +19,7 @@ def _device_args(*arrays):
 def test_conv2d_refuses_filters_other_than_3x3():
     x, w5, out = _device_args(np.ones((1, 2, 6, 6), np.float32), np.ones((3, 2, 5, 5), np.float32),
                               np.empty((1, 3, 6, 6), np.float32))
-    with pytest.raises(InputError, match="3x3 filters.*conv2d_general"):
+    with pytest.raises(InputError, match=r"3x3 filters.*conv2d\[general\]"):
         conv.winograd(x, w5, out)
 
 
@@ -140,17 +140,6 @@ def test_winograd_f4x4_loses_more_accuracy_than_f2x2_on_random_data():
     assert f4 > 3 * f2, (f2, f4)
 
 
-def test_maxpool_reference_follows_torch_ties_and_nan():
-    x = np.array([[[[1, 1], [0, 1]]], [[[np.nan, 2], [np.nan, 0]]]], np.float32).reshape(2, 1, 2, 2)
-    ref = cnn._maxpool_reference(x)
-    assert ref[1, 0, 0, 0, 0] == 0  # a tie goes to the first element
-    assert np.isnan(ref[0, 1, 0, 0, 0]) and ref[1, 1, 0, 0, 0] == 2  # the last NaN wins
-
-
-def test_maxpool_refuses_planes_smaller_than_the_window():
-    x, out = _device_args(np.ones((1, 1, 1, 4), np.float32), np.empty((2, 1, 1, 0, 2), np.float32))
-    with pytest.raises(InputError, match="at least 2x2"):
-        cnn.maxpool_naive(x, out)
 
 
 ISSUE_LAYERS = [(32, 64, 56, 56, 64), (32, 256, 14, 14, 256)]
@@ -165,8 +154,8 @@ def test_fast_conv_stages_correct_at_the_issue_layers(stage, size):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("op", cnn.OPERATORS, ids=lambda o: o.name)
-def test_memory_bound_final_stages_correct_at_the_headline(op):
+@pytest.mark.parametrize("op", depthwise.OPERATORS, ids=lambda o: o.name)
+def test_depthwise_final_stages_correct_at_the_headline(op):
     result = check_stage(op.stages[-1], op.headline_size, np.random.default_rng(0))
     assert result.passed, result.message
 

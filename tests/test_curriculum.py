@@ -185,8 +185,11 @@ def test_list_shows_the_chapters_and_filters_by_operator_or_chapter(capsys):
     assert {op["chapter"] for op in listed} == {"21_softmax"}
     assert main(["list", "softmax[fp16]", "--json"]) == 0
     assert [op["op"] for op in json.loads(capsys.readouterr().out)] == ["softmax[fp16]"]
-    assert main(["list", "layernorm"]) == 0  # an operator's name wins over a chapter's of the same name
-    assert "layernorm[bias_relu]" not in capsys.readouterr().out
+    assert main(["list", "layernorm"]) == 0  # a family's name wins over a chapter's: all its variants
+    out = capsys.readouterr().out
+    assert "layernorm[bias_relu]" in out and "layernorm[fp16]" in out and "rmsnorm" not in out
+    assert main(["list", "layernorm[fp16]", "--json"]) == 0
+    assert [op["op"] for op in json.loads(capsys.readouterr().out)] == ["layernorm[fp16]"]
     assert main(["list", "no_such_thing"]) == 2
     err = capsys.readouterr().err
     assert "no operator or chapter 'no_such_thing'" in err and "21_softmax" in err and "Traceback" not in err

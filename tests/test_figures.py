@@ -129,7 +129,7 @@ def check_legible(fig, what: str) -> None:
 
 # The quick tier draws two ladders (shape families and per-stage traffic; compute-bound fp16); -m slow
 # draws every recorded operator.
-QUICK = {"softmax", "hgemm"}
+QUICK = {"softmax", "gemm[fp16]"}
 EVERY_OP = [pytest.param(op, id=op.name, marks=() if op.name in QUICK else pytest.mark.slow) for op in OPS]
 
 

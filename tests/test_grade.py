@@ -638,7 +638,7 @@ def test_the_answer_key_still_grades_every_stage_no_exercise_or_not():
 
 
 def test_a_pristine_exercise_that_passes_never_ran_learner_code(tmp_path):
-    """The stage's only TODO is in a helper it never calls (as attention_fp16.mma_scores' was): in an
+    """The stage's only TODO is in a helper it never calls (as attention[fp16].mma_scores' was): in an
     exercise nobody edited, a pass means no learner code ran. It is "not an exercise", never a pass."""
     from workbench.markers import HEADER_END, digest
 
@@ -722,7 +722,7 @@ def test_every_fresh_stub_fails_and_what_is_no_exercise_says_so(tmp_path):
     assert set(statuses.values()) <= {"not-implemented", "not-an-exercise", "skipped"}, [
         (s.key, s.status, s.cases[-1].message if s.cases else s.notes) for s in report.stages
         if s.status not in ("not-implemented", "not-an-exercise", "skipped")]
-    for key in ("attention_fp16.mma_scores", "attention_bf16.mma_scores"):  # (a folder: conv has no file there)
+    for key in ("attention[fp16].mma_scores", "attention[bf16].mma_scores"):  # (a folder: conv has no file there)
         assert statuses[key] == "not-an-exercise", key
     assert sum(s == "not-implemented" for s in statuses.values()) > 250
 

@@ -515,9 +515,10 @@ def test_bad_inputs_named():
 
     A = cuda.to_device(np.zeros((4, 5), np.float16))
     with pytest.raises(InputError, match="inner dimensions differ"):
-        hgemm.cuda_core(A, cuda.to_device(np.zeros((4, 3), np.float16)), cuda.to_device(np.zeros((4, 3), np.float16)))
+        hgemm.op["cuda_core"](A, cuda.to_device(np.zeros((4, 3), np.float16)),
+                              cuda.to_device(np.zeros((4, 3), np.float16)))
     with pytest.raises(InputError, match="must have dtype float16"):
-        hgemm.mma(A, cuda.to_device(np.zeros((5, 3), np.float32)), cuda.to_device(np.zeros((4, 3), np.float16)))
+        hgemm.op["mma"](A, cuda.to_device(np.zeros((5, 3), np.float32)), cuda.to_device(np.zeros((4, 3), np.float16)))
     with pytest.raises(InputError, match="N x K"):
         int8_gemm.dp4a(cuda.to_device(np.zeros((4, 5), np.int8)), cuda.to_device(np.zeros((3, 4), np.int8)),
                        cuda.to_device(np.zeros((4, 3), np.int32)))

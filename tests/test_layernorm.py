@@ -107,7 +107,7 @@ def test_fused_fallbacks_for_wide_rows(monkeypatch):
     monkeypatch.setattr(layernorm, "REGISTER_COLS", 16)
     monkeypatch.setattr(layernorm, "STREAM_THREADS", 64)
     rng = np.random.default_rng(4)
-    for o in layernorm.OPERATORS:
+    for o in layernorm.FLOAT32_OPERATORS:
         result = check_stage(o["fused"], (3, 40), rng)
         assert result.passed, f"{o.name}: {result.message}"
 

@@ -1,7 +1,8 @@
-"""fp16/bf16 ladders (solutions/half_norms.py) and int8 quantization (solutions/quantize.py): what is
+"""The fp16/bf16 variants of softmax, LayerNorm, RMSNorm and GELU (solutions/softmax.py, layernorm.py,
+elementwise.py; what they share is solutions/_half.py) and int8 quantization (solutions/quantize.py): what is
 specific to them. Every stage's correctness at the simulator sizes, on the adversarial inputs, and its
-sm_90 compile are in tests/test_ladders.py; here: the conversions bit for bit, the numbers the module
-docstring quotes, the row-edge cases of the packed kernels, the quantize reference's rounding rules,
+sm_90 compile are in tests/test_ladders.py; here: the conversions bit for bit, the numbers the 16-bit story
+(solutions/_half.py) quotes, the row-edge cases of the packed kernels, the quantize reference's rounding rules,
 bad input, and (``-m gpu``) the issue's speed targets."""
 
 import numpy as np
@@ -10,14 +11,16 @@ import pytest
 import workbench  # noqa: F401  (chooses GPU or simulator before numba is imported)
 from numba import cuda
 
-from solutions import half_norms, quantize
+from solutions import _half, elementwise, layernorm, quantize, softmax
 from workbench.check import check_stage, poison_like
 from workbench.ladder import InputError
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16 = np.dtype(np.float16)
-OPS = {op.name: op for op in half_norms.OPERATORS + quantize.OPERATORS}
+HALF_OPERATORS = [*softmax.HALF_OPERATORS, *layernorm.HALF_LAYERNORMS, *layernorm.HALF_RMSNORMS,
+                  *elementwise.HALF_OPERATORS]
+OPS = {op.name: op for op in HALF_OPERATORS + quantize.OPERATORS}
 
 
 # -- the conversions, against NumPy's and ml_dtypes' (both round to nearest even) ---------------------
@@ -28,7 +31,7 @@ def _patterns():
     return sorted({*range(0, 1 << 16, 5), *edges, *(e | 0x8000 for e in edges)})
 
 
-@pytest.mark.parametrize("fmt, widen", [(F16, half_norms.f16_to_float), (BF16, half_norms.bf16_to_float)],
+@pytest.mark.parametrize("fmt, widen", [(F16, _half.f16_to_float), (BF16, _half.bf16_to_float)],
                          ids=["fp16", "bf16"])
 def test_widening_is_exact(fmt, widen):
     bits = np.array(_patterns(), np.uint16)
@@ -48,7 +51,7 @@ def _float32_samples():
     return np.concatenate([spread, f16_ties, -f16_ties, bf16_ties, -bf16_ties, special])
 
 
-@pytest.mark.parametrize("fmt, narrow", [(F16, half_norms.float_to_f16), (BF16, half_norms.float_to_bf16)],
+@pytest.mark.parametrize("fmt, narrow", [(F16, _half.float_to_f16), (BF16, _half.float_to_bf16)],
                          ids=["fp16", "bf16"])
 def test_narrowing_rounds_to_nearest_even(fmt, narrow):
     values = _float32_samples()
@@ -69,7 +72,7 @@ def test_the_docstrings_accuracy_numbers():
     x = np.random.default_rng(1).uniform(1, 2, 10000)
     assert np.abs(x.astype(F16).astype(np.float64) / x - 1).max() <= 2.0 ** -11
     assert np.abs(x.astype(BF16).astype(np.float64) / x - 1).max() <= 2.0 ** -8
-    assert half_norms.TOLERANCE["float16"] > 2.0 ** -11 and half_norms.TOLERANCE["bfloat16"] > 2.0 ** -8
+    assert _half.TOLERANCE["float16"] > 2.0 ** -11 and _half.TOLERANCE["bfloat16"] > 2.0 ** -8
 
 
 def test_a_float16_sum_of_a_constant_row_gives_twice_the_softmax():
@@ -91,7 +94,7 @@ def run(stage, *inputs):
 @pytest.mark.parametrize("fmt", ["fp16", "bf16"])
 def test_packed_rows_of_one_and_two_columns(fmt):
     """Every row of one column is an edge element; with two, odd rows start in a word's high half."""
-    op = OPS[f"rmsnorm_{fmt}"]
+    op = OPS[f"rmsnorm[{fmt}]"]
     for stage in ("packed", "rows_in_flight", "in_registers"):
         for cols in (1, 2):
             result = check_stage(op[stage], (3, cols), np.random.default_rng(cols))
@@ -99,13 +102,13 @@ def test_packed_rows_of_one_and_two_columns(fmt):
 
 
 SLOW = pytest.mark.slow
-UNROLLED = [("softmax_bf16", "packed"), ("layernorm_fp16", "widened"), ("layernorm_bf16", "rows_in_flight"), ("quantize", "vectorized"),
+UNROLLED = [("softmax[bf16]", "packed"), ("layernorm[fp16]", "widened"), ("layernorm[bf16]", "rows_in_flight"), ("quantize", "vectorized"),
             ("dequantize", "vectorized"),
             *(pytest.param(*case, marks=SLOW) for case in [
-                ("softmax_fp16", "widened"), ("softmax_fp16", "fast_exp"), ("layernorm_bf16", "packed"),
-                ("rmsnorm_fp16", "packed"), ("softmax_fp16", "rows_in_flight"),
-                ("rmsnorm_bf16", "rows_in_flight"), ("gelu_fp16", "widened"), ("gelu_bf16", "packed"),
-                ("rmsnorm_fp16", "in_registers")])]
+                ("softmax[fp16]", "widened"), ("softmax[fp16]", "fast_exp"), ("layernorm[bf16]", "packed"),
+                ("rmsnorm[fp16]", "packed"), ("softmax[fp16]", "rows_in_flight"),
+                ("rmsnorm[bf16]", "rows_in_flight"), ("elementwise[fp16]", "widened"), ("elementwise[bf16]", "packed"),
+                ("rmsnorm[fp16]", "in_registers")])]
 
 
 @pytest.mark.parametrize("name, stage", UNROLLED)
@@ -123,7 +126,7 @@ def test_layernorm_subtracts_x0_before_the_mean():
     of 2^-10 at 1e4) moved every element by up to 1% of such a row's spread. This row (one element 8 above
     the rest, 3278 columns: the mean 8/3278 falls between float32 steps) gave 0.0035 that way; x - x0 - mean
     gives the output's own rounding, 0.0002."""
-    op = OPS["layernorm_fp16"]
+    op = OPS["layernorm[fp16]"]
     cols = 3278
     x = np.full((1, cols), 10000.0, np.float16)
     x[0, 1] = 10008.0
@@ -136,8 +139,8 @@ def test_row_words_cover_each_element_once():
     for cols in (1, 2, 3, 4, 37):
         seen = []
         for row in range(5):
-            start, end, first, stop = half_norms.row_words.py_func(np.uint64(row), np.uint64(cols))
-            edges = [half_norms.edge_element.py_func(np.uint64(t), start, end) for t in range(4)]
+            start, end, first, stop = _half.row_words.py_func(np.uint64(row), np.uint64(cols))
+            edges = [_half.edge_element.py_func(np.uint64(t), start, end) for t in range(4)]
             seen += [int(e) for e in edges if e < end]
             seen += [e for w in range(int(first), int(stop)) for e in (2 * w, 2 * w + 1)]
         assert sorted(seen) == list(range(5 * cols)), cols
@@ -199,11 +202,11 @@ def test_bad_input_names_what_was_expected():
     x32 = cuda.to_device(np.ones((2, 3), np.float32))
     x16 = cuda.to_device(np.ones((2, 3), F16))
     with pytest.raises(InputError, match="dtype float16"):
-        OPS["softmax_fp16"]["packed"](x32, cuda.device_array((2, 3), np.float32))
+        OPS["softmax[fp16]"]["packed"](x32, cuda.device_array((2, 3), np.float32))
     with pytest.raises(InputError, match="dtype bfloat16"):
-        OPS["softmax_bf16"]["packed"](x16, cuda.device_array((2, 3), F16))
+        OPS["softmax[bf16]"]["packed"](x16, cuda.device_array((2, 3), F16))
     with pytest.raises(InputError, match="one entry per column"):
-        OPS["rmsnorm_fp16"]["packed"](x16, cuda.to_device(np.ones(4, F16)), cuda.device_array((2, 3), F16))
+        OPS["rmsnorm[fp16]"]["packed"](x16, cuda.to_device(np.ones(4, F16)), cuda.device_array((2, 3), F16))
     with pytest.raises(InputError, match=r"shape \(2, 7\).*scale"):
         quantize.op["vectorized"](x32, cuda.device_array((2, 3), np.int8))
     with pytest.raises(InputError, match="host"):
@@ -212,19 +215,42 @@ def test_bad_input_names_what_was_expected():
 
 def test_every_low_precision_operator_is_grouped_and_ranked_after_the_float32_ladders():
     for op in OPS.values():
-        assert op.group == half_norms.LOW_PRECISION_GROUP and op.rank >= 200
+        assert op.group == _half.LOW_PRECISION_GROUP and op.rank >= 200
         assert op.adversarial_inputs is not None
-    assert all(s.dtype == np.float32 for op in half_norms.OPERATORS for s in op.stages)  # f64 refused in PTX
+    assert all(s.dtype == np.float32 for op in HALF_OPERATORS for s in op.stages)  # f64 refused in PTX
+
+
+def test_one_launcher_serves_every_format_of_a_family_through_stage_of():
+    """workbench.ladder.stage_of registers one launcher as the same stage of each variant: same name,
+    paragraph and function; each Stage keeps its dtype (float32 where the stages say so, else the
+    operator's own); the module-level name stays the plain launcher, which takes either format."""
+    from solutions import hgemm
+
+    for fp16, bf16 in (softmax.HALF_OPERATORS, layernorm.HALF_LAYERNORMS, layernorm.HALF_RMSNORMS,
+                       elementwise.HALF_OPERATORS, hgemm.OPERATORS):
+        assert [s.name for s in fp16.stages] == [s.name for s in bf16.stages]
+        for a, b in zip(fp16.stages, bf16.stages):
+            assert a.launch is b.launch and a.summary == b.summary and a.order == b.order
+    assert all(s.dtype == np.float32 for op in HALF_OPERATORS for s in op.stages)
+    assert {np.dtype(s.dtype) for s in hgemm.op.stages} == {F16}
+    assert {np.dtype(s.dtype) for s in hgemm.bf16_op.stages} == {BF16}
+    assert softmax.softmax_packed is OPS["softmax[bf16]"]["packed"].launch
+    x = cuda.to_device(np.random.default_rng(0).normal(size=(3, 5)).astype(BF16))
+    out = cuda.device_array((3, 5), BF16)
+    softmax.softmax_packed(x, out)  # the plain launcher, given bf16: no fp16 validation in the way
+    got = out.copy_to_host().astype(np.float64)
+    assert np.allclose(got.sum(axis=1), 1.0, atol=3e-2)
 
 
 def test_the_low_precision_ladders_import_no_other_ladder_so_they_get_exercises():
     """The grader refuses the answer key's modules, so a ladder that imports another gets no exercise:
-    what half_norms.py and quantize.py share lives in solutions/_half.py and solutions/_references.py."""
+    what the 16-bit variants of softmax.py, layernorm.py, elementwise.py and quantize.py share lives in
+    solutions/_half.py and solutions/_references.py."""
     from pathlib import Path
 
     from workbench.markers import ladder_imports
 
-    for module in (half_norms, quantize):
+    for module in (softmax, layernorm, elementwise, quantize):
         assert ladder_imports(Path(module.__file__).read_text()) == [], module.__name__
 
 
@@ -238,9 +264,9 @@ def test_packed_kernels_compile_to_word_loads_and_hardware_conversions():
 import workbench
 from numba import cuda
 from numba.cuda import types
-from solutions import half_norms as h
+from solutions import softmax
 a16, a32 = types.Array(types.uint16, 1, "C"), types.Array(types.uint32, 1, "C")
-ptx, _ = cuda.compile_ptx(h._softmax_fast_f16.py_func, (a16, a32, a16, a32, types.int64), cc=(9, 0))
+ptx, _ = cuda.compile_ptx(softmax._softmax_fast_f16.py_func, (a16, a32, a16, a32, types.int64), cc=(9, 0))
 print(ptx)
 """
     run_ = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -262,10 +288,10 @@ def test_in_registers_kernels_compile_to_vector_loads_and_paired_conversions():
 import workbench
 from numba import cuda
 from numba.cuda import types
-from solutions import half_norms as h
+from solutions import layernorm
 a16, a32 = types.Array(types.uint16, 1, "C"), types.Array(types.uint32, 1, "C")
 sig = (a16, a32, a16, a32, a16, a32, a16, a32, types.int64, types.int64, types.int64)
-ptx, _ = cuda.compile_ptx(h._layernorm_registers_bf16.py_func, sig, cc=(9, 0))
+ptx, _ = cuda.compile_ptx(layernorm._layernorm_registers_bf16.py_func, sig, cc=(9, 0))
 print(ptx)
 """
     run_ = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -285,7 +311,7 @@ NORMS = [f"{kind}_{fmt}" for kind in ("softmax", "layernorm", "rmsnorm") for fmt
 @pytest.mark.gpu
 @pytest.mark.timing
 @pytest.mark.parametrize("name", NORMS)
-def test_half_norms_reach_85_percent_of_copy_and_beat_torch_by_1_2x(name):
+def test_fp16_bf16_norms_reach_85_percent_of_copy_and_beat_torch_by_1_2x(name):
     """At 32768 x 4096, in one run: the last stage at >= 85% of the copy bandwidth measured now and
     >= 1.2x torch at the same dtype."""
     from tests.headline import headline
@@ -309,7 +335,7 @@ def test_quantize_and_dequantize_reach_85_percent_of_copy(name):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fmt, widen", [(F16, half_norms.f16_to_float), (BF16, half_norms.bf16_to_float)],
+@pytest.mark.parametrize("fmt, widen", [(F16, _half.f16_to_float), (BF16, _half.bf16_to_float)],
                          ids=["fp16", "bf16"])
 def test_widening_on_the_gpu_is_exact_for_every_pattern(fmt, widen):
     @cuda.jit
@@ -325,7 +351,7 @@ def test_widening_on_the_gpu_is_exact_for_every_pattern(fmt, widen):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fmt, narrow", [(F16, half_norms.float_to_f16), (BF16, half_norms.float_to_bf16)],
+@pytest.mark.parametrize("fmt, narrow", [(F16, _half.float_to_f16), (BF16, _half.float_to_bf16)],
                          ids=["fp16", "bf16"])
 def test_narrowing_on_the_gpu_rounds_to_nearest_even(fmt, narrow):
     @cuda.jit

@@ -237,10 +237,13 @@ def test_a_variant_repeats_no_paragraph_shown_before_it():
 
 
 def test_a_variants_module_story_is_told_once_where_the_notebook_first_meets_it():
-    built = BUILT[CHAPTERS["21_softmax"].notebook]
-    fp16, bf16 = section_of(built, OPS["softmax[fp16]"])[0].source, section_of(built, OPS["softmax[bf16]"])[0].source
-    assert "`solutions/half_norms.py`: **" in fp16 and "<details>" in fp16
-    assert "half_norms.py" not in bf16 and "<details>" not in bf16
+    built = BUILT[CHAPTERS["41_attention"].notebook]
+    fp16, bf16 = section_of(built, OPS["attention[fp16]"])[0].source, section_of(built, OPS["attention[bf16]"])[0].source
+    assert "`solutions/attention_tc.py`: **" in fp16 and "<details>" in fp16
+    assert "attention_tc.py" not in bf16 and "<details>" not in bf16
+    softmax = BUILT[CHAPTERS["21_softmax"].notebook]  # the 16-bit variants live in the float32 ladder's module,
+    assert "In fp16 and bf16: half the bytes, float32 inside." in softmax.cells[1].source  # whose story opens it
+    assert not any("<details>" in c.source for c in softmax.cells)
     activations = BUILT[CHAPTERS["14_activations"].notebook]  # the variants share the primary's module
     assert not any("<details>" in c.source for c in activations.cells)
 

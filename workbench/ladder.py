@@ -281,6 +281,22 @@ def variant_name(family: str, variant: Mapping[str, str]) -> str:
     return f"{family}[{','.join(values)}]" if values else family
 
 
+def stage_of(ops: Sequence[Operator], name: str, summary: str, **options):
+    """Register the decorated launcher as stage ``name`` of every operator in ``ops``: the one way a
+    launcher serves several variants of a family (an fp16 and a bf16 ladder, ...), picking each
+    variant's kernel from its inputs' dtype. ``options`` are :meth:`Operator.stage`'s (``dtype=np.float32``
+    for stages that compute in float32 between 16-bit inputs and outputs, ``bytes_moved``, ...).
+
+    The decorated name stays the plain launcher, since it serves every variant: each variant's checked
+    stage (its validation first) is ``op[name]``."""
+    def register(launch: Callable[..., None]) -> Callable[..., None]:
+        for op in ops:
+            op.stage(name, summary, **options)(launch)
+        return launch
+
+    return register
+
+
 # How a memory-bound operator's minimum bytes split between reads and writes, each with a ceiling of its
 # own that `workbench peaks` measures (workbench.ceilings): reading alone runs faster than copying, and two
 # reads per write faster again, since the memory bus turns round between reads and writes less often.

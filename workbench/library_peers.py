@@ -133,7 +133,7 @@ def compiled_peer(op, size) -> tuple[str, Callable] | None:
     times that (``returns_output``), so the timed work is the expression's kernels alone, reading the
     inputs and writing a result torch allocates from its caching allocator, never a copy into ``out``.
     An eager peer with ``out=`` writes the same bytes into ``out``; one that copies its result into
-    ``out`` (maxpool2d's indices) does more work than the compiled expression, which returns the
+    ``out`` (pool2d[max]'s indices) does more work than the compiled expression, which returns the
     output's layout whole."""
     torch_ = torch()
     if torch_ is None or op.torch_expression is None:

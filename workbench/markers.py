@@ -51,7 +51,7 @@ def no_exercise_because(source: str) -> str | None:
 
 def ladder_imports(source: str) -> list[str]:
     """The other ladder modules a solutions module imports (``from solutions import softmax``, ``from
-    solutions.half_norms import ...``); shared helpers (``solutions._ptx``) are not ladders. An exercise
+    solutions.layernorm import ...``); shared helpers (``solutions._ptx``) are not ladders. An exercise
     made from such a module could not be graded: the grader refuses the answer key's modules."""
     return list(_ladder_imports(source))
 

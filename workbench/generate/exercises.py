@@ -194,7 +194,7 @@ DEFAULT_SPEED_BAR = next(f.default for f in fields(Operator) if f.name == "grade
 
 
 def speed_bar_text(operators: list[Operator]) -> str:
-    """'60%', or '60% for gemm, 50% for gemm_batched' where a module's operators differ."""
+    """'60%', or '60% for gemm, 50% for gemm[batched]' where a module's operators differ."""
     bars = {op.name: op.grade_speed_bar for op in operators} or {"": DEFAULT_SPEED_BAR}
     if len(set(bars.values())) == 1:
         return f"{next(iter(bars.values())):.0%}"

@@ -1,0 +1,518 @@
+"""Depthwise 3x3 convolution of float32 images, NCHW and channels last (NHWC): one filter per channel.
+
+MobileNet's layer: each channel convolved with its own 3x3 filter, zero padding 1, stride 1, so the
+output has the input's shape. 18 flops per 8 bytes (each input read about once, each output written
+once) is far too little arithmetic to matter, unlike a full convolution's (conv.py): the layer is
+memory-bound, "% of peak" is the fraction of the measured copy bandwidth, and the ladders are about
+reading each byte once, with many loads in flight, and filling the GPU:
+
+* ``depthwise3x3`` (NCHW): a thread per output issues 9 loads per output; a thread per column strip
+  keeps a 3-row window in registers and issues 3 (each of them shared with the neighbouring threads
+  through L1); then the whole strip's window is loaded before any of it is used.
+* ``depthwise3x3[nhwc]``: the same layer with a pixel's channels contiguous (what cuDNN's tensor-core
+  kernels and torch's channels_last use), so a warp puts 32 neighbouring channels of one pixel across
+  its lanes: the same strips, then four channels a thread in 16-byte loads.
+"""
+
+import numpy as np
+from numba import cuda, float32, uint64
+
+from solutions._nchw import BENCH_SIZES, CHECK_SIZES, GROUP, HEADLINE, SIM_SIZES, nchw_bytes, nchw_images
+from solutions._vector_io import aligned16, load4, store4
+from workbench import library_peers as peers
+from workbench.ladder import Operator, blocks_for, expect_device_array
+from workbench.targets import against_peer, of_ceiling
+
+THREADS = 256
+
+
+# == depthwise3x3 ==================================================================================
+
+def _depthwise_inputs(size, rng):
+    (x,) = nchw_images(size, rng)
+    return x, rng.uniform(-1.0, 1.0, (size[1], 3, 3)).astype(np.float32)
+
+
+def _depthwise_reference(x, w):
+    N, C, H, W = x.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    out = np.zeros((N, C, H, W))
+    for r in range(3):
+        for s in range(3):
+            out += w[None, :, r, s, None, None].astype(np.float64) * xp[:, :, r:r + H, s:s + W]
+    return out
+
+
+def _depthwise_adversarial(size, rng):
+    x, w = _depthwise_inputs(size, rng)
+    # A constant image: inside, each output is its channel's filter sum; along the border only the taps
+    # on the image count (clamping or wrapping counts them all). Channels differ, so mixing them shows.
+    return [("constant-image", (np.ones_like(x), w))]
+
+
+def _depthwise_validate(x, w, out):
+    expect_device_array("x", x, dtype=np.float32, ndim=4)
+    expect_device_array("w", w, dtype=np.float32, shape=(x.shape[1], 3, 3))
+    expect_device_array("out", out, dtype=np.float32, shape=tuple(x.shape))
+
+
+def _depthwise_peer(size):
+    torch = peers.torch()
+    if torch is None:
+        return None
+
+    def run(x, w, out):
+        saved = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False
+        try:
+            weight = peers.as_torch(w).view(size[1], 1, 3, 3)
+            result = torch.nn.functional.conv2d(peers.as_torch(x), weight, padding=1, groups=size[1])
+        finally:
+            torch.backends.cudnn.allow_tf32 = saved
+        return result
+
+    run.returns_output = True  # the bench copies torch's own result back instead of timing a copy
+    return "torch.conv2d (groups=C)", run
+
+
+def _depthwise_expression(torch, size):
+    """The eager peer's call, for torch.compile: Inductor hands a convolution to cuDNN as eager torch
+    does (only its max-autotune mode tries Triton templates), so expect the eager figure plus a wrapper."""
+    return lambda x, w: torch.nn.functional.conv2d(x, w.view(size[1], 1, 3, 3), padding=1, groups=size[1])
+
+
+depthwise_op = Operator(
+    name="depthwise3x3",
+    targets=[against_peer(1.0), of_ceiling(85, "copy_gbps")],
+    title="Depthwise 3x3 convolution (one filter per channel, padding 1), NCHW float32",
+    reference=_depthwise_reference,
+    make_inputs=_depthwise_inputs,
+    make_output=lambda size: np.empty(size, np.float32),
+    bytes_moved=lambda size: 2 * nchw_bytes(size) + 36 * size[1],
+    flops=lambda size: 18 * int(np.prod(size)),
+    validate=_depthwise_validate,
+    peer=_depthwise_peer,
+    torch_expression=_depthwise_expression,
+    adversarial_inputs=_depthwise_adversarial,
+    size_names=("N", "C", "H", "W"),
+    sim_sizes=SIM_SIZES,
+    check_sizes=CHECK_SIZES,
+    bench_sizes=BENCH_SIZES,
+    headline_size=HEADLINE,
+    rank=330,
+    group=GROUP,
+    record_all_sizes=True,
+)
+
+
+# -- 1. a thread per output -------------------------------------------------------------------------
+
+@cuda.jit
+def _depthwise_naive(x, w, out):
+    i = cuda.grid(1)
+    N, C, H, W = x.shape
+    if i < x.size:
+        col = i % W
+        row = i // W % H
+        c = i // (W * H) % C
+        n = i // (W * H * C)
+        # HINT: nine taps w[c, r, s] * x[n, c, row + r - 1, col + s - 1]; taps outside the plane are zero.
+        # BEGIN SOLUTION
+        acc = float32(0.0)
+        for r in range(3):
+            h = row + r - 1
+            if 0 <= h < H:
+                for s in range(3):
+                    ww = col + s - 1
+                    if 0 <= ww < W:
+                        acc += w[c, r, s] * x[n, c, h, ww]
+        out[n, c, row, col] = acc
+        # END SOLUTION
+
+
+@depthwise_op.stage("naive", """
+    One thread per output reads its 9 taps and its channel's 9 weights straight from global memory,
+    with a bounds test per row and per tap. Neighbouring threads take neighbouring columns, so every
+    load is coalesced and L1 serves most of the 9-fold reuse, but that is 18 load instructions, four
+    index divisions and signed (wrap-checked) indexing per 8 bytes of useful traffic.""")
+def depthwise_naive(x, w, out):
+    _depthwise_naive[blocks_for(x.size, THREADS), THREADS](x, w, out)
+
+
+# -- 2. column strips: a 3-row window in registers -------------------------------------------------------
+
+STRIP = 8  # output rows per thread
+
+
+@cuda.jit(device=True, inline=True)
+def _row_of_three(x, base, h, col, H, W, v):
+    """v = x[plane, h, col - 1 .. col + 1], zeros outside the plane (unsigned addresses: no wrap code)."""
+    inside = 0 <= h < H
+    v[0] = x[uint64(base + h * W + col - 1)] if inside and col > 0 else float32(0.0)
+    v[1] = x[uint64(base + h * W + col)] if inside else float32(0.0)
+    v[2] = x[uint64(base + h * W + col + 1)] if inside and col + 1 < W else float32(0.0)
+
+
+@cuda.jit
+def _depthwise_strips(x, w, out, N, C, H, W):
+    # x, out: flat views. Thread i: column col of strip `strip` of plane (n, c); neighbouring threads
+    # take neighbouring columns, whatever the plane's width (no idle lanes on 14-wide planes).
+    i = cuda.grid(1)
+    strips = (H + STRIP - 1) // STRIP
+    if i < N * C * strips * W:
+        col = i % W
+        strip = i // W % strips
+        plane = i // (W * strips)
+        c = plane % C
+        base = plane * H * W
+        row0 = strip * STRIP
+        taps = cuda.local.array(9, float32)
+        above = cuda.local.array(3, float32)
+        middle = cuda.local.array(3, float32)
+        below = cuda.local.array(3, float32)
+        for k in range(9):
+            taps[k] = w[uint64(c * 9 + k)]
+        # HINT: load input rows row0 - 1 and row0 into `above` and `middle` (_row_of_three), then for each of the STRIP output rows load only the row below.
+        # HINT: the output is sum over s of taps[s] above[s] + taps[3 + s] middle[s] + taps[6 + s] below[s]; then slide the window: above <- middle <- below.
+        # BEGIN SOLUTION
+        _row_of_three(x, base, row0 - 1, col, H, W, above)
+        _row_of_three(x, base, row0, col, H, W, middle)
+        for r in range(STRIP):
+            row = row0 + r
+            _row_of_three(x, base, row + 1, col, H, W, below)
+            if row < H:
+                acc = float32(0.0)
+                for s in range(3):
+                    acc += taps[s] * above[s] + taps[3 + s] * middle[s] + taps[6 + s] * below[s]
+                out[uint64(base + row * W + col)] = acc
+            for s in range(3):
+                above[s] = middle[s]
+                middle[s] = below[s]
+        # END SOLUTION
+
+
+@depthwise_op.stage("strips", """
+    Each thread computes a strip of 8 outputs down one column, keeping the 3 input rows its window
+    covers in registers: each step down loads one new row of 3 values (the neighbouring threads load
+    the same ones, so L1 turns them into one coalesced line), so loads per output drop from 9 to 3 and
+    the weights are loaded once per 8 outputs instead of per output. The index arithmetic is done
+    once per strip and addresses are unsigned (no wrap-around code), and the flat thread numbering
+    keeps all 32 lanes busy on 14-pixel-wide planes, where a 2-D block would idle half of them.""")
+def depthwise_strips(x, w, out):
+    N, C, H, W = x.shape
+    n = N * C * blocks_for(H, STRIP) * W
+    _depthwise_strips[blocks_for(n, THREADS), THREADS](x.reshape(x.size), w.reshape(w.size),
+                                                        out.reshape(out.size), N, C, H, W)
+
+
+# -- 3. the whole strip's window in flight ------------------------------------------------------------------
+
+WINDOW_ROWS = STRIP + 2  # the input rows a strip of STRIP outputs reads (a module constant: a local array's shape)
+
+@cuda.jit
+def _depthwise_window_in_flight(x, w, out, N, C, H, W):
+    # As _depthwise_strips, but the STRIP + 2 input rows the strip needs are all loaded before the first
+    # output is computed: in strips, each step's 3 loads waited behind the previous step's store.
+    i = cuda.grid(1)
+    strips = (H + STRIP - 1) // STRIP
+    if i < N * C * strips * W:
+        col = i % W
+        strip = i // W % strips
+        plane = i // (W * strips)
+        c = plane % C
+        base = plane * H * W
+        row0 = strip * STRIP
+        taps = cuda.local.array(9, float32)
+        window = cuda.local.array((WINDOW_ROWS, 3), float32)
+        row = cuda.local.array(3, float32)
+        for k in range(9):
+            taps[k] = w[uint64(c * 9 + k)]
+        # HINT: first load every input row row0 - 1 .. row0 + STRIP into window (_row_of_three into a row, then copy); no store in between, so all 3 (STRIP + 2) loads are in flight together.
+        # HINT: then each output row r sums taps against window rows r, r + 1, r + 2 and stores if row0 + r < H.
+        # BEGIN SOLUTION
+        for r in range(WINDOW_ROWS):
+            _row_of_three(x, base, row0 - 1 + r, col, H, W, row)
+            for s in range(3):
+                window[r, s] = row[s]
+        for r in range(STRIP):
+            if row0 + r < H:
+                acc = float32(0.0)
+                for s in range(3):
+                    acc += taps[s] * window[r, s] + taps[3 + s] * window[r + 1, s] + taps[6 + s] * window[r + 2, s]
+                out[uint64(base + (row0 + r) * W + col)] = acc
+        # END SOLUTION
+
+
+@depthwise_op.stage("window_in_flight", """
+    strips measured 113 us on an H200 at 128x64x56x56 (1830 GB/s, 43% of copy): each step down the
+    strip loads one row and stores one output, and the next row's loads cannot move above that
+    store (out might alias x), so a thread has 3 loads in flight at a time. Here a thread loads all
+    30 values its strip needs (10 rows of 3) before computing any output, then computes and stores
+    the 8 outputs from registers: ten times the loads in flight per thread, the same instructions.""")
+def depthwise_window_in_flight(x, w, out):
+    N, C, H, W = x.shape
+    n = N * C * blocks_for(H, STRIP) * W
+    _depthwise_window_in_flight[blocks_for(n, THREADS), THREADS](x.reshape(x.size), w.reshape(w.size),
+                                                                  out.reshape(out.size), N, C, H, W)
+
+
+# == depthwise3x3[nhwc]: the same layer, channels last =====================================================
+
+# In NCHW a plane is contiguous and a warp reads 32 neighbouring pixels of one channel; in NHWC
+# (channels last: x[n, h, w, c], what cuDNN's tensor-core kernels and torch's channels_last use) a
+# pixel's C channels are contiguous, and a warp reads 32 neighbouring channels of one pixel. A depthwise
+# filter never mixes channels, so the channel is the natural thing to put across a warp: every lane
+# does the same arithmetic on its own channel, coalesced, with no border divergence inside a warp (all
+# its lanes sit at the same pixel). The filter stays (C, 3, 3), torch's depthwise weight whatever the
+# activations' layout: each thread loads its channel's 9 weights once, so their layout hardly matters.
+
+def _nhwc_inputs(size, rng):
+    N, H, W, C = size
+    x = rng.uniform(-2.0, 2.0, (N, H, W, C)).astype(np.float32)
+    return x, rng.uniform(-1.0, 1.0, (C, 3, 3)).astype(np.float32)
+
+
+def _nhwc_reference(x, w):
+    nchw = _depthwise_reference(np.ascontiguousarray(x.transpose(0, 3, 1, 2)), w)
+    return nchw.transpose(0, 2, 3, 1)
+
+
+def _nhwc_adversarial(size, rng):
+    x, w = _nhwc_inputs(size, rng)
+    # A constant image: borders count only the taps on the image; channels differ, so mixing them shows.
+    return [("constant-image", (np.ones_like(x), w))]
+
+
+def _nhwc_validate(x, w, out):
+    expect_device_array("x", x, dtype=np.float32, ndim=4)
+    expect_device_array("w", w, dtype=np.float32, shape=(x.shape[3], 3, 3))
+    expect_device_array("out", out, dtype=np.float32, shape=tuple(x.shape))
+
+
+def _nhwc_peer(size):
+    torch = peers.torch()
+    if torch is None:
+        return None
+    C = size[3]
+
+    def run(x, w, out):
+        # x is N x H x W x C in memory: as an N x C x H x W tensor it has channels_last strides, and
+        # cuDNN picks its channels-last kernel; the result comes back channels-last, i.e. NHWC.
+        x_cl = peers.as_torch(x).permute(0, 3, 1, 2)
+        weight = peers.as_torch(w).view(C, 1, 3, 3)
+        saved = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False
+        try:
+            y = torch.nn.functional.conv2d(x_cl, weight, padding=1, groups=C)
+        finally:
+            torch.backends.cudnn.allow_tf32 = saved
+        return y.permute(0, 2, 3, 1)
+
+    run.returns_output = True
+    return "torch.conv2d (groups=C, channels_last)", run
+
+
+def _nhwc_expression(torch, size):
+    C = size[3]
+    return lambda x, w: torch.nn.functional.conv2d(x.permute(0, 3, 1, 2), w.view(C, 1, 3, 3),
+                                                   padding=1, groups=C).permute(0, 2, 3, 1)
+
+
+depthwise_nhwc_op = Operator(
+    name="depthwise3x3", variant={"layout": "nhwc"},
+    targets=[against_peer(1.0), of_ceiling(85, "copy_gbps")],
+    title="Depthwise 3x3 convolution (padding 1), NHWC (channels last) float32",
+    reference=_nhwc_reference,
+    make_inputs=_nhwc_inputs,
+    make_output=lambda size: np.empty(size, np.float32),
+    bytes_moved=lambda size: 2 * nchw_bytes(size) + 36 * size[3],
+    flops=lambda size: 18 * int(np.prod(size)),
+    validate=_nhwc_validate,
+    peer=_nhwc_peer,
+    torch_expression=_nhwc_expression,
+    adversarial_inputs=_nhwc_adversarial,
+    size_names=("N", "H", "W", "C"),
+    sim_sizes=[(1, 3, 5, 2), (1, 5, 7, 3), (1, 9, 10, 4), (2, 7, 6, 36)],  # the middle (quick) takes the 16-byte path; C = 3 its fallback
+    check_sizes=[(1, 1, 2, 1), (2, 17, 19, 3), (4, 28, 28, 64), (32, 56, 56, 64)],
+    bench_sizes=[(32, 56, 56, 64), (32, 14, 14, 256), (128, 56, 56, 64)],
+    headline_size=(128, 56, 56, 64),
+    rank=330.5,
+    group=GROUP,
+    record_all_sizes=True,
+)
+
+
+# -- 1. a thread per output, the channel across the warp ------------------------------------------------
+
+@cuda.jit
+def _depthwise_nhwc_naive(x, w, out):
+    i = cuda.grid(1)
+    N, H, W, C = x.shape
+    if i < x.size:
+        c = i % C
+        col = i // C % W
+        row = i // (C * W) % H
+        n = i // (C * W * H)
+        # HINT: the same nine taps as NCHW's naive stage, indexed x[n, h, w, c]; taps off the image are zero.
+        # BEGIN SOLUTION
+        acc = float32(0.0)
+        for r in range(3):
+            h = row + r - 1
+            if 0 <= h < H:
+                for s in range(3):
+                    ww = col + s - 1
+                    if 0 <= ww < W:
+                        acc += w[c, r, s] * x[n, h, ww, c]
+        out[n, row, col, c] = acc
+        # END SOLUTION
+
+
+@depthwise_nhwc_op.stage("naive", """
+    depthwise3x3's naive kernel with the index order reversed: the channel varies fastest, so a
+    warp's 32 lanes take 32 channels of one pixel, and each of its nine tap loads is 128 contiguous
+    bytes (one coalesced line when C >= 32); the weights are L1 hits. The lanes of a
+    warp share their pixel, so the border tests never split a warp (in NCHW a warp spans a row's
+    edge). Still 18 loads, four divisions and signed indexing per output.""")
+def depthwise_nhwc_naive(x, w, out):
+    _depthwise_nhwc_naive[blocks_for(x.size, THREADS), THREADS](x, w, out)
+
+
+# -- 2. column strips, the channel across the warp ------------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def _nhwc_row_of_three(x, image, h, col, c, H, W, C, v):
+    """v = x[image, h, col - 1 .. col + 1, c], zeros off the image (unsigned addresses)."""
+    inside = 0 <= h < H
+    pixel = (image * H + h) * W + col
+    v[0] = x[uint64((pixel - 1) * C + c)] if inside and col > 0 else float32(0.0)
+    v[1] = x[uint64(pixel * C + c)] if inside else float32(0.0)
+    v[2] = x[uint64((pixel + 1) * C + c)] if inside and col + 1 < W else float32(0.0)
+
+
+@cuda.jit
+def _depthwise_nhwc_strips(x, w, out, N, H, W, C):
+    # x, out: flat views. Thread i: channel c of column col of strip `strip` of image n; neighbouring
+    # threads take neighbouring channels.
+    i = cuda.grid(1)
+    strips = (H + STRIP - 1) // STRIP
+    if i < N * strips * W * C:
+        c = i % C
+        col = i // C % W
+        strip = i // (C * W) % strips
+        n = i // (C * W * strips)
+        row0 = strip * STRIP
+        taps = cuda.local.array(9, float32)
+        above = cuda.local.array(3, float32)
+        middle = cuda.local.array(3, float32)
+        below = cuda.local.array(3, float32)
+        for k in range(9):
+            taps[k] = w[uint64(c * 9 + k)]
+        # HINT: as depthwise3x3.strips: rows row0 - 1 and row0 into `above` and `middle` (_nhwc_row_of_three), then per output row load the row below, compute, slide.
+        # BEGIN SOLUTION
+        _nhwc_row_of_three(x, n, row0 - 1, col, c, H, W, C, above)
+        _nhwc_row_of_three(x, n, row0, col, c, H, W, C, middle)
+        for r in range(STRIP):
+            row = row0 + r
+            _nhwc_row_of_three(x, n, row + 1, col, c, H, W, C, below)
+            if row < H:
+                acc = float32(0.0)
+                for s in range(3):
+                    acc += taps[s] * above[s] + taps[3 + s] * middle[s] + taps[6 + s] * below[s]
+                out[uint64(((n * H + row) * W + col) * C + c)] = acc
+            for s in range(3):
+                above[s] = middle[s]
+                middle[s] = below[s]
+        # END SOLUTION
+
+
+@depthwise_nhwc_op.stage("strips", """
+    depthwise3x3's strips in channels-last order: each thread computes 8 outputs down one column of
+    one channel, a 3-row window in registers, so loads per output drop from 9 to 3 (the horizontal
+    neighbours' loads are other warps' lines, served by L1) and the 9 weights are loaded once per
+    strip. The difference from NCHW is only the index order: a warp's loads are 32 channels of one
+    pixel, 128 contiguous bytes, whatever the width of the image (NCHW's 14-wide planes needed the
+    flat numbering to keep lanes busy; here C does that once C >= 32).""")
+def depthwise_nhwc_strips(x, w, out):
+    N, H, W, C = x.shape
+    n = N * blocks_for(H, STRIP) * W * C
+    _depthwise_nhwc_strips[blocks_for(n, THREADS), THREADS](x.reshape(x.size), w.reshape(w.size),
+                                                            out.reshape(out.size), N, H, W, C)
+
+
+# -- 3. four channels a thread, 16-byte loads -------------------------------------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def _nhwc_row_of_three4(x, image, h, col, c4, H, W, C, v):
+    """v[s, j] = x[image, h, col + s - 1, c4 + j] for j < 4, zeros off the image: three 16-byte loads."""
+    zero = float32(0.0)
+    pixel = (image * H + h) * W + col
+    for s in range(3):
+        if 0 <= h < H and 0 <= col + s - 1 < W:
+            a, b, c, d = load4(x, uint64((pixel + s - 1) * C + c4))
+        else:
+            a, b, c, d = zero, zero, zero, zero
+        v[s, 0] = a
+        v[s, 1] = b
+        v[s, 2] = c
+        v[s, 3] = d
+
+
+@cuda.jit
+def _depthwise_nhwc_vector4(x, w, out, N, H, W, C):
+    # As _depthwise_nhwc_strips, with thread i owning channels c4 .. c4 + 3 (C is a multiple of 4).
+    i = cuda.grid(1)
+    quads = C // 4
+    strips = (H + STRIP - 1) // STRIP
+    if i < N * strips * W * quads:
+        c4 = i % quads * 4
+        col = i // quads % W
+        strip = i // (quads * W) % strips
+        n = i // (quads * W * strips)
+        row0 = strip * STRIP
+        taps = cuda.local.array((9, 4), float32)
+        above = cuda.local.array((3, 4), float32)
+        middle = cuda.local.array((3, 4), float32)
+        below = cuda.local.array((3, 4), float32)
+        for k in range(9):
+            for j in range(4):
+                taps[k, j] = w[uint64((c4 + j) * 9 + k)]
+        # HINT: the strips kernel four channels wide: each row of three is three load4 (_nhwc_row_of_three4), each output four sums, one store4.
+        # BEGIN SOLUTION
+        _nhwc_row_of_three4(x, n, row0 - 1, col, c4, H, W, C, above)
+        _nhwc_row_of_three4(x, n, row0, col, c4, H, W, C, middle)
+        for r in range(STRIP):
+            row = row0 + r
+            _nhwc_row_of_three4(x, n, row + 1, col, c4, H, W, C, below)
+            if row < H:
+                acc = cuda.local.array(4, float32)
+                for j in range(4):
+                    acc[j] = float32(0.0)
+                    for s in range(3):
+                        acc[j] += taps[s, j] * above[s, j] + taps[3 + s, j] * middle[s, j] + taps[6 + s, j] * below[s, j]
+                store4(out, uint64(((n * H + row) * W + col) * C + c4), acc[0], acc[1], acc[2], acc[3])
+            for s in range(3):
+                for j in range(4):
+                    above[s, j] = middle[s, j]
+                    middle[s, j] = below[s, j]
+        # END SOLUTION
+
+
+@depthwise_nhwc_op.stage("vector4", """
+    What channels-last makes possible: a thread takes four neighbouring channels, so each tap of its
+    window is one 16-byte load (load4) instead of four 4-byte ones, and each output row one 16-byte
+    store: a quarter of the load and store instructions, a warp's access 512 contiguous bytes. NCHW
+    cannot do this for a 3x3 window: its four neighbouring floats are four columns, whose windows
+    overlap and whose row starts are not 16-byte aligned. It needs C a multiple of 4 and 16-byte
+    aligned arrays; otherwise the launcher runs the strips kernel.""")
+def depthwise_nhwc_vector4(x, w, out):
+    N, H, W, C = x.shape
+    flat_x, flat_w, flat_out = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
+    if C % 4 != 0 or not aligned16(flat_x, flat_out):
+        n = N * blocks_for(H, STRIP) * W * C
+        _depthwise_nhwc_strips[blocks_for(n, THREADS), THREADS](flat_x, flat_w, flat_out, N, H, W, C)
+        return
+    n = N * blocks_for(H, STRIP) * W * (C // 4)
+    _depthwise_nhwc_vector4[blocks_for(n, THREADS), THREADS](flat_x, flat_w, flat_out, N, H, W, C)
+
+
+OPERATORS = [depthwise_op, depthwise_nhwc_op]

@@ -1,0 +1,86 @@
+"""BatchNorm (solutions/batchnorm.py) and its fold into the convolution before it (solutions/conv_bn.py):
+what is specific to them. Every stage's correctness at the simulator sizes and its sm_90 compile are
+tests/test_ladders.py's; here the paths those tiny sizes do not take, and on a GPU the ladders' targets."""
+
+import numpy as np
+import pytest
+
+import workbench  # noqa: F401  (chooses GPU or simulator before numba is imported)
+from workbench.check import check_stage
+
+from solutions import batchnorm
+
+
+# -- the vector stages: the paths the simulator sizes do not take ------------------------------------------
+
+def test_bn_normalize_kernel_takes_its_four_vectors_in_flight_path():
+    """The simulator sizes are under one block's 4096 elements, so every thread there takes the
+    one-vector-at-a-time branch. 1x2x41x43 (3526 elements, planes of 1763: vectors straddle planes)
+    sends threads 0-112 down the four-loads-then-four-stores branch, the rest down the other."""
+    rng = np.random.default_rng(3)
+    result = check_stage(batchnorm.bn_infer_op["vectors"], (1, 2, 41, 43), rng)
+    assert result.passed, result.message
+
+
+def test_bn_train_vector_passes_keeps_a_channel_at_1e4_exact():
+    """The adversarial input (a channel of mean 1e4 and std 1, and a constant channel) at a size whose
+    planes start off 16-byte boundaries (H*W = 15): the head and tail of each plane take single loads."""
+    size = (3, 2, 3, 5)
+    (label, inputs), = batchnorm.bn_op.adversarial_inputs(size, np.random.default_rng(5))
+    result = check_stage(batchnorm.bn_op["vector_passes"], size, np.random.default_rng(5), inputs=inputs, label=label)
+    assert result.passed, result.message
+
+
+@pytest.mark.slow  # the simulator sizes give each channel one statistics block; this one gives it two
+def test_bn_train_vector_passes_combines_the_partials_of_several_blocks():
+    size = (2, 2, 33, 33)  # 2178 elements a channel: two blocks, each a plane of 1089 (unaligned starts)
+    result = check_stage(batchnorm.bn_op["vector_passes"], size, np.random.default_rng(4))
+    assert result.passed, result.message
+
+
+# -- conv2d[bn_folded]: the fold's rounding -----------------------------------------------------------------------
+
+@pytest.mark.slow  # two simulated implicit GEMM blocks per stage: seconds each
+def test_folded_weights_stays_within_tolerance_on_a_tiny_variance_channel():
+    """A channel with a variance 1e4 times smaller than the others has a scale 100 times larger: its
+    folded weights span a wider range and its bias beta - mean * s is a difference of large numbers.
+    Both stages must stay within the operator's tolerance there."""
+    from solutions import conv_bn
+
+    size = (1, 2, 7, 9, 5)
+    inputs = conv_bn.tiny_variance_inputs(size, np.random.default_rng(9))
+    for stage in conv_bn.op.stages:
+        result = check_stage(stage, size, np.random.default_rng(9), inputs=inputs, label="tiny-variance")
+        assert result.passed, (stage.key, result.message)
+
+
+# -- on a GPU: the targets at 128x64x56x56 ------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", batchnorm.OPERATORS, ids=lambda o: o.name)
+def test_batchnorm_final_stages_correct_at_the_headline(op):
+    result = check_stage(op.stages[-1], op.headline_size, np.random.default_rng(0))
+    assert result.passed, result.message
+
+
+@pytest.mark.gpu
+@pytest.mark.timing
+def test_batchnorm_train_vector_passes_beats_torch_by_half():
+    """BatchNorm training at least 1.5x torch at N128 C64 56x56."""
+    from tests.headline import headline
+
+    _, stages, peer = headline(batchnorm.bn_op)
+    times = {r["stage"]: r["median_us"] for r in stages}
+    assert peer is not None
+    assert peer["median_us"] / times["vector_passes"] >= 1.5, (times, peer["median_us"])
+
+
+@pytest.mark.gpu
+@pytest.mark.timing
+def test_batchnorm_infer_vectors_at_least_torch():
+    from tests.headline import headline
+
+    _, stages, peer = headline(batchnorm.bn_infer_op)
+    times = {r["stage"]: r["median_us"] for r in stages}
+    assert peer is not None
+    assert peer["median_us"] / times["vectors"] >= 1.0, (times, peer["median_us"])
