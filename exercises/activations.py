@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/activations.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade act_relu            (or act_relu.<stage>; its other operators: act_leaky_relu, act_sigmoid, act_tanh, act_gelu, act_gelu_tanh, act_silu, act_relu_fp16, act_leaky_relu_fp16, act_sigmoid_fp16, act_tanh_fp16, act_gelu_fp16, act_gelu_tanh_fp16, act_silu_fp16, act_relu_bf16, act_leaky_relu_bf16, act_sigmoid_bf16, act_tanh_bf16, act_gelu_bf16, act_gelu_tanh_bf16, act_silu_bf16)
+#     workbench grade activation[relu]            (or activation[relu].<stage>; its other operators: activation[leaky_relu], activation[sigmoid], activation[tanh], activation[gelu], activation[gelu_tanh], activation[silu], activation[relu,fp16], activation[leaky_relu,fp16], activation[sigmoid,fp16], activation[tanh,fp16], activation[gelu,fp16], activation[gelu_tanh,fp16], activation[silu,fp16], activation[relu,bf16], activation[leaky_relu,bf16], activation[sigmoid,bf16], activation[tanh,bf16], activation[gelu,bf16], activation[gelu_tanh,bf16], activation[silu,bf16])
 # The grader checks each stage against the operator in solutions/activations.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 4a678d20a83712175b1bb26a5a93ac2fcd3c1011346ff2891a425da0a082a890
+# generated-sha256: 6a62a175f3778f7d1731ee6e582ffc7b819536650200624f585308f3fb5be97f
 # --------------------------------------------------------------------------------------------------
 """Activation functions on a float32, fp16 or bf16 vector, from a thread per element to 16-byte loads and fast math.
 
@@ -31,7 +31,7 @@ what stands between a one-line kernel and that speed, and what speed costs in ac
    for GELU) compiled with ``fastmath=True``, which swaps libdevice's accurate ``expf``/``tanhf`` for
    the hardware's approximate ``ex2.approx``/``tanh.approx.f32`` and the division for an approximate one.
 
-Each activation is its own operator (``act_relu``, ``act_gelu``, ...): the kernels are written once
+Each activation is its own operator (``activation[relu]``, ``activation[gelu]``, ...): the kernels are written once
 below, with the activation as a name (``activation``) they call, and compiled once per function
 (``solutions/_templates.py``), the way a C++ template is instantiated once per functor. torch and
 ``torch.compile`` are the peers (``scripts/gpu_activations_reductions.py`` times both).
@@ -59,7 +59,7 @@ GELU-tanh multiply x by the logistic without forming e^-|z| itself (``times_logi
 fastmath's flush to zero would turn to 0 for |z| > 87.3 where the product is still a normal number
 (the 16-bit fast_math paragraph).
 
-**fp16 and bf16** (``act_relu_fp16``, ``act_gelu_bf16``, ...: all seven functions, in each format).
+**fp16 and bf16** (``activation[relu,fp16]``, ``activation[gelu,bf16]``, ...: all seven functions, in each format).
 The same float32 functions, with each element widened to float32 when it is loaded and rounded to 16
 bits once, when it is stored (as torch computes them): half the bytes of the float32 operators, so at
 a copy's speed half the time. Three stages: ``widened`` (a thread per element, 2-byte loads),
@@ -71,8 +71,8 @@ thousandth of a 16-bit result's rounding). Accuracy is counted in ulps of the 16
 error, 0.501 at most (the GPU test allows 0.51: ``HALF_ULPS``). One exception, Tanh: fast math swaps
 tanhf for tanh.approx.f32, whose documented relative error, 2^-10.987, is up to 0.13 of a bf16 step
 (results within 0.63 ulp: always one of the two bf16 numbers around the answer) but up to a whole fp16
-step (results up to 1.5 ulps away, no longer a rounding): act_tanh_bf16 has a fast_math stage,
-act_tanh_fp16 has none. The 16-bit Leaky ReLU, Sigmoid and Tanh have not been timed yet (ReLU, both
+step (results up to 1.5 ulps away, no longer a rounding): activation[tanh,bf16] has a fast_math stage,
+activation[tanh,fp16] has none. The 16-bit Leaky ReLU, Sigmoid and Tanh have not been timed yet (ReLU, both
 GELUs and SiLU have).
 """
 
@@ -191,7 +191,7 @@ def short_erfc(z):
 
 @cuda.jit(device=True, inline=True)
 def gelu_short_erfc(v):
-    # gelu with short_erfc for libdevice's erfcf: for 16-bit results only (act_gelu_fp16/bf16.short_erfc)
+    # gelu with short_erfc for libdevice's erfcf: for 16-bit results only (activation[gelu,fp16]/bf16.short_erfc)
     g = HALF * v * short_erfc(-v * SQRT_HALF)
     return ZERO if v == NEG_INF else g
 
@@ -538,13 +538,13 @@ ACTIVATIONS = [
         a division and a polynomial). Its documented relative error is 2^-10.99: about a thousand
         float32 ulps. That is not acceptable for a float32 result (this stage's tolerance is 1e-3 instead
         of 1e-5, and this is why). Rounded to bf16 it is at most 0.13 of a step, which is where the
-        instruction earns its place (act_tanh_bf16.fast_math); rounded to fp16 it is up to a whole step,
-        so act_tanh_fp16 keeps tanhf.""", fast_tolerance=1e-3),
+        instruction earns its place (activation[tanh,bf16].fast_math); rounded to fp16 it is up to a whole step,
+        so activation[tanh,fp16] keeps tanhf.""", fast_tolerance=1e-3),
     Activation("gelu", "GELU (erf form)", gelu, "torch.nn.functional.gelu",
                lambda t, x: t.nn.functional.gelu(x), 6, threads=128, fast_on="in_flight", fast="""
         There is no hardware erfc: libdevice's erfcf stays, compiled with subnormals flushed and
         approximate division. Expect little change: this is where fast math has nothing to offer, and
-        the tanh approximation (act_gelu_tanh) is the cheaper function."""),
+        the tanh approximation (activation[gelu_tanh]) is the cheaper function."""),
     Activation("gelu_tanh", "GELU (tanh approximation)", gelu_tanh, "torch.nn.functional.gelu(approximate='tanh')",
                lambda t, x: t.nn.functional.gelu(x, approximate="tanh"), 9, fast="""
         Here math.exp becomes ex2.approx and the division is approximate: a few ulps more for |x| of a
@@ -568,7 +568,7 @@ KERNEL_TEMPLATES = [_thread_per_element, _grid_stride, _vector4, _in_flight, _sm
 
 def _make_operator(act: Activation, rank: float) -> Operator:
     op = Operator(
-        name=f"act_{act.name}",
+        name="activation", variant={"function": act.name},
         targets=[of_ceiling(85, "copy_gbps"), against_peer(1.0, "eager")],
         title=f"{act.title}, float32",
         reference=reference_of(act.name),
@@ -627,11 +627,11 @@ HALF_TOLERANCE = {"float16": 2e-3, "bfloat16": 1e-2}
 # a few float32 ulps (libdevice) or tens (ex2.approx at large |x|), 2^-13 of an fp16 step and 2^-16 of a
 # bf16 one each: 0.51 leaves room for all of them. tanh.approx.f32 is the exception (relative error
 # 2^-10.987: 0.127 of a bf16 step at most, for a result just below a power of two, where the step is
-# 2^-7 of it), so act_tanh_bf16.fast_math may be 0.5 + 0.127 ulp away; in fp16 the same error is up to
-# a whole step, so act_tanh_fp16 has no fast_math stage (NO_FAST_HALF). tests/test_activations.py
+# 2^-7 of it), so activation[tanh,bf16].fast_math may be 0.5 + 0.127 ulp away; in fp16 the same error is up to
+# a whole step, so activation[tanh,fp16] has no fast_math stage (NO_FAST_HALF). tests/test_activations.py
 # replays that bound over every 16-bit input.
 HALF_ULPS = 0.51
-HALF_ULPS_OF = {"act_tanh_bf16.fast_math": 0.63}
+HALF_ULPS_OF = {"activation[tanh,bf16].fast_math": 0.63}
 
 
 def ulps_allowed(stage_key: str) -> float:
@@ -774,11 +774,11 @@ HALF_FAST = {  # what fastmath=True changes for each function, after FAST_MATH_H
         two bf16 numbers around it, one step off only near a rounding tie (tests/test_activations.py
         replays the bound over all 65536 inputs: 0.62 at worst). Rounded to fp16 (a step of 2^-11 to
         2^-10 of the result) the same error is up to a whole step and the replay finds results 1.5
-        steps away, which is no longer a rounding: act_tanh_fp16 has no fast_math stage. Not timed yet.""",
+        steps away, which is no longer a rounding: activation[tanh,fp16] has no fast_math stage. Not timed yet.""",
 }
 # (function, format) with no fast_math stage although the function has one: why, at the end of in_flight's paragraph
-NO_FAST_HALF = {("tanh", "float16"): """ act_tanh_fp16 ends here: the fast_math stage of the others would swap tanhf for
-    tanh.approx.f32, whose relative error of 2^-10.987 is up to a whole fp16 step (act_tanh_bf16.fast_math
+NO_FAST_HALF = {("tanh", "float16"): """ activation[tanh,fp16] ends here: the fast_math stage of the others would swap tanhf for
+    tanh.approx.f32, whose relative error of 2^-10.987 is up to a whole fp16 step (activation[tanh,bf16].fast_math
     keeps it: there it is 0.13 of a step)."""}
 NOT_TIMED_NOTE = """ This operator has not been timed yet: the figures above are the other functions'."""
 
@@ -829,7 +829,7 @@ def _make_half_operator(act: Activation, dtype, rank: float) -> Operator:
     fmt = np.dtype(dtype).name
     short = short_name(dtype)
     op = Operator(
-        name=f"act_{act.name}_{short}",
+        name="activation", variant={"function": act.name, "dtype": short},
         title=f"{act.title}, {short}",
         reference=reference_of(act.name),
         make_inputs=_half_inputs(dtype),

@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/allreduce.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade allreduce            (or allreduce.<stage>; its other operators: allreduce_rmsnorm)
+#     workbench grade allreduce            (or allreduce.<stage>; its other operators: allreduce[rmsnorm])
 # The grader checks each stage against the operator in solutions/allreduce.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: e92731c91c535d814989345ca016c2f7b5182afaae6645ae6046f7c7fc74ffeb
+# generated-sha256: 246cded4b6d4ccb8816b19acdb4d8342038f0c1b67a6987c9d2299a75f20dc2c
 # --------------------------------------------------------------------------------------------------
 """AllReduce: every GPU holds a float32 buffer, and every GPU ends up with the sum of all of them.
 
@@ -31,7 +31,7 @@ memory over NVLink:
 * lamport: one kernel per GPU that pushes its whole buffer into every other GPU's mailboxes, where
   each value is its own signal: no flag, no fence, no barrier; the least latency for small messages.
 
-The fused operator (allreduce_rmsnorm) adds the residual and normalises in the same kernels: the
+The fused operator (allreduce[rmsnorm]) adds the residual and normalises in the same kernels: the
 epilogue of a tensor-parallel transformer block, beside NCCL followed by the separate kernels.
 
 **Ranks.** A *rank* is one participant: its input buffer ``send`` and its output buffer ``recv``
@@ -1035,7 +1035,7 @@ def _fused_bytes(size):
 fused_op = Operator(
     figures_elsewhere="/".join(RUN_FILE),
     bound_note=_bound_note(),
-    name="allreduce_rmsnorm",
+    name="allreduce", variant={"fusion": "rmsnorm"},
     title="AllReduce + residual add + RMSNorm (a tensor-parallel block's epilogue)",
     reference=_fused_reference,
     make_inputs=_fused_inputs,
@@ -1263,7 +1263,7 @@ FUSED_LAMPORT_CHUNK = 1 << 22  # floats of rows one launch handles (16 MB): 4096
 # Threads a block of the fused lamport kernel: a block normalises a row, and a thread waits for its
 # vectors one after another (a wait is a loop: the next load cannot start before it ends), so a row
 # of 8192 takes 4 waits a thread at 512 threads, 16 at 128. Under 128 registers a thread (96: `workbench
-# ptx allreduce_rmsnorm`), one such block fits an SM, which the grid's cap counts on.
+# ptx allreduce[rmsnorm]`), one such block fits an SM, which the grid's cap counts on.
 FUSED_LAMPORT_THREADS = 512
 
 

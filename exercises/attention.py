@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/attention.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade attention            (or attention.<stage>; its other operators: attention_rope)
+#     workbench grade attention            (or attention.<stage>; its other operators: attention[rope])
 # The grader checks each stage against the operator in solutions/attention.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: c5326984e879534c504180f782b89e4e52a2590b101018177abef292542dd7d2
+# generated-sha256: 209381c99a075e46b5ecf03464d0a9e474b37e76f2a8d2100020b950e4db1934
 # --------------------------------------------------------------------------------------------------
 """Scaled dot-product attention in float32, from three kernels to a register-tiled FlashAttention.
 
@@ -46,7 +46,7 @@ it writes and reads back (stage 1: 6 S^2 floats per head) and how often K and V 
 per query in stage 2, once per 16, 64 or 128 queries in the flash stages). The operator's own model is
 the minimum, q, k and v read and out written once.
 
-A second operator, ``attention_rope``, takes the cos and sin tables of RoPE (rotary position
+A second operator, ``attention[rope]``, takes the cos and sin tables of RoPE (rotary position
 embedding, ``rope.py``) too and attends over q and k rotated by them, as a Llama layer does:
 
 1. ``rotate_then_attend``: a RoPE kernel writes rotated copies of q and k, then stage 5 runs on them.
@@ -684,7 +684,7 @@ def _register_tiles_kernel(DP):
 
 
 def _launch_tiles(kernel, q, k, v, causal, out, *tables):
-    """``tables``: arguments the kernel takes after its first six (RoPE's cos and sin: attention_rope)."""
+    """``tables``: arguments the kernel takes after its first six (RoPE's cos and sin: attention[rope])."""
     B, H, S, D = q.shape
     args = (q, k, v, out, _scale_log2e(q), causal, *tables)
     nbytes = _tile_bytes(_padded_head_dim(D))
@@ -811,7 +811,7 @@ def tensor_cores(q, k, v, causal, out):
 
 
 
-# == RoPE fused into the flash kernel's loads (a second operator: attention_rope) ====================
+# == RoPE fused into the flash kernel's loads (a second operator: attention[rope]) ====================
 #
 # Models rotate q and k by their positions (RoPE, rope.py) right before attention. The rotation is a
 # pass over Q and K through memory; a flash kernel already loads both tile by tile, so it can rotate
@@ -901,7 +901,7 @@ def _rotation_pass_bytes(size):
 
 
 rope_op = Operator(
-    name="attention_rope",
+    name="attention", variant={"fusion": "rope"},
     title="Attention with RoPE (rotary positions), float32, causal or not",
     reference=_rope_reference,
     make_inputs=_rope_inputs,

@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/attention_tc.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade attention_fp16            (or attention_fp16.<stage>; its other operators: attention_bf16)
+#     workbench grade attention[fp16]            (or attention[fp16].<stage>; its other operators: attention[bf16])
 # The grader checks each stage against the operator in solutions/attention_tc.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,13 +10,13 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: f8bb19854b56942400f0f5a302159254073182b701cef9f27827456da0672578
+# generated-sha256: e7e358d7ed97fd5e0b6931a26bca0722f694025679722bfa7dcdb204c21dbaaa
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync.
 
 out[b, h, i] = sum_j softmax_j(q[b, h, i] . k[b, h, j] / sqrt(D)) v[b, h, j], with the causal mask
 (query i sees keys j <= i) when ``causal[0]`` is 1: the float32 ``attention`` ladder's operator, with
-q, k, v and out B x H x S x D arrays in fp16 (``attention_fp16``) or bf16 (``attention_bf16``), the
+q, k, v and out B x H x S x D arrays in fp16 (``attention[fp16]``) or bf16 (``attention[bf16]``), the
 scores, the softmax statistics and the output accumulated in float32, the output rounded once to
 the inputs' type (what torch's SDPA does at these dtypes). A size is B x H x S x D x CAUSAL; D is a
 multiple of 8 up to 128 (16-byte rows for cp.async; the kernels are built for D padded to 16, 32, 64
@@ -148,9 +148,9 @@ def _io_bytes(size):
     return 4 * B * H * S * D * 2  # q, k, v read and out written once, 2 bytes an element
 
 
-def _operator(name, dtype, title, rank):
+def _operator(short, dtype, title, rank):
     return Operator(
-        name=name,
+        name="attention", variant={"dtype": short},
         # mma.sync's ladder set out for half of SDPA; on Hopper's instructions (wgmma, TMA, warp
         # specialisation) the aim is SDPA itself, at both shapes FlashAttention-3 is judged at
         targets=[against_peer(0.5, "torch SDPA", stage="best"), against_peer(1.0, "torch SDPA", stage="best"),
@@ -179,8 +179,8 @@ def _operator(name, dtype, title, rank):
     )
 
 
-op = _operator("attention_fp16", np.float16, "FlashAttention on tensor cores, fp16 (float32 softmax)", 302)
-bf16_op = _operator("attention_bf16", BF16, "FlashAttention on tensor cores, bf16 (float32 softmax)", 303) \
+op = _operator("fp16", np.float16, "FlashAttention on tensor cores, fp16 (float32 softmax)", 302)
+bf16_op = _operator("bf16", BF16, "FlashAttention on tensor cores, bf16 (float32 softmax)", 303) \
     if BF16 is not None else None
 OPERATORS = [o for o in (op, bf16_op) if o is not None]
 

@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/batchnorm.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade batchnorm_train            (or batchnorm_train.<stage>; its other operators: batchnorm_infer)
+#     workbench grade batchnorm[train]            (or batchnorm[train].<stage>; its other operators: batchnorm[infer])
 # The grader checks each stage against the operator in solutions/batchnorm.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 1f6db320162a9f6a2a80a8a6281a1c28671c59ad265bf0660ff4ef5a65283780
+# generated-sha256: 8b2a750584bd36433b583363d27b639731c1d21636d8156f9c24c383e28e7bb4
 # --------------------------------------------------------------------------------------------------
 """BatchNorm of NCHW float32 images: the training forward pass (statistics of the batch) and inference.
 
@@ -18,11 +18,11 @@ Both read their input once and write their output once for a few flops per eleme
 "% of peak" is the fraction of the measured copy bandwidth, and the ladders are about reading each byte
 once, with many loads in flight, and filling the GPU:
 
-* ``batchnorm_train``: per channel, the mean and (biased) variance over N*H*W elements, then
+* ``batchnorm[train]``: per channel, the mean and (biased) variance over N*H*W elements, then
   out = (x - mean) / sqrt(var + 1e-5) * gamma + beta. The statistics are a reduction across the whole
   batch: too few channels (64) to give each one block, so the ladder splits each channel over many
   blocks and combines their partial sums.
-* ``batchnorm_infer``: the inference form, with the running statistics a trained model stores: an
+* ``batchnorm[infer]``: the inference form, with the running statistics a trained model stores: an
   elementwise layer once each channel's divisor is folded into one scale. The same fold, applied to the
   weights of the convolution before it, removes the layer from a deployed network altogether
   (conv_bn.py).
@@ -46,7 +46,7 @@ EPS = np.float32(1e-5)  # a float32 global: numba types it float32
 TORCH_EPS = float(EPS)  # eps for torch expressions: torch.compile traces float() of a numpy scalar as data-dependent and fails
 
 
-# == batchnorm_train ==============================================================================
+# == batchnorm[train] ==============================================================================
 
 def _bn_inputs(size, rng):
     N, C, H, W = size
@@ -102,7 +102,7 @@ def _bn_expression(torch, size):
 
 
 bn_op = Operator(
-    name="batchnorm_train",
+    name="batchnorm", variant={"mode": "train"},
     targets=[against_peer(1.5, "torch.batch_norm*", stage="vector_passes"), against_peer(1.0),
              of_ceiling(85, "copy_gbps", stage="vector_passes")],
     title="BatchNorm, training forward: per-channel batch statistics, then normalize (NCHW float32)",
@@ -399,7 +399,7 @@ def _bn_stats_vectors(x, gamma, beta, partials, done, params, N, C, HW):
     up to 3 unaligned elements at each end go to single loads; at most 32 blocks a channel, none with
     less than a vector a thread), four vectors issued before any is added; the last of a channel's blocks to finish (an atomic ticket, as the reduction's fused
     stage) combines the partials into the channel's (scale, sample, mean offset, beta), so no launch
-    is spent on it. The normalize pass is one kernel shared with batchnorm_infer's vectors stage: the
+    is spent on it. The normalize pass is one kernel shared with batchnorm[infer]'s vectors stage: the
     tensor as one flat stream of vectors, as activations' in_flight, each vector's channel found with
     one 32-bit division (a vector may straddle two planes when H*W is not a multiple of 4), the
     channel's four floats one 16-byte load from L1. Still (x - sample - mean offset) * scale + beta,
@@ -427,7 +427,7 @@ def batchnorm_vector_passes(x, gamma, beta, out):
     _bn_apply(x, params.reshape(4 * C), out, C, HW)
 
 
-# == batchnorm_infer ==============================================================================
+# == batchnorm[infer] ==============================================================================
 
 def _bn_infer_inputs(size, rng):
     x, gamma, beta = _bn_inputs(size, rng)
@@ -487,7 +487,7 @@ def _bn_infer_expression(torch, size):
 
 
 bn_infer_op = Operator(
-    name="batchnorm_infer",
+    name="batchnorm", variant={"mode": "infer"},
     targets=[against_peer(1.0, "torch.batch_norm*", stage="vectors"), of_ceiling(85, "copy_gbps", stage="vectors")],
     title="BatchNorm, inference: the running statistics folded into a scale per channel (NCHW float32)",
     reference=_bn_infer_reference,
@@ -635,7 +635,7 @@ def batchnorm_infer_in_flight(x, gamma, beta, running_mean, running_var, out):
                                                                 out.reshape(out.size), C, HW)
 
 
-# -- 4. 16-byte vectors, the normalize kernel batchnorm_train's vector_passes uses ------------------------------
+# -- 4. 16-byte vectors, the normalize kernel batchnorm[train]'s vector_passes uses ------------------------------
 
 @cuda.jit
 def _bn_fold_params(gamma, beta, running_mean, running_var, params):
@@ -654,7 +654,7 @@ def _bn_fold_params(gamma, beta, running_mean, running_var, params):
     four (64 bytes) before its first store, blocks covering 16 KB each whatever the plane size. A
     vector finds its channel with one 32-bit division and reads the channel's (scale, mean, 0, beta)
     as one 16-byte row from L1; a vector that straddles two planes (H*W not a multiple of 4) takes
-    the next channel's row for its last elements. It is the normalize kernel of batchnorm_train's
+    the next channel's row for its last elements. It is the normalize kernel of batchnorm[train]'s
     vector_passes: only how the four floats a channel are found differs. On the H200: 56.0 µs at
     128x64x56x56 (86% of the copy rate; torch 74.1, torch.compile 51.7), but behind torch at the
     small layers, 9.3 against 8.7 µs at 32x256x14x14 and 12.7 against 11.1 at 32x128x28x28

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 80454c0dc2d0034e35bbb0819168003546ecf997051ec5b3a64bb12c2e1859c9
+# generated-sha256: 0f857f5ffded601c2d112a13adfba0443add6a440dac9a4919824c90d505de55
 # --------------------------------------------------------------------------------------------------
 """Transposed 2-D convolution (NCHW float32): the upsampling layer of decoders and GANs, and the gradient
 of conv2d with respect to its input.
@@ -38,7 +38,7 @@ The ladder is the choice between pushing and pulling:
    convolution with a sub-filter, run on conv2d's implicit GEMM main loop (solutions/_implicit_gemm.py).
 
 Inputs: x float32 (N, C, H, W), w float32 (C, K, R, S), geometry int32 [stride, pad] (a device array the
-kernels read, as conv2d_general's), out float32 (N, K, Ho, Wo), overwritten. Size: N x C x H x W x K x
+kernels read, as conv2d[general]'s), out float32 (N, K, Ho, Wo), overwritten. Size: N x C x H x W x K x
 R x S x STRIDE x PAD.
 """
 

@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/depthwise.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade depthwise3x3            (or depthwise3x3.<stage>; its other operators: depthwise3x3_nhwc)
+#     workbench grade depthwise3x3            (or depthwise3x3.<stage>; its other operators: depthwise3x3[nhwc])
 # The grader checks each stage against the operator in solutions/depthwise.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: d31f4bd332cbcee32fbcecf80da35dda52ce169ac797e84a4a97db2db62598bf
+# generated-sha256: 193faf38e14099a4dfda2ff8d529e2691028ecec478039ae2445fe52b2c8e800
 # --------------------------------------------------------------------------------------------------
 """Depthwise 3x3 convolution of float32 images, NCHW and channels last (NHWC): one filter per channel.
 
@@ -23,7 +23,7 @@ reading each byte once, with many loads in flight, and filling the GPU:
 * ``depthwise3x3`` (NCHW): a thread per output issues 9 loads per output; a thread per column strip
   keeps a 3-row window in registers and issues 3 (each of them shared with the neighbouring threads
   through L1); then the whole strip's window is loaded before any of it is used.
-* ``depthwise3x3_nhwc``: the same layer with a pixel's channels contiguous (what cuDNN's tensor-core
+* ``depthwise3x3[nhwc]``: the same layer with a pixel's channels contiguous (what cuDNN's tensor-core
   kernels and torch's channels_last use), so a warp puts 32 neighbouring channels of one pixel across
   its lanes: the same strips, then four channels a thread in 16-byte loads.
 """
@@ -238,7 +238,7 @@ def depthwise_window_in_flight(x, w, out):
                                                                   out.reshape(out.size), N, C, H, W)
 
 
-# == depthwise3x3_nhwc: the same layer, channels last =====================================================
+# == depthwise3x3[nhwc]: the same layer, channels last =====================================================
 
 # In NCHW a plane is contiguous and a warp reads 32 neighbouring pixels of one channel; in NHWC
 # (channels last: x[n, h, w, c], what cuDNN's tensor-core kernels and torch's channels_last use) a
@@ -301,7 +301,7 @@ def _nhwc_expression(torch, size):
 
 
 depthwise_nhwc_op = Operator(
-    name="depthwise3x3_nhwc",
+    name="depthwise3x3", variant={"layout": "nhwc"},
     targets=[against_peer(1.0), of_ceiling(85, "copy_gbps")],
     title="Depthwise 3x3 convolution (padding 1), NHWC (channels last) float32",
     reference=_nhwc_reference,

@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/elementwise.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade elementwise            (or elementwise.<stage>; its other operators: gelu_fp16, gelu_bf16)
+#     workbench grade elementwise            (or elementwise.<stage>; its other operators: elementwise[fp16], elementwise[bf16])
 # The grader checks each stage against the operator in solutions/elementwise.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: f400b281669cadb6f2c503277b40d06408cf767840bca278af3a9847bdd6bc42
+# generated-sha256: 2fa410c16fc1d39301d29f9aa5df896e270008435d41e310f40bba68da2607fb
 # --------------------------------------------------------------------------------------------------
 """y = GELU(x + bias) + residual on a float32 matrix, in six steps from three kernels to one pass at memory speed.
 
@@ -357,7 +357,7 @@ def vector_tiles(x, bias, residual, out):
 
 
 # ======================================================================================================
-# gelu_fp16 and gelu_bf16: GELU(x + bias) + residual on 16-bit matrices, float32 inside
+# elementwise[fp16] and elementwise[bf16]: GELU(x + bias) + residual on 16-bit matrices, float32 inside
 # ======================================================================================================
 # Each launcher serves both formats (stage_of).
 
@@ -395,7 +395,7 @@ def _gelu_op(dtype, rank):
 
     return half_operator(
         dtype,
-        name=f"gelu_{short_name(dtype)}",
+        name="elementwise", variant={"dtype": short_name(dtype)},
         title=f"GELU(x + bias) + residual on {a_matrix(dtype)}, float32 inside",
         reference=lambda x, bias, residual: gelu_bias_residual64(*as_float64(x, bias, residual)),
         make_inputs=_gelu_inputs(dtype),

@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/gemm.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade gemm            (or gemm.<stage>; its other operators: gemm_bias_gelu, gemm_batched)
+#     workbench grade gemm            (or gemm.<stage>; its other operators: gemm[bias_gelu], gemm[batched])
 # The grader checks each stage against the operator in solutions/gemm.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 716635f60bf8efaa2e2592bad63440eadbc31a572fe0652bd8de724bf08a9ee4
+# generated-sha256: 5ff979e0fe69fa5c78a3d98db8433b6d6ef7f3ca881ec23e0b8e1a843189d44e
 # --------------------------------------------------------------------------------------------------
 """C = alpha * A @ B + beta * C in float32, from one thread per output to tensor cores.
 
@@ -27,7 +27,7 @@ anything back to the host to learn them. As in BLAS, beta == 0 means C is not re
 hold NaN). ``out`` receives the result; C itself is an input and is never written.
 
 Two more operators share this module and its kernels (``OPERATORS`` lists all three):
-``gemm_bias_gelu`` (the epilogue fused into the GEMM's store) and ``gemm_batched`` (many small
+``gemm[bias_gelu]`` (the epilogue fused into the GEMM's store) and ``gemm[batched]`` (many small
 products in one launch, as in attention).
 """
 
@@ -963,7 +963,7 @@ def split_k(A, B, C, alpha_beta, out):
     _sum_splits[blocks_for(M * N, SUM_THREADS), SUM_THREADS](partial, C, alpha_beta, out)
 
 
-# == gemm_bias_gelu: the epilogue, fused =============================================================
+# == gemm[bias_gelu]: the epilogue, fused =============================================================
 
 SQRT_HALF = 0.7071067811865476
 
@@ -1018,7 +1018,7 @@ def _bias_gelu_peer(size):
 
 
 bias_gelu_op = Operator(
-    name="gemm_bias_gelu",
+    name="gemm", variant={"fusion": "bias_gelu"},
     title="GEMM + bias + GELU: out = gelu(A B + bias)",
     reference=_bias_gelu_reference,
     make_inputs=_bias_gelu_inputs,
@@ -1134,7 +1134,7 @@ def tensor_core_fused(A, B, bias, out):
     _tensor_core_bias_gelu[(blocks_for(N, TBN), blocks_for(M, TBM)), THREADS, 0, DEEP_BYTES](*args)
 
 
-# == gemm_batched: many small products in one launch =================================================
+# == gemm[batched]: many small products in one launch =================================================
 
 def _batched_inputs(size, rng):
     batch, M, N, K = size
@@ -1178,7 +1178,7 @@ def _batched_peer(size):
 
 
 batched_op = Operator(
-    name="gemm_batched",
+    name="gemm", variant={"batch": "batched"},
     title="Batched GEMM: one product per matrix of the batch (out_i = A_i B_i)",
     reference=lambda A, B: A.astype(np.float64) @ B.astype(np.float64),
     make_inputs=_batched_inputs,

@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/hgemm.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade hgemm            (or hgemm.<stage>; its other operators: hgemm_bf16)
+#     workbench grade gemm[fp16]            (or gemm[fp16].<stage>; its other operators: gemm[bf16])
 # The grader checks each stage against the operator in solutions/hgemm.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 3699da9da0197fb20ec0571b4d4f9666c3e7dc393d50373a96e7ff596847c2f8
+# generated-sha256: b288b4f47d9a4b45a130c6abb0eab1c2d5a72bc96c2cba5a9cedec9cfa385cb8
 # --------------------------------------------------------------------------------------------------
 """Half-precision GEMM on tensor cores: out = A B with A (M x K) and B (K x N) in fp16 or bf16,
 accumulated in float32, written in the inputs' precision (what ``torch.matmul`` does at that dtype).
@@ -20,7 +20,7 @@ the very same buffers. B row-major means its columns, which the tensor core want
 are strided in memory: the ``ldmatrix`` stage loads them with ``.trans`` (the int8 GEMM, whose
 weights come as N x K, shows the other layout). Any M, N, K: tiles are zero-filled past the edges.
 
-Two operators share every stage: ``hgemm`` (fp16) and ``hgemm_bf16``. bf16 keeps float32's 8-bit
+Two operators share every stage: ``gemm[fp16]`` (fp16) and ``gemm[bf16]``. bf16 keeps float32's 8-bit
 exponent and only 8 bits of mantissa (fp16: 5 and 11): the same tensor-core speed, a wider range,
 four times coarser rounding.
 
@@ -181,10 +181,10 @@ def _peer(size):
     return "torch.matmul", matmul
 
 
-def _operator(name, dtype, title, rank):
+def _operator(short, dtype, title, rank):
     bytes_per = np.dtype(dtype).itemsize
     return Operator(
-        name=name,
+        name="gemm", variant={"dtype": short},
         targets=[against_peer(0.80, "torch.matmul", stage="best")],
         title=title,
         reference=_reference,
@@ -211,8 +211,8 @@ def _operator(name, dtype, title, rank):
     )
 
 
-op = _operator("hgemm", np.float16, "fp16 GEMM on tensor cores: out = A B (float32 accumulation)", 250)
-bf16_op = _operator("hgemm_bf16", BF16, "bf16 GEMM on tensor cores: out = A B (float32 accumulation)", 251) \
+op = _operator("fp16", np.float16, "fp16 GEMM on tensor cores: out = A B (float32 accumulation)", 250)
+bf16_op = _operator("bf16", BF16, "bf16 GEMM on tensor cores: out = A B (float32 accumulation)", 251) \
     if BF16 is not None else None
 OPERATORS = [o for o in (op, bf16_op) if o is not None]
 

@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/int8_gemm.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade int8_gemm            (or int8_gemm.<stage>; its other operators: qlinear)
+#     workbench grade gemm[int8]            (or gemm[int8].<stage>; its other operators: qlinear)
 # The grader checks each stage against the operator in solutions/int8_gemm.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,11 +10,11 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 2249d8855164302284cdf7ab567312bb60b374162366375472964e86a1419d9a
+# generated-sha256: b8f8c1158603af4cc28eb79b31494f7d7e176b9ff1b077fd16198545eecfd629
 # --------------------------------------------------------------------------------------------------
 """int8 GEMM (int32 accumulation) and the quantized linear layer built on it.
 
-``int8_gemm``: out = A Wᵀ with A (M x K) and W (N x K) int8, out (M x N) int32, exact. The weights
+``gemm[int8]``: out = A Wᵀ with A (M x K) and W (N x K) int8, out (M x N) int32, exact. The weights
 come N x K, as a linear layer stores them (``torch.nn.Linear.weight``) and as ``torch._int_mm(A, W.t())``
 wants them: both operands are then contiguous along k, which is what the int8 tensor core wants (four
 consecutive k in each 32-bit fragment register), and an ``ldmatrix`` without ``.trans`` (which has no
@@ -115,7 +115,7 @@ def _peer(size):
 
 
 op = Operator(
-    name="int8_gemm",
+    name="gemm", variant={"dtype": "int8"},
     title="int8 GEMM: out = A Wᵀ (int8 in, int32 out)",
     reference=_reference,
     make_inputs=_inputs,

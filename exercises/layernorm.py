@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/layernorm.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade layernorm            (or layernorm.<stage>; its other operators: bias_relu_layernorm, residual_layernorm, rmsnorm, layernorm_fp16, layernorm_bf16, rmsnorm_fp16, rmsnorm_bf16)
+#     workbench grade layernorm            (or layernorm.<stage>; its other operators: layernorm[bias_relu], layernorm[residual], rmsnorm, layernorm[fp16], layernorm[bf16], rmsnorm[fp16], rmsnorm[bf16])
 # The grader checks each stage against the operator in solutions/layernorm.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 05d929b46d455f88317bde7268e2196a9aa6f318b32e73a8d0eb17f8226f244d
+# generated-sha256: 2521ea79b40d6ed693109649ee998f80e371e781fd62210e394d3db26a4eb6b0
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -721,7 +721,7 @@ def _matrix_bytes(reads, writes):
 
 
 bias_relu_layernorm_op = Operator(
-    name="bias_relu_layernorm",
+    name="layernorm", variant={"fusion": "bias_relu"},
     title="LayerNorm(ReLU(x + bias)): a linear layer's epilogue",
     reference=lambda x, lb, w, b: layernorm64(_bias_relu64(x, lb), w, b),
     make_inputs=_bias_relu_inputs,
@@ -859,7 +859,7 @@ def _residual_expression(torch, size):
 
 
 residual_layernorm_op = Operator(
-    name="residual_layernorm",
+    name="layernorm", variant={"fusion": "residual"},
     title="LayerNorm(x + residual): a transformer block's add & norm",
     reference=lambda x, r, w, b: layernorm64(x + r, w, b),  # x + r in float32, as a kernel adds
     make_inputs=_residual_inputs,
@@ -1164,7 +1164,7 @@ def rmsnorm_by_shape(x, weight, out):
 
 
 # ======================================================================================================
-# layernorm_fp16, layernorm_bf16, rmsnorm_fp16, rmsnorm_bf16: 16-bit rows, float32 inside
+# layernorm[fp16], layernorm[bf16], rmsnorm[fp16], rmsnorm[bf16]: 16-bit rows, float32 inside
 # ======================================================================================================
 # Their kernels start from stage 7's (ilp): its THREADS, ILP, ILP_SPAN and TWO_WARPS, which are also what
 # solutions/_half.py's block_sum assumes. Each launcher serves both formats (stage_of).
@@ -1200,7 +1200,7 @@ def _layernorm_op(dtype, rank):
     rows = _norm_rows(dtype)
     return half_operator(
         dtype,
-        name=f"layernorm_{short_name(dtype)}",
+        name="layernorm", variant={"dtype": short_name(dtype)},
         targets=[of_ceiling(85, "copy_gbps"), against_peer(1.2, "eager")],
         title=f"LayerNorm over the rows of {a_matrix(dtype)}, float32 inside",
         reference=lambda x, w, b: layernorm64(*as_float64(x, w, b)),
@@ -1225,7 +1225,7 @@ def _rmsnorm_op(dtype, rank):
     rows = _norm_rows(dtype)
     return half_operator(
         dtype,
-        name=f"rmsnorm_{short_name(dtype)}",
+        name="rmsnorm", variant={"dtype": short_name(dtype)},
         targets=[of_ceiling(85, "copy_gbps"), against_peer(1.2, "eager")],
         title=f"RMSNorm over the rows of {a_matrix(dtype)}, float32 inside",
         reference=lambda x, w: rmsnorm64(*as_float64(x, w)),

@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/pooling.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade maxpool2d            (or maxpool2d.<stage>; its other operators: avgpool2d, global_avgpool)
+#     workbench grade pool2d[max]            (or pool2d[max].<stage>; its other operators: pool2d[mean], pool2d[mean,global])
 # The grader checks each stage against the operator in solutions/pooling.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,21 +10,21 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 6d974292884c64ceec089e51b1c675bdea6aa7b21f95f34de6c35c510c106e39
+# generated-sha256: 55ef867e2dc0ed1b8a598b2f98dc24949e67a6ebe91cf3c780f7304429202b05
 # --------------------------------------------------------------------------------------------------
 """Pooling of NCHW float32 images: 2x2 max-pooling with its argmax indices, K x K average pooling, and the
 global average of each plane.
 
-* ``maxpool2d``: the max of each 2x2 window (stride 2) and, for the backward pass, which of the 4 it
+* ``pool2d[max]``: the max of each 2x2 window (stride 2) and, for the backward pass, which of the 4 it
   was. The output holds both: ``out[0]`` the values, ``out[1]`` the flat index h * W + w of the max in
   its input plane (as torch's ``return_indices`` gives), stored as float32, exact below 2^24; the check's
   tolerance is 0, so a single wrong index fails. Ties go to the first element in row-major order, and a
   NaN wins (the last NaN of the window), as in torch.
-* ``avgpool2d``: the mean of each K x K window, stride 2, zero padding (K - 1) // 2 (K = 2: no padding, the
+* ``pool2d[mean]``: the mean of each K x K window, stride 2, zero padding (K - 1) // 2 (K = 2: no padding, the
   2x2 downsampling of a U-Net; K = 3: padding 1, ResNet-D's shortcut pooling). Size N x C x H x W x K.
   torch's default ``count_include_pad=True``: the divisor is always K * K, the padded zeros counted,
   so a corner window of a 3x3 pool averages its 4 pixels over 9. Output Ho = (H + 2 pad - K) // 2 + 1.
-* ``global_avgpool``: N x C x H x W -> N x C, the mean of each plane (the layer before a classifier).
+* ``pool2d[mean,global]``: N x C x H x W -> N x C, the mean of each plane (the layer before a classifier).
   A reduction per plane: 3136 floats at 56x56, 49 at 7x7, so the question is how many threads a plane
   gets and how many loads each keeps in flight.
 
@@ -48,7 +48,7 @@ THREADS = 256
 FULL_MASK = 0xFFFFFFFF
 
 
-# == maxpool2d ====================================================================================
+# == pool2d[max] ====================================================================================
 
 def _maxpool_reference(x):
     N, C, H, W = x.shape
@@ -104,7 +104,7 @@ def _maxpool_expression(torch, size):
 
 
 maxpool_op = Operator(
-    name="maxpool2d",
+    name="pool2d", variant={"combine": "max"},
     targets=[against_peer(1.0), of_ceiling(85, "copy_gbps")],
     title="2x2 max-pooling (stride 2) with the argmax indices training needs, NCHW float32",
     reference=_maxpool_reference,
@@ -255,7 +255,7 @@ def maxpool_vectors(x, out):
     _maxpool_vectors[blocks_for(groups, GROUPS * THREADS), THREADS](flat_x, flat_out, N, C, H, W)
 
 
-# == avgpool2d =====================================================================================
+# == pool2d[mean] =====================================================================================
 
 def pooled_hw(H, W, K):
     pad = (K - 1) // 2
@@ -276,7 +276,7 @@ def _avg_reference(x, window):
 
 
 def _avg_inputs(size, rng):
-    # K travels as a one-element int32 array the kernels read (as conv2d_general's geometry): the
+    # K travels as a one-element int32 array the kernels read (as conv2d[general]'s geometry): the
     # reference sees only the inputs, and a launcher never copies anything to the host.
     return nchw_images(size, rng) + (np.array([size[4]], np.int32),)
 
@@ -331,7 +331,7 @@ def _avg_expression(torch, size):
 def _avg_bytes(size):
     N, C, H, W, K = size
     if K not in (2, 3):  # the window reaches the kernels as a device value: the size is where K is refused
-        raise InputError(f"avgpool2d's window K is 2 or 3 (a 2x2 or 3x3 pool); got K={K}")
+        raise InputError(f"pool2d[mean]'s window K is 2 or 3 (a 2x2 or 3x3 pool); got K={K}")
     Ho, Wo = pooled_hw(H, W, K)
     return 4 * N * C * (H * W + Ho * Wo)
 
@@ -342,7 +342,7 @@ AVG_CHECK = [(1, 1, 2, 3, 2), (1, 1, 2, 2, 3), (2, 3, 17, 19, 3), (2, 3, 17, 19,
 AVG_BENCH = [(32, 64, 56, 56, 2), (32, 64, 56, 56, 3), (128, 64, 56, 56, 3), (128, 64, 56, 56, 2)]
 
 avg_op = Operator(
-    name="avgpool2d",
+    name="pool2d", variant={"combine": "mean"},
     targets=[against_peer(1.0), of_ceiling(85, "copy_gbps")],
     title="Average pooling, K x K window (K = 2 or 3), stride 2, padding (K - 1) // 2, count_include_pad (NCHW float32)",
     reference=_avg_reference,
@@ -399,7 +399,7 @@ def avgpool_naive(x, window, out):
 
 # -- 2. every tap of several windows in flight ---------------------------------------------------------------
 
-# WINDOWS windows per thread, one grid-width apart, as in maxpool2d's in_flight stage
+# WINDOWS windows per thread, one grid-width apart, as in pool2d[max]'s in_flight stage
 
 @cuda.jit
 def _avg_in_flight(x, window, out, N, C, H, W, Ho, Wo):
@@ -420,7 +420,7 @@ def _avg_in_flight(x, window, out, N, C, H, W, Ho, Wo):
 @avg_op.stage("in_flight", """
     Each thread takes 4 windows one grid-width apart and issues all their taps' loads (up to 36) before
     the first addition, so a thread keeps many requests in flight instead of one (the lesson of
-    maxpool2d's in_flight). A window's position is divided out once, in 32-bit unsigned arithmetic
+    pool2d[max]'s in_flight). A window's position is divided out once, in 32-bit unsigned arithmetic
     (the launcher keeps the output under 2^32 windows), and a tap's row and column are counted in the
     padded image, so they never go negative: unsigned throughout, no signed tests. The tap
     loops run over a 3x3 window whatever K (a 2x2 pool reads its missing taps as zeros without a
@@ -428,14 +428,14 @@ def _avg_in_flight(x, window, out, N, C, H, W, Ho, Wo):
 def avgpool_in_flight(x, window, out):
     N, C, H, W = x.shape
     if out.size >= 2 ** 32:
-        raise InputError(f"avgpool2d.in_flight counts windows in 32 bits: {out.size} outputs is too many")
+        raise InputError(f"pool2d[mean].in_flight counts windows in 32 bits: {out.size} outputs is too many")
     Ho, Wo = out.shape[2], out.shape[3]
     threads = blocks_for(out.size, WINDOWS)
     _avg_in_flight[blocks_for(threads, THREADS), THREADS](x.reshape(x.size), window, out.reshape(out.size),
                                                           N, C, H, W, Ho, Wo)
 
 
-# == global_avgpool ================================================================================
+# == pool2d[mean,global] ================================================================================
 
 def _gap_reference(x):
     return x.astype(np.float64).mean(axis=(2, 3))
@@ -473,7 +473,7 @@ GAP_CHECK = [(1, 1, 1, 1), (2, 3, 17, 19), (32, 512, 7, 7), (32, 64, 56, 56)]
 GAP_BENCH = [(32, 2048, 7, 7), (32, 64, 56, 56), (128, 512, 7, 7), (128, 64, 56, 56)]
 
 gap_op = Operator(
-    name="global_avgpool",
+    name="pool2d", variant={"combine": "mean", "window": "global"},
     targets=[against_peer(1.0), of_ceiling(85, "copy_gbps")],
     title="Global average pooling: the mean of each plane, N x C x H x W -> N x C (NCHW float32)",
     reference=_gap_reference,

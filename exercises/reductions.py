@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/reductions.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade reduce_max            (or reduce_max.<stage>; its other operators: reduce_min, reduce_mean, reduce_sumsq, sum_rows, sum_cols, amax_rows, amax_cols, amin_rows, amin_cols, mean_rows, mean_cols)
+#     workbench grade reduction[max]            (or reduction[max].<stage>; its other operators: reduction[min], reduction[mean], reduction[sumsq], reduction[rows], reduction[cols], reduction[max,rows], reduction[max,cols], reduction[min,rows], reduction[min,cols], reduction[mean,rows], reduction[mean,cols])
 # The grader checks each stage against the operator in solutions/reductions.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: ef6830c1647c7023168b958a82b1569764533464d78c0e0918f2051b3053688d
+# generated-sha256: 8ea6bff7a494c87d90d39321310d131bfe6221aacf2381c9a96f56a3c81785ed
 # --------------------------------------------------------------------------------------------------
 """Reductions beyond the sum: max, min, mean and sum of squares of a vector, and a matrix summed over
 its rows and over its columns.
@@ -329,7 +329,7 @@ VECTOR_KERNELS = [(_block_partials, {}), (_fold_partials, {}), (_one_pass, ONE_P
 
 def _make_vector_operator(r: VectorReduction, rank: float) -> Operator:
     op = Operator(
-        name=f"reduce_{r.kind}",
+        name="reduction", variant={"combine": r.kind},
         targets=[against_peer(1.0, "eager")],
         pattern="read",  # the vector read once, one number written
         title=r.title,
@@ -559,6 +559,7 @@ MIN_NOTE = """ The combining operation is the vector ladder's minimum (identity 
 MEAN_NOTE = """ The kernels are the sum's; the one thread that writes an output divides the sum by the
     number of elements it covers, once (finish), as torch.mean does."""
 
+COMBINE_OF = {"sum": "sum", "amax": "max", "amin": "min", "mean": "mean"}  # torch's name -> the combine axis's
 MATRIX_REDUCTIONS = [
     MatrixReduction(kind, dim, combine, finish, identity, kind, note)
     for kind, combine, finish, identity, note in [("sum", add, total, ZERO, ""),
@@ -579,7 +580,7 @@ def _make_matrix_operator(m: MatrixReduction, rank: float) -> Operator:
     # slow: one element, and several blocks (two bands of rows for the column kernel, two strips)
     sim_sizes = [(1, 1), (7, 130), (70, 20)] if dim == 1 else [(1, 1), (33, 20), (70, 45)]
     op = Operator(
-        name=m.name,
+        name="reduction", variant={"combine": COMBINE_OF[m.kind], "axis": "rows" if m.dim == 1 else "cols"},
         targets=[against_peer(1.0, "eager")],
         pattern="read",  # the matrix read once, one row or column of results written
         title=f"{MATRIX_TITLES[m.kind]} over each {where}",

@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/rope.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade rope            (or rope.<stage>; its other operators: rope_interleaved)
+#     workbench grade rope            (or rope.<stage>; its other operators: rope[interleaved])
 # The grader checks each stage against the operator in solutions/rope.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 49ef59191cbc1557bf659863e22af5fd8dcbecbee03763610fd8ea0903c2ca6e
+# generated-sha256: f33969a81ad407c7c97946953f822020435387d643a78b98c54a4ac3dc4f06dd
 # --------------------------------------------------------------------------------------------------
 """Rotary position embedding (RoPE), float32: a table of angles or sines computed on the fly, and the two
 layouts models use.
@@ -21,7 +21,7 @@ Which features form a pair is the model's choice, and both are in use:
 
 * ``rope``, the half-split layout (GPT-NeoX, the Hugging Face Llama and most models since): pair i is
   (x[i], x[i + D/2]), out[i] = x[i] cos - x[i + D/2] sin, out[i + D/2] = x[i + D/2] cos + x[i] sin;
-* ``rope_interleaved`` (GPT-J, Meta's original Llama, RoFormer): pair i is (x[2i], x[2i+1]), the
+* ``rope[interleaved]`` (GPT-J, Meta's original Llama, RoFormer): pair i is (x[2i], x[2i+1]), the
   real and imaginary parts of one complex number multiplied by e^(i angle).
 
 The input is x, S tokens x H heads x D features (the layout a projection writes before the heads are
@@ -170,9 +170,9 @@ def _flops(size):
     return 3 * S * H * D  # two multiplies and an add per output
 
 
-def _make_operator(name, title, interleaved, rank):
+def _make_operator(title, interleaved, rank):
     return Operator(
-        name=name,
+        name="rope", variant={"pairs": "interleaved"} if interleaved else {},
         title=title,
         reference=lambda x, inv_freq, cos, sin: _reference(x, inv_freq, cos, sin, interleaved),
         make_inputs=_inputs,
@@ -194,8 +194,8 @@ def _make_operator(name, title, interleaved, rank):
     )
 
 
-op = _make_operator("rope", "RoPE, half-split layout (GPT-NeoX, Hugging Face Llama), float32", False, 305)
-interleaved_op = _make_operator("rope_interleaved", "RoPE, interleaved layout (GPT-J, Meta Llama), float32",
+op = _make_operator("RoPE, half-split layout (GPT-NeoX, Hugging Face Llama), float32", False, 305)
+interleaved_op = _make_operator("RoPE, interleaved layout (GPT-J, Meta Llama), float32",
                                 True, 306)
 
 

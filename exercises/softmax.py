@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/softmax.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade softmax            (or softmax.<stage>; its other operators: softmax_fp16, softmax_bf16)
+#     workbench grade softmax            (or softmax.<stage>; its other operators: softmax[fp16], softmax[bf16])
 # The grader checks each stage against the operator in solutions/softmax.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: ef35e078558a723eab811bee9182c7ea6988d4cb47bc73502ccbfb7cad556df3
+# generated-sha256: d0cc3fbf18bcb2c02e8310571ae17b1b29bd5d0e561e7ce3648e99471b3c07d6
 # --------------------------------------------------------------------------------------------------
 """Softmax over the rows of a float32 matrix, in seven steps from a thread per row to 92% of copy bandwidth.
 
@@ -597,7 +597,7 @@ def by_shape(x, out):
 
 
 # ======================================================================================================
-# softmax_fp16 and softmax_bf16: 16-bit rows, float32 inside
+# softmax[fp16] and softmax[bf16]: 16-bit rows, float32 inside
 # ======================================================================================================
 # Their kernels start from stage 7's (ilp): its THREADS, ILP, ILP_SPAN and TWO_WARPS, which are also what
 # solutions/_half.py's block_max and block_sum assume. Each launcher serves both formats (stage_of).
@@ -638,7 +638,7 @@ def _softmax_adversarial(dtype):
 def _softmax_op(dtype, rank):
     return half_operator(
         dtype,
-        name=f"softmax_{short_name(dtype)}",
+        name="softmax", variant={"dtype": short_name(dtype)},
         targets=[of_ceiling(85, "copy_gbps"), against_peer(1.2, "eager")],
         title=f"Softmax over the rows of {a_matrix(dtype)}, float32 inside",
         reference=lambda x: softmax64(*as_float64(x)),
