@@ -168,6 +168,28 @@ def test_check_tells_a_stale_generated_file_from_a_learners_edit(synth):
     assert (out / "synth.py").read_text() == mine  # checking never writes
 
 
+def test_an_exercise_whose_module_is_gone_is_kept_while_it_holds_the_learners_work(synth):
+    """A ladder module split or dissolved (half_norms.py into softmax/layernorm/elementwise): its old exercise
+    is removed by build only if the learner never edited it; an edited one is kept, and check and build say
+    where its stages went."""
+    sols, out = synth
+    sources = lambda: ex.sources_from_files(sols.glob("*.py"))  # noqa: E731
+    ex.build(out, sources=sources())
+    mine = (out / "other.py").read_text() + "\n# my kernel\n"
+    (out / "other.py").write_text(mine)
+    (out / "half_norms.py").write_text((out / "synth.py").read_text())  # generated, never edited
+    (sols / "other.py").unlink()  # the module other.py is gone
+    states = {s.path.name: s for s in ex.check(out, sources=sources())}
+    assert states["other.py"].state == ex.ORPHANED and states["other.py"].edited and not states["other.py"].problem
+    assert states["half_norms.py"].state == ex.ORPHANED and states["half_norms.py"].problem
+    assert "exercises/softmax.py" in ex.orphan_note(states["half_norms.py"])
+    results = {r.path.name: r for r in ex.build(out, sources=sources())}
+    assert results["other.py"].action == "kept" and "your edits" in results["other.py"].detail
+    assert (out / "other.py").read_text() == mine
+    assert results["half_norms.py"].action == "removed" and not (out / "half_norms.py").exists()
+    assert (out / "synth.py").exists()
+
+
 def test_building_one_exercise_touches_only_it_and_the_index_lists_all(synth):
     sols, out = synth
     sources = ex.sources_from_files(sols.glob("*.py"))

@@ -53,6 +53,12 @@ INDEX = "README.md"
 
 # The states of an exercise file against what the solutions generate now.
 UP_TO_DATE, STALE, EDITED, MISSING = "up to date", "stale", "edited", "missing"
+ORPHANED = "orphaned"  # a generated file whose ladder module is gone (split or merged into others)
+
+# Ladder modules that were split or dissolved, and the modules that hold their stages now: a learner's
+# copy of an old exercise is kept and pointed at its new home, never deleted while it has their work.
+MOVED_MODULES = {"half_norms": ("softmax", "layernorm", "elementwise"),
+                 "cnn": ("depthwise", "pooling", "batchnorm")}
 
 
 class MarkerError(ValueError):
@@ -301,11 +307,12 @@ class ExerciseState:
     path: Path
     state: str  # UP_TO_DATE, STALE, EDITED or MISSING
     solution_changed: bool = False  # EDITED only: the solutions changed since the learner's copy was made
+    edited: bool = False  # ORPHANED only: the file holds the learner's edits
 
     @property
     def problem(self) -> bool:
         """Something `build` must fix (a learner's edits never are)."""
-        return self.state in (STALE, MISSING)
+        return self.state in (STALE, MISSING) or (self.state == ORPHANED and not self.edited)
 
 
 def state_of(path: Path, fresh: str) -> ExerciseState:
@@ -329,6 +336,29 @@ class BuildResult:
     detail: str = ""
 
 
+def orphans(out_dir: Path, sources: dict[str, Source]) -> list[ExerciseState]:
+    """Exercise files the generator wrote for a module that no longer exists: EDITED ones (the learner's
+    work, kept) and untouched ones (nothing of the learner's: `build` removes them)."""
+    found = []
+    for path in sorted(Path(out_dir).glob("*.py")):
+        if path.stem in sources or path.stem.startswith("_"):
+            continue
+        text = path.read_text(errors="replace")
+        if split_header(text)[0] is not None:  # generated once: it carries the generator's header
+            found.append(ExerciseState(path, ORPHANED, edited=not is_pristine(text)))
+    return found
+
+
+def orphan_note(state: ExerciseState) -> str:
+    """Where an orphaned exercise's stages went, and what happens to the file."""
+    moved = MOVED_MODULES.get(state.path.stem)
+    where = (f"its stages are now in {', '.join(f'exercises/{m}.py' for m in moved)}" if moved
+             else "its module is gone from solutions/")
+    if state.edited:  # the learner's work
+        return f"{where}; it has your edits: kept, copy them over, then delete it"
+    return f"{where}; it had no edits of yours: removed"
+
+
 def build(out_dir: Path | None = None, *, only=None, backup: bool = False,
           sources: dict[str, Source] | None = None) -> list[BuildResult]:
     """Write ``<out_dir>/<module>.py`` for the chosen modules (``only``: names of modules or operators;
@@ -339,6 +369,10 @@ def build(out_dir: Path | None = None, *, only=None, backup: bool = False,
     chosen = select(sources, only)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = [build_one(source, out_dir / f"{source.module}.py", backup) for source in chosen.values()]
+    for orphan in orphans(out_dir, sources) if only is None else []:
+        if not orphan.edited:
+            orphan.path.unlink()
+        results.append(BuildResult(orphan.path, "kept" if orphan.edited else "removed", orphan_note(orphan)))
     write_index(out_dir, sources)  # always every exercise, whichever were built
     return results
 
@@ -422,6 +456,7 @@ def check(out_dir: Path | None = None, *, sources: dict[str, Source] | None = No
     out_dir = Path(out_dir or paths.EXERCISES_DIR)
     sources = exercise_sources() if sources is None else sources
     states = [state_of(out_dir / f"{s.module}.py", s.render()) for s in sources.values()]
+    states += orphans(out_dir, sources)
     index = out_dir / INDEX
     fresh_index = render_index(sources)
     if not index.exists():
@@ -552,7 +587,8 @@ def terminal(stderr: bool = False):
 def cmd_build(args) -> int:
     console = terminal()
     results = build(args.out, only=args.exercise or None, backup=args.backup)
-    colour = {"created": "green", "updated": "green", "unchanged": "dim", "kept": "yellow", "backed-up": "yellow"}
+    colour = {"created": "green", "updated": "green", "unchanged": "dim", "kept": "yellow", "backed-up": "yellow",
+              "removed": "dim"}
     for r in results:
         console.print(f"[{colour[r.action]}]{r.action:>9}[/] {shown(r.path)}" + (f"  ({escape(r.detail)})" if r.detail else ""))
     out_dir = Path(args.out or paths.EXERCISES_DIR)
@@ -566,6 +602,8 @@ def cmd_check(args) -> int:
     for s in states:
         if s.state == UP_TO_DATE:
             line = f"[green]{'ok':>10}[/] {shown(s.path)}"
+        elif s.state == ORPHANED:
+            line = f"[yellow]{'orphaned':>10}[/] {shown(s.path)}  ({escape(orphan_note(s).replace(': removed', ': `workbench exercises build` removes it'))})"
         elif s.state == EDITED:
             note = (f"; its solution has changed since: `workbench exercises build --backup {s.path.stem}` "
                     "regenerates it, yours kept as .bak") if s.solution_changed else ""
