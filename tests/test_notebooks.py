@@ -11,14 +11,16 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from workbench import diff, markers, nb, registry
+from workbench import diff, markers, nb, paths, registry
 from workbench.generate import notebooks as builder  # first: it spares nbformat's import a slow, unused part
 
 nbformat = pytest.importorskip("nbformat")  # not on the GPU machine, which has no Jupyter
@@ -641,3 +643,35 @@ def test_live_figures_measure_each_stage_once(monkeypatch):
     assert live and {r["stage"] for r in data["records"]} == {"naive", "shared_tree", "torch.sum"}
     picture = [x for x in shown if isinstance(x, nb.Picture)][-1]
     assert "measured now 2026-01-02" in picture.figure.get_axes()[0].get_title()
+
+
+# -- a chapter fits a sitting ------------------------------------------------------------------------------
+
+def test_the_page_measured_folds_what_jupyterlab_folds():
+    """Without a browser: the page laid out hides folded outputs and sources, and boxes scrolled outputs."""
+    import nbformat
+
+    from workbench.generate import screens
+
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("long()", outputs=[nbformat.v4.new_output("stream", text="LONG\n" * 500)],
+                                  metadata={"scrolled": True}),
+        nbformat.v4.new_code_cell("folded()", outputs=[nbformat.v4.new_output("stream", text="FOLDED\n")],
+                                  metadata={"jupyter": {"outputs_hidden": True}}),
+        nbformat.v4.new_code_cell("SECRET = 1", metadata={"jupyter": {"source_hidden": True}})])
+    path = Path(tempfile.mkdtemp()) / "n.ipynb"
+    nbformat.write(notebook, str(path))
+    page = screens.laid_out_html(path)
+    assert "FOLDED" not in page and "SECRET" not in page and page.count("LONG") == 500
+    assert "for (const i of [0])" in page and f"{screens.SCROLLED_MAX_PX}px" in page
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs a headless Chromium to lay the pages out")
+def test_a_core_chapter_fits_a_sitting():
+    from workbench.generate import screens
+
+    for ch in registry.chapters():
+        if ch.core:
+            n = screens.screens(paths.NOTEBOOKS_DIR / ch.notebook)
+            assert n <= screens.SCREENS_PER_SITTING, f"{ch.notebook}: {n:.1f} screens at 1280x1000"

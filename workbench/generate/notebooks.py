@@ -295,19 +295,28 @@ def stage_cells(op: Operator, counters: bool = False) -> list:
             text += f"\n\n> **GPU only**: {s.gpu_only}. In the simulator its check is skipped."
         cells.append(markdown_cell(text))
         if s.order > 1:
-            cells.append(code_cell(f"nb.show_diff({ref})  # what changed from stage {s.order - 1}"))
+            cells.append(scrolled(code_cell(f"nb.show_diff({ref})  # what changed from stage {s.order - 1}")))
         source = code_cell(f"nb.show_source({ref})")
-        cells += [collapsed(source) if s.order > 1 else source, code_cell(f"nb.check({ref})")]
+        cells += [collapsed(source) if s.order > 1 else scrolled(source), code_cell(f"nb.check({ref})")]
         if counters and not s.gpu_only:
             if s.order == 1:
-                cells.append(code_cell(f"nb.simulated_counters({ref})  # what a profiler would count, counted in "
-                                       "the simulator"))
+                cells.append(scrolled(code_cell(f"nb.simulated_counters({ref})  # what a profiler would count, "
+                                                "counted in the simulator")))
             else:
-                cells += [code_cell(f"nb.counter_changes({ref})  # the line that changed and what its counters did"),
+                cells += [scrolled(code_cell(f"nb.counter_changes({ref})  # the line that changed and what its "
+                                             "counters did")),
                           collapsed(code_cell(f"nb.simulated_counters({ref})  # all its counters"))]
         if s is not op.stages[-1]:  # the last stage's figure is the whole ladder's, drawn once below
             cells.append(code_cell(f"nb.progress(op, upto={s.name!r})"))
     return cells
+
+
+def scrolled(cell):
+    """A cell whose output (a diff, a source, a counter table) JupyterLab shows in a box of at most 24 lines
+    with its own scroll bar (``scrolled`` metadata; a click on its left edge expands it): a long diff stays
+    one screen's part of a chapter, and reads whole where it is."""
+    cell.metadata["scrolled"] = True
+    return cell
 
 
 def collapsed(cell):
@@ -800,11 +809,12 @@ def select(notebooks: dict, only: list[str] | None) -> dict:
     a chapter's number or name; a file name, or a file name's stem); all without it."""
     if not only:
         return notebooks
-    ops = registry.load_operators()
     picked = {}
     for want in only:
-        if want in ops:
-            want = registry.notebook_name(ops[want])
+        try:  # a family or a variant: its chapter's notebook
+            want = registry.notebook_name(registry.operators_named(want)[0])
+        except registry.UnknownTarget:
+            pass
         hits = [name for name in notebooks
                 if want in (name, name.removesuffix(".ipynb"), *name.removesuffix(".ipynb").split("_", 1))]
         if not hits:
@@ -952,6 +962,8 @@ def cmd_notebooks(args) -> int:
         for name in notebook_recipes():
             print(name)
         return 0
+    if args.action == "screens":
+        return screens_report(out, args.only)
     if args.action == "check":
         stale = stale_notebooks(out)
         for name in stale:
@@ -983,10 +995,39 @@ def cmd_notebooks(args) -> int:
     return 0
 
 
+def screens_report(out: Path, only=None) -> int:
+    """Print the screens each chapter's notebook fills; 1 if a core chapter's exceeds a sitting."""
+    from . import screens
+
+    chapters = {ch.notebook: ch for ch in registry.chapters()}
+    try:
+        names = [n for n in select(notebook_recipes(), only) if n in chapters]
+    except UnknownNotebook as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
+        return 2
+    too_long = []
+    try:
+        for name in names:  # (a notebook not built yet is an error: build it first)
+            n = screens.screens(out / name)
+            core = chapters[name].core
+            over = core and n > screens.SCREENS_PER_SITTING
+            too_long += [name] if over else []
+            print(f"{name:32s} {n:5.1f} screens" + (" (core path)" if core else "") + ("  too long" if over else ""))
+    except screens.NoBrowser as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if too_long:
+        print(f"{len(too_long)} core chapter(s) over {screens.SCREENS_PER_SITTING} screens: {', '.join(too_long)}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
 def add_cli(sub) -> None:
     s = sub.add_parser("notebooks", help="build (and --execute) the notebooks from solutions/; check them")
-    s.add_argument("action", choices=["build", "check", "list"],
-                   help="build: write (and with --execute run) them; check: list those out of date; list: names")
+    s.add_argument("action", choices=["build", "check", "list", "screens"],
+                   help="build: write (and with --execute run) them; check: list those out of date; list: names; "
+                        "screens: how many 1280x1000 screens each fills in JupyterLab (needs Chromium)")
     s.add_argument("--execute", action="store_true", help="run them (nbclient) and save their outputs")
     s.add_argument("--only", action="append", metavar="OP",
                    help="an operator (its chapter's notebook), a chapter (21, softmax or 21_softmax) or a notebook file "
