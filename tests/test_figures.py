@@ -258,13 +258,13 @@ def test_every_recorded_operator_has_its_committed_figures():
     """README figures (results/plots/) exist for every operator with records, as save_all draws them,
     and no other figure sits there."""
     committed = Path(__file__).resolve().parent.parent / "results" / "plots"
-    expected = {f"{op.name}_{kind}.png" for op in OPS for kind in plots.figure_kinds(op, DATA) if kind in plots.SAVED_KINDS}
+    expected = {f"{op.slug}_{kind}.png" for op in OPS for kind in plots.figure_kinds(op, DATA) if kind in plots.SAVED_KINDS}
     assert {p.name for p in committed.glob("*.png")} == expected
     for op in OPS:
         for kind in plots.figure_kinds(op, DATA):
             if kind in plots.SAVED_KINDS:
-                assert (committed / f"{op.name}_{kind}.png").exists(), \
-                    f"results/plots/{op.name}_{kind}.png is missing: `workbench plot {op.name} --out results/plots`"
+                assert (committed / f"{op.slug}_{kind}.png").exists(), \
+                    f"results/plots/{op.slug}_{kind}.png is missing: `workbench plot {op.name} --out results/plots`"
 
 
 # -- every series told apart, every label readable ------------------------------------------------------

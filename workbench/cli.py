@@ -592,16 +592,16 @@ def cmd_table(args) -> int:
     if args.update_readme:
         if args.op:
             raise UsageError("table --update-readme regenerates the course map and every chapter's page: give no OP")
+        if not args.readme:  # the figures README shows are redrawn with its tables, from the same records,
+            from .plots import update_committed_plots  # first: the chapter pages link the figures that exist
+
+            update_committed_plots(log=console.print)
         outcome = tables.update_readme(Path(args.readme) if args.readme else None)
         readme = args.readme or paths.README
         if outcome == "no-markers":
             err.print(f"[red]{readme} has no <!-- course --> ... <!-- /course --> markers[/]")
             return 1
         console.print(f"{outcome}: the course map of {readme} and the chapter pages beside it (docs/)")
-        if not args.readme:  # the figures README shows are redrawn with its tables, from the same records
-            from .plots import update_committed_plots
-
-            update_committed_plots(log=console.print)
         return 0
     ops = registry.operators_named(args.op) if args.op else list(registry.load_operators().values())
     status = 0
