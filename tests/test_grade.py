@@ -770,3 +770,52 @@ def test_a_time_faster_than_the_memory_allows_is_refused():
     assert "cannot be the stage's own" in below_roofline(10**9, 10.0, "NVIDIA H200")  # 100 TB/s
     assert below_roofline(10**9, 1000.0, "NVIDIA H200") == ""  # 1 TB/s: possible
     assert below_roofline(10**9, 10.0, "a GPU nobody lists") == ""  # unknown: not judged
+
+
+# -- tile and chunk boundaries hit exactly and missed by one -------------------------------------------
+
+def test_a_stage_declares_its_boundaries_along_dimensions_the_operator_has():
+    import dataclasses
+
+    op = dataclasses.replace(resolve("softmax")[0], stages=[])
+    with pytest.raises(ValueError, match="a boundary is a dimension of rows, cols"):
+        op.stage("mine", "a paragraph", boundaries={"width": (256,)})
+    with pytest.raises(ValueError, match="whole numbers"):
+        op.stage("mine", "a paragraph", boundaries={"cols": (0,)})
+    stage = op.stage("mine", "a paragraph", boundaries={"cols": [256]})(lambda x, out: None)
+    assert stage.boundaries == {"cols": (256,)}
+
+
+def test_grading_sizes_land_on_each_declared_boundary_and_one_either_side():
+    """softmax.ilp's unrolled step ends every ILP_SPAN columns: the grader grades a row of exactly one
+    step and one column short and past it, in the simulator and on a GPU, quick or not. Without the
+    declaration none of those sizes is graded (every declared size misses a block's end on purpose)."""
+    import dataclasses
+
+    from solutions.softmax import ILP_SPAN
+    from workbench.grade.targets import grade_sizes
+
+    op, (stage,) = resolve("softmax.ilp")
+    widths = (ILP_SPAN - 1, ILP_SPAN, ILP_SPAN + 1)
+    for mode in ("sim", "gpu"):
+        for quick in (False, True):
+            cols = [c for _, c in grade_sizes(op, mode, quick, stage)]
+            assert all(w in cols for w in widths), (mode, quick, cols)
+        undeclared = dataclasses.replace(stage, boundaries=None)
+        assert not set(widths) & {c for _, c in grade_sizes(op, mode, stage=undeclared)}
+
+
+def test_a_boundary_size_is_capped_and_never_one_the_operator_refuses():
+    import dataclasses
+
+    from workbench.grade.targets import SIZE_CAP, boundary_sizes
+
+    op, (stage, _) = resolve("avgpool2d")  # its window K is 2 or 3: a boundary at 3 may not grade K = 4
+    base = [tuple(s) for s in op.sim_sizes]
+    sizes = boundary_sizes(dataclasses.replace(stage, boundaries={"K": (3,)}), base)
+    assert {s[-1] for s in sizes} == {2, 3}, sizes
+    op, (stage,) = resolve("softmax.ilp")
+    base = [tuple(s) for s in op.sim_sizes]
+    largest = max(int(np.prod(s)) for s in base)
+    far = dataclasses.replace(stage, boundaries={"cols": (SIZE_CAP * largest,)})
+    assert boundary_sizes(far, base) == []  # a few rows of that width: past the cap

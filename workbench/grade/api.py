@@ -152,7 +152,7 @@ def _grade_file(path: Path, stages: list, impl: str, *, sizes, quick, seed, time
     grades = []
     try:
         for stage in stages:
-            cases = plan(stage.op, sizes or grade_sizes(stage.op, _device.mode(), quick), seed)
+            cases = plan(stage.op, sizes or grade_sizes(stage.op, _device.mode(), quick, stage), seed)
             grade = grade_stage(stage, session, cases, submission, seed=seed, speed=speed, listener=listener)
             listener.stage_done(grade)
             grades.append(grade)
@@ -222,7 +222,7 @@ def grade_function(op_stage: str, launcher: Callable, *, sizes=None, quick: bool
     submission = Submission(file, display_path(file), answer_key_code(stage.op), tuple(_answer_key_dirs()),
                             own_file_only=False)
     t0 = time.perf_counter()
-    cases = plan(stage.op, sizes or grade_sizes(stage.op, mode, quick), seed)
+    cases = plan(stage.op, sizes or grade_sizes(stage.op, mode, quick, stage), seed)
     with simulated_device(SIM_SM_COUNT):
         grade = grade_stage(stage, InProcessSession(launcher, file), cases, submission, seed=seed, speed=speed,
                             listener=Listener())
