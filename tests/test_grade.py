@@ -83,7 +83,7 @@ def test_catalog_covers_the_classic_bugs_and_the_cheats():
     for reason in ("nan", "out-of-bounds", "unwritten", "all-zeros", "uninitialised", "wrong-values",
                    "no-kernel-launch", "input-modified", "launch-limit", "timeout", "crash", "answer-key",
                    "exec", "exited", "channel", "stale", "host-copy", "process", "background-process", "wrote-file",
-                   "race"):
+                   "race", "thread", "tampered"):
         assert reason in reasons, reason
     assert len(PLANTED) >= 25 and len(CORRECT) >= 2
 
@@ -819,3 +819,58 @@ def test_a_boundary_size_is_capped_and_never_one_the_operator_refuses():
     largest = max(int(np.prod(s)) for s in base)
     far = dataclasses.replace(stage, boundaries={"cols": (SIZE_CAP * largest,)})
     assert boundary_sizes(far, base) == []  # a few rows of that width: past the cap
+
+
+# -- the speed bar's defences: fresh inputs, and only work done when the call's stream is -----------------
+
+def _load_planted(path: Path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"planted_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _timed_then_checked(launcher, op, size):
+    """What the worker does around the speed bar, minus the timer (the simulator cannot time): the
+    rotating sets made from distinct draws, every set called as the timer calls them, then the calls on
+    fresh inputs in the same buffers, judged as the grader judges them."""
+    from workbench.grade.cases import fresh_output_wrong
+    from workbench.grade.watch import FRESH_DRAWS, fresh_outputs, timing_arg_sets
+
+    draws = [op.make_inputs(size, np.random.default_rng([7, k])) for k in range(FRESH_DRAWS)]
+    arg_sets = timing_arg_sets(draws, op.make_output(size), None)
+    assert len(arg_sets) >= FRESH_DRAWS
+    assert not np.array_equal(draws[0][0], draws[1][0])  # distinct inputs, not copies of one
+    for args in arg_sets * 2:
+        launcher(*args)
+    return fresh_output_wrong(op.stages[0], size, draws, fresh_outputs(launcher, arg_sets, draws))
+
+
+def test_after_timing_a_result_kept_by_buffer_is_stale_and_work_left_to_a_thread_is_not_done():
+    import threading
+
+    op, (stage,) = resolve("histogram.global_atomics")
+    size = (1000,)
+    assert _timed_then_checked(stage.launch, op, size) is None  # the answer key: right on every fresh input
+    kept = _load_planted(ROOT / "tests" / "planted" / "timing" / "caches_by_buffer.py")
+    reason, message = _timed_then_checked(kept.global_atomics, op, size)
+    assert reason == "stale" and kept.EXPECT["says"] in message, message
+
+    def everything_later(x, out):  # the whole stage left to a thread: nothing written when the call returns
+        threading.Thread(target=lambda: (time.sleep(0.5), stage.launch(x, out)), daemon=True).start()
+
+    reason, message = _timed_then_checked(everything_later, op, size)
+    assert reason == "not-done" and "never written" in message, message
+
+
+@pytest.mark.gpu
+def test_timing_cheats_are_refused_on_a_gpu():
+    """The speed case on a GPU: a result kept by buffer is stale; a kernel left to a thread is refused."""
+    for path in (ROOT / "tests" / "planted" / "timing" / "caches_by_buffer.py",
+                 ROOT / "tests" / "planted" / "offloads_to_a_thread.py"):
+        want = expectation(path)
+        report = grade(want["stage"], str(path), quick=True, jobs=1)
+        (stage,) = report.stages
+        assert stage.status == "failed" and any(c.reason == want["reason"] for c in stage.cases), report.text()
