@@ -335,6 +335,7 @@ def test_catalog_entry_gets_its_verdict_on_a_gpu(path):
 
 # -- a boundary missed by one: passed by every size graded before stages declared their boundaries ------
 
+@pytest.mark.slow  # (17 s on two cores: every size graded before, in full; the entry's quick verdict is quick)
 @pytest.mark.sim_only
 def test_a_step_bound_wrong_only_at_a_boundary_passed_before_and_fails_now():
     """softmax.ilp with its unrolled step's bound written <= is right at every size the grader derived
