@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: c5326984e879534c504180f782b89e4e52a2590b101018177abef292542dd7d2
+# generated-sha256: c0272fe6da639eb51123826c6cde7dde4b7811dd6050795311db5b4e1eef8106
 # --------------------------------------------------------------------------------------------------
 """Scaled dot-product attention in float32, from three kernels to a register-tiled FlashAttention.
 
@@ -457,7 +457,8 @@ FLASH_PARAGRAPH = """
     the causal mask the tiles past the diagonal are computed in full, then thrown away."""
 
 
-@op.stage("flash", FLASH_PARAGRAPH, bytes_moved=lambda size: _io_bytes(size) // 2 + _kv_bytes(size, TILE))
+@op.stage("flash", FLASH_PARAGRAPH, bytes_moved=lambda size: _io_bytes(size) // 2 + _kv_bytes(size, TILE),
+    boundaries={"seq": (TILE,)})
 def flash(q, k, v, causal, out):
     _launch_flash_shared(q, k, v, causal, out)
 
@@ -710,7 +711,7 @@ REGISTER_TILES_PARAGRAPH = """
 
 
 @op.stage("register_tiles", REGISTER_TILES_PARAGRAPH,
-          bytes_moved=lambda size: _io_bytes(size) // 2 + _kv_bytes(size, BR))
+          bytes_moved=lambda size: _io_bytes(size) // 2 + _kv_bytes(size, BR), boundaries={"seq": (BC,)})
 def register_tiles(q, k, v, causal, out):
     _launch_tiles(_register_tiles_kernel(_padded_head_dim(q.shape[3])), q, k, v, causal, out)
 
