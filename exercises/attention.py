@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: c0272fe6da639eb51123826c6cde7dde4b7811dd6050795311db5b4e1eef8106
+# generated-sha256: db09d718d701cca7c53b5c04e50744090e91e050fc30e3f85dc51385a9fd6237
 # --------------------------------------------------------------------------------------------------
 """Scaled dot-product attention in float32, from three kernels to a register-tiled FlashAttention.
 
@@ -458,7 +458,7 @@ FLASH_PARAGRAPH = """
 
 
 @op.stage("flash", FLASH_PARAGRAPH, bytes_moved=lambda size: _io_bytes(size) // 2 + _kv_bytes(size, TILE),
-    boundaries={"seq": (TILE,)})
+          boundaries={"seq": (TILE,)})
 def flash(q, k, v, causal, out):
     _launch_flash_shared(q, k, v, causal, out)
 

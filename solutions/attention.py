@@ -473,7 +473,7 @@ FLASH_PARAGRAPH = """
 
 
 @op.stage("flash", FLASH_PARAGRAPH, bytes_moved=lambda size: _io_bytes(size) // 2 + _kv_bytes(size, TILE),
-    boundaries={"seq": (TILE,)})
+          boundaries={"seq": (TILE,)})
 def flash(q, k, v, causal, out):
     _launch_flash_shared(q, k, v, causal, out)
 
