@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 209381c99a075e46b5ecf03464d0a9e474b37e76f2a8d2100020b950e4db1934
+# generated-sha256: 43f8d13637a0b2da0d69542b5bc5d8be78214b2f8559c245e0b5b048b1f27789
 # --------------------------------------------------------------------------------------------------
 """Scaled dot-product attention in float32, from three kernels to a register-tiled FlashAttention.
 
@@ -457,7 +457,8 @@ FLASH_PARAGRAPH = """
     the causal mask the tiles past the diagonal are computed in full, then thrown away."""
 
 
-@op.stage("flash", FLASH_PARAGRAPH, bytes_moved=lambda size: _io_bytes(size) // 2 + _kv_bytes(size, TILE))
+@op.stage("flash", FLASH_PARAGRAPH, bytes_moved=lambda size: _io_bytes(size) // 2 + _kv_bytes(size, TILE),
+          boundaries={"seq": (TILE,)})
 def flash(q, k, v, causal, out):
     _launch_flash_shared(q, k, v, causal, out)
 
@@ -710,7 +711,7 @@ REGISTER_TILES_PARAGRAPH = """
 
 
 @op.stage("register_tiles", REGISTER_TILES_PARAGRAPH,
-          bytes_moved=lambda size: _io_bytes(size) // 2 + _kv_bytes(size, BR))
+          bytes_moved=lambda size: _io_bytes(size) // 2 + _kv_bytes(size, BR), boundaries={"seq": (BC,)})
 def register_tiles(q, k, v, causal, out):
     _launch_tiles(_register_tiles_kernel(_padded_head_dim(q.shape[3])), q, k, v, causal, out)
 

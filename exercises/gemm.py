@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 5ff979e0fe69fa5c78a3d98db8433b6d6ef7f3ca881ec23e0b8e1a843189d44e
+# generated-sha256: 3986a36d7a11dbe51d6e391759b16b132d41f6f52af6c5a9a4a16c8f5bcf2029
 # --------------------------------------------------------------------------------------------------
 """C = alpha * A @ B + beta * C in float32, from one thread per output to tensor cores.
 
@@ -250,7 +250,8 @@ def _shared_tiles(A, B, C, alpha_beta, out):
     columns of B. So the block copies a 16x16 tile of each into shared memory (one element per
     thread, coalesced), waits, and does 16 multiply-adds per thread from shared memory before moving
     along K. Each float loaded from global memory now feeds 16 flops instead of 1. The limit moves to
-    shared memory: two shared loads per multiply-add.""")
+    shared memory: two shared loads per multiply-add.""",
+    boundaries={"M": (TILE,), "N": (TILE,), "K": (TILE,)})
 def shared_tiles(A, B, C, alpha_beta, out):
     M, N = out.shape
     _shared_tiles[(blocks_for(N, TILE), blocks_for(M, TILE)), (TILE, TILE)](A, B, C, alpha_beta, out)
@@ -294,7 +295,8 @@ def _register_column(A, B, C, alpha_beta, out):
     registers (a cuda.local.array indexed only by unrolled constant loops stays in registers). For
     each k it reads one value of B's tile once and reuses it for all 16 rows: shared-memory loads
     per multiply-add drop from 2 to about 1.06, and each thread has 16 independent multiply-adds to
-    issue back to back, so the arithmetic units stop waiting on shared memory.""")
+    issue back to back, so the arithmetic units stop waiting on shared memory.""",
+    boundaries={"K": (BK1,)})
 def register_column(A, B, C, alpha_beta, out):
     M, N = out.shape
     _register_column[(blocks_for(N, BN1), blocks_for(M, BM1)), THREADS1](A, B, C, alpha_beta, out)
@@ -349,7 +351,8 @@ def _register_tile(A, B, C, alpha_beta, out):
     contiguous patch puts a warp's 16 reads of B's tile 8 floats apart, 4 to a bank, so thread
     (ty, tx) owns the interleaved rows ty + 16m and columns tx + 16n instead. And registers: the
     kernel wants ~157, which leaves room for one 256-thread block per SM; launch_bounds=(256, 2)
-    caps it at 128 (a few bytes spill) so two blocks share an SM and hide each other's waits.""")
+    caps it at 128 (a few bytes spill) so two blocks share an SM and hide each other's waits.""",
+    boundaries={"K": (BK2,)})
 def register_tile(A, B, C, alpha_beta, out):
     M, N = out.shape
     _register_tile[(blocks_for(N, BN2), blocks_for(M, BM2)), THREADS2](A, B, C, alpha_beta, out)
@@ -507,7 +510,8 @@ def _vectorized(A, B, C, alpha_beta, out):
     has no #pragma unroll), so shared addresses are constant offsets. (3) Warp tiling and double
     buffering: each warp owns a 64x32 sub-tile, and the next tile's global loads are issued before
     this tile's arithmetic and stored to the other buffer after it, one barrier per step. As in
-    stage 5, launch_bounds=(256, 2) keeps two blocks per SM.""")
+    stage 5, launch_bounds=(256, 2) keeps two blocks per SM.""",
+    boundaries={"K": (BK, 2 * BK)})
 def vectorized(A, B, C, alpha_beta, out):
     M, N = out.shape
     _vectorized[(blocks_for(N, BN), blocks_for(M, BM)), THREADS](A, B, C, alpha_beta, out)

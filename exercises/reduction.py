@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 9ca3a625129f34fd2ccf53fe49dd689005e1395e8ab744a253f86bf0a3c270af
+# generated-sha256: 484f647d2285c6714271d8824160763adc320489d07cfa3cc083450d0de3dc6f
 # --------------------------------------------------------------------------------------------------
 """Sum of a float32 vector, in five steps from one atomic per element to one pass at memory speed.
 
@@ -129,7 +129,7 @@ def _store_total(total, out):
     serialises them: the kernel runs at the rate of atomics to one address, nowhere near the rate
     memory delivers data. The total is float64, because one float32 counter is also wrong: past
     2^24 its spacing exceeds the addends, which then round away (75% error at 2^28 elements).""",
-    dtype=np.float64)
+    dtype=np.float64, boundaries={"n": (THREADS,)})
 def naive(x, out):
     total = scratch("reduction.naive.total", 1, np.float64)
     _start_total[1, 1](total)
@@ -161,7 +161,8 @@ def _grid(n, elements_per_thread):
     transaction (coalesced). Only then does it add its partial sum atomically. The atomics drop from n
     to one per thread (n / 16 here) and the time drops with them: atomics on one address are still
     the bottleneck. Partials of 16 elements are also big enough not to round away in a float32
-    total, so the float64 counter can go.""")
+    total, so the float64 counter can go.""",
+    boundaries={"n": (THREADS * ELEMENTS_PER_THREAD,)})
 def coalesced(x, out):
     _zero[1, 1](out)
     _grid_stride_partials[_grid(x.size, ELEMENTS_PER_THREAD), THREADS](x, out)
@@ -187,7 +188,8 @@ def _shared_tree(x, out):
     The threads of a block combine their partial sums in shared memory before touching global memory:
     a tree that halves the active threads at each step (sequential addressing, so active threads stay
     contiguous and shared-memory banks conflict-free), eight steps for 256 threads. One atomic per
-    block instead of one per thread: 256 times fewer atomics on the one hot address.""")
+    block instead of one per thread: 256 times fewer atomics on the one hot address.""",
+    boundaries={"n": (THREADS * ELEMENTS_PER_THREAD,)})
 def shared_tree(x, out):
     _zero[1, 1](out)
     _shared_tree[_grid(x.size, ELEMENTS_PER_THREAD), THREADS](x, out)
@@ -237,7 +239,8 @@ def _warp_shuffle(x, out):
     Within a warp, threads can read each other's registers directly with shfl_down_sync: five shuffle
     steps sum 32 values with no shared memory and no barrier. Each warp reduces its partials this way,
     writes one value to shared memory, and the first warp reduces those: one barrier per block instead
-    of nine, and shared-memory traffic cut from hundreds of accesses to eight.""")
+    of nine, and shared-memory traffic cut from hundreds of accesses to eight.""",
+    boundaries={"n": (THREADS * ELEMENTS_PER_THREAD,)})
 def warp_shuffle(x, out):
     _zero[1, 1](out)
     _warp_shuffle[_grid(x.size, ELEMENTS_PER_THREAD), THREADS](x, out)
@@ -292,7 +295,8 @@ def _resident_grid(n):
     iteration, so the memory system always has enough requests in flight.
     Blocks reduce with warp shuffles and store one sum each; the last block to finish (found with an
     atomic ticket counter) adds those up. No atomics on the output, so no extra launch to zero it,
-    and the same answer on every run.""")
+    and the same answer on every run.""",
+    boundaries={"n": (THREADS * LOADS_PER_THREAD,)})
 def fused(x, out):
     blocks = _resident_grid(x.size)
     block_sums = scratch("reduction.fused.block_sums", blocks)

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: fd6598f8059754322c47ae27e7e2511452cbfa2cfbe26ea11b1cfc8878b6fd7c
+# generated-sha256: e4541f05074ba9d61b928f5a878d9af951f9f55ee3ba58608f3520da4659f974
 # --------------------------------------------------------------------------------------------------
 """Inclusive prefix sum (scan) of a float32 vector: y[i] = x[0] + x[1] + ... + x[i].
 
@@ -159,7 +159,7 @@ def _scan_then_propagate(x, y, level=0):
     256th the size), and a second kernel adds each tile's offset to its elements. Correct, but
     y is written, read and written again (16 bytes per element, twice the minimum), and each step
     costs two barriers.""",
-    bytes_moved=lambda size: 16 * size[0])
+    bytes_moved=lambda size: 16 * size[0], boundaries={"n": (THREADS,)})
 def hillis_steele(x, y):
     _scan_then_propagate(x, y)
 
@@ -248,7 +248,7 @@ def _reduce_then_scan(x, y, level=0):
     is never read back. Second, each thread scans 8 elements in registers, a warp scans its 32
     thread totals with five shuffles (no shared memory, no barrier), and the block combines its 8
     warp totals: two barriers per tile of 2048 elements instead of sixteen per 256.""",
-    bytes_moved=lambda size: 12 * size[0])
+    bytes_moved=lambda size: 12 * size[0], boundaries={"n": (TILE,)})
 def reduce_then_scan(x, y):
     _reduce_then_scan(x, y)
 
@@ -422,6 +422,7 @@ def _single_pass(x, y, vectors):
     32 tiles before it at once and adds their sums until it meets one holding the full prefix,
     then publishes its own, while the tile waits in registers to be written. Status and sum share
     one 64-bit word written with one atomic, so no fence is needed. Views not on a 16-byte boundary
-    are read element by element.""")
+    are read element by element.""",
+    boundaries={"n": (ONE_PASS_TILE,)})
 def decoupled_lookback(x, y):
     _single_pass(x, y, aligned16(x, y))

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: d0cc3fbf18bcb2c02e8310571ae17b1b29bd5d0e561e7ce3648e99471b3c07d6
+# generated-sha256: e0ffc4fe5a6542d195cc81e837f7be8b54bff3ba9f0d859bcbd412a0917f7af8
 # --------------------------------------------------------------------------------------------------
 """Softmax over the rows of a float32 matrix, in seven steps from a thread per row to 92% of copy bandwidth.
 
@@ -195,7 +195,8 @@ def _block_per_row(x, out):
     One block of 256 threads per row. The threads stride across the row together, so each warp's
     load is one 128-byte transaction, and there are as many threads as the GPU can hold. The price is
     combining 256 partial results: each thread leaves its partial max (then sum) in shared memory and
-    thread 0 loops over all of them while the other 255 wait at the barrier.""")
+    thread 0 loops over all of them while the other 255 wait at the barrier.""",
+    boundaries={"cols": (THREADS,)})
 def coalesced(x, out):
     _block_per_row[x.shape[0], THREADS](x, out)
 
@@ -243,7 +244,8 @@ def _block_per_row_tree(x, out):
     The 256 partials are combined by a tree in shared memory: at each step the lower half of the
     active threads adds (or maxes) in the upper half's value, 8 steps instead of 255 serial ones by a
     single thread. Sequential addressing keeps the active threads contiguous, so whole warps drop
-    out together and neighbouring threads hit neighbouring banks.""")
+    out together and neighbouring threads hit neighbouring banks.""",
+    boundaries={"cols": (THREADS,)})
 def shared_tree(x, out):
     _block_per_row_tree[x.shape[0], THREADS](x, out)
 
@@ -451,7 +453,8 @@ def _block_per_row_ilp(x, out):
     so this is what moves a memory-bound kernel toward the copy rate. In the write pass the eight
     values are loaded into a local array (registers, after unrolling) before the first store,
     because the compiler may not move a load above a store to out that could overlap it. Columns
-    past the last full step of eight take stage 6's loop.""")
+    past the last full step of eight take stage 6's loop.""",
+    boundaries={"cols": (ILP_SPAN,)})
 def ilp(x, out):
     _block_per_row_ilp[x.shape[0], THREADS](x, out)
 
@@ -591,7 +594,8 @@ def kernel_for(cols):
     whose width is not a multiple of 4 (its rows do not start on 16-byte boundaries) is read a column at
     a time. On an H200 it beat torch and torch.compile at the wide shapes (4096 columns and more) and
     lost to torch.compile at 1024 columns, where no kernel of the table beat it
-    (scripts/gpu_norm_shapes.py times every kernel the table can pick).""")
+    (scripts/gpu_norm_shapes.py times every kernel the table can pick).""",
+    boundaries={"cols": (WARP_ROW_COLS,)})
 def by_shape(x, out):
     kernel_for(x.shape[1])(x, out)
 

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 6c174ff9d913e2be0e3a10d1544610b68111a7359b026d27e80ff2d44b1661fc
+# generated-sha256: 3d7f98abb3289c3c8383f936f46a2a70bdb590ce06865fe7b45e167702265b6b
 # --------------------------------------------------------------------------------------------------
 """Transpose of a float32 matrix, in six steps from strided writes to one pass near memory speed.
 
@@ -125,7 +125,8 @@ def _naive(x, out):
     One thread per element, neighbouring threads on neighbouring columns: a warp reads 32 consecutive
     floats of a row of x, one 128-byte transaction. Its writes go to one column of out, 32 elements a
     whole row of out apart: 32 separate transactions, each carrying 4 useful bytes of a 32-byte
-    sector. The write side sets the pace.""")
+    sector. The write side sets the pace.""",
+    boundaries={"rows": (NAIVE_ROWS,), "cols": (TILE,)})
 def naive(x, out):
     rows, cols = x.shape
     _naive[_tiles(rows, cols, NAIVE_ROWS), (TILE, NAIVE_ROWS)](x, out)
@@ -150,7 +151,8 @@ def _tiled(x, out):
     (coalesced), waits at a barrier, and writes the tile's columns as rows of out (coalesced too):
     the transposition happens in shared memory, which has no transactions to waste. Every global
     access is now a full 128-byte line. The price moved into shared memory: a warp reading a column
-    of the tile hits one bank 32 times over, and those 32 reads are served one after another.""")
+    of the tile hits one bank 32 times over, and those 32 reads are served one after another.""",
+    boundaries={"rows": (TILE,), "cols": (TILE,)})
 def tiled(x, out):
     rows, cols = x.shape
     _tiled[_tiles(rows, cols, TILE), (TILE, TILE)](x, out)
@@ -174,7 +176,8 @@ def _padded(x, out):
     of every row is word 32 r + c: the same bank for all 32 rows, so reading a column is a 32-way
     conflict. One padding column (33 words per row) puts element (r, c) in bank (r + c) % 32: a
     column now spans all 32 banks and a warp reads it in one go. One extra word per row, no other
-    change.""")
+    change.""",
+    boundaries={"rows": (TILE,), "cols": (TILE,)})
 def padded(x, out):
     rows, cols = x.shape
     _padded[_tiles(rows, cols, TILE), (TILE, TILE)](x, out)
@@ -199,7 +202,8 @@ def _rows_per_thread(x, out):
     issues four independent loads before the barrier, so as many bytes are in flight with a quarter
     of the threads; finding the tile and the barrier are paid once per four elements, and a
     256-thread block lets eight blocks share a multiprocessor where 1024-thread blocks allowed two,
-    so one block waiting at its barrier no longer idles half the machine.""")
+    so one block waiting at its barrier no longer idles half the machine.""",
+    boundaries={"rows": (TILE,), "cols": (TILE,)})
 def rows_per_thread(x, out):
     rows, cols = x.shape
     _rows_per_thread[_tiles(rows, cols, TILE), (TILE, ROWS_PER_PASS)](x, out)
@@ -232,7 +236,8 @@ def _unsigned(x, out):
     dimension's length: two tests on every global load and store and on every shared-memory access.
     The same kernel with every index a uint64 skips them all (and its block-to-tile division is an
     unsigned one, without Python's floor-division fix-ups). Same memory traffic, fewer instructions,
-    and a third less time (measured on an H200).""")
+    and a third less time (measured on an H200).""",
+    boundaries={"rows": (TILE,), "cols": (TILE,)})
 def unsigned(x, out):
     rows, cols = x.shape
     _unsigned[_tiles(rows, cols, TILE), (TILE, ROWS_PER_PASS)](x, out)
@@ -273,7 +278,8 @@ def _big_tile(x, out):
     (zero outside x), then stores them to the tile. Written as load-check-store per element, as in
     stage 5, each load in the PTX follows the previous element's bounds branch and shared store;
     staged, the four loads go out back to back. Measured on an H200 at 16384 x 16384, in a tuning
-    run: 626 us for the 64 x 64 tile moved by 32 x 8 threads without staging, 554 us like this.""")
+    run: 626 us for the 64 x 64 tile moved by 32 x 8 threads without staging, 554 us like this.""",
+    boundaries={"rows": (BIG,), "cols": (BIG,)})
 def big_tile(x, out):
     rows, cols = x.shape
     blocks = max(1, ((rows + BIG - 1) // BIG) * ((cols + BIG - 1) // BIG))

@@ -472,7 +472,8 @@ FLASH_PARAGRAPH = """
     the causal mask the tiles past the diagonal are computed in full, then thrown away."""
 
 
-@op.stage("flash", FLASH_PARAGRAPH, bytes_moved=lambda size: _io_bytes(size) // 2 + _kv_bytes(size, TILE))
+@op.stage("flash", FLASH_PARAGRAPH, bytes_moved=lambda size: _io_bytes(size) // 2 + _kv_bytes(size, TILE),
+          boundaries={"seq": (TILE,)})
 def flash(q, k, v, causal, out):
     _launch_flash_shared(q, k, v, causal, out)
 
@@ -725,7 +726,7 @@ REGISTER_TILES_PARAGRAPH = """
 
 
 @op.stage("register_tiles", REGISTER_TILES_PARAGRAPH,
-          bytes_moved=lambda size: _io_bytes(size) // 2 + _kv_bytes(size, BR))
+          bytes_moved=lambda size: _io_bytes(size) // 2 + _kv_bytes(size, BR), boundaries={"seq": (BC,)})
 def register_tiles(q, k, v, causal, out):
     _launch_tiles(_register_tiles_kernel(_padded_head_dim(q.shape[3])), q, k, v, causal, out)
 

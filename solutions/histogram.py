@@ -134,7 +134,8 @@ def _global_atomics(x, out):
     Zero the 256 bins, then every thread walks the input with a grid-stride loop (coalesced reads)
     and adds 1 to its element's bin with an atomic add in global memory. Correct for any data, but
     every increment is a round trip to the L2 cache, and increments to the same bin are serialised
-    there: with half the data in one hot bin, the whole GPU waits on one address.""")
+    there: with half the data in one hot bin, the whole GPU waits on one address.""",
+    boundaries={"n": (THREADS * ELEMENTS_PER_THREAD,)})
 def global_atomics(x, out):
     _zero_bins[1, BINS](out)
     _global_atomics[_grid(x.size), THREADS](x, out)
@@ -168,7 +169,8 @@ def _shared_privatized(x, out):
     garbage), then adds its non-zero counts to the global bins: one global atomic per bin per block
     instead of one per element. Shared-memory atomics are resolved on the multiprocessor, many
     times faster than a trip to L2, and the hot bin is now contended only within a block, never
-    across the whole GPU.""")
+    across the whole GPU.""",
+    boundaries={"n": (THREADS * ELEMENTS_PER_THREAD,)})
 def shared_privatized(x, out):
     _zero_bins[1, BINS](out)
     _shared_privatized[_grid(x.size), THREADS](x, out)

@@ -245,7 +245,8 @@ def _block_per_row(x, weight, bias, out):
 @op.stage("coalesced", """
     One block of 256 threads per row, striding across it together: each warp load is one 128-byte
     transaction and the GPU is full of threads. The 256 partial sums meet in shared memory, where
-    thread 0 adds them up alone, twice per row (sum, then squared deviations), while the rest wait.""")
+    thread 0 adds them up alone, twice per row (sum, then squared deviations), while the rest wait.""",
+    boundaries={"cols": (THREADS,)})
 def coalesced(x, weight, bias, out):
     _block_per_row[x.shape[0], THREADS](x, weight, bias, out)
 
@@ -297,7 +298,8 @@ def _block_per_row_tree(x, weight, bias, out):
 @op.stage("shared_tree", """
     The partial sums are combined by a tree in shared memory, 8 halving steps instead of 255 serial
     adds by one thread. Sequential addressing keeps the active threads contiguous: whole warps retire
-    together and shared-memory banks do not conflict.""")
+    together and shared-memory banks do not conflict.""",
+    boundaries={"cols": (THREADS,)})
 def shared_tree(x, weight, bias, out):
     _block_per_row_tree[x.shape[0], THREADS](x, weight, bias, out)
 
@@ -648,7 +650,8 @@ def _block_per_row_ilp(x, weight, bias, out):
     first store, because the compiler may not move a load above a store to out that could overlap
     it. 40 registers a thread instead of 30: six blocks of 256 fit per multiprocessor rather than
     eight, and the kernel is still faster. Columns past the last full step of eight take stage 6's
-    loop.""")
+    loop.""",
+    boundaries={"cols": (ILP_SPAN,)})
 def ilp(x, weight, bias, out):
     _block_per_row_ilp[x.shape[0], THREADS](x, weight, bias, out)
 
@@ -851,7 +854,8 @@ def kernel_for(cols, table=BY_SHAPE):
     (torch.compile's LayerNorm missed the 1e-3 tolerance there); from 4096 columns by_shape is stage 7,
     which torch.compile beats. A block per row with the row in registers (block_rows) was slower than
     stage 7, so the table does not pick it: a kernel is in the table where it was measured faster, not
-    where it should be.""")
+    where it should be.""",
+    boundaries={"cols": (WARP_ROW_COLS,)})
 def by_shape(x, weight, bias, out):
     kernel_for(x.shape[1])(x, weight, bias, out)
 

@@ -83,7 +83,7 @@ def test_catalog_covers_the_classic_bugs_and_the_cheats():
     for reason in ("nan", "out-of-bounds", "unwritten", "all-zeros", "uninitialised", "wrong-values",
                    "no-kernel-launch", "input-modified", "launch-limit", "timeout", "crash", "answer-key",
                    "exec", "exited", "channel", "stale", "host-copy", "process", "background-process", "wrote-file",
-                   "race"):
+                   "race", "thread", "tampered"):
         assert reason in reasons, reason
     assert len(PLANTED) >= 25 and len(CORRECT) >= 2
 
@@ -770,3 +770,107 @@ def test_a_time_faster_than_the_memory_allows_is_refused():
     assert "cannot be the stage's own" in below_roofline(10**9, 10.0, "NVIDIA H200")  # 100 TB/s
     assert below_roofline(10**9, 1000.0, "NVIDIA H200") == ""  # 1 TB/s: possible
     assert below_roofline(10**9, 10.0, "a GPU nobody lists") == ""  # unknown: not judged
+
+
+# -- tile and chunk boundaries hit exactly and missed by one -------------------------------------------
+
+def test_a_stage_declares_its_boundaries_along_dimensions_the_operator_has():
+    import dataclasses
+
+    op = dataclasses.replace(resolve("softmax")[0], stages=[])
+    with pytest.raises(ValueError, match="a boundary is a dimension of rows, cols"):
+        op.stage("mine", "a paragraph", boundaries={"width": (256,)})
+    with pytest.raises(ValueError, match="whole numbers"):
+        op.stage("mine", "a paragraph", boundaries={"cols": (0,)})
+    stage = op.stage("mine", "a paragraph", boundaries={"cols": [256]})(lambda x, out: None)
+    assert stage.boundaries == {"cols": (256,)}
+
+
+def test_grading_sizes_land_on_each_declared_boundary_and_one_either_side():
+    """softmax.ilp's unrolled step ends every ILP_SPAN columns: the grader grades a row of exactly one
+    step and one column short and past it, in the simulator and on a GPU, quick or not. Without the
+    declaration none of those sizes is graded (every declared size misses a block's end on purpose)."""
+    import dataclasses
+
+    from solutions.softmax import ILP_SPAN
+    from workbench.grade.targets import grade_sizes
+
+    op, (stage,) = resolve("softmax.ilp")
+    widths = (ILP_SPAN - 1, ILP_SPAN, ILP_SPAN + 1)
+    for mode in ("sim", "gpu"):
+        for quick in (False, True):
+            cols = [c for _, c in grade_sizes(op, mode, quick, stage)]
+            assert all(w in cols for w in widths), (mode, quick, cols)
+        undeclared = dataclasses.replace(stage, boundaries=None)
+        assert not set(widths) & {c for _, c in grade_sizes(op, mode, stage=undeclared)}
+
+
+def test_a_boundary_size_is_capped_and_never_one_the_operator_refuses():
+    import dataclasses
+
+    from workbench.grade.targets import SIZE_CAP, boundary_sizes
+
+    op, (stage, _) = resolve("avgpool2d")  # its window K is 2 or 3: a boundary at 3 may not grade K = 4
+    base = [tuple(s) for s in op.sim_sizes]
+    sizes = boundary_sizes(dataclasses.replace(stage, boundaries={"K": (3,)}), base)
+    assert {s[-1] for s in sizes} == {2, 3}, sizes
+    op, (stage,) = resolve("softmax.ilp")
+    base = [tuple(s) for s in op.sim_sizes]
+    largest = max(int(np.prod(s)) for s in base)
+    far = dataclasses.replace(stage, boundaries={"cols": (SIZE_CAP * largest,)})
+    assert boundary_sizes(far, base) == []  # a few rows of that width: past the cap
+
+
+# -- the speed bar's defences: fresh inputs, and only work done when the call's stream is -----------------
+
+def _load_planted(path: Path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"planted_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _timed_then_checked(launcher, op, size):
+    """What the worker does around the speed bar, minus the timer (the simulator cannot time): the
+    rotating sets made from distinct draws, every set called as the timer calls them, then the calls on
+    fresh inputs in the same buffers, judged as the grader judges them."""
+    from workbench.grade.cases import fresh_output_wrong
+    from workbench.grade.watch import FRESH_DRAWS, fresh_outputs, timing_arg_sets
+
+    draws = [op.make_inputs(size, np.random.default_rng([7, k])) for k in range(FRESH_DRAWS)]
+    arg_sets = timing_arg_sets(draws, op.make_output(size), None)
+    assert len(arg_sets) >= FRESH_DRAWS
+    assert not np.array_equal(draws[0][0], draws[1][0])  # distinct inputs, not copies of one
+    for args in arg_sets * 2:
+        launcher(*args)
+    return fresh_output_wrong(op.stages[0], size, draws, fresh_outputs(launcher, arg_sets, draws))
+
+
+def test_after_timing_a_result_kept_by_buffer_is_stale_and_work_left_to_a_thread_is_not_done():
+    import threading
+
+    op, (stage,) = resolve("histogram.global_atomics")
+    size = (1000,)
+    assert _timed_then_checked(stage.launch, op, size) is None  # the answer key: right on every fresh input
+    kept = _load_planted(ROOT / "tests" / "planted" / "timing" / "caches_by_buffer.py")
+    reason, message = _timed_then_checked(kept.global_atomics, op, size)
+    assert reason == "stale" and kept.EXPECT["says"] in message, message
+
+    def everything_later(x, out):  # the whole stage left to a thread: nothing written when the call returns
+        threading.Thread(target=lambda: (time.sleep(0.5), stage.launch(x, out)), daemon=True).start()
+
+    reason, message = _timed_then_checked(everything_later, op, size)
+    assert reason == "not-done" and "never written" in message, message
+
+
+@pytest.mark.gpu
+def test_timing_cheats_are_refused_on_a_gpu():
+    """The speed case on a GPU: a result kept by buffer is stale; a kernel left to a thread is refused."""
+    for path in (ROOT / "tests" / "planted" / "timing" / "caches_by_buffer.py",
+                 ROOT / "tests" / "planted" / "offloads_to_a_thread.py"):
+        want = expectation(path)
+        report = grade(want["stage"], str(path), quick=True, jobs=1)
+        (stage,) = report.stages
+        assert stage.status == "failed" and any(c.reason == want["reason"] for c in stage.cases), report.text()

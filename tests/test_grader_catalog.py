@@ -215,7 +215,7 @@ def gpu_sizes(target: str) -> list[str]:
     from workbench.grade.targets import grade_sizes
 
     _, (stage,) = resolve(target)
-    sizes = [s for s in grade_sizes(stage.op, "gpu") if int(np.prod(s)) <= GPU_MAX_ELEMENTS]
+    sizes = [s for s in grade_sizes(stage.op, "gpu", stage=stage) if int(np.prod(s)) <= GPU_MAX_ELEMENTS]
     return ["x".join(map(str, s)) for s in sizes]
 
 
@@ -331,3 +331,23 @@ def test_catalog_entry_gets_its_verdict_in_the_simulator(path):
 @pytest.mark.parametrize("path", ENTRIES, ids=lambda p: p.stem)
 def test_catalog_entry_gets_its_verdict_on_a_gpu(path):
     grade_and_check(path, on_gpu=True)
+
+
+# -- a boundary missed by one: passed by every size graded before stages declared their boundaries ------
+
+@pytest.mark.slow  # (17 s on two cores: every size graded before, in full; the entry's quick verdict is quick)
+@pytest.mark.sim_only
+def test_a_step_bound_wrong_only_at_a_boundary_passed_before_and_fails_now():
+    """softmax.ilp with its unrolled step's bound written <= is right at every size the grader derived
+    before stages declared where their chunks end (the operator's sizes, no stage's), and wrong at the
+    boundary its stage declares, missed by one (its verdict at the quick sizes: the entry's own test)."""
+    from workbench.grade import grade
+    from workbench.grade.targets import boundary_sizes, grade_sizes
+
+    path = CATALOG / "symmetry_softmax_ilp_step_bound_inclusive.py"
+    op, (stage,) = resolve("softmax.ilp")
+    before = grade(stage.key, str(path), sizes=grade_sizes(op, "sim"), jobs=1, speed=False)
+    assert before.passed, before.text()
+    edges = boundary_sizes(stage, [as_size(s) for s in op.sim_sizes])
+    (now,) = grade(stage.key, str(path), sizes=edges, jobs=1, speed=False).stages
+    assert now.status == "failed" and now.headline.reason == "out-of-bounds", now

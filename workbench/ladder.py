@@ -50,6 +50,10 @@ class Stage:
     gpu_only: str | None = None  # reason this stage cannot run in the simulator
     tolerance: float | None = None  # overrides the operator's tolerance for this stage
     dtype: Any = None  # the precision the stage computes in; the PTX check forbids f64 when float32
+    # For the grader: along each named dimension, the extents at which this stage's blocks, tiles, chunks
+    # or unrolled steps end ({"cols": (ILP_SPAN,)}: a row of exactly one unrolled step). It grades sizes
+    # landing exactly on each and one short and one past it, where a loop bound off by one shows.
+    boundaries: Mapping[str, Sequence[int]] | None = None
 
     @property
     def key(self) -> str:
@@ -207,15 +211,22 @@ class Operator:
         gpu_only: str | None = None,
         tolerance: float | None = None,
         dtype: Any = None,
+        boundaries: Mapping[str, Sequence[int]] | None = None,
     ):
         """Register the decorated launcher as the next stage of this ladder."""
         if any(s.name == name for s in self.stages):
             raise ValueError(f"{self.name} already has a stage named {name!r}")
+        for dim, ends in (boundaries or {}).items():
+            if dim not in self.dims or not all(isinstance(e, int) and e >= 1 for e in ends):
+                raise ValueError(f"{self.name}.{name}: boundaries={{{dim!r}: {ends!r}}}; a boundary is a "
+                                 f"dimension of {', '.join(self.dims)} and the whole numbers (at least 1) "
+                                 f"where the stage's blocks, tiles or chunks end along it")
 
         def register(launch: Callable[..., None]) -> Stage:
             st = Stage(
                 self, name, len(self.stages) + 1, " ".join(summary.split()), launch,
                 bytes_moved, flops, gpu_only, tolerance, dtype or self.dtype,
+                {dim: tuple(ends) for dim, ends in boundaries.items()} if boundaries else None,
             )
             self.stages.append(st)
             return st

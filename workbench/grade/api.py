@@ -5,6 +5,7 @@ defined here (a notebook cell), in this process. Both judge with the same cases 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,7 +24,8 @@ from .stages import Listener, grade_stage, stage_verdict
 from .supervisor import CallReply, WorkerSession
 from .submission import describe_launcher
 from .targets import answer_key_code, display_path, grade_sizes, not_an_exercise, submission_path, targets
-from .watch import classify, refusal_facts, run_watched, simulated_device, threads_in
+from .watch import (classify, fresh_outputs, refusal_facts, run_watched, simulated_device, threads_in, threads_left,
+                    timing_arg_sets)
 
 NOTEBOOK_COLUMNS = 100  # grade_function's report in a notebook: no line wider than the page
 
@@ -152,7 +154,7 @@ def _grade_file(path: Path, stages: list, impl: str, *, sizes, quick, seed, time
     grades = []
     try:
         for stage in stages:
-            cases = plan(stage.op, sizes or grade_sizes(stage.op, _device.mode(), quick), seed)
+            cases = plan(stage.op, sizes or grade_sizes(stage.op, _device.mode(), quick, stage), seed)
             grade = grade_stage(stage, session, cases, submission, seed=seed, speed=speed, listener=listener)
             listener.stage_done(grade)
             grades.append(grade)
@@ -186,17 +188,21 @@ class InProcessSession:
         return CallReply(outcome.error, outcome.launches, refusal_facts(outcome.refusals), outcome.seconds,
                          outcome.out, outcome.inputs_after)
 
-    def time(self, stage: str, inputs: tuple, out: np.ndarray) -> tuple[float | None, np.ndarray | None, dict | None]:
-        from ..bench import rotating_arg_sets
+    def time(self, stage: str, draws: list[tuple], out: np.ndarray) -> tuple[float | None, list | None, dict | None]:
         from ..results import environment
         from ..timing import measure
 
-        arg_sets = rotating_arg_sets(inputs, out, environment().get("l2_bytes"), max_sets=16)
+        arg_sets = timing_arg_sets(draws, out, environment().get("l2_bytes"))
+        threads_before = set(threading.enumerate())
         try:
             timing = measure(self.launcher, arg_sets)
+            outputs = fresh_outputs(self.launcher, arg_sets, draws)
         except Exception as exc:
             return None, None, classify(exc, self.file)
-        return timing.median_us, arg_sets[0][-1].copy_to_host(), None
+        left = threads_left(threads_before)
+        if left:
+            return None, None, {"reason": left[0].reason, "message": left[0].what}
+        return timing.median_us, outputs, None
 
 
 def grade_function(op_stage: str, launcher: Callable, *, sizes=None, quick: bool = False, seed: int | None = None,
@@ -222,7 +228,7 @@ def grade_function(op_stage: str, launcher: Callable, *, sizes=None, quick: bool
     submission = Submission(file, display_path(file), answer_key_code(stage.op), tuple(_answer_key_dirs()),
                             own_file_only=False)
     t0 = time.perf_counter()
-    cases = plan(stage.op, sizes or grade_sizes(stage.op, mode, quick), seed)
+    cases = plan(stage.op, sizes or grade_sizes(stage.op, mode, quick, stage), seed)
     with simulated_device(SIM_SM_COUNT):
         grade = grade_stage(stage, InProcessSession(launcher, file), cases, submission, seed=seed, speed=speed,
                             listener=Listener())

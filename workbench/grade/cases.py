@@ -22,7 +22,7 @@ from ..ladder import Size, as_size
 from .reasons import advice_for
 from .report import PASSED, SKIPPED, CaseResult
 from .supervisor import RUNAWAY_FLOOR_S, CallReply, CaseAborted
-from .watch import simulated_device
+from .watch import FRESH_DRAWS, simulated_device, timing_arg_sets
 
 ADVERSARIAL_SIZES = 2  # adversarial input sets are graded at this many of the smallest sizes
 # And at the largest size of at most this many elements (a size past one full resident grid: a missing
@@ -244,7 +244,8 @@ REFUSED = {"host-copy": "it read device data on the host", "host-write": "it wro
            "process": "it started a process", "wrote-file": "it wrote to a file in the repository",
            "answer-key": "it reached for the answer key",
            "tampered": "it replaced numba's or the grader's own functions",
-           "signal": "it signalled a process that is not its own"}
+           "signal": "it signalled a process that is not its own",
+           "thread": "it left work running in another thread"}
 
 
 def _refused(reply: CallReply) -> tuple[str, str] | None:
@@ -293,35 +294,37 @@ def below_roofline(moved_bytes: int, median_us: float, device_name: str | None) 
 
 
 def speed_case(stage, session, bar: float, seed: int) -> CaseResult:
-    """Time the submission (in its worker) and the solution stage (here) on the same inputs (GPU only)."""
-    from ..bench import rotating_arg_sets
+    """Time the submission (in its worker) and the solution stage (here) on the same draws of the inputs,
+    made before either timer starts (GPU only); then judge what the submission's calls on fresh inputs
+    after its timing wrote (``watch.fresh_outputs``): a result replayed, or left to another stream or
+    thread, is refused, whatever its time."""
     from ..results import environment
     from ..timing import measure
 
     op = stage.op
     size = as_size(op.grade_speed_size or op.headline_size)
-    inputs = op.make_inputs(size, np.random.default_rng([seed, 30_000]))
+    draws = [op.make_inputs(size, np.random.default_rng([seed, 30_000 + k])) for k in range(FRESH_DRAWS)]
     template = op.make_output(size)
     t0 = time.perf_counter()
     case = CaseResult(stage.key, list(size), PASSED, kind="speed")
     try:
-        mine_us, out, error = session.time(stage.name, inputs, poison_like(template))
+        mine_us, outputs, error = session.time(stage.name, draws, poison_like(template))
     except CaseAborted as aborted:
         return case.fail(aborted.reason, f"timing: {aborted.message}", advice_for(aborted.reason))
     if error is not None:
         reason, message = _raised(error)
         return case.fail(reason, f"timing: {message}", advice_for(reason))
-    theirs = measure(stage.launch, rotating_arg_sets(inputs, template, environment().get("l2_bytes"), max_sets=16))
+    theirs = measure(stage.launch, timing_arg_sets(draws, template, environment().get("l2_bytes")))
     moved = op.bytes_moved(size)
     ratio = theirs.median_us / mine_us
     speed = {"gbps": moved / mine_us / 1e3, "solution_gbps": moved / theirs.median_us / 1e3, "ratio": ratio,
              "bar": bar, "median_us": mine_us, "solution_median_us": theirs.median_us}
     case.speed, case.seconds = speed, time.perf_counter() - t0
-    checked = judge(stage, size, inputs, out, inputs)
+    wrong = fresh_output_wrong(stage, size, draws, outputs)
     floor = below_roofline(moved, mine_us, environment().get("device"))
-    if checked.failed:
-        case.fail(checked.reason or "wrong-values", f"wrong at the timing size: {checked.message}",
-                  advice_for(checked.reason))
+    if wrong:
+        reason, message = wrong
+        case.fail(reason, message, advice_for(reason))
     elif floor:
         case.fail("below-roofline", floor, advice_for("below-roofline"))
     elif ratio < bar:
@@ -329,3 +332,21 @@ def speed_case(stage, session, bar: float, seed: int) -> CaseResult:
                   advice_for("too-slow"))
     return case
 
+
+def fresh_output_wrong(stage, size, draws: list[tuple], outputs: list) -> tuple[str, str] | None:
+    """(reason, message) if an output of the calls on fresh inputs after timing is wrong, else None.
+    Output i is of draw (i + 1) % len(draws), in the buffers that held draw i while it was timed
+    (``watch.fresh_outputs``). Unwritten: the work was not done when the call's stream was synchronized
+    ("not-done"); the answer for draw i: kept from an earlier call ("stale"); else a kernel wrong there."""
+    for i, out in enumerate(outputs):
+        held, before = draws[(i + 1) % len(draws)], draws[i]
+        checked = judge(stage, size, held, out, held)
+        if not checked.failed:
+            continue
+        where = "called on new inputs in buffers it had been timed on, its output once the call's stream was done"
+        if checked.reason == "unwritten":
+            return "not-done", f"{where}: {checked.message}"
+        if not judge(stage, size, before, out, before).failed:
+            return "stale", f"{where} is the answer for the inputs those buffers held before (a result kept)"
+        return checked.reason or "wrong-values", f"wrong at the timing size: {checked.message}"
+    return None

@@ -58,6 +58,12 @@ ADVICE = {
     "tampered": ("the submission replaced (monkeypatched) numba's or the grader's own functions, such as a "
                  "device array's copy_to_host: a stage launches kernels, it does not change the tools that "
                  "read its results"),
+    "not-done": ("the output was not written when an event recorded after the call on the default stream had "
+                 "fired: work left running on another stream or thread is not the call's, and a timer waiting "
+                 "on that stream does not count it; launch on the default stream and return when it is queued"),
+    "thread": ("a thread the stage started was still running when the call returned: work left to another "
+               "thread (or stream) is not done when the call's stream is synchronized, so it would not be "
+               "timed; launch every kernel from the call itself, on the default stream"),
     "signal": ("the submission sent a signal to a process it did not start (the grader?): a stage may only "
                "stop what is its own"),
     "channel": ("the grader's channel received data that was not the grader's: a submission must not write "

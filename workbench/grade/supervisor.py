@@ -332,18 +332,20 @@ class WorkerSession:
         reply.strays = worker.strays()
         return reply
 
-    def time(self, stage: str, inputs: tuple, out: np.ndarray) -> tuple[float | None, np.ndarray | None, dict | None]:
-        """(median µs, the output of the first argument set, None), or (None, None, the error it raised)."""
+    def time(self, stage: str, draws: list[tuple], out: np.ndarray) -> tuple[float | None, list | None, dict | None]:
+        """(median µs, the outputs of the calls on fresh inputs after timing, None), or (None, None, the
+        error it raised): see ``watch.fresh_outputs`` for which draw each output is of."""
         worker = self._ensure()
-        header, arrays = worker.request({"type": "time", "stage": stage}, [*inputs, out], self.timeout,
+        arrays = [a for draw in draws for a in draw] + [out]
+        header, arrays = worker.request({"type": "time", "stage": stage, "draws": len(draws)}, arrays, self.timeout,
                                         "timing the stage")
         if header.get("type") != "timed":
             raise CaseAborted("channel", "the grader's channel got a reply to a request it did not make")
         if header.get("error"):
             return None, None, header["error"]
-        if len(arrays) != 1:
-            raise CaseAborted("channel", "the grader's channel got a timing without its output")
-        return float(header["median_us"]), arrays[0], None
+        if len(arrays) != len(draws):
+            raise CaseAborted("channel", "the grader's channel got a timing without its outputs")
+        return float(header["median_us"]), arrays, None
 
     def close(self) -> None:
         self.closed = True

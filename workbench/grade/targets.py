@@ -242,11 +242,39 @@ def symmetry_sizes(op, base: list[Size]) -> list[Size]:
     return [s for s in dict.fromkeys(found) if int(np.prod([max(1, n) for n in s])) <= SIZE_CAP * max(largest, 1)]
 
 
-def grade_sizes(op, mode: str, quick: bool = False) -> list[Size]:
+def _elements(size: Size) -> int:
+    return int(np.prod([max(1, n) for n in size]))
+
+
+def boundary_sizes(stage, base: list[Size]) -> list[Size]:
+    """Sizes at the boundaries ``stage`` declares (``Stage.boundaries``: where its blocks, tiles, chunks
+    or unrolled steps end along a dimension), each hit exactly and missed by one either side: a loop
+    bound off by one (``<=`` for ``<``, a tail of one element dropped, a ceiling division rounded the
+    wrong way) is right everywhere else, and the declared sizes, chosen not to be multiples of any block,
+    never land there. Each from the second smallest of ``base`` with that one dimension changed, kept
+    only where the operator accepts it and within SIZE_CAP times the largest of ``base``."""
+    if not stage.boundaries:
+        return []
+    op = stage.op
+    start = sorted(base, key=_elements)[min(1, len(base) - 1)]  # past the first (often all ones)
+    largest = max(_elements(s) for s in base)
+    found = []
+    for dim, ends in stage.boundaries.items():
+        i = op.dims.index(dim)
+        for end in ends:
+            for value in (end - 1, end, end + 1):
+                size = start[:i] + (value,) + start[i + 1:]
+                if value >= 1 and _elements(size) <= SIZE_CAP * max(largest, 1) and _accepted(op, size):
+                    found.append(size)
+    return list(dict.fromkeys(found))
+
+
+def grade_sizes(op, mode: str, quick: bool = False, stage=None) -> list[Size]:
     """The operator's check sizes for this mode, plus its extra grading sizes (``Operator.grade_sizes``;
     by default one more than the middle and the largest size in every dimension, so that no size is
-    a multiple of a block), plus the sizes that break its symmetries (``symmetry_sizes``). Quick: the
-    smallest size, the first extra one and the first size that breaks the symmetries."""
+    a multiple of a block), plus the sizes that break its symmetries (``symmetry_sizes``), plus, for a
+    ``stage``, the sizes at its declared boundaries (``boundary_sizes``). Quick: the smallest size, the
+    first extra one, the first size that breaks the symmetries and the first boundary's three."""
     base = [as_size(s) for s in (op.sim_sizes if mode == "sim" else op.check_sizes)]
     declared = (op.grade_sizes or {}).get("sim" if mode == "sim" else "gpu")
     if declared:
@@ -256,5 +284,6 @@ def grade_sizes(op, mode: str, quick: bool = False) -> list[Size]:
         largest = max(base, key=lambda s: int(np.prod(s)))
         extra = [_one_more_in_each(op, middle), _one_more_in_each(op, largest)]
     symmetric = symmetry_sizes(op, base)
-    chosen = [base[0], extra[0], *symmetric[:1]] if quick else base + extra + symmetric
+    edges = boundary_sizes(stage, base) if stage is not None else []
+    chosen = [base[0], extra[0], *symmetric[:1], *edges[:3]] if quick else base + extra + symmetric + edges
     return list(dict.fromkeys(chosen))  # in order, without repeats

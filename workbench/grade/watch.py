@@ -9,6 +9,7 @@ facts (:class:`CallOutcome`); the grader judges them elsewhere.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import traceback
 from contextlib import ExitStack, contextmanager, nullcontext
@@ -194,6 +195,7 @@ def run_watched(launch: Callable, inputs: tuple, out: np.ndarray, guard: Guard, 
     own.synchronize()
     guard.take()  # refusals before this call were reported with their own phase
     error = None
+    threads_before = set(threading.enumerate())
     t0 = time.perf_counter()
     watch = Watch()
     try:
@@ -207,11 +209,73 @@ def run_watched(launch: Callable, inputs: tuple, out: np.ndarray, guard: Guard, 
     seconds = time.perf_counter() - t0
     launched = {id(f): f for f in map(python_function, watch.kernels) if f is not None}
     refusals = guard.take() + tampered(own)
+    if error is None:  # (a launch that raised in the simulator leaves its simulated CUDA threads behind)
+        refusals += threads_left(threads_before)
     outcome = CallOutcome(None, [], error, [describe(f) for f in launched.values()], refusals, seconds)
     if error is None:
         outcome.out = own.copy_to_host(d_out)
         outcome.inputs_after = [own.copy_to_host(d) for d in d_inputs]
     return outcome
+
+
+# -- timing: fresh inputs, and only work that is done when the call's stream is synchronized counts ------
+
+FRESH_DRAWS = 2  # different random draws of the inputs the speed bar is timed on (each a float64 reference to judge)
+
+
+def timing_arg_sets(draws: list[tuple], template: np.ndarray, l2_bytes: int | None) -> list[tuple]:
+    """Device argument sets to time a stage on, made before the timer starts: ``bench``'s rotating sets
+    (enough that cycling through them leaves the L2 cache cold) for each draw, interleaved so that set
+    i holds draw i % len(draws). The draws are different random inputs, never copies of one: an output
+    kept from another set's call is a wrong output here."""
+    from ..bench import rotating_arg_sets
+
+    per_draw = [rotating_arg_sets(draw, template, l2_bytes, max_sets=max(1, 16 // len(draws))) for draw in draws]
+    return [args for sets in zip(*per_draw) for args in sets]
+
+
+def fresh_outputs(launch: Callable, arg_sets: list[tuple], draws: list[tuple]) -> list[np.ndarray]:
+    """After timing: the first len(draws) argument sets are given new inputs (set i the draw after its
+    own, i + 1) and a poisoned output, outside any timer; then the launcher is called once on each, as
+    a timed call is, and each output copied back as soon as an event recorded after the call on the
+    default stream has fired: what a timer waiting on that event counts as done. A result kept from an
+    earlier call on the same buffers (by pointer, by shape) is stale here; work left running on another
+    stream or thread has not written its output yet. Output i is judged against draw (i + 1) % len(draws)."""
+    from numba import cuda
+
+    from ..ladder import fill_from_host
+
+    own = take_primitives()
+    for i, args in enumerate(arg_sets[:len(draws)]):
+        for device, host in zip(args[:-1], draws[(i + 1) % len(draws)]):
+            fill_from_host(device, np.ascontiguousarray(host))
+        fill_from_host(args[-1], poison_like(np.empty(args[-1].shape, args[-1].dtype)))
+    own.synchronize()
+    outputs = []
+    for args in arg_sets[:len(draws)]:
+        launch(*args)
+        done = cuda.event()
+        done.record()
+        done.synchronize()
+        outputs.append(own.copy_to_host(args[-1]))
+    return outputs
+
+
+def threads_left(before: set) -> list[Refusal]:
+    """A refusal for the threads a call started and left running: the work a launcher hands to another
+    thread (a kernel launched from it once the call has returned) is not done when the call's stream is
+    synchronized, so a timer waiting on that stream would not count it. The simulator's own pool of
+    threads (one per simulated CUDA thread, kept between launches, idle once a launch has returned) is
+    the workbench's, not the call's."""
+    left = [t for t in threading.enumerate() if t not in before and t.is_alive() and not _idle_simulator_thread(t)]
+    if not left:
+        return []
+    names = ", ".join(t.name for t in left[:3])
+    return [Refusal("thread", f"{len(left)} thread(s) it started ({names}) still running when the call returned")]
+
+
+def _idle_simulator_thread(thread: threading.Thread) -> bool:
+    return type(thread).__module__.startswith("workbench.simulator") and not getattr(thread, "busy", True)
 
 
 def tampered(own: Primitives) -> list[Refusal]:

@@ -15,6 +15,7 @@ import os
 import random
 import socket
 import sys
+import threading
 import traceback
 
 import workbench  # noqa: F401  (chooses GPU or simulator before numba is imported)
@@ -23,8 +24,8 @@ from ..ladder import clear_scratch
 from .channel import Channel
 from .guards import Guard
 from .submission import describe_launcher, find_launch, load_file
-from .watch import (classify, import_error_text, refusal_facts, run_watched, simulated_device, take_primitives,
-                    tampered)
+from .watch import (classify, fresh_outputs, import_error_text, refusal_facts, run_watched, simulated_device,
+                    take_primitives, tampered, threads_left, timing_arg_sets)
 
 
 def _private_channel(fd: int) -> Channel:
@@ -132,21 +133,27 @@ class Worker:
         return reply, ([outcome.out, *outcome.inputs_after] if outcome.error is None else [])
 
     def time(self, header: dict, arrays: list) -> tuple[dict, list]:
-        """Time the launcher on device copies of the inputs (GPU only); send its first output back."""
-        from ..bench import rotating_arg_sets
+        """Time the launcher (GPU only) on device copies of ``header["draws"]`` different draws of the
+        inputs, made before the timer starts; then call it once more on new inputs in the buffers it was
+        timed on and send those outputs back (``watch.fresh_outputs``): the grader judges them."""
         from ..results import environment
         from ..timing import measure
 
         launch = self.launches[header["stage"]]
-        arg_sets = rotating_arg_sets(tuple(arrays[:-1]), arrays[-1], environment().get("l2_bytes"), max_sets=16)
+        count = int(header["draws"])
+        per_draw = (len(arrays) - 1) // count
+        draws = [tuple(arrays[k * per_draw:(k + 1) * per_draw]) for k in range(count)]
+        arg_sets = timing_arg_sets(draws, arrays[-1], environment().get("l2_bytes"))
+        threads_before = set(threading.enumerate())
         try:
             timing = measure(launch, arg_sets)
+            outputs = fresh_outputs(launch, arg_sets, draws)
         except Exception as exc:  # the learner's launcher raised while being timed
             return {"type": "timed", "error": classify(exc, self.job["submission"])}, []
-        replaced = tampered(self.primitives)
-        if replaced:  # a clock, an event or the timer replaced while being timed: its time is its own story
-            return {"type": "timed", "error": {"reason": "tampered", "message": replaced[0].what}}, []
-        return {"type": "timed", "median_us": timing.median_us}, [self.primitives.copy_to_host(arg_sets[0][-1])]
+        refused = tampered(self.primitives) + threads_left(threads_before)
+        if refused:  # a clock, an event or the timer replaced, work left to a thread: its time is its own story
+            return {"type": "timed", "error": {"reason": refused[0].reason, "message": refused[0].what}}, []
+        return {"type": "timed", "median_us": timing.median_us}, outputs
 
 
 def _die_with_the_grader() -> None:
