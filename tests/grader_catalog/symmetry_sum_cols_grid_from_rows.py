@@ -1,4 +1,4 @@
-# WRONG (a size symmetry): sum_cols.thread_per_column, one thread per column, but the grid is counted from
+# WRONG (a size symmetry): reduction[cols].thread_per_column, one thread per column, but the grid is counted from
 # the number of rows (x.shape[0]) where it means columns. Every simulator size the grader once used for
 # a column reduction had at least as many rows as columns, so the threads (rounded up to whole blocks of
 # 32) covered every column; a wide matrix leaves its last columns unwritten. The grader now grades each
@@ -7,7 +7,7 @@
 
 from numba import cuda, float32
 
-EXPECT = {"target": "sum_cols.thread_per_column", "class": "symmetry", "verdict": "reject",
+EXPECT = {"target": "reduction[cols].thread_per_column", "class": "symmetry", "verdict": "reject",
           "reasons": ["unwritten"], "cpu": True, "quick": True}
 
 THREADS = 32

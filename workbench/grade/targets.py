@@ -77,21 +77,24 @@ def _answer_key_of_module(module_name: str) -> tuple:
 
 
 def targets(target: str | None, impl: str = "exercises") -> list:
-    """Stages to grade: OP.STAGE; every exercise stage of OP (all its stages if none is marked); or,
+    """Stages to grade: OP.STAGE; every exercise stage of OP, or of each variant of a FAMILY (all its stages if
+    none is marked); or,
     with no target, every exercise stage of every operator (of those a folder of one's own has a file
     for, or a single file is about). Raises registry.UnknownTarget for a name it does not know."""
     if target:
-        op, stages = registry.resolve(target)
-        if "." in target:
-            return stages
-        return [s for s in stages if is_exercise(s)] or stages
+        name, stage = registry.split_target(target)
+        if stage:
+            return registry.resolve(target)[1]
+        # a family's name: every variant's exercise stages (all its stages where none is marked)
+        return [s for op in registry.operators_named(name) for s in ([s for s in op.stages if is_exercise(s)]
+                                                                      or op.stages)]
     stages = [s for op in registry.load_operators().values() for s in op.stages if is_exercise(s)]
     if impl in BUILT_IN:
         return stages
     if os.path.isdir(impl):  # a folder of one's own: the exercises it holds
         return [s for s in stages if submission_path(impl, s.op).exists()]
     names = operators_in_file(Path(impl))
-    return [s for s in stages if s.op.name in names or registry.short_module_name(s.op) in names]
+    return [s for s in stages if {s.op.name, s.op.family, registry.short_module_name(s.op)} & names]
 
 
 def operators_in_file(path: Path) -> set[str]:
