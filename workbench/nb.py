@@ -123,9 +123,8 @@ class Table:
 
         head = "".join(f"<th>{html.escape(h)}</th>" for h in self.headers)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in self.rows)
-        title = f"<p><b>{html.escape(self.title)}</b></p>" if self.title else ""
         note = f"<p><i>{html.escape(self.note)}</i></p>" if self.note else ""
-        return f"{title}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
+        return f"{first_line(self.title)}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
 
     def __repr__(self) -> str:
         widths = [max([len(h)] + [len(r[i]) for r in self.rows]) for i, h in enumerate(self.headers)]
@@ -152,7 +151,7 @@ class Source:
         from pygments.lexers import PythonLexer
 
         body = highlight(self.code, PythonLexer(), HtmlFormatter(noclasses=True, nobackground=True))
-        return (f"<p><code>{html.escape(self.title)}</code></p>" if self.title else "") + body
+        return first_line(self.title) + body
 
     def __repr__(self) -> str:
         return (f"# {self.title}\n" if self.title else "") + self.code
@@ -170,6 +169,14 @@ class Diff:
 
     def __repr__(self) -> str:
         return diff.as_text(self.diff)
+
+
+def first_line(title: str) -> str:
+    """An output's title as the first line of its HTML, in plain text: a folded output in JupyterLab shows its
+    first line as a preview, which would otherwise read ``<p><b>...``."""
+    import html
+
+    return f"{html.escape(title)}\n" if title else ""
 
 
 class Picture:
