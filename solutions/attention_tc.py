@@ -57,6 +57,10 @@ from solutions._flash_mma import (ALIGN16, FULL_MASK, HEAD_DIM_STEPS, LOG2E, LOW
                                   ldsm_trans, online_softmax, padded_head_dim, tile_offset)
 from solutions._ptx import cp_async_commit, cp_async_wait_pending, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, \
     shared_address32
+from solutions import _hopper
+from solutions._hopper import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
+                               mbarrier_wait, setmaxnreg_consumer, setmaxnreg_producer, shared_descriptor, tile_pad,
+                               tma_load_2d, wgmma_commit, wgmma_fence, wgmma_wait0)
 from solutions._vector_io import aligned16
 
 try:
@@ -185,6 +189,10 @@ def stage_traffic(stage, size):
     output once, and fetches K and V once for all its queries (the stage's geometry: 64, or 128 in the
     tuned stage up to D = 64); a stage that skips the tiles past the diagonal fetches, under the mask,
     only the keys up to its last query."""
+    if stage == "wgmma":  # 128 queries a block where its kernel runs, the tuned stage's geometry elsewhere
+        if size[3] in HOPPER_HEAD_DIMS:
+            return _io_bytes(size) // 2 + kv_fetch_bytes(size, HOPPER_BQ, True, itemsize=2)
+        stage = "tuned"
     _, _, skip, geometry = STAGE_SWITCHES[stage]
     if isinstance(geometry, dict):  # a geometry per padded head size
         geometry = geometry[padded_head_dim(size[3])]
@@ -728,7 +736,243 @@ def tuned(q, k, v, causal, out):
     launch("tuned", q, k, v, causal, out)
 
 
+# == the Hopper stage (sm_90a): FlashAttention-3's structure ========================================
+#
+# A block of three warpgroups (384 threads) owns 128 queries of one (batch, head). Warpgroup 0 is the
+# producer: one of its threads issues every copy, by TMA (cp.async.bulk.tensor through tensor maps of
+# q, k and v seen as 2-D (B H S) x D arrays, boxes of 64 columns, 128-byte swizzled), into a ring of
+# K and V slots in shared memory; each copy completes on an mbarrier ("full"). Warpgroups 1 and 2 are
+# the consumers, 64 queries each, and walk the key tiles: S = Q K^T by wgmma from two descriptors (Q and
+# K both K-major: a key's row of D elements is the B operand's column), the online softmax on S's
+# accumulators where they are (a wgmma accumulator tile is, warp by warp, mma.sync's C fragment, so
+# online_softmax of the mma.sync stages runs unchanged), P packed to halves in registers (the same
+# _p_fragment: the C fragments of two n8 key tiles are the A fragment of a k16 step), then O += P V by
+# wgmma with A from those registers and V's tile from a transposed (MN-major) descriptor. Each consumer
+# then arrives on the slot's "empty" barrier, and the producer refills a slot once both have.
+#
+# Shared memory from the first 1024-byte boundary (every tile in 64-column blocks of rows x 128 bytes,
+# the 128B swizzle's layout, each block 1024-aligned): Q (128 rows), STAGES K slots, STAGES V slots
+# (BKV rows each), then the barriers: Q's, STAGES "K full", STAGES "V full", STAGES "empty".
+
+WG_QUERIES = 64  # a consumer warpgroup's queries: wgmma's m64
+HOPPER_CONSUMERS = 2
+HOPPER_BQ = WG_QUERIES * HOPPER_CONSUMERS  # queries a block
+HOPPER_BKV = 128  # keys a tile: S is 64 x 128 a warpgroup, 64 float32 accumulators a thread
+HOPPER_STAGES = 2  # K and V slots in the ring
+HOPPER_THREADS = 128 * (1 + HOPPER_CONSUMERS)
+HOPPER_HEAD_DIMS = (64, 128)  # whole 128-byte rows of the swizzle; other head sizes run the tuned kernel
+
+
+def hopper_layout(DP):
+    """Byte offsets (from the 1024-aligned start) of Q, the K and V slots and the barriers, and the
+    dynamic shared memory a block asks for (1 KiB more, to reach the 1024-byte boundary)."""
+    q_bytes = HOPPER_BQ * DP * 2
+    tile = HOPPER_BKV * DP * 2
+    k_at = q_bytes
+    v_at = k_at + HOPPER_STAGES * tile
+    bars = v_at + HOPPER_STAGES * tile
+    return q_bytes, tile, k_at, v_at, bars, bars + 8 * (1 + 3 * HOPPER_STAGES) + 1024
+
+
+def hopper_usable(q, k, v, D):
+    """The Hopper kernel's preconditions: a head size of whole 128-byte rows, TMA-readable arrays."""
+    return D in HOPPER_HEAD_DIMS and _hopper.tma_ok(*(_bits(a).reshape(-1, D) for a in (q, k, v)))
+
+
+@cuda.jit(device=True, inline=True)
+def _order32(heaviest_first):
+    """block_order's (batch x head, query block), in 32-bit unsigned arithmetic: a 64-bit division by a
+    run-time number is a call to a subroutine in the compiled code, and any call in a kernel makes ptxas
+    serialise its wgmma (hgemm's tile_of_block says the same)."""
+    heads = uint32(cuda.gridDim.x)
+    blocks = uint32(cuda.gridDim.y)
+    n = uint32(uint32(cuda.blockIdx.y) * heads + uint32(cuda.blockIdx.x))
+    if heaviest_first:
+        return int32(n % heads), int32(uint32(blocks - uint32(1) - uint32(n // heads)))
+    return int32(n // blocks), int32(n % blocks)
+
+
+@cuda.jit(device=True, inline=True)
+def _tma_tile(tile_at, tensor_map, row, bar, rows, DP):
+    """One thread: the copies of rows row .. row + rows - 1 of a (B H S) x D array into the tile at
+    tile_at, a 64-column box at a time, completing on ``bar``, which first expects their bytes."""
+    mbarrier_arrive_expect_tx(bar, rows * DP * 2)
+    for cb in range(DP // 64):
+        tma_load_2d(tile_at + uint64(cb * rows * 128), tensor_map, 64 * cb, row, bar)
+
+
+@cuda.jit(device=True, inline=True)
+def _store_rows_hopper(out32, row0, i0, o, l_run, S, DP, BF16):
+    """Rows i0 and i0 + 8 (of S) of one head of out, whose row 0 is out32's row row0 (out32: out as
+    32-bit words, (B H S) x D / 2): o over the row's sum, rounded in pairs, one 32-bit store a pair."""
+    lane = cuda.threadIdx.x % 32
+    for half in range(2):
+        total = l_run[half]
+        total += cuda.shfl_xor_sync(FULL_MASK, total, 1)
+        total += cuda.shfl_xor_sync(FULL_MASK, total, 2)
+        inverse = float32(1.0) / total
+        i = i0 + 8 * half
+        if i < S:
+            for c in range(DP // 8):
+                out32[row0 + i, 4 * c + lane % 4] = _pack(o[c, 2 * half] * inverse, o[c, 2 * half + 1] * inverse, BF16)
+
+
+def _hopper_kernel_source(DP, BF16):
+    """The Hopper stage's kernel for head size DP (64 or 128), fp16 or bf16."""
+    Q_BYTES, TILE, K_AT, V_AT, BARS, _ = hopper_layout(DP)
+    BQ_, BKV_, STAGES_ = HOPPER_BQ, HOPPER_BKV, HOPPER_STAGES
+    KIND = "bf16" if BF16 else "f16"
+    scores_mma = getattr(_hopper, f"wgmma_{KIND}_ss_n{BKV_}")  # S = Q K^T: n = the tile's keys
+    values_mma = getattr(_hopper, f"wgmma_{KIND}_rs_n{DP}")  # O += P V: n = the head size
+    S_SHAPE = (BKV_ // 8, 4)  # S's accumulators: mma.sync's C fragment of each 8-key slice
+    O_SHAPE = (DP // 8, 4)
+
+    def kernel(q, k, v, out32, scale_log2e, causal, map_q, map_k, map_v):
+        smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
+        s = cuda.local.array(S_SHAPE, float32)
+        o = cuda.local.array(O_SHAPE, float32)
+        m_run = cuda.local.array(2, float32)
+        l_run = cuda.local.array(2, float32)
+        t = cuda.threadIdx.x
+        wg = t // 128
+        S = q.shape[2]
+        is_causal = causal[0] != 0
+        bh, qb = _order32(is_causal)
+        q0 = qb * BQ_
+        row0 = bh * S  # the head's first row in the (B H S) x D views
+        tiles_at = smem.ctypes.data + uint64(tile_pad(smem))
+        q_bar = tiles_at + uint64(BARS)
+        k_full = q_bar + uint64(8)
+        v_full = k_full + uint64(8 * STAGES_)
+        empty = v_full + uint64(8 * STAGES_)
+        end = min(S, q0 + BQ_) if is_causal else S  # under the mask the block's last query sees no key past it
+        # At least one tile (q0 < S, but the compiler cannot know): a path around the loop would make
+        # ptxas serialise every wgmma (C7515, as in hgemm's warp_specialized).
+        tiles = max((end + BKV_ - 1) // BKV_, 1)
+        if t == 0:
+            mbarrier_init(q_bar, 1)
+            for st in range(STAGES_):
+                mbarrier_init(k_full + uint64(8 * st), 1)
+                mbarrier_init(v_full + uint64(8 * st), 1)
+                mbarrier_init(empty + uint64(8 * st), HOPPER_CONSUMERS)
+            fence_proxy_async()  # the copy engine must see the initialised barriers
+        cuda.syncthreads()
+        if wg == 0:  # the producer: one thread keeps the ring full
+            setmaxnreg_producer()
+            if t == 0:
+                _tma_tile(tiles_at, map_q.ctypes.data, row0 + q0, q_bar, BQ_, DP)
+                for tile in range(tiles):
+                    slot = tile % STAGES_
+                    if tile >= STAGES_:  # both consumers are done with the slot's previous tiles
+                        mbarrier_wait(empty + uint64(8 * slot), (tile // STAGES_ - 1) % 2)
+                    j = row0 + tile * BKV_
+                    _tma_tile(tiles_at + uint64(K_AT + slot * TILE), map_k.ctypes.data, j, k_full + uint64(8 * slot),
+                              BKV_, DP)
+                    _tma_tile(tiles_at + uint64(V_AT + slot * TILE), map_v.ctypes.data, j, v_full + uint64(8 * slot),
+                              BKV_, DP)
+        else:  # a consumer: 64 queries, FlashAttention on wgmma
+            setmaxnreg_consumer()
+            c = wg - 1
+            lane = t % 32
+            i0 = q0 + WG_QUERIES * c + 16 * ((t % 128) // 32) + lane // 4  # this lane's rows: i0, i0 + 8
+            q_at = tiles_at + uint64(WG_QUERIES * c * 128)  # the warpgroup's 64 rows of each Q column block
+            for half in range(2):
+                m_run[half] = LOWEST
+                l_run[half] = float32(0.0)
+            for n in range(DP // 8):
+                for e in range(4):
+                    o[n, e] = float32(0.0)
+            mbarrier_wait(q_bar, 0)
+            for tile in range(tiles):
+                slot = tile % STAGES_
+                parity = (tile // STAGES_) % 2
+                k_tile = tiles_at + uint64(K_AT + slot * TILE)
+                v_tile = tiles_at + uint64(V_AT + slot * TILE)
+                mbarrier_wait(k_full + uint64(8 * slot), parity)
+                # S = Q K^T: D / 16 k-steps; step st is 32 bytes into the 128-byte rows of column block st / 4
+                wgmma_fence()
+                for st in range(DP // 16):
+                    inside = uint64(32 * (st % 4))
+                    desc_q = shared_descriptor(q_at + uint64((st // 4) * BQ_ * 128) + inside, 16, 1024)
+                    desc_k = shared_descriptor(k_tile + uint64((st // 4) * BKV_ * 128) + inside, 16, 1024)
+                    scores_mma(s, desc_q, desc_k, 1 if st > 0 else 0)
+                wgmma_commit()
+                wgmma_wait0()
+                j0 = tile * BKV_
+                masked = j0 + BKV_ > S or (is_causal and j0 + BKV_ > q0)  # the tail tile, the diagonal one
+                online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP, BKV_, True)
+                mbarrier_wait(v_full + uint64(8 * slot), parity)
+                # O += P V: BKV / 16 k-steps of 16 keys (16 rows of V further: 2048 bytes); V's column
+                # blocks of 64 head-size columns are BKV x 128 bytes apart (the leading offset)
+                wgmma_fence()
+                for kj in range(BKV_ // 16):
+                    a0, a1, a2, a3 = _p_fragment(s, kj, BF16)
+                    desc_v = shared_descriptor(v_tile + uint64(kj * 16 * 128), BKV_ * 128, 1024)
+                    values_mma(o, a0, a1, a2, a3, desc_v, 1)
+                wgmma_commit()
+                wgmma_wait0()
+                if t % 128 == 0:
+                    mbarrier_arrive(empty + uint64(8 * slot))
+            _store_rows_hopper(out32, row0, i0, o, l_run, S, DP, BF16)
+    return kernel
+
+
+def build_hopper_kernel(DP, bf16):
+    """The Hopper stage's kernel for head size DP, fp16 or bf16 (made once, named for `workbench ptx`)."""
+    key = ("hopper", DP, bool(bf16))
+    if key in _BUILT:
+        return _BUILT[key]
+    kernel = _hopper_kernel_source(DP, bool(bf16))
+    name = f"_flash_wgmma_d{DP}_{'bf16' if bf16 else 'f16'}"
+    kernel.__name__ = kernel.__qualname__ = name
+    compiled = cuda.jit(**_gpu_options(launch_bounds=(HOPPER_THREADS, 1)))(kernel)
+    globals()[name] = _BUILT[key] = compiled
+    return compiled
+
+
+def launch_hopper(q, k, v, causal, out):
+    """The Hopper stage: its kernel where hopper_usable, else the tuned stage's."""
+    B, H, S, D = q.shape
+    if not hopper_usable(q, k, v, D):
+        return launch("tuned", q, k, v, causal, out)
+    q2, k2, v2 = (_bits(a).reshape(B * H * S, D) for a in (q, k, v))  # kept alive for the simulator's maps
+    out32 = _bits(out).reshape(B * H * S, D).view(np.uint32)
+    maps = (_hopper.tensor_map(q2, 64, HOPPER_BQ), _hopper.tensor_map(k2, 64, HOPPER_BKV),
+            _hopper.tensor_map(v2, 64, HOPPER_BKV))
+    kernel = build_hopper_kernel(D, np.dtype(q.dtype) != np.float16)
+    args = (_bits(q), _bits(k), _bits(v), out32, np.float32(LOG2E / math.sqrt(D)), causal) + maps
+    nbytes = hopper_layout(D)[-1]
+    set_max_dynamic_shared_memory(kernel, args, nbytes)
+    kernel[(B * H, blocks_for(S, HOPPER_BQ)), HOPPER_THREADS, 0, nbytes](*args)
+
+
+# -- 6. wgmma --------------------------------------------------------------------------------------
+
+@_stage("wgmma", """
+    FlashAttention-3's structure on Hopper's own instructions. A block is three warpgroups: one
+    producer and two consumers of 64 queries each (128 a block). One producer thread copies Q once and
+    then K and V tiles of 128 keys by TMA (cp.async.bulk.tensor, through tensor maps of q, k and v seen
+    as (B H S) x D matrices) into a ring of two slots, each copy completing on its slot's "full"
+    mbarrier; the consumers arrive on an "empty" one when done with a slot, and only then is it
+    refilled. No thread computes a copy address and no block-wide barrier stands in the key loop. Each
+    consumer multiplies S = Q K^T with wgmma m64n128k16 from two shared-memory descriptors (Q's rows and
+    K's rows are both K-major: a key's D elements are the B operand's column, no transpose), D / 16
+    instructions a tile, the first overwriting S (scale-d false) so it is never zeroed. A wgmma
+    accumulator tile is, warp by warp, mma.sync's C fragment, so the online softmax of the earlier
+    stages runs unchanged on S's 64 registers, and so does the register trick: P's halves, packed in
+    place, are the A operand of O += P V, a wgmma m64nDk16 with A from registers and V's tile from a
+    transposed (MN-major) descriptor, as hgemm reads B. setmaxnreg gives the producer's registers to
+    the consumers (40 and 232 a thread). The kernel needs a head size of whole 128-byte rows, the
+    swizzle's: D = 64 or 128; other head sizes (and arrays the copy engine cannot read: rows of a
+    16-byte multiple, 16-byte aligned) run the tuned stage's kernel.""")
+def wgmma(q, k, v, causal, out):
+    launch_hopper(q, k, v, causal, out)
+
+
 for _stage_name in STAGE_SWITCHES:  # built at import: tools that compile kernels by name find them
     for _dp in HEAD_DIM_STEPS:
         for _bf16 in (False, True):
             build_kernel(_stage_name, _dp, _bf16)
+for _dp in HOPPER_HEAD_DIMS:
+    for _bf16 in (False, True):
+        build_hopper_kernel(_dp, _bf16)
