@@ -61,7 +61,6 @@ from solutions import _hopper
 from solutions._hopper import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
                                mbarrier_wait, setmaxnreg_consumer, setmaxnreg_producer, shared_descriptor, tile_pad,
                                tma_load_2d, wgmma_commit, wgmma_fence, wgmma_wait0)
-from solutions._hopper import pack_bf16x2 as hopper_pack_bf16x2, pack_f16x2 as hopper_pack_f16x2
 from solutions._vector_io import aligned16
 
 try:
@@ -815,25 +814,7 @@ def _store_rows_hopper(out32, row0, i0, o, l_run, S, DP, BF16):
         i = i0 + 8 * half
         if i < S:
             for c in range(DP // 8):
-                out32[row0 + i, 4 * c + lane % 4] = _packed(o[c, 2 * half] * inverse, o[c, 2 * half + 1] * inverse,
-                                                            BF16)
-
-
-@cuda.jit(device=True, inline=True)
-def _packed(lo, hi, BF16):
-    """_pack by _hopper's conversion (one cvt.rn instruction of inline PTX): the Hopper kernel links no
-    CUDA C++, and ptxas sees it whole."""
-    if BF16:
-        return hopper_pack_bf16x2(lo, hi)
-    return hopper_pack_f16x2(lo, hi)
-
-
-@cuda.jit(device=True, inline=True)
-def _p_registers(s, kj, BF16):
-    """_p_fragment for wgmma: the A registers of P V's k-step kj (keys 16 kj ..) from S's accumulators,
-    which hold mma.sync's C fragments, so the pairing is _p_fragment's."""
-    return (_packed(s[2 * kj, 0], s[2 * kj, 1], BF16), _packed(s[2 * kj, 2], s[2 * kj, 3], BF16),
-            _packed(s[2 * kj + 1, 0], s[2 * kj + 1, 1], BF16), _packed(s[2 * kj + 1, 2], s[2 * kj + 1, 3], BF16))
+                out32[row0 + i, 4 * c + lane % 4] = _pack(o[c, 2 * half] * inverse, o[c, 2 * half + 1] * inverse, BF16)
 
 
 def _hopper_kernel_source(DP, BF16):
@@ -925,7 +906,7 @@ def _hopper_kernel_source(DP, BF16):
                 # blocks of 64 head-size columns are BKV x 128 bytes apart (the leading offset)
                 wgmma_fence()
                 for kj in range(BKV_ // 16):
-                    a0, a1, a2, a3 = _p_registers(s, kj, BF16)
+                    a0, a1, a2, a3 = _p_fragment(s, kj, BF16)
                     desc_v = shared_descriptor(v_tile + uint64(kj * 16 * 128), BKV_ * 128, 1024)
                     values_mma(o, a0, a1, a2, a3, desc_v, 1)
                 wgmma_commit()
