@@ -454,6 +454,7 @@ def tma_ok(*arrays) -> bool:
 # O += P V: A (P) from registers, B (V, n = the head size) MN-major, as hgemm's B.
 SIZED_WGMMA = {f"wgmma_{'bf16' if bf16 else 'f16'}_{what}_n{n}": (bf16, n, what == "rs", what == "rs")
                for bf16 in (False, True) for what in ("ss", "rs") for n in (64, 128)}
+FENCED_COUNTS = (32, 64)  # wgmma_fence_operands_N: for accumulator arrays of N float32 (n64 and n128 tiles)
 
 
 # -- on the GPU: one inline-asm instruction each ------------------------------------------------------
@@ -557,6 +558,25 @@ def _gpu_intrinsics():
             @intrinsic
             def op(typingctx, acc, desc_a, desc_b, accumulate):
                 return types.none(acc, desc_a, desc_b, accumulate), codegen
+        return op
+
+    def fence_operands(n):
+        """An empty inline-asm statement that takes n float32 values and gives them back ("+f"): placed
+        after a wgmma wait, it makes every later use of the accumulators depend on something that comes
+        after the wait, so the compiler cannot move a read of them above it (CUTLASS's
+        warpgroup_fence_operand). No instruction is emitted."""
+        constraints = ",".join(["=f"] * n + [str(i) for i in range(n)])
+
+        @intrinsic
+        def op(typingctx, acc):
+            def codegen(context, builder, sig, args):
+                arr = context.make_array(sig.args[0])(context, builder, args[0])
+                places = [builder.gep(arr.data, [i64(i)]) for i in range(n)]
+                out = asm(builder, "", constraints, [builder.load(p) for p in places], ir.LiteralStructType([f32] * n))
+                for i, p in enumerate(places):
+                    builder.store(builder.extract_value(out, i), p)
+                return context.get_dummy_value()
+            return types.none(acc), codegen
         return op
 
     def on_barrier(text, with_value):
@@ -666,6 +686,7 @@ def _gpu_intrinsics():
 
     return dict(
         shared_descriptor=shared_descriptor,
+        **{f"wgmma_fence_operands_{n}": fence_operands(n) for n in FENCED_COUNTS},
         **{name: wgmma_sized("bf16" if bf16 else "f16", n, regs, trans) for name, (bf16, n, regs, trans) in SIZED_WGMMA.items()},
         wgmma_f16=wgmma("f16"), wgmma_bf16=wgmma("bf16"), wgmma_s8=wgmma("s8"),
         store_accumulators_s32=store_accumulators_s32,
@@ -699,6 +720,7 @@ if _device.is_simulator():
 
     shared_descriptor = _sim_descriptor
     globals().update({name: _sim_wgmma_sized(*spec) for name, spec in SIZED_WGMMA.items()})
+    globals().update({f"wgmma_fence_operands_{n}": _nothing for n in FENCED_COUNTS})
     wgmma_f16 = _sim_wgmma(bf16=False)
     wgmma_bf16 = _sim_wgmma(bf16=True)
     wgmma_s8 = _sim_wgmma_s8

@@ -54,13 +54,13 @@ from workbench.targets import against_peer
 from solutions._attention_common import (attention_flops, extreme_logits, kv_fetch_bytes, naive_expression, reference,
                                          sdpa_peer)
 from solutions._flash_mma import (ALIGN16, FULL_MASK, HEAD_DIM_STEPS, LOG2E, LOWEST, block_order, issue_async, ldsm,
-                                  ldsm_trans, online_softmax, padded_head_dim, tile_offset)
+                                  ldsm_trans, online_softmax, padded_head_dim, rescale_rows, softmax_tile, tile_offset)
 from solutions._ptx import cp_async_commit, cp_async_wait_pending, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, \
     shared_address32
 from solutions import _hopper
 from solutions._hopper import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
                                mbarrier_wait, setmaxnreg_consumer, setmaxnreg_producer, shared_descriptor, tile_pad,
-                               tma_load_2d, wgmma_commit, wgmma_fence, wgmma_wait0)
+                               tma_load_2d, wgmma_commit, wgmma_fence, wgmma_wait0, wgmma_wait1)
 from solutions._vector_io import aligned16
 
 try:
@@ -189,7 +189,7 @@ def stage_traffic(stage, size):
     output once, and fetches K and V once for all its queries (the stage's geometry: 64, or 128 in the
     tuned stage up to D = 64); a stage that skips the tiles past the diagonal fetches, under the mask,
     only the keys up to its last query."""
-    if stage == "wgmma":  # 128 queries a block where its kernel runs, the tuned stage's geometry elsewhere
+    if stage in HOPPER_STAGES_OVERLAP:  # 128 queries a block where their kernel runs, the tuned stage's elsewhere
         if size[3] in HOPPER_HEAD_DIMS:
             return _io_bytes(size) // 2 + kv_fetch_bytes(size, HOPPER_BQ, True, itemsize=2)
         stage = "tuned"
@@ -817,22 +817,70 @@ def _store_rows_hopper(out32, row0, i0, o, l_run, S, DP, BF16):
                 out32[row0 + i, 4 * c + lane % 4] = _pack(o[c, 2 * half] * inverse, o[c, 2 * half + 1] * inverse, BF16)
 
 
-def _hopper_kernel_source(DP, BF16):
-    """The Hopper stage's kernel for head size DP (64 or 128), fp16 or bf16."""
+@cuda.jit(device=True, inline=True)
+def _q_k_descriptors(q_at, k_tile, st, BQ, BKV):
+    """The descriptors of k16 step st of Q (the warpgroup's 64 rows at q_at) and of a K tile: 32 bytes a
+    step into the 128-byte rows of 64-column block st // 4 (blocks BQ or BKV rows x 128 bytes apart)."""
+    inside = uint64(32 * (st % 4))
+    return (shared_descriptor(q_at + uint64((st // 4) * BQ * 128) + inside, 16, 1024),
+            shared_descriptor(k_tile + uint64((st // 4) * BKV * 128) + inside, 16, 1024))
+
+
+@cuda.jit(device=True, inline=True)
+def _v_descriptor(v_tile, kj, BKV):
+    """V's k16 step kj (16 keys: 16 rows of 128 bytes further), MN-major: its 64-column blocks of the head
+    size BKV x 128 bytes apart (the leading offset), 8-key atoms 1024 apart (the stride offset)."""
+    return shared_descriptor(v_tile + uint64(kj * 16 * 128), BKV * 128, 1024)
+
+
+def _hopper_kernel_source(DP, BF16, OVERLAP):
+    """The Hopper stages' kernel for head size DP (64 or 128), fp16 or bf16; OVERLAP: the softmax of a
+    tile runs while the previous tile's P V is still on the tensor cores (the overlap_softmax stage)."""
     Q_BYTES, TILE, K_AT, V_AT, BARS, _ = hopper_layout(DP)
     BQ_, BKV_, STAGES_ = HOPPER_BQ, HOPPER_BKV, HOPPER_STAGES
     KIND = "bf16" if BF16 else "f16"
     scores_mma = getattr(_hopper, f"wgmma_{KIND}_ss_n{BKV_}")  # S = Q K^T: n = the tile's keys
     values_mma = getattr(_hopper, f"wgmma_{KIND}_rs_n{DP}")  # O += P V: n = the head size
+    fence_s = getattr(_hopper, f"wgmma_fence_operands_{BKV_ // 2}")
+    fence_o = getattr(_hopper, f"wgmma_fence_operands_{DP // 2}")
     S_SHAPE = (BKV_ // 8, 4)  # S's accumulators: mma.sync's C fragment of each 8-key slice
     O_SHAPE = (DP // 8, 4)
+    P_REGS = BKV_ // 4  # P's A registers: 4 a k16 step of keys
+
+    @cuda.jit(device=True, inline=True)
+    def issue_scores(s, q_at, k_tile):
+        """S = Q K^T for one key tile, as one wgmma group (the first k16 step overwrites S)."""
+        for st in range(DP // 16):
+            desc_q, desc_k = _q_k_descriptors(q_at, k_tile, st, BQ_, BKV_)
+            scores_mma(s, desc_q, desc_k, 1 if st > 0 else 0)
+        wgmma_commit()
+
+    @cuda.jit(device=True, inline=True)
+    def pack_p(pf, s):
+        """P's halves, packed in the A registers of P V (_p_fragment's pairing, k-step by k-step)."""
+        for kj in range(BKV_ // 16):
+            a0, a1, a2, a3 = _p_fragment(s, kj, BF16)
+            pf[4 * kj] = a0
+            pf[4 * kj + 1] = a1
+            pf[4 * kj + 2] = a2
+            pf[4 * kj + 3] = a3
+
+    @cuda.jit(device=True, inline=True)
+    def issue_values(o, pf, v_tile):
+        """O += P V for one key tile, as one wgmma group: A from pf (which must stay untouched until the
+        group is waited for: the tensor cores read registers asynchronously too)."""
+        for kj in range(BKV_ // 16):
+            values_mma(o, pf[4 * kj], pf[4 * kj + 1], pf[4 * kj + 2], pf[4 * kj + 3], _v_descriptor(v_tile, kj, BKV_), 1)
+        wgmma_commit()
 
     def kernel(q, k, v, out32, scale_log2e, causal, map_q, map_k, map_v):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
         s = cuda.local.array(S_SHAPE, float32)
         o = cuda.local.array(O_SHAPE, float32)
+        pf = cuda.local.array(P_REGS, uint32)
         m_run = cuda.local.array(2, float32)
         l_run = cuda.local.array(2, float32)
+        alpha = cuda.local.array(2, float32)
         t = cuda.threadIdx.x
         wg = t // 128
         S = q.shape[2]
@@ -883,55 +931,89 @@ def _hopper_kernel_source(DP, BF16):
                 for e in range(4):
                     o[n, e] = float32(0.0)
             mbarrier_wait(q_bar, 0)
-            for tile in range(tiles):
-                slot = tile % STAGES_
-                parity = (tile // STAGES_) % 2
-                k_tile = tiles_at + uint64(K_AT + slot * TILE)
-                v_tile = tiles_at + uint64(V_AT + slot * TILE)
-                mbarrier_wait(k_full + uint64(8 * slot), parity)
-                # S = Q K^T: D / 16 k-steps; step st is 32 bytes into the 128-byte rows of column block st / 4
+            if OVERLAP:
+                # Tile 0's S and softmax first; then each step issues tile t's S = Q K^T and tile t - 1's
+                # O += P V as two groups, waits for the first only (wgmma_wait1: groups finish in order),
+                # and runs tile t's softmax while P V is still on the tensor cores. O's rescale by alpha
+                # waits for that P V (it was computed against the previous maximum), then P is repacked.
+                mbarrier_wait(k_full, 0)
                 wgmma_fence()
-                for st in range(DP // 16):
-                    inside = uint64(32 * (st % 4))
-                    desc_q = shared_descriptor(q_at + uint64((st // 4) * BQ_ * 128) + inside, 16, 1024)
-                    desc_k = shared_descriptor(k_tile + uint64((st // 4) * BKV_ * 128) + inside, 16, 1024)
-                    scores_mma(s, desc_q, desc_k, 1 if st > 0 else 0)
-                wgmma_commit()
+                issue_scores(s, q_at, tiles_at + uint64(K_AT))
                 wgmma_wait0()
-                j0 = tile * BKV_
-                masked = j0 + BKV_ > S or (is_causal and j0 + BKV_ > q0)  # the tail tile, the diagonal one
-                online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP, BKV_, True)
-                mbarrier_wait(v_full + uint64(8 * slot), parity)
-                # O += P V: BKV / 16 k-steps of 16 keys (16 rows of V further: 2048 bytes); V's column
-                # blocks of 64 head-size columns are BKV x 128 bytes apart (the leading offset)
+                fence_s(s)  # nothing reads S's registers before the wait (see _hopper's wgmma_fence_operands)
+                masked = BKV_ > S or (is_causal and BKV_ > q0)
+                softmax_tile(s, alpha, m_run, l_run, i0, 0, S, scale_log2e, masked, is_causal, BKV_, True)
+                pack_p(pf, s)
+                for tile in range(1, tiles):
+                    slot = tile % STAGES_
+                    before = (tile - 1) % STAGES_
+                    mbarrier_wait(k_full + uint64(8 * slot), (tile // STAGES_) % 2)
+                    wgmma_fence()
+                    issue_scores(s, q_at, tiles_at + uint64(K_AT + slot * TILE))
+                    mbarrier_wait(v_full + uint64(8 * before), ((tile - 1) // STAGES_) % 2)
+                    issue_values(o, pf, tiles_at + uint64(V_AT + before * TILE))
+                    wgmma_wait1()  # S is ready; P V may still run
+                    fence_s(s)
+                    j0 = tile * BKV_
+                    masked = j0 + BKV_ > S or (is_causal and j0 + BKV_ > q0)  # the tail tile, the diagonal one
+                    softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, BKV_, True)
+                    wgmma_wait0()  # P V is done: its slot may be refilled, pf rewritten, O rescaled
+                    fence_o(o)
+                    if t % 128 == 0:
+                        mbarrier_arrive(empty + uint64(8 * before))
+                    rescale_rows(o, alpha, DP)
+                    pack_p(pf, s)
+                last = (tiles - 1) % STAGES_
+                mbarrier_wait(v_full + uint64(8 * last), ((tiles - 1) // STAGES_) % 2)
                 wgmma_fence()
-                for kj in range(BKV_ // 16):
-                    a0, a1, a2, a3 = _p_fragment(s, kj, BF16)
-                    desc_v = shared_descriptor(v_tile + uint64(kj * 16 * 128), BKV_ * 128, 1024)
-                    values_mma(o, a0, a1, a2, a3, desc_v, 1)
-                wgmma_commit()
+                issue_values(o, pf, tiles_at + uint64(V_AT + last * TILE))
                 wgmma_wait0()
+                fence_o(o)
                 if t % 128 == 0:
-                    mbarrier_arrive(empty + uint64(8 * slot))
+                    mbarrier_arrive(empty + uint64(8 * last))
+            else:
+                for tile in range(tiles):
+                    slot = tile % STAGES_
+                    parity = (tile // STAGES_) % 2
+                    mbarrier_wait(k_full + uint64(8 * slot), parity)
+                    wgmma_fence()
+                    issue_scores(s, q_at, tiles_at + uint64(K_AT + slot * TILE))
+                    wgmma_wait0()
+                    fence_s(s)
+                    j0 = tile * BKV_
+                    masked = j0 + BKV_ > S or (is_causal and j0 + BKV_ > q0)  # the tail tile, the diagonal one
+                    online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP, BKV_, True)
+                    pack_p(pf, s)
+                    mbarrier_wait(v_full + uint64(8 * slot), parity)
+                    wgmma_fence()
+                    issue_values(o, pf, tiles_at + uint64(V_AT + slot * TILE))
+                    wgmma_wait0()
+                    fence_o(o)
+                    if t % 128 == 0:
+                        mbarrier_arrive(empty + uint64(8 * slot))
             _store_rows_hopper(out32, row0, i0, o, l_run, S, DP, BF16)
     return kernel
 
 
-def build_hopper_kernel(DP, bf16):
-    """The Hopper stage's kernel for head size DP, fp16 or bf16 (made once, named for `workbench ptx`)."""
-    key = ("hopper", DP, bool(bf16))
+HOPPER_STAGES_OVERLAP = {"wgmma": False, "overlap_softmax": True}
+
+
+def build_hopper_kernel(stage, DP, bf16):
+    """The kernel of Hopper stage ``stage`` for head size DP, fp16 or bf16 (made once, named for
+    `workbench ptx`)."""
+    key = ("hopper", stage, DP, bool(bf16))
     if key in _BUILT:
         return _BUILT[key]
-    kernel = _hopper_kernel_source(DP, bool(bf16))
-    name = f"_flash_wgmma_d{DP}_{'bf16' if bf16 else 'f16'}"
+    kernel = _hopper_kernel_source(DP, bool(bf16), HOPPER_STAGES_OVERLAP[stage])
+    name = f"_flash_{stage}_d{DP}_{'bf16' if bf16 else 'f16'}"
     kernel.__name__ = kernel.__qualname__ = name
     compiled = cuda.jit(**_gpu_options(launch_bounds=(HOPPER_THREADS, 1)))(kernel)
     globals()[name] = _BUILT[key] = compiled
     return compiled
 
 
-def launch_hopper(q, k, v, causal, out):
-    """The Hopper stage: its kernel where hopper_usable, else the tuned stage's."""
+def launch_hopper(stage, q, k, v, causal, out):
+    """A Hopper stage: its kernel where hopper_usable, else the tuned stage's."""
     B, H, S, D = q.shape
     if not hopper_usable(q, k, v, D):
         return launch("tuned", q, k, v, causal, out)
@@ -939,7 +1021,7 @@ def launch_hopper(q, k, v, causal, out):
     out32 = _bits(out).reshape(B * H * S, D).view(np.uint32)
     maps = (_hopper.tensor_map(q2, 64, HOPPER_BQ), _hopper.tensor_map(k2, 64, HOPPER_BKV),
             _hopper.tensor_map(v2, 64, HOPPER_BKV))
-    kernel = build_hopper_kernel(D, np.dtype(q.dtype) != np.float16)
+    kernel = build_hopper_kernel(stage, D, np.dtype(q.dtype) != np.float16)
     args = (_bits(q), _bits(k), _bits(v), out32, np.float32(LOG2E / math.sqrt(D)), causal) + maps
     nbytes = hopper_layout(D)[-1]
     set_max_dynamic_shared_memory(kernel, args, nbytes)
@@ -966,13 +1048,29 @@ def launch_hopper(q, k, v, causal, out):
     swizzle's: D = 64 or 128; other head sizes (and arrays the copy engine cannot read: rows of a
     16-byte multiple, 16-byte aligned) run the tuned stage's kernel.""")
 def wgmma(q, k, v, causal, out):
-    launch_hopper(q, k, v, causal, out)
+    launch_hopper("wgmma", q, k, v, causal, out)
+
+
+# -- 7. overlap_softmax ----------------------------------------------------------------------------
+
+@_stage("overlap_softmax", """
+    In the wgmma stage a consumer waits for S, then does its softmax while its tensor cores idle, then
+    waits for P V. FlashAttention-3 overlaps the two inside one warpgroup: each step issues tile t's S =
+    Q K^T and tile t - 1's O += P V as two wgmma groups, waits only for the first (groups complete in
+    order: wgmma_wait1), and computes tile t's softmax while P V still runs. Two things have to wait
+    for that P V: the rescale of O by alpha (the softmax of tile t is split from the rescale for this:
+    softmax_tile, then rescale_rows after wgmma_wait0) and the repacking of P, because a wgmma reads
+    its A registers asynchronously too, so P's registers stay untouched until its group is done. The
+    price is P's 32 registers held across the softmax (S, P and O live together).""")
+def overlap_softmax(q, k, v, causal, out):
+    launch_hopper("overlap_softmax", q, k, v, causal, out)
 
 
 for _stage_name in STAGE_SWITCHES:  # built at import: tools that compile kernels by name find them
     for _dp in HEAD_DIM_STEPS:
         for _bf16 in (False, True):
             build_kernel(_stage_name, _dp, _bf16)
-for _dp in HOPPER_HEAD_DIMS:
-    for _bf16 in (False, True):
-        build_hopper_kernel(_dp, _bf16)
+for _stage_name in HOPPER_STAGES_OVERLAP:
+    for _dp in HOPPER_HEAD_DIMS:
+        for _bf16 in (False, True):
+            build_hopper_kernel(_stage_name, _dp, _bf16)

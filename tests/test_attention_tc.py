@@ -179,7 +179,8 @@ def test_the_tuned_stage_runs_its_geometry():
 @pytest.mark.sim_only
 @pytest.mark.parametrize("op", OPS, ids=lambda o: o.name)
 @pytest.mark.parametrize("size", [(1, 2, 300, 64, 0), (2, 1, 200, 128, 1)], ids=["d64-full-2-heads", "d128-causal"])
-def test_the_wgmma_stage_runs_its_hopper_kernel_at_sizes_not_multiples_of_its_tiles(op, size):
+@pytest.mark.parametrize("stage", ["wgmma", "overlap_softmax"])
+def test_the_hopper_stages_run_their_kernel_at_sizes_not_multiples_of_its_tiles(op, size, stage):
     """The stage's own kernel (not the tuned fallback) in the emulated wgmma, TMA and mbarriers: 300 keys
     are three 128-key tiles, the last partial, through a ring of two slots (the producer waits on a slot's
     "empty" barrier once); two heads read each other's rows past S through the 2-D tensor maps (masked);
@@ -187,9 +188,9 @@ def test_the_wgmma_stage_runs_its_hopper_kernel_at_sizes_not_multiples_of_its_ti
     from workbench.simulator import record_launches
 
     with record_launches() as launches:
-        results = [check_stage(op["wgmma"], size, np.random.default_rng(7))]
+        results = [check_stage(op[stage], size, np.random.default_rng(7))]
     assert all(r.passed for r in results), [r.message for r in results if not r.passed]
-    assert {f.__name__ for f, _ in launches} == {f"_flash_wgmma_d{size[3]}_{'f16' if op is attention_tc.op else 'bf16'}"}
+    assert {f.__name__ for f, _ in launches} == {f"_flash_{stage}_d{size[3]}_{'f16' if op is attention_tc.op else 'bf16'}"}
 
 
 @pytest.mark.sim_only
@@ -239,7 +240,7 @@ for key, kernel in attention_tc._BUILT.items():
                     options=LinkerOptions(arch="sm_90a", verbose=True, link_time_optimization=True))
     linker.link("cubin")
     log = linker.get_info_log() or ""
-    out[kernel.__name__] = dict(head_dim=key[1], wgmma=count(r"wgmma\.mma_async"), tma=count(r"cp\.async\.bulk\.tensor"),
+    out[kernel.__name__] = dict(head_dim=key[2], wgmma=count(r"wgmma\.mma_async"), tma=count(r"cp\.async\.bulk\.tensor"),
                                 setmaxnreg=count(r"setmaxnreg"), f64=count(r"\.f64\b"),
                                 warnings=sorted(set(re.findall(r"C75\d\d", log))), **parse_assembler_log(log))
 print(json.dumps(out))
@@ -247,10 +248,10 @@ print(json.dumps(out))
 
 
 @pytest.mark.sim_only
-@pytest.mark.slow  # NVVM and nvJitLink on four kernels: about 20 s on two cores
+@pytest.mark.slow  # NVVM and nvJitLink on eight kernels: about 40 s on two cores
 def test_the_wgmma_kernels_compile_for_sm90a_with_their_instructions():
-    """Each Hopper kernel (D = 64 and 128, fp16 and bf16) compiles for sm_90a with every wgmma of a tile
-    unrolled (D / 16 for S, 128 / 16 for P V), its TMA copies and both setmaxnreg, no spill, and none of
+    """Each Hopper kernel (both stages, D = 64 and 128, fp16 and bf16) compiles for sm_90a with every wgmma
+    of a tile unrolled, its TMA copies and both setmaxnreg, no spill, and none of
     ptxas' warnings that it serialised the wgmma or ignored setmaxnreg (C75xx)."""
     import json
     import os
@@ -263,9 +264,13 @@ def test_the_wgmma_kernels_compile_for_sm90a_with_their_instructions():
                          cwd=Path(__file__).resolve().parents[1], timeout=1200)
     assert run.returncode == 0, run.stderr[-4000:]
     found = json.loads(run.stdout.strip().splitlines()[-1])
-    assert set(found) == {f"_flash_wgmma_d{d}_{t}" for d in (64, 128) for t in ("f16", "bf16")}, found
+    assert set(found) == {f"_flash_{stage}_d{d}_{t}" for stage in ("wgmma", "overlap_softmax") for d in (64, 128)
+                          for t in ("f16", "bf16")}, found
     for name, r in found.items():
-        assert r["wgmma"] == r["head_dim"] // 16 + 128 // 16, (name, r)
+        # a tile's S (D / 16 k-steps) and P V (128 keys / 16), unrolled; overlap_softmax issues each
+        # in two places (tile 0's S before its loop, the last tile's P V after it)
+        per_tile = r["head_dim"] // 16 + 128 // 16
+        assert r["wgmma"] == per_tile * (2 if "overlap_softmax" in name else 1), (name, r)
         assert r["tma"] > 0 and r["setmaxnreg"] == 2 and not r["f64"], (name, r)
         assert not r["warnings"], (name, r)
         assert r["spill_bytes"] == 0, (name, r)
