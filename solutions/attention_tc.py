@@ -758,7 +758,7 @@ WG_QUERIES = 64  # a consumer warpgroup's queries: wgmma's m64
 HOPPER_CONSUMERS = 2
 HOPPER_BQ = WG_QUERIES * HOPPER_CONSUMERS  # queries a block
 HOPPER_BKV = 128  # keys a tile: S is 64 x 128 a warpgroup, 64 float32 accumulators a thread
-HOPPER_STAGES = 2  # K and V slots in the ring
+HOPPER_STAGES = 3  # K and V slots in the ring (at D = 128: 32 KiB of Q and 3 x 64 KiB, within the 227 KiB an SM has)
 HOPPER_THREADS = 128 * (1 + HOPPER_CONSUMERS)
 HOPPER_HEAD_DIMS = (64, 128)  # whole 128-byte rows of the swizzle; other head sizes run the tuned kernel
 
@@ -779,17 +779,30 @@ def hopper_usable(q, k, v, D):
     return D in HOPPER_HEAD_DIMS and _hopper.tma_ok(*(_bits(a).reshape(-1, D) for a in (q, k, v)))
 
 
+GROUP_BLOCKS = 128  # under the mask, the heads whose blocks go together: about one wave of an H200's 132 SMs
+
+
 @cuda.jit(device=True, inline=True)
 def _order32(heaviest_first):
-    """block_order's (batch x head, query block), in 32-bit unsigned arithmetic: a 64-bit division by a
+    """(batch x head, query block) of this block, in 32-bit unsigned arithmetic (a 64-bit division by a
     run-time number is a call to a subroutine in the compiled code, and any call in a kernel makes ptxas
-    serialise its wgmma (hgemm's tile_of_block says the same)."""
+    serialise its wgmma, as hgemm's tile_of_block says). Without the mask, block_order's: a head's
+    query blocks together. Under the mask, heaviest first, but within groups of heads of about
+    GROUP_BLOCKS blocks: block_order's heaviest-first over *all* heads starts the last query block of
+    every head at once, and every one of them reads its whole head's K and V (128 heads x 2 MiB at
+    4x32x4096x128, far past the 50 MB L2): each head's K and V came from DRAM once for each of its
+    query blocks. A group's blocks run together and share their few heads' K and V in L2."""
     heads = uint32(cuda.gridDim.x)
     blocks = uint32(cuda.gridDim.y)
     n = uint32(uint32(cuda.blockIdx.y) * heads + uint32(cuda.blockIdx.x))
-    if heaviest_first:
-        return int32(n % heads), int32(uint32(blocks - uint32(1) - uint32(n // heads)))
-    return int32(n // blocks), int32(n % blocks)
+    if not heaviest_first:
+        return int32(n // blocks), int32(n % blocks)
+    group = uint32(uint32(GROUP_BLOCKS + blocks - uint32(1)) // blocks)  # heads a group
+    per_group = uint32(group * blocks)
+    first_head = uint32(uint32(n // per_group) * group)
+    size = uint32(min(group, uint32(heads - first_head)))  # the last group may hold fewer heads
+    within = uint32(n % per_group)
+    return int32(first_head + within % size), int32(uint32(blocks - uint32(1) - uint32(within // size)))
 
 
 @cuda.jit(device=True, inline=True)
@@ -1034,7 +1047,7 @@ def launch_hopper(stage, q, k, v, causal, out):
     FlashAttention-3's structure on Hopper's own instructions. A block is three warpgroups: one
     producer and two consumers of 64 queries each (128 a block). One producer thread copies Q once and
     then K and V tiles of 128 keys by TMA (cp.async.bulk.tensor, through tensor maps of q, k and v seen
-    as (B H S) x D matrices) into a ring of two slots, each copy completing on its slot's "full"
+    as (B H S) x D matrices) into a ring of three slots, each copy completing on its slot's "full"
     mbarrier; the consumers arrive on an "empty" one when done with a slot, and only then is it
     refilled. No thread computes a copy address and no block-wide barrier stands in the key loop. Each
     consumer multiplies S = Q K^T with wgmma m64n128k16 from two shared-memory descriptors (Q's rows and

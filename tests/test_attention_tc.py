@@ -178,13 +178,13 @@ def test_the_tuned_stage_runs_its_geometry():
 
 @pytest.mark.sim_only
 @pytest.mark.parametrize("op", OPS, ids=lambda o: o.name)
-@pytest.mark.parametrize("size", [(1, 2, 300, 64, 0), (2, 1, 200, 128, 1)], ids=["d64-full-2-heads", "d128-causal"])
+@pytest.mark.parametrize("size", [(1, 2, 520, 64, 0), (2, 1, 200, 128, 1)], ids=["d64-full-2-heads", "d128-causal"])
 @pytest.mark.parametrize("stage", ["wgmma", "overlap_softmax"])
 def test_the_hopper_stages_run_their_kernel_at_sizes_not_multiples_of_its_tiles(op, size, stage):
-    """The stage's own kernel (not the tuned fallback) in the emulated wgmma, TMA and mbarriers: 300 keys
-    are three 128-key tiles, the last partial, through a ring of two slots (the producer waits on a slot's
-    "empty" barrier once); two heads read each other's rows past S through the 2-D tensor maps (masked);
-    under the mask at D = 128 two query blocks of 128, the second with 72 queries."""
+    """The stage's own kernel (not the tuned fallback) in the emulated wgmma, TMA and mbarriers: 520 keys
+    are five 128-key tiles, the last partial, through a ring of three slots (the producer waits on two
+    slots' "empty" barriers); two heads read each other's rows past S through the 2-D tensor maps
+    (masked); under the mask at D = 128 two query blocks of 128, the second with 72 queries."""
     from workbench.simulator import record_launches
 
     with record_launches() as launches:
@@ -274,3 +274,12 @@ def test_the_wgmma_kernels_compile_for_sm90a_with_their_instructions():
         assert r["tma"] > 0 and r["setmaxnreg"] == 2 and not r["f64"], (name, r)
         assert not r["warnings"], (name, r)
         assert r["spill_bytes"] == 0, (name, r)
+
+
+@pytest.mark.sim_only
+def test_under_the_mask_the_hopper_blocks_walk_groups_of_heads_each_once(monkeypatch):
+    """_order32's groups of heads: with GROUP_BLOCKS = 4 and two query blocks a head, heads 0 and 1 form a
+    group and head 2 a group of its own (the last group is short). Every output row checked."""
+    monkeypatch.setattr(attention_tc, "GROUP_BLOCKS", 4)
+    result = check_stage(attention_tc.op["wgmma"], (1, 3, 200, 64, 1), np.random.default_rng(9))
+    assert result.passed, result.message
