@@ -365,6 +365,38 @@ def _sim_mbarrier_wait(address, parity):
                 ctypes.memmove(dst, data, len(data))
 
 
+_NAMED: dict = {}  # (block, barrier id) -> [threads arrived in this generation, generations completed]
+
+
+def _named_arrive(barrier, count):
+    """One thread arrives at named barrier ``barrier`` of its block; the count-th arrival completes the
+    generation. Returns (the state, the generation this thread arrived in)."""
+    from solutions._ptx import block_key
+    state = _NAMED.setdefault((id(block_key()), int(barrier)), [0, 0])
+    generation = state[1]
+    state[0] += 1
+    if state[0] == int(count):
+        state[0] = 0
+        state[1] += 1
+        _BARRIERS_CHANGED.notify_all()
+    return state, generation
+
+
+def _sim_named_barrier_sync(barrier, count):
+    """bar.sync: arrive, then wait until ``count`` threads (this one included) have arrived."""
+    with _BARRIERS_CHANGED:
+        state, generation = _named_arrive(barrier, count)
+        if not _BARRIERS_CHANGED.wait_for(lambda: state[1] != generation, _WAIT_SECONDS):
+            raise RuntimeError(f"bar.sync {int(barrier)}, {int(count)} waited {_WAIT_SECONDS} s: fewer threads "
+                               "arrived than the count")
+
+
+def _sim_named_barrier_arrive(barrier, count):
+    """bar.arrive: count towards the barrier's generation without waiting for it."""
+    with _BARRIERS_CHANGED:
+        _named_arrive(barrier, count)
+
+
 # The simulator's tensor map: 16 uint64 words instead of the driver's opaque 128 bytes. Word 0 names the
 # global array (a handle into _SIM_TENSORS: a simulated device array's address may not be read on the
 # host), then the element size, the two dimensions (inner first), the outer stride in bytes and the box.
@@ -579,6 +611,16 @@ def _gpu_intrinsics():
             return types.none(acc), codegen
         return op
 
+    def named_barrier(text):
+        @intrinsic
+        def op(typingctx, barrier, count):
+            def codegen(context, builder, sig, args):
+                b, n = (context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args))
+                asm(builder, text, "r,r,~{memory}", [b, n])
+                return context.get_dummy_value()
+            return types.none(barrier, count), codegen
+        return op
+
     def on_barrier(text, with_value):
         @intrinsic
         def op(typingctx, address, value):
@@ -691,6 +733,7 @@ def _gpu_intrinsics():
         wgmma_f16=wgmma("f16"), wgmma_bf16=wgmma("bf16"), wgmma_s8=wgmma("s8"),
         store_accumulators_s32=store_accumulators_s32,
         wgmma_fence=statement("wgmma.fence.sync.aligned;"),
+        named_barrier_sync=named_barrier("bar.sync $0, $1;"), named_barrier_arrive=named_barrier("bar.arrive $0, $1;"),
         wgmma_commit=statement("wgmma.commit_group.sync.aligned;"),
         wgmma_wait0=statement("wgmma.wait_group.sync.aligned 0;"),
         wgmma_wait1=statement("wgmma.wait_group.sync.aligned 1;"),
@@ -728,6 +771,8 @@ if _device.is_simulator():
     wgmma_fence = wgmma_commit = wgmma_wait0 = wgmma_wait1 = fence_proxy_async = _nothing
     setmaxnreg_producer = setmaxnreg_consumer = _nothing
     mbarrier_init = _sim_mbarrier_init
+    named_barrier_sync = _sim_named_barrier_sync
+    named_barrier_arrive = _sim_named_barrier_arrive
     mbarrier_arrive_expect_tx = _sim_mbarrier_arrive_expect_tx
     mbarrier_arrive = _sim_mbarrier_arrive
     mbarrier_wait = _sim_mbarrier_wait

@@ -60,7 +60,8 @@ from solutions._ptx import cp_async_commit, cp_async_wait_pending, mma_bf16, mma
 from solutions import _hopper
 from solutions._hopper import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
                                mbarrier_wait, setmaxnreg_consumer, setmaxnreg_producer, shared_descriptor, tile_pad,
-                               tma_load_2d, wgmma_commit, wgmma_fence, wgmma_wait0, wgmma_wait1)
+                               named_barrier_arrive, named_barrier_sync, tma_load_2d, wgmma_commit, wgmma_fence,
+                               wgmma_wait0, wgmma_wait1)
 from solutions._vector_io import aligned16
 
 try:
@@ -846,9 +847,10 @@ def _v_descriptor(v_tile, kj, BKV):
     return shared_descriptor(v_tile + uint64(kj * 16 * 128), BKV * 128, 1024)
 
 
-def _hopper_kernel_source(DP, BF16, OVERLAP):
+def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG):
     """The Hopper stages' kernel for head size DP (64 or 128), fp16 or bf16; OVERLAP: the softmax of a
-    tile runs while the previous tile's P V is still on the tensor cores (the overlap_softmax stage)."""
+    tile runs while the previous tile's P V is still on the tensor cores (the overlap_softmax stage);
+    PINGPONG: the two consumers take turns to issue their wgmma (the pingpong stage)."""
     Q_BYTES, TILE, K_AT, V_AT, BARS, _ = hopper_layout(DP)
     BQ_, BKV_, STAGES_ = HOPPER_BQ, HOPPER_BKV, HOPPER_STAGES
     KIND = "bf16" if BF16 else "f16"
@@ -859,6 +861,18 @@ def _hopper_kernel_source(DP, BF16, OVERLAP):
     S_SHAPE = (BKV_ // 8, 4)  # S's accumulators: mma.sync's C fragment of each 8-key slice
     O_SHAPE = (DP // 8, 4)
     P_REGS = BKV_ // 4  # P's A registers: 4 a k16 step of keys
+    TURN_THREADS = 2 * 128  # a turn's named barrier: one consumer syncs on it, the other arrives
+
+    @cuda.jit(device=True, inline=True)
+    def my_turn(c):
+        """Wait until the other consumer has issued its wgmma (named barrier 1 + c; 0 is syncthreads')."""
+        if PINGPONG:
+            named_barrier_sync(1 + c, TURN_THREADS)
+
+    @cuda.jit(device=True, inline=True)
+    def your_turn(c):
+        if PINGPONG:
+            named_barrier_arrive(2 - c, TURN_THREADS)
 
     @cuda.jit(device=True, inline=True)
     def issue_scores(s, q_at, k_tile):
@@ -944,14 +958,18 @@ def _hopper_kernel_source(DP, BF16, OVERLAP):
                 for e in range(4):
                     o[n, e] = float32(0.0)
             mbarrier_wait(q_bar, 0)
+            if PINGPONG and c == 1:
+                your_turn(c)  # consumer 0 goes first
             if OVERLAP:
                 # Tile 0's S and softmax first; then each step issues tile t's S = Q K^T and tile t - 1's
                 # O += P V as two groups, waits for the first only (wgmma_wait1: groups finish in order),
                 # and runs tile t's softmax while P V is still on the tensor cores. O's rescale by alpha
                 # waits for that P V (it was computed against the previous maximum), then P is repacked.
                 mbarrier_wait(k_full, 0)
+                my_turn(c)
                 wgmma_fence()
                 issue_scores(s, q_at, tiles_at + uint64(K_AT))
+                your_turn(c)
                 wgmma_wait0()
                 fence_s(s)  # nothing reads S's registers before the wait (see _hopper's wgmma_fence_operands)
                 masked = BKV_ > S or (is_causal and BKV_ > q0)
@@ -961,10 +979,12 @@ def _hopper_kernel_source(DP, BF16, OVERLAP):
                     slot = tile % STAGES_
                     before = (tile - 1) % STAGES_
                     mbarrier_wait(k_full + uint64(8 * slot), (tile // STAGES_) % 2)
+                    mbarrier_wait(v_full + uint64(8 * before), ((tile - 1) // STAGES_) % 2)
+                    my_turn(c)
                     wgmma_fence()
                     issue_scores(s, q_at, tiles_at + uint64(K_AT + slot * TILE))
-                    mbarrier_wait(v_full + uint64(8 * before), ((tile - 1) // STAGES_) % 2)
                     issue_values(o, pf, tiles_at + uint64(V_AT + before * TILE))
+                    your_turn(c)
                     wgmma_wait1()  # S is ready; P V may still run
                     fence_s(s)
                     j0 = tile * BKV_
@@ -978,8 +998,11 @@ def _hopper_kernel_source(DP, BF16, OVERLAP):
                     pack_p(pf, s)
                 last = (tiles - 1) % STAGES_
                 mbarrier_wait(v_full + uint64(8 * last), ((tiles - 1) // STAGES_) % 2)
+                my_turn(c)
                 wgmma_fence()
                 issue_values(o, pf, tiles_at + uint64(V_AT + last * TILE))
+                if c == 0:  # (consumer 1's last arrival would have no turn to answer it)
+                    your_turn(c)
                 wgmma_wait0()
                 fence_o(o)
                 if t % 128 == 0:
@@ -1008,7 +1031,8 @@ def _hopper_kernel_source(DP, BF16, OVERLAP):
     return kernel
 
 
-HOPPER_STAGES_OVERLAP = {"wgmma": False, "overlap_softmax": True}
+# Hopper stage -> (OVERLAP, PINGPONG)
+HOPPER_STAGES_OVERLAP = {"wgmma": (False, False), "overlap_softmax": (True, False), "pingpong": (True, True)}
 
 
 def build_hopper_kernel(stage, DP, bf16):
@@ -1017,7 +1041,7 @@ def build_hopper_kernel(stage, DP, bf16):
     key = ("hopper", stage, DP, bool(bf16))
     if key in _BUILT:
         return _BUILT[key]
-    kernel = _hopper_kernel_source(DP, bool(bf16), HOPPER_STAGES_OVERLAP[stage])
+    kernel = _hopper_kernel_source(DP, bool(bf16), *HOPPER_STAGES_OVERLAP[stage])
     name = f"_flash_{stage}_d{DP}_{'bf16' if bf16 else 'f16'}"
     kernel.__name__ = kernel.__qualname__ = name
     compiled = cuda.jit(**_gpu_options(launch_bounds=(HOPPER_THREADS, 1)))(kernel)
@@ -1077,6 +1101,22 @@ def wgmma(q, k, v, causal, out):
     price is P's 32 registers held across the softmax (S, P and O live together).""")
 def overlap_softmax(q, k, v, causal, out):
     launch_hopper("overlap_softmax", q, k, v, causal, out)
+
+
+# -- 8. pingpong -----------------------------------------------------------------------------------
+
+@_stage("pingpong", """
+    The two consumers of a block still compete for one SM's tensor cores and its exp2 unit, and when
+    both reach their softmax at once the tensor cores idle. FlashAttention-3 schedules them: they take
+    turns to issue their wgmma, ordered by two named barriers (bar.sync / bar.arrive with an id of
+    their own; syncthreads uses barrier 0). A consumer waits for its turn (bar.sync on its barrier,
+    which the other consumer arrives at), issues tile t's S and tile t - 1's P V, and hands the turn
+    over (bar.arrive on the other's barrier): its products queue on the tensor cores behind the other
+    consumer's, and its softmax runs while the other's products are being computed. Consumer 0 goes
+    first; the turns balance (each consumer syncs as often as the other arrives), so no arrival is left
+    over when the block ends.""")
+def pingpong(q, k, v, causal, out):
+    launch_hopper("pingpong", q, k, v, causal, out)
 
 
 for _stage_name in STAGE_SWITCHES:  # built at import: tools that compile kernels by name find them
