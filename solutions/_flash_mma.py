@@ -134,7 +134,7 @@ def online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, D
     """Scores -> probabilities against each row's new running maximum; the running sum and the output
     rows rescaled by how much the maximum grew (softmax_tile, then rescale_rows)."""
     alpha = cuda.local.array(2, float32)
-    softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, BKV, FAST, 1)
+    softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, BKV, FAST)
     rescale_rows(o, alpha, DP)
 
 
@@ -148,19 +148,7 @@ def rescale_rows(o, alpha, DP):
 
 
 @cuda.jit(device=True, inline=True)
-def _combine(part, CHAINS, maximum):
-    """The maximum (or sum) of part[0 .. CHAINS - 1], pairwise."""
-    if CHAINS == 1:
-        return part[0]
-    if CHAINS == 2:
-        return max(part[0], part[1]) if maximum else part[0] + part[1]
-    if maximum:
-        return max(max(part[0], part[1]), max(part[2], part[3]))
-    return (part[0] + part[1]) + (part[2] + part[3])
-
-
-@cuda.jit(device=True, inline=True)
-def softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, BKV, FAST, CHAINS):
+def softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, BKV, FAST):
     """online_softmax without the output: scores -> probabilities against each row's new running
     maximum, the running sum updated, and alpha[half] = how much the row's output must shrink (the
     caller rescales it when it is ready: the Hopper stage, after the P V still running on it). This
@@ -168,17 +156,12 @@ def softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, causal,
     the lanes 1 and 2 away (its quad). FAST keeps the scores and the maximum unscaled and scales inside
     the exponent: exp2(s scale - m scale) is one fused multiply-add (the scale is positive: the maximum
     of the scaled scores is the scaled maximum); otherwise the scores are scaled first (a multiply of 1
-    is no instruction). CHAINS (1, 2 or 4): the row's maximum and sum as that many independent partial
-    results, combined at the end: a lane's 2 BKV / 8 values in one chain are as many dependent
-    instructions in a row, which a warp waits out unless other warps fill the gaps (the Hopper stages
-    have two consumer warps a scheduler, the mma.sync stages four to eight)."""
+    is no instruction)."""
     factor = float32(1.0) if FAST else scale_log2e  # applied to the scores now
     scale = scale_log2e if FAST else float32(1.0)  # applied inside exp2
-    part = cuda.local.array(4, float32)
     for half in range(2):
         i = i0 + 8 * half
-        for ch in range(CHAINS):
-            part[ch] = NEG_INF
+        tile_max = NEG_INF
         for n in range(BKV // 8):
             for e in range(2):
                 x = s[n, 2 * half + e] * factor
@@ -186,22 +169,20 @@ def softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, causal,
                 if masked and (j >= S or (causal and j > i)):
                     x = NEG_INF
                 s[n, 2 * half + e] = x
-                part[n % CHAINS] = max(part[n % CHAINS], x)
-        tile_max = _combine(part, CHAINS, True)
+                tile_max = max(tile_max, x)
         tile_max = max(tile_max, cuda.shfl_xor_sync(FULL_MASK, tile_max, 1))
         tile_max = max(tile_max, cuda.shfl_xor_sync(FULL_MASK, tile_max, 2))
         m_new = max(m_run[half], tile_max)
         row_alpha = exp2_of((m_run[half] - m_new) * scale, FAST)
         m_run[half] = m_new
         shift = m_new * scale
-        for ch in range(CHAINS):
-            part[ch] = float32(0.0)
+        total = float32(0.0)
         for n in range(BKV // 8):
             for e in range(2):
                 p = exp2_of(s[n, 2 * half + e] * scale - shift, FAST)
                 s[n, 2 * half + e] = p
-                part[n % CHAINS] += p
-        l_run[half] = l_run[half] * row_alpha + _combine(part, CHAINS, False)
+                total += p
+        l_run[half] = l_run[half] * row_alpha + total
         alpha[half] = row_alpha
 
 

@@ -862,7 +862,6 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG):
     O_SHAPE = (DP // 8, 4)
     P_REGS = BKV_ // 4  # P's A registers: 4 a k16 step of keys
     TURN_THREADS = 2 * 128  # a turn's named barrier: one consumer syncs on it, the other arrives
-    CHAINS = 4 if PINGPONG else 1  # the softmax's partial maxima and sums a row (softmax_tile)
 
     @cuda.jit(device=True, inline=True)
     def my_turn(c):
@@ -974,7 +973,7 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG):
                 wgmma_wait0()
                 fence_s(s)  # nothing reads S's registers before the wait (see _hopper's wgmma_fence_operands)
                 masked = BKV_ > S or (is_causal and BKV_ > q0)
-                softmax_tile(s, alpha, m_run, l_run, i0, 0, S, scale_log2e, masked, is_causal, BKV_, True, CHAINS)
+                softmax_tile(s, alpha, m_run, l_run, i0, 0, S, scale_log2e, masked, is_causal, BKV_, True)
                 pack_p(pf, s)
                 for tile in range(1, tiles):
                     slot = tile % STAGES_
@@ -990,7 +989,7 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG):
                     fence_s(s)
                     j0 = tile * BKV_
                     masked = j0 + BKV_ > S or (is_causal and j0 + BKV_ > q0)  # the tail tile, the diagonal one
-                    softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, BKV_, True, CHAINS)
+                    softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, BKV_, True)
                     wgmma_wait0()  # P V is done: its slot may be refilled, pf rewritten, O rescaled
                     fence_o(o)
                     if t % 128 == 0:
