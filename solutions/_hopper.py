@@ -11,6 +11,15 @@ indices too, so ``zero_accumulators`` and ``store_accumulators_*`` (the epilogue
 mask the edges, store) are intrinsics as well: a Python loop over the array would index it at run time
 and send it to local memory for the whole kernel.
 
+FlashAttention (``attention_tc.py``'s Hopper stages) uses sized variants, named in ``SIZED_WGMMA``:
+m64n64k16 and m64n128k16 with a thread's n / 2 accumulators in a local array of any shape, A from a
+descriptor (S = Q K^T, with B K-major: K's rows as stored) or from four 32-bit registers per thread
+(O += P V: P stays where the softmax left it, in mma.sync's A-fragment layout, warp w holding rows
+16w..16w+15), and scale-d as a run-time value (0: overwrite, so S needs no zeroing). After a wait,
+``wgmma_fence_operands_N`` (an empty asm statement that rewrites N registers) keeps the compiler from
+moving reads of the accumulators above the wait. ``named_barrier_sync`` / ``_arrive`` (bar.sync /
+bar.arrive with an id and a thread count) let two warpgroups take turns.
+
 ``setmaxnreg`` takes effect only when ptxas compiles the kernel as a whole program: numba links kernels
 with nvJitLink and link-time optimisation where nvJitLink is installed (its default), and then it does;
 PTX linked without LTO is compiled as relocatable code, and ptxas ignores the instruction (C7504).
@@ -29,6 +38,9 @@ In numba's CUDA simulator each name is a Python emulation, as ``_ptx.py`` does f
   tensor, swizzled as the tensor map says) and counts its bytes against the barrier, but the bytes land
   in shared memory only when a thread *waits* on the barrier and sees the copy's phase complete. A
   kernel that reads a TMA buffer before waiting on its barrier reads stale data.
+* the sized wgmma reads B through its descriptor as K-major (n rows of 16 k) or MN-major, and A from
+  the descriptor or from the 128 threads' registers, gathered by the fragment layout;
+* a named barrier counts arrivals per block and id; bar.sync waits for its generation to complete;
 * ``setmaxnreg`` and the fences do nothing (the simulator has no registers and one memory proxy).
 
 Host side, :func:`tensor_map` builds the 128-byte ``CUtensorMap`` of a 2-D array with the driver's
@@ -558,11 +570,13 @@ def _gpu_intrinsics():
         m = n // 2
         regs = ", ".join(f"${i}" for i in range(m))
         if a_in_registers:  # no transpose flag for A in registers: imm-scale-a, imm-scale-b, imm-trans-b
-            a_text, extra, tail = f"{{${2 * m}, ${2 * m + 1}, ${2 * m + 2}, ${2 * m + 3}}}", 4, f"1, 1, {int(b_transposed)}"
+            a_text = f"{{${2 * m}, ${2 * m + 1}, ${2 * m + 2}, ${2 * m + 3}}}"
+            extra, tail = 4, f"1, 1, {int(b_transposed)}"
         else:
             a_text, extra, tail = f"${2 * m}", 1, f"1, 1, 0, {int(b_transposed)}"
         b_at, flag_at = 2 * m + extra, 2 * m + extra + 1
-        text = (f"{{ .reg .pred p; setp.ne.b32 p, ${flag_at}, 0; wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "
+        text = (f"{{ .reg .pred p; setp.ne.b32 p, ${flag_at}, 0; "
+                f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "
                 f"{{{regs}}}, {a_text}, ${b_at}, p, {tail}; }}")
         constraints = ",".join(["=f"] * m + [str(i) for i in range(m)] + (["r"] * 4 if a_in_registers else ["l"])
                                + ["l", "r"])
@@ -729,7 +743,8 @@ def _gpu_intrinsics():
     return dict(
         shared_descriptor=shared_descriptor,
         **{f"wgmma_fence_operands_{n}": fence_operands(n) for n in FENCED_COUNTS},
-        **{name: wgmma_sized("bf16" if bf16 else "f16", n, regs, trans) for name, (bf16, n, regs, trans) in SIZED_WGMMA.items()},
+        **{name: wgmma_sized("bf16" if bf16 else "f16", n, regs, trans)
+           for name, (bf16, n, regs, trans) in SIZED_WGMMA.items()},
         wgmma_f16=wgmma("f16"), wgmma_bf16=wgmma("bf16"), wgmma_s8=wgmma("s8"),
         store_accumulators_s32=store_accumulators_s32,
         wgmma_fence=statement("wgmma.fence.sync.aligned;"),

@@ -190,7 +190,8 @@ def test_the_hopper_stages_run_their_kernel_at_sizes_not_multiples_of_its_tiles(
     with record_launches() as launches:
         results = [check_stage(op[stage], size, np.random.default_rng(7))]
     assert all(r.passed for r in results), [r.message for r in results if not r.passed]
-    assert {f.__name__ for f, _ in launches} == {f"_flash_{stage}_d{size[3]}_{'f16' if op is attention_tc.op else 'bf16'}"}
+    kind = "f16" if op is attention_tc.op else "bf16"
+    assert {f.__name__ for f, _ in launches} == {f"_flash_{stage}_d{size[3]}_{kind}"}
 
 
 @pytest.mark.sim_only
@@ -240,8 +241,9 @@ for key, kernel in attention_tc._BUILT.items():
                     options=LinkerOptions(arch="sm_90a", verbose=True, link_time_optimization=True))
     linker.link("cubin")
     log = linker.get_info_log() or ""
-    out[kernel.__name__] = dict(head_dim=key[2], wgmma=count(r"wgmma\.mma_async"), tma=count(r"cp\.async\.bulk\.tensor"),
-                                setmaxnreg=count(r"setmaxnreg"), f64=count(r"\.f64\b"),
+    out[kernel.__name__] = dict(head_dim=key[2], wgmma=count(r"wgmma\.mma_async"),
+                                tma=count(r"cp\.async\.bulk\.tensor"), setmaxnreg=count(r"setmaxnreg"),
+                                f64=count(r"\.f64\b"),
                                 warnings=sorted(set(re.findall(r"C75\d\d", log))), **parse_assembler_log(log))
 print(json.dumps(out))
 """
