@@ -10,9 +10,10 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 6dcdf772825f76dfaa21668e7cb7efeefa0a66337de764c741404e2ab708f162
+# generated-sha256: 4134f39f716ad4d9426f8d3ad66c65bf83fae3f97dec97a751ff803b00892e91
 # --------------------------------------------------------------------------------------------------
-"""FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync.
+"""FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync, then
+FlashAttention-3's on Hopper's wgmma, TMA and warp specialisation.
 
 out[b, h, i] = sum_j softmax_j(q[b, h, i] . k[b, h, j] / sqrt(D)) v[b, h, j], with the causal mask
 (query i sees keys j <= i) when ``causal[0]`` is 1: the float32 ``attention`` ladder's operator, with
@@ -47,6 +48,16 @@ and a row's other 48 keys are in the 3 other lanes of its quad (shfl_xor 1 and 2
 5. ``tuned``: stage 4 with 32 queries a warp (two m16 tiles share every K and V fragment), exp2 as
    one MUFU instruction (the scale folded into its argument), 32-bit shared addresses, copy addresses
    computed once a tile; its geometry picked from alternatives timed side by side.
+
+Then Hopper's instructions (sm_90a, ``solutions/_hopper.py``), FlashAttention-3's structure, at D = 64
+and 128 (other head sizes run the tuned kernel):
+
+6. ``wgmma``: a block of a producer warpgroup (TMA copies of Q, K and V into a ring of slots on
+   mbarriers) and two consumer warpgroups of 64 queries: S = Q K^T by wgmma from shared-memory
+   descriptors, the same online softmax on its accumulators, O += P V by wgmma with P from registers.
+7. ``overlap_softmax``: tile t's softmax runs while tile t - 1's P V is still on the tensor cores.
+8. ``pingpong``: the two consumers take turns to issue their wgmma (named barriers), so that one's
+   softmax runs while the other's products do.
 
 The bytes model of each stage (``stage_traffic``) counts what it reads from L2 or memory: Q read and the
 output written once, K and V fetched once per query block (64 queries; 128 in the tuned stage up to
@@ -907,7 +918,8 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG):
         """O += P V for one key tile, as one wgmma group: A from pf (which must stay untouched until the
         group is waited for: the tensor cores read registers asynchronously too)."""
         for kj in range(BKV_ // 16):
-            values_mma(o, pf[4 * kj], pf[4 * kj + 1], pf[4 * kj + 2], pf[4 * kj + 3], _v_descriptor(v_tile, kj, BKV_), 1)
+            desc_v = _v_descriptor(v_tile, kj, BKV_)
+            values_mma(o, pf[4 * kj], pf[4 * kj + 1], pf[4 * kj + 2], pf[4 * kj + 3], desc_v, 1)
         wgmma_commit()
 
     def kernel(q, k, v, out32, scale_log2e, causal, map_q, map_k, map_v):
@@ -1093,7 +1105,18 @@ def launch_hopper(stage, q, k, v, causal, out):
     transposed (MN-major) descriptor, as hgemm reads B. setmaxnreg gives the producer's registers to
     the consumers (40 and 232 a thread). The kernel needs a head size of whole 128-byte rows, the
     swizzle's: D = 64 or 128; other head sizes (and arrays the copy engine cannot read: rows of a
-    16-byte multiple, 16-byte aligned) run the tuned stage's kernel.""")
+    16-byte multiple, 16-byte aligned) run the tuned stage's kernel. Under the mask the blocks start
+    heaviest first within groups of about 128 blocks of a few heads, not across all heads: started
+    across all heads, the first wave held the last query block of every head, each reading its whole
+    head's K and V (2 MiB a head at 4x32x4096x128, 256 MiB for the wave, five times the L2), so K and V
+    came from DRAM again for nearly every query block; a group's blocks share their heads' K and V in
+    L2 (with a third K/V slot, added in the same change: 1520 down to 1387 us at that size, fp16;
+    at 8x16x2048x64, where fp16 and bf16 had differed by a fifth, both 374). On the H200 at 4x32x4096x128 under the mask: 1387 us,
+    396 TFLOP/s, in fp16 and in bf16 (0.79x and 0.72x SDPA in the same run; the tuned stage took
+    2154 us in bf16); at 8x16x2048x64 under the mask 374 us, 184 TFLOP/s, 0.49x SDPA, slower than the
+    tuned stage: at D = 64 a tile's products are short (four k16 steps for S) beside its softmax, and
+    each consumer waits for its S, computes the softmax with its tensor cores idle, then waits for its
+    P V.""")
 def wgmma(q, k, v, causal, out):
     launch_hopper("wgmma", q, k, v, causal, out)
 
@@ -1108,7 +1131,10 @@ def wgmma(q, k, v, causal, out):
     for that P V: the rescale of O by alpha (the softmax of tile t is split from the rescale for this:
     softmax_tile, then rescale_rows after wgmma_wait0) and the repacking of P, because a wgmma reads
     its A registers asynchronously too, so P's registers stay untouched until its group is done. The
-    price is P's 32 registers held across the softmax (S, P and O live together).""")
+    price is P's 32 registers held across the softmax (S, P and O live together). On the H200 under
+    the mask at 8x16x2048x64: 337 us in fp16 and in bf16, 204 TFLOP/s, 0.54x SDPA (the wgmma stage
+    374); at 4x32x4096x128 it is slower than the wgmma stage, 1488 us against 1387 (370 TFLOP/s),
+    for a reason not found: ptxas reports no spill, and the products are the same.""")
 def overlap_softmax(q, k, v, causal, out):
     launch_hopper("overlap_softmax", q, k, v, causal, out)
 
@@ -1124,7 +1150,14 @@ def overlap_softmax(q, k, v, causal, out):
     over (bar.arrive on the other's barrier): its products queue on the tensor cores behind the other
     consumer's, and its softmax runs while the other's products are being computed. Consumer 0 goes
     first; the turns balance (each consumer syncs as often as the other arrives), so no arrival is left
-    over when the block ends.""")
+    over when the block ends. On the H200 under the mask: at 4x32x4096x128 1243 us fp16 (442 TFLOP/s,
+    0.88x SDPA's 1091 in the same run) and 1293 us bf16 (425, 0.77x SDPA's 1002); at 8x16x2048x64
+    319 us fp16 and 312 us bf16 (215 and 220 TFLOP/s, 0.57x and 0.58x SDPA's 181), about a tenth
+    faster than the tuned stage's last figures there (354 and 352). SDPA stays ahead. What holds this kernel back, as far as its
+    design tells (not profiled): one block an SM (384 threads at 168 registers fill the register
+    file), so each of an SM's four schedulers has two math warps to switch between while a row's
+    maximum and sum run as chains of dependent instructions; FlashAttention-3's own kernels run three
+    consumer warpgroups at D = 64 (a 192 x 128 tile) on a persistent grid.""")
 def pingpong(q, k, v, causal, out):
     launch_hopper("pingpong", q, k, v, causal, out)
 

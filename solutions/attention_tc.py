@@ -1100,7 +1100,8 @@ def launch_hopper(stage, q, k, v, causal, out):
     across all heads, the first wave held the last query block of every head, each reading its whole
     head's K and V (2 MiB a head at 4x32x4096x128, 256 MiB for the wave, five times the L2), so K and V
     came from DRAM again for nearly every query block; a group's blocks share their heads' K and V in
-    L2 (1520 down to 1387 us at that size, fp16). On the H200 at 4x32x4096x128 under the mask: 1387 us,
+    L2 (with a third K/V slot, added in the same change: 1520 down to 1387 us at that size, fp16;
+    at 8x16x2048x64, where fp16 and bf16 had differed by a fifth, both 374). On the H200 at 4x32x4096x128 under the mask: 1387 us,
     396 TFLOP/s, in fp16 and in bf16 (0.79x and 0.72x SDPA in the same run; the tuned stage took
     2154 us in bf16); at 8x16x2048x64 under the mask 374 us, 184 TFLOP/s, 0.49x SDPA, slower than the
     tuned stage: at D = 64 a tile's products are short (four k16 steps for S) beside its softmax, and
@@ -1142,7 +1143,7 @@ def overlap_softmax(q, k, v, causal, out):
     over when the block ends. On the H200 under the mask: at 4x32x4096x128 1243 us fp16 (442 TFLOP/s,
     0.88x SDPA's 1091 in the same run) and 1293 us bf16 (425, 0.77x SDPA's 1002); at 8x16x2048x64
     319 us fp16 and 312 us bf16 (215 and 220 TFLOP/s, 0.57x and 0.58x SDPA's 181), about a tenth
-    faster than the tuned stage there. SDPA stays ahead. What holds this kernel back, as far as its
+    faster than the tuned stage's last figures there (354 and 352). SDPA stays ahead. What holds this kernel back, as far as its
     design tells (not profiled): one block an SM (384 threads at 168 registers fill the register
     file), so each of an SM's four schedulers has two math warps to switch between while a row's
     maximum and sum run as chains of dependent instructions; FlashAttention-3's own kernels run three
