@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 4134f39f716ad4d9426f8d3ad66c65bf83fae3f97dec97a751ff803b00892e91
+# generated-sha256: b605099726b7bedf6c1b071d5093c4d2f59d58b8938decbc0ccd52b69f6a378d
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync, then
 FlashAttention-3's on Hopper's wgmma, TMA and warp specialisation.
@@ -780,7 +780,7 @@ WG_QUERIES = 64  # a consumer warpgroup's queries: wgmma's m64
 HOPPER_CONSUMERS = 2
 HOPPER_BQ = WG_QUERIES * HOPPER_CONSUMERS  # queries a block
 HOPPER_BKV = 128  # keys a tile: S is 64 x 128 a warpgroup, 64 float32 accumulators a thread
-HOPPER_STAGES = 3  # K and V slots in the ring (at D = 128: 32 KiB of Q and 3 x 64 KiB, within the 227 KiB an SM has)
+HOPPER_STAGES = 3  # K and V slots in the ring (D = 128: Q's 32 KiB and 3 x 64 KiB, within an SM's 227 KiB)
 HOPPER_THREADS = 128 * (1 + HOPPER_CONSUMERS)
 HOPPER_HEAD_DIMS = (64, 128)  # whole 128-byte rows of the swizzle; other head sizes run the tuned kernel
 

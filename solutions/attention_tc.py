@@ -770,7 +770,7 @@ WG_QUERIES = 64  # a consumer warpgroup's queries: wgmma's m64
 HOPPER_CONSUMERS = 2
 HOPPER_BQ = WG_QUERIES * HOPPER_CONSUMERS  # queries a block
 HOPPER_BKV = 128  # keys a tile: S is 64 x 128 a warpgroup, 64 float32 accumulators a thread
-HOPPER_STAGES = 3  # K and V slots in the ring (at D = 128: 32 KiB of Q and 3 x 64 KiB, within the 227 KiB an SM has)
+HOPPER_STAGES = 3  # K and V slots in the ring (D = 128: Q's 32 KiB and 3 x 64 KiB, within an SM's 227 KiB)
 HOPPER_THREADS = 128 * (1 + HOPPER_CONSUMERS)
 HOPPER_HEAD_DIMS = (64, 128)  # whole 128-byte rows of the swizzle; other head sizes run the tuned kernel
 
