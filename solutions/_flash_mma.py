@@ -132,11 +132,31 @@ def issue_async(src, bh, row0, rows, S, D, base, at, DP, THREADS, A32, E):
 @cuda.jit(device=True, inline=True)
 def online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, DP, BKV, FAST):
     """Scores -> probabilities against each row's new running maximum; the running sum and the output
-    rows rescaled by how much the maximum grew. This lane: rows i0 (s[:, 0:2]) and i0 + 8 (s[:, 2:4]),
-    keys j0 + 8n + 2q + e; a row's other keys are in the lanes 1 and 2 away (its quad). FAST keeps the
-    scores and the maximum unscaled and scales inside the exponent: exp2(s scale - m scale) is one
-    fused multiply-add (the scale is positive: the maximum of the scaled scores is the scaled maximum);
-    otherwise the scores are scaled first (a multiply of 1 is no instruction)."""
+    rows rescaled by how much the maximum grew (softmax_tile, then rescale_rows)."""
+    alpha = cuda.local.array(2, float32)
+    softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, BKV, FAST)
+    rescale_rows(o, alpha, DP)
+
+
+@cuda.jit(device=True, inline=True)
+def rescale_rows(o, alpha, DP):
+    """The output rows' accumulators (row i0: o[:, 0:2], i0 + 8: o[:, 2:4]) times their alpha."""
+    for half in range(2):
+        for c in range(DP // 8):
+            o[c, 2 * half] *= alpha[half]
+            o[c, 2 * half + 1] *= alpha[half]
+
+
+@cuda.jit(device=True, inline=True)
+def softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, BKV, FAST):
+    """online_softmax without the output: scores -> probabilities against each row's new running
+    maximum, the running sum updated, and alpha[half] = how much the row's output must shrink (the
+    caller rescales it when it is ready: the Hopper stage, after the P V still running on it). This
+    lane: rows i0 (s[:, 0:2]) and i0 + 8 (s[:, 2:4]), keys j0 + 8n + 2q + e; a row's other keys are in
+    the lanes 1 and 2 away (its quad). FAST keeps the scores and the maximum unscaled and scales inside
+    the exponent: exp2(s scale - m scale) is one fused multiply-add (the scale is positive: the maximum
+    of the scaled scores is the scaled maximum); otherwise the scores are scaled first (a multiply of 1
+    is no instruction)."""
     factor = float32(1.0) if FAST else scale_log2e  # applied to the scores now
     scale = scale_log2e if FAST else float32(1.0)  # applied inside exp2
     for half in range(2):
@@ -153,7 +173,7 @@ def online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, D
         tile_max = max(tile_max, cuda.shfl_xor_sync(FULL_MASK, tile_max, 1))
         tile_max = max(tile_max, cuda.shfl_xor_sync(FULL_MASK, tile_max, 2))
         m_new = max(m_run[half], tile_max)
-        alpha = exp2_of((m_run[half] - m_new) * scale, FAST)
+        row_alpha = exp2_of((m_run[half] - m_new) * scale, FAST)
         m_run[half] = m_new
         shift = m_new * scale
         total = float32(0.0)
@@ -162,10 +182,8 @@ def online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, D
                 p = exp2_of(s[n, 2 * half + e] * scale - shift, FAST)
                 s[n, 2 * half + e] = p
                 total += p
-        l_run[half] = l_run[half] * alpha + total
-        for c in range(DP // 8):
-            o[c, 2 * half] *= alpha
-            o[c, 2 * half + 1] *= alpha
+        l_run[half] = l_run[half] * row_alpha + total
+        alpha[half] = row_alpha
 
 
 # == 3xTF32: the float32 attention on tensor cores (stage 6 of solutions/attention.py's ladder) =======

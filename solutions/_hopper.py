@@ -11,6 +11,15 @@ indices too, so ``zero_accumulators`` and ``store_accumulators_*`` (the epilogue
 mask the edges, store) are intrinsics as well: a Python loop over the array would index it at run time
 and send it to local memory for the whole kernel.
 
+FlashAttention (``attention_tc.py``'s Hopper stages) uses sized variants, named in ``SIZED_WGMMA``:
+m64n64k16 and m64n128k16 with a thread's n / 2 accumulators in a local array of any shape, A from a
+descriptor (S = Q K^T, with B K-major: K's rows as stored) or from four 32-bit registers per thread
+(O += P V: P stays where the softmax left it, in mma.sync's A-fragment layout, warp w holding rows
+16w..16w+15), and scale-d as a run-time value (0: overwrite, so S needs no zeroing). After a wait,
+``wgmma_fence_operands_N`` (an empty asm statement that rewrites N registers) keeps the compiler from
+moving reads of the accumulators above the wait. ``named_barrier_sync`` / ``_arrive`` (bar.sync /
+bar.arrive with an id and a thread count) let two warpgroups take turns.
+
 ``setmaxnreg`` takes effect only when ptxas compiles the kernel as a whole program: numba links kernels
 with nvJitLink and link-time optimisation where nvJitLink is installed (its default), and then it does;
 PTX linked without LTO is compiled as relocatable code, and ptxas ignores the instruction (C7504).
@@ -29,6 +38,9 @@ In numba's CUDA simulator each name is a Python emulation, as ``_ptx.py`` does f
   tensor, swizzled as the tensor map says) and counts its bytes against the barrier, but the bytes land
   in shared memory only when a thread *waits* on the barrier and sees the copy's phase complete. A
   kernel that reads a TMA buffer before waiting on its barrier reads stale data.
+* the sized wgmma reads B through its descriptor as K-major (n rows of 16 k) or MN-major, and A from
+  the descriptor or from the 128 threads' registers, gathered by the fragment layout;
+* a named barrier counts arrivals per block and id; bar.sync waits for its generation to complete;
 * ``setmaxnreg`` and the fences do nothing (the simulator has no registers and one memory proxy).
 
 Host side, :func:`tensor_map` builds the 128-byte ``CUtensorMap`` of a 2-D array with the driver's
@@ -209,6 +221,63 @@ def _sim_wgmma_s8(acc, desc_a, desc_b):
     group_collective((acc, int(desc_a), int(desc_b)), combine, WARPGROUP)
 
 
+def _sim_wgmma_sized(bf16, n, a_in_registers, b_transposed):
+    """wgmma m64n{n}k16 with float32 accumulators (a thread's n / 2, any array shape, C order), A from a
+    K-major descriptor or from registers (four 32-bit registers a thread: mma.sync's A fragment of its
+    warp's 16 rows), B K-major (n rows of 16 k, as K's rows are for Q K^T) or MN-major (16 rows of n, as
+    V's are for P V). ``accumulate`` 0 overwrites the accumulators (scale-d false)."""
+    def values(bits):
+        bits = np.asarray(bits, np.uint16)
+        if bf16:
+            return (bits.astype(np.uint32) << 16).view(np.float32)
+        return bits.view(np.float16).astype(np.float32)
+
+    rows, cols = _ACC_ROWS[:, :n // 2], _ACC_COLS[:, :n // 2]
+
+    def a_from_registers(registers):
+        """The 64 x 16 A tile from every thread's four registers: thread t of warp w, lane (g, q), holds
+        rows 16w + g (registers 0, 2) and 16w + g + 8 (1, 3), k 2q, 2q + 1 (+ 8 in registers 2, 3), the
+        lower k in the low 16 bits."""
+        A = np.zeros((64, 16), np.uint16)
+        for t, regs in enumerate(registers):
+            g, q = (t % 32) // 4, t % 4
+            for r, word in enumerate(regs):
+                row, k = 16 * (t // 32) + g + 8 * (r % 2), 2 * q + 8 * (r // 2)
+                A[row, k], A[row, k + 1] = int(word) & 0xFFFF, int(word) >> 16
+        return A
+
+    def combine(threads):
+        shared = slice(2 if a_in_registers else 1, None)  # what every thread must pass alike
+        if any(t[shared] != threads[0][shared] for t in threads):
+            raise RuntimeError("the threads of a warpgroup passed different operands to one wgmma")
+        _, a, desc_b, accumulate = threads[0]
+        if a_in_registers:
+            A = values(a_from_registers([t[1] for t in threads]))
+        else:
+            A = values(_values_at(a_tile_addresses(a), np.uint16))
+        if b_transposed:
+            B = values(_values_at(b_tile_addresses(desc_b, n), np.uint16))
+        else:
+            B = values(_values_at(kmajor_addresses(desc_b, n, 16, 2), np.uint16)).T
+        D = np.zeros((64, n), np.float32)
+        if accumulate:
+            D[rows, cols] = np.array([t[0].reshape(-1) for t in threads], np.float32)
+        D = (D + A @ B).astype(np.float32)
+        for t, thread in enumerate(threads):
+            thread[0].reshape(-1)[:] = D[rows[t], cols[t]]
+        return [None] * WARPGROUP
+
+    from solutions._ptx import group_collective
+    if a_in_registers:
+        def wgmma(acc, a0, a1, a2, a3, desc_b, accumulate):
+            group_collective((acc, (int(a0), int(a1), int(a2), int(a3)), int(desc_b), int(accumulate)), combine,
+                             WARPGROUP)
+    else:
+        def wgmma(acc, desc_a, desc_b, accumulate):
+            group_collective((acc, int(desc_a), int(desc_b), int(accumulate)), combine, WARPGROUP)
+    return wgmma
+
+
 def _sim_store_accumulators_s32(acc, address, pitch, rows_left, cols_left):
     address, pitch, rows_left, cols_left = int(address), int(pitch), int(rows_left), int(cols_left)
     for j in range(32):
@@ -308,6 +377,38 @@ def _sim_mbarrier_wait(address, parity):
                 ctypes.memmove(dst, data, len(data))
 
 
+_NAMED: dict = {}  # (block, barrier id) -> [threads arrived in this generation, generations completed]
+
+
+def _named_arrive(barrier, count):
+    """One thread arrives at named barrier ``barrier`` of its block; the count-th arrival completes the
+    generation. Returns (the state, the generation this thread arrived in)."""
+    from solutions._ptx import block_key
+    state = _NAMED.setdefault((id(block_key()), int(barrier)), [0, 0])
+    generation = state[1]
+    state[0] += 1
+    if state[0] == int(count):
+        state[0] = 0
+        state[1] += 1
+        _BARRIERS_CHANGED.notify_all()
+    return state, generation
+
+
+def _sim_named_barrier_sync(barrier, count):
+    """bar.sync: arrive, then wait until ``count`` threads (this one included) have arrived."""
+    with _BARRIERS_CHANGED:
+        state, generation = _named_arrive(barrier, count)
+        if not _BARRIERS_CHANGED.wait_for(lambda: state[1] != generation, _WAIT_SECONDS):
+            raise RuntimeError(f"bar.sync {int(barrier)}, {int(count)} waited {_WAIT_SECONDS} s: fewer threads "
+                               "arrived than the count")
+
+
+def _sim_named_barrier_arrive(barrier, count):
+    """bar.arrive: count towards the barrier's generation without waiting for it."""
+    with _BARRIERS_CHANGED:
+        _named_arrive(barrier, count)
+
+
 # The simulator's tensor map: 16 uint64 words instead of the driver's opaque 128 bytes. Word 0 names the
 # global array (a handle into _SIM_TENSORS: a simulated device array's address may not be read on the
 # host), then the element size, the two dimensions (inner first), the outer stride in bytes and the box.
@@ -392,6 +493,14 @@ def tma_ok(*arrays) -> bool:
     return all(a.shape[1] * np.dtype(a.dtype).itemsize % 16 == 0 for a in arrays) and aligned(16, *arrays)
 
 
+# The sized wgmma variants FlashAttention uses (solutions/attention_tc.py's Hopper stage), by name:
+# (bf16, n, A from registers, B transposed). S = Q K^T: A (Q) and B (K, n keys) from K-major tiles;
+# O += P V: A (P) from registers, B (V, n = the head size) MN-major, as hgemm's B.
+SIZED_WGMMA = {f"wgmma_{'bf16' if bf16 else 'f16'}_{what}_n{n}": (bf16, n, what == "rs", what == "rs")
+               for bf16 in (False, True) for what in ("ss", "rs") for n in (64, 128)}
+FENCED_COUNTS = (32, 64)  # wgmma_fence_operands_N: for accumulator arrays of N float32 (n64 and n128 tiles)
+
+
 # -- on the GPU: one inline-asm instruction each ------------------------------------------------------
 
 def _gpu_intrinsics():
@@ -452,6 +561,78 @@ def _gpu_intrinsics():
                     builder.store(builder.extract_value(out, i), p)
                 return context.get_dummy_value()
             return types.none(acc, desc_a, desc_b), codegen
+        return op
+
+    def wgmma_sized(kind, n, a_in_registers, b_transposed):
+        """wgmma m64n{n}k16 .f32 with a thread's n / 2 accumulators in a local array (any shape, C order),
+        A from a descriptor or from four 32-bit registers, B from a descriptor, K-major or transposed
+        (MN-major); ``accumulate`` (an int at run time) is the scale-d predicate: 0 overwrites."""
+        m = n // 2
+        regs = ", ".join(f"${i}" for i in range(m))
+        if a_in_registers:  # no transpose flag for A in registers: imm-scale-a, imm-scale-b, imm-trans-b
+            a_text = f"{{${2 * m}, ${2 * m + 1}, ${2 * m + 2}, ${2 * m + 3}}}"
+            extra, tail = 4, f"1, 1, {int(b_transposed)}"
+        else:
+            a_text, extra, tail = f"${2 * m}", 1, f"1, 1, 0, {int(b_transposed)}"
+        b_at, flag_at = 2 * m + extra, 2 * m + extra + 1
+        text = (f"{{ .reg .pred p; setp.ne.b32 p, ${flag_at}, 0; "
+                f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "
+                f"{{{regs}}}, {a_text}, ${b_at}, p, {tail}; }}")
+        constraints = ",".join(["=f"] * m + [str(i) for i in range(m)] + (["r"] * 4 if a_in_registers else ["l"])
+                               + ["l", "r"])
+
+        def codegen(context, builder, sig, args):
+            arr = context.make_array(sig.args[0])(context, builder, args[0])
+            places = [builder.gep(arr.data, [i64(i)]) for i in range(m)]
+            values = [builder.load(p) for p in places]
+            if a_in_registers:
+                a = [context.cast(builder, args[i], sig.args[i], types.uint32) for i in range(1, 5)]
+            else:
+                a = [context.cast(builder, args[1], sig.args[1], types.uint64)]
+            b = context.cast(builder, args[-2], sig.args[-2], types.uint64)
+            flag = context.cast(builder, args[-1], sig.args[-1], types.int32)
+            out = asm(builder, text, constraints, values + a + [b, flag], ir.LiteralStructType([f32] * m))
+            for i, p in enumerate(places):
+                builder.store(builder.extract_value(out, i), p)
+            return context.get_dummy_value()
+
+        if a_in_registers:
+            @intrinsic
+            def op(typingctx, acc, a0, a1, a2, a3, desc_b, accumulate):
+                return types.none(acc, a0, a1, a2, a3, desc_b, accumulate), codegen
+        else:
+            @intrinsic
+            def op(typingctx, acc, desc_a, desc_b, accumulate):
+                return types.none(acc, desc_a, desc_b, accumulate), codegen
+        return op
+
+    def fence_operands(n):
+        """An empty inline-asm statement that takes n float32 values and gives them back ("+f"): placed
+        after a wgmma wait, it makes every later use of the accumulators depend on something that comes
+        after the wait, so the compiler cannot move a read of them above it (CUTLASS's
+        warpgroup_fence_operand). No instruction is emitted."""
+        constraints = ",".join(["=f"] * n + [str(i) for i in range(n)])
+
+        @intrinsic
+        def op(typingctx, acc):
+            def codegen(context, builder, sig, args):
+                arr = context.make_array(sig.args[0])(context, builder, args[0])
+                places = [builder.gep(arr.data, [i64(i)]) for i in range(n)]
+                out = asm(builder, "", constraints, [builder.load(p) for p in places], ir.LiteralStructType([f32] * n))
+                for i, p in enumerate(places):
+                    builder.store(builder.extract_value(out, i), p)
+                return context.get_dummy_value()
+            return types.none(acc), codegen
+        return op
+
+    def named_barrier(text):
+        @intrinsic
+        def op(typingctx, barrier, count):
+            def codegen(context, builder, sig, args):
+                b, n = (context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args))
+                asm(builder, text, "r,r,~{memory}", [b, n])
+                return context.get_dummy_value()
+            return types.none(barrier, count), codegen
         return op
 
     def on_barrier(text, with_value):
@@ -561,9 +742,13 @@ def _gpu_intrinsics():
 
     return dict(
         shared_descriptor=shared_descriptor,
+        **{f"wgmma_fence_operands_{n}": fence_operands(n) for n in FENCED_COUNTS},
+        **{name: wgmma_sized("bf16" if bf16 else "f16", n, regs, trans)
+           for name, (bf16, n, regs, trans) in SIZED_WGMMA.items()},
         wgmma_f16=wgmma("f16"), wgmma_bf16=wgmma("bf16"), wgmma_s8=wgmma("s8"),
         store_accumulators_s32=store_accumulators_s32,
         wgmma_fence=statement("wgmma.fence.sync.aligned;"),
+        named_barrier_sync=named_barrier("bar.sync $0, $1;"), named_barrier_arrive=named_barrier("bar.arrive $0, $1;"),
         wgmma_commit=statement("wgmma.commit_group.sync.aligned;"),
         wgmma_wait0=statement("wgmma.wait_group.sync.aligned 0;"),
         wgmma_wait1=statement("wgmma.wait_group.sync.aligned 1;"),
@@ -592,6 +777,8 @@ if _device.is_simulator():
     store_accumulators_bf16 = _sim_store_accumulators(pack_bf16x2)
 
     shared_descriptor = _sim_descriptor
+    globals().update({name: _sim_wgmma_sized(*spec) for name, spec in SIZED_WGMMA.items()})
+    globals().update({f"wgmma_fence_operands_{n}": _nothing for n in FENCED_COUNTS})
     wgmma_f16 = _sim_wgmma(bf16=False)
     wgmma_bf16 = _sim_wgmma(bf16=True)
     wgmma_s8 = _sim_wgmma_s8
@@ -599,6 +786,8 @@ if _device.is_simulator():
     wgmma_fence = wgmma_commit = wgmma_wait0 = wgmma_wait1 = fence_proxy_async = _nothing
     setmaxnreg_producer = setmaxnreg_consumer = _nothing
     mbarrier_init = _sim_mbarrier_init
+    named_barrier_sync = _sim_named_barrier_sync
+    named_barrier_arrive = _sim_named_barrier_arrive
     mbarrier_arrive_expect_tx = _sim_mbarrier_arrive_expect_tx
     mbarrier_arrive = _sim_mbarrier_arrive
     mbarrier_wait = _sim_mbarrier_wait

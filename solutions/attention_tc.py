@@ -1,4 +1,5 @@
-"""FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync.
+"""FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync, then
+FlashAttention-3's on Hopper's wgmma, TMA and warp specialisation.
 
 out[b, h, i] = sum_j softmax_j(q[b, h, i] . k[b, h, j] / sqrt(D)) v[b, h, j], with the causal mask
 (query i sees keys j <= i) when ``causal[0]`` is 1: the float32 ``attention`` ladder's operator, with
@@ -34,6 +35,16 @@ and a row's other 48 keys are in the 3 other lanes of its quad (shfl_xor 1 and 2
    one MUFU instruction (the scale folded into its argument), 32-bit shared addresses, copy addresses
    computed once a tile; its geometry picked from alternatives timed side by side.
 
+Then Hopper's instructions (sm_90a, ``solutions/_hopper.py``), FlashAttention-3's structure, at D = 64
+and 128 (other head sizes run the tuned kernel):
+
+6. ``wgmma``: a block of a producer warpgroup (TMA copies of Q, K and V into a ring of slots on
+   mbarriers) and two consumer warpgroups of 64 queries: S = Q K^T by wgmma from shared-memory
+   descriptors, the same online softmax on its accumulators, O += P V by wgmma with P from registers.
+7. ``overlap_softmax``: tile t's softmax runs while tile t - 1's P V is still on the tensor cores.
+8. ``pingpong``: the two consumers take turns to issue their wgmma (named barriers), so that one's
+   softmax runs while the other's products do.
+
 The bytes model of each stage (``stage_traffic``) counts what it reads from L2 or memory: Q read and the
 output written once, K and V fetched once per query block (64 queries; 128 in the tuned stage up to
 D = 64), and under the mask, from stage 4 on, only up to each block's diagonal. The operator's own
@@ -54,9 +65,14 @@ from workbench.targets import against_peer
 from solutions._attention_common import (attention_flops, extreme_logits, kv_fetch_bytes, naive_expression, reference,
                                          sdpa_peer)
 from solutions._flash_mma import (ALIGN16, FULL_MASK, HEAD_DIM_STEPS, LOG2E, LOWEST, block_order, issue_async, ldsm,
-                                  ldsm_trans, online_softmax, padded_head_dim, tile_offset)
+                                  ldsm_trans, online_softmax, padded_head_dim, rescale_rows, softmax_tile, tile_offset)
 from solutions._ptx import cp_async_commit, cp_async_wait_pending, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, \
     shared_address32
+from solutions import _hopper
+from solutions._hopper import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
+                               mbarrier_wait, setmaxnreg_consumer, setmaxnreg_producer, shared_descriptor, tile_pad,
+                               named_barrier_arrive, named_barrier_sync, tma_load_2d, wgmma_commit, wgmma_fence,
+                               wgmma_wait0, wgmma_wait1)
 from solutions._vector_io import aligned16
 
 try:
@@ -185,6 +201,10 @@ def stage_traffic(stage, size):
     output once, and fetches K and V once for all its queries (the stage's geometry: 64, or 128 in the
     tuned stage up to D = 64); a stage that skips the tiles past the diagonal fetches, under the mask,
     only the keys up to its last query."""
+    if stage in HOPPER_STAGES_OVERLAP:  # 128 queries a block where their kernel runs, the tuned stage's elsewhere
+        if size[3] in HOPPER_HEAD_DIMS:
+            return _io_bytes(size) // 2 + kv_fetch_bytes(size, HOPPER_BQ, True, itemsize=2)
+        stage = "tuned"
     _, _, skip, geometry = STAGE_SWITCHES[stage]
     if isinstance(geometry, dict):  # a geometry per padded head size
         geometry = geometry[padded_head_dim(size[3])]
@@ -728,7 +748,415 @@ def tuned(q, k, v, causal, out):
     launch("tuned", q, k, v, causal, out)
 
 
+# == the Hopper stage (sm_90a): FlashAttention-3's structure ========================================
+#
+# A block of three warpgroups (384 threads) owns 128 queries of one (batch, head). Warpgroup 0 is the
+# producer: one of its threads issues every copy, by TMA (cp.async.bulk.tensor through tensor maps of
+# q, k and v seen as 2-D (B H S) x D arrays, boxes of 64 columns, 128-byte swizzled), into a ring of
+# K and V slots in shared memory; each copy completes on an mbarrier ("full"). Warpgroups 1 and 2 are
+# the consumers, 64 queries each, and walk the key tiles: S = Q K^T by wgmma from two descriptors (Q and
+# K both K-major: a key's row of D elements is the B operand's column), the online softmax on S's
+# accumulators where they are (a wgmma accumulator tile is, warp by warp, mma.sync's C fragment, so
+# online_softmax of the mma.sync stages runs unchanged), P packed to halves in registers (the same
+# _p_fragment: the C fragments of two n8 key tiles are the A fragment of a k16 step), then O += P V by
+# wgmma with A from those registers and V's tile from a transposed (MN-major) descriptor. Each consumer
+# then arrives on the slot's "empty" barrier, and the producer refills a slot once both have.
+#
+# Shared memory from the first 1024-byte boundary (every tile in 64-column blocks of rows x 128 bytes,
+# the 128B swizzle's layout, each block 1024-aligned): Q (128 rows), STAGES K slots, STAGES V slots
+# (BKV rows each), then the barriers: Q's, STAGES "K full", STAGES "V full", STAGES "empty".
+
+WG_QUERIES = 64  # a consumer warpgroup's queries: wgmma's m64
+HOPPER_CONSUMERS = 2
+HOPPER_BQ = WG_QUERIES * HOPPER_CONSUMERS  # queries a block
+HOPPER_BKV = 128  # keys a tile: S is 64 x 128 a warpgroup, 64 float32 accumulators a thread
+HOPPER_STAGES = 3  # K and V slots in the ring (D = 128: Q's 32 KiB and 3 x 64 KiB, within an SM's 227 KiB)
+HOPPER_THREADS = 128 * (1 + HOPPER_CONSUMERS)
+HOPPER_HEAD_DIMS = (64, 128)  # whole 128-byte rows of the swizzle; other head sizes run the tuned kernel
+
+
+def hopper_layout(DP):
+    """Byte offsets (from the 1024-aligned start) of Q, the K and V slots and the barriers, and the
+    dynamic shared memory a block asks for (1 KiB more, to reach the 1024-byte boundary)."""
+    q_bytes = HOPPER_BQ * DP * 2
+    tile = HOPPER_BKV * DP * 2
+    k_at = q_bytes
+    v_at = k_at + HOPPER_STAGES * tile
+    bars = v_at + HOPPER_STAGES * tile
+    return q_bytes, tile, k_at, v_at, bars, bars + 8 * (1 + 3 * HOPPER_STAGES) + 1024
+
+
+def hopper_usable(q, k, v, D):
+    """The Hopper kernel's preconditions: a head size of whole 128-byte rows, TMA-readable arrays."""
+    return D in HOPPER_HEAD_DIMS and _hopper.tma_ok(*(_bits(a).reshape(-1, D) for a in (q, k, v)))
+
+
+GROUP_BLOCKS = 128  # under the mask, the heads whose blocks go together: about one wave of an H200's 132 SMs
+
+
+@cuda.jit(device=True, inline=True)
+def _order32(heaviest_first):
+    """(batch x head, query block) of this block, in 32-bit unsigned arithmetic (a 64-bit division by a
+    run-time number is a call to a subroutine in the compiled code, and any call in a kernel makes ptxas
+    serialise its wgmma, as hgemm's tile_of_block says). Without the mask, block_order's: a head's
+    query blocks together. Under the mask, heaviest first, but within groups of heads of about
+    GROUP_BLOCKS blocks: block_order's heaviest-first over *all* heads starts the last query block of
+    every head at once, and every one of them reads its whole head's K and V (128 heads x 2 MiB at
+    4x32x4096x128, far past the 50 MB L2): each head's K and V came from DRAM once for each of its
+    query blocks. A group's blocks run together and share their few heads' K and V in L2."""
+    heads = uint32(cuda.gridDim.x)
+    blocks = uint32(cuda.gridDim.y)
+    n = uint32(uint32(cuda.blockIdx.y) * heads + uint32(cuda.blockIdx.x))
+    if not heaviest_first:
+        return int32(n // blocks), int32(n % blocks)
+    group = uint32(uint32(GROUP_BLOCKS + blocks - uint32(1)) // blocks)  # heads a group
+    per_group = uint32(group * blocks)
+    first_head = uint32(uint32(n // per_group) * group)
+    size = uint32(min(group, uint32(heads - first_head)))  # the last group may hold fewer heads
+    within = uint32(n % per_group)
+    return int32(first_head + within % size), int32(uint32(blocks - uint32(1) - uint32(within // size)))
+
+
+@cuda.jit(device=True, inline=True)
+def _tma_tile(tile_at, tensor_map, row, bar, rows, DP):
+    """One thread: the copies of rows row .. row + rows - 1 of a (B H S) x D array into the tile at
+    tile_at, a 64-column box at a time, completing on ``bar``, which first expects their bytes."""
+    mbarrier_arrive_expect_tx(bar, rows * DP * 2)
+    for cb in range(DP // 64):
+        tma_load_2d(tile_at + uint64(cb * rows * 128), tensor_map, 64 * cb, row, bar)
+
+
+@cuda.jit(device=True, inline=True)
+def _store_rows_hopper(out32, row0, i0, o, l_run, S, DP, BF16):
+    """Rows i0 and i0 + 8 (of S) of one head of out, whose row 0 is out32's row row0 (out32: out as
+    32-bit words, (B H S) x D / 2): o over the row's sum, rounded in pairs, one 32-bit store a pair."""
+    lane = cuda.threadIdx.x % 32
+    for half in range(2):
+        total = l_run[half]
+        total += cuda.shfl_xor_sync(FULL_MASK, total, 1)
+        total += cuda.shfl_xor_sync(FULL_MASK, total, 2)
+        inverse = float32(1.0) / total
+        i = i0 + 8 * half
+        if i < S:
+            for c in range(DP // 8):
+                out32[row0 + i, 4 * c + lane % 4] = _pack(o[c, 2 * half] * inverse, o[c, 2 * half + 1] * inverse, BF16)
+
+
+@cuda.jit(device=True, inline=True)
+def _q_k_descriptors(q_at, k_tile, st, BQ, BKV):
+    """The descriptors of k16 step st of Q (the warpgroup's 64 rows at q_at) and of a K tile: 32 bytes a
+    step into the 128-byte rows of 64-column block st // 4 (blocks BQ or BKV rows x 128 bytes apart)."""
+    inside = uint64(32 * (st % 4))
+    return (shared_descriptor(q_at + uint64((st // 4) * BQ * 128) + inside, 16, 1024),
+            shared_descriptor(k_tile + uint64((st // 4) * BKV * 128) + inside, 16, 1024))
+
+
+@cuda.jit(device=True, inline=True)
+def _v_descriptor(v_tile, kj, BKV):
+    """V's k16 step kj (16 keys: 16 rows of 128 bytes further), MN-major: its 64-column blocks of the head
+    size BKV x 128 bytes apart (the leading offset), 8-key atoms 1024 apart (the stride offset)."""
+    return shared_descriptor(v_tile + uint64(kj * 16 * 128), BKV * 128, 1024)
+
+
+def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG):
+    """The Hopper stages' kernel for head size DP (64 or 128), fp16 or bf16; OVERLAP: the softmax of a
+    tile runs while the previous tile's P V is still on the tensor cores (the overlap_softmax stage);
+    PINGPONG: the two consumers take turns to issue their wgmma (the pingpong stage)."""
+    Q_BYTES, TILE, K_AT, V_AT, BARS, _ = hopper_layout(DP)
+    BQ_, BKV_, STAGES_ = HOPPER_BQ, HOPPER_BKV, HOPPER_STAGES
+    KIND = "bf16" if BF16 else "f16"
+    scores_mma = getattr(_hopper, f"wgmma_{KIND}_ss_n{BKV_}")  # S = Q K^T: n = the tile's keys
+    values_mma = getattr(_hopper, f"wgmma_{KIND}_rs_n{DP}")  # O += P V: n = the head size
+    fence_s = getattr(_hopper, f"wgmma_fence_operands_{BKV_ // 2}")
+    fence_o = getattr(_hopper, f"wgmma_fence_operands_{DP // 2}")
+    S_SHAPE = (BKV_ // 8, 4)  # S's accumulators: mma.sync's C fragment of each 8-key slice
+    O_SHAPE = (DP // 8, 4)
+    P_REGS = BKV_ // 4  # P's A registers: 4 a k16 step of keys
+    TURN_THREADS = 2 * 128  # a turn's named barrier: one consumer syncs on it, the other arrives
+
+    @cuda.jit(device=True, inline=True)
+    def my_turn(c):
+        """Wait until the other consumer has issued its wgmma (named barrier 1 + c; 0 is syncthreads')."""
+        if PINGPONG:
+            named_barrier_sync(1 + c, TURN_THREADS)
+
+    @cuda.jit(device=True, inline=True)
+    def your_turn(c):
+        if PINGPONG:
+            named_barrier_arrive(2 - c, TURN_THREADS)
+
+    @cuda.jit(device=True, inline=True)
+    def issue_scores(s, q_at, k_tile):
+        """S = Q K^T for one key tile, as one wgmma group (the first k16 step overwrites S)."""
+        for st in range(DP // 16):
+            desc_q, desc_k = _q_k_descriptors(q_at, k_tile, st, BQ_, BKV_)
+            scores_mma(s, desc_q, desc_k, 1 if st > 0 else 0)
+        wgmma_commit()
+
+    @cuda.jit(device=True, inline=True)
+    def pack_p(pf, s):
+        """P's halves, packed in the A registers of P V (_p_fragment's pairing, k-step by k-step)."""
+        for kj in range(BKV_ // 16):
+            a0, a1, a2, a3 = _p_fragment(s, kj, BF16)
+            pf[4 * kj] = a0
+            pf[4 * kj + 1] = a1
+            pf[4 * kj + 2] = a2
+            pf[4 * kj + 3] = a3
+
+    @cuda.jit(device=True, inline=True)
+    def issue_values(o, pf, v_tile):
+        """O += P V for one key tile, as one wgmma group: A from pf (which must stay untouched until the
+        group is waited for: the tensor cores read registers asynchronously too)."""
+        for kj in range(BKV_ // 16):
+            desc_v = _v_descriptor(v_tile, kj, BKV_)
+            values_mma(o, pf[4 * kj], pf[4 * kj + 1], pf[4 * kj + 2], pf[4 * kj + 3], desc_v, 1)
+        wgmma_commit()
+
+    def kernel(q, k, v, out32, scale_log2e, causal, map_q, map_k, map_v):
+        smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
+        s = cuda.local.array(S_SHAPE, float32)
+        o = cuda.local.array(O_SHAPE, float32)
+        pf = cuda.local.array(P_REGS, uint32)
+        m_run = cuda.local.array(2, float32)
+        l_run = cuda.local.array(2, float32)
+        alpha = cuda.local.array(2, float32)
+        t = cuda.threadIdx.x
+        wg = t // 128
+        S = q.shape[2]
+        is_causal = causal[0] != 0
+        bh, qb = _order32(is_causal)
+        q0 = qb * BQ_
+        row0 = bh * S  # the head's first row in the (B H S) x D views
+        tiles_at = smem.ctypes.data + uint64(tile_pad(smem))
+        q_bar = tiles_at + uint64(BARS)
+        k_full = q_bar + uint64(8)
+        v_full = k_full + uint64(8 * STAGES_)
+        empty = v_full + uint64(8 * STAGES_)
+        end = min(S, q0 + BQ_) if is_causal else S  # under the mask the block's last query sees no key past it
+        # At least one tile (q0 < S, but the compiler cannot know): a path around the loop would make
+        # ptxas serialise every wgmma (C7515, as in hgemm's warp_specialized).
+        tiles = max((end + BKV_ - 1) // BKV_, 1)
+        if t == 0:
+            mbarrier_init(q_bar, 1)
+            for st in range(STAGES_):
+                mbarrier_init(k_full + uint64(8 * st), 1)
+                mbarrier_init(v_full + uint64(8 * st), 1)
+                mbarrier_init(empty + uint64(8 * st), HOPPER_CONSUMERS)
+            fence_proxy_async()  # the copy engine must see the initialised barriers
+        cuda.syncthreads()
+        if wg == 0:  # the producer: one thread keeps the ring full
+            setmaxnreg_producer()
+            if t == 0:
+                _tma_tile(tiles_at, map_q.ctypes.data, row0 + q0, q_bar, BQ_, DP)
+                for tile in range(tiles):
+                    slot = tile % STAGES_
+                    if tile >= STAGES_:  # both consumers are done with the slot's previous tiles
+                        mbarrier_wait(empty + uint64(8 * slot), (tile // STAGES_ - 1) % 2)
+                    j = row0 + tile * BKV_
+                    _tma_tile(tiles_at + uint64(K_AT + slot * TILE), map_k.ctypes.data, j, k_full + uint64(8 * slot),
+                              BKV_, DP)
+                    _tma_tile(tiles_at + uint64(V_AT + slot * TILE), map_v.ctypes.data, j, v_full + uint64(8 * slot),
+                              BKV_, DP)
+        else:  # a consumer: 64 queries, FlashAttention on wgmma
+            setmaxnreg_consumer()
+            c = wg - 1
+            lane = t % 32
+            i0 = q0 + WG_QUERIES * c + 16 * ((t % 128) // 32) + lane // 4  # this lane's rows: i0, i0 + 8
+            q_at = tiles_at + uint64(WG_QUERIES * c * 128)  # the warpgroup's 64 rows of each Q column block
+            for half in range(2):
+                m_run[half] = LOWEST
+                l_run[half] = float32(0.0)
+            for n in range(DP // 8):
+                for e in range(4):
+                    o[n, e] = float32(0.0)
+            mbarrier_wait(q_bar, 0)
+            if PINGPONG and c == 1:
+                your_turn(c)  # consumer 0 goes first
+            if OVERLAP:
+                # Tile 0's S and softmax first; then each step issues tile t's S = Q K^T and tile t - 1's
+                # O += P V as two groups, waits for the first only (wgmma_wait1: groups finish in order),
+                # and runs tile t's softmax while P V is still on the tensor cores. O's rescale by alpha
+                # waits for that P V (it was computed against the previous maximum), then P is repacked.
+                mbarrier_wait(k_full, 0)
+                my_turn(c)
+                wgmma_fence()
+                issue_scores(s, q_at, tiles_at + uint64(K_AT))
+                your_turn(c)
+                wgmma_wait0()
+                fence_s(s)  # nothing reads S's registers before the wait (see _hopper's wgmma_fence_operands)
+                masked = BKV_ > S or (is_causal and BKV_ > q0)
+                softmax_tile(s, alpha, m_run, l_run, i0, 0, S, scale_log2e, masked, is_causal, BKV_, True)
+                pack_p(pf, s)
+                for tile in range(1, tiles):
+                    slot = tile % STAGES_
+                    before = (tile - 1) % STAGES_
+                    mbarrier_wait(k_full + uint64(8 * slot), (tile // STAGES_) % 2)
+                    mbarrier_wait(v_full + uint64(8 * before), ((tile - 1) // STAGES_) % 2)
+                    my_turn(c)
+                    wgmma_fence()
+                    issue_scores(s, q_at, tiles_at + uint64(K_AT + slot * TILE))
+                    issue_values(o, pf, tiles_at + uint64(V_AT + before * TILE))
+                    your_turn(c)
+                    wgmma_wait1()  # S is ready; P V may still run
+                    fence_s(s)
+                    j0 = tile * BKV_
+                    masked = j0 + BKV_ > S or (is_causal and j0 + BKV_ > q0)  # the tail tile, the diagonal one
+                    softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, BKV_, True)
+                    wgmma_wait0()  # P V is done: its slot may be refilled, pf rewritten, O rescaled
+                    fence_o(o)
+                    if t % 128 == 0:
+                        mbarrier_arrive(empty + uint64(8 * before))
+                    rescale_rows(o, alpha, DP)
+                    pack_p(pf, s)
+                last = (tiles - 1) % STAGES_
+                mbarrier_wait(v_full + uint64(8 * last), ((tiles - 1) // STAGES_) % 2)
+                my_turn(c)
+                wgmma_fence()
+                issue_values(o, pf, tiles_at + uint64(V_AT + last * TILE))
+                if c == 0:  # (consumer 1's last arrival would have no turn to answer it)
+                    your_turn(c)
+                wgmma_wait0()
+                fence_o(o)
+                if t % 128 == 0:
+                    mbarrier_arrive(empty + uint64(8 * last))
+            else:
+                for tile in range(tiles):
+                    slot = tile % STAGES_
+                    parity = (tile // STAGES_) % 2
+                    mbarrier_wait(k_full + uint64(8 * slot), parity)
+                    wgmma_fence()
+                    issue_scores(s, q_at, tiles_at + uint64(K_AT + slot * TILE))
+                    wgmma_wait0()
+                    fence_s(s)
+                    j0 = tile * BKV_
+                    masked = j0 + BKV_ > S or (is_causal and j0 + BKV_ > q0)  # the tail tile, the diagonal one
+                    online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP, BKV_, True)
+                    pack_p(pf, s)
+                    mbarrier_wait(v_full + uint64(8 * slot), parity)
+                    wgmma_fence()
+                    issue_values(o, pf, tiles_at + uint64(V_AT + slot * TILE))
+                    wgmma_wait0()
+                    fence_o(o)
+                    if t % 128 == 0:
+                        mbarrier_arrive(empty + uint64(8 * slot))
+            _store_rows_hopper(out32, row0, i0, o, l_run, S, DP, BF16)
+    return kernel
+
+
+# Hopper stage -> (OVERLAP, PINGPONG)
+HOPPER_STAGES_OVERLAP = {"wgmma": (False, False), "overlap_softmax": (True, False), "pingpong": (True, True)}
+
+
+def build_hopper_kernel(stage, DP, bf16):
+    """The kernel of Hopper stage ``stage`` for head size DP, fp16 or bf16 (made once, named for
+    `workbench ptx`)."""
+    key = ("hopper", stage, DP, bool(bf16))
+    if key in _BUILT:
+        return _BUILT[key]
+    kernel = _hopper_kernel_source(DP, bool(bf16), *HOPPER_STAGES_OVERLAP[stage])
+    name = f"_flash_{stage}_d{DP}_{'bf16' if bf16 else 'f16'}"
+    kernel.__name__ = kernel.__qualname__ = name
+    compiled = cuda.jit(**_gpu_options(launch_bounds=(HOPPER_THREADS, 1)))(kernel)
+    globals()[name] = _BUILT[key] = compiled
+    return compiled
+
+
+def launch_hopper(stage, q, k, v, causal, out):
+    """A Hopper stage: its kernel where hopper_usable, else the tuned stage's."""
+    B, H, S, D = q.shape
+    if not hopper_usable(q, k, v, D):
+        return launch("tuned", q, k, v, causal, out)
+    q2, k2, v2 = (_bits(a).reshape(B * H * S, D) for a in (q, k, v))  # kept alive for the simulator's maps
+    out32 = _bits(out).reshape(B * H * S, D).view(np.uint32)
+    maps = (_hopper.tensor_map(q2, 64, HOPPER_BQ), _hopper.tensor_map(k2, 64, HOPPER_BKV),
+            _hopper.tensor_map(v2, 64, HOPPER_BKV))
+    kernel = build_hopper_kernel(stage, D, np.dtype(q.dtype) != np.float16)
+    args = (_bits(q), _bits(k), _bits(v), out32, np.float32(LOG2E / math.sqrt(D)), causal) + maps
+    nbytes = hopper_layout(D)[-1]
+    set_max_dynamic_shared_memory(kernel, args, nbytes)
+    kernel[(B * H, blocks_for(S, HOPPER_BQ)), HOPPER_THREADS, 0, nbytes](*args)
+
+
+# -- 6. wgmma --------------------------------------------------------------------------------------
+
+@_stage("wgmma", """
+    FlashAttention-3's structure on Hopper's own instructions. A block is three warpgroups: one
+    producer and two consumers of 64 queries each (128 a block). One producer thread copies Q once and
+    then K and V tiles of 128 keys by TMA (cp.async.bulk.tensor, through tensor maps of q, k and v seen
+    as (B H S) x D matrices) into a ring of three slots, each copy completing on its slot's "full"
+    mbarrier; the consumers arrive on an "empty" one when done with a slot, and only then is it
+    refilled. No thread computes a copy address and no block-wide barrier stands in the key loop. Each
+    consumer multiplies S = Q K^T with wgmma m64n128k16 from two shared-memory descriptors (Q's rows and
+    K's rows are both K-major: a key's D elements are the B operand's column, no transpose), D / 16
+    instructions a tile, the first overwriting S (scale-d false) so it is never zeroed. A wgmma
+    accumulator tile is, warp by warp, mma.sync's C fragment, so the online softmax of the earlier
+    stages runs unchanged on S's 64 registers, and so does the register trick: P's halves, packed in
+    place, are the A operand of O += P V, a wgmma m64nDk16 with A from registers and V's tile from a
+    transposed (MN-major) descriptor, as hgemm reads B. setmaxnreg gives the producer's registers to
+    the consumers (40 and 232 a thread). The kernel needs a head size of whole 128-byte rows, the
+    swizzle's: D = 64 or 128; other head sizes (and arrays the copy engine cannot read: rows of a
+    16-byte multiple, 16-byte aligned) run the tuned stage's kernel. Under the mask the blocks start
+    heaviest first within groups of about 128 blocks of a few heads, not across all heads: started
+    across all heads, the first wave held the last query block of every head, each reading its whole
+    head's K and V (2 MiB a head at 4x32x4096x128, 256 MiB for the wave, five times the L2), so K and V
+    came from DRAM again for nearly every query block; a group's blocks share their heads' K and V in
+    L2 (with a third K/V slot, added in the same change: 1520 down to 1387 us at that size, fp16;
+    at 8x16x2048x64, where fp16 and bf16 had differed by a fifth, both 374). On the H200 at 4x32x4096x128 under the mask: 1387 us,
+    396 TFLOP/s, in fp16 and in bf16 (0.79x and 0.72x SDPA in the same run; the tuned stage took
+    2154 us in bf16); at 8x16x2048x64 under the mask 374 us, 184 TFLOP/s, 0.49x SDPA, slower than the
+    tuned stage: at D = 64 a tile's products are short (four k16 steps for S) beside its softmax, and
+    each consumer waits for its S, computes the softmax with its tensor cores idle, then waits for its
+    P V.""")
+def wgmma(q, k, v, causal, out):
+    launch_hopper("wgmma", q, k, v, causal, out)
+
+
+# -- 7. overlap_softmax ----------------------------------------------------------------------------
+
+@_stage("overlap_softmax", """
+    In the wgmma stage a consumer waits for S, then does its softmax while its tensor cores idle, then
+    waits for P V. FlashAttention-3 overlaps the two inside one warpgroup: each step issues tile t's S =
+    Q K^T and tile t - 1's O += P V as two wgmma groups, waits only for the first (groups complete in
+    order: wgmma_wait1), and computes tile t's softmax while P V still runs. Two things have to wait
+    for that P V: the rescale of O by alpha (the softmax of tile t is split from the rescale for this:
+    softmax_tile, then rescale_rows after wgmma_wait0) and the repacking of P, because a wgmma reads
+    its A registers asynchronously too, so P's registers stay untouched until its group is done. The
+    price is P's 32 registers held across the softmax (S, P and O live together). On the H200 under
+    the mask at 8x16x2048x64: 337 us in fp16 and in bf16, 204 TFLOP/s, 0.54x SDPA (the wgmma stage
+    374); at 4x32x4096x128 it is slower than the wgmma stage, 1488 us against 1387 (370 TFLOP/s),
+    for a reason not found: ptxas reports no spill, and the products are the same.""")
+def overlap_softmax(q, k, v, causal, out):
+    launch_hopper("overlap_softmax", q, k, v, causal, out)
+
+
+# -- 8. pingpong -----------------------------------------------------------------------------------
+
+@_stage("pingpong", """
+    The two consumers of a block still compete for one SM's tensor cores and its exp2 unit, and when
+    both reach their softmax at once the tensor cores idle. FlashAttention-3 schedules them: they take
+    turns to issue their wgmma, ordered by two named barriers (bar.sync / bar.arrive with an id of
+    their own; syncthreads uses barrier 0). A consumer waits for its turn (bar.sync on its barrier,
+    which the other consumer arrives at), issues tile t's S and tile t - 1's P V, and hands the turn
+    over (bar.arrive on the other's barrier): its products queue on the tensor cores behind the other
+    consumer's, and its softmax runs while the other's products are being computed. Consumer 0 goes
+    first; the turns balance (each consumer syncs as often as the other arrives), so no arrival is left
+    over when the block ends. On the H200 under the mask: at 4x32x4096x128 1243 us fp16 (442 TFLOP/s,
+    0.88x SDPA's 1091 in the same run) and 1293 us bf16 (425, 0.77x SDPA's 1002); at 8x16x2048x64
+    319 us fp16 and 312 us bf16 (215 and 220 TFLOP/s, 0.57x and 0.58x SDPA's 181), about a tenth
+    faster than the tuned stage's last figures there (354 and 352). SDPA stays ahead. What holds this kernel back, as far as its
+    design tells (not profiled): one block an SM (384 threads at 168 registers fill the register
+    file), so each of an SM's four schedulers has two math warps to switch between while a row's
+    maximum and sum run as chains of dependent instructions; FlashAttention-3's own kernels run three
+    consumer warpgroups at D = 64 (a 192 x 128 tile) on a persistent grid.""")
+def pingpong(q, k, v, causal, out):
+    launch_hopper("pingpong", q, k, v, causal, out)
+
+
 for _stage_name in STAGE_SWITCHES:  # built at import: tools that compile kernels by name find them
     for _dp in HEAD_DIM_STEPS:
         for _bf16 in (False, True):
             build_kernel(_stage_name, _dp, _bf16)
+for _stage_name in HOPPER_STAGES_OVERLAP:
+    for _dp in HOPPER_HEAD_DIMS:
+        for _bf16 in (False, True):
+            build_hopper_kernel(_stage_name, _dp, _bf16)

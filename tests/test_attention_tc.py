@@ -172,3 +172,116 @@ def test_the_tuned_stage_runs_its_geometry():
     assert attention_tc.STAGE_SWITCHES["tuned"][3][128] == attention_tc.TUNED_WIDE
     assert attention_tc.SWEEP[0] == attention_tc.STAGE_SWITCHES["causal_skip"][3]
     assert attention_tc.TUNED in attention_tc.SWEEP
+
+
+# -- the Hopper stage (wgmma, TMA, mbarriers, warp specialisation) ---------------------------------------
+
+@pytest.mark.sim_only
+@pytest.mark.parametrize("op", OPS, ids=lambda o: o.name)
+@pytest.mark.parametrize("size", [(1, 2, 520, 64, 0), (2, 1, 200, 128, 1)], ids=["d64-full-2-heads", "d128-causal"])
+@pytest.mark.parametrize("stage", ["wgmma", "overlap_softmax", "pingpong"])
+def test_the_hopper_stages_run_their_kernel_at_sizes_not_multiples_of_its_tiles(op, size, stage):
+    """The stage's own kernel (not the tuned fallback) in the emulated wgmma, TMA and mbarriers: 520 keys
+    are five 128-key tiles, the last partial, through a ring of three slots (the producer waits on two
+    slots' "empty" barriers); two heads read each other's rows past S through the 2-D tensor maps
+    (masked); under the mask at D = 128 two query blocks of 128, the second with 72 queries."""
+    from workbench.simulator import record_launches
+
+    with record_launches() as launches:
+        results = [check_stage(op[stage], size, np.random.default_rng(7))]
+    assert all(r.passed for r in results), [r.message for r in results if not r.passed]
+    kind = "f16" if op is attention_tc.op else "bf16"
+    assert {f.__name__ for f, _ in launches} == {f"_flash_{stage}_d{size[3]}_{kind}"}
+
+
+@pytest.mark.sim_only
+def test_the_wgmma_stage_hands_other_head_sizes_to_the_tuned_kernel():
+    """D = 16 is not a whole 128-byte row of the swizzle: the tuned stage's kernel runs it."""
+    from workbench.simulator import record_launches
+
+    with record_launches() as launches:
+        result = check_stage(attention_tc.op["wgmma"], (1, 1, 5, 16, 1), np.random.default_rng(8))
+    assert result.passed, result.message
+    assert [f.__name__ for f, _ in launches] == ["_flash_tc_tuned_d16_f16"]
+
+
+def test_the_wgmma_stage_fetches_k_and_v_once_per_128_queries():
+    """At the headline (D = 64) 16 query blocks of 128 a head fetch K and V; under the mask, up to each
+    block's diagonal. At D = 16 (the tuned kernel) the tuned stage's traffic."""
+    op = attention_tc.op
+    B, H, S, D = 8, 16, 2048, 64
+    q_and_out = 2 * B * H * S * D * 2
+    kv_per_fetch = B * H * S * 2 * D * 2
+    assert op["wgmma"].traffic((B, H, S, D, 0)) == q_and_out + 16 * kv_per_fetch
+    assert op["wgmma"].traffic((B, H, S, D, 1)) == q_and_out + kv_per_fetch * sum(128 * (n + 1) for n in range(16)) // S
+    assert op["wgmma"].traffic((1, 1, 100, 16, 1)) == op["tuned"].traffic((1, 1, 100, 16, 1))
+
+
+_HOPPER_SCRIPT = r"""
+import json, re
+import workbench
+from cuda.core import Linker, LinkerOptions
+from numba import cuda
+from numba.cuda import types
+from solutions import attention_tc
+from workbench.ptxcheck import as_object_code, parse_assembler_log
+
+half, b1 = types.Array(types.uint16, 4, "C"), types.Array(types.uint8, 1, "C")
+sig = (half,) * 3 + (types.Array(types.uint32, 2, "C"), types.float32, types.Array(types.int32, 1, "C")) + (b1,) * 3
+out = {}
+for key, kernel in attention_tc._BUILT.items():
+    if key[0] != "hopper":
+        continue
+    bounds = kernel.targetoptions.get("launch_bounds")
+    ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0, "a"), launch_bounds=bounds)
+    count = lambda pattern: len(re.findall(pattern, ptx))
+    codes, _ = cuda.compile_all(kernel.py_func, sig, device=False, abi="numba", cc=(9, 0, "a"), output="ltoir",
+                                launch_bounds=bounds)
+    linker = Linker(*[as_object_code(c, "flash.ltoir") for c in codes],
+                    options=LinkerOptions(arch="sm_90a", verbose=True, link_time_optimization=True))
+    linker.link("cubin")
+    log = linker.get_info_log() or ""
+    out[kernel.__name__] = dict(head_dim=key[2], wgmma=count(r"wgmma\.mma_async"),
+                                tma=count(r"cp\.async\.bulk\.tensor"), setmaxnreg=count(r"setmaxnreg"),
+                                f64=count(r"\.f64\b"),
+                                warnings=sorted(set(re.findall(r"C75\d\d", log))), **parse_assembler_log(log))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.sim_only
+@pytest.mark.slow  # NVVM and nvJitLink on twelve kernels: about a minute on two cores
+def test_the_wgmma_kernels_compile_for_sm90a_with_their_instructions():
+    """Each Hopper kernel (both stages, D = 64 and 128, fp16 and bf16) compiles for sm_90a with every wgmma
+    of a tile unrolled, its TMA copies and both setmaxnreg, no spill, and none of
+    ptxas' warnings that it serialised the wgmma or ignored setmaxnreg (C75xx)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, WORKBENCH_MODE="compile", NUMBA_ENABLE_CUDASIM="0")
+    run = subprocess.run([sys.executable, "-c", _HOPPER_SCRIPT], capture_output=True, text=True, env=env,
+                         cwd=Path(__file__).resolve().parents[1], timeout=1200)
+    assert run.returncode == 0, run.stderr[-4000:]
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    assert set(found) == {f"_flash_{stage}_d{d}_{t}" for stage in attention_tc.HOPPER_STAGES_OVERLAP for d in (64, 128)
+                          for t in ("f16", "bf16")}, found
+    for name, r in found.items():
+        # a tile's S (D / 16 k-steps) and P V (128 keys / 16), unrolled; the overlapping stages issue
+        # each in two places (tile 0's S before their loop, the last tile's P V after it)
+        per_tile = r["head_dim"] // 16 + 128 // 16
+        assert r["wgmma"] == per_tile * (1 if "_wgmma_" in name else 2), (name, r)
+        assert r["tma"] > 0 and r["setmaxnreg"] == 2 and not r["f64"], (name, r)
+        assert not r["warnings"], (name, r)
+        assert r["spill_bytes"] == 0, (name, r)
+
+
+@pytest.mark.sim_only
+def test_under_the_mask_the_hopper_blocks_walk_groups_of_heads_each_once(monkeypatch):
+    """_order32's groups of heads: with GROUP_BLOCKS = 4 and two query blocks a head, heads 0 and 1 form a
+    group and head 2 a group of its own (the last group is short). Every output row checked."""
+    monkeypatch.setattr(attention_tc, "GROUP_BLOCKS", 4)
+    result = check_stage(attention_tc.op["wgmma"], (1, 3, 200, 64, 1), np.random.default_rng(9))
+    assert result.passed, result.message
