@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/int8_gemm.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade int8_gemm            (or int8_gemm.<stage>; its other operators: qlinear)
+#     workbench grade gemm[int8]            (or gemm[int8].<stage>; its other operators: qlinear)
 # The grader checks each stage against the operator in solutions/int8_gemm.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,11 +10,11 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 2249d8855164302284cdf7ab567312bb60b374162366375472964e86a1419d9a
+# generated-sha256: 0f12c8b0726ae93964f9b53b01d2113ccec752eb870d12b7ec24799da6d975c9
 # --------------------------------------------------------------------------------------------------
 """int8 GEMM (int32 accumulation) and the quantized linear layer built on it.
 
-``int8_gemm``: out = A Wᵀ with A (M x K) and W (N x K) int8, out (M x N) int32, exact. The weights
+``gemm[int8]``: out = A Wᵀ with A (M x K) and W (N x K) int8, out (M x N) int32, exact. The weights
 come N x K, as a linear layer stores them (``torch.nn.Linear.weight``) and as ``torch._int_mm(A, W.t())``
 wants them: both operands are then contiguous along k, which is what the int8 tensor core wants (four
 consecutive k in each 32-bit fragment register), and an ``ldmatrix`` without ``.trans`` (which has no
@@ -115,7 +115,7 @@ def _peer(size):
 
 
 op = Operator(
-    name="int8_gemm",
+    name="gemm", variant={"dtype": "int8"},
     title="int8 GEMM: out = A Wᵀ (int8 in, int32 out)",
     reference=_reference,
     make_inputs=_inputs,
@@ -132,7 +132,7 @@ op = Operator(
     check_sizes=[(1, 1, 1), (17, 33, 65), (33, 40, 48), (127, 129, 131), (200, 264, 336), (1000, 1000, 1000),
                  (4097, 1000, 336), (4096, 4096, 4096)],
     sim_sizes=[(1, 1, 1), (5, 7, 3), (17, 24, 96), (33, 9, 37)],
-    quick_size=(5, 7, 35),  # two k32 steps, the second ragged: the emulated mma at a third less than (17, 24, 96)
+    quick_size=(5, 7, 48),  # two k32 steps, the second ragged, and K % 16 == 0: the wgmma stage takes its TMA path
     bench_sizes=[(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)],
     headline_size=(8192, 8192, 8192),
     targets=[against_peer(0.75, "torch._int_mm", stage="best")],
@@ -420,10 +420,13 @@ def _tma_int8_step(map_a, map_w, tiles, bar, row0, col0, k0):
     tma_load_2d(tiles + uint64(W_A_TILE), map_w, k0, col0, bar)
 
 
-@cuda.jit(**_gpu_options(launch_bounds=(384, 1)))
-def _wgmma_int8(A, W, out, map_a, map_w):
-    smem = cuda.shared.array(0, uint8, alignment=ALIGN16)
-    acc = cuda.local.array(128, int32)
+@cuda.jit(device=True, forceinline=True)
+def _wgmma_int8_tile(A, W, map_a, map_w, smem, acc):
+    """The warp-specialised main loop of one 128 x 256 block tile: warpgroup 0 copies, warpgroups 1 and 2
+    multiply into ``acc``. Returns, in a consumer thread, the (row, column) in the output of its accumulator
+    0 (accumulators 4j + 2h + e belong to row + 8h, column + 8j + e: mma.sync's C fragment, once per n8
+    tile); in the producer, which holds none, (-1, -1). The epilogue is the caller's: gemm[int8] stores
+    the int32 sums, qlinear dequantizes them first."""
     t = cuda.threadIdx.x
     wg = t // 128
     M, K = A.shape
@@ -441,6 +444,8 @@ def _wgmma_int8(A, W, out, map_a, map_w):
             mbarrier_init(empty + uint64(8 * s), 2)
         fence_proxy_async()
     cuda.syncthreads()
+    row = -1
+    col = -1
     if wg == 0:
         setmaxnreg_producer()
         if t == 0:
@@ -472,6 +477,15 @@ def _wgmma_int8(A, W, out, map_a, map_w):
         lane = t % 32
         row = row0 + 64 * c + 16 * ((t % 128) // 32) + lane // 4
         col = col0 + 2 * (lane % 4)
+    return row, col
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(384, 1)))
+def _wgmma_int8(A, W, out, map_a, map_w):
+    acc = cuda.local.array(128, int32)
+    row, col = _wgmma_int8_tile(A, W, map_a, map_w, cuda.shared.array(0, uint8, alignment=ALIGN16), acc)
+    if row >= 0:
+        M, N = out.shape
         store_accumulators_s32(acc, out.ctypes.data + uint64((row * N + col) * 4), 4 * N, M - row, N - col)
 
 
@@ -596,7 +610,7 @@ qlinear_op = Operator(
     size_names=("M", "N", "K"),
     check_sizes=[(1, 1, 1), (17, 33, 65), (33, 40, 48), (127, 129, 131), (1000, 1000, 1000), (4096, 4096, 4096)],
     sim_sizes=[(1, 1, 1), (5, 7, 3), (17, 24, 96), (33, 9, 37)],
-    quick_size=(5, 7, 35),  # two k32 steps, the second ragged: the emulated mma at a third less than (17, 24, 96)
+    quick_size=(5, 7, 48),  # two k32 steps, the second ragged, and K % 16 == 0: the wgmma stage takes its TMA path
     bench_sizes=[(1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 8192)],
     headline_size=(8192, 8192, 8192),
     rank=261,
@@ -740,6 +754,65 @@ def _fused_bytes(A, W, x_scale, w_scale, out):
 def fused(x, Wq, w_scale, out):
     xq, x_scale = _quantize(x)
     _launch_int8(_fused_vec, _fused_bytes, xq, Wq, x_scale, w_scale, out)
+
+
+# -- 3. the epilogue on wgmma (sm_90a) ---------------------------------------------------------------------
+
+@cuda.jit(device=True, forceinline=True)
+def _dequantize_wgmma_columns(out, acc, j0, row, col, x_top, x_bottom, w_scale, M, N):
+    """n8 tiles j0..j0 + 3 of a consumer thread's wgmma accumulators, scaled and stored: accumulators 4j
+    and 4j + 1 are row ``row``, columns col + 8j and col + 8j + 1; 4j + 2 and 4j + 3 the same columns of
+    row + 8. x_top and x_bottom are the two rows' scales, loaded once; each column pair's once per tile."""
+    for jj in range(4):  # unrolled by the compiler: with j0 a constant every acc index is one
+        j = j0 + jj
+        left = col + 8 * j
+        w_left = _scale_at(w_scale, left, N)
+        w_right = _scale_at(w_scale, left + 1, N)
+        _put(out, row, left, float32(acc[4 * j]) * x_top * w_left, M, N)
+        _put(out, row, left + 1, float32(acc[4 * j + 1]) * x_top * w_right, M, N)
+        _put(out, row + 8, left, float32(acc[4 * j + 2]) * x_bottom * w_left, M, N)
+        _put(out, row + 8, left + 1, float32(acc[4 * j + 3]) * x_bottom * w_right, M, N)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(384, 1)))
+def _wgmma_qlinear(A, W, x_scale, w_scale, out, map_a, map_w):
+    acc = cuda.local.array(128, int32)
+    row, col = _wgmma_int8_tile(A, W, map_a, map_w, cuda.shared.array(0, uint8, alignment=ALIGN16), acc)
+    if row >= 0:
+        M, N = out.shape
+        x_top = _scale_at(x_scale, row, M)
+        x_bottom = _scale_at(x_scale, row + 8, M)
+        # The 32 n8 tiles in eight calls of four, each with a constant j0: a loop over all 32 would index
+        # acc at run time and move the 128 accumulators to local memory (see _int8_gemm_dequantized).
+        _dequantize_wgmma_columns(out, acc, 0, row, col, x_top, x_bottom, w_scale, M, N)
+        _dequantize_wgmma_columns(out, acc, 4, row, col, x_top, x_bottom, w_scale, M, N)
+        _dequantize_wgmma_columns(out, acc, 8, row, col, x_top, x_bottom, w_scale, M, N)
+        _dequantize_wgmma_columns(out, acc, 12, row, col, x_top, x_bottom, w_scale, M, N)
+        _dequantize_wgmma_columns(out, acc, 16, row, col, x_top, x_bottom, w_scale, M, N)
+        _dequantize_wgmma_columns(out, acc, 20, row, col, x_top, x_bottom, w_scale, M, N)
+        _dequantize_wgmma_columns(out, acc, 24, row, col, x_top, x_bottom, w_scale, M, N)
+        _dequantize_wgmma_columns(out, acc, 28, row, col, x_top, x_bottom, w_scale, M, N)
+
+
+@qlinear_op.stage("wgmma_epilogue", """
+    The GEMM moves to gemm[int8]'s wgmma kernel (a producer warpgroup issuing TMA copies into a four-slot
+    ring, two consumer warpgroups on wgmma m64n256k32 .s32.s8.s8) and the fused stage's epilogue moves
+    with it: each consumer thread's 128 int32 sums, still in registers after the last wgmma_wait, are
+    converted to float32, multiplied by their row's x_scale and their column's w_scale and stored once.
+    The two kernels share the main loop (_wgmma_int8_tile); only what happens to the accumulators after
+    it differs, so the int32 product never reaches memory. The epilogue runs at constant accumulator
+    indices, as the int32 store does: eight calls of four n8 tiles, each a small loop the compiler
+    unrolls. Quantizing x stays the pass before it (a row's scale needs the whole row). K must be a
+    multiple of 16 (the copy engine's rule for the int8 rows); other shapes run the fused stage.""")
+def wgmma_epilogue(x, Wq, w_scale, out):
+    M, N = out.shape
+    xq, x_scale = _quantize(x)
+    if not tma_ok(xq, Wq):
+        _launch_int8(_fused_vec, _fused_bytes, xq, Wq, x_scale, w_scale, out)
+        return
+    args = (xq, Wq, x_scale, w_scale, out, tensor_map(xq, WBK, WBM), tensor_map(Wq, WBK, WBN))
+    set_max_dynamic_shared_memory(_wgmma_qlinear, args, W_SMEM_BYTES)
+    _wgmma_qlinear[blocks_for(M, WBM) * blocks_for(N, WBN), 384, 0, W_SMEM_BYTES](*args)
 
 
 OPERATORS = [op, qlinear_op]

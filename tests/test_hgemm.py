@@ -668,6 +668,8 @@ i2, o2 = types.Array(types.int8, 2, "C"), types.Array(types.int32, 2, "C")
 jobs = [((key[1], key[2]), kernel, (u2, u2, u2) + (() if key[1] == "wgmma" else (b1, b1)))
         for key, kernel in hgemm._BUILT.items() if key[0] == "hopper" and key[3]]  # key: (hopper, stage, bf16, vec)
 jobs.append((("warp_specialized", "int8"), int8_gemm._wgmma_int8, (i2, i2, o2, b1, b1)))
+f1, f2 = types.Array(types.float32, 1, "C"), types.Array(types.float32, 2, "C")
+jobs.append((("warp_specialized", "qlinear"), int8_gemm._wgmma_qlinear, (i2, i2, f1, f1, f2, b1, b1)))
 for (stage, bf16), kernel, sig in jobs:
     bounds = kernel.targetoptions.get("launch_bounds")
     ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0, "a"), launch_bounds=bounds)
@@ -694,7 +696,7 @@ def test_hopper_kernels_compile_for_sm90a_with_their_instructions():
                          timeout=1200)
     assert run.returncode == 0, run.stderr[-4000:]
     found = json.loads(run.stdout.strip().splitlines()[-1])
-    assert set(found) == {f"{s}{b}" for s in HOPPER for b in ("", ".bf16")} | {"warp_specialized.int8"}, found
+    assert set(found) == {f"{s}{b}" for s in HOPPER for b in ("", ".bf16")} | {"warp_specialized.int8", "warp_specialized.qlinear"}, found
     for name, r in found.items():
         stage = name.split(".")[0]
         assert r["target"] == "sm_90a", (name, r)
