@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: d38157f6945737b9f45586ce15a2d6beed38685db0cf89f5f9633a6008e53d5e
+# generated-sha256: 78eca71a04e731de574bcce2f232e0f4a25c80da2338db935573948191cfb00e
 # --------------------------------------------------------------------------------------------------
 """Half-precision GEMM on tensor cores: out = A B with A (M x K) and B (K x N) in fp16 or bf16,
 accumulated in float32, written in the inputs' precision (what ``torch.matmul`` does at that dtype).
@@ -847,10 +847,9 @@ def _swizzled(offset):
 
 
 # A descriptor holds a *shared-memory* address: an offset in the block's shared memory (the .shared state
-# space, 18 bits), not the generic 64-bit address numba's arrays have. Within one block the two differ by a
-# constant, the shared window: a kernel finds it once (shared_window) and subtracts it from its tiles'
-# generic addresses. (solutions/_hopper.py's shared_descriptor converts with cvta.to.shared per call; here
-# the descriptor is built in this file, the exercise below, so the bits are in view.)
+# space, 18 bits), not the generic 64-bit address numba's arrays have. shared_address converts one
+# (cvta.to.shared on the GPU, inside _hopper's shared_descriptor); matrix_descriptor, the exercise below,
+# packs it with the strides and the swizzle mode, so the bits are in view.
 DESCRIPTOR_ADDRESS_BITS = uint64(0x3FFFF)  # the 18 bits of a shared-memory address the start field keeps
 
 
@@ -871,12 +870,14 @@ def matrix_descriptor(address, leading_bytes, stride_bytes):
 
 
 if _device.is_simulator():
-    def shared_window(smem):
-        """The generic address of shared-memory address 0. The simulator has no .shared state space: its
-        shared addresses count from the block's shared array."""
+    def shared_base(smem):
+        """The simulator has no .shared state space: its shared addresses count from the block's array."""
         return uint64(smem.ctypes.data)
 
-    def wgmma_operand(desc, window):
+    def shared_address(generic, base):
+        return generic - base
+
+    def wgmma_operand(desc, base):
         """A descriptor as the simulator's wgmma reads it: its tile found by process address, kept above bit
         64 (solutions/_hopper.py), so the start field (a shared address / 16) moves there. The emulation reads
         only 128B-swizzled tiles; a GPU reads a descriptor of another mode (a zero one, the exercise's stub)
@@ -885,31 +886,36 @@ if _device.is_simulator():
         desc = int(desc)
         if (desc >> 62) & 3 != SWIZZLE_128B:
             desc = SWIZZLE_128B << 62
-        start = int(window) + ((desc & 0x3FFF) << 4)
+        start = int(base) + ((desc & 0x3FFF) << 4)
         return (desc & ~0x3FFF & ((1 << 64) - 1)) | (start >> 4 << 64)
 else:
     @cuda.jit(device=True, forceinline=True)
-    def shared_window(smem):
-        """The generic address of shared-memory address 0: the array's generic address less its shared one
-        (cvta.to.shared, inside shared_descriptor's start field, which holds the shared address / 16)."""
-        generic = smem.ctypes.data
-        return generic - ((shared_descriptor(generic, 0, 0) & uint64(0x3FFF)) << uint64(4))
+    def shared_base(smem):
+        return uint64(0)  # unused on the GPU, where cvta.to.shared converts each address itself
 
     @cuda.jit(device=True, forceinline=True)
-    def wgmma_operand(desc, window):
+    def shared_address(generic, base):
+        """The shared-memory address of a generic one: cvta.to.shared, which shared_descriptor's start field
+        holds (/ 16; tile addresses are multiples of 16)."""
+        return (shared_descriptor(generic, 0, 0) & uint64(0x3FFF)) << uint64(4)
+
+    @cuda.jit(device=True, forceinline=True)
+    def wgmma_operand(desc, base):
         return desc  # the GPU reads the descriptor as built
 
 
 @cuda.jit(device=True, forceinline=True)
-def _wgmma_k_step(acc, a_tile, b_tile, window, wg, bf16):
+def _wgmma_k_step(acc, a_tile, b_tile, base, wg, bf16):
     """One K-step (64) of a warpgroup's 64 x 256 tile: 4 wgmma of k16, issued as one group. a_tile and
-    b_tile are the shared-memory addresses of the step's A and B tiles (window: shared_window's); warpgroup
-    wg reads A's rows 64 wg.. A's rows are 128 bytes (8-row atoms 1024 bytes apart: the stride); B's 64-column
+    b_tile are the generic addresses of the step's A and B tiles (base: shared_base's); warpgroup wg reads
+    A's rows 64 wg.. A's rows are 128 bytes (8-row atoms 1024 bytes apart: the stride); B's 64-column
     blocks are B_BLOCK bytes apart (the leading offset) and its 8-k atoms 1024 (the stride)."""
     wgmma_fence()  # the accumulators were last written by other instructions (zeroing, the last wait)
     for s in range(HBK // 16):
-        desc_a = wgmma_operand(matrix_descriptor(a_tile + uint64(64 * 128 * wg + 32 * s), 16, 1024), window)
-        desc_b = wgmma_operand(matrix_descriptor(b_tile + uint64(16 * 128 * s), B_BLOCK, 1024), window)
+        a_at = shared_address(a_tile + uint64(64 * 128 * wg + 32 * s), base)
+        b_at = shared_address(b_tile + uint64(16 * 128 * s), base)
+        desc_a = wgmma_operand(matrix_descriptor(a_at, 16, 1024), base)
+        desc_b = wgmma_operand(matrix_descriptor(b_at, B_BLOCK, 1024), base)
         if bf16:
             wgmma_bf16(acc, desc_a, desc_b)
         else:
@@ -994,7 +1000,7 @@ def _wgmma_kernel_source(bf16, vec):
         col0 = tile_col * HBN
         pad = tile_pad(smem)
         tiles = smem.ctypes.data + uint64(pad)
-        window = shared_window(smem)
+        base = shared_base(smem)
         zero_accumulators(acc)
         steps = (K + HBK - 1) // HBK
         for s in range(STAGES - 1):
@@ -1011,8 +1017,8 @@ def _wgmma_kernel_source(bf16, vec):
             if ahead < steps:
                 _copy_k_step(A, B, smem, pad + (ahead % STAGES) * HSTEP, row0, col0, ahead * HBK, t, VEC)
             cp_async_commit()
-            at = tiles - window + uint64((kt % STAGES) * HSTEP)  # a shared-memory address
-            _wgmma_k_step(acc, at, at + uint64(A_TILE), window, wg, BF16)
+            at = tiles + uint64((kt % STAGES) * HSTEP)
+            _wgmma_k_step(acc, at, at + uint64(A_TILE), base, wg, BF16)
             wgmma_wait0()  # this step's products are done: next iteration's barrier frees its buffer
         _store_warpgroup(out, acc, row0 + 64 * wg, col0, t % 128, BF16)
     return kernel
@@ -1061,7 +1067,7 @@ def _tma_kernel_source(bf16):
         row0 = tile_row * HBM
         col0 = tile_col * HBN
         tiles = smem.ctypes.data + uint64(tile_pad(smem))
-        window = shared_window(smem)
+        base = shared_base(smem)
         full = tiles + uint64(STAGES * HSTEP)  # STAGES mbarriers of 8 bytes after the tiles
         a_map = map_a.ctypes.data
         b_map = map_b.ctypes.data
@@ -1085,8 +1091,8 @@ def _tma_kernel_source(bf16):
                 _tma_k_step(a_map, b_map, tiles + uint64(slot * HSTEP), full + uint64(8 * slot), row0, col0,
                             ahead * HBK)
             _wait_for_tiles(full, kt, STAGES)
-            at = tiles - window + uint64((kt % STAGES) * HSTEP)
-            _wgmma_k_step(acc, at, at + uint64(A_TILE), window, wg, BF16)
+            at = tiles + uint64((kt % STAGES) * HSTEP)
+            _wgmma_k_step(acc, at, at + uint64(A_TILE), base, wg, BF16)
             wgmma_wait0()
         _store_warpgroup(out, acc, row0 + 64 * wg, col0, t % 128, BF16)
     return kernel
@@ -1110,7 +1116,7 @@ def _warp_specialized_kernel_source(bf16):
         row0 = tile_row * HBM
         col0 = tile_col * HBN
         tiles = smem.ctypes.data + uint64(tile_pad(smem))
-        window = shared_window(smem)
+        base = shared_base(smem)
         full = tiles + uint64(STAGES * HSTEP)  # "slot s holds its tiles": the copy engine completes it
         empty = full + uint64(8 * STAGES)  # "slot s may be refilled": each consumer warpgroup arrives once
         # At least one K-step (K = 0 multiplies one box of zeros): with a path that skips the loop, the
@@ -1140,7 +1146,7 @@ def _warp_specialized_kernel_source(bf16):
             for kt in range(steps):
                 # EXERCISE: write this part of `kernel`. Read the hints one at a time.
                 #   hint 1 (nudge): a consumer's loop: wait for step kt's tiles, multiply them, then give back the slot of step kt - 1, whose products are now finished.
-                #   hint 2: _wait_for_tiles(full, kt, STAGES), then _wgmma_k_step on the slot's tiles (shared addresses: tiles - window + its offset; B is A_TILE bytes after A) for rows 64 (wg - 1)..
+                #   hint 2: _wait_for_tiles(full, kt, STAGES), then _wgmma_k_step on the slot's tiles (shared addresses: tiles + its offset; B is A_TILE bytes after A) for rows 64 (wg - 1)..
                 #   hint 3 (nearly the answer): wgmma_wait1() leaves this step's group running and means step kt - 1's has finished: then one thread of the warpgroup (t % 128 == 0) arrives on the "empty" barrier of slot (kt - 1) % STAGES, when kt > 0.
                 pass  # TODO(exercise): not implemented yet: replace this line with your code
             wgmma_wait0()

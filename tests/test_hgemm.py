@@ -278,6 +278,21 @@ def test_wgmma_descriptors_read_what_the_kernels_write():
     assert len(b_read) == hgemm.HBK * hgemm.HBN
 
 
+@pytest.mark.sim_only
+def test_matrix_descriptor_packs_the_ptx_fields():
+    """hgemm.matrix_descriptor (the exercise's answer) packs what the PTX ISA's descriptor format says
+    (_hopper.descriptor_fields: address / 16 in bits 0-13, leading / 16 in 16-29, stride / 16 in 32-45,
+    the 128B swizzle in 62-63), for addresses across the 18 bits of shared memory; and the simulator's
+    translation reads the tile at base + address."""
+    for address, leading, stride in [(0, 16, 1024), (1024 + 32 * 3, 16, 1024), (0x3FFF0, hgemm.B_BLOCK, 1024),
+                                     (2048 * 3, hgemm.B_BLOCK, 1024)]:
+        got = int(hgemm.matrix_descriptor(np.uint64(address), leading, stride))
+        assert got == _hopper.descriptor_fields(address, leading, stride), hex(got)
+    base = 1 << 40
+    desc = hgemm.wgmma_operand(hgemm.matrix_descriptor(np.uint64(4096), 16, 1024), np.uint64(base))
+    assert _hopper.kmajor_addresses(desc, 64, 16, 2)[0, 0] == base + 4096
+
+
 def test_accumulator_places_cover_the_warpgroup_tile_once():
     places = {_hopper.accumulator_place(t, i) for t in range(128) for i in range(128)}
     assert places == {(r, c) for r in range(64) for c in range(256)}
@@ -423,6 +438,19 @@ def test_int8_wgmma_takes_its_tma_path_in_the_quick_tier():
         result = check_stage(int8_gemm.op["wgmma"], (17, 24, 208), np.random.default_rng(10))
     assert result.passed, result.message
     assert {f.__name__ for f, _ in launches} == {"_wgmma_int8"}, launches
+
+
+@pytest.mark.sim_only
+def test_qlinear_wgmma_epilogue_takes_its_tma_path_in_the_quick_tier():
+    """qlinear's quick size has K % 16 == 0, so its wgmma_epilogue stage runs the Hopper kernel (not the
+    fused stage's fallback) on a ragged K-step, with rows and columns past the 128 x 256 tile's edge."""
+    from workbench.simulator import record_launches
+
+    with record_launches() as launches:
+        result = check_stage(int8_gemm.qlinear_op["wgmma_epilogue"], int8_gemm.qlinear_op.quick_size,
+                             np.random.default_rng(11))
+    assert result.passed, result.message
+    assert "_wgmma_qlinear" in {f.__name__ for f, _ in launches}, launches
 
 
 def test_pack_rounds_half_to_even():
