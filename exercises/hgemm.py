@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 78eca71a04e731de574bcce2f232e0f4a25c80da2338db935573948191cfb00e
+# generated-sha256: 01c5db10282bc8f52be2e237e616fa1c196bf3561d7560b4ed47db2bcca91afb
 # --------------------------------------------------------------------------------------------------
 """Half-precision GEMM on tensor cores: out = A B with A (M x K) and B (K x N) in fp16 or bf16,
 accumulated in float32, written in the inputs' precision (what ``torch.matmul`` does at that dtype).
@@ -887,7 +887,7 @@ if _device.is_simulator():
         if (desc >> 62) & 3 != SWIZZLE_128B:
             desc = SWIZZLE_128B << 62
         start = int(base) + ((desc & 0x3FFF) << 4)
-        return (desc & ~0x3FFF & ((1 << 64) - 1)) | (start >> 4 << 64)
+        return (desc & ~0x3FFF) | (start >> 4 << 64)
 else:
     @cuda.jit(device=True, forceinline=True)
     def shared_base(smem):
@@ -1044,7 +1044,7 @@ def _wait_for_tiles(full, kt, stages):
     8 bytes at full + 8 slot."""
     # EXERCISE: write this part of `_wait_for_tiles`. Read the hints one at a time.
     #   hint 1 (nudge): slot kt % stages is filled again every `stages` steps, and each fill completes one phase of its barrier: wait for the phase of this fill, not an earlier one.
-    #   hint 2: mbarrier_wait(bar, parity) returns once the phase of that parity (0, 1, 0, 1, ... from the start) has completed; it needs only the parity, since the phase before has already been waited for.
+    #   hint 2: mbarrier_wait(bar, parity) returns once the phase of that parity (0, 1, 0, 1, ... from the start) has completed; the parity is enough because a slot's barrier is never more than one phase ahead of the threads waiting on it.
     #   hint 3 (nearly the answer): the barrier at full + uint64(8 * (kt % stages)); the fill is the slot's (kt // stages)-th, so the parity is (kt // stages) % 2: it flips each time the ring wraps.
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
@@ -1146,7 +1146,7 @@ def _warp_specialized_kernel_source(bf16):
             for kt in range(steps):
                 # EXERCISE: write this part of `kernel`. Read the hints one at a time.
                 #   hint 1 (nudge): a consumer's loop: wait for step kt's tiles, multiply them, then give back the slot of step kt - 1, whose products are now finished.
-                #   hint 2: _wait_for_tiles(full, kt, STAGES), then _wgmma_k_step on the slot's tiles (shared addresses: tiles + its offset; B is A_TILE bytes after A) for rows 64 (wg - 1)..
+                #   hint 2: _wait_for_tiles(full, kt, STAGES), then _wgmma_k_step on the slot's tiles (at tiles + uint64((kt % STAGES) * HSTEP); B's A_TILE bytes after it), warpgroup index wg - 1 (this consumer's 64 rows).
                 #   hint 3 (nearly the answer): wgmma_wait1() leaves this step's group running and means step kt - 1's has finished: then one thread of the warpgroup (t % 128 == 0) arrives on the "empty" barrier of slot (kt - 1) % STAGES, when kt > 0.
                 pass  # TODO(exercise): not implemented yet: replace this line with your code
             wgmma_wait0()

@@ -898,7 +898,7 @@ if _device.is_simulator():
         if (desc >> 62) & 3 != SWIZZLE_128B:
             desc = SWIZZLE_128B << 62
         start = int(base) + ((desc & 0x3FFF) << 4)
-        return (desc & ~0x3FFF & ((1 << 64) - 1)) | (start >> 4 << 64)
+        return (desc & ~0x3FFF) | (start >> 4 << 64)
 else:
     @cuda.jit(device=True, forceinline=True)
     def shared_base(smem):
@@ -1055,7 +1055,7 @@ def _wait_for_tiles(full, kt, stages):
     """Wait until K-step kt's tiles have landed in their ring slot, kt % stages, whose "full" mbarrier is the
     8 bytes at full + 8 slot."""
     # HINT: slot kt % stages is filled again every `stages` steps, and each fill completes one phase of its barrier: wait for the phase of this fill, not an earlier one.
-    # HINT: mbarrier_wait(bar, parity) returns once the phase of that parity (0, 1, 0, 1, ... from the start) has completed; it needs only the parity, since the phase before has already been waited for.
+    # HINT: mbarrier_wait(bar, parity) returns once the phase of that parity (0, 1, 0, 1, ... from the start) has completed; the parity is enough because a slot's barrier is never more than one phase ahead of the threads waiting on it.
     # HINT: the barrier at full + uint64(8 * (kt % stages)); the fill is the slot's (kt // stages)-th, so the parity is (kt // stages) % 2: it flips each time the ring wraps.
     # BEGIN SOLUTION
     mbarrier_wait(full + uint64(8 * (kt % stages)), (kt // stages) % 2)
@@ -1163,7 +1163,7 @@ def _warp_specialized_kernel_source(bf16):
             zero_accumulators(acc)
             for kt in range(steps):
                 # HINT: a consumer's loop: wait for step kt's tiles, multiply them, then give back the slot of step kt - 1, whose products are now finished.
-                # HINT: _wait_for_tiles(full, kt, STAGES), then _wgmma_k_step on the slot's tiles (shared addresses: tiles + its offset; B is A_TILE bytes after A) for rows 64 (wg - 1)..
+                # HINT: _wait_for_tiles(full, kt, STAGES), then _wgmma_k_step on the slot's tiles (at tiles + uint64((kt % STAGES) * HSTEP); B's A_TILE bytes after it), warpgroup index wg - 1 (this consumer's 64 rows).
                 # HINT: wgmma_wait1() leaves this step's group running and means step kt - 1's has finished: then one thread of the warpgroup (t % 128 == 0) arrives on the "empty" barrier of slot (kt - 1) % STAGES, when kt > 0.
                 # BEGIN SOLUTION
                 _wait_for_tiles(full, kt, STAGES)
