@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: b8f8c1158603af4cc28eb79b31494f7d7e176b9ff1b077fd16198545eecfd629
+# generated-sha256: 6bc07462b2409303f88dcbcb417313692e701c6c7b6580e4fe8a081e48c101ae
 # --------------------------------------------------------------------------------------------------
 """int8 GEMM (int32 accumulation) and the quantized linear layer built on it.
 
@@ -132,7 +132,7 @@ op = Operator(
     check_sizes=[(1, 1, 1), (17, 33, 65), (33, 40, 48), (127, 129, 131), (200, 264, 336), (1000, 1000, 1000),
                  (4097, 1000, 336), (4096, 4096, 4096)],
     sim_sizes=[(1, 1, 1), (5, 7, 3), (17, 24, 96), (33, 9, 37)],
-    quick_size=(5, 7, 35),  # two k32 steps, the second ragged: the emulated mma at a third less than (17, 24, 96)
+    quick_size=(5, 7, 48),  # two k32 steps, the second ragged, and K % 16 == 0: the wgmma stage takes its TMA path
     bench_sizes=[(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)],
     headline_size=(8192, 8192, 8192),
     targets=[against_peer(0.75, "torch._int_mm", stage="best")],
@@ -420,58 +420,86 @@ def _tma_int8_step(map_a, map_w, tiles, bar, row0, col0, k0):
     tma_load_2d(tiles + uint64(W_A_TILE), map_w, k0, col0, bar)
 
 
-@cuda.jit(**_gpu_options(launch_bounds=(384, 1)))
-def _wgmma_int8(A, W, out, map_a, map_w):
-    smem = cuda.shared.array(0, uint8, alignment=ALIGN16)
-    acc = cuda.local.array(128, int32)
-    t = cuda.threadIdx.x
-    wg = t // 128
+@cuda.jit(device=True, forceinline=True)
+def _int8_ring(A, W, smem):
+    """This block's 128 x 256 tile and its ring: (row0, col0, tiles, full, empty, steps), the "full" and
+    "empty" mbarriers of each slot initialised (a barrier before returning). Shared by gemm[int8]'s wgmma
+    kernel and qlinear's, which differ only in their epilogue."""
     M, K = A.shape
     N = W.shape[0]
     tile_row, tile_col = tile_of_block((M + WBM - 1) // WBM, (N + WBN - 1) // WBN, W_RASTER)
-    row0 = tile_row * WBM
-    col0 = tile_col * WBN
     tiles = smem.ctypes.data + uint64(tile_pad(smem))
     full = tiles + uint64(W_STAGES * W_STEP)
     empty = full + uint64(8 * W_STAGES)
     steps = max((K + WBK - 1) // WBK, 1)  # at least one: see hgemm's warp_specialized (C7515)
-    if t == 0:
+    if cuda.threadIdx.x == 0:
         for s in range(W_STAGES):
             mbarrier_init(full + uint64(8 * s), 1)
             mbarrier_init(empty + uint64(8 * s), 2)
         fence_proxy_async()
     cuda.syncthreads()
-    if wg == 0:
-        setmaxnreg_producer()
-        if t == 0:
-            a_map = map_a.ctypes.data
-            w_map = map_w.ctypes.data
-            for kt in range(steps):
-                slot = kt % W_STAGES
-                if kt >= W_STAGES:
-                    mbarrier_wait(empty + uint64(8 * slot), (kt // W_STAGES - 1) % 2)
-                _tma_int8_step(a_map, w_map, tiles + uint64(slot * W_STEP), full + uint64(8 * slot), row0, col0,
-                               kt * WBK)
-    else:
-        setmaxnreg_consumer()
-        zero_accumulators(acc)
-        c = wg - 1
+    return tile_row * WBM, tile_col * WBN, tiles, full, empty, steps
+
+
+@cuda.jit(device=True, forceinline=True)
+def _int8_producer(map_a, map_w, tiles, full, empty, row0, col0, steps):
+    """Warpgroup 0: gives its registers away; one thread keeps the ring full with TMA copies."""
+    setmaxnreg_producer()
+    if cuda.threadIdx.x == 0:
+        a_map = map_a.ctypes.data
+        w_map = map_w.ctypes.data
         for kt in range(steps):
             slot = kt % W_STAGES
-            mbarrier_wait(full + uint64(8 * slot), (kt // W_STAGES) % 2)
-            a_tile = tiles + uint64(slot * W_STEP)
-            wgmma_fence()
-            for s in range(WBK // 32):
-                wgmma_s8(acc, shared_descriptor(a_tile + uint64(64 * 128 * c + 32 * s), 16, 1024),
-                         shared_descriptor(a_tile + uint64(W_A_TILE + 32 * s), 16, 1024))
-            wgmma_commit()
-            wgmma_wait1()
-            if kt > 0 and t % 128 == 0:
-                mbarrier_arrive(empty + uint64(8 * ((kt - 1) % W_STAGES)))
-        wgmma_wait0()
-        lane = t % 32
-        row = row0 + 64 * c + 16 * ((t % 128) // 32) + lane // 4
-        col = col0 + 2 * (lane % 4)
+            if kt >= W_STAGES:
+                mbarrier_wait(empty + uint64(8 * slot), (kt // W_STAGES - 1) % 2)
+            _tma_int8_step(a_map, w_map, tiles + uint64(slot * W_STEP), full + uint64(8 * slot), row0, col0,
+                           kt * WBK)
+
+
+@cuda.jit(device=True, forceinline=True)
+def _int8_consumer(acc, tiles, full, empty, steps, c):
+    """Consumer warpgroup c (0 or 1): the block tile's rows 64 c.. times all 256 columns into acc, each
+    slot released once its products are done; returns with every product finished. The caller's
+    epilogue follows in the same branch: acc must not outlive it into the producer's path, where
+    setmaxnreg has left 40 registers (ptxas would spill it, and serialise the wgmma: C7512)."""
+    setmaxnreg_consumer()
+    zero_accumulators(acc)
+    for kt in range(steps):
+        slot = kt % W_STAGES
+        mbarrier_wait(full + uint64(8 * slot), (kt // W_STAGES) % 2)
+        a_tile = tiles + uint64(slot * W_STEP)
+        wgmma_fence()
+        for s in range(WBK // 32):
+            wgmma_s8(acc, shared_descriptor(a_tile + uint64(64 * 128 * c + 32 * s), 16, 1024),
+                     shared_descriptor(a_tile + uint64(W_A_TILE + 32 * s), 16, 1024))
+        wgmma_commit()
+        wgmma_wait1()
+        if kt > 0 and cuda.threadIdx.x % 128 == 0:
+            mbarrier_arrive(empty + uint64(8 * ((kt - 1) % W_STAGES)))
+    wgmma_wait0()
+
+
+@cuda.jit(device=True, forceinline=True)
+def _accumulator_origin(row0, col0, c):
+    """(row, column) of a consumer thread's accumulator 0 in the output: accumulators 4j + 2h + e belong to
+    row + 8h, column + 8j + e (mma.sync's C fragment, once per n8 tile)."""
+    t = cuda.threadIdx.x % 128
+    lane = t % 32
+    return row0 + 64 * c + 16 * (t // 32) + lane // 4, col0 + 2 * (lane % 4)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(384, 1)))
+def _wgmma_int8(A, W, out, map_a, map_w):
+    smem = cuda.shared.array(0, uint8, alignment=ALIGN16)
+    acc = cuda.local.array(128, int32)
+    row0, col0, tiles, full, empty, steps = _int8_ring(A, W, smem)
+    wg = cuda.threadIdx.x // 128
+    if wg == 0:
+        _int8_producer(map_a, map_w, tiles, full, empty, row0, col0, steps)
+    else:
+        _int8_consumer(acc, tiles, full, empty, steps, wg - 1)
+        row, col = _accumulator_origin(row0, col0, wg - 1)
+        M, N = out.shape
         store_accumulators_s32(acc, out.ctypes.data + uint64((row * N + col) * 4), 4 * N, M - row, N - col)
 
 
@@ -596,7 +624,7 @@ qlinear_op = Operator(
     size_names=("M", "N", "K"),
     check_sizes=[(1, 1, 1), (17, 33, 65), (33, 40, 48), (127, 129, 131), (1000, 1000, 1000), (4096, 4096, 4096)],
     sim_sizes=[(1, 1, 1), (5, 7, 3), (17, 24, 96), (33, 9, 37)],
-    quick_size=(5, 7, 35),  # two k32 steps, the second ragged: the emulated mma at a third less than (17, 24, 96)
+    quick_size=(5, 7, 48),  # two k32 steps, the second ragged, and K % 16 == 0: the wgmma stage takes its TMA path
     bench_sizes=[(1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 8192)],
     headline_size=(8192, 8192, 8192),
     rank=261,
@@ -740,6 +768,75 @@ def _fused_bytes(A, W, x_scale, w_scale, out):
 def fused(x, Wq, w_scale, out):
     xq, x_scale = _quantize(x)
     _launch_int8(_fused_vec, _fused_bytes, xq, Wq, x_scale, w_scale, out)
+
+
+# -- 3. the epilogue on wgmma (sm_90a) ---------------------------------------------------------------------
+
+@cuda.jit(device=True, forceinline=True)
+def _dequantize_wgmma_columns(out, acc, j0, row, col, x_top, x_bottom, w_scale, M, N):
+    """n8 tiles j0..j0 + 3 of a consumer thread's wgmma accumulators, scaled and stored: accumulators 4j
+    and 4j + 1 are row ``row``, columns col + 8j and col + 8j + 1; 4j + 2 and 4j + 3 the same columns of
+    row + 8. x_top and x_bottom are the two rows' scales, loaded once; each column pair's once per tile."""
+    for jj in range(4):  # unrolled by the compiler: with j0 a constant every acc index is one
+        j = j0 + jj
+        left = col + 8 * j
+        w_left = _scale_at(w_scale, left, N)
+        w_right = _scale_at(w_scale, left + 1, N)
+        _put(out, row, left, float32(acc[4 * j]) * x_top * w_left, M, N)
+        _put(out, row, left + 1, float32(acc[4 * j + 1]) * x_top * w_right, M, N)
+        _put(out, row + 8, left, float32(acc[4 * j + 2]) * x_bottom * w_left, M, N)
+        _put(out, row + 8, left + 1, float32(acc[4 * j + 3]) * x_bottom * w_right, M, N)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(384, 1)))
+def _wgmma_qlinear(A, W, x_scale, w_scale, out, map_a, map_w):
+    """gemm[int8]'s wgmma kernel with the fused stage's epilogue: the same ring, producer and consumers."""
+    smem = cuda.shared.array(0, uint8, alignment=ALIGN16)
+    acc = cuda.local.array(128, int32)
+    row0, col0, tiles, full, empty, steps = _int8_ring(A, W, smem)
+    wg = cuda.threadIdx.x // 128
+    if wg == 0:
+        _int8_producer(map_a, map_w, tiles, full, empty, row0, col0, steps)
+    else:
+        _int8_consumer(acc, tiles, full, empty, steps, wg - 1)
+        row, col = _accumulator_origin(row0, col0, wg - 1)
+        M, N = out.shape
+        x_top = _scale_at(x_scale, row, M)
+        x_bottom = _scale_at(x_scale, row + 8, M)
+        # The 32 n8 tiles in eight calls of four, each with a constant j0: a loop over all 32 would index
+        # acc at run time and move the 128 accumulators to local memory (see _int8_gemm_dequantized).
+        _dequantize_wgmma_columns(out, acc, 0, row, col, x_top, x_bottom, w_scale, M, N)
+        _dequantize_wgmma_columns(out, acc, 4, row, col, x_top, x_bottom, w_scale, M, N)
+        _dequantize_wgmma_columns(out, acc, 8, row, col, x_top, x_bottom, w_scale, M, N)
+        _dequantize_wgmma_columns(out, acc, 12, row, col, x_top, x_bottom, w_scale, M, N)
+        _dequantize_wgmma_columns(out, acc, 16, row, col, x_top, x_bottom, w_scale, M, N)
+        _dequantize_wgmma_columns(out, acc, 20, row, col, x_top, x_bottom, w_scale, M, N)
+        _dequantize_wgmma_columns(out, acc, 24, row, col, x_top, x_bottom, w_scale, M, N)
+        _dequantize_wgmma_columns(out, acc, 28, row, col, x_top, x_bottom, w_scale, M, N)
+
+
+@qlinear_op.stage("wgmma_epilogue", """
+    The GEMM moves to gemm[int8]'s wgmma kernel (a producer warpgroup issuing TMA copies into a four-slot
+    ring, two consumer warpgroups on wgmma m64n256k32 .s32.s8.s8) and the fused stage's epilogue moves
+    with it: each consumer thread's 128 int32 sums, still in registers after the last wgmma_wait, are
+    converted to float32, multiplied by their row's x_scale and their column's w_scale and stored once.
+    The two kernels share the ring, the producer and the consumers' main loop; only what happens to the accumulators after
+    it differs, so the int32 product never reaches memory. The epilogue runs at constant accumulator
+    indices, as the int32 store does: eight calls of four n8 tiles, each a small loop the compiler
+    unrolls. Quantizing x stays the pass before it (a row's scale needs the whole row). Why it is faster:
+    the fused stage's GEMM is the mma.sync kernel, which took 2401 us at 8192^3 on the H200 as gemm[int8]'s
+    mma stage; the wgmma kernel took 844 us there (1.41x torch._int_mm), and the epilogue adds the same
+    float32 stores the fused stage makes. K must be a multiple of 16 (the copy engine's rule for the int8
+    rows); other shapes run the fused stage.""")
+def wgmma_epilogue(x, Wq, w_scale, out):
+    M, N = out.shape
+    xq, x_scale = _quantize(x)
+    if not tma_ok(xq, Wq):
+        _launch_int8(_fused_vec, _fused_bytes, xq, Wq, x_scale, w_scale, out)
+        return
+    args = (xq, Wq, x_scale, w_scale, out, tensor_map(xq, WBK, WBM), tensor_map(Wq, WBK, WBN))
+    set_max_dynamic_shared_memory(_wgmma_qlinear, args, W_SMEM_BYTES)
+    _wgmma_qlinear[blocks_for(M, WBM) * blocks_for(N, WBN), 384, 0, W_SMEM_BYTES](*args)
 
 
 OPERATORS = [op, qlinear_op]

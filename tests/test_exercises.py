@@ -501,3 +501,31 @@ def test_bad_input_names_what_was_expected(name, make_bad, says):
     bad = make_bad(*inputs, out)
     with pytest.raises(InputError, match=says):
         op.stages[0](*bad)
+
+
+# -- the Hopper exercises (hgemm's wgmma descriptor, TMA barrier protocol, producer/consumer loop) ----------
+
+HOPPER_EXERCISES = {  # stage -> the marked functions the grader must find on its path
+    "wgmma": {"matrix_descriptor"},
+    "tma": {"matrix_descriptor", "_tma_k_step", "_wait_for_tiles"},
+    "warp_specialized": {"matrix_descriptor", "_tma_k_step", "_wait_for_tiles", "_warp_specialized_kernel_source"},
+}
+
+
+@pytest.mark.sim_only
+@pytest.mark.parametrize("stage_name", sorted(HOPPER_EXERCISES))
+def test_hopper_stubs_are_on_their_stages_path_and_fail_without_crashing(fresh, stage_name):
+    """Each Hopper exercise region is on the path the grader walks from its stage's launcher (and the
+    wgmma stage's path holds no region of the later stages), and the generated stub, run, gives a wrong
+    answer, not a crash: a zero descriptor, a barrier never armed and never waited on, an empty loop."""
+    from workbench.grade.submission import describe_launcher
+
+    op = registry.operator("gemm[fp16]")
+    solution_stage = op[stage_name]
+    marked = {f["qualname"].split(".")[0] for f in describe_launcher(solution_stage.launch) if f["marked"]}
+    assert marked == HOPPER_EXERCISES[stage_name], marked
+    mine = load_module(fresh / "hgemm.py").op[stage_name]
+    assert stub_sources(mine), stage_name
+    case = check_stage(solution_stage, (17, 24, 40), np.random.default_rng(1), launch=mine.launch)
+    assert not case.passed, stage_name
+    assert case.reason in ("unwritten", "all-zeros", "wrong-values", "nan"), (stage_name, case.message)

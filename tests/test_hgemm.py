@@ -278,6 +278,21 @@ def test_wgmma_descriptors_read_what_the_kernels_write():
     assert len(b_read) == hgemm.HBK * hgemm.HBN
 
 
+@pytest.mark.sim_only
+def test_matrix_descriptor_packs_the_ptx_fields():
+    """hgemm.matrix_descriptor (the exercise's answer) packs what the PTX ISA's descriptor format says
+    (_hopper.descriptor_fields: address / 16 in bits 0-13, leading / 16 in 16-29, stride / 16 in 32-45,
+    the 128B swizzle in 62-63), for addresses across the 18 bits of shared memory; and the simulator's
+    translation reads the tile at base + address."""
+    for address, leading, stride in [(0, 16, 1024), (1024 + 32 * 3, 16, 1024), (0x3FFF0, hgemm.B_BLOCK, 1024),
+                                     (2048 * 3, hgemm.B_BLOCK, 1024)]:
+        got = int(hgemm.matrix_descriptor(np.uint64(address), leading, stride))
+        assert got == _hopper.descriptor_fields(address, leading, stride), hex(got)
+    base = 1 << 40
+    desc = hgemm.wgmma_operand(hgemm.matrix_descriptor(np.uint64(4096), 16, 1024), np.uint64(base))
+    assert _hopper.kmajor_addresses(desc, 64, 16, 2)[0, 0] == base + 4096
+
+
 def test_accumulator_places_cover_the_warpgroup_tile_once():
     places = {_hopper.accumulator_place(t, i) for t in range(128) for i in range(128)}
     assert places == {(r, c) for r in range(64) for c in range(256)}
@@ -392,7 +407,7 @@ def test_reading_a_tma_buffer_before_its_barrier_fails_the_check():
     import inspect
 
     source = inspect.getsource(hgemm._warp_specialized_kernel_source)
-    wait = "mbarrier_wait(full + uint64(8 * slot), (kt // STAGES) % 2)"
+    wait = "_wait_for_tiles(full, kt, STAGES)"
     assert wait in source
     namespace = dict(vars(hgemm))
     exec(compile(source.replace(wait, "pass"), "<no full wait>", "exec"), namespace)
@@ -423,6 +438,19 @@ def test_int8_wgmma_takes_its_tma_path_in_the_quick_tier():
         result = check_stage(int8_gemm.op["wgmma"], (17, 24, 208), np.random.default_rng(10))
     assert result.passed, result.message
     assert {f.__name__ for f, _ in launches} == {"_wgmma_int8"}, launches
+
+
+@pytest.mark.sim_only
+def test_qlinear_wgmma_epilogue_takes_its_tma_path_in_the_quick_tier():
+    """qlinear's quick size has K % 16 == 0, so its wgmma_epilogue stage runs the Hopper kernel (not the
+    fused stage's fallback) on a ragged K-step, with rows and columns past the 128 x 256 tile's edge."""
+    from workbench.simulator import record_launches
+
+    with record_launches() as launches:
+        result = check_stage(int8_gemm.qlinear_op["wgmma_epilogue"], int8_gemm.qlinear_op.quick_size,
+                             np.random.default_rng(11))
+    assert result.passed, result.message
+    assert "_wgmma_qlinear" in {f.__name__ for f, _ in launches}, launches
 
 
 def test_pack_rounds_half_to_even():
@@ -556,7 +584,7 @@ def test_simulator_records_the_opt_in_on_the_kernel():
 # -- 3. compiled for sm_90 ------------------------------------------------------------------------------
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
-@pytest.mark.parametrize("source", ["hgemm_mma.cu", "gemm[int8].cu"])
+@pytest.mark.parametrize("source", ["hgemm_mma.cu", "int8_gemm.cu"])
 def test_cuda_cpp_compiles_for_sm90(source, tmp_path):
     run = subprocess.run(["nvcc", "-arch=sm_90", "-rdc=true", "-c", str(ROOT / "solutions" / source),
                           "-o", str(tmp_path / "x.o")], capture_output=True, text=True, timeout=300)
@@ -669,6 +697,8 @@ i2, o2 = types.Array(types.int8, 2, "C"), types.Array(types.int32, 2, "C")
 jobs = [((key[1], key[2]), kernel, (u2, u2, u2) + (() if key[1] == "wgmma" else (b1, b1)))
         for key, kernel in hgemm._BUILT.items() if key[0] == "hopper" and key[3]]  # key: (hopper, stage, bf16, vec)
 jobs.append((("warp_specialized", "int8"), int8_gemm._wgmma_int8, (i2, i2, o2, b1, b1)))
+f1, f2 = types.Array(types.float32, 1, "C"), types.Array(types.float32, 2, "C")
+jobs.append((("warp_specialized", "qlinear"), int8_gemm._wgmma_qlinear, (i2, i2, f1, f1, f2, b1, b1)))
 for (stage, bf16), kernel, sig in jobs:
     bounds = kernel.targetoptions.get("launch_bounds")
     ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0, "a"), launch_bounds=bounds)
@@ -695,7 +725,7 @@ def test_hopper_kernels_compile_for_sm90a_with_their_instructions():
                          timeout=1200)
     assert run.returncode == 0, run.stderr[-4000:]
     found = json.loads(run.stdout.strip().splitlines()[-1])
-    assert set(found) == {f"{s}{b}" for s in HOPPER for b in ("", ".bf16")} | {"warp_specialized.int8"}, found
+    assert set(found) == {f"{s}{b}" for s in HOPPER for b in ("", ".bf16")} | {"warp_specialized.int8", "warp_specialized.qlinear"}, found
     for name, r in found.items():
         stage = name.split(".")[0]
         assert r["target"] == "sm_90a", (name, r)
