@@ -1,7 +1,7 @@
 # --------------------------------------------------------------------------------------------------
 # EXERCISE generated from solutions/attention_tc.py by `workbench exercises build`. This copy is yours:
 # fill in every block marked TODO(exercise), then grade it:
-#     workbench grade attention_fp16            (or attention_fp16.<stage>; its other operators: attention_bf16)
+#     workbench grade attention[fp16]            (or attention[fp16].<stage>; its other operators: attention[bf16])
 # The grader checks each stage against the operator in solutions/attention_tc.py (reference, inputs,
 # tolerance): the copy of it below is for reading, editing it changes nothing. Every output element
 # is checked, on fresh random inputs at sizes that are not multiples of the block, after the output
@@ -10,14 +10,14 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: b605099726b7bedf6c1b071d5093c4d2f59d58b8938decbc0ccd52b69f6a378d
+# generated-sha256: a78b36c0f4f5d673ceedf86031d30c09ef86c9a063c4d12688b4e02e27d8d92d
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync, then
 FlashAttention-3's on Hopper's wgmma, TMA and warp specialisation.
 
 out[b, h, i] = sum_j softmax_j(q[b, h, i] . k[b, h, j] / sqrt(D)) v[b, h, j], with the causal mask
 (query i sees keys j <= i) when ``causal[0]`` is 1: the float32 ``attention`` ladder's operator, with
-q, k, v and out B x H x S x D arrays in fp16 (``attention_fp16``) or bf16 (``attention_bf16``), the
+q, k, v and out B x H x S x D arrays in fp16 (``attention[fp16]``) or bf16 (``attention[bf16]``), the
 scores, the softmax statistics and the output accumulated in float32, the output rounded once to
 the inputs' type (what torch's SDPA does at these dtypes). A size is B x H x S x D x CAUSAL; D is a
 multiple of 8 up to 128 (16-byte rows for cp.async; the kernels are built for D padded to 16, 32, 64
@@ -73,7 +73,7 @@ from numba import cuda, float32, int32, uint16, uint32, uint64
 
 from workbench import device as _device
 from workbench.shared_memory import STATIC_LIMIT, set_max_dynamic_shared_memory
-from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
+from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, stage_of
 from workbench.targets import against_peer
 
 from solutions._attention_common import (attention_flops, extreme_logits, kv_fetch_bytes, naive_expression, reference,
@@ -164,9 +164,9 @@ def _io_bytes(size):
     return 4 * B * H * S * D * 2  # q, k, v read and out written once, 2 bytes an element
 
 
-def _operator(name, dtype, title, rank):
+def _operator(short, dtype, title, rank):
     return Operator(
-        name=name,
+        name="attention", variant={"dtype": short},
         # mma.sync's ladder set out for half of SDPA; on Hopper's instructions (wgmma, TMA, warp
         # specialisation) the aim is SDPA itself, at both shapes FlashAttention-3 is judged at
         targets=[against_peer(0.5, "torch SDPA", stage="best"), against_peer(1.0, "torch SDPA", stage="best"),
@@ -195,19 +195,15 @@ def _operator(name, dtype, title, rank):
     )
 
 
-op = _operator("attention_fp16", np.float16, "FlashAttention on tensor cores, fp16 (float32 softmax)", 302)
-bf16_op = _operator("attention_bf16", BF16, "FlashAttention on tensor cores, bf16 (float32 softmax)", 303) \
+op = _operator("fp16", np.float16, "FlashAttention on tensor cores, fp16 (float32 softmax)", 302)
+bf16_op = _operator("bf16", BF16, "FlashAttention on tensor cores, bf16 (float32 softmax)", 303) \
     if BF16 is not None else None
 OPERATORS = [o for o in (op, bf16_op) if o is not None]
 
 
 def _stage(name, summary):
-    """Register one launcher as the same stage of both operators (fp16 and bf16), with its traffic model."""
-    def register(launch):
-        def traffic(size):
-            return stage_traffic(name, size)
-        return [o.stage(name, summary, bytes_moved=traffic)(launch) for o in OPERATORS][0]
-    return register
+    """One launcher registered as the same stage of both operators (fp16 and bf16), with its traffic model."""
+    return stage_of(OPERATORS, name, summary, bytes_moved=lambda size: stage_traffic(name, size))
 
 
 def stage_traffic(stage, size):

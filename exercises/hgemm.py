@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 01c5db10282bc8f52be2e237e616fa1c196bf3561d7560b4ed47db2bcca91afb
+# generated-sha256: 63f763011afe0c91926516a16990ff0fe55e93913bae6bd3c1d8d08df2c4fc0a
 # --------------------------------------------------------------------------------------------------
 """Half-precision GEMM on tensor cores: out = A B with A (M x K) and B (K x N) in fp16 or bf16,
 accumulated in float32, written in the inputs' precision (what ``torch.matmul`` does at that dtype).
@@ -93,7 +93,7 @@ from numba import cuda, float32, int32, uint16, uint32, uint64
 
 from workbench import device as _device
 from workbench import library_peers as peers
-from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
+from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, stage_of
 from workbench.shared_memory import SM90_OPTIN_LIMIT, STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.targets import against_peer
 
@@ -233,14 +233,6 @@ bf16_op = _operator("bf16", BF16, "bf16 GEMM on tensor cores: out = A B (float32
 OPERATORS = [o for o in (op, bf16_op) if o is not None]
 
 
-def _stage(name, summary, **options):
-    """Register one launcher as the same stage of both operators (fp16 and bf16)."""
-    def register(launch):
-        stages = [o.stage(name, summary, **options)(launch) for o in OPERATORS]
-        return stages[0]
-    return register
-
-
 def _bits(a):
     """The raw 16-bit patterns of a half array (the mma stages only move bits; the tensor core
     interprets them)."""
@@ -303,7 +295,7 @@ def _cuda_core(A, B, out):
                 out[row, col] = acc[m, n]  # rounded to the half type (nearest even) by the store
 
 
-@_stage("cuda_core", """
+@stage_of(OPERATORS, "cuda_core", """
     The float32 register-tile GEMM on half inputs: each element is converted to float32 once, on its
     way into shared memory, and everything after runs on the FMA units in float32. The inputs are half
     the bytes of float32, but GEMM is bound by arithmetic, not bytes: this runs at float32 speed (a
@@ -715,7 +707,7 @@ def _run_stage(name, A, B, out):
 
 # -- 2. mma.sync, fragments element by element ---------------------------------------------------------
 
-@_stage("mma", """
+@stage_of(OPERATORS, "mma", """
     The multiply-adds move to the tensor cores: mma.sync.m16n8k16 multiplies a 16x16 half tile by a
     16x8 one into float32 accumulators for the whole warp, 4096 flops in one instruction, where a
     warp-wide FMA does 64. numba has no tensor-core API, so four lines of CUDA C++ (hgemm_mma.cu)
@@ -731,7 +723,7 @@ def mma(A, B, out):
 
 # -- 3. ldmatrix ----------------------------------------------------------------------------------------
 
-@_stage("ldmatrix", """
+@stage_of(OPERATORS, "ldmatrix", """
     ldmatrix.x4 is the load made for mma: the warp reads four 8x8 matrices of 16-bit elements, each
     lane giving the address of one 16-byte row, and each lane receives exactly its fragment registers.
     One instruction loads a whole m16k16 A fragment; with .trans, one loads the B fragments of two n8
@@ -745,7 +737,7 @@ def ldmatrix(A, B, out):
 
 # -- 4. swizzled shared layout ----------------------------------------------------------------------------
 
-@_stage("swizzle", """
+@stage_of(OPERATORS, "swizzle", """
     The same kernel with the tiles' 16-byte chunks permuted: chunk c of row r is stored at position
     c XOR (r mod 8) (for A's 64-byte rows, two to a 128-byte line: c XOR (r/2 mod 4)). An ldmatrix
     phase reads one chunk from each of 8 consecutive rows: after the XOR those 8 chunks are in 8
@@ -758,7 +750,7 @@ def swizzle(A, B, out):
 
 # -- 5. a deeper pipeline in dynamic shared memory ----------------------------------------------------------
 
-@_stage("pipeline", """
+@stage_of(OPERATORS, "pipeline", """
     Two buffers let one K-step's copy overlap one K-step's arithmetic; at tensor-core speed a 16 KiB
     step computes in less time than global memory takes to answer, so the warps wait at every barrier.
     Four buffers keep three steps in flight: cp.async.wait_group 2 waits only for the oldest. The four
@@ -775,7 +767,7 @@ def pipeline(A, B, out):
 
 # -- 6. the tuned tile ------------------------------------------------------------------------------------
 
-@_stage("tuned", """
+@stage_of(OPERATORS, "tuned", """
     A bigger tile and a launch order for the cache. The warp tile grows from 64x32 to 64x64 (4 x 8 mma
     tiles, 128 float32 accumulators a lane) and the block tile to 128x256: per k16 step a warp issues 8
     ldmatrix for 32 mma where stage 5 issued 6 for 16, a third less shared-memory traffic per flop, and
@@ -1201,7 +1193,7 @@ def launch_hopper(source, A, B, out):
 
 # -- 7. wgmma ------------------------------------------------------------------------------------------
 
-@_stage("wgmma", """
+@stage_of(OPERATORS, "wgmma", """
     Hopper's own tensor-core instruction. wgmma.mma_async is issued by a warpgroup (4 warps, 128
     threads) and computes a 64x256x16 product, 64 times the work of one mma.sync, with both operands read
     straight from shared memory through matrix descriptors: no ldmatrix, no fragment registers, and the
@@ -1225,7 +1217,7 @@ def wgmma(A, B, out):
 
 # -- 8. TMA ----------------------------------------------------------------------------------------------
 
-@_stage("tma", """
+@stage_of(OPERATORS, "tma", """
     The copies move to the copy engine. One thread issues cp.async.bulk.tensor for a whole 128x64 box
     of A and four 64x64 boxes of B per K-step, described by tensor maps the host builds once per buffer
     (cuTensorMapEncodeTiled: base address, shape, strides, box, 128-byte swizzle) and the kernel reads
@@ -1243,7 +1235,7 @@ def tma(A, B, out):
 
 # -- 9. warp specialisation ------------------------------------------------------------------------------
 
-@_stage("warp_specialized", """
+@stage_of(OPERATORS, "warp_specialized", """
     Stage 8 still stops both warpgroups at a block-wide barrier every K-step before a slot can be
     refilled. Here a third warpgroup, the producer, does nothing but keep the ring full: one of its
     threads waits on a slot's "empty" mbarrier, then issues its TMA copies onto the slot's "full" one.

@@ -59,7 +59,7 @@ from numba import cuda, float32, int32, uint16, uint32, uint64
 
 from workbench import device as _device
 from workbench.shared_memory import STATIC_LIMIT, set_max_dynamic_shared_memory
-from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
+from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, stage_of
 from workbench.targets import against_peer
 
 from solutions._attention_common import (attention_flops, extreme_logits, kv_fetch_bytes, naive_expression, reference,
@@ -188,12 +188,8 @@ OPERATORS = [o for o in (op, bf16_op) if o is not None]
 
 
 def _stage(name, summary):
-    """Register one launcher as the same stage of both operators (fp16 and bf16), with its traffic model."""
-    def register(launch):
-        def traffic(size):
-            return stage_traffic(name, size)
-        return [o.stage(name, summary, bytes_moved=traffic)(launch) for o in OPERATORS][0]
-    return register
+    """One launcher registered as the same stage of both operators (fp16 and bf16), with its traffic model."""
+    return stage_of(OPERATORS, name, summary, bytes_moved=lambda size: stage_traffic(name, size))
 
 
 def stage_traffic(stage, size):

@@ -331,7 +331,7 @@ def test_fused_lamport_on_one_gpu(size):
         group = allreduce._emulated_fused_group(cuda.to_device(partials), cuda.to_device(residual),
                                                 cuda.to_device(weight), out)
         allreduce.lamport_allreduce_rmsnorm(group)
-        allreduce.check_flag_status(group, "allreduce[rmsnorm].lamport")
+        allreduce.check_flag_status(group, "allreduce_rmsnorm.lamport")
         got = out.copy_to_host()
         np.testing.assert_allclose(got[0], allreduce.fused_op.reference(partials, residual, weight)[0],
                                    rtol=1e-4, atol=1e-4)

@@ -27,14 +27,14 @@ def test_refuses_a_head_size_that_is_not_a_multiple_of_8_up_to_128(D):
     q, k, v, causal, out = _device_inputs(attention_tc.op, (1, 1, 2, 16, 0))
     bad = to_device(np.zeros((1, 1, 2, D), np.float16))
     with pytest.raises(InputError, match=f"head size D = {D}"):
-        attention_tc.async_kv(bad, k, v, causal, out)
+        attention_tc.op["async_kv"](bad, k, v, causal, out)
 
 
 @pytest.mark.sim_only
 def test_refuses_float32_inputs():
     q, k, v, causal, out = _device_inputs(attention_tc.op, (1, 1, 2, 16, 0))
     with pytest.raises(InputError, match="q must have dtype float16"):
-        attention_tc.mma_scores(to_device(np.zeros((1, 1, 2, 16), np.float32)), k, v, causal, out)
+        attention_tc.op["mma_scores"](to_device(np.zeros((1, 1, 2, 16), np.float32)), k, v, causal, out)
 
 
 def test_score_fragments_of_two_key_tiles_are_the_a_fragment_of_p_v():

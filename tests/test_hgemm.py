@@ -630,7 +630,7 @@ jobs = {"gemm[fp16].cuda_core": (hgemm._cuda_core, (h2, h2, h2))}
 for stage in sys.argv[1].split(","):
     for (bf16, vec), kernel in hgemm.KERNELS[stage].items():
         if vec:
-            jobs[f"hgemm.{stage}{'.bf16' if bf16 else ''}"] = (kernel, (u2, u2, u2))
+            jobs[f"gemm[{'bf16' if bf16 else 'fp16'}].{stage}"] = (kernel, (u2, u2, u2))
 jobs["gemm[int8].dp4a"] = (int8_gemm._dp4a_words, (i2, i2, w2, w2, o2))
 jobs["gemm[int8].mma"] = (int8_gemm._mma_vec, (i2, i2, o2))
 jobs["qlinear.fused"] = (int8_gemm._fused_vec, (i2, i2, f1, f1, f2))
@@ -664,8 +664,7 @@ def test_tensor_core_kernels_link_for_sm90(linked):
         if r["local_in_loop"]:
             problems.append(f"{name}: {r['local_in_loop']} local-memory accesses among its mma.sync")
         # the bound test_ladders.py allows the stage (hgemm.mma's spill is its lesson), named as it is there
-        stage_key = "gemm[bf16]." + name.split(".")[1] if name.endswith(".bf16") else name
-        if (r.get("spill_bytes") or 0) > SPILL_EXPECTED.get(stage_key, SPILL_BUDGET):
+        if (r.get("spill_bytes") or 0) > SPILL_EXPECTED.get(name, SPILL_BUDGET):
             problems.append(f"{name}: {r['spill_bytes']} bytes of spills")
         stage = name.split(".")[1]
         if stage in TENSOR_CORE and not r["mma"]:
