@@ -842,7 +842,8 @@ def _wgmma_qlinear(A, W, x_scale, w_scale, out, map_a, map_w):
     unrolls. Quantizing x stays the pass before it (a row's scale needs the whole row). Why it is faster:
     the fused stage's GEMM is the mma.sync kernel, which took 2401 us at 8192^3 on the H200 as gemm[int8]'s
     mma stage; the wgmma kernel took 844 us there (1.41x torch._int_mm), and the epilogue adds the same
-    float32 stores the fused stage makes. K must be a multiple of 16 (the copy engine's rule for the int8
+    float32 stores the fused stage makes. The whole layer, quantizing x included, took 1125 us at 8192^3
+    (977 int8 TOPS), where the fused stage took 2561 us. K must be a multiple of 16 (the copy engine's rule for the int8
     rows); other shapes run the fused stage.""")
 def wgmma_epilogue(x, Wq, w_scale, out):
     M, N = out.shape

@@ -866,6 +866,7 @@ def test_after_timing_a_result_kept_by_buffer_is_stale_and_work_left_to_a_thread
 
 
 @pytest.mark.gpu
+@pytest.mark.timing(whole=True)
 def test_timing_cheats_are_refused_on_a_gpu():
     """The speed case on a GPU: a result kept by buffer is stale; a kernel left to a thread is refused."""
     for path in (ROOT / "tests" / "planted" / "timing" / "caches_by_buffer.py",
