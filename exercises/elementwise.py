@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 597e7b0020301f9287edf258e4354d2d5c64da6898c574116f57c1a93b6e5efa
+# generated-sha256: d3e97e5e0cb11c873665086cc32d94da62e046b268b859dcb4177c6319e6266e
 # --------------------------------------------------------------------------------------------------
 """y = GELU(x + bias) + residual on a float32 matrix, in six steps from three kernels to one pass at memory speed.
 
@@ -358,7 +358,8 @@ def vector_tiles(x, bias, residual, out):
 # ======================================================================================================
 # elementwise[fp16] and elementwise[bf16]: GELU(x + bias) + residual on 16-bit matrices, float32 inside
 # ======================================================================================================
-# Each launcher serves both formats (stage_of).
+# Each launcher serves both formats (stage_of); each kernel is written once, a template compiled per format
+# by solutions/_half.py's per_format, and the launcher picks template.kernels[x.dtype].
 
 def _gelu_inputs(dtype):
     def make(size, rng):

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: b7246afb84a26887988f087babb8ec814e0a1b4c5f5ca8452bc2344886e1838e
+# generated-sha256: 94e63b3aac5ad40fc0b52116b52d9c2a330c2573ccb031110de1a1a4e4903d3a
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -1170,7 +1170,9 @@ def rmsnorm_by_shape(x, weight, out):
 # layernorm[fp16], layernorm[bf16], rmsnorm[fp16], rmsnorm[bf16]: 16-bit rows, float32 inside
 # ======================================================================================================
 # Their kernels start from stage 7's (ilp): its THREADS, ILP, ILP_SPAN and TWO_WARPS, which are also what
-# solutions/_half.py's block_sum assumes. Each launcher serves both formats (stage_of).
+# solutions/_half.py's block_sum assumes.
+# Each launcher serves both formats (stage_of); each kernel is written once, a template compiled per format
+# by solutions/_half.py's per_format, and the launcher picks template.kernels[x.dtype].
 
 def _norm_rows(dtype):
     """layernorm's rows (random means and spreads, mean-1e4 rows, constant rows), in ``dtype``."""

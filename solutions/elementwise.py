@@ -452,7 +452,8 @@ def vector_tiles(x, bias, residual, out):
 # ======================================================================================================
 # elementwise[fp16] and elementwise[bf16]: GELU(x + bias) + residual on 16-bit matrices, float32 inside
 # ======================================================================================================
-# Each launcher serves both formats (stage_of).
+# Each launcher serves both formats (stage_of); each kernel is written once, a template compiled per format
+# by solutions/_half.py's per_format, and the launcher picks template.kernels[x.dtype].
 
 def _gelu_inputs(dtype):
     def make(size, rng):

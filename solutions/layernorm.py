@@ -1493,7 +1493,9 @@ def rmsnorm_by_shape(x, weight, out):
 # layernorm[fp16], layernorm[bf16], rmsnorm[fp16], rmsnorm[bf16]: 16-bit rows, float32 inside
 # ======================================================================================================
 # Their kernels start from stage 7's (ilp): its THREADS, ILP, ILP_SPAN and TWO_WARPS, which are also what
-# solutions/_half.py's block_sum assumes. Each launcher serves both formats (stage_of).
+# solutions/_half.py's block_sum assumes.
+# Each launcher serves both formats (stage_of); each kernel is written once, a template compiled per format
+# by solutions/_half.py's per_format, and the launcher picks template.kernels[x.dtype].
 
 def _norm_rows(dtype):
     """layernorm's rows (random means and spreads, mean-1e4 rows, constant rows), in ``dtype``."""

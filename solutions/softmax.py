@@ -804,7 +804,9 @@ def by_shape(x, out):
 # softmax[fp16] and softmax[bf16]: 16-bit rows, float32 inside
 # ======================================================================================================
 # Their kernels start from stage 7's (ilp): its THREADS, ILP, ILP_SPAN and TWO_WARPS, which are also what
-# solutions/_half.py's block_max and block_sum assume. Each launcher serves both formats (stage_of).
+# solutions/_half.py's block_max and block_sum assume.
+# Each launcher serves both formats (stage_of); each kernel is written once, a template compiled per format
+# by solutions/_half.py's per_format, and the launcher picks template.kernels[x.dtype].
 
 def _softmax_inputs(dtype):
     def make(size, rng):
