@@ -3,7 +3,8 @@ and elementwise.py (GELU(x + bias) + residual), and quantize.py (int8).
 
 Their story, told once here and appended to each of those modules' docstrings (``SIXTEEN_BIT_STORY``);
 the two formats and their conversions to float32 and back; where a row's 32-bit words are when a row
-holds an odd number of halves; the pieces of the kernels that hold a row in registers; what the
+holds an odd number of halves; the pieces of the kernels that hold a row in registers; ``per_format``,
+which compiles a kernel written once with the conversions left free once per format; what the
 operators share (formats, sizes, validation, tolerance). From before: a block of THREADS threads per row,
 ILP loads in flight per thread, the block-wide maximum and sum by warp shuffles, libdevice's conversions
 (with NumPy stand-ins where the CUDA simulator has none), and a torch peer. It lives here, not in one
