@@ -270,6 +270,17 @@ def test_each_per_format_kernel_is_one_template_instantiated_per_format():
     assert len(templates) == 15, templates
 
 
+def test_the_grader_reaches_each_16_bit_stages_exercise_through_its_template():
+    """A launcher names its template, a plain function of its module, so the grader (which follows the
+    names a function uses, not the values of a dict) reaches the device function holding the exercise;
+    a {dtype: kernel} mapping alone would have made every 16-bit stage "not an exercise"."""
+    from workbench.grade.targets import not_an_exercise
+
+    for op in HALF_OPERATORS:
+        for stage in op.stages:
+            assert not_an_exercise(stage) is None, stage.key
+
+
 @pytest.mark.sim_only
 @pytest.mark.parametrize("fmt", [F16, BF16], ids=["fp16", "bf16"])
 def test_a_launcher_runs_the_kernel_of_its_inputs_format(fmt):
