@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 979d05a72cc2aecce7d44cbb3e891db42a7a321e2b1372b71b0983da433992a1
+# generated-sha256: 94e63b3aac5ad40fc0b52116b52d9c2a330c2573ccb031110de1a1a4e4903d3a
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -46,10 +46,9 @@ from numba import cuda, float32, uint16, uint32, uint64
 
 from solutions._half import (
     CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, VECTOR,
-    a_matrix, as_float64, bf16_to_float, bits16, block_sum, block_sum_over, cvt_pair_bf16, cvt_pair_f16,
-    edge_element, expect_rows, expect_vectors, f16_to_float, flat_bits16, float_to_bf16, float_to_f16, group_row,
-    group_sum, half_operator, is_bf16, load_held, pack, registers_grid, registers_threads, row_words, short_name,
-    torch_peer, vector_at, words)
+    a_matrix, as_float64, bits16, block_sum, block_sum_over, edge_element, expect_rows, expect_vectors, flat_bits16,
+    group_row, group_sum, half_operator, load_held, pack, per_format, registers_grid, registers_threads, row_words,
+    short_name, torch_peer, vector_at, words)
 # The float64 references (layernorm64: (x - mean) / sqrt(var + EPS) * weight + bias; rmsnorm64) and the random
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
@@ -1171,7 +1170,9 @@ def rmsnorm_by_shape(x, weight, out):
 # layernorm[fp16], layernorm[bf16], rmsnorm[fp16], rmsnorm[bf16]: 16-bit rows, float32 inside
 # ======================================================================================================
 # Their kernels start from stage 7's (ilp): its THREADS, ILP, ILP_SPAN and TWO_WARPS, which are also what
-# solutions/_half.py's block_sum assumes. Each launcher serves both formats (stage_of).
+# solutions/_half.py's block_sum assumes.
+# Each launcher serves both formats (stage_of); each kernel is written once, a template compiled per format
+# by solutions/_half.py's per_format, and the launcher picks template.kernels[x.dtype].
 
 def _norm_rows(dtype):
     """layernorm's rows (random means and spreads, mean-1e4 rows, constant rows), in ``dtype``."""
@@ -1269,14 +1270,9 @@ def layernorm_widened_row(x, weight, bias, out, widen, narrow):
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
-@cuda.jit
-def _layernorm_widened_f16(x, weight, bias, out):
-    layernorm_widened_row(x, weight, bias, out, f16_to_float, float_to_f16)
-
-
-@cuda.jit
-def _layernorm_widened_bf16(x, weight, bias, out):
-    layernorm_widened_row(x, weight, bias, out, bf16_to_float, float_to_bf16)
+@per_format
+def _layernorm_widened(x, weight, bias, out):
+    layernorm_widened_row(x, weight, bias, out, widen, narrow)  # noqa: F821 - bound per format
 
 
 @stage_of(HALF_LAYERNORMS, "widened", """
@@ -1287,7 +1283,7 @@ def _layernorm_widened_bf16(x, weight, bias, out):
     counting ones. Half the bytes of the float32 kernel, the same instructions per element plus a
     conversion each way, and half the bytes in flight per thread.""", dtype=np.float32)
 def layernorm_widened(x, weight, bias, out):
-    kernel = _layernorm_widened_bf16 if is_bf16(x) else _layernorm_widened_f16
+    kernel = _layernorm_widened.kernels[x.dtype]
     kernel[x.shape[0], THREADS](bits16(x), bits16(weight), bits16(bias), bits16(out))
 
 
@@ -1311,14 +1307,10 @@ def layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, widen, narr
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
-@cuda.jit
-def _layernorm_packed_f16(x16, x32, weight, bias, out16, out32, cols):
-    layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, f16_to_float, float_to_f16, THREADS)
-
-
-@cuda.jit
-def _layernorm_packed_bf16(x16, x32, weight, bias, out16, out32, cols):
-    layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, bf16_to_float, float_to_bf16, THREADS)
+@per_format
+def _layernorm_packed(x16, x32, weight, bias, out16, out32, cols):
+    layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols,
+                         widen, narrow, THREADS)  # noqa: F821 - bound per format
 
 
 @stage_of(HALF_LAYERNORMS, "packed", """
@@ -1331,21 +1323,17 @@ def _layernorm_packed_bf16(x16, x32, weight, bias, out16, out32, cols):
     bf16 about 14% faster; fp16's timings spread too widely (p10 to p90) to tell it from widened in one
     run, and another run had it 24% faster.""", dtype=np.float32)
 def layernorm_packed(x, weight, bias, out):
-    kernel = _layernorm_packed_bf16 if is_bf16(x) else _layernorm_packed_f16
+    kernel = _layernorm_packed.kernels[x.dtype]
     kernel[x.shape[0], THREADS](flat_bits16(x), words(x), bits16(weight), bits16(bias), flat_bits16(out),
                                 words(out), x.shape[1])
 
 
 # -- 3. rows_in_flight: four warps per row ----------------------------------------------------------------
 
-@cuda.jit
-def _layernorm_rows_f16(x16, x32, weight, bias, out16, out32, cols):
-    layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, f16_to_float, float_to_f16, ROW_THREADS)
-
-
-@cuda.jit
-def _layernorm_rows_bf16(x16, x32, weight, bias, out16, out32, cols):
-    layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols, bf16_to_float, float_to_bf16, ROW_THREADS)
+@per_format  # not _layernorm_rows: that is the float32 ladder's fused launcher
+def _layernorm_rows_in_flight(x16, x32, weight, bias, out16, out32, cols):
+    layernorm_packed_row(x16, x32, weight, bias, out16, out32, cols,
+                         widen, narrow, ROW_THREADS)  # noqa: F821 - bound per format
 
 
 @stage_of(HALF_LAYERNORMS, "rows_in_flight", """
@@ -1358,7 +1346,7 @@ def _layernorm_rows_bf16(x16, x32, weight, bias, out16, out32, cols):
     multiprocessor: 128 KB of rows in flight, each thread two unrolled steps of eight words a pass
     (the float32 kernel's shape again), and the reductions cross four warps instead of eight.""", dtype=np.float32)
 def layernorm_rows_in_flight(x, weight, bias, out):
-    kernel = _layernorm_rows_bf16 if is_bf16(x) else _layernorm_rows_f16
+    kernel = _layernorm_rows_in_flight.kernels[x.dtype]
     kernel[x.shape[0], ROW_THREADS](flat_bits16(x), words(x), bits16(weight), bits16(bias), flat_bits16(out),
                                     words(out), x.shape[1])
 
@@ -1380,16 +1368,10 @@ def layernorm_registers_row(x16, x32, w16, w32, b16, b32, out16, out32, rows, co
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
-@cuda.jit
-def _layernorm_registers_f16(x16, x32, w16, w32, b16, b32, out16, out32, rows, cols, threads):
+@per_format
+def _layernorm_registers(x16, x32, w16, w32, b16, b32, out16, out32, rows, cols, threads):
     layernorm_registers_row(x16, x32, w16, w32, b16, b32, out16, out32, rows, cols, threads,
-                            f16_to_float, float_to_f16, cvt_pair_f16)
-
-
-@cuda.jit
-def _layernorm_registers_bf16(x16, x32, w16, w32, b16, b32, out16, out32, rows, cols, threads):
-    layernorm_registers_row(x16, x32, w16, w32, b16, b32, out16, out32, rows, cols, threads,
-                            bf16_to_float, float_to_bf16, cvt_pair_bf16)
+                            widen, narrow, narrow2)  # noqa: F821 - bound per format
 
 
 def layernorm_in_registers(x, weight, bias, out):
@@ -1402,7 +1384,7 @@ def layernorm_in_registers(x, weight, bias, out):
     if threads is None or not aligned16(x, weight, bias, out):
         return layernorm_rows_in_flight(x, weight, bias, out)
     blocks, block = registers_grid(rows, threads)
-    kernel = _layernorm_registers_bf16 if is_bf16(x) else _layernorm_registers_f16
+    kernel = _layernorm_registers.kernels[x.dtype]
     kernel[blocks, block](flat_bits16(x), words(x), bits16(weight), words(weight), bits16(bias), words(bias),
                           flat_bits16(out), words(out), rows, cols, threads)
 
@@ -1423,14 +1405,9 @@ def rmsnorm_widened_row(x, weight, out, widen, narrow):
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
-@cuda.jit
-def _rmsnorm_widened_f16(x, weight, out):
-    rmsnorm_widened_row(x, weight, out, f16_to_float, float_to_f16)
-
-
-@cuda.jit
-def _rmsnorm_widened_bf16(x, weight, out):
-    rmsnorm_widened_row(x, weight, out, bf16_to_float, float_to_bf16)
+@per_format
+def _rmsnorm_widened(x, weight, out):
+    rmsnorm_widened_row(x, weight, out, widen, narrow)  # noqa: F821 - bound per format
 
 
 @stage_of(HALF_RMSNORMS, "widened", """
@@ -1439,7 +1416,7 @@ def _rmsnorm_widened_bf16(x, weight, out):
     It has to be: an fp16 square overflows past 255 (256^2 = 65536), so an fp16 sum of squares of
     ordinary activations is inf, and the output would be zero.""", dtype=np.float32)
 def rmsnorm_widened(x, weight, out):
-    kernel = _rmsnorm_widened_bf16 if is_bf16(x) else _rmsnorm_widened_f16
+    kernel = _rmsnorm_widened.kernels[x.dtype]
     kernel[x.shape[0], THREADS](bits16(x), bits16(weight), bits16(out))
 
 
@@ -1461,14 +1438,10 @@ def rmsnorm_packed_row(x16, x32, weight, out16, out32, cols, widen, narrow, thre
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
-@cuda.jit
-def _rmsnorm_packed_f16(x16, x32, weight, out16, out32, cols):
-    rmsnorm_packed_row(x16, x32, weight, out16, out32, cols, f16_to_float, float_to_f16, THREADS)
-
-
-@cuda.jit
-def _rmsnorm_packed_bf16(x16, x32, weight, out16, out32, cols):
-    rmsnorm_packed_row(x16, x32, weight, out16, out32, cols, bf16_to_float, float_to_bf16, THREADS)
+@per_format
+def _rmsnorm_packed(x16, x32, weight, out16, out32, cols):
+    rmsnorm_packed_row(x16, x32, weight, out16, out32, cols,
+                       widen, narrow, THREADS)  # noqa: F821 - bound per format
 
 
 @stage_of(HALF_RMSNORMS, "packed", """
@@ -1476,20 +1449,16 @@ def _rmsnorm_packed_bf16(x16, x32, weight, out16, out32, cols):
     each row's odd edge elements 16 bits at a time; the weight is read a half at a time from L1
     (a word of x and a word of weight line up only in rows that start at an even element).""", dtype=np.float32)
 def rmsnorm_packed(x, weight, out):
-    kernel = _rmsnorm_packed_bf16 if is_bf16(x) else _rmsnorm_packed_f16
+    kernel = _rmsnorm_packed.kernels[x.dtype]
     kernel[x.shape[0], THREADS](flat_bits16(x), words(x), bits16(weight), flat_bits16(out), words(out), x.shape[1])
 
 
 # -- RMSNorm: 3. rows_in_flight ------------------------------------------------------------------------
 
-@cuda.jit
-def _rmsnorm_rows_f16(x16, x32, weight, out16, out32, cols):
-    rmsnorm_packed_row(x16, x32, weight, out16, out32, cols, f16_to_float, float_to_f16, ROW_THREADS)
-
-
-@cuda.jit
-def _rmsnorm_rows_bf16(x16, x32, weight, out16, out32, cols):
-    rmsnorm_packed_row(x16, x32, weight, out16, out32, cols, bf16_to_float, float_to_bf16, ROW_THREADS)
+@per_format
+def _rmsnorm_rows(x16, x32, weight, out16, out32, cols):
+    rmsnorm_packed_row(x16, x32, weight, out16, out32, cols,
+                       widen, narrow, ROW_THREADS)  # noqa: F821 - bound per format
 
 
 @stage_of(HALF_RMSNORMS, "rows_in_flight", """
@@ -1504,7 +1473,7 @@ def _rmsnorm_rows_bf16(x16, x32, weight, out16, out32, cols):
     multiprocessor: 128 KB of rows in flight, each thread two unrolled steps of eight words a pass
     (the float32 kernel's shape again), and the reductions cross four warps instead of eight.""", dtype=np.float32)
 def rmsnorm_rows_in_flight(x, weight, out):
-    kernel = _rmsnorm_rows_bf16 if is_bf16(x) else _rmsnorm_rows_f16
+    kernel = _rmsnorm_rows.kernels[x.dtype]
     kernel[x.shape[0], ROW_THREADS](flat_bits16(x), words(x), bits16(weight), flat_bits16(out), words(out),
                                     x.shape[1])
 
@@ -1524,15 +1493,10 @@ def rmsnorm_registers_row(x16, x32, w16, w32, out16, out32, rows, cols, threads,
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
-@cuda.jit
-def _rmsnorm_registers_f16(x16, x32, w16, w32, out16, out32, rows, cols, threads):
-    rmsnorm_registers_row(x16, x32, w16, w32, out16, out32, rows, cols, threads, f16_to_float, float_to_f16, cvt_pair_f16)
-
-
-@cuda.jit
-def _rmsnorm_registers_bf16(x16, x32, w16, w32, out16, out32, rows, cols, threads):
-    rmsnorm_registers_row(x16, x32, w16, w32, out16, out32, rows, cols, threads, bf16_to_float, float_to_bf16,
-                          cvt_pair_bf16)
+@per_format
+def _rmsnorm_registers(x16, x32, w16, w32, out16, out32, rows, cols, threads):
+    rmsnorm_registers_row(x16, x32, w16, w32, out16, out32, rows, cols, threads,
+                          widen, narrow, narrow2)  # noqa: F821 - bound per format
 
 
 IN_REGISTERS = """
@@ -1575,7 +1539,7 @@ def rmsnorm_in_registers(x, weight, out):
     if threads is None or not aligned16(x, weight, out):
         return rmsnorm_rows_in_flight(x, weight, out)
     blocks, block = registers_grid(rows, threads)
-    kernel = _rmsnorm_registers_bf16 if is_bf16(x) else _rmsnorm_registers_f16
+    kernel = _rmsnorm_registers.kernels[x.dtype]
     kernel[blocks, block](flat_bits16(x), words(x), bits16(weight), words(weight), flat_bits16(out), words(out),
                           rows, cols, threads)
 

@@ -3,7 +3,8 @@ and elementwise.py (GELU(x + bias) + residual), and quantize.py (int8).
 
 Their story, told once here and appended to each of those modules' docstrings (``SIXTEEN_BIT_STORY``);
 the two formats and their conversions to float32 and back; where a row's 32-bit words are when a row
-holds an odd number of halves; the pieces of the kernels that hold a row in registers; what the
+holds an odd number of halves; the pieces of the kernels that hold a row in registers; ``per_format``,
+which compiles a kernel written once with the conversions left free once per format; what the
 operators share (formats, sizes, validation, tolerance). From before: a block of THREADS threads per row,
 ILP loads in flight per thread, the block-wide maximum and sum by warp shuffles, libdevice's conversions
 (with NumPy stand-ins where the CUDA simulator has none), and a torch peer. It lives here, not in one
@@ -15,6 +16,7 @@ import numpy as np
 from numba import cuda, float32, int16, int32, uint16, uint32, uint64
 from numba.cuda import libdevice
 
+from solutions._templates import instantiate
 from solutions._vector_io import load4
 from workbench import library_peers as peers
 from workbench.device import is_simulator
@@ -412,6 +414,32 @@ else:
 
     cvt_pair_f16 = _cvt_pair("cvt.rn.f16x2.f32")
     cvt_pair_bf16 = _cvt_pair("cvt.rn.bf16x2.f32")
+
+# -- one kernel per format: a template instantiated with the format's conversions -------------------------
+
+# The names a kernel template leaves free, bound per format: widen (16 bits -> float32), narrow (float32 ->
+# 16 bits), narrow2 (two float32 -> one word of two halves, one instruction on sm_80+).
+CONVERSIONS = {
+    FLOAT16: dict(widen=f16_to_float, narrow=float_to_f16, narrow2=cvt_pair_f16),
+    BFLOAT16: dict(widen=bf16_to_float, narrow=float_to_bf16, narrow2=cvt_pair_bf16),
+}
+KERNEL_SUFFIX = {FLOAT16: "f16", BFLOAT16: "bf16"}  # _softmax_packed_f16, _softmax_packed_bf16
+
+
+def per_format(template, **jit):
+    """Compile ``template`` (a kernel whose ``widen``, ``narrow`` and ``narrow2`` are free names) once per
+    format with those names bound to the format's conversions (``solutions._templates.instantiate``,
+    ``cuda.jit(**jit)``), each kernel named ``<template>_f16`` or ``<template>_bf16``: what the PTX
+    check, profiles and sanitizer reports call it. Returns the template with ``kernels``, {dtype:
+    kernel}, from which a launcher picks ``template.kernels[x.dtype]``. Used as a decorator. The
+    template stays a plain function of its module (the grader and the notebooks read it there); each
+    kernel sees the module's globals as they are when the template is defined."""
+    template.kernels = {
+        dtype: instantiate(template, dict(template.__globals__, **CONVERSIONS[dtype]),
+                           f"{template.__name__}_{KERNEL_SUFFIX[dtype]}", jit=jit)
+        for dtype in FORMATS}
+    return template
+
 
 # -- what the operators share: formats, sizes, validation, tolerance --------------------------------
 

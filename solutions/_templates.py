@@ -4,7 +4,9 @@ A template here is a plain Python function that calls names its module does not 
 ``combine``, ``IDENTITY``, ...). :func:`instantiate` makes a copy of it that sees those names bound to
 one operation's functions and constants, and compiles the copy with ``cuda.jit`` (or leaves it a plain
 function: a launcher). numba compiles each copy separately, so every operation gets its own specialised
-machine code and nothing is decided at run time.
+machine code and nothing is decided at run time. It is the one way a kernel is specialised: per activation
+(``activations.py``), per group size (``decode_attention.py``), and per 16-bit format through
+``solutions._half.per_format``, which binds ``widen``, ``narrow`` and ``narrow2`` to each format's conversions.
 
 The copy keeps the template's code (``inspect.getsource`` of it shows the template, which is what
 notebooks and ``workbench diff`` print) and is also made a global of the template's module under its

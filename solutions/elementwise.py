@@ -19,9 +19,8 @@ from workbench import library_peers as peers
 from workbench.targets import of_ceiling
 
 from solutions._half import (
-    FLOAT16, FORMATS, ILP, SIXTEEN, SIXTEEN_BIT_STORY, a_matrix, as_float64, bf16_to_float, bits16, expect_rows,
-    expect_vectors, f16_to_float, flat_bits16, float_to_bf16, float_to_f16, half_operator, is_bf16, pack,
-    short_name, torch_peer, words)
+    FLOAT16, FORMATS, ILP, SIXTEEN, SIXTEEN_BIT_STORY, a_matrix, as_float64, bits16, expect_rows, expect_vectors,
+    flat_bits16, half_operator, pack, per_format, short_name, torch_peer, words)
 # gelu(v) = 0.5 v (1 + erf(v / sqrt 2)) in float32, a device function (math.erf: libdevice's erff); the reference
 # is the same chain in float64. Both live in solutions/_references.py, with the row ladders' references.
 from solutions._references import gelu, gelu_bias_residual64, gelu_bias_residual_inputs
@@ -453,7 +452,8 @@ def vector_tiles(x, bias, residual, out):
 # ======================================================================================================
 # elementwise[fp16] and elementwise[bf16]: GELU(x + bias) + residual on 16-bit matrices, float32 inside
 # ======================================================================================================
-# Each launcher serves both formats (stage_of).
+# Each launcher serves both formats (stage_of); each kernel is written once, a template compiled per format
+# by solutions/_half.py's per_format, and the launcher picks template.kernels[x.dtype].
 
 def _gelu_inputs(dtype):
     def make(size, rng):
@@ -557,14 +557,9 @@ def gelu_widened_flat(x, bias, residual, out, widen, narrow):
     # END SOLUTION
 
 
-@cuda.jit
-def _gelu_widened_f16(x, bias, residual, out):
-    gelu_widened_flat(x, bias, residual, out, f16_to_float, float_to_f16)
-
-
-@cuda.jit
-def _gelu_widened_bf16(x, bias, residual, out):
-    gelu_widened_flat(x, bias, residual, out, bf16_to_float, float_to_bf16)
+@per_format
+def _gelu_widened(x, bias, residual, out):
+    gelu_widened_flat(x, bias, residual, out, widen, narrow)  # noqa: F821 - bound per format
 
 
 @stage_of(HALF_OPERATORS, "widened", """
@@ -574,7 +569,7 @@ def _gelu_widened_bf16(x, bias, residual, out):
     residual add are float32, and the sum is rounded to 16 bits once: 6 bytes an element instead of
     12. torch computes the same chain as three kernels, each rounding its result to 16 bits.""", dtype=np.float32)
 def gelu_widened(x, bias, residual, out):
-    kernel = _gelu_widened_bf16 if is_bf16(x) else _gelu_widened_f16
+    kernel = _gelu_widened.kernels[x.dtype]
     kernel[gelu_grid(x.shape[0] * x.shape[1]), THREADS](flat_bits16(x), bits16(bias), flat_bits16(residual),
                                                          flat_bits16(out))
 
@@ -628,14 +623,9 @@ def gelu_packed_flat(x16, x32, bias, r16, r32, out16, out32, widen, narrow):
     # END SOLUTION
 
 
-@cuda.jit
-def _gelu_packed_f16(x16, x32, bias, r16, r32, out16, out32):
-    gelu_packed_flat(x16, x32, bias, r16, r32, out16, out32, f16_to_float, float_to_f16)
-
-
-@cuda.jit
-def _gelu_packed_bf16(x16, x32, bias, r16, r32, out16, out32):
-    gelu_packed_flat(x16, x32, bias, r16, r32, out16, out32, bf16_to_float, float_to_bf16)
+@per_format
+def _gelu_packed(x16, x32, bias, r16, r32, out16, out32):
+    gelu_packed_flat(x16, x32, bias, r16, r32, out16, out32, widen, narrow)  # noqa: F821 - bound per format
 
 
 @stage_of(HALF_OPERATORS, "packed", """
@@ -650,7 +640,7 @@ def _gelu_packed_bf16(x16, x32, bias, r16, r32, out16, out32):
     and packing saves only load and store instructions while adding a second bias column (a wrap), the
     shifts and the pack to every word, and a column index per word held in flight.""", dtype=np.float32)
 def gelu_packed(x, bias, residual, out):
-    kernel = _gelu_packed_bf16 if is_bf16(x) else _gelu_packed_f16
+    kernel = _gelu_packed.kernels[x.dtype]
     kernel[gelu_grid(x.shape[0] * x.shape[1] // 2), THREADS](
         flat_bits16(x), words(x), bits16(bias), flat_bits16(residual), words(residual), flat_bits16(out), words(out))
 

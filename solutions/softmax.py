@@ -23,10 +23,9 @@ from numba import cuda, float32, uint16, uint32, uint64
 
 from solutions._half import (
     CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, a_matrix,
-    as_float64, bf16_to_float, bits16, block_max, block_max_over, block_sum, block_sum_over, cvt_pair_bf16,
-    cvt_pair_f16, edge_element, expect_rows, f16_to_float, flat_bits16, float_to_bf16, float_to_f16, group_max,
-    group_row, group_sum, half_operator, is_bf16, libdevice, load_held, pack, registers_grid, registers_threads,
-    row_words, short_name, torch_peer, words)
+    as_float64, bits16, block_max, block_max_over, block_sum, block_sum_over, edge_element, expect_rows, flat_bits16,
+    group_max, group_row, group_sum, half_operator, libdevice, load_held, pack, per_format, registers_grid,
+    registers_threads, row_words, short_name, torch_peer, words)
 from solutions._references import softmax64
 from solutions._vector_io import (
     aligned16, capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store4, store_chunk)
@@ -805,7 +804,9 @@ def by_shape(x, out):
 # softmax[fp16] and softmax[bf16]: 16-bit rows, float32 inside
 # ======================================================================================================
 # Their kernels start from stage 7's (ilp): its THREADS, ILP, ILP_SPAN and TWO_WARPS, which are also what
-# solutions/_half.py's block_max and block_sum assume. Each launcher serves both formats (stage_of).
+# solutions/_half.py's block_max and block_sum assume.
+# Each launcher serves both formats (stage_of); each kernel is written once, a template compiled per format
+# by solutions/_half.py's per_format, and the launcher picks template.kernels[x.dtype].
 
 def _softmax_inputs(dtype):
     def make(size, rng):
@@ -923,14 +924,9 @@ def softmax_widened_row(x, out, widen, narrow):
     # END SOLUTION
 
 
-@cuda.jit
-def _softmax_widened_f16(x, out):
-    softmax_widened_row(x, out, f16_to_float, float_to_f16)
-
-
-@cuda.jit
-def _softmax_widened_bf16(x, out):
-    softmax_widened_row(x, out, bf16_to_float, float_to_bf16)
+@per_format
+def _softmax_widened(x, out):
+    softmax_widened_row(x, out, widen, narrow)  # noqa: F821 - bound per format
 
 
 @stage_of(HALF_OPERATORS, "widened", """
@@ -942,7 +938,7 @@ def _softmax_widened_bf16(x, out):
     a shift in, five integer instructions and a NaN select out), and eight 2-byte loads a thread
     keep half as many bytes in flight as the float32 kernel's eight 4-byte ones.""", dtype=np.float32)
 def softmax_widened(x, out):
-    kernel = _softmax_widened_bf16 if is_bf16(x) else _softmax_widened_f16
+    kernel = _softmax_widened.kernels[x.dtype]
     kernel[x.shape[0], THREADS](bits16(x), bits16(out))
 
 
@@ -1010,14 +1006,9 @@ def softmax_packed_row(x16, x32, out16, out32, cols, widen, narrow, exp, threads
     # END SOLUTION
 
 
-@cuda.jit
-def _softmax_packed_f16(x16, x32, out16, out32, cols):
-    softmax_packed_row(x16, x32, out16, out32, cols, f16_to_float, float_to_f16, exact_exp, THREADS)
-
-
-@cuda.jit
-def _softmax_packed_bf16(x16, x32, out16, out32, cols):
-    softmax_packed_row(x16, x32, out16, out32, cols, bf16_to_float, float_to_bf16, exact_exp, THREADS)
+@per_format
+def _softmax_packed(x16, x32, out16, out32, cols):
+    softmax_packed_row(x16, x32, out16, out32, cols, widen, narrow, exact_exp, THREADS)  # noqa: F821 - bound per format
 
 
 @stage_of(HALF_OPERATORS, "packed", """
@@ -1029,7 +1020,7 @@ def _softmax_packed_bf16(x16, x32, out16, out32, cols):
     one 16-bit element at each end, loaded and stored on its own: a 32-bit store there would also
     write the neighbouring row's half, which another block is writing at the same time.""", dtype=np.float32)
 def softmax_packed(x, out):
-    kernel = _softmax_packed_bf16 if is_bf16(x) else _softmax_packed_f16
+    kernel = _softmax_packed.kernels[x.dtype]
     kernel[x.shape[0], THREADS](flat_bits16(x), words(x), flat_bits16(out), words(out), x.shape[1])
 
 
@@ -1037,14 +1028,9 @@ def softmax_packed(x, out):
 
 # -- 3. fast_exp: an exponential as accurate as a half needs ---------------------------------------------
 
-@cuda.jit
-def _softmax_fast_f16(x16, x32, out16, out32, cols):
-    softmax_packed_row(x16, x32, out16, out32, cols, f16_to_float, float_to_f16, fast_exp, THREADS)
-
-
-@cuda.jit
-def _softmax_fast_bf16(x16, x32, out16, out32, cols):
-    softmax_packed_row(x16, x32, out16, out32, cols, bf16_to_float, float_to_bf16, fast_exp, THREADS)
+@per_format
+def _softmax_fast(x16, x32, out16, out32, cols):
+    softmax_packed_row(x16, x32, out16, out32, cols, widen, narrow, fast_exp, THREADS)  # noqa: F821 - bound per format
 
 
 @stage_of(HALF_OPERATORS, "fast_exp", """
@@ -1056,20 +1042,16 @@ def _softmax_fast_bf16(x16, x32, out16, out32, cols):
     and one instruction) is off by about 2^-22, a thousandth of an fp16 rounding step, so the output
     is the same to within one rounding; only the kernel's instruction count changes.""", dtype=np.float32)
 def softmax_fast_exp(x, out):
-    kernel = _softmax_fast_bf16 if is_bf16(x) else _softmax_fast_f16
+    kernel = _softmax_fast.kernels[x.dtype]
     kernel[x.shape[0], THREADS](flat_bits16(x), words(x), flat_bits16(out), words(out), x.shape[1])
 
 
 # -- 4. rows_in_flight: four warps per row ----------------------------------------------------------------
 
-@cuda.jit
-def _softmax_rows_f16(x16, x32, out16, out32, cols):
-    softmax_packed_row(x16, x32, out16, out32, cols, f16_to_float, float_to_f16, fast_exp, ROW_THREADS)
-
-
-@cuda.jit
-def _softmax_rows_bf16(x16, x32, out16, out32, cols):
-    softmax_packed_row(x16, x32, out16, out32, cols, bf16_to_float, float_to_bf16, fast_exp, ROW_THREADS)
+@per_format
+def _softmax_rows(x16, x32, out16, out32, cols):
+    softmax_packed_row(x16, x32, out16, out32, cols,
+                       widen, narrow, fast_exp, ROW_THREADS)  # noqa: F821 - bound per format
 
 
 @stage_of(HALF_OPERATORS, "rows_in_flight", """
@@ -1082,7 +1064,7 @@ def _softmax_rows_bf16(x16, x32, out16, out32, cols):
     multiprocessor: 128 KB of rows in flight, each thread two unrolled steps of eight words a pass
     (the float32 kernel's shape again), and the reductions cross four warps instead of eight.""", dtype=np.float32)
 def softmax_rows_in_flight(x, out):
-    kernel = _softmax_rows_bf16 if is_bf16(x) else _softmax_rows_f16
+    kernel = _softmax_rows.kernels[x.dtype]
     kernel[x.shape[0], ROW_THREADS](flat_bits16(x), words(x), flat_bits16(out), words(out), x.shape[1])
 
 
@@ -1132,25 +1114,22 @@ def softmax_registers_row(x16, x32, out16, out32, rows, cols, threads, widen, na
     # END SOLUTION
 
 
-@cuda.jit
-def _softmax_registers_f16(x16, x32, out16, out32, rows, cols, threads):
-    softmax_registers_row(x16, x32, out16, out32, rows, cols, threads, f16_to_float, float_to_f16, cvt_pair_f16)
+@per_format
+def _softmax_registers(x16, x32, out16, out32, rows, cols, threads):
+    softmax_registers_row(x16, x32, out16, out32, rows, cols, threads,
+                          widen, narrow, narrow2)  # noqa: F821 - bound per format
 
 
-@cuda.jit
-def _softmax_registers_bf16(x16, x32, out16, out32, rows, cols, threads):
-    softmax_registers_row(x16, x32, out16, out32, rows, cols, threads, bf16_to_float, float_to_bf16, cvt_pair_bf16)
-
-
-def softmax_registers_launch(f16_kernel, bf16_kernel, x, out):
-    """Launch one of the row-in-registers kernels; a row wider than 1024 threads hold, or an array that
-    starts off a 16-byte boundary (a view mid-buffer), takes the rows_in_flight kernel instead."""
+def softmax_registers_launch(kernels, x, out):
+    """Launch x's format's row-in-registers kernel from ``kernels`` ({dtype: kernel}); a row wider than 1024
+    threads hold, or an array that starts off a 16-byte boundary (a view mid-buffer), takes the
+    rows_in_flight kernel instead."""
     rows, cols = x.shape
     threads = registers_threads(cols)
     if threads is None or not aligned16(x, out):
         return softmax_rows_in_flight(x, out)
     blocks, block = registers_grid(rows, threads)
-    kernel = bf16_kernel if is_bf16(x) else f16_kernel
+    kernel = kernels[x.dtype]
     kernel[blocks, block](flat_bits16(x), words(x), flat_bits16(out), words(out), rows, cols, threads)
 
 
@@ -1158,7 +1137,7 @@ def softmax_in_registers(x, out):
     """Not a stage: RMSNorm's in_registers idea applied to softmax, measured slower than rows_in_flight on an
     H200 at 32768 x 4096 (fp16 266.7 us against 165.3, bf16 206.8 against 189.0; see RMSNORM_ONLY).
     Kept so that the occupancy explanation can be tested: timed with its registers capped, it should catch up."""
-    softmax_registers_launch(_softmax_registers_f16, _softmax_registers_bf16, x, out)
+    softmax_registers_launch(_softmax_registers.kernels, x, out)
 
 
 OPERATORS = [op, *HALF_OPERATORS]

@@ -242,6 +242,58 @@ def test_one_launcher_serves_every_format_of_a_family_through_stage_of():
     assert np.allclose(got.sum(axis=1), 1.0, atol=3e-2)
 
 
+def test_each_per_format_kernel_is_one_template_instantiated_per_format():
+    """One mechanism specialises the 16-bit kernels by format: a template whose widen, narrow (and narrow2)
+    are free names, compiled once per format by _half.per_format under the names the PTX check, profiles
+    and sanitizer reports use (``_softmax_packed_f16``, ``_softmax_packed_bf16``); no kernel is written
+    out by hand per format."""
+    import ast
+    from pathlib import Path
+
+    templates = []
+    for module in (softmax, layernorm, elementwise):
+        defined = [node.name for node in ast.parse(Path(module.__file__).read_text()).body
+                   if isinstance(node, ast.FunctionDef)]
+        assert not [name for name in defined if name.endswith(("_f16", "_bf16"))], module.__name__
+        assert len(set(defined)) == len(defined), module.__name__  # a template's name hides no other function
+        for name in defined:
+            template = getattr(module, name)
+            if not hasattr(template, "kernels"):
+                continue
+            templates.append(name)
+            assert list(template.kernels) == _half.FORMATS == [F16, BF16]
+            for dtype, kernel in template.kernels.items():
+                assert kernel.__name__ == f"{name}_{_half.KERNEL_SUFFIX[dtype]}"
+                assert getattr(module, kernel.__name__) is kernel  # where the PTX check looks it up
+                assert kernel.py_func.__code__ is template.__code__
+    # softmax: widened, packed, fast, rows, registers; LayerNorm and RMSNorm four each; GELU two
+    assert len(templates) == 15, templates
+
+
+def test_the_grader_reaches_each_16_bit_stages_exercise_through_its_template():
+    """A launcher names its template, a plain function of its module, so the grader (which follows the
+    names a function uses, not the values of a dict) reaches the device function holding the exercise;
+    a {dtype: kernel} mapping alone would have made every 16-bit stage "not an exercise"."""
+    from workbench.grade.targets import not_an_exercise
+
+    for op in HALF_OPERATORS:
+        for stage in op.stages:
+            assert not_an_exercise(stage) is None, stage.key
+
+
+@pytest.mark.sim_only
+@pytest.mark.parametrize("fmt", [F16, BF16], ids=["fp16", "bf16"])
+def test_a_launcher_runs_the_kernel_of_its_inputs_format(fmt):
+    from workbench.simulator import record_launches
+
+    x = cuda.to_device(np.random.default_rng(0).normal(size=(2, 5)).astype(fmt))
+    out = cuda.device_array((2, 5), fmt)
+    with record_launches() as launches:
+        softmax.softmax_widened(x, out)
+    assert [kernel.__name__ for kernel, _ in launches] == [f"_softmax_widened_{_half.KERNEL_SUFFIX[fmt]}"]
+    assert np.allclose(out.copy_to_host().astype(np.float64).sum(axis=1), 1.0, atol=3e-2)
+
+
 def test_the_low_precision_ladders_import_no_other_ladder_so_they_get_exercises():
     """The grader refuses the answer key's modules, so a ladder that imports another gets no exercise:
     what the 16-bit variants of softmax.py, layernorm.py, elementwise.py and quantize.py share lives in
