@@ -68,21 +68,16 @@ import math
 import numpy as np
 from numba import cuda, float32, uint16, uint64
 
+from solutions._half import BFLOAT16, CONVERSIONS, bits16, short_name
+from solutions._half import FORMATS as HALF_FORMATS, TOLERANCE as HALF_TOLERANCE
 from solutions._references import erfc64
 from solutions._templates import instantiate
-from solutions._vector_io import (HALVES_PER_VECTOR, aligned16, bf16_to_float, f16_to_float, float_to_bf16,
-                                 float_to_f16, high_half, load4, load8, low_half, pack, store4, store8)
+from solutions._vector_io import (HALVES_PER_VECTOR, aligned16, high_half, load4, load8, low_half, pack, store4,
+                                 store8)
 from workbench import library_peers as peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, sm_count
 from workbench.targets import against_peer, of_ceiling
 
-try:
-    import ml_dtypes
-
-    BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - ml_dtypes is a dependency; without it only fp16 is offered
-    BFLOAT16 = None
-FLOAT16 = np.dtype(np.float16)
 
 THREADS = 256  # threads per block: a multiple of the 32-lane warp
 BLOCKS_PER_SM = 8  # 8 x 256 = 2048 threads, all a Hopper multiprocessor holds
@@ -259,6 +254,8 @@ def ulp_error(got: np.ndarray, ref: np.ndarray, dtype=np.float32) -> np.ndarray:
 
 
 def _largest(dtype):
+    import ml_dtypes  # (a dependency: bfloat16's limits)
+
     return ml_dtypes.finfo(dtype).max if dtype == BFLOAT16 else np.finfo(dtype).max
 
 
@@ -654,13 +651,8 @@ BY_NAME = {act.name: o for act, o in zip(ACTIVATIONS, OPERATORS)}
 # (workbench.ladder.to_device): every kernel here takes the 16-bit patterns (uint16) of its arrays, and
 # `widen` / `narrow`, bound per format, turn a pattern into a float32 and a float32 into a pattern.
 
-HALF_FORMATS = [FLOAT16] + ([BFLOAT16] if BFLOAT16 is not None else [])
 HALF_ACTIVATIONS = ["relu", "leaky_relu", "sigmoid", "tanh", "gelu", "gelu_tanh", "silu"]  # all seven
 NOT_TIMED_HALF = {"leaky_relu", "sigmoid", "tanh"}  # added 2026-11-24, not yet timed on a GPU
-WIDEN = {"float16": f16_to_float, "bfloat16": bf16_to_float}
-NARROW = {"float16": float_to_f16, "bfloat16": float_to_bf16}
-# ‖out − ref‖ / ‖ref‖ of a correct kernel is the output's rounding: at most 2^-11 (fp16), 2^-8 (bf16)
-HALF_TOLERANCE = {"float16": 2e-3, "bfloat16": 1e-2}
 # Element by element, in ulps of the 16-bit result: its rounding (0.5) plus the float32 function's error,
 # a few float32 ulps (libdevice) or tens (ex2.approx at large |x|), 2^-13 of an fp16 step and 2^-16 of a
 # bf16 one each: 0.51 leaves room for all of them. tanh.approx.f32 is the exception (relative error
@@ -679,15 +671,6 @@ def ulps_allowed(stage_key: str) -> float:
 
 HALVES_PER_THREAD = HALVES_PER_VECTOR * VECTORS_PER_THREAD  # in_flight: 32 halves (64 bytes) a thread
 HALF_THREADS = 512  # in_flight's block for every 16-bit function (the H200 sweep: IN_FLIGHT_HALVES, the paragraph)
-
-
-def short_name(dtype) -> str:
-    return "fp16" if np.dtype(dtype) == FLOAT16 else "bf16"
-
-
-def bits16(a):
-    """The 16-bit patterns of a 16-bit float array (same memory, no copy): what the kernels read and write."""
-    return a.view(np.uint16)
 
 
 # -- the 16-bit kernels: `activation`, `widen` and `narrow` are bound per (function, format) -------------
@@ -909,7 +892,7 @@ def _make_half_operator(act: Activation, dtype, rank: float) -> Operator:
         rank=rank,
         group="Activations in fp16 and bf16: ReLU, Leaky ReLU, Sigmoid, Tanh, GELU, SiLU (float32 inside)",
     )
-    namespace = dict(globals(), activation=act.device, widen=WIDEN[fmt], narrow=NARROW[fmt])
+    namespace = dict(globals(), activation=act.device, **CONVERSIONS[np.dtype(dtype)])  # widen, narrow
     tag = f"{act.name}_{short}"
     namespace["_apply_word"] = instantiate(_apply_word, namespace, f"_apply_word_{tag}",
                                            jit={"device": True, "inline": True})
