@@ -13,11 +13,12 @@ answer key's modules while it grades.
 """
 
 import numpy as np
-from numba import cuda, float32, int16, int32, uint16, uint32, uint64
+from numba import cuda, float32, uint32, uint64
 from numba.cuda import libdevice
 
 from solutions._templates import instantiate
-from solutions._vector_io import load4
+from solutions._vector_io import (  # the two formats: a 16-bit pattern becomes a float32 and back
+    bf16_to_float, f16_to_float, float_to_bf16, float_to_f16, load4)
 from workbench import library_peers as peers
 from workbench.device import is_simulator
 from workbench.ladder import InputError, Operator, expect_device_array
@@ -67,7 +68,7 @@ where the error of a correct kernel comes from.
 ``tests/test_low_precision.py`` checks these numbers.
 
 numba-cuda 0.30 has no half2 type and its cuda.fp16/cuda.bf16 functions are linked C++ (opaque calls
-in the PTX until link time), so the conversions (``solutions/_half.py``) are libdevice's and plain bit
+in the PTX until link time), so the conversions (``solutions/_vector_io.py``) are libdevice's and plain bit
 operations, which compile to a few PTX instructions: fp16 -> float32 is ``cvt.f32.f16``, float32 ->
 fp16 ``cvt.rn.f16.f32`` (round to nearest even, subnormals kept, overflow to inf); bf16 -> float32 is a
 16-bit shift (a bf16 is a float32 with its low 16 mantissa bits dropped), float32 -> bf16 rounds to
@@ -194,34 +195,6 @@ def torch_peer(name, call, returns=False):
     return peer
 
 
-# -- the two formats: a 16-bit pattern becomes a float32 and back ------------------------------------
-
-@cuda.jit(device=True, inline=True)
-def f16_to_float(bits):
-    """The fp16 whose 16 bits are the low half of ``bits``, as a float32: one ``cvt.f32.f16``."""
-    return libdevice.half2float(int16(bits & LOW))
-
-
-@cuda.jit(device=True, inline=True)
-def float_to_f16(value):
-    """float32 -> fp16 bits (round to nearest even, subnormals kept, past 65504 inf): ``cvt.rn.f16.f32``."""
-    return uint32(uint16(libdevice.float2half_rn(value)))
-
-
-@cuda.jit(device=True, inline=True)
-def bf16_to_float(bits):
-    """The bf16 in the low half of ``bits`` as a float32: its 16 bits become a float32's top half."""
-    return libdevice.int_as_float(int32(bits << SIXTEEN))
-
-
-@cuda.jit(device=True, inline=True)
-def float_to_bf16(value):
-    """float32 -> bf16 bits, rounded to nearest, ties to even: add 0x7FFF plus the lowest bit kept, then
-    drop the low 16 bits (a carry rounds up, into the exponent if need be, up to inf). A NaN stays a
-    NaN: rounding could carry its payload into inf."""
-    bits = uint32(libdevice.float_as_int(value))
-    rounded = uint32(bits + uint32(0x7FFF) + ((bits >> SIXTEEN) & uint32(1)))
-    return uint32(rounded >> SIXTEEN) if value == value else uint32(0x7FC0)
 
 
 @cuda.jit(device=True, inline=True)
