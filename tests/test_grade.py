@@ -875,3 +875,21 @@ def test_timing_cheats_are_refused_on_a_gpu():
         report = grade(want["stage"], str(path), quick=True, jobs=1)
         (stage,) = report.stages
         assert stage.status == "failed" and any(c.reason == want["reason"] for c in stage.cases), report.text()
+
+
+def test_without_a_terminal_each_verdict_is_a_line_as_it_comes():
+    """A log cut off mid-run (a GPU session's time limit) still says which stages passed."""
+    import io
+
+    from rich.console import Console
+
+    from workbench.grade.cli import Lines
+    from workbench.grade.report import CaseResult, StageGrade
+
+    buf = io.StringIO()
+    lines = Lines(Console(file=buf, width=200))
+    ok = CaseResult("scan.naive", [7], "passed", "", "")
+    bad = CaseResult("scan.naive", [9], "failed", "wrong-values", "wrong")
+    lines.stage_done(StageGrade("scan.naive", 1, "failed", [ok, bad]))
+    lines.stage_done(StageGrade("scan.fused", 2, "passed", [ok]))
+    assert buf.getvalue().splitlines() == ["  scan.naive: failed (1 of 2 cases failed)", "  scan.fused: passed (1 cases)"]

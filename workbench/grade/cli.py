@@ -57,6 +57,12 @@ class Lines(Listener):
     def file_started(self, shown_as: str, stages: int) -> None:
         self.console.print(f"grading {shown_as} ({stages} stage{'s' * (stages != 1)})")
 
+    def stage_done(self, grade: StageGrade) -> None:
+        """Each verdict as it comes: a log cut off mid-run (a GPU session's time limit) still says what passed."""
+        failed = sum(c.failed for c in grade.cases)
+        self.console.print(f"  {grade.key}: {grade.status}" + (f" ({failed} of {len(grade.cases)} cases failed)"
+                                                                 if failed else f" ({len(grade.cases)} cases)"))
+
 
 def cmd_grade(args) -> int:
     from rich.console import Console
