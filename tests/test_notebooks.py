@@ -289,6 +289,12 @@ def test_a_parts_figure_names_every_bar_and_its_legend_is_shorter_than_the_plot(
     assert len(labels) == len(rows) and all(best["stage"] in text for text, (_, best, _, _) in zip(labels, rows))
     (legend,) = ax.figure.legends  # under the panel, in its subfigure
     assert legend.get_window_extent(renderer).height < ax.get_window_extent(renderer).height / 4
+    ticks = ax.collections[0].get_offsets()  # the peers' red ticks: no label starts left of its row's tick
+    for text in ax.texts:
+        y = text.xy[1]
+        for tick_x, tick_y in ticks:
+            if tick_y == y:
+                assert text.get_window_extent(renderer).x0 > ax.transData.transform((tick_x, y))[0], text.get_text()
 
 
 def test_notebooks_are_named_by_their_chapters_declared_numbers():

@@ -781,7 +781,8 @@ BAR_ROW_IN = 0.24  # height of one operator's row in a by-Part figure: its name 
 
 def part_figure(rows: list[tuple[Operator, dict, dict | None, dict]], title: str):
     """One Part's operators as horizontal bars, each named on its axis: the best stage's % of the measured
-    peak, the strongest library peer's as a red tick on the same row, the value written at the bar's end.
+    peak, the strongest library peer's as a red tick on the same row, the value written past the bar's end
+    and the tick.
     A row is (operator, best stage's record, peer's record or None, the peaks of their file). The figure
     grows with its rows and its two-entry legend sits under it, never taller than the plot."""
     fig, (ax,) = new_figure(1, height=1.6 + BAR_ROW_IN * len(rows))
@@ -793,10 +794,11 @@ def part_figure(rows: list[tuple[Operator, dict, dict | None, dict]], title: str
     peer_y = [yi for yi, t in zip(y, theirs) if t is not None]
     ax.scatter([t for t in theirs if t is not None], peer_y, marker="|", s=160, linewidths=2.5,
                color=PEER_COLOR, label="strongest library peer", zorder=LABEL_ZORDER + 1)  # over the labels
-    for yi, v, (_, best, _, _) in zip(y, measured, rows):
+    for yi, v, t, (_, best, _, _) in zip(y, measured, theirs, rows):
         words = (f"{v:.0f}% {best['stage']}" if v is not None
                  else f"{best['stage']} (no peak of its precision measured)")
-        ax.annotate(words, (v or 0, yi), xytext=(3, 0), textcoords="offset points",
+        # the label starts past the bar's end and past the peer's tick, so that the tick never covers it
+        ax.annotate(words, (max(v or 0, t or 0), yi), xytext=(5, 0), textcoords="offset points",
                     va="center", fontsize=SMALL_PT, bbox=LABEL_BOX, zorder=LABEL_ZORDER)
     ax.set_yticks(y, [op.name for op, _, _, _ in rows], fontsize=SMALL_PT)
     ax.set_ylim(-0.7, len(rows) - 0.3)
