@@ -68,11 +68,12 @@ from solutions._flash_mma import (ALIGN16, FULL_MASK, HEAD_DIM_STEPS, LOG2E, LOW
                                   ldsm_trans, online_softmax, padded_head_dim, rescale_rows, softmax_tile, tile_offset)
 from solutions._ptx import cp_async_commit, cp_async_wait_pending, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, \
     shared_address32
-from solutions import _hopper
 from solutions._hopper import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
                                mbarrier_wait, setmaxnreg_consumer, setmaxnreg_producer, shared_descriptor, tile_pad,
                                named_barrier_arrive, named_barrier_sync, tma_load_2d, wgmma_commit, wgmma_fence,
                                wgmma_wait0, wgmma_wait1)
+from solutions._hopper import tensor_map as host_tensor_map, tma_ok  # (host side: the kernels take a map)
+import solutions._hopper as hopper  # its wgmma of each tile shape, looked up by name (SIZED_WGMMA)
 from solutions._vector_io import aligned16
 
 try:
@@ -784,7 +785,7 @@ def hopper_layout(DP):
 
 def hopper_usable(q, k, v, D):
     """The Hopper kernel's preconditions: a head size of whole 128-byte rows, TMA-readable arrays."""
-    return D in HOPPER_HEAD_DIMS and _hopper.tma_ok(*(_bits(a).reshape(-1, D) for a in (q, k, v)))
+    return D in HOPPER_HEAD_DIMS and tma_ok(*(_bits(a).reshape(-1, D) for a in (q, k, v)))
 
 
 GROUP_BLOCKS = 128  # under the mask, the heads whose blocks go together: about one wave of an H200's 132 SMs
@@ -861,10 +862,10 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG):
     Q_BYTES, TILE, K_AT, V_AT, BARS, _ = hopper_layout(DP)
     BQ_, BKV_, STAGES_ = HOPPER_BQ, HOPPER_BKV, HOPPER_STAGES
     KIND = "bf16" if BF16 else "f16"
-    scores_mma = getattr(_hopper, f"wgmma_{KIND}_ss_n{BKV_}")  # S = Q K^T: n = the tile's keys
-    values_mma = getattr(_hopper, f"wgmma_{KIND}_rs_n{DP}")  # O += P V: n = the head size
-    fence_s = getattr(_hopper, f"wgmma_fence_operands_{BKV_ // 2}")
-    fence_o = getattr(_hopper, f"wgmma_fence_operands_{DP // 2}")
+    scores_mma = getattr(hopper, f"wgmma_{KIND}_ss_n{BKV_}")  # S = Q K^T: n = the tile's keys
+    values_mma = getattr(hopper, f"wgmma_{KIND}_rs_n{DP}")  # O += P V: n = the head size
+    fence_s = getattr(hopper, f"wgmma_fence_operands_{BKV_ // 2}")
+    fence_o = getattr(hopper, f"wgmma_fence_operands_{DP // 2}")
     S_SHAPE = (BKV_ // 8, 4)  # S's accumulators: mma.sync's C fragment of each 8-key slice
     O_SHAPE = (DP // 8, 4)
     P_REGS = BKV_ // 4  # P's A registers: 4 a k16 step of keys
@@ -1064,8 +1065,8 @@ def launch_hopper(stage, q, k, v, causal, out):
         return launch("tuned", q, k, v, causal, out)
     q2, k2, v2 = (_bits(a).reshape(B * H * S, D) for a in (q, k, v))  # kept alive for the simulator's maps
     out32 = _bits(out).reshape(B * H * S, D).view(np.uint32)
-    maps = (_hopper.tensor_map(q2, 64, HOPPER_BQ), _hopper.tensor_map(k2, 64, HOPPER_BKV),
-            _hopper.tensor_map(v2, 64, HOPPER_BKV))
+    maps = (host_tensor_map(q2, 64, HOPPER_BQ), host_tensor_map(k2, 64, HOPPER_BKV),
+            host_tensor_map(v2, 64, HOPPER_BKV))
     kernel = build_hopper_kernel(stage, D, np.dtype(q.dtype) != np.float16)
     args = (_bits(q), _bits(k), _bits(v), out32, np.float32(LOG2E / math.sqrt(D)), causal) + maps
     nbytes = hopper_layout(D)[-1]

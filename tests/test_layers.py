@@ -4,7 +4,7 @@
     rooms                      grade/ (the autograder), tools/ (profile, sanitize), generate/exercises,
                                generate/notebooks:
                                programs of their own, never importing each other
-    presentation               tables, plots, nb (what notebook cells call)
+    presentation               tables, plots, nb (what notebook cells call), console, screens
     model                      device, ladder, registry, check, timing, bench, results, ... (below)
 
 Read from the source with ``ast`` (function-local imports included), so a cycle hidden inside a
@@ -27,7 +27,7 @@ PACKAGE = ROOT / "workbench"
 MODEL = {"device", "ladder", "registry", "curriculum", "paths", "sizes", "markers", "check", "timing", "bench", "results",
          "ceilings", "library_peers", "simulator", "introspect", "ptxcheck", "diff", "shared_memory", "prepared",
          "profiles", "sanitizer_reports", "record", "targets", "sweep"}
-PRESENTATION = {"tables", "plots", "nb"}
+PRESENTATION = {"tables", "plots", "nb", "console", "screens"}
 TOP = {"cli", "__main__"}
 LAYER_NAMES = ["model", "presentation", "room", "cli"]
 

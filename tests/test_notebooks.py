@@ -657,7 +657,7 @@ def test_the_page_measured_folds_what_jupyterlab_folds():
     """Without a browser: the page laid out hides folded outputs and sources, and boxes scrolled outputs."""
     import nbformat
 
-    from workbench.generate import screens
+    from workbench import screens
 
     notebook = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("long()", outputs=[nbformat.v4.new_output("stream", text="LONG\n" * 500)],
@@ -675,7 +675,7 @@ def test_the_page_measured_folds_what_jupyterlab_folds():
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs a headless Chromium to lay the pages out")
 def test_a_core_chapter_fits_a_sitting():
-    from workbench.generate import screens
+    from workbench import screens
 
     for ch in registry.chapters():
         if ch.core:

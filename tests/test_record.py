@@ -190,11 +190,14 @@ def test_a_ceiling_must_be_a_recorded_key():
 
 
 def test_targets_command_prints_every_declared_target_as_json(capsys):
-    assert main(["targets", "reduction", "--json"]) == 0
+    assert main(["targets", "reduction[sum]", "--json"]) == 0  # one variant (the family's default)
     found = json.loads(capsys.readouterr().out)
     assert [v["target"] for v in found] == ["last stage >= 1.00x the best peer at 268435456",
                                             "last stage >= 90% of the copy ceiling at 268435456"]
     assert all(v["status"] in (MET, MISSED, NEVER) for v in found)
+    assert main(["targets", "reduction", "--json"]) == 0  # the family: every variant's targets
+    family = json.loads(capsys.readouterr().out)
+    assert {v["op"] for v in family} > {"reduction", "reduction[cols]"} and found == family[:2]
 
 
 def test_every_operator_one_gpu_runs_declares_its_targets_in_the_registry():

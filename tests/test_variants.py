@@ -127,3 +127,11 @@ def test_plots_are_named_by_slug():
     op = registry.operator("activation[gelu,fp16]")
     assert op.slug == "activation-gelu-fp16"
     assert np.all([p.name.startswith(op.slug + "_") for p in tables.committed_plots(op)])
+
+
+def test_the_graders_report_names_a_variants_stage_as_written():
+    from workbench.grade.report import CaseResult, Report, StageGrade
+
+    ok = CaseResult("softmax[fp16].widened", [3, 38], "passed", "", "")
+    report = Report("solutions", "sim", 1, stages=[StageGrade("softmax[fp16].widened", 1, "passed", [ok])])
+    assert "softmax[fp16].widened" in report.text()

@@ -997,7 +997,7 @@ def cmd_notebooks(args) -> int:
 
 def screens_report(out: Path, only=None) -> int:
     """Print the screens each chapter's notebook fills; 1 if a core chapter's exceeds a sitting."""
-    from . import screens
+    from .. import screens
 
     chapters = {ch.notebook: ch for ch in registry.chapters()}
     try:

@@ -65,7 +65,7 @@ class Lines(Listener):
 
 
 def cmd_grade(args) -> int:
-    from rich.console import Console
+    from ..console import console as Console
 
     err = Console(stderr=True)
     try:

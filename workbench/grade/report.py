@@ -184,7 +184,7 @@ class Report:
 
     def render(self, console=None) -> None:
         """The table of cases, then each failed stage's first failure with its advice, then the score."""
-        from rich.console import Console
+        from ..console import console as Console
 
         console = console or Console()
         where = "simulator" if self.mode == "sim" else "GPU"
@@ -199,7 +199,7 @@ class Report:
         console.print(f"[{colour}]score: {_markup(self.summary())}[/] in {self.seconds:.0f} s")
 
     def text(self, width: int = 120) -> str:
-        from rich.console import Console
+        from ..console import console as Console
 
         buf = io.StringIO()
         self.render(Console(file=buf, width=width, color_system=None, force_terminal=False, force_jupyter=False,
