@@ -178,7 +178,9 @@ def test_the_tuned_stage_runs_its_geometry():
 
 @pytest.mark.sim_only
 @pytest.mark.parametrize("op", OPS, ids=lambda o: o.name)
-@pytest.mark.parametrize("size", [(1, 2, 520, 64, 0), (2, 1, 200, 128, 1)], ids=["d64-full-2-heads", "d128-causal"])
+@pytest.mark.parametrize("size", [  # the first wraps the three-slot ring (520 keys): ~50 s a case, slow tier
+    pytest.param((1, 2, 520, 64, 0), marks=pytest.mark.slow, id="d64-full-2-heads"),
+    pytest.param((2, 1, 200, 128, 1), id="d128-causal")])
 @pytest.mark.parametrize("stage", ["wgmma", "overlap_softmax", "pingpong"])
 def test_the_hopper_stages_run_their_kernel_at_sizes_not_multiples_of_its_tiles(op, size, stage):
     """The stage's own kernel (not the tuned fallback) in the emulated wgmma, TMA and mbarriers: 520 keys
