@@ -893,3 +893,13 @@ def test_without_a_terminal_each_verdict_is_a_line_as_it_comes():
     lines.stage_done(StageGrade("scan.naive", 1, "failed", [ok, bad]))
     lines.stage_done(StageGrade("scan.fused", 2, "passed", [ok]))
     assert buf.getvalue().splitlines() == ["  scan.naive: failed (1 of 2 cases failed)", "  scan.fused: passed (1 cases)"]
+
+
+def test_a_race_in_shared_memory_gets_the_barrier_advice_even_when_it_is_a_read_modify_write():
+    """Which of a tree's races the simulator meets first varies from run to run: a `+=` on a shared slot
+    is still most likely a missing barrier, so its advice names cuda.syncthreads() before atomics."""
+    from workbench.grade.reasons import race_kind
+
+    both = "threads (0,0,0) and (1,0,0) both access partials[3] (shared memory): a read-modify-write raced"
+    assert race_kind(both) == "shared"
+    assert race_kind("bins[7] (global memory): a read-modify-write raced") == "update"

@@ -109,10 +109,10 @@ RACE_ADVICE = {
 
 def race_kind(message: str) -> str:
     """Which RACE_ADVICE fits a race the simulator described (its message), "" if none does better."""
+    if "(shared memory)" in message:  # first: in shared memory a missing barrier is the likelier cause, even of
+        return "shared"  # a `+=` race (which of a tree's races the simulator meets first varies from run to run)
     if "read-modify-write" in message:
         return "update"
-    if "(shared memory)" in message:
-        return "shared"
     if "blocks of a launch run at the same time" in message:
         return "blocks"
     return ""
