@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 034023e6217d525f35b9d9bcc92e5542d6f48a34b66499fac1abf3e5f9cad0a1
+# generated-sha256: e27d97f7354d0555bbda471dbdbdfc7ad38cda0fd5559d3059eb3d039be91eae
 # --------------------------------------------------------------------------------------------------
 """5x5 convolution of a float32 image, zero outside the image: out[r, c] = sum w[i, j] * img[r+i-2, c+j-2].
 
@@ -300,8 +300,8 @@ def strip_rows(rows, across):
     eight pixels, and two pixels on each side from its neighbours' chunks, which their threads asked
     for a row earlier, so they come from L1) and uses them for all five output rows that input row
     touches, keeping those rows' partial sums in registers; the 25 weights are registers too, read
-    once per thread. The naive and tiled kernels issue 50 loads per output (25 pixels, 25 weights);
-    this one issues 4 per input row for 8 outputs, and asks for each row a row of multiply-adds
+    once per thread. The naive and tiled kernels make 50 loads per output (25 pixels, 25 weights);
+    this one makes 4 per input row for 8 outputs, and asks for each row a row of multiply-adds
     before it needs it, so the memory latency hides behind arithmetic. The strips are as tall as
     lets the whole grid be resident at once (launch_bounds keeps 6 blocks an SM), so no half-empty
     last wave of long-running blocks trails behind; the halo costs 4 extra input rows a strip. The

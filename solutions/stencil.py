@@ -341,8 +341,8 @@ def strip_rows(rows, across):
     eight pixels, and two pixels on each side from its neighbours' chunks, which their threads asked
     for a row earlier, so they come from L1) and uses them for all five output rows that input row
     touches, keeping those rows' partial sums in registers; the 25 weights are registers too, read
-    once per thread. The naive and tiled kernels issue 50 loads per output (25 pixels, 25 weights);
-    this one issues 4 per input row for 8 outputs, and asks for each row a row of multiply-adds
+    once per thread. The naive and tiled kernels make 50 loads per output (25 pixels, 25 weights);
+    this one makes 4 per input row for 8 outputs, and asks for each row a row of multiply-adds
     before it needs it, so the memory latency hides behind arithmetic. The strips are as tall as
     lets the whole grid be resident at once (launch_bounds keeps 6 blocks an SM), so no half-empty
     last wave of long-running blocks trails behind; the halo costs 4 extra input rows a strip. The
