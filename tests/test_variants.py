@@ -116,6 +116,8 @@ def test_list_shows_the_families_and_a_familys_stages_by_variant(capsys):
     assert "which variants each stage serves" in out and "activation[gelu,bf16]" in out
     assert main(["list", "act_relu"]) == 2
     assert "it is now called 'activation[relu]'" in capsys.readouterr().err
+    assert main(["list", "softmax[int8]"]) == 2  # a variant that does not exist: the family's variants named
+    assert "softmax's variants: softmax, softmax[fp16]" in " ".join(capsys.readouterr().err.split())
 
 
 def test_a_variant_checks_in_the_simulator_by_its_name(capsys):

@@ -68,7 +68,9 @@ def cmd_list(args) -> int:
     if args.target:  # a family (all its variants), one variant, or one chapter (its number or name)
         try:
             chosen = registry.operators_named(args.target)
-        except registry.UnknownTarget:
+        except registry.UnknownTarget as not_an_operator:
+            if "[" in args.target:  # a variant's name: what the registry says names the family's variants
+                raise not_an_operator from None
             try:
                 chosen = [ops[name] for name in registry.chapter(args.target).operators]
             except registry.UnknownTarget:
