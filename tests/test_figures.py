@@ -130,14 +130,7 @@ def check_legible(fig, what: str) -> None:
 # The quick tier draws two ladders (shape families and per-stage traffic; compute-bound fp16); -m slow
 # draws every recorded operator.
 QUICK = {"softmax", "gemm[fp16]"}
-# A known defect, kept failing on purpose (strict: it must fail until fixed): since the record run of
-# 2026-11-29 gave these operators a latency panel, the legend under their two-panel progress figure covers a
-# bar. The fix is to grow the figure by its legend's height, which changes every notebook's figures.
-LEGEND_COVERS_A_BAR = {"conv2d[general]", "conv2d[bias_relu]", "conv2d[bias_add_relu]", "conv2d[bn_folded]",
-                       "depthwise3x3[nhwc]", "pool2d[max]", "pool2d[mean,global]"}
-EVERY_OP = [pytest.param(op, id=op.name, marks=(() if op.name in QUICK else (pytest.mark.slow,))
-                         + ((pytest.mark.xfail(strict=True, reason="the legend covers a bar (NOTES.md)"),)
-                            if op.name in LEGEND_COVERS_A_BAR else ())) for op in OPS]
+EVERY_OP = [pytest.param(op, id=op.name, marks=() if op.name in QUICK else (pytest.mark.slow,)) for op in OPS]
 
 
 @pytest.mark.parametrize("op", EVERY_OP)

@@ -177,8 +177,16 @@ def _legend_below(ax, most_columns: int = 3):
         return None
     fits = int(ax.figure.bbox.width // LEGEND_COLUMN_PX)  # columns that fit under the panel
     ncols = max(1, min(most_columns, fits, len(handles)))
-    return ax.figure.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=SMALL_PT,
-                            frameon=False)
+    renderer = ax.get_figure(root=True).canvas.get_renderer()
+    while True:
+        legend = ax.figure.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize=SMALL_PT,
+                                  frameon=False)
+        # Long labels ("torch.max_pool2d(return_indices) (library)") make a column wider than the estimate: a
+        # legend wider than its panel would spill under the next panel's bars. One column fewer until it fits.
+        if ncols == 1 or legend.get_window_extent(renderer).width <= ax.figure.bbox.width:
+            return legend
+        legend.remove()
+        ncols -= 1
 
 
 def _grow_for_legend(ax, legend) -> None:
