@@ -173,6 +173,18 @@ def test_a_chapter_page_shows_every_variant_table_beside_the_others():
     assert "[11 reduction](11_reduction.md)" in page and "(../notebooks/21_softmax.ipynb)" in page
 
 
+def test_a_family_that_spans_chapters_names_the_others_in_each_page_and_notebook():
+    from workbench.generate import notebooks as generate
+    spans = {ch.number: [(family, [c.number for c in others]) for family, others in registry.family_elsewhere(ch)]
+             for ch in registry.chapters()}
+    assert spans[33] == [("gemm", [31, 35])] and spans[21] == []
+    page = tables.chapter_page(registry.chapter("33"))
+    assert "The `gemm` family continues in [31 gemm](31_gemm.md), [35 int8_gemm](35_int8_gemm.md)." in page
+    opening = generate.chapter_md(registry.chapter("31"))
+    assert "The `gemm` family continues in [33. Half-precision GEMM on tensor cores](33_hgemm.ipynb)" in opening
+    assert "continues in" not in tables.chapter_page(registry.chapter("21"))
+
+
 # -- workbench list ---------------------------------------------------------------------------------
 
 def test_list_shows_the_chapters_and_filters_by_operator_or_chapter(capsys):

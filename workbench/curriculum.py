@@ -7,7 +7,9 @@ notebook is ``NN_<slug>.ipynb`` and its page ``docs/NN_<slug>.md``.
 A chapter lists its operators, the first being the **primary** variant, whose ladder the chapter walks stage
 by stage; the others are variants along the chapter's axes (a dtype, an activation's function, a reduction's
 combine and axis) or fusions beside it, shown in a short section each. Every operator belongs to exactly one
-chapter. An operator this file does not list (a ladder just written, or one from
+chapter. A chapter walks ladders that fit one sitting; a family whose variants need ladders of their own (GEMM
+on CUDA cores, on tensor cores, in int8; the sum's ladder and the other combines' and axes') spans chapters, and
+each of them names the others (``registry.family_elsewhere``). An operator this file does not list (a ladder just written, or one from
 ``$WORKBENCH_SOLUTIONS_PATH``) still gets a notebook: it is *unfiled*, a chapter of its own numbered from
 ``UNFILED_FIRST`` in listing order, until it is added here (``unfiled_note`` says so).
 

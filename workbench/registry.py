@@ -168,6 +168,21 @@ def chapter_of(op: Operator) -> curriculum.Chapter:
     return next(ch for ch in chapters() if op.name in ch.operators)
 
 
+def family_elsewhere(ch: curriculum.Chapter) -> list[tuple[str, list[curriculum.Chapter]]]:
+    """(family, the other chapters that teach its variants) for each family of ``ch`` that spans chapters.
+
+    A chapter walks ladders that fit one sitting; a family whose variants need a ladder of their own (GEMM on
+    CUDA cores, on tensor cores, in int8) continues in another chapter, and each chapter says where."""
+    ops = load_operators()
+    out = []
+    for family in dict.fromkeys(ops[name].family for name in ch.operators if name in ops):
+        others = [c for c in chapters() if c.number != ch.number
+                  and any(name in ops and ops[name].family == family for name in c.operators)]
+        if others:
+            out.append((family, others))
+    return out
+
+
 def chapter(target: str) -> curriculum.Chapter:
     """A chapter by number ('21'), slug ('softmax') or notebook stem ('21_softmax')."""
     found = chapters()

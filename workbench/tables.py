@@ -389,6 +389,9 @@ def chapter_page(ch) -> str:
         out += [curriculum.unfiled_note(ch), ""]
     else:
         out += ["It answers:", ""] + [f"- {q}" for q in ch.teaches] + [""]
+    for family, others in registry.family_elsewhere(ch):
+        out += [f"The `{family}` family continues in " + ", ".join(link(f"{c.number} {c.slug}", f"{c.stem}.md")
+                                                               for c in others) + ".", ""]
     if len(ch.operators) > 1:
         out += [f"Its variants, by {ch.axes}, each at its own headline size:", "", variants_table(ch.operators),
                 "Which variants each stage serves (each stage's paragraph says why):", "",

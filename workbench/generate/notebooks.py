@@ -242,6 +242,9 @@ def chapter_md(ch: Chapter) -> str:
         lines += [curriculum.unfiled_note(ch)]
     else:
         lines += ["This chapter answers:", ""] + [f"- {q}" for q in ch.teaches]
+    for family, elsewhere in registry.family_elsewhere(ch):
+        lines += ["", f"The `{family}` family continues in "
+                  + ", ".join(f"[{c.number}. {c.title}]({c.notebook})" for c in elsewhere) + "."]
     if len(ch.operators) > 1:
         others = ", ".join(f"`{name}`" for name in ch.operators[1:])
         lines += ["", f"Its ladders vary by {ch.axes}. The `{ch.primary}` ladder is walked stage by stage below; "
