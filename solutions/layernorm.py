@@ -859,6 +859,165 @@ def by_shape(x, weight, bias, out):
     kernel_for(x.shape[1])(x, weight, bias, out)
 
 
+# -- 9. next_row: the next row's loads in flight while this one is reduced and written ----------
+
+# A block walks PIPE_ROWS consecutive rows, each held in registers, PIPE_CHUNKS 16-byte pieces a thread.
+PIPE_CHUNKS = 4  # 16 values a thread: 256 threads hold a 4096-column row
+PIPE_VALUES = 4 * PIPE_CHUNKS
+PIPE_ROWS = 8  # rows a block walks: the first row's loads wait alone, every later row's were issued early
+PIPE_COLS = MAX_ROW_THREADS * PIPE_VALUES  # the widest row a block of 1024 threads holds: 16384 columns
+PIPE_REGISTERS = None  # a cap on registers a thread (None: as ptxas chooses; see capped)
+
+
+@cuda.jit
+def _layernorm_next_row(x, weight, bias, out, rows, cols, vector):
+    values = cuda.local.array(PIPE_VALUES, float32)  # the row being normalised
+    ahead = cuda.local.array(PIPE_VALUES, float32)  # the next row, its loads in flight meanwhile
+    sums = cuda.shared.array(32, float32)
+    squares_of = cuda.shared.array(32, float32)
+    t = uint64(cuda.threadIdx.x)
+    threads = uint64(cuda.blockDim.x)
+    rows = uint64(rows)
+    cols = uint64(cols)
+    row = uint64(cuda.blockIdx.x) * uint64(PIPE_ROWS)
+    last = min(row + uint64(PIPE_ROWS), rows)
+    # HINT: before the loop, load_chunk the block's first row into ahead[] (and its x0).
+    # HINT: in the loop, copy ahead[] into values[], then issue the next row's loads into ahead[] before
+    # HINT: any barrier or store; then block_rows' statistics, normalisation and stores on values[].
+    # BEGIN SOLUTION
+    x0_ahead = x[row * cols]
+    for k in range(PIPE_CHUNKS):
+        c = uint64(4) * (t + threads * uint64(k))
+        ahead[4 * k], ahead[4 * k + 1], ahead[4 * k + 2], ahead[4 * k + 3] = load_chunk(
+            x, row * cols, c, cols, vector, float32(0.0))
+    while row < last:
+        base = row * cols
+        x0 = x0_ahead
+        for i in range(PIPE_VALUES):
+            values[i] = ahead[i]
+        following = row + uint64(1)
+        if following < last:  # issued now, used a whole row later: nothing waits for them
+            x0_ahead = x[following * cols]
+            for k in range(PIPE_CHUNKS):
+                c = uint64(4) * (t + threads * uint64(k))
+                ahead[4 * k], ahead[4 * k + 1], ahead[4 * k + 2], ahead[4 * k + 3] = load_chunk(
+                    x, following * cols, c, cols, vector, float32(0.0))
+        total = float32(0.0)
+        for i in range(PIPE_VALUES):
+            if uint64(4) * (t + threads * uint64(i // 4)) + uint64(i % 4) < cols:
+                values[i] -= x0
+                total += values[i]
+        mean = _block_sum_into(total, sums) / float32(cols)
+        squares = float32(0.0)
+        for i in range(PIPE_VALUES):
+            if uint64(4) * (t + threads * uint64(i // 4)) + uint64(i % 4) < cols:
+                d = values[i] - mean
+                squares += d * d
+        rstd = float32(1.0) / math.sqrt(_block_sum_into(squares, squares_of) / float32(cols) + EPS)
+        for k in range(PIPE_CHUNKS):
+            c = uint64(4) * (t + threads * uint64(k))
+            _normalize_chunk(values, 4 * k, mean, rstd, load_chunk(weight, uint64(0), c, cols, vector, float32(0.0)),
+                             load_chunk(bias, uint64(0), c, cols, vector, float32(0.0)))
+        for k in range(PIPE_CHUNKS):
+            c = uint64(4) * (t + threads * uint64(k))
+            store_chunk(out, base, c, cols, vector, values[4 * k], values[4 * k + 1], values[4 * k + 2],
+                         values[4 * k + 3])
+        row = following
+    # END SOLUTION
+
+
+def pipe_threads(cols):
+    """Threads for a block that holds a row in registers, PIPE_VALUES a thread: a whole number of warps."""
+    return min(MAX_ROW_THREADS, 32 * blocks_for(blocks_for(cols, PIPE_VALUES), 32))
+
+
+def next_row_rows(x, weight, bias, out):
+    """next_row's kernel for rows up to PIPE_COLS wide: a block per PIPE_ROWS rows."""
+    rows, cols = x.shape
+    expect_row_width(cols, PIPE_COLS, "next_row_rows")
+    capped(_layernorm_next_row, PIPE_REGISTERS)[blocks_for(rows, PIPE_ROWS), pipe_threads(cols)](
+        flat_view(x), flat_view(weight), flat_view(bias), flat_view(out), rows, cols,
+        rows_fit_vectors(x, weight, bias, out))
+
+
+# Candidate for comparison (timed beside next_row): Triton's looped two-pass shape, a block per row.
+LOOP_CHUNKS = 2  # 16-byte pieces a thread loads per step of the loop
+LOOP_VALUES = 4 * LOOP_CHUNKS
+LOOP_THREADS = 256
+
+
+@cuda.jit
+def _layernorm_looped(x, weight, bias, out, cols, vector):
+    v = cuda.local.array(LOOP_VALUES, float32)
+    w = cuda.local.array(LOOP_VALUES, float32)
+    b = cuda.local.array(LOOP_VALUES, float32)
+    row = uint64(cuda.blockIdx.x)
+    t = uint64(cuda.threadIdx.x)
+    threads = uint64(cuda.blockDim.x)
+    cols = uint64(cols)
+    base = row * cols
+    span = uint64(LOOP_VALUES) * threads
+    x0 = x[base]
+    n = float32(0.0)
+    mean = float32(0.0)
+    m2 = float32(0.0)
+    start = uint64(0)
+    while start < cols:
+        for k in range(LOOP_CHUNKS):
+            c = start + uint64(4) * (t + threads * uint64(k))
+            v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3] = load_chunk(x, base, c, cols, vector, x0)
+        count = float32(0.0)
+        total = float32(0.0)
+        for i in range(LOOP_VALUES):
+            if start + uint64(4) * (t + threads * uint64(i // 4)) + uint64(i % 4) < cols:
+                v[i] -= x0
+                count += float32(1.0)
+                total += v[i]
+            else:
+                v[i] = float32(0.0)
+        step_mean = total / max(count, float32(1.0))
+        step_m2 = float32(0.0)
+        for i in range(LOOP_VALUES):
+            if start + uint64(4) * (t + threads * uint64(i // 4)) + uint64(i % 4) < cols:
+                d = v[i] - step_mean
+                step_m2 += d * d
+        n, mean, m2 = _merge(n, mean, m2, count, step_mean, step_m2)
+        start += span
+    n, mean, m2 = _block_merge(n, mean, m2)
+    rstd = float32(1.0) / math.sqrt(m2 / float32(cols) + EPS)
+    start = uint64(0)
+    while start < cols:
+        for k in range(LOOP_CHUNKS):  # every load before the first store
+            c = start + uint64(4) * (t + threads * uint64(k))
+            v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3] = load_chunk(x, base, c, cols, vector, x0)
+            w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3] = load_chunk(weight, uint64(0), c, cols, vector, float32(0.0))
+            b[4 * k], b[4 * k + 1], b[4 * k + 2], b[4 * k + 3] = load_chunk(bias, uint64(0), c, cols, vector, float32(0.0))
+        for k in range(LOOP_CHUNKS):
+            c = start + uint64(4) * (t + threads * uint64(k))
+            store_chunk(out, base, c, cols, vector, (v[4 * k] - x0 - mean) * rstd * w[4 * k] + b[4 * k],
+                        (v[4 * k + 1] - x0 - mean) * rstd * w[4 * k + 1] + b[4 * k + 1],
+                        (v[4 * k + 2] - x0 - mean) * rstd * w[4 * k + 2] + b[4 * k + 2],
+                        (v[4 * k + 3] - x0 - mean) * rstd * w[4 * k + 3] + b[4 * k + 3])
+        start += span
+
+
+def looped_rows(x, weight, bias, out):
+    """A block of LOOP_THREADS per row, any width: Welford-merged statistics, then a second read."""
+    rows, cols = x.shape
+    _layernorm_looped[rows, LOOP_THREADS](flat_view(x), flat_view(weight), flat_view(bias), flat_view(out), cols,
+                                          rows_fit_vectors(x, weight, bias, out))
+
+
+NEXT_ROW_TABLE = [(WARP_ROW_COLS, warp_rows), (PIPE_COLS, next_row_rows), (None, ilp.launch)]
+
+
+@op.stage("next_row", """
+    PARAGRAPH""",
+    boundaries={"cols": (WARP_ROW_COLS, PIPE_COLS), "rows": (PIPE_ROWS,)})
+def next_row(x, weight, bias, out):
+    kernel_for(x.shape[1], NEXT_ROW_TABLE)(x, weight, bias, out)
+
+
 # ================================================================================================
 # Fusions: bias + ReLU + LayerNorm, residual + LayerNorm, RMSNorm. Each: the unfused pair of kernels
 # a framework would launch, then one kernel.
@@ -1487,6 +1646,122 @@ RMSNORM_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (BLOCK_ROW_COLS, rmsnorm
     columns and lost to torch.compile at 4096 and 12288.""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
+
+
+@cuda.jit
+def _rmsnorm_next_row(x, weight, out, rows, cols, vector):
+    values = cuda.local.array(PIPE_VALUES, float32)
+    ahead = cuda.local.array(PIPE_VALUES, float32)
+    # Two buffers, a row's sum in one and the next row's in the other: a fast warp may write the next
+    # row's sum before a slow warp has read this row's, but not the sum after that (the next barrier).
+    warp_sums = cuda.shared.array(64, float32)
+    t = uint64(cuda.threadIdx.x)
+    threads = uint64(cuda.blockDim.x)
+    lane = cuda.threadIdx.x % 32
+    rows = uint64(rows)
+    cols = uint64(cols)
+    row = uint64(cuda.blockIdx.x) * uint64(PIPE_ROWS)
+    last = min(row + uint64(PIPE_ROWS), rows)
+    # HINT: layernorm's next_row with one statistic, the sum of squares, and one barrier a row: its
+    # HINT: shared buffer alternates between two halves, row by row.
+    # BEGIN SOLUTION
+    for k in range(PIPE_CHUNKS):
+        c = uint64(4) * (t + threads * uint64(k))
+        ahead[4 * k], ahead[4 * k + 1], ahead[4 * k + 2], ahead[4 * k + 3] = load_chunk(
+            x, row * cols, c, cols, vector, float32(0.0))
+    half = 0
+    while row < last:
+        base = row * cols
+        for i in range(PIPE_VALUES):
+            values[i] = ahead[i]
+        following = row + uint64(1)
+        if following < last:
+            for k in range(PIPE_CHUNKS):
+                c = uint64(4) * (t + threads * uint64(k))
+                ahead[4 * k], ahead[4 * k + 1], ahead[4 * k + 2], ahead[4 * k + 3] = load_chunk(
+                    x, following * cols, c, cols, vector, float32(0.0))
+        squares = float32(0.0)
+        for i in range(PIPE_VALUES):
+            squares += values[i] * values[i]
+        squares = _warp_sum(squares)
+        if lane == 0:
+            warp_sums[half + cuda.threadIdx.x // 32] = squares
+        cuda.syncthreads()
+        squares = _warp_sum(warp_sums[half + lane] if lane < cuda.blockDim.x // 32 else float32(0.0))
+        rstd = float32(1.0) / math.sqrt(squares / float32(cols) + EPS)
+        for k in range(PIPE_CHUNKS):
+            w0, w1, w2, w3 = load_chunk(weight, uint64(0), uint64(4) * (t + threads * uint64(k)), cols, vector,
+                                        float32(0.0))
+            values[4 * k] *= rstd * w0
+            values[4 * k + 1] *= rstd * w1
+            values[4 * k + 2] *= rstd * w2
+            values[4 * k + 3] *= rstd * w3
+        for k in range(PIPE_CHUNKS):
+            c = uint64(4) * (t + threads * uint64(k))
+            store_chunk(out, base, c, cols, vector, values[4 * k], values[4 * k + 1], values[4 * k + 2],
+                         values[4 * k + 3])
+        half = 32 - half
+        row = following
+    # END SOLUTION
+
+
+def rmsnorm_next_row_rows(x, weight, out):
+    """RMSNorm next_row's kernel for rows up to PIPE_COLS wide: a block per PIPE_ROWS rows."""
+    rows, cols = x.shape
+    expect_row_width(cols, PIPE_COLS, "rmsnorm_next_row_rows")
+    capped(_rmsnorm_next_row, PIPE_REGISTERS)[blocks_for(rows, PIPE_ROWS), pipe_threads(cols)](
+        flat_view(x), flat_view(weight), flat_view(out), rows, cols, rows_fit_vectors(x, weight, out))
+
+
+@cuda.jit
+def _rmsnorm_looped(x, weight, out, cols, vector):
+    """Candidate timed beside next_row: layernorm's looped kernel with one statistic."""
+    v = cuda.local.array(LOOP_VALUES, float32)
+    w = cuda.local.array(LOOP_VALUES, float32)
+    row = uint64(cuda.blockIdx.x)
+    t = uint64(cuda.threadIdx.x)
+    threads = uint64(cuda.blockDim.x)
+    cols = uint64(cols)
+    base = row * cols
+    span = uint64(LOOP_VALUES) * threads
+    squares = float32(0.0)
+    start = uint64(0)
+    while start < cols:
+        for k in range(LOOP_CHUNKS):
+            c = start + uint64(4) * (t + threads * uint64(k))
+            v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3] = load_chunk(x, base, c, cols, vector, float32(0.0))
+        for i in range(LOOP_VALUES):
+            squares += v[i] * v[i]
+        start += span
+    rstd = float32(1.0) / math.sqrt(_block_sum(squares) / float32(cols) + EPS)
+    start = uint64(0)
+    while start < cols:
+        for k in range(LOOP_CHUNKS):
+            c = start + uint64(4) * (t + threads * uint64(k))
+            v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3] = load_chunk(x, base, c, cols, vector, float32(0.0))
+            w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3] = load_chunk(weight, uint64(0), c, cols, vector, float32(0.0))
+        for k in range(LOOP_CHUNKS):
+            c = start + uint64(4) * (t + threads * uint64(k))
+            store_chunk(out, base, c, cols, vector, v[4 * k] * rstd * w[4 * k], v[4 * k + 1] * rstd * w[4 * k + 1],
+                        v[4 * k + 2] * rstd * w[4 * k + 2], v[4 * k + 3] * rstd * w[4 * k + 3])
+        start += span
+
+
+def rmsnorm_looped_rows(x, weight, out):
+    rows, cols = x.shape
+    _rmsnorm_looped[rows, LOOP_THREADS](flat_view(x), flat_view(weight), flat_view(out), cols,
+                                        rows_fit_vectors(x, weight, out))
+
+
+RMSNORM_NEXT_ROW_TABLE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (PIPE_COLS, rmsnorm_next_row_rows),
+                          (None, rmsnorm_lean.launch)]
+
+
+@rmsnorm_op.stage("next_row", """
+    PARAGRAPH""",
+    boundaries={"cols": (WARP_ROW_COLS, PIPE_COLS), "rows": (PIPE_ROWS,)})
+def rmsnorm_next_row(x, weight, out):
+    kernel_for(x.shape[1], RMSNORM_NEXT_ROW_TABLE)(x, weight, out)
 
 
 # ======================================================================================================
