@@ -38,6 +38,7 @@ from solutions._half import (
 # The float64 references (layernorm64: (x - mean) / sqrt(var + EPS) * weight + bias; rmsnorm64) and the random
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
+from solutions._templates import instantiate
 from solutions._vector_io import (
     aligned16, capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store4, store_chunk)
 from workbench import library_peers as peers
@@ -763,9 +764,9 @@ def _layernorm_block_row(x, weight, bias, out, cols, vector):
 
 @cuda.jit
 def _layernorm_block_row_one_barrier(x, weight, bias, out, cols, vector):
-    """block_rows with one barrier instead of two, timed beside it (block_rows(..., one_barrier=True)):
-    each thread's count, mean and sum of squared deviations over its own columns, then Chan's merge
-    across the block. 78 registers where block_rows needs 68 (ptxas), so it is not the default."""
+    """block_rows with one barrier instead of two (block_rows(..., one_barrier=True)): each thread's
+    count, mean and sum of squared deviations over its own columns, then Chan's merge across the block.
+    At 16 values a thread, 78 registers where block_rows needs 68 (ptxas); stage 9 instantiates it at 8."""
     values = cuda.local.array(ROW_VALUES, float32)
     row = uint64(cuda.blockIdx.x)
     t = uint64(cuda.threadIdx.x)
@@ -773,6 +774,10 @@ def _layernorm_block_row_one_barrier(x, weight, bias, out, cols, vector):
     cols = uint64(cols)
     base = row * cols
     x0 = x[base]
+    # HINT: block_rows' loads (all chunks before any use), shifted by x0, then this thread's own count,
+    # HINT: mean and sum of squared deviations (no barrier yet); _block_merge gives the row's, one barrier.
+    # HINT: normalise in registers with the weight and bias chunks, then store_chunk every chunk.
+    # BEGIN SOLUTION
     for k in range(ROW_CHUNKS):  # all loads issued before any value is used
         c = uint64(4) * (t + threads * uint64(k))
         values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3] = load_chunk(x, base, c, cols, vector, float32(0.0))
@@ -799,6 +804,7 @@ def _layernorm_block_row_one_barrier(x, weight, bias, out, cols, vector):
         c = uint64(4) * (t + threads * uint64(k))
         store_chunk(out, base, c, cols, vector, values[4 * k], values[4 * k + 1], values[4 * k + 2],
                      values[4 * k + 3])
+    # END SOLUTION
 
 
 def warps_per_block(rows):
@@ -859,163 +865,40 @@ def by_shape(x, weight, bias, out):
     kernel_for(x.shape[1])(x, weight, bias, out)
 
 
-# -- 9. next_row: the next row's loads in flight while this one is reduced and written ----------
+# -- 9. occupancy: eight values a thread in 32 registers, every thread slot of the SM filled ----------
 
-# A block walks PIPE_ROWS consecutive rows, each held in registers, PIPE_CHUNKS 16-byte pieces a thread.
-PIPE_CHUNKS = 4  # 16 values a thread: 256 threads hold a 4096-column row
-PIPE_VALUES = 4 * PIPE_CHUNKS
-PIPE_ROWS = 8  # rows a block walks: the first row's loads wait alone, every later row's were issued early
-PIPE_COLS = MAX_ROW_THREADS * PIPE_VALUES  # the widest row a block of 1024 threads holds: 16384 columns
-PIPE_REGISTERS = None  # a cap on registers a thread (None: as ptxas chooses; see capped)
+OCC_CHUNKS = 2  # 16-byte pieces a thread holds: 8 values, so a 4096-column row takes 512 threads
+OCC_VALUES = 4 * OCC_CHUNKS
+OCC_REGISTERS = 32  # 65536 registers / 2048 threads: the cap at which an SM holds its full 2048 threads
+OCC_COLS = MAX_ROW_THREADS * OCC_VALUES  # the widest row a block of 1024 threads holds: 8192 columns
 
-
-@cuda.jit
-def _layernorm_next_row(x, weight, bias, out, rows, cols, vector):
-    values = cuda.local.array(PIPE_VALUES, float32)  # the row being normalised
-    ahead = cuda.local.array(PIPE_VALUES, float32)  # the next row, its loads in flight meanwhile
-    sums = cuda.shared.array(32, float32)
-    squares_of = cuda.shared.array(32, float32)
-    t = uint64(cuda.threadIdx.x)
-    threads = uint64(cuda.blockDim.x)
-    rows = uint64(rows)
-    cols = uint64(cols)
-    row = uint64(cuda.blockIdx.x) * uint64(PIPE_ROWS)
-    last = min(row + uint64(PIPE_ROWS), rows)
-    # HINT: before the loop, load_chunk the block's first row into ahead[] (and its x0).
-    # HINT: in the loop, copy ahead[] into values[], then issue the next row's loads into ahead[] before
-    # HINT: any barrier or store; then block_rows' statistics, normalisation and stores on values[].
-    # BEGIN SOLUTION
-    x0_ahead = x[row * cols]
-    for k in range(PIPE_CHUNKS):
-        c = uint64(4) * (t + threads * uint64(k))
-        ahead[4 * k], ahead[4 * k + 1], ahead[4 * k + 2], ahead[4 * k + 3] = load_chunk(
-            x, row * cols, c, cols, vector, float32(0.0))
-    while row < last:
-        base = row * cols
-        x0 = x0_ahead
-        for i in range(PIPE_VALUES):
-            values[i] = ahead[i]
-        following = row + uint64(1)
-        if following < last:  # issued now, used a whole row later: nothing waits for them
-            x0_ahead = x[following * cols]
-            for k in range(PIPE_CHUNKS):
-                c = uint64(4) * (t + threads * uint64(k))
-                ahead[4 * k], ahead[4 * k + 1], ahead[4 * k + 2], ahead[4 * k + 3] = load_chunk(
-                    x, following * cols, c, cols, vector, float32(0.0))
-        total = float32(0.0)
-        for i in range(PIPE_VALUES):
-            if uint64(4) * (t + threads * uint64(i // 4)) + uint64(i % 4) < cols:
-                values[i] -= x0
-                total += values[i]
-        mean = _block_sum_into(total, sums) / float32(cols)
-        squares = float32(0.0)
-        for i in range(PIPE_VALUES):
-            if uint64(4) * (t + threads * uint64(i // 4)) + uint64(i % 4) < cols:
-                d = values[i] - mean
-                squares += d * d
-        rstd = float32(1.0) / math.sqrt(_block_sum_into(squares, squares_of) / float32(cols) + EPS)
-        for k in range(PIPE_CHUNKS):
-            c = uint64(4) * (t + threads * uint64(k))
-            _normalize_chunk(values, 4 * k, mean, rstd, load_chunk(weight, uint64(0), c, cols, vector, float32(0.0)),
-                             load_chunk(bias, uint64(0), c, cols, vector, float32(0.0)))
-        for k in range(PIPE_CHUNKS):
-            c = uint64(4) * (t + threads * uint64(k))
-            store_chunk(out, base, c, cols, vector, values[4 * k], values[4 * k + 1], values[4 * k + 2],
-                         values[4 * k + 3])
-        row = following
-    # END SOLUTION
+# block_rows' one-barrier kernel, instantiated with 8 values a thread instead of 16 and its registers capped
+_layernorm_occupancy_row = instantiate(
+    _layernorm_block_row_one_barrier.py_func, {**globals(), "ROW_CHUNKS": OCC_CHUNKS, "ROW_VALUES": OCC_VALUES},
+    "_layernorm_occupancy_row", jit={"max_registers": OCC_REGISTERS})
 
 
-def pipe_threads(cols):
-    """Threads for a block that holds a row in registers, PIPE_VALUES a thread: a whole number of warps."""
-    return min(MAX_ROW_THREADS, 32 * blocks_for(blocks_for(cols, PIPE_VALUES), 32))
+def occupancy_threads(cols):
+    """Threads for a block that holds a row, OCC_VALUES a thread: a whole number of warps."""
+    return min(MAX_ROW_THREADS, 32 * blocks_for(blocks_for(cols, OCC_VALUES), 32))
 
 
-def next_row_rows(x, weight, bias, out):
-    """next_row's kernel for rows up to PIPE_COLS wide: a block per PIPE_ROWS rows."""
+def occupancy_rows(x, weight, bias, out):
+    """Stage 9's kernel for rows up to OCC_COLS wide: a block per row, 8 values a thread."""
     rows, cols = x.shape
-    expect_row_width(cols, PIPE_COLS, "next_row_rows")
-    capped(_layernorm_next_row, PIPE_REGISTERS)[blocks_for(rows, PIPE_ROWS), pipe_threads(cols)](
-        flat_view(x), flat_view(weight), flat_view(bias), flat_view(out), rows, cols,
-        rows_fit_vectors(x, weight, bias, out))
+    expect_row_width(cols, OCC_COLS, "occupancy_rows")
+    _layernorm_occupancy_row[rows, occupancy_threads(cols)](
+        flat_view(x), flat_view(weight), flat_view(bias), flat_view(out), cols, rows_fit_vectors(x, weight, bias, out))
 
 
-# Candidate for comparison (timed beside next_row): Triton's looped two-pass shape, a block per row.
-LOOP_CHUNKS = 2  # 16-byte pieces a thread loads per step of the loop
-LOOP_VALUES = 4 * LOOP_CHUNKS
-LOOP_THREADS = 256
+OCCUPANCY_TABLE = [(WARP_ROW_COLS, warp_rows), (OCC_COLS, occupancy_rows), (None, ilp.launch)]
 
 
-@cuda.jit
-def _layernorm_looped(x, weight, bias, out, cols, vector):
-    v = cuda.local.array(LOOP_VALUES, float32)
-    w = cuda.local.array(LOOP_VALUES, float32)
-    b = cuda.local.array(LOOP_VALUES, float32)
-    row = uint64(cuda.blockIdx.x)
-    t = uint64(cuda.threadIdx.x)
-    threads = uint64(cuda.blockDim.x)
-    cols = uint64(cols)
-    base = row * cols
-    span = uint64(LOOP_VALUES) * threads
-    x0 = x[base]
-    n = float32(0.0)
-    mean = float32(0.0)
-    m2 = float32(0.0)
-    start = uint64(0)
-    while start < cols:
-        for k in range(LOOP_CHUNKS):
-            c = start + uint64(4) * (t + threads * uint64(k))
-            v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3] = load_chunk(x, base, c, cols, vector, x0)
-        count = float32(0.0)
-        total = float32(0.0)
-        for i in range(LOOP_VALUES):
-            if start + uint64(4) * (t + threads * uint64(i // 4)) + uint64(i % 4) < cols:
-                v[i] -= x0
-                count += float32(1.0)
-                total += v[i]
-            else:
-                v[i] = float32(0.0)
-        step_mean = total / max(count, float32(1.0))
-        step_m2 = float32(0.0)
-        for i in range(LOOP_VALUES):
-            if start + uint64(4) * (t + threads * uint64(i // 4)) + uint64(i % 4) < cols:
-                d = v[i] - step_mean
-                step_m2 += d * d
-        n, mean, m2 = _merge(n, mean, m2, count, step_mean, step_m2)
-        start += span
-    n, mean, m2 = _block_merge(n, mean, m2)
-    rstd = float32(1.0) / math.sqrt(m2 / float32(cols) + EPS)
-    start = uint64(0)
-    while start < cols:
-        for k in range(LOOP_CHUNKS):  # every load before the first store
-            c = start + uint64(4) * (t + threads * uint64(k))
-            v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3] = load_chunk(x, base, c, cols, vector, x0)
-            w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3] = load_chunk(weight, uint64(0), c, cols, vector, float32(0.0))
-            b[4 * k], b[4 * k + 1], b[4 * k + 2], b[4 * k + 3] = load_chunk(bias, uint64(0), c, cols, vector, float32(0.0))
-        for k in range(LOOP_CHUNKS):
-            c = start + uint64(4) * (t + threads * uint64(k))
-            store_chunk(out, base, c, cols, vector, (v[4 * k] - x0 - mean) * rstd * w[4 * k] + b[4 * k],
-                        (v[4 * k + 1] - x0 - mean) * rstd * w[4 * k + 1] + b[4 * k + 1],
-                        (v[4 * k + 2] - x0 - mean) * rstd * w[4 * k + 2] + b[4 * k + 2],
-                        (v[4 * k + 3] - x0 - mean) * rstd * w[4 * k + 3] + b[4 * k + 3])
-        start += span
-
-
-def looped_rows(x, weight, bias, out):
-    """A block of LOOP_THREADS per row, any width: Welford-merged statistics, then a second read."""
-    rows, cols = x.shape
-    _layernorm_looped[rows, LOOP_THREADS](flat_view(x), flat_view(weight), flat_view(bias), flat_view(out), cols,
-                                          rows_fit_vectors(x, weight, bias, out))
-
-
-NEXT_ROW_TABLE = [(WARP_ROW_COLS, warp_rows), (PIPE_COLS, next_row_rows), (None, ilp.launch)]
-
-
-@op.stage("next_row", """
+@op.stage("occupancy", """
     PARAGRAPH""",
-    boundaries={"cols": (WARP_ROW_COLS, PIPE_COLS), "rows": (PIPE_ROWS,)})
-def next_row(x, weight, bias, out):
-    kernel_for(x.shape[1], NEXT_ROW_TABLE)(x, weight, bias, out)
+    boundaries={"cols": (WARP_ROW_COLS, OCC_COLS)})
+def occupancy(x, weight, bias, out):
+    kernel_for(x.shape[1], OCCUPANCY_TABLE)(x, weight, bias, out)
 
 
 # ================================================================================================
@@ -1648,120 +1531,28 @@ def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
 
 
-@cuda.jit
-def _rmsnorm_next_row(x, weight, out, rows, cols, vector):
-    values = cuda.local.array(PIPE_VALUES, float32)
-    ahead = cuda.local.array(PIPE_VALUES, float32)
-    # Two buffers, a row's sum in one and the next row's in the other: a fast warp may write the next
-    # row's sum before a slow warp has read this row's, but not the sum after that (the next barrier).
-    warp_sums = cuda.shared.array(64, float32)
-    t = uint64(cuda.threadIdx.x)
-    threads = uint64(cuda.blockDim.x)
-    lane = cuda.threadIdx.x % 32
-    rows = uint64(rows)
-    cols = uint64(cols)
-    row = uint64(cuda.blockIdx.x) * uint64(PIPE_ROWS)
-    last = min(row + uint64(PIPE_ROWS), rows)
-    # HINT: layernorm's next_row with one statistic, the sum of squares, and one barrier a row: its
-    # HINT: shared buffer alternates between two halves, row by row.
-    # BEGIN SOLUTION
-    for k in range(PIPE_CHUNKS):
-        c = uint64(4) * (t + threads * uint64(k))
-        ahead[4 * k], ahead[4 * k + 1], ahead[4 * k + 2], ahead[4 * k + 3] = load_chunk(
-            x, row * cols, c, cols, vector, float32(0.0))
-    half = 0
-    while row < last:
-        base = row * cols
-        for i in range(PIPE_VALUES):
-            values[i] = ahead[i]
-        following = row + uint64(1)
-        if following < last:
-            for k in range(PIPE_CHUNKS):
-                c = uint64(4) * (t + threads * uint64(k))
-                ahead[4 * k], ahead[4 * k + 1], ahead[4 * k + 2], ahead[4 * k + 3] = load_chunk(
-                    x, following * cols, c, cols, vector, float32(0.0))
-        squares = float32(0.0)
-        for i in range(PIPE_VALUES):
-            squares += values[i] * values[i]
-        squares = _warp_sum(squares)
-        if lane == 0:
-            warp_sums[half + cuda.threadIdx.x // 32] = squares
-        cuda.syncthreads()
-        squares = _warp_sum(warp_sums[half + lane] if lane < cuda.blockDim.x // 32 else float32(0.0))
-        rstd = float32(1.0) / math.sqrt(squares / float32(cols) + EPS)
-        for k in range(PIPE_CHUNKS):
-            w0, w1, w2, w3 = load_chunk(weight, uint64(0), uint64(4) * (t + threads * uint64(k)), cols, vector,
-                                        float32(0.0))
-            values[4 * k] *= rstd * w0
-            values[4 * k + 1] *= rstd * w1
-            values[4 * k + 2] *= rstd * w2
-            values[4 * k + 3] *= rstd * w3
-        for k in range(PIPE_CHUNKS):
-            c = uint64(4) * (t + threads * uint64(k))
-            store_chunk(out, base, c, cols, vector, values[4 * k], values[4 * k + 1], values[4 * k + 2],
-                         values[4 * k + 3])
-        half = 32 - half
-        row = following
-    # END SOLUTION
+# RMSNorm's stage 9 kernel: _rmsnorm_block_row at 8 values a thread, 32 registers (see layernorm's occupancy)
+_rmsnorm_occupancy_row = instantiate(
+    _rmsnorm_block_row.py_func, {**globals(), "ROW_CHUNKS": OCC_CHUNKS, "ROW_VALUES": OCC_VALUES},
+    "_rmsnorm_occupancy_row", jit={"max_registers": OCC_REGISTERS})
 
 
-def rmsnorm_next_row_rows(x, weight, out):
-    """RMSNorm next_row's kernel for rows up to PIPE_COLS wide: a block per PIPE_ROWS rows."""
+def rmsnorm_occupancy_rows(x, weight, out):
     rows, cols = x.shape
-    expect_row_width(cols, PIPE_COLS, "rmsnorm_next_row_rows")
-    capped(_rmsnorm_next_row, PIPE_REGISTERS)[blocks_for(rows, PIPE_ROWS), pipe_threads(cols)](
-        flat_view(x), flat_view(weight), flat_view(out), rows, cols, rows_fit_vectors(x, weight, out))
+    expect_row_width(cols, OCC_COLS, "rmsnorm_occupancy_rows")
+    _rmsnorm_occupancy_row[rows, occupancy_threads(cols)](
+        flat_view(x), flat_view(weight), flat_view(out), cols, rows_fit_vectors(x, weight, out))
 
 
-@cuda.jit
-def _rmsnorm_looped(x, weight, out, cols, vector):
-    """Candidate timed beside next_row: layernorm's looped kernel with one statistic."""
-    v = cuda.local.array(LOOP_VALUES, float32)
-    w = cuda.local.array(LOOP_VALUES, float32)
-    row = uint64(cuda.blockIdx.x)
-    t = uint64(cuda.threadIdx.x)
-    threads = uint64(cuda.blockDim.x)
-    cols = uint64(cols)
-    base = row * cols
-    span = uint64(LOOP_VALUES) * threads
-    squares = float32(0.0)
-    start = uint64(0)
-    while start < cols:
-        for k in range(LOOP_CHUNKS):
-            c = start + uint64(4) * (t + threads * uint64(k))
-            v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3] = load_chunk(x, base, c, cols, vector, float32(0.0))
-        for i in range(LOOP_VALUES):
-            squares += v[i] * v[i]
-        start += span
-    rstd = float32(1.0) / math.sqrt(_block_sum(squares) / float32(cols) + EPS)
-    start = uint64(0)
-    while start < cols:
-        for k in range(LOOP_CHUNKS):
-            c = start + uint64(4) * (t + threads * uint64(k))
-            v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3] = load_chunk(x, base, c, cols, vector, float32(0.0))
-            w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3] = load_chunk(weight, uint64(0), c, cols, vector, float32(0.0))
-        for k in range(LOOP_CHUNKS):
-            c = start + uint64(4) * (t + threads * uint64(k))
-            store_chunk(out, base, c, cols, vector, v[4 * k] * rstd * w[4 * k], v[4 * k + 1] * rstd * w[4 * k + 1],
-                        v[4 * k + 2] * rstd * w[4 * k + 2], v[4 * k + 3] * rstd * w[4 * k + 3])
-        start += span
+RMSNORM_OCCUPANCY_TABLE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (OCC_COLS, rmsnorm_occupancy_rows),
+                           (BLOCK_ROW_COLS, rmsnorm_block_rows), (None, rmsnorm_lean.launch)]
 
 
-def rmsnorm_looped_rows(x, weight, out):
-    rows, cols = x.shape
-    _rmsnorm_looped[rows, LOOP_THREADS](flat_view(x), flat_view(weight), flat_view(out), cols,
-                                        rows_fit_vectors(x, weight, out))
-
-
-RMSNORM_NEXT_ROW_TABLE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (PIPE_COLS, rmsnorm_next_row_rows),
-                          (None, rmsnorm_lean.launch)]
-
-
-@rmsnorm_op.stage("next_row", """
+@rmsnorm_op.stage("occupancy", """
     PARAGRAPH""",
-    boundaries={"cols": (WARP_ROW_COLS, PIPE_COLS), "rows": (PIPE_ROWS,)})
-def rmsnorm_next_row(x, weight, out):
-    kernel_for(x.shape[1], RMSNORM_NEXT_ROW_TABLE)(x, weight, out)
+    boundaries={"cols": (WARP_ROW_COLS, OCC_COLS, BLOCK_ROW_COLS)})
+def rmsnorm_occupancy(x, weight, out):
+    kernel_for(x.shape[1], RMSNORM_OCCUPANCY_TABLE)(x, weight, out)
 
 
 # ======================================================================================================

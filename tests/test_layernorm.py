@@ -168,10 +168,10 @@ def test_headline_targets():
 BY_SHAPE_KERNELS = {"layernorm.warp_rows": (op, layernorm.warp_rows),
                     "layernorm.block_rows": (op, layernorm.block_rows),
                     "layernorm.block_rows_one_barrier": (op, BLOCK_ROWS["block_rows_one_barrier"]),
-                    "layernorm.next_row_rows": (op, layernorm.next_row_rows),
+                    "layernorm.occupancy_rows": (op, layernorm.occupancy_rows),
                     "rmsnorm.warp_rows": (layernorm.rmsnorm_op, layernorm.rmsnorm_warp_rows),
                     "rmsnorm.block_rows": (layernorm.rmsnorm_op, layernorm.rmsnorm_block_rows),
-                    "rmsnorm.next_row_rows": (layernorm.rmsnorm_op, layernorm.rmsnorm_next_row_rows)}
+                    "rmsnorm.occupancy_rows": (layernorm.rmsnorm_op, layernorm.rmsnorm_occupancy_rows)}
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the float64 reference of NaN and inf inputs, put there on purpose
@@ -189,22 +189,6 @@ def test_by_shape_kernels(kernel, size):
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, equal_nan=True)
 
 
-NEXT_ROW_KERNELS = {k: v for k, v in BY_SHAPE_KERNELS.items() if k.endswith("next_row_rows")}
-
-
-@pytest.mark.parametrize("kernel", NEXT_ROW_KERNELS)
-@pytest.mark.parametrize("cols", [130, 1028])
-def test_next_row_walks_rows_across_blocks(kernel, cols):
-    """A block of next_row normalises PIPE_ROWS rows, each loaded while the one before is reduced: rows
-    enough for two full blocks and a part of a third, at a width read a column at a time (130) and one
-    read 16 bytes at a time (1028), every row right (a row loaded into the wrong buffer, or a sum read
-    from the buffer the next row overwrites, puts another row's statistics on it)."""
-    operator, launch = NEXT_ROW_KERNELS[kernel]
-    inputs = operator.make_inputs((2 * layernorm.PIPE_ROWS + 3, cols), np.random.default_rng(cols))
-    got = run(launch, *inputs)
-    np.testing.assert_allclose(got, operator.reference(*inputs), rtol=1e-4, atol=1e-4)
-
-
 def test_by_shape_table():
     """The dispatch tables pick the kernels their thresholds name; a kernel refuses rows too wide for it."""
     assert layernorm.kernel_for(1024) is layernorm.warp_rows and layernorm.kernel_for(1025) is layernorm.ilp.launch
@@ -214,15 +198,15 @@ def test_by_shape_table():
     assert layernorm.kernel_for(4096, table) is layernorm.rmsnorm_block_rows
     assert layernorm.kernel_for(32768, table) is layernorm.rmsnorm_lean.launch
     assert layernorm.block_row_threads(4096) == 256 and layernorm.block_row_threads(12288) == 768
-    # next_row: the warp kernel up to 1024 columns, then a row a block in registers up to 16384, then stage 7's
-    assert layernorm.kernel_for(1024, layernorm.NEXT_ROW_TABLE) is layernorm.warp_rows
-    assert layernorm.kernel_for(4096, layernorm.NEXT_ROW_TABLE) is layernorm.next_row_rows
-    assert layernorm.kernel_for(16385, layernorm.NEXT_ROW_TABLE) is layernorm.ilp.launch
-    assert layernorm.kernel_for(16384, layernorm.RMSNORM_NEXT_ROW_TABLE) is layernorm.rmsnorm_next_row_rows
-    assert layernorm.kernel_for(16385, layernorm.RMSNORM_NEXT_ROW_TABLE) is layernorm.rmsnorm_lean.launch
-    assert layernorm.pipe_threads(4096) == 256 and layernorm.pipe_threads(16384) == 1024
-    with pytest.raises(InputError, match="at most 16384"):
-        layernorm.next_row_rows(*(cuda.device_array(s, np.float32) for s in ((1, 16388), 16388, 16388, (1, 16388))))
+    # occupancy: the warp kernel up to 1024 columns, a row a block at 8 values a thread up to 8192, then stage 7's
+    assert layernorm.kernel_for(1024, layernorm.OCCUPANCY_TABLE) is layernorm.warp_rows
+    assert layernorm.kernel_for(4096, layernorm.OCCUPANCY_TABLE) is layernorm.occupancy_rows
+    assert layernorm.kernel_for(8193, layernorm.OCCUPANCY_TABLE) is layernorm.ilp.launch
+    assert layernorm.kernel_for(8192, layernorm.RMSNORM_OCCUPANCY_TABLE) is layernorm.rmsnorm_occupancy_rows
+    assert layernorm.kernel_for(8193, layernorm.RMSNORM_OCCUPANCY_TABLE) is layernorm.rmsnorm_block_rows
+    assert layernorm.occupancy_threads(4096) == 512 and layernorm.occupancy_threads(8192) == 1024
+    with pytest.raises(InputError, match="at most 8192"):
+        layernorm.occupancy_rows(*(cuda.device_array(s, np.float32) for s in ((1, 8196), 8196, 8196, (1, 8196))))
     wide = cuda.device_array((1, layernorm.WARP_ROW_COLS + 4), np.float32)
     vector = cuda.device_array(layernorm.WARP_ROW_COLS + 4, np.float32)
     with pytest.raises(InputError, match="at most 1024"):
