@@ -38,7 +38,6 @@ from solutions._half import (
 # The float64 references (layernorm64: (x - mean) / sqrt(var + EPS) * weight + bias; rmsnorm64) and the random
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
-from solutions._templates import instantiate
 from solutions._vector_io import (
     aligned16, capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store4, store_chunk)
 from workbench import library_peers as peers
@@ -764,9 +763,9 @@ def _layernorm_block_row(x, weight, bias, out, cols, vector):
 
 @cuda.jit
 def _layernorm_block_row_one_barrier(x, weight, bias, out, cols, vector):
-    """block_rows with one barrier instead of two (block_rows(..., one_barrier=True)): each thread's
-    count, mean and sum of squared deviations over its own columns, then Chan's merge across the block.
-    At 16 values a thread, 78 registers where block_rows needs 68 (ptxas); stage 9 instantiates it at 8."""
+    """block_rows with one barrier instead of two, timed beside it (block_rows(..., one_barrier=True)):
+    each thread's count, mean and sum of squared deviations over its own columns, then Chan's merge
+    across the block. 78 registers where block_rows needs 68 (ptxas), so it is not the default."""
     values = cuda.local.array(ROW_VALUES, float32)
     row = uint64(cuda.blockIdx.x)
     t = uint64(cuda.threadIdx.x)
@@ -774,10 +773,6 @@ def _layernorm_block_row_one_barrier(x, weight, bias, out, cols, vector):
     cols = uint64(cols)
     base = row * cols
     x0 = x[base]
-    # HINT: block_rows' loads (all chunks before any use), shifted by x0, then this thread's own count,
-    # HINT: mean and sum of squared deviations (no barrier yet); _block_merge gives the row's, one barrier.
-    # HINT: normalise in registers with the weight and bias chunks, then store_chunk every chunk.
-    # BEGIN SOLUTION
     for k in range(ROW_CHUNKS):  # all loads issued before any value is used
         c = uint64(4) * (t + threads * uint64(k))
         values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3] = load_chunk(x, base, c, cols, vector, float32(0.0))
@@ -804,7 +799,6 @@ def _layernorm_block_row_one_barrier(x, weight, bias, out, cols, vector):
         c = uint64(4) * (t + threads * uint64(k))
         store_chunk(out, base, c, cols, vector, values[4 * k], values[4 * k + 1], values[4 * k + 2],
                      values[4 * k + 3])
-    # END SOLUTION
 
 
 def warps_per_block(rows):
@@ -857,48 +851,16 @@ def kernel_for(cols, table=BY_SHAPE):
     ahead. Wider rows take stage 7's kernel. A width not a multiple of 4 (rows not on 16-byte
     boundaries) is read a column at a time. On an H200 the warp kernel beat torch at 1024 columns
     (torch.compile's LayerNorm missed the 1e-3 tolerance there); from 4096 columns by_shape is stage 7,
-    which torch.compile beats. A block per row with the row in registers (block_rows) was slower than
-    stage 7, so the table does not pick it: a kernel is in the table where it was measured faster, not
-    where it should be.""",
+    which torch.compile beats. Its kernel there (Inductor's Triton) is a block of 512 threads a row, 8
+    values a thread read 16 bytes at a time, mean and variance in one Welford pass, and the row read
+    again from cache to write it, at the copy rate. The same shape written here (block_rows' one-barrier
+    kernel at 8 values a thread: 359 us against stage 7's 283 at 32768 x 4096) and a block that loads
+    the next row while it reduces this one (452 us) were both slower, and so was a block per row with
+    the row in registers (block_rows), so the table does not pick them: a kernel is in the table where
+    it was measured faster, not where it should be.""",
     boundaries={"cols": (WARP_ROW_COLS,)})
 def by_shape(x, weight, bias, out):
     kernel_for(x.shape[1])(x, weight, bias, out)
-
-
-# -- 9. occupancy: eight values a thread in 32 registers, every thread slot of the SM filled ----------
-
-OCC_CHUNKS = 2  # 16-byte pieces a thread holds: 8 values, so a 4096-column row takes 512 threads
-OCC_VALUES = 4 * OCC_CHUNKS
-OCC_REGISTERS = 32  # 65536 registers / 2048 threads: the cap at which an SM holds its full 2048 threads
-OCC_COLS = MAX_ROW_THREADS * OCC_VALUES  # the widest row a block of 1024 threads holds: 8192 columns
-
-# block_rows' one-barrier kernel, instantiated with 8 values a thread instead of 16 and its registers capped
-_layernorm_occupancy_row = instantiate(
-    _layernorm_block_row_one_barrier.py_func, {**globals(), "ROW_CHUNKS": OCC_CHUNKS, "ROW_VALUES": OCC_VALUES},
-    "_layernorm_occupancy_row", jit={"max_registers": OCC_REGISTERS})
-
-
-def occupancy_threads(cols):
-    """Threads for a block that holds a row, OCC_VALUES a thread: a whole number of warps."""
-    return min(MAX_ROW_THREADS, 32 * blocks_for(blocks_for(cols, OCC_VALUES), 32))
-
-
-def occupancy_rows(x, weight, bias, out):
-    """Stage 9's kernel for rows up to OCC_COLS wide: a block per row, 8 values a thread."""
-    rows, cols = x.shape
-    expect_row_width(cols, OCC_COLS, "occupancy_rows")
-    _layernorm_occupancy_row[rows, occupancy_threads(cols)](
-        flat_view(x), flat_view(weight), flat_view(bias), flat_view(out), cols, rows_fit_vectors(x, weight, bias, out))
-
-
-OCCUPANCY_TABLE = [(WARP_ROW_COLS, warp_rows), (OCC_COLS, occupancy_rows), (None, ilp.launch)]
-
-
-@op.stage("occupancy", """
-    PARAGRAPH""",
-    boundaries={"cols": (WARP_ROW_COLS, OCC_COLS)})
-def occupancy(x, weight, bias, out):
-    kernel_for(x.shape[1], OCCUPANCY_TABLE)(x, weight, bias, out)
 
 
 # ================================================================================================
@@ -1529,30 +1491,6 @@ RMSNORM_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (BLOCK_ROW_COLS, rmsnorm
     columns and lost to torch.compile at 4096 and 12288.""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
-
-
-# RMSNorm's stage 9 kernel: _rmsnorm_block_row at 8 values a thread, 32 registers (see layernorm's occupancy)
-_rmsnorm_occupancy_row = instantiate(
-    _rmsnorm_block_row.py_func, {**globals(), "ROW_CHUNKS": OCC_CHUNKS, "ROW_VALUES": OCC_VALUES},
-    "_rmsnorm_occupancy_row", jit={"max_registers": OCC_REGISTERS})
-
-
-def rmsnorm_occupancy_rows(x, weight, out):
-    rows, cols = x.shape
-    expect_row_width(cols, OCC_COLS, "rmsnorm_occupancy_rows")
-    _rmsnorm_occupancy_row[rows, occupancy_threads(cols)](
-        flat_view(x), flat_view(weight), flat_view(out), cols, rows_fit_vectors(x, weight, out))
-
-
-RMSNORM_OCCUPANCY_TABLE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (OCC_COLS, rmsnorm_occupancy_rows),
-                           (BLOCK_ROW_COLS, rmsnorm_block_rows), (None, rmsnorm_lean.launch)]
-
-
-@rmsnorm_op.stage("occupancy", """
-    PARAGRAPH""",
-    boundaries={"cols": (WARP_ROW_COLS, OCC_COLS, BLOCK_ROW_COLS)})
-def rmsnorm_occupancy(x, weight, out):
-    kernel_for(x.shape[1], RMSNORM_OCCUPANCY_TABLE)(x, weight, out)
 
 
 # ======================================================================================================

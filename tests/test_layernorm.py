@@ -168,10 +168,8 @@ def test_headline_targets():
 BY_SHAPE_KERNELS = {"layernorm.warp_rows": (op, layernorm.warp_rows),
                     "layernorm.block_rows": (op, layernorm.block_rows),
                     "layernorm.block_rows_one_barrier": (op, BLOCK_ROWS["block_rows_one_barrier"]),
-                    "layernorm.occupancy_rows": (op, layernorm.occupancy_rows),
                     "rmsnorm.warp_rows": (layernorm.rmsnorm_op, layernorm.rmsnorm_warp_rows),
-                    "rmsnorm.block_rows": (layernorm.rmsnorm_op, layernorm.rmsnorm_block_rows),
-                    "rmsnorm.occupancy_rows": (layernorm.rmsnorm_op, layernorm.rmsnorm_occupancy_rows)}
+                    "rmsnorm.block_rows": (layernorm.rmsnorm_op, layernorm.rmsnorm_block_rows)}
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the float64 reference of NaN and inf inputs, put there on purpose
@@ -198,15 +196,6 @@ def test_by_shape_table():
     assert layernorm.kernel_for(4096, table) is layernorm.rmsnorm_block_rows
     assert layernorm.kernel_for(32768, table) is layernorm.rmsnorm_lean.launch
     assert layernorm.block_row_threads(4096) == 256 and layernorm.block_row_threads(12288) == 768
-    # occupancy: the warp kernel up to 1024 columns, a row a block at 8 values a thread up to 8192, then stage 7's
-    assert layernorm.kernel_for(1024, layernorm.OCCUPANCY_TABLE) is layernorm.warp_rows
-    assert layernorm.kernel_for(4096, layernorm.OCCUPANCY_TABLE) is layernorm.occupancy_rows
-    assert layernorm.kernel_for(8193, layernorm.OCCUPANCY_TABLE) is layernorm.ilp.launch
-    assert layernorm.kernel_for(8192, layernorm.RMSNORM_OCCUPANCY_TABLE) is layernorm.rmsnorm_occupancy_rows
-    assert layernorm.kernel_for(8193, layernorm.RMSNORM_OCCUPANCY_TABLE) is layernorm.rmsnorm_block_rows
-    assert layernorm.occupancy_threads(4096) == 512 and layernorm.occupancy_threads(8192) == 1024
-    with pytest.raises(InputError, match="at most 8192"):
-        layernorm.occupancy_rows(*(cuda.device_array(s, np.float32) for s in ((1, 8196), 8196, 8196, (1, 8196))))
     wide = cuda.device_array((1, layernorm.WARP_ROW_COLS + 4), np.float32)
     vector = cuda.device_array(layernorm.WARP_ROW_COLS + 4, np.float32)
     with pytest.raises(InputError, match="at most 1024"):
