@@ -895,6 +895,27 @@ def test_without_a_terminal_each_verdict_is_a_line_as_it_comes():
     assert buf.getvalue().splitlines() == ["  scan.naive: failed (1 of 2 cases failed)", "  scan.fused: passed (1 cases)"]
 
 
+def test_with_json_each_verdict_is_still_a_line_on_stderr_as_it_comes(monkeypatch, capsys):
+    """`grade --json` stopped by a time limit (a GPU session's) printed nothing at all: the JSON comes at the
+    end. Each verdict is a line on stderr as it comes; stdout stays the JSON report alone."""
+    from workbench.grade import cli
+    from workbench.grade.report import CaseResult, Report, StageGrade
+
+    def one_stage(target, impl, *, listener, **options):
+        passed = CaseResult("scan.hillis_steele", [7], "passed", "", "")
+        grade = StageGrade("scan.hillis_steele", 1, "passed", [passed])
+        listener.stage_done(grade)
+        return Report(impl, "sim", 1, stages=[grade])
+
+    monkeypatch.setattr(cli, "grade", one_stage)
+    args = argparse.Namespace(target="scan.hillis_steele", impl="solutions", size=None, quick=True, seed=None,
+                              timeout=None, jobs=1, no_speed=True, json=True, junit=None)
+    assert cli.cmd_grade(args) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["passed"]
+    assert "  scan.hillis_steele: passed (1 cases)" in err.splitlines()
+
+
 def test_a_race_in_shared_memory_gets_the_barrier_advice_even_when_it_is_a_read_modify_write():
     """Which of a tree's races the simulator meets first varies from run to run: a `+=` on a shared slot
     is still most likely a missing barrier, so its advice names cuda.syncthreads() before atomics."""

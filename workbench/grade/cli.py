@@ -101,7 +101,9 @@ def _grade(args, err) -> int:
     options = dict(sizes=args.size, quick=args.quick, seed=args.seed, timeout=args.timeout, jobs=args.jobs,
                    speed=not args.no_speed)
     if args.json or not err.is_terminal:
-        report = grade(args.target, impl, listener=None if args.json else Lines(err), **options)
+        # A line per verdict on stderr as it comes, with --json too (its report is on stdout): a run stopped
+        # before its end (a GPU session's time limit) still says what it graded.
+        report = grade(args.target, impl, listener=Lines(err), **options)
     else:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=err, transient=True) as progress:
