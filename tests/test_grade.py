@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from workbench.check import compare, is_poison, poison_like
+from workbench.check import compare, is_poison, judge, poison_like
 from workbench.grade import grade, grade_function
 from workbench.grade.channel import Channel, ChannelGarbage
 from workbench.grade.report import CaseResult, Report, StageGrade
@@ -914,6 +914,35 @@ def test_with_json_each_verdict_is_still_a_line_on_stderr_as_it_comes(monkeypatc
     out, err = capsys.readouterr()
     assert json.loads(out)["passed"]
     assert "  scan.hillis_steele: passed (1 cases)" in err.splitlines()
+
+
+def test_bfloat16_travels_to_and_from_the_device_as_its_bits(monkeypatch):
+    """numba-cuda refuses to copy ml_dtypes' bfloat16 ("cannot include dtype 'E' in a buffer"): on the H200 every
+    gemm[bf16] stage was a grader error. The grader's own copies move it as its 16-bit patterns, as
+    ladder.to_device does. Here the simulator's copies are made to refuse it as a GPU's do."""
+    import ml_dtypes
+
+    from workbench.grade import watch
+    from workbench.grade.guards import Guard
+
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    own = watch.take_primitives()
+    to_device, to_host = own.to_device, own.copy_to_host
+
+    def refused(array):
+        if array.dtype == bf16:
+            raise ValueError("cannot include dtype 'E' in a buffer")
+        return array
+
+    monkeypatch.setattr(own, "to_device", lambda host, *a, **k: to_device(refused(host), *a, **k))
+    monkeypatch.setattr(own, "copy_to_host", lambda dev, *a, **k: to_host(refused(dev), *a, **k))
+    monkeypatch.setattr("workbench.ladder._moved_as_bits", lambda dtype: np.dtype(dtype) == bf16)
+    op, (stage,) = resolve("softmax[bf16].widened")
+    size = (3, 37)
+    inputs = op.make_inputs(size, np.random.default_rng(1))
+    outcome = watch.run_watched(stage.launch, inputs, poison_like(op.make_output(size)), Guard(), None)
+    assert outcome.error is None, outcome.error
+    assert outcome.out.dtype == bf16 and not judge(stage, size, inputs, outcome.out, outcome.inputs_after).failed
 
 
 def test_a_race_in_shared_memory_gets_the_barrier_advice_even_when_it_is_a_read_modify_write():
