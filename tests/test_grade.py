@@ -709,43 +709,6 @@ def test_a_kernel_that_never_ends_is_stopped_after_a_multiple_of_the_solutions_t
     assert took < RUNAWAY_FLOOR_S + 45, took  # the floor, starting the worker, and stopping it
 
 
-def test_on_a_gpu_the_first_call_of_a_stage_compiles_and_only_the_case_timeout_holds_it(monkeypatch):
-    """On the H200, graded beside other files, four stages' first case (1x1x1) was stopped as "a loop that never
-    ends": that call compiles the stage's kernels, which took over 10 s on a busy machine. A stage's first call
-    in a worker (again in a fresh one) is held to the case's timeout only; later calls, and every call in the
-    simulator (nothing to compile), to the runaway limit."""
-    from workbench.grade import supervisor
-
-    limits = []
-
-    class Worker:
-        proc = type("Running", (), {"poll": lambda self: None})()
-
-        def request(self, header, arrays, timeout, doing, limit=None):
-            limits.append(limit)
-            return {"type": "called", "id": header["id"]}, [np.zeros(1), np.zeros(1)]
-
-        def printed(self):
-            return ""
-
-        def strays(self):
-            return []
-
-    def runaway():
-        return 10.0, "10 times the solution's time"
-
-    session = supervisor.WorkerSession({}, timeout=60.0)
-    session.worker, session.load_reply = Worker(), {"ok": True}
-    inputs, out = (np.zeros(1),), np.zeros(1)
-    monkeypatch.setattr(supervisor._device, "is_simulator", lambda: False)
-    for case_id, stage in enumerate(["naive", "naive", "tiled"]):
-        session.call(stage, case_id, inputs, out, limit=runaway)
-    assert limits == [None, runaway, None]
-    monkeypatch.setattr(supervisor._device, "is_simulator", lambda: True)
-    session.call("padded", 3, inputs, out, limit=runaway)
-    assert limits[-1] is runaway
-
-
 @pytest.mark.slow
 def test_every_fresh_stub_fails_and_what_is_no_exercise_says_so(tmp_path):
     """`grade` on exercises as generated now: every stage `todo`, `not an exercise` or skipped (needs a

@@ -267,7 +267,6 @@ class WorkerSession:
         self.worker: WorkerProcess | None = None
         self.load_reply: dict | None = None
         self.prepared: dict = {}  # stage name -> op name, for preparing again in a fresh worker
-        self.called: set = set()  # stages called in this worker: on a GPU, its first call compiles them
         self.closed = False
 
     def loaded(self) -> dict:
@@ -284,7 +283,6 @@ class WorkerSession:
             if self.worker is not None:
                 self.worker.stop()  # it died between requests: its folder and strays go too
             self.worker = WorkerProcess(self.job)
-            self.called = set()  # (a fresh worker compiles again)
             try:
                 reply = self.worker.start(min(STARTUP_TIMEOUT_S, max(MIN_STARTUP_TIMEOUT_S, self.timeout)))
             except CaseAborted as exc:
@@ -315,11 +313,6 @@ class WorkerSession:
         """One call of the stage; ``limit`` as in WorkerProcess.request (a runaway kernel's stop);
         ``sm_count``: the simulated device's multiprocessors for this call (None: the job's)."""
         worker = self._ensure()
-        if stage not in self.called and not _device.is_simulator():
-            # Its first call on a GPU compiles its kernels: seconds, and tens of them on a busy machine, which a
-            # multiple of the solution's run time (compiled already) would take for a loop that never ends.
-            limit = None
-        self.called.add(stage)
         header, arrays = worker.request({"type": "call", "stage": stage, "id": case_id, "sm_count": sm_count},
                                         [*inputs, out],
                                         self.timeout, "running this case", limit)
