@@ -59,9 +59,12 @@ class Lines(Listener):
 
     def stage_done(self, grade: StageGrade) -> None:
         """Each verdict as it comes: a log cut off mid-run (a GPU session's time limit) still says what passed."""
-        failed = sum(c.failed for c in grade.cases)
-        self.console.print(f"  {grade.key}: {grade.status}" + (f" ({failed} of {len(grade.cases)} cases failed)"
-                                                                 if failed else f" ({len(grade.cases)} cases)"))
+        failed = [c for c in grade.cases if c.failed]
+        if failed:  # (and why the first failed: a log cut off before the report still says)
+            said = f" ({len(failed)} of {len(grade.cases)} cases failed; {failed[0].label}: {failed[0].reason})"
+        else:
+            said = f" ({len(grade.cases)} cases)"
+        self.console.print(f"  {grade.key}: {grade.status}{said}", highlight=False)
 
 
 def cmd_grade(args) -> int:
