@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from workbench.check import compare, is_poison, poison_like
+from workbench.check import compare, is_poison, judge, poison_like
 from workbench.grade import grade, grade_function
 from workbench.grade.channel import Channel, ChannelGarbage
 from workbench.grade.report import CaseResult, Report, StageGrade
@@ -709,6 +709,27 @@ def test_a_kernel_that_never_ends_is_stopped_after_a_multiple_of_the_solutions_t
     assert took < RUNAWAY_FLOOR_S + 45, took  # the floor, starting the worker, and stopping it
 
 
+def test_a_call_that_compiles_is_allowed_the_time_the_solution_took_to_compile(monkeypatch):
+    """On the H200, graded beside other files, qlinear.fused's call at 33x40x48 (a size that needs another
+    kernel) compiled for 29 s and was stopped as "a loop that never ends" after 10. The limit adds what the
+    solution's own first call at that size took beyond its later ones: compiling, on this machine, now."""
+    from workbench.grade import cases
+    from workbench.grade.supervisor import RUNAWAY_FLOOR_S
+
+    compiled = []
+
+    def run_once(stage, inputs, template):  # the first call compiles (0.5 s here), later ones run (10 ms)
+        time.sleep(0.01 if compiled else 0.5)
+        compiled.append(True)
+
+    monkeypatch.setattr(cases, "run_once", run_once)
+    monkeypatch.setattr(cases._device, "is_simulator", lambda: False)
+    _, (stage,) = resolve("scan.hillis_steele")
+    allowed, why = cases.runaway_limit(stage, (12345,), ())()
+    assert RUNAWAY_FLOOR_S + 0.4 < allowed < RUNAWAY_FLOOR_S + 1, allowed
+    assert "to compile" in why
+
+
 @pytest.mark.slow
 def test_every_fresh_stub_fails_and_what_is_no_exercise_says_so(tmp_path):
     """`grade` on exercises as generated now: every stage `todo`, `not an exercise` or skipped (needs a
@@ -878,7 +899,8 @@ def test_timing_cheats_are_refused_on_a_gpu():
 
 
 def test_without_a_terminal_each_verdict_is_a_line_as_it_comes():
-    """A log cut off mid-run (a GPU session's time limit) still says which stages passed."""
+    """A log cut off mid-run (a GPU session's time limit) still says which stages passed, and why the first
+    failed case of a stage failed (on the H200 three cut-off stages said only "1 of 18 cases failed")."""
     import io
 
     from rich.console import Console
@@ -892,7 +914,58 @@ def test_without_a_terminal_each_verdict_is_a_line_as_it_comes():
     bad = CaseResult("scan.naive", [9], "failed", "wrong-values", "wrong")
     lines.stage_done(StageGrade("scan.naive", 1, "failed", [ok, bad]))
     lines.stage_done(StageGrade("scan.fused", 2, "passed", [ok]))
-    assert buf.getvalue().splitlines() == ["  scan.naive: failed (1 of 2 cases failed)", "  scan.fused: passed (1 cases)"]
+    assert buf.getvalue().splitlines() == ["  scan.naive: failed (1 of 2 cases failed; 9: wrong-values)",
+                                           "  scan.fused: passed (1 cases)"]
+
+
+def test_with_json_each_verdict_is_still_a_line_on_stderr_as_it_comes(monkeypatch, capsys):
+    """`grade --json` stopped by a time limit (a GPU session's) printed nothing at all: the JSON comes at the
+    end. Each verdict is a line on stderr as it comes; stdout stays the JSON report alone."""
+    from workbench.grade import cli
+    from workbench.grade.report import CaseResult, Report, StageGrade
+
+    def one_stage(target, impl, *, listener, **options):
+        passed = CaseResult("scan.hillis_steele", [7], "passed", "", "")
+        grade = StageGrade("scan.hillis_steele", 1, "passed", [passed])
+        listener.stage_done(grade)
+        return Report(impl, "sim", 1, stages=[grade])
+
+    monkeypatch.setattr(cli, "grade", one_stage)
+    args = argparse.Namespace(target="scan.hillis_steele", impl="solutions", size=None, quick=True, seed=None,
+                              timeout=None, jobs=1, no_speed=True, json=True, junit=None)
+    assert cli.cmd_grade(args) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["passed"]
+    assert "  scan.hillis_steele: passed (1 cases)" in err.splitlines()
+
+
+def test_bfloat16_travels_to_and_from_the_device_as_its_bits(monkeypatch):
+    """numba-cuda refuses to copy ml_dtypes' bfloat16 ("cannot include dtype 'E' in a buffer"): on the H200 every
+    gemm[bf16] stage was a grader error. The grader's own copies move it as its 16-bit patterns, as
+    ladder.to_device does. Here the simulator's copies are made to refuse it as a GPU's do."""
+    import ml_dtypes
+
+    from workbench.grade import watch
+    from workbench.grade.guards import Guard
+
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    own = watch.take_primitives()
+    to_device, to_host = own.to_device, own.copy_to_host
+
+    def refused(array):
+        if array.dtype == bf16:
+            raise ValueError("cannot include dtype 'E' in a buffer")
+        return array
+
+    monkeypatch.setattr(own, "to_device", lambda host, *a, **k: to_device(refused(host), *a, **k))
+    monkeypatch.setattr(own, "copy_to_host", lambda dev, *a, **k: to_host(refused(dev), *a, **k))
+    monkeypatch.setattr("workbench.ladder._moved_as_bits", lambda dtype: np.dtype(dtype) == bf16)
+    op, (stage,) = resolve("softmax[bf16].widened")
+    size = (3, 37)
+    inputs = op.make_inputs(size, np.random.default_rng(1))
+    outcome = watch.run_watched(stage.launch, inputs, poison_like(op.make_output(size)), Guard(), None)
+    assert outcome.error is None, outcome.error
+    assert outcome.out.dtype == bf16 and not judge(stage, size, inputs, outcome.out, outcome.inputs_after).failed
 
 
 def test_a_race_in_shared_memory_gets_the_barrier_advice_even_when_it_is_a_read_modify_write():

@@ -59,9 +59,12 @@ class Lines(Listener):
 
     def stage_done(self, grade: StageGrade) -> None:
         """Each verdict as it comes: a log cut off mid-run (a GPU session's time limit) still says what passed."""
-        failed = sum(c.failed for c in grade.cases)
-        self.console.print(f"  {grade.key}: {grade.status}" + (f" ({failed} of {len(grade.cases)} cases failed)"
-                                                                 if failed else f" ({len(grade.cases)} cases)"))
+        failed = [c for c in grade.cases if c.failed]
+        if failed:  # (and why the first failed: a log cut off before the report still says)
+            said = f" ({len(failed)} of {len(grade.cases)} cases failed; {failed[0].label}: {failed[0].reason})"
+        else:
+            said = f" ({len(grade.cases)} cases)"
+        self.console.print(f"  {grade.key}: {grade.status}{said}", highlight=False)
 
 
 def cmd_grade(args) -> int:
@@ -101,7 +104,9 @@ def _grade(args, err) -> int:
     options = dict(sizes=args.size, quick=args.quick, seed=args.seed, timeout=args.timeout, jobs=args.jobs,
                    speed=not args.no_speed)
     if args.json or not err.is_terminal:
-        report = grade(args.target, impl, listener=None if args.json else Lines(err), **options)
+        # A line per verdict on stderr as it comes, with --json too (its report is on stdout): a run stopped
+        # before its end (a GPU session's time limit) still says what it graded.
+        report = grade(args.target, impl, listener=Lines(err), **options)
     else:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=err, transient=True) as progress:

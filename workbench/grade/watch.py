@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import device as _device
 from ..check import poison_like
+from .. import ladder
 from .guards import Guard, HostAccessRefused, Refusal
 from .submission import describe, python_function
 
@@ -178,10 +179,31 @@ def take_primitives() -> Primitives:
 def _poisoned(allocate: Callable) -> Callable:
     def allocate_poisoned(*args, **kwargs):
         arr = allocate(*args, **kwargs)
-        arr.copy_to_device(poison_like(np.empty(arr.shape, arr.dtype)))
+        poison = poison_like(np.empty(arr.shape, arr.dtype))
+        if ladder._moved_as_bits(arr.dtype):
+            arr.view(np.uint16).copy_to_device(poison.view(np.uint16))
+        else:
+            arr.copy_to_device(poison)
         return arr
 
     return allocate_poisoned
+
+
+def _to_device(own: Primitives, host: np.ndarray):
+    """A device copy through the grader's own primitive, of any dtype a stage takes: numba-cuda refuses to
+    copy ml_dtypes' bfloat16 (its buffer protocol has no such format), so it travels as its 16-bit patterns,
+    as ``ladder.to_device`` moves it."""
+    host = np.ascontiguousarray(host)
+    if ladder._moved_as_bits(host.dtype):
+        return own.to_device(host.view(np.uint16)).view(host.dtype)
+    return own.to_device(host)
+
+
+def _to_host(own: Primitives, dev) -> np.ndarray:
+    """A host copy through the grader's own primitive (bfloat16 as its 16-bit patterns, as in _to_device)."""
+    if ladder._moved_as_bits(dev.dtype):
+        return own.copy_to_host(dev.view(np.uint16)).view(dev.dtype)
+    return own.copy_to_host(dev)
 
 
 def run_watched(launch: Callable, inputs: tuple, out: np.ndarray, guard: Guard, submission_file: str | None,
@@ -190,8 +212,8 @@ def run_watched(launch: Callable, inputs: tuple, out: np.ndarray, guard: Guard, 
     In the simulator, launches past ``max_threads`` CUDA threads in all are refused (too slow to run:
     "needs a GPU", never a hang)."""
     own = take_primitives()
-    d_inputs = [own.to_device(np.ascontiguousarray(a)) for a in inputs]
-    d_out = own.to_device(out)
+    d_inputs = [_to_device(own, a) for a in inputs]
+    d_out = _to_device(own, out)
     own.synchronize()
     guard.take()  # refusals before this call were reported with their own phase
     error = None
@@ -213,8 +235,8 @@ def run_watched(launch: Callable, inputs: tuple, out: np.ndarray, guard: Guard, 
         refusals += threads_left(threads_before)
     outcome = CallOutcome(None, [], error, [describe(f) for f in launched.values()], refusals, seconds)
     if error is None:
-        outcome.out = own.copy_to_host(d_out)
-        outcome.inputs_after = [own.copy_to_host(d) for d in d_inputs]
+        outcome.out = _to_host(own, d_out)
+        outcome.inputs_after = [_to_host(own, d) for d in d_inputs]
     return outcome
 
 
@@ -257,7 +279,7 @@ def fresh_outputs(launch: Callable, arg_sets: list[tuple], draws: list[tuple]) -
         done = cuda.event()
         done.record()
         done.synchronize()
-        outputs.append(own.copy_to_host(args[-1]))
+        outputs.append(_to_host(own, args[-1]))
     return outputs
 
 
