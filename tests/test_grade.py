@@ -976,3 +976,67 @@ def test_a_race_in_shared_memory_gets_the_barrier_advice_even_when_it_is_a_read_
     both = "threads (0,0,0) and (1,0,0) both access partials[3] (shared memory): a read-modify-write raced"
     assert race_kind(both) == "shared"
     assert race_kind("bins[7] (global memory): a read-modify-write raced") == "update"
+
+
+def test_the_time_a_launch_spends_compiling_is_not_counted_against_the_runaway_limit(monkeypatch):
+    """On the H200 qlinear.fused's first call compiled for longer than the limit and was stopped as "a loop that
+    never ends". The worker says when a launch starts compiling and how long it took (the launch itself
+    returns at once), and the supervisor holds the limit while it compiles and moves it by that much."""
+    import socket
+    import threading
+
+    from workbench.grade import supervisor
+    from workbench.grade.channel import Channel
+
+    monkeypatch.setattr(supervisor, "RUNAWAY_FLOOR_S", 0.3)
+
+    def request(notices: bool):
+        ours, theirs = socket.socketpair()
+        worker = supervisor.WorkerProcess.__new__(supervisor.WorkerProcess)
+        worker.channel, child = Channel(ours), Channel(theirs)
+        worker.printed, worker.stop = (lambda: ""), (lambda: None)
+
+        def serve():  # a call whose launch compiles for 0.8 s, then runs its kernel for 0.1 s
+            child.receive(time.monotonic() + 5)
+            if notices:
+                child.send({"type": "compiling"})
+            time.sleep(0.8)
+            if notices:
+                child.send({"type": "compiled", "seconds": 0.8})
+            time.sleep(0.1)
+            child.send({"type": "called", "id": 1})
+
+        threading.Thread(target=serve, daemon=True).start()
+        return worker.request({"type": "call"}, [], 30.0, "running this case", lambda: (0.3, "runaway"))
+
+    header, _ = request(notices=True)
+    assert header == {"type": "called", "id": 1}
+    with pytest.raises(supervisor.CaseAborted, match="runaway"):
+        request(notices=False)
+
+
+def test_a_launch_that_compiles_says_so_before_and_after_and_one_that_does_not_says_nothing(monkeypatch):
+    from numba.cuda import dispatcher
+
+    from workbench.grade import watch
+
+    def slow_call(disp, args, launch_config):  # numba compiling the kernel, then launching it
+        time.sleep(0.3 if disp.overloads == {} else 0.0)
+        disp.overloads[tuple(disp.typeof_pyval(a) for a in args)] = "kernel"
+
+    class Config:
+        griddim, blockdim = (1, 1, 1), (32, 1, 1)
+
+    class Kernel:
+        py_func, specialized, overloads = None, False, {}
+
+        def typeof_pyval(self, value):
+            return type(value).__name__
+
+    monkeypatch.setattr(dispatcher.CUDADispatcher, "call", slow_call, raising=False)  # (the simulator has none)
+    monkeypatch.setattr(watch._device, "is_simulator", lambda: False)
+    heard, kernel = [], Kernel()
+    with watch.Watch(heard.append):
+        dispatcher.CUDADispatcher.call(kernel, (1.0, 2), Config())
+        dispatcher.CUDADispatcher.call(kernel, (3.0, 4), Config())  # compiled for these types already
+    assert heard[0] is None and 0.25 < heard[1] < 2 and len(heard) == 2, heard

@@ -140,15 +140,30 @@ class WorkerProcess:
         except OSError:
             pass  # it died: receive says how
         start = time.monotonic()
-        deadline, why = start + timeout, f"{timeout:.0f} s"
-        if limit is not None and timeout > RUNAWAY_FLOOR_S and not self.channel.ready(start + RUNAWAY_FLOOR_S):
-            try:
-                allowed, because = limit()
-            except Exception:  # the solution could not be timed at this size: the full timeout, then
-                allowed, because = timeout, ""
-            if allowed < timeout:
-                deadline, why = start + allowed, f"{allowed:.0f} s ({because})"
-        return self._receive(deadline, doing, why)
+        compiling = 0.0  # seconds the worker said its launches spent compiling: not the kernel's time
+        allowed = because = None
+        in_compiler = False  # between the worker's "compiling" and "compiled": only the timeout holds
+        while True:
+            deadline, why = start + timeout, f"{timeout:.0f} s"
+            if limit is not None and timeout > RUNAWAY_FLOOR_S and not in_compiler:
+                if allowed is None and not self.channel.ready(start + compiling + RUNAWAY_FLOOR_S):
+                    try:
+                        allowed, because = limit()
+                    except Exception:  # the solution could not be timed at this size: the full timeout, then
+                        allowed, because = timeout, ""
+                if allowed is not None and compiling + allowed < timeout:
+                    deadline = start + compiling + allowed
+                    why = f"{allowed:.0f} s ({because})"
+                    if compiling >= 1:
+                        why += f", besides {compiling:.0f} s compiling"
+            header, arrays = self._receive(deadline, doing, why)
+            if header.get("type") == "compiling":
+                in_compiler = True
+            elif header.get("type") == "compiled":
+                in_compiler = False
+                compiling += max(0.0, float(header.get("seconds", 0.0)))
+            else:
+                return header, arrays
 
     def _receive(self, deadline: float, doing: str, waited: str) -> tuple[dict, list]:
         try:

@@ -49,8 +49,10 @@ class Watch:
     """While active: record the kernels launched, and fill new device buffers (``cuda.device_array``)
     with garbage (poison), as fresh device memory can hold on a GPU."""
 
-    def __init__(self):
+    def __init__(self, on_compiling: Callable[[float | None], None] | None = None):
         self.kernels: list = []  # the Python functions of the kernels launched, in order
+        # On a GPU, told None as a launch starts compiling its kernel, then the seconds it took.
+        self.on_compiling = on_compiling
         self._stack = ExitStack()
 
     def __enter__(self) -> "Watch":
@@ -68,7 +70,17 @@ class Watch:
             def call(disp, args, launch_config):
                 watch.kernels.append(disp.py_func)
                 check_launch_limits(launch_config.griddim, launch_config.blockdim)
-                return original_call(disp, args, launch_config)
+                if watch.on_compiling is None or not will_compile(disp, args):
+                    return original_call(disp, args, launch_config)
+                # Numba compiles the kernel for these argument types first, tens of seconds on a busy
+                # machine: the supervisor must not count that against the call's runaway limit, so it
+                # hears when compiling starts and how long it took (the launch itself returns at once).
+                watch.on_compiling(None)
+                t0 = time.perf_counter()
+                try:
+                    return original_call(disp, args, launch_config)
+                finally:
+                    watch.on_compiling(time.perf_counter() - t0)
 
             self._stack.enter_context(_patched(dispatcher.CUDADispatcher, "call", call))
         for name in ("device_array", "device_array_like"):
@@ -80,6 +92,17 @@ class Watch:
             self.kernels += [py for py, _ in self._recorded]
         self._stack.close()
         return False
+
+
+def will_compile(dispatcher, args) -> bool:
+    """Whether launching ``dispatcher`` on ``args`` compiles first: no overload yet for their types (numba's
+    own lookup; an argument it cannot type is left for the launch to refuse, and counted as compiling)."""
+    if getattr(dispatcher, "specialized", False):
+        return False
+    try:
+        return tuple(dispatcher.typeof_pyval(a) for a in args) not in dispatcher.overloads
+    except Exception:
+        return True
 
 
 # The limits every CUDA GPU since compute capability 3.0 enforces on a launch. The driver refuses a
@@ -207,10 +230,10 @@ def _to_host(own: Primitives, dev) -> np.ndarray:
 
 
 def run_watched(launch: Callable, inputs: tuple, out: np.ndarray, guard: Guard, submission_file: str | None,
-                max_threads: int | None = None) -> CallOutcome:
+                max_threads: int | None = None, on_compiling: Callable[[float | None], None] | None = None) -> CallOutcome:
     """Run ``launch(*inputs, out)`` on device copies (``out`` arrives poisoned) and report the facts.
     In the simulator, launches past ``max_threads`` CUDA threads in all are refused (too slow to run:
-    "needs a GPU", never a hang)."""
+    "needs a GPU", never a hang). ``on_compiling`` hears of each launch that compiles (``Watch``)."""
     own = take_primitives()
     d_inputs = [_to_device(own, a) for a in inputs]
     d_out = _to_device(own, out)
@@ -219,7 +242,7 @@ def run_watched(launch: Callable, inputs: tuple, out: np.ndarray, guard: Guard, 
     error = None
     threads_before = set(threading.enumerate())
     t0 = time.perf_counter()
-    watch = Watch()
+    watch = Watch(on_compiling)
     try:
         with guard.call(d_out), watch, _thread_budget(max_threads):
             launch(*d_inputs, d_out)

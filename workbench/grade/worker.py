@@ -127,10 +127,15 @@ class Worker:
         launch = self.launches[header["stage"]]
         with simulated_device(header.get("sm_count")):  # (None: the job's, set for the whole worker)
             outcome = run_watched(launch, tuple(arrays[:-1]), arrays[-1], self.guard, self.job["submission"],
-                                  self.job.get("max_threads"))
+                                  self.job.get("max_threads"), on_compiling=self.compiling)
         reply = {"type": "called", "id": header["id"], "error": outcome.error, "launches": outcome.launches,
                  "refusals": refusal_facts(outcome.refusals), "seconds": outcome.seconds}
         return reply, ([outcome.out, *outcome.inputs_after] if outcome.error is None else [])
+
+    def compiling(self, seconds: float | None) -> None:
+        """Tell the supervisor, while the call goes on, that a launch starts compiling (None) or has compiled
+        (the seconds it took): compiling is not the kernel running, and does not count towards its limit."""
+        self.channel.send({"type": "compiling"} if seconds is None else {"type": "compiled", "seconds": seconds})
 
     def time(self, header: dict, arrays: list) -> tuple[dict, list]:
         """Time the launcher (GPU only) on device copies of ``header["draws"]`` different draws of the
