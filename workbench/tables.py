@@ -166,20 +166,30 @@ def _since_the_run(op: Operator, names: list) -> list[str]:
 
 
 def allreduce_table(op: Operator, run: dict) -> str:
-    """Per message size: each stage's GPU µs and bus bandwidth (2(N-1)/N bytes / time), and NCCL's."""
+    """Per message size: each stage's GPU µs beside NCCL's, then the same as bus bandwidth (2(N-1)/N bytes
+    over the time): two narrow tables rather than one too wide to read."""
     n, names = run["ranks"], list(dict.fromkeys(r["stage"] for r in run["stages"]))
     by = {(r["stage"], r["bytes"]): r for r in run["stages"] if "gpu_us" in r and r.get("correct")}
     nccl = {r["bytes"]: r for r in (run.get("nccl") or {}).get("allreduce", []) if "gpu_us" in r}
 
-    def cell(r, nbytes):
-        return f"{r['gpu_us']:.1f} ({2 * (n - 1) / n * nbytes / r['gpu_us'] / 1e3:.3g} GB/s)" if r else "—"
+    def microseconds(r, nbytes):
+        return f"{r['gpu_us']:.1f}" if r else "—"
 
-    lines = [_run_heading(op, run, "AllReduce of float32 buffers") + " (bus bandwidth).", "",
-             "| bytes per GPU | " + " | ".join(names) + " | NCCL |", "|---:|" + "---:|" * (len(names) + 1)]
-    for nbytes in run["sizes"]:
-        label = f"{nbytes >> 30} GB" if nbytes >= 1 << 30 else f"{nbytes >> 20} MB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KB"
-        lines.append(f"| {label} | " + " | ".join(cell(by.get((s, nbytes)), nbytes) for s in names)
-                     + f" | {cell(nccl.get(nbytes), nbytes)} |")
+    def bus_gbps(r, nbytes):
+        return f"{2 * (n - 1) / n * nbytes / r['gpu_us'] / 1e3:.3g}" if r else "—"
+
+    def table(cell) -> list[str]:
+        lines = ["| bytes per GPU | " + " | ".join(names) + " | NCCL |", "|---:|" + "---:|" * (len(names) + 1)]
+        for nbytes in run["sizes"]:
+            label = (f"{nbytes >> 30} GB" if nbytes >= 1 << 30 else f"{nbytes >> 20} MB" if nbytes >= 1 << 20
+                     else f"{nbytes >> 10} KB")
+            lines.append(f"| {label} | " + " | ".join(cell(by.get((s, nbytes)), nbytes) for s in names)
+                         + f" | {cell(nccl.get(nbytes), nbytes)} |")
+        return lines
+
+    lines = ([_run_heading(op, run, "AllReduce of float32 buffers") + ":", ""] + table(microseconds)
+             + ["", "The same calls as bus bandwidth, GB/s (2(N-1)/N of the bytes over the time, NCCL's measure):",
+                ""] + table(bus_gbps))
     return "\n".join(lines + _since_the_run(op, names)) + "\n"
 
 
