@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: b9fb4a3a6867b0f8ebebc11cac0439fc71bc2e1d769e7603ae2aebba7d6d5c71
+# generated-sha256: fc5f5e9b85e513501da807fa3c5ffdfee8fbe13f116c09cc05a3b3bc8b48b4f6
 # --------------------------------------------------------------------------------------------------
 """int8 GEMM (int32 accumulation) and the quantized linear layer built on it.
 
@@ -591,7 +591,10 @@ def _qlinear_peer(size):
     def torch_int8_linear(x, Wq, w_scale, out):
         # The same layer in torch operations: quantize, torch._int_mm (cuBLASLt int8), dequantize.
         tx = peers.as_torch(x)
-        scale = tx.abs().amax(dim=1, keepdim=True).clamp_min(1e-30) / QMAX
+        amax = tx.abs().amax(dim=1, keepdim=True)
+        # amax / 127 with a Python number would multiply by a rounded 1/127 (torch's division by a scalar),
+        # a scale one ulp off the layer's amax / 127 in some rows: divide by a tensor for the same scale.
+        scale = torch.where(amax > 0, amax / torch.full_like(amax, QMAX), torch.ones_like(amax))
         xq = torch.clamp(torch.round(tx / scale), -QMAX, QMAX).to(torch.int8)
         acc = torch._int_mm(xq, peers.as_torch(Wq).t())
         torch.mul(acc * scale, peers.as_torch(w_scale), out=peers.as_torch(out))

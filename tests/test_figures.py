@@ -445,6 +445,19 @@ def test_markdown_shows_its_math_and_its_code_names(path):
         assert not hit, f"{path.name} cell {i}: {prose[max(0, hit.start() - 20):hit.end() + 20]!r} sets italics"
 
 
+BOLD_LINE = re.compile(r"(?:^|: )\*\*([^*\n]+)\*\*$", re.M)  # a line that is, or ends in, a bold title
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lint_id)
+def test_a_bold_title_is_a_whole_sentence(path):
+    """A module's title sentence may wrap in its docstring: the notebook shows all of it in bold, not its
+    first source line ("... and the**" over the rest of the sentence)."""
+    for i, cell in enumerate(notebook_cells(path)):
+        if cell["cell_type"] == "markdown":
+            for title in BOLD_LINE.findall(text_of(cell)):
+                assert title.rstrip().endswith((".", ":", "?", "!", ")")), f"{path.name} cell {i}: **{title}**"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lint_id)
 def test_printed_text_wraps_at_words_within_the_page(path):
     """JupyterLab breaks a printed line at its edge mid-word: lines are wrapped at words before that."""

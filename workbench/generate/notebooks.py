@@ -252,14 +252,20 @@ def chapter_md(ch: Chapter) -> str:
     return "\n".join(lines)
 
 
+def title_and_story(doc: str) -> tuple[str, str]:
+    """A module docstring's first paragraph as one line (its title sentence, which may wrap in the source),
+    and the rest as Markdown."""
+    first, _, rest = inspect.cleandoc(doc).partition("\n\n")
+    return cells_helpers.prose_markdown(" ".join(first.split())), cells_helpers.prose_markdown(rest.strip())
+
+
 def story_md(op: Operator) -> str:
     """The notebook's opening: the module's docstring (shared, with a pointer, by a module's further
     operators), and the stages in order."""
     module = registry.module_of(op)
     short = registry.short_module_name(op)
-    doc = cells_helpers.prose_markdown(inspect.cleandoc(module.__doc__ or op.title))
-    first, _, rest = doc.partition("\n")
-    story = f"**{first.strip()}**\n\n{rest.strip()}"
+    first, rest = title_and_story(module.__doc__ or op.title)
+    story = f"**{first}**\n\n{rest}"
     main = registry.operators_by_module()[short][0]
     if main is not op:
         story = (f"This ladder lives in `solutions/{short}.py`, next to the `{main.name}` ladder "
@@ -345,12 +351,11 @@ def variant_cells(op: Operator, shown: dict[str, str], introduced: set[str]) -> 
     lines = [f"## Variant `{op.name}`: {op.title}", ""]
     if short not in introduced:
         introduced.add(short)
-        doc = inspect.cleandoc(registry.module_of(op).__doc__ or op.title)
-        first, _, rest = doc.partition("\n")
-        lines += [f"`solutions/{short}.py`: **{first.strip()}**", ""]
-        if rest.strip():
+        first, rest = title_and_story(registry.module_of(op).__doc__ or op.title)
+        lines += [f"`solutions/{short}.py`: **{first}**", ""]
+        if rest:
             lines += ["<details><summary>What it changes, and why (the module's story)</summary>", "",
-                      cells_helpers.prose_markdown(rest.strip()), "", "</details>", ""]
+                      rest, "", "</details>", ""]
     lines += [f"{len(op.stages)} stages (`workbench diff {op.name}.STAGE` shows each one's change):", ""]
     for s in op.stages:
         said = shown.get(paragraph_key(s.summary))
