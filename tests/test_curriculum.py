@@ -204,3 +204,18 @@ def test_list_shows_the_chapters_and_filters_by_operator_or_chapter(capsys):
     assert main(["list", "no_such_thing"]) == 2
     err = capsys.readouterr().err
     assert "no operator or chapter 'no_such_thing'" in err and "21_softmax" in err and "Traceback" not in err
+
+
+def test_a_stage_in_tf32_is_measured_against_tf32s_peak_and_named_so():
+    """gemm's tensor-core stages read float32 as TF32: against the float32 library rate they showed 214% of
+    peak on the course map. Their % divides by cuBLAS's TF32 rate, and the tables say TF32 beside the stage."""
+    from workbench import bench
+
+    gemm = OPS["gemm"]
+    peaks = {"gemm_fp32_gflops": 50_000.0, "gemm_tf32_gflops": 350_000.0}
+    assert bench.peak_key(gemm, peaks, "split_k") == "gemm_tf32_gflops"
+    assert bench.peak_key(gemm, peaks, "async_copy") == "gemm_fp32_gflops"
+    assert bench.percent_of_peak(gemm, 0, 105_000.0, peaks, "split_k") == pytest.approx(30)
+    assert tables.stage_words(gemm, "split_k") == "split_k (TF32)" and tables.stage_words(gemm, "naive") == "naive"
+    row = next(line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("| [31 gemm]"))
+    assert "(TF32)" in row and int(re.search(r"\| (\d+)% \|", row).group(1)) <= 100, row  # split_k: 31%

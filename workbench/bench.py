@@ -36,33 +36,41 @@ def rotating_arg_sets(inputs: tuple, out_template: np.ndarray, l2_bytes: int | N
 # compute-bound one, the library GEMM at its precision (bf16 against cuBLAS's fp16 rate, which
 # `workbench peaks` measures; there is no int8 peak yet).
 PATTERN_PEAK = {"read": "read_gbps", "copy": "copy_gbps", "read2_write1": "read2_write1_gbps"}
-COMPUTE_PEAK = {"float32": "gemm_fp32_gflops", "float16": "gemm_fp16_gflops", "bfloat16": "gemm_fp16_gflops"}
+COMPUTE_PEAK = {"float32": "gemm_fp32_gflops", "tf32": "gemm_tf32_gflops", "float16": "gemm_fp16_gflops",
+                "bfloat16": "gemm_fp16_gflops"}
 
 
-def peak_key(op: Operator, peaks: dict | None = None) -> str | None:
-    """The key in a results file's ``peaks`` that this operator's "% of peak" is a fraction of. Without
-    ``peaks``, the key it would ideally use; with them, falling back to copy_gbps where its own
+def stage_precision(op: Operator, stage: str | None) -> str | None:
+    """The precision stage ``stage`` (a name) of ``op`` declares for its arithmetic, if any (``Stage.precision``)."""
+    found = next((s for s in op.stages if s.name == stage), None) if stage else None
+    return found.precision if found else None
+
+
+def peak_key(op: Operator, peaks: dict | None = None, stage: str | None = None) -> str | None:
+    """The key in a results file's ``peaks`` that this operator's "% of peak" is a fraction of (for its
+    stage ``stage`` where it names one computing in another precision: TF32's rate for a TF32 stage).
+    Without ``peaks``, the key it would ideally use; with them, falling back to copy_gbps where its own
     pattern's ceiling was never measured."""
     if op.bound == "compute":
-        return COMPUTE_PEAK.get(np.dtype(op.compute_dtype or op.dtype).name)
+        return COMPUTE_PEAK.get(stage_precision(op, stage) or np.dtype(op.compute_dtype or op.dtype).name)
     own = PATTERN_PEAK[op.pattern]
     return own if peaks is None or peaks.get(own) else "copy_gbps"
 
 
-def percent_of_peak(op: Operator, gbps: float, gflops: float, peaks: dict) -> float | None:
-    key = peak_key(op, peaks)
+def percent_of_peak(op: Operator, gbps: float, gflops: float, peaks: dict, stage: str | None = None) -> float | None:
+    key = peak_key(op, peaks, stage)
     if not key or not peaks.get(key):
         return None
     return 100 * (gbps if key in PATTERN_PEAK.values() else gflops) / peaks[key]
 
 
-def _figures(op: Operator, size: Size, timing: Timing, traffic: int, peaks: dict) -> dict:
+def _figures(op: Operator, size: Size, timing: Timing, traffic: int, peaks: dict, stage: str | None = None) -> dict:
     bytes_min = int(op.bytes_moved(size))
     flops = int(op.flops(size))
     gbps = bytes_min / timing.median_us / 1e3
     gflops = flops / timing.median_us / 1e3
-    pct = percent_of_peak(op, gbps, gflops, peaks)
-    peak_kind = peak_key(op, peaks) if pct is not None else None
+    pct = percent_of_peak(op, gbps, gflops, peaks, stage)
+    peak_kind = peak_key(op, peaks, stage) if pct is not None else None
     return {
         **timing.as_dict(),
         "bytes": bytes_min, "stage_bytes": int(traffic), "flops": flops,
@@ -130,7 +138,7 @@ def bench_size(op: Operator, stages: list[Stage], size, peaks: dict, rng: np.ran
             "rotation_sets": n_sets, "working_set_bytes": n_sets * bytes_per_set}
     records, failures = [], []
 
-    def check_and_time(name: str, launch: Callable, tol: float, traffic: int) -> dict | None:
+    def check_and_time(name: str, launch: Callable, tol: float, traffic: int, stage: str | None = None) -> dict | None:
         d_out = arg_sets[0][-1]
         fill_from_host(d_out, poison_like(out_template))
         returned = first_call(launch, arg_sets[0])
@@ -148,7 +156,7 @@ def bench_size(op: Operator, stages: list[Stage], size, peaks: dict, rng: np.ran
                 return None
             rel_err = result.rel_err
         timing = measure(launch, arg_sets)
-        return {**base, "rel_err": rel_err, **_figures(op, size, timing, traffic, peaks)}
+        return {**base, "rel_err": rel_err, **_figures(op, size, timing, traffic, peaks, stage)}
 
     peer_records = []
     for name, launch in (peer_launches(op, size, with_compile) if with_peer else []):
@@ -169,7 +177,7 @@ def bench_size(op: Operator, stages: list[Stage], size, peaks: dict, rng: np.ran
         if progress:
             progress(f"{stage.key} @ {size_label(size)}")
         tol = stage.tolerance if stage.tolerance is not None else op.tolerance_for(size, stage.dtype)
-        rec = check_and_time(stage.key, stage.launch, tol, stage.traffic(size))
+        rec = check_and_time(stage.key, stage.launch, tol, stage.traffic(size), stage.name)
         if rec is not None:
             rec.update(stage=stage.name, order=stage.order, kind="stage", summary=stage.summary, peer=peer_summary)
             records.append(rec)

@@ -54,6 +54,9 @@ class Stage:
     # or unrolled steps end ({"cols": (ILP_SPAN,)}: a row of exactly one unrolled step). It grades sizes
     # landing exactly on each and one short and one past it, where a loop bound off by one shows.
     boundaries: Mapping[str, Sequence[int]] | None = None
+    # Arithmetic in a precision numpy has no dtype for ("tf32": tensor cores fed float32 read as TF32):
+    # its "% of peak" divides by that precision's library rate, and the tables name it beside the stage.
+    precision: str | None = None
 
     @property
     def key(self) -> str:
@@ -212,6 +215,7 @@ class Operator:
         tolerance: float | None = None,
         dtype: Any = None,
         boundaries: Mapping[str, Sequence[int]] | None = None,
+        precision: str | None = None,
     ):
         """Register the decorated launcher as the next stage of this ladder."""
         if any(s.name == name for s in self.stages):
@@ -227,6 +231,7 @@ class Operator:
                 self, name, len(self.stages) + 1, " ".join(summary.split()), launch,
                 bytes_moved, flops, gpu_only, tolerance, dtype or self.dtype,
                 {dim: tuple(ends) for dim, ends in boundaries.items()} if boundaries else None,
+                precision,
             )
             self.stages.append(st)
             return st

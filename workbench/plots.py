@@ -54,6 +54,7 @@ PEER_COLOR = "tab:red"
 PEER_LOOKS = [("tab:red", "--", "x"), ("tab:orange", "-.", "P"), ("tab:pink", (0, (5, 1, 1, 1, 1, 1)), "*"),
               ("tab:brown", (0, (3, 2)), "X")]
 PEAK_STYLE = dict(color="black", linestyle=":", linewidth=1.6)
+OTHER_PEAK_STYLE = dict(color="black", linestyle=(0, (1, 4)), linewidth=1.6)  # a stage's own precision's peak
 FLOOR_STYLE = dict(color="0.45", linestyle=":", linewidth=2.2)
 # Shape families on the latency plot: the first is drawn solid with dots, the next ones differ in both.
 FAMILY_STYLES = [("-", "o"), ("--", "s"), ("-.", "^"), ((0, (1, 1)), "D"), ((0, (5, 1, 1, 1, 1, 1)), "v"),
@@ -137,7 +138,7 @@ def memory_ceiling(op: Operator, peaks: dict) -> tuple[float | None, str]:
 
 def percent(op: Operator, rec: dict, peaks: dict) -> float | None:
     """A record's % of the peak, against the peaks of the file it is drawn from (as the README's table)."""
-    return bench.percent_of_peak(op, rec["gbps"], rec["gflops"], peaks)
+    return bench.percent_of_peak(op, rec["gbps"], rec["gflops"], peaks, rec.get("stage"))
 
 
 # -- records --------------------------------------------------------------------------------------
@@ -239,8 +240,14 @@ def staircase(ax, data: dict, op: Operator, *, upto: str | None = None, live: bo
                   zorder=2)
     peaks = data.get("peaks") or {}
     peak, peak_name = peak_of(op, peaks)
+    peak_lines = []
     if peak:
         ax.axhline(peak, **PEAK_STYLE, zorder=3, label=f"measured peak ({peak_name}) {peak:.0f}")
+    for key in dict.fromkeys(bench.peak_key(op, peaks, r["stage"]) for r in stages):  # a TF32 stage's own peak
+        if key and peaks.get(key) and peaks[key] != peak:
+            ax.axhline(peaks[key], **OTHER_PEAK_STYLE, zorder=3,
+                       label=f"measured peak ({PEAK_NAMES.get(key, key)}) {peaks[key]:.0f}")
+            peak_lines.append(peaks[key])
     for r in peers:
         color, style, _ = peer_look(data, op, r["stage"])
         ax.axhline(r[metric], color=color, linestyle=style, linewidth=1.6, zorder=3,
@@ -250,7 +257,7 @@ def staircase(ax, data: dict, op: Operator, *, upto: str | None = None, live: bo
         pct = percent(op, r, peaks)
         labels.append(f"{r[metric]:.0f}" + (f"\n{pct:.0f}%" if pct is not None else ""))
     upright = _bar_labels(ax, bars, labels)
-    top = max(values + [peak or 0] + [r[metric] for r in peers], default=1) or 1
+    top = max(values + [peak or 0] + peak_lines + [r[metric] for r in peers], default=1) or 1
     positive = [v for v in values if v > 0]
     if positive and top / min(positive) > 100:  # early stages would be invisible on a linear axis
         ax.set_yscale("log")
@@ -802,9 +809,10 @@ def part_figure(rows: list[tuple[Operator, dict, dict | None, dict]], title: str
     peer_y = [yi for yi, t in zip(y, theirs) if t is not None]
     ax.scatter([t for t in theirs if t is not None], peer_y, marker="|", s=160, linewidths=2.5,
                color=PEER_COLOR, label="strongest library peer", zorder=LABEL_ZORDER + 1)  # over the labels
-    for yi, v, t, (_, best, _, _) in zip(y, measured, theirs, rows):
-        words = (f"{v:.0f}% {best['stage']}" if v is not None
-                 else f"{best['stage']} (no peak of its precision measured)")
+    for yi, v, t, (op, best, _, _) in zip(y, measured, theirs, rows):
+        precision = bench.stage_precision(op, best["stage"])  # a TF32 stage: % of TF32's peak, not the peer's
+        words = (f"{v:.0f}% {best['stage']}" + (f" (of the {precision.upper()} peak)" if precision else "")
+                 if v is not None else f"{best['stage']} (no peak of its precision measured)")
         # the label starts past the bar's end and past the peer's tick, so that the tick never covers it
         ax.annotate(words, (max(v or 0, t or 0), yi), xytext=(5, 0), textcoords="offset points",
                     va="center", fontsize=SMALL_PT, bbox=LABEL_BOX, zorder=LABEL_ZORDER)

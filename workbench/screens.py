@@ -81,3 +81,32 @@ def cell_heights(path: Path) -> list[int]:
 def screens(path: Path) -> float:
     """The screens of SCREEN pixels the notebook fills."""
     return sum(cell_heights(path)) / SCREEN
+
+
+def screenshots(path: Path, out_dir: Path, which: list[int] | None = None) -> list[Path]:
+    """The notebook's screens as a learner scrolls through them, 1280 x 1000 PNGs ``<stem>-NN.png`` in
+    ``out_dir`` (``which``: those screens only, counted from 1), laid out and folded as ``screens`` measures."""
+    import math
+
+    path, out_dir = Path(path), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    total = math.ceil(sum(cell_heights(path)) / SCREEN)
+    html = laid_out_html(path)
+    written = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in which or range(1, total + 1):
+            if not 1 <= k <= total:
+                continue
+            page = Path(tmp) / f"screen{k}.html"
+            # Once the folding script has run (the load handler before this one), lift the page by k - 1
+            # screens: a headless screenshot is of the window's top, whatever the scroll position.
+            lift = (f"<script>window.addEventListener('load', () => {{ document.body.style.position = 'relative';"
+                    f" document.body.style.top = '-{(k - 1) * SCREEN}px'; }});</script></body>")
+            page.write_text(html.replace("</body>", lift))
+            shot = out_dir / f"{path.stem}-{k:02d}.png"
+            subprocess.run([browser(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                            f"--window-size={WIDTH},{SCREEN}", "--virtual-time-budget=10000",
+                            f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=300)
+            if shot.exists():
+                written.append(shot)
+    return written

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import curriculum, paths, profiles, registry, results
 from .bench import peak_key, percent_of_peak
+from .bench import stage_precision as bench_stage_precision
 from .ladder import AXES, Operator, size_label
 
 
@@ -84,8 +85,8 @@ def ladder_table(op: Operator, data: dict) -> str:
     for r in stages:
         peer = strongest or r.get("peer")
         ratio = f"{peer['median_us'] / r['median_us']:.2f}x" if peer else "—"
-        pct = percent_of_peak(op, r["gbps"], r["gflops"], peaks_)
-        lines.append(f"| {r['order']} | {r['stage']} | {r['median_us']:.1f} | {host_cell(r)}{r['gbps']:.0f} | "
+        pct = percent_of_peak(op, r["gbps"], r["gflops"], peaks_, r["stage"])
+        lines.append(f"| {r['order']} | {stage_words(op, r['stage'])} | {r['median_us']:.1f} | {host_cell(r)}{r['gbps']:.0f} | "
                      f"{r['gflops']:.0f} | {_fmt(pct, '.0f')} | {ratio} |")
     for r in peers:
         pct = percent_of_peak(op, r["gbps"], r["gflops"], peaks_)
@@ -243,10 +244,18 @@ def best_against_peer(op: Operator) -> dict | None:
     best, peer = plots.best_stage(op, data) if data else (None, None)
     if best is None:
         return None
-    return {"stage": best["stage"],
-            "percent": percent_of_peak(op, best["gbps"], best["gflops"], data.get("peaks") or {}),
+    precision = bench_stage_precision(op, best["stage"])
+    return {"stage": best["stage"], "precision": precision,
+            "percent": percent_of_peak(op, best["gbps"], best["gflops"], data.get("peaks") or {}, best["stage"]),
             "peer": peer["stage"] if peer else None,
             "ratio": peer["median_us"] / best["median_us"] if peer else None}
+
+
+def stage_words(op: Operator, stage: str) -> str:
+    """A stage as the tables name it: with its arithmetic's precision where that is not the operator's own
+    ("split_k (TF32)"), so a ratio to a float32 library is read for what it is."""
+    precision = bench_stage_precision(op, stage)
+    return f"{stage} ({precision.upper()})" if precision else stage
 
 
 def peer_name(name: str) -> str:
@@ -269,7 +278,8 @@ def against_peer_words(found: dict | None, brief: bool = False) -> str:
     if found is None:
         return "—"
     words = peer_words(found)
-    return f"`{found['stage']}` " + (re.sub(r" \(.*\)$", "", words) if brief else words)
+    stage = f"`{found['stage']}`" + (f" ({found['precision'].upper()})" if found.get("precision") else "")
+    return f"{stage} " + (re.sub(r" \(.*\)$", "", words) if brief else words)
 
 
 def percent_words(found: dict | None) -> str:

@@ -971,7 +971,7 @@ def cmd_notebooks(args) -> int:
             print(name)
         return 0
     if args.action == "screens":
-        return screens_report(out, args.only)
+        return screens_report(out, args.only, args.shots)
     if args.action == "check":
         stale = stale_notebooks(out)
         for name in stale:
@@ -1003,13 +1003,14 @@ def cmd_notebooks(args) -> int:
     return 0
 
 
-def screens_report(out: Path, only=None) -> int:
-    """Print the screens each chapter's notebook fills; 1 if a core chapter's exceeds a sitting."""
+def screens_report(out: Path, only=None, shots: str | None = None) -> int:
+    """Print the screens each chapter's notebook fills; 1 if a core chapter's exceeds a sitting. With
+    ``shots``, also write every screen as a 1280 x 1000 PNG in that folder (``screens.screenshots``)."""
     from .. import screens
 
     chapters = {ch.notebook: ch for ch in registry.chapters()}
     try:
-        names = [n for n in select(notebook_recipes(), only) if n in chapters]
+        names = list(select(notebook_recipes(), only))  # the chapters and the course's own notebooks
     except UnknownNotebook as exc:
         print(f"error: {exc.args[0]}", file=sys.stderr)
         return 2
@@ -1017,10 +1018,13 @@ def screens_report(out: Path, only=None) -> int:
     try:
         for name in names:  # (a notebook not built yet is an error: build it first)
             n = screens.screens(out / name)
-            core = chapters[name].core
+            core = name in chapters and chapters[name].core
             over = core and n > screens.SCREENS_PER_SITTING
             too_long += [name] if over else []
             print(f"{name:32s} {n:5.1f} screens" + (" (core path)" if core else "") + ("  too long" if over else ""))
+            if shots:
+                written = screens.screenshots(out / name, Path(shots))
+                print(f"  {len(written)} screenshots in {shots}/{Path(name).stem}-NN.png")
     except screens.NoBrowser as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -1042,6 +1046,7 @@ def add_cli(sub) -> None:
                         "name; repeatable")
     s.add_argument("--out", default=str(paths.NOTEBOOKS_DIR), help="the folder to write (default: notebooks/)")
     s.add_argument("--force", action="store_true", help="overwrite notebooks edited by hand")
+    s.add_argument("--shots", metavar="DIR", help="with screens: also save each screen as a 1280x1000 PNG in DIR")
     s.add_argument("--sim", action="store_true", help="execute in the simulator even on a GPU machine")
     s.add_argument("--recorded", action="store_true",
                    help="on a GPU, plot the figures recorded in results/ instead of measuring them now "
