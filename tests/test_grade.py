@@ -562,9 +562,10 @@ class _Replies:
 
 def test_a_second_run_that_differs_is_named_a_race():
     from workbench.grade.cases import Case, second_run_differs
+    from workbench.grade.draws import random_draw
 
     _, (stage,) = resolve("histogram.global_atomics")
-    case = Case((1000,), "random", lambda: ())
+    case = Case((1000,), "random", random_draw(stage.op, (1000,), 0, 0))
     first = np.arange(256, dtype=np.int32)
     changed = first.copy()
     changed[7] += 1
@@ -573,8 +574,8 @@ def test_a_second_run_that_differs_is_named_a_race():
     assert second_run_differs(stage, _Replies(first.copy()), case, 0, (), first, 0.0) == ""
     _, (stage,) = resolve("reduction.naive")
     total = np.array([1000.0], np.float32)  # floats: a difference inside the tolerance is atomics' order
-    assert second_run_differs(stage, _Replies(total * np.float32(1 + 1e-6)), Case((1000,), "random", lambda: ()),
-                              0, (), total, 1e-5) == ""
+    case = Case((1000,), "random", random_draw(stage.op, (1000,), 0, 0))
+    assert second_run_differs(stage, _Replies(total * np.float32(1 + 1e-6)), case, 0, (), total, 1e-5) == ""
 
 
 def test_the_adversarial_sets_also_run_at_a_large_size():
