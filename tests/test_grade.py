@@ -669,7 +669,7 @@ def test_a_pristine_exercise_that_passes_never_ran_learner_code(tmp_path):
 @pytest.mark.parametrize("options, says", [
     (["--timeout", "-5"], "--timeout -5.0: seconds per case, a number greater than 0"),
     (["--timeout", "0"], "--timeout 0.0: seconds per case"),  # not a silent "the default"
-    (["--jobs", "0"], "--jobs 0: files graded in parallel"),
+    (["--jobs", "0"], "--jobs 0: operators graded in parallel"),
     (["--seed", "-1"], "--seed -1: a seed is a whole number from 0"),  # not a grader error
     (["--impl", "README.md"], "--impl README.md: not a Python file"),
     (["--impl", "no/such/place"], "--impl no/such/place: no such file or folder"),

@@ -45,7 +45,7 @@ def test_the_reference_is_computed_once_for_every_stage_of_an_operator(monkeypat
 
     monkeypatch.setattr(op, "reference", counted)
     DRAWS.clear()
-    report = grade("reduction", "solutions", quick=True, jobs=1, seed=424242)
+    report = grade("reduction[fp32]", "solutions", quick=True, jobs=1, seed=424242)  # its 5 stages
     stages = [s for s in report.stages if s.key.startswith("reduction.")]
     assert len(stages) >= 3 and all(s.status == "passed" for s in stages), report.text()
     assert computed and max(computed.values()) == 1, computed.most_common(3)  # each draw's reference once
@@ -211,8 +211,12 @@ def test_on_a_gpu_calls_hold_the_gpu_shared_and_the_speed_case_times_both_stages
             held["call"] = gpu_lock().holding
             return CallReply(None, [{"file": "x"}], [], 0.0, answer(inputs), list(inputs))
 
-        def time(self, name, draws, out):
+        def ready_to_time(self, name, draws, out):
+            held["submission copied"], self.draws = gpu_lock().holding, draws
+
+        def time(self, name):
             held["submission timed"] = gpu_lock().holding
+            draws = self.draws
             return 10.0, [answer(draws[(i + 1) % len(draws)]) for i in range(len(draws))], None
 
     monkeypatch.setattr(cases, "timing_arg_sets", lambda draws, template, l2: [(*draws[0], template)])
@@ -226,6 +230,42 @@ def test_on_a_gpu_calls_hold_the_gpu_shared_and_the_speed_case_times_both_stages
     result = cases.run_case(stage, Session(), case, 0, functions=[], submission=None)
     speed = cases.speed_case(stage, Session(), bar=0.6, seed=1)
     assert (result.status, speed.status) == (PASSED, PASSED), (result.message, speed.message)
-    assert held == {"call": "shared", "compiled": "shared", "submission timed": "exclusive",
-                    "solution timed": "exclusive"}
+    assert held == {"call": "shared", "compiled": "shared", "submission copied": "shared",
+                    "submission timed": "exclusive", "solution timed": "exclusive"}
     assert gpu_lock().holding is None
+
+
+def test_each_operator_of_a_file_is_a_job_of_its_own(monkeypatch):
+    """--jobs runs operators in parallel, not files: activations.py alone holds 21 operators (79 stages)."""
+    from workbench.grade import api
+    from workbench.registry import operators_named, source_file
+
+    jobs = []
+    monkeypatch.setattr(api, "_grade_file", lambda path, stages, impl, **kw: jobs.append(
+        (path, {s.op.name for s in stages}, kw["heading"])) or [])
+    api.grade("rmsnorm", "solutions", jobs=2)
+    ops = operators_named("rmsnorm")
+    assert len({source_file(op) for op in ops}) == 1 and len(ops) >= 3  # one file, several operators...
+    assert sorted(name for _, (name,), _ in jobs) == sorted(op.name for op in ops)  # ...a job each
+    assert all(heading.endswith(f"({name})") for _, (name,), heading in jobs)
+
+
+def test_the_worker_is_made_ready_to_time_then_timed_in_two_requests():
+    """Copies and the compiling call under the shared hold, the timing alone under the exclusive one: two
+    requests. (The simulator has no timer: the second gets as far as the timer and says so.)"""
+    from workbench.grade.api import _answer_key_dirs
+    from workbench.grade.supervisor import WorkerSession
+    from workbench.registry import source_file
+
+    op, (stage,) = resolve("reduction.naive")
+    job = {"type": "job", "submission": str(source_file(op)), "guard_answer_key": False,
+           "answer_key_dirs": _answer_key_dirs(), "sm_count": 2, "max_threads": None}
+    session = WorkerSession(job, 60)
+    try:
+        assert session.loaded()["ok"] and session.prepare(op.name, stage.name)["ok"]
+        draws = [op.make_inputs((1000,), np.random.default_rng(k)) for k in range(2)]
+        assert session.ready_to_time(stage.name, draws, op.make_output((1000,))) is None
+        median, outputs, error = session.time(stage.name)
+        assert median is None and "event_elapsed_time" in error["message"], error
+    finally:
+        session.close()

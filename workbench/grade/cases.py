@@ -330,14 +330,16 @@ def speed_case(stage, session, bar: float, seed: int) -> CaseResult:
     inputs = [draw.inputs() for draw in draws]
     template = op.make_output(size)
     case = CaseResult(stage.key, list(size), PASSED, kind="speed")
-    with on_the_gpu("shared"):  # the solution's buffers and kernels ready (compiled) before the GPU is held alone
-        theirs_sets = timing_arg_sets(inputs, template, environment().get("l2_bytes"))
-        first_call(stage.launch, theirs_sets[0])
     t0 = time.perf_counter()
     try:
-        with on_the_gpu("exclusive"):
-            mine_us, outputs, error = session.time(stage.name, inputs, poison_like(template))
-            theirs = measure(stage.launch, theirs_sets) if error is None else None
+        with on_the_gpu("shared"):  # copies and compiles, both stages', while other jobs' kernels may run
+            theirs_sets = timing_arg_sets(inputs, template, environment().get("l2_bytes"))
+            first_call(stage.launch, theirs_sets[0])
+            error = session.ready_to_time(stage.name, inputs, poison_like(template))
+        if error is None:
+            with on_the_gpu("exclusive"):  # the two timings alone on the GPU, one after the other
+                mine_us, outputs, error = session.time(stage.name)
+                theirs = measure(stage.launch, theirs_sets) if error is None else None
     except CaseAborted as aborted:
         return case.fail(aborted.reason, f"timing: {aborted.message}", advice_for(aborted.reason))
     if error is not None:

@@ -183,7 +183,9 @@ def add_cli(sub) -> None:
                         f"{TIMEOUT_GPU_S:.0f} on a GPU); importing the submission may take as long "
                         "(at least 30 s, at most 120)")
     s.add_argument("--jobs", type=int,
-                   help="files graded in parallel (default: CPU count in the simulator, 1 on a GPU)")
+                   help="operators graded in parallel, each in its own process (default: CPU count in the "
+                        "simulator, 1 on a GPU; on a GPU the calls run side by side and each speed bar is "
+                        "timed with the GPU to itself)")
     s.add_argument("--no-speed", action="store_true", help="skip the speed bar on a GPU")
     s.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     s.add_argument("--junit", metavar="PATH", help="also write a JUnit XML report")

@@ -73,6 +73,7 @@ class Worker:
         self.guard = Guard(job.get("answer_key_dirs", ()) if job.get("guard_answer_key") else ())
         self.module = None
         self.launches: dict = {}
+        self.timing = None  # (stage, draws, device argument sets, threads before) made ready to time
 
     def serve(self) -> int:
         _load_gpu_libraries()
@@ -91,7 +92,8 @@ class Worker:
             if kind == "bye":
                 return 0
             try:
-                reply, out = {"prepare": self.prepare, "call": self.call, "time": self.time}[kind](header, arrays)
+                reply, out = {"prepare": self.prepare, "call": self.call, "ready-to-time": self.ready_to_time,
+                              "time": self.time}[kind](header, arrays)
             except Exception as exc:  # the grader's own code failed: say where, never blame the submission
                 tail = traceback.format_exception(type(exc), exc, exc.__traceback__)[-2:]
                 reply, out = {"type": "internal-error", "message": "".join(tail).strip()}, []
@@ -132,19 +134,38 @@ class Worker:
                  "refusals": refusal_facts(outcome.refusals), "seconds": outcome.seconds}
         return reply, ([outcome.out, *outcome.inputs_after] if outcome.error is None else [])
 
-    def time(self, header: dict, arrays: list) -> tuple[dict, list]:
-        """Time the launcher (GPU only) on device copies of ``header["draws"]`` different draws of the
-        inputs, made before the timer starts; then call it once more on new inputs in the buffers it was
-        timed on and send those outputs back (``watch.fresh_outputs``): the grader judges them."""
+    def ready_to_time(self, header: dict, arrays: list) -> tuple[dict, list]:
+        """Before timing (GPU only), while other jobs may run kernels: device copies of ``header["draws"]``
+        different draws of the inputs (``watch.timing_arg_sets``) and one call (it compiles), so that the
+        grader's exclusive hold of the GPU (``time``) covers the timing only, not the copies and compiles."""
+        from ..bench import first_call
         from ..results import environment
-        from ..timing import measure
 
         launch = self.launches[header["stage"]]
         count = int(header["draws"])
         per_draw = (len(arrays) - 1) // count
         draws = [tuple(arrays[k * per_draw:(k + 1) * per_draw]) for k in range(count)]
-        arg_sets = timing_arg_sets(draws, arrays[-1], environment().get("l2_bytes"))
+        self.timing = None
         threads_before = set(threading.enumerate())
+        try:
+            arg_sets = timing_arg_sets(draws, arrays[-1], environment().get("l2_bytes"))
+            first_call(launch, arg_sets[0])
+        except Exception as exc:  # the learner's launcher raised
+            return {"type": "ready", "error": classify(exc, self.job["submission"])}, []
+        self.timing = (header["stage"], draws, arg_sets, threads_before)
+        return {"type": "ready"}, []
+
+    def time(self, header: dict, arrays: list) -> tuple[dict, list]:
+        """Time the launcher on the argument sets ``ready_to_time`` made; then call it once more on new
+        inputs in the buffers it was timed on and send those outputs back (``watch.fresh_outputs``): the
+        grader judges them."""
+        from ..timing import measure
+
+        stage, draws, arg_sets, threads_before = self.timing
+        self.timing = None
+        if stage != header["stage"]:
+            raise RuntimeError(f"asked to time {header['stage']}, made ready to time {stage}")
+        launch = self.launches[stage]
         try:
             timing = measure(launch, arg_sets)
             outputs = fresh_outputs(launch, arg_sets, draws)
