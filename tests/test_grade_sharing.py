@@ -216,8 +216,11 @@ def test_on_a_gpu_calls_hold_the_gpu_shared_and_the_speed_case_times_both_stages
 
         def time(self, name):
             held["submission timed"] = gpu_lock().holding
-            draws = self.draws
-            return 10.0, [answer(draws[(i + 1) % len(draws)]) for i in range(len(draws))], None
+            return 10.0, None
+
+        def after_timing(self, name):
+            held["submission checked"], draws = gpu_lock().holding, self.draws
+            return [answer(draws[(i + 1) % len(draws)]) for i in range(len(draws))], None
 
     monkeypatch.setattr(cases, "timing_arg_sets", lambda draws, template, l2: [(*draws[0], template)])
     monkeypatch.setattr(results, "environment", lambda: {})
@@ -231,7 +234,7 @@ def test_on_a_gpu_calls_hold_the_gpu_shared_and_the_speed_case_times_both_stages
     speed = cases.speed_case(stage, Session(), bar=0.6, seed=1)
     assert (result.status, speed.status) == (PASSED, PASSED), (result.message, speed.message)
     assert held == {"call": "shared", "compiled": "shared", "submission copied": "shared",
-                    "submission timed": "exclusive", "solution timed": "exclusive"}
+                    "submission timed": "exclusive", "solution timed": "exclusive", "submission checked": "shared"}
     assert gpu_lock().holding is None
 
 
@@ -250,9 +253,10 @@ def test_each_operator_of_a_file_is_a_job_of_its_own(monkeypatch):
     assert all(heading.endswith(f"({name})") for _, (name,), heading in jobs)
 
 
-def test_the_worker_is_made_ready_to_time_then_timed_in_two_requests():
-    """Copies and the compiling call under the shared hold, the timing alone under the exclusive one: two
-    requests. (The simulator has no timer: the second gets as far as the timer and says so.)"""
+def test_the_worker_is_made_ready_to_time_timed_and_checked_in_three_requests():
+    """Copies and the compiling call under the shared hold, the timing alone under the exclusive one, the
+    calls after timing shared again: three requests. (The simulator has no timer: the timing gets as far as
+    the timer and says so.)"""
     from workbench.grade.api import _answer_key_dirs
     from workbench.grade.supervisor import WorkerSession
     from workbench.registry import source_file
@@ -265,7 +269,12 @@ def test_the_worker_is_made_ready_to_time_then_timed_in_two_requests():
         assert session.loaded()["ok"] and session.prepare(op.name, stage.name)["ok"]
         draws = [op.make_inputs((1000,), np.random.default_rng(k)) for k in range(2)]
         assert session.ready_to_time(stage.name, draws, op.make_output((1000,))) is None
-        median, outputs, error = session.time(stage.name)
+        median, error = session.time(stage.name)
         assert median is None and "event_elapsed_time" in error["message"], error
+        assert session.ready_to_time(stage.name, draws, op.make_output((1000,))) is None
+        outputs, error = session.after_timing(stage.name)  # (the calls after timing need no timer)
+        assert error is None and len(outputs) == 2
+        for i, out in enumerate(outputs):  # output i is of draw i + 1, in the buffers draw i was timed in
+            assert np.allclose(out, op.reference(*draws[(i + 1) % 2]), rtol=1e-4)
     finally:
         session.close()

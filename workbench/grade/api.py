@@ -212,19 +212,24 @@ class InProcessSession:
         self.timing = (draws, arg_sets)
         return None
 
-    def time(self, stage: str) -> tuple[float | None, list | None, dict | None]:
+    def time(self, stage: str) -> tuple[float | None, dict | None]:
         from ..timing import measure
 
+        try:
+            return measure(self.launcher, self.timing[1]).median_us, None
+        except Exception as exc:
+            return None, classify(exc, self.file)
+
+    def after_timing(self, stage: str) -> tuple[list | None, dict | None]:
         (draws, arg_sets), self.timing = self.timing, None
         try:
-            timing = measure(self.launcher, arg_sets)
             outputs = fresh_outputs(self.launcher, arg_sets, draws)
         except Exception as exc:
-            return None, None, classify(exc, self.file)
+            return None, classify(exc, self.file)
         left = threads_left(self.threads_before)
         if left:
-            return None, None, {"reason": left[0].reason, "message": left[0].what}
-        return timing.median_us, outputs, None
+            return None, {"reason": left[0].reason, "message": left[0].what}
+        return outputs, None
 
 
 def grade_function(op_stage: str, launcher: Callable, *, sizes=None, quick: bool = False, seed: int | None = None,

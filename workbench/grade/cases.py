@@ -318,8 +318,9 @@ def speed_case(stage, session, bar: float, seed: int) -> CaseResult:
     """Time the submission (in its worker) and the solution stage (here) on the same draws of the inputs,
     made before either timer starts (GPU only); then judge what the submission's calls on fresh inputs
     after its timing wrote (``watch.fresh_outputs``): a result replayed, or left to another stream or
-    thread, is refused, whatever its time. Both timings hold the GPU exclusive, one after the other: no
-    other job's kernel runs during either (``--jobs N``), so the ratio compares the two stages alone."""
+    thread, is refused, whatever its time. Only the two timings hold the GPU exclusive, one after the other
+    (copies, compiles and checks hold it shared): no other job's kernel runs during either (``--jobs N``),
+    so the ratio compares the two stages alone, and the other jobs wait for as little as that."""
     from ..bench import first_call
     from ..results import environment
     from ..timing import measure
@@ -338,8 +339,11 @@ def speed_case(stage, session, bar: float, seed: int) -> CaseResult:
             error = session.ready_to_time(stage.name, inputs, poison_like(template))
         if error is None:
             with on_the_gpu("exclusive"):  # the two timings alone on the GPU, one after the other
-                mine_us, outputs, error = session.time(stage.name)
+                mine_us, error = session.time(stage.name)
                 theirs = measure(stage.launch, theirs_sets) if error is None else None
+        if error is None:
+            with on_the_gpu("shared"):  # checking what it does after timing is no timing: others may run
+                outputs, error = session.after_timing(stage.name)
     except CaseAborted as aborted:
         return case.fail(aborted.reason, f"timing: {aborted.message}", advice_for(aborted.reason))
     if error is not None:

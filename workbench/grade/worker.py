@@ -93,7 +93,7 @@ class Worker:
                 return 0
             try:
                 reply, out = {"prepare": self.prepare, "call": self.call, "ready-to-time": self.ready_to_time,
-                              "time": self.time}[kind](header, arrays)
+                              "time": self.time, "after-timing": self.after_timing}[kind](header, arrays)
             except Exception as exc:  # the grader's own code failed: say where, never blame the submission
                 tail = traceback.format_exception(type(exc), exc, exc.__traceback__)[-2:]
                 reply, out = {"type": "internal-error", "message": "".join(tail).strip()}, []
@@ -156,25 +156,35 @@ class Worker:
         return {"type": "ready"}, []
 
     def time(self, header: dict, arrays: list) -> tuple[dict, list]:
-        """Time the launcher on the argument sets ``ready_to_time`` made; then call it once more on new
-        inputs in the buffers it was timed on and send those outputs back (``watch.fresh_outputs``): the
-        grader judges them."""
+        """Time the launcher on the argument sets ``ready_to_time`` made (the grader holds the GPU alone)."""
         from ..timing import measure
 
-        stage, draws, arg_sets, threads_before = self.timing
-        self.timing = None
-        if stage != header["stage"]:
-            raise RuntimeError(f"asked to time {header['stage']}, made ready to time {stage}")
-        launch = self.launches[stage]
+        stage, _, arg_sets, _ = self._made_ready(header["stage"])
         try:
-            timing = measure(launch, arg_sets)
-            outputs = fresh_outputs(launch, arg_sets, draws)
+            timing = measure(self.launches[stage], arg_sets)
         except Exception as exc:  # the learner's launcher raised while being timed
+            self.timing = None
             return {"type": "timed", "error": classify(exc, self.job["submission"])}, []
+        return {"type": "timed", "median_us": timing.median_us}, []
+
+    def after_timing(self, header: dict, arrays: list) -> tuple[dict, list]:
+        """Call the launcher once more on new inputs in the buffers it was timed on and send those outputs
+        back (``watch.fresh_outputs``): the grader judges them. And what it was refused meanwhile."""
+        stage, draws, arg_sets, threads_before = self._made_ready(header["stage"])
+        self.timing = None
+        try:
+            outputs = fresh_outputs(self.launches[stage], arg_sets, draws)
+        except Exception as exc:
+            return {"type": "checked", "error": classify(exc, self.job["submission"])}, []
         refused = tampered(self.primitives) + threads_left(threads_before)
         if refused:  # a clock, an event or the timer replaced, work left to a thread: its time is its own story
-            return {"type": "timed", "error": {"reason": refused[0].reason, "message": refused[0].what}}, []
-        return {"type": "timed", "median_us": timing.median_us}, outputs
+            return {"type": "checked", "error": {"reason": refused[0].reason, "message": refused[0].what}}, []
+        return {"type": "checked"}, outputs
+
+    def _made_ready(self, stage: str) -> tuple:
+        if self.timing is None or self.timing[0] != stage:
+            raise RuntimeError(f"{stage} was not made ready to time")
+        return self.timing
 
 
 def _die_with_the_grader() -> None:
