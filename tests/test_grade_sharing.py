@@ -278,3 +278,17 @@ def test_the_worker_is_made_ready_to_time_timed_and_checked_in_three_requests():
             assert np.allclose(out, op.reference(*draws[(i + 1) % 2]), rtol=1e-4)
     finally:
         session.close()
+
+
+def test_several_targets_are_graded_in_one_run_each_stage_once(capsys):
+    """A GPU session grades groups of families in one process (one cache, one --jobs across them)."""
+    import json
+
+    from workbench.cli import main
+
+    code = main(["grade", "reduction[max]", "scan.hillis_steele", "reduction[max].one_pass", "--impl", "solutions",
+                 "--quick", "--jobs", "2", "--json"])
+    keys = [s["key"] for s in json.loads(capsys.readouterr().out)["stages"]]
+    assert code == 0 and sorted(keys) == ["reduction[max].one_pass", "reduction[max].two_pass", "scan.hillis_steele"]
+    assert main(["grade", "scan", "nosuchop", "--impl", "solutions"]) == 2
+    assert "no operator 'nosuchop'" in capsys.readouterr().err

@@ -70,10 +70,10 @@ def checked_sizes(stages, sizes) -> list | None:
     return sizes
 
 
-def grade(target: str | None = None, impl: str = "exercises", *, sizes=None, quick: bool = False,
+def grade(target: str | list | None = None, impl: str = "exercises", *, sizes=None, quick: bool = False,
           seed: int | None = None, timeout: float | None = None, jobs: int | None = None, speed: bool = True,
           listener: Listener | None = None) -> Report:
-    """Grade the stages of ``target`` (default: every exercise) in ``impl`` (exercises, solutions, a
+    """Grade the stages of ``target`` (one, or a list; default: every exercise) in ``impl`` (exercises, solutions, a
     file or a folder). One worker process per operator of each file, ``jobs`` of them at a time; on a GPU
     the calls share the GPU and each speed case has it alone (``cases.on_the_gpu``).
 
