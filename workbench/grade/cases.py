@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import device as _device
 from ..gpulock import gpu_lock
-from ..check import adversarial_cases, judge, poison_like, run_once, tolerance_of
+from ..check import judge, poison_like, run_once, tolerance_of
 from ..ladder import Size, as_size
 from .draws import Draw, adversarial_draws, random_draw
 from .reasons import advice_for
@@ -76,7 +76,8 @@ def plan(op, sizes, seed: int) -> list[Case]:
     by_elements = sorted(dict.fromkeys(sizes), key=elements)
     if _device.is_simulator() and len(sizes) > 1:  # (a GPU has its own SM count)
         middle = by_elements[len(by_elements) // 2]  # (more blocks at the largest size cost twice its time)
-        cases.append(Case(middle, f"random on {WIDE_SM_COUNT} SMs", random_draw(op, middle, seed, 15_000), WIDE_SM_COUNT))
+        cases.append(Case(middle, f"random on {WIDE_SM_COUNT} SMs", random_draw(op, middle, seed, 15_000),
+                          WIDE_SM_COUNT))
     adversarial = by_elements[:ADVERSARIAL_SIZES]
     large = [s for s in by_elements if elements(s) <= ADVERSARIAL_LARGE_MAX_ELEMENTS]
     if large and large[-1] not in adversarial:

@@ -49,7 +49,7 @@ class ProgressBars(Listener):
 
 
 class Lines(Listener):
-    """Without a terminal: one line per file, so a log shows what is being graded."""
+    """Without a terminal: one line per job (an operator of a file), so a log shows what is being graded."""
 
     def __init__(self, console):
         self.console = console
