@@ -6,16 +6,15 @@ the GPU to itself: it holds an exclusive lock for its duration, every other GPU 
 kernel of another worker runs while a speed is measured; the timing tests are ordered last (CONTRIBUTING.md)."""
 
 import contextlib
-import fcntl
 import os
 import shutil
 import tempfile
-import time
 import uuid
 
 import pytest
 
 import workbench
+from workbench.gpulock import GpuLock  # shared with the grader: one mechanism
 
 STAGES_PER_WORKER = 2  # GPU ladder checks: stages of one operator grouped on one worker (see below)
 
@@ -186,78 +185,6 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=order)
 
 
-class _GpuLock:
-    """One pair of lock files per test session (xdist's workers share ``PYTEST_XDIST_TESTRUNUID``): a
-    shared lock for running kernels, an exclusive one for timing them. The turnstile gives a waiting
-    timer priority: while it waits, no new test takes a shared lock, so the running ones drain and it
-    gets in."""
-
-    def __init__(self):
-        stem = _session_stem("gpu")
-        self.turnstile, self.gpu = open(stem + ".turnstile", "a"), open(stem + ".lock", "a")
-        self.depth = 0  # measure() calls host_call_latency(): the exclusive lock is re-entrant
-        self.holding = None  # "shared", "exclusive" or None
-        self.since = 0.0
-        self.waited = self.held_alone = 0.0  # seconds, this test: reported in the suite's log
-
-    def _take(self, kind: str):
-        asked = time.perf_counter()
-        if kind == "shared":
-            fcntl.flock(self.turnstile, fcntl.LOCK_SH)
-            fcntl.flock(self.gpu, fcntl.LOCK_SH)
-            fcntl.flock(self.turnstile, fcntl.LOCK_UN)
-        else:
-            fcntl.flock(self.turnstile, fcntl.LOCK_EX)
-            fcntl.flock(self.gpu, fcntl.LOCK_EX)
-        self.holding, self.since = kind, time.perf_counter()
-        self.waited += self.since - asked
-
-    def _drop(self):
-        fcntl.flock(self.gpu, fcntl.LOCK_UN)
-        if self.holding == "exclusive":
-            fcntl.flock(self.turnstile, fcntl.LOCK_UN)
-            self.held_alone += time.perf_counter() - self.since
-        self.holding = None
-
-    @contextlib.contextmanager
-    def shared(self):
-        if self.holding is not None:  # inside this worker's own hold (a run inside a measurement)
-            yield
-            return
-        self._take("shared")
-        try:
-            yield
-        finally:
-            self._drop()
-
-    @contextlib.contextmanager
-    def exclusive(self):
-        if self.depth == 0:
-            if self.holding is not None:
-                raise RuntimeError("a measurement inside a run that holds the GPU shared would deadlock")
-            self._take("exclusive")
-        self.depth += 1
-        try:
-            yield
-        finally:
-            self.depth -= 1
-            if self.depth == 0:
-                self._drop()
-
-    @contextlib.contextmanager
-    def set_aside(self):
-        """Let go of whatever this worker holds for the duration (a compile), then take the same again."""
-        kind = self.holding
-        if kind is None:
-            yield
-            return
-        self._drop()
-        try:
-            yield
-        finally:
-            self._take(kind)
-
-
 _LOCK = None
 
 
@@ -277,7 +204,7 @@ def _gpu_to_itself_while_timing(request):
     if workbench.MODE != "gpu" or "gpu" not in request.keywords:
         yield
         return
-    _LOCK = _LOCK or _GpuLock()
+    _LOCK = _LOCK or GpuLock(_session_stem("gpu"))
     _LOCK.waited = _LOCK.held_alone = 0.0
     _KERNELS_BEFORE.update(KERNELS)
     marker = request.node.get_closest_marker("timing")
@@ -318,7 +245,7 @@ def _inside(hold, fn):
 
 
 @contextlib.contextmanager
-def _measurements_alone(lock: _GpuLock):
+def _measurements_alone(lock: GpuLock):
     from workbench import bench, timing
 
     # A timing test's first call of each stage (bench.first_call) runs kernels as a check does: under the
@@ -333,7 +260,7 @@ def _measurements_alone(lock: _GpuLock):
 
 
 @contextlib.contextmanager
-def _runs_shared(lock: _GpuLock):
+def _runs_shared(lock: GpuLock):
     """``@pytest.mark.gpu_lock_per_run``: the shared lock only around each ``workbench.check.run_once``
     (inputs to the device, the kernels, results back). A ladder check at a headline size spends most of
     its time on the CPU (float64 references, comparisons); holding the lock through that made every

@@ -562,9 +562,10 @@ class _Replies:
 
 def test_a_second_run_that_differs_is_named_a_race():
     from workbench.grade.cases import Case, second_run_differs
+    from workbench.grade.draws import random_draw
 
     _, (stage,) = resolve("histogram.global_atomics")
-    case = Case((1000,), "random", lambda: ())
+    case = Case((1000,), "random", random_draw(stage.op, (1000,), 0, 0))
     first = np.arange(256, dtype=np.int32)
     changed = first.copy()
     changed[7] += 1
@@ -573,8 +574,8 @@ def test_a_second_run_that_differs_is_named_a_race():
     assert second_run_differs(stage, _Replies(first.copy()), case, 0, (), first, 0.0) == ""
     _, (stage,) = resolve("reduction.naive")
     total = np.array([1000.0], np.float32)  # floats: a difference inside the tolerance is atomics' order
-    assert second_run_differs(stage, _Replies(total * np.float32(1 + 1e-6)), Case((1000,), "random", lambda: ()),
-                              0, (), total, 1e-5) == ""
+    case = Case((1000,), "random", random_draw(stage.op, (1000,), 0, 0))
+    assert second_run_differs(stage, _Replies(total * np.float32(1 + 1e-6)), case, 0, (), total, 1e-5) == ""
 
 
 def test_the_adversarial_sets_also_run_at_a_large_size():
@@ -668,7 +669,7 @@ def test_a_pristine_exercise_that_passes_never_ran_learner_code(tmp_path):
 @pytest.mark.parametrize("options, says", [
     (["--timeout", "-5"], "--timeout -5.0: seconds per case, a number greater than 0"),
     (["--timeout", "0"], "--timeout 0.0: seconds per case"),  # not a silent "the default"
-    (["--jobs", "0"], "--jobs 0: files graded in parallel"),
+    (["--jobs", "0"], "--jobs 0: operators graded in parallel"),
     (["--seed", "-1"], "--seed -1: a seed is a whole number from 0"),  # not a grader error
     (["--impl", "README.md"], "--impl README.md: not a Python file"),
     (["--impl", "no/such/place"], "--impl no/such/place: no such file or folder"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
@@ -50,7 +51,7 @@ def check_options(*, seed=None, timeout=None, jobs=None) -> None:
     if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout < float("inf")):
         raise BadOption(f"--timeout {timeout}: seconds per case, a number greater than 0")
     if jobs is not None and not (isinstance(jobs, (int, np.integer)) and jobs >= 1):
-        raise BadOption(f"--jobs {jobs}: files graded in parallel, a whole number of at least 1")
+        raise BadOption(f"--jobs {jobs}: operators graded in parallel, a whole number of at least 1")
 
 
 def new_seed() -> int:
@@ -69,11 +70,12 @@ def checked_sizes(stages, sizes) -> list | None:
     return sizes
 
 
-def grade(target: str | None = None, impl: str = "exercises", *, sizes=None, quick: bool = False,
+def grade(target: str | list | None = None, impl: str = "exercises", *, sizes=None, quick: bool = False,
           seed: int | None = None, timeout: float | None = None, jobs: int | None = None, speed: bool = True,
           listener: Listener | None = None) -> Report:
-    """Grade the stages of ``target`` (default: every exercise) in ``impl`` (exercises, solutions, a
-    file or a folder). One worker process per file, ``jobs`` files at a time.
+    """Grade the stages of ``target`` (one, or a list; default: every exercise) in ``impl`` (exercises, solutions, a
+    file or a folder). One worker process per operator of each file, ``jobs`` of them at a time; on a GPU
+    the calls share the GPU and each speed case has it alone (``cases.on_the_gpu``).
 
     Raises registry.UnknownTarget, sizes.SizeError or BadOption for a bad target, size or option,
     before anything runs."""
@@ -81,33 +83,40 @@ def grade(target: str | None = None, impl: str = "exercises", *, sizes=None, qui
     mode = _device.mode()
     seed = new_seed() if seed is None else int(seed)
     timeout = timeout or (TIMEOUT_SIM_S if mode == "sim" else TIMEOUT_GPU_S)
-    jobs = jobs or (max(1, os.cpu_count() or 1) if mode == "sim" else 1)  # one GPU: never time in parallel
+    # On a GPU one job unless asked: the lock keeps parallel speed bars honest, but each job holds its
+    # operator's inputs and outputs at full size, in its worker and here.
+    jobs = jobs or (max(1, os.cpu_count() or 1) if mode == "sim" else 1)
     listener = listener or Listener()
     stages = targets(target, impl)
     sizes = checked_sizes(stages, sizes)
     report = Report(impl, mode, seed)
     if speed and mode == "sim":
         report.not_judged.append(SPEED_NOT_JUDGED)
-    by_file: dict[Path, list] = {}
+    # A job is one operator of one file: its own worker, graded stage after stage (its draws are made once,
+    # for its first stage, and reused: draws.DRAWS). Jobs run ``jobs`` at a time: a file of many operators
+    # (activations.py: 21 operators, 79 stages) is not one long job that the others wait for.
+    by_job: dict[tuple[Path, str], list] = {}
     for stage in stages:
         why_not = None if impl == "solutions" else not_an_exercise(stage)  # the answer key grades every stage
         if why_not:
             report.stages.append(StageGrade(stage.key, stage.order, NOT_AN_EXERCISE, notes=[why_not]))
             continue
-        by_file.setdefault(submission_path(impl, stage.op), []).append(stage)
-    report.files = [display_path(path) for path in by_file]
+        by_job.setdefault((submission_path(impl, stage.op), stage.op.name), []).append(stage)
+    report.files = list(dict.fromkeys(display_path(path) for path, _ in by_job))
+    operators_in = Counter(path for path, _ in by_job)
     t0 = time.perf_counter()
 
     sessions: list[WorkerSession] = []  # every worker started, so that an interrupt can stop them all
 
     def grade_one(item):
-        path, file_stages = item
-        return _grade_file(path, file_stages, impl, sizes=sizes, quick=quick, seed=seed, timeout=timeout,
-                           speed=speed, listener=listener, sessions=sessions)
+        (path, op_name), job_stages = item
+        heading = display_path(path) + (f" ({op_name})" if operators_in[path] > 1 else "")
+        return _grade_file(path, job_stages, impl, sizes=sizes, quick=quick, seed=seed, timeout=timeout,
+                           speed=speed, listener=listener, sessions=sessions, heading=heading)
 
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
-        for grades in pool.map(grade_one, by_file.items()):
+        for grades in pool.map(grade_one, by_job.items()):
             report.stages += grades
     except BaseException:  # Ctrl-C (or worse): stop every worker now rather than after its stage
         pool.shutdown(wait=False, cancel_futures=True)
@@ -133,9 +142,10 @@ def _answer_key_dirs() -> list[str]:
 
 
 def _grade_file(path: Path, stages: list, impl: str, *, sizes, quick, seed, timeout, speed,
-                listener: Listener, sessions: list) -> list[StageGrade]:
+                listener: Listener, sessions: list, heading: str) -> list[StageGrade]:
+    """``stages`` (of one operator) of the file at ``path``, in a worker of their own."""
     shown = display_path(path)
-    listener.file_started(shown, len(stages))
+    listener.file_started(heading, len(stages))
     key_dirs = _answer_key_dirs()
     is_key = impl == "solutions" or any(os.path.realpath(path).startswith(d + os.sep) for d in key_dirs)
     hint = ""
@@ -188,21 +198,38 @@ class InProcessSession:
         return CallReply(outcome.error, outcome.launches, refusal_facts(outcome.refusals), outcome.seconds,
                          outcome.out, outcome.inputs_after)
 
-    def time(self, stage: str, draws: list[tuple], out: np.ndarray) -> tuple[float | None, list | None, dict | None]:
+    def ready_to_time(self, stage: str, draws: list[tuple], out: np.ndarray) -> dict | None:
+        from ..bench import first_call
         from ..results import environment
+
+        self.timing = None
+        self.threads_before = set(threading.enumerate())
+        try:
+            arg_sets = timing_arg_sets(draws, out, environment().get("l2_bytes"))
+            first_call(self.launcher, arg_sets[0])
+        except Exception as exc:
+            return classify(exc, self.file)
+        self.timing = (draws, arg_sets)
+        return None
+
+    def time(self, stage: str) -> tuple[float | None, dict | None]:
         from ..timing import measure
 
-        arg_sets = timing_arg_sets(draws, out, environment().get("l2_bytes"))
-        threads_before = set(threading.enumerate())
         try:
-            timing = measure(self.launcher, arg_sets)
+            return measure(self.launcher, self.timing[1]).median_us, None
+        except Exception as exc:
+            return None, classify(exc, self.file)
+
+    def after_timing(self, stage: str) -> tuple[list | None, dict | None]:
+        (draws, arg_sets), self.timing = self.timing, None
+        try:
             outputs = fresh_outputs(self.launcher, arg_sets, draws)
         except Exception as exc:
-            return None, None, classify(exc, self.file)
-        left = threads_left(threads_before)
+            return None, classify(exc, self.file)
+        left = threads_left(self.threads_before)
         if left:
-            return None, None, {"reason": left[0].reason, "message": left[0].what}
-        return timing.median_us, outputs, None
+            return None, {"reason": left[0].reason, "message": left[0].what}
+        return outputs, None
 
 
 def grade_function(op_stage: str, launcher: Callable, *, sizes=None, quick: bool = False, seed: int | None = None,

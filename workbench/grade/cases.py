@@ -11,14 +11,17 @@ from __future__ import annotations
 import os
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from .. import device as _device
-from ..check import adversarial_cases, judge, poison_like, run_once, tolerance_of
+from ..gpulock import gpu_lock
+from ..check import judge, poison_like, run_once, tolerance_of
 from ..ladder import Size, as_size
+from .draws import Draw, adversarial_draws, random_draw
 from .reasons import advice_for
 from .report import PASSED, SKIPPED, CaseResult
 from .supervisor import RUNAWAY_FLOOR_S, CallReply, CaseAborted
@@ -41,11 +44,19 @@ AGAIN = "again, new inputs"  # the label of the call that repeats the first size
 VALUE_REASONS = ("wrong-values", "all-zeros", "unwritten", "uninitialised", "nan")
 
 
+def on_the_gpu(kind: str):
+    """Hold the GPU "shared" (running kernels: a call of the submission in its worker, the solution here) or
+    "exclusive" (timing them), across the grader's threads and every other grading process on this GPU
+    (``workbench.gpulock``): with ``--jobs N`` the calls run side by side while a speed is measured alone.
+    The simulator has no GPU to share and no timer: nothing to hold."""
+    return nullcontext() if _device.is_simulator() else getattr(gpu_lock(), kind)()
+
+
 @dataclass
 class Case:
     size: Size
     inputs: str  # "random", an adversarial set's label, or AGAIN
-    make: Callable[[], tuple]  # the inputs, made when the case runs
+    draw: Draw  # the inputs and their reference, made when the case runs (once for all the operator's stages)
     sm_count: int | None = None  # the simulated device's multiprocessors for this case (None: SIM_SM_COUNT)
 
 
@@ -57,25 +68,23 @@ def elements(size) -> int:
 def plan(op, sizes, seed: int) -> list[Case]:
     """The cases for one stage: each size on random inputs; the first size again on fresh inputs
     (a stage that keeps results between calls fails it); the operator's adversarial sets at the
-    smallest sizes and at the largest size of at most ADVERSARIAL_LARGE_MAX_ELEMENTS."""
+    smallest sizes and at the largest size of at most ADVERSARIAL_LARGE_MAX_ELEMENTS. The draws depend
+    on the operator, the size, the seed and the stream only, so the stages of an operator share them."""
     sizes = [as_size(s) for s in sizes]
-
-    def random_inputs(size, stream):
-        return lambda: op.make_inputs(size, np.random.default_rng([seed, stream]))
-
-    cases = [Case(size, "random", random_inputs(size, i)) for i, size in enumerate(sizes)]
-    cases.insert(1, Case(sizes[0], AGAIN, random_inputs(sizes[0], 10_000)))
+    cases = [Case(size, "random", random_draw(op, size, seed, i)) for i, size in enumerate(sizes)]
+    cases.insert(1, Case(sizes[0], AGAIN, random_draw(op, sizes[0], seed, 10_000)))
     by_elements = sorted(dict.fromkeys(sizes), key=elements)
     if _device.is_simulator() and len(sizes) > 1:  # (a GPU has its own SM count)
         middle = by_elements[len(by_elements) // 2]  # (more blocks at the largest size cost twice its time)
-        cases.append(Case(middle, f"random on {WIDE_SM_COUNT} SMs", random_inputs(middle, 15_000), WIDE_SM_COUNT))
+        cases.append(Case(middle, f"random on {WIDE_SM_COUNT} SMs", random_draw(op, middle, seed, 15_000),
+                          WIDE_SM_COUNT))
     adversarial = by_elements[:ADVERSARIAL_SIZES]
     large = [s for s in by_elements if elements(s) <= ADVERSARIAL_LARGE_MAX_ELEMENTS]
     if large and large[-1] not in adversarial:
         adversarial.append(large[-1])
     for j, size in enumerate(adversarial):
-        for label, inputs in adversarial_cases(op, size, np.random.default_rng([seed, 20_000 + j])):
-            cases.append(Case(size, label, lambda inputs=inputs: inputs))
+        for label, draw in adversarial_draws(op, size, seed, 20_000 + j):
+            cases.append(Case(size, label, draw))
     return cases
 
 
@@ -149,7 +158,7 @@ def solution_seconds(stage, size, inputs: tuple, sm_count: int | None = None) ->
     with _SOLUTION_LOCK:
         if key not in _SOLUTION_SECONDS:
             template = stage.op.make_output(size)
-            with simulated_device(sm_count or SIM_SM_COUNT):
+            with simulated_device(sm_count or SIM_SM_COUNT), on_the_gpu("shared"):
                 t0 = time.perf_counter()
                 run_once(stage, inputs, template)
                 first = again = time.perf_counter() - t0
@@ -180,14 +189,15 @@ def runaway_limit(stage, size, inputs: tuple, sm_count: int | None = None):
 def run_case(stage, session, case: Case, case_id: int, *, functions: list[dict], submission: Submission) -> CaseResult:
     """Make the inputs, have ``session`` call the submission on them, and judge what came back."""
     op = stage.op
-    inputs = tuple(case.make())
+    inputs = case.draw.inputs()
     out = poison_like(op.make_output(case.size))
     result = CaseResult(stage.key, list(case.size), PASSED, inputs=case.inputs,
                         tolerance=tolerance_of(stage, case.size))
     t0 = time.perf_counter()
     try:
-        reply = session.call(stage.name, case_id, inputs, out, limit=runaway_limit(stage, case.size, inputs, case.sm_count),
-                             sm_count=case.sm_count)
+        with on_the_gpu("shared"):
+            reply = session.call(stage.name, case_id, inputs, out,
+                                 limit=runaway_limit(stage, case.size, inputs, case.sm_count), sm_count=case.sm_count)
     except CaseAborted as aborted:
         result.seconds = time.perf_counter() - t0
         result.output = aborted.printed
@@ -202,11 +212,12 @@ def run_case(stage, session, case: Case, case_id: int, *, functions: list[dict],
             return result
         return result.fail(reason, message, advice_for(reason, shared, message))
     if not reply.launches:
-        checked = judge(stage, case.size, inputs, reply.out, reply.inputs_after)
+        checked = judge(stage, case.size, inputs, reply.out, reply.inputs_after, reference=case.draw.reference())
         also = f" (and the output is wrong too: {checked.message})" if checked.failed else ""
         return result.fail("no-kernel-launch", "no kernel was launched during the call" + also,
                            advice_for("no-kernel-launch"))
-    checked = judge(stage, case.size, inputs, reply.out, reply.inputs_after, label=case.inputs)
+    checked = judge(stage, case.size, inputs, reply.out, reply.inputs_after, label=case.inputs,
+                    reference=case.draw.reference())
     result.rel_err = None if checked.rel_err is None or not np.isfinite(checked.rel_err) else float(checked.rel_err)
     result.first_bad_index, result.worst = checked.first_bad_index, checked.worst
     if checked.failed:
@@ -226,8 +237,9 @@ def second_run_differs(stage, session, case: Case, case_id: int, inputs: tuple, 
     add floats in another order) means the result depends on the order threads and blocks ran in.
     Returns what to add to the message, or "" (the same output, or no second output to compare)."""
     try:
-        reply = session.call(stage.name, case_id, inputs, poison_like(stage.op.make_output(case.size)),
-                             sm_count=case.sm_count)
+        with on_the_gpu("shared"):
+            reply = session.call(stage.name, case_id, inputs, poison_like(stage.op.make_output(case.size)),
+                                 sm_count=case.sm_count)
     except CaseAborted:
         return ""
     second = reply.out
@@ -307,30 +319,43 @@ def speed_case(stage, session, bar: float, seed: int) -> CaseResult:
     """Time the submission (in its worker) and the solution stage (here) on the same draws of the inputs,
     made before either timer starts (GPU only); then judge what the submission's calls on fresh inputs
     after its timing wrote (``watch.fresh_outputs``): a result replayed, or left to another stream or
-    thread, is refused, whatever its time."""
+    thread, is refused, whatever its time. Only the two timings hold the GPU exclusive, one after the other
+    (copies, compiles and checks hold it shared): no other job's kernel runs during either (``--jobs N``),
+    so the ratio compares the two stages alone, and the other jobs wait for as little as that."""
+    from ..bench import first_call
     from ..results import environment
     from ..timing import measure
 
     op = stage.op
     size = as_size(op.grade_speed_size or op.headline_size)
-    draws = [op.make_inputs(size, np.random.default_rng([seed, 30_000 + k])) for k in range(FRESH_DRAWS)]
+    draws = [random_draw(op, size, seed, 30_000 + k) for k in range(FRESH_DRAWS)]
+    inputs = [draw.inputs() for draw in draws]
     template = op.make_output(size)
-    t0 = time.perf_counter()
     case = CaseResult(stage.key, list(size), PASSED, kind="speed")
+    t0 = time.perf_counter()
     try:
-        mine_us, outputs, error = session.time(stage.name, draws, poison_like(template))
+        with on_the_gpu("shared"):  # copies and compiles, both stages', while other jobs' kernels may run
+            theirs_sets = timing_arg_sets(inputs, template, environment().get("l2_bytes"))
+            first_call(stage.launch, theirs_sets[0])
+            error = session.ready_to_time(stage.name, inputs, poison_like(template))
+        if error is None:
+            with on_the_gpu("exclusive"):  # the two timings alone on the GPU, one after the other
+                mine_us, error = session.time(stage.name)
+                theirs = measure(stage.launch, theirs_sets) if error is None else None
+        if error is None:
+            with on_the_gpu("shared"):  # checking what it does after timing is no timing: others may run
+                outputs, error = session.after_timing(stage.name)
     except CaseAborted as aborted:
         return case.fail(aborted.reason, f"timing: {aborted.message}", advice_for(aborted.reason))
     if error is not None:
         reason, message = _raised(error)
         return case.fail(reason, f"timing: {message}", advice_for(reason))
-    theirs = measure(stage.launch, timing_arg_sets(draws, template, environment().get("l2_bytes")))
     moved = op.bytes_moved(size)
     ratio = theirs.median_us / mine_us
     speed = {"gbps": moved / mine_us / 1e3, "solution_gbps": moved / theirs.median_us / 1e3, "ratio": ratio,
              "bar": bar, "median_us": mine_us, "solution_median_us": theirs.median_us}
     case.speed, case.seconds = speed, time.perf_counter() - t0
-    wrong = fresh_output_wrong(stage, size, draws, outputs)
+    wrong = fresh_output_wrong(stage, size, inputs, outputs, reference=lambda k: draws[k].reference())
     floor = below_roofline(moved, mine_us, environment().get("device"))
     if wrong:
         reason, message = wrong
@@ -343,20 +368,23 @@ def speed_case(stage, session, bar: float, seed: int) -> CaseResult:
     return case
 
 
-def fresh_output_wrong(stage, size, draws: list[tuple], outputs: list) -> tuple[str, str] | None:
+def fresh_output_wrong(stage, size, draws: list[tuple], outputs: list,
+                       reference: Callable[[int], np.ndarray | None] = lambda k: None) -> tuple[str, str] | None:
     """(reason, message) if an output of the calls on fresh inputs after timing is wrong, else None.
     Output i is of draw (i + 1) % len(draws), in the buffers that held draw i while it was timed
     (``watch.fresh_outputs``). Unwritten: the work was not done when the call's stream was synchronized
-    ("not-done"); the answer for draw i: kept from an earlier call ("stale"); else a kernel wrong there."""
+    ("not-done"); the answer for draw i: kept from an earlier call ("stale"); else a kernel wrong there.
+    ``reference(k)``: draw k's reference where the grader keeps it (None: computed here)."""
     for i, out in enumerate(outputs):
-        held, before = draws[(i + 1) % len(draws)], draws[i]
-        checked = judge(stage, size, held, out, held)
+        k = (i + 1) % len(draws)
+        held, before = draws[k], draws[i]
+        checked = judge(stage, size, held, out, held, reference=reference(k))
         if not checked.failed:
             continue
         where = "called on new inputs in buffers it had been timed on, its output once the call's stream was done"
         if checked.reason == "unwritten":
             return "not-done", f"{where}: {checked.message}"
-        if not judge(stage, size, before, out, before).failed:
+        if not judge(stage, size, before, out, before, reference=reference(i)).failed:
             return "stale", f"{where} is the answer for the inputs those buffers held before (a result kept)"
         return checked.reason or "wrong-values", f"wrong at the timing size: {checked.message}"
     return None

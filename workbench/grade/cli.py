@@ -49,7 +49,7 @@ class ProgressBars(Listener):
 
 
 class Lines(Listener):
-    """Without a terminal: one line per file, so a log shows what is being graded."""
+    """Without a terminal: one line per job (an operator of a file), so a log shows what is being graded."""
 
     def __init__(self, console):
         self.console = console
@@ -91,6 +91,7 @@ def _grade(args, err) -> int:
     from .targets import targets
 
     impl = args.impl
+    args.target = args.target or None  # (none given: every exercise)
     check_options(seed=args.seed, timeout=args.timeout, jobs=args.jobs)
     refused = bad_impl(impl) or bad_junit(args.junit)
     if refused:
@@ -160,7 +161,8 @@ def missing_in_folder(impl: str, target: str | None, stages: list) -> str | None
                     if not submission_path(impl, s.op).exists() and not not_an_exercise(s)})
     if not files:
         return None
-    return f"--impl {impl}: the folder has no {', '.join(Path(f).name for f in files)} for {target}"
+    named = " ".join(target) if isinstance(target, (list, tuple)) else target
+    return f"--impl {impl}: the folder has no {', '.join(Path(f).name for f in files)} for {named}"
 
 
 def add_cli(sub) -> None:
@@ -169,7 +171,8 @@ def add_cli(sub) -> None:
                        description="Grade a submission against the answer key: every stage on random and "
                                    "adversarial inputs at sizes that are not multiples of a block, in a separate "
                                    "process; on a GPU, a speed bar.")
-    s.add_argument("target", nargs="?", help="OP or OP.STAGE (default: every exercise)")
+    s.add_argument("target", nargs="*", help="OP, OP.STAGE or FAMILY; several are graded in one run (their "
+                                             "operators shared among --jobs) (default: every exercise)")
     s.add_argument("--impl", default="exercises",
                    help="exercises (default), solutions (the answer key), or a path to a file or folder")
     s.add_argument("--size", type=size_arg, action="append",
@@ -183,7 +186,9 @@ def add_cli(sub) -> None:
                         f"{TIMEOUT_GPU_S:.0f} on a GPU); importing the submission may take as long "
                         "(at least 30 s, at most 120)")
     s.add_argument("--jobs", type=int,
-                   help="files graded in parallel (default: CPU count in the simulator, 1 on a GPU)")
+                   help="operators graded in parallel, each in its own process (default: CPU count in the "
+                        "simulator, 1 on a GPU; on a GPU the calls run side by side and each speed bar is "
+                        "timed with the GPU to itself)")
     s.add_argument("--no-speed", action="store_true", help="skip the speed bar on a GPU")
     s.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     s.add_argument("--junit", metavar="PATH", help="also write a JUnit XML report")

@@ -282,6 +282,7 @@ class WorkerSession:
         self.worker: WorkerProcess | None = None
         self.load_reply: dict | None = None
         self.prepared: dict = {}  # stage name -> op name, for preparing again in a fresh worker
+        self.timing_draws = 0  # draws the worker was made ready to time on
         self.closed = False
 
     def loaded(self) -> dict:
@@ -347,20 +348,45 @@ class WorkerSession:
         reply.strays = worker.strays()
         return reply
 
-    def time(self, stage: str, draws: list[tuple], out: np.ndarray) -> tuple[float | None, list | None, dict | None]:
-        """(median µs, the outputs of the calls on fresh inputs after timing, None), or (None, None, the
-        error it raised): see ``watch.fresh_outputs`` for which draw each output is of."""
+    def ready_to_time(self, stage: str, draws: list[tuple], out: np.ndarray) -> dict | None:
+        """Have the worker copy ``draws`` to the device and call the stage once (it compiles), ready for
+        ``time``; None, or the error the call raised."""
         worker = self._ensure()
         arrays = [a for draw in draws for a in draw] + [out]
-        header, arrays = worker.request({"type": "time", "stage": stage, "draws": len(draws)}, arrays, self.timeout,
-                                        "timing the stage")
+        header, _ = worker.request({"type": "ready-to-time", "stage": stage, "draws": len(draws)}, arrays,
+                                   self.timeout, "preparing to time the stage")
+        if header.get("type") != "ready":
+            raise CaseAborted("channel", "the grader's channel got a reply to a request it did not make")
+        self.timing_draws = len(draws)
+        return header.get("error")
+
+    def time(self, stage: str) -> tuple[float | None, dict | None]:
+        """(median µs, None), or (None, the error it raised), timed on what ``ready_to_time`` made."""
+        header, _ = self._ready_worker().request({"type": "time", "stage": stage}, [], self.timeout, "timing the stage")
         if header.get("type") != "timed":
             raise CaseAborted("channel", "the grader's channel got a reply to a request it did not make")
         if header.get("error"):
-            return None, None, header["error"]
-        if len(arrays) != len(draws):
+            return None, header["error"]
+        return float(header["median_us"]), None
+
+    def after_timing(self, stage: str) -> tuple[list | None, dict | None]:
+        """(the outputs of the calls on fresh inputs after timing, None), or (None, why not): see
+        ``watch.fresh_outputs`` for which draw each output is of."""
+        header, arrays = self._ready_worker().request({"type": "after-timing", "stage": stage}, [], self.timeout,
+                                                      "calling the stage after timing it")
+        if header.get("type") != "checked":
+            raise CaseAborted("channel", "the grader's channel got a reply to a request it did not make")
+        if header.get("error"):
+            return None, header["error"]
+        if len(arrays) != self.timing_draws:
             raise CaseAborted("channel", "the grader's channel got a timing without its outputs")
-        return float(header["median_us"]), arrays, None
+        return arrays, None
+
+    def _ready_worker(self) -> WorkerProcess:
+        worker = self.worker
+        if worker is None or worker.proc.poll() is not None:  # (a fresh worker would have nothing to time)
+            raise CaseAborted("crash", "the process running your code died before it was timed")
+        return worker
 
     def close(self) -> None:
         self.closed = True

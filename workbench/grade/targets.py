@@ -76,12 +76,15 @@ def _answer_key_of_module(module_name: str) -> tuple:
     return tuple(found.items())
 
 
-def targets(target: str | None, impl: str = "exercises") -> list:
+def targets(target: str | list | None, impl: str = "exercises") -> list:
     """Stages to grade: OP.STAGE; every exercise stage of OP, or of each variant of a FAMILY (all its stages if
-    none is marked); or,
+    none is marked); those of each of a list of such targets, in order, each once; or,
     with no target, every exercise stage of every operator (of those a folder of one's own has a file
     for, or a single file is about). Raises registry.UnknownTarget for a name it does not know."""
-    if target:
+    if isinstance(target, (list, tuple)) and target:
+        by_key = {s.key: s for one in target for s in targets(one, impl)}
+        return list(by_key.values())
+    if isinstance(target, str) and target:
         name, stage = registry.split_target(target)
         if stage:
             return registry.resolve(target)[1]

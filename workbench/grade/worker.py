@@ -73,6 +73,7 @@ class Worker:
         self.guard = Guard(job.get("answer_key_dirs", ()) if job.get("guard_answer_key") else ())
         self.module = None
         self.launches: dict = {}
+        self.timing = None  # (stage, draws, device argument sets, threads before) made ready to time
 
     def serve(self) -> int:
         _load_gpu_libraries()
@@ -91,7 +92,8 @@ class Worker:
             if kind == "bye":
                 return 0
             try:
-                reply, out = {"prepare": self.prepare, "call": self.call, "time": self.time}[kind](header, arrays)
+                reply, out = {"prepare": self.prepare, "call": self.call, "ready-to-time": self.ready_to_time,
+                              "time": self.time, "after-timing": self.after_timing}[kind](header, arrays)
             except Exception as exc:  # the grader's own code failed: say where, never blame the submission
                 tail = traceback.format_exception(type(exc), exc, exc.__traceback__)[-2:]
                 reply, out = {"type": "internal-error", "message": "".join(tail).strip()}, []
@@ -137,28 +139,57 @@ class Worker:
         (the seconds it took): compiling is not the kernel running, and does not count towards its limit."""
         self.channel.send({"type": "compiling"} if seconds is None else {"type": "compiled", "seconds": seconds})
 
-    def time(self, header: dict, arrays: list) -> tuple[dict, list]:
-        """Time the launcher (GPU only) on device copies of ``header["draws"]`` different draws of the
-        inputs, made before the timer starts; then call it once more on new inputs in the buffers it was
-        timed on and send those outputs back (``watch.fresh_outputs``): the grader judges them."""
+    def ready_to_time(self, header: dict, arrays: list) -> tuple[dict, list]:
+        """Before timing (GPU only), while other jobs may run kernels: device copies of ``header["draws"]``
+        different draws of the inputs (``watch.timing_arg_sets``) and one call (it compiles), so that the
+        grader's exclusive hold of the GPU (``time``) covers the timing only, not the copies and compiles."""
+        from ..bench import first_call
         from ..results import environment
-        from ..timing import measure
 
         launch = self.launches[header["stage"]]
         count = int(header["draws"])
         per_draw = (len(arrays) - 1) // count
         draws = [tuple(arrays[k * per_draw:(k + 1) * per_draw]) for k in range(count)]
-        arg_sets = timing_arg_sets(draws, arrays[-1], environment().get("l2_bytes"))
+        self.timing = None
         threads_before = set(threading.enumerate())
         try:
-            timing = measure(launch, arg_sets)
-            outputs = fresh_outputs(launch, arg_sets, draws)
+            arg_sets = timing_arg_sets(draws, arrays[-1], environment().get("l2_bytes"))
+            first_call(launch, arg_sets[0])
+        except Exception as exc:  # the learner's launcher raised
+            return {"type": "ready", "error": classify(exc, self.job["submission"])}, []
+        self.timing = (header["stage"], draws, arg_sets, threads_before)
+        return {"type": "ready"}, []
+
+    def time(self, header: dict, arrays: list) -> tuple[dict, list]:
+        """Time the launcher on the argument sets ``ready_to_time`` made (the grader holds the GPU alone)."""
+        from ..timing import measure
+
+        stage, _, arg_sets, _ = self._made_ready(header["stage"])
+        try:
+            timing = measure(self.launches[stage], arg_sets)
         except Exception as exc:  # the learner's launcher raised while being timed
+            self.timing = None
             return {"type": "timed", "error": classify(exc, self.job["submission"])}, []
+        return {"type": "timed", "median_us": timing.median_us}, []
+
+    def after_timing(self, header: dict, arrays: list) -> tuple[dict, list]:
+        """Call the launcher once more on new inputs in the buffers it was timed on and send those outputs
+        back (``watch.fresh_outputs``): the grader judges them. And what it was refused meanwhile."""
+        stage, draws, arg_sets, threads_before = self._made_ready(header["stage"])
+        self.timing = None
+        try:
+            outputs = fresh_outputs(self.launches[stage], arg_sets, draws)
+        except Exception as exc:
+            return {"type": "checked", "error": classify(exc, self.job["submission"])}, []
         refused = tampered(self.primitives) + threads_left(threads_before)
         if refused:  # a clock, an event or the timer replaced, work left to a thread: its time is its own story
-            return {"type": "timed", "error": {"reason": refused[0].reason, "message": refused[0].what}}, []
-        return {"type": "timed", "median_us": timing.median_us}, outputs
+            return {"type": "checked", "error": {"reason": refused[0].reason, "message": refused[0].what}}, []
+        return {"type": "checked"}, outputs
+
+    def _made_ready(self, stage: str) -> tuple:
+        if self.timing is None or self.timing[0] != stage:
+            raise RuntimeError(f"{stage} was not made ready to time")
+        return self.timing
 
 
 def _die_with_the_grader() -> None:

@@ -1,0 +1,309 @@
+"""What the grader shares: an operator's draws and their float64 references across its stages (made once,
+never writable by a submission), and the GPU across parallel jobs and processes (calls shared, timing alone).
+
+All of it runs in the simulator: the lock is tested on its own files, in two processes."""
+
+import collections
+import dataclasses
+import hashlib
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from workbench.gpulock import GpuLock
+from workbench.grade import grade, grade_function
+from workbench.grade.draws import DRAWS, DrawCache, random_draw
+from workbench.registry import resolve
+
+pytestmark = pytest.mark.sim_only
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _fingerprint(inputs) -> str:
+    digest = hashlib.sha1()
+    for a in inputs:
+        digest.update(np.ascontiguousarray(a).tobytes())
+    return digest.hexdigest()
+
+
+def test_the_reference_is_computed_once_for_every_stage_of_an_operator(monkeypatch):
+    op, _ = resolve("reduction")
+    computed = collections.Counter()
+    reference = op.reference
+
+    def counted(*inputs):
+        computed[_fingerprint(inputs)] += 1
+        return reference(*inputs)
+
+    monkeypatch.setattr(op, "reference", counted)
+    DRAWS.clear()
+    report = grade("reduction[fp32]", "solutions", quick=True, jobs=1, seed=424242)  # its 5 stages
+    stages = [s for s in report.stages if s.key.startswith("reduction.")]
+    assert len(stages) >= 3 and all(s.status == "passed" for s in stages), report.text()
+    assert computed and max(computed.values()) == 1, computed.most_common(3)  # each draw's reference once
+    # ...and each stage judged every case against one (as many references used as there were cases).
+    assert sum(len(s.cases) for s in stages) > len(computed) * 2
+
+
+def test_a_kept_input_is_read_only_and_a_submission_that_writes_its_input_still_fails():
+    seed = 515151
+    solution = grade("scan.hillis_steele", "solutions", quick=True, jobs=1, seed=seed)
+    assert solution.passed, solution.text()
+    op, (stage,) = resolve("scan.hillis_steele")
+    size = solution.stages[0].cases[0].size
+    kept = random_draw(op, size, seed, 0).inputs()
+    with pytest.raises(ValueError, match="read-only"):
+        kept[0][0] = 1  # the grader's own code cannot change a kept draw either
+    reused = DRAWS.reused
+    planted = ROOT / "tests" / "planted" / "mutates_input.py"
+    report = grade("scan.hillis_steele", str(planted), quick=True, jobs=1, seed=seed)  # in its worker
+    assert DRAWS.reused > reused  # graded on the very inputs kept for the solution...
+    (graded,) = report.stages
+    assert graded.status == "failed" and "input-modified" in {c.reason for c in graded.cases}, report.text()
+
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("planted_mutates_input", planted)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    here = grade_function("scan.hillis_steele", module.hillis_steele, quick=True, seed=seed, show=False)
+    assert here.stages[0].status == "failed" and "input-modified" in {c.reason for c in here.stages[0].cases}
+    # ...which neither run changed: they are still the seed's draw, bit for bit.
+    fresh = op.make_inputs(size, np.random.default_rng([seed, 0]))
+    assert _fingerprint(kept) == _fingerprint(fresh)
+
+
+def test_the_cache_keeps_within_its_bytes_and_pushes_out_other_operators_first():
+    cache = DrawCache(budget_bytes=3000)
+    block = lambda: np.zeros(1000, np.uint8)
+    made = collections.Counter()
+
+    def get(key):
+        return cache.get(key, lambda: (made.update([key]), block())[1])
+
+    for key in [("a", 1), ("a", 2), ("b", 1)]:
+        get(key)
+    assert cache.used == 3000
+    get(("a", 3))  # pushes out b's draw, not a's own older ones
+    assert cache.used == 3000 and ("b", 1) not in cache._values
+    get(("a", 4))  # no room without pushing out a's own: made, not kept
+    for key in [("a", 1), ("a", 2), ("a", 3)]:
+        get(key)
+    assert made[("a", 1)] == made[("a", 2)] == made[("a", 3)] == 1
+    get(("a", 4))
+    assert made[("a", 4)] == 2
+    assert cache.get(("c", 1), lambda: np.zeros(4000, np.uint8)).nbytes == 4000 and cache.used <= 3000
+
+
+def test_a_value_asked_for_by_two_threads_at_once_is_made_once():
+    cache = DrawCache(budget_bytes=1 << 20)
+    made = []
+
+    def make():
+        made.append(1)
+        time.sleep(0.2)
+        return np.ones(10)
+
+    threads = [threading.Thread(target=cache.get, args=(("op", "x"), make)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == 1
+
+
+# -- the GPU lock -------------------------------------------------------------------------------------
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from workbench.gpulock import GpuLock
+    stem, kind, rounds, hold, log = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+    lock = GpuLock(stem)
+    with open(log, "a") as out:
+        for _ in range(rounds):
+            with getattr(lock, kind)():
+                start = time.monotonic()
+                time.sleep(hold)
+                out.write(f"{start} {time.monotonic()}\\n")
+                out.flush()
+""")
+
+
+def _held_in_two_processes(tmp_path, kinds, rounds, hold) -> list[tuple[float, float]]:
+    stem = str(tmp_path / "gpu")
+    logs = [tmp_path / f"held-{i}.txt" for i in range(len(kinds))]
+    procs = [subprocess.Popen([sys.executable, "-c", HOLDER, stem, kind, str(rounds), str(hold), str(log)], cwd=ROOT)
+             for kind, log in zip(kinds, logs)]
+    assert all(p.wait(timeout=60) == 0 for p in procs)
+    return [[tuple(map(float, line.split())) for line in log.read_text().splitlines()] for log in logs]
+
+
+def _overlaps(a, b) -> int:
+    return sum(1 for s1, e1 in a for s2, e2 in b if s1 < e2 and s2 < e1)
+
+
+def test_the_exclusive_section_is_never_entered_by_two_processes_at_once(tmp_path):
+    first, second = _held_in_two_processes(tmp_path, ["exclusive", "exclusive"], rounds=8, hold=0.05)
+    assert len(first) == len(second) == 8
+    assert _overlaps(first, second) == 0
+    first, second = _held_in_two_processes(tmp_path, ["exclusive", "shared"], rounds=8, hold=0.05)
+    assert _overlaps(first, second) == 0  # a run never beside a measurement
+    # The check can fail: two shared holders (kernels running side by side) do overlap.
+    first, second = _held_in_two_processes(tmp_path, ["shared", "shared"], rounds=1, hold=1.0)
+    assert _overlaps(first, second) == 1
+
+
+def test_two_threads_of_one_process_exclude_each_other_too(tmp_path):
+    """flock belongs to an open file: each of the grader's --jobs threads opens its own."""
+    lock, held, overlapped = GpuLock(str(tmp_path / "gpu")), [], []
+
+    def measure():
+        for _ in range(5):
+            with lock.exclusive():
+                overlapped.append(bool(held))
+                held.append(1)
+                time.sleep(0.02)
+                with lock.shared():  # inside its own hold: re-entrant, never a wait for itself
+                    pass
+                held.pop()
+
+    threads = [threading.Thread(target=measure) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert len(overlapped) == 10 and not any(overlapped)
+    with lock.shared(), pytest.raises(RuntimeError, match="deadlock"):
+        with lock.exclusive():
+            pass
+
+
+def test_on_a_gpu_calls_hold_the_gpu_shared_and_the_speed_case_times_both_stages_alone(monkeypatch, tmp_path):
+    """The grader's side, the GPU faked: what a call and the timings hold when they run."""
+    from workbench import bench, results, timing
+    from workbench.gpulock import LOCK_VARIABLE, gpu_lock
+    from workbench.grade import cases
+    from workbench.grade.report import PASSED
+
+    monkeypatch.setenv(LOCK_VARIABLE, str(tmp_path / "gpu"))
+    monkeypatch.setattr(cases, "_device", SimpleNamespace(is_simulator=lambda: False))
+    held = {}
+    op, (stage,) = resolve("reduction.naive")
+    size = (1000,)
+    op = dataclasses.replace(op, grade_speed_size=size)
+    stage = dataclasses.replace(stage, op=op)
+
+    def answer(draw):
+        return op.reference(*draw).astype(op.make_output(size).dtype)
+
+    class Session:
+        def call(self, name, case_id, inputs, out, limit=None, sm_count=None):
+            from workbench.grade.supervisor import CallReply
+
+            held["call"] = gpu_lock().holding
+            return CallReply(None, [{"file": "x"}], [], 0.0, answer(inputs), list(inputs))
+
+        def ready_to_time(self, name, draws, out):
+            held["submission copied"], self.draws = gpu_lock().holding, draws
+
+        def time(self, name):
+            held["submission timed"] = gpu_lock().holding
+            return 10.0, None
+
+        def after_timing(self, name):
+            held["submission checked"], draws = gpu_lock().holding, self.draws
+            return [answer(draws[(i + 1) % len(draws)]) for i in range(len(draws))], None
+
+    monkeypatch.setattr(cases, "timing_arg_sets", lambda draws, template, l2: [(*draws[0], template)])
+    monkeypatch.setattr(results, "environment", lambda: {})
+    monkeypatch.setattr(bench, "first_call", lambda launch, args: held.update(compiled=gpu_lock().holding))
+    monkeypatch.setattr(timing, "measure",
+                        lambda launch, sets: (held.update({"solution timed": gpu_lock().holding}),
+                                              SimpleNamespace(median_us=10.0))[1])
+    monkeypatch.setattr(cases, "foreign_code", lambda launches, submission: None)
+    (case,) = [c for c in cases.plan(op, [size], seed=1) if c.inputs == "random"]
+    result = cases.run_case(stage, Session(), case, 0, functions=[], submission=None)
+    speed = cases.speed_case(stage, Session(), bar=0.6, seed=1)
+    assert (result.status, speed.status) == (PASSED, PASSED), (result.message, speed.message)
+    assert held == {"call": "shared", "compiled": "shared", "submission copied": "shared",
+                    "submission timed": "exclusive", "solution timed": "exclusive", "submission checked": "shared"}
+    assert gpu_lock().holding is None
+
+
+def test_each_operator_of_a_file_is_a_job_of_its_own(monkeypatch):
+    """--jobs runs operators in parallel, not files: activations.py alone holds 21 operators (79 stages)."""
+    from workbench.grade import api
+    from workbench.registry import operators_named, source_file
+
+    jobs = []
+    monkeypatch.setattr(api, "_grade_file", lambda path, stages, impl, **kw: jobs.append(
+        (path, {s.op.name for s in stages}, kw["heading"])) or [])
+    api.grade("rmsnorm", "solutions", jobs=2)
+    ops = operators_named("rmsnorm")
+    assert len({source_file(op) for op in ops}) == 1 and len(ops) >= 3  # one file, several operators...
+    assert sorted(name for _, (name,), _ in jobs) == sorted(op.name for op in ops)  # ...a job each
+    assert all(heading.endswith(f"({name})") for _, (name,), heading in jobs)
+
+
+def test_the_worker_is_made_ready_to_time_timed_and_checked_in_three_requests():
+    """Copies and the compiling call under the shared hold, the timing alone under the exclusive one, the
+    calls after timing shared again: three requests. (The simulator has no timer: the timing gets as far as
+    the timer and says so.)"""
+    from workbench.grade.api import _answer_key_dirs
+    from workbench.grade.supervisor import WorkerSession
+    from workbench.registry import source_file
+
+    op, (stage,) = resolve("reduction.naive")
+    job = {"type": "job", "submission": str(source_file(op)), "guard_answer_key": False,
+           "answer_key_dirs": _answer_key_dirs(), "sm_count": 2, "max_threads": None}
+    session = WorkerSession(job, 60)
+    try:
+        assert session.loaded()["ok"] and session.prepare(op.name, stage.name)["ok"]
+        draws = [op.make_inputs((1000,), np.random.default_rng(k)) for k in range(2)]
+        assert session.ready_to_time(stage.name, draws, op.make_output((1000,))) is None
+        median, error = session.time(stage.name)
+        assert median is None and "event_elapsed_time" in error["message"], error
+        assert session.ready_to_time(stage.name, draws, op.make_output((1000,))) is None
+        outputs, error = session.after_timing(stage.name)  # (the calls after timing need no timer)
+        assert error is None and len(outputs) == 2
+        for i, out in enumerate(outputs):  # output i is of draw i + 1, in the buffers draw i was timed in
+            assert np.allclose(out, op.reference(*draws[(i + 1) % 2]), rtol=1e-4)
+    finally:
+        session.close()
+
+
+def test_several_targets_are_graded_in_one_run_each_stage_once(capsys):
+    """A GPU session grades groups of families in one process (one cache, one --jobs across them)."""
+    import json
+
+    from workbench.cli import main
+
+    code = main(["grade", "reduction[max]", "scan.hillis_steele", "reduction[max].one_pass", "--impl", "solutions",
+                 "--quick", "--jobs", "2", "--json"])
+    keys = [s["key"] for s in json.loads(capsys.readouterr().out)["stages"]]
+    assert code == 0 and sorted(keys) == ["reduction[max].one_pass", "reduction[max].two_pass", "scan.hillis_steele"]
+    assert main(["grade", "scan", "nosuchop", "--impl", "solutions"]) == 2
+    assert "no operator 'nosuchop'" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@pytest.mark.timing(whole=True)  # (the grader's own lock orders its jobs inside)
+def test_parallel_jobs_on_a_gpu_keep_the_speed_bar_honest():
+    """--jobs 4 on one GPU: the calls run side by side, each speed case's two measurements alone, so the
+    answer key timed against itself stays near 100% (graded ten operators at a time with no lock, its
+    ratios ranged from 21% to 229%, and six stages failed their own bar)."""
+    from workbench.registry import operator
+
+    targets = [operator(name).stages[-1].key for name in ("scan", "histogram", "argmax", "matvec", "stencil")]
+    report = grade(targets, "solutions", quick=True, jobs=4)
+    assert report.passed, report.text()
+    ratios = {s.key: c.speed["ratio"] for s in report.graded for c in s.cases if c.kind == "speed"}
+    assert len(ratios) == len(targets) and all(0.8 < r < 1.25 for r in ratios.values()), ratios
