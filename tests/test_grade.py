@@ -1016,28 +1016,32 @@ def test_the_time_a_launch_spends_compiling_is_not_counted_against_the_runaway_l
         request(notices=False)
 
 
-def test_a_launch_that_compiles_says_so_before_and_after_and_one_that_does_not_says_nothing(monkeypatch):
+def test_a_compile_says_so_before_and_after_and_one_already_done_says_nothing(monkeypatch):
+    """Every compile goes through the dispatcher's compile (a launch's, and set_max_dynamic_shared_memory's
+    before it: qlinear's kernels compiled there on the H200, where a hook on the launch never heard of it);
+    a kernel's compile compiles its device functions inside it, and only the outermost speaks."""
+    from numba import types
     from numba.cuda import dispatcher
 
     from workbench.grade import watch
 
-    def slow_call(disp, args, launch_config):  # numba compiling the kernel, then launching it
-        time.sleep(0.3 if disp.overloads == {} else 0.0)
-        disp.overloads[tuple(disp.typeof_pyval(a) for a in args)] = "kernel"
-
-    class Config:
-        griddim, blockdim = (1, 1, 1), (32, 1, 1)
-
     class Kernel:
-        py_func, specialized, overloads = None, False, {}
+        specialized = False
 
-        def typeof_pyval(self, value):
-            return type(value).__name__
+        def __init__(self, inner=None):
+            self.overloads, self.inner = {}, inner
 
-    monkeypatch.setattr(dispatcher.CUDADispatcher, "call", slow_call, raising=False)  # (the simulator has none)
+    def slow_compile(disp, sig):  # numba compiling: the kernel's device function inside it first
+        if disp.inner is not None:
+            dispatcher.CUDADispatcher.compile(disp.inner, sig)
+        time.sleep(0.3)
+        disp.overloads[tuple(sig)] = "kernel"
+
+    monkeypatch.setattr(dispatcher.CUDADispatcher, "compile", slow_compile, raising=False)  # (the simulator has none)
+    monkeypatch.setattr(dispatcher.CUDADispatcher, "call", lambda disp, args, config: None, raising=False)
     monkeypatch.setattr(watch._device, "is_simulator", lambda: False)
-    heard, kernel = [], Kernel()
+    heard, kernel = [], Kernel(inner=Kernel())
     with watch.Watch(heard.append):
-        dispatcher.CUDADispatcher.call(kernel, (1.0, 2), Config())
-        dispatcher.CUDADispatcher.call(kernel, (3.0, 4), Config())  # compiled for these types already
-    assert heard[0] is None and 0.25 < heard[1] < 2 and len(heard) == 2, heard
+        dispatcher.CUDADispatcher.compile(kernel, (types.float64, types.int64))
+        dispatcher.CUDADispatcher.compile(kernel, (types.float64, types.int64))  # compiled already: nothing
+    assert len(heard) == 2 and heard[0] is None and 0.5 < heard[1] < 3, heard

@@ -51,8 +51,9 @@ class Watch:
 
     def __init__(self, on_compiling: Callable[[float | None], None] | None = None):
         self.kernels: list = []  # the Python functions of the kernels launched, in order
-        # On a GPU, told None as a launch starts compiling its kernel, then the seconds it took.
+        # On a GPU, told None as numba starts compiling a kernel, then the seconds it took.
         self.on_compiling = on_compiling
+        self.compiling = False  # inside a compile already (its device functions compile within it)
         self._stack = ExitStack()
 
     def __enter__(self) -> "Watch":
@@ -65,24 +66,32 @@ class Watch:
         else:
             from numba.cuda import dispatcher
 
-            original_call, watch = dispatcher.CUDADispatcher.call, self
+            watch = self
+            original_call, original_compile = dispatcher.CUDADispatcher.call, dispatcher.CUDADispatcher.compile
 
             def call(disp, args, launch_config):
                 watch.kernels.append(disp.py_func)
                 check_launch_limits(launch_config.griddim, launch_config.blockdim)
-                if watch.on_compiling is None or not will_compile(disp, args):
-                    return original_call(disp, args, launch_config)
-                # Numba compiles the kernel for these argument types first, tens of seconds on a busy
-                # machine: the supervisor must not count that against the call's runaway limit, so it
-                # hears when compiling starts and how long it took (the launch itself returns at once).
+                return original_call(disp, args, launch_config)
+
+            def compile(disp, sig):
+                # Every compile goes through here (a launch's, set_max_dynamic_shared_memory's): tens of
+                # seconds on a busy machine, which the supervisor must not count against the call's runaway
+                # limit, so it hears when compiling starts and how long it took. Only the outermost compile
+                # speaks (a kernel's compile compiles its device functions inside it).
+                if watch.on_compiling is None or watch.compiling or not will_compile(disp, sig):
+                    return original_compile(disp, sig)
+                watch.compiling = True
                 watch.on_compiling(None)
                 t0 = time.perf_counter()
                 try:
-                    return original_call(disp, args, launch_config)
+                    return original_compile(disp, sig)
                 finally:
+                    watch.compiling = False
                     watch.on_compiling(time.perf_counter() - t0)
 
             self._stack.enter_context(_patched(dispatcher.CUDADispatcher, "call", call))
+            self._stack.enter_context(_patched(dispatcher.CUDADispatcher, "compile", compile))
         for name in ("device_array", "device_array_like"):
             self._stack.enter_context(_patched(cuda, name, _poisoned(getattr(cuda, name))))
         return self
@@ -94,13 +103,15 @@ class Watch:
         return False
 
 
-def will_compile(dispatcher, args) -> bool:
-    """Whether launching ``dispatcher`` on ``args`` compiles first: no overload yet for their types (numba's
-    own lookup; an argument it cannot type is left for the launch to refuse, and counted as compiling)."""
+def will_compile(dispatcher, sig) -> bool:
+    """Whether ``dispatcher.compile(sig)`` compiles: no overload yet for the signature's argument types
+    (numba's own lookup); a signature it cannot read is counted as compiling."""
     if getattr(dispatcher, "specialized", False):
         return False
     try:
-        return tuple(dispatcher.typeof_pyval(a) for a in args) not in dispatcher.overloads
+        from numba.cuda.core import sigutils
+
+        return tuple(sigutils.normalize_signature(sig)[0]) not in dispatcher.overloads
     except Exception:
         return True
 
