@@ -646,6 +646,11 @@ def caption(op: Operator, kinds: list[str]) -> str:
                   "or writes an intermediate result in global memory pays for it in bytes; fusing kernels removes those "
                   "round trips"),
     }
+    other = sorted({s.precision.upper() for s in op.stages if s.precision})
+    if other:  # gemm's TF32 stages: their bars' % is of that precision's peak, drawn as a sparser dotted line
+        what["staircase"] = (what["staircase"][0], what["staircase"][1].replace(
+            "(dotted line)", f"(dotted line; a stage computing in {', '.join(other)}: its % is of that "
+                             "precision's peak, the sparser dotted line)"))
     sides = ["(left)", "(right)"] if len(kinds) == 2 else [""]
     return " ".join(f"{what[k][0]}{' ' + side if side else ''}: {what[k][1]}." for k, side in zip(kinds, sides))
 
