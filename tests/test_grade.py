@@ -960,7 +960,7 @@ def test_bfloat16_travels_to_and_from_the_device_as_its_bits(monkeypatch):
 
     monkeypatch.setattr(own, "to_device", lambda host, *a, **k: to_device(refused(host), *a, **k))
     monkeypatch.setattr(own, "copy_to_host", lambda dev, *a, **k: to_host(refused(dev), *a, **k))
-    monkeypatch.setattr("workbench.ladder._moved_as_bits", lambda dtype: np.dtype(dtype) == bf16)
+    monkeypatch.setattr("workbench.ladder.moved_as_bits", lambda dtype: np.dtype(dtype) == bf16)
     op, (stage,) = resolve("softmax[bf16].widened")
     size = (3, 37)
     inputs = op.make_inputs(size, np.random.default_rng(1))

@@ -380,7 +380,7 @@ def expect_device_array(name: str, a, *, dtype=None, ndim: int | None = None, sh
         raise InputError(f"{name} is empty: a stage needs at least {min_size} element(s)")
 
 
-def _moved_as_bits(dtype) -> bool:
+def moved_as_bits(dtype) -> bool:
     """numba-cuda 0.30 copies host arrays through the buffer protocol, which refuses ml_dtypes' bfloat16
     ("cannot include dtype 'E' in a buffer"): such arrays travel as their 16-bit patterns instead."""
     return np.dtype(dtype).name == "bfloat16" and not _device.is_simulator()
@@ -391,21 +391,21 @@ def to_device(host: np.ndarray):
     from numba import cuda
 
     host = np.ascontiguousarray(host)
-    if _moved_as_bits(host.dtype):
+    if moved_as_bits(host.dtype):
         return cuda.to_device(host.view(np.uint16)).view(host.dtype)
     return cuda.to_device(host)
 
 
 def to_host(dev) -> np.ndarray:
     """A host copy of a device array (bfloat16 included)."""
-    if _moved_as_bits(dev.dtype):
+    if moved_as_bits(dev.dtype):
         return dev.view(np.uint16).copy_to_host().view(dev.dtype)
     return dev.copy_to_host()
 
 
 def fill_from_host(dev, host: np.ndarray) -> None:
     """Overwrite device array ``dev`` with ``host`` (same shape and dtype)."""
-    if _moved_as_bits(dev.dtype):
+    if moved_as_bits(dev.dtype):
         dev.view(np.uint16).copy_to_device(np.ascontiguousarray(host).view(np.uint16))
     else:
         dev.copy_to_device(host)

@@ -214,7 +214,7 @@ def _poisoned(allocate: Callable) -> Callable:
     def allocate_poisoned(*args, **kwargs):
         arr = allocate(*args, **kwargs)
         poison = poison_like(np.empty(arr.shape, arr.dtype))
-        if ladder._moved_as_bits(arr.dtype):
+        if ladder.moved_as_bits(arr.dtype):
             arr.view(np.uint16).copy_to_device(poison.view(np.uint16))
         else:
             arr.copy_to_device(poison)
@@ -228,14 +228,14 @@ def _to_device(own: Primitives, host: np.ndarray):
     copy ml_dtypes' bfloat16 (its buffer protocol has no such format), so it travels as its 16-bit patterns,
     as ``ladder.to_device`` moves it."""
     host = np.ascontiguousarray(host)
-    if ladder._moved_as_bits(host.dtype):
+    if ladder.moved_as_bits(host.dtype):
         return own.to_device(host.view(np.uint16)).view(host.dtype)
     return own.to_device(host)
 
 
 def _to_host(own: Primitives, dev) -> np.ndarray:
     """A host copy through the grader's own primitive (bfloat16 as its 16-bit patterns, as in _to_device)."""
-    if ladder._moved_as_bits(dev.dtype):
+    if ladder.moved_as_bits(dev.dtype):
         return own.copy_to_host(dev.view(np.uint16)).view(dev.dtype)
     return own.copy_to_host(dev)
 
