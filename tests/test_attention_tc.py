@@ -177,11 +177,13 @@ def test_the_tuned_stage_runs_its_geometry():
 # -- the Hopper stage (wgmma, TMA, mbarriers, warp specialisation) ---------------------------------------
 
 @pytest.mark.sim_only
-@pytest.mark.parametrize("op", OPS, ids=lambda o: o.name)
+@pytest.mark.parametrize("op", [pytest.param(o, id=o.name, marks=() if o.dtype == np.float16 else pytest.mark.slow)
+                                for o in OPS])  # bf16's kernels are fp16's with other conversions: slow tier
 @pytest.mark.parametrize("size", [  # the first wraps the three-slot ring (520 keys): ~50 s a case, slow tier
     pytest.param((1, 2, 520, 64, 0), marks=pytest.mark.slow, id="d64-full-2-heads"),
     pytest.param((2, 1, 200, 128, 1), id="d128-causal")])
-@pytest.mark.parametrize("stage", ["wgmma", "overlap_softmax", "pingpong"])
+@pytest.mark.parametrize("stage", [pytest.param("wgmma", marks=pytest.mark.slow),  # pingpong's kernel holds
+                                   pytest.param("overlap_softmax", marks=pytest.mark.slow), "pingpong"])  # theirs
 def test_the_hopper_stages_run_their_kernel_at_sizes_not_multiples_of_its_tiles(op, size, stage):
     """The stage's own kernel (not the tuned fallback) in the emulated wgmma, TMA and mbarriers: 520 keys
     are five 128-key tiles, the last partial, through a ring of three slots (the producer waits on two

@@ -290,6 +290,7 @@ def test_nothing_is_counted_unless_asked():
     assert launches == [] and sys.gettrace() is None
 
 
+@pytest.mark.slow  # (8 s)
 def test_counting_costs_at_most_a_few_seconds_more_than_checking():
     from workbench.check import check_stage
 
@@ -338,6 +339,7 @@ def test_counters_command_refuses_bad_input_in_one_line(capsys):
     assert "error" in err and "Traceback" not in err
 
 
+@pytest.mark.slow  # (6 s)
 def test_notebook_shows_the_table_the_diagram_and_what_the_change_did(capsys):
     from workbench import nb
 
@@ -395,6 +397,7 @@ def test_fake_ncu_that_lacks_a_metric_still_gives_the_others(tmp_path):
     assert kernels[0]["metrics"]["instructions"] == 7  # smsp__inst_executed.sum is not the barrier's metric
 
 
+@pytest.mark.slow  # (19 s)
 def test_simulator_counters_agree_with_nsight_compute():
     recorded = profiles.recorded_counters()
     if not recorded:

@@ -18,8 +18,11 @@ SHARED_PER_SM = 228 * 1024  # an H100/H200 multiprocessor's shared memory, 1 KiB
 
 
 @pytest.mark.sim_only
-@pytest.mark.parametrize("size", [(1, 4, 2, 333, 16), (2, 1, 1, 200, 128), (1, 3, 1, 150, 8), (1, 8, 1, 180, 16)],
-                         ids=["group-2-11-steps", "group-1-D128-batch-2", "group-3-D8", "group-8"])
+@pytest.mark.parametrize("size", [  # one in the quick tier (4 s), the others 7-15 s each in the slow tier
+    pytest.param((1, 4, 2, 333, 16), id="group-2-11-steps", marks=pytest.mark.slow),
+    pytest.param((2, 1, 1, 200, 128), id="group-1-D128-batch-2", marks=pytest.mark.slow),
+    pytest.param((1, 3, 1, 150, 8), id="group-3-D8"),
+    pytest.param((1, 8, 1, 180, 16), id="group-8", marks=pytest.mark.slow)])
 def test_async_ring_wraps_its_ring(size, monkeypatch):
     """One split per head (one block takes every key), so each block's ring of RING_STEPS steps is refilled
     several times and its last step is cut short: a copy waited for too early, or put in the wrong slot,

@@ -420,6 +420,7 @@ def stub_sources(stage) -> list[str]:
         [stage.launch.__name__] if stub_lines(inspect.getsource(stage.launch)) else [])
 
 
+@pytest.mark.slow  # (13 s; the quick tier's test_grade.py grades the generated stubs as not implemented)
 def test_every_exercise_stage_is_found_not_implemented_before_running(fresh):
     stubbed = 0
     for op, mine in exercise_operators(fresh):

@@ -280,6 +280,7 @@ def test_the_worker_is_made_ready_to_time_timed_and_checked_in_three_requests():
         session.close()
 
 
+@pytest.mark.slow  # (6 s)
 def test_several_targets_are_graded_in_one_run_each_stage_once(capsys):
     """A GPU session grades groups of families in one process (one cache, one --jobs across them)."""
     import json

@@ -120,6 +120,7 @@ def test_compiled_for_sm90(toy_dir):
     assert "_grid_stride" in run.stdout and "_one_per_thread" in run.stdout
 
 
+@pytest.mark.slow  # (7 s)
 def test_readme_section_and_recording_plan(toy_dir):
     code = ("from workbench import tables; import sys; "
             "sys.stdout.write(tables.course_map() + tables.docs_pages()['docs/81_toy_twice.md'])")

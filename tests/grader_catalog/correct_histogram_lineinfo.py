@@ -8,7 +8,7 @@ from numba import cuda, int32
 from workbench.ladder import blocks_for
 
 EXPECT = {"target": "histogram.global_atomics", "class": "correct", "verdict": "accept", "cpu": True,
-          "may_need_gpu": True, "quick": True}
+          "may_need_gpu": True}
 
 THREADS = 256
 

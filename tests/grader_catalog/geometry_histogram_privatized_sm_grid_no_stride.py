@@ -9,7 +9,7 @@ from numba import cuda, int32
 from workbench.ladder import sm_count
 
 EXPECT = {"target": "histogram.shared_privatized", "class": "geometry", "verdict": "reject",
-          "reasons": ["wrong-values"], "cpu": True, "quick": True}
+          "reasons": ["wrong-values"], "cpu": True}
 
 BINS = 256
 THREADS = 256

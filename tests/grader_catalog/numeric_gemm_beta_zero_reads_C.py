@@ -7,7 +7,7 @@ from numba import cuda, float32
 from workbench.ladder import blocks_for
 
 EXPECT = {"target": "gemm.naive", "class": "numeric", "verdict": "reject", "reasons": ["nan"],
-          "inputs": "beta-zero-nan-C", "cpu": True, "quick": True}
+          "inputs": "beta-zero-nan-C", "cpu": True}
 
 
 @cuda.jit

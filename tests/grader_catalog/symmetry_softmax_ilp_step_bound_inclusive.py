@@ -13,7 +13,7 @@ from numba import cuda, float32, uint64
 
 EXPECT = {"target": "softmax.ilp", "class": "symmetry", "verdict": "reject",
           "reasons": ["out-of-bounds"], "gpu_reasons": ["out-of-bounds", "wrong-values", "race", "gpu-fault"],
-          "cpu": True, "quick": True}
+          "cpu": True}
 
 THREADS = 256
 WARPS = THREADS // 32
