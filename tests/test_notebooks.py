@@ -681,3 +681,32 @@ def test_a_core_chapter_fits_a_sitting():
         if ch.core:
             n = screens.screens(paths.NOTEBOOKS_DIR / ch.notebook)
             assert n <= screens.SCREENS_PER_SITTING, f"{ch.notebook}: {n:.1f} screens at 1280x1000"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs a headless Chromium to lay the pages out")
+def test_screenshots_are_the_notebooks_screens_in_order(tmp_path):
+    """`notebooks screens --shots DIR`: each screen a 1280x1000 PNG; the second is the page lifted by one screen
+    (it differs from the first), and a screen past the last is not made."""
+    from PIL import Image
+
+    from workbench import screens
+
+    path = paths.NOTEBOOKS_DIR / "00_start_here.ipynb"
+    total = -(-sum(screens.cell_heights(path)) // screens.SCREEN)
+    first, second = screens.screenshots(path, tmp_path, [1, 2])
+    assert [first.name, second.name] == ["00_start_here-01.png", "00_start_here-02.png"]
+    a, b = Image.open(first), Image.open(second)
+    assert a.size == b.size == (screens.WIDTH, screens.SCREEN) and a.tobytes() != b.tobytes()
+    assert b.convert("L").getextrema()[0] < 128  # text on it, not a blank page
+    assert screens.screenshots(path, tmp_path, [total + 1]) == []
+
+
+def test_shots_into_a_folder_that_cannot_be_made_is_one_line(capsys, tmp_path):
+    from workbench.cli import main
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert main(["notebooks", "screens", "--only", "21", "--shots", str(blocked / "sub")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and len(err.strip().splitlines()) == 1 and "a-file" in err

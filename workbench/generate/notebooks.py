@@ -1014,6 +1014,12 @@ def screens_report(out: Path, only=None, shots: str | None = None) -> int:
     except UnknownNotebook as exc:
         print(f"error: {exc.args[0]}", file=sys.stderr)
         return 2
+    if shots:
+        try:
+            Path(shots).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"error: --shots {shots}: cannot make that folder ({exc.strerror})", file=sys.stderr)
+            return 2
     too_long = []
     try:
         for name in names:  # (a notebook not built yet is an error: build it first)
