@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 43f8d13637a0b2da0d69542b5bc5d8be78214b2f8559c245e0b5b048b1f27789
+# generated-sha256: 3cc46aba0063a2b95a80d4a8f429fd2526c7e40f89c3193f3b252be2c9450953
 # --------------------------------------------------------------------------------------------------
 """Scaled dot-product attention in float32, from three kernels to a register-tiled FlashAttention.
 
@@ -64,7 +64,7 @@ from workbench.shared_memory import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import against_peer
 
-from solutions._attention_common import (ROPE_BASES, attention_flops, extreme_logits, kv_fetch_bytes, naive_expression,
+from solutions._attention_common import (draw_rope_base, attention_flops, extreme_logits, kv_fetch_bytes, naive_expression,
                                          reference, rising_logits, rope_tables, sdpa_peer)
 from solutions._flash_mma import launch_3xtf32, padded_head_dim, tf32_geometry
 
@@ -821,7 +821,7 @@ def tensor_cores(q, k, v, causal, out):
 
 def _rope_inputs(size, rng):
     q, k, v, causal = _inputs(size, rng)
-    return (q, k, v, causal, *rope_tables(size[2], size[3], float(rng.choice(ROPE_BASES))))
+    return (q, k, v, causal, *rope_tables(size[2], size[3], draw_rope_base(rng)))
 
 
 def _rope_adversarial(size, rng):
@@ -829,7 +829,7 @@ def _rope_adversarial(size, rng):
     and k no longer score higher with every key)."""
     q, k, v, causal = _inputs(size, rng)
     q, k = extreme_logits(q, k, size[3], rng)
-    return [("extreme-logits", (q, k, v, causal, *rope_tables(size[2], size[3], float(rng.choice(ROPE_BASES)))))]
+    return [("extreme-logits", (q, k, v, causal, *rope_tables(size[2], size[3], draw_rope_base(rng))))]
 
 
 def _rotated64(x, cos, sin):

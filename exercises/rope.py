@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: f33969a81ad407c7c97946953f822020435387d643a78b98c54a4ac3dc4f06dd
+# generated-sha256: c4182bdb500778e2b70a5a91f478afc0a53653aed8877e586cdb068a024c1c68
 # --------------------------------------------------------------------------------------------------
 """Rotary position embedding (RoPE), float32: a table of angles or sines computed on the fly, and the two
 layouts models use.
@@ -45,7 +45,7 @@ from numba.cuda import libdevice
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 
-from solutions._attention_common import ROPE_BASES, inverse_frequencies, rope_angles as _angles, rope_tables
+from solutions._attention_common import draw_rope_base, inverse_frequencies, rope_angles as _angles, rope_tables
 
 THREADS = 256
 
@@ -71,7 +71,7 @@ INV_TWO_PI = np.float32(1 / (2 * math.pi))
 def _inputs(size, rng):
     S, H, D = size
     x = rng.normal(0.0, 1.0, (S, H, D)).astype(np.float32)
-    base = float(rng.choice(ROPE_BASES))  # the model's: a parameter, so drawn too
+    base = draw_rope_base(rng)  # the model's: a parameter, so drawn too
     cos, sin = rope_tables(S, D, base)
     return x, inverse_frequencies(D, base), cos, sin
 

@@ -33,9 +33,14 @@ def reference(q, k, v, causal):
 # -- RoPE's tables (rope.py, and attention.py's RoPE-fused operator) -------------------------------
 
 ROPE_BASE = 10000.0
-# Bases models use (the original and Llama 2's; Llama 3's; Qwen's and Code Llama's): inputs draw one, so a
-# kernel that rebuilds the frequencies from a base written into it, not from the inv_freq it is given, fails.
-ROPE_BASES = (10000.0, 500000.0, 1000000.0)
+
+
+def draw_rope_base(rng) -> float:
+    """A base for the inputs, drawn across the range models use (10^4, the original and Llama 2's; 5 x 10^5,
+    Llama 3's; 10^6, Qwen's), log-uniformly: no constant written into a kernel that rebuilds the frequencies
+    instead of reading the inv_freq it is given matches a draw (three bases to choose from matched all of a
+    grading run's few draws now and then)."""
+    return float(np.exp(rng.uniform(np.log(1e4), np.log(1e6))))
 
 
 def inverse_frequencies(D, base=ROPE_BASE):

@@ -50,7 +50,7 @@ from workbench.shared_memory import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import against_peer
 
-from solutions._attention_common import (ROPE_BASES, attention_flops, extreme_logits, kv_fetch_bytes, naive_expression,
+from solutions._attention_common import (draw_rope_base, attention_flops, extreme_logits, kv_fetch_bytes, naive_expression,
                                          reference, rising_logits, rope_tables, sdpa_peer)
 from solutions._flash_mma import launch_3xtf32, padded_head_dim, tf32_geometry
 
@@ -843,7 +843,7 @@ def tensor_cores(q, k, v, causal, out):
 
 def _rope_inputs(size, rng):
     q, k, v, causal = _inputs(size, rng)
-    return (q, k, v, causal, *rope_tables(size[2], size[3], float(rng.choice(ROPE_BASES))))
+    return (q, k, v, causal, *rope_tables(size[2], size[3], draw_rope_base(rng)))
 
 
 def _rope_adversarial(size, rng):
@@ -851,7 +851,7 @@ def _rope_adversarial(size, rng):
     and k no longer score higher with every key)."""
     q, k, v, causal = _inputs(size, rng)
     q, k = extreme_logits(q, k, size[3], rng)
-    return [("extreme-logits", (q, k, v, causal, *rope_tables(size[2], size[3], float(rng.choice(ROPE_BASES)))))]
+    return [("extreme-logits", (q, k, v, causal, *rope_tables(size[2], size[3], draw_rope_base(rng))))]
 
 
 def _rotated64(x, cos, sin):

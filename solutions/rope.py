@@ -31,7 +31,7 @@ from numba.cuda import libdevice
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 
-from solutions._attention_common import ROPE_BASES, inverse_frequencies, rope_angles as _angles, rope_tables
+from solutions._attention_common import draw_rope_base, inverse_frequencies, rope_angles as _angles, rope_tables
 
 THREADS = 256
 
@@ -57,7 +57,7 @@ INV_TWO_PI = np.float32(1 / (2 * math.pi))
 def _inputs(size, rng):
     S, H, D = size
     x = rng.normal(0.0, 1.0, (S, H, D)).astype(np.float32)
-    base = float(rng.choice(ROPE_BASES))  # the model's: a parameter, so drawn too
+    base = draw_rope_base(rng)  # the model's: a parameter, so drawn too
     cos, sin = rope_tables(S, D, base)
     return x, inverse_frequencies(D, base), cos, sin
 
