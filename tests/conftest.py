@@ -31,6 +31,10 @@ def pytest_configure(config):
         share = str(max(1, (os.cpu_count() or 1) // workers))
         for name in BLAS_THREAD_VARIABLES:
             os.environ.setdefault(name, share)
+    if workbench.MODE == "sim" and os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw"):
+        from workbench.simulator import run_on_one_core  # each worker a core: half the suite's time
+
+        run_on_one_core(int(os.environ["PYTEST_XDIST_WORKER"][2:]))
     if workbench.MODE == "gpu" and os.environ.get("PYTEST_XDIST_WORKER"):
         _share_compiled_kernels(_session_stem("kernels"))
     elif workbench.MODE == "gpu" and getattr(config.option, "testrunuid", "set") is None:

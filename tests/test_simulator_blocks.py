@@ -28,6 +28,7 @@ from workbench.simulator import (
     NeedsGPU,
     RaceError,
     TooManyThreads,
+    run_on_one_core,
     estimated_seconds,
     install,
     racecheck,
@@ -720,6 +721,40 @@ def test_a_forked_child_runs_kernels():
         try:
             scale_ranges[2, 32](x, y, 1)
             status = 0 if np.array_equal(y.copy_to_host(), 2 * np.arange(64)) else 1
+        finally:
+            os._exit(status)
+    try:
+        _, status = os.waitpid(pid, 0)
+        pid = None
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
+@cuda.jit
+def records_its_cores(out):
+    i = cuda.grid(1)
+    cores = os.sched_getaffinity(0)  # (Python in the simulator: the simulated thread's own cores)
+    out[i] = min(cores) if len(cores) == 1 else -1
+
+
+def test_a_process_kept_on_one_core_runs_every_simulated_thread_there():
+    """Simulated threads hand over to one another on every barrier and shuffle: within one core that is
+    about half the cost. Threads started after run_on_one_core inherit its core (checked in a forked
+    child, whose cores the test's process does not share)."""
+    pid = os.fork()
+    if pid == 0:
+        status = 2
+        try:
+            os.sched_setaffinity(0, range(os.cpu_count()))  # (a test worker may have been kept to one)
+            allowed = sorted(os.sched_getaffinity(0))
+            core = run_on_one_core(len(allowed) + 1)  # modulo the cores allowed
+            out = cuda.device_array(96, np.int64)
+            records_its_cores[3, 32](out)
+            expected = allowed[(len(allowed) + 1) % len(allowed)]
+            status = 0 if core == expected and set(out.copy_to_host()) == {expected} else 1
         finally:
             os._exit(status)
     try:

@@ -5,6 +5,7 @@ defined here (a notebook cell), in this process. Both judge with the same cases 
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import time
 from collections import Counter
@@ -108,11 +109,22 @@ def grade(target: str | list | None = None, impl: str = "exercises", *, sizes=No
 
     sessions: list[WorkerSession] = []  # every worker started, so that an interrupt can stop them all
 
+    # In the simulator each running job's worker keeps to a core of its own (simulator.run_on_one_core:
+    # half the time): a job takes a free slot, its worker the slot's core, and gives the slot back.
+    slots = queue.SimpleQueue()
+    for slot in range(jobs):
+        slots.put(slot)
+
     def grade_one(item):
         (path, op_name), job_stages = item
         heading = display_path(path) + (f" ({op_name})" if operators_in[path] > 1 else "")
-        return _grade_file(path, job_stages, impl, sizes=sizes, quick=quick, seed=seed, timeout=timeout,
-                           speed=speed, listener=listener, sessions=sessions, heading=heading)
+        slot = slots.get()
+        try:
+            return _grade_file(path, job_stages, impl, sizes=sizes, quick=quick, seed=seed, timeout=timeout,
+                               speed=speed, listener=listener, sessions=sessions, heading=heading,
+                               core=slot if mode == "sim" else None)
+        finally:
+            slots.put(slot)
 
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
@@ -142,8 +154,9 @@ def _answer_key_dirs() -> list[str]:
 
 
 def _grade_file(path: Path, stages: list, impl: str, *, sizes, quick, seed, timeout, speed,
-                listener: Listener, sessions: list, heading: str) -> list[StageGrade]:
-    """``stages`` (of one operator) of the file at ``path``, in a worker of their own."""
+                listener: Listener, sessions: list, heading: str, core: int | None = None) -> list[StageGrade]:
+    """``stages`` (of one operator) of the file at ``path``, in a worker of their own (kept to the
+    ``core``-th core, if given)."""
     shown = display_path(path)
     listener.file_started(heading, len(stages))
     key_dirs = _answer_key_dirs()
@@ -158,7 +171,7 @@ def _grade_file(path: Path, stages: list, impl: str, *, sizes, quick, seed, time
         build = ": run `workbench exercises build`" if impl == "exercises" else ""
         return [stage_verdict(s, FAILED, "missing", f"{shown} does not exist{build}", file=shown) for s in stages]
     job = {"type": "job", "submission": str(path.resolve()), "guard_answer_key": not is_key,
-           "answer_key_dirs": key_dirs, "sm_count": SIM_SM_COUNT, "max_threads": _max_threads(timeout)}
+           "answer_key_dirs": key_dirs, "sm_count": SIM_SM_COUNT, "max_threads": _max_threads(timeout), "core": core}
     session = WorkerSession(job, timeout)
     sessions.append(session)
     grades = []

@@ -20,6 +20,7 @@ import traceback
 
 import workbench  # noqa: F401  (chooses GPU or simulator before numba is imported)
 
+from .. import device as _device
 from ..ladder import clear_scratch
 from .channel import Channel
 from .guards import Guard
@@ -76,6 +77,10 @@ class Worker:
         self.timing = None  # (stage, draws, device argument sets, threads before) made ready to time
 
     def serve(self) -> int:
+        if self.job.get("core") is not None and _device.is_simulator():
+            from ..simulator import run_on_one_core
+
+            run_on_one_core(self.job["core"])  # before any simulated thread starts: they inherit it
         _load_gpu_libraries()
         self.primitives = take_primitives()  # before the submission can replace any of them
         self.guard.install()

@@ -129,3 +129,23 @@ def _duration(seconds):
     if seconds < 7200:
         return f"{seconds / 60:.0f} minutes"
     return f"{seconds / 3600:.1f} hours"
+
+
+def run_on_one_core(index):
+    """Keep this process on one CPU core from now on: the ``index``-th of the cores it may use (modulo
+    their number). Returns that core, or None where the OS cannot pin (not Linux).
+
+    The simulator's CUDA threads are Python threads that hand the interpreter to one another at every
+    barrier and warp intrinsic: one switch per lane each time. Spread over several cores, each switch
+    wakes a thread on another core (a shuffle cost 43 µs per lane on a 2-core machine, a syncthreads
+    32); on one core it is a switch within the core (15 and 11 µs), and a whole ladder check takes half
+    the time. Only one thread runs Python at a time anyway, so a process that simulates loses nothing
+    by staying on one core; processes that simulate side by side (test workers, the grader's jobs)
+    each take a different ``index`` and so a core of their own. Threads started later inherit the
+    core, so call this before the first launch."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    core = cores[index % len(cores)]
+    os.sched_setaffinity(0, {core})
+    return core
