@@ -96,6 +96,8 @@ def test_the_terminal_prints_a_variants_brackets_and_keeps_its_own_markup():
     out = console(file=buf, width=100, color_system=None)
     out.print("[yellow]checking[/] softmax[bf16].packed and reduction[max,rows]")
     assert buf.getvalue().strip() == "checking softmax[bf16].packed and reduction[max,rows]"
+    out.print("1. gemm[int8] @ 1024x1024x1024", markup=False)  # (record --dry-run printed gemm\\[int8])
+    assert buf.getvalue().splitlines()[-1] == "1. gemm[int8] @ 1024x1024x1024"
 
 
 def test_which_variants_each_stage_serves_is_said_by_the_axes():

@@ -16,8 +16,10 @@ _VARIANT_BRACKET = re.compile(r"(?<=[A-Za-z0-9_])\[(?=[a-z0-9_,]+\])")
 
 
 class NameSafeConsole(Console):
-    def render_str(self, text: str, **kwargs):
-        return super().render_str(_VARIANT_BRACKET.sub(r"\\[", text), **kwargs)
+    def render_str(self, text: str, *, markup: bool | None = None, **kwargs):
+        if self._markup if markup is None else markup:  # (text printed with markup=False is left as it is)
+            text = _VARIANT_BRACKET.sub(r"\\[", text)
+        return super().render_str(text, markup=markup, **kwargs)
 
 
 def console(**kwargs) -> Console:
