@@ -15,6 +15,7 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 import math
 import signal
 import struct
+import subprocess
 import sys
 import time
 
@@ -765,3 +766,19 @@ def test_a_process_kept_on_one_core_runs_every_simulated_thread_there():
         if pid is not None:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+
+
+def test_the_environment_can_keep_a_simulating_process_on_one_core():
+    """WORKBENCH_SIM_CORE=N (a notebook's kernel gets 0): the process is kept on the N-th of its cores
+    from import on; a value that is not an index is one warning, not a failure."""
+    code = ("import os, workbench, numba; assert numba.config.ENABLE_CUDASIM; "
+            "print(sorted(os.sched_getaffinity(0)))")
+    env = dict(os.environ, WORKBENCH_MODE="sim")
+    allowed = sorted(os.sched_getaffinity(0))
+    for setting, expected in (("1", [allowed[1 % len(allowed)]]), ("one", allowed)):
+        done = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True,
+                              env=dict(env, WORKBENCH_SIM_CORE=setting), timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == str(expected)
+        if setting == "one":
+            assert "WORKBENCH_SIM_CORE='one' ignored: the index of a core" in done.stderr

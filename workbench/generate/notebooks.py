@@ -845,6 +845,7 @@ def kernel_env(extra: dict | None = None) -> dict:
     root = str(paths.REPO_ROOT)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    env.setdefault("WORKBENCH_SIM_CORE", "0")  # in the simulator, one core: half the time (simulator.run_on_one_core)
     env.update(extra or {})
     return env
 

@@ -57,8 +57,9 @@ Cost (measured on a 2-core CPU shared with other jobs, so only a guide): a simul
 0.1-1 ms, from a kernel with a few element accesses to one with hundreds; race checking adds 1-3 µs
 per element access (30-50% on the access-heavy ladders: see workbench.simulator.races). Python
 threads are reused from block to block and launch to launch, as starting one costs more than most
-simulated threads do: and a process kept on one core (:func:`run_on_one_core`) simulates in
-about half the time, as its threads then hand over within a core.
+simulated threads do: and a process kept on one core (:func:`run_on_one_core`, or
+``WORKBENCH_SIM_CORE=N`` in its environment) simulates in about half the time, as its threads then
+hand over within a core.
 
 The parts, one module each: :mod:`.core` (the warp, a GPU's limits, the errors), :mod:`.switches`
 (race checking, the SM count, the thread budget), :mod:`.launches` (a launch's checks, recording, its
@@ -68,10 +69,14 @@ barrier), :mod:`.device` (the simulated device's attributes), :mod:`.api` (the r
 API); :mod:`.races` finds data races and :mod:`.counters` counts what the profiler would.
 """
 
+import os
+import warnings
+
 import numba
 
 from . import api, atomics, device, intrinsics, launches, shared
 from .core import (
+    CORE_ENV,
     DEFAULT_SM_COUNT,
     FULL_MASK,
     POISON_WORD,
@@ -122,3 +127,8 @@ def install():
     for part in (launches, shared, intrinsics, atomics, device, api):
         part.install()
     _installed = True
+    core = os.environ.get(CORE_ENV, "").strip()
+    if core.isdigit():
+        run_on_one_core(int(core))
+    elif core:
+        warnings.warn(f"{CORE_ENV}={core!r} ignored: the index of a core (0, 1, ...) was expected", stacklevel=2)

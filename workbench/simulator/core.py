@@ -24,6 +24,7 @@ POISON_WORD = 0x7FFBADAD
 DEFAULT_SM_COUNT = 132
 SM_COUNT_ENV = "WORKBENCH_SIM_SM_COUNT"
 RACECHECK_ENV = "WORKBENCH_SIM_RACECHECK"
+CORE_ENV = "WORKBENCH_SIM_CORE"  # keep the process on this core (an index): switches.run_on_one_core
 
 # Wall time per simulated thread, race checking on, on the 2-core development machine while other
 # jobs ran: 0.13 ms for a persistent-grid sum (a few accesses per thread), up to about 1 ms for
