@@ -922,6 +922,32 @@ def test_without_a_terminal_each_verdict_is_a_line_as_it_comes():
                                            "  scan.fused: passed (1 cases)"]
 
 
+def test_each_verdict_line_says_how_long_its_stage_took_and_its_speed():
+    """A GPU session plans its next call from the stages' times, and a speed bar is judged by its ratio: a log
+    cut off before the JSON report (which has both) still says them, stage by stage (jobs run in threads)."""
+    import io
+
+    from rich.console import Console
+
+    from workbench.grade.cli import Lines
+    from workbench.grade.report import CaseResult, StageGrade
+
+    now = [100.0]
+    buf = io.StringIO()
+    lines = Lines(Console(file=buf, width=200), clock=lambda: now[0])
+    ok = CaseResult("gemm.naive", [7], "passed", "", "")
+    timed = CaseResult("gemm.naive", [4096], "passed", "", "", kind="speed", speed={"ratio": 0.987})
+    lines.stage_started("gemm.naive", 2)
+    now[0] = 105.0
+    lines.stage_started("scan.naive", 1)  # another job's stage, begun meanwhile
+    now[0] = 141.4
+    lines.stage_done(StageGrade("gemm.naive", 1, "passed", [ok, timed]))
+    now[0] = 150.0
+    lines.stage_done(StageGrade("scan.naive", 1, "passed", [ok]))
+    assert buf.getvalue().splitlines() == ["  gemm.naive: passed (2 cases; 41 s; speed 0.99)",
+                                           "  scan.naive: passed (1 cases; 45 s)"]
+
+
 def test_with_json_each_verdict_is_still_a_line_on_stderr_as_it_comes(monkeypatch, capsys):
     """`grade --json` stopped by a time limit (a GPU session's) printed nothing at all: the JSON comes at the
     end. Each verdict is a line on stderr as it comes; stdout stays the JSON report alone."""

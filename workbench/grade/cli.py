@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from pathlib import Path
 
 from .. import device as _device
@@ -51,20 +52,31 @@ class ProgressBars(Listener):
 class Lines(Listener):
     """Without a terminal: one line per job (an operator of a file), so a log shows what is being graded."""
 
-    def __init__(self, console):
-        self.console = console
+    def __init__(self, console, clock=time.monotonic):
+        self.console, self.clock = console, clock
+        self.started: dict[str, float] = {}  # stage key -> when its first case began (jobs run in threads)
 
     def file_started(self, shown_as: str, stages: int) -> None:
         self.console.print(f"grading {shown_as} ({stages} stage{'s' * (stages != 1)})")
 
+    def stage_started(self, key: str, cases: int) -> None:
+        self.started[key] = self.clock()
+
     def stage_done(self, grade: StageGrade) -> None:
-        """Each verdict as it comes: a log cut off mid-run (a GPU session's time limit) still says what passed."""
+        """Each verdict as it comes: a log cut off mid-run (a GPU session's time limit) still says what passed,
+        how long each stage took (what the next run is planned from) and its speed against the solution's."""
         failed = [c for c in grade.cases if c.failed]
         if failed:  # (and why the first failed: a log cut off before the report still says)
-            said = f" ({len(failed)} of {len(grade.cases)} cases failed; {failed[0].label}: {failed[0].reason})"
+            said = [f"{len(failed)} of {len(grade.cases)} cases failed; {failed[0].label}: {failed[0].reason}"]
         else:
-            said = f" ({len(grade.cases)} cases)"
-        self.console.print(f"  {grade.key}: {grade.status}{said}", highlight=False)
+            said = [f"{len(grade.cases)} cases"]
+        began = self.started.pop(grade.key, None)  # (a stage judged whole, without cases, never started)
+        if began is not None:
+            said.append(f"{self.clock() - began:.0f} s")
+        ratios = [c.speed["ratio"] for c in grade.cases if c.speed]
+        if ratios:
+            said.append(f"speed {ratios[0]:.2f}")
+        self.console.print(f"  {grade.key}: {grade.status} ({'; '.join(said)})", highlight=False)
 
 
 def cmd_grade(args) -> int:
