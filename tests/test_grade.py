@@ -12,6 +12,7 @@ import argparse
 import ast
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -967,6 +968,40 @@ def test_with_json_each_verdict_is_still_a_line_on_stderr_as_it_comes(monkeypatc
     out, err = capsys.readouterr()
     assert json.loads(out)["passed"]
     assert "  scan.hillis_steele: passed (1 cases)" in err.splitlines()
+
+
+STUCK_GRADE = """
+import argparse, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
+from workbench.grade import cli
+
+def stuck(target, impl, *, listener, **options):  # a job waiting for what never comes (a kernel, a lock)
+    ThreadPoolExecutor(1).submit(threading.Event().wait)
+    print("grading", file=sys.stderr, flush=True)
+    time.sleep(60)
+
+cli.grade = stuck
+sys.exit(cli.cmd_grade(argparse.Namespace(target="scan.hillis_steele", impl="solutions", size=None, quick=True,
+         seed=None, timeout=None, jobs=1, no_speed=True, json=True, junit=None)))
+"""
+
+
+def test_an_interrupted_grade_ends_at_once_even_with_a_job_stuck():
+    """On the H200 `timeout -s INT` stopped `grade` (it printed "interrupted"), but the process lived on until
+    it was killed: Python's exit joined the pool's threads, one of them waiting for a kernel that ran for
+    minutes. Interrupted, `grade` ends now with 130, whatever its threads are doing."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), WORKBENCH_MODE="sim")
+    proc = subprocess.Popen([sys.executable, "-c", STUCK_GRADE], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:  # (after whatever importing the registry says)
+            if line.strip() == "grading":
+                break
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 130
+    finally:
+        proc.kill()
+    assert "interrupted" in proc.stderr.read()
 
 
 def test_bfloat16_travels_to_and_from_the_device_as_its_bits(monkeypatch):

@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from .. import device as _device
 from ..registry import UnknownTarget
@@ -90,11 +92,21 @@ def cmd_grade(args) -> int:
         return BAD_INPUT
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/] (every grading process was stopped)")
-        return 130
+        return stop_now(130)
     except Exception as exc:  # the grader's own bug: one line, never a traceback, never the learner's fault
         err.print(f"[red]grader error (not your code):[/] {type(exc).__name__}: {exc}", highlight=False,
                   soft_wrap=True)
         return GRADER_ERROR
+
+
+def stop_now(status: int) -> NoReturn:
+    """End the process at once, without waiting for the grading threads: a thread can be where no
+    interrupt reaches it (waiting for a kernel of the answer key's that runs for minutes, or for the GPU
+    lock behind it), and Python's exit joins every thread of a pool, so `grade` stopped by Ctrl-C or
+    `timeout -s INT` hung until it was killed (seen on the H200). The workers are stopped already."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def _grade(args, err) -> int:
