@@ -847,6 +847,29 @@ def test_a_boundary_size_is_capped_and_never_one_the_operator_refuses():
     assert boundary_sizes(far, base) == []  # a few rows of that width: past the cap
 
 
+
+def test_on_a_gpu_a_first_stage_is_graded_as_the_gpu_suite_checks_it_not_at_its_largest_size():
+    """On the H200 one job stalled all eight for ten minutes: coo_to_csr.atomic_scatter (one thread sorts each
+    row) was graded at its largest check size, a power-law matrix with a row of 10^5 entries, and the
+    answer key's own run there (the runaway limit's measure, in the grader's process) never ended in time.
+    The GPU suite skips a first stage's largest size; the grader takes the same sizes."""
+    from solutions.spmv import POWER_LAW
+    from workbench.check import gpu_check_sizes
+    from workbench.grade.targets import grade_sizes
+    from workbench.ladder import as_size
+    from workbench.registry import load_operators
+
+    op = load_operators()["coo_to_csr"]
+    atomic_scatter, radix_sort = op.stages
+    assert (2**18, 16, POWER_LAW) not in grade_sizes(op, "gpu", stage=atomic_scatter)
+    assert (2**18, 16, POWER_LAW) in grade_sizes(op, "gpu", stage=radix_sort)
+    for op in load_operators().values():
+        first = op.stages[0]
+        left_out = {as_size(s) for s in op.check_sizes} - set(gpu_check_sizes(first))
+        assert len(left_out) == (len(op.check_sizes) > 2), op.name
+        assert not left_out & set(grade_sizes(op, "gpu", stage=first)), op.name
+
+
 # -- the speed bar's defences: fresh inputs, and only work done when the call's stream is -----------------
 
 def _load_planted(path: Path):
