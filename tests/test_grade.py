@@ -12,6 +12,7 @@ import argparse
 import ast
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -846,6 +847,29 @@ def test_a_boundary_size_is_capped_and_never_one_the_operator_refuses():
     assert boundary_sizes(far, base) == []  # a few rows of that width: past the cap
 
 
+
+def test_on_a_gpu_a_first_stage_is_graded_as_the_gpu_suite_checks_it_not_at_its_largest_size():
+    """On the H200 one job stalled all eight for ten minutes: coo_to_csr.atomic_scatter (one thread sorts each
+    row) was graded at its largest check size, a power-law matrix with a row of 10^5 entries, and the
+    answer key's own run there (the runaway limit's measure, in the grader's process) never ended in time.
+    The GPU suite skips a first stage's largest size; the grader takes the same sizes."""
+    from solutions.spmv import POWER_LAW
+    from workbench.check import gpu_check_sizes
+    from workbench.grade.targets import grade_sizes
+    from workbench.ladder import as_size
+    from workbench.registry import load_operators
+
+    op = load_operators()["coo_to_csr"]
+    atomic_scatter, radix_sort = op.stages
+    assert (2**18, 16, POWER_LAW) not in grade_sizes(op, "gpu", stage=atomic_scatter)
+    assert (2**18, 16, POWER_LAW) in grade_sizes(op, "gpu", stage=radix_sort)
+    for op in load_operators().values():
+        first = op.stages[0]
+        left_out = {as_size(s) for s in op.check_sizes} - set(gpu_check_sizes(first))
+        assert len(left_out) == (len(op.check_sizes) > 2), op.name
+        assert not left_out & set(grade_sizes(op, "gpu", stage=first)), op.name
+
+
 # -- the speed bar's defences: fresh inputs, and only work done when the call's stream is -----------------
 
 def _load_planted(path: Path):
@@ -922,6 +946,32 @@ def test_without_a_terminal_each_verdict_is_a_line_as_it_comes():
                                            "  scan.fused: passed (1 cases)"]
 
 
+def test_each_verdict_line_says_how_long_its_stage_took_and_its_speed():
+    """A GPU session plans its next call from the stages' times, and a speed bar is judged by its ratio: a log
+    cut off before the JSON report (which has both) still says them, stage by stage (jobs run in threads)."""
+    import io
+
+    from rich.console import Console
+
+    from workbench.grade.cli import Lines
+    from workbench.grade.report import CaseResult, StageGrade
+
+    now = [100.0]
+    buf = io.StringIO()
+    lines = Lines(Console(file=buf, width=200), clock=lambda: now[0])
+    ok = CaseResult("gemm.naive", [7], "passed", "", "")
+    timed = CaseResult("gemm.naive", [4096], "passed", "", "", kind="speed", speed={"ratio": 0.987})
+    lines.stage_started("gemm.naive", 2)
+    now[0] = 105.0
+    lines.stage_started("scan.naive", 1)  # another job's stage, begun meanwhile
+    now[0] = 141.4
+    lines.stage_done(StageGrade("gemm.naive", 1, "passed", [ok, timed]))
+    now[0] = 150.0
+    lines.stage_done(StageGrade("scan.naive", 1, "passed", [ok]))
+    assert buf.getvalue().splitlines() == ["  gemm.naive: passed (2 cases; 41 s; speed 0.99)",
+                                           "  scan.naive: passed (1 cases; 45 s)"]
+
+
 def test_with_json_each_verdict_is_still_a_line_on_stderr_as_it_comes(monkeypatch, capsys):
     """`grade --json` stopped by a time limit (a GPU session's) printed nothing at all: the JSON comes at the
     end. Each verdict is a line on stderr as it comes; stdout stays the JSON report alone."""
@@ -941,6 +991,40 @@ def test_with_json_each_verdict_is_still_a_line_on_stderr_as_it_comes(monkeypatc
     out, err = capsys.readouterr()
     assert json.loads(out)["passed"]
     assert "  scan.hillis_steele: passed (1 cases)" in err.splitlines()
+
+
+STUCK_GRADE = """
+import argparse, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
+from workbench.grade import cli
+
+def stuck(target, impl, *, listener, **options):  # a job waiting for what never comes (a kernel, a lock)
+    ThreadPoolExecutor(1).submit(threading.Event().wait)
+    print("grading", file=sys.stderr, flush=True)
+    time.sleep(60)
+
+cli.grade = stuck
+sys.exit(cli.cmd_grade(argparse.Namespace(target="scan.hillis_steele", impl="solutions", size=None, quick=True,
+         seed=None, timeout=None, jobs=1, no_speed=True, json=True, junit=None)))
+"""
+
+
+def test_an_interrupted_grade_ends_at_once_even_with_a_job_stuck():
+    """On the H200 `timeout -s INT` stopped `grade` (it printed "interrupted"), but the process lived on until
+    it was killed: Python's exit joined the pool's threads, one of them waiting for a kernel that ran for
+    minutes. Interrupted, `grade` ends now with 130, whatever its threads are doing."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), WORKBENCH_MODE="sim")
+    proc = subprocess.Popen([sys.executable, "-c", STUCK_GRADE], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:  # (after whatever importing the registry says)
+            if line.strip() == "grading":
+                break
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 130
+    finally:
+        proc.kill()
+    assert "interrupted" in proc.stderr.read()
 
 
 def test_bfloat16_travels_to_and_from_the_device_as_its_bits(monkeypatch):

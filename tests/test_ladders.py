@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from tests.headline import TIMED_AT_HEADLINE
-from workbench.check import adversarial_cases, check_stage
+from workbench.check import adversarial_cases, check_stage, gpu_check_sizes
 from workbench.ladder import as_size, size_label
 from workbench.ptxcheck import check_stages
 from workbench.registry import load_operators
@@ -105,9 +105,7 @@ def test_every_operator_is_complete():
 
 
 def gpu_sizes(stage) -> list[tuple]:
-    sizes = [as_size(s) for s in stage.op.check_sizes]
-    if stage.order == 1 and len(sizes) > 2:
-        sizes.remove(max(sizes, key=lambda s: int(np.prod(s))))
+    sizes = gpu_check_sizes(stage)
     headline = as_size(stage.op.headline_size)
     if stage.op.name in TIMED_AT_HEADLINE and headline not in sizes:
         sizes.append(headline)

@@ -11,7 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+import time
 from pathlib import Path
+from typing import NoReturn
 
 from .. import device as _device
 from ..registry import UnknownTarget
@@ -51,20 +54,31 @@ class ProgressBars(Listener):
 class Lines(Listener):
     """Without a terminal: one line per job (an operator of a file), so a log shows what is being graded."""
 
-    def __init__(self, console):
-        self.console = console
+    def __init__(self, console, clock=time.monotonic):
+        self.console, self.clock = console, clock
+        self.started: dict[str, float] = {}  # stage key -> when its first case began (jobs run in threads)
 
     def file_started(self, shown_as: str, stages: int) -> None:
         self.console.print(f"grading {shown_as} ({stages} stage{'s' * (stages != 1)})")
 
+    def stage_started(self, key: str, cases: int) -> None:
+        self.started[key] = self.clock()
+
     def stage_done(self, grade: StageGrade) -> None:
-        """Each verdict as it comes: a log cut off mid-run (a GPU session's time limit) still says what passed."""
+        """Each verdict as it comes: a log cut off mid-run (a GPU session's time limit) still says what passed,
+        how long each stage took (what the next run is planned from) and its speed against the solution's."""
         failed = [c for c in grade.cases if c.failed]
         if failed:  # (and why the first failed: a log cut off before the report still says)
-            said = f" ({len(failed)} of {len(grade.cases)} cases failed; {failed[0].label}: {failed[0].reason})"
+            said = [f"{len(failed)} of {len(grade.cases)} cases failed; {failed[0].label}: {failed[0].reason}"]
         else:
-            said = f" ({len(grade.cases)} cases)"
-        self.console.print(f"  {grade.key}: {grade.status}{said}", highlight=False)
+            said = [f"{len(grade.cases)} cases"]
+        began = self.started.pop(grade.key, None)  # (a stage judged whole, without cases, never started)
+        if began is not None:
+            said.append(f"{self.clock() - began:.0f} s")
+        ratios = [c.speed["ratio"] for c in grade.cases if c.speed]
+        if ratios:
+            said.append(f"speed {ratios[0]:.2f}")
+        self.console.print(f"  {grade.key}: {grade.status} ({'; '.join(said)})", highlight=False)
 
 
 def cmd_grade(args) -> int:
@@ -78,11 +92,21 @@ def cmd_grade(args) -> int:
         return BAD_INPUT
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/] (every grading process was stopped)")
-        return 130
+        return stop_now(130)
     except Exception as exc:  # the grader's own bug: one line, never a traceback, never the learner's fault
         err.print(f"[red]grader error (not your code):[/] {type(exc).__name__}: {exc}", highlight=False,
                   soft_wrap=True)
         return GRADER_ERROR
+
+
+def stop_now(status: int) -> NoReturn:
+    """End the process at once, without waiting for the grading threads: a thread can be where no
+    interrupt reaches it (waiting for a kernel of the answer key's that runs for minutes, or for the GPU
+    lock behind it), and Python's exit joins every thread of a pool, so `grade` stopped by Ctrl-C or
+    `timeout -s INT` hung until it was killed (seen on the H200). The workers are stopped already."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def _grade(args, err) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import registry
+from ..check import gpu_check_sizes
 from ..ladder import Size, as_size
 from ..sizes import SizeError, accepted_size
 from ..markers import no_exercise_because
@@ -276,12 +277,16 @@ def boundary_sizes(stage, base: list[Size]) -> list[Size]:
 
 
 def grade_sizes(op, mode: str, quick: bool = False, stage=None) -> list[Size]:
-    """The operator's check sizes for this mode, plus its extra grading sizes (``Operator.grade_sizes``;
+    """The operator's check sizes for this mode (on a GPU, as the GPU suite checks ``stage``: a first stage
+    skips the largest, ``check.gpu_check_sizes``), plus its extra grading sizes (``Operator.grade_sizes``;
     by default one more than the middle and the largest size in every dimension, so that no size is
     a multiple of a block), plus the sizes that break its symmetries (``symmetry_sizes``), plus, for a
     ``stage``, the sizes at its declared boundaries (``boundary_sizes``). Quick: the smallest size, the
     first extra one, the first size that breaks the symmetries and the first boundary's three."""
-    base = [as_size(s) for s in (op.sim_sizes if mode == "sim" else op.check_sizes)]
+    if mode == "sim":
+        base = [as_size(s) for s in op.sim_sizes]
+    else:  # a first stage skips the largest, where the answer key's own run may take minutes
+        base = gpu_check_sizes(stage) if stage is not None else [as_size(s) for s in op.check_sizes]
     declared = (op.grade_sizes or {}).get("sim" if mode == "sim" else "gpu")
     if declared:
         extra = [as_size(s) for s in declared]
