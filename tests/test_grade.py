@@ -1103,6 +1103,47 @@ def test_the_time_a_launch_spends_compiling_is_not_counted_against_the_runaway_l
         request(notices=False)
 
 
+def test_a_solution_slow_to_time_never_holds_a_case_beyond_its_timeout(monkeypatch):
+    """The runaway limit times the answer key at the case's size once the call is late. On the H200 that
+    run took minutes (coo_to_csr's first stage, a one-thread sort of a 10^5-entry row) and every job
+    waited behind it. The limit is worked out beside the call now: a call that never returns is still
+    stopped at the case's timeout, and one that returns meanwhile is taken as it comes."""
+    import socket
+    import threading
+
+    from workbench.grade import supervisor
+    from workbench.grade.channel import Channel
+
+    monkeypatch.setattr(supervisor, "RUNAWAY_FLOOR_S", 0.2)
+
+    def request(reply_after: float | None, timeout: float):
+        ours, theirs = socket.socketpair()
+        worker = supervisor.WorkerProcess.__new__(supervisor.WorkerProcess)
+        worker.channel, child = Channel(ours), Channel(theirs)
+        worker.printed, worker.stop = (lambda: ""), (lambda: None)
+
+        def serve():
+            child.receive(time.monotonic() + 5)
+            if reply_after is not None:
+                time.sleep(reply_after)
+                child.send({"type": "called", "id": 1})
+
+        def slow_limit():  # the answer key's own run at this size: far longer than the case's timeout
+            time.sleep(30)
+            return 1.0, "runaway"
+
+        threading.Thread(target=serve, daemon=True).start()
+        return worker.request({"type": "call"}, [], timeout, "running this case", slow_limit)
+
+    t0 = time.monotonic()
+    with pytest.raises(supervisor.CaseAborted, match="no result after 2 s"):
+        request(reply_after=None, timeout=2.0)
+    assert time.monotonic() - t0 < 4
+    t0 = time.monotonic()
+    header, _ = request(reply_after=1.0, timeout=20.0)
+    assert header == {"type": "called", "id": 1} and time.monotonic() - t0 < 3
+
+
 def test_a_compile_says_so_before_and_after_and_one_already_done_says_nothing(monkeypatch):
     """Every compile goes through the dispatcher's compile (a launch's, and set_max_dynamic_shared_memory's
     before it: qlinear's kernels compiled there on the H200, where a hook on the launch never heard of it);

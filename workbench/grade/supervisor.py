@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,25 @@ class CallReply:
     inputs_after: list = field(default_factory=list)
     printed: str = ""  # what the submission printed during the call
     strays: list = field(default_factory=list)  # processes it left running (killed since)
+
+
+class _LimitInBackground:
+    """``limit()`` called in a daemon thread: (allowed seconds, why) in ``result`` once ``done`` is set; a
+    limit that fails (the solution cannot run at this size) allows the whole ``timeout``."""
+
+    def __init__(self, limit: Callable[[], tuple[float, str]], timeout: float):
+        self.result = (timeout, "")
+        self.done = threading.Event()
+
+        def work():
+            try:
+                self.result = limit()
+            except Exception:
+                pass
+            finally:
+                self.done.set()
+
+        threading.Thread(target=work, daemon=True, name="the solution's time").start()
 
 
 class WorkerProcess:
@@ -142,15 +162,22 @@ class WorkerProcess:
         start = time.monotonic()
         compiling = 0.0  # seconds the worker said its launches spent compiling: not the kernel's time
         allowed = because = None
+        asked = None  # the limit, worked out in a thread of its own once the reply is late
         in_compiler = False  # between the worker's "compiling" and "compiled": only the timeout holds
         while True:
             deadline, why = start + timeout, f"{timeout:.0f} s"
             if limit is not None and timeout > RUNAWAY_FLOOR_S and not in_compiler:
-                if allowed is None and not self.channel.ready(start + compiling + RUNAWAY_FLOOR_S):
-                    try:
-                        allowed, because = limit()
-                    except Exception:  # the solution could not be timed at this size: the full timeout, then
-                        allowed, because = timeout, ""
+                if asked is None and not self.channel.ready(start + compiling + RUNAWAY_FLOOR_S):
+                    asked = _LimitInBackground(limit, timeout)
+                if allowed is None and asked is not None:
+                    # The solution is timed while the call goes on, and the case's timeout still holds
+                    # meanwhile: an answer key that takes minutes at some size (coo_to_csr's one-thread
+                    # sort did) must not hold the case, and every job waiting for the GPU, beyond it.
+                    while not asked.done.is_set() and not self.channel.ready(min(deadline, time.monotonic() + 0.5)):
+                        if time.monotonic() >= deadline:
+                            break
+                    if asked.done.is_set():
+                        allowed, because = asked.result
                 if allowed is not None and compiling + allowed < timeout:
                     deadline = start + compiling + allowed
                     why = f"{allowed:.0f} s ({because})"
