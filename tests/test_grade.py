@@ -994,9 +994,11 @@ def test_with_json_each_verdict_is_still_a_line_on_stderr_as_it_comes(monkeypatc
 
 
 STUCK_GRADE = """
-import argparse, sys, threading, time
+import argparse, signal, sys, threading, time
 from concurrent.futures import ThreadPoolExecutor
 from workbench.grade import cli
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # (started in the background, SIGINT came ignored)
 
 def stuck(target, impl, *, listener, **options):  # a job waiting for what never comes (a kernel, a lock)
     ThreadPoolExecutor(1).submit(threading.Event().wait)
