@@ -713,25 +713,34 @@ def test_sys_exit_in_a_kernel_reaches_the_launch_and_the_next_launch_runs():
     assert np.array_equal(y.copy_to_host(), 2 * np.arange(64))
 
 
-def test_a_forked_child_runs_kernels():
-    x, y = device(np.arange(64)), cuda.device_array(64, np.float32)
-    scale_ranges[2, 32](x, y, 1)  # the parent now keeps idle threads, which a child does not have
+def _passes_in_a_forked_child(check) -> bool:
+    """Run ``check()`` in a forked child (what it changes stays there); True if it returned True."""
     pid = os.fork()
     if pid == 0:
         status = 2
         try:
-            scale_ranges[2, 32](x, y, 1)
-            status = 0 if np.array_equal(y.copy_to_host(), 2 * np.arange(64)) else 1
+            status = 0 if check() else 1
         finally:
             os._exit(status)
     try:
         _, status = os.waitpid(pid, 0)
         pid = None
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     finally:
         if pid is not None:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+
+
+def test_a_forked_child_runs_kernels():
+    x, y = device(np.arange(64)), cuda.device_array(64, np.float32)
+    scale_ranges[2, 32](x, y, 1)  # the parent now keeps idle threads, which a child does not have
+
+    def runs():
+        scale_ranges[2, 32](x, y, 1)
+        return np.array_equal(y.copy_to_host(), 2 * np.arange(64))
+
+    assert _passes_in_a_forked_child(runs)
 
 
 @cuda.jit
@@ -745,27 +754,17 @@ def test_a_process_kept_on_one_core_runs_every_simulated_thread_there():
     """Simulated threads hand over to one another on every barrier and shuffle: within one core that is
     about half the cost. Threads started after run_on_one_core inherit its core (checked in a forked
     child, whose cores the test's process does not share)."""
-    pid = os.fork()
-    if pid == 0:
-        status = 2
-        try:
-            os.sched_setaffinity(0, range(os.cpu_count()))  # (a test worker may have been kept to one)
-            allowed = sorted(os.sched_getaffinity(0))
-            core = run_on_one_core(len(allowed) + 1)  # modulo the cores allowed
-            out = cuda.device_array(96, np.int64)
-            records_its_cores[3, 32](out)
-            expected = allowed[(len(allowed) + 1) % len(allowed)]
-            status = 0 if core == expected and set(out.copy_to_host()) == {expected} else 1
-        finally:
-            os._exit(status)
-    try:
-        _, status = os.waitpid(pid, 0)
-        pid = None
-        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-    finally:
-        if pid is not None:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+
+    def kept_there():
+        os.sched_setaffinity(0, range(os.cpu_count()))  # (a test worker may have been kept to one)
+        allowed = sorted(os.sched_getaffinity(0))
+        core = run_on_one_core(len(allowed) + 1)  # modulo the cores allowed
+        out = cuda.device_array(96, np.int64)
+        records_its_cores[3, 32](out)
+        expected = allowed[(len(allowed) + 1) % len(allowed)]
+        return core == expected and set(out.copy_to_host()) == {expected}
+
+    assert _passes_in_a_forked_child(kept_there)
 
 
 def test_the_environment_can_keep_a_simulating_process_on_one_core():
