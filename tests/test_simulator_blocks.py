@@ -769,7 +769,7 @@ def test_a_process_kept_on_one_core_runs_every_simulated_thread_there():
 
 def test_the_environment_can_keep_a_simulating_process_on_one_core():
     """WORKBENCH_SIM_CORE=N (a notebook's kernel gets 0): the process is kept on the N-th of its cores
-    from import on; a value that is not an index is one warning, not a failure."""
+    from import on; a value that is not an index is one line, not a failure."""
     code = ("import os, workbench, numba; assert numba.config.ENABLE_CUDASIM; "
             "print(sorted(os.sched_getaffinity(0)))")
     env = dict(os.environ, WORKBENCH_MODE="sim")

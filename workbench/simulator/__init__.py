@@ -70,7 +70,7 @@ API); :mod:`.races` finds data races and :mod:`.counters` counts what the profil
 """
 
 import os
-import warnings
+import sys
 
 import numba
 
@@ -131,4 +131,5 @@ def install():
     if core.isdigit():
         run_on_one_core(int(core))
     elif core:
-        warnings.warn(f"{CORE_ENV}={core!r} ignored: the index of a core (0, 1, ...) was expected", stacklevel=2)
+        print(f"workbench: {CORE_ENV}={core!r} ignored: the index of a core (0, 1, ...) was expected",
+              file=sys.stderr)
