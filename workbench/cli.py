@@ -507,7 +507,8 @@ def _record_several_gpus(ops, budget_s: float, say) -> None:
         return
     say(f"{names}: measuring on {len(cuda.gpus)} GPUs (~{ALLREDUCE_SECONDS} s)")
     try:
-        subprocess.run([sys.executable, "-m", "workbench.tools.allreduce", "--budget", str(ALLREDUCE_SECONDS - 15)],
+        own_budget = max(ALLREDUCE_SECONDS, min(budget_s, 2 * ALLREDUCE_SECONDS)) - 15  # it stops starting at this
+        subprocess.run([sys.executable, "-m", "workbench.tools.allreduce", "--budget", f"{own_budget:.0f}"],
                        cwd=paths.REPO_ROOT, timeout=budget_s)
     except subprocess.TimeoutExpired:
         say(f"{names}: not finished within {budget_s:.0f} s; what it wrote is in results/runs/")

@@ -1,11 +1,13 @@
 """AllReduce across the GPUs of this host: every stage of solutions/allreduce.py against NCCL.
 
     python3 -m workbench.tools.allreduce [--budget SECONDS] [--out DIR]
+    python3 -m workbench.tools.allreduce --redraw [DIR]     (the figures again, from DIR's recorded run)
 
 `workbench record` runs it (in a process of its own: NCCL's settings below must be in place before torch
-is imported) on a machine with two GPUs or more. It writes ``DIR/gpu_allreduce.json`` and
-``DIR/allreduce_busbw.png`` (DIR: ``results/runs``), which the README's table (``workbench.tables``) and
-the notebook read.
+is imported) on a machine with two GPUs or more. It writes ``DIR/gpu_allreduce.json`` and two figures,
+``DIR/allreduce_sizes.png`` and ``DIR/allreduce-rmsnorm_shapes.png`` (DIR: ``results/runs``), which the
+README's table (``workbench.tables``) and the notebooks read. While it runs, ``DIR/gpu_allreduce.partial.json``
+holds what is measured so far; a stage stuck for a minute (a rank waiting for a peer) ends the run there.
 
 Measured as nccl-tests does: a message of B bytes per GPU, time per all-reduce, algbw = B / time,
 busbw = 2(N-1)/N * B / time, from 4 KB to 1 GB. Two times per figure:
@@ -25,8 +27,7 @@ hold NaN). Also measured: the NVLink ceiling (a peer copy GPU 0 -> GPU 1, and bo
 the fused all-reduce + residual + RMSNorm against NCCL + torch.add + the workbench's RMSNorm.
 
 With one GPU there is nothing to compare with NCCL: the stages run with emulated ranks on it
-(correctness and one-device times only). Prints a table, writes OUT_DIR/allreduce.json and, where
-matplotlib is installed, DIR/allreduce_busbw.png. Budget: under 3 minutes on two H200s.
+(correctness and one-device times only). Prints a table and writes DIR/gpu_allreduce.json. Budget: about 3 minutes on two H200s.
 
 Safety: NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
 NVSHMEM_DISABLE_NVLS=1, set below before anything else is imported, and inherited by the workers);
@@ -52,12 +53,46 @@ SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 
 FUSED_SHAPES = [(16, 8192), (256, 8192), (4096, 8192)]  # (tokens, hidden): decode, small and large batch
 FILL_GRID = (264, 256)  # blocks, threads of the pattern, fill and check kernels
 BUDGET_S = 165  # stop starting new measurements after this (--budget sets it)
-RUN_FILE, PLOT_FILE = "gpu_allreduce.json", "allreduce_busbw.png"  # under --out: what README and the notebook read
+NCCL_S = 75  # NCCL's workers, every size and the unfused epilogue: about 40 s on two H200s
+RUN_FILE = "gpu_allreduce.json"  # under --out: what the README's table and the notebooks read
+PARTIAL_FILE = "gpu_allreduce.partial.json"  # what was measured so far, for a run that is cut short
+SIZES_PLOT, FUSED_PLOT = "allreduce_sizes.png", "allreduce-rmsnorm_shapes.png"  # beside it, one per notebook
+HANG_S = 60  # no measurement takes this long: a stage still running after it is stuck waiting for a peer
 T0 = time.perf_counter()
 
 
 def elapsed() -> float:
     return time.perf_counter() - T0
+
+
+class Watchdog:
+    """Ends a run stuck in a kernel (a rank waiting for a peer that never writes: a CUDA kernel cannot be
+    interrupted) after writing what was measured so far, so one stuck stage does not lose the others."""
+
+    def __init__(self, out: dict, out_dir: Path):
+        import threading
+
+        self.out, self.out_dir = out, out_dir
+        self.what, self.deadline = "starting", time.perf_counter() + HANG_S
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def now(self, what: str, allow_s: float = HANG_S) -> None:
+        """What the run starts now, and how long it may take."""
+        self.what, self.deadline = what, time.perf_counter() + allow_s
+        print(f"{elapsed():6.1f} s  {what}", flush=True)
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(1.0)
+            if time.perf_counter() > self.deadline:
+                self.out["notes"].append(f"stuck: {self.what} had not finished after its allowance; run ended there")
+                save_partial(self.out, self.out_dir)
+                print(f"STUCK: {self.what}; what was measured is in {self.out_dir / PARTIAL_FILE}", flush=True)
+                os._exit(3)
+
+
+def save_partial(out: dict, out_dir: Path) -> None:
+    (out_dir / PARTIAL_FILE).write_text(json.dumps(out, indent=1, default=str))
 
 
 def calls_for(nbytes: int) -> int:
@@ -303,7 +338,7 @@ class Timer:
         return (time.perf_counter() - t) / k * 1e6
 
 
-def measure_stages(gpus, out: dict) -> None:
+def measure_stages(gpus, out: dict, watch: Watchdog) -> None:
     from solutions import allreduce as ar
 
     ranks = len(gpus)
@@ -329,6 +364,7 @@ def measure_stages(gpus, out: dict) -> None:
             if name in broken:
                 continue
             rec = {"stage": name, "bytes": nbytes, "ranks": ranks}
+            watch.now(f"{name} at {label(nbytes)}")
             try:
                 for r, g in enumerate(gpus):
                     with cuda.gpus[g]:
@@ -358,9 +394,10 @@ def measure_stages(gpus, out: dict) -> None:
                 broken.add(name)
             out["stages"].append(rec)
         out["starved_samples_retaken"] = out.get("starved_samples_retaken", 0) + timer.retaken
+        save_partial(out, watch.out_dir)
 
 
-def measure_fused(gpus, out: dict) -> None:
+def measure_fused(gpus, out: dict, watch: Watchdog) -> None:
     from solutions import allreduce as ar
 
     ranks = len(gpus)
@@ -384,6 +421,7 @@ def measure_fused(gpus, out: dict) -> None:
         timer = Timer(group, sleep)
         for name, algorithm in ar.FUSED_ALGORITHMS.items():
             rec = {"stage": name, "rows": rows, "cols": cols, "ranks": ranks}
+            watch.now(f"{name} at {rows}x{cols}")
             try:
                 algorithm(group)
                 if name in ar.FUSED_WAITING:
@@ -406,6 +444,7 @@ def measure_fused(gpus, out: dict) -> None:
                 rec["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
             out["fused"].append(rec)
         out["starved_samples_retaken"] = out.get("starved_samples_retaken", 0) + timer.retaken
+        save_partial(out, watch.out_dir)
 
 
 def measure_ceiling(gpus, out: dict) -> None:
@@ -554,43 +593,94 @@ def report(out: dict, out_dir: Path) -> None:
     for note in out["notes"]:
         print("note:", note)
     (out_dir / RUN_FILE).write_text(json.dumps(out, indent=1, default=str))
-    plot(out, out_dir, names, by, nccl)
+    (out_dir / PARTIAL_FILE).unlink(missing_ok=True)
+    draw(out, out_dir)
     print(f"\nwrote {out_dir / RUN_FILE} in {elapsed():.0f} s")
 
 
-def plot(out, out_dir, names, by, nccl):
+def draw(run: dict, out_dir: Path) -> list[Path]:
+    """The run's two figures beside its JSON (``--redraw`` makes them again from the JSON alone): against
+    message size, each stage's and NCCL's time, algorithm bandwidth and bus bandwidth; and the fused
+    all-reduce + RMSNorm against NCCL + add + RMSNorm at each shape."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except Exception:
-        return
-    ranks = out["ranks"]
+    except ImportError:
+        return []
+    ranks = run["ranks"]
     if ranks < 2:
-        return
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for name in names:
-        pts = [(s, busbw(s, ranks, by[(name, s)]["gpu_us"])) for s in SIZES if "gpu_us" in by.get((name, s), {})]
-        if pts:
-            ax.plot(*zip(*pts), marker="o", label=name)
-    pts = [(s, busbw(s, ranks, nccl[s]["gpu_us"])) for s in SIZES if s in nccl]
-    if pts:
-        ax.plot(*zip(*pts), marker="s", color="black", label="NCCL (torch.distributed)")
-    ceiling = out.get("ceiling", {}).get("peer_copy_gbps")
+        return []
+    names = list(dict.fromkeys(r["stage"] for r in run["stages"]))
+    by = {(r["stage"], r["bytes"]): r["gpu_us"] for r in run["stages"] if r.get("correct") and "gpu_us" in r}
+    nccl = {r["bytes"]: r["gpu_us"] for r in (run.get("nccl") or {}).get("allreduce", []) if "gpu_us" in r}
+    sizes = run["sizes"]
+    when = f"{ranks} x {run['device']}, {run.get('date', '')[:10]}"
+    series = [(name, {s: by[(name, s)] for s in sizes if (name, s) in by}, {"marker": "o"}) for name in names]
+    series.append(("NCCL (torch.distributed)", nccl, {"marker": "s", "color": "black", "linewidth": 2.5}))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5.2))
+    panels = [("time per call, µs (GPU time; lower is better)", lambda s, us: us),
+              ("algorithm bandwidth, GB/s (bytes per GPU / time)", lambda s, us: s / (us * 1e-6) / 1e9),
+              ("bus bandwidth, GB/s (2(N-1)/N x bytes / time)", lambda s, us: busbw(s, ranks, us))]
+    for ax, (ylabel, value) in zip(axes, panels):
+        for name, times, style in series:
+            if times:
+                ax.plot(list(times), [value(s, us) for s, us in times.items()], label=name, **style)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(sizes, [label(s) for s in sizes], rotation=45)
+        ax.set_xlabel("message, bytes per GPU")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="major", alpha=0.3)
+    ceiling = run.get("ceiling", {}).get("peer_copy_gbps")
     if ceiling:
-        ax.axhline(ceiling, color="grey", linestyle="--", label=f"peer copy {ceiling:.0f} GB/s")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(SIZES, [label(s) for s in SIZES], rotation=45)
-    ax.set_ylabel("bus bandwidth, GB/s (2(N-1)/N bytes / time)")
-    ax.set_title(f"AllReduce float32, {ranks} x {out['device']}")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out_dir / PLOT_FILE, dpi=120)
+        axes[2].axhline(ceiling, color="grey", linestyle="--", label=f"peer copy (NVLink), {ceiling:.0f} GB/s")
+    axes[0].set_title("latency")
+    axes[1].set_title("algorithm bandwidth")
+    axes[2].set_title("bus bandwidth")
+    handles, labels = axes[2].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=9, frameon=False)
+    fig.suptitle(f"AllReduce of float32 buffers, every stage against NCCL ({when})")
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    written = [out_dir / SIZES_PLOT]
+    fig.savefig(written[0], dpi=100)
+    plt.close(fig)
+
+    fused = [r for r in run.get("fused", []) if r.get("correct") and "gpu_us" in r]
+    base = {(r["rows"], r["cols"]): r["gpu_us"] for r in (run.get("nccl") or {}).get("fused", []) if "gpu_us" in r}
+    shapes = sorted({(r["rows"], r["cols"]) for r in fused})
+    if shapes:
+        stages = list(dict.fromkeys(r["stage"] for r in fused))
+        fig, axes = plt.subplots(1, len(shapes), figsize=(5 * len(shapes), 4.6), squeeze=False)
+        for ax, (rows, cols) in zip(axes[0], shapes):
+            bars = [(s, r["gpu_us"]) for s in stages for r in fused if (r["stage"], r["rows"], r["cols"]) == (s, rows, cols)]
+            if (rows, cols) in base:
+                bars.append(("NCCL + add\n+ RMSNorm", base[(rows, cols)]))
+            colours = ["tab:blue"] * (len(bars) - ((rows, cols) in base)) + ["black"] * ((rows, cols) in base)
+            ax.bar(range(len(bars)), [us for _, us in bars], color=colours)
+            ax.set_xticks(range(len(bars)), [n for n, _ in bars], rotation=30, ha="right", fontsize=9)
+            for i, (_, us) in enumerate(bars):
+                ax.annotate(f"{us:.0f}" if us >= 100 else f"{us:.1f}", (i, us), ha="center", va="bottom", fontsize=8)
+            ax.set_title(f"{rows} tokens x {cols} hidden")
+            ax.set_ylabel("GPU time per call, µs (lower is better)")
+        fig.suptitle(f"All-reduce + residual + RMSNorm: fused stages against NCCL + torch.add + RMSNorm ({when})")
+        fig.tight_layout()
+        written.append(out_dir / FUSED_PLOT)
+        fig.savefig(written[-1], dpi=100)
+        plt.close(fig)
+    return written
 
 
 def main() -> None:
     global BUDGET_S
+    if len(sys.argv) > 1 and sys.argv[1] == "--redraw":  # the figures again, from the recorded run alone
+        from workbench.results import results_dir
+
+        folder = Path(sys.argv[2]) if len(sys.argv) > 2 else results_dir() / "runs"
+        for path in draw(json.loads((folder / RUN_FILE).read_text()), folder):
+            print(f"drew {path}")
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "--nccl-worker":
         rank, world, port, path = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
         nccl_worker(rank, world, port, path)
@@ -619,12 +709,14 @@ def main() -> None:
         out["notes"].append("one GPU: no NCCL comparison; stages run with emulated ranks")
         emulated_on_one_gpu(out)
     else:
-        out["nccl"] = run_nccl(len(gpus), out_dir, timeout_s=75)
-        print(f"NCCL done at {elapsed():.0f} s", flush=True)
+        watch = Watchdog(out, out_dir)
+        watch.now(f"NCCL on {len(gpus)} GPUs (torch.distributed, a process a GPU)", allow_s=NCCL_S + 15)
+        out["nccl"] = run_nccl(len(gpus), out_dir, timeout_s=NCCL_S)
+        watch.now("NVLink ceiling (peer copy)")
         measure_ceiling(gpus, out)
-        measure_stages(gpus, out)
-        print(f"stages done at {elapsed():.0f} s", flush=True)
-        measure_fused(gpus, out)
+        measure_stages(gpus, out, watch)
+        measure_fused(gpus, out, watch)
+        watch.now("report", allow_s=120)
     report(out, out_dir)
     # Everything is written. On two H200s (2026-11-23) the interpreter's teardown, run after this point with
     # peer mappings still open in both contexts, ended in a segmentation fault: leave without it.
