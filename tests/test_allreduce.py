@@ -261,6 +261,42 @@ def test_flag_protocol_in_the_simulator():
         assert statuses[order[0]].copy_to_host()[0] != 0, f"call {epoch}: rank {order[0]}, launched first, found its peers"
 
 
+def test_fused_flag_protocol_in_the_simulator():
+    """The fused flags kernel on a CPU, ranks launched one after another with no patience, one block a
+    rank, rows not divisible by the ranks and columns not by the four-column step. Each rank pushes
+    only h of its rows; y of another rank's rows it makes itself, after that rank's block has published.
+    So the rank launched last finds every row of h and every flag, and must hold h and y of every row;
+    each rank holds h and y of its own rows; a rank launched earlier finds its partners missing."""
+    from numba import cuda
+
+    ranks, rows, cols = 3, 7, 4 * allreduce.THREADS + 37
+    rng = np.random.default_rng(8)
+    partials, residual, weight = allreduce._fused_inputs((ranks, rows, cols), rng)
+    want = allreduce._fused_reference(partials, residual, weight)[0]
+    chunk = -(-rows // ranks)
+    table = cuda.to_device(np.zeros((ranks, ranks + ranks), np.int32))
+    flags = tuple(table[r] for r in range(ranks))
+    d_partials = tuple(cuda.to_device(p) for p in partials)
+    out = cuda.to_device(np.full((ranks, 2, rows, cols), np.nan, np.float32))
+    statuses = [cuda.to_device(np.zeros(1, np.int32)) for _ in range(ranks)]
+    order = [1, 2, 0]
+    for r in order:
+        allreduce._flag_reduce_add_norm[(1, 1), allreduce.THREADS](
+            d_partials, cuda.to_device(residual), cuda.to_device(weight), tuple(out[s] for s in range(ranks)),
+            flags, r, 1, 0, statuses[r])
+    got = out.copy_to_host()
+
+    def close(a, b):
+        return np.allclose(a, b, rtol=1e-5, atol=1e-5)
+
+    for r in range(ranks):
+        own = slice(r * chunk, min(rows, (r + 1) * chunk))
+        assert close(got[r][:, own], want[:, own]), f"rank {r}'s own rows"
+    assert close(got[order[-1]], want), "the rank launched last holds every row"
+    assert statuses[order[-1]].copy_to_host()[0] == 0, "the rank launched last waited"
+    assert statuses[order[0]].copy_to_host()[0] != 0, "the rank launched first found its partners"
+
+
 def test_mailbox_words_never_look_empty():
     from solutions import _ptx
 

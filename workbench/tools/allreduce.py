@@ -255,6 +255,8 @@ import numpy as np  # noqa: E402
 import workbench  # noqa: E402,F401  (decides GPU or simulator before numba is imported)
 from numba import cuda, float32, int32, uint64  # noqa: E402
 
+from solutions._ptx import mailbox_clear_f32x4, mailbox_store_f32x4, mailbox_wait_f32x4  # noqa: E402
+
 
 @cuda.jit(device=True, inline=True)
 def _value(i, rank):
@@ -291,6 +293,18 @@ def push(src, peer_dst):
     """peer_dst[:] = src: stores over NVLink into a peer's memory, as the stages send their bytes."""
     for i in range(cuda.grid(1), src.size, cuda.gridsize(1)):
         peer_dst[i] = src[i]
+
+
+@cuda.jit
+def exchange(peer_boxes, own_boxes, now, stale, max_polls):
+    """The least any one-kernel all-reduce does, by one thread: push a 16-byte word into the peer's
+    mailbox (this call's), wait for the peer's word to land in ours, empty last call's. Timed back to
+    back, as the stages are: the floor under the lamport stage's latency on these links."""
+    if cuda.threadIdx.x == 0:
+        mailbox_store_f32x4(peer_boxes.ctypes.data + uint64(now * 16), float32(1.0), float32(1.0), float32(1.0),
+                            float32(1.0))
+        mailbox_wait_f32x4(own_boxes.ctypes.data + uint64(now * 16), max_polls)
+        mailbox_clear_f32x4(own_boxes.ctypes.data + uint64(stale * 16))
 
 
 @cuda.jit
@@ -358,6 +372,22 @@ class Timer:
         return (time.perf_counter() - t) / k * 1e6
 
 
+def exchange_floor(group, timer) -> float:
+    """GPU time per call of ``exchange`` on two GPUs: one launch a GPU and one 16-byte word each way."""
+    from solutions import allreduce as ar
+
+    boxes = [group.scratch(r, "tool.exchange", 3 * 4, np.uint32, zeroed=True) for r in range(2)]
+    calls = [0]
+
+    def call():
+        now, stale = calls[0] % 3, (calls[0] + 2) % 3
+        calls[0] += 1
+        for r in range(2):
+            group.launch(r, exchange, 1, 32, group.peers(r, boxes)[1 - r], boxes[r], now, stale, ar.MAX_POLLS)
+
+    return timer.gpu_us(call, calls_for(4096))
+
+
 def measure_stages(gpus, out: dict, watch: Watchdog) -> None:
     from solutions import allreduce as ar
 
@@ -380,6 +410,8 @@ def measure_stages(gpus, out: dict, watch: Watchdog) -> None:
         if "launch_floor_us" not in out:
             out["launch_floor_us"] = timer.gpu_us(
                 lambda: [group.launch(r, nothing, 1, 32, sends[r]) for r in range(ranks)], calls_for(4096))
+            if ranks == 2:
+                out["exchange_floor_us"] = exchange_floor(group, timer)
         for name, algorithm in ar.ALGORITHMS.items():
             if name in broken:
                 continue
@@ -583,6 +615,9 @@ def report(out: dict, out_dir: Path) -> None:
         print(f"NVLink ceiling (peer copy): {out['ceiling']}")
     if "launch_floor_us" in out:
         print(f"Launch floor (an empty kernel on each GPU a call): {out['launch_floor_us']:.2f} us")
+    if "exchange_floor_us" in out:
+        print(f"Exchange floor (a kernel on each GPU a call pushing 16 bytes to the other and waiting for its 16): "
+              f"{out['exchange_floor_us']:.2f} us")
     print(f"Samples retaken because the host had not finished enqueueing: stages {out.get('starved_samples_retaken', 0)}, "
           f"NCCL {(out.get('nccl') or {}).get('starved_samples_retaken', 0)}")
 
