@@ -980,8 +980,9 @@ WAITING = {"flags": "allreduce.flag", "lamport": "allreduce.lamport"}
 # each GPU holds a partial product, the all-reduce adds them, the residual is added, and RMSNorm
 # normalises the result for the next layer. Three kernels, each a pass over the activations: the
 # all-reduce writes the sum, the add reads it back, the norm reads it again. Fused, the rank that
-# owns a row sums it from every GPU, adds the residual, normalises it and pushes both results (the
-# new residual stream h and the normalised y) to every GPU: one pass (fused, fused_flags). Or every
+# owns a row sums it from every GPU, adds the residual, normalises it and sends both results (the
+# new residual stream h and the normalised y) to every GPU (fused); or sends h only, and every GPU
+# normalises every row from its own memory (fused_flags). Or every
 # rank receives every partial and normalises every row itself (fused_lamport): more arithmetic, one
 # push and no synchronisation at all.
 
@@ -1224,13 +1225,13 @@ def fused(partials, residual, weight, out):
     fused_allreduce_rmsnorm(_emulated_fused_group(partials, residual, weight, out))
 
 
-# -- 3. fused_flags: one kernel per rank, pushing finished rows ----------------------------------------------
+# -- 3. fused_flags: one kernel per rank, pushing h, normalising every row itself ---------------------------
 
 @cuda.jit
 def _flag_reduce_add_norm(partials, residual, weight, outs, flags, first_rank, epoch, max_polls, status):
-    """One rank's whole fused call: the entry barrier; its own rows summed, added to and normalised,
-    with h pushed into every rank's output; the exit; then the other ranks' rows normalised here from
-    the h they pushed (the same flags as _flag_allreduce)."""
+    """One rank's whole fused call: the entry barrier; its own rows summed and added to, h pushed into
+    every rank's output; the exit; then every row normalised here, from the h in this rank's memory
+    (the same flags as _flag_allreduce)."""
     rank = first_rank + cuda.blockIdx.y
     ranks = len(partials)
     _arrive_and_wait(flags, rank, epoch, max_polls, status)
@@ -1241,7 +1242,6 @@ def _flag_reduce_add_norm(partials, residual, weight, outs, flags, first_rank, e
     row_hi = min(rows, row_lo + rows_chunk)
     t = cuda.threadIdx.x
     for row in range(row_lo + cuda.blockIdx.x, row_hi, cuda.gridDim.x):
-        squares = float32(0.0)
         col = t
         while col + 3 * THREADS < cols:  # four columns a thread: 4 N loads in flight before any add
             c1, c2, c3 = col + THREADS, col + 2 * THREADS, col + 3 * THREADS
@@ -1251,12 +1251,11 @@ def _flag_reduce_add_norm(partials, residual, weight, outs, flags, first_rank, e
                 h1 += partials[s][row, c1]
                 h2 += partials[s][row, c2]
                 h3 += partials[s][row, c3]
-            for s in range(ranks):  # h only: each rank normalises the rows it receives itself
+            for s in range(ranks):  # h only: each rank normalises every row itself
                 outs[s][0, row, col] = h0
                 outs[s][0, row, c1] = h1
                 outs[s][0, row, c2] = h2
                 outs[s][0, row, c3] = h3
-            squares += h0 * h0 + h1 * h1 + h2 * h2 + h3 * h3
             col += 4 * THREADS
         while col < cols:
             h = residual[row, col]
@@ -1264,14 +1263,14 @@ def _flag_reduce_add_norm(partials, residual, weight, outs, flags, first_rank, e
                 h += partials[s][row, col]
             for s in range(ranks):
                 outs[s][0, row, col] = h
-            squares += h * h
             col += THREADS
-        rstd = _rms_scale(squares, cols)
-        for col in range(t, cols, THREADS):  # the thread reads back only what it wrote itself
-            mine[1, row, col] = mine[0, row, col] * rstd * weight[col]
     _publish_and_wait(flags, rank, epoch, max_polls, status)
-    # The rows of rank s that block b normalises here are those block b of rank s pushed (every rank
-    # launches the same grid): once those blocks have published, their h has landed in mine[0].
+    # y of every row by the same code on every rank, so that every rank holds the same bits: its own
+    # rows first (while the peers' h is still arriving), then those of each peer. The rows of rank s
+    # that block b normalises are those block b of rank s pushed (every rank launches the same grid):
+    # once that block has published, its h has landed here.
+    for row in range(row_lo + cuda.blockIdx.x, row_hi, cuda.gridDim.x):
+        _normalise_row(mine[0], weight, mine[1], row)
     if t < ranks:
         _wait_for(flags[rank], ranks + t * cuda.gridDim.x + cuda.blockIdx.x, epoch, max_polls, status)
     cuda.syncthreads()
@@ -1293,12 +1292,13 @@ def flag_allreduce_rmsnorm(group: Group) -> None:
 
 @fused_op.stage("fused_flags", """
     The fused stage in one kernel per rank, synchronised like the all-reduce's flags stage: arrive,
-    sum-add-normalise the owned rows, push h (posted stores over NVLink) straight into every rank's
-    output, fence, flag, and then normalise the rows the other ranks pushed here. No all-gather pass
-    and no host barrier; and only h crosses the links, not h and y: each rank turns a received row of
-    h into y itself, reading it from its own memory (at 4.3 TB/s) rather than receiving y over NVLink
-    (at 0.34). Each thread sums four columns at a time, every load issued before the first add, so
-    the loads from a peer's memory overlap their latency instead of waiting one after another.""",
+    sum the owned rows and add the residual, push h (posted stores over NVLink) straight into every
+    rank's output, fence, flag, and then normalise every row from the h in this rank's memory. No
+    all-gather pass and no host barrier; and only h crosses the links, not h and y: each rank turns
+    a row of h into y itself, reading it from its own memory (at 4.3 TB/s) rather than receiving y
+    over NVLink (at 0.34), and the same code on every rank gives every rank the same bits. Each
+    thread sums four columns at a time, every load issued before the first add, so the loads from a
+    peer's memory overlap their latency instead of waiting one after another.""",
     gpu_only="ranks wait on flags set by other ranks' blocks running at the same time; the simulator runs "
              "blocks one after another")
 def fused_flags(partials, residual, weight, out):

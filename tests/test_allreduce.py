@@ -264,9 +264,10 @@ def test_flag_protocol_in_the_simulator():
 def test_fused_flag_protocol_in_the_simulator():
     """The fused flags kernel on a CPU, ranks launched one after another with no patience, one block a
     rank, rows not divisible by the ranks and columns not by the four-column step. Each rank pushes
-    only h of its rows; y of another rank's rows it makes itself, after that rank's block has published.
-    So the rank launched last finds every row of h and every flag, and must hold h and y of every row;
-    each rank holds h and y of its own rows; a rank launched earlier finds its partners missing."""
+    only h of its rows and makes y of every row itself (another rank's after that rank's block has
+    published), by the same code everywhere. So the rank launched last finds every row of h and every
+    flag, and must hold h and y of every row; each rank holds its own rows with the same bits as the
+    last; a rank launched earlier finds its partners missing."""
     from numba import cuda
 
     ranks, rows, cols = 3, 7, 4 * allreduce.THREADS + 37
@@ -289,10 +290,11 @@ def test_fused_flag_protocol_in_the_simulator():
     def close(a, b):
         return np.allclose(a, b, rtol=1e-5, atol=1e-5)
 
+    last = got[order[-1]]
+    assert close(last, want), "the rank launched last holds every row"
     for r in range(ranks):
         own = slice(r * chunk, min(rows, (r + 1) * chunk))
-        assert close(got[r][:, own], want[:, own]), f"rank {r}'s own rows"
-    assert close(got[order[-1]], want), "the rank launched last holds every row"
+        assert np.array_equal(got[r][:, own], last[:, own]), f"rank {r}'s own rows, bit for bit as every rank's"
     assert statuses[order[-1]].copy_to_host()[0] == 0, "the rank launched last waited"
     assert statuses[order[0]].copy_to_host()[0] != 0, "the rank launched first found its partners"
 

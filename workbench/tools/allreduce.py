@@ -57,6 +57,7 @@ NCCL_S = 75  # NCCL's workers, every size and the unfused epilogue: about 40 s o
 RUN_FILE = "gpu_allreduce.json"  # under --out: what the README's table and the notebooks read
 PARTIAL_FILE = "gpu_allreduce.partial.json"  # what was measured so far, for a run that is cut short
 SIZES_PLOT, FUSED_PLOT = "allreduce_sizes.png", "allreduce-rmsnorm_shapes.png"  # beside it, one per notebook
+SAMPLES = 5  # timed samples a figure, the median kept: one late sample (a 4 KB call at 9.6 us among 5.1s) does not decide
 HANG_S = 60  # no measurement takes this long: a stage still running after it is stuck waiting for a peer
 T0 = time.perf_counter()
 
@@ -122,7 +123,7 @@ def nccl_worker(rank: int, world: int, port: int, out_path: str) -> None:
         return (((h >> 7) % 257) - 128).to(torch.float32) * 0.0625
 
     def gpu_time(fn, k):
-        """GPU time per call: k calls enqueued behind a sleep, events around them; median of 3 samples.
+        """GPU time per call: k calls enqueued behind a sleep, events around them; median of SAMPLES samples.
         A sample whose sleep ran out before the host had enqueued every call (the start event already
         complete) timed the host, not the GPU: it is retaken with a sleep twice as long. Both ranks
         decide together (an all-reduce of the verdict), or they would fall out of step."""
@@ -140,7 +141,7 @@ def nccl_worker(rank: int, world: int, port: int, out_path: str) -> None:
         dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
         per_call, sleep_us, retaken = [], float(agreed.item()), 0
         verdict = torch.zeros(1, device=dev)
-        while len(per_call) < 3:
+        while len(per_call) < SAMPLES:
             dist.barrier()
             torch.cuda.synchronize()
             torch.cuda._sleep(int(sleep_us * 2000))  # ~2000 cycles a us
@@ -157,7 +158,7 @@ def nccl_worker(rank: int, world: int, port: int, out_path: str) -> None:
                 continue
             per_call.append(start.elapsed_time(end) * 1000 / k)
         retakes[0] += retaken
-        return sorted(per_call)[1]
+        return sorted(per_call)[SAMPLES // 2]
 
     def wall_time(fn, k):
         dist.barrier()
@@ -333,7 +334,7 @@ class Timer:
                 self.ends.append(cuda.event(timing=True))
 
     def gpu_us(self, call, k: int) -> float:
-        """As the NCCL worker's gpu_time: median of 3 samples, a sample retaken with a longer sleep when
+        """As the NCCL worker's gpu_time: median of SAMPLES samples, a sample retaken with a longer sleep when
         the host was still enqueueing after every GPU's sleep had run out."""
         group = self.group
         call()
@@ -344,7 +345,7 @@ class Timer:
         enqueue_us = (time.perf_counter() - t) / 2 * 1e6
         group.synchronize()
         per_call, sleep_us, retaken = [], k * enqueue_us * 2 + 500, 0
-        while len(per_call) < 3:
+        while len(per_call) < SAMPLES:
             for r, g in enumerate(group.gpus):
                 with cuda.gpus[g]:
                     self.sleep[1, 1, group.streams[r]](int(sleep_us))
@@ -361,7 +362,7 @@ class Timer:
                 continue
             per_call.append(max(cuda.event_elapsed_time(self.starts[r], self.ends[r]) for r in range(group.size)) * 1000 / k)
         self.retaken += retaken
-        return sorted(per_call)[1]
+        return sorted(per_call)[SAMPLES // 2]
 
     def wall_us(self, call, k: int) -> float:
         self.group.synchronize()
