@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 246cded4b6d4ccb8816b19acdb4d8342038f0c1b67a6987c9d2299a75f20dc2c
+# generated-sha256: ce74c5849530445460877f5a6dd67003c818367ae1579d63290fbf1cb958842c
 # --------------------------------------------------------------------------------------------------
 """AllReduce: every GPU holds a float32 buffer, and every GPU ends up with the sum of all of them.
 
@@ -387,12 +387,18 @@ def _recorded_run() -> dict | None:
 
 
 def _bound_note() -> str:
-    """What bounds an all-reduce: the links between GPUs, with the recorded run's peer copy as the line."""
+    """What bounds an all-reduce: the links between GPUs, and the exchange every call makes, as the recorded run measured them."""
     run = _recorded_run() or {}
     link = (run.get("ceiling") or {}).get("peer_copy_gbps")
-    measured = (f" The recorded run measured a copy from one GPU to the other at {link:.0f} GB/s on {run['ranks']} x "
-                f"{run['device']} (`results/{'/'.join(RUN_FILE)}`, {run.get('date', '?')[:10]}): the dashed line "
-                "of the plot at the end, which no stage's bus bandwidth can pass by much." if link else "")
+    links = run.get("ceiling") or {}
+    measured = (f" The recorded run (`results/{'/'.join(RUN_FILE)}`, {run['ranks']} x {run['device']}, "
+                f"{run.get('date', '?')[:10]}) measured the links: the copy engine moved {links['peer_copy_gbps']:.0f} "
+                f"GB/s from one GPU to the other, and SM stores into the peer's memory "
+                f"{links['sm_push_gbps_each_way']:.0f} GB/s each way with both GPUs writing (the dotted line of the "
+                "plot at the end, which no stage's bus bandwidth can pass by much). A kernel on each GPU that "
+                f"sends 16 bytes to the other and waits for the other's 16 took {run['exchange_floor_us']:.1f} µs a "
+                f"call (an empty kernel {run['launch_floor_us']:.1f}): no one-kernel all-reduce is faster."
+                if "sm_push_gbps_each_way" in links and "exchange_floor_us" in run else "")
     return ("Across GPUs the floor is not this GPU's memory but the links between GPUs: each rank must send what "
             "it holds and receive what the others hold. A ring moves 2(N-1)/N of the buffer through each GPU's "
             "links, so the figure comparable with a link's speed is the **bus bandwidth**, 2(N-1)/N x bytes / "
@@ -593,7 +599,7 @@ def ring(x, out):
 
 # Pieces each chunk is cut into (P). More pieces: a late rank holds its neighbour up for less (1/P of
 # a chunk), but every rank launches 2(N-1) P kernels, and waits as often, instead of 2(N-1).
-# Not tuned: the stage has not been timed across GPUs yet.
+# Not tuned on two GPUs, where a ring has no second step to overlap with the first.
 RING_PIECES = 4
 
 
@@ -642,7 +648,11 @@ def ring_pipelined_allreduce(group: Group) -> None:
     where a rank polling another's flags is never answered). The traffic is the ring's: each rank
     still receives 2(N-1)/N of the buffer, so its bus bandwidth (2(N-1)/N * bytes / time) compares
     with the links as two-shot's and ring's do; the price is 2(N-1) P launches and waits a rank
-    instead of 2(N-1). It has not been timed on two GPUs yet.""")
+    instead of 2(N-1). On two H200s that price is all there is: 56 µs against the ring's 39 at 4 KB,
+    230 GB/s bus bandwidth against 288 at 1 GB. With two ranks the ring has one step each way, so no
+    step overlaps another, and this stage's all-gather copies with a kernel pulling from the peer
+    where the ring lets the copy engine copy. The pipeline has something to overlap only with more
+    ranks than two.""")
 def ring_pipelined(x, out):
     ring_pipelined_allreduce(Group.emulated(x, out))
 
@@ -834,9 +844,10 @@ def _refuse_in_the_simulator(group: Group, name: str) -> None:
     remote loads). A system-scope fence, then a flag per block: "my sums are everywhere". Block 0
     waits for every block of every rank; after that nothing more lands here and nobody reads this
     rank's input, so the kernel's end is the exit barrier. Two flag round trips instead of event
-    waits, and no launch between the two halves. The simulator cannot run it: a rank waits for
-    another rank's blocks running at the same time, which the simulator's one-block-at-a-time order
-    never provides.""",
+    waits, and no launch between the two halves. On two H200s it is the stage for large messages:
+    340 GB/s bus bandwidth at 1 GB against NCCL's 327, 8.9 µs at 4 KB against NCCL's 7.3. The
+    simulator cannot run it: a rank waits for another rank's blocks running at the same time, which
+    the simulator's one-block-at-a-time order never provides.""",
     gpu_only="ranks wait on flags set by other ranks' blocks running at the same time; the simulator runs "
              "blocks one after another")
 def flags(x, out):
@@ -947,8 +958,10 @@ def lamport_allreduce(group: Group) -> None:
     the next call's (already empty, in case a peer runs one call ahead). No rank can run two calls
     ahead, as it would need values that this rank sends only after emptying. TensorRT-LLM calls
     this a "Lamport" all-reduce. Every rank moves all N - 1 other buffers, not 2(N-1)/N of one,
-    and the mailboxes take 3 N times the message: it is the stage for small messages, and
-    messages over 4 MB go through it 4 MB at a time.""",
+    and the mailboxes take 3 N times the message: it is the stage for small messages (on two H200s
+    5.1 µs at 4 KB against NCCL's 7.3, 8.6 at 1 MB against 13.8), and messages over 4 MB go through
+    it 4 MB at a time. Its floor is the exchange itself: a kernel on each GPU that only sends 16
+    bytes to the other and waits for the other's 16 takes 3.8 µs a call there.""",
     gpu_only="ranks wait for values pushed by other ranks' blocks running at the same time; the simulator "
              "runs blocks one after another")
 def lamport(x, out):
@@ -971,8 +984,9 @@ WAITING = {"flags": "allreduce.flag", "lamport": "allreduce.lamport"}
 # each GPU holds a partial product, the all-reduce adds them, the residual is added, and RMSNorm
 # normalises the result for the next layer. Three kernels, each a pass over the activations: the
 # all-reduce writes the sum, the add reads it back, the norm reads it again. Fused, the rank that
-# owns a row sums it from every GPU, adds the residual, normalises it and pushes both results (the
-# new residual stream h and the normalised y) to every GPU: one pass (fused, fused_flags). Or every
+# owns a row sums it from every GPU, adds the residual, normalises it and sends both results (the
+# new residual stream h and the normalised y) to every GPU (fused); or sends h only, and every GPU
+# normalises every row from its own memory (fused_flags). Or every
 # rank receives every partial and normalises every row itself (fused_lamport): more arithmetic, one
 # push and no synchronisation at all.
 
@@ -1101,19 +1115,31 @@ def _block_sum(value):
     return total
 
 
+@cuda.jit(device=True, inline=True)
+def _rms_scale(squares, cols):
+    """1 / sqrt(mean(h^2) + eps) of a row, from each thread's share of its sum of squares."""
+    return float32(1.0) / math.sqrt(_block_sum(squares) / float32(cols) + EPS)
+
+
+@cuda.jit(device=True, inline=True)
+def _normalise_row(h, weight, y, row):
+    """y[row] = RMSNorm(h[row]) * weight, by the whole block: h's row read twice, the second time from L1."""
+    cols = h.shape[1]
+    t = cuda.threadIdx.x
+    squares = float32(0.0)
+    for col in range(t, cols, THREADS):
+        squares += h[row, col] * h[row, col]
+    rstd = _rms_scale(squares, cols)
+    for col in range(t, cols, THREADS):
+        y[row, col] = h[row, col] * rstd * weight[col]
+
+
 @cuda.jit
 def _rmsnorm_rows(h, weight, y):
     """y = h / sqrt(mean(h^2) + eps) * weight, a block per row, the second pass from L1: the workbench's
     RMSNorm (layernorm.py's l1_reuse stage), written here so that this file stands alone."""
-    cols = h.shape[1]
-    t = cuda.threadIdx.x
     for row in range(cuda.blockIdx.x, h.shape[0], cuda.gridDim.x):
-        squares = float32(0.0)
-        for col in range(t, cols, THREADS):
-            squares += h[row, col] * h[row, col]
-        rstd = float32(1.0) / math.sqrt(_block_sum(squares) / float32(cols) + EPS)
-        for col in range(t, cols, THREADS):
-            y[row, col] = h[row, col] * rstd * weight[col]
+        _normalise_row(h, weight, y, row)
 
 
 def separate_allreduce_rmsnorm(group: Group) -> None:
@@ -1159,7 +1185,7 @@ def _reduce_add_norm(partials, residual, weight, out, row_lo, row_hi):
                 h += partials[s][row, col]
             out[0, row, col] = h
             squares += h * h
-        rstd = float32(1.0) / math.sqrt(_block_sum(squares) / float32(cols) + EPS)
+        rstd = _rms_scale(squares, cols)
         for col in range(t, cols, THREADS):  # the thread reads back only what it wrote itself
             out[1, row, col] = out[0, row, col] * rstd * weight[col]
 
@@ -1203,12 +1229,13 @@ def fused(partials, residual, weight, out):
     fused_allreduce_rmsnorm(_emulated_fused_group(partials, residual, weight, out))
 
 
-# -- 3. fused_flags: one kernel per rank, pushing finished rows ----------------------------------------------
+# -- 3. fused_flags: one kernel per rank, pushing h, normalising every row itself ---------------------------
 
 @cuda.jit
 def _flag_reduce_add_norm(partials, residual, weight, outs, flags, first_rank, epoch, max_polls, status):
-    """One rank's whole fused call: the entry barrier, its rows summed, added to and normalised, h and
-    y pushed into every rank's output, then the exit (the same flags as _flag_allreduce)."""
+    """One rank's whole fused call: the entry barrier; its own rows summed and added to, h pushed into
+    every rank's output; the exit; then every row normalised here, from the h in this rank's memory
+    (the same flags as _flag_allreduce)."""
     rank = first_rank + cuda.blockIdx.y
     ranks = len(partials)
     _arrive_and_wait(flags, rank, epoch, max_polls, status)
@@ -1219,22 +1246,43 @@ def _flag_reduce_add_norm(partials, residual, weight, outs, flags, first_rank, e
     row_hi = min(rows, row_lo + rows_chunk)
     t = cuda.threadIdx.x
     for row in range(row_lo + cuda.blockIdx.x, row_hi, cuda.gridDim.x):
-        squares = float32(0.0)
-        for col in range(t, cols, THREADS):
+        col = t
+        while col + 3 * THREADS < cols:  # four columns a thread: 4 N loads in flight before any add
+            c1, c2, c3 = col + THREADS, col + 2 * THREADS, col + 3 * THREADS
+            h0, h1, h2, h3 = residual[row, col], residual[row, c1], residual[row, c2], residual[row, c3]
+            for s in range(ranks):
+                h0 += partials[s][row, col]
+                h1 += partials[s][row, c1]
+                h2 += partials[s][row, c2]
+                h3 += partials[s][row, c3]
+            for s in range(ranks):  # h only: each rank normalises every row itself
+                outs[s][0, row, col] = h0
+                outs[s][0, row, c1] = h1
+                outs[s][0, row, c2] = h2
+                outs[s][0, row, c3] = h3
+            col += 4 * THREADS
+        while col < cols:
             h = residual[row, col]
             for s in range(ranks):
                 h += partials[s][row, col]
-            mine[0, row, col] = h
-            squares += h * h
-        rstd = float32(1.0) / math.sqrt(_block_sum(squares) / float32(cols) + EPS)
-        for col in range(t, cols, THREADS):
-            h = mine[0, row, col]
-            y = h * rstd * weight[col]
-            for s in range(ranks):  # push both to every rank (this one already has h)
-                if s != rank:
-                    outs[s][0, row, col] = h
-                outs[s][1, row, col] = y
+            for s in range(ranks):
+                outs[s][0, row, col] = h
+            col += THREADS
     _publish_and_wait(flags, rank, epoch, max_polls, status)
+    # y of every row by the same code on every rank, so that every rank holds the same bits: its own
+    # rows first (while the peers' h is still arriving), then those of each peer. The rows of rank s
+    # that block b normalises are those block b of rank s pushed (every rank launches the same grid):
+    # once that block has published, its h has landed here.
+    for row in range(row_lo + cuda.blockIdx.x, row_hi, cuda.gridDim.x):
+        _normalise_row(mine[0], weight, mine[1], row)
+    if t < ranks:
+        _wait_for(flags[rank], ranks + t * cuda.gridDim.x + cuda.blockIdx.x, epoch, max_polls, status)
+    cuda.syncthreads()
+    for s in range(ranks):
+        if s != rank:
+            for row in range(min(rows, s * rows_chunk) + cuda.blockIdx.x, min(rows, (s + 1) * rows_chunk),
+                             cuda.gridDim.x):
+                _normalise_row(mine[0], weight, mine[1], row)
 
 
 def flag_allreduce_rmsnorm(group: Group) -> None:
@@ -1248,9 +1296,14 @@ def flag_allreduce_rmsnorm(group: Group) -> None:
 
 @fused_op.stage("fused_flags", """
     The fused stage in one kernel per rank, synchronised like the all-reduce's flags stage: arrive,
-    sum-add-normalise the owned rows, push h and y straight into every rank's output (posted stores
-    over NVLink), fence, flag, and block 0 waits for every block of every rank. No all-gather pass,
-    no host barrier: each row crosses each link once, already normalised.""",
+    sum the owned rows and add the residual, push h (posted stores over NVLink) straight into every
+    rank's output, fence, flag, and then normalise every row from the h in this rank's memory. No
+    all-gather pass and no host barrier; and only h crosses the links, not h and y: each rank turns
+    a row of h into y itself, reading it from its own memory (at 4.3 TB/s) rather than receiving y
+    over NVLink (at 0.34), and the same code on every rank gives every rank the same bits. Each
+    thread sums four columns at a time, every load issued before the first add, so the loads from a
+    peer's memory overlap their latency instead of waiting one after another. On two H200s at 4096
+    x 8192: 625 µs against 678 for NCCL + add + torch's RMSNorm.""",
     gpu_only="ranks wait on flags set by other ranks' blocks running at the same time; the simulator runs "
              "blocks one after another")
 def fused_flags(partials, residual, weight, out):
@@ -1330,7 +1383,7 @@ def _lamport_reduce_add_norm(partials, residual, weight, outs, boxes, row_lo, ro
             if c + 3 < cols:
                 out[0, row, c + 3] = h3
             squares += h0 * h0 + h1 * h1 + h2 * h2 + h3 * h3  # past the row's end h is 0
-        rstd = float32(1.0) / math.sqrt(_block_sum(squares) / float32(cols) + EPS)
+        rstd = _rms_scale(squares, cols)
         for col in range(t, cols, FUSED_LAMPORT_THREADS):  # h was written by this block: read back from L1/L2
             out[1, row, col] = out[0, row, col] * rstd * weight[col]
 
@@ -1372,7 +1425,9 @@ def lamport_allreduce_rmsnorm(group: Group) -> None:
     partial, the peers' values as they arrive, and its residual. The add and the norm are done N
     times (once on each GPU) instead of once, which costs nothing beside the traffic, and buys the
     rest: no second push of the results, no flag, no fence, no barrier. h and y are written only
-    to this rank's memory, once. Rows go through it 16 MB at a time.""",
+    to this rank's memory, once. Rows go through it 16 MB at a time. On two H200s: 16.0 µs at 16 x
+    8192 against 20.0 for NCCL + add + torch's RMSNorm, 65.6 against 83.0 at 256 x 8192; at 4096 x
+    8192 every rank's N-fold traffic costs more than it saves (803 against 678).""",
     gpu_only="ranks wait for values pushed by other ranks' blocks running at the same time; the simulator "
              "runs blocks one after another")
 def fused_lamport(partials, residual, weight, out):

@@ -128,10 +128,7 @@ def recorded_table(op: Operator) -> str:
 # -- figures measured across GPUs: the all-reduce's run (workbench/tools/allreduce.py) ----------------------
 
 # Stage kernels changed after the recorded run: the README says so under its table until the next run.
-CHANGED_SINCE_RUN = {
-    "lamport": "commit e3fbdbb: the previous call's words are emptied as this call's are read, one loop less",
-    "fused_lamport": "commit e3fbdbb: a row normalised by 512 threads, not 128, and the lamport change above",
-}
+CHANGED_SINCE_RUN: dict[str, str] = {}  # stage -> what changed (none: the run is of the committed kernels)
 
 
 def figures_elsewhere(op: Operator) -> str | None:
@@ -195,17 +192,22 @@ def allreduce_table(op: Operator, run: dict) -> str:
 
 
 def fused_allreduce_table(op: Operator, run: dict) -> str:
-    """Per (tokens, hidden): each stage's GPU µs beside NCCL + torch.add + the workbench's RMSNorm."""
+    """Per (tokens, hidden): each stage's GPU µs beside NCCL + torch.add + RMSNorm, torch's and (where the run
+    timed it) the workbench's."""
     names = list(dict.fromkeys(r["stage"] for r in run["fused"]))
     by = {(r["stage"], r["rows"], r["cols"]): r for r in run["fused"] if "gpu_us" in r and r.get("correct")}
     base = {(r["rows"], r["cols"]): r for r in (run.get("nccl") or {}).get("fused", []) if "gpu_us" in r}
+    peers = [("NCCL + add + torch RMSNorm", "gpu_us")]
+    if any("workbench_rmsnorm_gpu_us" in b for b in base.values()):
+        peers.append(("NCCL + add + workbench RMSNorm", "workbench_rmsnorm_gpu_us"))
     lines = [_run_heading(op, run, "AllReduce + residual + RMSNorm") + ".", "",
-             "| tokens x hidden | " + " | ".join(names) + " | NCCL + add + RMSNorm |",
-             "|---|" + "---:|" * (len(names) + 1)]
+             "| tokens x hidden | " + " | ".join(names + [label for label, _ in peers]) + " |",
+             "|---|" + "---:|" * (len(names) + len(peers))]
     for rows, cols in sorted({(r["rows"], r["cols"]) for r in run["fused"]}):
         cells = [f"{by[(s, rows, cols)]['gpu_us']:.1f}" if (s, rows, cols) in by else "—" for s in names]
-        b = base.get((rows, cols))
-        lines.append(f"| {rows}x{cols} | " + " | ".join(cells) + (f" | {b['gpu_us']:.1f} |" if b else " | — |"))
+        b = base.get((rows, cols), {})
+        cells += [f"{b[key]:.1f}" if key in b else "—" for _, key in peers]
+        lines.append(f"| {rows}x{cols} | " + " | ".join(cells) + " |")
     return "\n".join(lines + _since_the_run(op, names)) + "\n"
 
 

@@ -23,7 +23,8 @@ NCCL runs through torch.distributed, one process per GPU (started by this script
 this process, one rank per GPU, with peer pointers (``allreduce.Group.on_gpus``). Every stage is
 checked at every size before it is timed: the inputs are small multiples of 1/16, so every sum is
 exact in float32 and a device kernel compares each element with the exact sum (unwritten elements
-hold NaN). Also measured: the NVLink ceiling (a peer copy GPU 0 -> GPU 1, and both ways at once), and
+hold NaN). Also measured: the NVLink ceiling (a copy-engine copy GPU 0 -> GPU 1, alone and both ways at once, and SM
+stores into the peer, both ways), the exchange floor (16 bytes each way, one kernel a GPU), and
 the fused all-reduce + residual + RMSNorm against NCCL + torch.add + RMSNorm (torch's, and the workbench's).
 
 With one GPU there is nothing to compare with NCCL: the stages run with emulated ranks on it
@@ -717,11 +718,17 @@ def draw(run: dict, out_dir: Path) -> list[Path]:
     for key, what, style in (("peer_copy_gbps", "copy engine", "--"), ("sm_push_gbps_each_way", "SM stores, both ways", ":")):
         if links.get(key):
             axes[2].axhline(links[key], color="grey", linestyle=style, label=f"NVLink, {what}: {links[key]:.0f} GB/s")
+    for key, what, style in (("exchange_floor_us", "exchange floor: 16 B each way", ":"),
+                             ("launch_floor_us", "launch floor: an empty kernel", "--")):
+        if run.get(key):
+            axes[0].axhline(run[key], color="tab:olive", linestyle=style, label=f"{what}, {run[key]:.1f} µs")
     axes[0].set_title("latency")
     axes[1].set_title("algorithm bandwidth")
     axes[2].set_title("bus bandwidth")
     handles, labels = axes[2].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=9, frameon=False)
+    floors = axes[0].get_legend_handles_labels()
+    handles, labels = handles + floors[0][len(series):], labels + floors[1][len(series):]
+    fig.legend(handles, labels, loc="lower center", ncol=(len(labels) + 1) // 2, fontsize=9, frameon=False)
     fig.suptitle(f"AllReduce of float32 buffers, every stage against NCCL ({when})")
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     written = [out_dir / SIZES_PLOT]
@@ -733,16 +740,15 @@ def draw(run: dict, out_dir: Path) -> list[Path]:
     shapes = sorted({(r["rows"], r["cols"]) for r in fused})
     if shapes:
         stages = list(dict.fromkeys(r["stage"] for r in fused))
-        fig, axes = plt.subplots(1, len(shapes), figsize=(5 * len(shapes), 4.6), squeeze=False)
+        fig, axes = plt.subplots(1, len(shapes), figsize=(5.4 * len(shapes), 4.8), squeeze=False)
         for ax, (rows, cols) in zip(axes[0], shapes):
             bars = [(s, r["gpu_us"]) for s in stages for r in fused if (r["stage"], r["rows"], r["cols"]) == (s, rows, cols)]
-            peers = [(name.replace(" + RMSNorm", "\n+ RMSNorm").replace(" + torch", "\n+ torch")
-                      .replace(" + workbench", "\n+ workbench"), us) for name, us in unfused(base[(rows, cols)]).items()] \
-                if (rows, cols) in base else []
+            peers = [(name.replace(" + ", "\n+ ").replace(" RMSNorm", "\nRMSNorm"), us)
+                     for name, us in unfused(base[(rows, cols)]).items()] if (rows, cols) in base else []
             colours = ["tab:blue"] * len(bars) + ["black", "dimgrey"][:len(peers)]
             bars += peers
             ax.bar(range(len(bars)), [us for _, us in bars], color=colours)
-            ax.set_xticks(range(len(bars)), [n for n, _ in bars], rotation=30, ha="right", fontsize=9)
+            ax.set_xticks(range(len(bars)), [n.replace("fused_", "fused_\n") for n, _ in bars], fontsize=8)
             for i, (_, us) in enumerate(bars):
                 ax.annotate(f"{us:.0f}" if us >= 100 else f"{us:.1f}", (i, us), ha="center", va="bottom", fontsize=8)
             ax.set_title(f"{rows} tokens x {cols} hidden")
