@@ -493,11 +493,12 @@ def figures(op: Operator, upto: str | None = None, measure: bool = True) -> tupl
         return _live_data(op, stages), True, ""
     recorded = results.latest_file_with(op.name)
     if recorded is None and _elsewhere(op):
-        if upto not in (None, op.stages[0].name):
-            return None, False, ""  # said once, at the first stage
+        line = tables.elsewhere_stage_line(op, upto) if upto else None
+        if upto not in (None, op.stages[0].name):  # the why is said once, at the first stage
+            return None, False, line or ""
         return None, False, (f"{op.name} runs on several GPUs at once, which `workbench bench` (one GPU) cannot "
                              "time: `workbench record` on a machine with two GPUs or more measures it, and that "
-                             "run's figures and tables close this notebook.")
+                             "run's figures and tables close this notebook." + (f" {line}" if line else ""))
     if recorded is None:
         where = results.results_dir()
         try:

@@ -146,6 +146,40 @@ def figures_elsewhere(op: Operator) -> str | None:
     return fused_allreduce_table(op, run) if run.get("fused") else None
 
 
+def _bytes_label(nbytes: int) -> str:
+    return f"{nbytes >> 30} GB" if nbytes >= 1 << 30 else f"{nbytes >> 20} MB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KB"
+
+
+def elsewhere_stage_line(op: Operator, stage: str) -> str | None:
+    """One sentence of a stage's figures in the run of several GPUs (the smallest and largest message, or
+    every shape, against the peer), or None where the run has none for it."""
+    path = results.results_dir() / op.figures_elsewhere if op.figures_elsewhere else None
+    run = json.loads(path.read_text()) if path and path.exists() else None
+    if not run or run.get("ranks", 1) < 2:
+        return None
+    where = f"`{stage}` on {run['ranks']} x {run['device']} (`results/{op.figures_elsewhere}`)"
+    nccl = run.get("nccl") or {}
+    if op.name == "allreduce":
+        mine = {r["bytes"]: r["gpu_us"] for r in run["stages"] if r["stage"] == stage and "gpu_us" in r and r.get("correct")}
+        theirs = {r["bytes"]: r["gpu_us"] for r in nccl.get("allreduce", []) if "gpu_us" in r}
+        if not mine:
+            return None
+        small, large, n = min(mine), max(mine), run["ranks"]
+        bus = 2 * (n - 1) / n * large / 1e3
+        peer = (f" (NCCL {theirs[small]:.1f})" if small in theirs else "", f" (NCCL {bus / theirs[large]:.0f})" if large in theirs else "")
+        return (f"{where}: {mine[small]:.1f} µs a call at {_bytes_label(small)}{peer[0]}, {bus / mine[large]:.0f} GB/s "
+                f"bus bandwidth at {_bytes_label(large)}{peer[1]}.")
+    mine = {(r["rows"], r["cols"]): r["gpu_us"] for r in run.get("fused", []) if r["stage"] == stage and "gpu_us" in r and r.get("correct")}
+    theirs = {(r["rows"], r["cols"]): r["gpu_us"] for r in nccl.get("fused", []) if "gpu_us" in r}
+    if not mine:
+        return None
+    shapes = sorted(mine)
+    return (f"{where}, µs a call at " + " / ".join(f"{r}x{c}" for r, c in shapes) + ": "
+            + " / ".join(f"{mine[s]:.1f}" for s in shapes)
+            + (" (NCCL + add + torch RMSNorm " + " / ".join(f"{theirs[s]:.1f}" for s in shapes) + ")."
+               if all(s in theirs for s in shapes) else "."))
+
+
 def _run_heading(op: Operator, run: dict, what: str) -> str:
     v = run.get("versions", {})
     return (f"{what}, {run['ranks']} x **{run['device']}**{', ' + run['date'][:10] if run.get('date') else ''} "
@@ -179,9 +213,7 @@ def allreduce_table(op: Operator, run: dict) -> str:
     def table(cell) -> list[str]:
         lines = ["| bytes per GPU | " + " | ".join(names) + " | NCCL |", "|---:|" + "---:|" * (len(names) + 1)]
         for nbytes in run["sizes"]:
-            label = (f"{nbytes >> 30} GB" if nbytes >= 1 << 30 else f"{nbytes >> 20} MB" if nbytes >= 1 << 20
-                     else f"{nbytes >> 10} KB")
-            lines.append(f"| {label} | " + " | ".join(cell(by.get((s, nbytes)), nbytes) for s in names)
+            lines.append(f"| {_bytes_label(nbytes)} | " + " | ".join(cell(by.get((s, nbytes)), nbytes) for s in names)
                          + f" | {cell(nccl.get(nbytes), nbytes)} |")
         return lines
 
@@ -197,10 +229,11 @@ def fused_allreduce_table(op: Operator, run: dict) -> str:
     names = list(dict.fromkeys(r["stage"] for r in run["fused"]))
     by = {(r["stage"], r["rows"], r["cols"]): r for r in run["fused"] if "gpu_us" in r and r.get("correct")}
     base = {(r["rows"], r["cols"]): r for r in (run.get("nccl") or {}).get("fused", []) if "gpu_us" in r}
-    peers = [("NCCL + add + torch RMSNorm", "gpu_us")]
+    peers = [("NCCL+torch", "gpu_us")]
     if any("workbench_rmsnorm_gpu_us" in b for b in base.values()):
-        peers.append(("NCCL + add + workbench RMSNorm", "workbench_rmsnorm_gpu_us"))
-    lines = [_run_heading(op, run, "AllReduce + residual + RMSNorm") + ".", "",
+        peers.append(("NCCL+workbench", "workbench_rmsnorm_gpu_us"))
+    lines = [_run_heading(op, run, "AllReduce + residual + RMSNorm") + ". NCCL+torch: NCCL's all-reduce, "
+             "torch.add and torch's RMSNorm; NCCL+workbench: the same with the workbench's RMSNorm.", "",
              "| tokens x hidden | " + " | ".join(names + [label for label, _ in peers]) + " |",
              "|---|" + "---:|" * (len(names) + len(peers))]
     for rows, cols in sorted({(r["rows"], r["cols"]) for r in run["fused"]}):
