@@ -93,11 +93,15 @@ def _reference(x, inv_freq, cos, sin, interleaved=False):
     return out
 
 
+def _even_head_size(D):
+    if D % 2:
+        raise InputError(f"the head size D = {D} must be even: RoPE rotates pairs of features (x is S x H x D)")
+
+
 def _validate(x, inv_freq, cos, sin, out):
     expect_device_array("x", x, dtype=np.float32, ndim=3)
     S, H, D = x.shape
-    if D % 2:
-        raise InputError(f"the head size D = {D} must be even: RoPE rotates pairs of features (x is S x H x D)")
+    _even_head_size(D)
     expect_device_array("inv_freq", inv_freq, dtype=np.float32, shape=(D // 2,))
     expect_device_array("cos", cos, dtype=np.float32, shape=(S, D // 2))
     expect_device_array("sin", sin, dtype=np.float32, shape=(S, D // 2))
@@ -143,6 +147,7 @@ def _peer(interleaved):
 
 def _io_bytes(size):
     S, H, D = size
+    _even_head_size(D)  # the model refuses what the kernels refuse, at sizes too large to build and validate
     return 2 * 4 * S * H * D  # x read, out written
 
 

@@ -1175,3 +1175,61 @@ def test_a_compile_says_so_before_and_after_and_one_already_done_says_nothing(mo
         dispatcher.CUDADispatcher.compile(kernel, (types.float64, types.int64))
         dispatcher.CUDADispatcher.compile(kernel, (types.float64, types.int64))  # compiled already: nothing
     assert len(heard) == 2 and heard[0] is None and 0.5 < heard[1] < 3, heard
+
+
+def test_on_a_gpu_prepared_launches_and_graphs_count_as_launches(monkeypatch):
+    """launch_overhead's prepared, graph and fused stages launch through ``cuLaunchKernel`` and
+    ``cuGraphLaunch`` themselves (workbench.prepared), not numba's dispatcher: on the H200 the grader heard
+    no launch and failed all three answer keys with "no kernel was launched". The watch hears them, each
+    as its kernel's Python function, with the launch limits checked as for any launch."""
+    from numba.cuda import dispatcher
+
+    from workbench import prepared
+    from workbench.grade import watch
+    from workbench.simulator import LaunchLimitError
+
+    class Driver:  # the CUDA driver's answers: every launch succeeds
+        def cuLaunchKernel(self, *args):
+            return (0,)
+
+        def cuGraphLaunch(self, *args):
+            return (0,)
+
+    def first(x):
+        pass
+
+    def second(x):
+        pass
+
+    monkeypatch.setattr(prepared, "_driver", Driver)
+    monkeypatch.setattr(dispatcher.CUDADispatcher, "call", lambda disp, args, config: None, raising=False)
+    monkeypatch.setattr(dispatcher.CUDADispatcher, "compile", lambda disp, sig: None, raising=False)
+    monkeypatch.setattr(watch._device, "is_simulator", lambda: False)
+    one = prepared.KernelLaunch(0, 4, 128, [], py_func=first)
+    two = prepared.KernelLaunch(0, 4, 128, [], py_func=second)
+    graph = object.__new__(prepared.Graph)  # as captured: its launches, and what cuGraphLaunch takes
+    graph.launches, graph.exec, graph.default_stream = [one, two], None, 0
+    with watch.Watch() as seen:
+        one()
+        graph()
+    assert seen.kernels == [first, first, second]
+    with watch.Watch():
+        with pytest.raises(LaunchLimitError, match="blockDim.x = 2048"):
+            prepared.KernelLaunch(0, 4, 2048, [], py_func=first)()
+    one()  # outside a watch: launched, heard by nobody
+    assert seen.kernels == [first, first, second]
+
+
+def test_grading_sizes_too_large_to_validate_are_still_ones_the_operator_takes():
+    """On the H200 the grader bumped rope's largest size (8192, 32, 128) to (8193, 33, 129): too large to
+    build and validate (over GRADE_SIZE_BUILD_BYTES), and an odd head size, which make_inputs cannot
+    build: a grader error on every stage graded there. The operator's bytes model refuses what its
+    validation refuses, so the bump keeps D at 128."""
+    from workbench import registry
+    from workbench.grade.targets import grade_sizes
+
+    rope = registry.load_operators()["rope"]
+    for stage in rope.stages:
+        sizes = grade_sizes(rope, "gpu", stage=stage)
+        assert all(d % 2 == 0 for _, _, d in sizes), (stage.name, sizes)
+        assert (8193, 33, 128) in sizes or stage is rope.stages[0]

@@ -92,9 +92,30 @@ class Watch:
 
             self._stack.enter_context(_patched(dispatcher.CUDADispatcher, "call", call))
             self._stack.enter_context(_patched(dispatcher.CUDADispatcher, "compile", compile))
+            self._watch_prepared_launches()
         for name in ("device_array", "device_array_like"):
             self._stack.enter_context(_patched(cuda, name, _poisoned(getattr(cuda, name))))
         return self
+
+    def _watch_prepared_launches(self) -> None:
+        """Launches that skip numba's dispatcher: a prepared ``cuLaunchKernel`` and a CUDA graph's
+        ``cuGraphLaunch`` (workbench.prepared, the launch_overhead ladder's tools) are launches too."""
+        from .. import prepared
+
+        watch = self
+        kernel_launch, graph_launch = prepared.KernelLaunch.launch, prepared.Graph.launch
+
+        def launch_prepared(k, stream=0):
+            watch.kernels.append(k.py_func)
+            check_launch_limits(k.grid, k.block)
+            return kernel_launch(k, stream)
+
+        def launch_graph(g):
+            watch.kernels += [k.py_func for k in g.launches]
+            return graph_launch(g)
+
+        self._stack.enter_context(_patched(prepared.KernelLaunch, "launch", launch_prepared))
+        self._stack.enter_context(_patched(prepared.Graph, "launch", launch_graph))
 
     def __exit__(self, *exc) -> bool:
         if _device.is_simulator():
