@@ -1233,3 +1233,43 @@ def test_grading_sizes_too_large_to_validate_are_still_ones_the_operator_takes()
         sizes = grade_sizes(rope, "gpu", stage=stage)
         assert all(d % 2 == 0 for _, _, d in sizes), (stage.name, sizes)
         assert (8193, 33, 128) in sizes or stage is rope.stages[0]
+
+
+BUSY_STAGES = {"reduction.py": "naive", "scan.py": "hillis_steele", "histogram.py": "global_atomics"}
+
+
+def test_an_interrupted_grade_kills_its_busy_workers_at_once(tmp_path):
+    """Interrupted, `grade` stopped its workers one after another, giving each 2 s to say goodbye and then
+    waiting for it to go: on the H200, eight workers inside kernels kept `timeout -s INT -k 30` from
+    ending the run before its KILL. Now every worker is killed at once, none waited for. Three jobs, each
+    worker busy in a call that never returns: the run ends well inside one worker's goodbye time, and no
+    worker outlives it."""
+    for name, stage in BUSY_STAGES.items():
+        (tmp_path / name).write_text(f"import time\n\n\ndef {stage}(*args):\n    time.sleep(600)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), WORKBENCH_MODE="sim")
+    targets = [f"{name[:-3]}.{stage}" for name, stage in BUSY_STAGES.items()]
+    # `python -m workbench grade ...`, with SIGINT's handler restored (started in the background, it came ignored)
+    main = "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); " \
+           "runpy.run_module('workbench', run_name='__main__')"
+    proc = subprocess.Popen([sys.executable, "-c", main, "grade", *targets, "--impl", str(tmp_path), "--jobs", "3",
+                             "--no-speed", "--quick"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        started = 0
+        for line in proc.stderr:
+            started += line.startswith("grading ")
+            if started == len(BUSY_STAGES):
+                break
+        time.sleep(3)  # every worker inside its call
+        workers = [int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                                  text=True).stdout.split()]
+        t0 = time.perf_counter()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 130
+        assert time.perf_counter() - t0 < 1.5, "waited for its workers"
+    finally:
+        proc.kill()
+    assert len(workers) == len(BUSY_STAGES)
+    time.sleep(0.5)
+    alive = [w for w in workers if os.path.exists(f"/proc/{w}") and "Z" not in open(f"/proc/{w}/stat").read().split()[2]]
+    assert not alive

@@ -130,10 +130,10 @@ def grade(target: str | list | None = None, impl: str = "exercises", *, sizes=No
     try:
         for grades in pool.map(grade_one, by_job.items()):
             report.stages += grades
-    except BaseException:  # Ctrl-C (or worse): stop every worker now rather than after its stage
+    except BaseException:  # Ctrl-C (or worse): kill every worker now rather than after its stage
         pool.shutdown(wait=False, cancel_futures=True)
-        for session in list(sessions):
-            session.close()
+        for session in list(sessions):  # (stopping them one after another, each given 2 s to say goodbye,
+            session.kill()              # kept an interrupted run on the H200 alive past its 30 s of grace)
         raise
     pool.shutdown()
     report.stages.sort(key=lambda s: (s.key.split(".")[0], s.order))

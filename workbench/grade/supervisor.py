@@ -247,9 +247,22 @@ class WorkerProcess:
             found.append(description)
         return found
 
+    def kill(self) -> None:
+        """End the worker and everything it started now: no goodbye, no waiting for it to go (a worker
+        inside a long kernel answers neither, and a GPU process takes seconds to tear down). For an
+        interrupted run, which ends at once after this."""
+        self.stopped = True
+        for kill in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), self.proc.kill):
+            try:
+                kill()
+            except OSError:
+                pass
+        self.strays()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
     def stop(self) -> None:
         """End the worker and everything it started; remove its folder. (Safe to call again, and from
-        another thread: that is how an interrupted grading run stops its workers.)"""
+        another thread.)"""
         if self.stopped:
             return
         self.stopped = True
@@ -420,3 +433,10 @@ class WorkerSession:
         worker = self.worker
         if worker is not None:
             worker.stop()
+
+    def kill(self) -> None:
+        """As close, for an interrupted run: the worker killed, not waited for."""
+        self.closed = True
+        worker = self.worker
+        if worker is not None:
+            worker.kill()
