@@ -2,6 +2,8 @@
 simulator sizes): any number of ranks, sizes not divisible by it, the same bits on every rank, the
 barriers, bad input; on a GPU the flag kernels, and on a host with several GPUs the real thing."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -426,5 +428,14 @@ def test_readme_table_comes_from_the_recorded_multi_gpu_run(tmp_path, monkeypatc
         text = tables.recorded_table(ops["allreduce"])
         assert "| 1 GB |" in text and "NCCL" in text and "`workbench record` on 2 GPUs" in text
         assert "NCCL+torch" in tables.recorded_table(ops["allreduce[rmsnorm]"])
+        # The course map's best stage: the fastest at the run's largest message, against NCCL there.
+        recorded = json.loads(run.read_text())
+        largest = max(recorded["sizes"])
+        times = {r["stage"]: r["gpu_us"] for r in recorded["stages"] if r["bytes"] == largest and "gpu_us" in r}
+        nccl = next(r["gpu_us"] for r in recorded["nccl"]["allreduce"] if r["bytes"] == largest)
+        found = tables.best_against_peer(ops["allreduce"])
+        assert found["stage"] == min(times, key=times.get) and found["peer"] == "NCCL"
+        assert found["ratio"] == pytest.approx(nccl / min(times.values()))
+        assert 0 < found["percent"] <= 105
     monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
     assert "no recorded figures for allreduce" in tables.recorded_table(ops["allreduce"])

@@ -275,6 +275,8 @@ def best_against_peer(op: Operator) -> dict | None:
     the last three None where there is no peak or peer; None where nothing is recorded."""
     from . import plots  # matplotlib: only for what needs it, not for every command that formats a table
 
+    if op.figures_elsewhere:
+        return _best_in_the_run(op)
     data = results.latest_file_with(op.name)
     best, peer = plots.best_stage(op, data) if data else (None, None)
     if best is None:
@@ -284,6 +286,38 @@ def best_against_peer(op: Operator) -> dict | None:
             "percent": percent_of_peak(op, best["gbps"], best["gflops"], data.get("peaks") or {}, best["stage"]),
             "peer": peer["stage"] if peer else None,
             "ratio": peer["median_us"] / best["median_us"] if peer else None}
+
+
+def _best_in_the_run(op: Operator) -> dict | None:
+    """best_against_peer for an operator measured across GPUs, from its run: the fastest stage at the run's
+    largest message (or shape) against NCCL there (the unfused epilogue with torch's RMSNorm for the fused
+    operator); % of peak: its bus bandwidth over the links' measured ceiling, SM stores both ways."""
+    path = results.results_dir() / op.figures_elsewhere
+    run = json.loads(path.read_text()) if path.exists() else None
+    if not run or run.get("ranks", 1) < 2:
+        return None
+    nccl = run.get("nccl") or {}
+    if op.name == "allreduce":
+        largest = max(run["sizes"])
+        mine = {r["stage"]: r["gpu_us"] for r in run["stages"] if r["bytes"] == largest and r.get("correct") and "gpu_us" in r}
+        theirs = next((r["gpu_us"] for r in nccl.get("allreduce", []) if r["bytes"] == largest and "gpu_us" in r), None)
+        peer = "NCCL"
+    else:
+        largest = max((r["rows"], r["cols"]) for r in run["fused"])
+        mine = {r["stage"]: r["gpu_us"] for r in run["fused"] if (r["rows"], r["cols"]) == largest
+                and r.get("correct") and "gpu_us" in r}
+        theirs = next((r["gpu_us"] for r in nccl.get("fused", []) if (r["rows"], r["cols"]) == largest and "gpu_us" in r),
+                      None)
+        peer = "NCCL + torch"
+    if not mine:
+        return None
+    stage = min(mine, key=mine.get)
+    ceiling = (run.get("ceiling") or {}).get("sm_push_gbps_each_way")
+    n = run["ranks"]
+    percent = (100 * 2 * (n - 1) / n * largest / mine[stage] / 1e3 / ceiling
+               if op.name == "allreduce" and ceiling else None)
+    return {"stage": stage, "precision": None, "percent": percent, "peer": peer if theirs else None,
+            "ratio": theirs / mine[stage] if theirs else None}
 
 
 def stage_words(op: Operator, stage: str) -> str:
