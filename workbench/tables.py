@@ -135,27 +135,37 @@ def figures_elsewhere(op: Operator) -> str | None:
     """The markdown table of an operator measured across GPUs, from the run file its
     ``Operator.figures_elsewhere`` names (under results/), or None where no run of two GPUs or more is
     recorded."""
-    if not op.figures_elsewhere:
-        return None
-    path = results.results_dir() / op.figures_elsewhere
-    run = json.loads(path.read_text()) if path.exists() else None
-    if not run or run.get("ranks", 1) < 2:
+    run = multi_gpu_run(op)
+    if run is None:
         return None
     if op.name == "allreduce":
         return allreduce_table(op, run)
     return fused_allreduce_table(op, run) if run.get("fused") else None
 
 
-def _bytes_label(nbytes: int) -> str:
+def multi_gpu_run(op: Operator) -> dict | None:
+    """The recorded run of an operator measured across GPUs (``Operator.figures_elsewhere``), or None where
+    there is none of two GPUs or more."""
+    path = results.results_dir() / op.figures_elsewhere if op.figures_elsewhere else None
+    run = json.loads(path.read_text()) if path and path.exists() else None
+    return run if run and run.get("ranks", 1) >= 2 else None
+
+
+def bytes_label(nbytes: int) -> str:
+    """A message size as the all-reduce's tables and figures name it: 4 KB, 16 MB, 1 GB."""
     return f"{nbytes >> 30} GB" if nbytes >= 1 << 30 else f"{nbytes >> 20} MB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KB"
+
+
+def bus_gbps(nbytes: int, ranks: int, us: float | None) -> float | None:
+    """nccl-tests' bus bandwidth of an all-reduce of ``nbytes`` a rank in ``us``: 2(N-1)/N x bytes / time."""
+    return 2 * (ranks - 1) / ranks * nbytes / (us * 1e-6) / 1e9 if us else None
 
 
 def elsewhere_stage_line(op: Operator, stage: str) -> str | None:
     """One sentence of a stage's figures in the run of several GPUs (the smallest and largest message, or
     every shape, against the peer), or None where the run has none for it."""
-    path = results.results_dir() / op.figures_elsewhere if op.figures_elsewhere else None
-    run = json.loads(path.read_text()) if path and path.exists() else None
-    if not run or run.get("ranks", 1) < 2:
+    run = multi_gpu_run(op)
+    if run is None:
         return None
     where = f"`{stage}` on {run['ranks']} x {run['device']} (`results/{op.figures_elsewhere}`)"
     nccl = run.get("nccl") or {}
@@ -165,10 +175,10 @@ def elsewhere_stage_line(op: Operator, stage: str) -> str | None:
         if not mine:
             return None
         small, large, n = min(mine), max(mine), run["ranks"]
-        bus = 2 * (n - 1) / n * large / 1e3
-        peer = (f" (NCCL {theirs[small]:.1f})" if small in theirs else "", f" (NCCL {bus / theirs[large]:.0f})" if large in theirs else "")
-        return (f"{where}: {mine[small]:.1f} µs a call at {_bytes_label(small)}{peer[0]}, {bus / mine[large]:.0f} GB/s "
-                f"bus bandwidth at {_bytes_label(large)}{peer[1]}.")
+        peer = (f" (NCCL {theirs[small]:.1f})" if small in theirs else "",
+                f" (NCCL {bus_gbps(large, n, theirs[large]):.0f})" if large in theirs else "")
+        return (f"{where}: {mine[small]:.1f} µs a call at {bytes_label(small)}{peer[0]}, "
+                f"{bus_gbps(large, n, mine[large]):.0f} GB/s bus bandwidth at {bytes_label(large)}{peer[1]}.")
     mine = {(r["rows"], r["cols"]): r["gpu_us"] for r in run.get("fused", []) if r["stage"] == stage and "gpu_us" in r and r.get("correct")}
     theirs = {(r["rows"], r["cols"]): r["gpu_us"] for r in nccl.get("fused", []) if "gpu_us" in r}
     if not mine:
@@ -207,19 +217,19 @@ def allreduce_table(op: Operator, run: dict) -> str:
     def microseconds(r, nbytes):
         return f"{r['gpu_us']:.1f}" if r else "—"
 
-    def bus_gbps(r, nbytes):
-        return f"{2 * (n - 1) / n * nbytes / r['gpu_us'] / 1e3:.3g}" if r else "—"
+    def bus_bandwidth(r, nbytes):
+        return f"{bus_gbps(nbytes, n, r['gpu_us']):.3g}" if r else "—"
 
     def table(cell) -> list[str]:
         lines = ["| bytes per GPU | " + " | ".join(names) + " | NCCL |", "|---:|" + "---:|" * (len(names) + 1)]
         for nbytes in run["sizes"]:
-            lines.append(f"| {_bytes_label(nbytes)} | " + " | ".join(cell(by.get((s, nbytes)), nbytes) for s in names)
+            lines.append(f"| {bytes_label(nbytes)} | " + " | ".join(cell(by.get((s, nbytes)), nbytes) for s in names)
                          + f" | {cell(nccl.get(nbytes), nbytes)} |")
         return lines
 
     lines = ([_run_heading(op, run, "AllReduce of float32 buffers") + ":", ""] + table(microseconds)
              + ["", "The same calls as bus bandwidth, GB/s (2(N-1)/N of the bytes over the time, NCCL's measure):",
-                ""] + table(bus_gbps))
+                ""] + table(bus_bandwidth))
     return "\n".join(lines + _since_the_run(op, names)) + "\n"
 
 
@@ -292,9 +302,8 @@ def _best_in_the_run(op: Operator) -> dict | None:
     """best_against_peer for an operator measured across GPUs, from its run: the fastest stage at the run's
     largest message (or shape) against NCCL there (the unfused epilogue with torch's RMSNorm for the fused
     operator); % of peak: its bus bandwidth over the links' measured ceiling, SM stores both ways."""
-    path = results.results_dir() / op.figures_elsewhere
-    run = json.loads(path.read_text()) if path.exists() else None
-    if not run or run.get("ranks", 1) < 2:
+    run = multi_gpu_run(op)
+    if run is None:
         return None
     nccl = run.get("nccl") or {}
     if op.name == "allreduce":
@@ -314,8 +323,7 @@ def _best_in_the_run(op: Operator) -> dict | None:
     stage = min(mine, key=mine.get)
     ceiling = (run.get("ceiling") or {}).get("sm_push_gbps_each_way")
     n = run["ranks"]
-    percent = (100 * 2 * (n - 1) / n * largest / mine[stage] / 1e3 / ceiling
-               if op.name == "allreduce" and ceiling else None)
+    percent = 100 * bus_gbps(largest, n, mine[stage]) / ceiling if op.name == "allreduce" and ceiling else None
     return {"stage": stage, "precision": None, "percent": percent, "peer": peer if theirs else None,
             "ratio": theirs / mine[stage] if theirs else None}
 

@@ -252,13 +252,17 @@ class WorkerProcess:
         inside a long kernel answers neither, and a GPU process takes seconds to tear down). For an
         interrupted run, which ends at once after this."""
         self.stopped = True
+        self._kill_group()
+        self.strays()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _kill_group(self) -> None:
+        """SIGKILL to the worker's process group, and to the worker itself."""
         for kill in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), self.proc.kill):
             try:
                 kill()
             except OSError:
                 pass
-        self.strays()
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def stop(self) -> None:
         """End the worker and everything it started; remove its folder. (Safe to call again, and from
@@ -272,11 +276,7 @@ class WorkerProcess:
                 self.proc.wait(timeout=2)
             except (OSError, subprocess.TimeoutExpired):
                 pass
-        for kill in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), self.proc.kill):
-            try:
-                kill()
-            except OSError:
-                pass
+        self._kill_group()
         self.proc.wait()
         self.strays()
         self.channel.close()

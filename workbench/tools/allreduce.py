@@ -258,6 +258,7 @@ import workbench  # noqa: E402,F401  (decides GPU or simulator before numba is i
 from numba import cuda, float32, int32, uint64  # noqa: E402
 
 from solutions._ptx import mailbox_clear_f32x4, mailbox_store_f32x4, mailbox_wait_f32x4  # noqa: E402
+from workbench.tables import bus_gbps, bytes_label  # noqa: E402
 
 
 @cuda.jit(device=True, inline=True)
@@ -418,7 +419,7 @@ def measure_stages(gpus, out: dict, watch: Watchdog) -> None:
             if name in broken:
                 continue
             rec = {"stage": name, "bytes": nbytes, "ranks": ranks}
-            watch.now(f"{name} at {label(nbytes)}")
+            watch.now(f"{name} at {bytes_label(nbytes)}")
             try:
                 for r, g in enumerate(gpus):
                     with cuda.gpus[g]:
@@ -582,14 +583,6 @@ def unfused(base: dict) -> dict:
     return times
 
 
-def busbw(nbytes, ranks, us):
-    return 2 * (ranks - 1) / ranks * nbytes / (us * 1e-6) / 1e9 if us else None
-
-
-def label(nbytes):
-    return f"{nbytes >> 30} GB" if nbytes >= 1 << 30 else f"{nbytes >> 20} MB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KB"
-
-
 def report(out: dict, out_dir: Path) -> None:
     ranks = out["ranks"]
     nccl = {r["bytes"]: r for r in (out.get("nccl") or {}).get("allreduce", [])}
@@ -607,12 +600,12 @@ def report(out: dict, out_dir: Path) -> None:
             elif not r.get("correct") or "gpu_us" not in r:
                 cells.append(f"{'x':>16}")
             else:
-                cells.append(f"{r['gpu_us']:9.1f} ({busbw(nbytes, ranks, r['gpu_us']):4.0f})")
+                cells.append(f"{r['gpu_us']:9.1f} ({bus_gbps(nbytes, ranks, r['gpu_us']):4.0f})")
         wall = nccl.get(nbytes, {}).get("wall_us")
-        print(f"{label(nbytes):>7} " + " ".join(cells) + (f" {wall:10.1f}" if wall else ""))
+        print(f"{bytes_label(nbytes):>7} " + " ".join(cells) + (f" {wall:10.1f}" if wall else ""))
     for r in out["stages"]:
         if "error" in r or not r.get("correct", True):
-            print(f"  {r['stage']} @ {label(r['bytes'])}: {r.get('error') or str(r.get('wrong_elements')) + ' wrong elements'}")
+            print(f"  {r['stage']} @ {bytes_label(r['bytes'])}: {r.get('error') or str(r.get('wrong_elements')) + ' wrong elements'}")
     if out.get("ceiling"):
         print(f"NVLink ceiling (peer copy): {out['ceiling']}")
     if "launch_floor_us" in out:
@@ -643,12 +636,12 @@ def report(out: dict, out_dir: Path) -> None:
         for nbytes in (256 << 20, 1 << 30):
             b, c = best(nbytes), nccl.get(nbytes, {}).get("gpu_us")
             if b and c:
-                must[f"busbw_at_{label(nbytes)}"] = {"best": busbw(nbytes, ranks, b), "nccl": busbw(nbytes, ranks, c),
+                must[f"busbw_at_{bytes_label(nbytes)}"] = {"best": bus_gbps(nbytes, ranks, b), "nccl": bus_gbps(nbytes, ranks, c),
                                                      "met": b <= c}
         for nbytes in [s for s in SIZES if s <= 1 << 20]:
             b, c = best(nbytes), nccl.get(nbytes, {}).get("gpu_us")
             if b and c:
-                must[f"latency_at_{label(nbytes)}"] = {"best_us": b, "nccl_us": c, "nccl_wall_us": nccl[nbytes]["wall_us"],
+                must[f"latency_at_{bytes_label(nbytes)}"] = {"best_us": b, "nccl_us": c, "nccl_wall_us": nccl[nbytes]["wall_us"],
                                                        "met": b <= c / 2}
         for rows, cols in FUSED_SHAPES:  # the best one-kernel stage (not "separate", the unfused one)
             base = fused_nccl.get((rows, cols))
@@ -703,14 +696,14 @@ def draw(run: dict, out_dir: Path) -> list[Path]:
     fig, axes = plt.subplots(1, 3, figsize=(16, 5.2))
     panels = [("time per call, µs (GPU time; lower is better)", lambda s, us: us),
               ("algorithm bandwidth, GB/s (bytes per GPU / time)", lambda s, us: s / (us * 1e-6) / 1e9),
-              ("bus bandwidth, GB/s (2(N-1)/N x bytes / time)", lambda s, us: busbw(s, ranks, us))]
+              ("bus bandwidth, GB/s (2(N-1)/N x bytes / time)", lambda s, us: bus_gbps(s, ranks, us))]
     for ax, (ylabel, value) in zip(axes, panels):
         for name, times, style in series:
             if times:
                 ax.plot(list(times), [value(s, us) for s, us in times.items()], label=name, **style)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xticks(sizes, [label(s) for s in sizes], rotation=45)
+        ax.set_xticks(sizes, [bytes_label(s) for s in sizes], rotation=45)
         ax.set_xlabel("message, bytes per GPU")
         ax.set_ylabel(ylabel)
         ax.grid(True, which="major", alpha=0.3)
