@@ -439,3 +439,32 @@ def test_readme_table_comes_from_the_recorded_multi_gpu_run(tmp_path, monkeypatc
         assert 0 < found["percent"] <= 105
     monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
     assert "no recorded figures for allreduce" in tables.recorded_table(ops["allreduce"])
+
+
+def test_the_run_says_in_one_line_what_it_needs(tmp_path):
+    """The multi-GPU tool without a GPU, and its --redraw without a recorded run: one line each, exit 2,
+    no traceback; --redraw of a recorded run draws both figures there."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from workbench import results
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "workbench.tools.allreduce", *args], capture_output=True,
+                              text=True, env={**os.environ, "WORKBENCH_MODE": "sim"},
+                              cwd=Path(__file__).resolve().parents[1])
+
+    for args, says in ((["--budget", "5", "--out", str(tmp_path)], "this machine has none"),
+                       (["--redraw", str(tmp_path / "nothing")], "no recorded run at")):
+        done = run(*args)
+        assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    recorded = results.results_dir() / "runs" / "gpu_allreduce.json"
+    if recorded.exists():
+        shutil.copy(recorded, tmp_path / "gpu_allreduce.json")
+        done = run("--redraw", str(tmp_path))
+        assert done.returncode == 0, done.stderr
+        assert {p.name for p in tmp_path.glob("*.png")} == {"allreduce_sizes.png", "allreduce-rmsnorm_shapes.png"}

@@ -1,7 +1,7 @@
 """AllReduce across the GPUs of this host: every stage of solutions/allreduce.py against NCCL.
 
     python3 -m workbench.tools.allreduce [--budget SECONDS] [--out DIR]
-    python3 -m workbench.tools.allreduce --redraw [DIR]     (the figures again, from DIR's recorded run)
+    python3 -m workbench.tools.allreduce --redraw [DIR]   (the figures again, from DIR's recorded run)
 
 `workbench record` runs it (in a process of its own: NCCL's settings below must be in place before torch
 is imported) on a machine with two GPUs or more. It writes ``DIR/gpu_allreduce.json`` and two figures,
@@ -754,27 +754,40 @@ def draw(run: dict, out_dir: Path) -> list[Path]:
     return written
 
 
+def refuse(why: str) -> None:
+    """One line on stderr, exit status 2 (bad input, as the workbench's commands)."""
+    print(f"error: {why}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main() -> None:
     global BUDGET_S
-    if len(sys.argv) > 1 and sys.argv[1] == "--redraw":  # the figures again, from the recorded run alone
-        from workbench.results import results_dir
-
-        folder = Path(sys.argv[2]) if len(sys.argv) > 2 else results_dir() / "runs"
-        for path in draw(json.loads((folder / RUN_FILE).read_text()), folder):
-            print(f"drew {path}")
-        return
-    if len(sys.argv) > 1 and sys.argv[1] == "--nccl-worker":
+    if len(sys.argv) > 1 and sys.argv[1] == "--nccl-worker":  # (this script starting its own NCCL ranks)
         rank, world, port, path = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
         nccl_worker(rank, world, port, path)
         return
     import argparse
 
+    from workbench import device
     from workbench.results import environment, now, results_dir
 
     parser = argparse.ArgumentParser(prog="python3 -m workbench.tools.allreduce", description=__doc__.split("\n")[0])
     parser.add_argument("--budget", type=float, default=BUDGET_S, help="seconds after which no new measurement starts")
     parser.add_argument("--out", type=Path, default=results_dir() / "runs", help="folder of the run's JSON and plot")
+    parser.add_argument("--redraw", nargs="?", type=Path, const=results_dir() / "runs", metavar="DIR",
+                        help="draw the figures again from DIR's recorded run (default: results/runs), measure nothing")
     args = parser.parse_args()
+    if args.redraw is not None:
+        recorded = args.redraw / RUN_FILE
+        if not recorded.is_file():
+            refuse(f"no recorded run at {recorded}: `workbench record allreduce` on a machine with two GPUs or "
+                   "more writes it")
+        for path in draw(json.loads(recorded.read_text()), args.redraw):
+            print(f"drew {path}")
+        return
+    if device.is_simulator():
+        refuse("the all-reduce is measured on GPUs, and this machine has none (numba's simulator is on): "
+               "`workbench record allreduce` on a machine with two GPUs or more runs it")
     BUDGET_S = args.budget
     out_dir = args.out
     out_dir.mkdir(parents=True, exist_ok=True)
