@@ -907,11 +907,16 @@ def test_after_timing_a_result_kept_by_buffer_is_stale_and_work_left_to_a_thread
     reason, message = _timed_then_checked(kept.global_atomics, op, size)
     assert reason == "stale" and kept.EXPECT["says"] in message, message
 
+    later = []
+
     def everything_later(x, out):  # the whole stage left to a thread: nothing written when the call returns
-        threading.Thread(target=lambda: (time.sleep(0.5), stage.launch(x, out)), daemon=True).start()
+        later.append(threading.Thread(target=lambda: (time.sleep(0.5), stage.launch(x, out)), daemon=True))
+        later[-1].start()
 
     reason, message = _timed_then_checked(everything_later, op, size)
     assert reason == "not-done" and "never written" in message, message
+    for thread in later:  # their launches done here: left running, they launched into the next test's
+        thread.join()     # simulated kernels, and a block of that test waited at a barrier for ever
 
 
 @pytest.mark.gpu

@@ -635,3 +635,50 @@ def test_install_refuses_without_the_simulator():
     code = "from workbench.simulator import install\ntry: install()\nexcept RuntimeError as e: print(e)"
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert "NUMBA_ENABLE_CUDASIM=1" in result.stdout, result.stderr
+
+
+def test_launches_from_several_host_threads_run_one_after_another():
+    """A host program may launch from several threads (a GPU runs them on its streams). The simulator's
+    kernel context and its pool of CUDA threads are process-wide: a launch from a second thread while a
+    kernel ran was taken for a device function's call (AttributeError: no blockIdx), or shared the
+    first one's workers, and a block of the first waited at its barrier for ever (seen in the test
+    suite: a stray launch from a test's thread into the next test's transpose). Launches now take
+    turns; each still computes its own result."""
+    import threading
+
+    @cuda.jit  # (cuda from the module's globals: the simulator swaps a kernel's global `cuda`, not a closure's)
+    def block_sums(x, out):
+        shared = cuda.shared.array(64, float32)
+        t = cuda.threadIdx.x
+        shared[t] = x[cuda.blockIdx.x * 64 + t]
+        cuda.syncthreads()
+        if t == 0:
+            total = float32(0.0)
+            for k in range(64):
+                total += shared[k]
+            out[cuda.blockIdx.x] = total
+
+    def launch_many(seed, wrong):
+        rng = np.random.default_rng(seed)
+        for _ in range(5):
+            x = rng.integers(0, 8, 4 * 64).astype(np.float32)
+            out = np.zeros(4, np.float32)
+            block_sums[4, 64](x, out)
+            if not np.array_equal(out, x.reshape(4, 64).sum(axis=1)):
+                wrong.append(seed)
+
+    wrong, errors = [], []
+
+    def guarded(seed):
+        try:
+            launch_many(seed, wrong)
+        except Exception as exc:  # (an exception in a thread would not fail the test by itself)
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=guarded, args=(seed,)) for seed in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads), "a launch never finished"
+    assert not errors and not wrong, (errors, wrong)

@@ -1,5 +1,6 @@
 """Launches: the limits a GPU checks, recording, the thread budget, and the run of every block."""
 
+import threading
 from contextlib import contextmanager
 
 import numba
@@ -67,10 +68,27 @@ def kernel_call(self, *args):
     needs_gpu = getattr(self, "sim_needs_gpu", None)  # set by jit() for code linked with link=
     if needs_gpu:
         raise NeedsGPU(needs_gpu)
-    if self._device or _kernel._kernel_context is not None:
+    if self._device or (_kernel._kernel_context is not None and _in_simulated_cuda_thread()):
         if counting.current.launch is not None:  # counted: its lines are traced too
             counting.current.launch.entering_device_function()
         return _original_kernel_call(self, *args)  # a device function: a call, not a launch
+    with _ONE_LAUNCH_AT_A_TIME:
+        _launch(self, args)
+
+
+# A launch swaps process-wide state (numba's kernel context, the kernel module's `cuda`) and takes
+# workers from one pool: launches from several host threads run one after another, as a GPU's default
+# stream runs them. Without this, a launch from a second thread ran inside the first one's kernel
+# context as if it were a device function, or shared its workers, and a block waited at a barrier for
+# threads that never came.
+_ONE_LAUNCH_AT_A_TIME = threading.RLock()
+
+
+def _in_simulated_cuda_thread() -> bool:
+    return getattr(threading.current_thread(), "blockIdx", None) is not None
+
+
+def _launch(self, args):
     grid_dim, block_dim = normalize_kernel_dimensions(self.grid_dim, self.block_dim)
     _check_launch(grid_dim, block_dim, self.dynshared_size, getattr(self, "sim_max_dynamic_shared_bytes", 0))
     charge_budgets(self.fn, grid_dim, block_dim)
