@@ -298,7 +298,7 @@ class _BrokenSession:
 
 def test_a_grader_error_is_not_counted_against_the_submission():
     _, (stage,) = resolve("histogram.global_atomics")
-    grade_ = grade_stage(stage, _BrokenSession(), [], Submission(None, "mine.py"), seed=1, speed=False,
+    grade_ = grade_stage(stage, _BrokenSession(), [], Submission(None, "mine.py"), seed=1, speed=False, key=None,
                          listener=Listener())
     assert grade_.status == "error" and not grade_.judged
     report = Report("mine.py", "sim", 1, stages=[grade_, StageGrade("histogram.shared_privatized", 2, "passed")])
@@ -364,6 +364,47 @@ def test_channel_carries_arrays_and_refuses_garbage():
     a.sendall(b"WBG1" + len(forged).to_bytes(8, "little") + forged)
     with pytest.raises(ChannelGarbage):  # never an object array (nothing is unpickled)
         right.receive()
+
+
+
+def test_a_messages_arrays_may_arrive_after_its_deadline_at_a_busy_hosts_pace(monkeypatch):
+    """The deadline is for the message to start: its arrays then get the time moving them takes at
+    SLOW_HOST_BYTES_PER_S (a 1-GB reply on a loaded H200 host was taken for a call that never returned),
+    and a sender slower than that still times out."""
+    import threading
+    import time
+
+    from workbench.grade import channel
+    from workbench.grade.channel import ChannelTimeout
+
+    monkeypatch.setattr(channel, "SLOW_HOST_BYTES_PER_S", 1e6)  # 1 MB/s: 400 kB may take 0.4 s more
+    array = np.arange(100_000, dtype=np.float32)  # 400 kB
+
+    def received_in_pieces(pause_s: float):
+        a, b = socket.socketpair()
+        left, right = Channel(a), Channel(b)
+        data = array.view(np.uint8)
+
+        def send():
+            header = {"type": "x", "arrays": [{"dtype": "<f4", "shape": [array.size]}]}
+            blob = json.dumps(header).encode()
+            a.sendall(b"WBG1" + len(blob).to_bytes(8, "little") + blob)
+            for k in range(4):  # four pieces, a pause before each
+                time.sleep(pause_s)
+                a.sendall(data[k * data.size // 4:(k + 1) * data.size // 4])
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        try:
+            return right.receive(time.monotonic() + 0.1)
+        finally:
+            sender.join()
+            a.close(), b.close()
+
+    header, (got,) = received_in_pieces(0.05)  # 0.2 s in all: past the deadline, within the bytes' time
+    assert header == {"type": "x"} and np.array_equal(got, array)
+    with pytest.raises(ChannelTimeout):
+        received_in_pieces(0.2)  # 0.8 s in all: a trickle
 
 
 # -- in a notebook: the same checks in-process ---------------------------------------------------
@@ -1241,6 +1282,31 @@ def test_grading_sizes_too_large_to_validate_are_still_ones_the_operator_takes()
 
 
 BUSY_STAGES = {"reduction.py": "naive", "scan.py": "hillis_steele", "histogram.py": "global_atomics"}
+
+
+def test_an_interrupted_grade_still_reports_the_stages_it_graded(tmp_path):
+    """`timeout -s INT` ends a GPU session's `grade --json` at its time limit: the JSON report on stdout
+    still holds every stage graded before it (marked interrupted), not nothing."""
+    (tmp_path / "histogram.py").write_text((ROOT / "tests" / "planted" / "correct" / "prints_garbage.py").read_text())
+    (tmp_path / "reduction.py").write_text("import time\n\n\ndef naive(*args):\n    time.sleep(600)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), WORKBENCH_MODE="sim")
+    main = "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); " \
+           "runpy.run_module('workbench', run_name='__main__')"
+    proc = subprocess.Popen([sys.executable, "-c", main, "grade", "histogram.global_atomics", "reduction.naive",
+                             "--impl", str(tmp_path), "--jobs", "2", "--no-speed", "--size", "300", "--json"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:
+            if "histogram.global_atomics: passed" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "1 stage graded before it" in err and "reduction.naive" not in err
+    report = json.loads(out)
+    assert report["interrupted"] and [s["key"] for s in report["stages"]] == ["histogram.global_atomics"]
+    assert report["stages"][0]["status"] == "passed"
 
 
 def test_an_interrupted_grade_kills_its_busy_workers_at_once(tmp_path):

@@ -187,8 +187,9 @@ def test_two_threads_of_one_process_exclude_each_other_too(tmp_path):
 
 
 def test_on_a_gpu_calls_hold_the_gpu_shared_and_the_speed_case_times_both_stages_alone(monkeypatch, tmp_path):
-    """The grader's side, the GPU faked: what a call and the timings hold when they run."""
-    from workbench import bench, results, timing
+    """The grader's side, the GPU faked: what a call and the timings hold when they run. The submission
+    and the answer key are each timed in a session of their own (a worker each, on a GPU)."""
+    from workbench import results
     from workbench.gpulock import LOCK_VARIABLE, gpu_lock
     from workbench.grade import cases
     from workbench.grade.report import PASSED
@@ -205,6 +206,13 @@ def test_on_a_gpu_calls_hold_the_gpu_shared_and_the_speed_case_times_both_stages
         return op.reference(*draw).astype(op.make_output(size).dtype)
 
     class Session:
+        def __init__(self, who):
+            self.who = who
+
+        def prepare(self, op_name, name):
+            held[f"{self.who} prepared"] = gpu_lock().holding
+            return {"ok": True}
+
         def call(self, name, case_id, inputs, out, limit=None, sm_count=None):
             from workbench.grade.supervisor import CallReply
 
@@ -212,30 +220,68 @@ def test_on_a_gpu_calls_hold_the_gpu_shared_and_the_speed_case_times_both_stages
             return CallReply(None, [{"file": "x"}], [], 0.0, answer(inputs), list(inputs))
 
         def ready_to_time(self, name, draws, out):
-            held["submission copied"], self.draws = gpu_lock().holding, draws
+            held[f"{self.who} copied"], self.draws = gpu_lock().holding, draws
 
-        def time(self, name):
-            held["submission timed"] = gpu_lock().holding
-            return 10.0, None
+        def time(self, name, keep=True):
+            held[f"{self.who} timed"] = gpu_lock().holding
+            held[f"{self.who} keeps its copies"] = keep
+            return (10.0 if self.who == "submission" else 12.0), None
 
         def after_timing(self, name):
-            held["submission checked"], draws = gpu_lock().holding, self.draws
+            held[f"{self.who} checked"], draws = gpu_lock().holding, self.draws
             return [answer(draws[(i + 1) % len(draws)]) for i in range(len(draws))], None
 
-    monkeypatch.setattr(cases, "timing_arg_sets", lambda draws, template, l2: [(*draws[0], template)])
     monkeypatch.setattr(results, "environment", lambda: {})
-    monkeypatch.setattr(bench, "first_call", lambda launch, args: held.update(compiled=gpu_lock().holding))
-    monkeypatch.setattr(timing, "measure",
-                        lambda launch, sets: (held.update({"solution timed": gpu_lock().holding}),
-                                              SimpleNamespace(median_us=10.0))[1])
     monkeypatch.setattr(cases, "foreign_code", lambda launches, submission: None)
     (case,) = [c for c in cases.plan(op, [size], seed=1) if c.inputs == "random"]
-    result = cases.run_case(stage, Session(), case, 0, functions=[], submission=None)
-    speed = cases.speed_case(stage, Session(), bar=0.6, seed=1)
+    result = cases.run_case(stage, Session("submission"), case, 0, functions=[], submission=None)
+    speed = cases.speed_case(stage, Session("submission"), Session("solution"), bar=0.6, seed=1)
     assert (result.status, speed.status) == (PASSED, PASSED), (result.message, speed.message)
-    assert held == {"call": "shared", "compiled": "shared", "submission copied": "shared",
-                    "submission timed": "exclusive", "solution timed": "exclusive", "submission checked": "shared"}
+    assert held == {"call": "shared", "solution prepared": "shared", "submission copied": "shared",
+                    "solution copied": "shared", "submission timed": "exclusive", "solution timed": "exclusive",
+                    "submission keeps its copies": True, "solution keeps its copies": False,
+                    "submission checked": "shared"}
+    assert speed.speed["ratio"] == pytest.approx(1.2)  # the solution's time over the submission's
     assert gpu_lock().holding is None
+
+
+def test_the_answer_key_failing_to_be_timed_is_a_grader_error_not_the_submissions(monkeypatch, tmp_path):
+    """The speed bar's answer key runs in a worker of its own: that worker stopping, or the key raising,
+    is the grader's failure (status "error"), never a verdict on the submission."""
+    from workbench.gpulock import LOCK_VARIABLE
+    from workbench.grade import cases
+    from workbench.grade.supervisor import CaseAborted, GraderError
+
+    monkeypatch.setenv(LOCK_VARIABLE, str(tmp_path / "gpu"))
+    monkeypatch.setattr(cases, "_device", SimpleNamespace(is_simulator=lambda: False))
+    op, (stage,) = resolve("reduction.naive")
+    stage = dataclasses.replace(stage, op=dataclasses.replace(op, grade_speed_size=(1000,)))
+
+    class Submission:
+        def ready_to_time(self, name, draws, out):
+            return None
+
+        def time(self, name, keep=True):
+            return 10.0, None
+
+    class Key:
+        def __init__(self, failure):
+            self.failure = failure
+
+        def prepare(self, op_name, name):
+            return {"ok": True}
+
+        def ready_to_time(self, name, draws, out):
+            if self.failure == "stopped":
+                raise CaseAborted("crash", "the process died")
+            return None
+
+        def time(self, name, keep=True):
+            return None, {"reason": "exception", "message": "RuntimeError: boom"}
+
+    for failure, said in (("stopped", "the process died"), ("raised", "RuntimeError: boom")):
+        with pytest.raises(GraderError, match=said):
+            cases.speed_case(stage, Submission(), Key(failure), bar=0.6, seed=1)
 
 
 def test_each_operator_of_a_file_is_a_job_of_its_own(monkeypatch):
@@ -308,3 +354,24 @@ def test_parallel_jobs_on_a_gpu_keep_the_speed_bar_honest():
     assert report.passed, report.text()
     ratios = {s.key: c.speed["ratio"] for s in report.graded for c in s.cases if c.kind == "speed"}
     assert len(ratios) == len(targets) and all(0.8 < r < 1.25 for r in ratios.values()), ratios
+
+
+def test_the_speed_bars_answer_key_is_a_worker_of_the_key_file_even_for_a_learners_file(monkeypatch, tmp_path):
+    """Graded from a file of one's own, the submission's worker runs that file and the key's worker the
+    answer key's, unguarded; neither is started before a request needs it (the simulator never times)."""
+    from workbench.grade import api
+    from workbench.registry import source_file
+
+    mine = tmp_path / "reductions.py"
+    mine.write_text(source_file(resolve("reduction.naive")[0]).read_text())
+    seen = []
+    monkeypatch.setattr(api, "grade_stage", lambda stage, session, cases, submission, **kw: seen.append(
+        (session, kw["key"])) or api.stage_verdict(stage, "passed", "", ""))
+    _, (stage,) = resolve("reduction.naive")
+    sessions = []
+    api._grade_file(mine, [stage], str(mine), sizes=[(100,)], quick=True, seed=1, timeout=60, speed=True,
+                    listener=api.Listener(), sessions=sessions, heading="mine")
+    (session, key), = seen
+    assert session.job["submission"] == str(mine.resolve()) and session.job["guard_answer_key"]
+    assert key.job["submission"] == str(source_file(stage.op).resolve()) and not key.job["guard_answer_key"]
+    assert sessions == [session, key] and session.worker is None and key.worker is None and key.closed

@@ -126,19 +126,60 @@ def grade(target: str | list | None = None, impl: str = "exercises", *, sizes=No
         finally:
             slots.put(slot)
 
+    listener = _Collecting(listener)  # what was graded so far, for a report of an interrupted run
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
         for grades in pool.map(grade_one, by_job.items()):
             report.stages += grades
-    except BaseException:  # Ctrl-C (or worse): kill every worker now rather than after its stage
+    except BaseException as exc:  # Ctrl-C (or worse): kill every worker now rather than after its stage
+        graded = listener.stop()  # (before the kills: a stage whose worker is killed is no verdict)
         pool.shutdown(wait=False, cancel_futures=True)
         for session in list(sessions):  # (stopping them one after another, each given 2 s to say goodbye,
             session.kill()              # kept an interrupted run on the H200 alive past its 30 s of grace)
+        if isinstance(exc, KeyboardInterrupt):
+            report.stages = sorted(graded, key=lambda s: (s.key.split(".")[0], s.order))
+            report.seconds = time.perf_counter() - t0
+            raise GradeInterrupted(report) from None
         raise
     pool.shutdown()
     report.stages.sort(key=lambda s: (s.key.split(".")[0], s.order))
     report.seconds = time.perf_counter() - t0
     return report
+
+
+class GradeInterrupted(KeyboardInterrupt):
+    """``grade`` interrupted (Ctrl-C, or ``timeout -s INT`` ending a GPU session's run): ``report`` holds
+    the stages graded before it, so that what was done is still reported."""
+
+    def __init__(self, report: Report):
+        super().__init__("interrupted")
+        self.report = report
+
+
+class _Collecting(Listener):
+    """Passes every event on to ``listener`` and keeps each stage's grade as it comes."""
+
+    def __init__(self, listener: Listener):
+        self.listener, self.done, self.stopped = listener, [], False
+
+    def stop(self) -> list:
+        """The grades so far; any that come later (a stage whose worker was killed) are not said."""
+        self.stopped = True
+        return list(self.done)
+
+    def file_started(self, shown_as: str, stages: int) -> None:
+        self.listener.file_started(shown_as, stages)
+
+    def stage_started(self, key: str, cases: int) -> None:
+        self.listener.stage_started(key, cases)
+
+    def case_done(self, key: str, result) -> None:
+        self.listener.case_done(key, result)
+
+    def stage_done(self, grade: StageGrade) -> None:
+        if not self.stopped:
+            self.done.append(grade)  # (list.append: safe across the jobs' threads)
+            self.listener.stage_done(grade)
 
 
 def _max_threads(timeout: float) -> int | None:
@@ -173,16 +214,22 @@ def _grade_file(path: Path, stages: list, impl: str, *, sizes, quick, seed, time
     job = {"type": "job", "submission": str(path.resolve()), "guard_answer_key": not is_key,
            "answer_key_dirs": key_dirs, "sm_count": SIM_SM_COUNT, "max_threads": _max_threads(timeout), "core": core}
     session = WorkerSession(job, timeout)
-    sessions.append(session)
+    # The answer key, timed for the speed bar in a worker of its own like the submission (started at the
+    # first speed case: never in the simulator).
+    key = WorkerSession(dict(job, submission=str(registry.source_file(stages[0].op).resolve()),
+                             guard_answer_key=False), timeout)
+    sessions += [session, key]
     grades = []
     try:
         for stage in stages:
             cases = plan(stage.op, sizes or grade_sizes(stage.op, _device.mode(), quick, stage), seed)
-            grade = grade_stage(stage, session, cases, submission, seed=seed, speed=speed, listener=listener)
+            grade = grade_stage(stage, session, cases, submission, seed=seed, speed=speed, listener=listener,
+                                key=key)
             listener.stage_done(grade)
             grades.append(grade)
     finally:
         session.close()
+        key.close()
     return grades
 
 
@@ -225,13 +272,16 @@ class InProcessSession:
         self.timing = (draws, arg_sets)
         return None
 
-    def time(self, stage: str) -> tuple[float | None, dict | None]:
+    def time(self, stage: str, keep: bool = True) -> tuple[float | None, dict | None]:
         from ..timing import measure
 
         try:
             return measure(self.launcher, self.timing[1]).median_us, None
         except Exception as exc:
             return None, classify(exc, self.file)
+        finally:
+            if not keep:
+                self.timing = None
 
     def after_timing(self, stage: str) -> tuple[list | None, dict | None]:
         (draws, arg_sets), self.timing = self.timing, None
@@ -271,7 +321,7 @@ def grade_function(op_stage: str, launcher: Callable, *, sizes=None, quick: bool
     cases = plan(stage.op, sizes or grade_sizes(stage.op, mode, quick, stage), seed)
     with simulated_device(SIM_SM_COUNT):
         grade = grade_stage(stage, InProcessSession(launcher, file), cases, submission, seed=seed, speed=speed,
-                            listener=Listener())
+                            listener=Listener(), key=InProcessSession(stage.launch, None))
     report.stages.append(grade)
     report.seconds = time.perf_counter() - t0
     if show:  # in a notebook: within the 100 columns a page shows at 1280 px

@@ -24,8 +24,8 @@ from ..ladder import Size, as_size
 from .draws import Draw, adversarial_draws, random_draw
 from .reasons import advice_for
 from .report import PASSED, SKIPPED, CaseResult
-from .supervisor import RUNAWAY_FLOOR_S, CallReply, CaseAborted
-from .watch import FRESH_DRAWS, simulated_device, timing_arg_sets
+from .supervisor import RUNAWAY_FLOOR_S, CallReply, CaseAborted, GraderError
+from .watch import FRESH_DRAWS, simulated_device
 
 ADVERSARIAL_SIZES = 2  # adversarial input sets are graded at this many of the smallest sizes
 # And at the largest size of at most this many elements (a size past one full resident grid: a missing
@@ -315,16 +315,17 @@ def below_roofline(moved_bytes: int, median_us: float, device_name: str | None) 
             f"times the {peak:.0f} GB/s this GPU's memory can: the time cannot be the stage's own")
 
 
-def speed_case(stage, session, bar: float, seed: int) -> CaseResult:
-    """Time the submission (in its worker) and the solution stage (here) on the same draws of the inputs,
-    made before either timer starts (GPU only); then judge what the submission's calls on fresh inputs
+def speed_case(stage, session, key, bar: float, seed: int) -> CaseResult:
+    """Time the submission (in its worker, ``session``) and the solution stage (in ``key``: a worker of
+    the answer key's file, or this process for a function defined here) on the same draws of the inputs,
+    copied before either timer starts (GPU only); then judge what the submission's calls on fresh inputs
     after its timing wrote (``watch.fresh_outputs``): a result replayed, or left to another stream or
     thread, is refused, whatever its time. Only the two timings hold the GPU exclusive, one after the other
-    (copies, compiles and checks hold it shared): no other job's kernel runs during either (``--jobs N``),
-    so the ratio compares the two stages alone, and the other jobs wait for as little as that."""
-    from ..bench import first_call
+    (copies, compiles and checks hold it shared): no other job's kernel runs during either (``--jobs N``).
+    Each stage is timed in a process of its own that does nothing else meanwhile: timed here, beside the
+    grader's threads making other operators' inputs and references, the answer key's launches would wait
+    for the host (on an H200 under load it timed itself 3.7 times slower than the same code in a worker)."""
     from ..results import environment
-    from ..timing import measure
 
     op = stage.op
     size = as_size(op.grade_speed_size or op.headline_size)
@@ -335,13 +336,15 @@ def speed_case(stage, session, bar: float, seed: int) -> CaseResult:
     t0 = time.perf_counter()
     try:
         with on_the_gpu("shared"):  # copies and compiles, both stages', while other jobs' kernels may run
-            theirs_sets = timing_arg_sets(inputs, template, environment().get("l2_bytes"))
-            first_call(stage.launch, theirs_sets[0])
+            _the_key(_key_prepared, key, stage)  # (first: in this process, preparing clears the workspaces)
             error = session.ready_to_time(stage.name, inputs, poison_like(template))
+            if error is None:
+                _the_key(key.ready_to_time, stage.name, inputs, template)
         if error is None:
             with on_the_gpu("exclusive"):  # the two timings alone on the GPU, one after the other
                 mine_us, error = session.time(stage.name)
-                theirs = measure(stage.launch, theirs_sets) if error is None else None
+                if error is None:
+                    theirs_us = _the_key(key.time, stage.name, keep=False)
         if error is None:
             with on_the_gpu("shared"):  # checking what it does after timing is no timing: others may run
                 outputs, error = session.after_timing(stage.name)
@@ -351,9 +354,9 @@ def speed_case(stage, session, bar: float, seed: int) -> CaseResult:
         reason, message = _raised(error)
         return case.fail(reason, f"timing: {message}", advice_for(reason))
     moved = op.bytes_moved(size)
-    ratio = theirs.median_us / mine_us
-    speed = {"gbps": moved / mine_us / 1e3, "solution_gbps": moved / theirs.median_us / 1e3, "ratio": ratio,
-             "bar": bar, "median_us": mine_us, "solution_median_us": theirs.median_us}
+    ratio = theirs_us / mine_us
+    speed = {"gbps": moved / mine_us / 1e3, "solution_gbps": moved / theirs_us / 1e3, "ratio": ratio,
+             "bar": bar, "median_us": mine_us, "solution_median_us": theirs_us}
     case.speed, case.seconds = speed, time.perf_counter() - t0
     wrong = fresh_output_wrong(stage, size, inputs, outputs, reference=lambda k: draws[k].reference())
     floor = below_roofline(moved, mine_us, environment().get("device"))
@@ -366,6 +369,26 @@ def speed_case(stage, session, bar: float, seed: int) -> CaseResult:
         case.fail("too-slow", f"{100 * ratio:.0f}% of the solution's bandwidth, the bar is {100 * bar:.0f}%",
                   advice_for("too-slow"))
     return case
+
+
+def _the_key(request: Callable, *args, **kwargs):
+    """A request to the answer key's session (``speed_case``), its error (or timing's) returned as a value
+    unwrapped: the key failing to run, or its worker stopped or late, is the grader's failure
+    (GraderError), never the submission's."""
+    try:
+        result = request(*args, **kwargs)
+    except CaseAborted as aborted:
+        raise GraderError(f"the answer key's worker, timing its stage: {aborted.message}") from None
+    value, error = result if isinstance(result, tuple) else (None, result)
+    if error is not None:
+        raise GraderError(f"the answer key could not be timed: {error.get('message', error)}")
+    return value
+
+
+def _key_prepared(key, stage) -> tuple[None, dict | None]:
+    """The answer key's stage found in ``key``: (None, None), or (None, why not)."""
+    prepared = key.prepare(stage.op.name, stage.name)
+    return None, (None if prepared.get("ok") else {"message": prepared.get("message", "its stage was not found")})
 
 
 def fresh_output_wrong(stage, size, draws: list[tuple], outputs: list,

@@ -90,8 +90,13 @@ def cmd_grade(args) -> int:
     except (UnknownTarget, SizeError, BadOption) as exc:
         err.print(f"[red]error:[/] {exc.args[0] if exc.args else exc}", highlight=False, soft_wrap=True)
         return BAD_INPUT
-    except KeyboardInterrupt:
-        err.print("[yellow]interrupted[/] (every grading process was stopped)")
+    except KeyboardInterrupt as exc:
+        report = getattr(exc, "report", None)  # (api.GradeInterrupted: the stages graded before it)
+        if report is not None and args.json:  # a GPU session's run cut off by its time limit keeps its cases
+            print(json.dumps(dict(report.as_dict(), interrupted=True), indent=1))
+        count = len(report.stages) if report is not None else 0
+        done = f"; {count} stage{'s' * (count != 1)} graded before it" if report is not None else ""
+        err.print(f"[yellow]interrupted[/] (every grading process was stopped{done})")
         return stop_now(130)
     except Exception as exc:  # the grader's own bug: one line, never a traceback, never the learner's fault
         err.print(f"[red]grader error (not your code):[/] {type(exc).__name__}: {exc}", highlight=False,

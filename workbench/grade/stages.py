@@ -66,10 +66,11 @@ def _load_verdict(stage, loaded: dict, submission: Submission) -> StageGrade | N
 
 
 def grade_stage(stage, session, cases: list[Case], submission: Submission, *, seed: int, speed: bool,
-                listener: Listener) -> StageGrade:
-    """The stage's grade; the grader's own failures become status "error", never the learner's."""
+                listener: Listener, key) -> StageGrade:
+    """The stage's grade; the grader's own failures become status "error", never the learner's. ``key``
+    runs the answer key's stage for the speed bar (``cases.speed_case``)."""
     try:
-        return _grade_stage(stage, session, cases, submission, seed=seed, speed=speed, listener=listener)
+        return _grade_stage(stage, session, cases, submission, seed=seed, speed=speed, listener=listener, key=key)
     except GraderError as exc:  # the worker's side of the grader failed
         message = str(exc)
     except Exception as exc:  # this side failed (making inputs, the reference, ...): never the submission
@@ -78,7 +79,7 @@ def grade_stage(stage, session, cases: list[Case], submission: Submission, *, se
                          file=submission.shown_as)
 
 
-def _grade_stage(stage, session, cases, submission: Submission, *, seed, speed, listener) -> StageGrade:
+def _grade_stage(stage, session, cases, submission: Submission, *, seed, speed, listener, key) -> StageGrade:
     if stage.gpu_only and _device.is_simulator():
         return stage_verdict(stage, SKIPPED, "needs-gpu", stage.gpu_only, file=submission.shown_as,
                              notes=[f"needs a GPU: {stage.gpu_only}"])
@@ -114,7 +115,7 @@ def _grade_stage(stage, session, cases, submission: Submission, *, seed, speed, 
             break
     stale_if_repeat(grade.cases)
     if all(c.passed for c in grade.cases) and speed and not _device.is_simulator():
-        grade.cases.append(speed_case(stage, session, stage.op.grade_speed_bar, seed))
+        grade.cases.append(speed_case(stage, session, key, stage.op.grade_speed_bar, seed))
     grade.status = PASSED if all(c.passed for c in grade.cases) else FAILED
     if stubs and grade.passed and _untouched(submission):
         return StageGrade(stage.key, stage.order, NOT_AN_EXERCISE, file=submission.shown_as, notes=[

@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import device as _device
 from ..paths import REPO_ROOT
-from .channel import Channel, ChannelClosed, ChannelGarbage, ChannelTimeout
+from .channel import SLOW_HOST_BYTES_PER_S, Channel, ChannelClosed, ChannelGarbage, ChannelTimeout
 from .report import OUTPUT_SHOWN
 
 STARTUP_TIMEOUT_S = 120.0  # importing numba and the submission
@@ -159,7 +159,10 @@ class WorkerProcess:
             self.channel.send(header, arrays)
         except OSError:
             pass  # it died: receive says how
-        start = time.monotonic()
+        # The worker copies what it was sent to the GPU and back before it can answer: on a busy host that
+        # takes time of its own, never a kernel's (the reply's arrays get theirs in Channel.receive).
+        moving = sum(np.asarray(a).nbytes for a in arrays) / SLOW_HOST_BYTES_PER_S
+        start = time.monotonic() + moving
         compiling = 0.0  # seconds the worker said its launches spent compiling: not the kernel's time
         allowed = because = None
         asked = None  # the limit, worked out in a thread of its own once the reply is late
@@ -183,6 +186,8 @@ class WorkerProcess:
                     why = f"{allowed:.0f} s ({because})"
                     if compiling >= 1:
                         why += f", besides {compiling:.0f} s compiling"
+            if moving >= 1:
+                why += f", and {moving:.0f} s to move its inputs"
             header, arrays = self._receive(deadline, doing, why)
             if header.get("type") == "compiling":
                 in_compiler = True
@@ -400,9 +405,11 @@ class WorkerSession:
         self.timing_draws = len(draws)
         return header.get("error")
 
-    def time(self, stage: str) -> tuple[float | None, dict | None]:
-        """(median µs, None), or (None, the error it raised), timed on what ``ready_to_time`` made."""
-        header, _ = self._ready_worker().request({"type": "time", "stage": stage}, [], self.timeout, "timing the stage")
+    def time(self, stage: str, keep: bool = True) -> tuple[float | None, dict | None]:
+        """(median µs, None), or (None, the error it raised), timed on what ``ready_to_time`` made (kept
+        for ``after_timing``, or let go at once if not ``keep``)."""
+        header, _ = self._ready_worker().request({"type": "time", "stage": stage, "keep": keep}, [], self.timeout,
+                                                 "timing the stage")
         if header.get("type") != "timed":
             raise CaseAborted("channel", "the grader's channel got a reply to a request it did not make")
         if header.get("error"):

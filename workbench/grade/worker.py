@@ -175,6 +175,8 @@ class Worker:
         except Exception as exc:  # the learner's launcher raised while being timed
             self.timing = None
             return {"type": "timed", "error": classify(exc, self.job["submission"])}, []
+        if not header.get("keep", True):  # no calls after timing will be asked for: free the device copies now
+            self.timing = None
         return {"type": "timed", "median_us": timing.median_us}, []
 
     def after_timing(self, header: dict, arrays: list) -> tuple[dict, list]:
