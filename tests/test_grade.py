@@ -1151,6 +1151,46 @@ def test_the_time_a_launch_spends_compiling_is_not_counted_against_the_runaway_l
         request(notices=False)
 
 
+def test_the_time_a_launch_spends_compiling_is_not_counted_against_the_cases_timeout(monkeypatch):
+    """On a loaded H200 host attention[fp16].causal_skip's first call compiled for over a minute, and its
+    tiny first case failed "no result after 60 s". The timeout is for running the call: a compile the
+    worker announces has a limit of its own (COMPILE_TIMEOUT_S, for all of a call's compiles together)."""
+    import socket
+    import threading
+
+    from workbench.grade import supervisor
+    from workbench.grade.channel import Channel
+
+    def request(compile_s: float, notices: bool):
+        ours, theirs = socket.socketpair()
+        worker = supervisor.WorkerProcess.__new__(supervisor.WorkerProcess)
+        worker.channel, child = Channel(ours), Channel(theirs)
+        worker.printed, worker.stop = (lambda: ""), (lambda: None)
+
+        def serve():  # a call whose launch compiles, then runs its kernel for 0.1 s
+            child.receive(time.monotonic() + 5)
+            if notices:
+                child.send({"type": "compiling"})
+            time.sleep(compile_s)
+            try:
+                if notices:
+                    child.send({"type": "compiled", "seconds": compile_s})
+                time.sleep(0.1)
+                child.send({"type": "called", "id": 1})
+            except OSError:
+                pass  # stopped meanwhile: the supervisor closed its end
+
+        threading.Thread(target=serve, daemon=True).start()
+        return worker.request({"type": "call"}, [], 0.5, "running this case")
+
+    monkeypatch.setattr(supervisor, "COMPILE_TIMEOUT_S", 2.0)
+    assert request(1.0, notices=True)[0] == {"type": "called", "id": 1}  # 1.1 s in all, the timeout 0.5 s
+    with pytest.raises(supervisor.CaseAborted, match="no result after 0 s"):
+        request(1.0, notices=False)
+    with pytest.raises(supervisor.CaseAborted, match="2 s compiling"):
+        request(3.0, notices=True)  # a compile past its own limit
+
+
 def test_a_solution_slow_to_time_never_holds_a_case_beyond_its_timeout(monkeypatch):
     """The runaway limit times the answer key at the case's size once the call is late. On the H200 that
     run took minutes (coo_to_csr's first stage, a one-thread sort of a 10^5-entry row) and every job

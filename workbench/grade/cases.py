@@ -39,6 +39,10 @@ SIM_SM_COUNT = 2  # the simulated device's multiprocessors while grading: grids 
 # ...and for one case of each stage, this many: split and persistent schedules then take more than two
 # blocks (a partial result combined as if there were two, a split count bounded by 2, shows there).
 WIDE_SM_COUNT = 5
+# A speed ratio under the bar is timed again, both stages, this many times at most, each stage's best
+# time kept: on an H200 host running 24 grading workers the answer key once timed itself at 0.28 of its
+# own speed (one process's launches stalled by the others' work on the same CPUs), and failed its bar.
+SPEED_RETAKES = 2
 RUNAWAY_FACTOR = 10  # a call is stopped after this many times the solution's own time at its size
 AGAIN = "again, new inputs"  # the label of the call that repeats the first size with fresh inputs
 VALUE_REASONS = ("wrong-values", "all-zeros", "unwritten", "uninitialised", "nan")
@@ -340,11 +344,21 @@ def speed_case(stage, session, key, bar: float, seed: int) -> CaseResult:
             error = session.ready_to_time(stage.name, inputs, poison_like(template))
             if error is None:
                 _the_key(key.ready_to_time, stage.name, inputs, template)
-        if error is None:
+        attempts, mine_us, theirs_us = 0, float("inf"), float("inf")
+        while error is None:
             with on_the_gpu("exclusive"):  # the two timings alone on the GPU, one after the other
-                mine_us, error = session.time(stage.name)
-                if error is None:
-                    theirs_us = _the_key(key.time, stage.name, keep=False)
+                mine, error = session.time(stage.name)
+                theirs = _the_key(key.time, stage.name, keep=False) if error is None else None
+            if error is not None:
+                break
+            attempts += 1
+            # The best of each stage's timings: a host that stalls a process's launches (other jobs'
+            # workers on the same CPUs) only ever adds time, to either stage.
+            mine_us, theirs_us = min(mine_us, mine), min(theirs_us, theirs)
+            if theirs_us / mine_us >= bar or attempts > SPEED_RETAKES:
+                break
+            with on_the_gpu("shared"):  # under the bar: both timed again (the key's copies were let go)
+                _the_key(key.ready_to_time, stage.name, inputs, template)
         if error is None:
             with on_the_gpu("shared"):  # checking what it does after timing is no timing: others may run
                 outputs, error = session.after_timing(stage.name)
@@ -356,7 +370,7 @@ def speed_case(stage, session, key, bar: float, seed: int) -> CaseResult:
     moved = op.bytes_moved(size)
     ratio = theirs_us / mine_us
     speed = {"gbps": moved / mine_us / 1e3, "solution_gbps": moved / theirs_us / 1e3, "ratio": ratio,
-             "bar": bar, "median_us": mine_us, "solution_median_us": theirs_us}
+             "bar": bar, "median_us": mine_us, "solution_median_us": theirs_us, "attempts": attempts}
     case.speed, case.seconds = speed, time.perf_counter() - t0
     wrong = fresh_output_wrong(stage, size, inputs, outputs, reference=lambda k: draws[k].reference())
     floor = below_roofline(moved, mine_us, environment().get("device"))

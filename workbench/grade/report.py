@@ -296,5 +296,6 @@ def speed_text(c: CaseResult) -> str:
     s = c.speed or {}
     if not s:
         return c.message
+    best = f", the best of {s['attempts']} timings" if s.get("attempts", 1) > 1 else ""
     return (f"{s['gbps']:.0f} GB/s vs solution {s['solution_gbps']:.0f} GB/s = {100 * s['ratio']:.0f}% "
-            f"(bar {100 * s['bar']:.0f}%)" + ("" if c.passed else f": {c.message}"))
+            f"(bar {100 * s['bar']:.0f}%{best})" + ("" if c.passed else f": {c.message}"))

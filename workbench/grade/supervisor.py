@@ -36,6 +36,7 @@ MIN_STARTUP_TIMEOUT_S = 30.0
 # A call still running after this long is compared with the solution's own time at that size (measured
 # then, not before: most calls end sooner and cost nothing); never stopped sooner than this either (a
 # first call includes compiling the kernel).
+COMPILE_TIMEOUT_S = 600.0  # a call's compiles, the case's timeout aside: a compile that never ends is stopped
 RUNAWAY_FLOOR_S = 10.0  # a short --timeout shortens the wait for an import that hangs, to this at least
 TOKEN_VARIABLE = "WORKBENCH_GRADE_TOKEN"
 
@@ -166,10 +167,17 @@ class WorkerProcess:
         compiling = 0.0  # seconds the worker said its launches spent compiling: not the kernel's time
         allowed = because = None
         asked = None  # the limit, worked out in a thread of its own once the reply is late
-        in_compiler = False  # between the worker's "compiling" and "compiled": only the timeout holds
+        in_compiler = None  # when the worker said "compiling", until it says "compiled"
         while True:
-            deadline, why = start + timeout, f"{timeout:.0f} s"
-            if limit is not None and timeout > RUNAWAY_FLOOR_S and not in_compiler:
+            # The timeout is for running the call: compiling is not counted (a busy host took over a minute
+            # to compile one attention kernel on the H200), and has a limit of its own.
+            deadline, why = start + compiling + timeout, f"{timeout:.0f} s"
+            if compiling >= 1:
+                why += f", besides {compiling:.0f} s compiling"
+            if in_compiler is not None:
+                deadline = in_compiler + COMPILE_TIMEOUT_S - compiling  # (all of a call's compiles together)
+                why = f"{COMPILE_TIMEOUT_S:.0f} s compiling"
+            elif limit is not None and timeout > RUNAWAY_FLOOR_S:
                 if asked is None and not self.channel.ready(start + compiling + RUNAWAY_FLOOR_S):
                     asked = _LimitInBackground(limit, timeout)
                 if allowed is None and asked is not None:
@@ -181,7 +189,7 @@ class WorkerProcess:
                             break
                     if asked.done.is_set():
                         allowed, because = asked.result
-                if allowed is not None and compiling + allowed < timeout:
+                if allowed is not None and allowed < timeout:
                     deadline = start + compiling + allowed
                     why = f"{allowed:.0f} s ({because})"
                     if compiling >= 1:
@@ -190,9 +198,9 @@ class WorkerProcess:
                 why += f", and {moving:.0f} s to move its inputs"
             header, arrays = self._receive(deadline, doing, why)
             if header.get("type") == "compiling":
-                in_compiler = True
+                in_compiler = time.monotonic()
             elif header.get("type") == "compiled":
-                in_compiler = False
+                in_compiler = None
                 compiling += max(0.0, float(header.get("seconds", 0.0)))
             else:
                 return header, arrays
