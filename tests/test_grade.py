@@ -1329,7 +1329,8 @@ def test_an_interrupted_grade_still_reports_the_stages_it_graded(tmp_path):
     still holds every stage graded before it (marked interrupted), not nothing."""
     (tmp_path / "histogram.py").write_text((ROOT / "tests" / "planted" / "correct" / "prints_garbage.py").read_text())
     (tmp_path / "reduction.py").write_text("import time\n\n\ndef naive(*args):\n    time.sleep(600)\n")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), WORKBENCH_MODE="sim")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), WORKBENCH_MODE="sim",
+               WORKBENCH_GRADE_STACKS=str(tmp_path / "stacks.txt"))
     main = "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); " \
            "runpy.run_module('workbench', run_name='__main__')"
     proc = subprocess.Popen([sys.executable, "-c", main, "grade", "histogram.global_atomics", "reduction.naive",
@@ -1344,6 +1345,7 @@ def test_an_interrupted_grade_still_reports_the_stages_it_graded(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 130 and "1 stage graded before it" in err and "reduction.naive" not in err
+    assert "Current thread" in (tmp_path / "stacks.txt").read_text()  # WORKBENCH_GRADE_STACKS: where each thread was
     report = json.loads(out)
     assert report["interrupted"] and [s["key"] for s in report["stages"]] == ["histogram.global_atomics"]
     assert report["stages"][0]["status"] == "passed"

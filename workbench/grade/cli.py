@@ -81,10 +81,19 @@ class Lines(Listener):
         self.console.print(f"  {grade.key}: {grade.status} ({'; '.join(said)})", highlight=False)
 
 
+STACKS_VARIABLE = "WORKBENCH_GRADE_STACKS"  # a file: every thread's stack is written there on SIGINT
+
+
 def cmd_grade(args) -> int:
     from ..console import console as Console
 
     err = Console(stderr=True)
+    stacks = os.environ.get(STACKS_VARIABLE)
+    if stacks:  # a GPU session's diagnosis: where each thread was when `timeout -s INT` came, written by C
+        import faulthandler  # code that needs no thread's cooperation (on the H200 two runs outlived their
+        import signal        # SIGINT by 20 s, and were killed with nothing said)
+
+        faulthandler.register(signal.SIGINT, file=open(stacks, "w"), all_threads=True, chain=True)
     try:
         return _grade(args, err)
     except (UnknownTarget, SizeError, BadOption) as exc:
