@@ -220,8 +220,8 @@ def add_cli(sub) -> None:
                         "different) instead of all")
     s.add_argument("--seed", type=int, help="reproduce a run (the report prints its seed); checked with the other options")
     s.add_argument("--timeout", type=float,
-                   help=f"seconds per case (default {TIMEOUT_SIM_S:.0f} in the simulator, "
-                        f"{TIMEOUT_GPU_S:.0f} on a GPU); importing the submission may take as long "
+                   help=f"seconds per case, compiling not counted (default {TIMEOUT_SIM_S:.0f} in the "
+                        f"simulator, {TIMEOUT_GPU_S:.0f} on a GPU); importing the submission may take as long "
                         "(at least 30 s, at most 120)")
     s.add_argument("--jobs", type=int,
                    help="operators graded in parallel, each in its own process (default: CPU count in the "

@@ -33,10 +33,10 @@ from .report import OUTPUT_SHOWN
 
 STARTUP_TIMEOUT_S = 120.0  # importing numba and the submission
 MIN_STARTUP_TIMEOUT_S = 30.0
+COMPILE_TIMEOUT_S = 600.0  # a call's compiles, the case's timeout aside: a compile that never ends is stopped
 # A call still running after this long is compared with the solution's own time at that size (measured
 # then, not before: most calls end sooner and cost nothing); never stopped sooner than this either (a
 # first call includes compiling the kernel).
-COMPILE_TIMEOUT_S = 600.0  # a call's compiles, the case's timeout aside: a compile that never ends is stopped
 RUNAWAY_FLOOR_S = 10.0  # a short --timeout shortens the wait for an import that hangs, to this at least
 TOKEN_VARIABLE = "WORKBENCH_GRADE_TOKEN"
 
