@@ -422,3 +422,95 @@ def test_the_speed_bars_answer_key_is_a_worker_of_the_key_file_even_for_a_learne
     assert session.job["submission"] == str(mine.resolve()) and session.job["guard_answer_key"]
     assert key.job["submission"] == str(source_file(stage.op).resolve()) and not key.job["guard_answer_key"]
     assert sessions == [session, key] and session.worker is None and key.worker is None and key.closed
+
+
+def test_a_thread_pinned_to_a_gpu_takes_that_gpus_lock(monkeypatch, tmp_path):
+    """`grade --jobs N` on a host of several GPUs: a job's thread holds its own GPU's lock (the stem a
+    process pinned to that GPU by CUDA_VISIBLE_DEVICES takes too), other threads keep the process's."""
+    import threading
+
+    from workbench.gpulock import LOCK_VARIABLE, default_stem, gpu_lock, pinned
+
+    monkeypatch.delenv(LOCK_VARIABLE, raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    alone = default_stem()  # a process started on GPU 1 alone
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    process = default_stem()
+    with pinned("1"):
+        assert default_stem() == alone != process
+        with pinned(None):  # (no change)
+            assert default_stem() == alone
+        seen = []
+        other = threading.Thread(target=lambda: seen.append(default_stem()))
+        other.start(), other.join()
+        assert seen == [process]  # another thread: the process's lock
+    assert default_stem() == process
+    monkeypatch.setenv(LOCK_VARIABLE, str(tmp_path / "gpu"))
+    with pinned("1"):
+        assert gpu_lock().stem == str(tmp_path / "gpu") + "-1"
+
+
+def test_on_a_host_of_several_gpus_the_jobs_take_turns_over_them(monkeypatch, tmp_path):
+    """Each job's slot picks a GPU (slot % GPUs): its workers see that GPU alone (CUDA_VISIBLE_DEVICES in
+    their environment) and its thread is pinned to it; one GPU, or --jobs 1, changes nothing."""
+    import threading
+
+    from workbench.grade import api, cases
+    from workbench.gpulock import pinned_gpu
+    from workbench.grade.supervisor import WorkerProcess
+
+    seen, lock = [], threading.Lock()
+
+    def fake_grade_file(path, stages, impl, **kw):
+        with lock:
+            seen.append((kw["gpu"], cases.job_gpu(), pinned_gpu()))
+        return []
+
+    from contextlib import nullcontext
+
+    from numba import cuda
+
+    from workbench.registry import operators_named
+
+    monkeypatch.setattr(api, "_grade_file", fake_grade_file)
+    monkeypatch.setattr(api._device, "mode", lambda: "gpu")
+    monkeypatch.setattr(api, "visible_gpus", lambda: ["GPU-aa", "GPU-bb"])
+    monkeypatch.setattr(cuda, "gpus", [nullcontext(), nullcontext()])  # (numba's current device, faked)
+    api.grade("reduction", "solutions", jobs=4)
+    assert len(seen) == len(operators_named("reduction")) > 2  # a job an operator
+    assert {gpu for gpu, _, _ in seen} == {"GPU-aa", "GPU-bb"}
+    assert all(job == (["GPU-aa", "GPU-bb"].index(gpu), gpu) and pinned == gpu for gpu, job, pinned in seen)
+    seen.clear()
+    api.grade("reduction", "solutions", jobs=1)
+    assert {(gpu, job, pinned) for gpu, job, pinned in seen} == {(None, None, None)}
+    monkeypatch.setattr(api, "visible_gpus", lambda: ["0"])
+    seen.clear()
+    api.grade("reduction", "solutions", jobs=4)
+    assert {(gpu, job, pinned) for gpu, job, pinned in seen} == {(None, None, None)}
+
+    worker = WorkerProcess.__new__(WorkerProcess)  # the worker of a job on GPU-bb sees GPU-bb alone
+    worker.job, worker.token, worker.tmp = {"gpu": "GPU-bb"}, "t", tmp_path
+    assert worker._environment()["CUDA_VISIBLE_DEVICES"] == "GPU-bb"
+
+
+def test_the_runaway_limit_times_the_answer_key_on_the_jobs_own_gpu(monkeypatch):
+    """The limit is worked out in a thread of its own (supervisor._LimitInBackground): the answer key's
+    run there is on the GPU of the job that asked, under that GPU's lock."""
+    import threading
+    from contextlib import nullcontext
+
+    from numba import cuda
+
+    from workbench.gpulock import pinned_gpu
+    from workbench.grade import cases
+
+    monkeypatch.setattr(cuda, "gpus", [nullcontext(), nullcontext()])
+    ran_on = []
+    monkeypatch.setattr(cases, "solution_seconds", lambda *args: ran_on.append((cases.job_gpu(), pinned_gpu()))
+                        or (1.0, 1.0))
+    _, (stage,) = resolve("reduction.naive")
+    with cases.on_gpu((1, "GPU-bb")):
+        limit = cases.runaway_limit(stage, (100,), ())
+    worker = threading.Thread(target=limit)
+    worker.start(), worker.join()
+    assert ran_on == [((1, "GPU-bb"), "GPU-bb")] and cases.job_gpu() is None

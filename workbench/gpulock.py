@@ -114,13 +114,35 @@ class GpuLock:
 
 
 def default_stem() -> str:
-    """The lock of the GPUs this process sees: ``$WORKBENCH_GPU_LOCK`` if set, else one per user and per
+    """The lock of the GPUs this thread uses: ``$WORKBENCH_GPU_LOCK`` if set, else one per user and per
     ``CUDA_VISIBLE_DEVICES`` in the temporary directory, so that every ``grade`` on this machine that uses
-    the same GPUs takes the same lock (processes pinned to different GPUs do not wait for each other)."""
+    the same GPUs takes the same lock (processes pinned to different GPUs do not wait for each other). A
+    thread pinned to one GPU (``pinned``) takes that GPU's."""
+    devices = pinned_gpu() or os.environ.get("CUDA_VISIBLE_DEVICES", "all")
     if os.environ.get(LOCK_VARIABLE):
-        return os.environ[LOCK_VARIABLE]
-    devices = os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "-") or "none"
+        return os.environ[LOCK_VARIABLE] + (f"-{devices}" if pinned_gpu() else "")
+    devices = devices.replace(",", "-") or "none"
     return os.path.join(tempfile.gettempdir(), f"workbench-gpu-{os.getuid()}-{devices}")
+
+
+_PINNED = threading.local()
+
+
+@contextlib.contextmanager
+def pinned(gpu: str | None):
+    """For the duration, this thread's lock (``gpu_lock``) is that of one GPU, named as
+    ``CUDA_VISIBLE_DEVICES`` names it (the grader's jobs spread over several GPUs: each job's thread takes
+    its own GPU's lock, its workers see that GPU alone). None: no change."""
+    before = pinned_gpu()
+    _PINNED.gpu = gpu if gpu is not None else before
+    try:
+        yield
+    finally:
+        _PINNED.gpu = before
+
+
+def pinned_gpu() -> str | None:
+    return getattr(_PINNED, "gpu", None)
 
 
 _DEFAULT: dict[str, GpuLock] = {}
@@ -128,7 +150,7 @@ _DEFAULT_GUARD = threading.Lock()
 
 
 def gpu_lock() -> GpuLock:
-    """This process's lock for the GPU it uses (one object per stem; each thread holds it by its own files)."""
+    """This thread's lock for the GPU it uses (one object per stem; each thread holds it by its own files)."""
     stem = default_stem()
     with _DEFAULT_GUARD:
         if stem not in _DEFAULT:

@@ -19,7 +19,7 @@ from .. import device as _device
 from .. import registry
 from ..ladder import as_size
 from ..sizes import check_size
-from .cases import SIM_SM_COUNT, Submission, plan
+from .cases import SIM_SM_COUNT, Submission, on_gpu, plan
 from .guards import Guard
 from .report import FAILED, NOT_AN_EXERCISE, Report, StageGrade
 from .stages import Listener, grade_stage, stage_verdict
@@ -115,14 +115,20 @@ def grade(target: str | list | None = None, impl: str = "exercises", *, sizes=No
     for slot in range(jobs):
         slots.put(slot)
 
+    # On a host of several GPUs the slots take turns over them: a job's workers see its slot's GPU alone,
+    # and its thread holds that GPU's lock and runs the answer key's calls there (cases.on_gpu).
+    gpus = visible_gpus() if mode != "sim" and jobs > 1 else []
+
     def grade_one(item):
         (path, op_name), job_stages = item
         heading = display_path(path) + (f" ({op_name})" if operators_in[path] > 1 else "")
         slot = slots.get()
+        gpu = (slot % len(gpus), gpus[slot % len(gpus)]) if len(gpus) > 1 else None
         try:
-            return _grade_file(path, job_stages, impl, sizes=sizes, quick=quick, seed=seed, timeout=timeout,
-                               speed=speed, listener=listener, sessions=sessions, heading=heading,
-                               core=slot if mode == "sim" else None)
+            with on_gpu(gpu):
+                return _grade_file(path, job_stages, impl, sizes=sizes, quick=quick, seed=seed, timeout=timeout,
+                                   speed=speed, listener=listener, sessions=sessions, heading=heading,
+                                   core=slot if mode == "sim" else None, gpu=gpu[1] if gpu else None)
         finally:
             slots.put(slot)
 
@@ -182,6 +188,15 @@ class _Collecting(Listener):
             self.listener.stage_done(grade)
 
 
+def visible_gpus() -> list[str]:
+    """The GPUs this process sees, each named as ``CUDA_VISIBLE_DEVICES`` would name it alone."""
+    from numba import cuda
+
+    count = len(cuda.gpus)
+    named = [n.strip() for n in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if n.strip()]
+    return named[:count] if named else [str(i) for i in range(count)]
+
+
 def _max_threads(timeout: float) -> int | None:
     """In the simulator, the CUDA threads a call may launch in all: what runs in about the case's
     timeout (more is refused up front as "needs a GPU", rather than left to time out)."""
@@ -195,9 +210,10 @@ def _answer_key_dirs() -> list[str]:
 
 
 def _grade_file(path: Path, stages: list, impl: str, *, sizes, quick, seed, timeout, speed,
-                listener: Listener, sessions: list, heading: str, core: int | None = None) -> list[StageGrade]:
+                listener: Listener, sessions: list, heading: str, core: int | None = None,
+                gpu: str | None = None) -> list[StageGrade]:
     """``stages`` (of one operator) of the file at ``path``, in a worker of their own (kept to the
-    ``core``-th core, if given)."""
+    ``core``-th core, if given; seeing only the GPU ``gpu``, a ``CUDA_VISIBLE_DEVICES`` name, if given)."""
     shown = display_path(path)
     listener.file_started(heading, len(stages))
     key_dirs = _answer_key_dirs()
@@ -212,7 +228,8 @@ def _grade_file(path: Path, stages: list, impl: str, *, sizes, quick, seed, time
         build = ": run `workbench exercises build`" if impl == "exercises" else ""
         return [stage_verdict(s, FAILED, "missing", f"{shown} does not exist{build}", file=shown) for s in stages]
     job = {"type": "job", "submission": str(path.resolve()), "guard_answer_key": not is_key,
-           "answer_key_dirs": key_dirs, "sm_count": SIM_SM_COUNT, "max_threads": _max_threads(timeout), "core": core}
+           "answer_key_dirs": key_dirs, "sm_count": SIM_SM_COUNT, "max_threads": _max_threads(timeout), "core": core,
+           "gpu": gpu}
     session = WorkerSession(job, timeout)
     # The answer key, timed for the speed bar in a worker of its own like the submission (started at the
     # first speed case: never in the simulator).

@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from .. import device as _device
-from ..gpulock import gpu_lock
+from ..gpulock import gpu_lock, pinned
 from ..check import judge, poison_like, run_once, tolerance_of
 from ..ladder import Size, as_size
 from .draws import Draw, adversarial_draws, random_draw
@@ -46,6 +46,33 @@ SPEED_RETAKES = 2
 RUNAWAY_FACTOR = 10  # a call is stopped after this many times the solution's own time at its size
 AGAIN = "again, new inputs"  # the label of the call that repeats the first size with fresh inputs
 VALUE_REASONS = ("wrong-values", "all-zeros", "unwritten", "uninitialised", "nan")
+
+
+_JOB_GPU = threading.local()  # this thread's GPU, where the grader's jobs are spread over several
+
+
+@contextmanager
+def on_gpu(gpu: tuple[int, str] | None):
+    """For the duration, this thread's GPU work is on one of the process's GPUs, ``gpu`` = (its index among
+    them, its ``CUDA_VISIBLE_DEVICES`` name): the answer key's calls here run on it (numba's current device)
+    and ``on_the_gpu`` holds its lock. None: the process's own GPU, as without it."""
+    if gpu is None:
+        yield
+        return
+    from numba import cuda
+
+    before = getattr(_JOB_GPU, "gpu", None)
+    _JOB_GPU.gpu = gpu
+    try:
+        with pinned(gpu[1]), cuda.gpus[gpu[0]]:
+            yield
+    finally:
+        _JOB_GPU.gpu = before
+
+
+def job_gpu() -> tuple[int, str] | None:
+    """The GPU ``on_gpu`` gave this thread (None: the process's)."""
+    return getattr(_JOB_GPU, "gpu", None)
 
 
 def on_the_gpu(kind: str):
@@ -179,8 +206,11 @@ def runaway_limit(stage, size, inputs: tuple, sm_count: int | None = None):
     A multiple of the solution's run time, plus the time the solution's first call here took to compile: a
     submission's call that compiles (its stage's first, or the first of a size that needs another kernel)
     compiles as long, tens of seconds on a busy machine, and is no loop that never ends."""
+    gpu = job_gpu()  # (limit() runs in a thread of its own: on this job's GPU too)
+
     def limit() -> tuple[float, str]:
-        first, theirs = solution_seconds(stage, size, inputs, sm_count)
+        with on_gpu(gpu):
+            first, theirs = solution_seconds(stage, size, inputs, sm_count)
         compiling = max(0.0, first - theirs)
         allowed = max(RUNAWAY_FLOOR_S, RUNAWAY_FACTOR * theirs) + compiling
         why = f"{RUNAWAY_FACTOR} times the solution's {theirs:.2g} s at this size, and at least {RUNAWAY_FLOOR_S:.0f} s"

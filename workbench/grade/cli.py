@@ -226,7 +226,7 @@ def add_cli(sub) -> None:
     s.add_argument("--jobs", type=int,
                    help="operators graded in parallel, each in its own process (default: CPU count in the "
                         "simulator, 1 on a GPU; on a GPU the calls run side by side and each speed bar is "
-                        "timed with the GPU to itself)")
+                        "timed with the GPU to itself; on a host of several GPUs the jobs take turns over them)")
     s.add_argument("--no-speed", action="store_true", help="skip the speed bar on a GPU")
     s.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     s.add_argument("--junit", metavar="PATH", help="also write a JUnit XML report")

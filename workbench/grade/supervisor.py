@@ -141,6 +141,8 @@ class WorkerProcess:
                    PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", WORKBENCH_MODE=_device.mode(),
                    NUMBA_CACHE_DIR=str(self.tmp / "numba-cache"), **{TOKEN_VARIABLE: self.token})
         env.pop("WORKBENCH_SOLUTIONS_PATH", None)
+        if self.job.get("gpu") is not None:  # one of the grader's GPUs, the job's
+            env["CUDA_VISIBLE_DEVICES"] = self.job["gpu"]
         return env
 
     # -- talking -------------------------------------------------------------------------------------
