@@ -38,6 +38,15 @@ METRICS = {
     "instructions": ("smsp__inst_executed.sum", "warp instructions executed"),
     "grid_size": ("launch__grid_size", "blocks"),
     "block_size": ("launch__block_size", "threads per block"),
+    # Which unit is the bottleneck of a compute-bound kernel (attention, GEMM): each pipe's busy share.
+    "issue_active_pct": ("sm__inst_issued.avg.pct_of_peak_sustained_active", "instruction issue, % of peak"),
+    "wgmma_pipe_pct": ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+                       "tensor pipe busy with wgmma (Hopper), %"),
+    "mma_pipe_pct": ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+                     "tensor pipe busy with mma.sync, %"),
+    "fma_pipe_pct": ("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active", "FMA pipe busy, %"),
+    "xu_pipe_pct": ("sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active",
+                    "special-function pipe (exp2, rcp), % of peak"),
 }
 
 # What `workbench profile --counters` adds: the memory-access and divergence counters the simulator counts
