@@ -7,7 +7,8 @@ background sends most elements to one bin). Giving every block a private copy of
 shared memory moves the contention to fast on-chip atomics, and each block then adds its 256
 counts to the global bins once. Reading 16 bytes a load, with a sub-histogram per warp, then leaves
 the shared atomics as the limit: on skewed data the hardware already folds a warp's equal bytes
-into one update, so what costs is the number of distinct counters each instruction touches.
+into one update, so what costs is the number of distinct counters each instruction touches. Giving
+each lane counters of its own, all in its own bank, makes every update one wavefront whatever the data.
 
 A histogram reads each byte once and writes 256 counts: n + 1 KiB of traffic, one increment per
 element. Counts are integers: they must be exact (the grader compares with tolerance 0).
@@ -22,6 +23,7 @@ from numba import cuda, int32, uint32
 from solutions._vector_io import VECTOR_BYTES, aligned16, load4
 from workbench import library_peers as peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, sm_count
+from workbench.shared_memory import set_max_dynamic_shared_memory
 from workbench.targets import of_ceiling
 
 BINS = 256
@@ -37,6 +39,23 @@ SUB_HISTOGRAM_STRIDE = BINS + 1  # one counter of padding: copy h of bin b lies 
 BLOCK_BINS = SUB_HISTOGRAMS * SUB_HISTOGRAM_STRIDE  # a block's shared counters (about 8 KiB)
 BLOCKS_PER_SM = 2048 // VECTOR_THREADS  # a resident grid: every block runs at once, no second wave
 BYTE = uint32(0xFF)
+
+# Stage 4 (private counters per lane, each lane's in its own bank):
+LANE_COUNTER_BITS = 32  # 32: 32 KiB of counters a warp; 16: two counters a word, 16 KiB, flushed before they fill
+LANE_WARPS = 7  # warps a block: 7 x 32 KiB of counters fill an SM (16-bit counters: two such blocks)
+LANE_THREADS = 32 * LANE_WARPS
+LANE_QUADS_IN_FLIGHT = 8  # 16-byte loads a thread keeps in flight while it counts the previous ones
+LANE_COUNTER_ATOMIC = True  # bump a lane's counter word with a shared atomic (False: a plain load, add, store)
+COUNTER_MAX = (1 << LANE_COUNTER_BITS) - 1  # what one counter holds
+LANE_FLUSH_QUADS = COUNTER_MAX // VECTOR_BYTES  # quads a lane may count between flushes (16 bits: 4095)
+COUNTERS_PER_WORD = 32 // LANE_COUNTER_BITS
+WORD_OF = COUNTERS_PER_WORD - 1  # bin b lies in the lane's word b >> WORD_OF, its half b & WORD_OF
+LANE_WORDS = BINS // COUNTERS_PER_WORD  # a lane's counter words, 32 words apart: all in the lane's bank
+WARP_WORDS = 32 * LANE_WORDS
+BLOCK_WORDS = LANE_WARPS * WARP_WORDS  # the block's counters; its 256 bin totals follow them
+LANE_SHARED_BYTES = 4 * (BLOCK_WORDS + BINS)  # a block's dynamic shared memory
+SM_SHARED_BYTES = 228 * 1024  # shared memory of an sm_90 SM; each resident block also takes 1 KiB of it
+LOW16 = uint32(0xFFFF)
 
 
 def _inputs(size, rng):
@@ -284,3 +303,184 @@ def per_warp_vectors_with(x, out, head):
     32 distinct counters per instruction) the dearest.""")
 def per_warp_vectors(x, out):
     per_warp_vectors_with(x, out, _head(x))
+
+
+# -- 4. private counters per lane, in the lane's own bank ---------------------------------------
+
+@cuda.jit(device=True, inline=True)
+def _bump(counters, mine, b):
+    """Count byte b in this lane's counters: bin b is counter b & WORD_OF (with 16-bit counters, the
+    low or high half) of word (b >> WORD_OF) * 32 + lane, in the lane's own bank whatever b is."""
+    word = mine | ((b >> uint32(WORD_OF)) << uint32(5))  # | not +: the bits are apart, one LOP3 masks and adds
+    one = uint32(1) << ((b & uint32(WORD_OF)) << uint32(4))  # 1, or 1 << 16 for a high half
+    if LANE_COUNTER_ATOMIC:
+        cuda.atomic.add(counters, word, one)  # its result unused: the thread does not wait for it
+    else:
+        counters[word] += one  # no other lane writes this word: a plain update is race-free
+
+
+@cuda.jit(device=True, inline=True)
+def _bump_word(counters, mine, w):
+    _bump(counters, mine, w & BYTE)
+    _bump(counters, mine, (w >> uint32(8)) & BYTE)
+    _bump(counters, mine, (w >> uint32(16)) & BYTE)
+    _bump(counters, mine, w >> uint32(24))
+
+
+@cuda.jit(device=True, inline=True)
+def _bump_quads(counters, mine, quads):
+    for k in range(LANE_QUADS_IN_FLIGHT):
+        for i in range(4):
+            _bump_word(counters, mine, quads[k, i])
+
+
+@cuda.jit(device=True, inline=True)
+def _load_quads(words, q, stride, quads):
+    """Quads q, q + stride, ... (LANE_QUADS_IN_FLIGHT of them) into quads: registers, as every index is
+    a constant once the loops are unrolled."""
+    for k in range(LANE_QUADS_IN_FLIGHT):
+        quads[k, 0], quads[k, 1], quads[k, 2], quads[k, 3] = load4(words, 4 * (q + k * stride))
+
+
+@cuda.jit(device=True, inline=True)
+def _flush_lane_counters(counters, warp, lane, bins, again):
+    """Add the warp's counters into the block's 32-bit bins (and zero them if counting goes on). Lane L
+    sums the 32 lanes' copies of words L, L + 32, ..., reading lane L ^ i's copy at step i, so that the
+    32 lanes read 32 different banks."""
+    cuda.syncwarp()  # every lane's counts are in
+    for j in range(LANE_WORDS // 32):
+        row = warp + (lane + uint32(32 * j)) * uint32(32)  # the 32 lanes' copies of word lane + 32 j
+        low = uint32(0)
+        high = uint32(0)
+        for i in range(32):
+            at = (row | lane) ^ uint32(i)  # row + (lane ^ i)
+            w = counters[at]
+            if again:
+                counters[at] = uint32(0)
+            if COUNTERS_PER_WORD == 1:
+                low += w
+            else:
+                low += w & LOW16  # summed apart: 32 lanes' halves overflow 16 bits
+                high += w >> uint32(16)
+        first = uint32(COUNTERS_PER_WORD) * (lane + uint32(32 * j))  # the word's first bin
+        if low != 0:
+            cuda.atomic.add(bins, first, low)
+        if high != 0:
+            cuda.atomic.add(bins, first + uint32(1), high)
+    cuda.syncwarp()  # the zeros are in before any lane counts again
+
+
+@cuda.jit
+def _per_lane_counters(x, words, head, flush_quads, out):
+    """As _per_warp_vectors, but each lane counts into counters of its own, added into the block's bins
+    every flush_quads quads a lane (before a 16-bit counter could reach 65,536) and at the end."""
+    shared = cuda.shared.array(0, uint32)  # dynamic: LANE_WARPS warps' counters, then 256 bins
+    counters = shared[:BLOCK_WORDS]
+    bins = shared[BLOCK_WORDS:BLOCK_WORDS + BINS]
+    t = cuda.threadIdx.x
+    lane = uint32(t % 32)
+    warp = uint32(t // 32 * WARP_WORDS)  # where this warp's counters start
+    mine = warp + lane  # this lane's first word; its others are 32, 64, ... words on, in the same bank
+    at = mine
+    while at < warp + uint32(WARP_WORDS):  # (a while loop on uint32: numba's range() costs 10 instructions a store here)
+        counters[at] = uint32(0)
+        at += uint32(32)
+    for b in range(t, BINS, LANE_THREADS):
+        bins[b] = 0
+    cuda.syncthreads()
+    quads = words.size // 4
+    tail = head + 16 * quads
+    g = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    # HINT: Stage 3's loop, counting into this lane's own counters: _bump(counters, mine, b) adds byte b to word b * 32 + lane, in the lane's bank. When your quads are counted, _flush_lane_counters(counters, warp, lane, bins, again) adds the warp's counters into the block's bins.
+    # HINT: Counters fill (16-bit ones after 65,535 bytes a lane): count in rounds of at most flush_quads quads a lane, the same rounds in every thread (start = 0, flush_quads * stride, ... while start < quads) so a warp flushes with all its lanes, after each round. Keep LANE_QUADS_IN_FLIGHT quads loading (_load_quads) while you count the previous ones (_bump_quads).
+    # HINT: Each round: first = start + g; mine_quads = min(flush_quads, (quads - 1 - first) // stride + 1) if first < quads, else 0; _load_quads(words, first, stride, cur); then two batches a turn: load nxt, _bump_quads(cur), load cur, _bump_quads(nxt); the leftover quads one by one; start += flush_quads * stride; flush with again = start < quads. Finally x[g] if g < head and x[tail + g] if g < x.size - tail: cuda.atomic.add(bins, byte, uint32(1)).
+    # BEGIN SOLUTION
+    cur = cuda.local.array((LANE_QUADS_IN_FLIGHT, 4), uint32)
+    nxt = cuda.local.array((LANE_QUADS_IN_FLIGHT, 4), uint32)
+    batch = LANE_QUADS_IN_FLIGHT * stride  # from one batch of a thread's quads to its next
+    start = 0  # this round's first quad: the round is quads start .. start + flush_quads * stride - 1
+    while start < quads:  # the same test in every thread: whole warps flush together
+        first = start + g
+        mine_quads = 0  # this thread's quads this round: first, first + stride, ..., at most flush_quads
+        if first < quads:
+            mine_quads = min(flush_quads, (quads - 1 - first) // stride + 1)
+        batches = mine_quads // LANE_QUADS_IN_FLIGHT
+        q = first
+        if batches > 0:
+            _load_quads(words, q, stride, cur)
+        for j in range(0, batches, 2):  # two batches a turn: cur and nxt swap roles, no copying
+            if j + 1 < batches:
+                _load_quads(words, q + batch, stride, nxt)  # in flight while cur is counted
+            _bump_quads(counters, mine, cur)
+            if j + 1 < batches:
+                if j + 2 < batches:
+                    _load_quads(words, q + 2 * batch, stride, cur)
+                _bump_quads(counters, mine, nxt)
+            q += 2 * batch
+        q = first + batches * batch
+        for _ in range(mine_quads - batches * LANE_QUADS_IN_FLIGHT):  # fewer than a batch left
+            w0, w1, w2, w3 = load4(words, 4 * q)
+            _bump_word(counters, mine, w0)
+            _bump_word(counters, mine, w1)
+            _bump_word(counters, mine, w2)
+            _bump_word(counters, mine, w3)
+            q += stride
+        start += flush_quads * stride
+        _flush_lane_counters(counters, warp, lane, bins, start < quads)
+    if g < head:
+        cuda.atomic.add(bins, x[g], uint32(1))
+    if g < x.size - tail:
+        cuda.atomic.add(bins, x[tail + g], uint32(1))
+    # END SOLUTION
+    cuda.syncthreads()
+    for b in range(t, BINS, LANE_THREADS):
+        count = bins[b]
+        if count != 0:
+            cuda.atomic.add(out, b, int32(count))
+
+
+def lane_blocks_per_sm():
+    """Blocks of _per_lane_counters an SM holds at once: its shared memory (and 2048 threads) decide."""
+    return max(1, min(SM_SHARED_BYTES // (LANE_SHARED_BYTES + 1024), 2048 // LANE_THREADS, 32))
+
+
+def per_lane_counters_with(x, out, head, flush_quads=None, blocks=None):
+    """Zero out, then count x as per_warp_vectors_with does, the lanes adding their counters into the
+    block's bins every flush_quads quads (LANE_FLUSH_QUADS unless a test says fewer), on a grid of
+    blocks (a resident grid unless a test says otherwise)."""
+    flush_quads = LANE_FLUSH_QUADS if flush_quads is None else flush_quads
+    if not 1 <= flush_quads * VECTOR_BYTES <= COUNTER_MAX:
+        raise ValueError(f"a lane may count at most {COUNTER_MAX} bytes ({LANE_COUNTER_BITS}-bit counters) between "
+                         f"flushes, {VECTOR_BYTES} a quad; flush_quads={flush_quads}")
+    x = x if hasattr(x, "is_c_contiguous") else cuda.as_cuda_array(x)
+    quads = (x.size - head) // VECTOR_BYTES
+    words = x[head:head + VECTOR_BYTES * quads].view(np.uint32)
+    if blocks is None:
+        blocks = max(1, min(blocks_for(quads, LANE_THREADS * LANE_QUADS_IN_FLIGHT),
+                            sm_count() * lane_blocks_per_sm()))
+    args = (x, words, head, flush_quads, out)
+    set_max_dynamic_shared_memory(_per_lane_counters, args, LANE_SHARED_BYTES)  # past 48 KiB: opt in
+    _zero_bins[1, BINS](out)
+    _per_lane_counters[blocks, LANE_THREADS, 0, LANE_SHARED_BYTES](*args)
+
+
+@op.stage("per_lane_counters", """
+    Stage 3's shared atomics are limited by wavefronts, not instructions: lanes of a warp that update
+    different counters in one bank are served one after another, and a warp's 32 updates land on
+    many counters spread unevenly over the 32 banks. Here every lane owns a private copy of the 256
+    counters laid out as a column in its own bank: bin b of lane L is word b * 32 + L of its warp's
+    counters. Whatever the bytes, an update's 32 lanes hit 32 different banks, one wavefront, and no
+    two lanes ever share a counter, so the hot bin costs no more than any other. A byte costs a
+    shift, one LOP3 that masks it and ORs in the lane, a scale and the atomic. The price is memory:
+    32 KiB a warp, so an SM holds seven warps (one block, opted in past the 48 KiB default), and
+    each thread keeps eight 16-byte loads in flight while it counts the previous eight, enough bytes
+    on their way to stream from DRAM with that few warps. At the end each warp adds its 32 copies of
+    each bin (lane L reads lane L ^ i's copy at step i: 32 banks again) into the block's bins, one
+    global atomic per bin per block as before. Two 16-bit counters to a word (LANE_COUNTER_BITS = 16)
+    would halve the memory and double the warps, but cost two more instructions a byte (the
+    increment is 1 or 1 << 16) and a flush before a counter can pass 65,535: the loop then runs in
+    rounds of 4,095 quads a lane, the same rounds in every thread, so that a warp always flushes
+    with all its lanes whatever the size and the grid.""")
+def per_lane_counters(x, out):
+    per_lane_counters_with(x, out, _head(x))
