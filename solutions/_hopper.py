@@ -105,6 +105,14 @@ def tile_pad(smem):
     return int32(((at + uint64(1023)) & ~uint64(1023)) - at)
 
 
+@cuda.jit(device=True, forceinline=True)
+def advance_descriptor(desc, nbytes):
+    """A shared-memory descriptor moved ``nbytes`` (a multiple of 16, >= 0) further: its start-address
+    field is the address / 16 in bits 0-13, and a tile of shared memory (below 256 KiB) never carries
+    out of them, so one addition replaces the cvta and the four bit operations of shared_descriptor."""
+    return desc + uint64(nbytes >> 4)
+
+
 # -- the simulator's emulations ----------------------------------------------------------------------
 
 def _read(address, nbytes):
@@ -114,6 +122,10 @@ def _read(address, nbytes):
 def _sim_descriptor(generic, leading_bytes, stride_bytes):
     # The start-address field left 0 and the process address kept above bit 64 (see the docstring).
     return descriptor_fields(0, int(leading_bytes), int(stride_bytes)) | (int(generic) >> 4 << 64)
+
+
+def _sim_advance_descriptor(desc, nbytes):
+    return int(desc) + (int(nbytes) >> 4 << 64)  # the simulator's start address lives above bit 64
 
 
 def _decode(desc):
@@ -777,6 +789,7 @@ if _device.is_simulator():
     store_accumulators_bf16 = _sim_store_accumulators(pack_bf16x2)
 
     shared_descriptor = _sim_descriptor
+    advance_descriptor = _sim_advance_descriptor
     globals().update({name: _sim_wgmma_sized(*spec) for name, spec in SIZED_WGMMA.items()})
     globals().update({f"wgmma_fence_operands_{n}": _nothing for n in FENCED_COUNTS})
     wgmma_f16 = _sim_wgmma(bf16=False)

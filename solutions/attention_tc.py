@@ -44,6 +44,8 @@ and 128 (other head sizes run the tuned kernel):
 7. ``overlap_softmax``: tile t's softmax runs while tile t - 1's P V is still on the tensor cores.
 8. ``pingpong``: the two consumers take turns to issue their wgmma (named barriers), so that one's
    softmax runs while the other's products do.
+9. ``lean_loop``: the same kernel with half the instructions in its key loop: the mask only on the
+   tiles that need it, descriptors moved by constants, the ring's slot and parity carried.
 
 The bytes model of each stage (``stage_traffic``) counts what it reads from L2 or memory: Q read and the
 output written once, K and V fetched once per query block (64 queries; 128 in the tuned stage up to
@@ -64,12 +66,14 @@ from workbench.targets import against_peer
 
 from solutions._attention_common import (attention_flops, extreme_logits, kv_fetch_bytes, naive_expression, reference,
                                          sdpa_peer)
-from solutions._flash_mma import (ALIGN16, FULL_MASK, HEAD_DIM_STEPS, LOG2E, LOWEST, block_order, issue_async, ldsm,
-                                  ldsm_trans, online_softmax, padded_head_dim, rescale_rows, softmax_tile, tile_offset)
+from solutions._flash_mma import (ALIGN16, FULL_MASK, HEAD_DIM_STEPS, LOG2E, LOWEST, NEG_INF, block_order,
+                                  issue_async, ldsm, ldsm_trans, online_softmax, padded_head_dim, rescale_rows,
+                                  softmax_tile, tile_offset)
 from solutions._ptx import cp_async_commit, cp_async_wait_pending, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, \
     shared_address32
 from solutions._hopper import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
                                mbarrier_wait, setmaxnreg_consumer, setmaxnreg_producer, shared_descriptor, tile_pad,
+                               advance_descriptor,
                                named_barrier_arrive, named_barrier_sync, tma_load_2d, wgmma_commit, wgmma_fence,
                                wgmma_wait0, wgmma_wait1)
 from solutions._hopper import tensor_map as host_tensor_map, tma_ok  # (host side: the kernels take a map)
@@ -855,10 +859,27 @@ def _v_descriptor(v_tile, kj, BKV):
     return shared_descriptor(v_tile + uint64(kj * 16 * 128), BKV * 128, 1024)
 
 
-def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG):
+@cuda.jit(device=True, inline=True)
+def _mask_tile(s, i0, j0, S, causal, BKV):
+    """-inf for this lane's scores of keys past S or (causal) past their row, in 32-bit arithmetic: per
+    row, how many keys from the lane's first one the row may see, then one compare a score against a
+    constant (8n + e). Rows i0 (s[:, 0:2]) and i0 + 8 (s[:, 2:4]), keys j0 + 8n + 2q + e."""
+    first = int32(j0 + int32(2 * (cuda.threadIdx.x % 4)))
+    for half in range(2):
+        seen = int32(S - first)
+        if causal:
+            seen = min(seen, int32(int32(i0 + 8 * half + 1) - first))
+        for n in range(BKV // 8):
+            for e in range(2):
+                if 8 * n + e >= seen:
+                    s[n, 2 * half + e] = NEG_INF
+
+
+def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG, LEAN=False):
     """The Hopper stages' kernel for head size DP (64 or 128), fp16 or bf16; OVERLAP: the softmax of a
     tile runs while the previous tile's P V is still on the tensor cores (the overlap_softmax stage);
-    PINGPONG: the two consumers take turns to issue their wgmma (the pingpong stage)."""
+    PINGPONG: the two consumers take turns to issue their wgmma (the pingpong stage); LEAN (with both):
+    the key loop without the integer work the others repeat every tile (the lean_loop stage)."""
     Q_BYTES, TILE, K_AT, V_AT, BARS, _ = hopper_layout(DP)
     BQ_, BKV_, STAGES_ = HOPPER_BQ, HOPPER_BKV, HOPPER_STAGES
     KIND = "bf16" if BF16 else "f16"
@@ -888,6 +909,23 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG):
         for st in range(DP // 16):
             desc_q, desc_k = _q_k_descriptors(q_at, k_tile, st, BQ_, BKV_)
             scores_mma(s, desc_q, desc_k, 1 if st > 0 else 0)
+        wgmma_commit()
+
+    @cuda.jit(device=True, inline=True)
+    def issue_scores_from(s, q_desc, k_desc):
+        """issue_scores from the descriptors of Q's and the K tile's first k16 step, each step's moved by
+        a constant (32 bytes a step, the next 64-column block BQ or BKV rows x 128 bytes further)."""
+        for st in range(DP // 16):
+            scores_mma(s, advance_descriptor(q_desc, (st // 4) * BQ_ * 128 + 32 * (st % 4)),
+                       advance_descriptor(k_desc, (st // 4) * BKV_ * 128 + 32 * (st % 4)), 1 if st > 0 else 0)
+        wgmma_commit()
+
+    @cuda.jit(device=True, inline=True)
+    def issue_values_from(o, pf, v_desc):
+        """issue_values from the descriptor of the V tile's first k16 step (16 rows of 128 bytes a step)."""
+        for kj in range(BKV_ // 16):
+            values_mma(o, pf[4 * kj], pf[4 * kj + 1], pf[4 * kj + 2], pf[4 * kj + 3],
+                       advance_descriptor(v_desc, kj * 16 * 128), 1)
         wgmma_commit()
 
     @cuda.jit(device=True, inline=True)
@@ -943,7 +981,24 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG):
         cuda.syncthreads()
         if wg == 0:  # the producer: one thread keeps the ring full
             setmaxnreg_producer()
-            if t == 0:
+            if t == 0 and LEAN:
+                _tma_tile(tiles_at, map_q.ctypes.data, row0 + q0, q_bar, BQ_, DP)
+                slot = int32(0)
+                wrapped = int32(0)  # the parity of the "empty" phase to wait for: 0 in the ring's second round
+                for tile in range(tiles):
+                    if tile >= STAGES_:  # both consumers are done with the slot's previous tiles
+                        mbarrier_wait(empty + uint64(8 * slot), wrapped)
+                    j = row0 + tile * BKV_
+                    _tma_tile(tiles_at + uint64(K_AT + slot * TILE), map_k.ctypes.data, j, k_full + uint64(8 * slot),
+                              BKV_, DP)
+                    _tma_tile(tiles_at + uint64(V_AT + slot * TILE), map_v.ctypes.data, j, v_full + uint64(8 * slot),
+                              BKV_, DP)
+                    slot = int32(slot + 1)
+                    if slot == STAGES_:
+                        slot = int32(0)
+                        if tile >= STAGES_:
+                            wrapped = int32(wrapped ^ 1)
+            elif t == 0:
                 _tma_tile(tiles_at, map_q.ctypes.data, row0 + q0, q_bar, BQ_, DP)
                 for tile in range(tiles):
                     slot = tile % STAGES_
@@ -969,7 +1024,67 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG):
             mbarrier_wait(q_bar, 0)
             if PINGPONG and c == 1:
                 your_turn(c)  # consumer 0 goes first
-            if OVERLAP:
+            if LEAN:
+                # overlap_softmax's and pingpong's schedule. Three things the loop no longer does every
+                # tile: the mask (only tiles from `whole` on have keys past S or past a row: the
+                # diagonal one, the tail; there _mask_tile, in 32 bits, before an unmasked softmax),
+                # the descriptors (made once, then moved by constants and by the slot's offset), the
+                # slot and the phase parity (carried, not divided out of the tile's index in 64 bits).
+                q_desc = shared_descriptor(q_at, 16, 1024)
+                k_desc = shared_descriptor(tiles_at + uint64(K_AT), 16, 1024)
+                v_desc = shared_descriptor(tiles_at + uint64(V_AT), BKV_ * 128, 1024)
+                S32 = int32(S)
+                i32 = int32(i0)
+                whole = int32(int32(min(S32, int32(q0)) if is_causal else S32) // BKV_)  # unmasked tiles
+                mbarrier_wait(k_full, 0)
+                my_turn(c)
+                wgmma_fence()
+                issue_scores_from(s, q_desc, k_desc)
+                your_turn(c)
+                wgmma_wait0()
+                fence_s(s)
+                if whole == 0:
+                    _mask_tile(s, i32, int32(0), S32, is_causal, BKV_)
+                softmax_tile(s, alpha, m_run, l_run, i0, 0, S, scale_log2e, False, is_causal, BKV_, True)
+                pack_p(pf, s)
+                slot = int32(0)  # tile - 1's slot, and the parity of its "full" barriers' phase
+                phase = int32(0)
+                for tile in range(1, tiles):
+                    before = slot
+                    before_phase = phase
+                    slot = int32(slot + 1)
+                    if slot == STAGES_:
+                        slot = int32(0)
+                        phase = int32(phase ^ 1)
+                    mbarrier_wait(k_full + uint64(8 * slot), phase)
+                    mbarrier_wait(v_full + uint64(8 * before), before_phase)
+                    my_turn(c)
+                    wgmma_fence()
+                    issue_scores_from(s, q_desc, advance_descriptor(k_desc, slot * TILE))
+                    issue_values_from(o, pf, advance_descriptor(v_desc, before * TILE))
+                    your_turn(c)
+                    wgmma_wait1()  # S is ready; P V may still run
+                    fence_s(s)
+                    if tile >= whole:  # a branch around the mask, not a select per score
+                        _mask_tile(s, i32, int32(tile * BKV_), S32, is_causal, BKV_)
+                    softmax_tile(s, alpha, m_run, l_run, i0, 0, S, scale_log2e, False, is_causal, BKV_, True)
+                    wgmma_wait0()  # P V is done: its slot may be refilled, pf rewritten, O rescaled
+                    fence_o(o)
+                    if t % 128 == 0:
+                        mbarrier_arrive(empty + uint64(8 * before))
+                    rescale_rows(o, alpha, DP)
+                    pack_p(pf, s)
+                mbarrier_wait(v_full + uint64(8 * slot), phase)
+                my_turn(c)
+                wgmma_fence()
+                issue_values_from(o, pf, advance_descriptor(v_desc, slot * TILE))
+                if c == 0:  # (consumer 1's last arrival would have no turn to answer it)
+                    your_turn(c)
+                wgmma_wait0()
+                fence_o(o)
+                if t % 128 == 0:
+                    mbarrier_arrive(empty + uint64(8 * slot))
+            elif OVERLAP:
                 # Tile 0's S and softmax first; then each step issues tile t's S = Q K^T and tile t - 1's
                 # O += P V as two groups, waits for the first only (wgmma_wait1: groups finish in order),
                 # and runs tile t's softmax while P V is still on the tensor cores. O's rescale by alpha
@@ -1040,8 +1155,9 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG):
     return kernel
 
 
-# Hopper stage -> (OVERLAP, PINGPONG)
-HOPPER_STAGES_OVERLAP = {"wgmma": (False, False), "overlap_softmax": (True, False), "pingpong": (True, True)}
+# Hopper stage -> (OVERLAP, PINGPONG[, LEAN])
+HOPPER_STAGES_OVERLAP = {"wgmma": (False, False), "overlap_softmax": (True, False), "pingpong": (True, True),
+                         "lean_loop": (True, True, True)}
 
 
 def build_hopper_kernel(stage, DP, bf16):
@@ -1140,13 +1256,43 @@ def overlap_softmax(q, k, v, causal, out):
     over when the block ends. On the H200 under the mask: at 4x32x4096x128 1243 us fp16 (442 TFLOP/s,
     0.88x SDPA's 1091 in the same run) and 1293 us bf16 (425, 0.77x SDPA's 1002); at 8x16x2048x64
     319 us fp16 and 312 us bf16 (215 and 220 TFLOP/s, 0.57x and 0.58x SDPA's 181), about a tenth
-    faster than the tuned stage's last figures there (354 and 352). SDPA stays ahead. What holds this kernel back, as far as its
-    design tells (not profiled): one block an SM (384 threads at 168 registers fill the register
-    file), so each of an SM's four schedulers has two math warps to switch between while a row's
-    maximum and sum run as chains of dependent instructions; FlashAttention-3's own kernels run three
-    consumer warpgroups at D = 64 (a 192 x 128 tile) on a persistent grid.""")
+    faster than the tuned stage's last figures there (354 and 352). SDPA stays ahead, and Nsight
+    Compute says why at 8x16x2048x64: both kernels issue about two instructions a clock with the
+    same 384 threads and 168 registers an SM, but this one executes 148 million warp instructions
+    where cuDNN's executes 77 million, and its busiest pipe is the integer one (49%). The next stage
+    finds them.""")
 def pingpong(q, k, v, causal, out):
     launch_hopper("pingpong", q, k, v, causal, out)
+
+
+# -- 9. lean_loop ----------------------------------------------------------------------------------
+
+@_stage("lean_loop", """
+    pingpong's schedule with fewer instructions a tile. Both this kernel and cuDNN's (SDPA's) issue
+    about two instructions a clock, so the kernel is bound by how many it issues, and pingpong's key
+    loop issued about twice cuDNN's: per consumer warp and 128-key tile, 1021 instructions at D = 64
+    (1111 at D = 128), of which about 340 are the softmax's arithmetic with O's rescale and P's
+    packing, and 12 the wgmma. The rest was integer work the loop redid every tile, in 64-bit
+    arithmetic (numba's integers): the mask, written per score (`if masked and (j >= S or j > i)`) and
+    turned by the compiler into compares and a select for every score of every tile, masked or not
+    (290 ISETP, 64 FSEL); the wgmma descriptors, rebuilt from addresses at every k-step (cvta, mask,
+    shift, or); the ring's slot and phase parity, divided out of the tile's index by 3 (a 64-bit
+    multiply-high sequence, about 80 instructions). Now only the tiles that need it are masked: from
+    the first tile with a key past S or past a row (under the mask, with 128-query blocks and 128-key
+    tiles, a block's last tile, the diagonal one; without it, the tail when S is not a multiple of
+    128), behind one branch, in 32 bits (per row, how many of the lane's keys it may see; then one
+    compare a score against a constant). The descriptors are made once and moved by adding constants
+    (shared memory stays below 256 KiB: the address field never carries), and the slot and the parity
+    are carried from tile to tile. The SASS (ptxas 13, sm_90a): 425 instructions a tile at D = 64
+    (473 at D = 128), plus about 130 on a masked tile; the same 168 registers, no spill. On the H200
+    under the mask: at 8x16x2048x64 215 us fp16 and 214 us bf16 (320 TFLOP/s, pingpong's 319 and 312),
+    0.84x SDPA's 181 in the same run; at 4x32x4096x128 945 us fp16 (582 TFLOP/s), 1.01x SDPA's 956,
+    and 951 us bf16, 0.96x SDPA's 909. What is left at D = 64 is outside the loop: 2048 blocks of 128
+    queries, one an SM (15.5 waves), each initialising its barriers, loading Q and filling the ring
+    with nothing to overlap, and a block's loop is short (8.5 tiles on average under the mask);
+    cuDNN's kernel runs a persistent grid of 132 blocks.""")
+def lean_loop(q, k, v, causal, out):
+    launch_hopper("lean_loop", q, k, v, causal, out)
 
 
 for _stage_name in STAGE_SWITCHES:  # built at import: tools that compile kernels by name find them

@@ -183,7 +183,8 @@ def test_the_tuned_stage_runs_its_geometry():
     pytest.param((1, 2, 520, 64, 0), marks=pytest.mark.slow, id="d64-full-2-heads"),
     pytest.param((2, 1, 200, 128, 1), id="d128-causal")])
 @pytest.mark.parametrize("stage", [pytest.param("wgmma", marks=pytest.mark.slow),  # pingpong's kernel holds
-                                   pytest.param("overlap_softmax", marks=pytest.mark.slow), "pingpong"])  # theirs
+                                   pytest.param("overlap_softmax", marks=pytest.mark.slow), "pingpong",  # theirs
+                                   "lean_loop"])
 def test_the_hopper_stages_run_their_kernel_at_sizes_not_multiples_of_its_tiles(op, size, stage):
     """The stage's own kernel (not the tuned fallback) in the emulated wgmma, TMA and mbarriers: 520 keys
     are five 128-key tiles, the last partial, through a ring of three slots (the producer waits on two
@@ -196,6 +197,25 @@ def test_the_hopper_stages_run_their_kernel_at_sizes_not_multiples_of_its_tiles(
     assert all(r.passed for r in results), [r.message for r in results if not r.passed]
     kind = "f16" if op is attention_tc.op else "bf16"
     assert {f.__name__ for f, _ in launches} == {f"_flash_{stage}_d{size[3]}_{kind}"}
+
+
+@pytest.mark.sim_only
+@pytest.mark.parametrize("size", [
+    (1, 1, 300, 64, 1),  # three query blocks: the first tile masked; one unmasked then the diagonal; two
+                         # unmasked then a tile both diagonal and past S (300 = 2 x 128 + 44)
+    (1, 1, 300, 64, 0),  # two unmasked tiles, then the tail
+    (1, 1, 256, 64, 0),  # no masked tile at all
+    (1, 2, 1, 64, 1)],  # one key: tile 0 masked, the loop never runs
+    ids=["causal-300", "full-300", "full-256", "one-key"])
+def test_the_lean_loop_masks_only_its_diagonal_and_tail_tiles(size):
+    """lean_loop's key loop masks a tile only from the first one with a key past S or past a row (the
+    tiles before it skip the mask): every boundary between the two, and none."""
+    from workbench.simulator import record_launches
+
+    with record_launches() as launches:
+        result = check_stage(attention_tc.op["lean_loop"], size, np.random.default_rng(11))
+    assert result.passed, result.message
+    assert {f.__name__ for f, _ in launches} == {"_flash_lean_loop_d64_f16"}
 
 
 @pytest.mark.sim_only

@@ -140,7 +140,7 @@ def _lane_count(x, head, module=histogram, flush_quads=None, blocks=None):
 
 
 @pytest.mark.parametrize("n, head", [(1, 0), (1, 1), (15, 15), (16, 0), (17, 15), (33, 1), (47, 15),
-                                     (16 * 224 * 8 + 16 * 5 + 3, 7)])
+                                     (16 * histogram.LANE_THREADS * histogram.LANE_QUADS_IN_FLIGHT + 16 * 5 + 3, 7)])
 def test_per_lane_counters_exact_around_16_byte_boundaries_with_a_head(n, head):
     """Head bytes, whole batches of quads, quads left over after the batches, and a tail: every split of n."""
     x = _skewed(n, n + head)
