@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 15a8c372b81de34b2e0c71e86a833240275c571e3bed5874eb4e5766efbad574
+# generated-sha256: 0cf70787321a46297faecd88667c3c8abe94e0b9d6959249c8cc8b6426cfc34d
 # --------------------------------------------------------------------------------------------------
 """Histogram of a uint8 vector into 256 int32 bins: out[b] = number of i with x[i] == b.
 
@@ -257,12 +257,18 @@ def _head(x):
     return min((VECTOR_BYTES - address % VECTOR_BYTES) % VECTOR_BYTES, x.size)
 
 
+def _as_quads(x, head):
+    """x as a device array, then its bytes from x[head] on, whole 16-byte quads of them, seen as uint32
+    words (a view: no copy), and the number of quads."""
+    x = x if hasattr(x, "is_c_contiguous") else cuda.as_cuda_array(x)
+    quads = (x.size - head) // VECTOR_BYTES
+    return x, x[head:head + VECTOR_BYTES * quads].view(np.uint32), quads
+
+
 def per_warp_vectors_with(x, out, head):
     """Zero out, then count x with x[:head] read one byte at a time (tests choose head) and the bytes
     from there on, whole quads of them, seen as uint32 words (a view: no copy)."""
-    x = x if hasattr(x, "is_c_contiguous") else cuda.as_cuda_array(x)
-    quads = (x.size - head) // VECTOR_BYTES
-    words = x[head:head + VECTOR_BYTES * quads].view(np.uint32)
+    x, words, quads = _as_quads(x, head)
     blocks = max(1, min(blocks_for(quads, VECTOR_THREADS * QUADS_IN_FLIGHT), sm_count() * BLOCKS_PER_SM))
     _zero_bins[1, BINS](out)
     _per_warp_vectors[blocks, VECTOR_THREADS](x, words, head, out)
@@ -399,9 +405,7 @@ def per_lane_counters_with(x, out, head, flush_quads=None, blocks=None):
     if not 1 <= flush_quads * VECTOR_BYTES <= COUNTER_MAX:
         raise ValueError(f"a lane may count at most {COUNTER_MAX} bytes ({LANE_COUNTER_BITS}-bit counters) between "
                          f"flushes, {VECTOR_BYTES} a quad; flush_quads={flush_quads}")
-    x = x if hasattr(x, "is_c_contiguous") else cuda.as_cuda_array(x)
-    quads = (x.size - head) // VECTOR_BYTES
-    words = x[head:head + VECTOR_BYTES * quads].view(np.uint32)
+    x, words, quads = _as_quads(x, head)
     if blocks is None:
         blocks = max(1, min(blocks_for(quads, LANE_THREADS * LANE_QUADS_IN_FLIGHT),
                             sm_count() * lane_blocks_per_sm()))

@@ -275,12 +275,18 @@ def _head(x):
     return min((VECTOR_BYTES - address % VECTOR_BYTES) % VECTOR_BYTES, x.size)
 
 
+def _as_quads(x, head):
+    """x as a device array, then its bytes from x[head] on, whole 16-byte quads of them, seen as uint32
+    words (a view: no copy), and the number of quads."""
+    x = x if hasattr(x, "is_c_contiguous") else cuda.as_cuda_array(x)
+    quads = (x.size - head) // VECTOR_BYTES
+    return x, x[head:head + VECTOR_BYTES * quads].view(np.uint32), quads
+
+
 def per_warp_vectors_with(x, out, head):
     """Zero out, then count x with x[:head] read one byte at a time (tests choose head) and the bytes
     from there on, whole quads of them, seen as uint32 words (a view: no copy)."""
-    x = x if hasattr(x, "is_c_contiguous") else cuda.as_cuda_array(x)
-    quads = (x.size - head) // VECTOR_BYTES
-    words = x[head:head + VECTOR_BYTES * quads].view(np.uint32)
+    x, words, quads = _as_quads(x, head)
     blocks = max(1, min(blocks_for(quads, VECTOR_THREADS * QUADS_IN_FLIGHT), sm_count() * BLOCKS_PER_SM))
     _zero_bins[1, BINS](out)
     _per_warp_vectors[blocks, VECTOR_THREADS](x, words, head, out)
@@ -453,9 +459,7 @@ def per_lane_counters_with(x, out, head, flush_quads=None, blocks=None):
     if not 1 <= flush_quads * VECTOR_BYTES <= COUNTER_MAX:
         raise ValueError(f"a lane may count at most {COUNTER_MAX} bytes ({LANE_COUNTER_BITS}-bit counters) between "
                          f"flushes, {VECTOR_BYTES} a quad; flush_quads={flush_quads}")
-    x = x if hasattr(x, "is_c_contiguous") else cuda.as_cuda_array(x)
-    quads = (x.size - head) // VECTOR_BYTES
-    words = x[head:head + VECTOR_BYTES * quads].view(np.uint32)
+    x, words, quads = _as_quads(x, head)
     if blocks is None:
         blocks = max(1, min(blocks_for(quads, LANE_THREADS * LANE_QUADS_IN_FLIGHT),
                             sm_count() * lane_blocks_per_sm()))
