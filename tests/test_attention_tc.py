@@ -184,7 +184,7 @@ def test_the_tuned_stage_runs_its_geometry():
     pytest.param((2, 1, 200, 128, 1), id="d128-causal")])
 @pytest.mark.parametrize("stage", [pytest.param("wgmma", marks=pytest.mark.slow),  # pingpong's kernel holds
                                    pytest.param("overlap_softmax", marks=pytest.mark.slow), "pingpong",  # theirs
-                                   "lean_loop"])
+                                   "lean_loop", "persistent"])
 def test_the_hopper_stages_run_their_kernel_at_sizes_not_multiples_of_its_tiles(op, size, stage):
     """The stage's own kernel (not the tuned fallback) in the emulated wgmma, TMA and mbarriers: 520 keys
     are five 128-key tiles, the last partial, through a ring of three slots (the producer waits on two
@@ -216,6 +216,56 @@ def test_the_lean_loop_masks_only_its_diagonal_and_tail_tiles(size):
         result = check_stage(attention_tc.op["lean_loop"], size, np.random.default_rng(11))
     assert result.passed, result.message
     assert {f.__name__ for f, _ in launches} == {"_flash_lean_loop_d64_f16"}
+
+
+def _persistent_against_lean_loop(op, size, blocks):
+    """The persistent kernel on ``blocks`` blocks and lean_loop's on its grid, on the same inputs: their
+    outputs (as bits) and the persistent launch's grid."""
+    from workbench.ladder import to_host
+    from workbench.simulator import record_launches
+
+    q, k, v, causal, out = _device_inputs(op, size)
+    attention_tc.launch_hopper("lean_loop", q, k, v, causal, out)
+    expected = to_host(out).view(np.uint16)
+    out2 = _device_inputs(op, size)[-1]
+    with record_launches() as launches:
+        attention_tc.launch_persistent(q, k, v, causal, out2, blocks=blocks)
+    kind = "bf16" if op.dtype != np.float16 else "f16"
+    assert [f.__name__ for f, _ in launches] == [f"_flash_persistent_d{size[3]}_{kind}"]
+    return expected, to_host(out2).view(np.uint16), launches
+
+
+@pytest.mark.sim_only
+@pytest.mark.parametrize("blocks", [1, 2])
+@pytest.mark.parametrize("size", [
+    (1, 3, 300, 64, 1),  # nine items of 1 to 3 tiles, heaviest first: a block's items differ in length
+    pytest.param((1, 3, 300, 64, 0), marks=pytest.mark.slow),  # nine items of 3 tiles: the ring wraps mid-item
+    pytest.param((1, 2, 130, 64, 0), id="tail-2-heads")],  # 130 = 128 + 2: every item ends on a masked tail
+    ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else None)
+def test_the_persistent_grid_gives_lean_loops_bits_on_one_or_two_blocks(size, blocks):
+    """The persistent kernel runs many items on a forced grid of 1 or 2 blocks: its ring, its "Q empty"
+    barrier and its consumers' turns carried from item to item, and every item's output bit for bit
+    what lean_loop's block of the same query block computes."""
+    expected, got, _ = _persistent_against_lean_loop(attention_tc.op, size, blocks)
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.sim_only
+@pytest.mark.slow  # the simulator at D = 128 and in bf16: about a minute each
+@pytest.mark.parametrize("op", [pytest.param(o, id=o.name) for o in OPS])
+@pytest.mark.parametrize("size", [(1, 2, 200, 128, 1), (2, 1, 150, 128, 0)], ids=["d128-causal", "d128-full"])
+def test_the_persistent_grid_at_d128_and_odd_sizes(op, size):
+    """Odd sizes at D = 128 (fp16 and bf16), four items on two blocks: lean_loop's bits."""
+    expected, got, _ = _persistent_against_lean_loop(op, size, 2)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_the_persistent_grid_is_one_block_an_sm_and_never_more_than_the_items(monkeypatch):
+    """persistent_blocks: the simulator's few "SMs", capped by the items (a head's query block each)."""
+    monkeypatch.setattr(attention_tc, "SIM_PERSISTENT_BLOCKS", 2)
+    monkeypatch.setattr(attention_tc._device, "is_simulator", lambda: True)
+    assert attention_tc.persistent_blocks(1) == 1
+    assert attention_tc.persistent_blocks(9) == 2
 
 
 @pytest.mark.sim_only
@@ -290,7 +340,7 @@ def test_the_wgmma_kernels_compile_for_sm90a_with_their_instructions():
                          cwd=Path(__file__).resolve().parents[1], timeout=1200)
     assert run.returncode == 0, run.stderr[-4000:]
     found = json.loads(run.stdout.strip().splitlines()[-1])
-    assert set(found) == {f"_flash_{stage}_d{d}_{t}" for stage in attention_tc.HOPPER_STAGES_OVERLAP for d in (64, 128)
+    assert set(found) == {f"_flash_{stage}_d{d}_{t}" for stage in attention_tc.HOPPER_STAGE_NAMES for d in (64, 128)
                           for t in ("f16", "bf16")}, found
     for name, r in found.items():
         # a tile's S (D / 16 k-steps) and P V (128 keys / 16), unrolled; the overlapping stages issue
