@@ -854,6 +854,25 @@ def _store_rows_hopper(out32, row0, i0, o, l_run, S, DP, BF16):
 
 
 @cuda.jit(device=True, inline=True)
+def _store_rows_unsigned(out32, row0, i0, o, l_run, S, DP, BF16):
+    """_store_rows_hopper with unsigned indices: a signed index makes numba add the dimension to it when
+    negative (Python's wraparound), a compare and a select of a 64-bit value a column, and in the
+    persistent kernel ptxas hoists those of the constant columns out of its item loop, where at D = 128
+    they no longer fit in the registers (42 words spilled)."""
+    lane = cuda.threadIdx.x % 32
+    for half in range(2):
+        total = l_run[half]
+        total += cuda.shfl_xor_sync(FULL_MASK, total, 1)
+        total += cuda.shfl_xor_sync(FULL_MASK, total, 2)
+        inverse = float32(1.0) / total
+        i = i0 + 8 * half
+        if i < S:
+            for c in range(DP // 8):
+                out32[uint64(row0 + i), uint64(4 * c + lane % 4)] = _pack(o[c, 2 * half] * inverse,
+                                                                          o[c, 2 * half + 1] * inverse, BF16)
+
+
+@cuda.jit(device=True, inline=True)
 def _q_k_descriptors(q_at, k_tile, st, BQ, BKV):
     """The descriptors of k16 step st of Q (the warpgroup's 64 rows at q_at) and of a K tile: 32 bytes a
     step into the 128-byte rows of 64-column block st // 4 (blocks BQ or BKV rows x 128 bytes apart)."""
@@ -1343,7 +1362,7 @@ def _persistent_kernel_source(DP, BF16):
                 fence_o(o)
                 if t % 128 == 0:
                     mbarrier_arrive(empty + uint64(8 * slot))
-                _store_rows_hopper(out32, row0, i0, o, l_run, S, DP, BF16)
+                _store_rows_unsigned(out32, row0, i0, o, l_run, S, DP, BF16)
                 item_phase = int32(item_phase ^ 1)
                 n = uint32(n + grid)
     return kernel
