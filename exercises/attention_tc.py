@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: c27f4d478a0cfaaeac308651690d354d8f7eb8e2c3d26922da41d4cf31164a33
+# generated-sha256: 843b047a8c03dc8033e1a01a9c1ea08741ff5f6063fbe7cac707da6b367e3901
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync, then
 FlashAttention-3's on Hopper's wgmma, TMA and warp specialisation.
@@ -60,6 +60,9 @@ and 128 (other head sizes run the tuned kernel):
    softmax runs while the other's products do.
 9. ``lean_loop``: the same kernel with half the instructions in its key loop: the mask only on the
    tiles that need it, descriptors moved by constants, the ring's slot and parity carried.
+10. ``persistent``: lean_loop's kernel on one block an SM, each running query blocks one after the
+    other: barriers set up once, the next item's Q and first K/V tiles copied while the current
+    item finishes.
 
 The bytes model of each stage (``stage_traffic``) counts what it reads from L2 or memory: Q read and the
 output written once, K and V fetched once per query block (64 queries; 128 in the tuned stage up to
@@ -216,7 +219,7 @@ def stage_traffic(stage, size):
     output once, and fetches K and V once for all its queries (the stage's geometry: 64, or 128 in the
     tuned stage up to D = 64); a stage that skips the tiles past the diagonal fetches, under the mask,
     only the keys up to its last query."""
-    if stage in HOPPER_STAGES_OVERLAP:  # 128 queries a block where their kernel runs, the tuned stage's elsewhere
+    if stage in HOPPER_STAGE_NAMES:  # 128 queries a block where their kernel runs, the tuned stage's elsewhere
         if size[3] in HOPPER_HEAD_DIMS:
             return _io_bytes(size) // 2 + kv_fetch_bytes(size, HOPPER_BQ, True, itemsize=2)
         stage = "tuned"
@@ -806,18 +809,15 @@ GROUP_BLOCKS = 128  # under the mask, the heads whose blocks go together: about 
 
 
 @cuda.jit(device=True, inline=True)
-def _order32(heaviest_first):
-    """(batch x head, query block) of this block, in 32-bit unsigned arithmetic (a 64-bit division by a
-    run-time number is a call to a subroutine in the compiled code, and any call in a kernel makes ptxas
-    serialise its wgmma, as hgemm's tile_of_block says). Without the mask, block_order's: a head's
-    query blocks together. Under the mask, heaviest first, but within groups of heads of about
-    GROUP_BLOCKS blocks: block_order's heaviest-first over *all* heads starts the last query block of
-    every head at once, and every one of them reads its whole head's K and V (128 heads x 2 MiB at
-    4x32x4096x128, far past the 50 MB L2): each head's K and V came from DRAM once for each of its
-    query blocks. A group's blocks run together and share their few heads' K and V in L2."""
-    heads = uint32(cuda.gridDim.x)
-    blocks = uint32(cuda.gridDim.y)
-    n = uint32(uint32(cuda.blockIdx.y) * heads + uint32(cuda.blockIdx.x))
+def _item_order32(n, heads, blocks, heaviest_first):
+    """(batch x head, query block) of item n (uint32) of heads x blocks, in 32-bit unsigned arithmetic (a
+    64-bit division by a run-time number is a call to a subroutine in the compiled code, and any call in
+    a kernel makes ptxas serialise its wgmma, as hgemm's tile_of_block says). Without the mask,
+    block_order's: a head's query blocks together. Under the mask, heaviest first, but within groups of
+    heads of about GROUP_BLOCKS blocks: block_order's heaviest-first over *all* heads starts the last
+    query block of every head at once, and every one of them reads its whole head's K and V (128 heads
+    x 2 MiB at 4x32x4096x128, far past the 50 MB L2): each head's K and V came from DRAM once for each
+    of its query blocks. A group's blocks run together and share their few heads' K and V in L2."""
     if not heaviest_first:
         return int32(n // blocks), int32(n % blocks)
     group = uint32(uint32(GROUP_BLOCKS + blocks - uint32(1)) // blocks)  # heads a group
@@ -826,6 +826,16 @@ def _order32(heaviest_first):
     size = uint32(min(group, uint32(heads - first_head)))  # the last group may hold fewer heads
     within = uint32(n % per_group)
     return int32(first_head + within % size), int32(uint32(blocks - uint32(1) - uint32(within // size)))
+
+
+@cuda.jit(device=True, inline=True)
+def _order32(heaviest_first):
+    """_item_order32 of this block in a grid of (batch x head, query block): item blockIdx.y x heads +
+    blockIdx.x."""
+    heads = uint32(cuda.gridDim.x)
+    blocks = uint32(cuda.gridDim.y)
+    n = uint32(uint32(cuda.blockIdx.y) * heads + uint32(cuda.blockIdx.x))
+    return _item_order32(n, heads, blocks, heaviest_first)
 
 
 @cuda.jit(device=True, inline=True)
@@ -851,6 +861,25 @@ def _store_rows_hopper(out32, row0, i0, o, l_run, S, DP, BF16):
         if i < S:
             for c in range(DP // 8):
                 out32[row0 + i, 4 * c + lane % 4] = _pack(o[c, 2 * half] * inverse, o[c, 2 * half + 1] * inverse, BF16)
+
+
+@cuda.jit(device=True, inline=True)
+def _store_rows_unsigned(out32, row0, i0, o, l_run, S, DP, BF16):
+    """_store_rows_hopper with unsigned indices: a signed index makes numba add the dimension to it when
+    negative (Python's wraparound), a compare and a select of a 64-bit value a column, and in the
+    persistent kernel ptxas hoists those of the constant columns out of its item loop, where at D = 128
+    they no longer fit in the registers (42 words spilled)."""
+    lane = cuda.threadIdx.x % 32
+    for half in range(2):
+        total = l_run[half]
+        total += cuda.shfl_xor_sync(FULL_MASK, total, 1)
+        total += cuda.shfl_xor_sync(FULL_MASK, total, 2)
+        inverse = float32(1.0) / total
+        i = i0 + 8 * half
+        if i < S:
+            for c in range(DP // 8):
+                out32[uint64(row0 + i), uint64(4 * c + lane % 4)] = _pack(o[c, 2 * half] * inverse,
+                                                                          o[c, 2 * half + 1] * inverse, BF16)
 
 
 @cuda.jit(device=True, inline=True)
@@ -885,21 +914,16 @@ def _mask_tile(s, i0, j0, S, causal, BKV):
                     s[n, 2 * half + e] = NEG_INF
 
 
-def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG, LEAN=False):
-    """The Hopper stages' kernel for head size DP (64 or 128), fp16 or bf16; OVERLAP: the softmax of a
-    tile runs while the previous tile's P V is still on the tensor cores (the overlap_softmax stage);
-    PINGPONG: the two consumers take turns to issue their wgmma (the pingpong stage); LEAN (with both):
-    the key loop without the integer work the others repeat every tile (the lean_loop stage)."""
-    Q_BYTES, TILE, K_AT, V_AT, BARS, _ = hopper_layout(DP)
-    BQ_, BKV_, STAGES_ = HOPPER_BQ, HOPPER_BKV, HOPPER_STAGES
+def _hopper_device_functions(DP, BF16, PINGPONG):
+    """The Hopper kernels' device functions for head size DP, fp16 or bf16 (the turns of the consumers
+    only with PINGPONG): my_turn, your_turn, issue_scores, issue_scores_from, issue_values,
+    issue_values_from, pack_p, fence_s, fence_o."""
+    BQ_, BKV_ = HOPPER_BQ, HOPPER_BKV
     KIND = "bf16" if BF16 else "f16"
     scores_mma = getattr(hopper, f"wgmma_{KIND}_ss_n{BKV_}")  # S = Q K^T: n = the tile's keys
     values_mma = getattr(hopper, f"wgmma_{KIND}_rs_n{DP}")  # O += P V: n = the head size
     fence_s = getattr(hopper, f"wgmma_fence_operands_{BKV_ // 2}")
     fence_o = getattr(hopper, f"wgmma_fence_operands_{DP // 2}")
-    S_SHAPE = (BKV_ // 8, 4)  # S's accumulators: mma.sync's C fragment of each 8-key slice
-    O_SHAPE = (DP // 8, 4)
-    P_REGS = BKV_ // 4  # P's A registers: 4 a k16 step of keys
     TURN_THREADS = 2 * 128  # a turn's named barrier: one consumer syncs on it, the other arrives
 
     @cuda.jit(device=True, inline=True)
@@ -956,6 +980,23 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG, LEAN=False):
             desc_v = _v_descriptor(v_tile, kj, BKV_)
             values_mma(o, pf[4 * kj], pf[4 * kj + 1], pf[4 * kj + 2], pf[4 * kj + 3], desc_v, 1)
         wgmma_commit()
+
+    return (my_turn, your_turn, issue_scores, issue_scores_from, issue_values, issue_values_from, pack_p, fence_s,
+            fence_o)
+
+
+def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG, LEAN=False):
+    """The Hopper stages' kernel for head size DP (64 or 128), fp16 or bf16; OVERLAP: the softmax of a
+    tile runs while the previous tile's P V is still on the tensor cores (the overlap_softmax stage);
+    PINGPONG: the two consumers take turns to issue their wgmma (the pingpong stage); LEAN (with both):
+    the key loop without the integer work the others repeat every tile (the lean_loop stage)."""
+    Q_BYTES, TILE, K_AT, V_AT, BARS, _ = hopper_layout(DP)
+    BQ_, BKV_, STAGES_ = HOPPER_BQ, HOPPER_BKV, HOPPER_STAGES
+    S_SHAPE = (BKV_ // 8, 4)  # S's accumulators: mma.sync's C fragment of each 8-key slice
+    O_SHAPE = (DP // 8, 4)
+    P_REGS = BKV_ // 4  # P's A registers: 4 a k16 step of keys
+    (my_turn, your_turn, issue_scores, issue_scores_from, issue_values, issue_values_from, pack_p, fence_s,
+     fence_o) = _hopper_device_functions(DP, BF16, PINGPONG)
 
     def kernel(q, k, v, out32, scale_log2e, causal, map_q, map_k, map_v):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
@@ -1165,9 +1206,182 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG, LEAN=False):
     return kernel
 
 
+def persistent_layout(DP):
+    """hopper_layout's, and one barrier more after the others: "Q empty" (the persistent stage's)."""
+    *offsets, nbytes = hopper_layout(DP)
+    return (*offsets, nbytes + 8)
+
+
+def _persistent_kernel_source(DP, BF16):
+    """The persistent stage's kernel for head size DP (64 or 128), fp16 or bf16: lean_loop's block, which
+    runs items (a head's query block of 128) one after the other, items blockIdx.x, blockIdx.x +
+    gridDim.x, ... of _item_order32's order, with its barriers initialised once and its ring of K and V
+    slots running on from one item to the next."""
+    Q_BYTES, TILE, K_AT, V_AT, BARS, _ = persistent_layout(DP)
+    BQ_, BKV_, STAGES_ = HOPPER_BQ, HOPPER_BKV, HOPPER_STAGES
+    S_SHAPE = (BKV_ // 8, 4)
+    O_SHAPE = (DP // 8, 4)
+    P_REGS = BKV_ // 4
+    (my_turn, your_turn, _, issue_scores_from, _, issue_values_from, pack_p, fence_s,
+     fence_o) = _hopper_device_functions(DP, BF16, True)
+
+    def kernel(q, k, v, out32, scale_log2e, causal, map_q, map_k, map_v):
+        smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
+        s = cuda.local.array(S_SHAPE, float32)
+        o = cuda.local.array(O_SHAPE, float32)
+        pf = cuda.local.array(P_REGS, uint32)
+        m_run = cuda.local.array(2, float32)
+        l_run = cuda.local.array(2, float32)
+        alpha = cuda.local.array(2, float32)
+        t = cuda.threadIdx.x
+        wg = t // 128
+        S = q.shape[2]
+        S32 = int32(S)
+        is_causal = causal[0] != 0
+        heads = uint32(q.shape[0] * q.shape[1])
+        blocks = uint32(uint32(S32 + int32(BQ_ - 1)) // uint32(BQ_))
+        items = uint32(heads * blocks)
+        grid = uint32(cuda.gridDim.x)
+        tiles_at = smem.ctypes.data + uint64(tile_pad(smem))
+        q_bar = tiles_at + uint64(BARS)
+        k_full = q_bar + uint64(8)
+        v_full = k_full + uint64(8 * STAGES_)
+        empty = v_full + uint64(8 * STAGES_)
+        q_empty = empty + uint64(8 * STAGES_)
+        if t == 0:  # once for all the block's items
+            mbarrier_init(q_bar, 1)
+            mbarrier_init(q_empty, HOPPER_CONSUMERS)
+            for st in range(STAGES_):
+                mbarrier_init(k_full + uint64(8 * st), 1)
+                mbarrier_init(v_full + uint64(8 * st), 1)
+                mbarrier_init(empty + uint64(8 * st), HOPPER_CONSUMERS)
+            fence_proxy_async()
+        cuda.syncthreads()
+        if wg == 0:  # the producer: one thread keeps the ring full, item after item
+            setmaxnreg_producer()
+            if t == 0:
+                slot = int32(0)
+                # The parity of the "empty" phase to wait for: 1 in the ring's first round (a fresh barrier
+                # is past its phase of parity 1: the wait returns at once), then 0, 1, ... as it wraps.
+                wrapped = int32(1)
+                item_phase = int32(0)
+                n = uint32(cuda.blockIdx.x)
+                while n < items:
+                    bh, qb = _item_order32(n, heads, blocks, is_causal)
+                    q0 = int32(qb * BQ_)
+                    row0 = bh * S
+                    end = min(S32, int32(q0 + BQ_)) if is_causal else S32
+                    tiles = max(int32(int32(end + int32(BKV_ - 1)) // BKV_), int32(1))
+                    for tile in range(tiles):
+                        mbarrier_wait(empty + uint64(8 * slot), wrapped)
+                        j = row0 + tile * BKV_
+                        _tma_tile(tiles_at + uint64(K_AT + slot * TILE), map_k.ctypes.data, j, k_full + uint64(8 * slot),
+                                  BKV_, DP)
+                        _tma_tile(tiles_at + uint64(V_AT + slot * TILE), map_v.ctypes.data, j, v_full + uint64(8 * slot),
+                                  BKV_, DP)
+                        if tile == 0:  # the item's first K and V are on their way: now its Q, once the last
+                            # item's (one buffer) is read by both consumers (the first item's wait returns at once)
+                            mbarrier_wait(q_empty, item_phase ^ 1)
+                            _tma_tile(tiles_at, map_q.ctypes.data, row0 + q0, q_bar, BQ_, DP)
+                        slot = int32(slot + 1)
+                        if slot == STAGES_:
+                            slot = int32(0)
+                            wrapped = int32(wrapped ^ 1)
+                    item_phase = int32(item_phase ^ 1)
+                    n = uint32(n + grid)
+        else:  # a consumer: 64 queries of each item
+            setmaxnreg_consumer()
+            # Which consumer, from a warp vote: uniform in ptxas' eyes, so the item loop with its named
+            # barriers of id 1 + c is not compiled as divergent code (threadIdx-derived, it was).
+            c = 1 if cuda.ballot_sync(FULL_MASK, wg == 2) != 0 else 0
+            lane = t % 32
+            row = WG_QUERIES * c + 16 * ((t % 128) // 32) + lane // 4  # this lane's rows of an item: row, row + 8
+            q_desc = advance_descriptor(shared_descriptor(tiles_at, 16, 1024), c * (WG_QUERIES * 128))
+            k_desc = shared_descriptor(tiles_at + uint64(K_AT), 16, 1024)
+            v_desc = shared_descriptor(tiles_at + uint64(V_AT), BKV_ * 128, 1024)
+            slot = int32(STAGES_ - 1)  # the last tile's slot and its "full" phase's parity, across items
+            phase = int32(1)
+            item_phase = int32(0)
+            n = uint32(cuda.blockIdx.x)
+            while n < items:
+                bh, qb = _item_order32(n, heads, blocks, is_causal)
+                q0 = int32(qb * BQ_)
+                row0 = bh * S
+                i0 = int32(q0 + row)
+                end = min(S32, int32(q0 + BQ_)) if is_causal else S32
+                tiles = max(int32(int32(end + int32(BKV_ - 1)) // BKV_), int32(1))  # (no path around the loop)
+                whole = int32(int32(min(S32, q0) if is_causal else S32) // BKV_)
+                for half in range(2):
+                    m_run[half] = LOWEST
+                    l_run[half] = float32(0.0)
+                for d in range(DP // 8):
+                    for e in range(4):
+                        o[d, e] = float32(0.0)
+                mbarrier_wait(q_bar, item_phase)
+                if c == 1:
+                    your_turn(c)  # consumer 0 goes first, in every item
+                slot = int32(slot + 1)
+                if slot == STAGES_:
+                    slot = int32(0)
+                    phase = int32(phase ^ 1)
+                mbarrier_wait(k_full + uint64(8 * slot), phase)
+                my_turn(c)
+                wgmma_fence()
+                issue_scores_from(s, q_desc, advance_descriptor(k_desc, slot * TILE))
+                your_turn(c)
+                wgmma_wait0()
+                fence_s(s)
+                if whole == 0:
+                    _mask_tile(s, i0, int32(0), S32, is_causal, BKV_)
+                softmax_tile(s, alpha, m_run, l_run, i0, 0, S, scale_log2e, False, is_causal, BKV_, True)
+                pack_p(pf, s)
+                for tile in range(int32(1), tiles):
+                    before = slot
+                    before_phase = phase
+                    slot = int32(slot + 1)
+                    if slot == STAGES_:
+                        slot = int32(0)
+                        phase = int32(phase ^ 1)
+                    mbarrier_wait(k_full + uint64(8 * slot), phase)
+                    mbarrier_wait(v_full + uint64(8 * before), before_phase)
+                    my_turn(c)
+                    wgmma_fence()
+                    issue_scores_from(s, q_desc, advance_descriptor(k_desc, slot * TILE))
+                    issue_values_from(o, pf, advance_descriptor(v_desc, before * TILE))
+                    your_turn(c)
+                    wgmma_wait1()
+                    fence_s(s)
+                    if tile >= whole:
+                        _mask_tile(s, i0, int32(tile * BKV_), S32, is_causal, BKV_)
+                    softmax_tile(s, alpha, m_run, l_run, i0, 0, S, scale_log2e, False, is_causal, BKV_, True)
+                    wgmma_wait0()
+                    fence_o(o)
+                    if t % 128 == 0:
+                        mbarrier_arrive(empty + uint64(8 * before))
+                    rescale_rows(o, alpha, DP)
+                    pack_p(pf, s)
+                if t % 128 == 0:  # the item's last S is done: Q's buffer may take the next item's
+                    mbarrier_arrive(q_empty)
+                mbarrier_wait(v_full + uint64(8 * slot), phase)
+                my_turn(c)
+                wgmma_fence()
+                issue_values_from(o, pf, advance_descriptor(v_desc, slot * TILE))
+                if c == 0:  # (consumer 1 answers at the next item's start)
+                    your_turn(c)
+                wgmma_wait0()
+                fence_o(o)
+                if t % 128 == 0:
+                    mbarrier_arrive(empty + uint64(8 * slot))
+                _store_rows_unsigned(out32, row0, i0, o, l_run, S, DP, BF16)
+                item_phase = int32(item_phase ^ 1)
+                n = uint32(n + grid)
+    return kernel
+
+
 # Hopper stage -> (OVERLAP, PINGPONG[, LEAN])
 HOPPER_STAGES_OVERLAP = {"wgmma": (False, False), "overlap_softmax": (True, False), "pingpong": (True, True),
                          "lean_loop": (True, True, True)}
+HOPPER_STAGE_NAMES = (*HOPPER_STAGES_OVERLAP, "persistent")  # persistent: _persistent_kernel_source's
 
 
 def build_hopper_kernel(stage, DP, bf16):
@@ -1176,7 +1390,10 @@ def build_hopper_kernel(stage, DP, bf16):
     key = ("hopper", stage, DP, bool(bf16))
     if key in _BUILT:
         return _BUILT[key]
-    kernel = _hopper_kernel_source(DP, bool(bf16), *HOPPER_STAGES_OVERLAP[stage])
+    if stage == "persistent":
+        kernel = _persistent_kernel_source(DP, bool(bf16))
+    else:
+        kernel = _hopper_kernel_source(DP, bool(bf16), *HOPPER_STAGES_OVERLAP[stage])
     name = f"_flash_{stage}_d{DP}_{'bf16' if bf16 else 'f16'}"
     kernel.__name__ = kernel.__qualname__ = name
     compiled = cuda.jit(**_gpu_options(launch_bounds=(HOPPER_THREADS, 1)))(kernel)
@@ -1198,6 +1415,35 @@ def launch_hopper(stage, q, k, v, causal, out):
     nbytes = hopper_layout(D)[-1]
     set_max_dynamic_shared_memory(kernel, args, nbytes)
     kernel[(B * H, blocks_for(S, HOPPER_BQ)), HOPPER_THREADS, 0, nbytes](*args)
+
+
+SIM_PERSISTENT_BLOCKS = 2  # the simulator's "SMs": few, so that each block runs several items
+
+
+def persistent_blocks(items):
+    """The persistent stage's grid: one block an SM (the simulator: SIM_PERSISTENT_BLOCKS), never more
+    blocks than items."""
+    sms = SIM_PERSISTENT_BLOCKS if _device.is_simulator() else cuda.get_current_device().MULTIPROCESSOR_COUNT
+    return max(1, min(items, sms))
+
+
+def launch_persistent(q, k, v, causal, out, blocks=None):
+    """The persistent stage: its kernel on ``blocks`` blocks (persistent_blocks' by default) where
+    hopper_usable, else the tuned stage's."""
+    B, H, S, D = q.shape
+    if not hopper_usable(q, k, v, D):
+        return launch("tuned", q, k, v, causal, out)
+    q2, k2, v2 = (_bits(a).reshape(B * H * S, D) for a in (q, k, v))
+    out32 = _bits(out).reshape(B * H * S, D).view(np.uint32)
+    maps = (host_tensor_map(q2, 64, HOPPER_BQ), host_tensor_map(k2, 64, HOPPER_BKV),
+            host_tensor_map(v2, 64, HOPPER_BKV))
+    kernel = build_hopper_kernel("persistent", D, np.dtype(q.dtype) != np.float16)
+    args = (_bits(q), _bits(k), _bits(v), out32, np.float32(LOG2E / math.sqrt(D)), causal) + maps
+    nbytes = persistent_layout(D)[-1]
+    set_max_dynamic_shared_memory(kernel, args, nbytes)
+    items = B * H * blocks_for(S, HOPPER_BQ)
+    grid = persistent_blocks(items) if blocks is None else min(int(blocks), items)
+    kernel[grid, HOPPER_THREADS, 0, nbytes](*args)
 
 
 # -- 6. wgmma --------------------------------------------------------------------------------------
@@ -1305,11 +1551,42 @@ def lean_loop(q, k, v, causal, out):
     launch_hopper("lean_loop", q, k, v, causal, out)
 
 
+# -- 10. persistent --------------------------------------------------------------------------------
+
+@_stage("persistent", """
+    lean_loop's kernel on a persistent grid. At 8x16x2048x64 under the mask lean_loop launches 2048
+    blocks of 128 queries, one an SM at a time, and each walks only 8.5 key tiles on average; every
+    one of them pays, besides its tiles, the same fixed costs: it initialises its barriers, its producer
+    loads Q and fills the ring of K and V slots while the consumers wait with nothing to overlap, and
+    after its last tile the consumers store their rows while the tensor cores idle until the next
+    block starts. cuDNN's kernel (SDPA's) launches one block an SM instead, and so does this stage:
+    as many blocks as the GPU has SMs (132 on an H200), each running items (a head's block of 128
+    queries) one after the other, block b items b, b + 132, b + 264, ... in the order the grid's blocks
+    took before (under the mask heaviest first, within groups of heads; without it head by head). The
+    barriers are initialised once. The ring runs on from item to item: the producer issues the next
+    item's first K and V tiles as soon as slots free up, while the consumers are still on the last
+    tiles of the current one, so a new item's first tile is usually already in shared memory. Q has a
+    single buffer and a barrier more, "Q empty", on which both consumers arrive once their item's last
+    S = Q K^T has completed (Q is read by nothing after it); the producer waits for it before copying
+    the next item's Q, which then overlaps the current item's last P V and its stores. The consumers'
+    slot and phase parity run on across items too, and their turns stay balanced per item (consumer 1
+    hands the first turn to consumer 0 at every item's start and leaves out its arrival after the last
+    P V, as in lean_loop), so no arrival is left over when a block ends whatever its items' lengths.
+    Two things matter to ptxas in the item loop. Which consumer a warpgroup is comes from a warp vote
+    (ballot_sync), not from threadIdx: derived from threadIdx, the named barriers of id 1 + c made
+    ptxas compile the whole item loop as divergent code (no uniform registers, the descriptors moved
+    to uniform registers again before every wgmma, 60 instructions more a tile); and there is still no
+    path around the key loop (at least one tile an item), without which ptxas would serialise the
+    wgmma.""")
+def persistent(q, k, v, causal, out):
+    launch_persistent(q, k, v, causal, out)
+
+
 for _stage_name in STAGE_SWITCHES:  # built at import: tools that compile kernels by name find them
     for _dp in HEAD_DIM_STEPS:
         for _bf16 in (False, True):
             build_kernel(_stage_name, _dp, _bf16)
-for _stage_name in HOPPER_STAGES_OVERLAP:
+for _stage_name in HOPPER_STAGE_NAMES:
     for _dp in HOPPER_HEAD_DIMS:
         for _bf16 in (False, True):
             build_hopper_kernel(_stage_name, _dp, _bf16)
