@@ -863,6 +863,97 @@ def by_shape(x, weight, bias, out):
     kernel_for(x.shape[1])(x, weight, bias, out)
 
 
+# -- 9. full_occupancy: torch.compile's kernel, written out --------------------------------------
+
+OCCUPANCY_THREADS = 512  # a block a row: a 4096-column row is two 16-byte chunks a thread
+OCCUPANCY_UNROLL = 1  # chunks a thread loads before it uses the first (2: see the stage's paragraph)
+OCCUPANCY_BLOCKS = 4  # blocks an SM: 4 x 512 threads fill its 64 warp slots if a thread takes <= 32 registers
+
+
+@cuda.jit(device=True, inline=True)
+def _merge_chunk(n, mean, m2, v0, v1, v2, v3, c, cols):
+    """The running (count, mean, M2) merged with the chunk of columns c .. c + 3 that lie inside the row
+    (values shifted by x0; the columns past the end were loaded as x0, so they read 0 and add nothing
+    to the chunk's sum)."""
+    count = float32(min(cols - c, uint32(4)))
+    chunk_mean = (v0 + v1 + v2 + v3) / count
+    d0, d1, d2, d3 = v0 - chunk_mean, v1 - chunk_mean, v2 - chunk_mean, v3 - chunk_mean
+    chunk_m2 = d0 * d0 + (d1 * d1 if c + uint32(1) < cols else float32(0.0)) + \
+        (d2 * d2 if c + uint32(2) < cols else float32(0.0)) + (d3 * d3 if c + uint32(3) < cols else float32(0.0))
+    return _merge(n, mean, m2, count, chunk_mean, chunk_m2)
+
+
+@cuda.jit(launch_bounds=(OCCUPANCY_THREADS, OCCUPANCY_BLOCKS))  # ptxas fits the registers to 4 blocks an SM
+def _block_per_row_occupancy(x, weight, bias, out, cols, vector):
+    cols = uint32(cols)  # 32-bit column arithmetic (a row is far shorter than 2^32): fewer registers
+    base = uint64(cuda.blockIdx.x) * uint64(cols)
+    step = uint32(4 * cuda.blockDim.x)  # a block's chunks cover 4 x blockDim columns
+    last = uint32((OCCUPANCY_UNROLL - 1) * step)  # offset of an unrolled step's last chunk from its first
+    x0 = x[base]
+    # HINT: pass 1, one read: each chunk from load_chunk (columns past the row read as x0), shifted by x0,
+    # HINT: merged into the thread's running (count, mean, M2) by _merge_chunk; OCCUPANCY_UNROLL chunks loaded before any is used.
+    # HINT: _block_merge gives the row's summary in every thread (one barrier); pass 2 reads x again (from L1)
+    # HINT: with weight and bias, 16 bytes at a time, and stores (x - x0 - mean) * rstd * weight + bias.
+    # BEGIN SOLUTION
+    n = float32(0.0)
+    mean = float32(0.0)
+    m2 = float32(0.0)
+    c = uint32(4 * cuda.threadIdx.x)
+    while c + last < cols:
+        chunks = cuda.local.array((OCCUPANCY_UNROLL, 4), float32)
+        for u in range(OCCUPANCY_UNROLL):  # all loads issued before any value is used
+            chunks[u, 0], chunks[u, 1], chunks[u, 2], chunks[u, 3] = load_chunk(
+                x, base, uint32(c + u * step), cols, vector, x0)
+        for u in range(OCCUPANCY_UNROLL):
+            n, mean, m2 = _merge_chunk(n, mean, m2, chunks[u, 0] - x0, chunks[u, 1] - x0, chunks[u, 2] - x0,
+                                       chunks[u, 3] - x0, uint32(c + u * step), cols)
+        c = uint32(c + OCCUPANCY_UNROLL * step)
+    while c < cols:
+        v0, v1, v2, v3 = load_chunk(x, base, c, cols, vector, x0)
+        n, mean, m2 = _merge_chunk(n, mean, m2, v0 - x0, v1 - x0, v2 - x0, v3 - x0, c, cols)
+        c = uint32(c + step)
+    n, mean, m2 = _block_merge(n, mean, m2)
+    rstd = float32(1.0) / math.sqrt(m2 / float32(cols) + EPS)
+    c = uint32(4 * cuda.threadIdx.x)
+    while c < cols:
+        v0, v1, v2, v3 = load_chunk(x, base, c, cols, vector, x0)
+        w0, w1, w2, w3 = load_chunk(weight, uint64(0), c, cols, vector, float32(0.0))
+        b0, b1, b2, b3 = load_chunk(bias, uint64(0), c, cols, vector, float32(0.0))
+        store_chunk(out, base, c, cols, vector, (v0 - x0 - mean) * rstd * w0 + b0, (v1 - x0 - mean) * rstd * w1 + b1,
+                    (v2 - x0 - mean) * rstd * w2 + b2, (v3 - x0 - mean) * rstd * w3 + b3)
+        c = uint32(c + step)
+    # END SOLUTION
+
+
+def occupancy_rows(x, weight, bias, out):
+    """full_occupancy's kernel for rows wider than WARP_ROW_COLS: a block of OCCUPANCY_THREADS a row."""
+    _block_per_row_occupancy[x.shape[0], OCCUPANCY_THREADS](
+        flat_view(x), flat_view(weight), flat_view(bias), flat_view(out), x.shape[1],
+        rows_fit_vectors(x, weight, bias, out))
+
+
+OCCUPANCY_BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (None, occupancy_rows)]
+
+
+@op.stage("full_occupancy", """
+    by_shape's table with torch.compile's kernel for rows wider than 1024, written out. Inductor's
+    Triton kernel for this LayerNorm gives a row 512 threads, reads it once with 16-byte loads to get
+    mean and variance together (Welford's running update), and reads it a second time to write it,
+    from the caches: the row was read microseconds before. It keeps 32 registers a thread, so four
+    blocks of 512 fill all 64 warp slots of a multiprocessor. Stage 7, which by_shape ran there, reads
+    the row three times (mean, squared deviations, output) with 4-byte loads, two barriers, and
+    40 registers: six blocks of 256, three quarters of the warp slots. A memory-bound kernel is fast
+    when many bytes are in flight, and the bytes in flight are the loads of the warps that are resident:
+    fewer registers, more warps, more loads. Here each thread summarises each 16-byte chunk (count,
+    mean, sum of squared deviations) and merges it into its running summary with Chan's formula, the
+    block merges the threads' summaries with one barrier, and the write pass reads x, weight and bias
+    again 16 bytes at a time. launch_bounds asks ptxas for four blocks of 512 an SM, so 32 registers; the shift by x0 stays, so
+    the numerics are those of every earlier stage.""",
+    boundaries={"cols": (WARP_ROW_COLS,)})
+def full_occupancy(x, weight, bias, out):
+    kernel_for(x.shape[1], OCCUPANCY_BY_SHAPE)(x, weight, bias, out)
+
+
 # ================================================================================================
 # Fusions: bias + ReLU + LayerNorm, residual + LayerNorm, RMSNorm. Each: the unfused pair of kernels
 # a framework would launch, then one kernel.
@@ -1491,6 +1582,54 @@ RMSNORM_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (BLOCK_ROW_COLS, rmsnorm
     columns and lost to torch.compile at 4096 and 12288.""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
+
+
+# -- RMSNorm full_occupancy: layernorm's stage 9 for RMSNorm ------------------------------------
+
+@cuda.jit(launch_bounds=(OCCUPANCY_THREADS, OCCUPANCY_BLOCKS))
+def _rmsnorm_block_per_row_occupancy(x, weight, out, cols, vector):
+    cols = uint32(cols)
+    base = uint64(cuda.blockIdx.x) * uint64(cols)
+    step = uint32(4 * cuda.blockDim.x)
+    # HINT: layernorm's full_occupancy kernel with one statistic: the sum of squares (columns past the row
+    # HINT: read as 0), _block_sum, then a second read of x and weight, 16 bytes at a time, x * rstd * weight.
+    # BEGIN SOLUTION
+    squares = float32(0.0)
+    c = uint32(4 * cuda.threadIdx.x)
+    while c < cols:
+        v0, v1, v2, v3 = load_chunk(x, base, c, cols, vector, float32(0.0))
+        squares += v0 * v0 + v1 * v1 + v2 * v2 + v3 * v3
+        c = uint32(c + step)
+    rstd = float32(1.0) / math.sqrt(_block_sum(squares) / float32(cols) + EPS)
+    c = uint32(4 * cuda.threadIdx.x)
+    while c < cols:
+        v0, v1, v2, v3 = load_chunk(x, base, c, cols, vector, float32(0.0))
+        w0, w1, w2, w3 = load_chunk(weight, uint64(0), c, cols, vector, float32(0.0))
+        store_chunk(out, base, c, cols, vector, v0 * rstd * w0, v1 * rstd * w1, v2 * rstd * w2, v3 * rstd * w3)
+        c = uint32(c + step)
+    # END SOLUTION
+
+
+def rmsnorm_occupancy_rows(x, weight, out):
+    """RMSNorm's full_occupancy kernel for rows wider than WARP_ROW_COLS: a block of OCCUPANCY_THREADS a row."""
+    _rmsnorm_block_per_row_occupancy[x.shape[0], OCCUPANCY_THREADS](
+        flat_view(x), flat_view(weight), flat_view(out), x.shape[1], rows_fit_vectors(x, weight, out))
+
+
+RMSNORM_OCCUPANCY_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (None, rmsnorm_occupancy_rows)]
+
+
+@rmsnorm_op.stage("full_occupancy", """
+    LayerNorm's full_occupancy for RMSNorm: past 1024 columns, a block of 512 threads a row, the sum of
+    squares on one read with 16-byte loads, one barrier, and a second read (from the caches) to write,
+    at no more than 32 registers a thread, so four rows' blocks fill every warp slot of a
+    multiprocessor. by_shape held the row in registers instead, 16 values a thread, which cost 64
+    registers: half the warp slots stood empty, and with them half the loads that could have been in
+    flight. Reading the row twice costs less than that, because the second read comes from L1 or L2,
+    not from memory.""",
+    boundaries={"cols": (WARP_ROW_COLS,)})
+def rmsnorm_full_occupancy(x, weight, out):
+    kernel_for(x.shape[1], RMSNORM_OCCUPANCY_BY_SHAPE)(x, weight, out)
 
 
 # ======================================================================================================
