@@ -332,6 +332,9 @@ class _Barrier:
         self.tx = 0
         self.phase = 0  # phases completed so far
         self.copies = {}  # phase -> [(shared address, bytes)] to land when a waiter sees it complete
+        # For the race checker: what the current phase's arrivals released (an arrive is a release), and
+        # what all completed phases released (a wait that sees a phase complete acquires it)
+        self.arrived = self.released = None
 
 
 _BARRIERS: dict = {}
@@ -351,7 +354,30 @@ def _complete_if_done(bar):
     if bar.pending == 0 and bar.tx == 0:
         bar.phase += 1
         bar.pending = bar.count
+        if bar.arrived is not None:
+            bar.released = bar.arrived if bar.released is None else bar.released.merged(bar.arrived)
+            bar.arrived = None
         _BARRIERS_CHANGED.notify_all()
+
+
+def _release_at(bar):
+    """mbarrier.arrive has release semantics: what the arriving thread (and its block, up to its last
+    syncthreads) did before it happens before whatever a thread does after waiting for the phase, so the
+    race checker must not call a shared-memory write before the arrive and a read after the wait a race."""
+    from workbench.simulator.races import Knowledge, NOTHING, current
+    clock = current.clock
+    if clock is None:  # race checking is off
+        return
+    clock.fences += 1  # as a fence: the thread's accesses so far are the ones released
+    own = Knowledge({clock.block: (current.block.barrier_generation, {clock.tid: clock.fences})})
+    mine = clock.known.merged(own) if clock.known is not NOTHING else own
+    bar.arrived = mine if bar.arrived is None else bar.arrived.merged(mine)
+
+
+def _acquire_from(bar):
+    from workbench.simulator.races import current
+    if current.clock is not None and bar.released is not None:
+        current.clock.acquire(bar.released)
 
 
 def _sim_mbarrier_init(address, count):
@@ -365,6 +391,7 @@ def _sim_mbarrier_arrive_expect_tx(address, nbytes):
         bar = _barrier(address)
         bar.tx += int(nbytes)
         bar.pending -= 1
+        _release_at(bar)
         _complete_if_done(bar)
 
 
@@ -372,6 +399,7 @@ def _sim_mbarrier_arrive(address):
     with _BARRIERS_CHANGED:
         bar = _barrier(address)
         bar.pending -= 1
+        _release_at(bar)
         _complete_if_done(bar)
 
 
@@ -384,6 +412,7 @@ def _sim_mbarrier_wait(address, parity):
         if not _BARRIERS_CHANGED.wait_for(lambda: bar.phase % 2 != int(parity) % 2, _WAIT_SECONDS):
             raise RuntimeError(f"mbarrier_wait(parity {int(parity)}) waited {_WAIT_SECONDS} s: a missing arrive, "
                                "or a transaction count that never reaches zero")
+        _acquire_from(bar)
         for phase in sorted(p for p in bar.copies if p < bar.phase):
             for dst, data in bar.copies.pop(phase):
                 ctypes.memmove(dst, data, len(data))
