@@ -248,6 +248,28 @@ def test_the_persistent_grid_gives_lean_loops_bits_on_one_or_two_blocks(size, bl
     what lean_loop's block of the same query block computes."""
     expected, got, _ = _persistent_against_lean_loop(attention_tc.op, size, blocks)
     np.testing.assert_array_equal(got, expected)
+    # The item counter and the count of blocks done are back at zero for the next launch
+    assert attention_tc.item_claims().copy_to_host().tolist() == [0, 0]
+
+
+@pytest.mark.sim_only
+def test_the_persistent_blocks_claim_every_item_once_in_the_heaviest_first_order(monkeypatch):
+    """Items are claimed from the counter in _item_order32's order: a block that claims item n computes
+    that order's n-th query block. With a counter that starts past the first item, as a broken reset
+    would leave it, items are skipped: the output keeps its poison there (the check would fail)."""
+    from workbench.ladder import to_host
+
+    size = (1, 2, 300, 64, 1)  # six items of 1 to 3 tiles
+    q, k, v, causal, _ = _device_inputs(attention_tc.op, size)
+    out = to_device(np.full(size[:4], np.nan, np.float16))
+    claims = attention_tc.item_claims()
+    claims.copy_to_device(np.array([1, 0], np.uint32))  # item 0 (the heaviest) "already taken"
+    attention_tc.launch_persistent(q, k, v, causal, out, blocks=2)
+    got = to_host(out)
+    assert claims.copy_to_host().tolist() == [0, 0]
+    # Item 0 under the mask is the heaviest: the last query block (rows 256..299) of head 0
+    assert np.isnan(got[0, 0, 256:].astype(np.float32)).all()
+    assert not np.isnan(got[0, 0, :256].astype(np.float32)).any() and not np.isnan(got[0, 1].astype(np.float32)).any()
 
 
 @pytest.mark.sim_only
