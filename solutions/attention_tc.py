@@ -1196,6 +1196,9 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG, LEAN=False):
     return kernel
 
 
+PERSISTENT_TURNS = True  # the consumers take turns to issue their wgmma (pingpong's named barriers)
+
+
 def persistent_layout(DP):
     """hopper_layout's, then after its barriers one more, "Q empty", and the number of the item whose Q
     is in the buffer (8 bytes each): the persistent stage's."""
@@ -1216,7 +1219,7 @@ def _persistent_kernel_source(DP, BF16):
     O_SHAPE = (DP // 8, 4)
     P_REGS = BKV_ // 4
     (my_turn, your_turn, _, issue_scores_from, _, issue_values_from, pack_p, fence_s,
-     fence_o) = _hopper_device_functions(DP, BF16, True)
+     fence_o) = _hopper_device_functions(DP, BF16, PERSISTENT_TURNS)
 
     def kernel(q, k, v, out32, scale_log2e, causal, map_q, map_k, map_v, claims):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
