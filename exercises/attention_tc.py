@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: ac1383f94e8902a2040eb506b0a06f727d2a7b7e6db5d95c5e219048002da232
+# generated-sha256: 568a9e23b53364a1e5cc6e70616e838a79f8101702649947708e2913932bdc47
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync, then
 FlashAttention-3's on Hopper's wgmma, TMA and warp specialisation.
@@ -1206,6 +1206,9 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG, LEAN=False):
     return kernel
 
 
+PERSISTENT_TURNS = True  # the consumers take turns to issue their wgmma (pingpong's named barriers)
+
+
 def persistent_layout(DP):
     """hopper_layout's, then after its barriers one more, "Q empty", and the number of the item whose Q
     is in the buffer (8 bytes each): the persistent stage's."""
@@ -1226,7 +1229,7 @@ def _persistent_kernel_source(DP, BF16):
     O_SHAPE = (DP // 8, 4)
     P_REGS = BKV_ // 4
     (my_turn, your_turn, _, issue_scores_from, _, issue_values_from, pack_p, fence_s,
-     fence_o) = _hopper_device_functions(DP, BF16, True)
+     fence_o) = _hopper_device_functions(DP, BF16, PERSISTENT_TURNS)
 
     def kernel(q, k, v, out32, scale_log2e, causal, map_q, map_k, map_v, claims):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN16)

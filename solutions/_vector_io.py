@@ -105,6 +105,16 @@ if is_simulator():
         return np.uint32(int(bits) & 0xFFFFFFFF).view(np.float32)
 
     @cuda.jit(device=True)
+    def shared_offset(words, i):
+        """Where element i of a shared array of 4-byte words lies, in bytes (here: from the array's start)."""
+        return uint32(4 * i)
+
+    @cuda.jit(device=True)
+    def shared_add_at(words, offset, value):
+        """words[offset // 4] += value, atomically, the result not returned (offset from shared_offset)."""
+        cuda.atomic.add(words, offset >> uint32(2), value)
+
+    @cuda.jit(device=True)
     def as_bits32(value):
         return uint32(np.float32(value).view(np.uint32))
 
@@ -204,6 +214,38 @@ else:
 
         return sig, codegen
 
+    def _asm(builder, text, constraints, args, result=ir.VoidType()):
+        fty = ir.FunctionType(result, [a.type for a in args])
+        return builder.call(ir.InlineAsm(fty, text, constraints, side_effect=True), list(args))
+
+    @intrinsic
+    def shared_offset(typingctx, words, index):
+        """Where element ``index`` of a shared array of 4-byte words lies in the block's shared memory, in
+        bytes (``cvta.to.shared``, then 32 bits of it): a 32-bit address to which a kernel adds byte offsets itself."""
+        _check(words, index)
+
+        def codegen(context, builder, signature, args):
+            data = context.make_array(signature.args[0])(context, builder, value=args[0]).data
+            generic = builder.ptrtoint(builder.gep(data, [args[1]]), ir.IntType(64))
+            return _asm(builder, "{ .reg .u64 s; cvta.to.shared.u64 s, $1; cvt.u32.u64 $0, s; }", "=r,l", [generic],
+                        ir.IntType(32))
+
+        return types.uint32(words, index), codegen
+
+    @intrinsic
+    def shared_add_at(typingctx, words, offset, value):
+        """Add ``value`` to the 4-byte word at shared address ``offset`` (from shared_offset plus whole
+        words), atomically, its old value not asked for: one ``red.shared.add.u32`` on an address the
+        kernel computed, where ``cuda.atomic.add(words, i, value)`` makes the compiler scale i by 4 and
+        add the array's base again at every update. ``words`` is only for the simulator."""
+        def codegen(context, builder, signature, args):
+            at = context.cast(builder, args[1], signature.args[1], types.uint32)
+            v = context.cast(builder, args[2], signature.args[2], types.uint32)
+            _asm(builder, "red.shared.add.u32 [$0], $1;", "r,r,~{memory}", [at, v])
+            return context.get_dummy_value()
+
+        return types.void(words, offset, value), codegen
+
     @cuda.jit(device=True, inline=True)
     def f16_to_float(bits):
         """The fp16 whose 16 bits are the low half of ``bits``, as a float32: one ``cvt.f32.f16``."""
@@ -221,6 +263,21 @@ else:
     @cuda.jit(device=True, inline=True)
     def as_bits32(value):
         return uint32(libdevice.float_as_int(value))
+
+
+if is_simulator():
+    @cuda.jit(device=True)
+    def byte_of(word, k):
+        """Byte k (0: the lowest) of a 32-bit word, zero-extended."""
+        return uint32((uint32(word) >> uint32(8 * k)) & uint32(0xFF))
+else:
+    @cuda.jit(device=True, inline=True)
+    def byte_of(word, k):
+        """Byte k (0: the lowest) of a 32-bit word, zero-extended: one PRMT (byte permute; selector 0x444k:
+        byte k of the word, then three bytes of the zero word). Written as a shift and a mask, the byte
+        is merged by the compiler with what is done to it next (a shift left: (w >> 1) & 0x7F80), which
+        leaves an add for later; a PRMT's result is shifted and added by one LEA."""
+        return uint32(libdevice.byte_perm(int32(word), int32(0), int32(0x4440 + k)))
 
 
 # -- 32-bit words of two halves, and the two 16-bit formats (the same code in the simulator) -----------

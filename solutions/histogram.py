@@ -20,7 +20,7 @@ Constraints: x is uint8, 1-D, contiguous, n >= 1 (any n up to 2^31 - 1); out is 
 import numpy as np
 from numba import cuda, int32, uint32
 
-from solutions._vector_io import VECTOR_BYTES, aligned16, load4
+from solutions._vector_io import VECTOR_BYTES, aligned16, byte_of, load4, shared_add_at, shared_offset
 from workbench import library_peers as peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, sm_count
 from workbench.shared_memory import set_max_dynamic_shared_memory
@@ -314,30 +314,30 @@ def per_warp_vectors(x, out):
 # -- 4. private counters per lane, in the lane's own bank ---------------------------------------
 
 @cuda.jit(device=True, inline=True)
-def _bump(counters, mine, b):
+def _bump(counters, mine, lane_at, b):
     """Count byte b in this lane's counters: bin b is counter b & WORD_OF (with 16-bit counters, the
-    low or high half) of word (b >> WORD_OF) * 32 + lane, in the lane's own bank whatever b is."""
-    word = mine | ((b >> uint32(WORD_OF)) << uint32(5))  # | not +: the bits are apart, one LOP3 masks and adds
+    low or high half) of word (b >> WORD_OF) * 32 + lane, in the lane's own bank whatever b is. The
+    word's shared address is the lane's first word's (lane_at) plus (b >> WORD_OF) * 128 bytes: one
+    shift-and-add (LEA) a byte, where an array index costs a shift-and-or and another LEA to scale it
+    by 4 and add the array's base."""
     one = uint32(1) << ((b & uint32(WORD_OF)) << uint32(4))  # 1, or 1 << 16 for a high half
     if LANE_COUNTER_ATOMIC:
-        cuda.atomic.add(counters, word, one)  # its result unused: the thread does not wait for it
+        shared_add_at(counters, lane_at + ((b >> uint32(WORD_OF)) << uint32(7)), one)  # the thread does not wait
     else:
-        counters[word] += one  # no other lane writes this word: a plain update is race-free
+        counters[mine | ((b >> uint32(WORD_OF)) << uint32(5))] += one  # no other lane writes this word
 
 
 @cuda.jit(device=True, inline=True)
-def _bump_word(counters, mine, w):
-    _bump(counters, mine, w & BYTE)
-    _bump(counters, mine, (w >> uint32(8)) & BYTE)
-    _bump(counters, mine, (w >> uint32(16)) & BYTE)
-    _bump(counters, mine, w >> uint32(24))
+def _bump_word(counters, mine, lane_at, w):
+    for k in range(4):
+        _bump(counters, mine, lane_at, byte_of(w, k))
 
 
 @cuda.jit(device=True, inline=True)
-def _bump_quads(counters, mine, quads):
+def _bump_quads(counters, mine, lane_at, quads):
     for k in range(LANE_QUADS_IN_FLIGHT):
         for i in range(4):
-            _bump_word(counters, mine, quads[k, i])
+            _bump_word(counters, mine, lane_at, quads[k, i])
 
 
 @cuda.jit(device=True, inline=True)
@@ -398,10 +398,11 @@ def _per_lane_counters(x, words, head, flush_quads, out):
     tail = head + 16 * quads
     g = cuda.grid(1)
     stride = cuda.gridsize(1)
-    # HINT: Stage 3's loop, counting into this lane's own counters: _bump(counters, mine, b) adds byte b to word b * 32 + lane, in the lane's bank. When your quads are counted, _flush_lane_counters(counters, warp, lane, bins, again) adds the warp's counters into the block's bins.
+    # HINT: Stage 3's loop, counting into this lane's own counters: with lane_at = shared_offset(counters, mine) (the shared address of the lane's first counter, taken once), _bump(counters, mine, lane_at, b) adds byte b to word b * 32 + lane, in the lane's bank; _bump_word and _bump_quads do it for each byte of a word, of a batch. When your quads are counted, _flush_lane_counters(counters, warp, lane, bins, again) adds the warp's counters into the block's bins.
     # HINT: Counters fill (16-bit ones after 65,535 bytes a lane): count in rounds of at most flush_quads quads a lane, the same rounds in every thread (start = 0, flush_quads * stride, ... while start < quads) so a warp flushes with all its lanes, after each round. Keep LANE_QUADS_IN_FLIGHT quads loading (_load_quads) while you count the previous ones (_bump_quads).
     # HINT: Each round: first = start + g; mine_quads = min(flush_quads, (quads - 1 - first) // stride + 1) if first < quads, else 0; _load_quads(words, first, stride, cur); then two batches a turn: load nxt, _bump_quads(cur), load cur, _bump_quads(nxt); the leftover quads one by one; start += flush_quads * stride; flush with again = start < quads. Finally x[g] if g < head and x[tail + g] if g < x.size - tail: cuda.atomic.add(bins, byte, uint32(1)).
     # BEGIN SOLUTION
+    lane_at = shared_offset(counters, mine)  # the shared address of this lane's first counter word
     cur = cuda.local.array((LANE_QUADS_IN_FLIGHT, 4), uint32)
     nxt = cuda.local.array((LANE_QUADS_IN_FLIGHT, 4), uint32)
     batch = LANE_QUADS_IN_FLIGHT * stride  # from one batch of a thread's quads to its next
@@ -418,19 +419,19 @@ def _per_lane_counters(x, words, head, flush_quads, out):
         for j in range(0, batches, 2):  # two batches a turn: cur and nxt swap roles, no copying
             if j + 1 < batches:
                 _load_quads(words, q + batch, stride, nxt)  # in flight while cur is counted
-            _bump_quads(counters, mine, cur)
+            _bump_quads(counters, mine, lane_at, cur)
             if j + 1 < batches:
                 if j + 2 < batches:
                     _load_quads(words, q + 2 * batch, stride, cur)
-                _bump_quads(counters, mine, nxt)
+                _bump_quads(counters, mine, lane_at, nxt)
             q += 2 * batch
         q = first + batches * batch
         for _ in range(mine_quads - batches * LANE_QUADS_IN_FLIGHT):  # fewer than a batch left
             w0, w1, w2, w3 = load4(words, 4 * q)
-            _bump_word(counters, mine, w0)
-            _bump_word(counters, mine, w1)
-            _bump_word(counters, mine, w2)
-            _bump_word(counters, mine, w3)
+            _bump_word(counters, mine, lane_at, w0)
+            _bump_word(counters, mine, lane_at, w1)
+            _bump_word(counters, mine, lane_at, w2)
+            _bump_word(counters, mine, lane_at, w3)
             q += stride
         start += flush_quads * stride
         _flush_lane_counters(counters, warp, lane, bins, start < quads)
@@ -475,21 +476,25 @@ def per_lane_counters_with(x, out, head, flush_quads=None, blocks=None):
     many counters spread unevenly over the 32 banks. Here every lane owns a private copy of the 256
     counters laid out as a column in its own bank: bin b of lane L is word b * 32 + L of its warp's
     counters. Whatever the bytes, an update's 32 lanes hit 32 different banks, one wavefront, and no
-    two lanes ever share a counter, so the hot bin costs no more than any other. A byte costs a
-    shift, one LOP3 that masks it and ORs in the lane, a scale and the atomic. The price is memory:
+    two lanes ever share a counter, so the hot bin costs no more than any other. The price is memory:
     32 KiB a warp, so an SM holds seven warps (one block, opted in past the 48 KiB default), and
     each thread keeps twelve 16-byte loads in flight while it counts the previous twelve, to have
-    bytes on their way from DRAM with that few warps. At the end each warp adds its 32 copies of
-    each bin (lane L reads lane L ^ i's copy at step i: 32 banks again) into the block's bins, one
-    global atomic per bin per block as before. Two 16-bit counters to a word (LANE_COUNTER_BITS = 16)
-    would halve the memory and double the warps, but cost two more instructions a byte (the
-    increment is 1 or 1 << 16) and a flush before a counter can pass 65,535: the loop then runs in
-    rounds of 4,095 quads a lane, the same rounds in every thread, so that a warp always flushes
-    with all its lanes whatever the size and the grid. On the H200 at 2^28 skewed bytes: 90.2 us,
-    2,976 GB/s, 65% of the read ceiling, where stage 3 takes 92.5. The conflicts are gone but the
-    gain is small: another limit was right behind them. Seven warps an SM leave each scheduler less
-    than two warps to switch between while loads and atomics are on their way (the likely limit; not
-    yet profiled), and the 16-bit counters, with twelve to fourteen warps an SM, were slower still
-    (113 to 120 us): their two extra instructions a byte cost more than the warps gained.""")
+    bytes on their way from DRAM with that few warps. With that few warps the loop is bound by its
+    instructions and their latencies (Nsight Compute: the top stall is waiting on fixed-latency
+    results), so a byte is made to cost three: a byte permute (PRMT, byte_of) takes the byte out, one
+    multiply-add makes the counter's shared address from it (the lane's first counter's address plus
+    128 bytes a bin: shared_offset once, then the address kept as a number), and red.shared.add adds 1
+    there (shared_add_at). Indexing the array instead costs four: the compiler merges the byte's mask
+    with the index's shift into one instruction, and then needs two more to add the lane and to scale
+    by 4 and add the array's base, at every update. At the end each warp adds its 32 copies of each
+    bin (lane L reads lane L ^ i's copy at step i: 32 banks again) into the block's bins, one global
+    atomic per bin per block as before. Two 16-bit counters to a word (LANE_COUNTER_BITS = 16) would
+    halve the memory and double the warps, but cost two more instructions a byte (the increment is 1
+    or 1 << 16) and a flush before a counter can pass 65,535: the loop then runs in rounds of 4,095
+    quads a lane, the same rounds in every thread, so that a warp always flushes with all its lanes
+    whatever the size and the grid; with twelve to fourteen warps an SM they were slower (113 to 120
+    us at four instructions a byte): their extra instructions cost more than the warps gained. On the
+    H200 at 2^28 skewed bytes: 80.0 us, 3,355 GB/s, 73% of the read ceiling (stage 3: 92.5 us, 63%);
+    at four instructions a byte it took 90.2 us.""")
 def per_lane_counters(x, out):
     per_lane_counters_with(x, out, _head(x))
