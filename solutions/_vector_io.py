@@ -15,11 +15,6 @@ allocation always is, a view that starts mid-buffer may not be). In numba's CUDA
 runs kernels as Python, the two are plain element-by-element functions with the same meaning, and
 every array counts as aligned.
 
-:func:`byte_of`, :func:`shared_offset` and :func:`shared_add_at` serve the histogram's private counters: a
-byte taken out of a word by one PRMT, and a shared-memory atomic add at a 32-bit address the kernel computes
-itself (``red.shared.add.u32``), where an array index would cost the compiler's scaling and base add at
-every update. In the simulator the "address" is a byte offset into the array, and the add an atomic on it.
-
 :func:`load8` and :func:`store8` are the same 16-byte access for arrays of 2-byte elements (fp16 or bf16
 bits): eight halves in one instruction, handed over as four 32-bit words of two halves each (element
 ``i`` in the low 16 bits of the first word: little-endian). numba-cuda 0.30 has no half2 type, so a
@@ -226,7 +221,7 @@ else:
     @intrinsic
     def shared_offset(typingctx, words, index):
         """Where element ``index`` of a shared array of 4-byte words lies in the block's shared memory, in
-        bytes (``cvta.to.shared``, then its 32 low bits): an address a kernel adds byte offsets to itself."""
+        bytes (``cvta.to.shared``, then 32 bits of it): a 32-bit address to which a kernel adds byte offsets itself."""
         _check(words, index)
 
         def codegen(context, builder, signature, args):
@@ -281,7 +276,7 @@ else:
         """Byte k (0: the lowest) of a 32-bit word, zero-extended: one PRMT (byte permute; selector 0x444k:
         byte k of the word, then three bytes of the zero word). Written as a shift and a mask, the byte
         is merged by the compiler with what is done to it next (a shift left: (w >> 1) & 0x7F80), which
-        leaves an add for later; a PRMT's result is scaled and added in one multiply-add."""
+        leaves an add for later; a PRMT's result is shifted and added by one LEA."""
         return uint32(libdevice.byte_perm(int32(word), int32(0), int32(0x4440 + k)))
 
 
