@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 8ea6bff7a494c87d90d39321310d131bfe6221aacf2381c9a96f56a3c81785ed
+# generated-sha256: c176e085e8d427dc4a353156bac098b3622ae686ba8b7626404da43b73fbb853
 # --------------------------------------------------------------------------------------------------
 """Reductions beyond the sum: max, min, mean and sum of squares of a vector, and a matrix summed over
 its rows and over its columns.
@@ -217,8 +217,8 @@ TWO_PASS = """
     so the order of combination is fixed and NaN {nan}."""
 
 ONE_PASS = """
-    The same fold, made fast the way the sum ladder was, in one launch: each thread reads four 16-byte
-    vectors a step (load4: ld.global.v4.f32), all four issued before any is used, 64 bytes in flight per
+    The sum ladder's last stage, vector_loads, with the combining operation as a parameter: each thread
+    reads four 16-byte vectors a step (load4), all four issued before any is used, 64 bytes in flight per
     thread, each folded into its own accumulator (four independent dependency chains), and the last
     block to finish (an atomic ticket) folds the per-block results, so there is no second launch and the
     answer is the same on every run. (Two vectors a step, 32 bytes, measured 0.97-0.98x

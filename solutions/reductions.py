@@ -228,8 +228,8 @@ TWO_PASS = """
     so the order of combination is fixed and NaN {nan}."""
 
 ONE_PASS = """
-    The same fold, made fast the way the sum ladder was, in one launch: each thread reads four 16-byte
-    vectors a step (load4: ld.global.v4.f32), all four issued before any is used, 64 bytes in flight per
+    The sum ladder's last stage, vector_loads, with the combining operation as a parameter: each thread
+    reads four 16-byte vectors a step (load4), all four issued before any is used, 64 bytes in flight per
     thread, each folded into its own accumulator (four independent dependency chains), and the last
     block to finish (an atomic ticket) folds the per-block results, so there is no second launch and the
     answer is the same on every run. (Two vectors a step, 32 bytes, measured 0.97-0.98x
