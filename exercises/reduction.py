@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 96a1bc84b7de0aff9811591b1b83ecd19609f0509c88a24efc0c08e7f3353924
+# generated-sha256: 28f7d757cd8596e9cdbcc07214e8b77b5312f07a136a111ecafcf0da193cdc0d
 # --------------------------------------------------------------------------------------------------
 """Sum of a float32 vector, in six steps from one atomic per element to one pass at memory speed.
 
@@ -331,7 +331,7 @@ def _vector_loads(x, block_sums, blocks_done, out):
     # EXERCISE: write this part of `_vector_loads`. Read the hints one at a time.
     #   hint 1 (nudge): x[4 * w : 4 * w + 4] is vector w. Each step reads four vectors a grid stride apart (w, w + stride, w + 2 * stride, w + 3 * stride) with load4(x, 4 * w), all four before any is added: 64 bytes in flight per thread.
     #   hint 2: Add each vector's four elements in pairs, then the four vectors' sums, and only then into the thread's partial sum (never one running total over many elements). Then the last vectors one at a time, and the tail: thread t takes element 4 * vectors + t if it exists.
-    #   hint 3 (nearly the answer): while w + 3*stride < vectors: p0, p1, p2, p3 = load4(x, four * w); q... = load4(x, four * (w + stride)); ...; partial += ((p0 + p1) + (p2 + p3) + ...); w += 4*stride. Then: while w < vectors: one load4; w += stride. Then: e = four * vectors + first; if e < n: partial += x[e]
+    #   hint 3 (nearly the answer): while w + 3*stride < vectors: p0, p1, p2, p3 = load4(x, four * w); q0, ... = load4(x, four * (w + stride)); ...; partial += (((p0 + p1) + (p2 + p3)) + ((q0 + q1) + ...)) + (...); w += four * stride. Then: while w < vectors: one load4; w += stride. Then: e = four * vectors + first; if e < n: partial += x[e]
     pass  # TODO(exercise): not implemented yet: replace this line with your code
     _last_block_adds_up(_block_sum(partial), block_sums, blocks_done, out)
 

@@ -347,7 +347,7 @@ def _vector_loads(x, block_sums, blocks_done, out):
     partial = float32(0.0)
     # HINT: x[4 * w : 4 * w + 4] is vector w. Each step reads four vectors a grid stride apart (w, w + stride, w + 2 * stride, w + 3 * stride) with load4(x, 4 * w), all four before any is added: 64 bytes in flight per thread.
     # HINT: Add each vector's four elements in pairs, then the four vectors' sums, and only then into the thread's partial sum (never one running total over many elements). Then the last vectors one at a time, and the tail: thread t takes element 4 * vectors + t if it exists.
-    # HINT: while w + 3*stride < vectors: p0, p1, p2, p3 = load4(x, four * w); q... = load4(x, four * (w + stride)); ...; partial += ((p0 + p1) + (p2 + p3) + ...); w += 4*stride. Then: while w < vectors: one load4; w += stride. Then: e = four * vectors + first; if e < n: partial += x[e]
+    # HINT: while w + 3*stride < vectors: p0, p1, p2, p3 = load4(x, four * w); q0, ... = load4(x, four * (w + stride)); ...; partial += (((p0 + p1) + (p2 + p3)) + ((q0 + q1) + ...)) + (...); w += four * stride. Then: while w < vectors: one load4; w += stride. Then: e = four * vectors + first; if e < n: partial += x[e]
     # BEGIN SOLUTION
     w = first
     while w + uint64(3) * stride < vectors:
@@ -355,7 +355,8 @@ def _vector_loads(x, block_sums, blocks_done, out):
         q0, q1, q2, q3 = load4(x, four * (w + stride))
         r0, r1, r2, r3 = load4(x, four * (w + uint64(2) * stride))
         s0, s1, s2, s3 = load4(x, four * (w + uint64(3) * stride))
-        partial += (((p0 + p1) + (p2 + p3)) + ((q0 + q1) + (q2 + q3))) + (((r0 + r1) + (r2 + r3)) + ((s0 + s1) + (s2 + s3)))
+        two = ((p0 + p1) + (p2 + p3)) + ((q0 + q1) + (q2 + q3))
+        partial += two + (((r0 + r1) + (r2 + r3)) + ((s0 + s1) + (s2 + s3)))
         w += four * stride
     while w < vectors:  # at most three vectors left for this thread
         p0, p1, p2, p3 = load4(x, four * w)
