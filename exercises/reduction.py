@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 28f7d757cd8596e9cdbcc07214e8b77b5312f07a136a111ecafcf0da193cdc0d
+# generated-sha256: 7f177499ddd2c2ee7c08ff5d039febfabf47a257b0f629ea956524c1839cc1f7
 # --------------------------------------------------------------------------------------------------
 """Sum of a float32 vector, in six steps from one atomic per element to one pass at memory speed.
 
@@ -33,7 +33,7 @@ WARPS = THREADS // 32
 FULL_MASK = 0xFFFFFFFF
 ELEMENTS_PER_THREAD = 16  # stages 2-4 size their grid so that each thread sums about this many
 LOADS_PER_THREAD = 8  # independent loads each thread keeps in flight in the fused stage
-VECTORS_PER_THREAD = 4  # 16-byte vectors each thread keeps in flight in the vector_loads stage
+VECTORS_PER_THREAD = 4  # 16-byte vectors each thread loads per step in the vector_loads stage (written out four times)
 BLOCKS_PER_SM = 2048 // THREADS  # the blocks a multiprocessor holds at once (at most 32 registers a thread)
 
 
@@ -331,22 +331,22 @@ def _vector_loads(x, block_sums, blocks_done, out):
     # EXERCISE: write this part of `_vector_loads`. Read the hints one at a time.
     #   hint 1 (nudge): x[4 * w : 4 * w + 4] is vector w. Each step reads four vectors a grid stride apart (w, w + stride, w + 2 * stride, w + 3 * stride) with load4(x, 4 * w), all four before any is added: 64 bytes in flight per thread.
     #   hint 2: Add each vector's four elements in pairs, then the four vectors' sums, and only then into the thread's partial sum (never one running total over many elements). Then the last vectors one at a time, and the tail: thread t takes element 4 * vectors + t if it exists.
-    #   hint 3 (nearly the answer): while w + 3*stride < vectors: p0, p1, p2, p3 = load4(x, four * w); q0, ... = load4(x, four * (w + stride)); ...; partial += (((p0 + p1) + (p2 + p3)) + ((q0 + q1) + ...)) + (...); w += four * stride. Then: while w < vectors: one load4; w += stride. Then: e = four * vectors + first; if e < n: partial += x[e]
+    #   hint 3 (nearly the answer): while w + 3*stride < vectors: p0, p1, p2, p3 = load4(x, four * w); q0, ... = load4(x, four * (w + stride)); ...; pq = ((p0 + p1) + (p2 + p3)) + ((q0 + q1) + (q2 + q3)); rs = the same for r and s; partial += pq + rs; w += four * stride. Then: while w < vectors: one load4; w += stride. Then: e = four * vectors + first; if e < n: partial += x[e]
     pass  # TODO(exercise): not implemented yet: replace this line with your code
     _last_block_adds_up(_block_sum(partial), block_sums, blocks_done, out)
 
 
 @op.stage("vector_loads", """
-    The fused stage, reading 16 bytes per load instruction instead of 4. numba will not merge four
-    neighbouring x[i] into one vector load by itself (it cannot prove that x[i] sits on a 16-byte
-    boundary, and a misaligned vector load is an error on a GPU); load4 says it for the compiler and
-    becomes one ld.global.v4.f32. Each thread issues four such loads a step, all before any of them is
-    added: 64 bytes in flight per thread instead of 32, from a quarter of the load instructions and
-    address computations, so a multiprocessor's 2048 threads keep twice the bytes in flight that the
-    fused stage did. Each vector is added in pairs and the four vector sums are added to each other
-    before they reach the thread's partial sum. Then the last vectors one at a time, and the n % 4
-    elements past the last whole vector, one per thread. A vector that does not start on a 16-byte
-    boundary (a view starting mid-buffer) takes the fused kernel.""",
+    The fused stage, with 16 bytes per load instruction instead of 4. numba will not merge four
+    neighbouring x[i] into one vector load by itself: it cannot prove that x[i] sits on a 16-byte
+    boundary, and a misaligned vector load is an error on a GPU. load4 says it for the compiler and
+    becomes one ld.global.v4.f32. Each thread issues four such loads a step, all before it adds any:
+    64 bytes in flight per thread instead of 32, so the 2048 threads of a multiprocessor keep twice the
+    bytes requested at any moment (what covers memory latency at full bandwidth), from a quarter of the
+    load instructions and address computations. The four vectors are summed in pairs, and only their
+    sum of 16 elements meets the thread's running total. Then the last vectors one at a time, and the
+    n % 4 elements past the last whole vector, one per thread. A vector that does not start on a
+    16-byte boundary (a view starting mid-buffer) takes the fused kernel.""",
     boundaries={"n": (THREADS * 4 * VECTORS_PER_THREAD,)})
 def vector_loads(x, out):
     if not aligned16(x):  # 16-byte loads would fault on a vector that starts mid-buffer

@@ -19,7 +19,7 @@ WARPS = THREADS // 32
 FULL_MASK = 0xFFFFFFFF
 ELEMENTS_PER_THREAD = 16  # stages 2-4 size their grid so that each thread sums about this many
 LOADS_PER_THREAD = 8  # independent loads each thread keeps in flight in the fused stage
-VECTORS_PER_THREAD = 4  # 16-byte vectors each thread keeps in flight in the vector_loads stage
+VECTORS_PER_THREAD = 4  # 16-byte vectors each thread loads per step in the vector_loads stage (written out four times)
 BLOCKS_PER_SM = 2048 // THREADS  # the blocks a multiprocessor holds at once (at most 32 registers a thread)
 
 
@@ -347,7 +347,7 @@ def _vector_loads(x, block_sums, blocks_done, out):
     partial = float32(0.0)
     # HINT: x[4 * w : 4 * w + 4] is vector w. Each step reads four vectors a grid stride apart (w, w + stride, w + 2 * stride, w + 3 * stride) with load4(x, 4 * w), all four before any is added: 64 bytes in flight per thread.
     # HINT: Add each vector's four elements in pairs, then the four vectors' sums, and only then into the thread's partial sum (never one running total over many elements). Then the last vectors one at a time, and the tail: thread t takes element 4 * vectors + t if it exists.
-    # HINT: while w + 3*stride < vectors: p0, p1, p2, p3 = load4(x, four * w); q0, ... = load4(x, four * (w + stride)); ...; partial += (((p0 + p1) + (p2 + p3)) + ((q0 + q1) + ...)) + (...); w += four * stride. Then: while w < vectors: one load4; w += stride. Then: e = four * vectors + first; if e < n: partial += x[e]
+    # HINT: while w + 3*stride < vectors: p0, p1, p2, p3 = load4(x, four * w); q0, ... = load4(x, four * (w + stride)); ...; pq = ((p0 + p1) + (p2 + p3)) + ((q0 + q1) + (q2 + q3)); rs = the same for r and s; partial += pq + rs; w += four * stride. Then: while w < vectors: one load4; w += stride. Then: e = four * vectors + first; if e < n: partial += x[e]
     # BEGIN SOLUTION
     w = first
     while w + uint64(3) * stride < vectors:
@@ -355,8 +355,9 @@ def _vector_loads(x, block_sums, blocks_done, out):
         q0, q1, q2, q3 = load4(x, four * (w + stride))
         r0, r1, r2, r3 = load4(x, four * (w + uint64(2) * stride))
         s0, s1, s2, s3 = load4(x, four * (w + uint64(3) * stride))
-        two = ((p0 + p1) + (p2 + p3)) + ((q0 + q1) + (q2 + q3))
-        partial += two + (((r0 + r1) + (r2 + r3)) + ((s0 + s1) + (s2 + s3)))
+        pq = ((p0 + p1) + (p2 + p3)) + ((q0 + q1) + (q2 + q3))
+        rs = ((r0 + r1) + (r2 + r3)) + ((s0 + s1) + (s2 + s3))
+        partial += pq + rs  # a sum of 16 elements meets the running total, never one element alone
         w += four * stride
     while w < vectors:  # at most three vectors left for this thread
         p0, p1, p2, p3 = load4(x, four * w)
@@ -370,16 +371,16 @@ def _vector_loads(x, block_sums, blocks_done, out):
 
 
 @op.stage("vector_loads", """
-    The fused stage, reading 16 bytes per load instruction instead of 4. numba will not merge four
-    neighbouring x[i] into one vector load by itself (it cannot prove that x[i] sits on a 16-byte
-    boundary, and a misaligned vector load is an error on a GPU); load4 says it for the compiler and
-    becomes one ld.global.v4.f32. Each thread issues four such loads a step, all before any of them is
-    added: 64 bytes in flight per thread instead of 32, from a quarter of the load instructions and
-    address computations, so a multiprocessor's 2048 threads keep twice the bytes in flight that the
-    fused stage did. Each vector is added in pairs and the four vector sums are added to each other
-    before they reach the thread's partial sum. Then the last vectors one at a time, and the n % 4
-    elements past the last whole vector, one per thread. A vector that does not start on a 16-byte
-    boundary (a view starting mid-buffer) takes the fused kernel.""",
+    The fused stage, with 16 bytes per load instruction instead of 4. numba will not merge four
+    neighbouring x[i] into one vector load by itself: it cannot prove that x[i] sits on a 16-byte
+    boundary, and a misaligned vector load is an error on a GPU. load4 says it for the compiler and
+    becomes one ld.global.v4.f32. Each thread issues four such loads a step, all before it adds any:
+    64 bytes in flight per thread instead of 32, so the 2048 threads of a multiprocessor keep twice the
+    bytes requested at any moment (what covers memory latency at full bandwidth), from a quarter of the
+    load instructions and address computations. The four vectors are summed in pairs, and only their
+    sum of 16 elements meets the thread's running total. Then the last vectors one at a time, and the
+    n % 4 elements past the last whole vector, one per thread. A vector that does not start on a
+    16-byte boundary (a view starting mid-buffer) takes the fused kernel.""",
     boundaries={"n": (THREADS * 4 * VECTORS_PER_THREAD,)})
 def vector_loads(x, out):
     if not aligned16(x):  # 16-byte loads would fault on a vector that starts mid-buffer
