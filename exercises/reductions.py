@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 8ea6bff7a494c87d90d39321310d131bfe6221aacf2381c9a96f56a3c81785ed
+# generated-sha256: 51f27990a8e160b5511ac850d3ecb860e7670741452f9b213788b8da6f5d28ef
 # --------------------------------------------------------------------------------------------------
 """Reductions beyond the sum: max, min, mean and sum of squares of a vector, and a matrix summed over
 its rows and over its columns.
@@ -41,14 +41,16 @@ thread per column reads coalesced (neighbouring threads, neighbouring columns) b
 matrix gives only 16384 threads, an eighth of what an H200 holds, each with one load in flight. The
 fixes: a warp per row (coalesced, a shuffle tree per row), and for columns, blocks of 32 columns x 8
 row lanes that each sum a band of rows, combine their 8 partial sums through shared memory and leave
-one partial per column per band; a small second kernel adds the bands.
+one partial per column per band; a small second kernel adds the bands. Then the column kernel gets the
+vector ladder's two last steps: 16-byte loads (a thread owns four neighbouring columns) and the last
+block to finish folding the bands, in the same launch.
 """
 
 import numpy as np
 from numba import cuda, float32, int32, uint64
 
 from solutions._templates import instantiate
-from solutions._vector_io import aligned16, load4
+from solutions._vector_io import aligned16, flat_view, load4
 from workbench import library_peers as peers
 from workbench.device import is_simulator
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
@@ -65,6 +67,13 @@ ZERO = float32(0.0)
 COLUMN_STRIP = 32  # columns per block in the column kernels: one warp's worth, one 128-byte line per row
 ROW_LANES = THREADS // COLUMN_STRIP  # 8 rows read at once by a block of the banded column kernel
 MIN_BAND_ROWS = 64  # a band gives each thread at least 8 rows: fewer, and the second kernel would dominate
+# column_vectors: a thread owns 4 neighbouring columns, read with one 16-byte load per row
+COLUMN_QUADS = 32  # threads across a column_vectors block, 4 columns each: a warp reads 512 contiguous bytes of a row
+VECTOR_ROW_LANES = 8  # threads down a column_vectors block: rows it reads at once
+ROWS_IN_FLIGHT = 4  # rows each thread loads (16 bytes each) before it folds any of them
+VECTOR_THREADS = COLUMN_QUADS * VECTOR_ROW_LANES
+STRIP_COLS = 4 * COLUMN_QUADS  # columns per column_vectors block
+VECTOR_BLOCKS_PER_SM = 2048 // VECTOR_THREADS  # blocks per multiprocessor the band split aims for: one full wave
 
 
 # -- the combining operations (device functions) ----------------------------------------------------------
@@ -217,8 +226,8 @@ TWO_PASS = """
     so the order of combination is fixed and NaN {nan}."""
 
 ONE_PASS = """
-    The same fold, made fast the way the sum ladder was, in one launch: each thread reads four 16-byte
-    vectors a step (load4: ld.global.v4.f32), all four issued before any is used, 64 bytes in flight per
+    The sum ladder's last stage, vector_loads, with the combining operation as a parameter: each thread
+    reads four 16-byte vectors a step (load4), all four issued before any is used, 64 bytes in flight per
     thread, each folded into its own accumulator (four independent dependency chains), and the last
     block to finish (an atomic ticket) folds the per-block results, so there is no second launch and the
     answer is the same on every run. (Two vectors a step, 32 bytes, measured 0.97-0.98x
@@ -448,10 +457,10 @@ def _fold_bands(partials, rows, out):
         out[c] = finish(acc, rows)  # noqa: F821
 
 
-def band_split(rows, strips):
-    """Rows per band: enough bands that strips x bands blocks fill the GPU, each band at least
-    MIN_BAND_ROWS rows."""
-    wanted = max(1, (sm_count() * RESIDENT_BLOCKS_PER_SM) // strips)
+def band_split(rows, strips, blocks_per_sm=RESIDENT_BLOCKS_PER_SM):
+    """Rows per band: enough bands that strips x bands blocks fill the GPU (blocks_per_sm on each
+    multiprocessor), each band at least MIN_BAND_ROWS rows."""
+    wanted = max(1, (sm_count() * blocks_per_sm) // strips)
     band_rows = max(MIN_BAND_ROWS, -(-rows // wanted))
     return band_rows, -(-rows // band_rows)
 
@@ -463,6 +472,81 @@ def row_bands(x, out):
     partials = scratch(f"reductions.{NAME}.bands", (bands, cols))  # noqa: F821
     _column_bands[(strips, bands), (COLUMN_STRIP, ROW_LANES)](x, band_rows, partials)  # noqa: F821
     _fold_bands[blocks_for(cols, THREADS), THREADS](partials, rows, out)  # noqa: F821
+
+
+# -- columns 3. column_vectors
+
+def _column_vectors(flat, rows, cols, band_rows, partials, bands_done, out):
+    """Block (strip, band): STRIP_COLS columns x the band's rows of the matrix ``flat`` (row-major, cols a
+    multiple of 4); thread (tx, ty) owns columns 4 tx .. 4 tx + 3 of the strip and reads rows ty,
+    ty + VECTOR_ROW_LANES, ... of the band, one 16-byte load a row. The row lanes combine through shared
+    memory, one partial per column per band; the last band of a strip to finish folds the strip's."""
+    rows = uint64(rows)
+    cols = uint64(cols)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    t = ty * COLUMN_QUADS + tx
+    strip = uint64(cuda.blockIdx.x)
+    first_col = strip * uint64(STRIP_COLS)
+    col = first_col + uint64(4 * tx)  # the first of this thread's four columns
+    band = uint64(cuda.blockIdx.y)
+    start = band * uint64(band_rows)
+    end = min(start + uint64(band_rows), rows)
+    lanes = uint64(VECTOR_ROW_LANES)
+    a0 = IDENTITY  # noqa: F821 - one accumulator per column
+    a1 = IDENTITY  # noqa: F821
+    a2 = IDENTITY  # noqa: F821
+    a3 = IDENTITY  # noqa: F821
+    # EXERCISE: write this part of `_column_vectors`. Read the hints one at a time.
+    #   hint 1 (nudge): Row r of the thread's four columns is the vector at flat[r * cols + col] (col a multiple of 4: load4 may read it). Each step loads ROWS_IN_FLIGHT rows of the band (r, r + lanes, r + 2 * lanes, ...) and folds each column's value into that column's accumulator.
+    #   hint 2: A loop over range(ROWS_IN_FLIGHT) with a constant trip count is unrolled by the compiler: the loads do not depend on each other or on the folds, so all of them are issued first. Then the band's last rows one at a time (r < end).
+    #   hint 3 (nearly the answer): if col < cols: r = start + ty; while r + (ROWS_IN_FLIGHT - 1) * lanes < end: for k in range(ROWS_IN_FLIGHT): v0, v1, v2, v3 = load4(flat, (r + k * lanes) * cols + col); a0 = combine(a0, v0); ...; then r += ROWS_IN_FLIGHT * lanes. Then: while r < end: the same for one row; r += lanes
+    return  # TODO(exercise): not implemented yet: replace this line with your code
+    tile = cuda.shared.array((VECTOR_ROW_LANES, STRIP_COLS), float32)
+    tile[ty, 4 * tx] = a0
+    tile[ty, 4 * tx + 1] = a1
+    tile[ty, 4 * tx + 2] = a2
+    tile[ty, 4 * tx + 3] = a3
+    cuda.syncthreads()
+    # partials[strip] holds the strip's bands, so that no 128-byte line holds two strips' partials: a
+    # strip's last block reads lines no other block has read (and cached) before they were written
+    for c in range(t, STRIP_COLS, VECTOR_THREADS):
+        acc = tile[0, c]
+        for k in range(1, VECTOR_ROW_LANES):
+            acc = combine(acc, tile[k, c])  # noqa: F821
+        partials[strip, band, uint64(c)] = acc
+
+    # The last band of the strip to finish (a ticket counter per strip) folds the strip's bands: one
+    # launch, and the same order of combination on every run.
+    is_last = cuda.shared.array(1, int32)
+    cuda.syncthreads()  # every partial of the block is written before thread 0 publishes them
+    if t == 0:
+        cuda.threadfence()  # the block's partials are visible to all before it is counted as done
+        is_last[0] = cuda.atomic.add(bands_done, strip, 1) == cuda.gridDim.y - 1
+    cuda.syncthreads()
+    if is_last[0]:
+        c = uint64(t)
+        while c < uint64(STRIP_COLS) and first_col + c < cols:
+            acc = IDENTITY  # noqa: F821
+            for b in range(uint64(cuda.gridDim.y)):
+                acc = combine(acc, partials[strip, b, c])  # noqa: F821
+            out[first_col + c] = finish(acc, rows)  # noqa: F821
+            c += uint64(VECTOR_THREADS)
+        if t == 0:
+            bands_done[strip] = 0  # ready for the next call
+
+
+def column_vectors(x, out):
+    rows, cols = x.shape
+    if cols % 4 != 0 or not aligned16(x):  # rows that do not start on 16-byte boundaries
+        row_bands(x, out)  # noqa: F821 - this operation's row_bands launcher
+        return
+    strips = blocks_for(cols, STRIP_COLS)
+    band_rows, bands = band_split(rows, strips, VECTOR_BLOCKS_PER_SM)
+    partials = scratch(f"reductions.{NAME}.strip_bands", (strips, bands, STRIP_COLS))  # noqa: F821
+    bands_done = scratch(f"reductions.{NAME}.bands_done", strips, np.int32, zeroed=True)  # noqa: F821
+    _column_vectors[(strips, bands), (COLUMN_QUADS, VECTOR_ROW_LANES)](  # noqa: F821
+        flat_view(x), rows, cols, band_rows, partials, bands_done, out)
 
 
 THREAD_PER_ROW = """
@@ -492,6 +576,17 @@ ROW_BANDS = """
     meet in a shared-memory tile and one value per column per band goes to a small buffer, which a
     second kernel (a thread per column) adds up. The strided reduction now reads memory as fast as
     the contiguous one: the layout decides the kernel, not the speed."""
+
+COLUMN_VECTORS = """
+    The row bands, with the vector ladder's last two steps. A thread owns four neighbouring columns
+    and reads them with one load4 per row: a warp reads 512 contiguous bytes of a row per load
+    instruction instead of 128, and each thread loads four rows before it folds any of them, 64 bytes
+    in flight instead of 16, from a quarter of the load instructions. A block covers 128 columns x 8
+    row lanes; the lanes' partials meet in a shared-memory tile, and one value per column per band
+    goes to a buffer laid out strip by strip. The second launch is gone, and with it the gap between
+    two kernels: the last block of each strip of columns to finish (a ticket counter per strip) folds
+    that strip's bands and writes its outputs, in a fixed order. A width that is not a multiple of 4,
+    or a matrix that does not start on a 16-byte boundary, takes the row_bands kernels."""
 
 
 def _matrix_inputs(size, rng):
@@ -549,9 +644,17 @@ def _torch_matrix_expression(torch_name, dim):
 
 MATRIX_REFERENCES = {"sum": np.sum, "amax": np.max, "amin": np.min, "mean": np.mean}  # NaN propagates in each
 ROW_STAGES = [(thread_per_row, "thread_per_row", THREAD_PER_ROW), (warp_per_row, "warp_per_row", WARP_PER_ROW)]
-COLUMN_STAGES = [(thread_per_column, "thread_per_column", THREAD_PER_COLUMN), (row_bands, "row_bands", ROW_BANDS)]
-ROW_KERNELS = [_thread_per_row, _warp_per_row]
-COLUMN_KERNELS = [_thread_per_column, _column_bands, _fold_bands]
+COLUMN_STAGES = [(thread_per_column, "thread_per_column", THREAD_PER_COLUMN), (row_bands, "row_bands", ROW_BANDS),
+                 (column_vectors, "column_vectors", COLUMN_VECTORS)]
+# column_vectors' grid counts on VECTOR_BLOCKS_PER_SM blocks resident per multiprocessor; launch_bounds (the
+# real compiler's option, not the simulator's) holds the kernel to the registers that allows (32 a thread at
+# 8 blocks of 256: unbounded, the compiler takes 48, and a grid of one wave would run in two)
+COLUMN_VECTORS_JIT = {} if is_simulator() else {"launch_bounds": (VECTOR_THREADS, VECTOR_BLOCKS_PER_SM)}
+# where a stage's strips of columns and unrolled steps of rows end (the grader checks sizes on either side)
+BOUNDARIES = {"column_vectors": {"cols": (STRIP_COLS,), "rows": (ROWS_IN_FLIGHT * VECTOR_ROW_LANES,)}}
+ROW_KERNELS = [(_thread_per_row, {}), (_warp_per_row, {})]
+COLUMN_KERNELS = [(_thread_per_column, {}), (_column_bands, {}), (_fold_bands, {}),
+                  (_column_vectors, COLUMN_VECTORS_JIT)]
 MAX_NOTE = """ The combining operation is the vector ladder's maximum (identity -inf; a NaN wins from
     either side, as in torch.amax); the kernels are the sum's, instantiated with it."""
 MIN_NOTE = """ The combining operation is the vector ladder's minimum (identity +inf; a NaN wins from
@@ -577,8 +680,10 @@ def _make_matrix_operator(m: MatrixReduction, rank: float) -> Operator:
     where = "row of a float32 matrix (dim=1, contiguous)" if dim == 1 else "column of a float32 matrix (dim=0, strided)"
     # quick: the middle size: one block, not a multiple of a warp or of the 8 row lanes, big enough for every
     # unrolled loop (warp_per_row's four lines need cols > 127, the band kernel's four rows rows > 24);
-    # slow: one element, and several blocks (two bands of rows for the column kernel, two strips)
-    sim_sizes = [(1, 1), (7, 130), (70, 20)] if dim == 1 else [(1, 1), (33, 20), (70, 45)]
+    # slow: one element, and several blocks (two bands of rows for the column kernels, two strips of 32 for
+    # row_bands). Widths a multiple of 4, where column_vectors takes its 16-byte kernel: the third size is
+    # the one `workbench ptx` runs a stage at to find its kernels (a width of 1 takes the fallback)
+    sim_sizes = [(1, 1), (7, 130), (70, 20)] if dim == 1 else [(1, 1), (33, 20), (70, 44)]
     op = Operator(
         name="reduction", variant={"combine": COMBINE_OF[m.kind], "axis": "rows" if m.dim == 1 else "cols"},
         targets=[against_peer(1.0, "eager")],
@@ -605,10 +710,11 @@ def _make_matrix_operator(m: MatrixReduction, rank: float) -> Operator:
                      NAME=op.name)
     namespace["_warp_fold"] = instantiate(_warp_fold, namespace, f"_warp_fold_{m.name}",
                                           jit={"device": True, "inline": True})
-    for template in ROW_KERNELS if dim == 1 else COLUMN_KERNELS:
-        namespace[template.__name__] = instantiate(template, namespace, f"{template.__name__}_{m.name}", jit={})
+    for template, jit in ROW_KERNELS if dim == 1 else COLUMN_KERNELS:
+        namespace[template.__name__] = instantiate(template, namespace, f"{template.__name__}_{m.name}", jit=jit)
     for k, (launcher, name, summary) in enumerate(ROW_STAGES if dim == 1 else COLUMN_STAGES):
-        op.stage(name, summary + (m.note if k == 0 else ""))(instantiate(launcher, namespace, f"{name}_{m.name}"))
+        namespace[name] = instantiate(launcher, namespace, f"{name}_{m.name}")  # a later stage may fall back to it
+        op.stage(name, summary + (m.note if k == 0 else ""), boundaries=BOUNDARIES.get(name))(namespace[name])
     return op
 
 

@@ -6,8 +6,8 @@ import pytest
 from numba import cuda
 
 from solutions import reductions
-from workbench.check import check_stage
-from workbench.ladder import InputError, to_device
+from workbench.check import adversarial_cases, check_stage
+from workbench.ladder import InputError, scratch, to_device
 
 VECTOR = [op for op in reductions.OPERATORS if op.variant.get("axis", "vector") == "vector"]
 
@@ -128,7 +128,7 @@ def test_matrix_operators_every_operation_in_both_orientations():
                                           for combine in ("sum", "max", "min", "mean") for where in ("rows", "cols")]
     for op in MATRIX:
         assert [s.name for s in op.stages] == (["thread_per_row", "warp_per_row"] if op.variant["axis"] == "rows"
-                                               else ["thread_per_column", "row_bands"])
+                                               else ["thread_per_column", "row_bands", "column_vectors"])
 
 
 @pytest.mark.parametrize("name", ["reduction[max,rows]", "reduction[max,cols]", "reduction[min,cols]"])
@@ -176,3 +176,103 @@ def test_column_reduction_within_1_2x_of_the_row_reduction_at_16384_squared(kind
     rows = _time(reductions.BY_NAME[f"{kind}_rows"]["warp_per_row"], x, out)
     cols = _time(reductions.BY_NAME[f"{kind}_cols"]["row_bands"], x, out)
     assert cols <= 1.2 * rows, (cols, rows)
+
+
+# -- column_vectors: 16-byte loads of four columns, the bands folded in the same launch ---------------------
+
+COLUMNS = [op for op in MATRIX if op.variant["axis"] == "cols"]
+
+
+def _column_failures(op, size, seed):
+    rng = np.random.default_rng(seed)
+    stage = op["column_vectors"]
+    results = [check_stage(stage, size, rng)]
+    results += [check_stage(stage, size, inputs=inputs, label=label)
+                for label, inputs in adversarial_cases(op, size, rng)]
+    return [f"{r.key} @ {size} ({r.inputs}): {r.message}" for r in results if r.failed]
+
+
+@pytest.mark.parametrize("size", [(1, 8), (37, 4), (29, 1), (3, 5), (40, 132)])
+@pytest.mark.parametrize("name", [op.name for op in COLUMNS])
+def test_column_vectors_at_awkward_shapes(name, size):
+    """Every operation, random and adversarial (NaN, +-inf) inputs: one row; one column of 4-column
+    vectors and rows not a multiple of the row lanes; one column and a width of 5 (not a multiple of 4:
+    the row_bands kernels); two strips, the second holding one vector of four columns."""
+    assert not _column_failures(reductions.BY_NAME[name], size, size[0] * size[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", [(130, 136), (200, 36)])
+@pytest.mark.parametrize("name", [op.name for op in COLUMNS])
+def test_column_vectors_over_several_bands(name, size):
+    """Two strips x three bands (the last of two rows), and one strip of four bands: the last band of
+    each strip to finish folds the strip's partials."""
+    assert not _column_failures(reductions.BY_NAME[name], size, size[0] + size[1])
+
+
+def _launcher_globals(name):
+    """The namespace an operation's column_vectors launcher (an instantiated template) looks its names up in."""
+    return reductions.BY_NAME[name]["column_vectors"].launch.__globals__
+
+
+@pytest.mark.parametrize("shape", [(37, 20), (70, 132)])
+def test_column_vectors_read_every_element_once_in_16_byte_vectors(monkeypatch, shape):
+    """Every load4 starts on a multiple of 4 elements and together they cover the matrix, each element
+    once: every row of every band, every vector of four columns of every strip."""
+    calls = []
+
+    def recording_load4(array, i):
+        calls.append(int(i))
+        return array[i], array[i + 1], array[i + 2], array[i + 3]
+
+    monkeypatch.setitem(_launcher_globals("reduction[cols]"), "load4", recording_load4)
+    rows, cols = shape
+    x = np.random.default_rng(5).uniform(-1.0, 2.0, shape).astype(np.float32)
+    out = to_device(np.zeros(cols, np.float32))
+    reductions.BY_NAME["reduction[cols]"]["column_vectors"](to_device(x), out)
+    assert sorted(calls) == list(range(0, rows * cols, 4))
+    np.testing.assert_allclose(out.copy_to_host(), x.astype(np.float64).sum(axis=0), rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["reduction[cols]", "reduction[mean,cols]"])
+def test_a_matrix_that_starts_mid_buffer_takes_the_row_bands_kernels(monkeypatch, name):
+    """On a GPU a matrix 4 bytes past a 16-byte boundary would fault in a 16-byte load: the launcher asks
+    aligned16 and takes row_bands. (The simulator counts every array as aligned: here aligned16 is told to
+    say no, and the vector kernel to fail if it is launched.)"""
+    class Refused:
+        def __getitem__(self, config):
+            raise AssertionError("the 16-byte kernel was launched on a misaligned matrix")
+
+    names = _launcher_globals(name)
+    monkeypatch.setitem(names, "aligned16", lambda *arrays: False)
+    monkeypatch.setitem(names, "_column_vectors", Refused())
+    op = reductions.BY_NAME[name]
+    x = np.random.default_rng(8).uniform(-1.0, 2.0, 33 * 20 + 1).astype(np.float32)
+    out = to_device(np.zeros(20, np.float32))
+    op["column_vectors"](to_device(x)[1:].reshape(33, 20), out)
+    np.testing.assert_allclose(out.copy_to_host(), op.reference(x[1:].reshape(33, 20)), rtol=1e-5)
+
+
+def test_column_vectors_ticket_counters_reset_between_calls():
+    """The last band of each strip resets the strip's counter, so the next call (another shape, another
+    grid) again finds its last bands."""
+    op = reductions.BY_NAME["reduction[max,cols]"]
+    rng = np.random.default_rng(9)
+    for shape in [(70, 136), (5, 8), (70, 136), (66, 4)]:
+        x = rng.uniform(-1.0, 2.0, shape).astype(np.float32)
+        out = to_device(np.zeros(shape[1], np.float32))
+        op["column_vectors"](to_device(x), out)
+        np.testing.assert_array_equal(out.copy_to_host(), x.max(axis=0))
+        strips = -(-shape[1] // reductions.STRIP_COLS)
+        counters = scratch("reductions.reduction[max,cols].bands_done", strips, np.int32, zeroed=True)
+        assert not counters.copy_to_host().any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", [op.name for op in COLUMNS])
+def test_a_misaligned_matrix_takes_the_row_bands_kernels_on_the_gpu(name):
+    op = reductions.BY_NAME[name]
+    x = np.random.default_rng(2).uniform(-1.0, 2.0, 1000 * 132 + 1).astype(np.float32)
+    out = to_device(np.zeros(132, np.float32))
+    op["column_vectors"](to_device(x)[1:].reshape(1000, 132), out)  # 4 bytes past a 16-byte boundary
+    np.testing.assert_allclose(out.copy_to_host(), op.reference(x[1:].reshape(1000, 132)), rtol=1e-5)
