@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 568a9e23b53364a1e5cc6e70616e838a79f8101702649947708e2913932bdc47
+# generated-sha256: e276b12843e10d695d621a1578d321683ae7eff33b0c6f104e5b1176a902be54
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync, then
 FlashAttention-3's on Hopper's wgmma, TMA and warp specialisation.
@@ -985,6 +985,82 @@ def _hopper_device_functions(DP, BF16, PINGPONG):
             fence_o)
 
 
+def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True):
+    """lean_loop's key loop, for one consumer and one block of queries: the lean_loop kernel runs it once,
+    the persistent kernel once an item. Tile 0's S and softmax, then each step issues tile t's S and
+    tile t - 1's P V, waits for S only and runs tile t's softmax while P V is still on the tensor cores;
+    then the last P V. The mask only on tiles from ``whole`` on (_mask_tile, in 32 bits); the
+    descriptors made once by the caller and moved by the slot's offset; the slot and the parity of its
+    "full" phase carried in and out (the caller's are those of the tile before this block's first).
+    RELEASE_Q: once the last S has completed, every thread arrives on ``q_empty`` (the persistent
+    kernel's Q buffer may take the next item's Q). PINGPONG: the consumers take turns to issue."""
+    BKV_, STAGES_ = HOPPER_BKV, HOPPER_STAGES
+    TILE = hopper_layout(DP)[1]
+    (my_turn, your_turn, _, issue_scores_from, _, issue_values_from, pack_p, fence_s,
+     fence_o) = _hopper_device_functions(DP, BF16, PINGPONG)
+
+    @cuda.jit(device=True, inline=True)
+    def key_loop(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full, empty, q_empty, slot, phase,
+                 tiles, whole, i0, S32, is_causal, scale_log2e, c):
+        slot = int32(slot + 1)
+        if slot == STAGES_:
+            slot = int32(0)
+            phase = int32(phase ^ 1)
+        mbarrier_wait(k_full + uint64(8 * slot), phase)
+        my_turn(c)
+        wgmma_fence()
+        issue_scores_from(s, q_desc, advance_descriptor(k_desc, slot * TILE))
+        your_turn(c)
+        wgmma_wait0()
+        fence_s(s)
+        if whole == 0:
+            _mask_tile(s, i0, int32(0), S32, is_causal, BKV_)
+        softmax_tile(s, alpha, m_run, l_run, i0, 0, S32, scale_log2e, False, is_causal, BKV_, True)
+        pack_p(pf, s)
+        for tile in range(int32(1), tiles):
+            before = slot
+            before_phase = phase
+            slot = int32(slot + 1)
+            if slot == STAGES_:
+                slot = int32(0)
+                phase = int32(phase ^ 1)
+            mbarrier_wait(k_full + uint64(8 * slot), phase)
+            mbarrier_wait(v_full + uint64(8 * before), before_phase)
+            my_turn(c)
+            wgmma_fence()
+            issue_scores_from(s, q_desc, advance_descriptor(k_desc, slot * TILE))
+            issue_values_from(o, pf, advance_descriptor(v_desc, before * TILE))
+            your_turn(c)
+            wgmma_wait1()  # S is ready; P V may still run
+            fence_s(s)
+            if tile >= whole:  # a branch around the mask, not a select per score
+                _mask_tile(s, i0, int32(tile * BKV_), S32, is_causal, BKV_)
+            softmax_tile(s, alpha, m_run, l_run, i0, 0, S32, scale_log2e, False, is_causal, BKV_, True)
+            wgmma_wait0()  # P V is done: its slot may be refilled, pf rewritten, O rescaled
+            fence_o(o)
+            if cuda.threadIdx.x % 128 == 0:
+                mbarrier_arrive(empty + uint64(8 * before))
+            rescale_rows(o, alpha, DP)
+            pack_p(pf, s)
+        if RELEASE_Q:
+            # Every thread arrives, not one a warpgroup: each read the item's number, and its arrival
+            # (a release) is what orders that read before the producer's next write.
+            mbarrier_arrive(q_empty)
+        mbarrier_wait(v_full + uint64(8 * slot), phase)
+        my_turn(c)
+        wgmma_fence()
+        issue_values_from(o, pf, advance_descriptor(v_desc, slot * TILE))
+        if c == 0:  # (consumer 1 answers at the next block's or item's start, if any)
+            your_turn(c)
+        wgmma_wait0()
+        fence_o(o)
+        if cuda.threadIdx.x % 128 == 0:
+            mbarrier_arrive(empty + uint64(8 * slot))
+        return slot, phase
+
+    return key_loop
+
+
 def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG, LEAN=False):
     """The Hopper stages' kernel for head size DP (64 or 128), fp16 or bf16; OVERLAP: the softmax of a
     tile runs while the previous tile's P V is still on the tensor cores (the overlap_softmax stage);
@@ -995,8 +1071,9 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG, LEAN=False):
     S_SHAPE = (BKV_ // 8, 4)  # S's accumulators: mma.sync's C fragment of each 8-key slice
     O_SHAPE = (DP // 8, 4)
     P_REGS = BKV_ // 4  # P's A registers: 4 a k16 step of keys
-    (my_turn, your_turn, issue_scores, issue_scores_from, issue_values, issue_values_from, pack_p, fence_s,
+    (my_turn, your_turn, issue_scores, _, issue_values, _, pack_p, fence_s,
      fence_o) = _hopper_device_functions(DP, BF16, PINGPONG)
+    key_loop = _lean_key_loop(DP, BF16, False) if LEAN else None
 
     def kernel(q, k, v, out32, scale_log2e, causal, map_q, map_k, map_v):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
@@ -1081,60 +1158,13 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG, LEAN=False):
                 # diagonal one, the tail; there _mask_tile, in 32 bits, before an unmasked softmax),
                 # the descriptors (made once, then moved by constants and by the slot's offset), the
                 # slot and the phase parity (carried, not divided out of the tile's index in 64 bits).
-                q_desc = shared_descriptor(q_at, 16, 1024)
-                k_desc = shared_descriptor(tiles_at + uint64(K_AT), 16, 1024)
-                v_desc = shared_descriptor(tiles_at + uint64(V_AT), BKV_ * 128, 1024)
                 S32 = int32(S)
-                i32 = int32(i0)
                 whole = int32(int32(min(S32, int32(q0)) if is_causal else S32) // BKV_)  # unmasked tiles
-                mbarrier_wait(k_full, 0)
-                my_turn(c)
-                wgmma_fence()
-                issue_scores_from(s, q_desc, k_desc)
-                your_turn(c)
-                wgmma_wait0()
-                fence_s(s)
-                if whole == 0:
-                    _mask_tile(s, i32, int32(0), S32, is_causal, BKV_)
-                softmax_tile(s, alpha, m_run, l_run, i0, 0, S, scale_log2e, False, is_causal, BKV_, True)
-                pack_p(pf, s)
-                slot = int32(0)  # tile - 1's slot, and the parity of its "full" barriers' phase
-                phase = int32(0)
-                for tile in range(1, tiles):
-                    before = slot
-                    before_phase = phase
-                    slot = int32(slot + 1)
-                    if slot == STAGES_:
-                        slot = int32(0)
-                        phase = int32(phase ^ 1)
-                    mbarrier_wait(k_full + uint64(8 * slot), phase)
-                    mbarrier_wait(v_full + uint64(8 * before), before_phase)
-                    my_turn(c)
-                    wgmma_fence()
-                    issue_scores_from(s, q_desc, advance_descriptor(k_desc, slot * TILE))
-                    issue_values_from(o, pf, advance_descriptor(v_desc, before * TILE))
-                    your_turn(c)
-                    wgmma_wait1()  # S is ready; P V may still run
-                    fence_s(s)
-                    if tile >= whole:  # a branch around the mask, not a select per score
-                        _mask_tile(s, i32, int32(tile * BKV_), S32, is_causal, BKV_)
-                    softmax_tile(s, alpha, m_run, l_run, i0, 0, S, scale_log2e, False, is_causal, BKV_, True)
-                    wgmma_wait0()  # P V is done: its slot may be refilled, pf rewritten, O rescaled
-                    fence_o(o)
-                    if t % 128 == 0:
-                        mbarrier_arrive(empty + uint64(8 * before))
-                    rescale_rows(o, alpha, DP)
-                    pack_p(pf, s)
-                mbarrier_wait(v_full + uint64(8 * slot), phase)
-                my_turn(c)
-                wgmma_fence()
-                issue_values_from(o, pf, advance_descriptor(v_desc, slot * TILE))
-                if c == 0:  # (consumer 1's last arrival would have no turn to answer it)
-                    your_turn(c)
-                wgmma_wait0()
-                fence_o(o)
-                if t % 128 == 0:
-                    mbarrier_arrive(empty + uint64(8 * slot))
+                key_loop(s, o, pf, alpha, m_run, l_run, shared_descriptor(q_at, 16, 1024),
+                         shared_descriptor(tiles_at + uint64(K_AT), 16, 1024),
+                         shared_descriptor(tiles_at + uint64(V_AT), BKV_ * 128, 1024), k_full, v_full, empty,
+                         uint64(0), int32(STAGES_ - 1), int32(1), tiles, whole, int32(i0), S32, is_causal,
+                         scale_log2e, c)
             elif OVERLAP:
                 # Tile 0's S and softmax first; then each step issues tile t's S = Q K^T and tile t - 1's
                 # O += P V as two groups, waits for the first only (wgmma_wait1: groups finish in order),
@@ -1228,8 +1258,8 @@ def _persistent_kernel_source(DP, BF16):
     S_SHAPE = (BKV_ // 8, 4)
     O_SHAPE = (DP // 8, 4)
     P_REGS = BKV_ // 4
-    (my_turn, your_turn, _, issue_scores_from, _, issue_values_from, pack_p, fence_s,
-     fence_o) = _hopper_device_functions(DP, BF16, PERSISTENT_TURNS)
+    your_turn = _hopper_device_functions(DP, BF16, PERSISTENT_TURNS)[1]
+    key_loop = _lean_key_loop(DP, BF16, True, PERSISTENT_TURNS)
 
     def kernel(q, k, v, out32, scale_log2e, causal, map_q, map_k, map_v, claims):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
@@ -1343,60 +1373,8 @@ def _persistent_kernel_source(DP, BF16):
                         o[d, e] = float32(0.0)
                 if c == 1:
                     your_turn(c)  # consumer 0 goes first, in every item
-                slot = int32(slot + 1)
-                if slot == STAGES_:
-                    slot = int32(0)
-                    phase = int32(phase ^ 1)
-                mbarrier_wait(k_full + uint64(8 * slot), phase)
-                my_turn(c)
-                wgmma_fence()
-                issue_scores_from(s, q_desc, advance_descriptor(k_desc, slot * TILE))
-                your_turn(c)
-                wgmma_wait0()
-                fence_s(s)
-                if whole == 0:
-                    _mask_tile(s, i0, int32(0), S32, is_causal, BKV_)
-                softmax_tile(s, alpha, m_run, l_run, i0, 0, S, scale_log2e, False, is_causal, BKV_, True)
-                pack_p(pf, s)
-                for tile in range(int32(1), tiles):
-                    before = slot
-                    before_phase = phase
-                    slot = int32(slot + 1)
-                    if slot == STAGES_:
-                        slot = int32(0)
-                        phase = int32(phase ^ 1)
-                    mbarrier_wait(k_full + uint64(8 * slot), phase)
-                    mbarrier_wait(v_full + uint64(8 * before), before_phase)
-                    my_turn(c)
-                    wgmma_fence()
-                    issue_scores_from(s, q_desc, advance_descriptor(k_desc, slot * TILE))
-                    issue_values_from(o, pf, advance_descriptor(v_desc, before * TILE))
-                    your_turn(c)
-                    wgmma_wait1()
-                    fence_s(s)
-                    if tile >= whole:
-                        _mask_tile(s, i0, int32(tile * BKV_), S32, is_causal, BKV_)
-                    softmax_tile(s, alpha, m_run, l_run, i0, 0, S, scale_log2e, False, is_causal, BKV_, True)
-                    wgmma_wait0()
-                    fence_o(o)
-                    if t % 128 == 0:
-                        mbarrier_arrive(empty + uint64(8 * before))
-                    rescale_rows(o, alpha, DP)
-                    pack_p(pf, s)
-                # The item's last S is done: Q's buffer may take the next item's Q, and its number the next
-                # number. Every thread arrives, not one a warpgroup: each read the number, and its arrival
-                # (a release) is what orders that read before the producer's next write.
-                mbarrier_arrive(q_empty)
-                mbarrier_wait(v_full + uint64(8 * slot), phase)
-                my_turn(c)
-                wgmma_fence()
-                issue_values_from(o, pf, advance_descriptor(v_desc, slot * TILE))
-                if c == 0:  # (consumer 1 answers at the next item's start)
-                    your_turn(c)
-                wgmma_wait0()
-                fence_o(o)
-                if t % 128 == 0:
-                    mbarrier_arrive(empty + uint64(8 * slot))
+                slot, phase = key_loop(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full, empty,
+                                       q_empty, slot, phase, tiles, whole, i0, S32, is_causal, scale_log2e, c)
                 _store_rows_unsigned(out32, row0, i0, o, l_run, S, DP, BF16)
                 item_phase = int32(item_phase ^ 1)
     return kernel

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 7f177499ddd2c2ee7c08ff5d039febfabf47a257b0f629ea956524c1839cc1f7
+# generated-sha256: 8032e3f83d63059696484ed5f9992f724edda9bf1b3d03a6a6358d7dbf7bcde5
 # --------------------------------------------------------------------------------------------------
 """Sum of a float32 vector, in six steps from one atomic per element to one pass at memory speed.
 
@@ -346,7 +346,10 @@ def _vector_loads(x, block_sums, blocks_done, out):
     load instructions and address computations. The four vectors are summed in pairs, and only their
     sum of 16 elements meets the thread's running total. Then the last vectors one at a time, and the
     n % 4 elements past the last whole vector, one per thread. A vector that does not start on a
-    16-byte boundary (a view starting mid-buffer) takes the fused kernel.""",
+    16-byte boundary (a view starting mid-buffer) takes the fused kernel. On an H200 at 2^28
+    elements: 240.5 us, 4,464 GB/s, 97% of the read ceiling, against fused's 247.9 in the same
+    process (1.03x); torch.sum took 249.3 and torch.compile's kernel 239.5 in the same run, so the
+    ladder ends level with it (0.996x): both now read at the rate the machine gives a sum.""",
     boundaries={"n": (THREADS * 4 * VECTORS_PER_THREAD,)})
 def vector_loads(x, out):
     if not aligned16(x):  # 16-byte loads would fault on a vector that starts mid-buffer

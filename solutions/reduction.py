@@ -380,7 +380,10 @@ def _vector_loads(x, block_sums, blocks_done, out):
     load instructions and address computations. The four vectors are summed in pairs, and only their
     sum of 16 elements meets the thread's running total. Then the last vectors one at a time, and the
     n % 4 elements past the last whole vector, one per thread. A vector that does not start on a
-    16-byte boundary (a view starting mid-buffer) takes the fused kernel.""",
+    16-byte boundary (a view starting mid-buffer) takes the fused kernel. On an H200 at 2^28
+    elements: 240.5 us, 4,464 GB/s, 97% of the read ceiling, against fused's 247.9 in the same
+    process (1.03x); torch.sum took 249.3 and torch.compile's kernel 239.5 in the same run, so the
+    ladder ends level with it (0.996x): both now read at the rate the machine gives a sum.""",
     boundaries={"n": (THREADS * 4 * VECTORS_PER_THREAD,)})
 def vector_loads(x, out):
     if not aligned16(x):  # 16-byte loads would fault on a vector that starts mid-buffer

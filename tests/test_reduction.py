@@ -26,8 +26,6 @@ def test_headline_must_show():
 
 @pytest.mark.gpu
 @pytest.mark.timing
-@pytest.mark.xfail(strict=False, reason="measured 0.98-0.99x torch.sum on H200s (2026-11-22): both read at "
-                   "the HBM ceiling, about 4260-4320 GB/s; five variants of the fused stage did no better")
 def test_headline_at_least_torch_sum():
     from tests.headline import headline
 
