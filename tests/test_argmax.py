@@ -10,6 +10,7 @@ import workbench  # noqa: F401  (chooses GPU or simulator before numba is import
 from numba import cuda
 
 from solutions import argmax
+from tests.load4_calls import record_load4
 
 op = argmax.op
 STRIDE = argmax.THREADS  # one block: the grid stride in vectors
@@ -65,14 +66,7 @@ def test_ties_across_blocks_go_to_the_lowest_index():
 def vector_loads(monkeypatch):
     """The index of every load4 the kernel makes, through the simulator's load4 (which, unlike the GPU's,
     would read from any index)."""
-    calls = []
-
-    def recording_load4(array, i):
-        calls.append(int(i))
-        return array[i], array[i + 1], array[i + 2], array[i + 3]
-
-    monkeypatch.setattr(argmax, "load4", recording_load4)
-    return calls
+    return record_load4(lambda load4: monkeypatch.setattr(argmax, "load4", load4))
 
 
 @pytest.mark.parametrize("head", [0, 1, 2, 3])

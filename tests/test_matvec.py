@@ -11,6 +11,7 @@ import workbench  # noqa: F401  (chooses GPU or simulator before numba is import
 from numba import cuda
 
 from solutions import matvec
+from tests.load4_calls import record_load4
 
 op = matvec.op
 
@@ -31,14 +32,8 @@ def product(a, x, phase=0, x_vector=None, lanes=None):
 def vector_loads(monkeypatch):
     """The (array size, index) of every load4 the kernel makes, through the simulator's load4 (which, unlike
     the GPU's, would read from any index)."""
-    calls = []
-
-    def recording_load4(array, i):
-        calls.append((array.size, int(i)))
-        return array[i], array[i + 1], array[i + 2], array[i + 3]
-
-    monkeypatch.setattr(matvec, "load4", recording_load4)
-    return calls
+    return record_load4(lambda load4: monkeypatch.setattr(matvec, "load4", load4),
+                        key=lambda array, i: (array.size, int(i)))
 
 
 def assert_product(a, x, got):

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from solutions import reduction
+from tests.load4_calls import record_load4
 from workbench.check import adversarial_cases, check_stage
 from workbench.ladder import scratch, to_device
 
@@ -65,14 +66,7 @@ def test_vector_loads_over_several_blocks(n):
 def vector_loads(monkeypatch):
     """The index of every load4 the kernel makes, through the simulator's load4 (which, unlike the GPU's,
     would read from any index)."""
-    calls = []
-
-    def recording_load4(array, i):
-        calls.append(int(i))
-        return array[i], array[i + 1], array[i + 2], array[i + 3]
-
-    monkeypatch.setattr(reduction, "load4", recording_load4)
-    return calls
+    return record_load4(lambda load4: monkeypatch.setattr(reduction, "load4", load4))
 
 
 @pytest.mark.parametrize("n", [4095, 4098])

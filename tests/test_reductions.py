@@ -6,6 +6,7 @@ import pytest
 from numba import cuda
 
 from solutions import reductions
+from tests.load4_calls import record_load4
 from workbench.check import adversarial_cases, check_stage
 from workbench.ladder import InputError, scratch, to_device
 
@@ -219,13 +220,7 @@ def _launcher_globals(name):
 def test_column_vectors_read_every_element_once_in_16_byte_vectors(monkeypatch, shape):
     """Every load4 starts on a multiple of 4 elements and together they cover the matrix, each element
     once: every row of every band, every vector of four columns of every strip."""
-    calls = []
-
-    def recording_load4(array, i):
-        calls.append(int(i))
-        return array[i], array[i + 1], array[i + 2], array[i + 3]
-
-    monkeypatch.setitem(_launcher_globals("reduction[cols]"), "load4", recording_load4)
+    calls = record_load4(lambda load4: monkeypatch.setitem(_launcher_globals("reduction[cols]"), "load4", load4))
     rows, cols = shape
     x = np.random.default_rng(5).uniform(-1.0, 2.0, shape).astype(np.float32)
     out = to_device(np.zeros(cols, np.float32))
