@@ -494,7 +494,7 @@ def per_lane_counters_with(x, out, head, flush_quads=None, blocks=None):
     quads a lane, the same rounds in every thread, so that a warp always flushes with all its lanes
     whatever the size and the grid; with twelve to fourteen warps an SM they were slower (113 to 120
     us at four instructions a byte): their extra instructions cost more than the warps gained. On the
-    H200 at 2^28 skewed bytes: 80.0 us, 3,355 GB/s, 73% of the read ceiling (stage 3: 92.5 us, 63%);
+    H200 at 2^28 skewed bytes: 79.4 us, 3,383 GB/s, 74% of the read ceiling (stage 3: 92.4 us, 63%);
     at four instructions a byte it took 90.2 us.""")
 def per_lane_counters(x, out):
     per_lane_counters_with(x, out, _head(x))
