@@ -382,13 +382,9 @@ def _vector_tile(x, out, rows_in, cols_in):
     v = (t % uint64(8)) + uint64(8) * ((t // uint64(32)) % uint64(VTILE // 32))
     r = (t // uint64(8)) % uint64(4) + uint64(4) * (t // uint64(VTILE))
     c = uint64(4) * v  # the vector's first column in the tile
-    # HINT: load phase: for each of the VECTORS passes k, tile row r + VROWS_PER_PASS * k, columns c .. c + 3:
-    # HINT: one load4(x, row * cols + col0 + c) into staged[k, 0..3] (zeros past x's last row or column:
-    # HINT: cols % 4 == 0 here, so a vector is wholly inside or wholly outside), all loads before any
-    # HINT: shared store; then tile[row, c + i] = staged[k, i]. Barrier.
-    # HINT: store phase: the same (r, v) now name a row of the tile's transpose: out row col0 + r + VROWS_PER_PASS * k,
-    # HINT: columns row0 + c .. + 3, from tile[c + i, r + ...]. store4 when rows % 4 == 0 (out's rows start on
-    # HINT: 16-byte boundaries), else four scalar stores, each inside out's row.
+    # HINT: load phase: pass k takes tile row r + VROWS_PER_PASS * k, columns c .. c + 3: one load4(x, row * cols + col0 + c) per pass into staged[k, 0..3] (zeros past x's last row or column; cols % 4 == 0, so a vector is wholly in or out).
+    # HINT: all VECTORS loads before the first shared store tile[row, c + i] = staged[k, i]; then the barrier.
+    # HINT: store phase: (r, v) now name out row col0 + r + VROWS_PER_PASS * k, columns row0 + c .. + 3, gathered from tile[c + i, r + ...]: one store4 when rows % 4 == 0 (out's rows start on 16-byte boundaries), else four scalar stores inside the row.
     # BEGIN SOLUTION
     col = col0 + c
     for k in range(VECTORS):
