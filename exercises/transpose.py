@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 384a7f6dc53696fd64a4ee71f361173dd85dfbf2adfb917f1142948c905ae27f
+# generated-sha256: 6099a7dfcd1ceb7974d35874cd414d5b25b8e5806f827a077c49c1800d45a4c6
 # --------------------------------------------------------------------------------------------------
 """Transpose of a float32 matrix, in seven steps from strided writes to one pass near memory speed.
 
@@ -336,14 +336,14 @@ def _vector_tile(x, out, rows_in, cols_in):
     # EXERCISE: write this part of `_vector_tile`. Read the hints one at a time.
     #   hint 1 (nudge): load phase: pass k takes tile row r + VROWS_PER_PASS * k, columns c .. c + 3: one load4(x, row * cols + col0 + c) per pass into staged[k, 0..3] (zeros past x's last row or column; cols % 4 == 0, so a vector is wholly in or out).
     #   hint 2: all VECTORS loads before the first shared store tile[row, c + i] = staged[k, i]; then the barrier.
-    #   hint 3 (nearly the answer): store phase: (r, v) now name out row col0 + r + VROWS_PER_PASS * k, columns row0 + c .. + 3, gathered from tile[c + i, r + ...]: one store4 when rows % 4 == 0 (out's rows start on 16-byte boundaries), else four scalar stores inside the row.
+    #   hint 3 (nearly the answer): store phase: (r, v) now name out row col0 + r + VROWS_PER_PASS * k, columns row0 + c .. + 3, gathered from tile[c + i, r + ...]: one store4 when rows % 4 == 0 (out's rows start on 16-byte boundaries); else one float per thread, as big_tile writes, a warp on consecutive columns of out.
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
 def vector_tile_fits(x, out) -> bool:
     """Can x's rows be read 16 bytes at a time? A width that is a multiple of 4 floats, and both arrays
-    starting on a 16-byte boundary (out's rows are written as vectors only when rows % 4 == 0; the
-    kernel tests that itself)."""
+    starting on a 16-byte boundary (out's rows are written as vectors only when rows % 4 == 0, which
+    the kernel tests itself)."""
     return x.shape[1] % 4 == 0 and aligned16(x, out)
 
 
@@ -358,8 +358,9 @@ def vector_tile_fits(x, out) -> bool:
     of each of 4 tile rows, and with an odd row length each scalar store and load of a warp lands in
     32 distinct banks. Each thread issues all its 16-byte loads before its first shared store. A
     width that is not a multiple of 4, or an array not starting on a 16-byte boundary, takes stage
-    6's kernel; a height that is not a multiple of 4 keeps the vector loads and writes out's rows
-    one float at a time.""",
+    6's kernel; a height that is not a multiple of 4 (out's rows then start off 16-byte boundaries)
+    keeps the vector loads and writes out one float per thread, a warp on 32 consecutive floats of
+    a row, as stage 6 does.""",
     boundaries={"rows": (4, VTILE), "cols": (4, VTILE)})
 def vector_tile(x, out):
     rows, cols = x.shape

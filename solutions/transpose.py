@@ -384,7 +384,7 @@ def _vector_tile(x, out, rows_in, cols_in):
     c = uint64(4) * v  # the vector's first column in the tile
     # HINT: load phase: pass k takes tile row r + VROWS_PER_PASS * k, columns c .. c + 3: one load4(x, row * cols + col0 + c) per pass into staged[k, 0..3] (zeros past x's last row or column; cols % 4 == 0, so a vector is wholly in or out).
     # HINT: all VECTORS loads before the first shared store tile[row, c + i] = staged[k, i]; then the barrier.
-    # HINT: store phase: (r, v) now name out row col0 + r + VROWS_PER_PASS * k, columns row0 + c .. + 3, gathered from tile[c + i, r + ...]: one store4 when rows % 4 == 0 (out's rows start on 16-byte boundaries), else four scalar stores inside the row.
+    # HINT: store phase: (r, v) now name out row col0 + r + VROWS_PER_PASS * k, columns row0 + c .. + 3, gathered from tile[c + i, r + ...]: one store4 when rows % 4 == 0 (out's rows start on 16-byte boundaries); else one float per thread, as big_tile writes, a warp on consecutive columns of out.
     # BEGIN SOLUTION
     col = col0 + c
     for k in range(VECTORS):
@@ -401,34 +401,30 @@ def _vector_tile(x, out, rows_in, cols_in):
         for i in range(4):
             tile[r + uint64(VROWS_PER_PASS * k), c + uint64(i)] = staged[k, i]
     cuda.syncthreads()
-    out_col = row0 + c
-    whole = (rows % uint64(4)) == uint64(0)  # out's rows start on 16-byte boundaries
-    for k in range(VECTORS):
-        j = r + uint64(VROWS_PER_PASS * k)
-        out_row = col0 + j
-        if out_row < cols and out_col < rows:
-            e0 = tile[c, j]
-            e1 = tile[c + uint64(1), j]
-            e2 = tile[c + uint64(2), j]
-            e3 = tile[c + uint64(3), j]
-            at = out_row * rows + out_col
-            if whole:
-                store4(out, at, e0, e1, e2, e3)
-            else:
-                out[at] = e0
-                if out_col + uint64(1) < rows:
-                    out[at + uint64(1)] = e1
-                if out_col + uint64(2) < rows:
-                    out[at + uint64(2)] = e2
-                if out_col + uint64(3) < rows:
-                    out[at + uint64(3)] = e3
+    if rows % uint64(4) == uint64(0):  # out's rows start on 16-byte boundaries: vectors
+        out_col = row0 + c
+        for k in range(VECTORS):
+            j = r + uint64(VROWS_PER_PASS * k)
+            out_row = col0 + j
+            if out_row < cols and out_col < rows:
+                store4(out, out_row * rows + out_col, tile[c, j], tile[c + uint64(1), j],
+                       tile[c + uint64(2), j], tile[c + uint64(3), j])
+    else:  # one float per thread, a warp on 32 consecutive columns of a row of out (bank (e + j) % 32)
+        for k in range(4 * VECTORS):
+            q = t + uint64(VTHREADS * k)
+            e = q % uint64(VTILE)
+            j = q // uint64(VTILE)
+            out_row = col0 + j
+            out_col = row0 + e
+            if out_row < cols and out_col < rows:
+                out[out_row * rows + out_col] = tile[e, j]
     # END SOLUTION
 
 
 def vector_tile_fits(x, out) -> bool:
     """Can x's rows be read 16 bytes at a time? A width that is a multiple of 4 floats, and both arrays
-    starting on a 16-byte boundary (out's rows are written as vectors only when rows % 4 == 0; the
-    kernel tests that itself)."""
+    starting on a 16-byte boundary (out's rows are written as vectors only when rows % 4 == 0, which
+    the kernel tests itself)."""
     return x.shape[1] % 4 == 0 and aligned16(x, out)
 
 
@@ -443,8 +439,9 @@ def vector_tile_fits(x, out) -> bool:
     of each of 4 tile rows, and with an odd row length each scalar store and load of a warp lands in
     32 distinct banks. Each thread issues all its 16-byte loads before its first shared store. A
     width that is not a multiple of 4, or an array not starting on a 16-byte boundary, takes stage
-    6's kernel; a height that is not a multiple of 4 keeps the vector loads and writes out's rows
-    one float at a time.""",
+    6's kernel; a height that is not a multiple of 4 (out's rows then start off 16-byte boundaries)
+    keeps the vector loads and writes out one float per thread, a warp on 32 consecutive floats of
+    a row, as stage 6 does.""",
     boundaries={"rows": (4, VTILE), "cols": (4, VTILE)})
 def vector_tile(x, out):
     rows, cols = x.shape
