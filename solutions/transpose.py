@@ -376,8 +376,9 @@ def _vector_tile(x, out, rows_in, cols_in):
     # A warp takes 8 vectors (128 bytes) of each of 4 rows: lane bits 0-2 pick the vector, bits 3-4 the
     # row. Each scalar shared store of the load phase then hits bank (r + 4 v + i) % 32, and each
     # scalar shared load of the store phase bank (4 v + i + r) % 32 (VPADDED = 1 mod 32): 32 lanes,
-    # 32 distinct banks, one wavefront each, both ways. (Laid out as 2 rows of 16 vectors, a warp's
-    # 4 v would repeat every 8 vectors: a 2-way conflict on every shared access.)
+    # 32 distinct banks, one wavefront each, both ways: no conflict remains (at the edges of x some
+    # lanes sit idle, which only leaves banks unused). Laid out as 2 rows of 16 vectors, a warp's
+    # 4 v would repeat every 8 vectors: a 2-way conflict on every shared access.
     t = uint64(cuda.threadIdx.x)
     v = (t % uint64(8)) + uint64(8) * ((t // uint64(32)) % uint64(VTILE // 32))
     r = (t // uint64(8)) % uint64(4) + uint64(4) * (t // uint64(VTILE))
