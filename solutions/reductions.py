@@ -59,7 +59,8 @@ VECTOR_ROW_LANES = 8  # threads down a column_vectors block: rows it reads at on
 ROWS_IN_FLIGHT = 4  # rows each thread loads (16 bytes each) before it folds any of them
 VECTOR_THREADS = COLUMN_QUADS * VECTOR_ROW_LANES
 STRIP_COLS = 4 * COLUMN_QUADS  # columns per column_vectors block
-VECTOR_BLOCKS_PER_SM = 2048 // VECTOR_THREADS  # blocks per multiprocessor the band split aims for: one full wave
+VECTOR_BLOCKS_PER_SM = 4  # blocks per multiprocessor the band split aims for (one wave): half the threads an SM
+# holds, with four 16-byte loads in flight each, already covers memory latency; taller bands leave fewer partials to fold
 
 
 # -- the combining operations (device functions) ----------------------------------------------------------
@@ -724,8 +725,8 @@ ROW_STAGES = [(thread_per_row, "thread_per_row", THREAD_PER_ROW), (warp_per_row,
 COLUMN_STAGES = [(thread_per_column, "thread_per_column", THREAD_PER_COLUMN), (row_bands, "row_bands", ROW_BANDS),
                  (column_vectors, "column_vectors", COLUMN_VECTORS)]
 # column_vectors' grid counts on VECTOR_BLOCKS_PER_SM blocks resident per multiprocessor; launch_bounds (the
-# real compiler's option, not the simulator's) holds the kernel to the registers that allows (32 a thread at
-# 8 blocks of 256: unbounded, the compiler takes 48, and a grid of one wave would run in two)
+# real compiler's option, not the simulator's) holds the kernel to the registers that allows (64 a thread at
+# 4 blocks of 256; unbounded, the compiler could take more, and a grid of one wave would run in two)
 COLUMN_VECTORS_JIT = {} if is_simulator() else {"launch_bounds": (VECTOR_THREADS, VECTOR_BLOCKS_PER_SM)}
 # where a stage's strips of columns and unrolled steps of rows end (the grader checks sizes on either side)
 BOUNDARIES = {"column_vectors": {"cols": (STRIP_COLS,), "rows": (ROWS_IN_FLIGHT * VECTOR_ROW_LANES,)}}
