@@ -144,6 +144,27 @@ def test_bench_against_compares_two_stages_of_one_operator(capsys):
     assert status == 2 and "needs a real GPU" in out + err
 
 
+def test_bench_against_checks_each_stage_in_the_first_round_and_only_times_it_after(monkeypatch):
+    from types import SimpleNamespace
+
+    from workbench import bench
+
+    calls = []
+
+    def fake_bench_size(op, stages, size, peaks, rng, env, with_peer=True, verify=True):
+        calls.append((stages[0], verify))
+        return [{"median_us": 1.0}], (["bad @ 8: wrong"] if stages[0] is bad else [])
+
+    monkeypatch.setattr(bench, "bench_size", fake_bench_size)
+    a, b, bad = (SimpleNamespace(name=name) for name in ("a", "b", "bad"))
+    by_stage, failures = bench.alternate(None, [a, b], 8, {}, None, {}, rounds=3)
+    assert calls == [(a, True), (b, True), (a, False), (b, False), (a, False), (b, False)]
+    assert by_stage == {"a": [{"median_us": 1.0}] * 3, "b": [{"median_us": 1.0}] * 3} and not failures
+    calls.clear()
+    _, failures = bench.alternate(None, [a, bad], 8, {}, None, {}, rounds=3)
+    assert len(calls) == 2 and failures == ["bad @ 8: wrong"]  # a stage that fails is not timed again
+
+
 def test_middle_record_of_rounds_takes_the_median_and_widens_the_spread():
     from workbench.bench import middle_record
 
