@@ -691,7 +691,207 @@ def async_copy(A, B, C, alpha_beta, out):
     kernel[(blocks_for(N, BN), blocks_for(M, BM)), THREADS](A, B, C, alpha_beta, out)
 
 
-# -- 8. tensor cores: TF32 mma.sync from CUDA C++ ----------------------------------------------------
+# -- 8. warp tiles: 128 outputs a thread, a 64x64 tile a warp, a three-step cp.async ring --------------
+
+# cp.async in 16-byte chunks, commit_group / wait_group N (hgemm_mma.cu; emulated in the simulator):
+# with several groups in flight, wait for the oldest.
+from solutions._ptx import cp_async_chunk16, cp_async_commit, cp_async_wait_pending  # noqa: E402
+from workbench.shared_memory import set_max_dynamic_shared_memory  # noqa: E402
+
+WARPS_M = 2  # warps down the block tile (8 // WARPS_M across it); each warp owns a 64x64 tile
+WTM = 8  # a thread's outputs: 8 rows (lane group g's rows g, g + 8, ..., g + 56 of its warp tile)
+WTN = 16  # by 16 columns (four 4-wide pieces, 16 apart)
+WBM = WARPS_M * 64  # block tile: 128 rows
+WBN = (THREADS // 32 // WARPS_M) * 64  # by 256 columns
+WBK = 8  # K-step: a multiple of 8 (see WSA)
+WSTAGES = 3  # K-steps in the cp.async ring: two in flight while the third is computed on
+WSA = WBK + 4  # A's tile row stride: (WBK + 4) / 4 odd, so a warp's 8 rows lie in 8 different bank groups
+WA_TILE = WBM * WSA  # floats of one ring slot of A (rows of WBK k, untransposed) ...
+WB_TILE = WBK * WBN  # ... and of B
+WARP_TILES_BYTES = WSTAGES * (WA_TILE + WB_TILE) * 4  # 42 KiB at 3 x (128 x 12 + 8 x 256) floats
+L2_GROUP = 8  # block rows that walk across N side by side, so their tiles of B are fetched once into L2
+
+A_CHUNKS = WBM * WBK // 4 // THREADS  # 16-byte chunks a thread copies of A's tile per K-step ...
+B_CHUNKS = WBK * WBN // 4 // THREADS  # ... and of B's
+A_PASS = THREADS // (WBK // 4)  # rows of A's tile one chunk per thread covers
+B_PASS = THREADS // (WBN // 4)  # rows of B's tile likewise
+
+assert WBK % 8 == 0 and WARPS_M in (1, 2, 4, 8)
+assert A_CHUNKS * THREADS * 4 == WBM * WBK and B_CHUNKS * THREADS * 4 == WBK * WBN  # whole chunks a thread
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_tile_copy(A, B, a_src, b_src, a_dst, b_dst, k0, ka, kb, a_rows_left, b_inside):
+    """Start copying K-step k0 of A's tile (WBM rows x WBK k, kept in rows as in global memory) and
+    B's (WBK rows x WBN columns) in 16-byte chunks; zeros outside the matrices. A thread copies the
+    same chunks of every step, so its addresses are computed once (the launcher's checks make every
+    chunk lie wholly in or out: K and N multiples of 4, A and B 16-byte aligned) and only move on:
+    a_src, b_src: its first chunk of A and of B at this k0; a_dst, b_dst: where they go in this slot;
+    A: rows ra + j A_PASS (a_rows_left = M - row0 - ra), k ka .. ka + 3; B: rows kb + j B_PASS."""
+    M, K = A.shape
+    N = B.shape[1]
+    for j in range(A_CHUNKS):
+        inside = j * A_PASS < a_rows_left and k0 + ka < K
+        src = a_src + uint64(j * A_PASS * K * 4) if inside else A.ctypes.data
+        cp_async_chunk16(a_dst + uint64(j * A_PASS * WSA * 4), src, 16 if inside else 0)
+    for j in range(B_CHUNKS):
+        inside = b_inside and k0 + kb + j * B_PASS < K
+        src = b_src + uint64(j * B_PASS * N * 4) if inside else B.ctypes.data
+        cp_async_chunk16(b_dst + uint64(j * B_PASS * WBN * 4), src, 16 if inside else 0)
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_tile_k(smem, ib, k, a, b, acc):
+    """One k of this thread's 8x16 outputs: its 16 floats of B's row k (four 16-byte loads), then
+    128 multiply-adds with column k of the A values already in registers."""
+    for j in range(4):
+        for e in range(4):
+            b[4 * j + e] = smem[ib + uint32(k * WBN + 16 * j + e)]
+    for i in range(WTM):
+        for n in range(WTN):
+            acc[i, n] += a[i, k] * b[n]
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_tile_four_k(smem, ia, ib, a, b, acc):
+    """Four k: this thread's 8 rows of A, 4 neighbouring k each (eight 16-byte loads of the
+    untransposed tile), then the four outer products, written out so every register index is a constant."""
+    for i in range(WTM):
+        for e in range(4):
+            a[i, e] = smem[ia + uint32(i * 8 * WSA + e)]
+    _warp_tile_k(smem, ib, 0, a, b, acc)
+    _warp_tile_k(smem, ib, 1, a, b, acc)
+    _warp_tile_k(smem, ib, 2, a, b, acc)
+    _warp_tile_k(smem, ib, 3, a, b, acc)
+
+
+@cuda.jit(device=True, inline=True)
+def _grouped_block():
+    """(first row, first column) of this block's tile. Blocks are numbered row by row, then handed out
+    in groups of L2_GROUP block rows walked column by column: the blocks resident together share
+    their tiles of B as well as of A in L2."""
+    gx = cuda.gridDim.x
+    gy = cuda.gridDim.y
+    bid = cuda.blockIdx.y * gx + cuda.blockIdx.x
+    per_group = L2_GROUP * gx
+    first = (bid // per_group) * L2_GROUP
+    rows = min(gy - first, L2_GROUP)
+    within = bid % per_group
+    return (first + within % rows) * WBM, (within // rows) * WBN
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_tile_store(acc, j, r0, col, alpha, beta, C, out):
+    """Column piece j of this thread's outputs (columns col .. col + 3, rows r0 + 8 i) to out."""
+    M, N = out.shape
+    for i in range(WTM):
+        row = r0 + 8 * i
+        for e in range(4):
+            if row < M and col + e < N:
+                out[row, col + e] = _scale_and_add(acc[i, 4 * j + e], alpha, beta, C, row, col + e)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 1)))  # one block an SM: up to 255 registers a thread
+def _warp_tiles(A, B, C, alpha_beta, out):
+    smem = cuda.shared.array(0, float32, alignment=ALIGN16)  # A's ring slots, then B's
+    acc = cuda.local.array((WTM, WTN), float32)
+    a = cuda.local.array((WTM, 4), float32)
+    b = cuda.local.array(WTN, float32)
+    t = cuda.threadIdx.x
+    ut = uint32(t)
+    warp = ut // uint32(32)
+    g = (ut % uint32(32)) // uint32(4)  # lane group: rows g + 8 i of the warp tile
+    q = ut % uint32(4)  # columns 4 q + 16 j + e
+    warp_row = (warp // uint32(THREADS // 32 // WARPS_M)) * uint32(64)
+    warp_col = (warp % uint32(THREADS // 32 // WARPS_M)) * uint32(64)
+    a_lane = (warp_row + g) * uint32(WSA)  # unsigned, as in stage 6: no wrap-around, 16-byte loads
+    b_lane = uint32(WSTAGES * WA_TILE) + warp_col + q * uint32(4)
+    row0, col0 = _grouped_block()
+    M, K = A.shape
+    N = B.shape[1]
+    ka = (t % (WBK // 4)) * 4  # this thread's copies: A's rows ra + j A_PASS at k ka .. ka + 3 ...
+    ra = t // (WBK // 4)
+    nb = (t % (WBN // 4)) * 4  # ... and B's rows kb + j B_PASS at columns nb .. nb + 3
+    kb = t // (WBN // 4)
+    a_rows_left = M - row0 - ra
+    b_inside = col0 + nb < N
+    a_src = A.ctypes.data + uint64(((row0 + ra) * K + ka) * 4)  # used only where inside the matrix
+    b_src = B.ctypes.data + uint64((kb * N + col0 + nb) * 4)
+    a_dst = smem.ctypes.data + uint64((ra * WSA + ka) * 4)
+    b_dst = smem.ctypes.data + uint64((WSTAGES * WA_TILE + kb * WBN + nb) * 4)
+    for i in range(WTM):
+        for n in range(WTN):
+            acc[i, n] = float32(0.0)
+    # HINT: as in tensor_core_deep: fill the ring (WSTAGES - 1 steps, one commit group each); then per
+    # HINT: K-step wait for the oldest group, sync, start the step WSTAGES - 1 ahead, commit, and
+    # HINT: compute on this slot four k at a time (_warp_tile_four_k).
+    # BEGIN SOLUTION
+    steps = (K + WBK - 1) // WBK
+    for s in range(WSTAGES - 1):  # fill the ring: one commit group per K-step, empty or not
+        if s < steps:
+            _warp_tile_copy(A, B, a_src, b_src, a_dst + uint64(s * WA_TILE * 4), b_dst + uint64(s * WB_TILE * 4),
+                            s * WBK, ka, kb, a_rows_left, b_inside)
+        a_src += uint64(WBK * 4)  # the next K-step: WBK columns of A on, WBK rows of B down
+        b_src += uint64(WBK * 4) * uint64(N)
+        cp_async_commit()
+    slot = 0  # the ring slot computed on at step kt ...
+    ahead_slot = WSTAGES - 1  # ... and the one filled, with step kt + WSTAGES - 1
+    for kt in range(steps):
+        cp_async_wait_pending(WSTAGES - 2)  # step kt has landed (this thread's copies) ...
+        cuda.syncthreads()  # ... and everyone's; and everyone is done with the slot about to be refilled
+        ahead = kt + WSTAGES - 1
+        if ahead < steps:
+            _warp_tile_copy(A, B, a_src, b_src, a_dst + uint64(ahead_slot * WA_TILE * 4),
+                            b_dst + uint64(ahead_slot * WB_TILE * 4), ahead * WBK, ka, kb, a_rows_left, b_inside)
+        a_src += uint64(WBK * 4)
+        b_src += uint64(WBK * 4) * uint64(N)
+        cp_async_commit()
+        ia = uint32(slot * WA_TILE) + a_lane
+        ib = uint32(slot * WB_TILE) + b_lane
+        for k4 in range(WBK // 4):
+            _warp_tile_four_k(smem, ia + uint32(4) * uint32(k4), ib + uint32(4 * WBN) * uint32(k4), a, b, acc)
+        slot = 0 if slot == WSTAGES - 1 else slot + 1
+        ahead_slot = 0 if ahead_slot == WSTAGES - 1 else ahead_slot + 1
+    # END SOLUTION
+    alpha = alpha_beta[0]
+    beta = alpha_beta[1]
+    r0 = row0 + int64(warp_row + g)  # back to signed before meeting signed values (see _output_coords)
+    c0 = col0 + int64(warp_col + q * uint32(4))
+    # Written out per 4-wide piece of columns, so every acc index is a constant and acc never leaves
+    # the registers (a loop the compiler keeps would index it at run time, from local memory).
+    _warp_tile_store(acc, 0, r0, c0, alpha, beta, C, out)
+    _warp_tile_store(acc, 1, r0, c0 + 16, alpha, beta, C, out)
+    _warp_tile_store(acc, 2, r0, c0 + 32, alpha, beta, C, out)
+    _warp_tile_store(acc, 3, r0, c0 + 48, alpha, beta, C, out)
+
+
+@op.stage("warp_tiles", """
+    Stage 7 computes 64 outputs a thread with two blocks an SM, each at most 128 registers. This stage
+    takes the shape cuBLAS picks for its own float32 GEMM: one 256-thread block an SM
+    (launch_bounds=(256, 1): up to 255 registers), a 128x256 block tile, each warp a 64x64 tile and
+    each thread 128 outputs (8 rows x 16 columns). Per k a thread loads 8 + 16 floats for 128
+    multiply-adds (24 for 64 before), so shared memory and load instructions matter less, and with
+    twice the registers the compiler can load the next k's operands while this k's multiply-adds
+    issue. A stays in rows, as in global memory, so it arrives in 16-byte cp.async chunks like B
+    (stage 7 copied it a float at a time to transpose it); a thread still reads it with 16-byte loads,
+    4 neighbouring k of one row each, and the row stride WBK + 4 keeps a warp's 8 rows in 8 different
+    banks. The copies run in a ring of three K-steps (cp.async.wait_group, as in tensor_core_deep), in
+    42 KiB of dynamic shared memory, and the blocks are handed out in groups of 8 block rows so that
+    those resident together share tiles of B in L2. Inputs whose rows are not 16-byte aligned (K or N
+    not a multiple of 4) take stage 7.""")
+def warp_tiles(A, B, C, alpha_beta, out):
+    M, N = out.shape
+    K = A.shape[1]
+    if K % 4 or N % 4 or not (_aligned16(A) and _aligned16(B)):
+        # Stage 7 links CUDA C++, which the simulator cannot: there, stage 6 stands in for it.
+        (vectorized if _device.is_simulator() else async_copy).launch(A, B, C, alpha_beta, out)
+        return
+    args = (A, B, C, alpha_beta, out)
+    set_max_dynamic_shared_memory(_warp_tiles, args, WARP_TILES_BYTES)
+    _warp_tiles[(blocks_for(N, WBN), blocks_for(M, WBM)), THREADS, 0, WARP_TILES_BYTES](*args)
+
+
+# -- 9. tensor cores: TF32 mma.sync from CUDA C++ ----------------------------------------------------
 
 # d = a @ b + c for one m16n8k8 TF32 tile per warp: each thread passes its 4 + 2 + 4 fragment values
 # and gets its 4 results back as a tuple (see gemm_mma.cu for the fragment layout).
@@ -858,11 +1058,8 @@ def tensor_core(A, B, C, alpha_beta, out):
     _tensor_core[(blocks_for(N, TBN), blocks_for(M, TBM)), THREADS](A, B, C, alpha_beta, out, vec)
 
 
-# -- 9. tensor cores with a four-stage pipeline in dynamic shared memory ---------------------------------
+# -- 10. tensor cores with a four-stage pipeline in dynamic shared memory ---------------------------------
 
-# cp.async.commit_group / wait_group N (hgemm_mma.cu): with several groups in flight, wait for the oldest.
-from solutions._ptx import cp_async_commit, cp_async_wait_pending  # noqa: E402
-from workbench.shared_memory import set_max_dynamic_shared_memory  # noqa: E402
 
 DEEP_STAGES = 4  # K-steps of tiles in flight
 DEEP_BYTES = DEEP_STAGES * (A_TILE + B_TILE) * 4  # 74 KiB: past the 48 KiB default; two blocks fit an SM
@@ -959,7 +1156,7 @@ def tensor_core_deep(A, B, C, alpha_beta, out):
     _tensor_core_deep[(blocks_for(N, TBN), blocks_for(M, TBM)), THREADS, 0, DEEP_BYTES](*args)
 
 
-# -- 10. split-K: small products fill the GPU -------------------------------------------------------
+# -- 11. split-K: small products fill the GPU -------------------------------------------------------
 
 SPLIT_K_MAX = 8  # at most 8 slices of K: 512^3 (16 block tiles) then makes 128 blocks of 4 K-steps each
 BLOCKS_PER_SM = 2  # what launch_bounds=(THREADS, 2) and 74 KiB of shared memory let an SM hold
