@@ -703,7 +703,7 @@ WTM = 8  # a thread's outputs: 8 rows (lane group g's rows g, g + 8, ..., g + 56
 WTN = 16  # by 16 columns (four 4-wide pieces, 16 apart)
 WBM = WARPS_M * 64  # block tile: 128 rows
 WBN = (THREADS // 32 // WARPS_M) * 64  # by 256 columns
-WBK = 8  # K-step: a multiple of 8 (see WSA)
+WBK = 16  # K-step: a multiple of 8 (see WSA)
 WSTAGES = 3  # K-steps in the cp.async ring: two in flight while the third is computed on
 WSA = WBK + 4  # A's tile row stride: (WBK + 4) / 4 odd, so a warp's 8 rows lie in 8 different bank groups
 WA_TILE = WBM * WSA  # floats of one ring slot of A (rows of WBK k, untransposed) ...
@@ -848,8 +848,11 @@ def _warp_tiles(A, B, C, alpha_beta, out):
         cp_async_commit()
         ia = uint32(slot * WA_TILE) + a_lane
         ib = uint32(slot * WB_TILE) + b_lane
-        for k4 in range(WBK // 4):
-            _warp_tile_four_k(smem, ia + uint32(4) * uint32(k4), ib + uint32(4 * WBN) * uint32(k4), a, b, acc)
+        for k8 in range(WBK // 8):  # 8 k written out (see _eight_steps): one loop trip per 1024 multiply-adds
+            _warp_tile_four_k(smem, ia, ib, a, b, acc)
+            _warp_tile_four_k(smem, ia + uint32(4), ib + uint32(4 * WBN), a, b, acc)
+            ia += uint32(8)
+            ib += uint32(8 * WBN)
         slot = 0 if slot == WSTAGES - 1 else slot + 1
         ahead_slot = 0 if ahead_slot == WSTAGES - 1 else ahead_slot + 1
     # END SOLUTION
@@ -1136,14 +1139,14 @@ def _tensor_core_deep(A, B, C, alpha_beta, out, vec):
 
 
 @op.stage("tensor_core_deep", """
-    Stage 8 with four buffers instead of two. With two, the copy of the next K-step has one step of
+    Stage 9 with four buffers instead of two. With two, the copy of the next K-step has one step of
     mma time to land; at tensor-core speed that is shorter than a trip to global memory, so warps wait
     at the barrier. Four buffers keep three K-steps in flight (cp.async.wait_group 2 waits only for
     the oldest), one barrier per step. They take 74 KiB, past the 48 KiB a block may declare
     statically, so they live in dynamic shared memory (cuda.shared.array(0, ...)), and
     workbench.shared_memory.set_max_dynamic_shared_memory raises the kernel's limit through the driver:
     numba-cuda has no call for it. Two blocks still share an SM (148 of its 227 KiB). What it bought
-    on an H200 is small: 1310 against 1317 µs at 4096^3, 9763 against 9985 at 8192^3 (2%): stage 8's
+    on an H200 is small: 1310 against 1317 µs at 4096^3, 9763 against 9985 at 8192^3 (2%): stage 9's
     warps already have enough other warps' mma to hide the copy behind.""",
     gpu_only="links CUDA C++ (gemm_mma.cu, hgemm_mma.cu) with link=, which the simulator cannot",
     tolerance=2e-3, precision="tf32")
@@ -1194,7 +1197,7 @@ def _tensor_core_split_k(A, B, partial, steps_per_split, vec):
     M, K = A.shape
     N = B.shape[1]
     t = cuda.threadIdx.x
-    # HINT: blockIdx.z is this block's slice of K (_split_steps): stage 9's pipeline over that slice only.
+    # HINT: blockIdx.z is this block's slice of K (_split_steps): stage 10's pipeline over that slice only.
     # HINT: no alpha, beta or C here: the raw sums go to partial[slice, row, col]; _sum_splits adds them.
     # BEGIN SOLUTION
     split = cuda.blockIdx.z
@@ -1225,23 +1228,23 @@ def _sum_splits(partial, C, alpha_beta, out):
 
 
 @op.stage("split_k", """
-    Stage 9 for the products too small to fill the GPU. With 128x128 block tiles, 512^3 makes 16
+    Stage 10 for the products too small to fill the GPU. With 128x128 block tiles, 512^3 makes 16
     blocks for 132 SMs: 116 SMs idle while 16 walk all of K alone. So K is cut into slices too: the
-    grid's third dimension picks a slice of K-steps, each block runs stage 9's pipeline over its own
+    grid's third dimension picks a slice of K-steps, each block runs stage 10's pipeline over its own
     slice only and stores its raw partial sums to a workspace, and a second, elementwise kernel adds
     the slices in a fixed order (the same result on every run, no atomics) and applies alpha and beta
     (C is read only there, and only when beta != 0). The launcher picks the number of slices from M,
     N and K: enough that tiles x slices nears the 264 blocks two to an SM hold, at most 8 (each slice
     costs a write and a read of M x N partial sums), never an empty slice. 512^3 makes 8 slices of 4
     K-steps, 1024^3 4 slices of 16; from 2048^3 on the tiles fill the GPU alone and the stage
-    launches stage 9's kernel unchanged.""",
+    launches stage 10's kernel unchanged.""",
     gpu_only="links CUDA C++ (gemm_mma.cu, hgemm_mma.cu) with link=, which the simulator cannot",
     tolerance=2e-3, precision="tf32")
 def split_k(A, B, C, alpha_beta, out):
     M, N = out.shape
     K = A.shape[1]
     splits, per_split = _split_k_plan(M, N, K, BLOCKS_PER_SM * sm_count())
-    if splits == 1:  # the tiles fill the GPU: stage 9 as it is
+    if splits == 1:  # the tiles fill the GPU: stage 10 as it is
         tensor_core_deep.launch(A, B, C, alpha_beta, out)
         return
     vec = K % 4 == 0 and N % 4 == 0 and _aligned16(A) and _aligned16(B)
@@ -1392,7 +1395,7 @@ def fused(A, B, bias, out):
 
 
 
-# The tensor-core GEMM (gemm's stage 9) with the epilogue in its store. Its accuracy is TF32's, as
+# The tensor-core GEMM (gemm's stage 10) with the epilogue in its store. Its accuracy is TF32's, as
 # there: ~7e-4 relative error of A B (see gemm's tensor_core stage), which GELU passes on scaled by its
 # slope (at most 1.13) and the bias does not grow: the gemm TF32 stages' tolerance, 2e-3.
 @cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
@@ -1407,7 +1410,7 @@ def _tensor_core_bias_gelu(A, B, bias, out, vec):
     N = B.shape[1]
     _pipelined_product(A, B, As, Bs, row0, col0, 0, (K + TBK - 1) // TBK, vec, acc)
     t = cuda.threadIdx.x
-    # HINT: the tensor-core store of gemm's stage 9 (_fragment_place), with bias and GELU on the way out.
+    # HINT: the tensor-core store of gemm's stage 10 (_fragment_place), with bias and GELU on the way out.
     # BEGIN SOLUTION
     for i in range(4):
         for j in range(4):
@@ -1421,7 +1424,7 @@ def _tensor_core_bias_gelu(A, B, bias, out, vec):
 
 
 @bias_gelu_op.stage("tensor_core_fused", """
-    The same fusion on the tensor-core GEMM (gemm's stage 9: TF32 mma.sync, a four-deep cp.async
+    The same fusion on the tensor-core GEMM (gemm's stage 10: TF32 mma.sync, a four-deep cp.async
     pipeline in dynamic shared memory): bias and GELU are applied to the mma accumulators, still in
     registers, in the store. The GEMM underneath is much faster than stage 2's CUDA-core one, and
     the epilogue costs what it did there: a bias load (the same 8 columns for a warp's 16 stores
@@ -1585,7 +1588,7 @@ def _batched_tensor_core(A, B, out, vec):
 
 @batched_op.stage("tensor_core_batch", """
     Stage 2's one launch with the batch in the grid's third dimension, now on gemm's tensor-core
-    kernel (stage 9: TF32 mma.sync, tiles copied by cp.async four K-steps deep in dynamic shared
+    kernel (stage 10: TF32 mma.sync, tiles copied by cp.async four K-steps deep in dynamic shared
     memory). Its 128x128 block tile is a whole 128x128 output, so no thread idles on an edge, and
     K = 64 is exactly four K-steps of 16: the pipeline's first three copies are issued at once and
     each block has its operands in flight from the start. A 128x128x64 product is 2 MFLOP on 128 KiB

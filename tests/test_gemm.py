@@ -171,7 +171,7 @@ def test_split_k_slices_cover_k_once(M, N, K):
 @pytest.mark.parametrize("size, plan", [((512, 512, 512), (8, 4)), ((1024, 1024, 1024), (4, 16)),
                                         ((2048, 2048, 2048), (1, 128)), ((4096, 4096, 4096), (1, 256))])
 def test_split_k_plan_at_the_bench_sizes(size, plan):
-    """What the stage's paragraph promises: 512^3 in 8 slices, 1024^3 in 4, stage 9 unchanged from 2048^3."""
+    """What the stage's paragraph promises: 512^3 in 8 slices, 1024^3 in 4, stage 10 unchanged from 2048^3."""
     assert gemm._split_k_plan(*size, SLOTS) == plan
 
 
