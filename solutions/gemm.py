@@ -122,7 +122,7 @@ def _peer(size):
 
 op = Operator(
     name="gemm",
-    targets=[against_peer(0.90, "torch.addmm", stage="async_copy"), against_peer(1.2, "torch.addmm", stage="tensor_core"),
+    targets=[against_peer(0.90, "torch.addmm", stage="warp_tiles"), against_peer(1.2, "torch.addmm", stage="tensor_core"),
              against_peer(0.8, "torch.addmm", size=(512, 512, 512)), against_peer(0.8, "torch.addmm", size=(1024, 1024, 1024))],
     title="float32 GEMM: C = alpha A B + beta C",
     reference=_reference,
@@ -691,7 +691,211 @@ def async_copy(A, B, C, alpha_beta, out):
     kernel[(blocks_for(N, BN), blocks_for(M, BM)), THREADS](A, B, C, alpha_beta, out)
 
 
-# -- 8. tensor cores: TF32 mma.sync from CUDA C++ ----------------------------------------------------
+# -- 8. warp tiles: 128 outputs a thread, a 64x64 tile a warp, a three-step cp.async ring --------------
+
+# cp.async in 16-byte chunks, commit_group / wait_group N (hgemm_mma.cu; emulated in the simulator):
+# with several groups in flight, wait for the oldest.
+from solutions._ptx import cp_async_chunk16, cp_async_commit, cp_async_wait_pending  # noqa: E402
+from workbench.shared_memory import set_max_dynamic_shared_memory  # noqa: E402
+
+WARPS_M = 2  # warps down the block tile (8 // WARPS_M across it); each warp owns a 64x64 tile
+WTM = 8  # a thread's outputs: 8 rows (lane group g's rows g, g + 8, ..., g + 56 of its warp tile)
+WTN = 16  # by 16 columns (four 4-wide pieces, 16 apart)
+WBM = WARPS_M * 64  # block tile: 128 rows
+WBN = (THREADS // 32 // WARPS_M) * 64  # by 256 columns
+WBK = 16  # K-step: a multiple of 8 (see WSA)
+WSTAGES = 3  # K-steps in the cp.async ring: two in flight while the third is computed on
+WSA = WBK + 4  # A's tile row stride: (WBK + 4) / 4 odd, so a warp's 8 rows lie in 8 different bank groups
+WA_TILE = WBM * WSA  # floats of one ring slot of A (rows of WBK k, untransposed) ...
+WB_TILE = WBK * WBN  # ... and of B
+WARP_TILES_BYTES = WSTAGES * (WA_TILE + WB_TILE) * 4  # 78 KiB: 3 x (128 x 20 + 16 x 256) floats, dynamic
+L2_GROUP = 8  # block rows that walk across N side by side, so their tiles of B are fetched once into L2
+
+A_CHUNKS = WBM * WBK // 4 // THREADS  # 16-byte chunks a thread copies of A's tile per K-step ...
+B_CHUNKS = WBK * WBN // 4 // THREADS  # ... and of B's
+A_PASS = THREADS // (WBK // 4)  # rows of A's tile one chunk per thread covers
+B_PASS = THREADS // (WBN // 4)  # rows of B's tile likewise
+
+assert WBK % 8 == 0 and WARPS_M in (1, 2, 4, 8)
+assert A_CHUNKS * THREADS * 4 == WBM * WBK and B_CHUNKS * THREADS * 4 == WBK * WBN  # whole chunks a thread
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_tile_copy(A, B, a_src, b_src, a_dst, b_dst, k0, ka, kb, a_rows_left, b_inside):
+    """Start copying K-step k0 of A's tile (WBM rows x WBK k, kept in rows as in global memory) and
+    B's (WBK rows x WBN columns) in 16-byte chunks; zeros outside the matrices. A thread copies the
+    same chunks of every step, so its addresses are computed once (the launcher's checks make every
+    chunk lie wholly in or out: K and N multiples of 4, A and B 16-byte aligned) and only move on:
+    a_src, b_src: its first chunk of A and of B at this k0; a_dst, b_dst: where they go in this slot;
+    A: rows ra + j A_PASS (a_rows_left = M - row0 - ra), k ka .. ka + 3; B: rows kb + j B_PASS."""
+    M, K = A.shape
+    N = B.shape[1]
+    for j in range(A_CHUNKS):
+        inside = j * A_PASS < a_rows_left and k0 + ka < K
+        src = a_src + uint64(j * A_PASS * K * 4) if inside else A.ctypes.data
+        cp_async_chunk16(a_dst + uint64(j * A_PASS * WSA * 4), src, 16 if inside else 0)
+    for j in range(B_CHUNKS):
+        inside = b_inside and k0 + kb + j * B_PASS < K
+        src = b_src + uint64(j * B_PASS * N * 4) if inside else B.ctypes.data
+        cp_async_chunk16(b_dst + uint64(j * B_PASS * WBN * 4), src, 16 if inside else 0)
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_tile_k(smem, ib, k, a, b, acc):
+    """One k of this thread's 8x16 outputs: its 16 floats of B's row k (four 16-byte loads), then
+    128 multiply-adds with column k of the A values already in registers."""
+    for j in range(4):
+        for e in range(4):
+            b[4 * j + e] = smem[ib + uint32(k * WBN + 16 * j + e)]
+    for i in range(WTM):
+        for n in range(WTN):
+            acc[i, n] += a[i, k] * b[n]
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_tile_four_k(smem, ia, ib, a, b, acc):
+    """Four k: this thread's 8 rows of A, 4 neighbouring k each (eight 16-byte loads of the
+    untransposed tile), then the four outer products, written out so every register index is a constant."""
+    for i in range(WTM):
+        for e in range(4):
+            a[i, e] = smem[ia + uint32(i * 8 * WSA + e)]
+    _warp_tile_k(smem, ib, 0, a, b, acc)
+    _warp_tile_k(smem, ib, 1, a, b, acc)
+    _warp_tile_k(smem, ib, 2, a, b, acc)
+    _warp_tile_k(smem, ib, 3, a, b, acc)
+
+
+@cuda.jit(device=True, inline=True)
+def _grouped_block():
+    """(first row, first column) of this block's tile. Blocks are numbered row by row, then handed out
+    in groups of L2_GROUP block rows walked column by column: the blocks resident together share
+    their tiles of B as well as of A in L2."""
+    gx = cuda.gridDim.x
+    gy = cuda.gridDim.y
+    bid = cuda.blockIdx.y * gx + cuda.blockIdx.x
+    per_group = L2_GROUP * gx
+    first = (bid // per_group) * L2_GROUP
+    rows = min(gy - first, L2_GROUP)
+    within = bid % per_group
+    return (first + within % rows) * WBM, (within // rows) * WBN
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_tile_store(acc, j, r0, col, alpha, beta, C, out):
+    """Column piece j of this thread's outputs (columns col .. col + 3, rows r0 + 8 i) to out."""
+    M, N = out.shape
+    for i in range(WTM):
+        row = r0 + 8 * i
+        for e in range(4):
+            if row < M and col + e < N:
+                out[row, col + e] = _scale_and_add(acc[i, 4 * j + e], alpha, beta, C, row, col + e)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(THREADS, 1)))  # one block an SM: up to 255 registers a thread
+def _warp_tiles(A, B, C, alpha_beta, out):
+    smem = cuda.shared.array(0, float32, alignment=ALIGN16)  # A's ring slots, then B's
+    acc = cuda.local.array((WTM, WTN), float32)
+    a = cuda.local.array((WTM, 4), float32)
+    b = cuda.local.array(WTN, float32)
+    t = cuda.threadIdx.x
+    ut = uint32(t)
+    warp = ut // uint32(32)
+    g = (ut % uint32(32)) // uint32(4)  # lane group: rows g + 8 i of the warp tile
+    q = ut % uint32(4)  # columns 4 q + 16 j + e
+    warp_row = (warp // uint32(THREADS // 32 // WARPS_M)) * uint32(64)
+    warp_col = (warp % uint32(THREADS // 32 // WARPS_M)) * uint32(64)
+    a_lane = (warp_row + g) * uint32(WSA)  # unsigned, as in stage 6: no wrap-around, 16-byte loads
+    b_lane = uint32(WSTAGES * WA_TILE) + warp_col + q * uint32(4)
+    row0, col0 = _grouped_block()
+    M, K = A.shape
+    N = B.shape[1]
+    ka = (t % (WBK // 4)) * 4  # this thread's copies: A's rows ra + j A_PASS at k ka .. ka + 3 ...
+    ra = t // (WBK // 4)
+    nb = (t % (WBN // 4)) * 4  # ... and B's rows kb + j B_PASS at columns nb .. nb + 3
+    kb = t // (WBN // 4)
+    a_rows_left = M - row0 - ra
+    b_inside = col0 + nb < N
+    a_src = A.ctypes.data + uint64(((row0 + ra) * K + ka) * 4)  # used only where inside the matrix
+    b_src = B.ctypes.data + uint64((kb * N + col0 + nb) * 4)
+    a_dst = smem.ctypes.data + uint64((ra * WSA + ka) * 4)
+    b_dst = smem.ctypes.data + uint64((WSTAGES * WA_TILE + kb * WBN + nb) * 4)
+    for i in range(WTM):
+        for n in range(WTN):
+            acc[i, n] = float32(0.0)
+    # HINT: as in tensor_core_deep: fill the ring (WSTAGES - 1 K-steps, one commit group each, empty or not).
+    # HINT: Per K-step: cp_async_wait_pending(WSTAGES - 2), syncthreads, start the copy WSTAGES - 1 steps ahead, commit;
+    # HINT: then compute on this step's slot with _warp_tile_four_k, k = 0..3, 4..7, ...; move a_src, b_src on each step.
+    # BEGIN SOLUTION
+    steps = (K + WBK - 1) // WBK
+    for s in range(WSTAGES - 1):  # fill the ring: one commit group per K-step, empty or not
+        if s < steps:
+            _warp_tile_copy(A, B, a_src, b_src, a_dst + uint64(s * WA_TILE * 4), b_dst + uint64(s * WB_TILE * 4),
+                            s * WBK, ka, kb, a_rows_left, b_inside)
+        a_src += uint64(WBK * 4)  # the next K-step: WBK columns of A on, WBK rows of B down
+        b_src += uint64(WBK * 4) * uint64(N)
+        cp_async_commit()
+    slot = 0  # the ring slot computed on at step kt ...
+    ahead_slot = WSTAGES - 1  # ... and the one filled, with step kt + WSTAGES - 1
+    for kt in range(steps):
+        cp_async_wait_pending(WSTAGES - 2)  # step kt has landed (this thread's copies) ...
+        cuda.syncthreads()  # ... and everyone's; and everyone is done with the slot about to be refilled
+        ahead = kt + WSTAGES - 1
+        if ahead < steps:
+            _warp_tile_copy(A, B, a_src, b_src, a_dst + uint64(ahead_slot * WA_TILE * 4),
+                            b_dst + uint64(ahead_slot * WB_TILE * 4), ahead * WBK, ka, kb, a_rows_left, b_inside)
+        a_src += uint64(WBK * 4)
+        b_src += uint64(WBK * 4) * uint64(N)
+        cp_async_commit()
+        ia = uint32(slot * WA_TILE) + a_lane
+        ib = uint32(slot * WB_TILE) + b_lane
+        for k8 in range(WBK // 8):  # 8 k written out (see _eight_steps): one loop trip per 1024 multiply-adds
+            _warp_tile_four_k(smem, ia, ib, a, b, acc)
+            _warp_tile_four_k(smem, ia + uint32(4), ib + uint32(4 * WBN), a, b, acc)
+            ia += uint32(8)
+            ib += uint32(8 * WBN)
+        slot = 0 if slot == WSTAGES - 1 else slot + 1
+        ahead_slot = 0 if ahead_slot == WSTAGES - 1 else ahead_slot + 1
+    # END SOLUTION
+    alpha = alpha_beta[0]
+    beta = alpha_beta[1]
+    r0 = row0 + int64(warp_row + g)  # back to signed before meeting signed values (see _output_coords)
+    c0 = col0 + int64(warp_col + q * uint32(4))
+    # Written out per 4-wide piece of columns, so every acc index is a constant and acc never leaves
+    # the registers (a loop the compiler keeps would index it at run time, from local memory).
+    _warp_tile_store(acc, 0, r0, c0, alpha, beta, C, out)
+    _warp_tile_store(acc, 1, r0, c0 + 16, alpha, beta, C, out)
+    _warp_tile_store(acc, 2, r0, c0 + 32, alpha, beta, C, out)
+    _warp_tile_store(acc, 3, r0, c0 + 48, alpha, beta, C, out)
+
+
+@op.stage("warp_tiles", """
+    Stage 7 gives each thread 64 outputs and caps it at 128 registers so that two blocks share an SM;
+    in its compiled loop one instruction in five is not a multiply-add (shared loads, copy addresses,
+    index arithmetic). This stage takes the shape cuBLAS picks for its own float32 GEMM: one
+    256-thread block an SM (launch_bounds=(256, 1): up to 255 registers), a 128x256 block tile, each
+    warp a 64x64 tile, each thread 128 outputs (8 rows x 16 columns). Per k a thread loads 8 + 16
+    floats for 128 multiply-adds (8 + 8 for 64 before), and with the registers to hold them the
+    compiler loads the next k's operands while this k's multiply-adds issue: 89% of the compiled
+    K-step loop is multiply-adds, against 79% in stage 7's. A stays in rows, as in global memory, so it arrives in 16-byte cp.async chunks like
+    B (stage 7 copied it a float at a time to transpose it); a thread reads it 4 neighbouring k of a
+    row at a time, still a 16-byte load, and a row stride of WBK + 4 floats puts a warp's 8 rows in 8
+    different banks. The copies run in a ring of three K-steps of 16 (cp.async.wait_group, as in the
+    tensor-core stages) in 78 KiB of dynamic shared memory, each thread's copy addresses computed once,
+    and the blocks are handed out 8 block rows at a time, so the blocks resident together share their
+    tiles of B in L2. Rows that are not 16-byte aligned (K or N not a multiple of 4) take stage 7.""")
+def warp_tiles(A, B, C, alpha_beta, out):
+    M, N = out.shape
+    K = A.shape[1]
+    if K % 4 or N % 4 or not (_aligned16(A) and _aligned16(B)):
+        # Stage 7 links CUDA C++, which the simulator cannot: there, stage 6 stands in for it.
+        (vectorized if _device.is_simulator() else async_copy).launch(A, B, C, alpha_beta, out)
+        return
+    args = (A, B, C, alpha_beta, out)
+    set_max_dynamic_shared_memory(_warp_tiles, args, WARP_TILES_BYTES)
+    _warp_tiles[(blocks_for(N, WBN), blocks_for(M, WBM)), THREADS, 0, WARP_TILES_BYTES](*args)
+
+
+# -- 9. tensor cores: TF32 mma.sync from CUDA C++ ----------------------------------------------------
 
 # d = a @ b + c for one m16n8k8 TF32 tile per warp: each thread passes its 4 + 2 + 4 fragment values
 # and gets its 4 results back as a tuple (see gemm_mma.cu for the fragment layout).
@@ -858,11 +1062,8 @@ def tensor_core(A, B, C, alpha_beta, out):
     _tensor_core[(blocks_for(N, TBN), blocks_for(M, TBM)), THREADS](A, B, C, alpha_beta, out, vec)
 
 
-# -- 9. tensor cores with a four-stage pipeline in dynamic shared memory ---------------------------------
+# -- 10. tensor cores with a four-stage pipeline in dynamic shared memory ---------------------------------
 
-# cp.async.commit_group / wait_group N (hgemm_mma.cu): with several groups in flight, wait for the oldest.
-from solutions._ptx import cp_async_commit, cp_async_wait_pending  # noqa: E402
-from workbench.shared_memory import set_max_dynamic_shared_memory  # noqa: E402
 
 DEEP_STAGES = 4  # K-steps of tiles in flight
 DEEP_BYTES = DEEP_STAGES * (A_TILE + B_TILE) * 4  # 74 KiB: past the 48 KiB default; two blocks fit an SM
@@ -939,14 +1140,14 @@ def _tensor_core_deep(A, B, C, alpha_beta, out, vec):
 
 
 @op.stage("tensor_core_deep", """
-    Stage 8 with four buffers instead of two. With two, the copy of the next K-step has one step of
+    Stage 9 with four buffers instead of two. With two, the copy of the next K-step has one step of
     mma time to land; at tensor-core speed that is shorter than a trip to global memory, so warps wait
     at the barrier. Four buffers keep three K-steps in flight (cp.async.wait_group 2 waits only for
     the oldest), one barrier per step. They take 74 KiB, past the 48 KiB a block may declare
     statically, so they live in dynamic shared memory (cuda.shared.array(0, ...)), and
     workbench.shared_memory.set_max_dynamic_shared_memory raises the kernel's limit through the driver:
     numba-cuda has no call for it. Two blocks still share an SM (148 of its 227 KiB). What it bought
-    on an H200 is small: 1310 against 1317 µs at 4096^3, 9763 against 9985 at 8192^3 (2%): stage 8's
+    on an H200 is small: 1310 against 1317 µs at 4096^3, 9763 against 9985 at 8192^3 (2%): stage 9's
     warps already have enough other warps' mma to hide the copy behind.""",
     gpu_only="links CUDA C++ (gemm_mma.cu, hgemm_mma.cu) with link=, which the simulator cannot",
     tolerance=2e-3, precision="tf32")
@@ -959,7 +1160,7 @@ def tensor_core_deep(A, B, C, alpha_beta, out):
     _tensor_core_deep[(blocks_for(N, TBN), blocks_for(M, TBM)), THREADS, 0, DEEP_BYTES](*args)
 
 
-# -- 10. split-K: small products fill the GPU -------------------------------------------------------
+# -- 11. split-K: small products fill the GPU -------------------------------------------------------
 
 SPLIT_K_MAX = 8  # at most 8 slices of K: 512^3 (16 block tiles) then makes 128 blocks of 4 K-steps each
 BLOCKS_PER_SM = 2  # what launch_bounds=(THREADS, 2) and 74 KiB of shared memory let an SM hold
@@ -997,7 +1198,7 @@ def _tensor_core_split_k(A, B, partial, steps_per_split, vec):
     M, K = A.shape
     N = B.shape[1]
     t = cuda.threadIdx.x
-    # HINT: blockIdx.z is this block's slice of K (_split_steps): stage 9's pipeline over that slice only.
+    # HINT: blockIdx.z is this block's slice of K (_split_steps): stage 10's pipeline over that slice only.
     # HINT: no alpha, beta or C here: the raw sums go to partial[slice, row, col]; _sum_splits adds them.
     # BEGIN SOLUTION
     split = cuda.blockIdx.z
@@ -1028,23 +1229,23 @@ def _sum_splits(partial, C, alpha_beta, out):
 
 
 @op.stage("split_k", """
-    Stage 9 for the products too small to fill the GPU. With 128x128 block tiles, 512^3 makes 16
+    Stage 10 for the products too small to fill the GPU. With 128x128 block tiles, 512^3 makes 16
     blocks for 132 SMs: 116 SMs idle while 16 walk all of K alone. So K is cut into slices too: the
-    grid's third dimension picks a slice of K-steps, each block runs stage 9's pipeline over its own
+    grid's third dimension picks a slice of K-steps, each block runs stage 10's pipeline over its own
     slice only and stores its raw partial sums to a workspace, and a second, elementwise kernel adds
     the slices in a fixed order (the same result on every run, no atomics) and applies alpha and beta
     (C is read only there, and only when beta != 0). The launcher picks the number of slices from M,
     N and K: enough that tiles x slices nears the 264 blocks two to an SM hold, at most 8 (each slice
     costs a write and a read of M x N partial sums), never an empty slice. 512^3 makes 8 slices of 4
     K-steps, 1024^3 4 slices of 16; from 2048^3 on the tiles fill the GPU alone and the stage
-    launches stage 9's kernel unchanged.""",
+    launches stage 10's kernel unchanged.""",
     gpu_only="links CUDA C++ (gemm_mma.cu, hgemm_mma.cu) with link=, which the simulator cannot",
     tolerance=2e-3, precision="tf32")
 def split_k(A, B, C, alpha_beta, out):
     M, N = out.shape
     K = A.shape[1]
     splits, per_split = _split_k_plan(M, N, K, BLOCKS_PER_SM * sm_count())
-    if splits == 1:  # the tiles fill the GPU: stage 9 as it is
+    if splits == 1:  # the tiles fill the GPU: stage 10 as it is
         tensor_core_deep.launch(A, B, C, alpha_beta, out)
         return
     vec = K % 4 == 0 and N % 4 == 0 and _aligned16(A) and _aligned16(B)
@@ -1195,7 +1396,7 @@ def fused(A, B, bias, out):
 
 
 
-# The tensor-core GEMM (gemm's stage 9) with the epilogue in its store. Its accuracy is TF32's, as
+# The tensor-core GEMM (gemm's stage 10) with the epilogue in its store. Its accuracy is TF32's, as
 # there: ~7e-4 relative error of A B (see gemm's tensor_core stage), which GELU passes on scaled by its
 # slope (at most 1.13) and the bias does not grow: the gemm TF32 stages' tolerance, 2e-3.
 @cuda.jit(**_gpu_options(launch_bounds=(THREADS, 2)))
@@ -1210,7 +1411,7 @@ def _tensor_core_bias_gelu(A, B, bias, out, vec):
     N = B.shape[1]
     _pipelined_product(A, B, As, Bs, row0, col0, 0, (K + TBK - 1) // TBK, vec, acc)
     t = cuda.threadIdx.x
-    # HINT: the tensor-core store of gemm's stage 9 (_fragment_place), with bias and GELU on the way out.
+    # HINT: the tensor-core store of gemm's stage 10 (_fragment_place), with bias and GELU on the way out.
     # BEGIN SOLUTION
     for i in range(4):
         for j in range(4):
@@ -1224,7 +1425,7 @@ def _tensor_core_bias_gelu(A, B, bias, out, vec):
 
 
 @bias_gelu_op.stage("tensor_core_fused", """
-    The same fusion on the tensor-core GEMM (gemm's stage 9: TF32 mma.sync, a four-deep cp.async
+    The same fusion on the tensor-core GEMM (gemm's stage 10: TF32 mma.sync, a four-deep cp.async
     pipeline in dynamic shared memory): bias and GELU are applied to the mma accumulators, still in
     registers, in the store. The GEMM underneath is much faster than stage 2's CUDA-core one, and
     the epilogue costs what it did there: a bias load (the same 8 columns for a warp's 16 stores
@@ -1388,7 +1589,7 @@ def _batched_tensor_core(A, B, out, vec):
 
 @batched_op.stage("tensor_core_batch", """
     Stage 2's one launch with the batch in the grid's third dimension, now on gemm's tensor-core
-    kernel (stage 9: TF32 mma.sync, tiles copied by cp.async four K-steps deep in dynamic shared
+    kernel (stage 10: TF32 mma.sync, tiles copied by cp.async four K-steps deep in dynamic shared
     memory). Its 128x128 block tile is a whole 128x128 output, so no thread idles on an edge, and
     K = 64 is exactly four K-steps of 16: the pipeline's first three copies are issued at once and
     each block has its operands in flight from the start. A 128x128x64 product is 2 MFLOP on 128 KiB

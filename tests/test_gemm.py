@@ -120,6 +120,71 @@ def test_tensor_core_stage_says_why_it_is_skipped():
             stage(*_device_args(*_gemm_args()))
 
 
+# -- warp_tiles: its own 16-byte path, the cp.async ring, the block order, the fallback ---------------
+
+@pytest.mark.parametrize("size", [(20, 12, 64),  # one block; 4 K-steps of 16 go round the ring of 3
+                                  pytest.param((132, 260, 8), marks=pytest.mark.slow)])  # 2x2 blocks; K < WBK
+def test_warp_tiles_exact_on_its_own_path(size, monkeypatch):
+    """K and N multiples of 4, so the stage's own kernel runs (the fallbacks are removed: taking one
+    would fail), every dimension different and none a multiple of the 128x256x16 tile."""
+    monkeypatch.setattr(gemm, "vectorized", None)
+    monkeypatch.setattr(gemm, "async_copy", None)
+    A, B, C, ab = gemm._inputs(size, np.random.default_rng(7))
+    poisoned = C.copy()
+    poisoned[::3, ::2] = np.nan  # with beta = 0, C is not read
+    for c, alpha, beta in ((C, float(ab[0]), float(ab[1])), (poisoned, 1.5, 0.0)):
+        out, ref = _run_gemm(gemm.op["warp_tiles"], A, B, c, alpha, beta)
+        assert np.isfinite(out).all()
+        result = compare("warp_tiles", size, out, ref, gemm._tolerance(size, np.float32))
+        assert result.passed, f"alpha={alpha} beta={beta}: {result.message}"
+
+
+@pytest.mark.parametrize("size", [(9, 13, 11), (8, 6, 12), (8, 12, 6)])  # K and N odd; N % 4; K % 4
+def test_warp_tiles_takes_stage_7_where_rows_are_not_16_byte_aligned(size, monkeypatch):
+    """cp.async's 16-byte chunks need 16-byte aligned rows: otherwise the launcher hands the product
+    to stage 7 (stage 6 in the simulator, which cannot link stage 7's CUDA C++), and the result is exact."""
+    name = "vectorized" if device.is_simulator() else "async_copy"
+    fallback = getattr(gemm, name)
+    calls = []
+
+    class Spy:
+        def launch(self, *args):
+            calls.append(name)
+            fallback.launch(*args)
+
+    monkeypatch.setattr(gemm, name, Spy())
+    A, B, C, ab = gemm._inputs(size, np.random.default_rng(11))
+    out, ref = _run_gemm(gemm.op["warp_tiles"], A, B, C, float(ab[0]), float(ab[1]))
+    assert calls == [name]
+    result = compare("warp_tiles", size, out, ref, gemm._tolerance(size, np.float32))
+    assert result.passed, result.message
+
+
+from numba import cuda as _cuda  # noqa: E402  (module level: the simulator swaps in its own cuda for the kernel)
+
+
+@_cuda.jit
+def _block_tiles(tiles):
+    """Which block tile (row, column) each block of the launch gets from warp_tiles' _grouped_block."""
+    row0, col0 = gemm._grouped_block()
+    tiles[_cuda.blockIdx.y, _cuda.blockIdx.x, 0] = row0 // gemm.WBM
+    tiles[_cuda.blockIdx.y, _cuda.blockIdx.x, 1] = col0 // gemm.WBN
+
+
+@pytest.mark.parametrize("grid", [(1, 1), (2, 3), (3, 10), (16, 32), (7, 17)])
+def test_warp_tiles_block_order_covers_every_tile_once(grid):
+    """_grouped_block hands out the block tiles L2_GROUP block rows at a time, column by column: every
+    tile exactly once, and the first blocks of a full group walk down its rows in one column."""
+    gx, gy = grid
+    d_tiles = _cuda.to_device(np.full((gy, gx, 2), -1, np.int64))
+    _block_tiles[grid, 1](d_tiles)
+    tiles = d_tiles.copy_to_host()
+    assert sorted(map(tuple, tiles.reshape(-1, 2))) == [(r, c) for r in range(gy) for c in range(gx)]
+    if gy >= gemm.L2_GROUP:
+        first = tiles.reshape(-1, 2)[:gemm.L2_GROUP]  # blocks 0 .. L2_GROUP - 1, in launch order
+        assert [tuple(t) for t in first] == [(r, 0) for r in range(gemm.L2_GROUP)]
+
+
 # -- the tensor-core stages' index math (they link CUDA C++: no simulator run) ----------------------
 
 def test_fragment_place_covers_the_block_tile_once():
@@ -171,7 +236,7 @@ def test_split_k_slices_cover_k_once(M, N, K):
 @pytest.mark.parametrize("size, plan", [((512, 512, 512), (8, 4)), ((1024, 1024, 1024), (4, 16)),
                                         ((2048, 2048, 2048), (1, 128)), ((4096, 4096, 4096), (1, 256))])
 def test_split_k_plan_at_the_bench_sizes(size, plan):
-    """What the stage's paragraph promises: 512^3 in 8 slices, 1024^3 in 4, stage 9 unchanged from 2048^3."""
+    """What the stage's paragraph promises: 512^3 in 8 slices, 1024^3 in 4, stage 10 unchanged from 2048^3."""
     assert gemm._split_k_plan(*size, SLOTS) == plan
 
 
