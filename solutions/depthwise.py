@@ -15,7 +15,7 @@ reading each byte once, with many loads in flight, and filling the GPU:
 """
 
 import numpy as np
-from numba import cuda, float32, uint64
+from numba import cuda, float32, int64, uint32, uint64
 
 from solutions._nchw import BENCH_SIZES, CHECK_SIZES, GROUP, HEADLINE, SIM_SIZES, nchw_bytes, nchw_images
 from solutions._vector_io import aligned16, load4, store4
@@ -513,6 +513,77 @@ def depthwise_nhwc_vector4(x, w, out):
         return
     n = N * blocks_for(H, STRIP) * W * (C // 4)
     _depthwise_nhwc_vector4[blocks_for(n, THREADS), THREADS](flat_x, flat_w, flat_out, N, H, W, C)
+
+
+# -- 4. the whole strip's window in flight, four channels a thread ---------------------------------------------
+
+NHWC_STRIP = 4  # output rows per thread: its window is (NHWC_STRIP + 2) rows x 3 pixels x 4 channels of registers
+NHWC_WINDOW_ROWS = NHWC_STRIP + 2
+NHWC_THREADS = 128  # a block; with ~120 registers a thread, 128-thread blocks leave fewer registers idle than 256
+
+
+@cuda.jit
+def _depthwise_nhwc_window_in_flight(x, w, out, N, H, W, C):
+    # As _depthwise_nhwc_vector4, but the NHWC_STRIP + 2 input rows the strip needs are all loaded before
+    # the first output is computed. Indices are uint32 (their divisions are a third of int64's), addresses uint64.
+    i = cuda.grid(1)
+    quads = uint32(C // 4)
+    strips = uint32((H + NHWC_STRIP - 1) // NHWC_STRIP)
+    if i < N * strips * W * quads:
+        t = uint32(i)
+        c4 = t % quads * uint32(4)
+        t //= quads
+        col = t % uint32(W)
+        t //= uint32(W)
+        row0 = t % strips * uint32(NHWC_STRIP)
+        n = t // strips
+        taps = cuda.local.array((9, 4), float32)
+        window = cuda.local.array((NHWC_WINDOW_ROWS, 3, 4), float32)
+        row = cuda.local.array((3, 4), float32)
+        # HINT: first every input row row0 - 1 .. row0 + NHWC_STRIP into window (_nhwc_row_of_three4 into `row`, then copy): 3 (NHWC_STRIP + 2) 16-byte loads, no store in between.
+        # HINT: then the weights, and each output row r: four sums of taps against window rows r, r + 1, r + 2, one store4 if row0 + r < H.
+        # BEGIN SOLUTION
+        for r in range(NHWC_WINDOW_ROWS):
+            _nhwc_row_of_three4(x, n, int64(row0) - 1 + r, col, c4, H, W, C, row)
+            for s in range(3):
+                for j in range(4):
+                    window[r, s, j] = row[s, j]
+        for k in range(9):  # issued after the window: the weights are L1/L2 hits, the window is DRAM
+            for j in range(4):
+                taps[k, j] = w[uint64((c4 + j) * 9 + k)]
+        for r in range(NHWC_STRIP):
+            if row0 + r < H:
+                acc = cuda.local.array(4, float32)
+                for j in range(4):
+                    acc[j] = float32(0.0)
+                    for s in range(3):
+                        acc[j] += (taps[s, j] * window[r, s, j] + taps[3 + s, j] * window[r + 1, s, j]
+                                   + taps[6 + s, j] * window[r + 2, s, j])
+                store4(out, uint64(((n * H + row0 + r) * W + col) * C + c4), acc[0], acc[1], acc[2], acc[3])
+        # END SOLUTION
+
+
+@depthwise_nhwc_op.stage("window_in_flight", """
+    depthwise3x3's window_in_flight step, taken four channels at a time. In vector4 each step down
+    the strip loads one row (three 16-byte loads) and stores one output, and the next row's loads
+    cannot move above that store (out might alias x): three loads in flight a thread, two of them
+    L1 hits on lines the horizontal neighbours fetched, so only about 16 bytes a thread of DRAM
+    traffic waiting at any time. Here a thread loads the whole window its strip needs, 6 rows of 3
+    pixels x 4 channels (18 loads), before it computes any output: six times the DRAM bytes in
+    flight a thread. The strip is 4 rows, not 8 (the window is registers: 72 of them, plus 36 for
+    the weights), so the two halo rows are re-read once per 4 outputs, from L2 (the strip above
+    was read by a neighbouring block moments before). The indices are 32-bit: the three divisions
+    that split the thread number are a third of the instructions of 64-bit ones.""")
+def depthwise_nhwc_window_in_flight(x, w, out):
+    N, H, W, C = x.shape
+    flat_x, flat_w, flat_out = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
+    if C % 4 != 0 or not aligned16(flat_x, flat_out):
+        n = N * blocks_for(H, STRIP) * W * C
+        _depthwise_nhwc_strips[blocks_for(n, THREADS), THREADS](flat_x, flat_w, flat_out, N, H, W, C)
+        return
+    n = N * blocks_for(H, NHWC_STRIP) * W * (C // 4)
+    _depthwise_nhwc_window_in_flight[blocks_for(n, NHWC_THREADS), NHWC_THREADS](flat_x, flat_w, flat_out,
+                                                                                N, H, W, C)
 
 
 OPERATORS = [depthwise_op, depthwise_nhwc_op]
