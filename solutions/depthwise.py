@@ -525,7 +525,8 @@ NHWC_THREADS = 128  # a block; with ~120 registers a thread, 128-thread blocks l
 @cuda.jit
 def _depthwise_nhwc_window_in_flight(x, w, out, N, H, W, C):
     # As _depthwise_nhwc_vector4, but the NHWC_STRIP + 2 input rows the strip needs are all loaded before
-    # the first output is computed. Indices are uint32 (their divisions are a third of int64's), addresses uint64.
+    # the first output is computed, and the index arithmetic is done once: 32-bit for the thread's
+    # coordinates, then one uint64 address stepped by a row (W * C) or a pixel (C).
     i = cuda.grid(1)
     quads = uint32(C // 4)
     strips = uint32((H + NHWC_STRIP - 1) // NHWC_STRIP)
@@ -537,29 +538,48 @@ def _depthwise_nhwc_window_in_flight(x, w, out, N, H, W, C):
         t //= uint32(W)
         row0 = t % strips * uint32(NHWC_STRIP)
         n = t // strips
-        taps = cuda.local.array((9, 4), float32)
+        zero = float32(0.0)
+        has_left = col > uint32(0)
+        has_right = col + uint32(1) < uint32(W)
+        row_step = uint64(W) * uint64(C)
+        taps = cuda.local.array(36, float32)
         window = cuda.local.array((NHWC_WINDOW_ROWS, 3, 4), float32)
-        row = cuda.local.array((3, 4), float32)
-        # HINT: first every input row row0 - 1 .. row0 + NHWC_STRIP into window (_nhwc_row_of_three4 into `row`, then copy): 3 (NHWC_STRIP + 2) 16-byte loads, no store in between.
-        # HINT: then the weights, and each output row r: four sums of taps against window rows r, r + 1, r + 2, one store4 if row0 + r < H.
+        # HINT: first every input row row0 - 1 .. row0 + NHWC_STRIP into window[r, s, 0:4] (pixel col + s - 1, channels c4 .. c4 + 3: one load4 each, zeros off the image): no store in between, so all 3 (NHWC_STRIP + 2) loads are in flight together.
+        # HINT: then the weights (channel c4 + j's 9 taps are w[(c4 + j) * 9 .. + 8]: 36 floats from w[9 c4], nine load4), and each output row r: four chains of 9 multiply-adds against window rows r, r + 1, r + 2, one store4 if row0 + r < H.
         # BEGIN SOLUTION
+        # the address of x[n, row0 - 1, col, c4]; for row0 = 0 it wraps below 0, but that row is never loaded
+        at = (uint64(n) * uint64(H) + uint64(row0)) * row_step + uint64(col) * uint64(C) + uint64(c4) - row_step
         for r in range(NHWC_WINDOW_ROWS):
-            _nhwc_row_of_three4(x, n, int64(row0) - 1 + r, col, c4, H, W, C, row)
+            h = row0 + uint32(r) - uint32(1)  # row0 - 1 wraps to 2^32 - 1 at the top: >= H, off the image
             for s in range(3):
-                for j in range(4):
-                    window[r, s, j] = row[s, j]
-        for k in range(9):  # issued after the window: the weights are L1/L2 hits, the window is DRAM
-            for j in range(4):
-                taps[k, j] = w[uint64((c4 + j) * 9 + k)]
+                inside = h < uint32(H) and (s != 0 or has_left) and (s != 2 or has_right)
+                if inside:
+                    a, b, c, d = load4(x, at + uint64(s) * uint64(C) - uint64(C))
+                else:
+                    a, b, c, d = zero, zero, zero, zero
+                window[r, s, 0] = a
+                window[r, s, 1] = b
+                window[r, s, 2] = c
+                window[r, s, 3] = d
+            at += row_step
+        # channel c4 + j's 9 weights are taps[9 j .. 9 j + 8]: the 36 of c4 .. c4 + 3 are contiguous in w and
+        # start 16-byte aligned (w[9 c4], c4 a multiple of 4): nine load4, issued after the window (L1/L2 hits)
+        for m in range(9):
+            a, b, c, d = load4(w, uint64(c4) * uint64(9) + uint64(4 * m))
+            taps[4 * m] = a
+            taps[4 * m + 1] = b
+            taps[4 * m + 2] = c
+            taps[4 * m + 3] = d
+        at = (uint64(n) * uint64(H) + uint64(row0)) * row_step + uint64(col) * uint64(C) + uint64(c4)
         for r in range(NHWC_STRIP):
-            if row0 + r < H:
+            if row0 + uint32(r) < uint32(H):
                 acc = cuda.local.array(4, float32)
                 for j in range(4):
-                    acc[j] = float32(0.0)
-                    for s in range(3):
-                        acc[j] += (taps[s, j] * window[r, s, j] + taps[3 + s, j] * window[r + 1, s, j]
-                                   + taps[6 + s, j] * window[r + 2, s, j])
-                store4(out, uint64(((n * H + row0 + r) * W + col) * C + c4), acc[0], acc[1], acc[2], acc[3])
+                    acc[j] = taps[9 * j] * window[r, 0, j]
+                    for k in range(1, 9):  # a chain of multiply-adds: one FFMA a tap
+                        acc[j] += taps[9 * j + k] * window[r + k // 3, k % 3, j]
+                store4(out, at, acc[0], acc[1], acc[2], acc[3])
+            at += row_step
         # END SOLUTION
 
 
@@ -577,7 +597,7 @@ def _depthwise_nhwc_window_in_flight(x, w, out, N, H, W, C):
 def depthwise_nhwc_window_in_flight(x, w, out):
     N, H, W, C = x.shape
     flat_x, flat_w, flat_out = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
-    if C % 4 != 0 or not aligned16(flat_x, flat_out):
+    if C % 4 != 0 or not aligned16(flat_x, flat_w, flat_out):  # the weights are read in 16-byte loads too
         n = N * blocks_for(H, STRIP) * W * C
         _depthwise_nhwc_strips[blocks_for(n, THREADS), THREADS](flat_x, flat_w, flat_out, N, H, W, C)
         return
