@@ -654,12 +654,11 @@ def _depthwise_nhwc_window_in_flight(x, w, out, N, H, W, C):
     pixels x 4 channels (18 loads), before it computes any output: six times the DRAM bytes in
     flight a thread. The strip is 4 rows, not 8 (the window is registers: 72 of them, plus 36 for
     the weights), so the two halo rows are re-read once per 4 outputs, from L2 (the strip above
-    was read by a neighbouring block moments before): NHWC_STRIP and NHWC_THREADS are the sweep's.
-    And with four times the outputs a thread, instructions count: as in depthwise3x3's
-    stepped_addresses, the thread number is split in 32-bit arithmetic and one address is stepped
-    by a row, not recomputed per load (that alone took the kernel's sass from about 890 to 600
-    instructions for 16 outputs), each output is a chain of 9 multiply-adds, and the 36 weights of
-    the thread's four channels, contiguous in w, are nine 16-byte loads.""")
+    was read by a neighbouring block moments before). And the instructions are trimmed as in
+    depthwise3x3's stepped_addresses: the thread number is split in 32-bit arithmetic, one address
+    is stepped by a row instead of recomputed per load, each output is a chain of 9 multiply-adds,
+    and the 36 weights of the thread's four channels, contiguous in w, are nine 16-byte loads (these
+    took the kernel's sass from about 890 instructions for its 16 outputs to 600).""")
 def depthwise_nhwc_window_in_flight(x, w, out):
     N, H, W, C = x.shape
     flat_x, flat_w, flat_out = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
