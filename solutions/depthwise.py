@@ -15,7 +15,7 @@ reading each byte once, with many loads in flight, and filling the GPU:
 """
 
 import numpy as np
-from numba import cuda, float32, uint64
+from numba import cuda, float32, int64, uint32, uint64
 
 from solutions._nchw import BENCH_SIZES, CHECK_SIZES, GROUP, HEADLINE, SIM_SIZES, nchw_bytes, nchw_images
 from solutions._vector_io import aligned16, load4, store4
@@ -255,6 +255,72 @@ def depthwise_window_in_flight(x, w, out):
     _depthwise_window_in_flight[blocks_for(n, THREADS), THREADS](x.reshape(x.size), w.reshape(w.size),
                                                                   out.reshape(out.size), N, C, H, W)
 
+
+
+# -- 4. addresses stepped, not recomputed ------------------------------------------------------------------------
+
+STEPPED_THREADS = 256  # a block of stepped_addresses
+
+
+@cuda.jit
+def _depthwise_stepped_addresses(x, w, out, N, C, H, W):
+    # As _depthwise_window_in_flight, with the index arithmetic done once a thread: the thread number split
+    # in 32-bit arithmetic, one uint64 address stepped by W a row, the column's two edge tests made once.
+    i = cuda.grid(1)
+    strips = uint32((H + STRIP - 1) // STRIP)
+    if i < N * C * strips * W:
+        t = uint32(i)
+        col = t % uint32(W)
+        t //= uint32(W)
+        row0 = t % strips * uint32(STRIP)
+        plane = t // strips
+        c = plane % uint32(C)
+        zero = float32(0.0)
+        has_left = col > uint32(0)
+        has_right = col + uint32(1) < uint32(W)
+        taps = cuda.local.array(9, float32)
+        window = cuda.local.array((WINDOW_ROWS, 3), float32)
+        # HINT: at = the flat index of x[plane, row0 - 1, col] (uint64; it wraps for row0 = 0, a row never loaded); for each of the WINDOW_ROWS rows test once whether it is on the image, load at - 1, at, at + 1 (the outer two only if has_left / has_right), then at += W.
+        # HINT: then the 9 weights, and each output row a chain of 9 multiply-adds (acc = taps[0] * window[r, 0]; acc += ...), stored if row0 + r < H.
+        # BEGIN SOLUTION
+        at = (uint64(plane) * uint64(H) + uint64(row0)) * uint64(W) + uint64(col) - uint64(W)
+        has_top = row0 > uint32(0)
+        rows_left = uint32(H) - row0  # image rows from row0 down: window row r (image row row0 + r - 1) is on the image if r <= rows_left
+        for r in range(WINDOW_ROWS):
+            inside = (r > 0 or has_top) and uint32(r) <= rows_left  # 32-bit tests (uint32 + uint32 is uint64 in numba)
+            window[r, 0] = x[at - uint64(1)] if inside and has_left else zero
+            window[r, 1] = x[at] if inside else zero
+            window[r, 2] = x[at + uint64(1)] if inside and has_right else zero
+            at += uint64(W)
+        for k in range(9):
+            taps[k] = w[uint64(c) * uint64(9) + uint64(k)]
+        at = (uint64(plane) * uint64(H) + uint64(row0)) * uint64(W) + uint64(col)
+        for r in range(STRIP):
+            if uint32(r) < rows_left:
+                acc = taps[0] * window[r, 0]
+                for k in range(1, 9):  # a chain of multiply-adds: one FFMA a tap
+                    acc += taps[k] * window[r + k // 3, k % 3]
+                out[at] = acc
+            at += uint64(W)
+        # END SOLUTION
+
+
+@depthwise_op.stage("stepped_addresses", """
+    The same loads and arithmetic as window_in_flight, with the index arithmetic taken out of the
+    loop. Its sass is about 900 instructions for 8 outputs (a few of them the divisions' slow
+    paths), most of them integer: each of its 30
+    loads recomputed base + h W + col - 1 in 64-bit multiplies and tested the row and the column
+    again, and splitting the thread number took four 64-bit divisions. At a copy's speed an H200
+    multiprocessor has about 64 instruction slots per output, so that kernel was bound by issuing
+    instructions, not by memory. Here the thread number is split in 32-bit arithmetic, one address
+    is stepped by W from row to row, the column's two edge tests are made once and the row's once
+    a row, and each output is a chain of 9 multiply-adds: about 460 instructions of sass for the same
+    8 outputs.""")
+def depthwise_stepped_addresses(x, w, out):
+    N, C, H, W = x.shape
+    n = N * C * blocks_for(H, STRIP) * W
+    _depthwise_stepped_addresses[blocks_for(n, STEPPED_THREADS), STEPPED_THREADS](
+        x.reshape(x.size), w.reshape(w.size), out.reshape(out.size), N, C, H, W)
 
 # == depthwise3x3[nhwc]: the same layer, channels last =====================================================
 
@@ -513,6 +579,102 @@ def depthwise_nhwc_vector4(x, w, out):
         return
     n = N * blocks_for(H, STRIP) * W * (C // 4)
     _depthwise_nhwc_vector4[blocks_for(n, THREADS), THREADS](flat_x, flat_w, flat_out, N, H, W, C)
+
+
+# -- 4. the whole strip's window in flight, four channels a thread ---------------------------------------------
+
+NHWC_STRIP = 4  # output rows per thread: its window is (NHWC_STRIP + 2) rows x 3 pixels x 4 channels of registers
+NHWC_WINDOW_ROWS = NHWC_STRIP + 2
+NHWC_THREADS = 128  # a block; with ~120 registers a thread, 128-thread blocks leave fewer registers idle than 256
+
+
+@cuda.jit
+def _depthwise_nhwc_window_in_flight(x, w, out, N, H, W, C):
+    # As _depthwise_nhwc_vector4, but the NHWC_STRIP + 2 input rows the strip needs are all loaded before
+    # the first output is computed, and the index arithmetic is done once: 32-bit for the thread's
+    # coordinates, then one uint64 address stepped by a row (W * C) or a pixel (C).
+    i = cuda.grid(1)
+    quads = uint32(C // 4)
+    strips = uint32((H + NHWC_STRIP - 1) // NHWC_STRIP)
+    if i < N * strips * W * quads:
+        t = uint32(i)
+        c4 = t % quads * uint32(4)
+        t //= quads
+        col = t % uint32(W)
+        t //= uint32(W)
+        row0 = t % strips * uint32(NHWC_STRIP)
+        n = t // strips
+        zero = float32(0.0)
+        has_left = col > uint32(0)
+        has_right = col + uint32(1) < uint32(W)
+        row_step = uint64(W) * uint64(C)
+        taps = cuda.local.array(36, float32)
+        window = cuda.local.array((NHWC_WINDOW_ROWS, 3, 4), float32)
+        # HINT: first every input row row0 - 1 .. row0 + NHWC_STRIP into window[r, s, 0:4] (pixel col + s - 1, channels c4 .. c4 + 3: one load4 each, zeros off the image): no store in between, so all 3 (NHWC_STRIP + 2) loads are in flight together.
+        # HINT: then the weights (channel c4 + j's 9 taps are w[(c4 + j) * 9 .. + 8]: 36 floats from w[9 c4], nine load4), and each output row r: four chains of 9 multiply-adds against window rows r, r + 1, r + 2, one store4 if row0 + r < H.
+        # BEGIN SOLUTION
+        # the address of x[n, row0 - 1, col, c4]; for row0 = 0 it wraps below 0, but that row is never loaded
+        at = (uint64(n) * uint64(H) + uint64(row0)) * row_step + uint64(col) * uint64(C) + uint64(c4) - row_step
+        has_top = row0 > uint32(0)
+        rows_left = uint32(H) - row0  # window row r (image row row0 + r - 1) is on the image if r <= rows_left
+        for r in range(NHWC_WINDOW_ROWS):
+            row_inside = (r > 0 or has_top) and uint32(r) <= rows_left  # 32-bit tests (uint32 + uint32 is uint64 in numba)
+            for s in range(3):
+                inside = row_inside and (s != 0 or has_left) and (s != 2 or has_right)
+                if inside:
+                    a, b, c, d = load4(x, at + uint64(s) * uint64(C) - uint64(C))
+                else:
+                    a, b, c, d = zero, zero, zero, zero
+                window[r, s, 0] = a
+                window[r, s, 1] = b
+                window[r, s, 2] = c
+                window[r, s, 3] = d
+            at += row_step
+        # channel c4 + j's 9 weights are taps[9 j .. 9 j + 8]: the 36 of c4 .. c4 + 3 are contiguous in w and
+        # start 16-byte aligned (w[9 c4], c4 a multiple of 4): nine load4, issued after the window (L1/L2 hits)
+        for m in range(9):
+            a, b, c, d = load4(w, uint64(c4) * uint64(9) + uint64(4 * m))
+            taps[4 * m] = a
+            taps[4 * m + 1] = b
+            taps[4 * m + 2] = c
+            taps[4 * m + 3] = d
+        at = (uint64(n) * uint64(H) + uint64(row0)) * row_step + uint64(col) * uint64(C) + uint64(c4)
+        for r in range(NHWC_STRIP):
+            if uint32(r) < rows_left:
+                acc = cuda.local.array(4, float32)
+                for j in range(4):
+                    acc[j] = taps[9 * j] * window[r, 0, j]
+                    for k in range(1, 9):  # a chain of multiply-adds: one FFMA a tap
+                        acc[j] += taps[9 * j + k] * window[r + k // 3, k % 3, j]
+                store4(out, at, acc[0], acc[1], acc[2], acc[3])
+            at += row_step
+        # END SOLUTION
+
+
+@depthwise_nhwc_op.stage("window_in_flight", """
+    depthwise3x3's window_in_flight step, taken four channels at a time. In vector4 each step down
+    the strip loads one row (three 16-byte loads) and stores one output, and the next row's loads
+    cannot move above that store (out might alias x): three loads in flight a thread, two of them
+    L1 hits on lines the horizontal neighbours fetched, so only about 16 bytes a thread of DRAM
+    traffic waiting at any time. Here a thread loads the whole window its strip needs, 6 rows of 3
+    pixels x 4 channels (18 loads), before it computes any output: six times the DRAM bytes in
+    flight a thread. The strip is 4 rows, not 8 (the window is registers: 72 of them, plus 36 for
+    the weights), so the two halo rows are re-read once per 4 outputs, from L2 (the strip above
+    was read by a neighbouring block moments before). And the instructions are trimmed as in
+    depthwise3x3's stepped_addresses: the thread number is split in 32-bit arithmetic, one address
+    is stepped by a row instead of recomputed per load, each output is a chain of 9 multiply-adds,
+    and the 36 weights of the thread's four channels, contiguous in w, are nine 16-byte loads (these
+    took the kernel's sass from about 890 instructions for its 16 outputs to 600).""")
+def depthwise_nhwc_window_in_flight(x, w, out):
+    N, H, W, C = x.shape
+    flat_x, flat_w, flat_out = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
+    if C % 4 != 0 or not aligned16(flat_x, flat_w, flat_out):  # the weights are read in 16-byte loads too
+        n = N * blocks_for(H, STRIP) * W * C
+        _depthwise_nhwc_strips[blocks_for(n, THREADS), THREADS](flat_x, flat_w, flat_out, N, H, W, C)
+        return
+    n = N * blocks_for(H, NHWC_STRIP) * W * (C // 4)
+    _depthwise_nhwc_window_in_flight[blocks_for(n, NHWC_THREADS), NHWC_THREADS](flat_x, flat_w, flat_out,
+                                                                                N, H, W, C)
 
 
 OPERATORS = [depthwise_op, depthwise_nhwc_op]

@@ -153,6 +153,20 @@ def test_fast_conv_stages_correct_at_the_issue_layers(stage, size):
     assert result.passed, result.message
 
 
+@pytest.mark.parametrize("key, size", [
+    ("depthwise3x3.stepped_addresses", (2, 3, 17, 5)),  # H not a multiple of STRIP, W below a warp
+    ("depthwise3x3.stepped_addresses", (1, 2, 1, 1)),  # a one-pixel image: every tap off it but the centre
+    ("depthwise3x3[nhwc].window_in_flight", (2, 7, 1, 8)),  # H not a multiple of NHWC_STRIP, one column
+    ("depthwise3x3[nhwc].window_in_flight", (1, 5, 3, 12)),  # three quads: channels 0-11 kept apart
+    ("depthwise3x3[nhwc].window_in_flight", (1, 6, 4, 6)),  # C not a multiple of 4: the strips fallback
+])
+def test_depthwise_last_stages_exact_at_awkward_sizes(key, size):
+    op_name, stage_name = key.rsplit(".", 1)
+    op = next(o for o in depthwise.OPERATORS if o.name == op_name)
+    result = check_stage(op[stage_name], size, np.random.default_rng(1))
+    assert result.passed, result.message
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", depthwise.OPERATORS, ids=lambda o: o.name)
 def test_depthwise_final_stages_correct_at_the_headline(op):
