@@ -737,6 +737,172 @@ def merge_path_in_chunks(row_ptr, col_idx, values, x, y, tiles_per_warp):
                                                                  carry_rows, carry_values)
     _add_warp_carries[blocks_for(warps, THREADS), THREADS](carry_rows, carry_values, y)
 
+
+# -- 6. an even split of the non-zeros: eight products a thread in registers -----------------------
+
+SPLIT_ITEMS = 8  # consecutive non-zeros a thread multiplies: a multiple of 4 (16-byte loads)
+SPLIT_THREADS = 256  # threads per block; a block takes SPLIT_THREADS * SPLIT_ITEMS non-zeros
+SPLIT_BLOCKS_PER_SM = 0  # nonzero_split's launch bound in blocks of SPLIT_THREADS per SM, 0 for none
+MAX_WARPS = 32  # the most warps a block can have (1024 threads): the size of the block's carry table
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_rows_ended_by(n, lo, hi, row_ptr, lane):
+    """The first row r in [lo, hi) with row_ptr[r + 1] > n (hi if there is none), searched by a whole
+    warp as _warp_merge_path_search does: 32 rows probed a round, a ballot counts those that end by n.
+    Every lane returns the same row."""
+    while lo < hi:
+        width = hi - lo
+        mid = lo + width * lane // 32
+        ended = row_ptr[mid + 1] <= n
+        below = cuda.popc(cuda.ballot_sync(FULL_MASK, ended))
+        if below < 32:
+            hi = lo + width * below // 32
+        if below > 0:
+            lo = lo + width * (below - 1) // 32 + 1
+    return lo
+
+
+@cuda.jit(**(_gpu_options(launch_bounds=(SPLIT_THREADS, SPLIT_BLOCKS_PER_SM)) if SPLIT_BLOCKS_PER_SM else {}))
+def _nonzero_split(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
+    bounds = cuda.shared.array(2, int32)  # the rows this block ends: [first, last)
+    warp_carry = cuda.shared.array(MAX_WARPS, float32)  # each warp's scanned carry (its last lane's)
+    warp_ended = cuda.shared.array(MAX_WARPS, int32)  # did any lane of the warp end a row?
+    vals = cuda.local.array(SPLIT_ITEMS, float32)
+    cols = cuda.local.array(SPLIT_ITEMS, int32)
+    products = cuda.local.array(SPLIT_ITEMS, float32)
+    rows = y.size
+    nnz = values.size
+    last = nnz - 1
+    t = cuda.threadIdx.x
+    lane = t % 32
+    w = t // 32
+    warps = cuda.blockDim.x // 32
+    block = cuda.blockIdx.x
+    first_nz = block * cuda.blockDim.x * SPLIT_ITEMS  # the block's non-zeros: [first_nz, end_nz)
+    end_nz = min(first_nz + cuda.blockDim.x * SPLIT_ITEMS, nnz)
+    s = first_nz + t * SPLIT_ITEMS  # this thread's non-zeros: [s, e), s a multiple of 4
+    e = min(s + SPLIT_ITEMS, nnz)
+    # HINT: Load first, all of it: the thread's SPLIT_ITEMS values and column indices with load4 (s is a multiple of 4; the matrix's last, partial group element by element), then every gather of x, so that all of them are in flight together. A position past e gets no product (0 * x[...] could be NaN).
+    # HINT: Block b ends the rows whose row_ptr[r + 1] lies in (first_nz, end_nz] (block 0 also the rows that end at 0, the last block every row up to rows): two warps find the bounds with _warp_rows_ended_by and leave them in shared memory.
+    # HINT: A thread with non-zeros starts in the first row that ends after s (a binary search within the block's rows) and walks its products: a row that ends before the next product is finished (the first one it finishes is its head, which may have begun in an earlier thread; later ones are written at once), and so are the rows that end at e. A block-wide segmented scan (warps, then the warps' carries in shared memory) gives each head its carry-in; the block's last carry goes to carry_rows/carry_values for _add_warp_carries.
+    # BEGIN SOLUTION
+    for g in range(SPLIT_ITEMS // 4):  # all loads first: every group's two 16-byte loads in flight together
+        j = s + 4 * g
+        if j + 3 <= last:
+            v4 = load4(values, j)
+            c4 = load4(col_idx, j)
+            for i in range(4):
+                vals[4 * g + i] = v4[i]
+                cols[4 * g + i] = c4[i]
+        else:  # the matrix's last, partial group of four
+            for i in range(4):
+                if j + i <= last:
+                    vals[4 * g + i] = values[j + i]
+                    cols[4 * g + i] = col_idx[j + i]
+    for k in range(SPLIT_ITEMS):  # then all the gathers of x
+        products[k] = float32(0.0)
+        if s + k < e:
+            products[k] = vals[k] * x[cols[k]]
+    # The block's rows: [bounds[0], bounds[1]), by two warps at once.
+    if w == 0:
+        ra = 0 if block == 0 else _warp_rows_ended_by(first_nz, 0, rows, row_ptr, lane)
+        if lane == 0:
+            bounds[0] = ra
+    if w == 1 % warps:
+        rb = rows if end_nz == nnz else _warp_rows_ended_by(end_nz, 0, rows, row_ptr, lane)
+        if lane == 0:
+            bounds[1] = rb
+    cuda.syncthreads()
+    ra, rb = bounds[0], bounds[1]
+    total = float32(0.0)
+    head = float32(0.0)
+    head_row = -1  # no row finished yet
+    works = s < e or (block == 0 and t == 0)  # block 0's thread 0 also finishes the rows that end at 0
+    if works:
+        row = 0
+        if s > 0:  # the first row that ends after s: a binary search within the block's rows
+            lo, hi = ra, rb
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if row_ptr[mid + 1] <= s:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            row = lo
+        row_end = row_ptr[row + 1] if row < rows else nnz
+        for k in range(SPLIT_ITEMS):
+            if s + k < e:
+                while row_end <= s + k:  # row `row` ended before this non-zero: finish it
+                    if head_row < 0:
+                        head, head_row = total, row  # may have begun in an earlier thread: settle it below
+                    else:
+                        y[row] = total  # begun and ended in this thread (0 for an empty row)
+                    total = float32(0.0)
+                    row += 1
+                    row_end = row_ptr[row + 1]
+                total += products[k]
+        while row < rb and row_end <= e:  # the rows that end where this thread's non-zeros end
+            if head_row < 0:
+                head, head_row = total, row
+            else:
+                y[row] = total
+            total = float32(0.0)
+            row += 1
+            row_end = row_ptr[row + 1] if row < rows else nnz
+    # Stitch the rows cut between threads: a segmented scan over the warp, then over the warps.
+    ended = int32(head_row >= 0)
+    carry = _warp_segmented_sum(total, ended, lane)
+    ended_lanes = cuda.ballot_sync(FULL_MASK, ended)
+    if lane == 31:
+        warp_carry[w] = carry
+        warp_ended[w] = int32(ended_lanes != 0)
+    cuda.syncthreads()
+    warp_in = float32(0.0)  # the carry into this warp: the warps before it, back to one that ended a row
+    for v in range(w):
+        warp_in = warp_carry[v] if warp_ended[v] else warp_in + warp_carry[v]
+    carry_in = cuda.shfl_up_sync(FULL_MASK, carry, 1)
+    carry_in = carry_in if lane > 0 else float32(0.0)
+    if ended_lanes & ((1 << lane) - 1) == 0:  # no lane before this one ended a row: the warp's carry-in flows on
+        carry_in += warp_in
+    if ended:
+        y[head_row] = head + carry_in
+    if t == cuda.blockDim.x - 1:  # the block's carry: the row left open at its end, for _add_warp_carries
+        carry_rows[block] = rb
+        carry_values[block] = carry + (warp_in if ended_lanes == 0 else float32(0.0))
+    # END SOLUTION
+
+
+@op.stage("nonzero_split", """
+    cuSPARSE's split instead of the merge path's: every thread takes 8 consecutive non-zeros, whatever
+    rows they belong to, and a block of 256 threads 2,048. The split is of the non-zeros alone, so a
+    thread's first non-zero sits on a 16-byte boundary: two 16-byte loads of values and two of column
+    indices, coalesced across the warp, then all 8 gathers of x, issued before any of them is used,
+    and the products stay in registers (merge_path_tiled and _chunked sent every product through
+    shared memory and read it back one step at a time). The rows come second: a block finishes the rows
+    that end among its non-zeros (two warps find that range with ballots), each thread finds its first
+    row with a short binary search within it and walks its 8 products, finishing the rows that end
+    there (an empty row costs a step, and a store of 0). A row cut between threads or warps is stitched
+    by a block-wide segmented scan (shuffles, then the warps' carries in shared memory), and a row cut
+    between blocks by one carry a block, which the fix-up kernel adds, as before.""")
+def nonzero_split(row_ptr, col_idx, values, x, y):
+    nonzero_split_with(row_ptr, col_idx, values, x, y, SPLIT_THREADS)
+
+
+def nonzero_split_with(row_ptr, col_idx, values, x, y, threads):
+    """nonzero_split with ``threads`` threads a block (tests pass 32 and 64, so that a small matrix spreads
+    over several blocks and warps and their carries)."""
+    if not aligned16(values, col_idx):  # views starting mid-buffer: a 16-byte load there would fault
+        merge_path(row_ptr, col_idx, values, x, y)
+        return
+    nnz = values.size
+    blocks = max(1, blocks_for(nnz, threads * SPLIT_ITEMS))
+    carry_rows = scratch("spmv.nonzero_split.carry_rows", blocks, np.int32)
+    carry_values = scratch("spmv.nonzero_split.carry_values", blocks, np.float32)
+    _nonzero_split[blocks, threads](row_ptr, col_idx, values, x, y, carry_rows, carry_values)
+    _add_warp_carries[blocks_for(blocks, THREADS), THREADS](carry_rows, carry_values, y)
+
+
 # == COO -> CSR ===================================================================================
 #
 # A learner meets a sparse matrix first as COO: three arrays (row, column, value), one entry each, in
