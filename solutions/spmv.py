@@ -763,6 +763,25 @@ def _warp_rows_ended_by(n, lo, hi, row_ptr, lane):
     return lo
 
 
+@cuda.jit(device=True, inline=True)
+def _next_full_row(row, row_end, hi, row_ptr):
+    """The first row after ``row`` (which ends at row_end) that is not empty, and its end; rows up to hi.
+    Usually the next one; a run of empty rows (all ending at row_end) is jumped with a binary search."""
+    row += 1
+    end = row_ptr[row + 1]
+    if end == row_end:
+        lo = row + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if row_ptr[mid + 1] <= row_end:
+                lo = mid + 1
+            else:
+                hi = mid
+        row = lo
+        end = row_ptr[row + 1]
+    return row, end
+
+
 @cuda.jit(**(_gpu_options(launch_bounds=(SPLIT_THREADS, SPLIT_BLOCKS_PER_SM)) if SPLIT_BLOCKS_PER_SM else {}))
 def _nonzero_split(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     bounds = cuda.shared.array(2, int32)  # the rows this block ends: [first, last)
@@ -784,8 +803,9 @@ def _nonzero_split(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     s = first_nz + t * SPLIT_ITEMS  # this thread's non-zeros: [s, e), s a multiple of 4
     e = min(s + SPLIT_ITEMS, nnz)
     # HINT: Load first, all of it: the thread's SPLIT_ITEMS values and column indices with load4 (s is a multiple of 4; the matrix's last, partial group element by element), then every gather of x, so that all of them are in flight together. A position past e gets no product (0 * x[...] could be NaN).
-    # HINT: Block b ends the rows whose row_ptr[r + 1] lies in (first_nz, end_nz] (block 0 also the rows that end at 0, the last block every row up to rows): two warps find the bounds with _warp_rows_ended_by and leave them in shared memory.
-    # HINT: A thread with non-zeros starts in the first row that ends after s (a binary search within the block's rows) and walks its products: a row that ends before the next product is finished (the first one it finishes is its head, which may have begun in an earlier thread; later ones are written at once), and so are the rows that end at e. A block-wide segmented scan (warps, then the warps' carries in shared memory) gives each head its carry-in; the block's last carry goes to carry_rows/carry_values for _add_warp_carries.
+    # HINT: Block b owns the rows whose row_ptr[r + 1] lies in (first_nz, end_nz] (block 0 from row 0, the last block up to rows): two warps find those bounds with _warp_rows_ended_by and leave them in shared memory. The block writes its empty rows' zeros first, all threads at once.
+    # HINT: A thread with non-zeros starts in the row that holds non-zero s (a binary search within the block's rows) and walks its products: when the row ends before the next product it is finished (the first one a thread finishes is its head, which may have begun in an earlier thread; later ones are written at once) and _next_full_row jumps to the next row that is not empty. A row that ends exactly at e is finished too.
+    # HINT: A block-wide segmented scan (_warp_segmented_sum, then the warps' carries in shared memory) gives each head its carry-in; the block's last carry (row rb) goes to carry_rows/carry_values for _add_warp_carries.
     # BEGIN SOLUTION
     for g in range(SPLIT_ITEMS // 4):  # all loads first: every group's two 16-byte loads in flight together
         j = s + 4 * g
@@ -815,41 +835,38 @@ def _nonzero_split(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
             bounds[1] = rb
     cuda.syncthreads()
     ra, rb = bounds[0], bounds[1]
+    for r in range(ra + t, rb, cuda.blockDim.x):  # the empty rows, all at once: y is 0 there
+        if row_ptr[r + 1] == row_ptr[r]:
+            y[r] = float32(0.0)
     total = float32(0.0)
     head = float32(0.0)
     head_row = -1  # no row finished yet
-    works = s < e or (block == 0 and t == 0)  # block 0's thread 0 also finishes the rows that end at 0
-    if works:
-        row = 0
-        if s > 0:  # the first row that ends after s: a binary search within the block's rows
-            lo, hi = ra, rb
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if row_ptr[mid + 1] <= s:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            row = lo
-        row_end = row_ptr[row + 1] if row < rows else nnz
+    if s < e:
+        lo, hi = ra, rb  # the row that holds non-zero s: the first that ends after s
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if row_ptr[mid + 1] <= s:
+                lo = mid + 1
+            else:
+                hi = mid
+        row = lo
+        row_end = row_ptr[row + 1]
         for k in range(SPLIT_ITEMS):
             if s + k < e:
-                while row_end <= s + k:  # row `row` ended before this non-zero: finish it
+                if row_end <= s + k:  # row `row` ended before this non-zero: finish it
                     if head_row < 0:
                         head, head_row = total, row  # may have begun in an earlier thread: settle it below
                     else:
-                        y[row] = total  # begun and ended in this thread (0 for an empty row)
+                        y[row] = total  # begun and ended in this thread
                     total = float32(0.0)
-                    row += 1
-                    row_end = row_ptr[row + 1]
+                    row, row_end = _next_full_row(row, row_end, rb, row_ptr)
                 total += products[k]
-        while row < rb and row_end <= e:  # the rows that end where this thread's non-zeros end
+        if row_end == e:  # the row ends where this thread's non-zeros end: it is this thread's to finish
             if head_row < 0:
                 head, head_row = total, row
             else:
                 y[row] = total
             total = float32(0.0)
-            row += 1
-            row_end = row_ptr[row + 1] if row < rows else nnz
     # Stitch the rows cut between threads: a segmented scan over the warp, then over the warps.
     ended = int32(head_row >= 0)
     carry = _warp_segmented_sum(total, ended, lane)

@@ -180,3 +180,21 @@ def test_nonzero_split_leading_and_trailing_empty_rows():
     y = cuda.to_device(np.full(lengths.size, 7.0, np.float32))
     spmv.nonzero_split_with(*(cuda.to_device(a) for a in (row_ptr, col, values, x)), y, 32)
     np.testing.assert_allclose(y.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_nonzero_split_runs_of_empty_rows(seed):
+    """Mostly empty rows in runs of up to 40, between rows of 1 to 20 entries: a thread's eight non-zeros
+    cross runs (the jump past them), and whole blocks of 32 threads may own nothing but a run's end."""
+    rng = np.random.default_rng(seed)
+    rows = 400
+    lengths = np.where(rng.random(rows) < 0.25, rng.integers(1, 21, rows), 0)
+    lengths[rng.integers(0, rows - 40, 3)[:, None] + np.arange(40)] = 0  # three long runs
+    row_ptr, col = spmv.csr_from_lengths(lengths.astype(np.int64), rows, rng)
+    values = rng.uniform(-1, 1, col.size).astype(np.float32)
+    x = rng.uniform(-1, 1, rows).astype(np.float32)
+    ref = op.reference(row_ptr, col, values, x)
+    for threads in (32, 64):
+        y = cuda.to_device(np.full(rows, 7.0, np.float32))
+        spmv.nonzero_split_with(*(cuda.to_device(a) for a in (row_ptr, col, values, x)), y, threads)
+        np.testing.assert_allclose(y.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
