@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 8b29fb72dce085e15a6bf71d7722289010eeebfb50eff15a8a8dba3a3ca8e748
+# generated-sha256: 0f15c3af08d538c860ff28aa009d1e4201e9d94876f1b2567a0d8b38924e20be
 # --------------------------------------------------------------------------------------------------
 """Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
 
@@ -706,17 +706,20 @@ def _nonzero_split(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
 
 
 @op.stage("nonzero_split", """
-    cuSPARSE's split instead of the merge path's: every thread takes 8 consecutive non-zeros, whatever
-    rows they belong to, and a block of 256 threads 2,048. The split is of the non-zeros alone, so a
-    thread's first non-zero sits on a 16-byte boundary: two 16-byte loads of values and two of column
-    indices, coalesced across the warp, then all 8 gathers of x, issued before any of them is used,
-    and the products stay in registers (merge_path_tiled and _chunked sent every product through
-    shared memory and read it back one step at a time). The rows come second: a block finishes the rows
-    that end among its non-zeros (two warps find that range with ballots), each thread finds its first
-    row with a short binary search within it and walks its 8 products, finishing the rows that end
-    there (an empty row costs a step, and a store of 0). A row cut between threads or warps is stitched
-    by a block-wide segmented scan (shuffles, then the warps' carries in shared memory), and a row cut
-    between blocks by one carry a block, which the fix-up kernel adds, as before.""")
+    Split the non-zeros, not the merge path: every thread takes 8 consecutive non-zeros whatever rows
+    they belong to (2,048 a block of 256), the split cuSPARSE's kernel uses (2M threads for 16.8M
+    non-zeros). A thread's first non-zero is then a multiple of 8, so its values and column indices
+    come in two 16-byte loads each with no alignment fix-up, all 8 gathers of x are issued before the
+    first is used, and the products stay in registers (merge_path_tiled and _chunked wrote each one to
+    shared memory and read it back a step at a time). At 16 entries a row the gathers are most of the
+    traffic: each brings a 32-byte sector from L2 for 4 bytes, so the aim is to fetch every sector once,
+    keep many gathers in flight, and leave the on-chip memory to L1 (264 bytes of shared memory a
+    block). The rows, which the merge path handled for free, now take their own steps: a block owns the
+    rows that end among its non-zeros (two warps find that range with ballot searches) and writes the
+    zeros of its empty rows with all its threads; each thread finds its first row with a binary search
+    in that range and walks its products, finishing the rows that end there and jumping a run of empty
+    rows with another search. Rows cut between threads and warps are stitched by a block-wide segmented
+    scan, rows cut between blocks by one carry a block that the fix-up kernel adds, as before.""")
 def nonzero_split(row_ptr, col_idx, values, x, y):
     nonzero_split_with(row_ptr, col_idx, values, x, y, SPLIT_THREADS)
 
