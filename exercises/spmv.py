@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 0f15c3af08d538c860ff28aa009d1e4201e9d94876f1b2567a0d8b38924e20be
+# generated-sha256: fbf1698d9bd03c1cbe2c4de849612a71952e08f8e6c65675448eec79d6e512b8
 # --------------------------------------------------------------------------------------------------
 """Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
 
@@ -54,7 +54,7 @@ from numba import cuda, float32, int32
 from solutions._vector_io import aligned16, load4
 from workbench import device as _device
 from workbench import library_peers as peers
-from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, sm_count
 from workbench.targets import against_peer
 
 THREADS = 256  # threads per block; a multiple of the 32-lane warp
@@ -640,6 +640,9 @@ SPLIT_THREADS = 256  # threads per block; a block takes SPLIT_THREADS * SPLIT_IT
 # (5 blocks of 256 an SM); 6 caps it at 40 without a spill, 8 at 32 with 28 bytes of spill (sm_90a, 2026-11-30).
 SPLIT_BLOCKS_PER_SM = 6
 MAX_WARPS = 32  # the most warps a block can have (1024 threads): the size of the block's carry table
+# A small matrix gets smaller blocks (down to 2 warps) until it makes this many blocks an SM: 2^14 rows of 16
+# non-zeros are 128 blocks of 2,048, fewer than the 132 SMs; 0 keeps SPLIT_THREADS always.
+SPLIT_MIN_BLOCKS_PER_SM = 4
 
 
 @cuda.jit(device=True, inline=True)
@@ -706,22 +709,25 @@ def _nonzero_split(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
 
 
 @op.stage("nonzero_split", """
-    Split the non-zeros, not the merge path: every thread takes 8 consecutive non-zeros whatever rows
-    they belong to (2,048 a block of 256), the split cuSPARSE's kernel uses (2M threads for 16.8M
-    non-zeros). A thread's first non-zero is then a multiple of 8, so its values and column indices
-    come in two 16-byte loads each with no alignment fix-up, all 8 gathers of x are issued before the
-    first is used, and the products stay in registers (merge_path_tiled and _chunked wrote each one to
-    shared memory and read it back a step at a time). At 16 entries a row the gathers are most of the
-    traffic: each brings a 32-byte sector from L2 for 4 bytes, so the aim is to fetch every sector once,
-    keep many gathers in flight, and leave the on-chip memory to L1 (264 bytes of shared memory a
-    block). The rows, which the merge path handled for free, now take their own steps: a block owns the
-    rows that end among its non-zeros (two warps find that range with ballot searches) and writes the
-    zeros of its empty rows with all its threads; each thread finds its first row with a binary search
-    in that range and walks its products, finishing the rows that end there and jumping a run of empty
-    rows with another search. Rows cut between threads and warps are stitched by a block-wide segmented
-    scan, rows cut between blocks by one carry a block that the fix-up kernel adds, as before.""")
+    Split the non-zeros, not the merge path: every thread takes 8 consecutive non-zeros whatever rows they
+    belong to (2,048 a block of 256), the split cuSPARSE's kernel uses (2M threads for 16.8M non-zeros; a
+    small matrix gets smaller blocks, so that every SM has several). A thread's first non-zero is then a
+    multiple of 8, so its values and column indices come in two 16-byte loads each with no alignment fix-up,
+    all 8 gathers of x are issued before the first is used, and the products stay in registers
+    (merge_path_tiled and _chunked wrote each one to shared memory and read it back a step at a time). At 16
+    entries a row the gathers are most of the traffic: each brings a 32-byte sector from L2 for 4 bytes, so
+    the aim is to fetch every sector once, keep many gathers in flight, and leave the on-chip memory to L1
+    (264 bytes of shared memory a block). The rows, which the merge path handled for free, now take their
+    own steps: a block owns the rows that end among its non-zeros (two warps find that range with ballot
+    searches) and writes the zeros of its empty rows with all its threads; each thread finds its first row
+    with a binary search in that range and walks its products, finishing the rows that end there and jumping
+    a run of empty rows with another search. Rows cut between threads and warps are stitched by a block-wide
+    segmented scan, rows cut between blocks by one carry a block that the fix-up kernel adds, as before.""")
 def nonzero_split(row_ptr, col_idx, values, x, y):
-    nonzero_split_with(row_ptr, col_idx, values, x, y, SPLIT_THREADS)
+    threads = SPLIT_THREADS
+    while threads > 64 and blocks_for(values.size, threads * SPLIT_ITEMS) < SPLIT_MIN_BLOCKS_PER_SM * sm_count():
+        threads //= 2
+    nonzero_split_with(row_ptr, col_idx, values, x, y, threads)
 
 
 def nonzero_split_with(row_ptr, col_idx, values, x, y, threads):
