@@ -824,10 +824,6 @@ def _nonzero_split(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
                 if j + i <= last:
                     vals[4 * g + i] = values[j + i]
                     cols[4 * g + i] = col_idx[j + i]
-    for k in range(SPLIT_ITEMS):  # then all the gathers of x
-        products[k] = float32(0.0)
-        if s + k < e:
-            products[k] = vals[k] * x[cols[k]]
     # The block's rows: [bounds[0], bounds[1]), by two warps at once.
     if w == 0:
         ra = 0 if block == 0 else _warp_rows_ended_by(first_nz, 0, rows, row_ptr, lane)
@@ -837,6 +833,12 @@ def _nonzero_split(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
         rb = rows if end_nz == nnz else _warp_rows_ended_by(end_nz, 0, rows, row_ptr, lane)
         if lane == 0:
             bounds[1] = rb
+    for k in range(SPLIT_ITEMS):  # then every gather of x, all issued before any is used
+        products[k] = float32(0.0)
+        if s + k < e:
+            products[k] = x[cols[k]]
+    for k in range(SPLIT_ITEMS):  # (a product past e is never added: 0 * x[...] could be NaN)
+        products[k] *= vals[k]
     cuda.syncthreads()
     ra, rb = bounds[0], bounds[1]
     for r in range(ra + t, rb, cuda.blockDim.x):  # the empty rows, all at once: y is 0 there
