@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: fbf1698d9bd03c1cbe2c4de849612a71952e08f8e6c65675448eec79d6e512b8
+# generated-sha256: 48f57c242aa2cba48ad0927edfe54541083f710c0d28caf271a72e5e9f908a3a
 # --------------------------------------------------------------------------------------------------
 """Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
 
@@ -636,8 +636,8 @@ def merge_path_in_chunks(row_ptr, col_idx, values, x, y, tiles_per_warp):
 
 SPLIT_ITEMS = 8  # consecutive non-zeros a thread multiplies: a multiple of 4 (16-byte loads)
 SPLIT_THREADS = 256  # threads per block; a block takes SPLIT_THREADS * SPLIT_ITEMS non-zeros
-# nonzero_split's launch bound in blocks of SPLIT_THREADS per SM, 0 for none. Unbounded it takes 44 registers
-# (5 blocks of 256 an SM); 6 caps it at 40 without a spill, 8 at 32 with 28 bytes of spill (sm_90a, 2026-11-30).
+# nonzero_split's launch bound in blocks of SPLIT_THREADS per SM, 0 for none. Unbounded it takes 46 registers
+# (5 blocks of 256 an SM); 6 caps it at 40 without a spill, 8 at 32 with 124 bytes of spill (sm_90a, 2026-11-30).
 SPLIT_BLOCKS_PER_SM = 6
 MAX_WARPS = 32  # the most warps a block can have (1024 threads): the size of the block's carry table
 # A small matrix gets smaller blocks (down to 2 warps) until it makes this many blocks an SM: 2^14 rows of 16
@@ -702,7 +702,7 @@ def _nonzero_split(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     s = first_nz + t * SPLIT_ITEMS  # this thread's non-zeros: [s, e), s a multiple of 4
     e = min(s + SPLIT_ITEMS, nnz)
     # EXERCISE: write this part of `_nonzero_split`. Read the hints one at a time.
-    #   hint 1 (nudge): Load first, all of it: the thread's values and column indices with load4 (s is a multiple of 4; the matrix's last, partial group element by element), then every gather of x, all in flight together (no product past e: 0 * x[...] may be NaN). Then the block's rows, those whose row_ptr[r + 1] lies in (first_nz, end_nz] (block 0 from row 0, the last block up to rows): two warps find the bounds with _warp_rows_ended_by; the block writes its empty rows' zeros.
+    #   hint 1 (nudge): Load first, all of it: the thread's values and column indices with load4 (s is a multiple of 4; the matrix's last, partial group element by element), then every gather of x before any product (none past e: 0 * x[...] may be NaN). The block's rows are those whose row_ptr[r + 1] lies in (first_nz, end_nz] (block 0 from row 0, the last block up to rows): two warps find the bounds with _warp_rows_ended_by; the block writes its empty rows' zeros.
     #   hint 2: A thread with non-zeros starts in the row that holds non-zero s (a binary search within the block's rows) and walks its products: when the row ends before the next product it is finished (the first a thread finishes is its head, which may have begun earlier; later ones are written at once) and _next_full_row jumps to the next row that is not empty; a row that ends exactly at e is finished too.
     #   hint 3 (nearly the answer): A block-wide segmented scan (_warp_segmented_sum, then the warps' carries in shared memory) gives each head its carry-in: y[head_row] = head + carry_in. The block's last carry (row rb) goes to carry_rows/carry_values for _add_warp_carries.
     pass  # TODO(exercise): not implemented yet: replace this line with your code

@@ -742,8 +742,8 @@ def merge_path_in_chunks(row_ptr, col_idx, values, x, y, tiles_per_warp):
 
 SPLIT_ITEMS = 8  # consecutive non-zeros a thread multiplies: a multiple of 4 (16-byte loads)
 SPLIT_THREADS = 256  # threads per block; a block takes SPLIT_THREADS * SPLIT_ITEMS non-zeros
-# nonzero_split's launch bound in blocks of SPLIT_THREADS per SM, 0 for none. Unbounded it takes 44 registers
-# (5 blocks of 256 an SM); 6 caps it at 40 without a spill, 8 at 32 with 28 bytes of spill (sm_90a, 2026-11-30).
+# nonzero_split's launch bound in blocks of SPLIT_THREADS per SM, 0 for none. Unbounded it takes 46 registers
+# (5 blocks of 256 an SM); 6 caps it at 40 without a spill, 8 at 32 with 124 bytes of spill (sm_90a, 2026-11-30).
 SPLIT_BLOCKS_PER_SM = 6
 MAX_WARPS = 32  # the most warps a block can have (1024 threads): the size of the block's carry table
 # A small matrix gets smaller blocks (down to 2 warps) until it makes this many blocks an SM: 2^14 rows of 16
@@ -807,7 +807,7 @@ def _nonzero_split(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     end_nz = min(first_nz + cuda.blockDim.x * SPLIT_ITEMS, nnz)
     s = first_nz + t * SPLIT_ITEMS  # this thread's non-zeros: [s, e), s a multiple of 4
     e = min(s + SPLIT_ITEMS, nnz)
-    # HINT: Load first, all of it: the thread's values and column indices with load4 (s is a multiple of 4; the matrix's last, partial group element by element), then every gather of x, all in flight together (no product past e: 0 * x[...] may be NaN). Then the block's rows, those whose row_ptr[r + 1] lies in (first_nz, end_nz] (block 0 from row 0, the last block up to rows): two warps find the bounds with _warp_rows_ended_by; the block writes its empty rows' zeros.
+    # HINT: Load first, all of it: the thread's values and column indices with load4 (s is a multiple of 4; the matrix's last, partial group element by element), then every gather of x before any product (none past e: 0 * x[...] may be NaN). The block's rows are those whose row_ptr[r + 1] lies in (first_nz, end_nz] (block 0 from row 0, the last block up to rows): two warps find the bounds with _warp_rows_ended_by; the block writes its empty rows' zeros.
     # HINT: A thread with non-zeros starts in the row that holds non-zero s (a binary search within the block's rows) and walks its products: when the row ends before the next product it is finished (the first a thread finishes is its head, which may have begun earlier; later ones are written at once) and _next_full_row jumps to the next row that is not empty; a row that ends exactly at e is finished too.
     # HINT: A block-wide segmented scan (_warp_segmented_sum, then the warps' carries in shared memory) gives each head its carry-in: y[head_row] = head + carry_in. The block's last carry (row rb) goes to carry_rows/carry_values for _add_warp_carries.
     # BEGIN SOLUTION
@@ -824,7 +824,7 @@ def _nonzero_split(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
                 if j + i <= last:
                     vals[4 * g + i] = values[j + i]
                     cols[4 * g + i] = col_idx[j + i]
-    # The block's rows: [bounds[0], bounds[1]), by two warps at once.
+    # The block's rows, [bounds[0], bounds[1]), by two warps at once while the loads are in flight.
     if w == 0:
         ra = 0 if block == 0 else _warp_rows_ended_by(first_nz, 0, rows, row_ptr, lane)
         if lane == 0:
