@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 48f57c242aa2cba48ad0927edfe54541083f710c0d28caf271a72e5e9f908a3a
+# generated-sha256: 6e445b8efabbf29c3076c37feaa8e73b173bfbc2e6fd7dfeb3b4ffd17eab80fd
 # --------------------------------------------------------------------------------------------------
 """Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
 
@@ -636,9 +636,9 @@ def merge_path_in_chunks(row_ptr, col_idx, values, x, y, tiles_per_warp):
 
 SPLIT_ITEMS = 8  # consecutive non-zeros a thread multiplies: a multiple of 4 (16-byte loads)
 SPLIT_THREADS = 256  # threads per block; a block takes SPLIT_THREADS * SPLIT_ITEMS non-zeros
-# nonzero_split's launch bound in blocks of SPLIT_THREADS per SM, 0 for none. Unbounded it takes 46 registers
-# (5 blocks of 256 an SM); 6 caps it at 40 without a spill, 8 at 32 with 124 bytes of spill (sm_90a, 2026-11-30).
-SPLIT_BLOCKS_PER_SM = 6
+# nonzero_split's launch bound in blocks of SPLIT_THREADS per SM, 0 for none. Unbounded it takes 47 registers
+# (5 blocks of 256 an SM, no spill); 6 caps it at 40 with 132 bytes of spill (workbench ptx spmv, sm_90, 2026-11-30).
+SPLIT_BLOCKS_PER_SM = 0
 MAX_WARPS = 32  # the most warps a block can have (1024 threads): the size of the block's carry table
 # A small matrix gets smaller blocks (down to 2 warps) until it makes this many blocks an SM: 2^14 rows of 16
 # non-zeros are 128 blocks of 2,048, fewer than the 132 SMs; 0 keeps SPLIT_THREADS always.
