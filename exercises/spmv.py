@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 78cf964e67f24dc6791f7223590b04333e1934d6b07681d070d3898bed7f56eb
+# generated-sha256: 6e445b8efabbf29c3076c37feaa8e73b173bfbc2e6fd7dfeb3b4ffd17eab80fd
 # --------------------------------------------------------------------------------------------------
 """Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
 
@@ -54,7 +54,7 @@ from numba import cuda, float32, int32
 from solutions._vector_io import aligned16, load4
 from workbench import device as _device
 from workbench import library_peers as peers
-from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
+from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, sm_count
 from workbench.targets import against_peer
 
 THREADS = 256  # threads per block; a multiple of the 32-lane warp
@@ -630,6 +630,119 @@ def merge_path_in_chunks(row_ptr, col_idx, values, x, y, tiles_per_warp):
     _merge_path_chunked[blocks_for(32 * warps, THREADS), THREADS](row_ptr, col_idx, values, x, y, tiles_per_warp,
                                                                  carry_rows, carry_values)
     _add_warp_carries[blocks_for(warps, THREADS), THREADS](carry_rows, carry_values, y)
+
+
+# -- 6. an even split of the non-zeros: eight products a thread in registers -----------------------
+
+SPLIT_ITEMS = 8  # consecutive non-zeros a thread multiplies: a multiple of 4 (16-byte loads)
+SPLIT_THREADS = 256  # threads per block; a block takes SPLIT_THREADS * SPLIT_ITEMS non-zeros
+# nonzero_split's launch bound in blocks of SPLIT_THREADS per SM, 0 for none. Unbounded it takes 47 registers
+# (5 blocks of 256 an SM, no spill); 6 caps it at 40 with 132 bytes of spill (workbench ptx spmv, sm_90, 2026-11-30).
+SPLIT_BLOCKS_PER_SM = 0
+MAX_WARPS = 32  # the most warps a block can have (1024 threads): the size of the block's carry table
+# A small matrix gets smaller blocks (down to 2 warps) until it makes this many blocks an SM: 2^14 rows of 16
+# non-zeros are 128 blocks of 2,048, fewer than the 132 SMs; 0 keeps SPLIT_THREADS always.
+SPLIT_MIN_BLOCKS_PER_SM = 4
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_rows_ended_by(n, lo, hi, row_ptr, lane):
+    """The first row r in [lo, hi) with row_ptr[r + 1] > n (hi if there is none), searched by a whole
+    warp as _warp_merge_path_search does: 32 rows probed a round, a ballot counts those that end by n.
+    Every lane returns the same row."""
+    while lo < hi:
+        width = hi - lo
+        mid = lo + width * lane // 32
+        ended = row_ptr[mid + 1] <= n
+        below = cuda.popc(cuda.ballot_sync(FULL_MASK, ended))
+        if below < 32:
+            hi = lo + width * below // 32
+        if below > 0:
+            lo = lo + width * (below - 1) // 32 + 1
+    return lo
+
+
+@cuda.jit(device=True, inline=True)
+def _next_full_row(row, row_end, hi, row_ptr):
+    """The first row after ``row`` (which ends at row_end) that is not empty, and its end; rows up to hi.
+    Usually the next one; a run of empty rows (all ending at row_end) is jumped with a binary search."""
+    row += 1
+    end = row_ptr[row + 1]
+    if end == row_end:
+        lo = row + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if row_ptr[mid + 1] <= row_end:
+                lo = mid + 1
+            else:
+                hi = mid
+        row = lo
+        end = row_ptr[row + 1]
+    return row, end
+
+
+@cuda.jit(**(_gpu_options(launch_bounds=(SPLIT_THREADS, SPLIT_BLOCKS_PER_SM)) if SPLIT_BLOCKS_PER_SM else {}))
+def _nonzero_split(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
+    bounds = cuda.shared.array(2, int32)  # the rows this block ends: [first, last)
+    warp_carry = cuda.shared.array(MAX_WARPS, float32)  # each warp's scanned carry (its last lane's)
+    warp_ended = cuda.shared.array(MAX_WARPS, int32)  # did any lane of the warp end a row?
+    vals = cuda.local.array(SPLIT_ITEMS, float32)
+    cols = cuda.local.array(SPLIT_ITEMS, int32)
+    products = cuda.local.array(SPLIT_ITEMS, float32)
+    rows = y.size
+    nnz = values.size
+    last = nnz - 1
+    t = cuda.threadIdx.x
+    lane = t % 32
+    w = t // 32
+    warps = cuda.blockDim.x // 32
+    block = cuda.blockIdx.x
+    first_nz = block * cuda.blockDim.x * SPLIT_ITEMS  # the block's non-zeros: [first_nz, end_nz)
+    end_nz = min(first_nz + cuda.blockDim.x * SPLIT_ITEMS, nnz)
+    s = first_nz + t * SPLIT_ITEMS  # this thread's non-zeros: [s, e), s a multiple of 4
+    e = min(s + SPLIT_ITEMS, nnz)
+    # EXERCISE: write this part of `_nonzero_split`. Read the hints one at a time.
+    #   hint 1 (nudge): Load first, all of it: the thread's values and column indices with load4 (s is a multiple of 4; the matrix's last, partial group element by element), then every gather of x before any product (none past e: 0 * x[...] may be NaN). The block's rows are those whose row_ptr[r + 1] lies in (first_nz, end_nz] (block 0 from row 0, the last block up to rows): two warps find the bounds with _warp_rows_ended_by; the block writes its empty rows' zeros.
+    #   hint 2: A thread with non-zeros starts in the row that holds non-zero s (a binary search within the block's rows) and walks its products: when the row ends before the next product it is finished (the first a thread finishes is its head, which may have begun earlier; later ones are written at once) and _next_full_row jumps to the next row that is not empty; a row that ends exactly at e is finished too.
+    #   hint 3 (nearly the answer): A block-wide segmented scan (_warp_segmented_sum, then the warps' carries in shared memory) gives each head its carry-in: y[head_row] = head + carry_in. The block's last carry (row rb) goes to carry_rows/carry_values for _add_warp_carries.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@op.stage("nonzero_split", """
+    Split the non-zeros, not the merge path: every thread takes 8 consecutive non-zeros whatever rows they
+    belong to (2,048 a block of 256), the split cuSPARSE's kernel uses (2M threads for 16.8M non-zeros; a
+    small matrix gets smaller blocks, so that every SM has several). A thread's first non-zero is then a
+    multiple of 8, so its values and column indices come in two 16-byte loads each with no alignment fix-up,
+    all 8 gathers of x are issued before the first is used, and the products stay in registers
+    (merge_path_tiled and _chunked wrote each one to shared memory and read it back a step at a time). At 16
+    entries a row the gathers are most of the traffic: each brings a 32-byte sector from L2 for 4 bytes, so
+    the aim is to fetch every sector once, keep many gathers in flight, and leave the on-chip memory to L1
+    (264 bytes of shared memory a block). The rows, which the merge path handled for free, now take their
+    own steps: a block owns the rows that end among its non-zeros (two warps find that range with ballot
+    searches) and writes the zeros of its empty rows with all its threads; each thread finds its first row
+    with a binary search in that range and walks its products, finishing the rows that end there and jumping
+    a run of empty rows with another search. Rows cut between threads and warps are stitched by a block-wide
+    segmented scan, rows cut between blocks by one carry a block that the fix-up kernel adds, as before.""")
+def nonzero_split(row_ptr, col_idx, values, x, y):
+    threads = SPLIT_THREADS
+    while threads > 64 and blocks_for(values.size, threads * SPLIT_ITEMS) < SPLIT_MIN_BLOCKS_PER_SM * sm_count():
+        threads //= 2
+    nonzero_split_with(row_ptr, col_idx, values, x, y, threads)
+
+
+def nonzero_split_with(row_ptr, col_idx, values, x, y, threads):
+    """nonzero_split with ``threads`` threads a block (tests pass 32 and 64, so that a small matrix spreads
+    over several blocks and warps and their carries)."""
+    if not aligned16(values, col_idx):  # views starting mid-buffer: a 16-byte load there would fault
+        merge_path(row_ptr, col_idx, values, x, y)
+        return
+    nnz = values.size
+    blocks = max(1, blocks_for(nnz, threads * SPLIT_ITEMS))
+    carry_rows = scratch("spmv.nonzero_split.carry_rows", blocks, np.int32)
+    carry_values = scratch("spmv.nonzero_split.carry_values", blocks, np.float32)
+    _nonzero_split[blocks, threads](row_ptr, col_idx, values, x, y, carry_rows, carry_values)
+    _add_warp_carries[blocks_for(blocks, THREADS), THREADS](carry_rows, carry_values, y)
+
 
 # == COO -> CSR ===================================================================================
 #

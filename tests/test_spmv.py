@@ -150,3 +150,51 @@ def test_chunked_carries_between_warps(label):
         spmv.merge_path_in_chunks(*(cuda.to_device(a) for a in inputs), y, tiles_per_warp)
         ref = op.reference(*inputs)
         np.testing.assert_allclose(y.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("label", ["random", "one-dense-row", "empty-rows", "all-empty", "nan-inf"])
+@pytest.mark.parametrize("size", [(133, 6, spmv.POWER_LAW), (61, 7, spmv.UNIFORM), (45, 5, spmv.BANDED)])
+def test_nonzero_split_carries_between_blocks(label, size):
+    """nonzero_split with blocks of one and two warps: a matrix of a few hundred non-zeros spreads over
+    several blocks (256 or 512 non-zeros each), so the carries between threads, warps and blocks, and a
+    block whose rows are all empty or all one row, are exercised in the simulator. nnz is no multiple
+    of 4 or 8 here (the matrix's last, partial group of four)."""
+    rng = np.random.default_rng(5)
+    inputs = op.make_inputs(size, rng) if label == "random" else dict(op.adversarial_inputs(size, rng))[label]
+    ref = op.reference(*inputs)
+    for threads in (32, 64):
+        y = cuda.to_device(np.full(size[0], 7.0, np.float32))
+        spmv.nonzero_split_with(*(cuda.to_device(a) for a in inputs), y, threads)
+        np.testing.assert_allclose(y.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_nonzero_split_leading_and_trailing_empty_rows():
+    """Rows that end at 0 (before any non-zero: block 0's first thread finishes them) and rows after the
+    last non-zero, with a row cut between the two blocks of 32 threads (256 non-zeros each)."""
+    lengths = np.array([0, 0, 0, 250, 0, 10, 3, 0, 0, 260, 0, 0], np.int64)
+    rng = np.random.default_rng(6)
+    row_ptr, col = spmv.csr_from_lengths(lengths, 300, rng)
+    values = rng.uniform(-1, 1, col.size).astype(np.float32)
+    x = rng.uniform(-1, 1, 300).astype(np.float32)
+    ref = op.reference(row_ptr, col, values, x)
+    y = cuda.to_device(np.full(lengths.size, 7.0, np.float32))
+    spmv.nonzero_split_with(*(cuda.to_device(a) for a in (row_ptr, col, values, x)), y, 32)
+    np.testing.assert_allclose(y.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_nonzero_split_runs_of_empty_rows(seed):
+    """Mostly empty rows in runs of up to 40, between rows of 1 to 20 entries: a thread's eight non-zeros
+    cross runs (the jump past them), and whole blocks of 32 threads may own nothing but a run's end."""
+    rng = np.random.default_rng(seed)
+    rows = 400
+    lengths = np.where(rng.random(rows) < 0.25, rng.integers(1, 21, rows), 0)
+    lengths[rng.integers(0, rows - 40, 3)[:, None] + np.arange(40)] = 0  # three long runs
+    row_ptr, col = spmv.csr_from_lengths(lengths.astype(np.int64), rows, rng)
+    values = rng.uniform(-1, 1, col.size).astype(np.float32)
+    x = rng.uniform(-1, 1, rows).astype(np.float32)
+    ref = op.reference(row_ptr, col, values, x)
+    for threads in (32, 64):
+        y = cuda.to_device(np.full(rows, 7.0, np.float32))
+        spmv.nonzero_split_with(*(cuda.to_device(a) for a in (row_ptr, col, values, x)), y, threads)
+        np.testing.assert_allclose(y.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
