@@ -278,12 +278,20 @@ def _copy_state():
     return _COPIES
 
 
-def _sim_cp_async_chunk16(shared_dst, global_src, src_bytes):
-    data = np.zeros(16, np.uint8)
+def _sim_cp_async(shared_dst, global_src, src_bytes, size):
+    data = np.zeros(size, np.uint8)
     if src_bytes:
         data[:src_bytes] = _read(global_src, src_bytes)  # global memory does not change during a kernel
     _copy_state().issued.append((int(shared_dst), data.tobytes()))
     return 0
+
+
+def _sim_cp_async_chunk16(shared_dst, global_src, src_bytes):
+    return _sim_cp_async(shared_dst, global_src, src_bytes, 16)
+
+
+def _sim_cp_async_chunk4(shared_dst, global_src, src_bytes):
+    return _sim_cp_async(shared_dst, global_src, src_bytes, 4)
 
 
 def _sim_cp_async_commit():
@@ -379,6 +387,7 @@ if _device.is_simulator():
     ldmatrix_x4 = _sim_ldmatrix_x4
     ldmatrix_x4_trans = _sim_ldmatrix_x4_trans
     cp_async_chunk16 = _sim_cp_async_chunk16
+    cp_async_chunk4 = _sim_cp_async_chunk4
     cp_async_commit = _sim_cp_async_commit
     cp_async_wait_pending = _sim_cp_async_wait_pending
     pack_f16x2 = _sim_pack_f16x2
@@ -408,6 +417,7 @@ else:
     ldmatrix_x4 = cuda.declare_device("ldmatrix_x4", "UniTuple(uint32, 4)(uint64)", link=HGEMM_CU)
     ldmatrix_x4_trans = cuda.declare_device("ldmatrix_x4_trans", "UniTuple(uint32, 4)(uint64)", link=HGEMM_CU)
     cp_async_chunk16 = cuda.declare_device("cp_async_chunk16", "int32(uint64, uint64, int32)", link=HGEMM_CU)
+    cp_async_chunk4 = cuda.declare_device("cp_async_chunk4", "int32(uint64, uint64, int32)", link=HGEMM_CU)
     cp_async_commit = cuda.declare_device("cp_async_commit", "int32()", link=HGEMM_CU)
     cp_async_wait_pending = cuda.declare_device("cp_async_wait_pending", "int32(int32)", link=HGEMM_CU)
     pack_f16x2 = cuda.declare_device("pack_f16x2", "uint32(float32, float32)", link=HGEMM_CU)

@@ -48,7 +48,7 @@ is overwritten; x and w are never written.
 import math
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, uint32, uint64
 
 from workbench import device as _device
 from workbench import library_peers as peers
@@ -56,7 +56,9 @@ from workbench.ladder import InputError, Operator, blocks_for, expect_device_arr
 from workbench.targets import against_peer, against_stage
 
 from solutions import gemm as gemm_ladder
-from solutions._implicit_gemm import BM, BN, GEMM_THREADS, gemm_tile_loop, output_index
+from solutions._implicit_gemm import (ALIGN16, BM, BN, GEMM_THREADS, SA, SB, _eight_taps, gemm_tile_loop,
+                                      output_index)
+from solutions._ptx import cp_async_chunk4, cp_async_chunk16, cp_async_commit, cp_async_wait_pending
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -598,8 +600,14 @@ def _implicit_gemm_block(x_flat, w_flat, geometry, N, C, H, W, K, R, S, Ho, Wo, 
 def _implicit_gemm(x_flat, w_flat, geometry, N, C, H, W, K, R, S, Ho, Wo, out_flat):
     acc = cuda.local.array((8, 8), float32)
     _implicit_gemm_block(x_flat, w_flat, geometry, N, C, H, W, K, R, S, Ho, Wo, acc)
+    _store_outputs(acc, N, K, Ho * Wo, out_flat)
+
+
+@cuda.jit(device=True, inline=True)
+def _store_outputs(acc, N, K, P, out_flat):
+    """The block tile's store: acc[m, qq] is output channel k, pixel q of the GEMM (see output_index),
+    out[n, k, p] for q = n P + p; rows past K and columns past N P are not stored."""
     t = cuda.threadIdx.x
-    P = Ho * Wo
     for qq in range(8):
         _, col = output_index(t, 0, qq)
         q = cuda.blockIdx.x * BN + col
@@ -840,6 +848,168 @@ def winograd(x, w, out):
     else:
         gemm_ladder.one_launch.launch(U, V, M)  # the GEMM ladder's batched GEMM: 16 products, one launch
     _winograd_outputs[blocks_for(K * T, THREADS), THREADS](M, out)
+
+
+# -- 6. async_gather: taps outermost, every tile copied by cp.async through a multi-stage pipeline ---------
+#
+# Stage 4 walks the reduction in w's own order, j = (c, r, s): each of a thread's 8 gathered elements
+# per K-step is a different tap, so each needs its own odometer step, its own 4 bounds tests and its
+# own load and shared store, all in registers. Walked as (r, s, c) instead, a K-step is K_STEP input
+# channels of ONE tap: the thread's pixel, shifted by (r - 1, s - 1), is inside the image or not for the
+# whole step, and its K_STEP elements lie a channel (H W floats) apart. The filters are reordered once
+# to match, wt[r S + s, c, k] (output channel fastest, zero-padded to whole tiles), so a K-step's filter
+# tile is K_STEP rows of 64 neighbouring floats: 16-byte copies, no tests, no transposition on the way.
+
+K_STEP = 16  # input channels per K-step (8 or 16): taps of one (r, s); C is padded up to a multiple
+PIPELINE_STAGES = 3  # K-steps in flight: copies for step kt + PIPELINE_STAGES - 1 start before step kt's FMAs
+BLOCKS_PER_SM = 3  # launch bound: registers are capped so that this many 128-thread blocks share an SM
+STEP_A = K_STEP * SA  # floats of one stage's filter tile As[j, m] (m: 64 output channels + 4 padding)
+STEP_B = K_STEP * SB  # floats of one stage's pixel tile Bs[j, q] (q: 128 pixels + 4 padding)
+FILTER_CHUNKS = K_STEP * BM // 4 // GEMM_THREADS  # 16-byte filter copies per thread per K-step
+
+
+@cuda.jit
+def _taps_outermost_filters(w, wt):
+    # wt[r S + s, c, k] = w[k, c, r, s]; zero past C and K, so the main loop's filter copies need no tests.
+    i = cuda.grid(1)
+    taps, Cp, Kp = wt.shape
+    K, C, R, S = w.shape
+    if i < wt.size:
+        k = i % Kp  # neighbouring threads: neighbouring output channels (coalesced stores)
+        c = i // Kp % Cp
+        rs = i // (Kp * Cp)
+        wt[rs, c, k] = w[k, c, rs // S, rs % S] if k < K and c < C else float32(0.0)
+
+
+@cuda.jit(device=True, inline=True)
+def _copy_step_async(x_ptr, wt_ptr, a_dst, b_dst, C, H, W, Cp, Kp, m0, base, h0, w0, r, s, c0):
+    """Start the copies of K-step (r, s, c0..c0 + K_STEP - 1) into one pipeline stage (a_dst, b_dst: its
+    tiles, already offset by this thread's place in them); return without waiting."""
+    t = cuda.threadIdx.x
+    for i in range(FILTER_CHUNKS):  # filters: 4 neighbouring output channels of one input channel
+        e = t + i * GEMM_THREADS
+        j = e // (BM // 4)
+        m = e % (BM // 4) * 4
+        src = wt_ptr + uint64((((r * 3 + s) * Cp + c0 + j) * Kp + m0 + m) * 4)
+        cp_async_chunk16(a_dst + uint64((j * SA + m) * 4), src, 16)
+    # HINT: this thread's pixel, shifted by the tap: (h0 + r, w0 + s); one test for the whole step (base < 0: no pixel).
+    # HINT: element j is channel c0 + j of that pixel, H W floats after element j - 1; copy 0 bytes (a zero) where it is outside.
+    # BEGIN SOLUTION
+    h = h0 + r
+    col = w0 + s
+    pixel_inside = base >= 0 and 0 <= h < H and 0 <= col < W
+    src = x_ptr + uint64((base + c0 * H * W + h * W + col) * 4) if pixel_inside else x_ptr
+    channel_bytes = uint64(H * W * 4)
+    for j in range(K_STEP):
+        inside = pixel_inside and c0 + j < C
+        cp_async_chunk4(b_dst + uint64(j * SB * 4), src if inside else x_ptr, 4 if inside else 0)
+        src += channel_bytes
+    # END SOLUTION
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(GEMM_THREADS, BLOCKS_PER_SM)))
+def _async_gather(x_flat, wt_flat, N, C, H, W, K, Cp, Kp, out_flat):
+    As = cuda.shared.array(PIPELINE_STAGES * STEP_A, float32, alignment=ALIGN16)
+    Bs = cuda.shared.array(PIPELINE_STAGES * STEP_B, float32, alignment=ALIGN16)
+    acc = cuda.local.array((8, 8), float32)
+    a = cuda.local.array(8, float32)
+    b = cuda.local.array(8, float32)
+    t = cuda.threadIdx.x
+    HW = H * W
+    q = cuda.blockIdx.x * BN + t  # the output pixel whose column this thread copies, as in stage 4
+    n = q // HW
+    p = q % HW
+    h0 = p // W - 1  # padding 1: the 3x3 window's top-left input pixel
+    w0 = p % W - 1
+    base = n * C * HW if q < N * HW else -1
+    m0 = cuda.blockIdx.y * BM
+    x_ptr = x_flat.ctypes.data
+    wt_ptr = wt_flat.ctypes.data
+    # This thread's place in each stage's tiles: its pixel column of Bs, its filter chunk's row/column
+    # of As is computed in _copy_step_async; the stage's own offset is added per step.
+    a_base = As.ctypes.data
+    b_base = Bs.ctypes.data + uint64(t * 4)
+    for m in range(8):
+        for qq in range(8):
+            acc[m, qq] = float32(0.0)
+    ut = uint32(t)
+    lane = ut % uint32(32)
+    r0 = (ut // uint32(64)) * uint32(32) + (lane // uint32(8)) * uint32(4)  # as gemm_tile_loop
+    c0l = ((ut // uint32(32)) % uint32(2)) * uint32(64) + (lane % uint32(8)) * uint32(4)
+    steps = 9 * (Cp // K_STEP)
+    # The odometer of the next step to copy: channel block c0 fastest, then s, then r.
+    r = 0
+    s = 0
+    c0 = 0
+    for i in range(PIPELINE_STAGES - 1):  # fill the pipeline: one commit group per step, empty or not
+        if i < steps:
+            _copy_step_async(x_ptr, wt_ptr, a_base + uint64(i * STEP_A * 4), b_base + uint64(i * STEP_B * 4),
+                             C, H, W, Cp, Kp, m0, base, h0, w0, r, s, c0)
+            c0 += K_STEP
+            if c0 >= C:
+                c0 = 0
+                s += 1
+                if s == 3:
+                    s = 0
+                    r += 1
+        cp_async_commit()
+    read = 0  # the stage step kt computes from
+    write = PIPELINE_STAGES - 1  # the stage step kt + PIPELINE_STAGES - 1 is copied into
+    for kt in range(steps):
+        cp_async_wait_pending(PIPELINE_STAGES - 2)  # step kt has landed (this thread's copies) ...
+        cuda.syncthreads()  # ... everyone's; and everyone is done computing step kt - 1 (stage `write`)
+        if kt + PIPELINE_STAGES - 1 < steps:
+            _copy_step_async(x_ptr, wt_ptr, a_base + uint64(write * STEP_A * 4), b_base + uint64(write * STEP_B * 4),
+                             C, H, W, Cp, Kp, m0, base, h0, w0, r, s, c0)
+            c0 += K_STEP
+            if c0 >= C:
+                c0 = 0
+                s += 1
+                if s == 3:
+                    s = 0
+                    r += 1
+        cp_async_commit()
+        ia = uint32(read * STEP_A) + r0
+        ib = uint32(read * STEP_B) + c0l
+        for g in range(K_STEP // 8):
+            _eight_taps(As, Bs, ia + uint32(g * 8 * SA), ib + uint32(g * 8 * SB), a, b, acc)
+        read = read + 1 if read + 1 < PIPELINE_STAGES else 0
+        write = write + 1 if write + 1 < PIPELINE_STAGES else 0
+    cp_async_wait_pending(0)  # nothing is left in flight (the last groups are empty)
+    _store_outputs(acc, N, K, HW, out_flat)
+
+
+def _padded_filters(w):
+    """w reordered taps outermost (see _taps_outermost_filters), C padded to K_STEP, K to the 64-row tile."""
+    K, C, R, S = w.shape
+    wt = scratch("conv.async_gather.filters", (R * S, blocks_for(C, K_STEP) * K_STEP, blocks_for(K, BM) * BM),
+                 np.float32)
+    _taps_outermost_filters[blocks_for(wt.size, THREADS), THREADS](w, wt)
+    return wt
+
+
+@op.stage("async_gather", """
+    The implicit GEMM again, with the reduction walked taps outermost, (r, s, c) instead of w's (c, r,
+    s), so that every tile travels by cp.async. A K-step is now K_STEP input channels of one filter tap:
+    the thread's pixel, shifted by the tap, is inside the image or outside for the whole step (one
+    test, where stage 4 made four per element and stepped an odometer per element), and its elements
+    lie a channel apart, one address addition each. With no per-element decision left but "zero or
+    copy", each element is a 4-byte cp.async that writes a zero when given 0 source bytes: the load,
+    the register that staged it and the shared store are one instruction, and the registers freed buy
+    a deeper pipeline (PIPELINE_STAGES K-steps in flight, the GEMM ladder's stage 9 without the tensor
+    cores) and a longer K-step (16 channels: half the barriers). The filters are reordered once per
+    call, by a small kernel, into wt[tap, c, k] with the output channel fastest and zeros past C and K:
+    a K-step's filter tile is then whole 16-byte chunks, copied with no tests and no transposition (a
+    network would store its filters this way once, as it stores Winograd's). The arithmetic is stage
+    4's: 8 x 8 outputs per thread from 16-byte shared loads. cuDNN's fastest fp32 kernel for this
+    layer is the same algorithm with another tile: an implicit GEMM, 128 pixels x 32 channels a block,
+    a K-step of 8, three stages of cp.async.""")
+def async_gather(x, w, out):
+    N, C, H, W = x.shape
+    K = w.shape[0]
+    wt = _padded_filters(w)
+    grid = (blocks_for(N * H * W, BN), wt.shape[2] // BM)
+    _async_gather[grid, GEMM_THREADS](_flat(x), _flat(wt), N, C, H, W, K, wt.shape[1], wt.shape[2], _flat(out))
 
 
 

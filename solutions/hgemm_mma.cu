@@ -74,6 +74,17 @@ extern "C" __device__ int cp_async_chunk16(int* result, unsigned long long share
     return 0;
 }
 
+// One 4-byte asynchronous copy global -> shared (sm_80+), through L1 (.ca: a 4-byte copy may not
+// use .cg). src_bytes 0 writes a zero instead: a gathered element outside the image.
+extern "C" __device__ int cp_async_chunk4(int* result, unsigned long long shared_dst,
+                                          unsigned long long global_src, int src_bytes)
+{
+    unsigned dst = (unsigned)__cvta_generic_to_shared((void*)shared_dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(dst), "l"(global_src), "r"(src_bytes));
+    *result = 0;
+    return 0;
+}
+
 // Close this thread's current group of copies (a pipeline stage).
 extern "C" __device__ int cp_async_commit(int* result)
 {
