@@ -387,7 +387,6 @@ if _device.is_simulator():
     ldmatrix_x4 = _sim_ldmatrix_x4
     ldmatrix_x4_trans = _sim_ldmatrix_x4_trans
     cp_async_chunk16 = _sim_cp_async_chunk16
-    cp_async_chunk4 = _sim_cp_async_chunk4
     cp_async_commit = _sim_cp_async_commit
     cp_async_wait_pending = _sim_cp_async_wait_pending
     pack_f16x2 = _sim_pack_f16x2
@@ -398,6 +397,7 @@ if _device.is_simulator():
     ldmatrix_x4_s32 = _sim_ldmatrix_x4
     ldmatrix_x4_trans_s32 = _sim_ldmatrix_x4_trans
     cp_async_chunk16_s32 = _sim_cp_async_chunk16
+    cp_async_chunk4_s32 = _sim_cp_async_chunk4
     split_tf32 = _sim_split_tf32
     split_tf32_bits = _sim_split_tf32_bits
     mma_3xtf32 = _sim_mma_3xtf32
@@ -417,7 +417,6 @@ else:
     ldmatrix_x4 = cuda.declare_device("ldmatrix_x4", "UniTuple(uint32, 4)(uint64)", link=HGEMM_CU)
     ldmatrix_x4_trans = cuda.declare_device("ldmatrix_x4_trans", "UniTuple(uint32, 4)(uint64)", link=HGEMM_CU)
     cp_async_chunk16 = cuda.declare_device("cp_async_chunk16", "int32(uint64, uint64, int32)", link=HGEMM_CU)
-    cp_async_chunk4 = cuda.declare_device("cp_async_chunk4", "int32(uint64, uint64, int32)", link=HGEMM_CU)
     cp_async_commit = cuda.declare_device("cp_async_commit", "int32()", link=HGEMM_CU)
     cp_async_wait_pending = cuda.declare_device("cp_async_wait_pending", "int32(int32)", link=HGEMM_CU)
     pack_f16x2 = cuda.declare_device("pack_f16x2", "uint32(float32, float32)", link=HGEMM_CU)
@@ -430,6 +429,8 @@ else:
                                                 link=HGEMM_CU)
     cp_async_chunk16_s32 = cuda.declare_device("cp_async_chunk16_s32", "int32(uint64, uint64, int32)",
                                                link=HGEMM_CU)
+    cp_async_chunk4_s32 = cuda.declare_device("cp_async_chunk4_s32", "int32(uint64, uint64, int32)",
+                                              link=HGEMM_CU)
     split_tf32 = cuda.declare_device("split_tf32", "UniTuple(float32, 2)(float32)", link=HGEMM_CU)
     split_tf32_bits = cuda.declare_device("split_tf32_bits", "UniTuple(float32, 2)(uint32)", link=HGEMM_CU)
     mma_3xtf32 = cuda.declare_device("mma_3xtf32_m16n8k8", "UniTuple(float32, 4)(" + ", ".join(["float32"] * 16) + ")",

@@ -58,7 +58,8 @@ from workbench.targets import against_peer, against_stage
 from solutions import gemm as gemm_ladder
 from solutions._implicit_gemm import (ALIGN16, BM, BN, GEMM_THREADS, SA, SB, _eight_taps, gemm_tile_loop,
                                       output_index)
-from solutions._ptx import cp_async_chunk4, cp_async_chunk16, cp_async_commit, cp_async_wait_pending
+from solutions._ptx import (cp_async_chunk4_s32, cp_async_chunk16_s32, cp_async_commit, cp_async_wait_pending,
+                            shared_address32)
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -865,6 +866,8 @@ PIPELINE_STAGES = 3  # K-steps in flight: copies for step kt + PIPELINE_STAGES -
 BLOCKS_PER_SM = 3  # launch bound: registers are capped so that this many 128-thread blocks share an SM
 STEP_A = K_STEP * SA  # floats of one stage's filter tile As[j, m] (m: 64 output channels + 4 padding)
 STEP_B = K_STEP * SB  # floats of one stage's pixel tile Bs[j, q] (q: 128 pixels + 4 padding)
+PIPELINE_A = PIPELINE_STAGES * STEP_A  # every stage's tiles, in shared memory: 3 x 16 x 200 floats = 38.4 KB,
+PIPELINE_B = PIPELINE_STAGES * STEP_B  # under the 48 KB a static shared array may take
 FILTER_CHUNKS = K_STEP * BM // 4 // GEMM_THREADS  # 16-byte filter copies per thread per K-step
 
 
@@ -883,34 +886,42 @@ def _taps_outermost_filters(w, wt):
 
 @cuda.jit(device=True, inline=True)
 def _copy_step_async(x_ptr, wt_ptr, a_dst, b_dst, C, H, W, Cp, Kp, m0, base, h0, w0, r, s, c0):
-    """Start the copies of K-step (r, s, c0..c0 + K_STEP - 1) into one pipeline stage (a_dst, b_dst: its
-    tiles, already offset by this thread's place in them); return without waiting."""
+    """Start the copies of K-step (r, s, c0..c0 + K_STEP - 1) into one pipeline stage and return without
+    waiting. a_dst, b_dst: the stage's tiles as shared-window addresses (shared_address32), already
+    offset by this thread's place in them."""
     t = cuda.threadIdx.x
     for i in range(FILTER_CHUNKS):  # filters: 4 neighbouring output channels of one input channel
         e = t + i * GEMM_THREADS
         j = e // (BM // 4)
         m = e % (BM // 4) * 4
         src = wt_ptr + uint64((((r * 3 + s) * Cp + c0 + j) * Kp + m0 + m) * 4)
-        cp_async_chunk16(a_dst + uint64((j * SA + m) * 4), src, 16)
-    # HINT: this thread's pixel, shifted by the tap: (h0 + r, w0 + s); one test for the whole step (base < 0: no pixel).
+        cp_async_chunk16_s32(a_dst + uint64((j * SA + m) * 4), src, 16)
+    # HINT: this thread's pixel, shifted by the tap, is (h0 + r, w0 + s): one test for the whole step (base < 0: no pixel).
     # HINT: element j is channel c0 + j of that pixel, H W floats after element j - 1; copy 0 bytes (a zero) where it is outside.
     # BEGIN SOLUTION
     h = h0 + r
     col = w0 + s
-    pixel_inside = base >= 0 and 0 <= h < H and 0 <= col < W
-    src = x_ptr + uint64((base + c0 * H * W + h * W + col) * 4) if pixel_inside else x_ptr
+    count = 0  # how many of the step's K_STEP elements are inside: all, none, or the last channels' few
+    if base >= 0 and 0 <= h < H and 0 <= col < W:
+        count = min(K_STEP, C - c0)
     channel_bytes = uint64(H * W * 4)
-    for j in range(K_STEP):
-        inside = pixel_inside and c0 + j < C
-        cp_async_chunk4(b_dst + uint64(j * SB * 4), src if inside else x_ptr, 4 if inside else 0)
-        src += channel_bytes
+    src = x_ptr + uint64((base + c0 * H * W + h * W + col) * 4) if count > 0 else x_ptr
+    if count == K_STEP:  # most steps: no per-element test at all
+        for j in range(K_STEP):
+            cp_async_chunk4_s32(b_dst + uint64(j * SB * 4), src, 4)
+            src += channel_bytes
+    else:
+        for j in range(K_STEP):
+            inside = j < count
+            cp_async_chunk4_s32(b_dst + uint64(j * SB * 4), src if inside else x_ptr, 4 if inside else 0)
+            src += channel_bytes
     # END SOLUTION
 
 
 @cuda.jit(**_gpu_options(launch_bounds=(GEMM_THREADS, BLOCKS_PER_SM)))
 def _async_gather(x_flat, wt_flat, N, C, H, W, K, Cp, Kp, out_flat):
-    As = cuda.shared.array(PIPELINE_STAGES * STEP_A, float32, alignment=ALIGN16)
-    Bs = cuda.shared.array(PIPELINE_STAGES * STEP_B, float32, alignment=ALIGN16)
+    As = cuda.shared.array(PIPELINE_A, float32, alignment=ALIGN16)
+    Bs = cuda.shared.array(PIPELINE_B, float32, alignment=ALIGN16)
     acc = cuda.local.array((8, 8), float32)
     a = cuda.local.array(8, float32)
     b = cuda.local.array(8, float32)
@@ -925,10 +936,10 @@ def _async_gather(x_flat, wt_flat, N, C, H, W, K, Cp, Kp, out_flat):
     m0 = cuda.blockIdx.y * BM
     x_ptr = x_flat.ctypes.data
     wt_ptr = wt_flat.ctypes.data
-    # This thread's place in each stage's tiles: its pixel column of Bs, its filter chunk's row/column
-    # of As is computed in _copy_step_async; the stage's own offset is added per step.
-    a_base = As.ctypes.data
-    b_base = Bs.ctypes.data + uint64(t * 4)
+    # The tiles as shared-window addresses (32-bit sums after inlining); this thread's pixel column of
+    # Bs added once (its filter chunks' places are computed in _copy_step_async), each stage's per step.
+    a_base = uint64(shared_address32(As.ctypes.data))
+    b_base = uint64(shared_address32(Bs.ctypes.data)) + uint64(t * 4)
     for m in range(8):
         for qq in range(8):
             acc[m, qq] = float32(0.0)

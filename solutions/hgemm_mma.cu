@@ -74,17 +74,6 @@ extern "C" __device__ int cp_async_chunk16(int* result, unsigned long long share
     return 0;
 }
 
-// One 4-byte asynchronous copy global -> shared (sm_80+), through L1 (.ca: a 4-byte copy may not
-// use .cg). src_bytes 0 writes a zero instead: a gathered element outside the image.
-extern "C" __device__ int cp_async_chunk4(int* result, unsigned long long shared_dst,
-                                          unsigned long long global_src, int src_bytes)
-{
-    unsigned dst = (unsigned)__cvta_generic_to_shared((void*)shared_dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(dst), "l"(global_src), "r"(src_bytes));
-    *result = 0;
-    return 0;
-}
-
 // Close this thread's current group of copies (a pipeline stage).
 extern "C" __device__ int cp_async_commit(int* result)
 {
@@ -171,6 +160,18 @@ extern "C" __device__ int cp_async_chunk16_s32(int* result, unsigned long long w
 {
     unsigned dst = (unsigned)window_dst;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(global_src), "r"(src_bytes));
+    *result = 0;
+    return 0;
+}
+
+// A 4-byte asynchronous copy global -> shared (sm_80+) to a shared-window address, as
+// cp_async_chunk16_s32; through L1 (.ca: .cg takes 16 bytes only). src_bytes 0 writes a zero
+// instead: a gathered element outside the image.
+extern "C" __device__ int cp_async_chunk4_s32(int* result, unsigned long long window_dst,
+                                              unsigned long long global_src, int src_bytes)
+{
+    unsigned dst = (unsigned)window_dst;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(dst), "l"(global_src), "r"(src_bytes));
     *result = 0;
     return 0;
 }
