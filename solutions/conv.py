@@ -869,6 +869,10 @@ STEP_B = K_STEP * SB  # floats of one stage's pixel tile Bs[j, q] (q: 128 pixels
 PIPELINE_A = PIPELINE_STAGES * STEP_A  # every stage's tiles, in shared memory: 3 x 16 x 200 floats = 38.4 KB,
 PIPELINE_B = PIPELINE_STAGES * STEP_B  # under the 48 KB a static shared array may take
 FILTER_CHUNKS = K_STEP * BM // 4 // GEMM_THREADS  # 16-byte filter copies per thread per K-step
+if K_STEP % 8 or PIPELINE_STAGES < 2 or 4 * (PIPELINE_A + PIPELINE_B) > 48 * 1024:
+    raise ValueError(f"async_gather needs K_STEP a multiple of 8 (its taps are computed 8 at a time), "
+                     f"PIPELINE_STAGES >= 2 and their tiles within a static shared array's 48 KB; got K_STEP = "
+                     f"{K_STEP}, PIPELINE_STAGES = {PIPELINE_STAGES}: {4 * (PIPELINE_A + PIPELINE_B)} bytes")
 
 
 @cuda.jit
