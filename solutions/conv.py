@@ -901,23 +901,23 @@ def _copy_step_async(x_ptr, wt_ptr, a_dst, b_dst, C, H, W, Cp, Kp, m0, base, h0,
         src = wt_ptr + uint64((((r * 3 + s) * Cp + c0 + j) * Kp + m0 + m) * 4)
         cp_async_chunk16_s32(a_dst + uint64((j * SA + m) * 4), src, 16)
     # HINT: this thread's pixel, shifted by the tap, is (h0 + r, w0 + s): one test for the whole step (base < 0: no pixel).
-    # HINT: element j is channel c0 + j of that pixel, H W floats after element j - 1; copy 0 bytes (a zero) where it is outside.
+    # HINT: element j is channel c0 + j of that pixel, H W floats after element j - 1; copy 0 bytes (a zero) where it is outside the image or past C.
     # BEGIN SOLUTION
     h = h0 + r
     col = w0 + s
-    count = 0  # how many of the step's K_STEP elements are inside: all, none, or the last channels' few
-    if base >= 0 and 0 <= h < H and 0 <= col < W:
-        count = min(K_STEP, C - c0)
-    channel_bytes = uint64(H * W * 4)
-    src = x_ptr + uint64((base + c0 * H * W + h * W + col) * 4) if count > 0 else x_ptr
-    if count == K_STEP:  # most steps: no per-element test at all
+    pixel_inside = base >= 0 and 0 <= h < H and 0 <= col < W
+    # Outside, every element is a zero copied from x's first float: no address past the image is formed.
+    pixel_bytes = 4 if pixel_inside else 0
+    channel_bytes = uint64(H * W * 4) if pixel_inside else uint64(0)
+    src = x_ptr + uint64((base + c0 * H * W + h * W + col) * 4) if pixel_inside else x_ptr
+    if c0 + K_STEP <= C:  # every step but a last partial one per tap; the same for the whole block
         for j in range(K_STEP):
-            cp_async_chunk4_s32(b_dst + uint64(j * SB * 4), src, 4)
+            cp_async_chunk4_s32(b_dst + uint64(j * SB * 4), src, pixel_bytes)
             src += channel_bytes
-    else:
+    else:  # channels past C: zeros
         for j in range(K_STEP):
-            inside = j < count
-            cp_async_chunk4_s32(b_dst + uint64(j * SB * 4), src if inside else x_ptr, 4 if inside else 0)
+            inside = c0 + j < C
+            cp_async_chunk4_s32(b_dst + uint64(j * SB * 4), src if inside else x_ptr, pixel_bytes if inside else 0)
             src += channel_bytes
     # END SOLUTION
 
