@@ -16,7 +16,8 @@ a K x CRS matrix (w's own memory, as is) and X[j, q] is the input pixel tap j of
 * explicit im2col + GEMM (stage 3): write X to memory, then call the best GEMM. Caffe's algorithm;
   costs R*S times the input in memory traffic. cuDNN's IMPLICIT_PRECOMP_GEMM is its descendant.
 * implicit GEMM (stage 4): the GEMM's tile loader gathers X's elements straight from the image,
-  never writing X. What cuDNN and CUTLASS pick for most layers, and always for 1x1 filters.
+  never writing X. What cuDNN and CUTLASS pick for most layers, and always for 1x1 filters. Stage 6
+  (async_gather) walks its reduction taps outermost so that every tile is copied by cp.async.
 * Winograd F(2x2, 3x3) (stage 5): transforms 4x4 input tiles so that each 2x2 block of outputs costs
   16 multiplies instead of 36 (2.25x fewer); as accurate as the GEMM forms on ordinary data, not
   where an output is small beside its tile's inputs (stage 5 says when). Libraries pick it for 3x3,
@@ -29,7 +30,8 @@ The transposed convolution (conv2d's input gradient) is ``solutions/conv_transpo
 Four operators share these kernels:
 
 ``conv2d``: 3x3 filters, stride 1, padding 1 (the layer ResNet and VGG are made of), size
-N x C x H x W x K. Its last stage is Winograd F(2x2, 3x3), which exists only for that geometry.
+N x C x H x W x K. Its last two stages, Winograd F(2x2, 3x3) and async_gather (taps outermost), are
+written for that geometry only.
 
 ``conv2d[general]``: any filter R x S, stride, padding and dilation, given as a third input
 ``geometry`` (an int32 device array [stride, pad, dilation]; the kernels read it from device memory,
@@ -638,14 +640,11 @@ IMPLICIT_SUMMARY = """
     (double buffering), one barrier a step. The block tile is 64 channels x 128 pixels, since layers
     have 64-512 output channels. The gather's index arithmetic is kept off the critical path: a thread
     gathers one pixel's column at every step, so its image base and window corner are computed once,
-    and the tap (c, r, s) advances like an odometer instead of by divisions. There is no cp.async
-    stage after it yet (the GEMM ladder's stage 7). That loop copies 16-byte chunks, and the gather
+    and the tap (c, r, s) advances like an odometer instead of by divisions. The loads still go
+    through registers: the GEMM ladder's cp.async (its stage 7) copies 16-byte chunks, and the gather
     cannot: a 3x3 window starts at wo - 1, so four neighbouring pixels of a tap are rarely 16-byte
-    aligned, and at a border or a row's end not all inside the image. It needs a 4-byte cp.async
-    that writes a zero where the source is outside, which solutions/_ptx.py does not have yet, and
-    its gain is unmeasured: in the GEMM ladder cp.async won 22% (39 against 32 TFLOP/s at 4096^3)
-    by freeing the registers that staged the next tile for a longer K-step; here those are 12 of
-    the kernel's 161 registers, and it already runs three blocks an SM without spilling."""
+    aligned, and at a border or a row's end not all inside the image. Stage 6 (async_gather) copies
+    single floats instead, after reordering the reduction so that each one is a plain copy or a zero."""
 
 
 @op.stage("implicit_gemm", IMPLICIT_SUMMARY)
@@ -831,7 +830,7 @@ def _winograd_flops(size):
     outputs where direct has 5e-8, while the whole output's error stays inside the check). Larger tiles
     such as F(4x4, 3x3), whose transforms hold 1/24 and 8, lose more on any data (about 7x F(2x2)'s
     error on uniform data, in that file's float32 emulation). Only for 3x3 filters at stride 1, which is
-    why it is the last stage of conv2d and absent from conv2d[general]. cuDNN's WINOGRAD_NONFUSED is this
+    why it is in conv2d and absent from conv2d[general]. cuDNN's WINOGRAD_NONFUSED is this
     algorithm; libraries pick it for 3x3 stride-1 layers with many channels, where the GEMMs dominate
     the transforms.""",
     bytes_moved=_winograd_traffic, flops=_winograd_flops)
@@ -1004,21 +1003,22 @@ def _padded_filters(w):
 
 
 @op.stage("async_gather", """
-    The implicit GEMM again, with the reduction walked taps outermost, (r, s, c) instead of w's (c, r,
-    s), so that every tile travels by cp.async. A K-step is now K_STEP input channels of one filter tap:
-    the thread's pixel, shifted by the tap, is inside the image or outside for the whole step (one
-    test, where stage 4 made four per element and stepped an odometer per element), and its elements
-    lie a channel apart, one address addition each. With no per-element decision left but "zero or
-    copy", each element is a 4-byte cp.async that writes a zero when given 0 source bytes: the load,
-    the register that staged it and the shared store are one instruction, and the registers freed buy
-    a deeper pipeline (PIPELINE_STAGES K-steps in flight, the GEMM ladder's stage 9 without the tensor
-    cores) and a longer K-step (16 channels: half the barriers). The filters are reordered once per
-    call, by a small kernel, into wt[tap, c, k] with the output channel fastest and zeros past C and K:
-    a K-step's filter tile is then whole 16-byte chunks, copied with no tests and no transposition (a
-    network would store its filters this way once, as it stores Winograd's). The arithmetic is stage
-    4's: 8 x 8 outputs per thread from 16-byte shared loads. cuDNN's fastest fp32 kernel for this
-    layer is the same algorithm with another tile: an implicit GEMM, 128 pixels x 32 channels a block,
-    a K-step of 8, three stages of cp.async.""")
+    Stage 4's implicit GEMM again, with the reduction walked taps outermost, (r, s, c) instead of w's
+    (c, r, s), so that every tile can travel by cp.async. A K-step is now K_STEP input channels of one
+    filter tap: the thread's pixel, shifted by the tap, is inside the image or outside for the whole
+    step (one test, where stage 4 made four per element and stepped an odometer per element), and its
+    elements lie a channel apart, one address addition each. With no per-element decision left but
+    "copy or zero", each element is a 4-byte cp.async whose ignore-source flag writes the zero: the
+    load, the register that staged it and the shared store become one instruction (three with the
+    address, in the compiled loop), and the registers stage 4 spent on staging buy a deeper pipeline
+    (PIPELINE_STAGES K-steps in flight, as in the GEMM ladder's stage 9) and a longer K-step (16
+    channels: half the barriers). The filters are reordered once per call, by a small kernel, into
+    wt[tap, c, k] with the output channel fastest and zeros past C and K, so a K-step's filter tile is
+    whole 16-byte chunks, copied with no tests and no transposition (a network would store its filters
+    this way once, as it would Winograd's). The arithmetic is stage 4's: 8 x 8 outputs a thread from
+    16-byte shared loads, 64 channels x 128 pixels a block. cuDNN's fastest float32 kernel for this
+    layer is the same algorithm with another tile: an implicit GEMM of 128 pixels x 32 channels a
+    block, a K-step of 8, three stages of asynchronous copies.""")
 def async_gather(x, w, out):
     N, C, H, W = x.shape
     K = w.shape[0]
