@@ -921,6 +921,19 @@ def _copy_step_async(x_ptr, wt_ptr, a_dst, b_dst, C, H, W, Cp, Kp, m0, base, h0,
     # END SOLUTION
 
 
+@cuda.jit(device=True, inline=True)
+def _next_step(r, s, c0, C):
+    """The K-step after (r, s, c0): an odometer, channel block fastest, then s, then r (no divisions)."""
+    c0 += K_STEP
+    if c0 >= C:
+        c0 = 0
+        s += 1
+        if s == 3:
+            s = 0
+            r += 1
+    return r, s, c0
+
+
 @cuda.jit(**_gpu_options(launch_bounds=(GEMM_THREADS, BLOCKS_PER_SM)))
 def _async_gather(x_flat, wt_flat, N, C, H, W, K, Cp, Kp, out_flat):
     As = cuda.shared.array(PIPELINE_A, float32, alignment=ALIGN16)
@@ -951,7 +964,7 @@ def _async_gather(x_flat, wt_flat, N, C, H, W, K, Cp, Kp, out_flat):
     r0 = (ut // uint32(64)) * uint32(32) + (lane // uint32(8)) * uint32(4)  # as gemm_tile_loop
     c0l = ((ut // uint32(32)) % uint32(2)) * uint32(64) + (lane % uint32(8)) * uint32(4)
     steps = 9 * (Cp // K_STEP)
-    # The odometer of the next step to copy: channel block c0 fastest, then s, then r.
+    # The next step to copy: tap (r, s), channels c0..c0 + K_STEP - 1.
     r = 0
     s = 0
     c0 = 0
@@ -959,13 +972,7 @@ def _async_gather(x_flat, wt_flat, N, C, H, W, K, Cp, Kp, out_flat):
         if i < steps:
             _copy_step_async(x_ptr, wt_ptr, a_base + uint64(i * STEP_A * 4), b_base + uint64(i * STEP_B * 4),
                              C, H, W, Cp, Kp, m0, base, h0, w0, r, s, c0)
-            c0 += K_STEP
-            if c0 >= C:
-                c0 = 0
-                s += 1
-                if s == 3:
-                    s = 0
-                    r += 1
+            r, s, c0 = _next_step(r, s, c0, C)
         cp_async_commit()
     read = 0  # the stage step kt computes from
     write = PIPELINE_STAGES - 1  # the stage step kt + PIPELINE_STAGES - 1 is copied into
@@ -975,13 +982,7 @@ def _async_gather(x_flat, wt_flat, N, C, H, W, K, Cp, Kp, out_flat):
         if kt + PIPELINE_STAGES - 1 < steps:
             _copy_step_async(x_ptr, wt_ptr, a_base + uint64(write * STEP_A * 4), b_base + uint64(write * STEP_B * 4),
                              C, H, W, Cp, Kp, m0, base, h0, w0, r, s, c0)
-            c0 += K_STEP
-            if c0 >= C:
-                c0 = 0
-                s += 1
-                if s == 3:
-                    s = 0
-                    r += 1
+            r, s, c0 = _next_step(r, s, c0, C)
         cp_async_commit()
         ia = uint32(read * STEP_A) + r0
         ib = uint32(read * STEP_B) + c0l
