@@ -278,12 +278,20 @@ def _copy_state():
     return _COPIES
 
 
-def _sim_cp_async_chunk16(shared_dst, global_src, src_bytes):
-    data = np.zeros(16, np.uint8)
+def _sim_cp_async(shared_dst, global_src, src_bytes, size):
+    data = np.zeros(size, np.uint8)
     if src_bytes:
         data[:src_bytes] = _read(global_src, src_bytes)  # global memory does not change during a kernel
     _copy_state().issued.append((int(shared_dst), data.tobytes()))
     return 0
+
+
+def _sim_cp_async_chunk16(shared_dst, global_src, src_bytes):
+    return _sim_cp_async(shared_dst, global_src, src_bytes, 16)
+
+
+def _sim_cp_async_chunk4(shared_dst, global_src, src_bytes):
+    return _sim_cp_async(shared_dst, global_src, src_bytes, 4)
 
 
 def _sim_cp_async_commit():
@@ -389,6 +397,7 @@ if _device.is_simulator():
     ldmatrix_x4_s32 = _sim_ldmatrix_x4
     ldmatrix_x4_trans_s32 = _sim_ldmatrix_x4_trans
     cp_async_chunk16_s32 = _sim_cp_async_chunk16
+    cp_async_chunk4_s32 = _sim_cp_async_chunk4
     split_tf32 = _sim_split_tf32
     split_tf32_bits = _sim_split_tf32_bits
     mma_3xtf32 = _sim_mma_3xtf32
@@ -420,6 +429,8 @@ else:
                                                 link=HGEMM_CU)
     cp_async_chunk16_s32 = cuda.declare_device("cp_async_chunk16_s32", "int32(uint64, uint64, int32)",
                                                link=HGEMM_CU)
+    cp_async_chunk4_s32 = cuda.declare_device("cp_async_chunk4_s32", "int32(uint64, uint64, int32)",
+                                              link=HGEMM_CU)
     split_tf32 = cuda.declare_device("split_tf32", "UniTuple(float32, 2)(float32)", link=HGEMM_CU)
     split_tf32_bits = cuda.declare_device("split_tf32_bits", "UniTuple(float32, 2)(uint32)", link=HGEMM_CU)
     mma_3xtf32 = cuda.declare_device("mma_3xtf32_m16n8k8", "UniTuple(float32, 4)(" + ", ".join(["float32"] * 16) + ")",

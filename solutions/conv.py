@@ -16,7 +16,8 @@ a K x CRS matrix (w's own memory, as is) and X[j, q] is the input pixel tap j of
 * explicit im2col + GEMM (stage 3): write X to memory, then call the best GEMM. Caffe's algorithm;
   costs R*S times the input in memory traffic. cuDNN's IMPLICIT_PRECOMP_GEMM is its descendant.
 * implicit GEMM (stage 4): the GEMM's tile loader gathers X's elements straight from the image,
-  never writing X. What cuDNN and CUTLASS pick for most layers, and always for 1x1 filters.
+  never writing X. What cuDNN and CUTLASS pick for most layers, and always for 1x1 filters. Stage 6
+  (async_gather) walks its reduction taps outermost so that every tile is copied by cp.async.
 * Winograd F(2x2, 3x3) (stage 5): transforms 4x4 input tiles so that each 2x2 block of outputs costs
   16 multiplies instead of 36 (2.25x fewer); as accurate as the GEMM forms on ordinary data, not
   where an output is small beside its tile's inputs (stage 5 says when). Libraries pick it for 3x3,
@@ -29,7 +30,8 @@ The transposed convolution (conv2d's input gradient) is ``solutions/conv_transpo
 Four operators share these kernels:
 
 ``conv2d``: 3x3 filters, stride 1, padding 1 (the layer ResNet and VGG are made of), size
-N x C x H x W x K. Its last stage is Winograd F(2x2, 3x3), which exists only for that geometry.
+N x C x H x W x K. Its last two stages, Winograd F(2x2, 3x3) and async_gather (taps outermost), are
+written for that geometry only.
 
 ``conv2d[general]``: any filter R x S, stride, padding and dilation, given as a third input
 ``geometry`` (an int32 device array [stride, pad, dilation]; the kernels read it from device memory,
@@ -48,7 +50,7 @@ is overwritten; x and w are never written.
 import math
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, uint32, uint64
 
 from workbench import device as _device
 from workbench import library_peers as peers
@@ -56,7 +58,10 @@ from workbench.ladder import InputError, Operator, blocks_for, expect_device_arr
 from workbench.targets import against_peer, against_stage
 
 from solutions import gemm as gemm_ladder
-from solutions._implicit_gemm import BM, BN, GEMM_THREADS, gemm_tile_loop, output_index
+from solutions._implicit_gemm import (ALIGN16, BM, BN, GEMM_THREADS, SA, SB, _eight_taps, gemm_tile_loop,
+                                      output_index)
+from solutions._ptx import (cp_async_chunk4_s32, cp_async_chunk16_s32, cp_async_commit, cp_async_wait_pending,
+                            shared_address32)
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -598,8 +603,14 @@ def _implicit_gemm_block(x_flat, w_flat, geometry, N, C, H, W, K, R, S, Ho, Wo, 
 def _implicit_gemm(x_flat, w_flat, geometry, N, C, H, W, K, R, S, Ho, Wo, out_flat):
     acc = cuda.local.array((8, 8), float32)
     _implicit_gemm_block(x_flat, w_flat, geometry, N, C, H, W, K, R, S, Ho, Wo, acc)
+    _store_outputs(acc, N, K, Ho * Wo, out_flat)
+
+
+@cuda.jit(device=True, inline=True)
+def _store_outputs(acc, N, K, P, out_flat):
+    """The block tile's store: acc[m, qq] is output channel k, pixel q of the GEMM (see output_index),
+    out[n, k, p] for q = n P + p; rows past K and columns past N P are not stored."""
     t = cuda.threadIdx.x
-    P = Ho * Wo
     for qq in range(8):
         _, col = output_index(t, 0, qq)
         q = cuda.blockIdx.x * BN + col
@@ -629,14 +640,11 @@ IMPLICIT_SUMMARY = """
     (double buffering), one barrier a step. The block tile is 64 channels x 128 pixels, since layers
     have 64-512 output channels. The gather's index arithmetic is kept off the critical path: a thread
     gathers one pixel's column at every step, so its image base and window corner are computed once,
-    and the tap (c, r, s) advances like an odometer instead of by divisions. There is no cp.async
-    stage after it yet (the GEMM ladder's stage 7). That loop copies 16-byte chunks, and the gather
+    and the tap (c, r, s) advances like an odometer instead of by divisions. The loads still go
+    through registers: the GEMM ladder's cp.async (its stage 7) copies 16-byte chunks, and the gather
     cannot: a 3x3 window starts at wo - 1, so four neighbouring pixels of a tap are rarely 16-byte
-    aligned, and at a border or a row's end not all inside the image. It needs a 4-byte cp.async
-    that writes a zero where the source is outside, which solutions/_ptx.py does not have yet, and
-    its gain is unmeasured: in the GEMM ladder cp.async won 22% (39 against 32 TFLOP/s at 4096^3)
-    by freeing the registers that staged the next tile for a longer K-step; here those are 12 of
-    the kernel's 161 registers, and it already runs three blocks an SM without spilling."""
+    aligned, and at a border or a row's end not all inside the image. Stage 6 (async_gather) copies
+    single floats instead, after reordering the reduction so that each one is a plain copy or a zero."""
 
 
 @op.stage("implicit_gemm", IMPLICIT_SUMMARY)
@@ -822,7 +830,7 @@ def _winograd_flops(size):
     outputs where direct has 5e-8, while the whole output's error stays inside the check). Larger tiles
     such as F(4x4, 3x3), whose transforms hold 1/24 and 8, lose more on any data (about 7x F(2x2)'s
     error on uniform data, in that file's float32 emulation). Only for 3x3 filters at stride 1, which is
-    why it is the last stage of conv2d and absent from conv2d[general]. cuDNN's WINOGRAD_NONFUSED is this
+    why it is in conv2d and absent from conv2d[general]. cuDNN's WINOGRAD_NONFUSED is this
     algorithm; libraries pick it for 3x3 stride-1 layers with many channels, where the GEMMs dominate
     the transforms.""",
     bytes_moved=_winograd_traffic, flops=_winograd_flops)
@@ -840,6 +848,184 @@ def winograd(x, w, out):
     else:
         gemm_ladder.one_launch.launch(U, V, M)  # the GEMM ladder's batched GEMM: 16 products, one launch
     _winograd_outputs[blocks_for(K * T, THREADS), THREADS](M, out)
+
+
+# -- 6. async_gather: taps outermost, every tile copied by cp.async through a multi-stage pipeline ---------
+#
+# Stage 4 walks the reduction in w's own order, j = (c, r, s): each of a thread's 8 gathered elements
+# per K-step is a different tap, so each needs its own odometer step, its own 4 bounds tests and its
+# own load and shared store, all in registers. Walked as (r, s, c) instead, a K-step is K_STEP input
+# channels of ONE tap: the thread's pixel, shifted by (r - 1, s - 1), is inside the image or not for the
+# whole step, and its K_STEP elements lie a channel (H W floats) apart. The filters are reordered once
+# to match, wt[r S + s, c, k] (output channel fastest, zero-padded to whole tiles), so a K-step's filter
+# tile is K_STEP rows of 64 neighbouring floats: 16-byte copies, no tests, no transposition on the way.
+
+K_STEP = 16  # input channels per K-step (8 or 16): taps of one (r, s); C is padded up to a multiple
+PIPELINE_STAGES = 3  # K-steps in flight: copies for step kt + PIPELINE_STAGES - 1 start before step kt's FMAs
+BLOCKS_PER_SM = 3  # launch bound: registers are capped so that this many 128-thread blocks share an SM
+STEP_A = K_STEP * SA  # floats of one stage's filter tile As[j, m] (m: 64 output channels + 4 padding)
+STEP_B = K_STEP * SB  # floats of one stage's pixel tile Bs[j, q] (q: 128 pixels + 4 padding)
+PIPELINE_A = PIPELINE_STAGES * STEP_A  # every stage's tiles, in shared memory: 3 x 16 x 200 floats = 38.4 KB,
+PIPELINE_B = PIPELINE_STAGES * STEP_B  # under the 48 KB a static shared array may take
+FILTER_CHUNKS = K_STEP * BM // 4 // GEMM_THREADS  # 16-byte filter copies per thread per K-step
+if K_STEP % 8 or PIPELINE_STAGES < 2 or 4 * (PIPELINE_A + PIPELINE_B) > 48 * 1024:
+    raise ValueError(f"async_gather needs K_STEP a multiple of 8 (its taps are computed 8 at a time), "
+                     f"PIPELINE_STAGES >= 2 and their tiles within a static shared array's 48 KB; got K_STEP = "
+                     f"{K_STEP}, PIPELINE_STAGES = {PIPELINE_STAGES}: {4 * (PIPELINE_A + PIPELINE_B)} bytes")
+
+
+@cuda.jit
+def _taps_outermost_filters(w, wt):
+    # wt[r S + s, c, k] = w[k, c, r, s]; zero past C and K, so the main loop's filter copies need no tests.
+    i = cuda.grid(1)
+    taps, Cp, Kp = wt.shape
+    K, C, R, S = w.shape
+    if i < wt.size:
+        k = i % Kp  # neighbouring threads: neighbouring output channels (coalesced stores)
+        c = i // Kp % Cp
+        rs = i // (Kp * Cp)
+        wt[rs, c, k] = w[k, c, rs // S, rs % S] if k < K and c < C else float32(0.0)
+
+
+@cuda.jit(device=True, inline=True)
+def _copy_step_async(x_ptr, wt_ptr, a_dst, b_dst, C, H, W, Cp, Kp, m0, base, h0, w0, r, s, c0):
+    """Start the copies of K-step (r, s, c0..c0 + K_STEP - 1) into one pipeline stage and return without
+    waiting. a_dst, b_dst: the stage's tiles as shared-window addresses (shared_address32), already
+    offset by this thread's place in them."""
+    t = cuda.threadIdx.x
+    for i in range(FILTER_CHUNKS):  # filters: 4 neighbouring output channels of one input channel
+        e = t + i * GEMM_THREADS
+        j = e // (BM // 4)
+        m = e % (BM // 4) * 4
+        src = wt_ptr + uint64((((r * 3 + s) * Cp + c0 + j) * Kp + m0 + m) * 4)
+        cp_async_chunk16_s32(a_dst + uint64((j * SA + m) * 4), src, 16)
+    # HINT: this thread's pixel, shifted by the tap, is (h0 + r, w0 + s): one test for the whole step (base < 0: no pixel).
+    # HINT: element j is channel c0 + j of that pixel, H W floats after element j - 1; copy 0 bytes (a zero) where it is outside the image or past C.
+    # BEGIN SOLUTION
+    h = h0 + r
+    col = w0 + s
+    pixel_inside = base >= 0 and 0 <= h < H and 0 <= col < W
+    # Outside, every element is a zero copied from x's first float: no address past the image is formed.
+    pixel_bytes = 4 if pixel_inside else 0
+    channel_bytes = uint64(H * W * 4) if pixel_inside else uint64(0)
+    src = x_ptr + uint64((base + c0 * H * W + h * W + col) * 4) if pixel_inside else x_ptr
+    if c0 + K_STEP <= C:  # every step but a last partial one per tap; the same for the whole block
+        for j in range(K_STEP):
+            cp_async_chunk4_s32(b_dst + uint64(j * SB * 4), src, pixel_bytes)
+            src += channel_bytes
+    else:  # channels past C: zeros
+        for j in range(K_STEP):
+            inside = c0 + j < C
+            cp_async_chunk4_s32(b_dst + uint64(j * SB * 4), src if inside else x_ptr, pixel_bytes if inside else 0)
+            src += channel_bytes
+    # END SOLUTION
+
+
+@cuda.jit(device=True, inline=True)
+def _next_step(r, s, c0, C):
+    """The K-step after (r, s, c0): an odometer, channel block fastest, then s, then r (no divisions)."""
+    c0 += K_STEP
+    if c0 >= C:
+        c0 = 0
+        s += 1
+        if s == 3:
+            s = 0
+            r += 1
+    return r, s, c0
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(GEMM_THREADS, BLOCKS_PER_SM)))
+def _async_gather(x_flat, wt_flat, N, C, H, W, K, Cp, Kp, out_flat):
+    As = cuda.shared.array(PIPELINE_A, float32, alignment=ALIGN16)
+    Bs = cuda.shared.array(PIPELINE_B, float32, alignment=ALIGN16)
+    acc = cuda.local.array((8, 8), float32)
+    a = cuda.local.array(8, float32)
+    b = cuda.local.array(8, float32)
+    t = cuda.threadIdx.x
+    HW = H * W
+    q = cuda.blockIdx.x * BN + t  # the output pixel whose column this thread copies, as in stage 4
+    n = q // HW
+    p = q % HW
+    h0 = p // W - 1  # padding 1: the 3x3 window's top-left input pixel
+    w0 = p % W - 1
+    base = n * C * HW if q < N * HW else -1
+    m0 = cuda.blockIdx.y * BM
+    x_ptr = x_flat.ctypes.data
+    wt_ptr = wt_flat.ctypes.data
+    # The tiles as shared-window addresses (32-bit sums after inlining); this thread's pixel column of
+    # Bs added once (its filter chunks' places are computed in _copy_step_async), each stage's per step.
+    a_base = uint64(shared_address32(As.ctypes.data))
+    b_base = uint64(shared_address32(Bs.ctypes.data)) + uint64(t * 4)
+    for m in range(8):
+        for qq in range(8):
+            acc[m, qq] = float32(0.0)
+    ut = uint32(t)
+    lane = ut % uint32(32)
+    r0 = (ut // uint32(64)) * uint32(32) + (lane // uint32(8)) * uint32(4)  # as gemm_tile_loop
+    c0l = ((ut // uint32(32)) % uint32(2)) * uint32(64) + (lane % uint32(8)) * uint32(4)
+    steps = 9 * (Cp // K_STEP)
+    # The next step to copy: tap (r, s), channels c0..c0 + K_STEP - 1.
+    r = 0
+    s = 0
+    c0 = 0
+    for i in range(PIPELINE_STAGES - 1):  # fill the pipeline: one commit group per step, empty or not
+        if i < steps:
+            _copy_step_async(x_ptr, wt_ptr, a_base + uint64(i * STEP_A * 4), b_base + uint64(i * STEP_B * 4),
+                             C, H, W, Cp, Kp, m0, base, h0, w0, r, s, c0)
+            r, s, c0 = _next_step(r, s, c0, C)
+        cp_async_commit()
+    read = 0  # the stage step kt computes from
+    write = PIPELINE_STAGES - 1  # the stage step kt + PIPELINE_STAGES - 1 is copied into
+    for kt in range(steps):
+        cp_async_wait_pending(PIPELINE_STAGES - 2)  # step kt has landed (this thread's copies) ...
+        cuda.syncthreads()  # ... everyone's; and everyone is done computing step kt - 1 (stage `write`)
+        if kt + PIPELINE_STAGES - 1 < steps:
+            _copy_step_async(x_ptr, wt_ptr, a_base + uint64(write * STEP_A * 4), b_base + uint64(write * STEP_B * 4),
+                             C, H, W, Cp, Kp, m0, base, h0, w0, r, s, c0)
+            r, s, c0 = _next_step(r, s, c0, C)
+        cp_async_commit()
+        ia = uint32(read * STEP_A) + r0
+        ib = uint32(read * STEP_B) + c0l
+        for g in range(K_STEP // 8):
+            _eight_taps(As, Bs, ia + uint32(g * 8 * SA), ib + uint32(g * 8 * SB), a, b, acc)
+        read = read + 1 if read + 1 < PIPELINE_STAGES else 0
+        write = write + 1 if write + 1 < PIPELINE_STAGES else 0
+    cp_async_wait_pending(0)  # nothing is left in flight (the last groups are empty)
+    _store_outputs(acc, N, K, HW, out_flat)
+
+
+def _padded_filters(w):
+    """w reordered taps outermost (see _taps_outermost_filters), C padded to K_STEP, K to the 64-row tile."""
+    K, C, R, S = w.shape
+    wt = scratch("conv.async_gather.filters", (R * S, blocks_for(C, K_STEP) * K_STEP, blocks_for(K, BM) * BM),
+                 np.float32)
+    _taps_outermost_filters[blocks_for(wt.size, THREADS), THREADS](w, wt)
+    return wt
+
+
+@op.stage("async_gather", """
+    Stage 4's implicit GEMM again, with the reduction walked taps outermost, (r, s, c) instead of w's
+    (c, r, s), so that every tile can travel by cp.async. A K-step is now K_STEP input channels of one
+    filter tap: the thread's pixel, shifted by the tap, is inside the image or outside for the whole
+    step (one test, where stage 4 made four per element and stepped an odometer per element), and its
+    elements lie a channel apart, one address addition each. With no per-element decision left but
+    "copy or zero", each element is a 4-byte cp.async whose ignore-source flag writes the zero: the
+    load, the register that staged it and the shared store become one instruction (three with the
+    address, in the compiled loop), and the registers stage 4 spent on staging buy a deeper pipeline
+    (PIPELINE_STAGES K-steps in flight, as in the GEMM ladder's stage 9) and a longer K-step (16
+    channels: half the barriers). The filters are reordered once per call, by a small kernel, into
+    wt[tap, c, k] with the output channel fastest and zeros past C and K, so a K-step's filter tile is
+    whole 16-byte chunks, copied with no tests and no transposition (a network would store its filters
+    this way once, as it would Winograd's). The arithmetic is stage 4's: 8 x 8 outputs a thread from
+    16-byte shared loads, 64 channels x 128 pixels a block. cuDNN's fastest float32 kernel for this
+    layer is the same algorithm with another tile: an implicit GEMM of 128 pixels x 32 channels a
+    block, a K-step of 8, three stages of asynchronous copies.""")
+def async_gather(x, w, out):
+    N, C, H, W = x.shape
+    K = w.shape[0]
+    wt = _padded_filters(w)
+    grid = (blocks_for(N * H * W, BN), wt.shape[2] // BM)
+    _async_gather[grid, GEMM_THREADS](_flat(x), _flat(wt), N, C, H, W, K, wt.shape[1], wt.shape[2], _flat(out))
 
 
 

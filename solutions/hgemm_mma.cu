@@ -164,6 +164,22 @@ extern "C" __device__ int cp_async_chunk16_s32(int* result, unsigned long long w
     return 0;
 }
 
+// A 4-byte asynchronous copy global -> shared (sm_80+) to a shared-window address, as
+// cp_async_chunk16_s32; through L1 (.ca: .cg takes 16 bytes only). src_bytes: 4 copies the float,
+// 0 writes a zero instead (a gathered element outside the image).
+extern "C" __device__ int cp_async_chunk4_s32(int* result, unsigned long long window_dst,
+                                              unsigned long long global_src, int src_bytes)
+{
+    unsigned dst = (unsigned)window_dst;
+    // src_bytes is 4 or 0: as the ignore-src predicate rather than a byte count, the compiler need not
+    // adjust the address for a partial copy (it added 4 - src_bytes to it).
+    asm volatile("{\n .reg .pred ignore;\n setp.eq.s32 ignore, %2, 0;\n"
+                 " cp.async.ca.shared.global [%0], [%1], 4, ignore;\n}\n"
+                 :: "r"(dst), "l"(global_src), "r"(src_bytes));
+    *result = 0;
+    return 0;
+}
+
 // -- for the float32 attention's 3xTF32 stage (solutions/_flash_mma.py, attention.tensor_cores) -------
 
 struct f32x2 { float x, y; };

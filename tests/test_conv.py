@@ -142,12 +142,28 @@ def test_winograd_f4x4_loses_more_accuracy_than_f2x2_on_random_data():
 
 
 
+def test_async_gather_exact_past_every_tile_edge():
+    """The operator's simulator sizes all have C < K_STEP: every K-step there takes the copy path with a
+    test per element. C = 19 adds a whole step (the test-free path) and a step of 3 channels; 9 x 17
+    pixels in two images are two 128-pixel tiles, the second mostly past the last pixel; K = 66 two
+    64-channel tiles, the second with 2 rows; H, W, C, K all different and multiples of no tile."""
+    assert conv.K_STEP < 19 < 2 * conv.K_STEP
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-1.0, 1.0, (2, 19, 9, 17)).astype(np.float32)
+    w = rng.uniform(-1.0, 1.0, (66, 19, 3, 3)).astype(np.float32)
+    xd, wd, out = _device_args(x, w, np.full((2, 66, 9, 17), np.nan, np.float32))
+    conv.async_gather(xd, wd, out)
+    got = out.copy_to_host()
+    ref = conv._conv64(x, w, 1, 1, 1)
+    assert relative_error(got, ref) < conv._tolerance((2, 19, 9, 17, 66), np.float32)
+
+
 ISSUE_LAYERS = [(32, 64, 56, 56, 64), (32, 256, 14, 14, 256)]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("size", ISSUE_LAYERS, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("stage", ["implicit_gemm", "winograd"])
+@pytest.mark.parametrize("stage", ["implicit_gemm", "winograd", "async_gather"])
 def test_fast_conv_stages_correct_at_the_issue_layers(stage, size):
     result = check_stage(conv.op[stage], size, np.random.default_rng(0))
     assert result.passed, result.message
