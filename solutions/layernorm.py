@@ -39,7 +39,8 @@ from solutions._half import (
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
 from solutions._vector_io import (
-    aligned16, capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store4, store_chunk)
+    aligned16, capped, expect_row_width, flat_view, load4_hinted, load_chunk, rows_fit_vectors, store4,
+    store4_hinted, store_chunk)
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, stage_of
 from workbench.targets import against_peer, of_ceiling
@@ -861,6 +862,139 @@ def kernel_for(cols, table=BY_SHAPE):
     boundaries={"cols": (WARP_ROW_COLS,)})
 def by_shape(x, weight, bias, out):
     kernel_for(x.shape[1])(x, weight, bias, out)
+
+
+
+# -- 9. held_rows: the row held in registers, its statistics exact, cache hints ------------------
+
+# A group of HELD_THREADS threads holds a row of up to HELD_COLS columns in registers, HELD_VALUES a
+# thread; HELD_ROWS groups share a block. Each is a module constant (workbench sweep tries others).
+HELD_COLS = 4096  # the widest row held (by_shape's table sends wider rows to stage 7)
+HELD_THREADS = 512  # threads a row: 32 (a warp: shuffles alone, no barrier) up to 1024
+HELD_ROWS = 1  # rows (groups) a block
+HELD_BLOCKS_PER_SM = 4  # the register cap is set so that this many blocks fit an SM (0: no cap)
+X_LOAD_HINT = ".cs"  # x is read once: "streaming", first out of the caches ("": a plain load)
+OUT_STORE_HINT = ".cs"  # out is written once and not read back here
+WEIGHT_LOAD_HINT = ""  # weight and bias: every row reads them, so they may stay ("": plain; ".L1::evict_last")
+HELD_CHUNKS = HELD_COLS // (4 * HELD_THREADS)  # 16-byte pieces a thread
+HELD_VALUES = 4 * HELD_CHUNKS
+HELD_WARPS = HELD_THREADS // 32
+HELD_SLOTS = HELD_ROWS * HELD_WARPS  # a warp's partial sum each, in shared memory
+HELD_REGISTERS = min(255, 65536 // (HELD_THREADS * HELD_ROWS * HELD_BLOCKS_PER_SM)) if HELD_BLOCKS_PER_SM else None
+_load_x4 = load4_hinted(X_LOAD_HINT)
+_store_out4 = store4_hinted(OUT_STORE_HINT)
+_load_weight4 = load4_hinted(WEIGHT_LOAD_HINT)
+
+
+@cuda.jit(device=True, inline=True)
+def _held_x_chunk(flat, base, c, cols, vector, fill):
+    """load_chunk through X_LOAD_HINT's load."""
+    if vector and c < cols:
+        return _load_x4(flat, base + c)
+    return load_chunk(flat, base, c, cols, False, fill)
+
+
+@cuda.jit(device=True, inline=True)
+def _held_weight_chunk(flat, c, cols, vector):
+    if vector and c < cols:
+        return _load_weight4(flat, c)
+    return load_chunk(flat, uint64(0), c, cols, False, float32(0.0))
+
+
+@cuda.jit(device=True, inline=True)
+def _held_store_chunk(flat, base, c, cols, vector, v0, v1, v2, v3):
+    if vector:
+        if c < cols:
+            _store_out4(flat, base + c, v0, v1, v2, v3)
+        return
+    store_chunk(flat, base, c, cols, False, v0, v1, v2, v3)
+
+
+@cuda.jit(device=True, inline=True)
+def _row_sum(value, slots):
+    """Sum over the HELD_THREADS threads of this thread's row, the same in each of them: shuffles, and
+    for a row of several warps one barrier through ``slots`` (its own buffer per sum, so no second
+    barrier is needed before the next sum writes). Every thread of the block must call it."""
+    value = _warp_sum(value)
+    if HELD_WARPS == 1:
+        return value
+    lane = cuda.threadIdx.x % 32
+    first = (cuda.threadIdx.x // HELD_THREADS) * HELD_WARPS  # this row's first slot
+    if lane == 0:
+        slots[cuda.threadIdx.x // 32] = value
+    cuda.syncthreads()
+    return _warp_sum(slots[first + lane] if lane < HELD_WARPS else float32(0.0))
+
+
+@cuda.jit
+def _layernorm_held(x, weight, bias, out, rows, cols, vector):
+    values = cuda.local.array(HELD_VALUES, float32)
+    sums = cuda.shared.array(HELD_SLOTS, float32)
+    squares_of = cuda.shared.array(HELD_SLOTS, float32)
+    rows = uint64(rows)
+    cols = uint64(cols)
+    row = uint64(cuda.blockIdx.x) * uint64(HELD_ROWS) + uint64(cuda.threadIdx.x // HELD_THREADS)
+    inside = row < rows
+    row = min(row, rows - uint64(1))  # a group past the last row redoes it without storing: every thread meets the barriers
+    t = uint64(cuda.threadIdx.x % HELD_THREADS)
+    base = row * cols
+    x0 = x[base]  # the shift: a row of huge, nearly equal values sums without losing its spread
+    # HINT: block_rows' kernel with HELD_THREADS threads a row: chunks c = 4 * (t + HELD_THREADS * k), k < HELD_CHUNKS,
+    # HINT: loaded with _held_x_chunk; _row_sum (sums, then squares_of) for the two sums; _held_weight_chunk; _held_store_chunk.
+    # BEGIN SOLUTION
+    for k in range(HELD_CHUNKS):  # all loads issued before any value is used
+        c = uint64(4) * (t + uint64(HELD_THREADS * k))
+        values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3] = _held_x_chunk(
+            x, base, c, cols, vector, float32(0.0))
+    total = float32(0.0)
+    for i in range(HELD_VALUES):
+        if uint64(4) * (t + uint64(HELD_THREADS * (i // 4))) + uint64(i % 4) < cols:
+            values[i] -= x0
+            total += values[i]
+    mean = _row_sum(total, sums) / float32(cols)
+    squares = float32(0.0)
+    for i in range(HELD_VALUES):  # the squared deviations from the registers: exact, no cancellation
+        if uint64(4) * (t + uint64(HELD_THREADS * (i // 4))) + uint64(i % 4) < cols:
+            d = values[i] - mean
+            squares += d * d
+    rstd = float32(1.0) / math.sqrt(_row_sum(squares, squares_of) / float32(cols) + EPS)
+    for k in range(HELD_CHUNKS):
+        c = uint64(4) * (t + uint64(HELD_THREADS * k))
+        _normalize_chunk(values, 4 * k, mean, rstd, _held_weight_chunk(weight, c, cols, vector),
+                         _held_weight_chunk(bias, c, cols, vector))
+    if inside:
+        for k in range(HELD_CHUNKS):
+            c = uint64(4) * (t + uint64(HELD_THREADS * k))
+            _held_store_chunk(out, base, c, cols, vector, values[4 * k], values[4 * k + 1], values[4 * k + 2],
+                              values[4 * k + 3])
+    # END SOLUTION
+
+
+def held_rows_launch(x, weight, bias, out):
+    """held_rows' kernel, for rows up to HELD_COLS wide."""
+    rows, cols = x.shape
+    expect_row_width(cols, HELD_COLS, "held_rows")
+    capped(_layernorm_held, HELD_REGISTERS)[blocks_for(rows, HELD_ROWS), HELD_THREADS * HELD_ROWS](
+        flat_view(x), flat_view(weight), flat_view(bias), flat_view(out), rows, cols,
+        rows_fit_vectors(x, weight, bias, out))
+
+
+HELD_BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (HELD_COLS, held_rows_launch), (None, ilp.launch)]
+
+
+@op.stage("held_rows", """
+    by_shape's table with a new kernel for rows from 1025 up to 4096 columns, where stage 7 lost to
+    torch.compile. A block per row holds the row in registers, 8 values a thread over 512 threads
+    (HELD_THREADS, HELD_COLS), read once with 16-byte loads: stage 7 reads x three times. The mean and
+    then the variance of (x - mean) come from the registers: two block sums, each warp's shuffles then
+    one barrier, exact where a one-pass E[x^2] - E[x]^2 would cancel, and no divisions per step as a
+    Welford or Chan merge has. The register cap keeps four blocks of 512 threads on a multiprocessor,
+    every thread slot filled. New here are cache hints, inline PTX since numba cannot say them: x is
+    loaded and out stored with the .cs ("streaming") qualifier, so their lines are the first to leave
+    the caches and the weight and bias, which every row reads, stay.""",
+    boundaries={"cols": (WARP_ROW_COLS, HELD_COLS)})
+def held_rows(x, weight, bias, out):
+    kernel_for(x.shape[1], HELD_BY_SHAPE)(x, weight, bias, out)
 
 
 # ================================================================================================
