@@ -281,6 +281,28 @@ else:
 
 
 
+
+# -- 1 / sqrt(v) in one instruction ------------------------------------------------------------------
+
+if is_simulator():
+    @cuda.jit(device=True)
+    def rsqrt(value):
+        """1 / sqrt(value) (in the simulator: NumPy's, correctly rounded)."""
+        return np.float32(1.0) / np.sqrt(np.float32(value))
+else:
+    @intrinsic
+    def rsqrt(typingctx, value):
+        """1 / sqrt(value) as one ``rsqrt.approx.f32`` (MUFU.RSQ, within 2 ulp): ``1 / math.sqrt(v)`` is an
+        IEEE square root and an IEEE division, each with a slow path that ptxas calls as a subroutine,
+        and the registers live across those calls are what a tight register cap spills."""
+        if not isinstance(value, types.Float) or value.bitwidth != 32:
+            raise TypingError(f"rsqrt takes a float32, got {value}")
+
+        def codegen(context, builder, signature, args):
+            return _asm(builder, "rsqrt.approx.f32 $0, $1;", "=f,f", [args[0]], ir.FloatType())
+
+        return types.float32(value), codegen
+
 # -- 16-byte loads and stores with a cache qualifier (inline PTX) -------------------------------------
 
 _HINTED = {}  # ("load" or "store", qualifier) -> the helper

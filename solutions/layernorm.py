@@ -39,7 +39,7 @@ from solutions._half import (
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
 from solutions._vector_io import (
-    aligned16, capped, expect_row_width, flat_view, load4_hinted, load_chunk, rows_fit_vectors, store4,
+    aligned16, capped, expect_row_width, flat_view, load4_hinted, load_chunk, rows_fit_vectors, rsqrt, store4,
     store4_hinted, store_chunk)
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, stage_of
@@ -875,6 +875,7 @@ HELD_ROWS = 1  # rows (groups) a block
 HELD_BLOCKS_PER_SM = 4  # the register cap is set so that this many blocks fit an SM (0: no cap)
 X_LOAD_HINT = ".cs"  # x is read once: "streaming", first out of the caches ("": a plain load)
 OUT_STORE_HINT = ".cs"  # out is written once and not read back here
+HELD_WEIGHTS_FIRST = False  # True: every chunk's weight and bias loaded before the first store (more registers)
 WEIGHT_LOAD_HINT = ""  # weight and bias: every row reads them, so they may stay ("": plain; ".L1::evict_last")
 HELD_CHUNKS = HELD_COLS // (4 * HELD_THREADS)  # 16-byte pieces a thread
 HELD_VALUES = 4 * HELD_CHUNKS
@@ -887,27 +888,19 @@ _load_weight4 = load4_hinted(WEIGHT_LOAD_HINT)
 
 
 @cuda.jit(device=True, inline=True)
-def _held_x_chunk(flat, base, c, cols, vector, fill):
-    """load_chunk through X_LOAD_HINT's load."""
-    if vector and c < cols:
-        return _load_x4(flat, base + c)
-    return load_chunk(flat, base, c, cols, False, fill)
+def _held_chunk(flat, at, c, cols):
+    """Columns c .. c + 3 of a row (from flat[at]) in one 16-byte load with X_LOAD_HINT; past the row's
+    end (the width is a multiple of 4, so a chunk is all inside or all outside), zeros."""
+    if c < cols:
+        return _load_x4(flat, at + uint64(c))
+    return float32(0.0), float32(0.0), float32(0.0), float32(0.0)
 
 
 @cuda.jit(device=True, inline=True)
-def _held_weight_chunk(flat, c, cols, vector):
-    if vector and c < cols:
+def _held_weight_chunk(flat, c, cols):
+    if c < cols:
         return _load_weight4(flat, c)
-    return load_chunk(flat, uint64(0), c, cols, False, float32(0.0))
-
-
-@cuda.jit(device=True, inline=True)
-def _held_store_chunk(flat, base, c, cols, vector, v0, v1, v2, v3):
-    if vector:
-        if c < cols:
-            _store_out4(flat, base + c, v0, v1, v2, v3)
-        return
-    store_chunk(flat, base, c, cols, False, v0, v1, v2, v3)
+    return float32(0.0), float32(0.0), float32(0.0), float32(0.0)
 
 
 @cuda.jit(device=True, inline=True)
@@ -927,56 +920,62 @@ def _row_sum(value, slots):
 
 
 @cuda.jit
-def _layernorm_held(x, weight, bias, out, rows, cols, vector):
+def _layernorm_held(x, weight, bias, out, rows, cols, inv_cols):
     values = cuda.local.array(HELD_VALUES, float32)
     sums = cuda.shared.array(HELD_SLOTS, float32)
     squares_of = cuda.shared.array(HELD_SLOTS, float32)
-    rows = uint64(rows)
-    cols = uint64(cols)
     row = uint64(cuda.blockIdx.x) * uint64(HELD_ROWS) + uint64(cuda.threadIdx.x // HELD_THREADS)
-    inside = row < rows
-    row = min(row, rows - uint64(1))  # a group past the last row redoes it without storing: every thread meets the barriers
-    t = uint64(cuda.threadIdx.x % HELD_THREADS)
-    base = row * cols
+    inside = HELD_ROWS == 1 or row < uint64(rows)  # one row a block: the grid is the rows
+    row = min(row, uint64(rows - 1))  # a group past the last row redoes it without storing: every thread meets the barriers
+    t = uint32(cuda.threadIdx.x % HELD_THREADS)
+    cols = uint32(cols)  # column arithmetic in 32 bits: a row is at most HELD_COLS wide
+    base = row * uint64(cols)
     x0 = x[base]  # the shift: a row of huge, nearly equal values sums without losing its spread
-    # HINT: block_rows' kernel with HELD_THREADS threads a row: chunks c = 4 * (t + HELD_THREADS * k), k < HELD_CHUNKS,
-    # HINT: loaded with _held_x_chunk; _row_sum (sums, then squares_of) for the two sums; _held_weight_chunk; _held_store_chunk.
+    # HINT: chunk k of a thread: columns c = 4 * (t + HELD_THREADS * k), k < HELD_CHUNKS (c < cols: the row is a
+    # HINT: multiple of 4 wide). Load all (_held_chunk) first; the shifted sum, _row_sum(total, sums) * inv_cols;
+    # HINT: the squared deviations, _row_sum(squares, squares_of); then _normalize_chunk and _store_out4.
     # BEGIN SOLUTION
     for k in range(HELD_CHUNKS):  # all loads issued before any value is used
-        c = uint64(4) * (t + uint64(HELD_THREADS * k))
-        values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3] = _held_x_chunk(
-            x, base, c, cols, vector, float32(0.0))
+        c = uint32(4) * (t + uint32(HELD_THREADS * k))
+        values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3] = _held_chunk(x, base, c, cols)
     total = float32(0.0)
-    for i in range(HELD_VALUES):
-        if uint64(4) * (t + uint64(HELD_THREADS * (i // 4))) + uint64(i % 4) < cols:
-            values[i] -= x0
-            total += values[i]
-    mean = _row_sum(total, sums) / float32(cols)
-    squares = float32(0.0)
-    for i in range(HELD_VALUES):  # the squared deviations from the registers: exact, no cancellation
-        if uint64(4) * (t + uint64(HELD_THREADS * (i // 4))) + uint64(i % 4) < cols:
-            d = values[i] - mean
-            squares += d * d
-    rstd = float32(1.0) / math.sqrt(_row_sum(squares, squares_of) / float32(cols) + EPS)
     for k in range(HELD_CHUNKS):
-        c = uint64(4) * (t + uint64(HELD_THREADS * k))
-        _normalize_chunk(values, 4 * k, mean, rstd, _held_weight_chunk(weight, c, cols, vector),
-                         _held_weight_chunk(bias, c, cols, vector))
-    if inside:
+        if uint32(4) * (t + uint32(HELD_THREADS * k)) < cols:  # a whole chunk is in the row or past its end
+            for i in range(4 * k, 4 * k + 4):
+                values[i] -= x0
+                total += values[i]
+    mean = _row_sum(total, sums) * inv_cols  # 1 / cols from the host: a multiply, not a division, per thread
+    squares = float32(0.0)
+    for k in range(HELD_CHUNKS):  # the squared deviations from the registers: exact, no cancellation
+        if uint32(4) * (t + uint32(HELD_THREADS * k)) < cols:
+            for i in range(4 * k, 4 * k + 4):
+                d = values[i] - mean
+                squares += d * d
+    rstd = rsqrt(_row_sum(squares, squares_of) * inv_cols + EPS)
+    for k in range(HELD_CHUNKS):
+        c = uint32(4) * (t + uint32(HELD_THREADS * k))
+        if HELD_WEIGHTS_FIRST:
+            _normalize_chunk(values, 4 * k, mean, rstd, _held_weight_chunk(weight, c, cols),
+                             _held_weight_chunk(bias, c, cols))
+        elif inside and c < cols:  # a chunk's weight and bias, then its store: fewer values live at once
+            _normalize_chunk(values, 4 * k, mean, rstd, _load_weight4(weight, c), _load_weight4(bias, c))
+            _store_out4(out, base + uint64(c), values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3])
+    if HELD_WEIGHTS_FIRST and inside:
         for k in range(HELD_CHUNKS):
-            c = uint64(4) * (t + uint64(HELD_THREADS * k))
-            _held_store_chunk(out, base, c, cols, vector, values[4 * k], values[4 * k + 1], values[4 * k + 2],
-                              values[4 * k + 3])
+            c = uint32(4) * (t + uint32(HELD_THREADS * k))
+            if c < cols:
+                _store_out4(out, base + uint64(c), values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3])
     # END SOLUTION
 
 
 def held_rows_launch(x, weight, bias, out):
-    """held_rows' kernel, for rows up to HELD_COLS wide."""
+    """held_rows' kernel, for rows up to HELD_COLS wide on 16-byte boundaries (others: stage 7)."""
     rows, cols = x.shape
     expect_row_width(cols, HELD_COLS, "held_rows")
+    if not rows_fit_vectors(x, weight, bias, out):
+        return ilp.launch(x, weight, bias, out)
     capped(_layernorm_held, HELD_REGISTERS)[blocks_for(rows, HELD_ROWS), HELD_THREADS * HELD_ROWS](
-        flat_view(x), flat_view(weight), flat_view(bias), flat_view(out), rows, cols,
-        rows_fit_vectors(x, weight, bias, out))
+        flat_view(x), flat_view(weight), flat_view(bias), flat_view(out), rows, cols, float32(1.0) / float32(cols))
 
 
 HELD_BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (HELD_COLS, held_rows_launch), (None, ilp.launch)]
@@ -1625,6 +1624,60 @@ RMSNORM_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (BLOCK_ROW_COLS, rmsnorm
     columns and lost to torch.compile at 4096 and 12288.""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
+
+
+# -- RMSNorm held_rows: layernorm's held_rows kernel with one sum of squares ----------------------
+
+@cuda.jit
+def _rmsnorm_held(x, weight, out, rows, cols, inv_cols):
+    values = cuda.local.array(HELD_VALUES, float32)
+    sums = cuda.shared.array(HELD_SLOTS, float32)
+    row = uint64(cuda.blockIdx.x) * uint64(HELD_ROWS) + uint64(cuda.threadIdx.x // HELD_THREADS)
+    inside = HELD_ROWS == 1 or row < uint64(rows)
+    row = min(row, uint64(rows - 1))
+    t = uint32(cuda.threadIdx.x % HELD_THREADS)
+    cols = uint32(cols)
+    base = row * uint64(cols)
+    # HINT: layernorm's _layernorm_held with no shift and one _row_sum, of the squares (zeros past the row add nothing).
+    # BEGIN SOLUTION
+    for k in range(HELD_CHUNKS):  # all loads issued before any value is used
+        c = uint32(4) * (t + uint32(HELD_THREADS * k))
+        values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3] = _held_chunk(x, base, c, cols)
+    squares = float32(0.0)
+    for i in range(HELD_VALUES):  # chunks past the row's end hold zeros
+        squares += values[i] * values[i]
+    rstd = rsqrt(_row_sum(squares, sums) * inv_cols + EPS)
+    for k in range(HELD_CHUNKS):
+        c = uint32(4) * (t + uint32(HELD_THREADS * k))
+        if inside and c < cols:
+            w0, w1, w2, w3 = _load_weight4(weight, c)
+            _store_out4(out, base + uint64(c), values[4 * k] * rstd * w0, values[4 * k + 1] * rstd * w1,
+                        values[4 * k + 2] * rstd * w2, values[4 * k + 3] * rstd * w3)
+    # END SOLUTION
+
+
+def rmsnorm_held_launch(x, weight, out):
+    """rmsnorm held_rows' kernel, for rows up to HELD_COLS wide on 16-byte boundaries (others: block_rows)."""
+    rows, cols = x.shape
+    expect_row_width(cols, HELD_COLS, "rmsnorm held_rows")
+    if not rows_fit_vectors(x, weight, out):
+        return rmsnorm_block_rows(x, weight, out)
+    capped(_rmsnorm_held, HELD_REGISTERS)[blocks_for(rows, HELD_ROWS), HELD_THREADS * HELD_ROWS](
+        flat_view(x), flat_view(weight), flat_view(out), rows, cols, float32(1.0) / float32(cols))
+
+
+RMSNORM_HELD_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (HELD_COLS, rmsnorm_held_launch),
+                         (BLOCK_ROW_COLS, rmsnorm_block_rows), (None, rmsnorm_lean.launch)]
+
+
+@rmsnorm_op.stage("held_rows", """
+    by_shape's table with layernorm's held_rows kernel, one sum of squares, from 1025 up to 4096
+    columns: 512 threads a row (block_rows has 256), 8 values a thread, the register cap set for four
+    blocks a multiprocessor, each chunk's weight loaded just before its store so fewer values are live,
+    and x loaded and out stored with the .cs ("streaming") cache qualifier, inline PTX.""",
+    boundaries={"cols": (WARP_ROW_COLS, HELD_COLS)})
+def rmsnorm_held_rows(x, weight, out):
+    kernel_for(x.shape[1], RMSNORM_HELD_BY_SHAPE)(x, weight, out)
 
 
 # ======================================================================================================
