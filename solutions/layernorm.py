@@ -983,14 +983,19 @@ HELD_BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (HELD_COLS, held_rows_launch), (Non
 
 @op.stage("held_rows", """
     by_shape's table with a new kernel for rows from 1025 up to 4096 columns, where stage 7 lost to
-    torch.compile. A block per row holds the row in registers, 8 values a thread over 512 threads
-    (HELD_THREADS, HELD_COLS), read once with 16-byte loads: stage 7 reads x three times. The mean and
-    then the variance of (x - mean) come from the registers: two block sums, each warp's shuffles then
-    one barrier, exact where a one-pass E[x^2] - E[x]^2 would cancel, and no divisions per step as a
-    Welford or Chan merge has. The register cap keeps four blocks of 512 threads on a multiprocessor,
-    every thread slot filled. New here are cache hints, inline PTX since numba cannot say them: x is
-    loaded and out stored with the .cs ("streaming") qualifier, so their lines are the first to leave
-    the caches and the weight and bias, which every row reads, stay.""",
+    torch.compile. A block of 512 threads holds the row in registers, 8 values a thread (HELD_THREADS,
+    HELD_COLS), read once with 16-byte loads where stage 7 reads x three times with 4-byte ones. The
+    mean and then the variance of (x - mean) come from the registers: two block sums (shuffles, then
+    one barrier each), exact where a one-pass E[x^2] - E[x]^2 would cancel, and no division per step as
+    Welford's or Chan's merge needs. What is left is kept short, since with 8 values a thread a thread's
+    fixed work is shared by few elements: column arithmetic in 32 bits, one bounds test a 16-byte chunk
+    (a width that is a multiple of 4 has no chunk half in the row), 1 / cols from the host, and
+    1 / sqrt(var + eps) as one rsqrt.approx (the IEEE square root and division each have a slow path
+    called as a subroutine). Each chunk's weight and bias are loaded just before its store, so fewer
+    values are live, and the cap of 32 registers (HELD_BLOCKS_PER_SM) fits four blocks, all 2048
+    threads, on a multiprocessor. x is loaded and out stored with the .cs ("streaming") qualifier
+    through inline PTX, which numba cannot say: their lines are the first to leave the caches, and the
+    weight and bias, which every row reads, stay. A width not a multiple of 4 takes stage 7.""",
     boundaries={"cols": (WARP_ROW_COLS, HELD_COLS)})
 def held_rows(x, weight, bias, out):
     kernel_for(x.shape[1], HELD_BY_SHAPE)(x, weight, bias, out)
@@ -1672,9 +1677,11 @@ RMSNORM_HELD_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (HELD_COLS, rmsnorm
 
 @rmsnorm_op.stage("held_rows", """
     by_shape's table with layernorm's held_rows kernel, one sum of squares, from 1025 up to 4096
-    columns: 512 threads a row (block_rows has 256), 8 values a thread, the register cap set for four
-    blocks a multiprocessor, each chunk's weight loaded just before its store so fewer values are live,
-    and x loaded and out stored with the .cs ("streaming") cache qualifier, inline PTX.""",
+    columns: 512 threads a row where block_rows has 256, 8 values a thread, so 32 registers and four
+    blocks, all 2048 threads, on a multiprocessor; 32-bit column arithmetic, 1 / cols from the host,
+    one rsqrt.approx, each chunk's weight loaded just before its store, and x loaded and out stored
+    with the .cs ("streaming") cache qualifier (inline PTX). A width not a multiple of 4 takes
+    block_rows.""",
     boundaries={"cols": (WARP_ROW_COLS, HELD_COLS)})
 def rmsnorm_held_rows(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_HELD_BY_SHAPE)(x, weight, out)
