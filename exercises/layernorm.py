@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: b90dfa001db665d4602cb7acb92dd2d90aebfe0ec8da4e09b4ee22f2667b32af
+# generated-sha256: 153287dd1a215daa4fe3c4be75464fa228b4036d12413bba7433b320970cc837
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -757,14 +757,19 @@ HELD_BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (HELD_COLS, held_rows_launch), (Non
 
 @op.stage("held_rows", """
     by_shape's table with a new kernel for rows from 1025 up to 4096 columns, where stage 7 lost to
-    torch.compile. A block per row holds the row in registers, 8 values a thread over 512 threads
-    (HELD_THREADS, HELD_COLS), read once with 16-byte loads: stage 7 reads x three times. The mean and
-    then the variance of (x - mean) come from the registers: two block sums, each warp's shuffles then
-    one barrier, exact where a one-pass E[x^2] - E[x]^2 would cancel, and no divisions per step as a
-    Welford or Chan merge has. The register cap keeps four blocks of 512 threads on a multiprocessor,
-    every thread slot filled. New here are cache hints, inline PTX since numba cannot say them: x is
-    loaded and out stored with the .cs ("streaming") qualifier, so their lines are the first to leave
-    the caches and the weight and bias, which every row reads, stay.""",
+    torch.compile. A block of 512 threads holds the row in registers, 8 values a thread (HELD_THREADS,
+    HELD_COLS), read once with 16-byte loads where stage 7 reads x three times with 4-byte ones. The
+    mean and then the variance of (x - mean) come from the registers: two block sums (shuffles, then
+    one barrier each), exact where a one-pass E[x^2] - E[x]^2 would cancel, and no division per step as
+    Welford's or Chan's merge needs. What is left is kept short, since with 8 values a thread a thread's
+    fixed work is shared by few elements: column arithmetic in 32 bits, one bounds test a 16-byte chunk
+    (a width that is a multiple of 4 has no chunk half in the row), 1 / cols from the host, and
+    1 / sqrt(var + eps) as one rsqrt.approx (the IEEE square root and division each have a slow path
+    called as a subroutine). Each chunk's weight and bias are loaded just before its store, so fewer
+    values are live, and the cap of 32 registers (HELD_BLOCKS_PER_SM) fits four blocks, all 2048
+    threads, on a multiprocessor. x is loaded and out stored with the .cs ("streaming") qualifier
+    through inline PTX, which numba cannot say: their lines are the first to leave the caches, and the
+    weight and bias, which every row reads, stay. A width not a multiple of 4 takes stage 7.""",
     boundaries={"cols": (WARP_ROW_COLS, HELD_COLS)})
 def held_rows(x, weight, bias, out):
     kernel_for(x.shape[1], HELD_BY_SHAPE)(x, weight, bias, out)
@@ -1275,6 +1280,9 @@ def rmsnorm_by_shape(x, weight, out):
 
 # -- RMSNorm held_rows: layernorm's held_rows kernel with one sum of squares ----------------------
 
+# HELD_THREADS, HELD_COLS, HELD_ROWS, HELD_BLOCKS_PER_SM and the hints are layernorm's (above).
+RMS_WEIGHTS_FIRST = True  # every chunk's weight loaded before the first store: one weight alone a value fits 32 registers
+
 @cuda.jit
 def _rmsnorm_held(x, weight, out, rows, cols, inv_cols):
     values = cuda.local.array(HELD_VALUES, float32)
@@ -1306,9 +1314,12 @@ RMSNORM_HELD_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (HELD_COLS, rmsnorm
 
 @rmsnorm_op.stage("held_rows", """
     by_shape's table with layernorm's held_rows kernel, one sum of squares, from 1025 up to 4096
-    columns: 512 threads a row (block_rows has 256), 8 values a thread, the register cap set for four
-    blocks a multiprocessor, each chunk's weight loaded just before its store so fewer values are live,
-    and x loaded and out stored with the .cs ("streaming") cache qualifier, inline PTX.""",
+    columns: 512 threads a row where block_rows has 256, 8 values a thread, so 32 registers and four
+    blocks, all 2048 threads, on a multiprocessor; 32-bit column arithmetic, 1 / cols from the host,
+    one rsqrt.approx, the weight (no bias here) loaded for every chunk before the first store, which
+    still fits 32 registers, and x loaded and out stored
+    with the .cs ("streaming") cache qualifier (inline PTX). A width not a multiple of 4 takes
+    block_rows.""",
     boundaries={"cols": (WARP_ROW_COLS, HELD_COLS)})
 def rmsnorm_held_rows(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_HELD_BY_SHAPE)(x, weight, out)

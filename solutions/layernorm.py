@@ -1633,6 +1633,9 @@ def rmsnorm_by_shape(x, weight, out):
 
 # -- RMSNorm held_rows: layernorm's held_rows kernel with one sum of squares ----------------------
 
+# HELD_THREADS, HELD_COLS, HELD_ROWS, HELD_BLOCKS_PER_SM and the hints are layernorm's (above).
+RMS_WEIGHTS_FIRST = True  # every chunk's weight loaded before the first store: one weight alone a value fits 32 registers
+
 @cuda.jit
 def _rmsnorm_held(x, weight, out, rows, cols, inv_cols):
     values = cuda.local.array(HELD_VALUES, float32)
@@ -1654,10 +1657,21 @@ def _rmsnorm_held(x, weight, out, rows, cols, inv_cols):
     rstd = rsqrt(_row_sum(squares, sums) * inv_cols + EPS)
     for k in range(HELD_CHUNKS):
         c = uint32(4) * (t + uint32(HELD_THREADS * k))
-        if inside and c < cols:
+        if RMS_WEIGHTS_FIRST:  # every chunk's weight in flight at once, then the stores
+            w0, w1, w2, w3 = _held_weight_chunk(weight, c, cols)
+            values[4 * k] *= rstd * w0
+            values[4 * k + 1] *= rstd * w1
+            values[4 * k + 2] *= rstd * w2
+            values[4 * k + 3] *= rstd * w3
+        elif inside and c < cols:
             w0, w1, w2, w3 = _load_weight4(weight, c)
             _store_out4(out, base + uint64(c), values[4 * k] * rstd * w0, values[4 * k + 1] * rstd * w1,
                         values[4 * k + 2] * rstd * w2, values[4 * k + 3] * rstd * w3)
+    if RMS_WEIGHTS_FIRST and inside:
+        for k in range(HELD_CHUNKS):
+            c = uint32(4) * (t + uint32(HELD_THREADS * k))
+            if c < cols:
+                _store_out4(out, base + uint64(c), values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3])
     # END SOLUTION
 
 
@@ -1679,7 +1693,8 @@ RMSNORM_HELD_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (HELD_COLS, rmsnorm
     by_shape's table with layernorm's held_rows kernel, one sum of squares, from 1025 up to 4096
     columns: 512 threads a row where block_rows has 256, 8 values a thread, so 32 registers and four
     blocks, all 2048 threads, on a multiprocessor; 32-bit column arithmetic, 1 / cols from the host,
-    one rsqrt.approx, each chunk's weight loaded just before its store, and x loaded and out stored
+    one rsqrt.approx, the weight (no bias here) loaded for every chunk before the first store, which
+    still fits 32 registers, and x loaded and out stored
     with the .cs ("streaming") cache qualifier (inline PTX). A width not a multiple of 4 takes
     block_rows.""",
     boundaries={"cols": (WARP_ROW_COLS, HELD_COLS)})

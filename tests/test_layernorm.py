@@ -247,15 +247,18 @@ def test_held_rows_kernels(kernel, size):
 @pytest.mark.sim_only
 @pytest.mark.parametrize("kernel", HELD_KERNELS)
 def test_held_rows_groups(kernel, monkeypatch):
-    """HELD_ROWS rows a block (the last block's spare group redoes the last row and stores nothing) and
-    a row of one warp (no barrier), as a sweep would set them: the simulator reads the module's
+    """HELD_ROWS rows a block (the last block's spare group redoes the last row and stores nothing), a
+    row of one warp (no barrier) and the other weights-first order, as a sweep would set them: the simulator reads the module's
     constants as it runs, so patching them here is what a fresh module with those values would do."""
     operator, launch = HELD_KERNELS[kernel]
     for threads, rows_a_block in [(64, 3), (32, 2)]:
         chunks = layernorm.HELD_COLS // (4 * threads)
         for name, value in {"HELD_THREADS": threads, "HELD_ROWS": rows_a_block, "HELD_CHUNKS": chunks,
                             "HELD_VALUES": 4 * chunks, "HELD_WARPS": threads // 32,
-                            "HELD_SLOTS": rows_a_block * (threads // 32)}.items():
+                            "HELD_SLOTS": rows_a_block * (threads // 32),
+                            # the other order of weight loads and stores than the committed one
+                            "HELD_WEIGHTS_FIRST": not layernorm.HELD_WEIGHTS_FIRST,
+                            "RMS_WEIGHTS_FIRST": not layernorm.RMS_WEIGHTS_FIRST}.items():
             monkeypatch.setattr(layernorm, name, value)
         inputs = operator.make_inputs((7, 260), np.random.default_rng(threads))
         got = run(launch, *inputs)
