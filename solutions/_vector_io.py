@@ -280,6 +280,86 @@ else:
         return uint32(libdevice.byte_perm(int32(word), int32(0), int32(0x4440 + k)))
 
 
+
+
+# -- 1 / sqrt(v) in one instruction ------------------------------------------------------------------
+
+if is_simulator():
+    @cuda.jit(device=True)
+    def rsqrt(value):
+        """1 / sqrt(value) (in the simulator: NumPy's, correctly rounded)."""
+        return np.float32(1.0) / np.sqrt(np.float32(value))
+else:
+    @intrinsic
+    def rsqrt(typingctx, value):
+        """1 / sqrt(value) as one ``rsqrt.approx.f32`` (MUFU.RSQ, within 2 ulp): ``1 / math.sqrt(v)`` is an
+        IEEE square root and an IEEE division, each with a slow path that ptxas calls as a subroutine,
+        and the registers live across those calls are what a tight register cap spills."""
+        if not isinstance(value, types.Float) or value.bitwidth != 32:
+            raise TypingError(f"rsqrt takes a float32, got {value}")
+
+        def codegen(context, builder, signature, args):
+            return _asm(builder, "rsqrt.approx.f32 $0, $1;", "=f,f", [args[0]], ir.FloatType())
+
+        return types.float32(value), codegen
+
+# -- 16-byte loads and stores with a cache qualifier (inline PTX) -------------------------------------
+
+_HINTED = {}  # ("load" or "store", qualifier) -> the helper
+
+
+def load4_hinted(qualifier):
+    """load4 with a cache qualifier on the instruction, ``ld.global{qualifier}.v4.f32`` (e.g. ``.cs``:
+    streaming, the line first to go; ``.L1::evict_last``; ``.L1::no_allocate``; ``""``: plain load4).
+    LLVM has no way to say these, so it is inline PTX. The pointer is a generic address used as a
+    global one, as it is for device allocations. In the simulator: load4 (a hint changes no value)."""
+    if is_simulator() or not qualifier:
+        return load4
+    key = ("load", qualifier)
+    if key not in _HINTED:
+        text = "ld.global" + qualifier + ".v4.f32 {$0, $1, $2, $3}, [$4];"
+
+        @intrinsic
+        def hinted_load4(typingctx, array, index):
+            _check(array, index)
+
+            def codegen(context, builder, signature, args):
+                data = context.make_array(signature.args[0])(context, builder, value=args[0]).data
+                address = builder.ptrtoint(builder.gep(data, [args[1]]), ir.IntType(64))
+                f = ir.FloatType()
+                vector = _asm(builder, text, "=f,=f,=f,=f,l", [address], ir.LiteralStructType([f] * 4))
+                parts = [builder.extract_value(vector, k) for k in range(4)]
+                return context.make_tuple(builder, signature.return_type, parts)
+
+            return types.UniTuple(types.float32, 4)(array, index), codegen
+        _HINTED[key] = hinted_load4
+    return _HINTED[key]
+
+
+def store4_hinted(qualifier):
+    """store4 as ``st.global{qualifier}.v4.f32`` (``.cs``: streaming, written once and not read back
+    soon); ``""``: plain store4. In the simulator: store4."""
+    if is_simulator() or not qualifier:
+        return store4
+    key = ("store", qualifier)
+    if key not in _HINTED:
+        text = "st.global" + qualifier + ".v4.f32 [$0], {$1, $2, $3, $4};"
+
+        @intrinsic
+        def hinted_store4(typingctx, array, index, v0, v1, v2, v3):
+            _check(array, index)
+
+            def codegen(context, builder, signature, args):
+                data = context.make_array(signature.args[0])(context, builder, value=args[0]).data
+                address = builder.ptrtoint(builder.gep(data, [args[1]]), ir.IntType(64))
+                values = [context.cast(builder, v, t, types.float32) for v, t in zip(args[2:], signature.args[2:])]
+                _asm(builder, text, "l,f,f,f,f,~{memory}", [address] + values)
+                return context.get_dummy_value()
+
+            return types.void(array, index, v0, v1, v2, v3), codegen
+        _HINTED[key] = hinted_store4
+    return _HINTED[key]
+
 # -- 32-bit words of two halves, and the two 16-bit formats (the same code in the simulator) -----------
 
 @cuda.jit(device=True, inline=True)
