@@ -1,17 +1,16 @@
-"""Transpose of a float32 matrix, in seven steps from strided writes to one pass near memory speed.
+"""Transpose of a float32 matrix, in six steps from strided writes to one pass near memory speed.
 
 out[j, i] = x[i, j]: no arithmetic at all, each element read once and written once (8 bytes per
 element), so the only questions are how the memory is touched and how many instructions it takes to
 touch it. Reading x row by row is coalesced; then the writes walk down a column of out, one element
 per row. The ladder stages the data through a shared-memory tile so both sides are coalesced, removes
 the bank conflicts that tile causes, gives each thread several elements, strips numba's
-negative-index checks from the index arithmetic, moves a bigger tile per block with its loads issued
-back to back, and finally reads and writes global memory 16 bytes per instruction.
+negative-index checks from the index arithmetic, and finally moves a bigger tile per block with its
+loads issued back to back.
 """
 import numpy as np
 from numba import cuda, float32, uint64
 
-from solutions._vector_io import aligned16, flat_view, load4, store4
 from workbench.ladder import Operator, expect_device_array
 from workbench import library_peers as peers
 from workbench.targets import against_peer, of_ceiling
@@ -74,9 +73,8 @@ op = Operator(
     torch_expression=lambda torch, size: lambda x: x.t().contiguous(),  # for torch.compile
     adversarial_inputs=_adversarial,
     check_sizes=[(1, 1), (1, 1_000_003), (1_000_003, 1), (33, 65), (65, 33), (1000, 4097), (4097, 1000),
-                 (1000, 4100), (3_000_001, 3), (16384, 16384)],
-    # (36, 68) and (1000, 4100): widths of whole 16-byte vectors, where vector_tile runs its own kernel
-    sim_sizes=[(1, 1), (1, 37), (36, 68), (37, 1), (33, 65), (70, 45)],
+                 (3_000_001, 3), (16384, 16384)],
+    sim_sizes=[(1, 1), (1, 37), (37, 1), (33, 65), (70, 45)],
     bench_sizes=[(32, 32), (128, 128), (512, 512), (1024, 1024), (2048, 2048), (4096, 4096),
                  (8192, 8192), (16384, 16384)],
     headline_size=(16384, 16384),
@@ -335,119 +333,3 @@ def big_tile(x, out):
     rows, cols = x.shape
     blocks = max(1, ((rows + BIG - 1) // BIG) * ((cols + BIG - 1) // BIG))
     _big_tile[blocks, (TILE, BIG_ROWS_PER_PASS)](x, out)
-
-
-# -- 7. 16-byte vectors through global memory, both ways -------------------------------------------
-
-VTILE = 64  # the tile is VTILE x VTILE floats (a multiple of 32): VTILE // 4 vectors of 16 bytes per row
-VTHREADS = 256  # threads per block (a multiple of VTILE): each moves VECTORS vectors per phase
-VECTORS = VTILE * VTILE // (4 * VTHREADS)  # vectors per thread and phase, all loaded before the first shared store
-VROWS_PER_PASS = 4 * VTHREADS // VTILE  # tile rows one pass of the block covers (4 per warp)
-VPADDED = VTILE + 1  # words per tile row: an odd number, so element (r, c) sits in bank (r + c) % 32
-GROUP = 1  # tile rows whose tiles run one after another down a column of tiles (1: row-major block order)
-assert VTILE % 32 == 0 and VTHREADS % VTILE == 0 and VTILE * VTILE % (4 * VTHREADS) == 0
-
-
-@cuda.jit
-def _vector_tile(x, out, rows_in, cols_in):
-    """x and out as flat vectors (load4 and store4 take a 1-D array), x's shape given beside them."""
-    tile = cuda.shared.array((VTILE, VPADDED), float32)
-    staged = cuda.local.array((VECTORS, 4), float32)  # every vector of the load phase, before any shared store
-    rows = uint64(rows_in)
-    cols = uint64(cols_in)
-    tiles_across = (cols + uint64(VTILE - 1)) // uint64(VTILE)
-    b = uint64(cuda.blockIdx.x)
-    if GROUP == 1:
-        tile_row = b // tiles_across
-        tile_col = b % tiles_across
-    else:
-        # GROUP tile rows at a time, taken column by column: the blocks running together read GROUP
-        # tile rows of x and write GROUP * VTILE contiguous columns of each row of out they touch.
-        tiles_down = (rows + uint64(VTILE - 1)) // uint64(VTILE)
-        per_group = uint64(GROUP) * tiles_across
-        first = (b // per_group) * uint64(GROUP)
-        height = min(tiles_down - first, uint64(GROUP))
-        within = b % per_group
-        tile_row = first + within % height
-        tile_col = within // height
-    row0 = tile_row * uint64(VTILE)
-    col0 = tile_col * uint64(VTILE)
-    # Thread t's vector: v in its tile row, tile row r (its first pass; each pass adds VROWS_PER_PASS).
-    # A warp takes 8 vectors (128 bytes) of each of 4 rows: lane bits 0-2 pick the vector, bits 3-4 the
-    # row. Each scalar shared store of the load phase then hits bank (r + 4 v + i) % 32, and each
-    # scalar shared load of the store phase bank (4 v + i + r) % 32 (VPADDED = 1 mod 32): 32 lanes,
-    # 32 distinct banks, one wavefront each, both ways: no conflict remains (at the edges of x some
-    # lanes sit idle, which only leaves banks unused). Laid out as 2 rows of 16 vectors, a warp's
-    # 4 v would repeat every 8 vectors: a 2-way conflict on every shared access.
-    t = uint64(cuda.threadIdx.x)
-    v = (t % uint64(8)) + uint64(8) * ((t // uint64(32)) % uint64(VTILE // 32))
-    r = (t // uint64(8)) % uint64(4) + uint64(4) * (t // uint64(VTILE))
-    c = uint64(4) * v  # the vector's first column in the tile
-    # HINT: load phase: pass k takes tile row r + VROWS_PER_PASS * k, columns c .. c + 3: one load4(x, row * cols + col0 + c) per pass into staged[k, 0..3] (zeros past x's last row or column; cols % 4 == 0, so a vector is wholly in or out).
-    # HINT: all VECTORS loads before the first shared store tile[row, c + i] = staged[k, i]; then the barrier.
-    # HINT: store phase: (r, v) now name out row col0 + r + VROWS_PER_PASS * k, columns row0 + c .. + 3, gathered from tile[c + i, r + ...]: one store4 when rows % 4 == 0 (out's rows start on 16-byte boundaries); else one float per thread, as big_tile writes, a warp on consecutive columns of out.
-    # BEGIN SOLUTION
-    col = col0 + c
-    for k in range(VECTORS):
-        row = row0 + r + uint64(VROWS_PER_PASS * k)
-        if row < rows and col < cols:
-            e0, e1, e2, e3 = load4(x, row * cols + col)
-        else:
-            e0 = e1 = e2 = e3 = float32(0.0)
-        staged[k, 0] = e0
-        staged[k, 1] = e1
-        staged[k, 2] = e2
-        staged[k, 3] = e3
-    for k in range(VECTORS):
-        for i in range(4):
-            tile[r + uint64(VROWS_PER_PASS * k), c + uint64(i)] = staged[k, i]
-    cuda.syncthreads()
-    if rows % uint64(4) == uint64(0):  # out's rows start on 16-byte boundaries: vectors
-        out_col = row0 + c
-        for k in range(VECTORS):
-            j = r + uint64(VROWS_PER_PASS * k)
-            out_row = col0 + j
-            if out_row < cols and out_col < rows:
-                store4(out, out_row * rows + out_col, tile[c, j], tile[c + uint64(1), j],
-                       tile[c + uint64(2), j], tile[c + uint64(3), j])
-    else:  # one float per thread, a warp on 32 consecutive columns of a row of out (bank (e + j) % 32)
-        for k in range(4 * VECTORS):
-            q = t + uint64(VTHREADS * k)
-            e = q % uint64(VTILE)
-            j = q // uint64(VTILE)
-            out_row = col0 + j
-            out_col = row0 + e
-            if out_row < cols and out_col < rows:
-                out[out_row * rows + out_col] = tile[e, j]
-    # END SOLUTION
-
-
-def vector_tile_fits(x, out) -> bool:
-    """Can x's rows be read 16 bytes at a time? A width that is a multiple of 4 floats, and both arrays
-    starting on a 16-byte boundary (out's rows are written as vectors only when rows % 4 == 0, which
-    the kernel tests itself)."""
-    return x.shape[1] % 4 == 0 and aligned16(x, out)
-
-
-@op.stage("vector_tile", """
-    The tile of stage 6 with 16-byte accesses to global memory: each thread reads four adjacent
-    floats of a row of x with one ld.global.v4 and writes four adjacent floats of a row of out with
-    one st.global.v4, gathered from a column of the shared tile. Every global instruction now moves
-    16 bytes per thread, 512 per warp (16 full 32-byte sectors), where a 4-byte access moved 128
-    (4 sectors): a quarter of the load and store instructions, of their address arithmetic and bounds
-    tests, and of the requests the memory system queues, for the same bytes. The shared side still
-    moves one float per instruction, laid out so that no access conflicts: a warp takes 8 vectors
-    of each of 4 tile rows, and with an odd row length each scalar store and load of a warp lands in
-    32 distinct banks. Each thread issues all its 16-byte loads before its first shared store. A
-    width that is not a multiple of 4, or an array not starting on a 16-byte boundary, takes stage
-    6's kernel; a height that is not a multiple of 4 (out's rows then start off 16-byte boundaries)
-    keeps the vector loads and writes out one float per thread, a warp on 32 consecutive floats of
-    a row, as stage 6 does.""",
-    boundaries={"rows": (4, VTILE), "cols": (4, VTILE)})
-def vector_tile(x, out):
-    rows, cols = x.shape
-    if not vector_tile_fits(x, out):
-        big_tile.launch(x, out)
-        return
-    blocks = max(1, ((rows + VTILE - 1) // VTILE) * ((cols + VTILE - 1) // VTILE))
-    _vector_tile[blocks, VTHREADS](flat_view(x), flat_view(out), rows, cols)
