@@ -1044,17 +1044,23 @@ def _even_shares(q, k, v, out, part, units_done, scale_log2e, S, Hkv, unit_steps
     # HINT: When a unit's last step (or the run's) is done: stash, merge; a unit shared with other blocks
     # HINT: goes to the partials, and the block whose atomic ticket comes last merges them into out.
     # BEGIN SOLUTION
+    # Where the next copy goes (unit, its step) and where the arithmetic is, counted on, not divided for.
+    copy_unit = first_unit
+    copy_step = first - first_unit * unit_steps
     for n in range(RING_STEPS - 1):  # fill the ring, as stage 6; the copies carry on across units
         if n < steps:
-            unit = (first + n) // unit_steps
-            _copy_keys(k, v, ring_at, unit * S, n, (first + n - unit * unit_steps) * STEP_KEYS, S, D)
+            _copy_keys(k, v, ring_at, copy_unit * S, n, copy_step * STEP_KEYS, S, D)
+            copy_step += 1
+            if copy_step == unit_steps:
+                copy_unit += 1
+                copy_step = 0
         cp_async_commit()
     unit = first_unit
+    unit_step = first - first_unit * unit_steps
     b = 0
     h0 = 0
     for n in range(steps):
-        if n == 0 or first + n == unit * unit_steps:  # a unit's first step here: its queries, a fresh softmax
-            unit = (first + n) // unit_steps
+        if n == 0 or unit_step == 0:  # a unit's first step here: its queries, a fresh softmax
             b = unit // Hkv
             h0 = (unit - b * Hkv) * GROUP  # noqa: F821 - the unit's first query head
             for i in range(GROUP):  # noqa: F821
@@ -1063,15 +1069,18 @@ def _even_shares(q, k, v, out, part, units_done, scale_log2e, S, Hkv, unit_steps
                 l[i] = float32(0.0)
                 for t in range(HALVES):
                     o[i, t] = float32(0.0)
-        ahead = n + RING_STEPS - 1
-        if ahead < steps:
-            later = (first + ahead) // unit_steps
-            _copy_keys(k, v, ring_at, later * S, ahead, (first + ahead - later * unit_steps) * STEP_KEYS, S, D)
+        if n + RING_STEPS - 1 < steps:
+            _copy_keys(k, v, ring_at, copy_unit * S, n + RING_STEPS - 1, copy_step * STEP_KEYS, S, D)
+            copy_step += 1
+            if copy_step == unit_steps:
+                copy_unit += 1
+                copy_step = 0
         cp_async_commit()
         cp_async_wait_pending(RING_STEPS - 1)
         _read_step(ring, n, kw, vw)
-        STEP(kw, vw, qr, o, m, l, s, m_new, f, (first + n - unit * unit_steps) * STEP_KEYS, S)  # noqa: F821
-        if first + n + 1 == (unit + 1) * unit_steps or n + 1 == steps:  # the unit's last step in this run
+        STEP(kw, vw, qr, o, m, l, s, m_new, f, unit_step * STEP_KEYS, S)  # noqa: F821
+        unit_step += 1
+        if unit_step == unit_steps or n + 1 == steps:  # the unit's last step in this run
             for i in range(GROUP):  # noqa: F821
                 _stash_head(m[i], l[i], o, i, D, wm, wl, wo)
             cuda.syncthreads()
@@ -1120,6 +1129,7 @@ def _even_shares(q, k, v, out, part, units_done, scale_log2e, S, Hkv, unit_steps
                         units_done[unit] = 0  # ready for the next call
             cuda.syncthreads()  # the stash is read: the next unit may overwrite it
             unit += 1
+            unit_step = 0
     # END SOLUTION
 
 
