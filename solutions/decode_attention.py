@@ -1016,9 +1016,10 @@ def _warps_merged(wm, wl, wo, i, d):
     return top, total, acc
 
 
-def _even_shares(q, k, v, out, part, units_done, scale_log2e, S, Hkv, unit_steps, total_steps, block_units):
+def _even_shares(q, k, v, out, part, units_done, scale_log2e, S, Hkv, unit_steps, total_steps, sharers):
     # A template per GROUP, as stage 6's kernel. A unit is one (sequence, KV head): unit_steps steps of
-    # STEP_KEYS keys; the B Hkv units' steps in a row are total_steps, cut into gridDim.x equal runs.
+    # STEP_KEYS keys; the B Hkv units' steps in a row are total_steps, cut into gridDim.x equal runs. A unit's
+    # partials are rows (unit sharers + its c-th block) GROUP + i of part: no block needs another's run.
     ring = cuda.shared.array(0, uint32, alignment=ALIGN16)  # RING_BYTES of dynamic shared memory
     wm = cuda.shared.array((GROUP, WARPS), float32)  # noqa: F821
     wl = cuda.shared.array((GROUP, WARPS), float32)  # noqa: F821
@@ -1037,7 +1038,6 @@ def _even_shares(q, k, v, out, part, units_done, scale_log2e, S, Hkv, unit_steps
     grid = cuda.gridDim.x
     first = cuda.blockIdx.x * total_steps // grid  # this block's run: steps first ... first + steps - 1
     steps = (cuda.blockIdx.x + 1) * total_steps // grid - first
-    first_unit = first // unit_steps
     ring_at = ring.ctypes.data
     # HINT: stage 6's ring, counted in this block's steps n; step n is global step first + n, of unit
     # HINT: (first + n) // unit_steps, whose keys start at STEP_KEYS times its step within the unit.
@@ -1045,8 +1045,8 @@ def _even_shares(q, k, v, out, part, units_done, scale_log2e, S, Hkv, unit_steps
     # HINT: goes to the partials, and the block whose atomic ticket comes last merges them into out.
     # BEGIN SOLUTION
     # Where the next copy goes (unit, its step) and where the arithmetic is, counted on, not divided for.
-    copy_unit = first_unit
-    copy_step = first - first_unit * unit_steps
+    copy_unit = first // unit_steps
+    copy_step = first - copy_unit * unit_steps
     for n in range(RING_STEPS - 1):  # fill the ring, as stage 6; the copies carry on across units
         if n < steps:
             _copy_keys(k, v, ring_at, copy_unit * S, n, copy_step * STEP_KEYS, S, D)
@@ -1055,8 +1055,8 @@ def _even_shares(q, k, v, out, part, units_done, scale_log2e, S, Hkv, unit_steps
                 copy_unit += 1
                 copy_step = 0
         cp_async_commit()
-    unit = first_unit
-    unit_step = first - first_unit * unit_steps
+    unit = first // unit_steps
+    unit_step = first - unit * unit_steps
     b = 0
     h0 = 0
     for n in range(steps):
@@ -1094,7 +1094,7 @@ def _even_shares(q, k, v, out, part, units_done, scale_log2e, S, Hkv, unit_steps
                     top, total, acc = _warps_merged(wm, wl, wo, i, d)
                     out[b, h0 + i, d] = float16(acc / total)
             else:
-                slot = (cuda.blockIdx.x * block_units + unit - first_unit) * GROUP  # noqa: F821
+                slot = (unit * sharers + cuda.blockIdx.x - owner_first) * GROUP  # noqa: F821
                 for e in range(cuda.threadIdx.x, heads, THREADS):
                     i = e // D
                     d = e - i * D
@@ -1114,13 +1114,13 @@ def _even_shares(q, k, v, out, part, units_done, scale_log2e, S, Hkv, unit_steps
                         i = e // D
                         d = e - i * D
                         top = LOWEST
-                        for c in range(owner_first, owner_last + 1):
-                            at = (c * block_units + unit - c * total_steps // grid // unit_steps) * GROUP + i  # noqa: F821
-                            top = max(top, part[at, MAX_HEAD_DIM])
+                        first_at = unit * sharers * GROUP + i  # noqa: F821
+                        for c in range(owner_last - owner_first + 1):
+                            top = max(top, part[first_at + c * GROUP, MAX_HEAD_DIM])  # noqa: F821
                         acc = float32(0.0)
                         total = float32(0.0)
-                        for c in range(owner_first, owner_last + 1):
-                            at = (c * block_units + unit - c * total_steps // grid // unit_steps) * GROUP + i  # noqa: F821
+                        for c in range(owner_last - owner_first + 1):
+                            at = first_at + c * GROUP  # noqa: F821
                             weight = math.exp2(part[at, MAX_HEAD_DIM] - top)
                             acc += part[at, d] * weight
                             total += part[at, MAX_HEAD_DIM + 1] * weight
@@ -1155,12 +1155,11 @@ def _resident(kernel, args, shared_bytes):
     return max(1, min(EVEN_BLOCKS_PER_SM, fit))
 
 
-def _runs(total_steps, unit_steps, grid):
-    """The most units one block's run of steps touches (partial slots a block needs)."""
-    c = np.arange(grid, dtype=np.int64)
-    first = c * total_steps // grid
-    last = (c + 1) * total_steps // grid - 1
-    return int((last // unit_steps - first // unit_steps).max()) + 1
+def _sharers(total_steps, unit_steps, grid):
+    """The most blocks whose runs share one unit (partial rows a unit needs, per query head)."""
+    u = np.arange(total_steps // unit_steps, dtype=np.int64)
+    first, last = u * unit_steps, (u + 1) * unit_steps - 1
+    return int((((last + 1) * grid - 1) // total_steps - ((first + 1) * grid - 1) // total_steps).max()) + 1
 
 
 @op.stage("even_shares", """
@@ -1190,9 +1189,9 @@ def even_shares(q, k, v, out):
     part = scratch("decode_attention.even_part", (1, PART_WIDTH))  # a stand-in for the types (no launch)
     args[4] = part
     grid = min(total_steps, _resident(kernel, args, RING_BYTES) * sm_count())
-    block_units = _runs(total_steps, unit_steps, grid)
-    args[4] = scratch("decode_attention.even_part", (grid * block_units * group, PART_WIDTH))
-    args[11] = block_units
+    sharers = _sharers(total_steps, unit_steps, grid)
+    args[4] = scratch("decode_attention.even_part", (B * Hkv * sharers * group, PART_WIDTH))
+    args[11] = sharers
     static = merge_shared_bytes(group) + 4  # the merge arrays and the ticket's flag (the simulator counts them)
     if RING_BYTES + static > STATIC_LIMIT:
         set_max_dynamic_shared_memory(kernel, args, RING_BYTES + static)

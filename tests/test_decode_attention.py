@@ -138,12 +138,12 @@ def test_even_shares_runs_on_across_heads(size):
 
 def test_even_shares_gives_every_block_the_same_steps_at_the_headline():
     """At the headline the 512 heads' 131072 steps go to one resident wave (396 blocks at three a
-    multiprocessor): runs of 330 or 331 steps (a head is 256), 120 heads one block's alone, 392 shared; the partials need
-    at most 3 slots a block."""
+    multiprocessor): runs of 330 or 331 steps (a head is 256), 120 heads one block's alone, 392 shared, none
+    by more than 2 blocks."""
     B, Hq, Hkv, S, D = HEADLINE
     grid, unit_steps, whole, shared = _even_runs(HEADLINE, H200_SMS)
     total = B * Hkv * unit_steps
     assert (grid, unit_steps, total) == (396, 256, 131072)
     runs = {(c + 1) * total // grid - c * total // grid for c in range(grid)}
     assert runs == {330, 331} and (whole, shared) == (120, 392)
-    assert da._runs(total, unit_steps, grid) == 3
+    assert da._sharers(total, unit_steps, grid) == 2
