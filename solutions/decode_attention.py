@@ -1039,10 +1039,9 @@ def _even_shares(q, k, v, out, part, units_done, scale_log2e, S, Hkv, unit_steps
     first = cuda.blockIdx.x * total_steps // grid  # this block's run: steps first ... first + steps - 1
     steps = (cuda.blockIdx.x + 1) * total_steps // grid - first
     ring_at = ring.ctypes.data
-    # HINT: stage 6's ring, counted in this block's steps n; step n is global step first + n, of unit
-    # HINT: (first + n) // unit_steps, whose keys start at STEP_KEYS times its step within the unit.
-    # HINT: When a unit's last step (or the run's) is done: stash, merge; a unit shared with other blocks
-    # HINT: goes to the partials, and the block whose atomic ticket comes last merges them into out.
+    # HINT: stage 6's ring over this block's steps n = 0 ... steps - 1 (global step first + n); keep count of
+    # HINT: the unit and step within it that the next copy and the arithmetic are at (no division a step).
+    # HINT: After a unit's last step here: stash; a unit of several blocks: partial row, ticket, last one merges.
     # BEGIN SOLUTION
     # Where the next copy goes (unit, its step) and where the arithmetic is, counted on, not divided for.
     copy_unit = first // unit_steps
