@@ -1143,9 +1143,18 @@ SM_SHARED_BYTES = 228 * 1024  # an H100/H200 multiprocessor's shared memory, 1 K
 SM_REGISTERS = 65536
 
 
+_RESIDENT = {}  # kernel -> its blocks a multiprocessor holds (asked once: a launch should not wait on Python)
+
+
 def _resident(kernel, args, shared_bytes):
     """Blocks of this kernel a multiprocessor holds at once, at most EVEN_BLOCKS_PER_SM: its shared memory
     (static and dynamic) and, compiled, its registers (allocated 8 a thread at a time) decide."""
+    if kernel not in _RESIDENT:
+        _RESIDENT[kernel] = _resident_blocks(kernel, args, shared_bytes)
+    return _RESIDENT[kernel]
+
+
+def _resident_blocks(kernel, args, shared_bytes):
     static = 0 if is_simulator() else int(kernel.compile(_argument_types(kernel, args)).shared_mem_per_block)
     fit = SM_SHARED_BYTES // (shared_bytes + static + 1024)
     if not is_simulator():

@@ -116,8 +116,8 @@ def _even_runs(size, sms):
 @pytest.mark.parametrize("size", [  # one in the quick tier, the others in the slow tier
     pytest.param((2, 4, 2, 333, 16), id="group-2-runs-across-heads"),
     pytest.param((1, 5, 5, 200, 128), id="group-1-D128", marks=pytest.mark.slow),
-    pytest.param((2, 3, 1, 150, 8), id="group-3-D8", marks=pytest.mark.slow),
-    pytest.param((1, 16, 2, 180, 16), id="group-8", marks=pytest.mark.slow)])
+    pytest.param((2, 3, 1, 250, 8), id="group-3-D8", marks=pytest.mark.slow),
+    pytest.param((1, 16, 2, 250, 16), id="group-8", marks=pytest.mark.slow)])
 def test_even_shares_runs_on_across_heads(size):
     """Three blocks (one simulated multiprocessor) take every step: each block's run is longer than its ring
     and crosses from one (sequence, KV head) into the next, some heads are one block's alone (written straight
