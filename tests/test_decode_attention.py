@@ -147,3 +147,29 @@ def test_even_shares_gives_every_block_the_same_steps_at_the_headline():
     runs = {(c + 1) * total // grid - c * total // grid for c in range(grid)}
     assert runs == {330, 331} and (whole, shared) == (120, 392)
     assert da._sharers(total, unit_steps, grid) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.sim_only
+def test_even_shares_group_1_fits_three_blocks_a_multiprocessor():
+    """even_shares' group-1 kernel (the headline's) compiled for sm_90 and linked: no spills, and at most 168
+    registers (128 threads x 3 blocks in 65536), so that its grid of three blocks a multiprocessor is resident."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from workbench.ptxcheck import compile_kernel\n"
+        "from numba.cuda import types\n"
+        "w = types.Array(types.uint32, 1, 'C')\n"
+        "h3 = types.Array(types.float16, 3, 'C')\n"
+        "sig = (h3, w, w, h3, types.Array(types.float32, 2, 'C'), types.Array(types.int32, 1, 'C'), types.float32)\n"
+        "r = compile_kernel('x', 'solutions.decode_attention', '_even_shares1', sig + (types.int64,) * 5, True)\n"
+        "print('even', r.status, r.registers, r.spill_bytes)\n"
+    )
+    env = {**os.environ, "WORKBENCH_MODE": "compile", "NUMBA_ENABLE_CUDASIM": "0"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900)
+    lines = [ln.split()[1:] for ln in done.stdout.splitlines() if ln.startswith("even ")]
+    assert len(lines) == 1, done.stdout + done.stderr
+    status, registers, spills = lines[0]
+    assert status == "passed" and spills in ("0", "None") and int(registers) <= 168, done.stdout
