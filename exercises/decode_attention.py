@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 60f77e9a311145016dac2a3317ab925525d35e4c278ad4b64af12ad988e9ec93
+# generated-sha256: 5960fb9a04557121eab6a217c8136b4615835352ab357c9769e4842e06765f58
 # --------------------------------------------------------------------------------------------------
 """Decode attention: one new query token per sequence against its KV cache (fp16 cache, fp32 arithmetic).
 
@@ -969,6 +969,31 @@ def _warps_merged(wm, wl, wo, i, d):
     return top, total, acc
 
 
+@cuda.jit(device=True, inline=True)
+def _copy_unit_keys(ring_at, k_at, v_at, step, step_key, S, row_bytes):
+    """_copy_keys with the unit's first row already in k_at, v_at (byte addresses, this lane's 16 bytes of
+    it; the row's start for a lane past D): a key's source is one multiply-add from them, where a unit
+    that changes under the copies would cost a 64-bit product of unit, S and D per key."""
+    lane_inside = HALVES * (cuda.threadIdx.x % ROW_LANES) < row_bytes // 2
+    first_key = step_key + cuda.threadIdx.x // ROW_LANES
+    for key in range(KEYS_AT_ONCE):
+        j = first_key + ROWS_AT_ONCE * key
+        inside = j < S and lane_inside
+        at = uint64(j * row_bytes) if inside else uint64(0)
+        nbytes = 16 if inside else 0
+        cp_async_chunk16(ring_at + uint64(4 * _ring_word(step, 0, key)), k_at + at, nbytes)
+        cp_async_chunk16(ring_at + uint64(4 * _ring_word(step, 1, key)), v_at + at, nbytes)
+
+
+@cuda.jit(device=True, inline=True)
+def _unit_rows(k, v, unit, S, D):
+    """The byte addresses of this lane's 16 bytes of unit ``unit``'s first K and V rows (for a lane past D,
+    the row's start: it copies nothing, its address only has to be inside the cache)."""
+    slot = cuda.threadIdx.x % ROW_LANES
+    at = uint64(unit * S * D * 2 + (2 * HALVES * slot if HALVES * slot < D else 0))
+    return k.ctypes.data + at, v.ctypes.data + at
+
+
 def _even_shares(q, k, v, out, part, units_done, scale_log2e, S, Hkv, unit_steps, total_steps, sharers):
     # A template per GROUP, as stage 6's kernel. A unit is one (sequence, KV head): unit_steps steps of
     # STEP_KEYS keys; the B Hkv units' steps in a row are total_steps, cut into gridDim.x equal runs. A unit's
@@ -1010,9 +1035,18 @@ SM_SHARED_BYTES = 228 * 1024  # an H100/H200 multiprocessor's shared memory, 1 K
 SM_REGISTERS = 65536
 
 
+_RESIDENT = {}  # kernel -> its blocks a multiprocessor holds (asked once: a launch should not wait on Python)
+
+
 def _resident(kernel, args, shared_bytes):
     """Blocks of this kernel a multiprocessor holds at once, at most EVEN_BLOCKS_PER_SM: its shared memory
     (static and dynamic) and, compiled, its registers (allocated 8 a thread at a time) decide."""
+    if kernel not in _RESIDENT:
+        _RESIDENT[kernel] = _resident_blocks(kernel, args, shared_bytes)
+    return _RESIDENT[kernel]
+
+
+def _resident_blocks(kernel, args, shared_bytes):
     static = 0 if is_simulator() else int(kernel.compile(_argument_types(kernel, args)).shared_mem_per_block)
     fit = SM_SHARED_BYTES // (shared_bytes + static + 1024)
     if not is_simulator():

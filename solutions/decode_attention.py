@@ -1016,6 +1016,31 @@ def _warps_merged(wm, wl, wo, i, d):
     return top, total, acc
 
 
+@cuda.jit(device=True, inline=True)
+def _copy_unit_keys(ring_at, k_at, v_at, step, step_key, S, row_bytes):
+    """_copy_keys with the unit's first row already in k_at, v_at (byte addresses, this lane's 16 bytes of
+    it; the row's start for a lane past D): a key's source is one multiply-add from them, where a unit
+    that changes under the copies would cost a 64-bit product of unit, S and D per key."""
+    lane_inside = HALVES * (cuda.threadIdx.x % ROW_LANES) < row_bytes // 2
+    first_key = step_key + cuda.threadIdx.x // ROW_LANES
+    for key in range(KEYS_AT_ONCE):
+        j = first_key + ROWS_AT_ONCE * key
+        inside = j < S and lane_inside
+        at = uint64(j * row_bytes) if inside else uint64(0)
+        nbytes = 16 if inside else 0
+        cp_async_chunk16(ring_at + uint64(4 * _ring_word(step, 0, key)), k_at + at, nbytes)
+        cp_async_chunk16(ring_at + uint64(4 * _ring_word(step, 1, key)), v_at + at, nbytes)
+
+
+@cuda.jit(device=True, inline=True)
+def _unit_rows(k, v, unit, S, D):
+    """The byte addresses of this lane's 16 bytes of unit ``unit``'s first K and V rows (for a lane past D,
+    the row's start: it copies nothing, its address only has to be inside the cache)."""
+    slot = cuda.threadIdx.x % ROW_LANES
+    at = uint64(unit * S * D * 2 + (2 * HALVES * slot if HALVES * slot < D else 0))
+    return k.ctypes.data + at, v.ctypes.data + at
+
+
 def _even_shares(q, k, v, out, part, units_done, scale_log2e, S, Hkv, unit_steps, total_steps, sharers):
     # A template per GROUP, as stage 6's kernel. A unit is one (sequence, KV head): unit_steps steps of
     # STEP_KEYS keys; the B Hkv units' steps in a row are total_steps, cut into gridDim.x equal runs. A unit's
@@ -1046,13 +1071,16 @@ def _even_shares(q, k, v, out, part, units_done, scale_log2e, S, Hkv, unit_steps
     # Where the next copy goes (unit, its step) and where the arithmetic is, counted on, not divided for.
     copy_unit = first // unit_steps
     copy_step = first - copy_unit * unit_steps
+    copy_k, copy_v = _unit_rows(k, v, copy_unit, S, D)
+    row_bytes = 2 * D
     for n in range(RING_STEPS - 1):  # fill the ring, as stage 6; the copies carry on across units
         if n < steps:
-            _copy_keys(k, v, ring_at, copy_unit * S, n, copy_step * STEP_KEYS, S, D)
+            _copy_unit_keys(ring_at, copy_k, copy_v, n, copy_step * STEP_KEYS, S, row_bytes)
             copy_step += 1
             if copy_step == unit_steps:
                 copy_unit += 1
                 copy_step = 0
+                copy_k, copy_v = _unit_rows(k, v, copy_unit, S, D)
         cp_async_commit()
     unit = first // unit_steps
     unit_step = first - unit * unit_steps
@@ -1069,11 +1097,12 @@ def _even_shares(q, k, v, out, part, units_done, scale_log2e, S, Hkv, unit_steps
                 for t in range(HALVES):
                     o[i, t] = float32(0.0)
         if n + RING_STEPS - 1 < steps:
-            _copy_keys(k, v, ring_at, copy_unit * S, n + RING_STEPS - 1, copy_step * STEP_KEYS, S, D)
+            _copy_unit_keys(ring_at, copy_k, copy_v, n + RING_STEPS - 1, copy_step * STEP_KEYS, S, row_bytes)
             copy_step += 1
             if copy_step == unit_steps:
                 copy_unit += 1
                 copy_step = 0
+                copy_k, copy_v = _unit_rows(k, v, copy_unit, S, D)
         cp_async_commit()
         cp_async_wait_pending(RING_STEPS - 1)
         _read_step(ring, n, kw, vw)
