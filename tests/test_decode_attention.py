@@ -95,3 +95,81 @@ def test_async_ring_kernels_compile_without_spills():
     for group, status, registers, spills, v4 in lines:
         assert status == "passed" and spills in ("0", "None") and v4 == "v4", done.stdout
     assert int(lines[0][2]) <= 64, done.stdout
+
+
+def _even_runs(size, sms):
+    """even_shares' grid on ``sms`` simulated multiprocessors: (grid, unit_steps, units whole in one block,
+    units shared between blocks)."""
+    B, Hq, Hkv, S, D = size
+    unit_steps = blocks_for(S, da.STEP_KEYS)
+    total = B * Hkv * unit_steps
+    grid = min(total, da.EVEN_BLOCKS_PER_SM * sms)  # the simulator counts shared memory alone: 3 a multiprocessor
+
+    def owner(t):
+        return ((t + 1) * grid - 1) // total
+
+    shared = sum(owner(u * unit_steps) != owner((u + 1) * unit_steps - 1) for u in range(B * Hkv))
+    return grid, unit_steps, B * Hkv - shared, shared
+
+
+@pytest.mark.sim_only
+@pytest.mark.parametrize("size", [  # one in the quick tier, the others in the slow tier
+    pytest.param((2, 4, 2, 333, 16), id="group-2-runs-across-heads"),
+    pytest.param((1, 5, 5, 200, 128), id="group-1-D128", marks=pytest.mark.slow),
+    pytest.param((2, 3, 1, 250, 8), id="group-3-D8", marks=pytest.mark.slow),
+    pytest.param((1, 16, 2, 250, 16), id="group-8", marks=pytest.mark.slow)])
+def test_even_shares_runs_on_across_heads(size):
+    """Three blocks (one simulated multiprocessor) take every step: each block's run is longer than its ring
+    and crosses from one (sequence, KV head) into the next, some heads are one block's alone (written straight
+    out) and some shared (partials merged by the block with the last ticket); run twice (random, then the
+    adversarial inputs), so a ticket counter left unreset would show."""
+    from workbench.simulator import simulated_sm_count
+
+    grid, unit_steps, whole, shared = _even_runs(size, 1)
+    assert grid == 3 and shared >= 1 and whole + shared == size[0] * size[2], (grid, whole, shared)
+    assert unit_steps * size[0] * size[2] // grid > da.RING_STEPS and size[3] % da.STEP_KEYS
+    rng = np.random.default_rng(7)
+    st = da.op["even_shares"]
+    with simulated_sm_count(1):
+        results = [check_stage(st, size, rng)]
+        results += [check_stage(st, size, inputs=i, label=l) for l, i in adversarial_cases(da.op, size, rng)]
+    assert all(r.passed for r in results), [r.message for r in results if not r.passed]
+
+
+def test_even_shares_gives_every_block_the_same_steps_at_the_headline():
+    """At the headline the 512 heads' 131072 steps go to one resident wave (396 blocks at three a
+    multiprocessor): runs of 330 or 331 steps (a head is 256), 120 heads one block's alone, 392 shared, none
+    by more than 2 blocks."""
+    B, Hq, Hkv, S, D = HEADLINE
+    grid, unit_steps, whole, shared = _even_runs(HEADLINE, H200_SMS)
+    total = B * Hkv * unit_steps
+    assert (grid, unit_steps, total) == (396, 256, 131072)
+    runs = {(c + 1) * total // grid - c * total // grid for c in range(grid)}
+    assert runs == {330, 331} and (whole, shared) == (120, 392)
+    assert da._sharers(total, unit_steps, grid) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.sim_only
+def test_even_shares_group_1_fits_three_blocks_a_multiprocessor():
+    """even_shares' group-1 kernel (the headline's) compiled for sm_90 and linked: no spills, and at most 168
+    registers (128 threads x 3 blocks in 65536), so that its grid of three blocks a multiprocessor is resident."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from workbench.ptxcheck import compile_kernel\n"
+        "from numba.cuda import types\n"
+        "w = types.Array(types.uint32, 1, 'C')\n"
+        "h3 = types.Array(types.float16, 3, 'C')\n"
+        "sig = (h3, w, w, h3, types.Array(types.float32, 2, 'C'), types.Array(types.int32, 1, 'C'), types.float32)\n"
+        "r = compile_kernel('x', 'solutions.decode_attention', '_even_shares1', sig + (types.int64,) * 5, True)\n"
+        "print('even', r.status, r.registers, r.spill_bytes)\n"
+    )
+    env = {**os.environ, "WORKBENCH_MODE": "compile", "NUMBA_ENABLE_CUDASIM": "0"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900)
+    lines = [ln.split()[1:] for ln in done.stdout.splitlines() if ln.startswith("even ")]
+    assert len(lines) == 1, done.stdout + done.stderr
+    status, registers, spills = lines[0]
+    assert status == "passed" and spills in ("0", "None") and int(registers) <= 168, done.stdout
