@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 153287dd1a215daa4fe3c4be75464fa228b4036d12413bba7433b320970cc837
+# generated-sha256: 575ec258c09f0289166ed0f958d4110efe92150d395d674bb53221ff7dd10f17
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -53,8 +53,7 @@ from solutions._half import (
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
 from solutions._vector_io import (
-    aligned16, capped, expect_row_width, flat_view, load4_hinted, load_chunk, rows_fit_vectors, rsqrt, store4,
-    store4_hinted, store_chunk)
+    aligned16, capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store4, store_chunk)
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, stage_of
 from workbench.targets import against_peer, of_ceiling
@@ -668,113 +667,6 @@ def by_shape(x, weight, bias, out):
     kernel_for(x.shape[1])(x, weight, bias, out)
 
 
-
-# -- 9. held_rows: the row held in registers, its statistics exact, cache hints ------------------
-
-# A group of HELD_THREADS threads holds a row of up to HELD_COLS columns in registers, HELD_VALUES a
-# thread; HELD_ROWS groups share a block. Each is a module constant (workbench sweep tries others).
-HELD_COLS = 4096  # the widest row held (by_shape's table sends wider rows to stage 7)
-HELD_THREADS = 512  # threads a row: 32 (a warp: shuffles alone, no barrier) up to 1024
-HELD_ROWS = 1  # rows (groups) a block
-HELD_BLOCKS_PER_SM = 4  # the register cap is set so that this many blocks fit an SM (0: no cap)
-X_LOAD_HINT = ".cs"  # x is read once: "streaming", first out of the caches ("": a plain load)
-OUT_STORE_HINT = ".cs"  # out is written once and not read back here
-HELD_WEIGHTS_FIRST = False  # True: every chunk's weight and bias loaded before the first store (more registers)
-WEIGHT_LOAD_HINT = ""  # weight and bias: every row reads them, so they may stay ("": plain; ".L1::evict_last")
-HELD_CHUNKS = HELD_COLS // (4 * HELD_THREADS)  # 16-byte pieces a thread
-HELD_VALUES = 4 * HELD_CHUNKS
-HELD_WARPS = HELD_THREADS // 32
-HELD_SLOTS = HELD_ROWS * HELD_WARPS  # a warp's partial sum each, in shared memory
-HELD_REGISTERS = min(255, 65536 // (HELD_THREADS * HELD_ROWS * HELD_BLOCKS_PER_SM)) if HELD_BLOCKS_PER_SM else None
-_load_x4 = load4_hinted(X_LOAD_HINT)
-_store_out4 = store4_hinted(OUT_STORE_HINT)
-_load_weight4 = load4_hinted(WEIGHT_LOAD_HINT)
-
-
-@cuda.jit(device=True, inline=True)
-def _held_chunk(flat, at, c, cols):
-    """Columns c .. c + 3 of a row (from flat[at]) in one 16-byte load with X_LOAD_HINT; past the row's
-    end (the width is a multiple of 4, so a chunk is all inside or all outside), zeros."""
-    if c < cols:
-        return _load_x4(flat, at + uint64(c))
-    return float32(0.0), float32(0.0), float32(0.0), float32(0.0)
-
-
-@cuda.jit(device=True, inline=True)
-def _held_weight_chunk(flat, c, cols):
-    if c < cols:
-        return _load_weight4(flat, c)
-    return float32(0.0), float32(0.0), float32(0.0), float32(0.0)
-
-
-@cuda.jit(device=True, inline=True)
-def _row_sum(value, slots):
-    """Sum over the HELD_THREADS threads of this thread's row, the same in each of them: shuffles, and
-    for a row of several warps one barrier through ``slots`` (its own buffer per sum, so no second
-    barrier is needed before the next sum writes). Every thread of the block must call it."""
-    value = _warp_sum(value)
-    if HELD_WARPS == 1:
-        return value
-    lane = cuda.threadIdx.x % 32
-    first = (cuda.threadIdx.x // HELD_THREADS) * HELD_WARPS  # this row's first slot
-    if lane == 0:
-        slots[cuda.threadIdx.x // 32] = value
-    cuda.syncthreads()
-    return _warp_sum(slots[first + lane] if lane < HELD_WARPS else float32(0.0))
-
-
-@cuda.jit
-def _layernorm_held(x, weight, bias, out, rows, cols, inv_cols):
-    values = cuda.local.array(HELD_VALUES, float32)
-    sums = cuda.shared.array(HELD_SLOTS, float32)
-    squares_of = cuda.shared.array(HELD_SLOTS, float32)
-    row = uint64(cuda.blockIdx.x) * uint64(HELD_ROWS) + uint64(cuda.threadIdx.x // HELD_THREADS)
-    inside = HELD_ROWS == 1 or row < uint64(rows)  # one row a block: the grid is the rows
-    row = min(row, uint64(rows - 1))  # a group past the last row redoes it without storing: every thread meets the barriers
-    t = uint32(cuda.threadIdx.x % HELD_THREADS)
-    cols = uint32(cols)  # column arithmetic in 32 bits: a row is at most HELD_COLS wide
-    base = row * uint64(cols)
-    x0 = x[base]  # the shift: a row of huge, nearly equal values sums without losing its spread
-    # EXERCISE: write this part of `_layernorm_held`. Read the hints one at a time.
-    #   hint 1 (nudge): chunk k of a thread: columns c = 4 * (t + HELD_THREADS * k), k < HELD_CHUNKS (c < cols: the row is a
-    #   hint 2: multiple of 4 wide). Load all (_held_chunk) first; the shifted sum, _row_sum(total, sums) * inv_cols;
-    #   hint 3 (nearly the answer): the squared deviations, _row_sum(squares, squares_of); then _normalize_chunk and _store_out4.
-    pass  # TODO(exercise): not implemented yet: replace this line with your code
-
-
-def held_rows_launch(x, weight, bias, out):
-    """held_rows' kernel, for rows up to HELD_COLS wide on 16-byte boundaries (others: stage 7)."""
-    rows, cols = x.shape
-    expect_row_width(cols, HELD_COLS, "held_rows")
-    if not rows_fit_vectors(x, weight, bias, out):
-        return ilp.launch(x, weight, bias, out)
-    capped(_layernorm_held, HELD_REGISTERS)[blocks_for(rows, HELD_ROWS), HELD_THREADS * HELD_ROWS](
-        flat_view(x), flat_view(weight), flat_view(bias), flat_view(out), rows, cols, float32(1.0) / float32(cols))
-
-
-HELD_BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (HELD_COLS, held_rows_launch), (None, ilp.launch)]
-
-
-@op.stage("held_rows", """
-    by_shape's table with a new kernel for rows from 1025 up to 4096 columns, where stage 7 lost to
-    torch.compile. A block of 512 threads holds the row in registers, 8 values a thread (HELD_THREADS,
-    HELD_COLS), read once with 16-byte loads where stage 7 reads x three times with 4-byte ones. The
-    mean and then the variance of (x - mean) come from the registers: two block sums (shuffles, then
-    one barrier each), exact where a one-pass E[x^2] - E[x]^2 would cancel, and no division per step as
-    Welford's or Chan's merge needs. What is left is kept short, since with 8 values a thread a thread's
-    fixed work is shared by few elements: column arithmetic in 32 bits, one bounds test a 16-byte chunk
-    (a width that is a multiple of 4 has no chunk half in the row), 1 / cols from the host, and
-    1 / sqrt(var + eps) as one rsqrt.approx (the IEEE square root and division each have a slow path
-    called as a subroutine). Each chunk's weight and bias are loaded just before its store, so fewer
-    values are live, and the cap of 32 registers (HELD_BLOCKS_PER_SM) fits four blocks, all 2048
-    threads, on a multiprocessor. x is loaded and out stored with the .cs ("streaming") qualifier
-    through inline PTX, which numba cannot say: their lines are the first to leave the caches, and the
-    weight and bias, which every row reads, stay. A width not a multiple of 4 takes stage 7.""",
-    boundaries={"cols": (WARP_ROW_COLS, HELD_COLS)})
-def held_rows(x, weight, bias, out):
-    kernel_for(x.shape[1], HELD_BY_SHAPE)(x, weight, bias, out)
-
-
 # ================================================================================================
 # Fusions: bias + ReLU + LayerNorm, residual + LayerNorm, RMSNorm. Each: the unfused pair of kernels
 # a framework would launch, then one kernel.
@@ -1276,53 +1168,6 @@ RMSNORM_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (BLOCK_ROW_COLS, rmsnorm
     columns and lost to torch.compile at 4096 and 12288.""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
-
-
-# -- RMSNorm held_rows: layernorm's held_rows kernel with one sum of squares ----------------------
-
-# HELD_THREADS, HELD_COLS, HELD_ROWS, HELD_BLOCKS_PER_SM and the hints are layernorm's (above).
-RMS_WEIGHTS_FIRST = True  # every chunk's weight loaded before the first store: one weight alone a value fits 32 registers
-
-@cuda.jit
-def _rmsnorm_held(x, weight, out, rows, cols, inv_cols):
-    values = cuda.local.array(HELD_VALUES, float32)
-    sums = cuda.shared.array(HELD_SLOTS, float32)
-    row = uint64(cuda.blockIdx.x) * uint64(HELD_ROWS) + uint64(cuda.threadIdx.x // HELD_THREADS)
-    inside = HELD_ROWS == 1 or row < uint64(rows)
-    row = min(row, uint64(rows - 1))
-    t = uint32(cuda.threadIdx.x % HELD_THREADS)
-    cols = uint32(cols)
-    base = row * uint64(cols)
-    # EXERCISE: write this part of `_rmsnorm_held`. Read the hints one at a time.
-    #   hint 1: layernorm's _layernorm_held with no shift and one _row_sum, of the squares (zeros past the row add nothing).
-    pass  # TODO(exercise): not implemented yet: replace this line with your code
-
-
-def rmsnorm_held_launch(x, weight, out):
-    """rmsnorm held_rows' kernel, for rows up to HELD_COLS wide on 16-byte boundaries (others: block_rows)."""
-    rows, cols = x.shape
-    expect_row_width(cols, HELD_COLS, "rmsnorm held_rows")
-    if not rows_fit_vectors(x, weight, out):
-        return rmsnorm_block_rows(x, weight, out)
-    capped(_rmsnorm_held, HELD_REGISTERS)[blocks_for(rows, HELD_ROWS), HELD_THREADS * HELD_ROWS](
-        flat_view(x), flat_view(weight), flat_view(out), rows, cols, float32(1.0) / float32(cols))
-
-
-RMSNORM_HELD_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (HELD_COLS, rmsnorm_held_launch),
-                         (BLOCK_ROW_COLS, rmsnorm_block_rows), (None, rmsnorm_lean.launch)]
-
-
-@rmsnorm_op.stage("held_rows", """
-    by_shape's table with layernorm's held_rows kernel, one sum of squares, from 1025 up to 4096
-    columns: 512 threads a row where block_rows has 256, 8 values a thread, so 32 registers and four
-    blocks, all 2048 threads, on a multiprocessor; 32-bit column arithmetic, 1 / cols from the host,
-    one rsqrt.approx, the weight (no bias here) loaded for every chunk before the first store, which
-    still fits 32 registers, and x loaded and out stored
-    with the .cs ("streaming") cache qualifier (inline PTX). A width not a multiple of 4 takes
-    block_rows.""",
-    boundaries={"cols": (WARP_ROW_COLS, HELD_COLS)})
-def rmsnorm_held_rows(x, weight, out):
-    kernel_for(x.shape[1], RMSNORM_HELD_BY_SHAPE)(x, weight, out)
 
 
 # ======================================================================================================
