@@ -1019,7 +1019,9 @@ def _padded_filters(w):
     this way once, as it would Winograd's). The arithmetic is stage 4's: 8 x 8 outputs a thread from
     16-byte shared loads, 64 channels x 128 pixels a block. cuDNN's fastest float32 kernel for this
     layer is the same algorithm with another tile: an implicit GEMM of 128 pixels x 32 channels a
-    block, a K-step of 8, three stages of asynchronous copies.""")
+    block, a K-step of 8, three stages of asynchronous copies. On an H200 at 32x64x56x56x64 the
+    compiled loop is 77% FFMA where stage 4's was 47%: 208.5 us, 35.5 TFLOP/s, against cuDNN's 268.0
+    (27.6 TFLOP/s) in the same run, 1.28x; stage 4 took 333.4 in one process with this stage's 197.4.""")
 def async_gather(x, w, out):
     N, C, H, W = x.shape
     K = w.shape[0]

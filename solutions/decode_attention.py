@@ -23,15 +23,12 @@ cache once, plus q and out). The ladder:
    element is read once per group instead of once per query head (stage 4's loads, shared).
 6. ``async_ring``: the loads become ``cp.async`` copies into a ring of shared memory, three steps
    ahead of the arithmetic, so the cache streams while the scores and sums are computed.
-7. ``even_shares``: one launch of as many blocks as fit at once; every block takes the same number
-   of steps, run on across head boundaries with its ring never drained, and the last block to
-   finish a head merges its partials (an atomic ticket), so no second kernel.
 """
 
 import math
 
 import numpy as np
-from numba import cuda, float32, int16, int32, uint32, uint64
+from numba import cuda, float32, int16, uint32, uint64
 from numba.cuda import libdevice
 from numba.types import float16
 
@@ -41,7 +38,7 @@ from solutions._vector_io import aligned16, load4
 from workbench import library_peers as peers
 from workbench.device import is_simulator
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, sm_count
-from workbench.shared_memory import STATIC_LIMIT, _argument_types, set_max_dynamic_shared_memory
+from workbench.shared_memory import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.targets import against_peer, of_ceiling
 
 MAX_HEAD_DIM = 128
@@ -701,7 +698,7 @@ def _launch_wide(kernel, q, k, v, out, group=1, shared_bytes=0):
     part_o = scratch("decode_attention.part_o", (B * Hq * splits, D))
     part_ml = scratch("decode_attention.part_ml", (B * Hq * splits, 2))
     args = (q, _cache_words(k), _cache_words(v), part_o, part_ml, _scale_log2e(D), S, k.shape[1], chunk)
-    if shared_bytes + merge_shared_bytes(group) > STATIC_LIMIT:  # RING_STEPS = 3: 48 KiB + the merge arrays
+    if shared_bytes + merge_shared_bytes(group) > STATIC_LIMIT:  # a 48 KiB ring plus the merge arrays is over
         # The opt-in also covers the block's static merge arrays: a GPU counts only the dynamic bytes
         # against it, the simulator counts both.
         set_max_dynamic_shared_memory(kernel, args, shared_bytes + merge_shared_bytes(group))
@@ -845,14 +842,8 @@ def _copy_step(k, v, ring_at, first_row, step, start, end, D):
     """Start this lane's copies of step ``step`` (its keys from start + STEP_KEYS step) into the ring:
     stage 4's 16-byte loads as cp.async, which land later and hold no register meanwhile. A key past
     ``end`` or a lane past D copies zeros (its score is masked to -inf, as in stage 4)."""
-    _copy_keys(k, v, ring_at, first_row, step, start + step * STEP_KEYS, end, D)
-
-
-@cuda.jit(device=True, inline=True)
-def _copy_keys(k, v, ring_at, first_row, step, step_key, end, D):
-    """_copy_step's copies of the step whose first key is ``step_key``, into ring slot ``step``."""
     slot = cuda.threadIdx.x % ROW_LANES
-    first_key = step_key + cuda.threadIdx.x // ROW_LANES
+    first_key = start + step * STEP_KEYS + cuda.threadIdx.x // ROW_LANES
     for key in range(KEYS_AT_ONCE):
         j = first_key + ROWS_AT_ONCE * key
         inside = j < end and HALVES * slot < D
@@ -987,249 +978,3 @@ def async_ring(q, k, v, out):
         _launch_split(_chunk_keys_in_flight, q, k, v, out)
         return
     _launch_wide(RING_KERNELS[group], q, k, v, out, group=group, shared_bytes=RING_BYTES)
-
-
-# -- 7. even_shares: a resident grid, equal runs of steps across heads, the merge in the last block ------
-
-EVEN_BLOCKS_PER_SM = 3  # blocks a multiprocessor holds at once (fewer if registers or shared memory say so)
-PART_WIDTH = MAX_HEAD_DIM + 32  # a partial's row of floats: output, then m and l; whole 128-byte lines
-
-
-@cuda.jit(device=True, inline=True)
-def _owner(step, grid, total_steps):
-    """The block whose run holds global step ``step``: block c takes steps c T / G ... (c + 1) T / G - 1."""
-    return ((step + 1) * grid - 1) // total_steps
-
-
-@cuda.jit(device=True, inline=True)
-def _warps_merged(wm, wl, wo, i, d):
-    """Head i's stashed per-warp results merged at feature d: (largest maximum, sum, output), unnormalised."""
-    top = wm[i, 0]
-    for w in range(1, WARPS):
-        top = max(top, wm[i, w])
-    acc = float32(0.0)
-    total = float32(0.0)
-    for w in range(WARPS):
-        weight = math.exp2(wm[i, w] - top)
-        acc += wo[i, w, d] * weight
-        total += wl[i, w] * weight
-    return top, total, acc
-
-
-@cuda.jit(device=True, inline=True)
-def _copy_unit_keys(ring_at, k_at, v_at, step, step_key, S, row_bytes):
-    """_copy_keys with the unit's first row already in k_at, v_at (byte addresses, this lane's 16 bytes of
-    it; the row's start for a lane past D): a key's source is one multiply-add from them, where a unit
-    that changes under the copies would cost a 64-bit product of unit, S and D per key."""
-    lane_inside = HALVES * (cuda.threadIdx.x % ROW_LANES) < row_bytes // 2
-    first_key = step_key + cuda.threadIdx.x // ROW_LANES
-    for key in range(KEYS_AT_ONCE):
-        j = first_key + ROWS_AT_ONCE * key
-        inside = j < S and lane_inside
-        at = uint64(j * row_bytes) if inside else uint64(0)
-        nbytes = 16 if inside else 0
-        cp_async_chunk16(ring_at + uint64(4 * _ring_word(step, 0, key)), k_at + at, nbytes)
-        cp_async_chunk16(ring_at + uint64(4 * _ring_word(step, 1, key)), v_at + at, nbytes)
-
-
-@cuda.jit(device=True, inline=True)
-def _unit_rows(k, v, unit, S, D):
-    """The byte addresses of this lane's 16 bytes of unit ``unit``'s first K and V rows (for a lane past D,
-    the row's start: it copies nothing, its address only has to be inside the cache)."""
-    slot = cuda.threadIdx.x % ROW_LANES
-    at = uint64(unit * S * D * 2 + (2 * HALVES * slot if HALVES * slot < D else 0))
-    return k.ctypes.data + at, v.ctypes.data + at
-
-
-def _even_shares(q, k, v, out, part, units_done, scale_log2e, S, Hkv, unit_steps, total_steps, sharers):
-    # A template per GROUP, as stage 6's kernel. A unit is one (sequence, KV head): unit_steps steps of
-    # STEP_KEYS keys; the B Hkv units' steps in a row are total_steps, cut into gridDim.x equal runs. A unit's
-    # partials are rows (unit sharers + its c-th block) GROUP + i of part: no block needs another's run.
-    ring = cuda.shared.array(0, uint32, alignment=ALIGN16)  # RING_BYTES of dynamic shared memory
-    wm = cuda.shared.array((GROUP, WARPS), float32)  # noqa: F821
-    wl = cuda.shared.array((GROUP, WARPS), float32)  # noqa: F821
-    wo = cuda.shared.array((GROUP, WARPS, MAX_HEAD_DIM), float32)  # noqa: F821
-    is_last = cuda.shared.array(1, int32)
-    qr = cuda.local.array((GROUP, HALVES), float32)  # noqa: F821
-    o = cuda.local.array((GROUP, HALVES), float32)  # noqa: F821
-    m = cuda.local.array(GROUP, float32)  # noqa: F821
-    l = cuda.local.array(GROUP, float32)  # noqa: F821
-    kw = cuda.local.array((KEYS_AT_ONCE, WORDS), uint32)
-    vw = cuda.local.array((KEYS_AT_ONCE, WORDS), uint32)
-    s = cuda.local.array((GROUP, KEYS_AT_ONCE), float32)  # noqa: F821
-    m_new = cuda.local.array(GROUP, float32)  # noqa: F821
-    f = cuda.local.array(HALVES, float32)
-    D = q.shape[2]
-    grid = cuda.gridDim.x
-    first = cuda.blockIdx.x * total_steps // grid  # this block's run: steps first ... first + steps - 1
-    steps = (cuda.blockIdx.x + 1) * total_steps // grid - first
-    ring_at = ring.ctypes.data
-    # HINT: stage 6's ring over this block's steps n = 0 ... steps - 1 (global step first + n); keep count of
-    # HINT: the unit and step within it that the next copy and the arithmetic are at (no division a step).
-    # HINT: After a unit's last step here: stash; a unit of several blocks: partial row, ticket, last one merges.
-    # BEGIN SOLUTION
-    # Where the next copy goes (unit, its step) and where the arithmetic is, counted on, not divided for.
-    copy_unit = first // unit_steps
-    copy_step = first - copy_unit * unit_steps
-    copy_k, copy_v = _unit_rows(k, v, copy_unit, S, D)
-    row_bytes = 2 * D
-    for n in range(RING_STEPS - 1):  # fill the ring, as stage 6; the copies carry on across units
-        if n < steps:
-            _copy_unit_keys(ring_at, copy_k, copy_v, n, copy_step * STEP_KEYS, S, row_bytes)
-            copy_step += 1
-            if copy_step == unit_steps:
-                copy_unit += 1
-                copy_step = 0
-                copy_k, copy_v = _unit_rows(k, v, copy_unit, S, D)
-        cp_async_commit()
-    unit = first // unit_steps
-    unit_step = first - unit * unit_steps
-    b = 0
-    h0 = 0
-    for n in range(steps):
-        if n == 0 or unit_step == 0:  # a unit's first step here: its queries, a fresh softmax
-            b = unit // Hkv
-            h0 = (unit - b * Hkv) * GROUP  # noqa: F821 - the unit's first query head
-            for i in range(GROUP):  # noqa: F821
-                _load_query_wide(q, b, h0 + i, D, scale_log2e, qr, i)
-                m[i] = LOWEST
-                l[i] = float32(0.0)
-                for t in range(HALVES):
-                    o[i, t] = float32(0.0)
-        if n + RING_STEPS - 1 < steps:
-            _copy_unit_keys(ring_at, copy_k, copy_v, n + RING_STEPS - 1, copy_step * STEP_KEYS, S, row_bytes)
-            copy_step += 1
-            if copy_step == unit_steps:
-                copy_unit += 1
-                copy_step = 0
-                copy_k, copy_v = _unit_rows(k, v, copy_unit, S, D)
-        cp_async_commit()
-        cp_async_wait_pending(RING_STEPS - 1)
-        _read_step(ring, n, kw, vw)
-        STEP(kw, vw, qr, o, m, l, s, m_new, f, unit_step * STEP_KEYS, S)  # noqa: F821
-        unit_step += 1
-        if unit_step == unit_steps or n + 1 == steps:  # the unit's last step in this run
-            for i in range(GROUP):  # noqa: F821
-                _stash_head(m[i], l[i], o, i, D, wm, wl, wo)
-            cuda.syncthreads()
-            owner_first = _owner(unit * unit_steps, grid, total_steps)
-            owner_last = _owner((unit + 1) * unit_steps - 1, grid, total_steps)
-            heads = GROUP * D  # noqa: F821
-            if owner_first == owner_last:  # the whole unit was this block's: straight to out
-                for e in range(cuda.threadIdx.x, heads, THREADS):
-                    i = e // D
-                    d = e - i * D
-                    top, total, acc = _warps_merged(wm, wl, wo, i, d)
-                    out[b, h0 + i, d] = float16(acc / total)
-            else:
-                slot = (unit * sharers + cuda.blockIdx.x - owner_first) * GROUP  # noqa: F821
-                for e in range(cuda.threadIdx.x, heads, THREADS):
-                    i = e // D
-                    d = e - i * D
-                    top, total, acc = _warps_merged(wm, wl, wo, i, d)
-                    part[slot + i, d] = acc
-                    if d == 0:
-                        part[slot + i, MAX_HEAD_DIM] = top
-                        part[slot + i, MAX_HEAD_DIM + 1] = total
-                cuda.syncthreads()
-                if cuda.threadIdx.x == 0:
-                    cuda.threadfence()  # the block's partials (ordered by the barrier) visible before its ticket
-                    is_last[0] = cuda.atomic.add(units_done, unit, 1) == owner_last - owner_first
-                cuda.syncthreads()
-                if is_last[0]:  # every other block of the unit has written: merge, as stage 2's kernel
-                    cuda.threadfence()
-                    for e in range(cuda.threadIdx.x, heads, THREADS):
-                        i = e // D
-                        d = e - i * D
-                        top = LOWEST
-                        first_at = unit * sharers * GROUP + i  # noqa: F821
-                        for c in range(owner_last - owner_first + 1):
-                            top = max(top, part[first_at + c * GROUP, MAX_HEAD_DIM])  # noqa: F821
-                        acc = float32(0.0)
-                        total = float32(0.0)
-                        for c in range(owner_last - owner_first + 1):
-                            at = first_at + c * GROUP  # noqa: F821
-                            weight = math.exp2(part[at, MAX_HEAD_DIM] - top)
-                            acc += part[at, d] * weight
-                            total += part[at, MAX_HEAD_DIM + 1] * weight
-                        out[b, h0 + i, d] = float16(acc / total)
-                    if cuda.threadIdx.x == 0:
-                        units_done[unit] = 0  # ready for the next call
-            cuda.syncthreads()  # the stash is read: the next unit may overwrite it
-            unit += 1
-            unit_step = 0
-    # END SOLUTION
-
-
-def _even_kernel(group):
-    namespace = {**globals(), "GROUP": group}
-    namespace["STEP"] = namespace[f"_group_step{group}"]  # stage 6's step, compiled for this GROUP
-    return instantiate(_even_shares, namespace, f"_even_shares{group}", jit={})
-
-
-EVEN_KERNELS = {group: _even_kernel(group) for group in range(1, MAX_GROUP + 1)}
-SM_SHARED_BYTES = 228 * 1024  # an H100/H200 multiprocessor's shared memory, 1 KiB of it reserved per block
-SM_REGISTERS = 65536
-
-
-_RESIDENT = {}  # kernel -> its blocks a multiprocessor holds (asked once: a launch should not wait on Python)
-
-
-def _resident(kernel, args, shared_bytes):
-    """Blocks of this kernel a multiprocessor holds at once, at most EVEN_BLOCKS_PER_SM: its shared memory
-    (static and dynamic) and, compiled, its registers (allocated 8 a thread at a time) decide."""
-    if kernel not in _RESIDENT:
-        _RESIDENT[kernel] = _resident_blocks(kernel, args, shared_bytes)
-    return _RESIDENT[kernel]
-
-
-def _resident_blocks(kernel, args, shared_bytes):
-    static = 0 if is_simulator() else int(kernel.compile(_argument_types(kernel, args)).shared_mem_per_block)
-    fit = SM_SHARED_BYTES // (shared_bytes + static + 1024)
-    if not is_simulator():
-        registers = int(kernel.compile(_argument_types(kernel, args)).regs_per_thread)
-        fit = min(fit, SM_REGISTERS // (8 * blocks_for(registers, 8) * THREADS))
-    return max(1, min(EVEN_BLOCKS_PER_SM, fit))
-
-
-def _sharers(total_steps, unit_steps, grid):
-    """The most blocks whose runs share one unit (partial rows a unit needs, per query head)."""
-    u = np.arange(total_steps // unit_steps, dtype=np.int64)
-    first, last = u * unit_steps, (u + 1) * unit_steps - 1
-    return int((((last + 1) * grid - 1) // total_steps - ((first + 1) * grid - 1) // total_steps).max()) + 1
-
-
-@op.stage("even_shares", """
-    Stage 6 cut each head's keys into 9 chunks: 4608 blocks queued for 396 places, each block filling
-    its ring, draining it and merging its warps before the next could start, and a second kernel to
-    merge the chunks. Now the grid is as many blocks as the multiprocessors hold at once (three each),
-    launched once, and the B Hkv heads' steps, laid end to end, are cut into that many equal runs:
-    every block copies the same bytes and they finish together. A block's ring runs straight on from
-    one head into the next (its copies name the head they belong to), so it fills once and drains
-    once. A head split between blocks is merged where the work ends: each block writes its partial
-    (m, l, o), then takes a ticket from an atomic counter per head, and the block that takes the last
-    one merges the partials into the output (stage 2's formula) and resets the counter; a head one
-    block took whole goes straight to the output. One launch, no second kernel, no idle tail.""")
-def even_shares(q, k, v, out):
-    group = q.shape[1] // k.shape[1]
-    if not _wide_loads_fit(k, v):
-        _launch_split(_chunk_keys_in_flight, q, k, v, out)
-        return
-    B, Hq, D = q.shape
-    Hkv, S = k.shape[1], k.shape[2]
-    unit_steps = blocks_for(S, STEP_KEYS)
-    total_steps = B * Hkv * unit_steps
-    kernel = EVEN_KERNELS[group]
-    units_done = scratch("decode_attention.units_done", B * Hkv, np.int32, zeroed=True)  # reset by the last block
-    args = [q, _cache_words(k), _cache_words(v), out, None, units_done, _scale_log2e(D), S, Hkv, unit_steps,
-            total_steps, 0]
-    part = scratch("decode_attention.even_part", (1, PART_WIDTH))  # a stand-in for the types (no launch)
-    args[4] = part
-    grid = min(total_steps, _resident(kernel, args, RING_BYTES) * sm_count())
-    sharers = _sharers(total_steps, unit_steps, grid)
-    args[4] = scratch("decode_attention.even_part", (B * Hkv * sharers * group, PART_WIDTH))
-    args[11] = sharers
-    static = merge_shared_bytes(group) + 4  # the merge arrays and the ticket's flag (the simulator counts them)
-    if RING_BYTES + static > STATIC_LIMIT:
-        set_max_dynamic_shared_memory(kernel, args, RING_BYTES + static)
-    kernel[grid, THREADS, 0, RING_BYTES](*args)

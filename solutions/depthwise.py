@@ -307,15 +307,16 @@ def _depthwise_stepped_addresses(x, w, out, N, C, H, W):
 
 @depthwise_op.stage("stepped_addresses", """
     The same loads and arithmetic as window_in_flight, with the index arithmetic taken out of the
-    loop. Its sass is about 900 instructions for 8 outputs (a few of them the divisions' slow
-    paths), most of them integer: each of its 30
-    loads recomputed base + h W + col - 1 in 64-bit multiplies and tested the row and the column
-    again, and splitting the thread number took four 64-bit divisions. At a copy's speed an H200
-    multiprocessor has about 64 instruction slots per output, so that kernel was bound by issuing
-    instructions, not by memory. Here the thread number is split in 32-bit arithmetic, one address
-    is stepped by W from row to row, the column's two edge tests are made once and the row's once
-    a row, and each output is a chain of 9 multiply-adds: about 460 instructions of sass for the same
-    8 outputs.""")
+    loop. Its sass is about 900 instructions for 8 outputs (a few of them the divisions' slow paths),
+    most of them integer: each of its 30 loads recomputed base + h W + col - 1 in 64-bit multiplies
+    and tested the row and the column again, and splitting the thread number took four 64-bit
+    divisions. At a copy's speed an H200 multiprocessor has about 64 instruction slots per output, so
+    that kernel was bound by issuing instructions, not by memory. Here the thread number is split in
+    32-bit arithmetic, one address is stepped by W from row to row, the column's two edge tests are
+    made once and the row's once a row, and each output is a chain of 9 multiply-adds: about 460
+    instructions of sass for the same 8 outputs. On an H200 at 128x64x56x56: 64.6 us, 3,183 GB/s, 75%
+    of the copy ceiling, where window_in_flight took 153.8 in one process (2.38x); torch.compile's
+    kernel took 169.6 and cuDNN's 241.7 in the same run.""")
 def depthwise_stepped_addresses(x, w, out):
     N, C, H, W = x.shape
     n = N * C * blocks_for(H, STRIP) * W
@@ -664,7 +665,10 @@ def _depthwise_nhwc_window_in_flight(x, w, out, N, H, W, C):
     depthwise3x3's stepped_addresses: the thread number is split in 32-bit arithmetic, one address
     is stepped by a row instead of recomputed per load, each output is a chain of 9 multiply-adds,
     and the 36 weights of the thread's four channels, contiguous in w, are nine 16-byte loads (these
-    took the kernel's sass from about 890 instructions for its 16 outputs to 600).""")
+    took the kernel's sass from about 890 instructions for its 16 outputs to 600). On an H200 at
+    128x56x56x64: 66.0 us, 73% of the copy ceiling, where vector4 took 116.7 in one process (1.77x);
+    torch's channels-last depthwise convolution took 69.3 and torch.compile's 69.8 in the same run
+    (1.05x).""")
 def depthwise_nhwc_window_in_flight(x, w, out):
     N, H, W, C = x.shape
     flat_x, flat_w, flat_out = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
