@@ -710,6 +710,7 @@ WA_TILE = WBM * WSA  # floats of one ring slot of A (rows of WBK k, untransposed
 WB_TILE = WBK * WBN  # ... and of B
 WARP_TILES_BYTES = WSTAGES * (WA_TILE + WB_TILE) * 4  # 78 KiB: 3 x (128 x 20 + 16 x 256) floats, dynamic
 L2_GROUP = 8  # block rows that walk across N side by side, so their tiles of B are fetched once into L2
+FRAGMENT_DOUBLE_BUFFER = True  # load k + 1's operands while k's multiply-adds run, across K-steps too
 
 A_CHUNKS = WBM * WBK // 4 // THREADS  # 16-byte chunks a thread copies of A's tile per K-step ...
 B_CHUNKS = WBK * WBN // 4 // THREADS  # ... and of B's
@@ -763,6 +764,30 @@ def _warp_tile_four_k(smem, ia, ib, a, b, acc):
     _warp_tile_k(smem, ib, 1, a, b, acc)
     _warp_tile_k(smem, ib, 2, a, b, acc)
     _warp_tile_k(smem, ib, 3, a, b, acc)
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_tile_a_chunk(smem, ia, a):
+    """This thread's 8 rows of A, 4 neighbouring k each: eight 16-byte loads."""
+    for i in range(WTM):
+        for e in range(4):
+            a[i, e] = smem[ia + uint32(i * 8 * WSA + e)]
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_tile_b_row(smem, ib, k, b):
+    """This thread's 16 floats of B's row k: four 16-byte loads."""
+    for j in range(4):
+        for e in range(4):
+            b[4 * j + e] = smem[ib + uint32(k * WBN + 16 * j + e)]
+
+
+@cuda.jit(device=True, inline=True)
+def _warp_tile_products(a, k, b, acc):
+    """128 multiply-adds: column k of the A chunk a times the B row b."""
+    for i in range(WTM):
+        for n in range(WTN):
+            acc[i, n] += a[i, k] * b[n]
 
 
 @cuda.jit(device=True, inline=True)
@@ -834,9 +859,69 @@ def _warp_tiles(A, B, C, alpha_beta, out):
         a_src += uint64(WBK * 4)  # the next K-step: WBK columns of A on, WBK rows of B down
         b_src += uint64(WBK * 4) * uint64(N)
         cp_async_commit()
+    if FRAGMENT_DOUBLE_BUFFER:
+        # Two sets of operand registers, so the loads of the next k are issued before this k's 128
+        # multiply-adds and have those to land; the barrier moves to before the last k of a K-step, and
+        # after it the first operands of the next K-step are loaded before that k's multiply-adds run.
+        a0 = cuda.local.array((WTM, 4), float32)
+        a1 = cuda.local.array((WTM, 4), float32)
+        b0 = cuda.local.array(WTN, float32)
+        b1 = cuda.local.array(WTN, float32)
+        cp_async_wait_pending(WSTAGES - 2)  # step 0 has landed ...
+        cuda.syncthreads()
+        if WSTAGES - 1 < steps:
+            _warp_tile_copy(A, B, a_src, b_src, a_dst + uint64((WSTAGES - 1) * WA_TILE * 4),
+                            b_dst + uint64((WSTAGES - 1) * WB_TILE * 4), (WSTAGES - 1) * WBK, ka, kb,
+                            a_rows_left, b_inside)
+        a_src += uint64(WBK * 4)
+        b_src += uint64(WBK * 4) * uint64(N)
+        cp_async_commit()
+        ia = a_lane
+        ib = b_lane
+        _warp_tile_a_chunk(smem, ia, a0)
+        _warp_tile_b_row(smem, ib, 0, b0)
+        slot = 0  # the ring slot computed on at step kt; the one refilled after its barrier is this one
+        for h in range(2 * steps):  # half K-steps of 8 k; on entry a0 holds k 0..3 and b0 row 0 of this half
+            _warp_tile_b_row(smem, ib, 1, b1)
+            _warp_tile_products(a0, 0, b0, acc)
+            _warp_tile_b_row(smem, ib, 2, b0)
+            _warp_tile_products(a0, 1, b1, acc)
+            _warp_tile_b_row(smem, ib, 3, b1)
+            _warp_tile_products(a0, 2, b0, acc)
+            _warp_tile_a_chunk(smem, ia + uint32(4), a1)
+            _warp_tile_b_row(smem, ib, 4, b0)
+            _warp_tile_products(a0, 3, b1, acc)
+            _warp_tile_b_row(smem, ib, 5, b1)
+            _warp_tile_products(a1, 0, b0, acc)
+            _warp_tile_b_row(smem, ib, 6, b0)
+            _warp_tile_products(a1, 1, b1, acc)
+            _warp_tile_b_row(smem, ib, 7, b1)
+            _warp_tile_products(a1, 2, b0, acc)
+            if h % 2 == 1:  # the K-step's last k is in registers: on to the next slot
+                cp_async_wait_pending(WSTAGES - 2)  # the next step has landed (this thread's copies) ...
+                cuda.syncthreads()  # ... and everyone's; everyone has loaded all of this slot
+                next_slot = 0 if slot == WSTAGES - 1 else slot + 1
+                ia = uint32(next_slot * WA_TILE) + a_lane
+                ib = uint32(next_slot * WB_TILE) + b_lane
+                _warp_tile_a_chunk(smem, ia, a0)  # the next K-step's first operands, before the copies
+                _warp_tile_b_row(smem, ib, 0, b0)
+                ahead = h // 2 + WSTAGES
+                if ahead < steps:  # refill the slot just finished with step kt + WSTAGES
+                    _warp_tile_copy(A, B, a_src, b_src, a_dst + uint64(slot * WA_TILE * 4),
+                                    b_dst + uint64(slot * WB_TILE * 4), ahead * WBK, ka, kb, a_rows_left, b_inside)
+                a_src += uint64(WBK * 4)
+                b_src += uint64(WBK * 4) * uint64(N)
+                cp_async_commit()
+                slot = next_slot
+            else:
+                ia += uint32(8)
+                ib += uint32(8 * WBN)
+                _warp_tile_a_chunk(smem, ia, a0)
+                _warp_tile_b_row(smem, ib, 0, b0)
+            _warp_tile_products(a1, 3, b1, acc)
     slot = 0  # the ring slot computed on at step kt ...
     ahead_slot = WSTAGES - 1  # ... and the one filled, with step kt + WSTAGES - 1
-    for kt in range(steps):
+    for kt in range(0 if FRAGMENT_DOUBLE_BUFFER else steps):
         cp_async_wait_pending(WSTAGES - 2)  # step kt has landed (this thread's copies) ...
         cuda.syncthreads()  # ... and everyone's; and everyone is done with the slot about to be refilled
         ahead = kt + WSTAGES - 1
