@@ -847,9 +847,9 @@ def _warp_tiles(A, B, C, alpha_beta, out):
     for i in range(WTM):
         for n in range(WTN):
             acc[i, n] = float32(0.0)
-    # HINT: as in tensor_core_deep: fill the ring (WSTAGES - 1 K-steps, one commit group each, empty or not).
-    # HINT: Per K-step: cp_async_wait_pending(WSTAGES - 2), syncthreads, start the copy WSTAGES - 1 steps ahead, commit;
-    # HINT: then compute on this step's slot with _warp_tile_four_k, k = 0..3, 4..7, ...; move a_src, b_src on each step.
+    # HINT: As in tensor_core_deep: fill the ring (WSTAGES - 1 K-steps, one commit group each); per K-step wait_pending
+    # HINT: (WSTAGES - 2), syncthreads, copy WSTAGES - 1 steps ahead, commit, _warp_tile_four_k on its slot; move a_src, b_src.
+    # HINT: FRAGMENT_DOUBLE_BUFFER: two sets of a, b; load k + 1's before k's products, the barrier before a step's last k.
     # BEGIN SOLUTION
     steps = (K + WBK - 1) // WBK
     for s in range(WSTAGES - 1):  # fill the ring: one commit group per K-step, empty or not
@@ -897,7 +897,7 @@ def _warp_tiles(A, B, C, alpha_beta, out):
             _warp_tile_products(a1, 1, b1, acc)
             _warp_tile_b_row(smem, ib, 7, b1)
             _warp_tile_products(a1, 2, b0, acc)
-            if h % 2 == 1:  # the K-step's last k is in registers: on to the next slot
+            if h & 1:  # the K-step's last k is in registers: on to the next slot
                 cp_async_wait_pending(WSTAGES - 2)  # the next step has landed (this thread's copies) ...
                 cuda.syncthreads()  # ... and everyone's; everyone has loaded all of this slot
                 next_slot = 0 if slot == WSTAGES - 1 else slot + 1
@@ -959,9 +959,13 @@ def _warp_tiles(A, B, C, alpha_beta, out):
     index arithmetic). This stage takes the shape cuBLAS picks for its own float32 GEMM: one
     256-thread block an SM (launch_bounds=(256, 1): up to 255 registers), a 128x256 block tile, each
     warp a 64x64 tile, each thread 128 outputs (8 rows x 16 columns). Per k a thread loads 8 + 16
-    floats for 128 multiply-adds (8 + 8 for 64 before), and with the registers to hold them the
-    compiler loads the next k's operands while this k's multiply-adds issue: 89% of the compiled
-    K-step loop is multiply-adds, against 79% in stage 7's. A stays in rows, as in global memory, so it arrives in 16-byte cp.async chunks like
+    floats for 128 multiply-adds (8 + 8 for 64 before): 88% of the compiled K-step is multiply-adds,
+    against 79% in stage 7's. With only two warps a scheduler, no other warp covers a multiply-add
+    that waits on a shared load just issued, so the operands go in two sets of registers: k + 1's are
+    loaded while k's 128 multiply-adds run. The barrier of a K-step moves to before its last k, and
+    after it the next K-step's first operands are loaded, so those 128 multiply-adds cover them too
+    (FRAGMENT_DOUBLE_BUFFER = False keeps one set and leaves the loads to the compiler, which puts
+    them right before their use at the start of every 8 k and after every barrier). A stays in rows, as in global memory, so it arrives in 16-byte cp.async chunks like
     B (stage 7 copied it a float at a time to transpose it); a thread reads it 4 neighbouring k of a
     row at a time, still a 16-byte load, and a row stride of WBK + 4 floats puts a warp's 8 rows in 8
     different banks. The copies run in a ring of three K-steps of 16 (cp.async.wait_group, as in the
