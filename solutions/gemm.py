@@ -881,7 +881,7 @@ def _warp_tiles(A, B, C, alpha_beta, out):
         _warp_tile_a_chunk(smem, ia, a0)
         _warp_tile_b_row(smem, ib, 0, b0)
         slot = 0  # the ring slot computed on at step kt; the one refilled after its barrier is this one
-        for h in range(2 * steps):  # half K-steps of 8 k; on entry a0 holds k 0..3 and b0 row 0 of this half
+        for h in range(steps * (WBK // 8)):  # trips of 8 k; on entry a0 holds k 0..3 and b0 row 0 of this trip
             _warp_tile_b_row(smem, ib, 1, b1)
             _warp_tile_products(a0, 0, b0, acc)
             _warp_tile_b_row(smem, ib, 2, b0)
@@ -897,7 +897,7 @@ def _warp_tiles(A, B, C, alpha_beta, out):
             _warp_tile_products(a1, 1, b1, acc)
             _warp_tile_b_row(smem, ib, 7, b1)
             _warp_tile_products(a1, 2, b0, acc)
-            if h & 1:  # the K-step's last k is in registers: on to the next slot
+            if uint32(h) % uint32(WBK // 8) == uint32(WBK // 8 - 1):  # the K-step's last k is in registers: on to the next slot
                 cp_async_wait_pending(WSTAGES - 2)  # the next step has landed (this thread's copies) ...
                 cuda.syncthreads()  # ... and everyone's; everyone has loaded all of this slot
                 next_slot = 0 if slot == WSTAGES - 1 else slot + 1
@@ -905,7 +905,7 @@ def _warp_tiles(A, B, C, alpha_beta, out):
                 ib = uint32(next_slot * WB_TILE) + b_lane
                 _warp_tile_a_chunk(smem, ia, a0)  # the next K-step's first operands, before the copies
                 _warp_tile_b_row(smem, ib, 0, b0)
-                ahead = h // 2 + WSTAGES
+                ahead = int64(uint32(h) // uint32(WBK // 8)) + WSTAGES
                 if ahead < steps:  # refill the slot just finished with step kt + WSTAGES
                     _warp_tile_copy(A, B, a_src, b_src, a_dst + uint64(slot * WA_TILE * 4),
                                     b_dst + uint64(slot * WB_TILE * 4), ahead * WBK, ka, kb, a_rows_left, b_inside)
