@@ -912,8 +912,8 @@ def _nonzero_split(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     a run of empty rows with another search. Rows cut between threads and warps are stitched by a block-wide
     segmented scan, rows cut between blocks by one carry a block that the fix-up kernel adds, as before.
     On an H200 at 1048576 rows x 16 (random columns): 141.2 us, where merge_path took 167.9 in one process
-    (1.19x); cuSPARSE took 133.0 in the same run (0.94x). Splitting 12 or 16 non-zeros a thread was slower
-    (147.7 at 16): fewer threads, fewer gathers in flight.""")
+    (1.19x); cuSPARSE took 133.0 in the same run (0.94x). 16 non-zeros a thread was slower (147.7): half
+    the threads, so fewer gathers in flight.""")
 def nonzero_split(row_ptr, col_idx, values, x, y):
     threads = SPLIT_THREADS
     while threads > 64 and blocks_for(values.size, threads * SPLIT_ITEMS) < SPLIT_MIN_BLOCKS_PER_SM * sm_count():
