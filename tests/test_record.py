@@ -226,3 +226,18 @@ def test_a_stage_target_compares_two_stages_of_the_ladder_at_one_size():
     assert [x.status for x in v] == [MET, MISSED, NEVER]
     assert v[0].value == pytest.approx(2.0) and v[0].peer == "naive" and v[0].unit == "x"
     assert "no record of stage nope" in v[2].why
+
+
+def test_records_take_their_stages_places_in_the_ladder_today():
+    """A stage inserted into a ladder (gemm's warp_tiles before the tensor-core stages) moves the stages
+    after it; records measured before keep the old places in the file, and loading gives them today's."""
+    from workbench import registry, results
+
+    gemm = registry.operator("gemm")
+    recs = [{"op": "gemm", "stage": "tensor_core", "kind": "stage", "order": 1},
+            {"op": "gemm", "stage": "torch.addmm", "kind": "peer", "order": 0},
+            {"op": "gemm", "stage": "a_stage_since_removed", "kind": "stage", "order": 4},
+            {"op": "gemm", "stage": "split_k", "order": 2}]  # a profile record: no kind
+    results.current_orders(recs)
+    assert [r["order"] for r in recs] == [gemm["tensor_core"].order, 0, 4, gemm["split_k"].order]
+    assert gemm["tensor_core"].order == gemm["warp_tiles"].order + 1
