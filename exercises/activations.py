@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: e03e32df5f099f8f8e7e6da2052768934882ed0fdc3a5f0c17fc556dc414dc91
+# generated-sha256: 557b6921a429688a64ff64b687028851fde7d4ad82862d15a4823d8046fdd352
 # --------------------------------------------------------------------------------------------------
 """Activation functions on a float32, fp16 or bf16 vector, from a thread per element to 16-byte loads and fast math.
 
@@ -34,7 +34,7 @@ what stands between a one-line kernel and that speed, and what speed costs in ac
 Each activation is its own operator (``activation[relu]``, ``activation[gelu]``, ...): the kernels are written once
 below, with the activation as a name (``activation``) they call, and compiled once per function
 (``solutions/_templates.py``), the way a C++ template is instantiated once per functor. torch and
-``torch.compile`` are the peers (``scripts/gpu_activations_reductions.py`` times both).
+``torch.compile`` are the peers (``workbench bench`` times both beside every stage).
 
 **Accuracy.** Each stage is measured in ulps (units in the last place of the float32 result) against a
 float64 reference, beside its speed (``ulp_error`` here; the GPU script prints the table). What the
@@ -526,8 +526,8 @@ SMALL_TILES = """
     128-thread blocks of 2 KB, the grid covering the vector once (524,288 blocks at 2^28 floats).
     in_flight's four loads a thread were not what the memory system lacked: with 2048 threads on a
     multiprocessor, one 16-byte load each is already 32 KB in flight per SM. A probe of ReLU at 2^28 on
-    an H200 (scripts/gpu_stream_probe.py) measured one vector a thread fastest, at copy speed and
-    torch.clamp's, and two, four or eight vectors a thread 1-6% slower. The probe does not show why; a
+    an H200 measured one vector a thread fastest, at copy speed and torch.clamp's, and two, four or
+    eight vectors a thread 1-6% slower. The probe does not show why; a
     likely cause is that DRAM serves nearby addresses faster (a row already open), and small blocks,
     retired and replaced in order, keep the requests in flight within a narrower range of addresses than
     large tiles do. Cache hints made every layout slower (loads that skip L1, stores marked streaming:
