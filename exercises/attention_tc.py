@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: e276b12843e10d695d621a1578d321683ae7eff33b0c6f104e5b1176a902be54
+# generated-sha256: c6f33e536381841db0947f456b9809ffea45b6728458a3bacafae7216115103b
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync, then
 FlashAttention-3's on Hopper's wgmma, TMA and warp specialisation.
@@ -240,7 +240,7 @@ def stage_traffic(stage, size):
 
 class Geometry(NamedTuple):
     """How a kernel is laid out: stages 1 to 4 use the defaults; ``tuned`` uses TUNED below, and
-    scripts/gpu_attention_tc.py times the alternatives side by side (``launch_geometry``)."""
+    the alternatives were timed side by side (``launch_geometry``; results/runs/gpu_attention_tc.json)."""
     warps: int = 4  # a block's warps; each owns `rows` queries (a block: rows x warps queries)
     keys: int = 64  # keys a tile (a multiple of 16)
     stages: int = 2  # K/V buffers in flight (cp.async stages; 1 without cp.async)
@@ -264,7 +264,7 @@ BASE = Geometry()
 # SDPA's 454.5 at fp16 8x16x2048x64 without the mask); 16 queries a warp, three K/V buffers, three blocks
 # an SM under a 168-register cap (the same layout capped for two blocks took 802 us, stage 4's 865).
 ONE_TILE = Geometry(warps=4, keys=64, stages=3, fast_exp=True, addr32=True, min_blocks=3)
-# The tuned stage's geometry, the fastest of SWEEP in scripts/gpu_attention_tc.py on an H200 (2026-11-24,
+# The tuned stage's geometry, the fastest of SWEEP timed side by side on an H200 (2026-11-24,
 # fp16 8x16x2048x64, no mask): 593.7 us, 231.5 TFLOP/s, 51% of SDPA's 303.6 us in the same run, where
 # ONE_TILE took 686.0 us. Two m16 tiles a warp (128 queries a block of 4 warps), Q read from its shared
 # tile each k16 step (249 registers, no spill; with Q's 32 registers kept, 255 and 24 bytes spilled),
@@ -273,7 +273,7 @@ TUNED = Geometry(warps=4, keys=64, stages=2, fast_exp=True, addr32=True, min_blo
 # At D = 128 two m16 tiles' output accumulators alone would be 128 registers: one tile a warp, and two
 # K/V buffers (a third would take the block to 112 KiB: one block an SM, not two).
 TUNED_WIDE = ONE_TILE._replace(stages=2, min_blocks=2)
-# What scripts/gpu_attention_tc.py times side by side at the headline (fp16 8x16x2048x64, no mask),
+# What was timed side by side at the headline (fp16 8x16x2048x64, no mask; results/runs/gpu_attention_tc.json),
 # each one change from its neighbour: stage 4's geometry, then one idea added at a time up to ONE_TILE,
 # ONE_TILE's layout changed one way at a time, then two m16 tiles a warp in several layouts.
 _FAST = BASE._replace(fast_exp=True)
@@ -739,7 +739,7 @@ def causal_skip(q, k, v, causal, out):
 @_stage("tuned", """
     Stage 4 with fewer instructions around the mma and twice the queries a warp; the ideas are the ones
     FlashAttention-2 implementations use, and the mix (TUNED) is picked from the alternatives timed
-    side by side by scripts/gpu_attention_tc.py (Geometry: warps a block, queries a warp, keys a tile,
+    side by side on an H200 (Geometry: warps a block, queries a warp, keys a tile,
     pipeline depth, exp2, addressing, register cap). Each warp now owns 32 queries, two m16 tiles:
     every K fragment an ldmatrix brings feeds four mma instead of two, and so does every V fragment.
     At 16 queries a warp, ldmatrix moved 512 bytes of shared memory for each 8192 flops, and an SM's

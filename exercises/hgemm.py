@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 63f763011afe0c91926516a16990ff0fe55e93913bae6bd3c1d8d08df2c4fc0a
+# generated-sha256: b359c955a175173859d520f3d700ac2dd702b23ea47ff421ef56a2cd724cd5dc
 # --------------------------------------------------------------------------------------------------
 """Half-precision GEMM on tensor cores: out = A B with A (M x K) and B (K x N) in fp16 or bf16,
 accumulated in float32, written in the inputs' precision (what ``torch.matmul`` does at that dtype).
@@ -329,7 +329,7 @@ def cuda_core(A, B, out):
 
 @dataclass(frozen=True)
 class Geometry:
-    """The constants one tensor-core kernel is compiled with (``scripts/gpu_hgemm_sweep.py`` times many)."""
+    """The constants one tensor-core kernel is compiled with (many were timed side by side on an H200)."""
 
     bm: int = 128  # block tile: rows of out
     bn: int = 128  # block tile: columns of out
@@ -687,7 +687,7 @@ MMA_GEOMETRY = Geometry(stages=2, min_blocks=1)
 LDMATRIX_GEOMETRY = Geometry(stages=2, min_blocks=2)
 PIPELINE = Geometry(stages=4, min_blocks=2)  # 64 KiB: past the 48 KiB default
 
-# Stage 6. To apply a result of scripts/gpu_hgemm_sweep.py, replace this line with the one it prints.
+# Stage 6: the fastest of the geometries timed side by side on an H200 (NOTES.md has the sweep).
 TUNED = Geometry(bm=128, bn=256, bk=64, wm=64, wn=64, stages=3, min_blocks=1, raster=8)
 
 # Stage name -> (geometry, ldmatrix, swizzle)
@@ -776,8 +776,8 @@ def pipeline(A, B, out):
     warps to hide latency, covered by three stages of 48 KiB in flight (144 KiB). The blocks are
     launched in bands of 8 tile rows walked column by column (block_tile), so the blocks on the GPU at
     one time share their A and B panels in L2 instead of streaming B from memory for every tile row. The
-    numbers (tile, warp tile, K-step, stages, band) are TUNED, chosen among many by
-    scripts/gpu_hgemm_sweep.py on an H200: 305 TFLOP/s at 8192^3 fp16, 41% of cuBLAS's 745 in the same
+    numbers (tile, warp tile, K-step, stages, band) are TUNED, chosen among many timed side by side
+    on an H200: 305 TFLOP/s at 8192^3 fp16, 41% of cuBLAS's 745 in the same
     run.""")
 def tuned(A, B, out):
     _run_stage("tuned", A, B, out)

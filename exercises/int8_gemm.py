@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: fc5f5e9b85e513501da807fa3c5ffdfee8fbe13f116c09cc05a3b3bc8b48b4f6
+# generated-sha256: e8fa0770e30e8d182ed7f0727660d0565570fc734991edf0fede6198a5d54642
 # --------------------------------------------------------------------------------------------------
 """int8 GEMM (int32 accumulation) and the quantized linear layer built on it.
 
@@ -27,7 +27,7 @@ Wq (N x K int8) and w_scale (N) are the weights, quantized the same way once, ah
 (:func:`quantize_rows_reference` on the host). The product's int32 sums come back to float32 as
 acc * x_scale[m] * w_scale[n]. The operator's reference is that pipeline in exact arithmetic (a
 kernel must match it to float32 rounding); what quantization itself costs, against the float32 layer
-x Wᵀ, is measured by ``scripts/gpu_low_precision.py``: at 8192³ a relative error of 0.0128, where
+x Wᵀ, was measured on an H200 (NOTES.md): at 8192³ a relative error of 0.0128, where
 cuBLAS in fp16 has 0.00036 (on an H200; the fused stage's paragraph says more).
 """
 
@@ -765,7 +765,7 @@ def _fused_bytes(A, W, x_scale, w_scale, out):
     costs in accuracy: against the float32 layer x Wᵀ (computed in float64), with x standard normal and
     W standard normal / sqrt(K), the output's relative error (norm of the difference over norm of the
     exact layer, on sampled rows) was 0.0128 at 8192^3, where cuBLAS in fp16 on the same layer had
-    0.00036 (scripts/gpu_low_precision.py on an H200): about 36 times fp16's error. What it buys, in the
+    0.00036 (on an H200): about 36 times fp16's error. What it buys, in the
     same recording as the times above: cuBLAS's int8 GEMM (torch._int_mm, 920 TOPS at 8192^3) runs 1.37
     times its fp16 GEMM (torch.matmul, 671 TFLOP/s).""")
 def fused(x, Wq, w_scale, out):

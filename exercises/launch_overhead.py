@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 02322bc06b8c866037f10b44762f295e3b15d4fec5e920fe983936a9097f90bd
+# generated-sha256: 28c66b5e7a849657a30dd032ddd59b9781033b0618b5b91cce271186f5a894e1
 # --------------------------------------------------------------------------------------------------
 """The cost of calling a kernel from Python, and how to remove it: LayerNorm as three small kernels.
 
@@ -31,7 +31,7 @@ same thing with the same three kernels, except the last; what changes is how the
 5. ``fused``: one kernel instead of three (one read of the matrix instead of three), prepared.
 
 What is measured is host time: the harness's ``host_call_us`` (one call and a synchronize) in every
-record, and ``scripts/gpu_tools.py`` prints the time per call of a loop of calls, which is what a
+record, and ``workbench.prepared.host_time_per_call`` the time per call of a loop of calls, what a
 Python program pays when the kernels are shorter than the launch. GPU time (the staircase) moves only
 at the graph (no gaps between the kernels) and at the fusion (a third of the memory traffic).
 

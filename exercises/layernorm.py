@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 575ec258c09f0289166ed0f958d4110efe92150d395d674bb53221ff7dd10f17
+# generated-sha256: d889409291c0ceab98af92f1ed40a7f0cc4c89cda6c9b22f13d6f9a94da38c62
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -637,7 +637,7 @@ def block_rows(x, weight, bias, out, registers=BLOCK_ROW_REGISTERS, one_barrier=
 
 # The dispatch table: (widest row, kernel), first match wins; the last takes any width. block_rows is
 # not in it: on the H200 it was slower than stage 7 at 4096 and 12288 columns (350 vs 289 us at
-# 32768 x 4096, 205 vs 167 at 4096 x 12288); scripts/gpu_norm_shapes.py times it at those shapes.
+# 32768 x 4096, 205 vs 167 at 4096 x 12288; results/runs/gpu_norm_shapes.json).
 BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (None, ilp.launch)]
 
 
@@ -1531,7 +1531,7 @@ RMSNORM_ONLY = """
     its stores; softmax and LayerNorm have two, each a barrier, and more arithmetic per element in
     between (two exponentials, two subtractions), so each resident row spends longer without a load in
     flight and the halved occupancy shows. (That is the explanation the register count suggests;
-    scripts/gpu_half_norms.py times those kernels with their registers capped, which tests it.)"""
+    timing those kernels with their registers capped would test it.)"""
 
 
 @stage_of(HALF_RMSNORMS, "in_registers", IN_REGISTERS + """

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: e4541f05074ba9d61b928f5a878d9af951f9f55ee3ba58608f3520da4659f974
+# generated-sha256: fb489b6c7a7a84d46fa582d28c116913436b1071fdc7bda902275c896f93cd63
 # --------------------------------------------------------------------------------------------------
 """Inclusive prefix sum (scan) of a float32 vector: y[i] = x[0] + x[1] + ... + x[i].
 
@@ -43,7 +43,7 @@ TILE = THREADS * ITEMS  # elements per block in the reduce_then_scan stage
 # The decoupled_lookback stage: each thread holds VECTORS 16-byte vectors (32 floats) in registers, so a
 # block of ONE_PASS_THREADS scans a tile of 4096 elements (16 KB read, 16 KB written) between two
 # look-backs; 65536 tiles at 2^28. Bigger tiles mean fewer look-backs but fewer blocks resident per SM.
-# Swept on an H200 at 2^28 (scripts/gpu_sweep_constants.py; results/runs/gpu_scan_sweep_2026-11-24.jsonl),
+# Swept on an H200 at 2^28 (results/runs/gpu_scan_sweep_2026-11-24.jsonl; `workbench sweep` repeats it),
 # threads x vectors: 128x8 568 us, 256x8 585, 256x4 618, 512x4 709, 128x4 719, 256x2 783, 512x2 987: more
 # loads in flight a thread beat more threads a block.
 ONE_PASS_THREADS = 128

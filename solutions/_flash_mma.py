@@ -220,7 +220,7 @@ class TF32Geometry(NamedTuple):
 
 
 TF32_BASE = TF32Geometry()
-# scripts/gpu_attention_3xtf32.py times these side by side at 8x16x2048x64 without the mask (D = 64).
+# Timed side by side at 8x16x2048x64 without the mask (D = 64): results/runs/gpu_attention_3xtf32_2026-11-24.json.
 TF32_SWEEP = [TF32_BASE, TF32_BASE._replace(min_blocks=1), TF32_BASE._replace(rows=32, keys=32),
               TF32_BASE._replace(rows=32, keys=32, min_blocks=1), TF32_BASE._replace(rows=32, min_blocks=1),
               TF32_BASE._replace(keys=32, min_blocks=3)]

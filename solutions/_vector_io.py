@@ -339,8 +339,8 @@ _CAPPED = {}  # (kernel's Python function, registers) -> that kernel compiled wi
 
 def capped(kernel, registers):
     """``kernel`` compiled with at most ``registers`` registers a thread (None: as ptxas chooses), so
-    that more blocks, so more rows' loads, fit on an SM (65536 registers). scripts/gpu_norm_shapes.py
-    times caps side by side."""
+    that more blocks, so more rows' loads, fit on an SM (65536 registers). Caps timed side by side on
+    an H200: results/runs/gpu_half_norms.json."""
     if registers is None:
         return kernel
     key = (kernel.py_func, registers)

@@ -17,7 +17,7 @@ same thing with the same three kernels, except the last; what changes is how the
 5. ``fused``: one kernel instead of three (one read of the matrix instead of three), prepared.
 
 What is measured is host time: the harness's ``host_call_us`` (one call and a synchronize) in every
-record, and ``scripts/gpu_tools.py`` prints the time per call of a loop of calls, which is what a
+record, and ``workbench.prepared.host_time_per_call`` the time per call of a loop of calls, what a
 Python program pays when the kernels are shorter than the launch. GPU time (the staircase) moves only
 at the graph (no gaps between the kernels) and at the fusion (a third of the memory traffic).
 

@@ -833,7 +833,7 @@ def block_rows(x, weight, bias, out, registers=BLOCK_ROW_REGISTERS, one_barrier=
 
 # The dispatch table: (widest row, kernel), first match wins; the last takes any width. block_rows is
 # not in it: on the H200 it was slower than stage 7 at 4096 and 12288 columns (350 vs 289 us at
-# 32768 x 4096, 205 vs 167 at 4096 x 12288); scripts/gpu_norm_shapes.py times it at those shapes.
+# 32768 x 4096, 205 vs 167 at 4096 x 12288; results/runs/gpu_norm_shapes.json).
 BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (None, ilp.launch)]
 
 
@@ -2071,7 +2071,7 @@ RMSNORM_ONLY = """
     its stores; softmax and LayerNorm have two, each a barrier, and more arithmetic per element in
     between (two exponentials, two subtractions), so each resident row spends longer without a load in
     flight and the halved occupancy shows. (That is the explanation the register count suggests;
-    scripts/gpu_half_norms.py times those kernels with their registers capped, which tests it.)"""
+    timing those kernels with their registers capped would test it.)"""
 
 
 @stage_of(HALF_RMSNORMS, "in_registers", IN_REGISTERS + """

@@ -29,7 +29,7 @@ TILE = THREADS * ITEMS  # elements per block in the reduce_then_scan stage
 # The decoupled_lookback stage: each thread holds VECTORS 16-byte vectors (32 floats) in registers, so a
 # block of ONE_PASS_THREADS scans a tile of 4096 elements (16 KB read, 16 KB written) between two
 # look-backs; 65536 tiles at 2^28. Bigger tiles mean fewer look-backs but fewer blocks resident per SM.
-# Swept on an H200 at 2^28 (scripts/gpu_sweep_constants.py; results/runs/gpu_scan_sweep_2026-11-24.jsonl),
+# Swept on an H200 at 2^28 (results/runs/gpu_scan_sweep_2026-11-24.jsonl; `workbench sweep` repeats it),
 # threads x vectors: 128x8 568 us, 256x8 585, 256x4 618, 512x4 709, 128x4 719, 256x2 783, 512x2 987: more
 # loads in flight a thread beat more threads a block.
 ONE_PASS_THREADS = 128

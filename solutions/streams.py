@@ -17,8 +17,8 @@ Not an ``Operator``: a stage here takes *host* arrays, and what it teaches is a 
 harness's operators take device arrays and are timed on the GPU alone. So the module carries its own
 runner (:func:`run_stage`: the result checked against a float64 reference, CUDA events around every
 copy and kernel), the ceiling (:func:`measure_link`: the same bytes copied both ways at once with
-nothing else running) and the Gantt chart (:func:`draw_timelines`). ``scripts/gpu_tools.py`` runs them on
-a GPU; ``tests/test_tools.py`` checks every stage in the simulator (where the times mean nothing).
+nothing else running) and the Gantt chart (:func:`draw_timelines`). :func:`run_ladder` runs them all (on
+a GPU for real times); ``tests/test_tools.py`` checks every stage in the simulator (where the times mean nothing).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ THREADS = 256
 # The overlapped stage's chunks: more hide more of the first copy in and the last copy out, but each costs
 # the host ~0.4 ms to issue (three numba calls and their events), and the host is part of the pipeline:
 # at 2^26 floats on an H200, 8 chunks reached 93-97% of the both-ways link, 16 chunks 83-91%, 32 chunks 56-58%
-# (scripts/gpu_streams_sweep.py, results/runs/gpu_streams_sweep_2026-11-24.jsonl).
+# (results/runs/gpu_streams_sweep_2026-11-24.jsonl).
 CHUNKS = 8
 STREAMS = 2  # streams the chunks take in turn: two already let chunk i+1 come in while chunk i goes out
 SQRT_2_OVER_PI = np.float32(math.sqrt(2.0 / math.pi))
