@@ -794,7 +794,7 @@ def kernel_for(cols):
     whose width is not a multiple of 4 (its rows do not start on 16-byte boundaries) is read a column at
     a time. On an H200 it beat torch and torch.compile at the wide shapes (4096 columns and more) and
     lost to torch.compile at 1024 columns, where no kernel of the table beat it
-    (every kernel the table can pick, timed: results/runs/gpu_norm_shapes.json).""",
+    (every kernel the table can pick was timed at those shapes).""",
     boundaries={"cols": (WARP_ROW_COLS,)})
 def by_shape(x, out):
     kernel_for(x.shape[1])(x, out)
