@@ -206,6 +206,21 @@ def _ticks(ax) -> None:
     ax.tick_params(labelsize=SMALL_PT)
 
 
+def _powers_of_ten_only(ax) -> None:
+    """On a log axis spanning a decade or two, matplotlib also labels minor ticks (2, 3, 4 x 10^7), and
+    their labels run into each other: there, besides the powers of ten, only 2 and 5 times them."""
+    from matplotlib.ticker import FuncFormatter
+
+    def two_and_five(value, _position):
+        exponent = math.floor(math.log10(value) + 1e-9)
+        mantissa = round(value / 10 ** exponent)
+        return rf"${mantissa}\times10^{{{exponent}}}$" if mantissa in (2, 5) else ""
+
+    for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        if lo > 0 and math.log10(hi / lo) <= 2:
+            axis.set_minor_formatter(FuncFormatter(two_and_five))
+
+
 # -- one operator ---------------------------------------------------------------------------------
 
 AXES_SHARE = 0.8  # of its (sub)figure's width, what a panel's axes keep beside its tick labels
@@ -363,6 +378,7 @@ def latency(ax, data: dict, op: Operator, *, upto: str | None = None, live: bool
                     label=f"shape {family_label(op, fam)}")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _powers_of_ten_only(ax)
     ax.set_xlabel("bytes moved (model)", fontsize=LABEL_PT)
     ax.set_ylabel("median latency (µs)", fontsize=LABEL_PT)
     ax.grid(True, which="both", alpha=0.3)
