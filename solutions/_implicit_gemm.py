@@ -77,7 +77,7 @@ def _outer_product(As, Bs, ia, ib, a, b, acc):
 
 
 @cuda.jit(device=True, inline=True)
-def _eight_taps(As, Bs, ia, ib, a, b, acc):
+def eight_taps(As, Bs, ia, ib, a, b, acc):
     """The K-step's 8 taps written out (numba has no #pragma unroll; see the GEMM ladder's stage 6)."""
     _outer_product(As, Bs, ia, ib, a, b, acc)
     _outer_product(As, Bs, ia + uint32(1 * SA), ib + uint32(1 * SB), a, b, acc)
@@ -117,7 +117,7 @@ def gemm_tile_loop(x_flat, w_flat, K, C, H, W, R, S, dilation, m0, base, h0, w0,
     r0 = (ut // uint32(64)) * uint32(32) + (lane // uint32(8)) * uint32(4)
     c0 = ((ut // uint32(32)) % uint32(2)) * uint32(64) + (lane % uint32(8)) * uint32(4)
     # the GEMM ladder's double-buffered loop: load step 0 (filter tile and gathered pixel tile) into registers, store to buffer 0, sync.
-    # per K-step: gather the NEXT step into registers first, compute 8 taps on the current buffer (_eight_taps at ia = buf * BK * SA + r0, ib = buf * BK * SB + c0), then store the next step into the other buffer and sync.
+    # per K-step: gather the NEXT step into registers first, compute 8 taps on the current buffer (eight_taps at ia = buf * BK * SA + r0, ib = buf * BK * SB + c0), then store the next step into the other buffer and sync.
     _load_filter_tile(w_flat, K, CRS, m0, 0, t, a_next)
     _gather_pixel_tile(x_flat, base, h0, w0, H, W, HW, C, R, S, dilation, tap, b_next)
     _store_tiles(As, Bs, 0, t, a_next, b_next)
@@ -129,7 +129,7 @@ def gemm_tile_loop(x_flat, w_flat, K, C, H, W, R, S, dilation, m0, base, h0, w0,
             _load_filter_tile(w_flat, K, CRS, m0, j0 + BK, t, a_next)
             _gather_pixel_tile(x_flat, base, h0, w0, H, W, HW, C, R, S, dilation, tap, b_next)
         ubuf = uint32(buf)
-        _eight_taps(As, Bs, ubuf * uint32(BK * SA) + r0, ubuf * uint32(BK * SB) + c0, a, b, acc)
+        eight_taps(As, Bs, ubuf * uint32(BK * SA) + r0, ubuf * uint32(BK * SB) + c0, a, b, acc)
         if more:
             _store_tiles(As, Bs, 1 - buf, t, a_next, b_next)  # last read before the previous barrier
             cuda.syncthreads()

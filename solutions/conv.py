@@ -58,7 +58,7 @@ from workbench.ladder import InputError, Operator, blocks_for, expect_device_arr
 from workbench.targets import against_peer, against_stage
 
 from solutions import gemm as gemm_ladder
-from solutions._implicit_gemm import (ALIGN16, BM, BN, GEMM_THREADS, SA, SB, _eight_taps, gemm_tile_loop,
+from solutions._implicit_gemm import (ALIGN16, BM, BN, GEMM_THREADS, SA, SB, eight_taps, gemm_tile_loop,
                                       output_index)
 from solutions._ptx import (cp_async_chunk4_s32, cp_async_chunk16_s32, cp_async_commit, cp_async_wait_pending,
                             shared_address32)
@@ -987,7 +987,7 @@ def _async_gather(x_flat, wt_flat, N, C, H, W, K, Cp, Kp, out_flat):
         ia = uint32(read * STEP_A) + r0
         ib = uint32(read * STEP_B) + c0l
         for g in range(K_STEP // 8):
-            _eight_taps(As, Bs, ia + uint32(g * 8 * SA), ib + uint32(g * 8 * SB), a, b, acc)
+            eight_taps(As, Bs, ia + uint32(g * 8 * SA), ib + uint32(g * 8 * SB), a, b, acc)
         read = read + 1 if read + 1 < PIPELINE_STAGES else 0
         write = write + 1 if write + 1 < PIPELINE_STAGES else 0
     cp_async_wait_pending(0)  # nothing is left in flight (the last groups are empty)

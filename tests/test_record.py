@@ -228,16 +228,25 @@ def test_a_stage_target_compares_two_stages_of_the_ladder_at_one_size():
     assert "no record of stage nope" in v[2].why
 
 
-def test_records_take_their_stages_places_in_the_ladder_today():
+def test_every_recorded_stage_has_its_place_in_the_ladder_today(tmp_path):
     """A stage inserted into a ladder (gemm's warp_tiles before the tensor-core stages) moves the stages
-    after it; records measured before keep the old places in the file, and loading gives them today's."""
-    from workbench import registry, results
+    after it; the records measured before must move too, or tables, plots and the "last stage" targets
+    read the old places. registry.renumber_recorded_stages puts them right."""
+    from workbench import paths, registry
 
+    committed = paths.REPO_ROOT / "results"
+    files = sorted(committed.glob("*.json")) + sorted((committed / "profiles").glob("*.json"))
+    for path in files:
+        wrong = registry.stages_out_of_place(json.loads(path.read_text()).get("records", []))
+        assert not wrong, (f"{path.name}: {len(wrong)} stage records out of place, e.g. {wrong[0]['op']}."
+                           f"{wrong[0]['stage']} at {wrong[0]['order']}: run registry.renumber_recorded_stages")
     gemm = registry.operator("gemm")
-    recs = [{"op": "gemm", "stage": "tensor_core", "kind": "stage", "order": 1},
-            {"op": "gemm", "stage": "torch.addmm", "kind": "peer", "order": 0},
-            {"op": "gemm", "stage": "a_stage_since_removed", "kind": "stage", "order": 4},
-            {"op": "gemm", "stage": "split_k", "order": 2}]  # a profile record: no kind
-    results.current_orders(recs)
-    assert [r["order"] for r in recs] == [gemm["tensor_core"].order, 0, 4, gemm["split_k"].order]
-    assert gemm["tensor_core"].order == gemm["warp_tiles"].order + 1
+    moved = tmp_path / "r.json"
+    moved.write_text(json.dumps({"records": [
+        {"op": "gemm", "stage": "tensor_core", "kind": "stage", "order": 1},
+        {"op": "gemm", "stage": "torch.addmm", "kind": "peer", "order": 0},
+        {"op": "gemm", "stage": "a_stage_since_removed", "kind": "stage", "order": 4},
+        {"op": "gemm", "stage": "split_k", "order": 2}]}))  # a profile record: no kind
+    assert registry.renumber_recorded_stages([moved]) == 2
+    orders = [r["order"] for r in json.loads(moved.read_text())["records"]]
+    assert orders == [gemm["tensor_core"].order, 0, 4, gemm["split_k"].order]

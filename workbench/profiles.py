@@ -179,7 +179,7 @@ def load(path: Path) -> dict:
         data = json.load(f)
     if data.get("schema") != SCHEMA:
         raise ValueError(f"{path}: profile schema {data.get('schema')!r}, this workbench reads {SCHEMA}")
-    results.current_orders(results.renamed_records(data.get("records", [])))
+    results.renamed_records(data.get("records", []))
     return data
 
 

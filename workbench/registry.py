@@ -12,6 +12,7 @@ the built-in ones (``solutions/__init__.py`` extends the package's path with it)
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
 import re
 import sys
@@ -20,7 +21,7 @@ from types import ModuleType
 
 from . import curriculum
 from .ladder import AXES, Operator, Stage, variant_name
-from .results import RENAMED
+from .results import RENAMED, write_atomic
 
 PACKAGE = "solutions"
 
@@ -203,3 +204,26 @@ def operators_by_module() -> dict[str, list[Operator]]:
     for op in load_operators().values():
         out.setdefault(short_module_name(op), []).append(op)
     return out
+
+
+def stages_out_of_place(records: list[dict]) -> list[dict]:
+    """The stage records whose ``order`` is not their stage's place in its ladder today. Inserting a
+    stage moves the ones after it, and records measured before keep the old places, which tables, plots
+    and the "last stage" targets read: `renumber_recorded_stages` puts them right. Profile records carry
+    no kind; peers' records are not stages; a stage no longer in its ladder keeps its place."""
+    orders = {(op.name, s.name): s.order for op in load_operators().values() for s in op.stages}
+    return [r for r in records if r.get("kind", "stage") == "stage"
+            and orders.get((r.get("op"), r.get("stage")), r.get("order")) != r.get("order")]
+
+
+def renumber_recorded_stages(paths) -> int:
+    """Give every stage record in the results files ``paths`` its stage's place today; the count changed."""
+    orders = {(op.name, s.name): s.order for op in load_operators().values() for s in op.stages}
+    changed = 0
+    for path in map(Path, paths):
+        data = json.loads(path.read_text())
+        for r in stages_out_of_place(data.get("records", [])):
+            r["order"] = orders[r["op"], r["stage"]]
+            changed += 1
+        write_atomic(path, data)
+    return changed

@@ -106,19 +106,6 @@ def renamed_records(records: list[dict]) -> list[dict]:
     return records
 
 
-def current_orders(records: list[dict]) -> list[dict]:
-    """Each stage record's ``order`` set to the stage's place in its ladder today: a stage inserted into a
-    ladder moves the ones after it, and records measured before must not keep their old places (tables,
-    plots and the targets' "last stage" read it). A stage no longer in its ladder keeps its recorded place."""
-    from . import registry  # here, not at the top: the registry imports this module
-
-    orders = {(op.name, s.name): s.order for op in registry.load_operators().values() for s in op.stages}
-    for r in records:
-        if r.get("kind", "stage") == "stage" and (r.get("op"), r.get("stage")) in orders:  # profiles have no kind
-            r["order"] = orders[r["op"], r["stage"]]
-    return records
-
-
 def empty(device_name: str) -> dict:
     return {"schema": SCHEMA, "device": device_name, "peaks": {}, "records": []}
 
@@ -128,7 +115,7 @@ def load(path: Path) -> dict:
         data = json.load(f)
     if data.get("schema") != SCHEMA:
         raise ValueError(f"{path}: schema {data.get('schema')!r}, this workbench reads schema {SCHEMA}")
-    current_orders(renamed_records(data.get("records", [])))
+    renamed_records(data.get("records", []))
     return data
 
 
