@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 7a90b76fff544c90532b7d54135a7495db7de6e705f6b22d97cda97b73bd91c9
+# generated-sha256: ccdff6b209b9d1691ff3f45e390b80f012e52e04f690e324f1ff4b702fe2284d
 # --------------------------------------------------------------------------------------------------
 """Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
 
@@ -669,16 +669,21 @@ def _next_full_row(row, row_end, hi, row_ptr):
     row += 1
     end = row_ptr[row + 1]
     if end == row_end:
-        lo = row + 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if row_ptr[mid + 1] <= row_end:
-                lo = mid + 1
-            else:
-                hi = mid
-        row = lo
+        row = _first_row_ending_after(row_end, row + 1, hi, row_ptr)
         end = row_ptr[row + 1]
     return row, end
+
+
+@cuda.jit(device=True, inline=True)
+def _first_row_ending_after(n, lo, hi, row_ptr):
+    """The first row r in [lo, hi) with row_ptr[r + 1] > n (hi if none): a binary search by one thread."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if row_ptr[mid + 1] <= n:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 @cuda.jit(**(_gpu_options(launch_bounds=(SPLIT_THREADS, SPLIT_BLOCKS_PER_SM)) if SPLIT_BLOCKS_PER_SM else {}))

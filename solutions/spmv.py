@@ -775,16 +775,21 @@ def _next_full_row(row, row_end, hi, row_ptr):
     row += 1
     end = row_ptr[row + 1]
     if end == row_end:
-        lo = row + 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if row_ptr[mid + 1] <= row_end:
-                lo = mid + 1
-            else:
-                hi = mid
-        row = lo
+        row = _first_row_ending_after(row_end, row + 1, hi, row_ptr)
         end = row_ptr[row + 1]
     return row, end
+
+
+@cuda.jit(device=True, inline=True)
+def _first_row_ending_after(n, lo, hi, row_ptr):
+    """The first row r in [lo, hi) with row_ptr[r + 1] > n (hi if none): a binary search by one thread."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if row_ptr[mid + 1] <= n:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 @cuda.jit(**(_gpu_options(launch_bounds=(SPLIT_THREADS, SPLIT_BLOCKS_PER_SM)) if SPLIT_BLOCKS_PER_SM else {}))
@@ -848,14 +853,7 @@ def _nonzero_split(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     head = float32(0.0)
     head_row = -1  # no row finished yet
     if s < e:
-        lo, hi = ra, rb  # the row that holds non-zero s: the first that ends after s
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if row_ptr[mid + 1] <= s:
-                lo = mid + 1
-            else:
-                hi = mid
-        row = lo
+        row = _first_row_ending_after(s, ra, rb, row_ptr)  # the row that holds non-zero s
         row_end = row_ptr[row + 1]
         for k in range(SPLIT_ITEMS):
             if s + k < e:
