@@ -857,7 +857,12 @@ def kernel_for(cols, table=BY_SHAPE):
     kernel with ROW_CHUNKS = 2: 359 us against stage 7's 283 at 32768 x 4096) and a block that loads
     the next row while it reduces this one (452 us) were both slower, and so was a block per row with
     the row in registers (block_rows), so the table does not pick them: a kernel is in the table where
-    it was measured faster, not where it should be.""",
+    it was measured faster, not where it should be. Nsight Compute at 32768 x 4096 shows what stage 7
+    lacks: both kernels read and write each byte once, but torch.compile's 512-thread blocks at 32
+    registers fill 93% of the warp slots and drive DRAM at 87% of its peak, stage 7's 256-thread blocks
+    at 40 registers 71% and 79%, on 1.13x the instructions. The 512-thread kernels written here fill
+    the slots too, but their Welford merges (an IEEE division each) cost more instructions an element
+    than the memory leaves time for.""",
     boundaries={"cols": (WARP_ROW_COLS,)})
 def by_shape(x, weight, bias, out):
     kernel_for(x.shape[1])(x, weight, bias, out)
@@ -1488,7 +1493,10 @@ RMSNORM_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (BLOCK_ROW_COLS, rmsnorm
     16-byte loads and written once with 16-byte stores, every load of the row issued before the first is
     used and the weight loaded before the first store; wider rows take stage 3's kernel. One sum of
     squares, so one reduction and no shift. On an H200 it beat torch and torch.compile at 1024 and 8192
-    columns and lost to torch.compile at 4096 and 12288.""")
+    columns and lost to torch.compile at 4096 and 12288. Nsight Compute at 32768 x 4096: the block-row
+    kernel holds its 16 values in 64 registers, so only 47% of the warp slots are filled (torch.compile's
+    512 threads at 28 registers fill 92%), and DRAM runs at 85% of its peak against 88%; the same row at
+    8 values a thread and 32 registers fills the slots and is no faster.""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
 
