@@ -22,7 +22,7 @@ from numba import cuda, float32, int32, uint32, uint64
 from solutions._nchw import BENCH_SIZES, CHECK_SIZES, GROUP, HEADLINE, SIM_SIZES, nchw_bytes
 from solutions._vector_io import aligned16, load4, store4
 from workbench import library_peers as peers
-from workbench.ladder import Operator, blocks_for, expect_device_array, scratch
+from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
 from workbench.targets import against_peer, of_ceiling
 
 THREADS = 256
@@ -735,6 +735,106 @@ def batchnorm_infer_vectors(x, gamma, beta, running_mean, running_var, out):
     params = scratch("batchnorm_infer.params", (C, 4), np.float32)
     _bn_fold_params[blocks_for(C, THREADS), THREADS](gamma, beta, running_mean, running_var, params)
     _bn_apply(x, params.reshape(4 * C), out, C, H * W)
+
+
+
+# -- 5. one launch, a block per plane chunk -------------------------------------------------------------------
+
+CHUNK_THREADS = 256  # a block of the chunk kernels
+CHUNK_VECTORS = 4  # 16-byte vectors a thread loads before its first store: 256 x 4 cover a 56x56 plane's 784
+CHUNK_BLOCKS_PER_SM = 0  # 0: a block per chunk, the grid covering the tensor once; k: k blocks per SM striding over the chunks
+HELD = 4 * CHUNK_VECTORS  # floats a thread holds (a local array's shape must be a module constant)
+CHUNK = CHUNK_THREADS * CHUNK_VECTORS  # vectors one chunk holds: a plane is ceil(H*W / 4 / CHUNK) chunks
+INDEX32_LIMIT = 2 ** 31  # 32-bit element indices, with room for a chunk's stride past the end
+THREE = uint32(3)
+FOUR = uint32(4)
+LANE_STRIDE = uint32(4 * CHUNK_THREADS)  # elements between one thread's vectors: a warp's load4 is one 512-byte run
+
+
+@cuda.jit(device=True, inline=True)
+def _normalize_chunk(x, out, start, end, k, scale, center, offset, bias):
+    """Chunk k of the plane x[start:end] (uint32 element indices), every element mapped by
+    ((v - center) - offset) * scale + bias. The plane's whole 16-byte vectors run from body (start
+    rounded up to a multiple of 4) to last; chunk k holds its vectors k * CHUNK .. (k + 1) * CHUNK - 1,
+    thread t those t, t + CHUNK_THREADS, ... The up to 3 elements before body and after last (H*W
+    not a multiple of 4) go to chunk 0's first threads, one element each."""
+    t = uint32(cuda.threadIdx.x)
+    body = min(uint32((start + THREE) // FOUR * FOUR), end)
+    last = max(uint32(end // FOUR * FOUR), body)
+    if k == uint32(0) and t < THREE:  # the edges: uniform, never taken when H*W is a multiple of 4
+        if start + t < body:
+            e = uint64(start + t)
+            out[e] = ((x[e] - center) - offset) * scale + bias
+        if last + t < end:
+            e = uint64(last + t)
+            out[e] = ((x[e] - center) - offset) * scale + bias
+    first = uint32(body + FOUR * uint32(k * uint32(CHUNK) + t))
+    # HINT: load all CHUNK_VECTORS vectors first + j * LANE_STRIDE that lie below last into `held`, then map and store4 them: no store between two loads.
+    # BEGIN SOLUTION
+    held = cuda.local.array(HELD, float32)  # registers: every index is known once the loops unroll
+    for j in range(CHUNK_VECTORS):
+        i = uint32(first + uint32(j) * LANE_STRIDE)
+        if i < last:
+            held[4 * j], held[4 * j + 1], held[4 * j + 2], held[4 * j + 3] = load4(x, uint64(i))
+    for j in range(CHUNK_VECTORS):
+        i = uint32(first + uint32(j) * LANE_STRIDE)
+        if i < last:
+            store4(out, uint64(i), ((held[4 * j] - center) - offset) * scale + bias,
+                   ((held[4 * j + 1] - center) - offset) * scale + bias,
+                   ((held[4 * j + 2] - center) - offset) * scale + bias,
+                   ((held[4 * j + 3] - center) - offset) * scale + bias)
+    # END SOLUTION
+
+
+@cuda.jit
+def _bn_infer_chunks(x, gamma, beta, running_mean, running_var, out, C, HW, chunks, items):
+    # Work item w is chunk w % chunks of plane w // chunks; block b takes items b, b + gridDim.x, ...
+    # (one item when the grid covers the tensor once). The fold happens here, once per item.
+    w = uint32(cuda.blockIdx.x)
+    hw = uint32(HW)
+    while w < uint32(items):
+        plane = uint32(w // uint32(chunks))
+        c = plane % uint32(C)
+        # HINT: fold the channel's statistics here, once per chunk (every thread alike: four loads from L1 and a square root), then _normalize_chunk with an offset of 0.
+        # BEGIN SOLUTION
+        scale = gamma[c] / math.sqrt(running_var[c] + EPS)
+        start = uint32(plane * hw)
+        _normalize_chunk(x, out, start, uint32(start + hw), uint32(w - plane * uint32(chunks)), scale,
+                         running_mean[c], float32(0.0), beta[c])
+        # END SOLUTION
+        w = uint32(w + uint32(cuda.gridDim.x))
+
+
+def _chunk_grid(N, C, HW):
+    """(chunks a plane, work items, blocks): at least one chunk a plane (H*W < 4 is edges only)."""
+    chunks = max(1, blocks_for(HW // 4, CHUNK))
+    items = N * C * chunks
+    blocks = items if CHUNK_BLOCKS_PER_SM == 0 else min(items, sm_count() * CHUNK_BLOCKS_PER_SM)
+    return chunks, items, blocks
+
+
+@bn_infer_op.stage("one_launch", """
+    vectors still launched twice: a kernel of C threads folded the statistics into (scale, mean, 0,
+    beta) rows, and the normalize kernel waited for it to finish before its first load. That fold is
+    a few instructions, but a dependent launch costs its start, its chain of loads and its drain on the
+    GPU's timeline, every call. Here the fold moves into the normalize kernel, which now needs the
+    channel once per block rather than per vector: a block takes a chunk of one plane (256 threads x 4
+    vectors, so a 56x56 plane of 784 vectors is one chunk), finds its plane and channel with one
+    division, and folds gamma / sqrt(var + eps) itself, every thread alike from L1, while its loads are
+    in flight. Each thread issues its four 16-byte loads before any store, as before, with 32-bit
+    indices. A plane that does not start on a 16-byte boundary (H*W not a multiple of 4) gives its up
+    to three head and tail elements to single loads; a view off a 16-byte boundary, or 2^31 elements
+    or more, runs vectors. CHUNK_THREADS, CHUNK_VECTORS and CHUNK_BLOCKS_PER_SM (0: a block per chunk;
+    k: k blocks per multiprocessor striding over the chunks) are the sweep's.""")
+def batchnorm_infer_one_launch(x, gamma, beta, running_mean, running_var, out):
+    N, C, H, W = x.shape
+    flat_x, flat_out = x.reshape(x.size), out.reshape(out.size)
+    if x.size >= INDEX32_LIMIT or not aligned16(flat_x, flat_out):
+        batchnorm_infer_vectors.launch(x, gamma, beta, running_mean, running_var, out)
+        return
+    chunks, items, blocks = _chunk_grid(N, C, H * W)
+    _bn_infer_chunks[blocks, CHUNK_THREADS](flat_x, gamma, beta, running_mean, running_var, flat_out, C, H * W,
+                                            chunks, items)
 
 
 OPERATORS = [bn_op, bn_infer_op]
