@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 from numba import cuda, float32, int32, uint32, uint64
+from numba.cuda import libdevice
 
 from solutions._nchw import BENCH_SIZES, CHECK_SIZES, GROUP, HEADLINE, SIM_SIZES, nchw_bytes
 from solutions._vector_io import aligned16, load4, store4
@@ -752,55 +753,78 @@ LANE_STRIDE = uint32(4 * CHUNK_THREADS)  # elements between one thread's vectors
 
 
 @cuda.jit(device=True, inline=True)
-def _normalize_chunk(x, out, start, end, k, scale, center, offset, bias):
-    """Chunk k of the plane x[start:end] (uint32 element indices), every element mapped by
-    ((v - center) - offset) * scale + bias. The plane's whole 16-byte vectors run from body (start
-    rounded up to a multiple of 4) to last; chunk k holds its vectors k * CHUNK .. (k + 1) * CHUNK - 1,
-    thread t those t, t + CHUNK_THREADS, ... The up to 3 elements before body and after last (H*W
-    not a multiple of 4) go to chunk 0's first threads, one element each."""
-    t = uint32(cuda.threadIdx.x)
+def _vector_span(start, end, k):
+    """Chunk k of the plane x[start:end] (uint32 element indices): the plane's whole 16-byte vectors run
+    from body (start rounded up to a multiple of 4) to last, chunk k holds its vectors k * CHUNK to
+    (k + 1) * CHUNK - 1, and thread t those t, t + CHUNK_THREADS, ...: (body, last, this thread's first)."""
     body = min(uint32((start + THREE) // FOUR * FOUR), end)
     last = max(uint32(end // FOUR * FOUR), body)
-    if k == uint32(0) and t < THREE:  # the edges: uniform, never taken when H*W is a multiple of 4
-        if start + t < body:
-            e = uint64(start + t)
-            out[e] = ((x[e] - center) - offset) * scale + bias
-        if last + t < end:
-            e = uint64(last + t)
-            out[e] = ((x[e] - center) - offset) * scale + bias
-    first = uint32(body + FOUR * uint32(k * uint32(CHUNK) + t))
-    # HINT: load all CHUNK_VECTORS vectors first + j * LANE_STRIDE that lie below last into `held`, then map and store4 them: no store between two loads.
+    return body, last, uint32(body + FOUR * uint32(k * uint32(CHUNK) + uint32(cuda.threadIdx.x)))
+
+
+@cuda.jit(device=True, inline=True)
+def _load_chunk(x, held, first, last):
+    # HINT: held[4j .. 4j + 3] = load4 of the vector at first + j * LANE_STRIDE, for each j < CHUNK_VECTORS whose vector lies below last.
     # BEGIN SOLUTION
-    held = cuda.local.array(HELD, float32)  # registers: every index is known once the loops unroll
     for j in range(CHUNK_VECTORS):
         i = uint32(first + uint32(j) * LANE_STRIDE)
         if i < last:
             held[4 * j], held[4 * j + 1], held[4 * j + 2], held[4 * j + 3] = load4(x, uint64(i))
+    # END SOLUTION
+
+
+@cuda.jit(device=True, inline=True)
+def _affine1(v, scale, center, offset, bias):
+    return ((v - center) - offset) * scale + bias
+
+
+@cuda.jit(device=True, inline=True)
+def _store_chunk(out, held, first, last, scale, center, offset, bias):
     for j in range(CHUNK_VECTORS):
         i = uint32(first + uint32(j) * LANE_STRIDE)
         if i < last:
-            store4(out, uint64(i), ((held[4 * j] - center) - offset) * scale + bias,
-                   ((held[4 * j + 1] - center) - offset) * scale + bias,
-                   ((held[4 * j + 2] - center) - offset) * scale + bias,
-                   ((held[4 * j + 3] - center) - offset) * scale + bias)
-    # END SOLUTION
+            store4(out, uint64(i), _affine1(held[4 * j], scale, center, offset, bias),
+                   _affine1(held[4 * j + 1], scale, center, offset, bias),
+                   _affine1(held[4 * j + 2], scale, center, offset, bias),
+                   _affine1(held[4 * j + 3], scale, center, offset, bias))
+
+
+@cuda.jit(device=True, inline=True)
+def _plane_edges(x, out, start, body, last, end, k, scale, center, offset, bias):
+    """The up to 3 elements before body and after last (H*W not a multiple of 4), one each to chunk 0's
+    first threads: a uniform test, never passed when every plane starts on a 16-byte boundary."""
+    t = uint32(cuda.threadIdx.x)
+    if k == uint32(0) and t < THREE:
+        if start + t < body:
+            e = uint64(start + t)
+            out[e] = _affine1(x[e], scale, center, offset, bias)
+        if last + t < end:
+            e = uint64(last + t)
+            out[e] = _affine1(x[e], scale, center, offset, bias)
 
 
 @cuda.jit
 def _bn_infer_chunks(x, gamma, beta, running_mean, running_var, out, C, HW, chunks, items):
     # Work item w is chunk w % chunks of plane w // chunks; block b takes items b, b + gridDim.x, ...
-    # (one item when the grid covers the tensor once). The fold happens here, once per item.
-    w = uint32(cuda.blockIdx.x)
+    # (one item when the grid covers the tensor once).
+    held = cuda.local.array(HELD, float32)  # registers: every index is known once the loops unroll
     hw = uint32(HW)
+    w = uint32(cuda.blockIdx.x)
     while w < uint32(items):
         plane = uint32(w // uint32(chunks))
+        k = uint32(w - plane * uint32(chunks))
         c = plane % uint32(C)
-        # HINT: fold the channel's statistics here, once per chunk (every thread alike: four loads from L1 and a square root), then _normalize_chunk with an offset of 0.
-        # BEGIN SOLUTION
-        scale = gamma[c] / math.sqrt(running_var[c] + EPS)
         start = uint32(plane * hw)
-        _normalize_chunk(x, out, start, uint32(start + hw), uint32(w - plane * uint32(chunks)), scale,
-                         running_mean[c], float32(0.0), beta[c])
+        end = uint32(start + hw)
+        body, last, first = _vector_span(start, end, k)
+        # HINT: in this order: the loads (_load_chunk), the fold of channel c (gamma / sqrt(var + EPS), every thread alike), _plane_edges, _store_chunk (offset 0).
+        # HINT: a store may alias x, so any store (even an edge element's) placed before the loads would hold them back; the fold's loads from L1 overlap theirs.
+        # BEGIN SOLUTION
+        _load_chunk(x, held, first, last)
+        g, var, mean, bias = gamma[c], running_var[c], running_mean[c], beta[c]  # all four in flight at once
+        scale = g * libdevice.rsqrtf(var + EPS)
+        _plane_edges(x, out, start, body, last, end, k, scale, mean, float32(0.0), bias)
+        _store_chunk(out, held, first, last, scale, mean, float32(0.0), bias)
         # END SOLUTION
         w = uint32(w + uint32(cuda.gridDim.x))
 
@@ -815,17 +839,20 @@ def _chunk_grid(N, C, HW):
 
 @bn_infer_op.stage("one_launch", """
     vectors still launched twice: a kernel of C threads folded the statistics into (scale, mean, 0,
-    beta) rows, and the normalize kernel waited for it to finish before its first load. That fold is
-    a few instructions, but a dependent launch costs its start, its chain of loads and its drain on the
-    GPU's timeline, every call. Here the fold moves into the normalize kernel, which now needs the
-    channel once per block rather than per vector: a block takes a chunk of one plane (256 threads x 4
-    vectors, so a 56x56 plane of 784 vectors is one chunk), finds its plane and channel with one
-    division, and folds gamma / sqrt(var + eps) itself, every thread alike from L1, while its loads are
-    in flight. Each thread issues its four 16-byte loads before any store, as before, with 32-bit
-    indices. A plane that does not start on a 16-byte boundary (H*W not a multiple of 4) gives its up
-    to three head and tail elements to single loads; a view off a 16-byte boundary, or 2^31 elements
-    or more, runs vectors. CHUNK_THREADS, CHUNK_VECTORS and CHUNK_BLOCKS_PER_SM (0: a block per chunk;
-    k: k blocks per multiprocessor striding over the chunks) are the sweep's.""")
+    beta) rows, and the normalize kernel waited for it to finish before its first load. The fold is a
+    few instructions, but a dependent launch costs its start, its chain of loads and its drain on the
+    GPU's timeline at every call. Here the fold moves into the normalize kernel, which now needs the
+    channel once per block rather than once per vector: a block takes a chunk of one plane (256
+    threads x 4 vectors, so a 56x56 plane of 784 vectors is one chunk), finds its plane and channel
+    with one division, and every thread folds gamma * rsqrt(var + eps) itself, from L1, after issuing
+    its four 16-byte loads: no store comes before them, not even a plane's edge elements. The square
+    root is the hardware's approximation (rsqrt.approx, a few ulps, far inside the tolerance): an IEEE
+    sqrt and division each bring a slow-path call, around which the kernel held 55 registers instead
+    of 32, so 4 blocks fitted on a multiprocessor instead of 8. Indices are 32-bit. A plane that does
+    not start on a 16-byte boundary (H*W not a multiple of 4) gives its up to three head and tail
+    elements to single loads; a view off a 16-byte boundary, or 2^31 elements or more, runs vectors.
+    CHUNK_THREADS, CHUNK_VECTORS and CHUNK_BLOCKS_PER_SM (0: a block per chunk; k: k blocks per
+    multiprocessor striding over the chunks) are the sweep's.""")
 def batchnorm_infer_one_launch(x, gamma, beta, running_mean, running_var, out):
     N, C, H, W = x.shape
     flat_x, flat_out = x.reshape(x.size), out.reshape(out.size)
