@@ -21,7 +21,7 @@ from numba import cuda, float32, int32, uint32, uint64
 from numba.cuda import libdevice
 
 from solutions._nchw import BENCH_SIZES, CHECK_SIZES, GROUP, HEADLINE, SIM_SIZES, nchw_bytes
-from solutions._vector_io import aligned16, load4, store4
+from solutions._vector_io import aligned16, load4, load4_hinted, store4, store4_hinted
 from workbench import library_peers as peers
 from workbench.ladder import Operator, blocks_for, expect_device_array, scratch, sm_count
 from workbench.targets import against_peer, of_ceiling
@@ -745,11 +745,15 @@ CHUNK_THREADS = 256  # a block of the chunk kernels
 CHUNK_VECTORS = 4  # 16-byte vectors a thread loads before its first store: 256 x 4 cover a 56x56 plane's 784
 CHUNK_BLOCKS_PER_SM = 0  # 0: a block per chunk, the grid covering the tensor once; k: k blocks per SM striding over the chunks
 HELD = 4 * CHUNK_VECTORS  # floats a thread holds (a local array's shape must be a module constant)
+CHUNK_LOAD_HINT = ""  # a cache qualifier on the chunk kernels' 16-byte loads ("": none; ".cs", ".lu": evict first)
+CHUNK_STORE_HINT = ""  # and on their stores (".cs": streaming, the L2 evicts the output first)
 CHUNK = CHUNK_THREADS * CHUNK_VECTORS  # vectors one chunk holds: a plane is ceil(H*W / 4 / CHUNK) chunks
 INDEX32_LIMIT = 2 ** 31  # 32-bit element indices, with room for a chunk's stride past the end
 THREE = uint32(3)
 FOUR = uint32(4)
 LANE_STRIDE = uint32(4 * CHUNK_THREADS)  # elements between one thread's vectors: a warp's load4 is one 512-byte run
+chunk_load4 = load4_hinted(CHUNK_LOAD_HINT)  # load4 itself unless a hint is asked for
+chunk_store4 = store4_hinted(CHUNK_STORE_HINT)
 
 
 @cuda.jit(device=True, inline=True)
@@ -769,7 +773,7 @@ def _load_chunk(x, held, first, last):
     for j in range(CHUNK_VECTORS):
         i = uint32(first + uint32(j) * LANE_STRIDE)
         if i < last:
-            held[4 * j], held[4 * j + 1], held[4 * j + 2], held[4 * j + 3] = load4(x, uint64(i))
+            held[4 * j], held[4 * j + 1], held[4 * j + 2], held[4 * j + 3] = chunk_load4(x, uint64(i))
     # END SOLUTION
 
 
@@ -783,7 +787,7 @@ def _store_chunk(out, held, first, last, scale, center, offset, bias):
     for j in range(CHUNK_VECTORS):
         i = uint32(first + uint32(j) * LANE_STRIDE)
         if i < last:
-            store4(out, uint64(i), _affine1(held[4 * j], scale, center, offset, bias),
+            chunk_store4(out, uint64(i), _affine1(held[4 * j], scale, center, offset, bias),
                    _affine1(held[4 * j + 1], scale, center, offset, bias),
                    _affine1(held[4 * j + 2], scale, center, offset, bias),
                    _affine1(held[4 * j + 3], scale, center, offset, bias))
@@ -862,6 +866,64 @@ def batchnorm_infer_one_launch(x, gamma, beta, running_mean, running_var, out):
     chunks, items, blocks = _chunk_grid(N, C, H * W)
     _bn_infer_chunks[blocks, CHUNK_THREADS](flat_x, gamma, beta, running_mean, running_var, flat_out, C, H * W,
                                             chunks, items)
+
+
+
+# == batchnorm[train], 4. the statistics, then the chunk kernel in reverse ========================================
+
+NORMALIZE_IN_REVERSE = True  # the normalize pass takes the channels the statistics read last first
+
+
+@cuda.jit
+def _bn_apply_chunks(x, params, out, N, C, HW, chunks, items):
+    # As _bn_infer_chunks, with the channel's (scale, sample, mean offset, beta) one 16-byte row of
+    # params, and the work items in channel order: item w is chunk w % chunks of image (w // chunks) % N
+    # of channel w // (N * chunks), counted from the last item when NORMALIZE_IN_REVERSE.
+    held = cuda.local.array(HELD, float32)
+    hw = uint32(HW)
+    per_channel = uint32(uint32(N) * uint32(chunks))
+    w = uint32(cuda.blockIdx.x)
+    while w < uint32(items):
+        r = uint32(uint32(items) - uint32(1) - w) if NORMALIZE_IN_REVERSE else w
+        c = uint32(r // per_channel)
+        q = uint32(r - c * per_channel)
+        n = uint32(q // uint32(chunks))
+        k = uint32(q - n * uint32(chunks))
+        start = uint32((n * uint32(C) + c) * hw)
+        end = uint32(start + hw)
+        body, last, first = _vector_span(start, end, k)
+        _load_chunk(x, held, first, last)
+        p = load4(params, uint64(FOUR * c))
+        _plane_edges(x, out, start, body, last, end, k, p[0], p[1], p[2], p[3])
+        _store_chunk(out, held, first, last, p[0], p[1], p[2], p[3])
+        w = uint32(w + uint32(cuda.gridDim.x))
+
+
+@bn_op.stage("reverse_chunks", """
+    vector_passes's two passes each read all of x, and 103 MB does not fit in the L2, but its last
+    tens of MB do: the statistics kernel's blocks start in channel order, so when it ends the L2 holds
+    the planes of the channels it read last. The normalize pass here starts on those (channels last to
+    first), so its first reads hit the L2 instead of memory. It is batchnorm[infer]'s one_launch kernel
+    with the channel's four floats from the statistics (one 16-byte load per chunk, not per vector):
+    a block per chunk of a plane, its 16-byte loads issued before any store, 32-bit indices, no index
+    division per vector. The statistics kernel is vector_passes's (STATS_SPLIT blocks per channel,
+    the last to finish folding the channel). NORMALIZE_IN_REVERSE = False takes the channels in
+    order, for the comparison; CHUNK_STORE_HINT = ".cs" marks the output streaming, so that the L2
+    evicts it before x.""")
+def batchnorm_reverse_chunks(x, gamma, beta, out):
+    N, C, H, W = x.shape
+    HW = H * W
+    flat_x, flat_out = x.reshape(x.size), out.reshape(out.size)
+    if x.size >= INDEX32_LIMIT or not aligned16(flat_x, flat_out):
+        batchnorm_vector_passes.launch(x, gamma, beta, out)
+        return
+    split = max(1, min(STATS_SPLIT, N, N * HW // (4 * THREADS)))  # as vector_passes
+    partials = scratch("batchnorm_train.vector_partials", (C, split, 2), np.float32)
+    done = scratch("batchnorm_train.done", (C,), np.int32, zeroed=True)
+    params = scratch("batchnorm_train.params", (C, 4), np.float32)
+    _bn_stats_vectors[(split, C), THREADS](flat_x, gamma, beta, partials, done, params, N, C, HW)
+    chunks, items, blocks = _chunk_grid(N, C, HW)
+    _bn_apply_chunks[blocks, CHUNK_THREADS](flat_x, params.reshape(4 * C), flat_out, N, C, HW, chunks, items)
 
 
 OPERATORS = [bn_op, bn_infer_op]
