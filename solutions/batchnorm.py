@@ -768,7 +768,7 @@ def _vector_span(start, end, k):
 
 @cuda.jit(device=True, inline=True)
 def _load_chunk(x, held, first, last):
-    # HINT: held[4j .. 4j + 3] = load4 of the vector at first + j * LANE_STRIDE, for each j < CHUNK_VECTORS whose vector lies below last.
+    # HINT: held[4j .. 4j + 3] = chunk_load4 (load4, or load4 with a cache hint) of the vector at first + j * LANE_STRIDE, for each j < CHUNK_VECTORS whose vector lies below last.
     # BEGIN SOLUTION
     for j in range(CHUNK_VECTORS):
         i = uint32(first + uint32(j) * LANE_STRIDE)
@@ -788,9 +788,9 @@ def _store_chunk(out, held, first, last, scale, center, offset, bias):
         i = uint32(first + uint32(j) * LANE_STRIDE)
         if i < last:
             chunk_store4(out, uint64(i), _affine1(held[4 * j], scale, center, offset, bias),
-                   _affine1(held[4 * j + 1], scale, center, offset, bias),
-                   _affine1(held[4 * j + 2], scale, center, offset, bias),
-                   _affine1(held[4 * j + 3], scale, center, offset, bias))
+                         _affine1(held[4 * j + 1], scale, center, offset, bias),
+                         _affine1(held[4 * j + 2], scale, center, offset, bias),
+                         _affine1(held[4 * j + 3], scale, center, offset, bias))
 
 
 @cuda.jit(device=True, inline=True)
@@ -884,11 +884,14 @@ def _bn_apply_chunks(x, params, out, N, C, HW, chunks, items):
     per_channel = uint32(uint32(N) * uint32(chunks))
     w = uint32(cuda.blockIdx.x)
     while w < uint32(items):
+        # HINT: r = w counted from the last item when NORMALIZE_IN_REVERSE (else w); then c = r // (N * chunks), and the rest of r gives the image n and the chunk k.
+        # BEGIN SOLUTION
         r = uint32(uint32(items) - uint32(1) - w) if NORMALIZE_IN_REVERSE else w
         c = uint32(r // per_channel)
         q = uint32(r - c * per_channel)
         n = uint32(q // uint32(chunks))
         k = uint32(q - n * uint32(chunks))
+        # END SOLUTION
         start = uint32((n * uint32(C) + c) * hw)
         end = uint32(start + hw)
         body, last, first = _vector_span(start, end, k)
