@@ -65,20 +65,33 @@ def test_chunk_stages_at_awkward_sizes(stage, size):
     _check_with_adversaries(stage, size, seed=sum(size))
 
 
-@pytest.mark.slow  # two chunks a plane: 256-thread blocks, 4 of them
+@pytest.mark.slow  # thousands of elements a plane
 @pytest.mark.parametrize("stage", CHUNK_STAGES, ids=_key)
-def test_chunk_stages_split_a_plane_over_two_chunks(stage):
-    """H*W = 4181 is 1045 whole vectors a plane: more than one chunk (256 x 4), the second mostly idle."""
-    _check_with_adversaries(stage, (1, 3, 37, 113), seed=11)
+@pytest.mark.parametrize("size", [(1, 3, 37, 113), (2, 3, 21, 37)])
+def test_chunk_stages_at_larger_planes(stage, size):
+    """H*W = 4181 is 1045 whole vectors a plane: two chunks of 256 lanes x 4 vectors, the second mostly
+    idle; H*W = 777 (194 vectors) gives a chunk 64 lanes, four planes a block. Both start planes off
+    16-byte boundaries."""
+    _check_with_adversaries(stage, size, seed=sum(size))
+
+
+def test_chunk_geometry_at_the_bench_sizes():
+    """(lane_bits, chunks a plane, items, blocks): a 56x56 plane (784 vectors) is one chunk of 256 lanes;
+    a 28x28 plane (196) one of 64 lanes, four a block; a 14x14 plane (49) one of 32 lanes, eight a block."""
+    assert batchnorm._chunk_grid(128, 64, 56 * 56) == (8, 1, 8192, 8192)
+    assert batchnorm._chunk_grid(32, 128, 28 * 28) == (6, 1, 4096, 1024)
+    assert batchnorm._chunk_grid(32, 256, 14 * 14) == (5, 1, 8192, 1024)
+    assert batchnorm._chunk_grid(1, 3, 4181) == (8, 2, 6, 6)
 
 
 @pytest.mark.parametrize("stage", CHUNK_STAGES, ids=_key)
 def test_chunk_stages_stride_over_the_chunks_with_a_machine_sized_grid(stage, monkeypatch):
-    """CHUNK_BLOCKS_PER_SM = 1 on a simulated GPU of 2 multiprocessors: 2 blocks take the 15 planes in turn."""
+    """CHUNK_BLOCKS_PER_SM = 1 on a simulated GPU of one multiprocessor: one block, its 8 groups of 32
+    lanes taking the 15 planes in turn."""
     from workbench.simulator import simulated_sm_count
 
     monkeypatch.setattr(batchnorm, "CHUNK_BLOCKS_PER_SM", 1)
-    with simulated_sm_count(2):
+    with simulated_sm_count(1):
         _check_with_adversaries(stage, (3, 5, 3, 5), seed=2)
 
 
