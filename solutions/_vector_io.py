@@ -280,6 +280,64 @@ else:
         return uint32(libdevice.byte_perm(int32(word), int32(0), int32(0x4440 + k)))
 
 
+# -- load4 / store4 with a cache-policy qualifier on the instruction -------------------------------------------
+
+_HINTED = {}  # (load or store, qualifier) -> its intrinsic: one per qualifier, shared by every kernel
+
+
+def load4_hinted(qualifier: str):
+    """load4 as ``ld.global{qualifier}.v4.f32``: e.g. ``.cs`` (streaming: the line is first to be evicted),
+    ``.lu`` (last use); ``""`` gives load4 itself. LLVM has no way to say these, so it is inline PTX on
+    the element's generic address (a device allocation's generic address is its global one). In the
+    simulator: load4 (a hint changes no value)."""
+    if is_simulator() or not qualifier:
+        return load4
+    key = ("load", qualifier)
+    if key not in _HINTED:
+        text = "ld.global" + qualifier + ".v4.f32 {$0, $1, $2, $3}, [$4];"
+
+        @intrinsic
+        def hinted_load4(typingctx, array, index):
+            _check(array, index)
+
+            def codegen(context, builder, signature, args):
+                data = context.make_array(signature.args[0])(context, builder, value=args[0]).data
+                address = builder.ptrtoint(builder.gep(data, [args[1]]), ir.IntType(64))
+                four = ir.LiteralStructType([ir.FloatType()] * 4)
+                vector = _asm(builder, text, "=f,=f,=f,=f,l", [address], four)
+                parts = [builder.extract_value(vector, k) for k in range(4)]
+                return context.make_tuple(builder, signature.return_type, parts)
+
+            return types.UniTuple(types.float32, 4)(array, index), codegen
+        _HINTED[key] = hinted_load4
+    return _HINTED[key]
+
+
+def store4_hinted(qualifier: str):
+    """store4 as ``st.global{qualifier}.v4.f32``: e.g. ``.cs`` (streaming: written once, not read again
+    soon, so the L2 evicts it first); ``""`` gives store4 itself. In the simulator: store4."""
+    if is_simulator() or not qualifier:
+        return store4
+    key = ("store", qualifier)
+    if key not in _HINTED:
+        text = "st.global" + qualifier + ".v4.f32 [$0], {$1, $2, $3, $4};"
+
+        @intrinsic
+        def hinted_store4(typingctx, array, index, v0, v1, v2, v3):
+            _check(array, index)
+
+            def codegen(context, builder, signature, args):
+                data = context.make_array(signature.args[0])(context, builder, value=args[0]).data
+                address = builder.ptrtoint(builder.gep(data, [args[1]]), ir.IntType(64))
+                values = [context.cast(builder, v, t, types.float32) for v, t in zip(args[2:], signature.args[2:])]
+                _asm(builder, text, "l,f,f,f,f,~{memory}", [address] + values)
+                return context.get_dummy_value()
+
+            return types.void(array, index, v0, v1, v2, v3), codegen
+        _HINTED[key] = hinted_store4
+    return _HINTED[key]
+
+
 # -- 32-bit words of two halves, and the two 16-bit formats (the same code in the simulator) -----------
 
 @cuda.jit(device=True, inline=True)
