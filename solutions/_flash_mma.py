@@ -364,8 +364,32 @@ def _store_rows_f32(out, bh, i0, o, l_run, DP):
 
 
 @cuda.jit(device=True, inline=True)
-def _flash_3xtf32(q, k, v, out, scale_log2e, causal, smem, smem_f, s, o, m_run, l_run, second, q_lane, k_lane,
-                  v_lo, v_hi, DP, ASYNC, BQ, BKV, THREADS, ROWS):
+def rotate_tile_f32(cos, sin, row0, rows, S, D, smem_f, at, DP, THREADS):
+    """RoPE on the swizzled float32 tile at byte ``at`` that has just landed (its rows are positions row0 ..
+    row0 + rows - 1; half-split pairs, attention[rope]'s): a thread per pair of features p and p + D/2 of a
+    row, both read before either is written (the thread owns the pair: no barrier between). A warp takes
+    32 pairs of one row: 32 different banks, whatever the swizzle, and one 128-byte row of each table."""
+    half = D // 2
+    CPR = DP // 4
+    for e in range(cuda.threadIdx.x, rows * (DP // 2), THREADS):
+        r = e // (DP // 2)
+        p = e % (DP // 2)
+        if row0 + r < S and p < half:
+            c = cos[row0 + r, p]
+            s = sin[row0 + r, p]
+            first_at = (at + tile_offset(r, p // 4, CPR, True) + (p % 4) * 4) // 4
+            second_at = (at + tile_offset(r, (p + half) // 4, CPR, True) + ((p + half) % 4) * 4) // 4
+            first = smem_f[first_at]
+            second = smem_f[second_at]
+            smem_f[first_at] = first * c - second * s
+            smem_f[second_at] = second * c + first * s
+
+
+@cuda.jit(device=True, inline=True)
+def _flash_3xtf32(q, k, v, out, scale_log2e, causal, cos, sin, smem, smem_f, s, o, m_run, l_run, second, q_lane,
+                  k_lane, v_lo, v_hi, DP, ASYNC, BQ, BKV, THREADS, ROWS):
+    """The 3xTF32 flash loop. cos, sin: RoPE's tables (attention[rope]: Q and each K tile rotated in shared
+    memory once landed, rotate_tile_f32), or None (plain attention: numba prunes the branch by its type)."""
     TWO = ROWS == 32  # two m16 tiles a warp: s, o, m_run, l_run and the second's
     s2, o2, m_run2, l_run2 = second
     t = cuda.threadIdx.x
@@ -425,6 +449,11 @@ def _flash_3xtf32(q, k, v, out, scale_log2e, causal, smem, smem_f, s, o, m_run, 
             _load_plain_f32(k, bh, j0, BKV, S, D, smem_f, k_at + buffer * TILE_BYTES, DP, THREADS)
             _load_plain_f32(v, bh, j0, BKV, S, D, smem_f, v_at + buffer * TILE_BYTES, DP, THREADS)
             cuda.syncthreads()
+        if cos is not None:  # rotate what just landed (Q with the first tile), then one more barrier
+            if tile == 0:
+                rotate_tile_f32(cos, sin, q0, BQ, S, D, smem_f, 0, DP, THREADS)
+            rotate_tile_f32(cos, sin, j0, BKV, S, D, smem_f, k_at + buffer * TILE_BYTES, DP, THREADS)
+            cuda.syncthreads()
         _scores_3xtf32(base, k_at + buffer * TILE_BYTES, s, s2, q_lane, k_lane, DP, BKV, TWO)
         masked = j0 + BKV > S or (is_causal and j0 + BKV > q0)  # the tail tile, the diagonal tiles
         online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP, BKV, True)
@@ -439,11 +468,12 @@ def _flash_3xtf32(q, k, v, out, scale_log2e, causal, smem, smem_f, s, o, m_run, 
 _BUILT_3XTF32: dict = {}
 
 
-def build_3xtf32(DP, use_async, geometry=None):
+def build_3xtf32(DP, use_async, geometry=None, rope=False):
     """The 3xTF32 kernel for head sizes up to DP, with cp.async tiles or plain loads, in ``geometry``
-    (tf32_geometry(DP) unless given; made once per combination)."""
+    (tf32_geometry(DP) unless given; made once per combination). ``rope``: the kernel takes RoPE's cos
+    and sin tables after its first six arguments and rotates Q and K as they land (attention[rope])."""
     g = tf32_geometry(DP) if geometry is None else geometry
-    key = (DP, bool(use_async), g)
+    key = (DP, bool(use_async), g, bool(rope))
     if key in _BUILT_3XTF32:
         return _BUILT_3XTF32[key]
     if g.rows not in (16, 32) or g.keys % 16:
@@ -454,7 +484,8 @@ def build_3xtf32(DP, use_async, geometry=None):
     O_SHAPE = (DP // 8, 4)
     BQ, BKV, THREADS, ROWS = g.queries, g.keys, 32 * g.warps, g.rows
 
-    def kernel(q, k, v, out, scale_log2e, causal):
+    @cuda.jit(device=True, inline=True)
+    def attend(q, k, v, out, scale_log2e, causal, cos, sin):
         smem = cuda.shared.array(0, uint32, alignment=ALIGN16)  # the same bytes, seen as bits ...
         smem_f = cuda.shared.array(0, float32, alignment=ALIGN16)  # ... and as float32
         s = cuda.local.array(S_SHAPE, float32)
@@ -470,10 +501,17 @@ def build_3xtf32(DP, use_async, geometry=None):
         k_lane = cuda.local.array(STEPS, int32)
         v_lo = cuda.local.array(STEPS, int32)
         v_hi = cuda.local.array(STEPS, int32)
-        _flash_3xtf32(q, k, v, out, scale_log2e, causal, smem, smem_f, s, o, m_run, l_run, (s2, o2, m_run2, l_run2),
-                      q_lane, k_lane, v_lo, v_hi, DP, ASYNC, BQ, BKV, THREADS, ROWS)
+        _flash_3xtf32(q, k, v, out, scale_log2e, causal, cos, sin, smem, smem_f, s, o, m_run, l_run,
+                      (s2, o2, m_run2, l_run2), q_lane, k_lane, v_lo, v_hi, DP, ASYNC, BQ, BKV, THREADS, ROWS)
 
-    name = f"_flash_3xtf32_d{DP}_{'async' if ASYNC else 'plain'}"
+    if rope:
+        def kernel(q, k, v, out, scale_log2e, causal, cos, sin):
+            attend(q, k, v, out, scale_log2e, causal, cos, sin)
+    else:
+        def kernel(q, k, v, out, scale_log2e, causal):
+            attend(q, k, v, out, scale_log2e, causal, None, None)
+
+    name = f"_flash_3xtf32_d{DP}_{'async' if ASYNC else 'plain'}{'_rope' if rope else ''}"
     if g != tf32_geometry(DP):
         name += "_" + "_".join(str(int(x)) for x in g)
     kernel.__name__ = kernel.__qualname__ = name
@@ -482,15 +520,17 @@ def build_3xtf32(DP, use_async, geometry=None):
     return compiled
 
 
-def launch_3xtf32(q, k, v, causal, out, geometry=None):
+def launch_3xtf32(q, k, v, causal, out, *tables, geometry=None):
     """float32 attention by the 3xTF32 kernel (the fp32 ladder's tensor_cores stage launches this): one
-    block per g.queries queries of each (batch, head). q, k, v, out: B x H x S x D float32, D <= 128."""
+    block per g.queries queries of each (batch, head). q, k, v, out: B x H x S x D float32, D <= 128.
+    ``tables``: RoPE's cos and sin (S x D/2 float32), for attention[rope]'s kernel, which rotates Q and
+    K as they land in shared memory; none for plain attention."""
     B, H, S, D = q.shape
     DP = padded_head_dim(D)
     g = tf32_geometry(DP) if geometry is None else geometry
     use_async = D % 4 == 0 and aligned16(q, k, v)  # whole 16-byte chunks a row, aligned: cp.async
-    kernel = build_3xtf32(DP, use_async, g)
-    args = (q, k, v, out, np.float32(LOG2E / math.sqrt(D)), causal)
+    kernel = build_3xtf32(DP, use_async, g, rope=bool(tables))
+    args = (q, k, v, out, np.float32(LOG2E / math.sqrt(D)), causal, *tables)
     nbytes = smem_bytes_3xtf32(DP, g)
     if nbytes > STATIC_LIMIT:
         set_max_dynamic_shared_memory(kernel, args, nbytes)
@@ -499,4 +539,5 @@ def launch_3xtf32(q, k, v, causal, out, geometry=None):
 
 for _dp in HEAD_DIM_STEPS:  # built at import: tools that compile kernels by name find them
     for _async in (False, True):
-        build_3xtf32(_dp, _async)
+        for _rope in (False, True):
+            build_3xtf32(_dp, _async, rope=_rope)
