@@ -12,7 +12,8 @@ exercise). The pieces:
   lane holds 2 rows x 16 keys of a 16 x 64 tile and a row's other keys are in its quad;
 * the order blocks start in (``block_order``): under the causal mask, the heaviest query block of every
   head first;
-* the float32 kernel (``launch_3xtf32``): every product in three TF32 mma (see its section).
+* the float32 kernel (``launch_3xtf32``): every product in three TF32 mma (see its section); built
+  with RoPE's tables, the same body rotates Q and each K tile as they land (attention[rope]'s last stage).
 """
 
 import math
