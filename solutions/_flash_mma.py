@@ -39,6 +39,7 @@ LOG2E = 1.4426950408889634
 FULL_MASK = 0xFFFFFFFF
 ALIGN16 = None if _device.is_simulator() else 16  # the simulator refuses alignment=
 HEAD_DIM_STEPS = (16, 32, 64, 128)  # the kernels are built for D padded to one of these
+ROPE_GROUP = 4  # rows whose RoPE table loads a thread has in flight at once (rotate_tile_f32)
 
 
 def _gpu_options(**options):
@@ -367,23 +368,38 @@ def _store_rows_f32(out, bh, i0, o, l_run, DP):
 @cuda.jit(device=True, inline=True)
 def rotate_tile_f32(cos, sin, row0, rows, S, D, smem_f, at, DP, THREADS):
     """RoPE on the swizzled float32 tile at byte ``at`` that has just landed (its rows are positions row0 ..
-    row0 + rows - 1; half-split pairs, attention[rope]'s): a thread per pair of features p and p + D/2 of a
-    row, both read before either is written (the thread owns the pair: no barrier between). A warp takes
-    32 pairs of one row: 32 different banks, whatever the swizzle, and one 128-byte row of each table."""
-    half = D // 2
-    CPR = DP // 4
-    for e in range(cuda.threadIdx.x, rows * (DP // 2), THREADS):
-        r = e // (DP // 2)
-        p = e % (DP // 2)
-        if row0 + r < S and p < half:
-            c = cos[row0 + r, p]
-            s = sin[row0 + r, p]
-            first_at = (at + tile_offset(r, p // 4, CPR, True) + (p % 4) * 4) // 4
-            second_at = (at + tile_offset(r, (p + half) // 4, CPR, True) + ((p + half) % 4) * 4) // 4
-            first = smem_f[first_at]
-            second = smem_f[second_at]
-            smem_f[first_at] = first * c - second * s
-            smem_f[second_at] = second * c + first * s
+    row0 + rows - 1; half-split pairs, attention[rope]'s): a thread rotates pair p (features p and
+    p + D/2) of every STEP-th row, both read before either is written (the thread owns the pair: no
+    barrier between). A warp takes 32 pairs of one row: 32 different banks whatever the swizzle, and
+    one 128-byte line of each table. The rows go ROPE_GROUP at a time, the group's table loads first,
+    so that their trips to L2 overlap instead of waiting one after another. 32-bit offsets throughout."""
+    HP = DP // 2  # pairs a padded row; THREADS is a multiple of it (128 threads, DP <= 128)
+    STEP = THREADS // HP
+    t = uint32(cuda.threadIdx.x)
+    p = t % uint32(HP)
+    r_first = t // uint32(HP)
+    half = uint32(D // 2)
+    second = p + half
+    # tile_offset's swizzle, in floats: chunk (p // 4) ^ (row % SW), word p % 4
+    SW = uint32(min(DP // 4, 8))
+    for g0 in range(0, rows // STEP, ROPE_GROUP):
+        c = cuda.local.array(ROPE_GROUP, float32)
+        sn = cuda.local.array(ROPE_GROUP, float32)
+        for u in range(ROPE_GROUP):
+            r = r_first + uint32((g0 + u) * STEP)
+            if g0 + u < rows // STEP and row0 + r < S and p < half:
+                c[u] = cos[row0 + r, p]
+                sn[u] = sin[row0 + r, p]
+        for u in range(ROPE_GROUP):
+            r = r_first + uint32((g0 + u) * STEP)
+            if g0 + u < rows // STEP and row0 + r < S and p < half:
+                row_at = uint32(at // 4) + r * uint32(DP)
+                first_at = uint32(row_at + ((p // 4) ^ (r % SW)) * 4 + p % 4)
+                second_at = uint32(row_at + ((second // 4) ^ (r % SW)) * 4 + second % 4)
+                x = smem_f[first_at]
+                y = smem_f[second_at]
+                smem_f[first_at] = x * c[u] - y * sn[u]
+                smem_f[second_at] = y * c[u] + x * sn[u]
 
 
 @cuda.jit(device=True, inline=True)
