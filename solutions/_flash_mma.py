@@ -370,8 +370,8 @@ def rotate_tile_f32(cos, sin, row0, rows, S, D, smem_f, at, DP, THREADS):
     """RoPE on the swizzled float32 tile at byte ``at`` that has just landed (its rows are positions row0 ..
     row0 + rows - 1; half-split pairs, attention[rope]'s): a thread rotates pair p (features p and
     p + D/2) of every STEP-th row, both read before either is written (the thread owns the pair: no
-    barrier between). A warp takes 32 pairs of one row: 32 different banks whatever the swizzle, and
-    one 128-byte line of each table. The rows go ROPE_GROUP at a time, the group's table loads first,
+    barrier between). At D >= 64 a warp takes 32 pairs of one row: 32 different banks whatever the
+    swizzle, and one 128-byte line of each table. The rows go ROPE_GROUP at a time, the group's table loads first,
     so that their trips to L2 overlap instead of waiting one after another. 32-bit offsets throughout."""
     HP = DP // 2  # pairs a padded row; THREADS is a multiple of it (128 threads, DP <= 128)
     STEP = THREADS // HP
