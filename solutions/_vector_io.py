@@ -24,7 +24,9 @@ kernel takes a word apart with :func:`low_half` / :func:`high_half` and puts one
 
 The row helpers at the end (:func:`flat_view`, :func:`rows_fit_vectors`, :func:`load_chunk`,
 :func:`store_chunk`, :func:`expect_row_width`, :func:`capped`) serve the kernels that hold a matrix row in
-registers (softmax's and the norms' ``by_shape`` stages).
+registers (softmax's and the norms' ``by_shape`` stages); the shared-row helpers after them
+(:func:`copy_row_to_shared`, :func:`launch_shared_row`) serve the same stages' kernel for rows too wide for
+registers, which holds the row in shared memory instead.
 
 Shared by ``activations``, ``reductions`` and other ladders; not a ladder (its name starts with ``_``).
 """
@@ -117,6 +119,25 @@ if is_simulator():
     @cuda.jit(device=True)
     def as_bits32(value):
         return uint32(np.float32(value).view(np.uint32))
+
+    # cp.async in the simulator: the copy happens at once, so cp_async_wait_all has nothing left to wait for.
+    @vector_access
+    @cuda.jit(device=True)
+    def cp_async16(shared, i, source, j):
+        """shared[i .. i + 3] = source[j .. j + 3] (i, j multiples of 4)."""
+        shared[i] = source[j]
+        shared[i + 1] = source[j + 1]
+        shared[i + 2] = source[j + 2]
+        shared[i + 3] = source[j + 3]
+
+    @cuda.jit(device=True)
+    def cp_async4(shared, i, source, j):
+        """shared[i] = source[j]."""
+        shared[i] = source[j]
+
+    @cuda.jit(device=True)
+    def cp_async_wait_all():
+        pass
 
 else:
     from llvmlite import ir
@@ -245,6 +266,45 @@ else:
             return context.get_dummy_value()
 
         return types.void(words, offset, value), codegen
+
+    def _address(context, builder, array_type, array, index):
+        data = context.make_array(array_type)(context, builder, value=array).data
+        return builder.ptrtoint(builder.gep(data, [index]), ir.IntType(64))
+
+    def _cp_async(size, cache):
+        """An intrinsic copying ``size`` bytes from source[j] to shared[i] with one ``cp.async``: the
+        memory system writes shared memory itself, no register holds the data, and the thread goes on
+        at once; cp_async_wait_all waits for the thread's copies to land."""
+        text = ("{ .reg .u64 s, g; cvta.to.shared.u64 s, $0; cvta.to.global.u64 g, $1; "
+                f"cp.async.{cache}.shared.global [s], [g], {size}; }}")
+
+        def cp_async(typingctx, shared, i, source, j):
+            _check(shared, i)
+            _check(source, j)
+
+            def codegen(context, builder, signature, args):
+                dst = _address(context, builder, signature.args[0], args[0], args[1])
+                src = _address(context, builder, signature.args[2], args[2], args[3])
+                _asm(builder, text, "l,l,~{memory}", [dst, src])
+                return context.get_dummy_value()
+
+            return types.void(shared, i, source, j), codegen
+
+        return cp_async
+
+    # 16 bytes (cp.async.cg: cached in L2 only, the row is not read again) and 4 bytes (.ca: .cg takes 16 only)
+    cp_async16 = intrinsic(_cp_async(16, "cg"))
+    cp_async4 = intrinsic(_cp_async(4, "ca"))
+
+    @intrinsic
+    def cp_async_wait_all(typingctx):
+        """Wait until every cp.async this thread issued has landed in shared memory (visible to this
+        thread; other threads see it after a barrier)."""
+        def codegen(context, builder, signature, args):
+            _asm(builder, "cp.async.wait_all;", "~{memory}", [])
+            return context.get_dummy_value()
+
+        return types.void(), codegen
 
     @cuda.jit(device=True, inline=True)
     def f16_to_float(bits):
@@ -386,9 +446,9 @@ def rows_fit_vectors(x, *others):
     return x.shape[1] % 4 == 0 and aligned16(x, *others)
 
 
-def expect_row_width(cols, limit, kernel):
+def expect_row_width(cols, limit, kernel, held_in="registers"):
     if cols > limit:
-        raise InputError(f"{kernel} holds rows of at most {limit} columns in registers; got {cols} "
+        raise InputError(f"{kernel} holds rows of at most {limit} columns in {held_in}; got {cols} "
                          "(by_shape picks the kernel)")
 
 
@@ -435,3 +495,57 @@ def store_chunk(flat, base, c, cols, vector, v0, v1, v2, v3):
         flat[base + c + uint64(2)] = v2
     if c + uint64(3) < cols:
         flat[base + c + uint64(3)] = v3
+
+
+# -- rows held in shared memory: a row too wide for registers, read from memory once ---------------------------
+# A block per row copies its row into dynamic shared memory (cols rounded up to a whole chunk of 4 floats), each
+# thread the chunks c = 4 * (t + threads * k) that it alone reads back later: no barrier between the copy and
+# the sums. 16 bytes a copy (cp.async) where the row allows it, else a column at a time.
+
+SHARED_ROW_FITS = 56 * 1024  # floats: 224 KiB, inside the 227 KiB an sm_90 block may opt in to (the sums' buffers too)
+SHARED_ALIGN16 = None if is_simulator() else 16  # the row's 16-byte alignment (numba's simulator takes no alignment=)
+
+
+def shared_row_bytes(cols):
+    """Bytes of dynamic shared memory that hold a row of ``cols`` floats, whole 16-byte chunks."""
+    return 16 * ((cols + 3) // 4)
+
+
+def shared_row_threads(cols, most):
+    """Threads for a block that holds a row in shared memory: a chunk of 4 columns each at the least, a whole
+    number of warps, at most ``most``."""
+    return min(most, 32 * max(1, (((cols + 3) // 4) + 31) // 32))
+
+
+def launch_shared_row(kernel, rows, threads, cols, *args):
+    """kernel[rows, threads] with the row's shared memory: past 48 KiB (12288 columns) only once the kernel
+    has opted in (set_max_dynamic_shared_memory), and with at most 65536 / threads registers a thread, so
+    that a block of 1024 threads fits an SM's register file (ptxas would otherwise choose for itself)."""
+    from workbench.shared_memory import set_max_dynamic_shared_memory
+
+    kernel = capped(kernel, min(255, 65536 // threads))
+    nbytes = shared_row_bytes(cols)
+    set_max_dynamic_shared_memory(kernel, args, nbytes)
+    kernel[rows, threads, 0, nbytes](*args)
+
+
+@cuda.jit(device=True, inline=True)
+def copy_row_to_shared(flat, base, cols, vector, row, fill):
+    """row[:] = the row that starts at flat[base], columns past its end ``fill``: this thread's chunks
+    c = 4 * (t + threads * k), all of them in flight at once (a cp.async does not wait for its data), then
+    one wait for them to land. Only this thread may read its chunks before a barrier. Columns are counted
+    in 32 bits (a row in shared memory is at most 57344 floats): fewer instructions than 64."""
+    cols = uint32(cols)
+    c = uint32(4) * uint32(cuda.threadIdx.x)
+    step = uint32(4) * uint32(cuda.blockDim.x)
+    while c < cols:
+        if vector:  # a width that is a multiple of 4, rows on 16-byte boundaries
+            cp_async16(row, c, flat, base + uint64(c))
+        else:
+            for i in range(4):
+                if c + uint32(i) < cols:
+                    cp_async4(row, c + uint32(i), flat, base + uint64(c + uint32(i)))
+                else:
+                    row[c + uint32(i)] = fill
+        c += step
+    cp_async_wait_all()

@@ -39,7 +39,8 @@ from solutions._half import (
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
 from solutions._vector_io import (
-    aligned16, capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store4, store_chunk)
+    SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, expect_row_width, flat_view, launch_shared_row,
+    load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store_chunk)
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, stage_of
 from workbench.targets import against_peer, of_ceiling
@@ -831,10 +832,94 @@ def block_rows(x, weight, bias, out, registers=BLOCK_ROW_REGISTERS, one_barrier=
         flat_view(x), flat_view(weight), flat_view(bias), flat_view(out), cols, rows_fit_vectors(x, weight, bias, out))
 
 
+# Rows too wide for registers: a block per row holds the row in shared memory, read from memory once
+# (solutions/_vector_io.py: copy_row_to_shared, launch_shared_row).
+ILP_ROW_COLS = 16384  # stage 7 up to here; wider rows, up to SHARED_ROW_MAX_COLS, are held in shared memory
+SHARED_ROW_MAX_COLS = SHARED_ROW_FITS  # the widest row a block's shared memory holds (57344); wider: stage 7 again
+SHARED_ROW_THREADS = 1024  # threads a row (rows under 4096 columns get fewer: a chunk of 4 columns each)
+SHARED_WRITE_CHUNKS = 2  # write pass: chunks a thread loads the weight and bias of before its first store
+SHARED_WRITE_VALUES = 4 * SHARED_WRITE_CHUNKS
+
+
+@cuda.jit(device=True, inline=True)
+def _chunk_sum(v0, v1, v2, v3, c, whole, cols):
+    """v0 + v1 + v2 + v3, the values of columns c .. c + 3; in a row's ragged last chunk (c >= whole, a
+    width not a multiple of 4) only those of columns inside the row: the padding adds nothing."""
+    if c < whole:
+        return (v0 + v1) + (v2 + v3)
+    zero = float32(0.0)
+    return ((v0 if c < cols else zero) + (v1 if c + uint32(1) < cols else zero)) + (
+        (v2 if c + uint32(2) < cols else zero) + (v3 if c + uint32(3) < cols else zero))
+
+
+@cuda.jit
+def _layernorm_shared_row(x, weight, bias, out, cols, vector):
+    row = cuda.shared.array(0, float32, alignment=SHARED_ALIGN16)  # dynamic: the row, whole chunks of 4
+    sums = cuda.shared.array(32, float32)
+    squares_of = cuda.shared.array(32, float32)
+    ws = cuda.local.array(SHARED_WRITE_VALUES, float32)  # unrolled loops with constant indices: registers
+    bs = cuda.local.array(SHARED_WRITE_VALUES, float32)
+    first = uint32(4) * uint32(cuda.threadIdx.x)  # this thread's chunks: first + k * step
+    step = uint32(4) * uint32(cuda.blockDim.x)
+    base = uint64(cuda.blockIdx.x) * uint64(cols)
+    cols = uint32(cols)
+    whole = cols - cols % uint32(4)  # columns in whole chunks
+    x0 = x[base]
+    # HINT: copy_row_to_shared: the row read once from memory, 16 bytes a copy; then the two passes of
+    # HINT: block_rows over this thread's chunks of the shared copy (load4), each chunk's shifted values added by _chunk_sum.
+    # HINT: write: SHARED_WRITE_CHUNKS chunks a step, every weight and bias load of the step before its first store.
+    # BEGIN SOLUTION
+    copy_row_to_shared(x, base, cols, vector, row, float32(0.0))
+    total = float32(0.0)
+    c = first
+    while c < cols:
+        v0, v1, v2, v3 = load4(row, c)
+        total += _chunk_sum(v0 - x0, v1 - x0, v2 - x0, v3 - x0, c, whole, cols)
+        c += step
+    mean = _block_sum_into(total, sums) / float32(cols)
+    squares = float32(0.0)
+    c = first
+    while c < cols:
+        v0, v1, v2, v3 = load4(row, c)
+        d0 = v0 - x0 - mean
+        d1 = v1 - x0 - mean
+        d2 = v2 - x0 - mean
+        d3 = v3 - x0 - mean
+        squares += _chunk_sum(d0 * d0, d1 * d1, d2 * d2, d3 * d3, c, whole, cols)
+        c += step
+    rstd = float32(1.0) / math.sqrt(_block_sum_into(squares, squares_of) / float32(cols) + EPS)
+    c = first
+    while c < cols:
+        for u in range(SHARED_WRITE_CHUNKS):  # a store to out may alias weight and bias: their loads first
+            at = uint64(c + uint32(u) * step)
+            ws[4 * u], ws[4 * u + 1], ws[4 * u + 2], ws[4 * u + 3] = load_chunk(weight, uint64(0), at, cols, vector, float32(0.0))
+            bs[4 * u], bs[4 * u + 1], bs[4 * u + 2], bs[4 * u + 3] = load_chunk(bias, uint64(0), at, cols, vector, float32(0.0))
+        for u in range(SHARED_WRITE_CHUNKS):
+            at = c + uint32(u) * step
+            if at < cols:
+                v0, v1, v2, v3 = load4(row, at)
+                store_chunk(out, base, uint64(at), cols, vector, (v0 - x0 - mean) * rstd * ws[4 * u] + bs[4 * u],
+                            (v1 - x0 - mean) * rstd * ws[4 * u + 1] + bs[4 * u + 1],
+                            (v2 - x0 - mean) * rstd * ws[4 * u + 2] + bs[4 * u + 2],
+                            (v3 - x0 - mean) * rstd * ws[4 * u + 3] + bs[4 * u + 3])
+        c += step * uint32(SHARED_WRITE_CHUNKS)
+    # END SOLUTION
+
+
+def shared_rows(x, weight, bias, out, threads=SHARED_ROW_THREADS):
+    """by_shape's kernel for rows wider than ILP_ROW_COLS, up to SHARED_ROW_MAX_COLS: a block per row, the
+    row in shared memory; ``threads``: the most a row gets."""
+    rows, cols = x.shape
+    expect_row_width(cols, SHARED_ROW_MAX_COLS, "shared_rows", "shared memory")
+    launch_shared_row(_layernorm_shared_row, rows, shared_row_threads(cols, threads), cols, flat_view(x),
+                      flat_view(weight), flat_view(bias), flat_view(out), cols, rows_fit_vectors(x, weight, bias, out))
+
+
 # The dispatch table: (widest row, kernel), first match wins; the last takes any width. block_rows is
 # not in it: on the H200 it was slower than stage 7 at 4096 and 12288 columns (350 vs 289 us at
 # 32768 x 4096, 205 vs 167 at 4096 x 12288; results/runs/gpu_norm_shapes.json).
-BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (None, ilp.launch)]
+BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (ILP_ROW_COLS, ilp.launch), (SHARED_ROW_MAX_COLS, shared_rows),
+            (None, ilp.launch)]
 
 
 def kernel_for(cols, table=BY_SHAPE):
