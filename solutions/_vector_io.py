@@ -503,6 +503,7 @@ def store_chunk(flat, base, c, cols, vector, v0, v1, v2, v3):
 # the sums. 16 bytes a copy (cp.async) where the row allows it, else a column at a time.
 
 SHARED_ROW_FITS = 56 * 1024  # floats: 224 KiB, inside the 227 KiB an sm_90 block may opt in to (the sums' buffers too)
+SHARED_ROW_STATIC_BYTES = 256  # the shared-row kernels' own shared buffers: at most two of 32 floats (the block sums)
 SHARED_ALIGN16 = None if is_simulator() else 16  # the row's 16-byte alignment (numba's simulator takes no alignment=)
 
 
@@ -525,7 +526,9 @@ def launch_shared_row(kernel, rows, threads, cols, *args):
 
     kernel = capped(kernel, min(255, 65536 // threads))
     nbytes = shared_row_bytes(cols)
-    set_max_dynamic_shared_memory(kernel, args, nbytes)
+    # The opt-in covers the kernels' static buffers too (at most two of 32 floats): the GPU bounds only the dynamic
+    # part by it, the simulator the sum.
+    set_max_dynamic_shared_memory(kernel, args, nbytes + SHARED_ROW_STATIC_BYTES)
     kernel[rows, threads, 0, nbytes](*args)
 
 

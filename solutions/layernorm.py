@@ -1568,8 +1568,50 @@ def rmsnorm_block_rows(x, weight, out, registers=None):
         flat_view(x), flat_view(weight), flat_view(out), cols, rows_fit_vectors(x, weight, out))
 
 
+@cuda.jit
+def _rmsnorm_shared_row(x, weight, out, cols, vector):
+    row = cuda.shared.array(0, float32, alignment=SHARED_ALIGN16)  # dynamic: the row, whole chunks of 4
+    ws = cuda.local.array(SHARED_WRITE_VALUES, float32)
+    first = uint32(4) * uint32(cuda.threadIdx.x)
+    step = uint32(4) * uint32(cuda.blockDim.x)
+    base = uint64(cuda.blockIdx.x) * uint64(cols)
+    cols = uint32(cols)
+    # HINT: layernorm's shared_rows with one pass, the sum of squares (the padding copied as 0 adds nothing), and no bias.
+    # BEGIN SOLUTION
+    copy_row_to_shared(x, base, cols, vector, row, float32(0.0))
+    squares = float32(0.0)
+    c = first
+    while c < cols:
+        v0, v1, v2, v3 = load4(row, c)
+        squares += (v0 * v0 + v1 * v1) + (v2 * v2 + v3 * v3)
+        c += step
+    rstd = float32(1.0) / math.sqrt(_block_sum(squares) / float32(cols) + EPS)
+    c = first
+    while c < cols:
+        for u in range(SHARED_WRITE_CHUNKS):  # a store to out may alias weight: its loads first
+            at = uint64(c + uint32(u) * step)
+            ws[4 * u], ws[4 * u + 1], ws[4 * u + 2], ws[4 * u + 3] = load_chunk(weight, uint64(0), at, cols, vector, float32(0.0))
+        for u in range(SHARED_WRITE_CHUNKS):
+            at = c + uint32(u) * step
+            if at < cols:
+                v0, v1, v2, v3 = load4(row, at)
+                store_chunk(out, base, uint64(at), cols, vector, v0 * rstd * ws[4 * u], v1 * rstd * ws[4 * u + 1],
+                            v2 * rstd * ws[4 * u + 2], v3 * rstd * ws[4 * u + 3])
+        c += step * uint32(SHARED_WRITE_CHUNKS)
+    # END SOLUTION
+
+
+def rmsnorm_shared_rows(x, weight, out, threads=SHARED_ROW_THREADS):
+    """by_shape's kernel for rows wider than BLOCK_ROW_COLS, up to SHARED_ROW_MAX_COLS: the row in shared memory."""
+    rows, cols = x.shape
+    expect_row_width(cols, SHARED_ROW_MAX_COLS, "rmsnorm_shared_rows", "shared memory")
+    launch_shared_row(_rmsnorm_shared_row, rows, shared_row_threads(cols, threads), cols, flat_view(x),
+                      flat_view(weight), flat_view(out), cols, rows_fit_vectors(x, weight, out))
+
+
+# Rows up to BLOCK_ROW_COLS fit in registers (block_rows); wider ones, up to SHARED_ROW_MAX_COLS, in shared memory.
 RMSNORM_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (BLOCK_ROW_COLS, rmsnorm_block_rows),
-                    (None, rmsnorm_lean.launch)]
+                    (SHARED_ROW_MAX_COLS, rmsnorm_shared_rows), (None, rmsnorm_lean.launch)]
 
 
 @rmsnorm_op.stage("by_shape", """
