@@ -933,21 +933,32 @@ def kernel_for(cols, table=BY_SHAPE):
     shuffles alone, no barrier. It issues every load of the row before it uses any (the fused stage 5
     did not: its loads each sat in a branch followed by their use, so one was in flight at a time), and
     loads the weight and bias after the statistics and before the first store, so those loads too run
-    ahead. Wider rows take stage 7's kernel. A width not a multiple of 4 (rows not on 16-byte
-    boundaries) is read a column at a time. On an H200 the warp kernel beat torch at 1024 columns
-    (torch.compile's LayerNorm missed the 1e-3 tolerance there); from 4096 columns by_shape is stage 7,
-    which torch.compile beats. torch.compile's kernel there (Inductor's Triton) is 512 threads a row, 8
-    values a thread read 16 bytes at a time, mean and variance in one Welford pass, and the row read
-    again from cache to write it, at the copy rate. The same shape in numba (block_rows' one-barrier
-    kernel with ROW_CHUNKS = 2: 359 us against stage 7's 283 at 32768 x 4096) and a block that loads
-    the next row while it reduces this one (452 us) were both slower, and so was a block per row with
-    the row in registers (block_rows), so the table does not pick them: a kernel is in the table where
-    it was measured faster, not where it should be. Nsight Compute at 32768 x 4096 shows what stage 7
-    lacks: both kernels read and write each byte once, but torch.compile's 512-thread blocks at 32
-    registers fill 93% of the warp slots and drive DRAM at 87% of its peak, stage 7's 256-thread blocks
-    at 40 registers 71% and 79%, on 1.13x the instructions. The 512-thread kernels written here fill
-    the slots too, but their Welford merges (an IEEE division each) cost more instructions an element
-    than the memory leaves time for.""",
+    ahead. Rows up to 16384 wide take stage 7's kernel. Wider rows take a kernel of their own: at 32768
+    columns a row is 128 KB, too much for registers, and stage 7 reads it three times; with six such
+    rows on each SM they fit neither the L1 cache (256 KB an SM) nor, across the GPU, the L2, so the
+    second and third reads go to memory. Shared memory holds the row: up to 227 KB a block once the
+    kernel opts in (set_max_dynamic_shared_memory; 48 KB without). A block of 1024 threads copies its
+    row in with cp.async, 16 bytes a copy, which the memory system writes to shared memory itself: no
+    register holds the data, so every copy a thread issues is in flight at once, and one wait ends them.
+    Each thread copies the chunks it will read back, so no barrier is needed before the two passes
+    (mean, then squared deviations, over shared memory), and the output is written from shared memory
+    with 16-byte stores: one read and one write of memory, the least there is. The price: one such row
+    fills an SM's shared memory, so one block runs there at a time, and its reductions leave the memory
+    idle for that SM. A width not a multiple of 4 (rows not on 16-byte boundaries) is read a column at a
+    time. On an H200 the warp kernel beat torch at 1024 columns (torch.compile's LayerNorm missed the
+    1e-3 tolerance there); at 4096 columns by_shape is stage 7, which torch.compile beats.
+    torch.compile's kernel there (Inductor's Triton) is 512 threads a row, 8 values a thread read 16
+    bytes at a time, mean and variance in one Welford pass, and the row read again from cache to write
+    it, at the copy rate. The same shape in numba (block_rows' one-barrier kernel with ROW_CHUNKS = 2:
+    359 us against stage 7's 283 at 32768 x 4096) and a block that loads the next row while it reduces
+    this one (452 us) were both slower, and so was a block per row with the row in registers
+    (block_rows), so the table does not pick them: a kernel is in the table where it was measured
+    faster, not where it should be. Nsight Compute at 32768 x 4096 shows what stage 7 lacks: both
+    kernels read and write each byte once, but torch.compile's 512-thread blocks at 32 registers fill
+    93% of the warp slots and drive DRAM at 87% of its peak, stage 7's 256-thread blocks at 40 registers
+    71% and 79%, on 1.13x the instructions. The 512-thread kernels written here fill the slots too, but
+    their Welford merges (an IEEE division each) cost more instructions an element than the memory
+    leaves time for.""",
     boundaries={"cols": (WARP_ROW_COLS,)})
 def by_shape(x, weight, bias, out):
     kernel_for(x.shape[1])(x, weight, bias, out)
@@ -1618,12 +1629,15 @@ RMSNORM_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (BLOCK_ROW_COLS, rmsnorm
     LayerNorm's by_shape table for RMSNorm: a warp per row up to 1024 columns (32 values a lane, no
     barrier), a block per row up to 16384 (16 values a thread, one barrier), the row read once with
     16-byte loads and written once with 16-byte stores, every load of the row issued before the first is
-    used and the weight loaded before the first store; wider rows take stage 3's kernel. One sum of
-    squares, so one reduction and no shift. On an H200 it beat torch and torch.compile at 1024 and 8192
-    columns and lost to torch.compile at 4096 and 12288. Nsight Compute at 32768 x 4096: the block-row
-    kernel holds its 16 values in 64 registers, so only 47% of the warp slots are filled (torch.compile's
-    512 threads at 28 registers fill 92%), and DRAM runs at 85% of its peak against 88%; the same row at
-    8 values a thread and 32 registers fills the slots and is no faster.""")
+    used and the weight loaded before the first store. Wider rows do not fit in registers, and stage 3's
+    kernel, which reads them twice, would find the second read gone from the caches (a 32768-wide row is
+    128 KB): they are held in shared memory instead, as in LayerNorm's by_shape (copied in with
+    cp.async, one read and one write of memory), up to 57344 columns; wider still, stage 3's kernel. One
+    sum of squares, so one reduction and no shift. On an H200 it beat torch and torch.compile at 1024
+    and 8192 columns and lost to torch.compile at 4096 and 12288. Nsight Compute at 32768 x 4096: the
+    block-row kernel holds its 16 values in 64 registers, so only 47% of the warp slots are filled
+    (torch.compile's 512 threads at 28 registers fill 92%), and DRAM runs at 85% of its peak against
+    88%; the same row at 8 values a thread and 32 registers fills the slots and is no faster.""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
 

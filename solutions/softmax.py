@@ -842,16 +842,24 @@ def kernel_for(cols):
     row sits in registers, 32 values a lane, read once with 16-byte loads (load4) and written once with
     16-byte stores, and the reductions are shuffles alone, no barrier. Rows up to 16384 get a block
     each, 16 values a thread, as many threads as that takes (256 at 4096, 768 at 12288), one read, two
-    barriers. Wider rows do not fit in registers: the online softmax, a block of 1024 threads a row,
-    reads each step of 16 values a thread, folds its maximum and sum of exponentials into a running pair
-    (one exp per element, one per step to rescale), merges the threads' pairs, and reads the row once
-    more to write it: two reads where stage 7 made three. 1024 threads beat 512 on the H200 (601 vs 724
-    us at 8192 x 32000, 1526 vs 1555 at 4096 x 128256); at 56 registers an SM holds one block of 1024 or
-    two of 512, the same threads, and the larger block goes through a row in half as many steps. A row
-    whose width is not a multiple of 4 (its rows do not start on 16-byte boundaries) is read a column at
-    a time. On an H200 it beat torch and torch.compile at the wide shapes (4096 columns and more) and
-    lost to torch.compile at 1024 columns, where no kernel of the table beat it
-    (every kernel the table can pick was timed at those shapes).""",
+    barriers. Wider rows do not fit in registers, but up to 57344 columns (224 KB) they fit in shared
+    memory, which a block may have up to 227 KB of once the kernel opts in
+    (set_max_dynamic_shared_memory; 48 KB without). A block of 1024 threads copies its row in with
+    cp.async, 16 bytes a copy, which the memory system writes to shared memory itself, so no register
+    holds the data and every copy a thread issues is in flight at once; each thread copies the chunks it
+    will read back, so no barrier is needed before it does. The maximum is a pass over shared memory;
+    the exponentials are written back over the row as they are summed, and the last pass scales them and
+    writes them out with 16-byte stores: one read and one write of memory, where the online softmax
+    below reads twice and stage 7 three times (at 32768 columns the re-reads miss the caches: a row is
+    128 KB). Wider rows take the online softmax, a block of 1024 threads a row, which reads each step of
+    16 values a thread, folds its maximum and sum of exponentials into a running pair (one exp per
+    element, one per step to rescale), merges the threads' pairs, and reads the row once more to write
+    it. 1024 threads beat 512 on the H200 (601 vs 724 us at 8192 x 32000, 1526 vs 1555 at 4096 x
+    128256); at 56 registers an SM holds one block of 1024 or two of 512, the same threads, and the
+    larger block goes through a row in half as many steps. A row whose width is not a multiple of 4 (its
+    rows do not start on 16-byte boundaries) is read a column at a time. On an H200 it beat torch and
+    torch.compile at the wide shapes (4096 columns and more) and lost to torch.compile at 1024 columns,
+    where no kernel of the table beat it (every kernel the table can pick was timed at those shapes).""",
     boundaries={"cols": (WARP_ROW_COLS,)})
 def by_shape(x, out):
     kernel_for(x.shape[1])(x, out)
