@@ -668,6 +668,11 @@ WARP_VALUES = 4 * WARP_CHUNKS
 ROW_VALUES = 4 * ROW_CHUNKS
 ROWS_PER_BLOCK = 4  # warp-per-row kernels: rows (warps) in a block
 FEW_ROWS = 4096  # ... but fewer rows than this get one warp a block, to spread them over every SM
+# warp-per-row kernels: chunks whose weight (and bias) a lane loads before it uses the first (a divisor of
+# WARP_CHUNKS). Each chunk's load sits in a branch (16 bytes or a column at a time), and the compiler does not
+# move a load up past one, so a chunk's weight loaded just before its use waits a round trip, chunk after chunk.
+WARP_WEIGHT_CHUNKS = 8
+WARP_WEIGHT_VALUES = 4 * WARP_WEIGHT_CHUNKS
 
 
 # block_rows' registers a thread: ptxas takes 68 on its own, which fits 3 blocks of 256 threads on an SM
@@ -685,6 +690,8 @@ def _normalize_chunk(values, i, mean, rstd, w, b):
 @cuda.jit
 def _layernorm_warp_rows(x, weight, bias, out, rows, cols, vector):
     values = cuda.local.array(WARP_VALUES, float32)  # unrolled loops with constant indices: registers
+    ws = cuda.local.array(WARP_WEIGHT_VALUES, float32)
+    bs = cuda.local.array(WARP_WEIGHT_VALUES, float32)
     row = uint64(cuda.blockIdx.x * (cuda.blockDim.x // 32) + cuda.threadIdx.x // 32)
     lane = uint64(cuda.threadIdx.x % 32)
     rows = uint64(rows)
@@ -711,10 +718,15 @@ def _layernorm_warp_rows(x, weight, bias, out, rows, cols, vector):
                 d = values[i] - mean
                 squares += d * d
         rstd = float32(1.0) / math.sqrt(_warp_sum(squares) / float32(cols) + EPS)
-        for k in range(WARP_CHUNKS):  # no store yet: the weight and bias loads may run ahead
-            c = uint64(4) * (lane + uint64(32 * k))
-            _normalize_chunk(values, 4 * k, mean, rstd, load_chunk(weight, uint64(0), c, cols, vector, float32(0.0)),
-                             load_chunk(bias, uint64(0), c, cols, vector, float32(0.0)))
+        for g in range(WARP_CHUNKS // WARP_WEIGHT_CHUNKS):  # a group's weight and bias loads before their first use
+            for u in range(WARP_WEIGHT_CHUNKS):
+                c = uint64(4) * (lane + uint64(32 * (g * WARP_WEIGHT_CHUNKS + u)))
+                ws[4 * u], ws[4 * u + 1], ws[4 * u + 2], ws[4 * u + 3] = load_chunk(weight, uint64(0), c, cols, vector, float32(0.0))
+                bs[4 * u], bs[4 * u + 1], bs[4 * u + 2], bs[4 * u + 3] = load_chunk(bias, uint64(0), c, cols, vector, float32(0.0))
+            for u in range(WARP_WEIGHT_CHUNKS):
+                _normalize_chunk(values, 4 * (g * WARP_WEIGHT_CHUNKS + u), mean, rstd,
+                                 (ws[4 * u], ws[4 * u + 1], ws[4 * u + 2], ws[4 * u + 3]),
+                                 (bs[4 * u], bs[4 * u + 1], bs[4 * u + 2], bs[4 * u + 3]))
         for k in range(WARP_CHUNKS):
             c = uint64(4) * (lane + uint64(32 * k))
             store_chunk(out, base, c, cols, vector, values[4 * k], values[4 * k + 1], values[4 * k + 2],
@@ -1503,6 +1515,7 @@ def rmsnorm_lean(x, weight, out):
 @cuda.jit
 def _rmsnorm_warp_rows(x, weight, out, rows, cols, vector):
     values = cuda.local.array(WARP_VALUES, float32)
+    ws = cuda.local.array(WARP_WEIGHT_VALUES, float32)
     row = uint64(cuda.blockIdx.x * (cuda.blockDim.x // 32) + cuda.threadIdx.x // 32)
     lane = uint64(cuda.threadIdx.x % 32)
     rows = uint64(rows)
@@ -1518,13 +1531,13 @@ def _rmsnorm_warp_rows(x, weight, out, rows, cols, vector):
         for i in range(WARP_VALUES):
             squares += values[i] * values[i]
         rstd = float32(1.0) / math.sqrt(_warp_sum(squares) / float32(cols) + EPS)
-        for k in range(WARP_CHUNKS):  # no store yet: the weight loads may run ahead
-            w0, w1, w2, w3 = load_chunk(weight, uint64(0), uint64(4) * (lane + uint64(32 * k)), cols, vector,
-                                        float32(0.0))
-            values[4 * k] *= rstd * w0
-            values[4 * k + 1] *= rstd * w1
-            values[4 * k + 2] *= rstd * w2
-            values[4 * k + 3] *= rstd * w3
+        for g in range(WARP_CHUNKS // WARP_WEIGHT_CHUNKS):  # a group's weight loads before their first use
+            for u in range(WARP_WEIGHT_CHUNKS):
+                c = uint64(4) * (lane + uint64(32 * (g * WARP_WEIGHT_CHUNKS + u)))
+                ws[4 * u], ws[4 * u + 1], ws[4 * u + 2], ws[4 * u + 3] = load_chunk(weight, uint64(0), c, cols, vector, float32(0.0))
+            for u in range(WARP_WEIGHT_CHUNKS):
+                for i in range(4):
+                    values[4 * (g * WARP_WEIGHT_CHUNKS + u) + i] *= rstd * ws[4 * u + i]
         for k in range(WARP_CHUNKS):
             c = uint64(4) * (lane + uint64(32 * k))
             store_chunk(out, base, c, cols, vector, values[4 * k], values[4 * k + 1], values[4 * k + 2],
