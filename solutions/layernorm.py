@@ -671,8 +671,11 @@ FEW_ROWS = 4096  # ... but fewer rows than this get one warp a block, to spread 
 # warp-per-row kernels: chunks whose weight (and bias) a lane loads before it uses the first (a divisor of
 # WARP_CHUNKS). Each chunk's load sits in a branch (16 bytes or a column at a time), and the compiler does not
 # move a load up past one, so a chunk's weight loaded just before its use waits a round trip, chunk after chunk.
+# LayerNorm's warp kernel: all 8 at 122 registers, against 109 for one (ptxas), the same 4 blocks an SM.
 WARP_WEIGHT_CHUNKS = 8
 WARP_WEIGHT_VALUES = 4 * WARP_WEIGHT_CHUNKS
+RMSNORM_WEIGHT_CHUNKS = 2  # RMSNorm's: 2 at 64 registers (8 blocks an SM), 8 would take 84 (5 blocks), 1 takes 56
+RMSNORM_WEIGHT_VALUES = 4 * RMSNORM_WEIGHT_CHUNKS
 
 
 # block_rows' registers a thread: ptxas takes 68 on its own, which fits 3 blocks of 256 threads on an SM
@@ -701,7 +704,7 @@ def _layernorm_warp_rows(x, weight, bias, out, rows, cols, vector):
         x0 = x[base]
         # HINT: lane l holds chunks c = 4 * (l + 32 * k), k < WARP_CHUNKS: load_chunk them all into values[] before using any.
         # HINT: shift by x0; sum the columns inside the row (c + i < cols), _warp_sum: the mean; the same for (v - mean)^2.
-        # HINT: load each chunk's weight and bias with load_chunk, _normalize_chunk in place; then store_chunk every chunk.
+        # HINT: load_chunk the weight and bias of WARP_WEIGHT_CHUNKS chunks into ws, bs before _normalize_chunk uses any; then store_chunk every chunk.
         # BEGIN SOLUTION
         for k in range(WARP_CHUNKS):  # all eight loads issued before any value is used
             c = uint64(4) * (lane + uint64(32 * k))
@@ -944,33 +947,34 @@ def kernel_for(cols, table=BY_SHAPE):
     row sits in registers, 32 values a lane, read once with 16-byte loads (load4), and the sums are
     shuffles alone, no barrier. It issues every load of the row before it uses any (the fused stage 5
     did not: its loads each sat in a branch followed by their use, so one was in flight at a time), and
-    loads the weight and bias after the statistics and before the first store, so those loads too run
-    ahead. Rows up to 16384 wide take stage 7's kernel. Wider rows take a kernel of their own: at 32768
-    columns a row is 128 KB, too much for registers, and stage 7 reads it three times; with six such
-    rows on each SM they fit neither the L1 cache (256 KB an SM) nor, across the GPU, the L2, so the
-    second and third reads go to memory. Shared memory holds the row: up to 227 KB a block once the
-    kernel opts in (set_max_dynamic_shared_memory; 48 KB without). A block of 1024 threads copies its
-    row in with cp.async, 16 bytes a copy, which the memory system writes to shared memory itself: no
-    register holds the data, so every copy a thread issues is in flight at once, and one wait ends them.
-    Each thread copies the chunks it will read back, so no barrier is needed before the two passes
-    (mean, then squared deviations, over shared memory), and the output is written from shared memory
-    with 16-byte stores: one read and one write of memory, the least there is. The price: one such row
-    fills an SM's shared memory, so one block runs there at a time, and its reductions leave the memory
-    idle for that SM. A width not a multiple of 4 (rows not on 16-byte boundaries) is read a column at a
-    time. On an H200 the warp kernel beat torch at 1024 columns (torch.compile's LayerNorm missed the
-    1e-3 tolerance there); at 4096 columns by_shape is stage 7, which torch.compile beats.
-    torch.compile's kernel there (Inductor's Triton) is 512 threads a row, 8 values a thread read 16
-    bytes at a time, mean and variance in one Welford pass, and the row read again from cache to write
-    it, at the copy rate. The same shape in numba (block_rows' one-barrier kernel with ROW_CHUNKS = 2:
-    359 us against stage 7's 283 at 32768 x 4096) and a block that loads the next row while it reduces
-    this one (452 us) were both slower, and so was a block per row with the row in registers
-    (block_rows), so the table does not pick them: a kernel is in the table where it was measured
-    faster, not where it should be. Nsight Compute at 32768 x 4096 shows what stage 7 lacks: both
-    kernels read and write each byte once, but torch.compile's 512-thread blocks at 32 registers fill
-    93% of the warp slots and drive DRAM at 87% of its peak, stage 7's 256-thread blocks at 40 registers
-    71% and 79%, on 1.13x the instructions. The 512-thread kernels written here fill the slots too, but
-    their Welford merges (an IEEE division each) cost more instructions an element than the memory
-    leaves time for.""",
+    loads the weight and bias after the statistics, all of them before the first is used: each chunk's
+    load sits in a branch (16 bytes, or a column at a time), and the compiler does not move a load up
+    past one, so loaded where it is used each would wait its own round trip. Rows up to 16384 wide take
+    stage 7's kernel. Wider rows take a kernel of their own: at 32768 columns a row is 128 KB, too much
+    for registers, and stage 7 reads it three times; with six such rows on each SM they fit neither the
+    L1 cache (256 KB an SM) nor, across the GPU, the L2, so the second and third reads go to memory.
+    Shared memory holds the row: up to 227 KB a block once the kernel opts in
+    (set_max_dynamic_shared_memory; 48 KB without). A block of 1024 threads copies its row in with
+    cp.async, 16 bytes a copy, which the memory system writes to shared memory itself: no register holds
+    the data, so every copy a thread issues is in flight at once, and one wait ends them. Each thread
+    copies the chunks it will read back, so no barrier is needed before the two passes (mean, then
+    squared deviations, over shared memory), and the output is written from shared memory with 16-byte
+    stores: one read and one write of memory, the least there is. The price: one such row fills an SM's
+    shared memory, so one block runs there at a time, and its reductions leave the memory idle for that
+    SM. A width not a multiple of 4 (rows not on 16-byte boundaries) is read a column at a time. On an
+    H200 the warp kernel beat torch at 1024 columns (torch.compile's LayerNorm missed the 1e-3 tolerance
+    there); at 4096 columns by_shape is stage 7, which torch.compile beats. torch.compile's kernel there
+    (Inductor's Triton) is 512 threads a row, 8 values a thread read 16 bytes at a time, mean and
+    variance in one Welford pass, and the row read again from cache to write it, at the copy rate. The
+    same shape in numba (block_rows' one-barrier kernel with ROW_CHUNKS = 2: 359 us against stage 7's
+    283 at 32768 x 4096) and a block that loads the next row while it reduces this one (452 us) were
+    both slower, and so was a block per row with the row in registers (block_rows), so the table does
+    not pick them: a kernel is in the table where it was measured faster, not where it should be. Nsight
+    Compute at 32768 x 4096 shows what stage 7 lacks: both kernels read and write each byte once, but
+    torch.compile's 512-thread blocks at 32 registers fill 93% of the warp slots and drive DRAM at 87%
+    of its peak, stage 7's 256-thread blocks at 40 registers 71% and 79%, on 1.13x the instructions. The
+    512-thread kernels written here fill the slots too, but their Welford merges (an IEEE division each)
+    cost more instructions an element than the memory leaves time for.""",
     boundaries={"cols": (WARP_ROW_COLS,)})
 def by_shape(x, weight, bias, out):
     kernel_for(x.shape[1])(x, weight, bias, out)
@@ -1515,14 +1519,15 @@ def rmsnorm_lean(x, weight, out):
 @cuda.jit
 def _rmsnorm_warp_rows(x, weight, out, rows, cols, vector):
     values = cuda.local.array(WARP_VALUES, float32)
-    ws = cuda.local.array(WARP_WEIGHT_VALUES, float32)
+    ws = cuda.local.array(RMSNORM_WEIGHT_VALUES, float32)
     row = uint64(cuda.blockIdx.x * (cuda.blockDim.x // 32) + cuda.threadIdx.x // 32)
     lane = uint64(cuda.threadIdx.x % 32)
     rows = uint64(rows)
     cols = uint64(cols)
     if row < rows:
         base = row * cols
-        # HINT: layernorm's warp_rows without the mean: the sum of squares (columns past the row read as 0), _warp_sum, then x * rstd * weight.
+        # HINT: layernorm's warp_rows without the mean: the sum of squares (columns past the row read as 0), _warp_sum, then x * rstd * weight
+        # HINT: (RMSNORM_WEIGHT_CHUNKS chunks' weights loaded into ws before their first use).
         # BEGIN SOLUTION
         for k in range(WARP_CHUNKS):  # all eight loads issued before any value is used
             c = uint64(4) * (lane + uint64(32 * k))
@@ -1531,13 +1536,13 @@ def _rmsnorm_warp_rows(x, weight, out, rows, cols, vector):
         for i in range(WARP_VALUES):
             squares += values[i] * values[i]
         rstd = float32(1.0) / math.sqrt(_warp_sum(squares) / float32(cols) + EPS)
-        for g in range(WARP_CHUNKS // WARP_WEIGHT_CHUNKS):  # a group's weight loads before their first use
-            for u in range(WARP_WEIGHT_CHUNKS):
-                c = uint64(4) * (lane + uint64(32 * (g * WARP_WEIGHT_CHUNKS + u)))
+        for g in range(WARP_CHUNKS // RMSNORM_WEIGHT_CHUNKS):  # a group's weight loads before their first use
+            for u in range(RMSNORM_WEIGHT_CHUNKS):
+                c = uint64(4) * (lane + uint64(32 * (g * RMSNORM_WEIGHT_CHUNKS + u)))
                 ws[4 * u], ws[4 * u + 1], ws[4 * u + 2], ws[4 * u + 3] = load_chunk(weight, uint64(0), c, cols, vector, float32(0.0))
-            for u in range(WARP_WEIGHT_CHUNKS):
+            for u in range(RMSNORM_WEIGHT_CHUNKS):
                 for i in range(4):
-                    values[4 * (g * WARP_WEIGHT_CHUNKS + u) + i] *= rstd * ws[4 * u + i]
+                    values[4 * (g * RMSNORM_WEIGHT_CHUNKS + u) + i] *= rstd * ws[4 * u + i]
         for k in range(WARP_CHUNKS):
             c = uint64(4) * (lane + uint64(32 * k))
             store_chunk(out, base, c, cols, vector, values[4 * k], values[4 * k + 1], values[4 * k + 2],
