@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: e9ec3a142c1bb8063e6138aa7c69593beda6dbadefb2e4960619ad4f41a3c53a
+# generated-sha256: 45268a3208e0258fe62e71127fce64dac59ffdabb4d88b0e2becf1f1af730ecf
 # --------------------------------------------------------------------------------------------------
 """Softmax over the rows of a float32 matrix, in seven steps from a thread per row to 92% of copy bandwidth.
 
@@ -574,7 +574,8 @@ def online_rows(x, out, threads=ONLINE_THREADS):
 # Rows too wide for registers: a block per row holds the row in shared memory, read from memory once
 # (solutions/_vector_io.py: copy_row_to_shared, launch_shared_row).
 SHARED_ROW_MAX_COLS = SHARED_ROW_FITS  # the widest row a block's shared memory holds (57344); wider: online_rows
-SHARED_ROW_THREADS = 1024  # threads a row (rows under 4096 columns get fewer: a chunk of 4 columns each)
+SHARED_ROW_THREADS = 1024  # threads a row at most ...
+SHARED_ROW_CHUNKS = 1  # ... and fewer where a row has fewer than this many chunks of 4 columns a thread
 
 
 @cuda.jit
@@ -597,8 +598,8 @@ def shared_rows(x, out, threads=SHARED_ROW_THREADS):
     row in shared memory; ``threads``: the most a row gets."""
     rows, cols = x.shape
     expect_row_width(cols, SHARED_ROW_MAX_COLS, "shared_rows", "shared memory")
-    launch_shared_row(_softmax_shared_row, rows, shared_row_threads(cols, threads), cols, flat_view(x),
-                      flat_view(out), cols, rows_fit_vectors(x, out))
+    threads = shared_row_threads(cols, threads, SHARED_ROW_CHUNKS)
+    launch_shared_row(_softmax_shared_row, rows, threads, cols, flat_view(x), flat_view(out), cols, rows_fit_vectors(x, out))
 
 
 # The dispatch table: (widest row, kernel), first match wins. The kernel for any wider row last.

@@ -512,10 +512,11 @@ def shared_row_bytes(cols):
     return 16 * ((cols + 3) // 4)
 
 
-def shared_row_threads(cols, most):
-    """Threads for a block that holds a row in shared memory: a chunk of 4 columns each at the least, a whole
-    number of warps, at most ``most``."""
-    return min(most, 32 * max(1, (((cols + 3) // 4) + 31) // 32))
+def shared_row_threads(cols, most, chunks=1):
+    """Threads for a block that holds a row in shared memory: ``chunks`` chunks of 4 columns each at the least
+    (fewer threads, so more blocks an SM, where rows are narrow), a whole number of warps, at most ``most``."""
+    threads = -(-((cols + 3) // 4) // chunks)
+    return min(most, 32 * max(1, (threads + 31) // 32))
 
 
 def launch_shared_row(kernel, rows, threads, cols, *args):

@@ -851,7 +851,8 @@ def block_rows(x, weight, bias, out, registers=BLOCK_ROW_REGISTERS, one_barrier=
 # (solutions/_vector_io.py: copy_row_to_shared, launch_shared_row).
 ILP_ROW_COLS = 16384  # stage 7 up to here; wider rows, up to SHARED_ROW_MAX_COLS, are held in shared memory
 SHARED_ROW_MAX_COLS = SHARED_ROW_FITS  # the widest row a block's shared memory holds (57344); wider: stage 7 again
-SHARED_ROW_THREADS = 1024  # threads a row (rows under 4096 columns get fewer: a chunk of 4 columns each)
+SHARED_ROW_THREADS = 1024  # threads a row at most ...
+SHARED_ROW_CHUNKS = 1  # ... and fewer where a row has fewer than this many chunks of 4 columns a thread
 SHARED_WRITE_CHUNKS = 2  # write pass: chunks a thread loads the weight and bias of before its first store
 SHARED_WRITE_VALUES = 4 * SHARED_WRITE_CHUNKS
 
@@ -926,8 +927,9 @@ def shared_rows(x, weight, bias, out, threads=SHARED_ROW_THREADS):
     row in shared memory; ``threads``: the most a row gets."""
     rows, cols = x.shape
     expect_row_width(cols, SHARED_ROW_MAX_COLS, "shared_rows", "shared memory")
-    launch_shared_row(_layernorm_shared_row, rows, shared_row_threads(cols, threads), cols, flat_view(x),
-                      flat_view(weight), flat_view(bias), flat_view(out), cols, rows_fit_vectors(x, weight, bias, out))
+    threads = shared_row_threads(cols, threads, SHARED_ROW_CHUNKS)
+    launch_shared_row(_layernorm_shared_row, rows, threads, cols, flat_view(x), flat_view(weight), flat_view(bias),
+                      flat_view(out), cols, rows_fit_vectors(x, weight, bias, out))
 
 
 # The dispatch table: (widest row, kernel), first match wins; the last takes any width. block_rows is
@@ -1634,8 +1636,9 @@ def rmsnorm_shared_rows(x, weight, out, threads=SHARED_ROW_THREADS):
     """by_shape's kernel for rows wider than BLOCK_ROW_COLS, up to SHARED_ROW_MAX_COLS: the row in shared memory."""
     rows, cols = x.shape
     expect_row_width(cols, SHARED_ROW_MAX_COLS, "rmsnorm_shared_rows", "shared memory")
-    launch_shared_row(_rmsnorm_shared_row, rows, shared_row_threads(cols, threads), cols, flat_view(x),
-                      flat_view(weight), flat_view(out), cols, rows_fit_vectors(x, weight, out))
+    threads = shared_row_threads(cols, threads, SHARED_ROW_CHUNKS)
+    launch_shared_row(_rmsnorm_shared_row, rows, threads, cols, flat_view(x), flat_view(weight), flat_view(out), cols,
+                      rows_fit_vectors(x, weight, out))
 
 
 # Rows up to BLOCK_ROW_COLS fit in registers (block_rows); wider ones, up to SHARED_ROW_MAX_COLS, in shared memory.

@@ -204,6 +204,9 @@ def test_by_shape_table():
     assert layernorm.kernel_for(limit) is layernorm.ilp.launch and layernorm.kernel_for(limit + 1) is layernorm.shared_rows
     assert layernorm.kernel_for(widest) is layernorm.shared_rows and layernorm.kernel_for(widest + 1) is layernorm.ilp.launch
     assert 4 * widest <= 227 * 1024 - 1024  # the row and the sums' buffers fit the shared memory a block may opt in to
+    from solutions._vector_io import shared_row_threads
+    assert shared_row_threads(32768, 1024) == 1024 and shared_row_threads(4096, 1024, 4) == 256
+    assert shared_row_threads(37, 1024) == 32 and shared_row_threads(1, 1024, 4) == 32
     table = layernorm.RMSNORM_BY_SHAPE
     assert layernorm.kernel_for(4096, table) is layernorm.rmsnorm_block_rows
     assert layernorm.kernel_for(32768, table) is layernorm.rmsnorm_shared_rows
