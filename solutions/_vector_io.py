@@ -37,6 +37,8 @@ import numpy as np
 from numba import cuda, int16, int32, uint16, uint32, uint64
 from numba.cuda import libdevice
 
+from solutions._ptx import (cp_async_chunk4_s32, cp_async_chunk16_s32, cp_async_commit, cp_async_wait_pending,
+                            shared_address32)
 from workbench.device import is_simulator
 from workbench.simulator.counters import vector_access
 from workbench.ladder import InputError
@@ -119,25 +121,6 @@ if is_simulator():
     @cuda.jit(device=True)
     def as_bits32(value):
         return uint32(np.float32(value).view(np.uint32))
-
-    # cp.async in the simulator: the copy happens at once, so cp_async_wait_all has nothing left to wait for.
-    @vector_access
-    @cuda.jit(device=True)
-    def cp_async16(shared, i, source, j):
-        """shared[i .. i + 3] = source[j .. j + 3] (i, j multiples of 4)."""
-        shared[i] = source[j]
-        shared[i + 1] = source[j + 1]
-        shared[i + 2] = source[j + 2]
-        shared[i + 3] = source[j + 3]
-
-    @cuda.jit(device=True)
-    def cp_async4(shared, i, source, j):
-        """shared[i] = source[j]."""
-        shared[i] = source[j]
-
-    @cuda.jit(device=True)
-    def cp_async_wait_all():
-        pass
 
 else:
     from llvmlite import ir
@@ -266,45 +249,6 @@ else:
             return context.get_dummy_value()
 
         return types.void(words, offset, value), codegen
-
-    def _address(context, builder, array_type, array, index):
-        data = context.make_array(array_type)(context, builder, value=array).data
-        return builder.ptrtoint(builder.gep(data, [index]), ir.IntType(64))
-
-    def _cp_async(size, cache):
-        """An intrinsic copying ``size`` bytes from source[j] to shared[i] with one ``cp.async``: the
-        memory system writes shared memory itself, no register holds the data, and the thread goes on
-        at once; cp_async_wait_all waits for the thread's copies to land."""
-        text = ("{ .reg .u64 s, g; cvta.to.shared.u64 s, $0; cvta.to.global.u64 g, $1; "
-                f"cp.async.{cache}.shared.global [s], [g], {size}; }}")
-
-        def cp_async(typingctx, shared, i, source, j):
-            _check(shared, i)
-            _check(source, j)
-
-            def codegen(context, builder, signature, args):
-                dst = _address(context, builder, signature.args[0], args[0], args[1])
-                src = _address(context, builder, signature.args[2], args[2], args[3])
-                _asm(builder, text, "l,l,~{memory}", [dst, src])
-                return context.get_dummy_value()
-
-            return types.void(shared, i, source, j), codegen
-
-        return cp_async
-
-    # 16 bytes (cp.async.cg: cached in L2 only, the row is not read again) and 4 bytes (.ca: .cg takes 16 only)
-    cp_async16 = intrinsic(_cp_async(16, "cg"))
-    cp_async4 = intrinsic(_cp_async(4, "ca"))
-
-    @intrinsic
-    def cp_async_wait_all(typingctx):
-        """Wait until every cp.async this thread issued has landed in shared memory (visible to this
-        thread; other threads see it after a barrier)."""
-        def codegen(context, builder, signature, args):
-            _asm(builder, "cp.async.wait_all;", "~{memory}", [])
-            return context.get_dummy_value()
-
-        return types.void(), codegen
 
     @cuda.jit(device=True, inline=True)
     def f16_to_float(bits):
@@ -542,14 +486,17 @@ def copy_row_to_shared(flat, base, cols, vector, row, fill):
     cols = uint32(cols)
     c = uint32(4) * uint32(cuda.threadIdx.x)
     step = uint32(4) * uint32(cuda.blockDim.x)
+    row_at = uint64(shared_address32(row.ctypes.data))  # the shared window's 32-bit address, as the GEMMs'
+    src_at = flat.ctypes.data + uint64(base) * uint64(4)
     while c < cols:
         if vector:  # a width that is a multiple of 4, rows on 16-byte boundaries
-            cp_async16(row, c, flat, base + uint64(c))
+            cp_async_chunk16_s32(row_at + uint64(4 * c), src_at + uint64(4 * c), 16)
         else:
             for i in range(4):
                 if c + uint32(i) < cols:
-                    cp_async4(row, c + uint32(i), flat, base + uint64(c + uint32(i)))
+                    cp_async_chunk4_s32(row_at + uint64(4 * (c + uint32(i))), src_at + uint64(4 * (c + uint32(i))), 4)
                 else:
                     row[c + uint32(i)] = fill
         c += step
-    cp_async_wait_all()
+    cp_async_commit()
+    cp_async_wait_pending(0)
