@@ -41,7 +41,8 @@ Output size Ho = (H + 2 pad - dilation (R - 1) - 1) // stride + 1 (and Wo likewi
 ``conv2d[bias_relu]`` and ``conv2d[bias_add_relu]``: conv2d's layer with the epilogue a network puts after
 it, relu(conv(x, w) + bias[k]) and relu(conv(x, w) + bias[k] + residual) (a ResNet block's tail);
 inputs x, w, bias float32 (K,) (and residual, shaped as out). Stages: ``unfused`` (the implicit GEMM,
-then an epilogue kernel) and ``fused_epilogue`` (the epilogue on the accumulators, one store).
+then an epilogue kernel), ``fused_epilogue`` (the epilogue on the accumulators, one store) and
+``async_epilogue`` (the same epilogue on async_gather's main loop).
 
 Inputs: x float32 (N, C, H, W), w float32 (K, C, R, S), both C-contiguous; out float32 (N, K, Ho, Wo)
 is overwritten; x and w are never written.
@@ -934,11 +935,14 @@ def _next_step(r, s, c0, C):
     return r, s, c0
 
 
-@cuda.jit(**_gpu_options(launch_bounds=(GEMM_THREADS, BLOCKS_PER_SM)))
-def _async_gather(x_flat, wt_flat, N, C, H, W, K, Cp, Kp, out_flat):
+@cuda.jit(device=True, inline=True)
+def _async_gather_block(x_flat, wt_flat, N, C, H, W, Cp, Kp, acc):
+    """acc (8 x 8, registers) = this thread's share of the block's 64 x 128 tile of the product
+    wt (taps x Cp x Kp, see _taps_outermost_filters) times the im2col matrix, the reduction walked
+    (r, s, c); stage 4's _implicit_gemm_block with every tile copied by cp.async. Every kernel that
+    ends in another store (the fused epilogues) runs this same loop."""
     As = cuda.shared.array(PIPELINE_A, float32, alignment=ALIGN16)
     Bs = cuda.shared.array(PIPELINE_B, float32, alignment=ALIGN16)
-    acc = cuda.local.array((8, 8), float32)
     a = cuda.local.array(8, float32)
     b = cuda.local.array(8, float32)
     t = cuda.threadIdx.x
@@ -991,7 +995,13 @@ def _async_gather(x_flat, wt_flat, N, C, H, W, K, Cp, Kp, out_flat):
         read = read + 1 if read + 1 < PIPELINE_STAGES else 0
         write = write + 1 if write + 1 < PIPELINE_STAGES else 0
     cp_async_wait_pending(0)  # nothing is left in flight (the last groups are empty)
-    _store_outputs(acc, N, K, HW, out_flat)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(GEMM_THREADS, BLOCKS_PER_SM)))
+def _async_gather(x_flat, wt_flat, N, C, H, W, K, Cp, Kp, out_flat):
+    acc = cuda.local.array((8, 8), float32)
+    _async_gather_block(x_flat, wt_flat, N, C, H, W, Cp, Kp, acc)
+    _store_outputs(acc, N, K, H * W, out_flat)
 
 
 def _padded_filters(w):
@@ -1332,6 +1342,95 @@ def fused_epilogue(x, w, bias, out):
 @bias_add_relu_op.stage("fused_epilogue", FUSED_SUMMARY)
 def add_fused_epilogue(x, w, bias, residual, out):
     _fused(x, w, bias, residual, True, out)
+
+
+# -- 3. async_epilogue: the same epilogue on async_gather's main loop, the residual loaded before any store ----
+#
+# Stage 2's store loop made a chain of its residual loads: numba cannot tell the compiler that out and
+# the residual never overlap, so no residual load may move above the store before it, and each store
+# waits for its own load. A thread's 64 loads are then 64 memory latencies one after another, where the
+# bare convolution's 64 stores wait for nothing. Reading all 64 into the accumulators first, before the
+# first store, puts the loads back to back: one latency a thread. After the main loop the registers that
+# staged the tiles are free, so the 64 values in flight cost no spills (ptxas: see the paragraph).
+
+RESIDUAL_FIRST = True  # False: stage 2's store loop, the residual read at each store (for a sweep)
+
+
+@cuda.jit(device=True, inline=True)
+def _residual_into_accumulators(acc, N, K, P, residual_flat):
+    """acc[m, qq] += the residual at its output's index, every load issued before any store."""
+    t = cuda.threadIdx.x
+    for qq in range(8):
+        _, col = output_index(t, 0, qq)
+        q = cuda.blockIdx.x * BN + col
+        if q < N * P:
+            n = q // P
+            p = q % P
+            for m in range(8):
+                row, _ = output_index(t, m, qq)
+                k = cuda.blockIdx.y * BM + row
+                if k < K:
+                    acc[m, qq] += residual_flat[(n * K + k) * P + p]
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(GEMM_THREADS, BLOCKS_PER_SM)))
+def _async_bias_relu(x_flat, wt_flat, N, C, H, W, K, Cp, Kp, bias, out_flat):
+    acc = cuda.local.array((8, 8), float32)
+    _async_gather_block(x_flat, wt_flat, N, C, H, W, Cp, Kp, acc)
+    _epilogue_store(acc, N, K, H, W, bias, out_flat, out_flat, False, True)
+
+
+@cuda.jit(**_gpu_options(launch_bounds=(GEMM_THREADS, BLOCKS_PER_SM)))
+def _async_bias_add_relu(x_flat, wt_flat, N, C, H, W, K, Cp, Kp, bias, residual_flat, out_flat):
+    acc = cuda.local.array((8, 8), float32)
+    _async_gather_block(x_flat, wt_flat, N, C, H, W, Cp, Kp, acc)
+    if RESIDUAL_FIRST:
+        # The residual joins the sum before the bias (stage 2 adds the bias first): a different rounding
+        # of the same three terms, inside the check's tolerance.
+        _residual_into_accumulators(acc, N, K, H * W, residual_flat)
+        _epilogue_store(acc, N, K, H, W, bias, residual_flat, out_flat, False, True)
+    else:
+        _epilogue_store(acc, N, K, H, W, bias, residual_flat, out_flat, True, True)
+
+
+def async_fused(x, w, bias, residual, out):
+    """relu(conv(x, w) + bias[k] (+ residual)) on async_gather's main loop; residual None: no residual.
+    Public: conv2d[bn_folded] runs its folded filters and bias through it."""
+    N, C, H, W = x.shape
+    K = w.shape[0]
+    wt = _padded_filters(w)
+    grid = (blocks_for(N * H * W, BN), wt.shape[2] // BM)
+    shape = (_flat(x), _flat(wt), N, C, H, W, K, wt.shape[1], wt.shape[2], bias)
+    if residual is None:
+        _async_bias_relu[grid, GEMM_THREADS](*shape, _flat(out))
+    else:
+        _async_bias_add_relu[grid, GEMM_THREADS](*shape, _flat(residual), _flat(out))
+
+
+ASYNC_EPILOGUE_SUMMARY = """
+    Stage 2's epilogue on conv2d's fastest main loop: the kernel is conv2d's async_gather (stage 6 of
+    that ladder: the reduction walked taps outermost, every tile copied by cp.async through a
+    PIPELINE_STAGES-deep pipeline, the filters reordered once per call into wt[tap, c, k]) with its
+    store replaced by stage 2's, the same device function for the main loop and the same one for the
+    epilogue. The gain is the main loop's: a K-step of the compiled loop is about 77% FFMA where the
+    implicit GEMM's was 47%, and the epilogue costs what it did. One change to the epilogue itself, for
+    the residual: stage 2 read each residual value at its store, and since numba cannot promise the
+    compiler that out and the residual never overlap, no load may move above the store before it, so a
+    thread's 64 loads ran as 64 memory latencies in a row, the likely reason that fusion never beat the
+    separate pass. Here every residual load is issued into the accumulators before the first store
+    (RESIDUAL_FIRST): one latency a thread, in registers the main loop no longer needs. The loads keep
+    the accumulators' layout (a warp's 32 spread over 4 channels and 8 pixels 4 apart); the sectors a
+    load leaves unused are read by the thread's 3 neighbouring loads, from L1."""
+
+
+@bias_relu_op.stage("async_epilogue", ASYNC_EPILOGUE_SUMMARY)
+def async_epilogue(x, w, bias, out):
+    async_fused(x, w, bias, None, out)
+
+
+@bias_add_relu_op.stage("async_epilogue", ASYNC_EPILOGUE_SUMMARY)
+def add_async_epilogue(x, w, bias, residual, out):
+    async_fused(x, w, bias, residual, out)
 
 
 OPERATORS = [op, general_op, bias_relu_op, bias_add_relu_op]
