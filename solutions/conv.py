@@ -1354,23 +1354,44 @@ def add_fused_epilogue(x, w, bias, residual, out):
 # staged the tiles are free, so the 64 values in flight cost no spills (ptxas: see the paragraph).
 
 RESIDUAL_FIRST = True  # False: stage 2's store loop, the residual read at each store (for a sweep)
+RESIDUAL_COLUMNS = 2  # accumulator columns whose 8 residuals each are loaded together: 2, 4 or 8
+if RESIDUAL_COLUMNS not in (2, 4, 8):
+    raise ValueError(f"RESIDUAL_COLUMNS must be 2, 4 or 8 (of a thread's 8 accumulator columns), got {RESIDUAL_COLUMNS}")
+
+
+@cuda.jit(device=True, inline=True)
+def _residual_columns(acc, first, N, K, P, residual_flat):
+    """acc[m, qq] += the residual at its output's index (see _store_outputs), for the accumulator
+    columns qq = first .. first + RESIDUAL_COLUMNS - 1, every load before any use. No load sits behind
+    a branch: an output past the tile's edge loads residual_flat[0] (always there) into an accumulator
+    that is never stored, so the compiler can issue them back to back, each into its own register."""
+    t = cuda.threadIdx.x
+    held = cuda.local.array((8, RESIDUAL_COLUMNS), float32)
+    for j in range(RESIDUAL_COLUMNS):
+        _, col = output_index(t, 0, first + j)
+        q = cuda.blockIdx.x * BN + col
+        n = q // P
+        p = q % P
+        for m in range(8):
+            row, _ = output_index(t, m, first + j)
+            k = cuda.blockIdx.y * BM + row
+            held[m, j] = residual_flat[(n * K + k) * P + p if q < N * P and k < K else 0]
+    for j in range(RESIDUAL_COLUMNS):
+        for m in range(8):
+            acc[m, first + j] += held[m, j]
 
 
 @cuda.jit(device=True, inline=True)
 def _residual_into_accumulators(acc, N, K, P, residual_flat):
-    """acc[m, qq] += the residual at its output's index, every load issued before any store."""
-    t = cuda.threadIdx.x
-    for qq in range(8):
-        _, col = output_index(t, 0, qq)
-        q = cuda.blockIdx.x * BN + col
-        if q < N * P:
-            n = q // P
-            p = q % P
-            for m in range(8):
-                row, _ = output_index(t, m, qq)
-                k = cuda.blockIdx.y * BM + row
-                if k < K:
-                    acc[m, qq] += residual_flat[(n * K + k) * P + p]
+    """The residual into all 64 accumulators, RESIDUAL_COLUMNS columns (8 loads each) in flight at a
+    time. Written out, not a loop over the batches: numba cannot ask for an unrolled loop, and a loop
+    the compiler keeps indexes acc at run time, which puts it in local memory."""
+    _residual_columns(acc, 0, N, K, P, residual_flat)
+    if RESIDUAL_COLUMNS < 8:
+        _residual_columns(acc, RESIDUAL_COLUMNS, N, K, P, residual_flat)
+    if RESIDUAL_COLUMNS < 4:
+        _residual_columns(acc, 2 * RESIDUAL_COLUMNS, N, K, P, residual_flat)
+        _residual_columns(acc, 3 * RESIDUAL_COLUMNS, N, K, P, residual_flat)
 
 
 @cuda.jit(**_gpu_options(launch_bounds=(GEMM_THREADS, BLOCKS_PER_SM)))

@@ -207,6 +207,39 @@ def test_fused_epilogue_refuses_a_residual_of_another_shape():
         conv.add_fused_epilogue(x, w, bias, res, out)
 
 
+def _epilogue_cases(op, size, seed):
+    rng = np.random.default_rng(seed)
+    return [("random", op.make_inputs(size, rng)), *op.adversarial_inputs(size, rng)]
+
+
+@pytest.mark.parametrize("op", [pytest.param(conv.bias_relu_op, marks=pytest.mark.slow), conv.bias_add_relu_op],
+                         ids=lambda o: o.name)
+def test_async_epilogue_exact_past_every_tile_edge(op):
+    """The operator's simulator sizes have C < K_STEP, one block of pixels and K <= 64 but for the slow
+    tier's last. C = 19: a whole K-step (the test-free copies) and a step of 3 channels; 9 x 15 pixels:
+    two 128-pixel tiles, the second 7 pixels and 121 columns past the last (the residual's dropped
+    loads); K = 66: two 64-channel tiles, the second with 2 rows. Random inputs, then the NaN pixel and
+    the +-1e4 biases."""
+    size = (1, 19, 9, 15, 66)
+    for label, inputs in _epilogue_cases(op, size, 11):
+        result = check_stage(op["async_epilogue"], size, inputs=inputs, label=label)
+        assert result.passed, (label, result.message)
+
+
+@pytest.mark.parametrize("setting", [{"RESIDUAL_FIRST": False}, {"RESIDUAL_COLUMNS": 4}, {"RESIDUAL_COLUMNS": 8}],
+                         ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
+def test_async_epilogue_residual_settings_a_sweep_may_take(setting, monkeypatch):
+    """The residual's other settings (the simulator reads module constants at each call): stage 2's
+    read at each store, and the loads in batches of 4 and 8 columns, at a size with a partial K-step,
+    rows past K and pixels past the last."""
+    for name, value in setting.items():
+        monkeypatch.setattr(conv, name, value)
+    size = (1, 3, 7, 9, 5)
+    for label, inputs in _epilogue_cases(conv.bias_add_relu_op, size, 12):
+        result = check_stage(conv.bias_add_relu_op["async_epilogue"], size, inputs=inputs, label=label)
+        assert result.passed, (label, result.message)
+
+
 def test_epilogue_reference_keeps_nan_through_relu():
     x = np.zeros((1, 1, 3, 3), np.float32)
     x[0, 0, 1, 1] = np.nan
