@@ -1346,12 +1346,13 @@ def add_fused_epilogue(x, w, bias, residual, out):
 
 # -- 3. async_epilogue: the same epilogue on async_gather's main loop, the residual loaded before any store ----
 #
-# Stage 2's store loop made a chain of its residual loads: numba cannot tell the compiler that out and
-# the residual never overlap, so no residual load may move above the store before it, and each store
-# waits for its own load. A thread's 64 loads are then 64 memory latencies one after another, where the
-# bare convolution's 64 stores wait for nothing. Reading all 64 into the accumulators first, before the
-# first store, puts the loads back to back: one latency a thread. After the main loop the registers that
-# staged the tiles are free, so the 64 values in flight cost no spills (ptxas: see the paragraph).
+# Stage 2's store loop makes a chain of its residual loads: numba cannot tell the compiler that out and
+# the residual never overlap, so no residual load may move above the store before it. In its SASS each
+# of a thread's 64 outputs is LDG, FADD, FADD, FSETP, FSEL, STG in turn: 64 memory latencies one after
+# another, where the bare convolution's 64 stores wait for nothing. Here the residual goes into the
+# accumulators first, before any store, in batches of RESIDUAL_COLUMNS x 8 loads issued back to back
+# (16 LDG then 16 FADD in the SASS at 2: four latencies a thread). All 64 at once would need 64 more
+# registers than the 168 that three blocks an SM allow (ptxas spills 1220 bytes at 8 columns, 96 at 4).
 
 RESIDUAL_FIRST = True  # False: stage 2's store loop, the residual read at each store (for a sweep)
 RESIDUAL_COLUMNS = 2  # accumulator columns whose 8 residuals each are loaded together: 2, 4 or 8
@@ -1432,16 +1433,17 @@ ASYNC_EPILOGUE_SUMMARY = """
     Stage 2's epilogue on conv2d's fastest main loop: the kernel is conv2d's async_gather (stage 6 of
     that ladder: the reduction walked taps outermost, every tile copied by cp.async through a
     PIPELINE_STAGES-deep pipeline, the filters reordered once per call into wt[tap, c, k]) with its
-    store replaced by stage 2's, the same device function for the main loop and the same one for the
-    epilogue. The gain is the main loop's: a K-step of the compiled loop is about 77% FFMA where the
-    implicit GEMM's was 47%, and the epilogue costs what it did. One change to the epilogue itself, for
-    the residual: stage 2 read each residual value at its store, and since numba cannot promise the
-    compiler that out and the residual never overlap, no load may move above the store before it, so a
-    thread's 64 loads ran as 64 memory latencies in a row, the likely reason that fusion never beat the
-    separate pass. Here every residual load is issued into the accumulators before the first store
-    (RESIDUAL_FIRST): one latency a thread, in registers the main loop no longer needs. The loads keep
-    the accumulators' layout (a warp's 32 spread over 4 channels and 8 pixels 4 apart); the sectors a
-    load leaves unused are read by the thread's 3 neighbouring loads, from L1."""
+    store replaced by stage 2's: one device function for the main loop, one for the epilogue. The gain
+    is the main loop's: a K-step of the compiled loop is about 77% FFMA where the implicit GEMM's was
+    47%. One change to the epilogue itself, for the residual. Stage 2 read each residual value at its
+    store, and since numba cannot promise the compiler that out and the residual never overlap, no load
+    may move above the store before it: a thread's 64 outputs were each load, add, ReLU, store in turn,
+    64 memory latencies in a row, the likely reason that fusion never beat the separate pass. Here the
+    residual is added to the accumulators before the first store, its loads issued 16 at a time
+    (RESIDUAL_COLUMNS), each into its own register: four latencies a thread instead of 64. Not all 64 at
+    once: beside the accumulators they need more registers than three blocks an SM leave a thread, and
+    ptxas spills (from 32 at once). An output past the tile's edge loads the
+    residual's first float into an accumulator that is never stored, so no load waits on a branch."""
 
 
 @bias_relu_op.stage("async_epilogue", ASYNC_EPILOGUE_SUMMARY)
