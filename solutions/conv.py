@@ -889,22 +889,22 @@ def _taps_outermost_filters(w, wt):
 
 
 @cuda.jit(device=True, inline=True)
-def _copy_step_async(x_ptr, wt_ptr, a_dst, b_dst, C, H, W, Cp, Kp, m0, base, h0, w0, r, s, c0):
+def _copy_step_async(x_ptr, wt_ptr, a_dst, b_dst, C, H, W, Cp, Kp, m0, base, h0, w0, r, s, c0, S, dilation):
     """Start the copies of K-step (r, s, c0..c0 + K_STEP - 1) into one pipeline stage and return without
-    waiting. a_dst, b_dst: the stage's tiles as shared-window addresses (shared_address32), already
+    waiting (an R x S filter; tap (r, s) reads the pixel dilation (r, s) from the window's corner). a_dst, b_dst: the stage's tiles as shared-window addresses (shared_address32), already
     offset by this thread's place in them."""
     t = cuda.threadIdx.x
     for i in range(FILTER_CHUNKS):  # filters: 4 neighbouring output channels of one input channel
         e = t + i * GEMM_THREADS
         j = e // (BM // 4)
         m = e % (BM // 4) * 4
-        src = wt_ptr + uint64((((r * 3 + s) * Cp + c0 + j) * Kp + m0 + m) * 4)
+        src = wt_ptr + uint64((((r * S + s) * Cp + c0 + j) * Kp + m0 + m) * 4)
         cp_async_chunk16_s32(a_dst + uint64((j * SA + m) * 4), src, 16)
-    # HINT: this thread's pixel, shifted by the tap, is (h0 + r, w0 + s): one test for the whole step (base < 0: no pixel).
+    # HINT: this thread's pixel, shifted by the tap, is (h0 + r dilation, w0 + s dilation): one test for the whole step (base < 0: no pixel).
     # HINT: element j is channel c0 + j of that pixel, H W floats after element j - 1; copy 0 bytes (a zero) where it is outside the image or past C.
     # BEGIN SOLUTION
-    h = h0 + r
-    col = w0 + s
+    h = h0 + r * dilation
+    col = w0 + s * dilation
     pixel_inside = base >= 0 and 0 <= h < H and 0 <= col < W
     # Outside, every element is a zero copied from x's first float: no address past the image is formed.
     pixel_bytes = 4 if pixel_inside else 0
@@ -923,36 +923,37 @@ def _copy_step_async(x_ptr, wt_ptr, a_dst, b_dst, C, H, W, Cp, Kp, m0, base, h0,
 
 
 @cuda.jit(device=True, inline=True)
-def _next_step(r, s, c0, C):
+def _next_step(r, s, c0, C, S):
     """The K-step after (r, s, c0): an odometer, channel block fastest, then s, then r (no divisions)."""
     c0 += K_STEP
     if c0 >= C:
         c0 = 0
         s += 1
-        if s == 3:
+        if s == S:
             s = 0
             r += 1
     return r, s, c0
 
 
 @cuda.jit(device=True, inline=True)
-def _async_gather_block(x_flat, wt_flat, N, C, H, W, Cp, Kp, acc):
+def _async_gather_block(x_flat, wt_flat, N, C, H, W, Cp, Kp, R, S, stride, pad, dilation, Ho, Wo, acc):
     """acc (8 x 8, registers) = this thread's share of the block's 64 x 128 tile of the product
     wt (taps x Cp x Kp, see _taps_outermost_filters) times the im2col matrix, the reduction walked
     (r, s, c); stage 4's _implicit_gemm_block with every tile copied by cp.async. Every kernel that
-    ends in another store (the fused epilogues) runs this same loop."""
+    ends in another store (the fused epilogues) runs this same loop; conv2d's pass the geometry as
+    constants (3, 3, 1, 1, 1, H, W), which the compiler folds in, conv2d[general]'s read it."""
     As = cuda.shared.array(PIPELINE_A, float32, alignment=ALIGN16)
     Bs = cuda.shared.array(PIPELINE_B, float32, alignment=ALIGN16)
     a = cuda.local.array(8, float32)
     b = cuda.local.array(8, float32)
     t = cuda.threadIdx.x
-    HW = H * W
+    P = Ho * Wo
     q = cuda.blockIdx.x * BN + t  # the output pixel whose column this thread copies, as in stage 4
-    n = q // HW
-    p = q % HW
-    h0 = p // W - 1  # padding 1: the 3x3 window's top-left input pixel
-    w0 = p % W - 1
-    base = n * C * HW if q < N * HW else -1
+    n = q // P
+    p = q % P
+    h0 = p // Wo * stride - pad  # the window's top-left input pixel
+    w0 = p % Wo * stride - pad
+    base = n * C * H * W if q < N * P else -1
     m0 = cuda.blockIdx.y * BM
     x_ptr = x_flat.ctypes.data
     wt_ptr = wt_flat.ctypes.data
@@ -967,7 +968,7 @@ def _async_gather_block(x_flat, wt_flat, N, C, H, W, Cp, Kp, acc):
     lane = ut % uint32(32)
     r0 = (ut // uint32(64)) * uint32(32) + (lane // uint32(8)) * uint32(4)  # as gemm_tile_loop
     c0l = ((ut // uint32(32)) % uint32(2)) * uint32(64) + (lane % uint32(8)) * uint32(4)
-    steps = 9 * (Cp // K_STEP)
+    steps = R * S * (Cp // K_STEP)
     # The next step to copy: tap (r, s), channels c0..c0 + K_STEP - 1.
     r = 0
     s = 0
@@ -975,8 +976,8 @@ def _async_gather_block(x_flat, wt_flat, N, C, H, W, Cp, Kp, acc):
     for i in range(PIPELINE_STAGES - 1):  # fill the pipeline: one commit group per step, empty or not
         if i < steps:
             _copy_step_async(x_ptr, wt_ptr, a_base + uint64(i * STEP_A * 4), b_base + uint64(i * STEP_B * 4),
-                             C, H, W, Cp, Kp, m0, base, h0, w0, r, s, c0)
-            r, s, c0 = _next_step(r, s, c0, C)
+                             C, H, W, Cp, Kp, m0, base, h0, w0, r, s, c0, S, dilation)
+            r, s, c0 = _next_step(r, s, c0, C, S)
         cp_async_commit()
     read = 0  # the stage step kt computes from
     write = PIPELINE_STAGES - 1  # the stage step kt + PIPELINE_STAGES - 1 is copied into
@@ -985,8 +986,8 @@ def _async_gather_block(x_flat, wt_flat, N, C, H, W, Cp, Kp, acc):
         cuda.syncthreads()  # ... everyone's; and everyone is done computing step kt - 1 (stage `write`)
         if kt + PIPELINE_STAGES - 1 < steps:
             _copy_step_async(x_ptr, wt_ptr, a_base + uint64(write * STEP_A * 4), b_base + uint64(write * STEP_B * 4),
-                             C, H, W, Cp, Kp, m0, base, h0, w0, r, s, c0)
-            r, s, c0 = _next_step(r, s, c0, C)
+                             C, H, W, Cp, Kp, m0, base, h0, w0, r, s, c0, S, dilation)
+            r, s, c0 = _next_step(r, s, c0, C, S)
         cp_async_commit()
         ia = uint32(read * STEP_A) + r0
         ib = uint32(read * STEP_B) + c0l
@@ -1000,7 +1001,7 @@ def _async_gather_block(x_flat, wt_flat, N, C, H, W, Cp, Kp, acc):
 @cuda.jit(**_gpu_options(launch_bounds=(GEMM_THREADS, BLOCKS_PER_SM)))
 def _async_gather(x_flat, wt_flat, N, C, H, W, K, Cp, Kp, out_flat):
     acc = cuda.local.array((8, 8), float32)
-    _async_gather_block(x_flat, wt_flat, N, C, H, W, Cp, Kp, acc)
+    _async_gather_block(x_flat, wt_flat, N, C, H, W, Cp, Kp, 3, 3, 1, 1, 1, H, W, acc)
     _store_outputs(acc, N, K, H * W, out_flat)
 
 
@@ -1039,6 +1040,37 @@ def async_gather(x, w, out):
     grid = (blocks_for(N * H * W, BN), wt.shape[2] // BM)
     _async_gather[grid, GEMM_THREADS](_flat(x), _flat(wt), N, C, H, W, K, wt.shape[1], wt.shape[2], _flat(out))
 
+
+# -- conv2d[general] 5. async_gather: the same loop, any filter, stride, padding and dilation ---------------
+
+@cuda.jit(**_gpu_options(launch_bounds=(GEMM_THREADS, BLOCKS_PER_SM)))
+def _async_gather_general(x_flat, wt_flat, geometry, N, C, H, W, K, R, S, Ho, Wo, Cp, Kp, out_flat):
+    acc = cuda.local.array((8, 8), float32)
+    _async_gather_block(x_flat, wt_flat, N, C, H, W, Cp, Kp, R, S, geometry[0], geometry[1], geometry[2],
+                        Ho, Wo, acc)
+    _store_outputs(acc, N, K, Ho * Wo, out_flat)
+
+
+@general_op.stage("async_gather", """
+    conv2d's async_gather (its stage 6) for any geometry, the stage the 3x3 ladder's lesson leads to
+    here: the same device function for the main loop, given the filter size, stride, padding and
+    dilation instead of 3, 3, 1, 1, 1. Against stage 4 the change is that one: the reduction walked
+    taps outermost, so a K-step is K_STEP input channels of one tap (r, s), which moves the thread's
+    pixel to (ho stride - pad + r dilation, wo stride - pad + s dilation), inside the image or outside
+    for the whole step; each element is then a 4-byte cp.async or its zero, and the filters, reordered
+    once per call into wt[r S + s, c, k], are 16-byte copies with no tests. R S taps make R S (C /
+    K_STEP) K-steps; a 1x1 filter is one tap, a plain GEMM over the channels, where every pixel is
+    inside and stage 4's per-element odometer and bounds tests were all the gather cost. The geometry
+    is read from the device array, so the compiler cannot fold it as it does conv2d's constants: a few
+    more registers for the same tiles, the same pipeline and the same 8 x 8 FMA loop.""")
+def general_async_gather(x, w, geometry, out):
+    N, C, H, W = x.shape
+    K, _, R, S = w.shape
+    Ho, Wo = out.shape[2], out.shape[3]
+    wt = _padded_filters(w)
+    grid = (blocks_for(N * Ho * Wo, BN), wt.shape[2] // BM)
+    _async_gather_general[grid, GEMM_THREADS](_flat(x), _flat(wt), geometry, N, C, H, W, K, R, S, Ho, Wo,
+                                              wt.shape[1], wt.shape[2], _flat(out))
 
 
 # == conv2d[bias_relu] and conv2d[bias_add_relu]: the epilogue, fused ====================================
@@ -1398,14 +1430,14 @@ def _residual_into_accumulators(acc, N, K, P, residual_flat):
 @cuda.jit(**_gpu_options(launch_bounds=(GEMM_THREADS, BLOCKS_PER_SM)))
 def _async_bias_relu(x_flat, wt_flat, N, C, H, W, K, Cp, Kp, bias, out_flat):
     acc = cuda.local.array((8, 8), float32)
-    _async_gather_block(x_flat, wt_flat, N, C, H, W, Cp, Kp, acc)
+    _async_gather_block(x_flat, wt_flat, N, C, H, W, Cp, Kp, 3, 3, 1, 1, 1, H, W, acc)
     _epilogue_store(acc, N, K, H, W, bias, out_flat, out_flat, False, True)
 
 
 @cuda.jit(**_gpu_options(launch_bounds=(GEMM_THREADS, BLOCKS_PER_SM)))
 def _async_bias_add_relu(x_flat, wt_flat, N, C, H, W, K, Cp, Kp, bias, residual_flat, out_flat):
     acc = cuda.local.array((8, 8), float32)
-    _async_gather_block(x_flat, wt_flat, N, C, H, W, Cp, Kp, acc)
+    _async_gather_block(x_flat, wt_flat, N, C, H, W, Cp, Kp, 3, 3, 1, 1, 1, H, W, acc)
     if RESIDUAL_FIRST:
         # The residual joins the sum before the bias (stage 2 adds the bias first): a different rounding
         # of the same three terms, inside the check's tolerance.
