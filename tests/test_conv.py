@@ -158,6 +158,22 @@ def test_async_gather_exact_past_every_tile_edge():
     assert relative_error(got, ref) < conv._tolerance((2, 19, 9, 17, 66), np.float32)
 
 
+@pytest.mark.parametrize("size", [
+    (1, 19, 9, 15, 66, 1, 1, 1, 0, 1),  # the headline's 1x1: a whole K-step and one of 3 channels, 2 x 2 tiles
+    (1, 19, 11, 13, 5, 3, 3, 2, 2, 2),  # stride 2, dilation 2, padding 2: taps past every border
+    pytest.param((1, 3, 9, 11, 3, 7, 7, 2, 3, 1), marks=pytest.mark.slow),  # 49 taps, a partial K-step each
+], ids=lambda s: "x".join(map(str, s)))
+def test_general_async_gather_exact_at_awkward_geometries(size):
+    """conv2d[general]'s async_gather: async_gather's main loop given the geometry at run time. Random
+    inputs and the constant image (every border the stride, padding and dilation move)."""
+    rng = np.random.default_rng(13)
+    stage = conv.general_op["async_gather"]
+    cases = [("random", conv.general_op.make_inputs(size, rng)), *conv.general_op.adversarial_inputs(size, rng)]
+    for label, inputs in cases:
+        result = check_stage(stage, size, inputs=inputs, label=label)
+        assert result.passed, (label, result.message)
+
+
 ISSUE_LAYERS = [(32, 64, 56, 56, 64), (32, 256, 14, 14, 256)]
 
 
