@@ -30,12 +30,13 @@ The transposed convolution (conv2d's input gradient) is ``solutions/conv_transpo
 Four operators share these kernels:
 
 ``conv2d``: 3x3 filters, stride 1, padding 1 (the layer ResNet and VGG are made of), size
-N x C x H x W x K. Its last two stages, Winograd F(2x2, 3x3) and async_gather (taps outermost), are
-written for that geometry only.
+N x C x H x W x K. Winograd F(2x2, 3x3) (stage 5) is written for that geometry only; async_gather
+(stage 6, taps outermost) is compiled for it (its loop takes the geometry; conv2d passes constants).
 
 ``conv2d[general]``: any filter R x S, stride, padding and dilation, given as a third input
 ``geometry`` (an int32 device array [stride, pad, dilation]; the kernels read it from device memory,
 so launchers never copy anything to the host), size N x C x H x W x K x R x S x STRIDE x PAD x DIL.
+Its ladder is conv2d's without Winograd, async_gather last.
 Output size Ho = (H + 2 pad - dilation (R - 1) - 1) // stride + 1 (and Wo likewise).
 
 ``conv2d[bias_relu]`` and ``conv2d[bias_add_relu]``: conv2d's layer with the epilogue a network puts after
