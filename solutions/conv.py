@@ -1053,17 +1053,18 @@ def _async_gather_general(x_flat, wt_flat, geometry, N, C, H, W, K, R, S, Ho, Wo
 
 
 @general_op.stage("async_gather", """
-    conv2d's async_gather (its stage 6) for any geometry, the stage the 3x3 ladder's lesson leads to
-    here: the same device function for the main loop, given the filter size, stride, padding and
-    dilation instead of 3, 3, 1, 1, 1. Against stage 4 the change is that one: the reduction walked
-    taps outermost, so a K-step is K_STEP input channels of one tap (r, s), which moves the thread's
-    pixel to (ho stride - pad + r dilation, wo stride - pad + s dilation), inside the image or outside
-    for the whole step; each element is then a 4-byte cp.async or its zero, and the filters, reordered
-    once per call into wt[r S + s, c, k], are 16-byte copies with no tests. R S taps make R S (C /
-    K_STEP) K-steps; a 1x1 filter is one tap, a plain GEMM over the channels, where every pixel is
-    inside and stage 4's per-element odometer and bounds tests were all the gather cost. The geometry
-    is read from the device array, so the compiler cannot fold it as it does conv2d's constants: a few
-    more registers for the same tiles, the same pipeline and the same 8 x 8 FMA loop.""")
+    Stage 4's implicit GEMM on conv2d's async_gather main loop (that ladder's stage 6): the same device
+    function, given the filter size, stride, padding and dilation where conv2d passes 3, 3, 1, 1, 1.
+    The reduction is walked taps outermost: a K-step is K_STEP input channels of one tap (r, s), which
+    puts the thread's pixel at (ho stride - pad + r dilation, wo stride - pad + s dilation), inside the
+    image or outside for the whole step, so each element is a 4-byte cp.async or its zero; the
+    filters, reordered once per call into wt[r S + s, c, k], are 16-byte copies with no tests; and
+    PIPELINE_STAGES K-steps are in flight. R S taps make R S ceil(C / K_STEP) K-steps. A 1x1 filter is
+    one tap, a plain GEMM over the channels with every pixel inside, where stage 4 still paid an
+    odometer step and four bounds tests per element and staged each through a register. The geometry
+    comes from the device array, so the compiler cannot fold it in as it does conv2d's constants: a few
+    more registers and index instructions, the same tiles, pipeline and 8 x 8 FMA loop.""")
+
 def general_async_gather(x, w, geometry, out):
     N, C, H, W = x.shape
     K, _, R, S = w.shape
