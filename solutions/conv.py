@@ -1064,7 +1064,6 @@ def _async_gather_general(x_flat, wt_flat, geometry, N, C, H, W, K, R, S, Ho, Wo
     odometer step and four bounds tests per element and staged each through a register. The geometry
     comes from the device array, so the compiler cannot fold it in as it does conv2d's constants: a few
     more registers and index instructions, the same tiles, pipeline and 8 x 8 FMA loop.""")
-
 def general_async_gather(x, w, geometry, out):
     N, C, H, W = x.shape
     K, _, R, S = w.shape
