@@ -1359,12 +1359,10 @@ FUSED_SUMMARY = """
     kernel (the epilogue would go there, still a separate pass over M). On an H200, with the bias alone
     the fusion won at the headline layer (about 3%) but lost at N32 C256 14x14, for a reason not yet
     found. With the residual it never won: the fused residual epilogue cost as much over the bare
-    convolution as the whole separate pass. The likely reason is the residual read: it comes after the
-    main loop, one 4-byte load per output that its store waits for, in the accumulators' layout (a
-    warp's 32 loads spread over 4 channels and 8 pixels 4 apart), while the separate kernel streams the
-    same bytes coalesced from every thread of the GPU. Not registers: ptxas gives the fused kernel 159
-    and no spills, the implicit GEMM 161. Loading the residual tile into shared memory with coalesced
-    loads during the last K-steps would be the next thing to try."""
+    convolution as the whole separate pass. The reason is in the compiled store loop: each output's
+    residual load, its additions, ReLU and store in turn, 64 memory latencies one after another per
+    thread (stage 3 says why the compiler keeps that order, and loads the residual first). Not
+    registers: ptxas gives the fused kernel 159 and no spills, the implicit GEMM 161."""
 
 
 @bias_relu_op.stage("fused_epilogue", FUSED_SUMMARY)
