@@ -1359,7 +1359,7 @@ FUSED_SUMMARY = """
     kernel (the epilogue would go there, still a separate pass over M). On an H200, with the bias alone
     the fusion won at the headline layer (about 3%) but lost at N32 C256 14x14, for a reason not yet
     found. With the residual it never won: the fused residual epilogue cost as much over the bare
-    convolution as the whole separate pass. The reason is in the compiled store loop: each output's
+    convolution as the whole separate pass. The likely reason is in the compiled store loop: each output's
     residual load, its additions, ReLU and store in turn, 64 memory latencies one after another per
     thread (stage 3 says why the compiler keeps that order, and loads the residual first). Not
     registers: ptxas gives the fused kernel 159 and no spills, the implicit GEMM 161."""
