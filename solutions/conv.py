@@ -892,8 +892,9 @@ def _taps_outermost_filters(w, wt):
 @cuda.jit(device=True, inline=True)
 def _copy_step_async(x_ptr, wt_ptr, a_dst, b_dst, C, H, W, Cp, Kp, m0, base, h0, w0, r, s, c0, S, dilation):
     """Start the copies of K-step (r, s, c0..c0 + K_STEP - 1) into one pipeline stage and return without
-    waiting (an R x S filter; tap (r, s) reads the pixel dilation (r, s) from the window's corner). a_dst, b_dst: the stage's tiles as shared-window addresses (shared_address32), already
-    offset by this thread's place in them."""
+    waiting (an R x S filter: tap (r, s) reads the pixel dilation (r, s) past the window's corner).
+    a_dst, b_dst: the stage's tiles as shared-window addresses (shared_address32), already offset by
+    this thread's place in them."""
     t = cuda.threadIdx.x
     for i in range(FILTER_CHUNKS):  # filters: 4 neighbouring output channels of one input channel
         e = t + i * GEMM_THREADS
@@ -1359,10 +1360,10 @@ FUSED_SUMMARY = """
     kernel (the epilogue would go there, still a separate pass over M). On an H200, with the bias alone
     the fusion won at the headline layer (about 3%) but lost at N32 C256 14x14, for a reason not yet
     found. With the residual it never won: the fused residual epilogue cost as much over the bare
-    convolution as the whole separate pass. The likely reason is in the compiled store loop: each output's
-    residual load, its additions, ReLU and store in turn, 64 memory latencies one after another per
-    thread (stage 3 says why the compiler keeps that order, and loads the residual first). Not
-    registers: ptxas gives the fused kernel 159 and no spills, the implicit GEMM 161."""
+    convolution as the whole separate pass. The likely reason is in the compiled store loop: each
+    output's residual load, its additions, ReLU and store in turn, 64 memory latencies one after
+    another per thread (stage 3 says why the compiler keeps that order, and loads the residual first).
+    Not registers: ptxas gives the fused kernel 159 and no spills, the implicit GEMM 161."""
 
 
 @bias_relu_op.stage("fused_epilogue", FUSED_SUMMARY)
@@ -1388,7 +1389,8 @@ def add_fused_epilogue(x, w, bias, residual, out):
 RESIDUAL_FIRST = True  # False: stage 2's store loop, the residual read at each store (for a sweep)
 RESIDUAL_COLUMNS = 2  # accumulator columns whose 8 residuals each are loaded together: 2, 4 or 8
 if RESIDUAL_COLUMNS not in (2, 4, 8):
-    raise ValueError(f"RESIDUAL_COLUMNS must be 2, 4 or 8 (of a thread's 8 accumulator columns), got {RESIDUAL_COLUMNS}")
+    raise ValueError(f"RESIDUAL_COLUMNS must be 2, 4 or 8 (of a thread's 8 accumulator columns), "
+                     f"got {RESIDUAL_COLUMNS}")
 
 
 @cuda.jit(device=True, inline=True)
@@ -1430,7 +1432,7 @@ def _residual_into_accumulators(acc, N, K, P, residual_flat):
 def _async_bias_relu(x_flat, wt_flat, N, C, H, W, K, Cp, Kp, bias, out_flat):
     acc = cuda.local.array((8, 8), float32)
     _async_gather_block(x_flat, wt_flat, N, C, H, W, Cp, Kp, 3, 3, 1, 1, 1, H, W, acc)
-    _epilogue_store(acc, N, K, H, W, bias, out_flat, out_flat, False, True)
+    _epilogue_store(acc, N, K, H, W, bias, out_flat, out_flat, False, True)  # out: the residual, never read
 
 
 @cuda.jit(**_gpu_options(launch_bounds=(GEMM_THREADS, BLOCKS_PER_SM)))
@@ -1453,11 +1455,11 @@ def async_fused(x, w, bias, residual, out):
     K = w.shape[0]
     wt = _padded_filters(w)
     grid = (blocks_for(N * H * W, BN), wt.shape[2] // BM)
-    shape = (_flat(x), _flat(wt), N, C, H, W, K, wt.shape[1], wt.shape[2], bias)
+    args = (_flat(x), _flat(wt), N, C, H, W, K, wt.shape[1], wt.shape[2], bias)
     if residual is None:
-        _async_bias_relu[grid, GEMM_THREADS](*shape, _flat(out))
+        _async_bias_relu[grid, GEMM_THREADS](*args, _flat(out))
     else:
-        _async_bias_add_relu[grid, GEMM_THREADS](*shape, _flat(residual), _flat(out))
+        _async_bias_add_relu[grid, GEMM_THREADS](*args, _flat(residual), _flat(out))
 
 
 ASYNC_EPILOGUE_SUMMARY = """
@@ -1473,8 +1475,8 @@ ASYNC_EPILOGUE_SUMMARY = """
     residual is added to the accumulators before the first store, its loads issued 16 at a time
     (RESIDUAL_COLUMNS), each into its own register: four latencies a thread instead of 64. Not all 64 at
     once: beside the accumulators they need more registers than three blocks an SM leave a thread, and
-    ptxas spills (from 32 at once). An output past the tile's edge loads the
-    residual's first float into an accumulator that is never stored, so no load waits on a branch."""
+    ptxas spills (from 32 at once). An output past the tile's edge loads the residual's first float
+    into an accumulator that is never stored, so no load waits on a branch."""
 
 
 @bias_relu_op.stage("async_epilogue", ASYNC_EPILOGUE_SUMMARY)
