@@ -163,9 +163,12 @@ def test_async_gather_exact_past_every_tile_edge():
     (1, 19, 11, 13, 5, 3, 3, 2, 2, 2),  # stride 2, dilation 2, padding 2: taps past every border
     pytest.param((1, 3, 9, 11, 3, 7, 7, 2, 3, 1), marks=pytest.mark.slow),  # 49 taps, a partial K-step each
 ], ids=lambda s: "x".join(map(str, s)))
-def test_general_async_gather_exact_at_awkward_geometries(size):
-    """conv2d[general]'s async_gather: async_gather's main loop given the geometry at run time. Random
-    inputs and the constant image (every border the stride, padding and dilation move)."""
+def test_general_async_gather_exact_at_awkward_geometries(size, monkeypatch):
+    """conv2d[general]'s async_gather: async_gather's main loop given the geometry at run time (its own
+    kernel at every C here, as a sweep of GATHER_MIN_CHANNELS=0 would run it; the simulator sizes of the
+    operator, all C < K_STEP, check the fallback). Random inputs and the constant image (every border
+    the stride, padding and dilation move)."""
+    monkeypatch.setattr(conv, "GATHER_MIN_CHANNELS", 0)
     rng = np.random.default_rng(13)
     stage = conv.general_op["async_gather"]
     cases = [("random", conv.general_op.make_inputs(size, rng)), *conv.general_op.adversarial_inputs(size, rng)]
