@@ -121,6 +121,10 @@ if is_simulator() and libdevice.int_as_float(0) is None:
         def float2int_rn(value):
             return np.int32(np.rint(np.float64(value)))
 
+        @staticmethod
+        def rsqrtf(value):
+            return np.float32(1.0 / np.sqrt(np.float64(value)))
+
     libdevice = SimulatorLibdevice  # noqa: F811 - the kernels call libdevice.* either way
 
 
@@ -177,6 +181,13 @@ def block_max(value, reduced):
 def block_sum(value, reduced, slot):
     """Sum over a block of THREADS threads, in every thread (slot: 0 or 1, see block_sum_over)."""
     return block_sum_over(value, reduced, slot, WARPS)
+
+
+@cuda.jit(device=True, inline=True)
+def rsqrt(value):
+    """1 / sqrt(value) in one instruction, rsqrt.approx.f32 (relative error below 2^-22): IEEE's sqrt and
+    division each bring a slow path, a called subroutine whose registers count against every thread."""
+    return libdevice.rsqrtf(value)
 
 
 def torch_peer(name, call, returns=False):

@@ -34,12 +34,12 @@ from solutions._half import (
     CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, VECTOR,
     a_matrix, as_float64, bits16, block_sum, block_sum_over, edge_element, expect_rows, expect_vectors, flat_bits16,
     group_row, group_sum, half_operator, load_held, pack, per_format, registers_grid, registers_threads, row_words,
-    short_name, torch_peer, vector_at, words)
+    rsqrt, short_name, torch_peer, vector_at, warp_sum, words)
 # The float64 references (layernorm64: (x - mean) / sqrt(var + EPS) * weight + bias; rmsnorm64) and the random
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
 from solutions._vector_io import (
-    aligned16, capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store4, store_chunk)
+    aligned16, capped, expect_row_width, flat_view, load8, load_chunk, rows_fit_vectors, store4, store8, store_chunk)
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, stage_of
 from workbench.targets import against_peer, of_ceiling
@@ -2086,6 +2086,211 @@ def rmsnorm_in_registers(x, weight, out):
     kernel = _rmsnorm_registers.kernels[x.dtype]
     kernel[blocks, block](flat_bits16(x), words(x), bits16(weight), words(weight), flat_bits16(out), words(out),
                           rows, cols, threads)
+
+
+# -- vector_rows (LayerNorm's 4th stage, RMSNorm's 5th): a lean kernel, the row held as 16-byte vectors -----
+
+VECTORS = 4  # 16-byte vectors of x each thread holds (8 halves each): a 4096-column row is 128 threads
+BLOCK_ROWS_THREADS = 128  # narrow rows share a block of up to this many threads (one row a warp, no barrier)
+WEIGHTS_WITH_X = False  # True: weight and bias loaded with x, held through the statistics (32 registers more at VECTORS = 4)
+REGISTER_CAP = None  # registers a thread (None: as ptxas chooses); a cap buys rows resident with spills
+VECTOR_COLS = 1024 * VECTORS * VECTOR  # widest row the kernel holds: 1024 threads of VECTORS vectors
+HELD_WORDS = 4 * VECTORS  # a local array's shape must be a constant: a module global
+HELD_HALVES = 8 * VECTORS
+
+
+def vector_rows_shape(rows, cols):
+    """(blocks, (threads a row, rows a block)): the fewest threads a row, a power of two from 32, whose
+    VECTORS vectors cover it; rows share a block up to BLOCK_ROWS_THREADS threads."""
+    threads = 32
+    while threads * VECTORS * VECTOR < cols:
+        threads *= 2
+    per_block = max(1, min(BLOCK_ROWS_THREADS // threads, rows))
+    return -(-rows // per_block), (threads, per_block)
+
+
+def fits_vector_rows(cols, *arrays):
+    """Every row starts on 16 bytes (a width that is a multiple of 8 halves, arrays that start on 16 bytes)
+    and is at most VECTOR_COLS wide."""
+    return cols % VECTOR == 0 and cols <= VECTOR_COLS and aligned16(*arrays)
+
+
+@cuda.jit(device=True, inline=True)
+def vector_row(rows, cols):
+    """Where this thread's row starts (flat element) and its width: blockDim.x threads a row, blockDim.y rows a
+    block. A row past the last gets width 0: its threads load and store nothing but meet the barriers."""
+    row = uint32(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y)
+    return uint64(row) * uint64(cols), uint32(cols) if row < uint32(rows) else uint32(0)
+
+
+@cuda.jit(device=True, inline=True)
+def row_sum(value, partials, slot):
+    """Sum over the threads of this thread's row, in each of them: shuffles in each warp, then (a row of
+    several warps) each warp's sum through shared memory and log2(warps) shuffles more. Slot 0 or 1: a
+    row's second sum writes where its first was not read, so one barrier a sum. (Unsigned 32-bit
+    arithmetic throughout: numba's // and % on signed values are 64-bit with a floor correction.)"""
+    value = warp_sum(value)
+    warps = uint32(cuda.blockDim.x) >> uint32(5)
+    if warps == uint32(1):
+        return value
+    t = uint32(cuda.threadIdx.x)
+    lane = t & uint32(31)
+    first = uint32(slot * 32) + uint32(cuda.threadIdx.y) * warps
+    if lane == uint32(0):
+        partials[first + (t >> uint32(5))] = value
+    cuda.syncthreads()
+    value = partials[first + (lane & (warps - uint32(1)))]
+    offset = warps >> uint32(1)
+    while offset > uint32(0):
+        value += cuda.shfl_xor_sync(FULL_MASK, value, offset)
+        offset >>= uint32(1)
+    return value
+
+
+@cuda.jit(device=True, inline=True)
+def layernorm_vector_row(x, weight, bias, out, rows, cols, inv_cols, widen, narrow2):
+    partials = cuda.shared.array(GROUP_SLOTS, float32)
+    held = cuda.local.array(HELD_WORDS, uint32)  # x as loaded: VECTORS vectors of four words, two halves a word
+    d = cuda.local.array(HELD_HALVES, float32)  # x - x0, then x - x0 - mean: widened once, used three times
+    ws = cuda.local.array(HELD_WORDS, uint32)
+    bs = cuda.local.array(HELD_WORDS, uint32)
+    results = cuda.local.array(4, uint32)
+    base, width = vector_row(rows, cols)
+    first = uint32(cuda.threadIdx.x * VECTOR)  # vector k of this thread: columns first + k * step ...
+    step = uint32(cuda.blockDim.x * VECTOR)
+    # HINT: load8 every vector (first + k * step < width) of x, and of weight and bias if WEIGHTS_WITH_X; widen
+    # HINT: x once into d = x - x0, its sum -> mean (row_sum), d -= mean, sum of d * d -> rstd (rsqrt); each
+    # HINT: vector's eight results d * rstd * w + b as four narrow2 words, one store8.
+    # BEGIN SOLUTION
+    for k in range(VECTORS):
+        c = uint32(first + uint32(k) * step)  # uint32(...): numba widens 32-bit sums to 64 bits
+        if c < width:
+            held[4 * k], held[4 * k + 1], held[4 * k + 2], held[4 * k + 3] = load8(x, base + c)
+            if WEIGHTS_WITH_X:
+                ws[4 * k], ws[4 * k + 1], ws[4 * k + 2], ws[4 * k + 3] = load8(weight, c)
+                bs[4 * k], bs[4 * k + 1], bs[4 * k + 2], bs[4 * k + 3] = load8(bias, c)
+    x0 = widen(uint32(x[base])) if width > uint32(0) else float32(0.0)  # the shift of the float32 ladder
+    total = float32(0.0)
+    for k in range(VECTORS):
+        for j in range(4 * k, 4 * k + 4):
+            d[2 * j] = widen(held[j]) - x0
+            d[2 * j + 1] = widen(held[j] >> SIXTEEN) - x0
+        if uint32(first + uint32(k) * step) < width:
+            for i in range(8 * k, 8 * k + 8):
+                total += d[i]
+    mean = row_sum(total, partials, 0) * inv_cols
+    squares = float32(0.0)
+    for k in range(VECTORS):
+        for i in range(8 * k, 8 * k + 8):
+            d[i] -= mean  # x - x0 - mean, never x - (x0 + mean): see layernorm_packed_row
+        if uint32(first + uint32(k) * step) < width:
+            for i in range(8 * k, 8 * k + 8):
+                squares += d[i] * d[i]
+    rstd = rsqrt(row_sum(squares, partials, 1) * inv_cols + EPS)
+    for k in range(VECTORS):
+        c = uint32(first + uint32(k) * step)  # uint32(...): numba widens 32-bit sums to 64 bits
+        if c < width:
+            if not WEIGHTS_WITH_X:
+                ws[4 * k], ws[4 * k + 1], ws[4 * k + 2], ws[4 * k + 3] = load8(weight, c)
+                bs[4 * k], bs[4 * k + 1], bs[4 * k + 2], bs[4 * k + 3] = load8(bias, c)
+            for j in range(4):
+                w, b = ws[4 * k + j], bs[4 * k + j]
+                i = 8 * k + 2 * j
+                results[j] = narrow2(d[i] * rstd * widen(w) + widen(b),
+                                     d[i + 1] * rstd * widen(w >> SIXTEEN) + widen(b >> SIXTEEN))
+            store8(out, base + c, results[0], results[1], results[2], results[3])
+    # END SOLUTION
+
+
+@per_format
+def _layernorm_vectors(x, weight, bias, out, rows, cols, inv_cols):
+    layernorm_vector_row(x, weight, bias, out, rows, cols, inv_cols, widen, narrow2)  # noqa: F821 - bound per format
+
+
+VECTOR_ROWS = """
+    The row held in registers again, as in RMSNorm's in_registers, but with every instruction that is
+    not the arithmetic of the norm taken out, since at 2 bytes an element these kernels run out of
+    instruction issue before they run out of bandwidth. Each thread loads VECTORS 16-byte vectors of
+    its row (eight halves a load, all issued before any is used) and the weight (and bias) vectors of
+    the same columns with them: they are the same for every row, so they come from L1 while x comes
+    from memory, and no load waits behind a store (the compiler may not move a load of weight past a
+    store to out: it cannot prove they do not overlap). The block is two-dimensional, threads a row
+    by rows a block, so no thread divides to find its row; a row's width must be a multiple of 8 and
+    every array must start on 16 bytes, so the kernel has no head or tail path (other rows take the
+    stage before); 1 / cols comes from the host and 1 / sqrt is one rsqrt.approx instruction, where
+    the IEEE sqrt and division each bring a called slow path and its registers. A row's sum is shuffles
+    in each warp, one barrier, then log2(warps) shuffles over the warps' sums."""
+
+
+@stage_of(HALF_LAYERNORMS, "vector_rows", VECTOR_ROWS + """
+    Here: the mean of x - x0 and the mean squared deviation from the held words, two row sums (two
+    barriers), then the output written 16 bytes at a time, each pair rounded by one instruction.""",
+          dtype=np.float32)
+def layernorm_vector_rows(x, weight, bias, out):
+    rows, cols = x.shape
+    if rows == 0 or not fits_vector_rows(cols, x, weight, bias, out):
+        return layernorm_rows_in_flight(x, weight, bias, out)
+    blocks, block = vector_rows_shape(rows, cols)
+    kernel = capped(_layernorm_vectors.kernels[x.dtype], REGISTER_CAP)
+    kernel[blocks, block](flat_bits16(x), bits16(weight), bits16(bias), flat_bits16(out), rows, cols,
+                          np.float32(1.0 / cols))
+
+
+@cuda.jit(device=True, inline=True)
+def rmsnorm_vector_row(x, weight, out, rows, cols, inv_cols, widen, narrow2):
+    partials = cuda.shared.array(GROUP_SLOTS, float32)
+    held = cuda.local.array(HELD_WORDS, uint32)
+    xs = cuda.local.array(HELD_HALVES, float32)  # x widened once, used twice
+    ws = cuda.local.array(HELD_WORDS, uint32)
+    results = cuda.local.array(4, uint32)
+    base, width = vector_row(rows, cols)
+    first = uint32(cuda.threadIdx.x * VECTOR)
+    step = uint32(cuda.blockDim.x * VECTOR)
+    # HINT: layernorm_vector_row with one statistic, the sum of squares, and no bias.
+    # BEGIN SOLUTION
+    for k in range(VECTORS):
+        c = uint32(first + uint32(k) * step)  # uint32(...): numba widens 32-bit sums to 64 bits
+        if c < width:
+            held[4 * k], held[4 * k + 1], held[4 * k + 2], held[4 * k + 3] = load8(x, base + c)
+            if WEIGHTS_WITH_X:
+                ws[4 * k], ws[4 * k + 1], ws[4 * k + 2], ws[4 * k + 3] = load8(weight, c)
+    squares = float32(0.0)
+    for k in range(VECTORS):
+        for j in range(4 * k, 4 * k + 4):
+            xs[2 * j] = widen(held[j])
+            xs[2 * j + 1] = widen(held[j] >> SIXTEEN)
+        if uint32(first + uint32(k) * step) < width:
+            for i in range(8 * k, 8 * k + 8):
+                squares += xs[i] * xs[i]
+    rstd = rsqrt(row_sum(squares, partials, 0) * inv_cols + EPS)
+    for k in range(VECTORS):
+        c = uint32(first + uint32(k) * step)  # uint32(...): numba widens 32-bit sums to 64 bits
+        if c < width:
+            if not WEIGHTS_WITH_X:
+                ws[4 * k], ws[4 * k + 1], ws[4 * k + 2], ws[4 * k + 3] = load8(weight, c)
+            for j in range(4):
+                w = ws[4 * k + j]
+                i = 8 * k + 2 * j
+                results[j] = narrow2(xs[i] * rstd * widen(w), xs[i + 1] * rstd * widen(w >> SIXTEEN))
+            store8(out, base + c, results[0], results[1], results[2], results[3])
+    # END SOLUTION
+
+
+@per_format
+def _rmsnorm_vectors(x, weight, out, rows, cols, inv_cols):
+    rmsnorm_vector_row(x, weight, out, rows, cols, inv_cols, widen, narrow2)  # noqa: F821 - bound per format
+
+
+@stage_of(HALF_RMSNORMS, "vector_rows", VECTOR_ROWS + """
+    Here: in_registers' kernel made lean, the weight loaded with x.""", dtype=np.float32)
+def rmsnorm_vector_rows(x, weight, out):
+    rows, cols = x.shape
+    if rows == 0 or not fits_vector_rows(cols, x, weight, out):
+        return rmsnorm_in_registers(x, weight, out)
+    blocks, block = vector_rows_shape(rows, cols)
+    kernel = capped(_rmsnorm_vectors.kernels[x.dtype], REGISTER_CAP)
+    kernel[blocks, block](flat_bits16(x), bits16(weight), flat_bits16(out), rows, cols, np.float32(1.0 / cols))
+
 
 
 FLOAT32_OPERATORS = [op, bias_relu_layernorm_op, residual_layernorm_op, rmsnorm_op]
