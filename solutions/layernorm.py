@@ -51,6 +51,9 @@ __doc__ += SIXTEEN_BIT_STORY + """\
    multiprocessor: a block's time on a row is mostly fixed latency, and a 16-bit row is half the bytes.
 4. (RMSNorm) ``in_registers``: the row read once and held in registers, 16 bytes a load, each pair of
    results rounded to 16 bits by one instruction (cvt.rn.f16x2.f32, cvt.rn.bf16x2.f32).
+5. ``vector_rows`` (LayerNorm's 4th stage, RMSNorm's 5th): the row held in registers with every
+   instruction that is not the norm's arithmetic taken out: at 2 bytes an element the kernel runs
+   short of instruction issue before it runs short of bandwidth.
 """
 
 THREADS = 256  # threads per block in the block-per-row stages; a multiple of the 32-lane warp
@@ -2208,24 +2211,33 @@ def _layernorm_vectors(x, weight, bias, out, rows, cols, inv_cols):
 
 
 VECTOR_ROWS = """
-    The row held in registers again, as in RMSNorm's in_registers, but with every instruction that is
-    not the arithmetic of the norm taken out, since at 2 bytes an element these kernels run out of
-    instruction issue before they run out of bandwidth. Each thread loads VECTORS 16-byte vectors of
-    its row (eight halves a load, all issued before any is used) and the weight (and bias) vectors of
-    the same columns with them: they are the same for every row, so they come from L1 while x comes
-    from memory, and no load waits behind a store (the compiler may not move a load of weight past a
-    store to out: it cannot prove they do not overlap). The block is two-dimensional, threads a row
-    by rows a block, so no thread divides to find its row; a row's width must be a multiple of 8 and
-    every array must start on 16 bytes, so the kernel has no head or tail path (other rows take the
-    stage before); 1 / cols comes from the host and 1 / sqrt is one rsqrt.approx instruction, where
-    the IEEE sqrt and division each bring a called slow path and its registers. A row's sum is shuffles
-    in each warp, one barrier, then log2(warps) shuffles over the warps' sums."""
+    The row read from memory once and held in registers, with every instruction that is not the
+    norm's own arithmetic taken out. Each thread loads VECTORS = 4 vectors of its row, 16 bytes (eight
+    halves) a load, all issued before any is used: a 4096-column row is a block of 128 threads. Each
+    half is widened to float32 once and the statistics and the output come from those registers,
+    where rows_in_flight read x a word at a time in three passes (the second and third from L1) and
+    widened it in each. Weight (and bias) come as one 16-byte load a vector, just before that vector's
+    results are stored 16 bytes at a time, each pair rounded by one instruction (loading them with x
+    instead, WEIGHTS_WITH_X, holds 32 registers more through the statistics). Why it is faster: at
+    the copy ceiling a multiprocessor must move about four elements a cycle (4258 GB/s, 4 bytes an
+    element, 132 multiprocessors near 2 GHz) and it issues at most 128 thread-instructions a cycle, so
+    a 16-bit norm has about 30 instructions an element to spend at perfect issue and half that in
+    practice. So the rest is lean: a two-dimensional block (threads a row by rows a block, so no
+    thread divides to find its row), unsigned 32-bit index arithmetic (numba widens 32-bit sums to 64
+    bits and floors signed // and %), 1 / cols from the host, 1 / sqrt as one rsqrt.approx (IEEE sqrt
+    and division bring called slow paths and their registers), and a row's sum as shuffles, one
+    barrier and log2(warps) shuffles over the warps' sums. Rows whose width is not a multiple of 8
+    halves, arrays that do not start on 16 bytes and rows wider than 32768 take the stage before, so
+    the kernel has no head or tail path."""
 
 
 @stage_of(HALF_LAYERNORMS, "vector_rows", VECTOR_ROWS + """
-    Here: the mean of x - x0 and the mean squared deviation from the held words, two row sums (two
-    barriers), then the output written 16 bytes at a time, each pair rounded by one instruction.""",
-          dtype=np.float32)
+    Here: x - x0 held as floats, its mean (one row sum), x - x0 - mean in place and the mean of its
+    squares (a second row sum: still two passes, over registers), then d * rstd * weight + bias. The
+    kernel compiles to about 550 instructions a thread for its 32 halves (17 an element) and 56
+    registers: nine blocks of 128 threads, 72 KB of rows, resident a multiprocessor. RMSNorm's
+    in_registers kernel made for LayerNorm (layernorm_in_registers, not a stage) was 1784 instructions
+    with its head, tail and unaligned-weight paths, and slower than rows_in_flight.""", dtype=np.float32)
 def layernorm_vector_rows(x, weight, bias, out):
     rows, cols = x.shape
     if rows == 0 or not fits_vector_rows(cols, x, weight, bias, out):
@@ -2282,7 +2294,11 @@ def _rmsnorm_vectors(x, weight, out, rows, cols, inv_cols):
 
 
 @stage_of(HALF_RMSNORMS, "vector_rows", VECTOR_ROWS + """
-    Here: in_registers' kernel made lean, the weight loaded with x.""", dtype=np.float32)
+    Here: in_registers' kernel made lean. x widened once gives the sum of squares and the output; the
+    head and tail of rows off 16 bytes go to in_registers, the division of threadIdx by a run-time
+    group size and the 64-bit index arithmetic to the two-dimensional block: about 360 instructions
+    a thread for 32 halves where in_registers compiled to about 1200, and 48 registers instead of 70:
+    ten blocks of 128 threads resident a multiprocessor instead of seven.""", dtype=np.float32)
 def rmsnorm_vector_rows(x, weight, out):
     rows, cols = x.shape
     if rows == 0 or not fits_vector_rows(cols, x, weight, out):
