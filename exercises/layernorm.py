@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: d889409291c0ceab98af92f1ed40a7f0cc4c89cda6c9b22f13d6f9a94da38c62
+# generated-sha256: 37de55ad3fd23329ce852522d4b97bea9a12a50c3e28334bbd93c1676d855a7b
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -48,12 +48,12 @@ from solutions._half import (
     CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, VECTOR,
     a_matrix, as_float64, bits16, block_sum, block_sum_over, edge_element, expect_rows, expect_vectors, flat_bits16,
     group_row, group_sum, half_operator, load_held, pack, per_format, registers_grid, registers_threads, row_words,
-    short_name, torch_peer, vector_at, words)
+    rsqrt, short_name, torch_peer, vector_at, warp_sum, words)
 # The float64 references (layernorm64: (x - mean) / sqrt(var + EPS) * weight + bias; rmsnorm64) and the random
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
 from solutions._vector_io import (
-    aligned16, capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store4, store_chunk)
+    aligned16, capped, expect_row_width, flat_view, load8, load_chunk, rows_fit_vectors, store4, store8, store_chunk)
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, stage_of
 from workbench.targets import against_peer, of_ceiling
@@ -65,6 +65,9 @@ __doc__ += SIXTEEN_BIT_STORY + """\
    multiprocessor: a block's time on a row is mostly fixed latency, and a 16-bit row is half the bytes.
 4. (RMSNorm) ``in_registers``: the row read once and held in registers, 16 bytes a load, each pair of
    results rounded to 16 bits by one instruction (cvt.rn.f16x2.f32, cvt.rn.bf16x2.f32).
+5. ``vector_rows`` (LayerNorm's 4th stage, RMSNorm's 5th): the row held in registers with every
+   instruction that is not the norm's arithmetic taken out: at 2 bytes an element the kernel runs
+   short of instruction issue before it runs short of bandwidth.
 """
 
 THREADS = 256  # threads per block in the block-per-row stages; a multiple of the 32-lane warp
@@ -1546,6 +1549,162 @@ def rmsnorm_in_registers(x, weight, out):
     kernel = _rmsnorm_registers.kernels[x.dtype]
     kernel[blocks, block](flat_bits16(x), words(x), bits16(weight), words(weight), flat_bits16(out), words(out),
                           rows, cols, threads)
+
+
+# -- vector_rows (LayerNorm's 4th stage, RMSNorm's 5th): a lean kernel, the row held as 16-byte vectors -----
+
+VECTORS = 4  # 16-byte vectors of x each thread holds (8 halves each): a 4096-column row is 128 threads
+BLOCK_ROWS_THREADS = 128  # narrow rows share a block of up to this many threads (one row a warp, no barrier)
+WEIGHTS_WITH_X = False  # True: weight and bias loaded with x, held through the statistics (32 registers more at VECTORS = 4)
+REGISTER_CAP = None  # registers a thread (None: as ptxas chooses); a cap buys rows resident with spills
+VECTOR_COLS = 1024 * VECTORS * VECTOR  # widest row the kernel holds: 1024 threads of VECTORS vectors
+HELD_WORDS = 4 * VECTORS  # a local array's shape must be a constant: a module global
+HELD_HALVES = 8 * VECTORS
+
+
+def vector_rows_shape(rows, cols):
+    """(blocks, (threads a row, rows a block)): the fewest threads a row, a power of two from 32, whose
+    VECTORS vectors cover it; rows share a block up to BLOCK_ROWS_THREADS threads."""
+    threads = 32
+    while threads * VECTORS * VECTOR < cols:
+        threads *= 2
+    per_block = max(1, min(BLOCK_ROWS_THREADS // threads, rows))
+    return -(-rows // per_block), (threads, per_block)
+
+
+def fits_vector_rows(cols, *arrays):
+    """Every row starts on 16 bytes (a width that is a multiple of 8 halves, arrays that start on 16 bytes)
+    and is at most VECTOR_COLS wide."""
+    return cols % VECTOR == 0 and cols <= VECTOR_COLS and aligned16(*arrays)
+
+
+@cuda.jit(device=True, inline=True)
+def vector_row(rows, cols):
+    """Where this thread's row starts (flat element) and its width: blockDim.x threads a row, blockDim.y rows a
+    block. A row past the last gets width 0: its threads load and store nothing but meet the barriers."""
+    row = uint32(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y)
+    return uint64(row) * uint64(cols), uint32(cols) if row < uint32(rows) else uint32(0)
+
+
+@cuda.jit(device=True, inline=True)
+def row_sum(value, partials, slot):
+    """Sum over the threads of this thread's row, in each of them: shuffles in each warp, then (a row of
+    several warps) each warp's sum through shared memory and log2(warps) shuffles more. Slot 0 or 1: a
+    row's second sum writes where its first was not read, so one barrier a sum. (Unsigned 32-bit
+    arithmetic throughout: numba's // and % on signed values are 64-bit with a floor correction.)"""
+    value = warp_sum(value)
+    warps = uint32(cuda.blockDim.x) >> uint32(5)
+    if warps == uint32(1):
+        return value
+    t = uint32(cuda.threadIdx.x)
+    lane = t & uint32(31)
+    first = uint32(slot * 32) + uint32(cuda.threadIdx.y) * warps
+    if lane == uint32(0):
+        partials[first + (t >> uint32(5))] = value
+    cuda.syncthreads()
+    value = partials[first + (lane & (warps - uint32(1)))]
+    offset = warps >> uint32(1)
+    while offset > uint32(0):
+        value += cuda.shfl_xor_sync(FULL_MASK, value, offset)
+        offset >>= uint32(1)
+    return value
+
+
+@cuda.jit(device=True, inline=True)
+def layernorm_vector_row(x, weight, bias, out, rows, cols, inv_cols, widen, narrow2):
+    partials = cuda.shared.array(GROUP_SLOTS, float32)
+    held = cuda.local.array(HELD_WORDS, uint32)  # x as loaded: VECTORS vectors of four words, two halves a word
+    d = cuda.local.array(HELD_HALVES, float32)  # x - x0, then x - x0 - mean: widened once, used three times
+    ws = cuda.local.array(HELD_WORDS, uint32)
+    bs = cuda.local.array(HELD_WORDS, uint32)
+    results = cuda.local.array(4, uint32)
+    base, width = vector_row(rows, cols)
+    first = uint32(cuda.threadIdx.x * VECTOR)  # vector k of this thread: columns first + k * step ...
+    step = uint32(cuda.blockDim.x * VECTOR)
+    # EXERCISE: write this part of `layernorm_vector_row`. Read the hints one at a time.
+    #   hint 1 (nudge): load8 each vector k whose column c = first + k * step is below width, all before any is used.
+    #   hint 2: widen each half once into d = x - x0; row_sum(d) * inv_cols is the mean; d -= mean; row_sum(d * d) -> rstd.
+    #   hint 3 (nearly the answer): per vector: load8 its weight and bias, four words narrow2(d * rstd * w + b, ...), one store8 at base + c.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@per_format
+def _layernorm_vectors(x, weight, bias, out, rows, cols, inv_cols):
+    layernorm_vector_row(x, weight, bias, out, rows, cols, inv_cols, widen, narrow2)  # noqa: F821 - bound per format
+
+
+VECTOR_ROWS = """
+    The row read from memory once and held in registers, with every instruction that is not the
+    norm's own arithmetic taken out. Each thread loads VECTORS = 4 vectors of its row, 16 bytes (eight
+    halves) a load, all issued before any is used: a 4096-column row is a block of 128 threads. Each
+    half is widened to float32 once and the statistics and the output come from those registers,
+    where rows_in_flight read x a word at a time in three passes (the second and third from L1) and
+    widened it in each. Weight (and bias) come as one 16-byte load a vector, just before that vector's
+    results are stored 16 bytes at a time, each pair rounded by one instruction (loading them with x
+    instead, WEIGHTS_WITH_X, holds 32 registers more through the statistics). Why it is faster: at
+    the copy ceiling a multiprocessor must move about four elements a cycle (4258 GB/s, 4 bytes an
+    element, 132 multiprocessors near 2 GHz) and it issues at most 128 thread-instructions a cycle, so
+    a 16-bit norm has about 30 instructions an element to spend at perfect issue and half that in
+    practice. So the rest is lean: a two-dimensional block (threads a row by rows a block, so no
+    thread divides to find its row), unsigned 32-bit index arithmetic (numba widens 32-bit sums to 64
+    bits and floors signed // and %), 1 / cols from the host, 1 / sqrt as one rsqrt.approx (IEEE sqrt
+    and division bring called slow paths and their registers), and a row's sum as shuffles, one
+    barrier and log2(warps) shuffles over the warps' sums. Rows whose width is not a multiple of 8
+    halves, arrays that do not start on 16 bytes and rows wider than 32768 take the stage before, so
+    the kernel has no head or tail path."""
+
+
+@stage_of(HALF_LAYERNORMS, "vector_rows", VECTOR_ROWS + """
+    Here: x - x0 held as floats, its mean (one row sum), x - x0 - mean in place and the mean of its
+    squares (a second row sum: still two passes, over registers), then d * rstd * weight + bias. The
+    kernel compiles to about 550 instructions a thread for its 32 halves (17 an element) and 56
+    registers: nine blocks of 128 threads, 72 KB of rows, resident a multiprocessor. RMSNorm's
+    in_registers kernel made for LayerNorm (layernorm_in_registers, not a stage) was 1784 instructions
+    with its head, tail and unaligned-weight paths, and slower than rows_in_flight.""", dtype=np.float32)
+def layernorm_vector_rows(x, weight, bias, out):
+    rows, cols = x.shape
+    if rows == 0 or not fits_vector_rows(cols, x, weight, bias, out):
+        return layernorm_rows_in_flight(x, weight, bias, out)
+    blocks, block = vector_rows_shape(rows, cols)
+    kernel = capped(_layernorm_vectors.kernels[x.dtype], REGISTER_CAP)
+    kernel[blocks, block](flat_bits16(x), bits16(weight), bits16(bias), flat_bits16(out), rows, cols,
+                          np.float32(1.0 / cols))
+
+
+@cuda.jit(device=True, inline=True)
+def rmsnorm_vector_row(x, weight, out, rows, cols, inv_cols, widen, narrow2):
+    partials = cuda.shared.array(GROUP_SLOTS, float32)
+    held = cuda.local.array(HELD_WORDS, uint32)
+    xs = cuda.local.array(HELD_HALVES, float32)  # x widened once, used twice
+    ws = cuda.local.array(HELD_WORDS, uint32)
+    results = cuda.local.array(4, uint32)
+    base, width = vector_row(rows, cols)
+    first = uint32(cuda.threadIdx.x * VECTOR)
+    step = uint32(cuda.blockDim.x * VECTOR)
+    # EXERCISE: write this part of `rmsnorm_vector_row`. Read the hints one at a time.
+    #   hint 1: layernorm_vector_row without x0, the mean and the bias: x widened once, its sum of squares -> rstd.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+@per_format
+def _rmsnorm_vectors(x, weight, out, rows, cols, inv_cols):
+    rmsnorm_vector_row(x, weight, out, rows, cols, inv_cols, widen, narrow2)  # noqa: F821 - bound per format
+
+
+@stage_of(HALF_RMSNORMS, "vector_rows", VECTOR_ROWS + """
+    Here: in_registers' kernel made lean. x widened once gives the sum of squares and the output; the
+    head and tail of rows off 16 bytes go to in_registers, the division of threadIdx by a run-time
+    group size and the 64-bit index arithmetic to the two-dimensional block: about 360 instructions
+    a thread for 32 halves where in_registers compiled to about 1200, and 48 registers instead of 70:
+    ten blocks of 128 threads resident a multiprocessor instead of seven.""", dtype=np.float32)
+def rmsnorm_vector_rows(x, weight, out):
+    rows, cols = x.shape
+    if rows == 0 or not fits_vector_rows(cols, x, weight, out):
+        return rmsnorm_in_registers(x, weight, out)
+    blocks, block = vector_rows_shape(rows, cols)
+    kernel = capped(_rmsnorm_vectors.kernels[x.dtype], REGISTER_CAP)
+    kernel[blocks, block](flat_bits16(x), bits16(weight), flat_bits16(out), rows, cols, np.float32(1.0 / cols))
+
 
 
 FLOAT32_OPERATORS = [op, bias_relu_layernorm_op, residual_layernorm_op, rmsnorm_op]

@@ -2161,9 +2161,9 @@ def layernorm_vector_row(x, weight, bias, out, rows, cols, inv_cols, widen, narr
     base, width = vector_row(rows, cols)
     first = uint32(cuda.threadIdx.x * VECTOR)  # vector k of this thread: columns first + k * step ...
     step = uint32(cuda.blockDim.x * VECTOR)
-    # HINT: load8 every vector (first + k * step < width) of x, and of weight and bias if WEIGHTS_WITH_X; widen
-    # HINT: x once into d = x - x0, its sum -> mean (row_sum), d -= mean, sum of d * d -> rstd (rsqrt); each
-    # HINT: vector's eight results d * rstd * w + b as four narrow2 words, one store8.
+    # HINT: load8 each vector k whose column c = first + k * step is below width, all before any is used.
+    # HINT: widen each half once into d = x - x0; row_sum(d) * inv_cols is the mean; d -= mean; row_sum(d * d) -> rstd.
+    # HINT: per vector: load8 its weight and bias, four words narrow2(d * rstd * w + b, ...), one store8 at base + c.
     # BEGIN SOLUTION
     for k in range(VECTORS):
         c = uint32(first + uint32(k) * step)  # uint32(...): numba widens 32-bit sums to 64 bits
@@ -2258,7 +2258,7 @@ def rmsnorm_vector_row(x, weight, out, rows, cols, inv_cols, widen, narrow2):
     base, width = vector_row(rows, cols)
     first = uint32(cuda.threadIdx.x * VECTOR)
     step = uint32(cuda.blockDim.x * VECTOR)
-    # HINT: layernorm_vector_row with one statistic, the sum of squares, and no bias.
+    # HINT: layernorm_vector_row without x0, the mean and the bias: x widened once, its sum of squares -> rstd.
     # BEGIN SOLUTION
     for k in range(VECTORS):
         c = uint32(first + uint32(k) * step)  # uint32(...): numba widens 32-bit sums to 64 bits
