@@ -214,6 +214,27 @@ def test_vector_rows_takes_the_stage_before_for_rows_not_on_16_bytes(name, cols,
     assert {f.__name__ for f, _ in launches} == {kernel}
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", [{"WEIGHTS_WITH_X": "True"}, {"VECTORS": "2"}, {"VECTORS": "1", "BLOCK_ROWS_THREADS": "64"}],
+                         ids=lambda setting: ",".join(f"{k}={v}" for k, v in setting.items()))
+@pytest.mark.parametrize("name", ["layernorm[bf16]", "rmsnorm[fp16]"])
+def test_vector_rows_settings_a_sweep_may_try(monkeypatch, name, setting):
+    """The module constants the GPU sweeps vary, applied as `workbench sweep` applies them (the module
+    executed afresh with the setting), each correct at the awkward sizes."""
+    import sys
+
+    from workbench.sweep import stage_with
+
+    monkeypatch.setitem(sys.modules, layernorm.__name__, layernorm)  # put back after stage_with's fresh module
+    stage = stage_with(f"{name}.vector_rows", setting)
+    rng = np.random.default_rng(5)
+    for size in [(5, 40), (3, 1032)]:
+        results = [check_stage(stage, size, rng)]
+        results += [check_stage(stage, size, inputs=inputs, label=label)
+                    for label, inputs in adversarial_cases(stage.op, size, rng)]
+        assert not [r.message for r in results if r.failed], (setting, size)
+
+
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
 def test_vector_rows_on_a_view_off_16_bytes_takes_the_stage_before(monkeypatch, kind):
     """On a GPU a view 2 bytes past a 16-byte boundary would fault in a 16-byte load: the launcher asks
