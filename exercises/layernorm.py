@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: f6845e1647f1d0b7f9ca38488deb68d35a60517abb7ec616988b4e71ad0e46e5
+# generated-sha256: 95fddbb1ca6cc90f8c3ad9201d53f6013aa2eda0d93bd82e2d9b3c0227d387c1
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -1665,7 +1665,7 @@ VECTOR_ROWS = """
     with its head, tail and unaligned-weight paths, and slower than rows_in_flight.""", dtype=np.float32)
 def layernorm_vector_rows(x, weight, bias, out):
     rows, cols = x.shape
-    if rows == 0 or not fits_vector_rows(cols, x, weight, bias, out):
+    if rows * cols == 0 or not fits_vector_rows(cols, x, weight, bias, out):
         return layernorm_rows_in_flight(x, weight, bias, out)
     blocks, block = vector_rows_shape(rows, cols)
     kernel = capped(_layernorm_vectors.kernels[x.dtype], REGISTER_CAP)
@@ -1701,7 +1701,7 @@ def _rmsnorm_vectors(x, weight, out, rows, cols, inv_cols):
     ten blocks of 128 threads resident a multiprocessor instead of seven.""", dtype=np.float32)
 def rmsnorm_vector_rows(x, weight, out):
     rows, cols = x.shape
-    if rows == 0 or not fits_vector_rows(cols, x, weight, out):
+    if rows * cols == 0 or not fits_vector_rows(cols, x, weight, out):
         return rmsnorm_in_registers(x, weight, out)
     blocks, block = vector_rows_shape(rows, cols)
     kernel = capped(_rmsnorm_vectors.kernels[x.dtype], REGISTER_CAP)

@@ -2242,7 +2242,7 @@ VECTOR_ROWS = """
     with its head, tail and unaligned-weight paths, and slower than rows_in_flight.""", dtype=np.float32)
 def layernorm_vector_rows(x, weight, bias, out):
     rows, cols = x.shape
-    if rows == 0 or not fits_vector_rows(cols, x, weight, bias, out):
+    if rows * cols == 0 or not fits_vector_rows(cols, x, weight, bias, out):
         return layernorm_rows_in_flight(x, weight, bias, out)
     blocks, block = vector_rows_shape(rows, cols)
     kernel = capped(_layernorm_vectors.kernels[x.dtype], REGISTER_CAP)
@@ -2303,7 +2303,7 @@ def _rmsnorm_vectors(x, weight, out, rows, cols, inv_cols):
     ten blocks of 128 threads resident a multiprocessor instead of seven.""", dtype=np.float32)
 def rmsnorm_vector_rows(x, weight, out):
     rows, cols = x.shape
-    if rows == 0 or not fits_vector_rows(cols, x, weight, out):
+    if rows * cols == 0 or not fits_vector_rows(cols, x, weight, out):
         return rmsnorm_in_registers(x, weight, out)
     blocks, block = vector_rows_shape(rows, cols)
     kernel = capped(_rmsnorm_vectors.kernels[x.dtype], REGISTER_CAP)
