@@ -2215,8 +2215,8 @@ VECTOR_ROWS = """
     norm's own arithmetic taken out. Each thread loads VECTORS = 4 vectors of its row, 16 bytes (eight
     halves) a load, all issued before any is used: a 4096-column row is a block of 128 threads. Each
     half is widened to float32 once and the statistics and the output come from those registers,
-    where rows_in_flight read x a word at a time in three passes (the second and third from L1) and
-    widened it in each. Weight (and bias) come as one 16-byte load a vector, just before that vector's
+    where rows_in_flight read x a word at a time, once a statistic and once for the output (all but
+    the first from L1), and widened it each time. Weight (and bias) come as one 16-byte load a vector, just before that vector's
     results are stored 16 bytes at a time, each pair rounded by one instruction (loading them with x
     instead, WEIGHTS_WITH_X, holds 32 registers more through the statistics). Why it is faster: at
     the copy ceiling a multiprocessor must move about four elements a cycle (4258 GB/s, 4 bytes an
