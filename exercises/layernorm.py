@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 59e664f5879f1ff65ff40121a727da8421069822c9b24b082e40ae00417fc519
+# generated-sha256: f6c9d15770baebd995aad5291007e824323a9e895e996e61d709a6780d1ffc66
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -1603,10 +1603,10 @@ def row_sum(value, partials, slot):
         partials[first + (t >> uint32(5))] = value
     cuda.syncthreads()
     value = partials[first + (lane & (warps - uint32(1)))]
-    offset = warps >> uint32(1)
+    offset = uint32(warps >> uint32(1))
     while offset > uint32(0):
         value += cuda.shfl_xor_sync(FULL_MASK, value, offset)
-        offset >>= uint32(1)
+        offset = uint32(offset >> uint32(1))
     return value
 
 

@@ -2143,10 +2143,10 @@ def row_sum(value, partials, slot):
         partials[first + (t >> uint32(5))] = value
     cuda.syncthreads()
     value = partials[first + (lane & (warps - uint32(1)))]
-    offset = warps >> uint32(1)
+    offset = uint32(warps >> uint32(1))
     while offset > uint32(0):
         value += cuda.shfl_xor_sync(FULL_MASK, value, offset)
-        offset >>= uint32(1)
+        offset = uint32(offset >> uint32(1))
     return value
 
 
