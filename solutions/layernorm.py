@@ -2299,7 +2299,7 @@ def _rmsnorm_vectors(x, weight, out, rows, cols, inv_cols):
     Here: in_registers' kernel made lean. x widened once gives the sum of squares and the output; the
     head and tail of rows off 16 bytes go to in_registers, the division of threadIdx by a run-time
     group size and the 64-bit index arithmetic to the two-dimensional block: about 360 instructions
-    a thread for 32 halves where in_registers compiled to about 1200, and 48 registers instead of 70:
+    a thread for 32 halves where in_registers compiled to about 1200, and 47 registers instead of 70:
     ten blocks of 128 threads resident a multiprocessor instead of seven.""", dtype=np.float32)
 def rmsnorm_vector_rows(x, weight, out):
     rows, cols = x.shape
