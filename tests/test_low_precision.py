@@ -95,7 +95,7 @@ def run(stage, *inputs):
 def test_packed_rows_of_one_and_two_columns(fmt):
     """Every row of one column is an edge element; with two, odd rows start in a word's high half."""
     op = OPS[f"rmsnorm[{fmt}]"]
-    for stage in ("packed", "rows_in_flight", "in_registers"):
+    for stage in ("packed", "rows_in_flight", "in_registers", "vector_rows"):
         for cols in (1, 2):
             result = check_stage(op[stage], (3, cols), np.random.default_rng(cols))
             assert result.passed, (stage, result.message)
