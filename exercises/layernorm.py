@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: f3b5c01f09f8998132bd8e3d25c22f36db526235bcf3fb9679182429a4b83ec6
+# generated-sha256: 1a252c18777e29b3217c42921def8ea72e6002f963032c548d64f3c0d9d1bfe5
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -1555,7 +1555,8 @@ def rmsnorm_in_registers(x, weight, out):
 
 VECTORS = 4  # 16-byte vectors of x each thread holds (8 halves each): a 4096-column row is 128 threads
 BLOCK_ROWS_THREADS = 128  # narrow rows share a block of up to this many threads (one row a warp, no barrier)
-WEIGHTS_WITH_X = False  # True: weight and bias loaded with x, held through the statistics (32 registers more at VECTORS = 4)
+WEIGHTS_AHEAD = 0  # vectors whose weight (and bias) are loaded ahead of the store in progress: 0, each just before
+# its own store (a wait on L1 a vector); 1, the next one's before this one's store; VECTORS, all before the first
 REGISTER_CAP = None  # registers a thread (None: as ptxas chooses); a cap buys rows resident with spills
 VECTOR_COLS = 1024 * VECTORS * VECTOR  # widest row the kernel holds: 1024 threads of VECTORS vectors
 HELD_WORDS = 4 * VECTORS  # a local array's shape must be a constant: a module global
@@ -1611,6 +1612,19 @@ def row_sum(value, partials, slot):
 
 
 @cuda.jit(device=True, inline=True)
+def column(first, step, k):
+    """The first column of a thread's vector k, first + k * step, in 32 bits (numba widens a sum of two
+    32-bit integers to 64 bits, and an int64 range variable with a uint32 to float64)."""
+    return uint32(first + uint32(k) * step)
+
+
+@cuda.jit(device=True, inline=True)
+def load_vector(words, k, a, i):
+    """Halves i .. i + 7 of a, one 16-byte load8, as words 4k .. 4k + 3 of a held array."""
+    words[4 * k], words[4 * k + 1], words[4 * k + 2], words[4 * k + 3] = load8(a, i)
+
+
+@cuda.jit(device=True, inline=True)
 def layernorm_vector_row(x, weight, bias, out, rows, cols, inv_cols, widen, narrow2):
     partials = cuda.shared.array(GROUP_SLOTS, float32)
     held = cuda.local.array(HELD_WORDS, uint32)  # x as loaded: VECTORS vectors of four words, two halves a word
@@ -1622,9 +1636,9 @@ def layernorm_vector_row(x, weight, bias, out, rows, cols, inv_cols, widen, narr
     first = uint32(cuda.threadIdx.x * VECTOR)  # vector k of this thread: columns first + k * step ...
     step = uint32(cuda.blockDim.x * VECTOR)
     # EXERCISE: write this part of `layernorm_vector_row`. Read the hints one at a time.
-    #   hint 1 (nudge): load8 each vector k whose column c = first + k * step is below width, all before any is used.
+    #   hint 1 (nudge): load_vector each vector k of x whose column c = first + k * step is below width, all before any is used.
     #   hint 2: widen each half once into d = x - x0; row_sum(d) * inv_cols is the mean; d -= mean; row_sum(d * d) -> rstd.
-    #   hint 3 (nearly the answer): per vector: load8 its weight and bias, four words narrow2(d * rstd * w + b, ...), one store8 at base + c.
+    #   hint 3 (nearly the answer): per vector: load its weight and bias (WEIGHTS_AHEAD vectors early), four narrow2 words, one store8 at base + c.
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
@@ -1639,9 +1653,10 @@ VECTOR_ROWS = """
     halves) a load, all issued before any is used: a 4096-column row is a block of 128 threads. Each
     half is widened to float32 once and the statistics and the output come from those registers,
     where rows_in_flight read x a word at a time, once a statistic and once for the output (all but
-    the first from L1), and widened it each time. Weight (and bias) come as one 16-byte load a vector, just before that vector's
-    results are stored 16 bytes at a time, each pair rounded by one instruction (loading them with x
-    instead, WEIGHTS_WITH_X, holds 32 registers more through the statistics). Why it is faster: at
+    the first from L1), and widened it each time. Weight (and bias) come as one 16-byte load a
+    vector, just before that vector's results are stored 16 bytes at a time, each pair rounded by one
+    instruction (loaded a vector or more ahead, WEIGHTS_AHEAD, they wait on L1 once a row instead of
+    once a vector, for 8 registers and more a vector ahead). Why it is faster: at
     the copy ceiling a multiprocessor must move about four elements a cycle (4258 GB/s, 4 bytes an
     element, 132 multiprocessors near 2 GHz) and it issues at most 128 thread-instructions a cycle, so
     a 16-bit norm has about 30 instructions an element to spend at perfect issue and half that in

@@ -2095,7 +2095,8 @@ def rmsnorm_in_registers(x, weight, out):
 
 VECTORS = 4  # 16-byte vectors of x each thread holds (8 halves each): a 4096-column row is 128 threads
 BLOCK_ROWS_THREADS = 128  # narrow rows share a block of up to this many threads (one row a warp, no barrier)
-WEIGHTS_WITH_X = False  # True: weight and bias loaded with x, held through the statistics (32 registers more at VECTORS = 4)
+WEIGHTS_AHEAD = 0  # vectors whose weight (and bias) are loaded ahead of the store in progress: 0, each just before
+# its own store (a wait on L1 a vector); 1, the next one's before this one's store; VECTORS, all before the first
 REGISTER_CAP = None  # registers a thread (None: as ptxas chooses); a cap buys rows resident with spills
 VECTOR_COLS = 1024 * VECTORS * VECTOR  # widest row the kernel holds: 1024 threads of VECTORS vectors
 HELD_WORDS = 4 * VECTORS  # a local array's shape must be a constant: a module global
@@ -2151,6 +2152,19 @@ def row_sum(value, partials, slot):
 
 
 @cuda.jit(device=True, inline=True)
+def column(first, step, k):
+    """The first column of a thread's vector k, first + k * step, in 32 bits (numba widens a sum of two
+    32-bit integers to 64 bits, and an int64 range variable with a uint32 to float64)."""
+    return uint32(first + uint32(k) * step)
+
+
+@cuda.jit(device=True, inline=True)
+def load_vector(words, k, a, i):
+    """Halves i .. i + 7 of a, one 16-byte load8, as words 4k .. 4k + 3 of a held array."""
+    words[4 * k], words[4 * k + 1], words[4 * k + 2], words[4 * k + 3] = load8(a, i)
+
+
+@cuda.jit(device=True, inline=True)
 def layernorm_vector_row(x, weight, bias, out, rows, cols, inv_cols, widen, narrow2):
     partials = cuda.shared.array(GROUP_SLOTS, float32)
     held = cuda.local.array(HELD_WORDS, uint32)  # x as loaded: VECTORS vectors of four words, two halves a word
@@ -2161,24 +2175,21 @@ def layernorm_vector_row(x, weight, bias, out, rows, cols, inv_cols, widen, narr
     base, width = vector_row(rows, cols)
     first = uint32(cuda.threadIdx.x * VECTOR)  # vector k of this thread: columns first + k * step ...
     step = uint32(cuda.blockDim.x * VECTOR)
-    # HINT: load8 each vector k whose column c = first + k * step is below width, all before any is used.
+    # HINT: load_vector each vector k of x whose column c = first + k * step is below width, all before any is used.
     # HINT: widen each half once into d = x - x0; row_sum(d) * inv_cols is the mean; d -= mean; row_sum(d * d) -> rstd.
-    # HINT: per vector: load8 its weight and bias, four words narrow2(d * rstd * w + b, ...), one store8 at base + c.
+    # HINT: per vector: load its weight and bias (WEIGHTS_AHEAD vectors early), four narrow2 words, one store8 at base + c.
     # BEGIN SOLUTION
     for k in range(VECTORS):
-        c = uint32(first + uint32(k) * step)  # uint32(...): numba widens 32-bit sums to 64 bits
+        c = column(first, step, k)
         if c < width:
-            held[4 * k], held[4 * k + 1], held[4 * k + 2], held[4 * k + 3] = load8(x, base + c)
-            if WEIGHTS_WITH_X:
-                ws[4 * k], ws[4 * k + 1], ws[4 * k + 2], ws[4 * k + 3] = load8(weight, c)
-                bs[4 * k], bs[4 * k + 1], bs[4 * k + 2], bs[4 * k + 3] = load8(bias, c)
+            load_vector(held, k, x, base + c)
     x0 = widen(uint32(x[base])) if width > uint32(0) else float32(0.0)  # the shift of the float32 ladder
     total = float32(0.0)
     for k in range(VECTORS):
         for j in range(4 * k, 4 * k + 4):
             d[2 * j] = widen(held[j]) - x0
             d[2 * j + 1] = widen(held[j] >> SIXTEEN) - x0
-        if uint32(first + uint32(k) * step) < width:
+        if column(first, step, k) < width:
             for i in range(8 * k, 8 * k + 8):
                 total += d[i]
     mean = row_sum(total, partials, 0) * inv_cols
@@ -2186,22 +2197,23 @@ def layernorm_vector_row(x, weight, bias, out, rows, cols, inv_cols, widen, narr
     for k in range(VECTORS):
         for i in range(8 * k, 8 * k + 8):
             d[i] -= mean  # x - x0 - mean, never x - (x0 + mean): see layernorm_packed_row
-        if uint32(first + uint32(k) * step) < width:
+        if column(first, step, k) < width:
             for i in range(8 * k, 8 * k + 8):
                 squares += d[i] * d[i]
     rstd = rsqrt(row_sum(squares, partials, 1) * inv_cols + EPS)
-    for k in range(VECTORS):
-        c = uint32(first + uint32(k) * step)  # uint32(...): numba widens 32-bit sums to 64 bits
-        if c < width:
-            if not WEIGHTS_WITH_X:
-                ws[4 * k], ws[4 * k + 1], ws[4 * k + 2], ws[4 * k + 3] = load8(weight, c)
-                bs[4 * k], bs[4 * k + 1], bs[4 * k + 2], bs[4 * k + 3] = load8(bias, c)
+    for k in range(-WEIGHTS_AHEAD, VECTORS):
+        ahead = k + WEIGHTS_AHEAD  # load its weight and bias now: the compiler will not move a load past a store
+        c = column(first, step, ahead)
+        if ahead < VECTORS and c < width:
+            load_vector(ws, ahead, weight, c)
+            load_vector(bs, ahead, bias, c)
+        if k >= 0 and column(first, step, k) < width:  # k < 0: a step that only loads ahead
             for j in range(4):
                 w, b = ws[4 * k + j], bs[4 * k + j]
                 i = 8 * k + 2 * j
                 results[j] = narrow2(d[i] * rstd * widen(w) + widen(b),
                                      d[i + 1] * rstd * widen(w >> SIXTEEN) + widen(b >> SIXTEEN))
-            store8(out, base + c, results[0], results[1], results[2], results[3])
+            store8(out, base + column(first, step, k), results[0], results[1], results[2], results[3])
     # END SOLUTION
 
 
@@ -2216,9 +2228,10 @@ VECTOR_ROWS = """
     halves) a load, all issued before any is used: a 4096-column row is a block of 128 threads. Each
     half is widened to float32 once and the statistics and the output come from those registers,
     where rows_in_flight read x a word at a time, once a statistic and once for the output (all but
-    the first from L1), and widened it each time. Weight (and bias) come as one 16-byte load a vector, just before that vector's
-    results are stored 16 bytes at a time, each pair rounded by one instruction (loading them with x
-    instead, WEIGHTS_WITH_X, holds 32 registers more through the statistics). Why it is faster: at
+    the first from L1), and widened it each time. Weight (and bias) come as one 16-byte load a
+    vector, just before that vector's results are stored 16 bytes at a time, each pair rounded by one
+    instruction (loaded a vector or more ahead, WEIGHTS_AHEAD, they wait on L1 once a row instead of
+    once a vector, for 8 registers and more a vector ahead). Why it is faster: at
     the copy ceiling a multiprocessor must move about four elements a cycle (4258 GB/s, 4 bytes an
     element, 132 multiprocessors near 2 GHz) and it issues at most 128 thread-instructions a cycle, so
     a 16-bit norm has about 30 instructions an element to spend at perfect issue and half that in
@@ -2263,30 +2276,29 @@ def rmsnorm_vector_row(x, weight, out, rows, cols, inv_cols, widen, narrow2):
     # HINT: layernorm_vector_row without x0, the mean and the bias: x widened once, its sum of squares -> rstd.
     # BEGIN SOLUTION
     for k in range(VECTORS):
-        c = uint32(first + uint32(k) * step)  # uint32(...): numba widens 32-bit sums to 64 bits
+        c = column(first, step, k)
         if c < width:
-            held[4 * k], held[4 * k + 1], held[4 * k + 2], held[4 * k + 3] = load8(x, base + c)
-            if WEIGHTS_WITH_X:
-                ws[4 * k], ws[4 * k + 1], ws[4 * k + 2], ws[4 * k + 3] = load8(weight, c)
+            load_vector(held, k, x, base + c)
     squares = float32(0.0)
     for k in range(VECTORS):
         for j in range(4 * k, 4 * k + 4):
             xs[2 * j] = widen(held[j])
             xs[2 * j + 1] = widen(held[j] >> SIXTEEN)
-        if uint32(first + uint32(k) * step) < width:
+        if column(first, step, k) < width:
             for i in range(8 * k, 8 * k + 8):
                 squares += xs[i] * xs[i]
     rstd = rsqrt(row_sum(squares, partials, 0) * inv_cols + EPS)
-    for k in range(VECTORS):
-        c = uint32(first + uint32(k) * step)  # uint32(...): numba widens 32-bit sums to 64 bits
-        if c < width:
-            if not WEIGHTS_WITH_X:
-                ws[4 * k], ws[4 * k + 1], ws[4 * k + 2], ws[4 * k + 3] = load8(weight, c)
+    for k in range(-WEIGHTS_AHEAD, VECTORS):
+        ahead = k + WEIGHTS_AHEAD
+        c = column(first, step, ahead)
+        if ahead < VECTORS and c < width:
+            load_vector(ws, ahead, weight, c)
+        if k >= 0 and column(first, step, k) < width:
             for j in range(4):
                 w = ws[4 * k + j]
                 i = 8 * k + 2 * j
                 results[j] = narrow2(xs[i] * rstd * widen(w), xs[i + 1] * rstd * widen(w >> SIXTEEN))
-            store8(out, base + c, results[0], results[1], results[2], results[3])
+            store8(out, base + column(first, step, k), results[0], results[1], results[2], results[3])
     # END SOLUTION
 
 

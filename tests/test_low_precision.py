@@ -215,7 +215,8 @@ def test_vector_rows_takes_the_stage_before_for_rows_not_on_16_bytes(name, cols,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("setting", [{"WEIGHTS_WITH_X": "True"}, {"VECTORS": "2"}, {"VECTORS": "1", "BLOCK_ROWS_THREADS": "64"}],
+@pytest.mark.parametrize("setting", [{"WEIGHTS_AHEAD": "1"}, {"WEIGHTS_AHEAD": "4"}, {"VECTORS": "2"},
+                                     {"VECTORS": "1", "BLOCK_ROWS_THREADS": "64", "WEIGHTS_AHEAD": "1"}],
                          ids=lambda setting: ",".join(f"{k}={v}" for k, v in setting.items()))
 @pytest.mark.parametrize("name", ["layernorm[bf16]", "rmsnorm[fp16]"])
 def test_vector_rows_settings_a_sweep_may_try(monkeypatch, name, setting):
