@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 3cc46aba0063a2b95a80d4a8f429fd2526c7e40f89c3193f3b252be2c9450953
+# generated-sha256: c62d3d1c2ffd48a4156a69ab5bb3417046e1cda40ac403e8a96121f92c0125a1
 # --------------------------------------------------------------------------------------------------
 """Scaled dot-product attention in float32, from three kernels to a register-tiled FlashAttention.
 
@@ -51,6 +51,7 @@ embedding, ``rope.py``) too and attends over q and k rotated by them, as a Llama
 
 1. ``rotate_then_attend``: a RoPE kernel writes rotated copies of q and k, then stage 5 runs on them.
 2. ``rotate_in_shared``: stage 5's kernel rotates Q and each K tile in shared memory, right after loading them.
+3. ``on_tensor_cores``: the same rotation in stage 6's 3xTF32 kernel, as each tile lands in shared memory.
 """
 
 import math
@@ -1059,5 +1060,29 @@ def rotate_in_shared(q, k, v, causal, cos, sin, out):
 
 for _dp in HEAD_DIM_STEPS:
     _rotate_in_shared_kernel(_dp)
+
+
+# -- 3. on_tensor_cores: the same rotation, in the 3xTF32 tensor-core kernel's tiles ----------------------
+
+@rope_op.stage("on_tensor_cores", """
+    Stage 2's rotation in stage 6's kernel: the products move to the tensor cores (3xTF32), and the
+    rotation stays in shared memory, right after each tile lands. One kernel body in _flash_mma.py
+    serves both ladders; built with the tables (cos and sin after its first six arguments, as stage
+    2's kernel takes them), it rotates Q with the first key tile, and each K tile once the barrier
+    says its cp.async copy has landed, while the next tile's copy is already on its way into the
+    other buffer; one more barrier, then the scores. A thread owns pair p (features p and p + D/2)
+    of every fourth row at D = 64: the tiles are swizzled (a 16-byte chunk's place is XORed with its
+    row), but a warp's 32 pairs are one row, 32 different banks and one 128-byte line of each table,
+    and a thread starts the table loads of four rows before it touches shared memory, so that their
+    trips to L2 overlap. V is not rotated. Nothing else changes from stage 2: the flash loop, the
+    causal skip, and the rotation's price (each K tile rotated once per query block, a block now of
+    128 queries at D = 64 where stage 2's had 64: half as often). What gets faster is the products:
+    stage 2's 4 x 4 register tiles of FMAs become m16n8k8 TF32 mma, three a product, the step that
+    takes the plain ladder from stage 5 to stage 6.""",
+    bytes_moved=lambda size: (_io_bytes(size) // 2 + _kv_bytes(size, _tf32_block_queries(size), skips_masked=True)
+                              + _table_bytes(size)))
+def on_tensor_cores(q, k, v, causal, cos, sin, out):
+    launch_3xtf32(q, k, v, causal, out, cos, sin)
+
 
 OPERATORS = [op, rope_op]

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 1a252c18777e29b3217c42921def8ea72e6002f963032c548d64f3c0d9d1bfe5
+# generated-sha256: 61677f73f3db32bed6caf0f01faa245ee19d7fd4837e5369558df4556fc19a8c
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -53,7 +53,8 @@ from solutions._half import (
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
 from solutions._vector_io import (
-    aligned16, capped, expect_row_width, flat_view, load8, load_chunk, rows_fit_vectors, store4, store8, store_chunk)
+    SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, expect_row_width, flat_view, launch_shared_row,
+    load4, load8, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, stage_of
 from workbench.targets import against_peer, of_ceiling
@@ -520,6 +521,14 @@ WARP_VALUES = 4 * WARP_CHUNKS
 ROW_VALUES = 4 * ROW_CHUNKS
 ROWS_PER_BLOCK = 4  # warp-per-row kernels: rows (warps) in a block
 FEW_ROWS = 4096  # ... but fewer rows than this get one warp a block, to spread them over every SM
+# warp-per-row kernels: chunks whose weight (and bias) a lane loads before it uses the first (a divisor of
+# WARP_CHUNKS). Each chunk's load sits in a branch (16 bytes or a column at a time), and the compiler does not
+# move a load up past one, so a chunk's weight loaded just before its use waits a round trip, chunk after chunk.
+# LayerNorm's warp kernel: all 8 at 122 registers, against 109 for one (ptxas), the same 4 blocks an SM.
+WARP_WEIGHT_CHUNKS = 8
+WARP_WEIGHT_VALUES = 4 * WARP_WEIGHT_CHUNKS
+RMSNORM_WEIGHT_CHUNKS = 2  # RMSNorm's: 2 at 64 registers (8 blocks an SM), 8 would take 84 (5 blocks), 1 takes 56
+RMSNORM_WEIGHT_VALUES = 4 * RMSNORM_WEIGHT_CHUNKS
 
 
 # block_rows' registers a thread: ptxas takes 68 on its own, which fits 3 blocks of 256 threads on an SM
@@ -537,6 +546,8 @@ def _normalize_chunk(values, i, mean, rstd, w, b):
 @cuda.jit
 def _layernorm_warp_rows(x, weight, bias, out, rows, cols, vector):
     values = cuda.local.array(WARP_VALUES, float32)  # unrolled loops with constant indices: registers
+    ws = cuda.local.array(WARP_WEIGHT_VALUES, float32)
+    bs = cuda.local.array(WARP_WEIGHT_VALUES, float32)
     row = uint64(cuda.blockIdx.x * (cuda.blockDim.x // 32) + cuda.threadIdx.x // 32)
     lane = uint64(cuda.threadIdx.x % 32)
     rows = uint64(rows)
@@ -547,7 +558,7 @@ def _layernorm_warp_rows(x, weight, bias, out, rows, cols, vector):
         # EXERCISE: write this part of `_layernorm_warp_rows`. Read the hints one at a time.
         #   hint 1 (nudge): lane l holds chunks c = 4 * (l + 32 * k), k < WARP_CHUNKS: load_chunk them all into values[] before using any.
         #   hint 2: shift by x0; sum the columns inside the row (c + i < cols), _warp_sum: the mean; the same for (v - mean)^2.
-        #   hint 3 (nearly the answer): load each chunk's weight and bias with load_chunk, _normalize_chunk in place; then store_chunk every chunk.
+        #   hint 3 (nearly the answer): load_chunk the weight and bias of WARP_WEIGHT_CHUNKS chunks into ws, bs before _normalize_chunk uses any; then store_chunk every chunk.
         pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
@@ -638,10 +649,62 @@ def block_rows(x, weight, bias, out, registers=BLOCK_ROW_REGISTERS, one_barrier=
         flat_view(x), flat_view(weight), flat_view(bias), flat_view(out), cols, rows_fit_vectors(x, weight, bias, out))
 
 
+# Rows too wide for registers: a block per row holds the row in shared memory, read from memory once
+# (solutions/_vector_io.py: copy_row_to_shared, launch_shared_row).
+ILP_ROW_COLS = 16384  # stage 7 up to here; wider rows, up to SHARED_ROW_MAX_COLS, are held in shared memory
+SHARED_ROW_MAX_COLS = SHARED_ROW_FITS  # the widest row a block's shared memory holds (57344); wider: stage 7 again
+SHARED_ROW_THREADS = 1024  # threads a row at most ...
+SHARED_ROW_CHUNKS = 1  # ... and fewer where a row has fewer than this many chunks of 4 columns a thread
+SHARED_WRITE_CHUNKS = 2  # write pass: chunks a thread loads the weight and bias of before its first store
+SHARED_WRITE_VALUES = 4 * SHARED_WRITE_CHUNKS
+
+
+@cuda.jit(device=True, inline=True)
+def _chunk_sum(v0, v1, v2, v3, c, whole, cols):
+    """v0 + v1 + v2 + v3, the values of columns c .. c + 3; in a row's ragged last chunk (c >= whole, a
+    width not a multiple of 4) only those of columns inside the row: the padding adds nothing."""
+    if c < whole:
+        return (v0 + v1) + (v2 + v3)
+    zero = float32(0.0)
+    return ((v0 if c < cols else zero) + (v1 if c + uint32(1) < cols else zero)) + (
+        (v2 if c + uint32(2) < cols else zero) + (v3 if c + uint32(3) < cols else zero))
+
+
+@cuda.jit
+def _layernorm_shared_row(x, weight, bias, out, cols, vector):
+    row = cuda.shared.array(0, float32, alignment=SHARED_ALIGN16)  # dynamic: the row, whole chunks of 4
+    sums = cuda.shared.array(32, float32)
+    squares_of = cuda.shared.array(32, float32)
+    ws = cuda.local.array(SHARED_WRITE_VALUES, float32)  # unrolled loops with constant indices: registers
+    bs = cuda.local.array(SHARED_WRITE_VALUES, float32)
+    first = uint32(4) * uint32(cuda.threadIdx.x)  # this thread's chunks: first + k * step
+    step = uint32(4) * uint32(cuda.blockDim.x)
+    base = uint64(cuda.blockIdx.x) * uint64(cols)
+    cols = uint32(cols)
+    whole = cols - cols % uint32(4)  # columns in whole chunks
+    x0 = x[base]
+    # EXERCISE: write this part of `_layernorm_shared_row`. Read the hints one at a time.
+    #   hint 1 (nudge): copy_row_to_shared: the row read once from memory, 16 bytes a copy; then the two passes of
+    #   hint 2: block_rows over this thread's chunks of the shared copy (load4), each chunk's shifted values added by _chunk_sum.
+    #   hint 3 (nearly the answer): write: SHARED_WRITE_CHUNKS chunks a step, every weight and bias load of the step before its first store.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def shared_rows(x, weight, bias, out, threads=SHARED_ROW_THREADS):
+    """by_shape's kernel for rows wider than ILP_ROW_COLS, up to SHARED_ROW_MAX_COLS: a block per row, the
+    row in shared memory; ``threads``: the most a row gets."""
+    rows, cols = x.shape
+    expect_row_width(cols, SHARED_ROW_MAX_COLS, "shared_rows", "shared memory")
+    threads = shared_row_threads(cols, threads, SHARED_ROW_CHUNKS)
+    launch_shared_row(_layernorm_shared_row, rows, threads, cols, flat_view(x), flat_view(weight), flat_view(bias),
+                      flat_view(out), cols, rows_fit_vectors(x, weight, bias, out))
+
+
 # The dispatch table: (widest row, kernel), first match wins; the last takes any width. block_rows is
 # not in it: on the H200 it was slower than stage 7 at 4096 and 12288 columns (350 vs 289 us at
 # 32768 x 4096, 205 vs 167 at 4096 x 12288; results/runs/gpu_norm_shapes.json).
-BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (None, ilp.launch)]
+BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (ILP_ROW_COLS, ilp.launch), (SHARED_ROW_MAX_COLS, shared_rows),
+            (None, ilp.launch)]
 
 
 def kernel_for(cols, table=BY_SHAPE):
@@ -654,17 +717,34 @@ def kernel_for(cols, table=BY_SHAPE):
     row sits in registers, 32 values a lane, read once with 16-byte loads (load4), and the sums are
     shuffles alone, no barrier. It issues every load of the row before it uses any (the fused stage 5
     did not: its loads each sat in a branch followed by their use, so one was in flight at a time), and
-    loads the weight and bias after the statistics and before the first store, so those loads too run
-    ahead. Wider rows take stage 7's kernel. A width not a multiple of 4 (rows not on 16-byte
-    boundaries) is read a column at a time. On an H200 the warp kernel beat torch at 1024 columns
-    (torch.compile's LayerNorm missed the 1e-3 tolerance there); from 4096 columns by_shape is stage 7,
-    which torch.compile beats. torch.compile's kernel there (Inductor's Triton) is 512 threads a row, 8
-    values a thread read 16 bytes at a time, mean and variance in one Welford pass, and the row read
-    again from cache to write it, at the copy rate. The same shape in numba (block_rows' one-barrier
-    kernel with ROW_CHUNKS = 2: 359 us against stage 7's 283 at 32768 x 4096) and a block that loads
-    the next row while it reduces this one (452 us) were both slower, and so was a block per row with
-    the row in registers (block_rows), so the table does not pick them: a kernel is in the table where
-    it was measured faster, not where it should be.""",
+    loads the weight and bias after the statistics, all of them before the first is used: each chunk's
+    load sits in a branch (16 bytes, or a column at a time), and the compiler does not move a load up
+    past one, so loaded where it is used each would wait its own round trip. Rows up to 16384 wide take
+    stage 7's kernel. Wider rows take a kernel of their own: at 32768 columns a row is 128 KB, too much
+    for registers, and stage 7 reads it three times; with six such rows on each SM they fit neither the
+    L1 cache (256 KB an SM) nor, across the GPU, the L2, so the second and third reads go to memory.
+    Shared memory holds the row: up to 227 KB a block once the kernel opts in
+    (set_max_dynamic_shared_memory; 48 KB without). A block of 1024 threads copies its row in with
+    cp.async, 16 bytes a copy, which the memory system writes to shared memory itself: no register holds
+    the data, so every copy a thread issues is in flight at once, and one wait ends them. Each thread
+    copies the chunks it will read back, so no barrier is needed before the two passes (mean, then
+    squared deviations, over shared memory), and the output is written from shared memory with 16-byte
+    stores: one read and one write of memory, the least there is. The price: one such row fills an SM's
+    shared memory, so one block runs there at a time, and its reductions leave the memory idle for that
+    SM. A width not a multiple of 4 (rows not on 16-byte boundaries) is read a column at a time. On an
+    H200 the warp kernel beat torch at 1024 columns (torch.compile's LayerNorm missed the 1e-3 tolerance
+    there); at 4096 columns by_shape is stage 7, which torch.compile beats. torch.compile's kernel there
+    (Inductor's Triton) is 512 threads a row, 8 values a thread read 16 bytes at a time, mean and
+    variance in one Welford pass, and the row read again from cache to write it, at the copy rate. The
+    same shape in numba (block_rows' one-barrier kernel with ROW_CHUNKS = 2: 359 us against stage 7's
+    283 at 32768 x 4096) and a block that loads the next row while it reduces this one (452 us) were
+    both slower, and so was a block per row with the row in registers (block_rows), so the table does
+    not pick them: a kernel is in the table where it was measured faster, not where it should be. Nsight
+    Compute at 32768 x 4096 shows what stage 7 lacks: both kernels read and write each byte once, but
+    torch.compile's 512-thread blocks at 32 registers fill 93% of the warp slots and drive DRAM at 87%
+    of its peak, stage 7's 256-thread blocks at 40 registers 71% and 79%, on 1.13x the instructions. The
+    512-thread kernels written here fill the slots too, but their Welford merges (an IEEE division each)
+    cost more instructions an element than the memory leaves time for.""",
     boundaries={"cols": (WARP_ROW_COLS,)})
 def by_shape(x, weight, bias, out):
     kernel_for(x.shape[1])(x, weight, bias, out)
@@ -1117,6 +1197,7 @@ def rmsnorm_lean(x, weight, out):
 @cuda.jit
 def _rmsnorm_warp_rows(x, weight, out, rows, cols, vector):
     values = cuda.local.array(WARP_VALUES, float32)
+    ws = cuda.local.array(RMSNORM_WEIGHT_VALUES, float32)
     row = uint64(cuda.blockIdx.x * (cuda.blockDim.x // 32) + cuda.threadIdx.x // 32)
     lane = uint64(cuda.threadIdx.x % 32)
     rows = uint64(rows)
@@ -1124,7 +1205,8 @@ def _rmsnorm_warp_rows(x, weight, out, rows, cols, vector):
     if row < rows:
         base = row * cols
         # EXERCISE: write this part of `_rmsnorm_warp_rows`. Read the hints one at a time.
-        #   hint 1: layernorm's warp_rows without the mean: the sum of squares (columns past the row read as 0), _warp_sum, then x * rstd * weight.
+        #   hint 1 (nudge): layernorm's warp_rows without the mean: the sum of squares (columns past the row read as 0), _warp_sum, then x * rstd * weight
+        #   hint 2 (nearly the answer): (RMSNORM_WEIGHT_CHUNKS chunks' weights loaded into ws before their first use).
         pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
@@ -1158,17 +1240,46 @@ def rmsnorm_block_rows(x, weight, out, registers=None):
         flat_view(x), flat_view(weight), flat_view(out), cols, rows_fit_vectors(x, weight, out))
 
 
+@cuda.jit
+def _rmsnorm_shared_row(x, weight, out, cols, vector):
+    row = cuda.shared.array(0, float32, alignment=SHARED_ALIGN16)  # dynamic: the row, whole chunks of 4
+    ws = cuda.local.array(SHARED_WRITE_VALUES, float32)
+    first = uint32(4) * uint32(cuda.threadIdx.x)
+    step = uint32(4) * uint32(cuda.blockDim.x)
+    base = uint64(cuda.blockIdx.x) * uint64(cols)
+    cols = uint32(cols)
+    # EXERCISE: write this part of `_rmsnorm_shared_row`. Read the hints one at a time.
+    #   hint 1: layernorm's shared_rows with one pass, the sum of squares (the padding copied as 0 adds nothing), and no bias.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def rmsnorm_shared_rows(x, weight, out, threads=SHARED_ROW_THREADS):
+    """by_shape's kernel for rows wider than BLOCK_ROW_COLS, up to SHARED_ROW_MAX_COLS: the row in shared memory."""
+    rows, cols = x.shape
+    expect_row_width(cols, SHARED_ROW_MAX_COLS, "rmsnorm_shared_rows", "shared memory")
+    threads = shared_row_threads(cols, threads, SHARED_ROW_CHUNKS)
+    launch_shared_row(_rmsnorm_shared_row, rows, threads, cols, flat_view(x), flat_view(weight), flat_view(out), cols,
+                      rows_fit_vectors(x, weight, out))
+
+
+# Rows up to BLOCK_ROW_COLS fit in registers (block_rows); wider ones, up to SHARED_ROW_MAX_COLS, in shared memory.
 RMSNORM_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (BLOCK_ROW_COLS, rmsnorm_block_rows),
-                    (None, rmsnorm_lean.launch)]
+                    (SHARED_ROW_MAX_COLS, rmsnorm_shared_rows), (None, rmsnorm_lean.launch)]
 
 
 @rmsnorm_op.stage("by_shape", """
     LayerNorm's by_shape table for RMSNorm: a warp per row up to 1024 columns (32 values a lane, no
     barrier), a block per row up to 16384 (16 values a thread, one barrier), the row read once with
     16-byte loads and written once with 16-byte stores, every load of the row issued before the first is
-    used and the weight loaded before the first store; wider rows take stage 3's kernel. One sum of
-    squares, so one reduction and no shift. On an H200 it beat torch and torch.compile at 1024 and 8192
-    columns and lost to torch.compile at 4096 and 12288.""")
+    used and the weight loaded before the first store. Wider rows do not fit in registers, and stage 3's
+    kernel, which reads them twice, would find the second read gone from the caches (a 32768-wide row is
+    128 KB): they are held in shared memory instead, as in LayerNorm's by_shape (copied in with
+    cp.async, one read and one write of memory), up to 57344 columns; wider still, stage 3's kernel. One
+    sum of squares, so one reduction and no shift. On an H200 it beat torch and torch.compile at 1024
+    and 8192 columns and lost to torch.compile at 4096 and 12288. Nsight Compute at 32768 x 4096: the
+    block-row kernel holds its 16 values in 64 registers, so only 47% of the warp slots are filled
+    (torch.compile's 512 threads at 28 registers fill 92%), and DRAM runs at 85% of its peak against
+    88%; the same row at 8 values a thread and 32 registers fills the slots and is no faster.""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
 

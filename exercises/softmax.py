@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 65ce2a096f8b54ca557dd8333ea2ad0f05f6b580052301e15d096ac274443cf7
+# generated-sha256: 45268a3208e0258fe62e71127fce64dac59ffdabb4d88b0e2becf1f1af730ecf
 # --------------------------------------------------------------------------------------------------
 """Softmax over the rows of a float32 matrix, in seven steps from a thread per row to 92% of copy bandwidth.
 
@@ -42,7 +42,8 @@ from solutions._half import (
     registers_threads, row_words, short_name, torch_peer, words)
 from solutions._references import softmax64
 from solutions._vector_io import (
-    aligned16, capped, expect_row_width, flat_view, load_chunk, rows_fit_vectors, store4, store_chunk)
+    SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, expect_row_width, flat_view, launch_shared_row,
+    load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store_chunk)
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, stage_of
 from workbench.targets import against_peer, of_ceiling
@@ -570,8 +571,40 @@ def online_rows(x, out, threads=ONLINE_THREADS):
     _softmax_online[rows, threads](flat_view(x), flat_view(out), cols, rows_fit_vectors(x, out))
 
 
+# Rows too wide for registers: a block per row holds the row in shared memory, read from memory once
+# (solutions/_vector_io.py: copy_row_to_shared, launch_shared_row).
+SHARED_ROW_MAX_COLS = SHARED_ROW_FITS  # the widest row a block's shared memory holds (57344); wider: online_rows
+SHARED_ROW_THREADS = 1024  # threads a row at most ...
+SHARED_ROW_CHUNKS = 1  # ... and fewer where a row has fewer than this many chunks of 4 columns a thread
+
+
+@cuda.jit
+def _softmax_shared_row(x, out, cols, vector):
+    row = cuda.shared.array(0, float32, alignment=SHARED_ALIGN16)  # dynamic: the row, whole chunks of 4
+    maxima = cuda.shared.array(32, float32)
+    sums = cuda.shared.array(32, float32)
+    first = uint32(4) * uint32(cuda.threadIdx.x)  # this thread's chunks: first + k * step
+    step = uint32(4) * uint32(cuda.blockDim.x)
+    base = uint64(cuda.blockIdx.x) * uint64(cols)
+    cols = uint32(cols)
+    # EXERCISE: write this part of `_softmax_shared_row`. Read the hints one at a time.
+    #   hint 1 (nudge): copy_row_to_shared (padding -inf); this thread's chunks of the copy (load4): their maximum, _block_max_into;
+    #   hint 2 (nearly the answer): then exp(v - m) written back over them (store4) and summed, _block_sum_into; then each times 1 / sum, stored.
+    pass  # TODO(exercise): not implemented yet: replace this line with your code
+
+
+def shared_rows(x, out, threads=SHARED_ROW_THREADS):
+    """by_shape's kernel for rows wider than BLOCK_ROW_COLS, up to SHARED_ROW_MAX_COLS: a block per row, the
+    row in shared memory; ``threads``: the most a row gets."""
+    rows, cols = x.shape
+    expect_row_width(cols, SHARED_ROW_MAX_COLS, "shared_rows", "shared memory")
+    threads = shared_row_threads(cols, threads, SHARED_ROW_CHUNKS)
+    launch_shared_row(_softmax_shared_row, rows, threads, cols, flat_view(x), flat_view(out), cols, rows_fit_vectors(x, out))
+
+
 # The dispatch table: (widest row, kernel), first match wins. The kernel for any wider row last.
-BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (BLOCK_ROW_COLS, block_rows), (None, online_rows)]
+BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (BLOCK_ROW_COLS, block_rows), (SHARED_ROW_MAX_COLS, shared_rows),
+            (None, online_rows)]
 
 
 def kernel_for(cols):
@@ -584,16 +617,24 @@ def kernel_for(cols):
     row sits in registers, 32 values a lane, read once with 16-byte loads (load4) and written once with
     16-byte stores, and the reductions are shuffles alone, no barrier. Rows up to 16384 get a block
     each, 16 values a thread, as many threads as that takes (256 at 4096, 768 at 12288), one read, two
-    barriers. Wider rows do not fit in registers: the online softmax, a block of 1024 threads a row,
-    reads each step of 16 values a thread, folds its maximum and sum of exponentials into a running pair
-    (one exp per element, one per step to rescale), merges the threads' pairs, and reads the row once
-    more to write it: two reads where stage 7 made three. 1024 threads beat 512 on the H200 (601 vs 724
-    us at 8192 x 32000, 1526 vs 1555 at 4096 x 128256); at 56 registers an SM holds one block of 1024 or
-    two of 512, the same threads, and the larger block goes through a row in half as many steps. A row
-    whose width is not a multiple of 4 (its rows do not start on 16-byte boundaries) is read a column at
-    a time. On an H200 it beat torch and torch.compile at the wide shapes (4096 columns and more) and
-    lost to torch.compile at 1024 columns, where no kernel of the table beat it
-    (every kernel the table can pick was timed at those shapes).""",
+    barriers. Wider rows do not fit in registers, but up to 57344 columns (224 KB) they fit in shared
+    memory, which a block may have up to 227 KB of once the kernel opts in
+    (set_max_dynamic_shared_memory; 48 KB without). A block of 1024 threads copies its row in with
+    cp.async, 16 bytes a copy, which the memory system writes to shared memory itself, so no register
+    holds the data and every copy a thread issues is in flight at once; each thread copies the chunks it
+    will read back, so no barrier is needed before it does. The maximum is a pass over shared memory;
+    the exponentials are written back over the row as they are summed, and the last pass scales them and
+    writes them out with 16-byte stores: one read and one write of memory, where the online softmax
+    below reads twice and stage 7 three times (at 32768 columns the re-reads miss the caches: a row is
+    128 KB). Wider rows take the online softmax, a block of 1024 threads a row, which reads each step of
+    16 values a thread, folds its maximum and sum of exponentials into a running pair (one exp per
+    element, one per step to rescale), merges the threads' pairs, and reads the row once more to write
+    it. 1024 threads beat 512 on the H200 (601 vs 724 us at 8192 x 32000, 1526 vs 1555 at 4096 x
+    128256); at 56 registers an SM holds one block of 1024 or two of 512, the same threads, and the
+    larger block goes through a row in half as many steps. A row whose width is not a multiple of 4 (its
+    rows do not start on 16-byte boundaries) is read a column at a time. On an H200 it beat torch and
+    torch.compile at the wide shapes (4096 columns and more) and lost to torch.compile at 1024 columns,
+    where no kernel of the table beat it (every kernel the table can pick was timed at those shapes).""",
     boundaries={"cols": (WARP_ROW_COLS,)})
 def by_shape(x, out):
     kernel_for(x.shape[1])(x, out)

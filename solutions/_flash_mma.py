@@ -12,7 +12,8 @@ exercise). The pieces:
   lane holds 2 rows x 16 keys of a 16 x 64 tile and a row's other keys are in its quad;
 * the order blocks start in (``block_order``): under the causal mask, the heaviest query block of every
   head first;
-* the float32 kernel (``launch_3xtf32``): every product in three TF32 mma (see its section).
+* the float32 kernel (``launch_3xtf32``): every product in three TF32 mma (see its section); built
+  with RoPE's tables, the same body rotates Q and each K tile as they land (attention[rope]'s last stage).
 """
 
 import math
@@ -38,6 +39,7 @@ LOG2E = 1.4426950408889634
 FULL_MASK = 0xFFFFFFFF
 ALIGN16 = None if _device.is_simulator() else 16  # the simulator refuses alignment=
 HEAD_DIM_STEPS = (16, 32, 64, 128)  # the kernels are built for D padded to one of these
+ROPE_GROUP = 4  # rows whose RoPE table loads a thread has in flight at once (rotate_tile_f32)
 
 
 def _gpu_options(**options):
@@ -364,8 +366,47 @@ def _store_rows_f32(out, bh, i0, o, l_run, DP):
 
 
 @cuda.jit(device=True, inline=True)
-def _flash_3xtf32(q, k, v, out, scale_log2e, causal, smem, smem_f, s, o, m_run, l_run, second, q_lane, k_lane,
-                  v_lo, v_hi, DP, ASYNC, BQ, BKV, THREADS, ROWS):
+def rotate_tile_f32(cos, sin, row0, rows, S, D, smem_f, at, DP, THREADS):
+    """RoPE on the swizzled float32 tile at byte ``at`` that has just landed (its rows are positions row0 ..
+    row0 + rows - 1; half-split pairs, attention[rope]'s): a thread rotates pair p (features p and
+    p + D/2) of every STEP-th row, both read before either is written (the thread owns the pair: no
+    barrier between). At D >= 64 a warp takes 32 pairs of one row: 32 different banks whatever the
+    swizzle, and one 128-byte line of each table. The rows go ROPE_GROUP at a time, the group's table loads first,
+    so that their trips to L2 overlap instead of waiting one after another. 32-bit offsets throughout."""
+    HP = DP // 2  # pairs a padded row; THREADS is a multiple of it (128 threads, DP <= 128)
+    STEP = THREADS // HP
+    t = uint32(cuda.threadIdx.x)
+    p = t % uint32(HP)
+    r_first = t // uint32(HP)
+    half = uint32(D // 2)
+    second = p + half
+    # tile_offset's swizzle, in floats: chunk (p // 4) ^ (row % SW), word p % 4
+    SW = uint32(min(DP // 4, 8))
+    for g0 in range(0, rows // STEP, ROPE_GROUP):
+        c = cuda.local.array(ROPE_GROUP, float32)
+        sn = cuda.local.array(ROPE_GROUP, float32)
+        for u in range(ROPE_GROUP):
+            r = r_first + uint32((g0 + u) * STEP)
+            if g0 + u < rows // STEP and row0 + r < S and p < half:
+                c[u] = cos[row0 + r, p]
+                sn[u] = sin[row0 + r, p]
+        for u in range(ROPE_GROUP):
+            r = r_first + uint32((g0 + u) * STEP)
+            if g0 + u < rows // STEP and row0 + r < S and p < half:
+                row_at = uint32(at // 4) + r * uint32(DP)
+                first_at = uint32(row_at + ((p // 4) ^ (r % SW)) * 4 + p % 4)
+                second_at = uint32(row_at + ((second // 4) ^ (r % SW)) * 4 + second % 4)
+                x = smem_f[first_at]
+                y = smem_f[second_at]
+                smem_f[first_at] = x * c[u] - y * sn[u]
+                smem_f[second_at] = y * c[u] + x * sn[u]
+
+
+@cuda.jit(device=True, inline=True)
+def _flash_3xtf32(q, k, v, out, scale_log2e, causal, cos, sin, smem, smem_f, s, o, m_run, l_run, second, q_lane,
+                  k_lane, v_lo, v_hi, DP, ASYNC, BQ, BKV, THREADS, ROWS):
+    """The 3xTF32 flash loop. cos, sin: RoPE's tables (attention[rope]: Q and each K tile rotated in shared
+    memory once landed, rotate_tile_f32), or None (plain attention: numba prunes the branch by its type)."""
     TWO = ROWS == 32  # two m16 tiles a warp: s, o, m_run, l_run and the second's
     s2, o2, m_run2, l_run2 = second
     t = cuda.threadIdx.x
@@ -425,6 +466,11 @@ def _flash_3xtf32(q, k, v, out, scale_log2e, causal, smem, smem_f, s, o, m_run, 
             _load_plain_f32(k, bh, j0, BKV, S, D, smem_f, k_at + buffer * TILE_BYTES, DP, THREADS)
             _load_plain_f32(v, bh, j0, BKV, S, D, smem_f, v_at + buffer * TILE_BYTES, DP, THREADS)
             cuda.syncthreads()
+        if cos is not None:  # rotate what just landed (Q with the first tile), then one more barrier
+            if tile == 0:
+                rotate_tile_f32(cos, sin, q0, BQ, S, D, smem_f, 0, DP, THREADS)
+            rotate_tile_f32(cos, sin, j0, BKV, S, D, smem_f, k_at + buffer * TILE_BYTES, DP, THREADS)
+            cuda.syncthreads()
         _scores_3xtf32(base, k_at + buffer * TILE_BYTES, s, s2, q_lane, k_lane, DP, BKV, TWO)
         masked = j0 + BKV > S or (is_causal and j0 + BKV > q0)  # the tail tile, the diagonal tiles
         online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, DP, BKV, True)
@@ -439,11 +485,12 @@ def _flash_3xtf32(q, k, v, out, scale_log2e, causal, smem, smem_f, s, o, m_run, 
 _BUILT_3XTF32: dict = {}
 
 
-def build_3xtf32(DP, use_async, geometry=None):
+def build_3xtf32(DP, use_async, geometry=None, rope=False):
     """The 3xTF32 kernel for head sizes up to DP, with cp.async tiles or plain loads, in ``geometry``
-    (tf32_geometry(DP) unless given; made once per combination)."""
+    (tf32_geometry(DP) unless given; made once per combination). ``rope``: the kernel takes RoPE's cos
+    and sin tables after its first six arguments and rotates Q and K as they land (attention[rope])."""
     g = tf32_geometry(DP) if geometry is None else geometry
-    key = (DP, bool(use_async), g)
+    key = (DP, bool(use_async), g, bool(rope))
     if key in _BUILT_3XTF32:
         return _BUILT_3XTF32[key]
     if g.rows not in (16, 32) or g.keys % 16:
@@ -454,7 +501,8 @@ def build_3xtf32(DP, use_async, geometry=None):
     O_SHAPE = (DP // 8, 4)
     BQ, BKV, THREADS, ROWS = g.queries, g.keys, 32 * g.warps, g.rows
 
-    def kernel(q, k, v, out, scale_log2e, causal):
+    @cuda.jit(device=True, inline=True)
+    def attend(q, k, v, out, scale_log2e, causal, cos, sin):
         smem = cuda.shared.array(0, uint32, alignment=ALIGN16)  # the same bytes, seen as bits ...
         smem_f = cuda.shared.array(0, float32, alignment=ALIGN16)  # ... and as float32
         s = cuda.local.array(S_SHAPE, float32)
@@ -470,10 +518,17 @@ def build_3xtf32(DP, use_async, geometry=None):
         k_lane = cuda.local.array(STEPS, int32)
         v_lo = cuda.local.array(STEPS, int32)
         v_hi = cuda.local.array(STEPS, int32)
-        _flash_3xtf32(q, k, v, out, scale_log2e, causal, smem, smem_f, s, o, m_run, l_run, (s2, o2, m_run2, l_run2),
-                      q_lane, k_lane, v_lo, v_hi, DP, ASYNC, BQ, BKV, THREADS, ROWS)
+        _flash_3xtf32(q, k, v, out, scale_log2e, causal, cos, sin, smem, smem_f, s, o, m_run, l_run,
+                      (s2, o2, m_run2, l_run2), q_lane, k_lane, v_lo, v_hi, DP, ASYNC, BQ, BKV, THREADS, ROWS)
 
-    name = f"_flash_3xtf32_d{DP}_{'async' if ASYNC else 'plain'}"
+    if rope:
+        def kernel(q, k, v, out, scale_log2e, causal, cos, sin):
+            attend(q, k, v, out, scale_log2e, causal, cos, sin)
+    else:
+        def kernel(q, k, v, out, scale_log2e, causal):
+            attend(q, k, v, out, scale_log2e, causal, None, None)
+
+    name = f"_flash_3xtf32_d{DP}_{'async' if ASYNC else 'plain'}{'_rope' if rope else ''}"
     if g != tf32_geometry(DP):
         name += "_" + "_".join(str(int(x)) for x in g)
     kernel.__name__ = kernel.__qualname__ = name
@@ -482,15 +537,17 @@ def build_3xtf32(DP, use_async, geometry=None):
     return compiled
 
 
-def launch_3xtf32(q, k, v, causal, out, geometry=None):
+def launch_3xtf32(q, k, v, causal, out, *tables, geometry=None):
     """float32 attention by the 3xTF32 kernel (the fp32 ladder's tensor_cores stage launches this): one
-    block per g.queries queries of each (batch, head). q, k, v, out: B x H x S x D float32, D <= 128."""
+    block per g.queries queries of each (batch, head). q, k, v, out: B x H x S x D float32, D <= 128.
+    ``tables``: RoPE's cos and sin (S x D/2 float32), for attention[rope]'s kernel, which rotates Q and
+    K as they land in shared memory; none for plain attention."""
     B, H, S, D = q.shape
     DP = padded_head_dim(D)
     g = tf32_geometry(DP) if geometry is None else geometry
     use_async = D % 4 == 0 and aligned16(q, k, v)  # whole 16-byte chunks a row, aligned: cp.async
-    kernel = build_3xtf32(DP, use_async, g)
-    args = (q, k, v, out, np.float32(LOG2E / math.sqrt(D)), causal)
+    kernel = build_3xtf32(DP, use_async, g, rope=bool(tables))
+    args = (q, k, v, out, np.float32(LOG2E / math.sqrt(D)), causal, *tables)
     nbytes = smem_bytes_3xtf32(DP, g)
     if nbytes > STATIC_LIMIT:
         set_max_dynamic_shared_memory(kernel, args, nbytes)
@@ -499,4 +556,5 @@ def launch_3xtf32(q, k, v, causal, out, geometry=None):
 
 for _dp in HEAD_DIM_STEPS:  # built at import: tools that compile kernels by name find them
     for _async in (False, True):
-        build_3xtf32(_dp, _async)
+        for _rope in (False, True):
+            build_3xtf32(_dp, _async, rope=_rope)

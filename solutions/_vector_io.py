@@ -24,7 +24,9 @@ kernel takes a word apart with :func:`low_half` / :func:`high_half` and puts one
 
 The row helpers at the end (:func:`flat_view`, :func:`rows_fit_vectors`, :func:`load_chunk`,
 :func:`store_chunk`, :func:`expect_row_width`, :func:`capped`) serve the kernels that hold a matrix row in
-registers (softmax's and the norms' ``by_shape`` stages).
+registers (softmax's and the norms' ``by_shape`` stages); the shared-row helpers after them
+(:func:`copy_row_to_shared`, :func:`launch_shared_row`) serve the same stages' kernel for rows too wide for
+registers, which holds the row in shared memory instead.
 
 Shared by ``activations``, ``reductions`` and other ladders; not a ladder (its name starts with ``_``).
 """
@@ -35,6 +37,8 @@ import numpy as np
 from numba import cuda, int16, int32, uint16, uint32, uint64
 from numba.cuda import libdevice
 
+from solutions._ptx import (cp_async_chunk4_s32, cp_async_chunk16_s32, cp_async_commit, cp_async_wait_pending,
+                            shared_address32)
 from workbench.device import is_simulator
 from workbench.simulator.counters import vector_access
 from workbench.ladder import InputError
@@ -280,6 +284,64 @@ else:
         return uint32(libdevice.byte_perm(int32(word), int32(0), int32(0x4440 + k)))
 
 
+# -- load4 / store4 with a cache-policy qualifier on the instruction -------------------------------------------
+
+_HINTED = {}  # (load or store, qualifier) -> its intrinsic: one per qualifier, shared by every kernel
+
+
+def load4_hinted(qualifier: str):
+    """load4 as ``ld.global{qualifier}.v4.f32``: e.g. ``.cs`` (streaming: the line is first to be evicted),
+    ``.lu`` (last use); ``""`` gives load4 itself. LLVM has no way to say these, so it is inline PTX on
+    the element's generic address (a device allocation's generic address is its global one). In the
+    simulator: load4 (a hint changes no value)."""
+    if is_simulator() or not qualifier:
+        return load4
+    key = ("load", qualifier)
+    if key not in _HINTED:
+        text = "ld.global" + qualifier + ".v4.f32 {$0, $1, $2, $3}, [$4];"
+
+        @intrinsic
+        def hinted_load4(typingctx, array, index):
+            _check(array, index)
+
+            def codegen(context, builder, signature, args):
+                data = context.make_array(signature.args[0])(context, builder, value=args[0]).data
+                address = builder.ptrtoint(builder.gep(data, [args[1]]), ir.IntType(64))
+                four = ir.LiteralStructType([ir.FloatType()] * 4)
+                vector = _asm(builder, text, "=f,=f,=f,=f,l", [address], four)
+                parts = [builder.extract_value(vector, k) for k in range(4)]
+                return context.make_tuple(builder, signature.return_type, parts)
+
+            return types.UniTuple(types.float32, 4)(array, index), codegen
+        _HINTED[key] = hinted_load4
+    return _HINTED[key]
+
+
+def store4_hinted(qualifier: str):
+    """store4 as ``st.global{qualifier}.v4.f32``: e.g. ``.cs`` (streaming: written once, not read again
+    soon, so the L2 evicts it first); ``""`` gives store4 itself. In the simulator: store4."""
+    if is_simulator() or not qualifier:
+        return store4
+    key = ("store", qualifier)
+    if key not in _HINTED:
+        text = "st.global" + qualifier + ".v4.f32 [$0], {$1, $2, $3, $4};"
+
+        @intrinsic
+        def hinted_store4(typingctx, array, index, v0, v1, v2, v3):
+            _check(array, index)
+
+            def codegen(context, builder, signature, args):
+                data = context.make_array(signature.args[0])(context, builder, value=args[0]).data
+                address = builder.ptrtoint(builder.gep(data, [args[1]]), ir.IntType(64))
+                values = [context.cast(builder, v, t, types.float32) for v, t in zip(args[2:], signature.args[2:])]
+                _asm(builder, text, "l,f,f,f,f,~{memory}", [address] + values)
+                return context.get_dummy_value()
+
+            return types.void(array, index, v0, v1, v2, v3), codegen
+        _HINTED[key] = hinted_store4
+    return _HINTED[key]
+
+
 # -- 32-bit words of two halves, and the two 16-bit formats (the same code in the simulator) -----------
 
 @cuda.jit(device=True, inline=True)
@@ -328,9 +390,9 @@ def rows_fit_vectors(x, *others):
     return x.shape[1] % 4 == 0 and aligned16(x, *others)
 
 
-def expect_row_width(cols, limit, kernel):
+def expect_row_width(cols, limit, kernel, held_in="registers"):
     if cols > limit:
-        raise InputError(f"{kernel} holds rows of at most {limit} columns in registers; got {cols} "
+        raise InputError(f"{kernel} holds rows of at most {limit} columns in {held_in}; got {cols} "
                          "(by_shape picks the kernel)")
 
 
@@ -377,3 +439,64 @@ def store_chunk(flat, base, c, cols, vector, v0, v1, v2, v3):
         flat[base + c + uint64(2)] = v2
     if c + uint64(3) < cols:
         flat[base + c + uint64(3)] = v3
+
+
+# -- rows held in shared memory: a row too wide for registers, read from memory once ---------------------------
+# A block per row copies its row into dynamic shared memory (cols rounded up to a whole chunk of 4 floats), each
+# thread the chunks c = 4 * (t + threads * k) that it alone reads back later: no barrier between the copy and
+# the sums. 16 bytes a copy (cp.async) where the row allows it, else a column at a time.
+
+SHARED_ROW_FITS = 56 * 1024  # floats: 224 KiB, inside the 227 KiB an sm_90 block may opt in to (the sums' buffers too)
+SHARED_ROW_STATIC_BYTES = 256  # the shared-row kernels' own shared buffers: at most two of 32 floats (the block sums)
+SHARED_ALIGN16 = None if is_simulator() else 16  # the row's 16-byte alignment (numba's simulator takes no alignment=)
+
+
+def shared_row_bytes(cols):
+    """Bytes of dynamic shared memory that hold a row of ``cols`` floats, whole 16-byte chunks."""
+    return 16 * ((cols + 3) // 4)
+
+
+def shared_row_threads(cols, most, chunks=1):
+    """Threads for a block that holds a row in shared memory: ``chunks`` chunks of 4 columns each at the least
+    (fewer threads, so more blocks an SM, where rows are narrow), a whole number of warps, at most ``most``."""
+    threads = -(-((cols + 3) // 4) // chunks)
+    return min(most, 32 * max(1, (threads + 31) // 32))
+
+
+def launch_shared_row(kernel, rows, threads, cols, *args):
+    """kernel[rows, threads] with the row's shared memory: past 48 KiB (12288 columns) only once the kernel
+    has opted in (set_max_dynamic_shared_memory), and with at most 65536 / threads registers a thread, so
+    that a block of 1024 threads fits an SM's register file (ptxas would otherwise choose for itself)."""
+    from workbench.shared_memory import set_max_dynamic_shared_memory
+
+    kernel = capped(kernel, min(255, 65536 // threads))
+    nbytes = shared_row_bytes(cols)
+    # The opt-in covers the kernels' static buffers too (at most two of 32 floats): the GPU bounds only the dynamic
+    # part by it, the simulator the sum.
+    set_max_dynamic_shared_memory(kernel, args, nbytes + SHARED_ROW_STATIC_BYTES)
+    kernel[rows, threads, 0, nbytes](*args)
+
+
+@cuda.jit(device=True, inline=True)
+def copy_row_to_shared(flat, base, cols, vector, row, fill):
+    """row[:] = the row that starts at flat[base], columns past its end ``fill``: this thread's chunks
+    c = 4 * (t + threads * k), all of them in flight at once (a cp.async does not wait for its data), then
+    one wait for them to land. Only this thread may read its chunks before a barrier. Columns are counted
+    in 32 bits (a row in shared memory is at most 57344 floats): fewer instructions than 64."""
+    cols = uint32(cols)
+    c = uint32(4) * uint32(cuda.threadIdx.x)
+    step = uint32(4) * uint32(cuda.blockDim.x)
+    row_at = uint64(shared_address32(row.ctypes.data))  # the shared window's 32-bit address, as the GEMMs'
+    src_at = flat.ctypes.data + uint64(base) * uint64(4)
+    while c < cols:
+        if vector:  # a width that is a multiple of 4, rows on 16-byte boundaries
+            cp_async_chunk16_s32(row_at + uint64(4 * c), src_at + uint64(4 * c), 16)
+        else:
+            for i in range(4):
+                if c + uint32(i) < cols:
+                    cp_async_chunk4_s32(row_at + uint64(4 * (c + uint32(i))), src_at + uint64(4 * (c + uint32(i))), 4)
+                else:
+                    row[c + uint32(i)] = fill
+        c += step
+    cp_async_commit()
+    cp_async_wait_pending(0)

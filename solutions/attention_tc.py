@@ -1587,7 +1587,10 @@ def lean_loop(q, k, v, causal, out):
     bf16 (611), 1.11x and 1.09x SDPA. At the smaller size the kernel now executes fewer instructions
     than cuDNN's (67 million warp instructions against 77) and is no longer bound by issuing them
     (issue slots busy 39% of cycles): Nsight Compute's largest stalls are waits on fixed-latency results
-    and on the named barriers of the turns, and the tensor pipe is busy 41% of the time.""")
+    and on the named barriers of the turns, and the tensor pipe is busy 41% of the time. cuDNN's kernel,
+    profiled beside it, has the same grid and shape (132 blocks of 384 threads, 168 registers) and keeps
+    the tensor pipe busy 46% of the time, issuing on 49% of cycles: the same products with fewer idle
+    cycles between them, which is the 4% between the two.""")
 def persistent(q, k, v, causal, out):
     launch_persistent(q, k, v, causal, out)
 

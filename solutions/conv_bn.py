@@ -200,6 +200,16 @@ def _fold_into_weights(w, gamma, beta, mean, var, w_folded, bias):
         # END SOLUTION
 
 
+def _folded(w, gamma, beta, mean, var):
+    """(w', b'): the filters scaled and the bias, in scratch buffers (one launch)."""
+    K = w.shape[0]
+    w_folded = scratch("conv_bn_folded.w", tuple(w.shape), np.float32)
+    bias = scratch("conv_bn_folded.bias", (K,), np.float32)
+    _fold_into_weights[blocks_for(w.size, THREADS), THREADS](w.reshape(w.size), gamma, beta, mean, var,
+                                                             w_folded.reshape(w.size), bias)
+    return w_folded, bias
+
+
 @op.stage("folded_weights", """
     The BatchNorm leaves the graph: a tiny kernel scales each filter by its channel's gamma /
     sqrt(var + eps) and turns the rest of the affine map into a bias, beta - mean * scale (a deployed
@@ -210,12 +220,22 @@ def _fold_into_weights(w, gamma, beta, mean, var, w_folded, bias):
     more, and the bias is a difference computed once in float32, which a channel of tiny variance
     magnifies (tests/test_batchnorm.py checks one).""")
 def folded_weights(x, w, gamma, beta, mean, var, out):
-    K = w.shape[0]
-    w_folded = scratch("conv_bn_folded.w", tuple(w.shape), np.float32)
-    bias = scratch("conv_bn_folded.bias", (K,), np.float32)
-    _fold_into_weights[blocks_for(w.size, THREADS), THREADS](w.reshape(w.size), gamma, beta, mean, var,
-                                                             w_folded.reshape(w.size), bias)
+    w_folded, bias = _folded(w, gamma, beta, mean, var)
     conv.fused_epilogue(x, w_folded, bias, out)
+
+
+@op.stage("async_epilogue", """
+    Stage 2 with conv2d[bias_relu]'s async_epilogue in place of its fused_epilogue: the same fold into
+    scratch filters and a bias, then conv2d's fastest main loop (async_gather: the reduction walked taps
+    outermost, every tile copied by cp.async through a multi-stage pipeline) with the bias and ReLU
+    applied to the accumulators on their way out. That loop wants its filters reordered, wt[tap, c, k],
+    so the folded filters go through async_gather's reorder kernel: two small launches before the
+    convolution (fold, reorder) where stage 2 had one; a deployed model would store its filters folded
+    and reordered once. The change is the main loop alone: the epilogue is stage 2's, and the
+    fold's rounding is unchanged (the same folded floats, summed in another order).""")
+def async_epilogue(x, w, gamma, beta, mean, var, out):
+    w_folded, bias = _folded(w, gamma, beta, mean, var)
+    conv.async_fused(x, w_folded, bias, None, out)
 
 
 OPERATORS = [op]

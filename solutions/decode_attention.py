@@ -971,7 +971,11 @@ RING_KERNELS = {group: _ring_kernel(group) for group in range(1, MAX_GROUP + 1)}
     (stage 5: none while computing, 128 while waiting), and three blocks a multiprocessor keep about
     150 KB in flight. A thread reads back only the bytes it copied, so no barrier is needed between
     steps: each warp runs its own pipeline. The arithmetic, the grouping of query heads, the splits and
-    the merge are stage 5's.""")
+    the merge are stage 5's. On an H200 at 16x32x32x8192x128: 495.3 us, 4,336 GB/s (95% of the read
+    ceiling), where SDPA took 480.3 (0.97x). What is left, by Nsight Compute: the chunk kernel reads the
+    2.15 GB cache at 92% of DRAM's peak (487 us under the profiler) and the merge of the splits adds 7
+    us; the number of splits is not it (8 to 65 blocks an SM all take 495-500 us). SDPA's kernel (cuDNN's)
+    reads the cache in one kernel with no split at all.""")
 def async_ring(q, k, v, out):
     group = q.shape[1] // k.shape[1]
     if not _wide_loads_fit(k, v):

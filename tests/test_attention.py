@@ -83,6 +83,8 @@ def test_attention_rope_bytes_count_the_rotation_pass():
     B, H, S, D, _ = HEADLINE
     separate, fused = (attention.rope_op[s].traffic(HEADLINE) for s in ("rotate_then_attend", "rotate_in_shared"))
     assert separate - fused == 4 * B * H * S * D * 4
+    # the 3xTF32 kernel's blocks take 128 queries (64 in stage 2): K and V fetched half as often
+    assert attention.rope_op["on_tensor_cores"].traffic(HEADLINE) < fused
 
 
 def test_the_bytes_models_say_why_the_ladder_gets_faster():
@@ -111,16 +113,20 @@ def test_decode_bytes_count_the_cache_once_per_kv_head():
 @pytest.mark.slow
 @pytest.mark.parametrize("stage, size", [("register_tiles", (1, 2, 70, 32, 0)), ("causal_skip", (1, 1, 130, 16, 1)),
                                          ("rotate_in_shared", (1, 1, 130, 16, 1)),
-                                         ("tensor_cores", (1, 3, 130, 16, 1)), ("tensor_cores", (1, 1, 70, 13, 0))],
+                                         ("tensor_cores", (1, 3, 130, 16, 1)), ("tensor_cores", (1, 1, 70, 13, 0)),
+                                         ("on_tensor_cores", (2, 1, 131, 12, 1)), ("on_tensor_cores", (1, 2, 67, 18, 0))],
                          ids=["register_tiles-2-tiles", "causal_skip-3-query-blocks", "rotate_in_shared-3-query-blocks",
-                              "tensor_cores-3-query-blocks", "tensor_cores-plain-loads-D13"])
+                              "tensor_cores-3-query-blocks", "tensor_cores-plain-loads-D13",
+                              "rope-tensor_cores-2-query-blocks", "rope-tensor_cores-plain-loads-D18"])
 def test_several_key_tiles_and_query_blocks(stage, size):
     """The online softmax across key tiles and the causal skip across query blocks: S past one 64-tile
     (for the RoPE-fused loads: K tiles and query blocks whose rows sit at positions past 64; for the
     3xTF32 stage: the cp.async double buffer across three tiles, three heads' blocks in block_order's
-    causal order, and rows of 13 floats, which take the element-by-element loads)."""
+    causal order, and rows of 13 floats, which take the element-by-element loads; with RoPE: a second
+    query block at positions past 128, the rotation of a cp.async tile while the next one lands, and
+    D = 18, whose pairs (p, p + 9) straddle 16-byte chunks and take the element-by-element loads)."""
     rng = np.random.default_rng(4)
-    op = attention.rope_op if stage == "rotate_in_shared" else attention.op
+    op = attention.rope_op if stage in ("rotate_in_shared", "on_tensor_cores") else attention.op
     st = op[stage]
     results = [check_stage(st, size, rng)]
     results += [check_stage(st, size, inputs=i, label=l) for l, i in adversarial_cases(op, size, rng)]
@@ -159,14 +165,19 @@ def test_the_headline_kernels_compile_without_spills():
 @pytest.mark.slow
 @pytest.mark.sim_only
 def test_the_3xtf32_kernels_compile_with_little_spill():
-    """The tensor_cores stage's kernels at D = 64 and 128 (cp.async), linked with hgemm_mma.cu as at
-    launch: no float64, at most the 128 bytes of spill tests/test_ladders.py allows. The link is
-    NVRTC + LTO: a minute or two on 2 cores."""
+    """The 3xTF32 kernels (attention's tensor_cores, attention[rope]'s on_tensor_cores) at D = 64 and 128
+    (cp.async), linked with hgemm_mma.cu as at launch: no float64, at most the 128 bytes of spill
+    tests/test_ladders.py allows. The link is NVRTC + LTO: a minute or two on 2 cores, per pair."""
     from tests.sm90 import attention_signature, compile_for_sm90
 
     reports, output = compile_for_sm90("solutions._flash_mma", ["_flash_3xtf32_d64_async", "_flash_3xtf32_d128_async"],
                                        attention_signature("float32"))
-    assert len(reports) == 2, output
+    # attention[rope]'s build of the same body: RoPE's cos and sin after the first six arguments
+    rope_reports, rope_output = compile_for_sm90(
+        "solutions._flash_mma", ["_flash_3xtf32_d64_async_rope", "_flash_3xtf32_d128_async_rope"],
+        attention_signature("float32") + " + (types.Array(types.float32, 2, 'C'),) * 2")
+    reports, output = reports + rope_reports, output + rope_output
+    assert len(reports) == 4, output
     for name, status, spills, _ in reports:
         assert status == "passed" and (spills == "None" or int(spills) <= 128), output
 

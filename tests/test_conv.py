@@ -158,6 +158,25 @@ def test_async_gather_exact_past_every_tile_edge():
     assert relative_error(got, ref) < conv._tolerance((2, 19, 9, 17, 66), np.float32)
 
 
+@pytest.mark.parametrize("size", [
+    (1, 19, 9, 15, 66, 1, 1, 1, 0, 1),  # the headline's 1x1: a whole K-step and one of 3 channels, 2 x 2 tiles
+    (1, 19, 11, 13, 5, 3, 3, 2, 2, 2),  # stride 2, dilation 2, padding 2: taps past every border
+    pytest.param((1, 3, 9, 11, 3, 7, 7, 2, 3, 1), marks=pytest.mark.slow),  # 49 taps, a partial K-step each
+], ids=lambda s: "x".join(map(str, s)))
+def test_general_async_gather_exact_at_awkward_geometries(size, monkeypatch):
+    """conv2d[general]'s async_gather: async_gather's main loop given the geometry at run time (its own
+    kernel at every C here, as a sweep of GATHER_MIN_CHANNELS=0 would run it; the simulator sizes of the
+    operator, all C < K_STEP, check the fallback). Random inputs and the constant image (every border
+    the stride, padding and dilation move)."""
+    monkeypatch.setattr(conv, "GATHER_MIN_CHANNELS", 0)
+    rng = np.random.default_rng(13)
+    stage = conv.general_op["async_gather"]
+    cases = [("random", conv.general_op.make_inputs(size, rng)), *conv.general_op.adversarial_inputs(size, rng)]
+    for label, inputs in cases:
+        result = check_stage(stage, size, inputs=inputs, label=label)
+        assert result.passed, (label, result.message)
+
+
 ISSUE_LAYERS = [(32, 64, 56, 56, 64), (32, 256, 14, 14, 256)]
 
 
@@ -205,6 +224,39 @@ def test_fused_epilogue_refuses_a_residual_of_another_shape():
                                         np.empty((1, 3, 6, 6), np.float32))
     with pytest.raises(InputError, match="residual must have shape"):
         conv.add_fused_epilogue(x, w, bias, res, out)
+
+
+def _epilogue_cases(op, size, seed):
+    rng = np.random.default_rng(seed)
+    return [("random", op.make_inputs(size, rng)), *op.adversarial_inputs(size, rng)]
+
+
+@pytest.mark.parametrize("op", [pytest.param(conv.bias_relu_op, marks=pytest.mark.slow), conv.bias_add_relu_op],
+                         ids=lambda o: o.name)
+def test_async_epilogue_exact_past_every_tile_edge(op):
+    """The operator's simulator sizes have C < K_STEP, one block of pixels and K <= 64 but for the slow
+    tier's last. C = 19: a whole K-step (the test-free copies) and a step of 3 channels; 9 x 15 pixels:
+    two 128-pixel tiles, the second 7 pixels and 121 columns past the last (the residual's dropped
+    loads); K = 66: two 64-channel tiles, the second with 2 rows. Random inputs, then the NaN pixel and
+    the +-1e4 biases."""
+    size = (1, 19, 9, 15, 66)
+    for label, inputs in _epilogue_cases(op, size, 11):
+        result = check_stage(op["async_epilogue"], size, inputs=inputs, label=label)
+        assert result.passed, (label, result.message)
+
+
+@pytest.mark.parametrize("setting", [{"RESIDUAL_FIRST": False}, {"RESIDUAL_COLUMNS": 4}, {"RESIDUAL_COLUMNS": 8}],
+                         ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
+def test_async_epilogue_residual_settings_a_sweep_may_take(setting, monkeypatch):
+    """The residual's other settings (the simulator reads module constants at each call): stage 2's
+    read at each store, and the loads in batches of 4 and 8 columns, at a size with a partial K-step,
+    rows past K and pixels past the last."""
+    for name, value in setting.items():
+        monkeypatch.setattr(conv, name, value)
+    size = (1, 3, 7, 9, 5)
+    for label, inputs in _epilogue_cases(conv.bias_add_relu_op, size, 12):
+        result = check_stage(conv.bias_add_relu_op["async_epilogue"], size, inputs=inputs, label=label)
+        assert result.passed, (label, result.message)
 
 
 def test_epilogue_reference_keeps_nan_through_relu():

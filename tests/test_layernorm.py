@@ -43,7 +43,12 @@ BLOCK_ROWS = {"block_rows": layernorm.block_rows,
               "block_rows_one_barrier": lambda *arrays: layernorm.block_rows(*arrays, one_barrier=True)}
 
 
-@pytest.mark.parametrize("stage", [s.name for s in op.stages] + list(BLOCK_ROWS))
+# shared_rows (by_shape's kernel for rows wider than ILP_ROW_COLS) at the simulator's widths: 64 threads a row, so
+# that a row of 1000 columns is four chunks a thread and two write steps
+SHARED_ROWS = {"shared_rows": lambda *arrays: layernorm.shared_rows(*arrays, threads=64)}
+
+
+@pytest.mark.parametrize("stage", [s.name for s in op.stages] + list(BLOCK_ROWS) + list(SHARED_ROWS))
 @pytest.mark.parametrize("cols", [1, 1000])
 def test_constant_and_offset_rows_tightly(stage, cols):
     """A constant row's output is exactly the bias; a mean-1e4 row is as accurate as a mean-0 one
@@ -55,7 +60,7 @@ def test_constant_and_offset_rows_tightly(stage, cols):
     x = np.stack([constant, offset, plain])
     w = rng.uniform(0.5, 1.5, cols).astype(np.float32)
     b = rng.uniform(-1, 1, cols).astype(np.float32)
-    got = run(BLOCK_ROWS[stage] if stage in BLOCK_ROWS else op[stage], x, w, b)
+    got = run({**BLOCK_ROWS, **SHARED_ROWS}.get(stage) or op[stage], x, w, b)
     assert (got[0] == b).all()
     ref = layernorm.layernorm64(x, w, b)
     assert np.abs(got[1:] - ref[1:]).max() < 2e-5
@@ -169,7 +174,10 @@ BY_SHAPE_KERNELS = {"layernorm.warp_rows": (op, layernorm.warp_rows),
                     "layernorm.block_rows": (op, layernorm.block_rows),
                     "layernorm.block_rows_one_barrier": (op, BLOCK_ROWS["block_rows_one_barrier"]),
                     "rmsnorm.warp_rows": (layernorm.rmsnorm_op, layernorm.rmsnorm_warp_rows),
-                    "rmsnorm.block_rows": (layernorm.rmsnorm_op, layernorm.rmsnorm_block_rows)}
+                    "rmsnorm.block_rows": (layernorm.rmsnorm_op, layernorm.rmsnorm_block_rows),
+                    "layernorm.shared_rows": (op, SHARED_ROWS["shared_rows"]),
+                    "rmsnorm.shared_rows": (layernorm.rmsnorm_op,
+                                            lambda *arrays: layernorm.rmsnorm_shared_rows(*arrays, threads=64))}
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the float64 reference of NaN and inf inputs, put there on purpose
@@ -192,14 +200,34 @@ def test_by_shape_table():
     assert layernorm.kernel_for(1024) is layernorm.warp_rows and layernorm.kernel_for(1025) is layernorm.ilp.launch
     # block_rows lost to stage 7 at 4096 and 12288 columns on the H200: the table may not pick it there
     assert layernorm.kernel_for(4096) is layernorm.ilp.launch and layernorm.kernel_for(12288) is layernorm.ilp.launch
+    limit, widest = layernorm.ILP_ROW_COLS, layernorm.SHARED_ROW_MAX_COLS
+    assert layernorm.kernel_for(limit) is layernorm.ilp.launch and layernorm.kernel_for(limit + 1) is layernorm.shared_rows
+    assert layernorm.kernel_for(widest) is layernorm.shared_rows and layernorm.kernel_for(widest + 1) is layernorm.ilp.launch
+    assert 4 * widest <= 227 * 1024 - 1024  # the row and the sums' buffers fit the shared memory a block may opt in to
+    from solutions._vector_io import shared_row_threads
+    assert shared_row_threads(32768, 1024) == 1024 and shared_row_threads(4096, 1024, 4) == 256
+    assert shared_row_threads(37, 1024) == 32 and shared_row_threads(1, 1024, 4) == 32
     table = layernorm.RMSNORM_BY_SHAPE
     assert layernorm.kernel_for(4096, table) is layernorm.rmsnorm_block_rows
-    assert layernorm.kernel_for(32768, table) is layernorm.rmsnorm_lean.launch
+    assert layernorm.kernel_for(32768, table) is layernorm.rmsnorm_shared_rows
+    assert layernorm.kernel_for(widest + 1, table) is layernorm.rmsnorm_lean.launch
     assert layernorm.block_row_threads(4096) == 256 and layernorm.block_row_threads(12288) == 768
     wide = cuda.device_array((1, layernorm.WARP_ROW_COLS + 4), np.float32)
     vector = cuda.device_array(layernorm.WARP_ROW_COLS + 4, np.float32)
     with pytest.raises(InputError, match="at most 1024"):
         layernorm.warp_rows(wide, vector, vector, wide)
+    wider = cuda.device_array((1, layernorm.SHARED_ROW_MAX_COLS + 4), np.float32)
+    vector = cuda.device_array(layernorm.SHARED_ROW_MAX_COLS + 4, np.float32)
+    with pytest.raises(InputError, match="in shared memory"):
+        layernorm.shared_rows(wider, vector, vector, wider)
+
+
+def test_shared_rows_past_48_kib():
+    """A row of more than 48 KiB (12288 floats) in shared memory: the launch opts in past the default
+    (which the simulator enforces), and the row is still exact. One row, 1024 threads: 3 chunks each."""
+    cols = 12300  # not a multiple of 4: the column-at-a-time copy and the ragged last chunk
+    inputs = op.make_inputs((2, cols), np.random.default_rng(4))
+    np.testing.assert_allclose(run(layernorm.shared_rows, *inputs), op.reference(*inputs), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.sim_only

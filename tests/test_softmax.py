@@ -64,7 +64,8 @@ def test_fused_streaming_path():
 # the warp kernel only): widths not multiples of 4 (read a column at a time), several online steps
 # (32 threads x 16 values = 512 columns a step), rows with NaN, +-inf and all -inf (NaN out).
 BY_SHAPE_KERNELS = {"warp_rows": softmax.warp_rows, "block_rows": softmax.block_rows,
-                    "online_rows": lambda x, out: softmax.online_rows(x, out, threads=32)}
+                    "online_rows": lambda x, out: softmax.online_rows(x, out, threads=32),
+                    "shared_rows": lambda x, out: softmax.shared_rows(x, out, threads=64)}
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the float64 reference of NaN and inf inputs, put there on purpose
@@ -85,12 +86,31 @@ def test_by_shape_table():
     """The dispatch table picks the kernel its thresholds name, and the wider kernels can take any row."""
     assert softmax.kernel_for(1) is softmax.warp_rows and softmax.kernel_for(1024) is softmax.warp_rows
     assert softmax.kernel_for(1025) is softmax.block_rows and softmax.kernel_for(16384) is softmax.block_rows
-    assert softmax.kernel_for(16385) is softmax.online_rows and softmax.kernel_for(128256) is softmax.online_rows
+    assert softmax.kernel_for(16385) is softmax.shared_rows and softmax.kernel_for(32768) is softmax.shared_rows
+    widest = softmax.SHARED_ROW_MAX_COLS
+    assert softmax.kernel_for(widest) is softmax.shared_rows and softmax.kernel_for(widest + 1) is softmax.online_rows
+    assert softmax.kernel_for(128256) is softmax.online_rows
     assert softmax.block_row_threads(4096) == 256 and softmax.block_row_threads(12288) == 768
     assert softmax.block_row_threads(16384) == 1024 and softmax.block_row_threads(33) == 32
     wide = cuda.device_array((1, softmax.WARP_ROW_COLS + 4), np.float32)
     with pytest.raises(InputError, match="at most 1024"):
         softmax.warp_rows(wide, wide)
+
+
+@pytest.mark.parametrize("stage", ["shared_rows"])
+def test_adversarial_rows_shared(stage):
+    """test_adversarial_rows_exactly's rows through by_shape's shared-memory kernel (no stage runs it at the
+    simulator's widths)."""
+    rng = np.random.default_rng(3)
+    cols = 37
+    huge = rng.uniform(-1e4, 1e4, cols).astype(np.float32)
+    one_hot = np.full(cols, -np.inf, np.float32)
+    one_hot[29] = 1.5
+    offset = (80.0 + rng.standard_normal(cols)).astype(np.float32)
+    x = np.stack([huge, one_hot, offset])
+    got = run(BY_SHAPE_KERNELS[stage], x)
+    np.testing.assert_allclose(got, softmax.softmax64(x), rtol=1e-5, atol=1e-7)
+    assert got[1, 29] == 1.0 and not got[1, np.arange(cols) != 29].any()
 
 
 def test_by_shape_unaligned_view():

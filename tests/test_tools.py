@@ -16,7 +16,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from workbench import cli, prepared, profiles, sanitizer_reports
+from workbench import cli, prepared, profiles, sanitizer_reports, tables
 from workbench.ladder import InputError
 
 # -- Nsight Compute ------------------------------------------------------------------------------------
@@ -72,6 +72,64 @@ def test_the_largest_steps_are_explained_by_the_counters_that_moved():
     assert sentences[0].startswith("2. coalesced is 5.00x faster than 1. naive")
     assert "DRAM throughput 8% of peak -> 60% of peak" in sentences[0]
     assert sentences[1].startswith("4. fused is 1.90x faster than 3. shared") and "3.0x fewer instructions" in sentences[1]
+
+
+def test_a_profiled_peer_is_listed_after_the_stages_and_held_to_the_fastest_stage():
+    peer = {**_record("torch.compile", 0, 8_000, 95.0, 60.0, 1e6, "long_scoreboard"), "kind": "peer"}
+    records = TOY + [peer]
+    rows = profiles.stage_totals(records)
+    assert [r["stage"] for r in rows] == ["naive", "coalesced", "shared", "fused", "torch.compile"]
+    assert tables.profile_rows(records)[-1][0] == "torch.compile (library)"
+    assert profiles.explain_steps(records, largest=2) == profiles.explain_steps(TOY, largest=2)  # not a step
+    (sentence,) = profiles.explain_against_peers(records)
+    assert sentence.startswith("4. fused is 0.80x slower than torch.compile (library)")
+    assert "3.0x more instructions" in sentence and "achieved occupancy 60% -> 90%" in sentence
+    assert profiles.explain_against_peers(TOY) == []
+
+
+def test_a_peer_is_named_by_the_tables_name_or_a_part_naming_one(monkeypatch):
+    from workbench import bench, registry
+    from workbench.tools import target
+
+    op, _ = registry.resolve("layernorm")
+    peers = [("torch F.layer_norm", lambda *a: None), ("torch.compile", lambda *a: None)]
+    monkeypatch.setattr(bench, "peer_launches", lambda op, size, with_compile: peers)
+    assert target.peer_launcher(op, (4, 8), "TORCH.COMPILE")[0] == "torch.compile"
+    assert target.peer_launcher(op, (4, 8), "layer_norm")[0] == "torch F.layer_norm"
+    with pytest.raises(SystemExit, match="more than one peer named 'torch'.*'torch F.layer_norm', 'torch.compile'"):
+        target.peer_launcher(op, (4, 8), "torch")
+    with pytest.raises(SystemExit, match="no peer named 'cudnn'"):
+        target.peer_launcher(op, (4, 8), "cudnn")
+
+
+def test_profile_with_peers_runs_each_peer_of_the_operator_and_records_it_beside_the_stage(tmp_path, monkeypatch,
+                                                                                          capsys):
+    import types
+
+    from workbench import bench
+    from workbench.tools import profile
+
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.setattr(profile, "_device", types.SimpleNamespace(is_simulator=lambda: False))  # ncu's side only
+    monkeypatch.setattr(profile, "find_ncu", lambda: "/opt/ncu")
+    monkeypatch.setattr(profile, "_ncu_version", lambda ncu: "2025.3")
+    monkeypatch.setattr(profile, "environment", lambda: {"device": "NVIDIA H200"})
+    monkeypatch.setattr(bench, "peer_launches", lambda op, size, with_compile: [("torch.compile", None)])
+    ran = []
+
+    def fake_profile_stage(ncu, target, size, impl=None, counters=False, peer=None):
+        ran.append((target, size, peer))
+        ns = 8_000 if peer else 10_000
+        return [{"kernel": "_k", "metrics": {"duration_ns": ns, "dram_pct_of_peak": 90.0}, "stalls": {}}], ""
+
+    monkeypatch.setattr(profile, "profile_stage", fake_profile_stage)
+    assert cli.main(["profile", "layernorm.ilp", "--size", "64x96", "--peers"]) == 0
+    assert ran == [("layernorm.ilp", (64, 96), None), ("layernorm", (64, 96), "torch.compile")]
+    _, records = profiles.recorded("layernorm")
+    assert {(r["stage"], r["order"], r.get("kind")) for r in records} == {("ilp", 7, None), ("torch.compile", 0, "peer")}
+    out = capsys.readouterr().out
+    assert "torch.compile (library)" in out and "7. ilp is 0.80x slower than torch.compile (library)" in out
 
 
 def test_profile_without_a_gpu_prints_the_recorded_profile(tmp_path, monkeypatch, capsys):

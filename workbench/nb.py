@@ -647,7 +647,7 @@ def counters(op: Operator) -> None:
     dates = sorted({r["date"][:10] for r in records})
     show(Table(list(tables.PROFILE_COLUMNS), tables.profile_rows(records), tables.profile_title(device_name, records),
                f"Recorded on a GPU ({device_name}, {', '.join(dates)}), not measured now."))
-    for sentence in profiles.explain_steps(records):
+    for sentence in profiles.explain_steps(records) + profiles.explain_against_peers(records):
         say(f"• {sentence}")
 
 

@@ -215,10 +215,11 @@ def stage_totals(records: list[dict]) -> list[dict]:
     occupancy weighted by kernel time, registers and shared memory of the longest kernel, and the
     time-weighted stall reasons."""
     groups: dict = {}
-    for r in records:
-        groups.setdefault((r["order"], r["stage"], tuple(r["size"])), []).append(r)
+    for r in records:  # the stages in order, then the library peers (`workbench profile --peers`)
+        is_peer = r.get("kind") == "peer"
+        groups.setdefault((is_peer, r["order"], r["stage"], tuple(r["size"])), []).append(r)
     rows = []
-    for (order, stage, size), recs in sorted(groups.items()):
+    for (is_peer, order, stage, size), recs in sorted(groups.items()):
         times = [float(r["metrics"].get("duration_ns") or 0) for r in recs]
         total = sum(times) or 1.0
 
@@ -237,7 +238,8 @@ def stage_totals(records: list[dict]) -> list[dict]:
             for reason, v in (r.get("stalls") or {}).items():
                 stalls[reason] = stalls.get(reason, 0.0) + v * t / total
         rows.append({
-            "stage": stage, "order": order, "size": list(size), "kernels": len(recs), "duration_ns": sum(times),
+            "stage": stage, "order": order, "peer": is_peer, "size": list(size), "kernels": len(recs),
+            "duration_ns": sum(times),
             "dram_pct_of_peak": weighted("dram_pct_of_peak"), "sm_pct_of_peak": weighted("sm_pct_of_peak"),
             "occupancy_pct": weighted("occupancy_pct"), "l1_hit_pct": weighted("l1_hit_pct"),
             "l2_hit_pct": weighted("l2_hit_pct"), "dram_bytes": (summed("dram_read_bytes") or 0) + (summed("dram_write_bytes") or 0),
@@ -252,11 +254,16 @@ def _ratio(a, b):
     return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
 
 
+def row_label(row: dict) -> str:
+    """'8. by_shape' for a stage, 'torch.compile (library)' for a peer, as the ladder tables name them."""
+    return f"{row['stage']} (library)" if row.get("peer") else f"{row['order']}. {row['stage']}"
+
+
 def explain_step(before: dict, after: dict) -> str:
     """One sentence: how much faster ``after`` is than ``before``, and the counters that moved most."""
     speedup = _ratio(before["duration_ns"], after["duration_ns"])
-    head = (f"{after['order']}. {after['stage']} is {speedup:.2f}x {'faster' if speedup >= 1 else 'slower'} than "
-            f"{before['order']}. {before['stage']}" if speedup else f"{after['order']}. {after['stage']}")
+    head = (f"{row_label(after)} is {speedup:.2f}x {'faster' if speedup >= 1 else 'slower'} than "
+            f"{row_label(before)}" if speedup else row_label(after))
     reasons = []
     for key, label, fmt in (("dram_pct_of_peak", "DRAM throughput", "{:.0f}% of peak"),
                             ("occupancy_pct", "achieved occupancy", "{:.0f}%"),
@@ -285,16 +292,30 @@ def explain_step(before: dict, after: dict) -> str:
 def explain_steps(records: list[dict], size=None, largest: int = 3) -> list[str]:
     """Sentences on the ``largest`` steps of the staircase (by time ratio between consecutive stages)
     at ``size`` (default: the largest size profiled), in stage order."""
-    rows = stage_totals(records)
-    if size is not None:
-        rows = [r for r in rows if r["size"] == list(size)]
-    elif rows:
-        biggest = max((r["size"] for r in rows), key=math.prod)
-        rows = [r for r in rows if r["size"] == biggest]
+    rows = _at_size([r for r in stage_totals(records) if not r["peer"]], size)
     steps = [(abs(math.log(_ratio(a["duration_ns"], b["duration_ns"]) or 1.0)), i)
              for i, (a, b) in enumerate(zip(rows, rows[1:]))]
     chosen = sorted(i for _, i in sorted(steps, reverse=True)[:largest])
     return [explain_step(rows[i], rows[i + 1]) for i in chosen]
+
+
+def _at_size(rows: list[dict], size=None) -> list[dict]:
+    """The rows at ``size``, or (None) at the largest size among them."""
+    if size is None and rows:
+        size = max((r["size"] for r in rows), key=math.prod)
+    return [r for r in rows if size is not None and r["size"] == list(size)]
+
+
+def explain_against_peers(records: list[dict], size=None) -> list[str]:
+    """A sentence per library peer profiled (`workbench profile --peers`): the fastest stage profiled at
+    the same size against it, with the counters that differ most; what says why a ladder ends behind or
+    ahead of the library. Empty where no peer was profiled."""
+    rows = _at_size(stage_totals(records), size)
+    stages = [r for r in rows if not r["peer"]]
+    if not stages:
+        return []
+    best = min(stages, key=lambda r: r["duration_ns"] or math.inf)
+    return [explain_step(peer, best) for peer in rows if peer["peer"]]
 
 
 # -- the same counters, counted in the simulator --------------------------------------------------------------

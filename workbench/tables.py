@@ -570,7 +570,7 @@ def profile_rows(records: list[dict]) -> list[list[str]]:
     rows = []
     for r in profiles.stage_totals(records):
         stalls = ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in r["top_stalls"])
-        rows.append([f"{r['order']}. {r['stage']}", size_label(r["size"]), str(r["kernels"]),
+        rows.append([profiles.row_label(r), size_label(r["size"]), str(r["kernels"]),
                      _counter(r["duration_ns"] / 1e3, ".1f"), _counter(r["dram_pct_of_peak"], ".0f"),
                      _counter(r["occupancy_pct"], ".0f"), _counter(r["registers"], "d"),
                      _counter(r["shared_bytes"], "d"), _counter(r["l1_hit_pct"], ".0f"),

@@ -7,6 +7,10 @@ warm up and once inside ``cuProfilerStart``/``cuProfilerStop``, under ``ncu --cl
 the timings saw them). Every kernel of the stage becomes a record in ``results/profiles/<gpu>.json``;
 then a table per stage and the sentences that explain the three largest steps of the staircase.
 
+``--peers`` profiles the operator's library peers too (eager torch, cuBLAS/cuDNN/cuSPARSE behind it,
+``torch.compile``'s generated kernels), at the same size in the same way, recorded beside the stages as
+what they are measured against: the counters that say why a last stage is behind a library.
+
 ``--counters`` adds the sectors, requests, shared-memory wavefronts and bank conflicts and branch uniformity
 that ``workbench counters`` counts in the simulator, at the size it counts at by default (the operator's
 largest simulator size), and records them apart (``results/profiles/counters/<gpu>.json``: kernels that
@@ -28,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 from .. import device as _device
-from .. import profiles, registry, sizes, tables
+from .. import bench, profiles, registry, sizes, tables
 from ..ladder import as_size, size_label
 from ..results import environment, now
 
@@ -43,18 +47,21 @@ def find_ncu() -> str | None:
     return None
 
 
-def ncu_command(ncu: str, target: str, size, metrics: list[str], log: str, impl: str | None = None) -> list[str]:
+def ncu_command(ncu: str, target: str, size, metrics: list[str], log: str, impl: str | None = None,
+                peer: str | None = None) -> list[str]:
     cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--csv", "--page", "raw",
            "--print-units", "base", "--log-file", log, "--metrics", ",".join(metrics),
            sys.executable, "-m", "workbench.tools.target", target, "--size", size_label(size), "--warmup",
            "--profile-range"]
-    return cmd + (["--impl", impl] if impl else [])
+    return cmd + (["--impl", impl] if impl else []) + (["--peer", peer] if peer else [])
 
 
-def profile_stage(ncu: str, stage, size, impl: str | None = None, counters: bool = False) -> tuple[list[dict], str]:
-    """(kernel records, "" or why none) for one stage at one size. A metric this ncu does not know (its
-    error names it) is left out and the stage profiled again, so one missing metric costs only itself;
-    then, failing that, the run is tried without the stall reasons."""
+def profile_stage(ncu: str, target: str, size, impl: str | None = None, counters: bool = False,
+                  peer: str | None = None) -> tuple[list[dict], str]:
+    """(kernel records, "" or why none) for one stage, ``target`` = OP.STAGE, at one size (or, with
+    ``peer``, for that library peer of the operator ``target`` = OP). A metric this ncu does not know (its error names it) is left out
+    and the run profiled again, so one missing metric costs only itself; then, failing that, the run
+    is tried without the stall reasons."""
     env = dict(os.environ, WORKBENCH_MODE="gpu")
     why = ""
     for with_stalls in (True, False):
@@ -62,7 +69,7 @@ def profile_stage(ncu: str, stage, size, impl: str | None = None, counters: bool
         for _ in range(MISSING_METRIC_RETRIES + 1):
             with tempfile.TemporaryDirectory() as tmp:
                 log = str(Path(tmp) / "ncu.csv")
-                run = subprocess.run(ncu_command(ncu, stage.key, size, metrics, log, impl), capture_output=True,
+                run = subprocess.run(ncu_command(ncu, target, size, metrics, log, impl, peer), capture_output=True,
                                      text=True, env=env, timeout=NCU_TIMEOUT_S)
                 text = Path(log).read_text() if Path(log).exists() else run.stdout
             kernels = profiles.parse_ncu_csv(text)
@@ -84,10 +91,12 @@ def _named_in(metric: str, line: str) -> bool:
     return re.search(rf"(?<![\w.]){re.escape(base)}(?![\w])", line) is not None
 
 
-def records_for(stage, size, kernels: list[dict], ncu_version: str) -> list[dict]:
+def records_for(place: dict, size, kernels: list[dict], ncu_version: str) -> list[dict]:
+    """One record per kernel, each with ``place``: the op, the stage and its order; a peer's name as its
+    stage, order 0 and kind "peer", as bench's peer records are."""
     date = now()
-    return [{"op": stage.op.name, "stage": stage.name, "order": stage.order, "size": list(size), "kernel": k["kernel"],
-             "launch": i, "metrics": k["metrics"], "stalls": k["stalls"], "date": date, "ncu": ncu_version}
+    return [{**place, "size": list(size), "kernel": k["kernel"], "launch": i, "metrics": k["metrics"],
+             "stalls": k["stalls"], "date": date, "ncu": ncu_version}
             for i, k in enumerate(kernels)]
 
 
@@ -101,7 +110,7 @@ def _ncu_version(ncu: str) -> str:
 
 def print_profile(console, device: str, records: list[dict]) -> None:
     console.print(tables.profile_table(device, records))
-    for sentence in profiles.explain_steps(records):
+    for sentence in profiles.explain_steps(records) + profiles.explain_against_peers(records):
         console.print(f"• {sentence}", highlight=False)
 
 
@@ -117,7 +126,8 @@ def cmd_profile(args) -> int:
         for target, op, stages in targets:
             device, records = profiles.recorded(op.name)
             names = {s.name for s in stages}
-            records = [r for r in records if r["stage"] in names]
+            peer_records = [r for r in records if r.get("kind") == "peer"]  # shown beside any stage of theirs
+            records = [r for r in records if r["stage"] in names and r.get("kind") != "peer"]
             if not records:
                 err.print(f"[yellow]{why}, and no recorded profile of {target}[/] in {profiles.profiles_dir()}: "
                           f"`workbench profile {target}` on a GPU with Nsight Compute records one")
@@ -133,10 +143,12 @@ def cmd_profile(args) -> int:
                     missing += 1
                     continue
                 records = at
+                peer_records = [r for r in peer_records if tuple(r["size"]) == tuple(args.size)]
+            records += [r for r in peer_records if r["size"] in [x["size"] for x in records]]
             err.print(f"{why}: the profile recorded on {device}")
             print_profile(console, device, records)
         return 1 if missing else 0
-    plan = []  # (stage, size)
+    plan = []  # (what runs: OP.STAGE or OP, its place in the records, peer name or None, size)
     for _, op, stages in targets:
         try:
             # --counters: at the size `workbench counters` counts at, so that the two compare
@@ -145,18 +157,22 @@ def cmd_profile(args) -> int:
         except sizes.SizeError as exc:
             err.print(f"[red]error:[/] {exc}")
             return 2
-        plan += [(stage, size) for stage in stages]
+        plan += [(s.key, {"op": op.name, "stage": s.name, "order": s.order}, None, size) for s in stages]
+        if args.peers:
+            plan += [(op.name, {"op": op.name, "stage": name, "order": 0, "kind": "peer"}, name, size)
+                     for name, _ in bench.peer_launches(op, size, with_compile=True)]
     version = _ncu_version(ncu)
     device = environment()["device"]
     by_op, failed = {}, []
-    for stage, size in plan:
-        err.print(f"profiling {stage.key} @ {size_label(size)} ...")
-        kernels, why = profile_stage(ncu, stage, size, args.impl, counters=args.counters)
+    for target, place, peer, size in plan:
+        shown = f"{target} · {peer}" if peer else target
+        err.print(f"profiling {shown} @ {size_label(size)} ...")
+        kernels, why = profile_stage(ncu, target, size, args.impl, counters=args.counters, peer=peer)
         if not kernels:
-            failed.append(f"{stage.key}: {why}")
+            failed.append(f"{shown}: {why}")
             continue
-        recs = records_for(stage, size, kernels, version)
-        by_op.setdefault(stage.op.name, []).extend(recs)
+        recs = records_for(place, size, kernels, version)
+        by_op.setdefault(place["op"], []).extend(recs)
         if not args.no_save:
             profiles.save(device, recs, counters=args.counters)
     for records in by_op.values():
@@ -176,6 +192,9 @@ def add_cli(sub) -> None:
     s.add_argument("--counters", action="store_true",
                    help="record the memory-access and divergence counters the simulator counts too "
                         "(`workbench counters`; profiles.COUNTER_METRICS), to hold the two to each other")
+    s.add_argument("--peers", action="store_true",
+                   help="profile the operator's library peers too (eager torch, torch.compile), recorded beside "
+                        "the stages")
     s.add_argument("--impl", help="profile a learner's launcher from this file instead of the answer key's")
     s.add_argument("--no-save", action="store_true", help="do not write results/profiles/")
     s.set_defaults(func=cmd_profile)

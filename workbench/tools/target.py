@@ -1,13 +1,16 @@
 """Run one stage once, for a tool that watches the process (``ncu``, ``compute-sanitizer``).
 
     python -m workbench.tools.target OP.STAGE [--size S] [--impl FILE] [--seed N] [--warmup] [--profile-range]
+    python -m workbench.tools.target OP --peer NAME [--size S] [--seed N] [--warmup] [--profile-range]
 
 The stage runs on the operator's random inputs at the given size (default: its headline size), its
 output poisoned first, as ``workbench check`` runs it. ``--warmup`` runs it once before (compilation,
 module loading, a prepared stage's plan), ``--profile-range`` brackets the measured call with
 ``cuProfilerStart``/``cuProfilerStop`` (for ``ncu --profile-from-start off``), and ``--impl FILE`` runs a
-learner's launcher for the stage from FILE instead of the answer key's. Prints one line (the stage,
-the size, whether the output matched the reference) and exits 0, or 2 on a bad argument.
+learner's launcher for the stage from FILE instead of the answer key's. ``--peer NAME`` runs one of the
+operator's library peers instead, as ``workbench bench`` times it (eager torch, cuBLAS, ``torch.compile``,
+...), so that ``ncu`` can watch what the ladder is measured against. Prints one line (what ran, the size,
+whether the output matched the reference) and exits 0, or 2 on a bad argument.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 
 import workbench  # noqa: F401  (chooses GPU or simulator before numba is imported)
 
-from .. import registry, sizes
+from .. import bench, library_peers, registry, sizes
 from ..check import compare, poison_like, tolerance_of
 from ..ladder import Operator, Stage, as_size, size_label, to_device, to_host
 
@@ -46,6 +49,19 @@ def load_launcher(path: str, op_name: str, stage_name: str):
     raise SystemExit(f"error: {path} defines no stage {op_name}.{stage_name} (a function named {stage_name})")
 
 
+def peer_launcher(op: Operator, size, name: str):
+    """The launch of ``op``'s library peer called ``name`` at ``size`` (as the tables name it: the whole name,
+    or a part of it that names one peer, case ignored), torch.compile's included."""
+    launches = bench.peer_launches(op, size, with_compile=True)
+    matches = [(n, launch) for n, launch in launches if n.lower() == name.lower()] or \
+              [(n, launch) for n, launch in launches if name.lower() in n.lower()]
+    if len(matches) != 1:
+        names = ", ".join(repr(n) for n, _ in launches) or "none here (is torch installed?)"
+        raise SystemExit(f"error: {op.name} has {'no' if not matches else 'more than one'} peer named {name!r} "
+                         f"(its peers at {size_label(size)}: {names})")
+    return matches[0]
+
+
 def profiler(start: bool) -> None:
     from cuda.bindings import driver
 
@@ -62,34 +78,46 @@ def main(argv=None) -> int:
     p.add_argument("target")
     p.add_argument("--size")
     p.add_argument("--impl")
+    p.add_argument("--peer")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warmup", action="store_true")
     p.add_argument("--profile-range", action="store_true")
     args = p.parse_args(argv)
     op, stages = registry.resolve(args.target)
-    if len(stages) != 1 or "." not in args.target:
+    size = sizes.check_size(op, sizes.parse_size(args.size)) if args.size else as_size(op.headline_size)
+    if args.peer:
+        if "." in args.target or args.impl:
+            print("error: --peer runs a library peer of an operator: give OP, not OP.STAGE, and no --impl",
+                  file=sys.stderr)
+            return 2
+        name, launch = peer_launcher(op, size, args.peer)
+        tolerance = op.tolerance_for(size, op.dtype)
+    elif len(stages) != 1 or "." not in args.target:
         print(f"error: give one stage, OP.STAGE (stages of {op.name}: {', '.join(s.name for s in op.stages)})",
               file=sys.stderr)
         return 2
-    stage = stages[0]
-    size = sizes.check_size(op, sizes.parse_size(args.size)) if args.size else as_size(op.headline_size)
-    launch = load_launcher(args.impl, op.name, stage.name) if args.impl else stage.launch
+    else:
+        stage = stages[0]
+        name, tolerance = stage.key, tolerance_of(stage, size)
+        launch = load_launcher(args.impl, op.name, stage.name) if args.impl else stage.launch
     rng = np.random.default_rng(args.seed)
     inputs = op.make_inputs(size, rng)
     template = op.make_output(size)
     d_inputs = [to_device(a) for a in inputs]
     d_out = to_device(poison_like(template))
-    if args.warmup:
+    if args.warmup:  # compiles (torch.compile's too), loads modules, builds a prepared stage's plan
         launch(*d_inputs, d_out)
         cuda.synchronize()
     if args.profile_range:
         profiler(True)
-    launch(*d_inputs, d_out)
+    returned = launch(*d_inputs, d_out)
     cuda.synchronize()
     if args.profile_range:
         profiler(False)
-    result = compare(stage.key, size, to_host(d_out), op.reference(*inputs), tolerance_of(stage, size))
-    print(f"ran {stage.key} @ {size_label(size)}: {'correct' if result.passed else 'WRONG: ' + result.message}")
+    # A peer with no out= (F.layer_norm, ...) returns its result instead, as bench.py reads it.
+    got = library_peers.to_host(returned) if getattr(launch, "returns_output", False) else to_host(d_out)
+    result = compare(name, size, got, op.reference(*inputs), tolerance)
+    print(f"ran {name} @ {size_label(size)}: {'correct' if result.passed else 'WRONG: ' + result.message}")
     return 0
 
 
