@@ -34,13 +34,13 @@ from solutions._half import (
     CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, VECTOR,
     a_matrix, as_float64, bits16, block_sum, block_sum_over, edge_element, expect_rows, expect_vectors, flat_bits16,
     group_row, group_sum, half_operator, load_held, pack, per_format, registers_grid, registers_threads, row_words,
-    short_name, torch_peer, vector_at, words)
+    rsqrt, short_name, torch_peer, vector_at, warp_sum, words)
 # The float64 references (layernorm64: (x - mean) / sqrt(var + EPS) * weight + bias; rmsnorm64) and the random
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
 from solutions._vector_io import (
     SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, expect_row_width, flat_view, launch_shared_row,
-    load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store_chunk)
+    load4, load8, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, stage_of
 from workbench.targets import against_peer, of_ceiling
@@ -52,6 +52,9 @@ __doc__ += SIXTEEN_BIT_STORY + """\
    multiprocessor: a block's time on a row is mostly fixed latency, and a 16-bit row is half the bytes.
 4. (RMSNorm) ``in_registers``: the row read once and held in registers, 16 bytes a load, each pair of
    results rounded to 16 bits by one instruction (cvt.rn.f16x2.f32, cvt.rn.bf16x2.f32).
+5. ``vector_rows`` (LayerNorm's 4th stage, RMSNorm's 5th): the row held in registers with every
+   instruction that is not the norm's arithmetic taken out: at 2 bytes an element the kernel runs
+   short of instruction issue before it runs short of bandwidth.
 """
 
 THREADS = 256  # threads per block in the block-per-row stages; a multiple of the 32-lane warp
@@ -2256,6 +2259,238 @@ def rmsnorm_in_registers(x, weight, out):
     kernel = _rmsnorm_registers.kernels[x.dtype]
     kernel[blocks, block](flat_bits16(x), words(x), bits16(weight), words(weight), flat_bits16(out), words(out),
                           rows, cols, threads)
+
+
+# -- vector_rows (LayerNorm's 4th stage, RMSNorm's 5th): a lean kernel, the row held as 16-byte vectors -----
+
+VECTORS = 4  # 16-byte vectors of x each thread holds (8 halves each): a 4096-column row is 128 threads
+BLOCK_ROWS_THREADS = 128  # narrow rows share a block of up to this many threads (one row a warp, no barrier)
+WEIGHTS_AHEAD = 0  # vectors whose weight (and bias) are loaded ahead of the store in progress: 0, each just before
+# its own store (a wait on L1 a vector); 1, the next one's before this one's store; VECTORS, all before the first
+REGISTER_CAP = None  # registers a thread (None: as ptxas chooses); a cap buys rows resident with spills
+VECTOR_COLS = 1024 * VECTORS * VECTOR  # widest row the kernel holds: 1024 threads of VECTORS vectors
+HELD_WORDS = 4 * VECTORS  # a local array's shape must be a constant: a module global
+HELD_HALVES = 8 * VECTORS
+
+
+def vector_rows_shape(rows, cols):
+    """(blocks, (threads a row, rows a block)): the fewest threads a row, a power of two from 32, whose
+    VECTORS vectors cover it; rows share a block up to BLOCK_ROWS_THREADS threads."""
+    threads = 32
+    while threads * VECTORS * VECTOR < cols:
+        threads *= 2
+    per_block = max(1, min(BLOCK_ROWS_THREADS // threads, rows))
+    return -(-rows // per_block), (threads, per_block)
+
+
+def fits_vector_rows(cols, *arrays):
+    """Every row starts on 16 bytes (a width that is a multiple of 8 halves, arrays that start on 16 bytes)
+    and is at most VECTOR_COLS wide."""
+    return cols % VECTOR == 0 and cols <= VECTOR_COLS and aligned16(*arrays)
+
+
+@cuda.jit(device=True, inline=True)
+def vector_row(rows, cols):
+    """Where this thread's row starts (flat element) and its width: blockDim.x threads a row, blockDim.y rows a
+    block. A row past the last gets width 0: its threads load and store nothing but meet the barriers."""
+    row = uint32(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y)
+    return uint64(row) * uint64(cols), uint32(cols) if row < uint32(rows) else uint32(0)
+
+
+@cuda.jit(device=True, inline=True)
+def row_sum(value, partials, slot):
+    """Sum over the threads of this thread's row, in each of them: shuffles in each warp, then (a row of
+    several warps) each warp's sum through shared memory and log2(warps) shuffles more. Slot 0 or 1: a
+    row's second sum writes where its first was not read, so one barrier a sum. (Unsigned 32-bit
+    arithmetic throughout: numba's // and % on signed values are 64-bit with a floor correction.)"""
+    value = warp_sum(value)
+    warps = uint32(cuda.blockDim.x) >> uint32(5)
+    if warps == uint32(1):
+        return value
+    t = uint32(cuda.threadIdx.x)
+    lane = t & uint32(31)
+    first = uint32(slot * 32) + uint32(cuda.threadIdx.y) * warps
+    if lane == uint32(0):
+        partials[first + (t >> uint32(5))] = value
+    cuda.syncthreads()
+    value = partials[first + (lane & (warps - uint32(1)))]
+    offset = uint32(warps >> uint32(1))
+    while offset > uint32(0):
+        value += cuda.shfl_xor_sync(FULL_MASK, value, offset)
+        offset = uint32(offset >> uint32(1))
+    return value
+
+
+@cuda.jit(device=True, inline=True)
+def column(first, step, k):
+    """The first column of a thread's vector k, first + k * step, in 32 bits (numba widens a sum of two
+    32-bit integers to 64 bits, and an int64 range variable with a uint32 to float64)."""
+    return uint32(first + uint32(k) * step)
+
+
+@cuda.jit(device=True, inline=True)
+def load_vector(words, k, a, i):
+    """Halves i .. i + 7 of a, one 16-byte load8, as words 4k .. 4k + 3 of a held array."""
+    words[4 * k], words[4 * k + 1], words[4 * k + 2], words[4 * k + 3] = load8(a, i)
+
+
+@cuda.jit(device=True, inline=True)
+def layernorm_vector_row(x, weight, bias, out, rows, cols, inv_cols, widen, narrow2):
+    partials = cuda.shared.array(GROUP_SLOTS, float32)
+    held = cuda.local.array(HELD_WORDS, uint32)  # x as loaded: VECTORS vectors of four words, two halves a word
+    d = cuda.local.array(HELD_HALVES, float32)  # x - x0, then x - x0 - mean: widened once, used three times
+    ws = cuda.local.array(HELD_WORDS, uint32)
+    bs = cuda.local.array(HELD_WORDS, uint32)
+    results = cuda.local.array(4, uint32)
+    base, width = vector_row(rows, cols)
+    first = uint32(cuda.threadIdx.x * VECTOR)  # vector k of this thread: columns first + k * step ...
+    step = uint32(cuda.blockDim.x * VECTOR)
+    # HINT: load_vector each vector k of x whose column c = first + k * step is below width, all before any is used.
+    # HINT: widen each half once into d = x - x0; row_sum(d) * inv_cols is the mean; d -= mean; row_sum(d * d) -> rstd.
+    # HINT: per vector: load its weight and bias (WEIGHTS_AHEAD vectors early), four narrow2 words, one store8 at base + c.
+    # BEGIN SOLUTION
+    for k in range(VECTORS):
+        c = column(first, step, k)
+        if c < width:
+            load_vector(held, k, x, base + c)
+    x0 = widen(uint32(x[base])) if width > uint32(0) else float32(0.0)  # the shift of the float32 ladder
+    total = float32(0.0)
+    for k in range(VECTORS):
+        for j in range(4 * k, 4 * k + 4):
+            d[2 * j] = widen(held[j]) - x0
+            d[2 * j + 1] = widen(held[j] >> SIXTEEN) - x0
+        if column(first, step, k) < width:
+            for i in range(8 * k, 8 * k + 8):
+                total += d[i]
+    mean = row_sum(total, partials, 0) * inv_cols
+    squares = float32(0.0)
+    for k in range(VECTORS):
+        for i in range(8 * k, 8 * k + 8):
+            d[i] -= mean  # x - x0 - mean, never x - (x0 + mean): see layernorm_packed_row
+        if column(first, step, k) < width:
+            for i in range(8 * k, 8 * k + 8):
+                squares += d[i] * d[i]
+    rstd = rsqrt(row_sum(squares, partials, 1) * inv_cols + EPS)
+    for k in range(-WEIGHTS_AHEAD, VECTORS):
+        ahead = k + WEIGHTS_AHEAD  # load its weight and bias now: the compiler will not move a load past a store
+        c = column(first, step, ahead)
+        if ahead < VECTORS and c < width:
+            load_vector(ws, ahead, weight, c)
+            load_vector(bs, ahead, bias, c)
+        if k >= 0 and column(first, step, k) < width:  # k < 0: a step that only loads ahead
+            for j in range(4):
+                w, b = ws[4 * k + j], bs[4 * k + j]
+                i = 8 * k + 2 * j
+                results[j] = narrow2(d[i] * rstd * widen(w) + widen(b),
+                                     d[i + 1] * rstd * widen(w >> SIXTEEN) + widen(b >> SIXTEEN))
+            store8(out, base + column(first, step, k), results[0], results[1], results[2], results[3])
+    # END SOLUTION
+
+
+@per_format
+def _layernorm_vectors(x, weight, bias, out, rows, cols, inv_cols):
+    layernorm_vector_row(x, weight, bias, out, rows, cols, inv_cols, widen, narrow2)  # noqa: F821 - bound per format
+
+
+VECTOR_ROWS = """
+    The row read from memory once and held in registers, with every instruction that is not the
+    norm's own arithmetic taken out. Each thread loads VECTORS = 4 vectors of its row, 16 bytes (eight
+    halves) a load, all issued before any is used: a 4096-column row is a block of 128 threads. Each
+    half is widened to float32 once and the statistics and the output come from those registers,
+    where rows_in_flight read x a word at a time, once a statistic and once for the output (all but
+    the first from L1), and widened it each time. Weight (and bias) come as one 16-byte load a
+    vector, just before that vector's results are stored 16 bytes at a time, each pair rounded by one
+    instruction (loaded a vector or more ahead, WEIGHTS_AHEAD, they wait on L1 once a row instead of
+    once a vector, for 8 registers and more a vector ahead). Why it is faster: at
+    the copy ceiling a multiprocessor must move about four elements a cycle (4258 GB/s, 4 bytes an
+    element, 132 multiprocessors near 2 GHz) and it issues at most 128 thread-instructions a cycle, so
+    a 16-bit norm has about 30 instructions an element to spend at perfect issue and half that in
+    practice. So the rest is lean: a two-dimensional block (threads a row by rows a block, so no
+    thread divides to find its row), unsigned 32-bit index arithmetic (numba widens 32-bit sums to 64
+    bits and floors signed // and %), 1 / cols from the host, 1 / sqrt as one rsqrt.approx (IEEE sqrt
+    and division bring called slow paths and their registers), and a row's sum as shuffles, one
+    barrier and log2(warps) shuffles over the warps' sums. Rows whose width is not a multiple of 8
+    halves, arrays that do not start on 16 bytes and rows wider than 32768 take the stage before, so
+    the kernel has no head or tail path."""
+
+
+@stage_of(HALF_LAYERNORMS, "vector_rows", VECTOR_ROWS + """
+    Here: x - x0 held as floats, its mean (one row sum), x - x0 - mean in place and the mean of its
+    squares (a second row sum: still two passes, over registers), then d * rstd * weight + bias. The
+    kernel compiles to about 550 instructions a thread for its 32 halves (17 an element) and 56
+    registers: nine blocks of 128 threads, 72 KB of rows, resident a multiprocessor. Holding the
+    packed words instead and widening them again in each pass compiles to 48 registers (ten blocks)
+    and about 720 instructions: a block more for 30% more instructions. RMSNorm's
+    in_registers kernel made for LayerNorm (layernorm_in_registers, not a stage) was 1784 instructions
+    with its head, tail and unaligned-weight paths, and slower than rows_in_flight.""", dtype=np.float32)
+def layernorm_vector_rows(x, weight, bias, out):
+    rows, cols = x.shape
+    if rows * cols == 0 or not fits_vector_rows(cols, x, weight, bias, out):
+        return layernorm_rows_in_flight(x, weight, bias, out)
+    blocks, block = vector_rows_shape(rows, cols)
+    kernel = capped(_layernorm_vectors.kernels[x.dtype], REGISTER_CAP)
+    kernel[blocks, block](flat_bits16(x), bits16(weight), bits16(bias), flat_bits16(out), rows, cols,
+                          np.float32(1.0 / cols))
+
+
+@cuda.jit(device=True, inline=True)
+def rmsnorm_vector_row(x, weight, out, rows, cols, inv_cols, widen, narrow2):
+    partials = cuda.shared.array(GROUP_SLOTS, float32)
+    held = cuda.local.array(HELD_WORDS, uint32)
+    xs = cuda.local.array(HELD_HALVES, float32)  # x widened once, used twice
+    ws = cuda.local.array(HELD_WORDS, uint32)
+    results = cuda.local.array(4, uint32)
+    base, width = vector_row(rows, cols)
+    first = uint32(cuda.threadIdx.x * VECTOR)
+    step = uint32(cuda.blockDim.x * VECTOR)
+    # HINT: layernorm_vector_row without x0, the mean and the bias: x widened once, its sum of squares -> rstd.
+    # BEGIN SOLUTION
+    for k in range(VECTORS):
+        c = column(first, step, k)
+        if c < width:
+            load_vector(held, k, x, base + c)
+    squares = float32(0.0)
+    for k in range(VECTORS):
+        for j in range(4 * k, 4 * k + 4):
+            xs[2 * j] = widen(held[j])
+            xs[2 * j + 1] = widen(held[j] >> SIXTEEN)
+        if column(first, step, k) < width:
+            for i in range(8 * k, 8 * k + 8):
+                squares += xs[i] * xs[i]
+    rstd = rsqrt(row_sum(squares, partials, 0) * inv_cols + EPS)
+    for k in range(-WEIGHTS_AHEAD, VECTORS):
+        ahead = k + WEIGHTS_AHEAD
+        c = column(first, step, ahead)
+        if ahead < VECTORS and c < width:
+            load_vector(ws, ahead, weight, c)
+        if k >= 0 and column(first, step, k) < width:
+            for j in range(4):
+                w = ws[4 * k + j]
+                i = 8 * k + 2 * j
+                results[j] = narrow2(xs[i] * rstd * widen(w), xs[i + 1] * rstd * widen(w >> SIXTEEN))
+            store8(out, base + column(first, step, k), results[0], results[1], results[2], results[3])
+    # END SOLUTION
+
+
+@per_format
+def _rmsnorm_vectors(x, weight, out, rows, cols, inv_cols):
+    rmsnorm_vector_row(x, weight, out, rows, cols, inv_cols, widen, narrow2)  # noqa: F821 - bound per format
+
+
+@stage_of(HALF_RMSNORMS, "vector_rows", VECTOR_ROWS + """
+    Here: in_registers' kernel made lean. x widened once gives the sum of squares and the output; the
+    head and tail of rows off 16 bytes go to in_registers, the division of threadIdx by a run-time
+    group size and the 64-bit index arithmetic to the two-dimensional block: about 360 instructions
+    a thread for 32 halves where in_registers compiled to about 1200, and 47 registers instead of 70:
+    ten blocks of 128 threads resident a multiprocessor instead of seven.""", dtype=np.float32)
+def rmsnorm_vector_rows(x, weight, out):
+    rows, cols = x.shape
+    if rows * cols == 0 or not fits_vector_rows(cols, x, weight, out):
+        return rmsnorm_in_registers(x, weight, out)
+    blocks, block = vector_rows_shape(rows, cols)
+    kernel = capped(_rmsnorm_vectors.kernels[x.dtype], REGISTER_CAP)
+    kernel[blocks, block](flat_bits16(x), bits16(weight), flat_bits16(out), rows, cols, np.float32(1.0 / cols))
+
 
 
 FLOAT32_OPERATORS = [op, bias_relu_layernorm_op, residual_layernorm_op, rmsnorm_op]

@@ -12,7 +12,7 @@ import workbench  # noqa: F401  (chooses GPU or simulator before numba is import
 from numba import cuda
 
 from solutions import _half, elementwise, layernorm, quantize, softmax
-from workbench.check import check_stage, poison_like
+from workbench.check import adversarial_cases, check_stage, poison_like
 from workbench.ladder import InputError
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -95,7 +95,7 @@ def run(stage, *inputs):
 def test_packed_rows_of_one_and_two_columns(fmt):
     """Every row of one column is an edge element; with two, odd rows start in a word's high half."""
     op = OPS[f"rmsnorm[{fmt}]"]
-    for stage in ("packed", "rows_in_flight", "in_registers"):
+    for stage in ("packed", "rows_in_flight", "in_registers", "vector_rows"):
         for cols in (1, 2):
             result = check_stage(op[stage], (3, cols), np.random.default_rng(cols))
             assert result.passed, (stage, result.message)
@@ -144,6 +144,113 @@ def test_row_words_cover_each_element_once():
             seen += [int(e) for e in edges if e < end]
             seen += [e for w in range(int(first), int(stop)) for e in (2 * w, 2 * w + 1)]
         assert sorted(seen) == list(range(5 * cols)), cols
+
+
+# -- vector_rows: the row held as 16-byte vectors, 2-D blocks ---------------------------------------------
+
+NORMS16 = [f"{kind}[{fmt}]" for kind in ("layernorm", "rmsnorm") for fmt in ("fp16", "bf16")]
+
+
+def _vector_rows_failures(name, size, seed):
+    stage = OPS[name]["vector_rows"]
+    rng = np.random.default_rng(seed)
+    results = [check_stage(stage, size, rng)]
+    results += [check_stage(stage, size, inputs=inputs, label=label)
+                for label, inputs in adversarial_cases(stage.op, size, rng)]
+    return [f"{r.key} @ {size} ({r.inputs}): {r.message}" for r in results if r.failed]
+
+
+@pytest.mark.parametrize("name", NORMS16)
+@pytest.mark.parametrize("size", [(1, 8), (5, 40), (3, 1032)])
+def test_vector_rows_at_awkward_sizes(name, size):
+    """One vector, one warp, one row (1 x 8); four one-warp rows a block, a second block with three empty
+    rows, five of a warp's 32 lanes holding a vector (5 x 40); two-warp rows two a block, the last block's
+    second row empty but at its barriers, one lane holding a vector more (3 x 1032); each on the random,
+    constant, subnormal, mean-1e4 and past-65504 rows."""
+    assert not _vector_rows_failures(name, size, size[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NORMS16)
+def test_vector_rows_row_of_eight_warps_with_one_vector_over(name):
+    """513 vectors: 256 threads, eight warps a row, thread 0 alone with a fifth vector at 4096..4103."""
+    assert not _vector_rows_failures(name, (1, 4104), 4)
+
+
+def test_vector_rows_shape_threads_a_row_and_rows_a_block():
+    shape = layernorm.vector_rows_shape
+    assert layernorm.VECTORS == 4 and layernorm.BLOCK_ROWS_THREADS == 128  # the figures below assume these
+    assert shape(32768, 4096) == (32768, (128, 1))  # the headline: 512 vectors, 128 threads of four
+    assert shape(5, 40) == (2, (32, 4)) and shape(1, 8) == (1, (32, 1)) and shape(3, 1032) == (2, (64, 2))
+    assert shape(7, layernorm.VECTOR_COLS) == (7, (1024, 1))
+    assert layernorm.fits_vector_rows(4096) and not layernorm.fits_vector_rows(4100)
+    assert not layernorm.fits_vector_rows(layernorm.VECTOR_COLS + 8)
+
+
+def test_vector_rows_keeps_x_minus_x0_before_the_mean():
+    """test_layernorm_subtracts_x0_before_the_mean's row on the vector kernel (3280 columns: whole vectors)."""
+    op = OPS["layernorm[fp16]"]
+    cols = 3280
+    x = np.full((1, cols), 10000.0, np.float16)
+    x[0, 1] = 10008.0
+    inputs = (x, np.ones(cols, np.float16), np.zeros(cols, np.float16))
+    result = check_stage(op["vector_rows"], (1, cols), inputs=inputs, label="one element 8 above 1e4")
+    assert result.passed and result.rel_err < 1e-3, result.message
+
+
+@pytest.mark.sim_only
+@pytest.mark.parametrize("name, cols, kernel", [("layernorm[bf16]", 40, "_layernorm_vectors_bf16"),
+                                                ("layernorm[fp16]", 37, "_layernorm_rows_in_flight_f16"),
+                                                ("rmsnorm[fp16]", 40, "_rmsnorm_vectors_f16"),
+                                                ("rmsnorm[bf16]", 37, "_rmsnorm_registers_bf16")])
+def test_vector_rows_takes_the_stage_before_for_rows_not_on_16_bytes(name, cols, kernel):
+    """A width that is not a multiple of 8 halves puts rows off 16-byte boundaries: the launcher takes
+    the stage before (rows_in_flight for LayerNorm, in_registers for RMSNorm, which has a head and tail)."""
+    from workbench.simulator import record_launches
+
+    with record_launches() as launches:
+        result = check_stage(OPS[name]["vector_rows"], (3, cols), np.random.default_rng(0))
+    assert result.passed, result.message
+    assert {f.__name__ for f, _ in launches} == {kernel}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", [{"WEIGHTS_AHEAD": "1"}, {"WEIGHTS_AHEAD": "4"}, {"VECTORS": "2"},
+                                     {"VECTORS": "1", "BLOCK_ROWS_THREADS": "64", "WEIGHTS_AHEAD": "1"}],
+                         ids=lambda setting: ",".join(f"{k}={v}" for k, v in setting.items()))
+@pytest.mark.parametrize("name", ["layernorm[bf16]", "rmsnorm[fp16]"])
+def test_vector_rows_settings_a_sweep_may_try(monkeypatch, name, setting):
+    """The module constants the GPU sweeps vary, applied as `workbench sweep` applies them (the module
+    executed afresh with the setting), each correct at the awkward sizes."""
+    import sys
+
+    from workbench.sweep import stage_with
+
+    monkeypatch.setitem(sys.modules, layernorm.__name__, layernorm)  # put back after stage_with's fresh module
+    stage = stage_with(f"{name}.vector_rows", setting)
+    rng = np.random.default_rng(5)
+    for size in [(5, 40), (3, 1032)]:
+        results = [check_stage(stage, size, rng)]
+        results += [check_stage(stage, size, inputs=inputs, label=label)
+                    for label, inputs in adversarial_cases(stage.op, size, rng)]
+        assert not [r.message for r in results if r.failed], (setting, size)
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+def test_vector_rows_on_a_view_off_16_bytes_takes_the_stage_before(monkeypatch, kind):
+    """On a GPU a view 2 bytes past a 16-byte boundary would fault in a 16-byte load: the launcher asks
+    aligned16 (told here to say no, as the simulator counts every array aligned) and never launches the
+    vector kernel."""
+    class Refused:
+        def __getitem__(self, config):
+            raise AssertionError("the 16-byte kernel was launched on a misaligned view")
+
+    template = getattr(layernorm, f"_{kind}_vectors")
+    monkeypatch.setattr(layernorm, "aligned16", lambda *arrays: False)
+    monkeypatch.setattr(template, "kernels", {dtype: Refused() for dtype in template.kernels})
+    op = OPS[f"{kind}[bf16]"]
+    result = check_stage(op["vector_rows"], (2, 40), np.random.default_rng(1))
+    assert result.passed, result.message
 
 
 # -- quantize: the reference's rounding rules and the fused layout ---------------------------------------
@@ -266,8 +373,8 @@ def test_each_per_format_kernel_is_one_template_instantiated_per_format():
                 assert kernel.__name__ == f"{name}_{_half.KERNEL_SUFFIX[dtype]}"
                 assert getattr(module, kernel.__name__) is kernel  # where the PTX check looks it up
                 assert kernel.py_func.__code__ is template.__code__
-    # softmax: widened, packed, fast, rows, registers; LayerNorm and RMSNorm four each; GELU two
-    assert len(templates) == 15, templates
+    # softmax: widened, packed, fast, rows, registers; LayerNorm and RMSNorm five each; GELU two
+    assert len(templates) == 17, templates
 
 
 def test_the_grader_reaches_each_16_bit_stages_exercise_through_its_template():
