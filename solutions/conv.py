@@ -1072,7 +1072,9 @@ def _async_gather_general(x_flat, wt_flat, geometry, N, C, H, W, K, R, S, Ho, Wo
     comes from the device array, so the compiler cannot fold it in as it does conv2d's constants: a few
     more registers and index instructions, the same tiles, pipeline and 8 x 8 FMA loop. A layer with
     fewer than K_STEP input channels (an RGB image's first layer) keeps stage 4's kernel: a K-step of
-    one tap's 3 channels would be mostly zeros, where stage 4 packs all of (c, r, s) into its steps.""")
+    one tap's 3 channels would be mostly zeros, where stage 4 packs all of (c, r, s) into its steps.
+    On an H200 at the 1x1 layer (32x128x28x28, 128 channels out): 46.1 us against cuDNN's 49.0 in the
+    same run (1.06x), where stage 4 was 0.85x.""")
 def general_async_gather(x, w, geometry, out):
     N, C, H, W = x.shape
     K, _, R, S = w.shape
@@ -1487,7 +1489,9 @@ ASYNC_EPILOGUE_SUMMARY = """
     (RESIDUAL_COLUMNS), each into its own register: four latencies a thread instead of 64. Not all 64 at
     once: beside the accumulators they need more registers than three blocks an SM leave a thread, and
     ptxas spills (from 32 at once). An output past the tile's edge loads the residual's first float
-    into an accumulator that is never stored, so no load waits on a branch."""
+    into an accumulator that is never stored, so no load waits on a branch. On an H200 at
+    32x64x56x56x64: with the bias alone 198.5 us against torch's cuDNN convolution (bias) and ReLU,
+    286.1 in the same run (1.44x); with the residual 212.0 against 302.8 (1.43x; torch.compile 354.9)."""
 
 
 @bias_relu_op.stage("async_epilogue", ASYNC_EPILOGUE_SUMMARY)

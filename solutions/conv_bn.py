@@ -232,7 +232,9 @@ def folded_weights(x, w, gamma, beta, mean, var, out):
     so the folded filters go through async_gather's reorder kernel: two small launches before the
     convolution (fold, reorder) where stage 2 had one; a deployed model would store its filters folded
     and reordered once. The change is the main loop alone: the epilogue is stage 2's, and the
-    fold's rounding is unchanged (the same folded floats, summed in another order).""")
+    fold's rounding is unchanged (the same folded floats, summed in another order). On an H200 at
+    32x64x56x56x64: 203.2 us, against 287.8 for torch's cuDNN convolution, batch_norm and relu in the
+    same run (1.42x; torch.compile 351.3).""")
 def async_epilogue(x, w, gamma, beta, mean, var, out):
     w_folded, bias = _folded(w, gamma, beta, mean, var)
     conv.async_fused(x, w_folded, bias, None, out)

@@ -2422,7 +2422,9 @@ VECTOR_ROWS = """
     packed words instead and widening them again in each pass compiles to 48 registers (ten blocks)
     and about 720 instructions: a block more for 30% more instructions. RMSNorm's
     in_registers kernel made for LayerNorm (layernorm_in_registers, not a stage) was 1784 instructions
-    with its head, tail and unaligned-weight paths, and slower than rows_in_flight.""", dtype=np.float32)
+    with its head, tail and unaligned-weight paths, and slower than rows_in_flight. On an H200 at
+    32768x4096: bf16 131.2 us (96% of the copy ceiling) against torch.compile's 182.9 in the same run
+    (1.39x), fp16 135.8 against 173.6 (1.28x).""", dtype=np.float32)
 def layernorm_vector_rows(x, weight, bias, out):
     rows, cols = x.shape
     if rows * cols == 0 or not fits_vector_rows(cols, x, weight, bias, out):
@@ -2482,7 +2484,9 @@ def _rmsnorm_vectors(x, weight, out, rows, cols, inv_cols):
     head and tail of rows off 16 bytes go to in_registers, the division of threadIdx by a run-time
     group size and the 64-bit index arithmetic to the two-dimensional block: about 360 instructions
     a thread for 32 halves where in_registers compiled to about 1200, and 47 registers instead of 70:
-    ten blocks of 128 threads resident a multiprocessor instead of seven.""", dtype=np.float32)
+    ten blocks of 128 threads resident a multiprocessor instead of seven. On an H200 at 32768x4096:
+    bf16 130.8 us (96% of the copy ceiling) against torch.compile's 142.8 in the same run (1.09x),
+    fp16 130.7 against 140.4 (1.07x).""", dtype=np.float32)
 def rmsnorm_vector_rows(x, weight, out):
     rows, cols = x.shape
     if rows * cols == 0 or not fits_vector_rows(cols, x, weight, out):
