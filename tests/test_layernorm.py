@@ -238,6 +238,26 @@ def test_float_vector_rows_fall_back(name, monkeypatch):
     np.testing.assert_allclose(run(launch, *inputs), operator.reference(*inputs), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("target", ["layernorm.by_shape", "rmsnorm.by_shape"])
+def test_by_shape_with_vector_rows(target):
+    """by_shape as the GPU sweep runs it (the module executed afresh with its constants replaced), with the
+    float32 vector_rows kernel in the table: from 9 columns (WARP_ROW_COLS = 8), so the simulator's sizes reach it."""
+    import sys
+
+    from workbench.sweep import stage_with
+    module = sys.modules["solutions.layernorm"]
+    try:
+        stage = stage_with(target, {"VECTOR_ROWS_COLS": "8192", "WARP_ROW_COLS": "8"})
+        fresh = sys.modules["solutions.layernorm"]
+        table = fresh.BY_SHAPE if target.startswith("layernorm") else fresh.RMSNORM_BY_SHAPE
+        assert fresh.kernel_for(40, table).__name__.endswith("float_vector_rows")
+        for size in [(5, 40), (3, 42)]:  # 42: not whole vectors, the fallback
+            result = check_stage(stage, size, np.random.default_rng(1))
+            assert result.passed, result
+    finally:
+        sys.modules["solutions.layernorm"] = module
+
+
 def test_float_vector_rows_shape():
     """Threads a row from FLOAT_VECTORS vectors of 4 floats; rows a block up to FLOAT_BLOCK_ROWS_THREADS."""
     def shape(rows, cols):
