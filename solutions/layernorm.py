@@ -38,6 +38,7 @@ from solutions._half import (
 # The float64 references (layernorm64: (x - mean) / sqrt(var + EPS) * weight + bias; rmsnorm64) and the random
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
+from solutions._templates import instantiate
 from solutions._vector_io import (
     SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, expect_row_width, flat_view, launch_shared_row,
     load4, load8, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
@@ -935,11 +936,33 @@ def shared_rows(x, weight, bias, out, threads=SHARED_ROW_THREADS):
                       flat_view(out), cols, rows_fit_vectors(x, weight, bias, out))
 
 
+# Rows from WARP_ROW_COLS + 1 up to VECTOR_ROWS_COLS wide (0: no rows) take vector_rows' kernel of the 16-bit
+# ladders made float32: its template instantiated with a vector of four floats (see float_element, below).
+VECTOR_ROWS_COLS = 0
+FLOAT_VECTORS = 4  # 16-byte vectors of four floats each thread holds: a 4096-column row is 256 threads (8: 128)
+FLOAT_BLOCK_ROWS_THREADS = 256  # narrower rows share a block of up to this many threads (2-D: threads a row x rows)
+FLOAT_WEIGHTS_AHEAD = 0  # as WEIGHTS_AHEAD (16-bit vector_rows), for the float32 kernel
+FLOAT_REGISTER_CAP = None  # as REGISTER_CAP, for the float32 kernel
+FLOAT_VECTOR_COLS = 1024 * 4 * FLOAT_VECTORS  # widest row it holds: 1024 threads of FLOAT_VECTORS vectors
+
+
+def float_vector_rows(x, weight, bias, out):
+    """by_shape's kernel for rows up to VECTOR_ROWS_COLS wide: the row held as 16-byte vectors, FLOAT_VECTORS
+    a thread. Rows it cannot hold as whole vectors (a width not a multiple of 4, arrays off 16 bytes, wider
+    than FLOAT_VECTOR_COLS) take stage 7's kernel, as they would without it."""
+    rows, cols = x.shape
+    if rows * cols == 0 or not fits_vector_rows(cols, x, weight, bias, out, vector=4, widest=FLOAT_VECTOR_COLS):
+        return ilp.launch(x, weight, bias, out)
+    blocks, block = vector_rows_shape(rows, cols, 4, FLOAT_VECTORS, FLOAT_BLOCK_ROWS_THREADS)
+    capped(_layernorm_float_vectors, FLOAT_REGISTER_CAP)[blocks, block](
+        flat_view(x), flat_view(weight), flat_view(bias), flat_view(out), rows, cols, np.float32(1.0 / cols))
+
+
 # The dispatch table: (widest row, kernel), first match wins; the last takes any width. block_rows is
 # not in it: on the H200 it was slower than stage 7 at 4096 and 12288 columns (350 vs 289 us at
 # 32768 x 4096, 205 vs 167 at 4096 x 12288; results/runs/gpu_norm_shapes.json).
-BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (ILP_ROW_COLS, ilp.launch), (SHARED_ROW_MAX_COLS, shared_rows),
-            (None, ilp.launch)]
+BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (VECTOR_ROWS_COLS, float_vector_rows), (ILP_ROW_COLS, ilp.launch),
+            (SHARED_ROW_MAX_COLS, shared_rows), (None, ilp.launch)]
 
 
 def kernel_for(cols, table=BY_SHAPE):
@@ -1644,9 +1667,21 @@ def rmsnorm_shared_rows(x, weight, out, threads=SHARED_ROW_THREADS):
                       rows_fit_vectors(x, weight, out))
 
 
+def rmsnorm_float_vector_rows(x, weight, out):
+    """float_vector_rows for RMSNorm (rows up to VECTOR_ROWS_COLS); rows it cannot hold take the kernel the table
+    gives them without it."""
+    rows, cols = x.shape
+    if rows * cols == 0 or not fits_vector_rows(cols, x, weight, out, vector=4, widest=FLOAT_VECTOR_COLS):
+        return (rmsnorm_block_rows if cols <= BLOCK_ROW_COLS else rmsnorm_shared_rows)(x, weight, out)
+    blocks, block = vector_rows_shape(rows, cols, 4, FLOAT_VECTORS, FLOAT_BLOCK_ROWS_THREADS)
+    capped(_rmsnorm_float_vectors, FLOAT_REGISTER_CAP)[blocks, block](
+        flat_view(x), flat_view(weight), flat_view(out), rows, cols, np.float32(1.0 / cols))
+
+
 # Rows up to BLOCK_ROW_COLS fit in registers (block_rows); wider ones, up to SHARED_ROW_MAX_COLS, in shared memory.
-RMSNORM_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (BLOCK_ROW_COLS, rmsnorm_block_rows),
-                    (SHARED_ROW_MAX_COLS, rmsnorm_shared_rows), (None, rmsnorm_lean.launch)]
+RMSNORM_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (VECTOR_ROWS_COLS, rmsnorm_float_vector_rows),
+                    (BLOCK_ROW_COLS, rmsnorm_block_rows), (SHARED_ROW_MAX_COLS, rmsnorm_shared_rows),
+                    (None, rmsnorm_lean.launch)]
 
 
 @rmsnorm_op.stage("by_shape", """
@@ -2270,23 +2305,24 @@ WEIGHTS_AHEAD = 0  # vectors whose weight (and bias) are loaded ahead of the sto
 REGISTER_CAP = None  # registers a thread (None: as ptxas chooses); a cap buys rows resident with spills
 VECTOR_COLS = 1024 * VECTORS * VECTOR  # widest row the kernel holds: 1024 threads of VECTORS vectors
 HELD_WORDS = 4 * VECTORS  # a local array's shape must be a constant: a module global
-HELD_HALVES = 8 * VECTORS
+HELD_VALUES = VECTOR * VECTORS
+WORD = uint32  # what a held vector is four of: 32-bit words, two halves each (float32 rows: floats, see below)
 
 
-def vector_rows_shape(rows, cols):
+def vector_rows_shape(rows, cols, vector=VECTOR, vectors=VECTORS, block_threads=BLOCK_ROWS_THREADS):
     """(blocks, (threads a row, rows a block)): the fewest threads a row, a power of two from 32, whose
-    VECTORS vectors cover it; rows share a block up to BLOCK_ROWS_THREADS threads."""
+    ``vectors`` vectors of ``vector`` elements cover it; rows share a block up to ``block_threads`` threads."""
     threads = 32
-    while threads * VECTORS * VECTOR < cols:
+    while threads * vectors * vector < cols:
         threads *= 2
-    per_block = max(1, min(BLOCK_ROWS_THREADS // threads, rows))
+    per_block = max(1, min(block_threads // threads, rows))
     return -(-rows // per_block), (threads, per_block)
 
 
-def fits_vector_rows(cols, *arrays):
-    """Every row starts on 16 bytes (a width that is a multiple of 8 halves, arrays that start on 16 bytes)
-    and is at most VECTOR_COLS wide."""
-    return cols % VECTOR == 0 and cols <= VECTOR_COLS and aligned16(*arrays)
+def fits_vector_rows(cols, *arrays, vector=VECTOR, widest=VECTOR_COLS):
+    """Every row starts on 16 bytes (a width that is a multiple of the ``vector`` elements of 16 bytes,
+    arrays that start on 16 bytes) and is at most ``widest`` wide."""
+    return cols % vector == 0 and cols <= widest and aligned16(*arrays)
 
 
 @cuda.jit(device=True, inline=True)
@@ -2334,41 +2370,61 @@ def load_vector(words, k, a, i):
     words[4 * k], words[4 * k + 1], words[4 * k + 2], words[4 * k + 3] = load8(a, i)
 
 
+# What the vector_rows templates ask of a format: load_vector (above), element, value_at and store_vector. These
+# are the 16-bit ones; float32's, a vector of four floats, are with by_shape's float32 kernel (float_element, ...).
+@cuda.jit(device=True, inline=True)
+def element(words, i, widen):
+    """Half i of a held array (of words, two halves each) as a float32; i is a constant once unrolled."""
+    return widen(words[i // 2] >> SIXTEEN) if i % 2 else widen(words[i // 2])
+
+
+@cuda.jit(device=True, inline=True)
+def value_at(a, i, widen):
+    """Element i of a 16-bit array in memory, as a float32."""
+    return widen(uint32(a[i]))
+
+
+@cuda.jit(device=True, inline=True)
+def store_vector(a, i, values, k, narrow2):
+    """values[8k .. 8k + 7] rounded to halves, a pair an instruction, and stored at a[i] in one 16-byte store8."""
+    v = VECTOR * k
+    store8(a, i, narrow2(values[v], values[v + 1]), narrow2(values[v + 2], values[v + 3]),
+           narrow2(values[v + 4], values[v + 5]), narrow2(values[v + 6], values[v + 7]))
+
+
 @cuda.jit(device=True, inline=True)
 def layernorm_vector_row(x, weight, bias, out, rows, cols, inv_cols, widen, narrow2):
     partials = cuda.shared.array(GROUP_SLOTS, float32)
-    held = cuda.local.array(HELD_WORDS, uint32)  # x as loaded: VECTORS vectors of four words, two halves a word
-    d = cuda.local.array(HELD_HALVES, float32)  # x - x0, then x - x0 - mean: widened once, used three times
-    ws = cuda.local.array(HELD_WORDS, uint32)
-    bs = cuda.local.array(HELD_WORDS, uint32)
-    results = cuda.local.array(4, uint32)
+    held = cuda.local.array(HELD_WORDS, WORD)  # x as loaded: VECTORS vectors of four words, two halves a word
+    d = cuda.local.array(HELD_VALUES, float32)  # x - x0, then x - x0 - mean: widened once, used three times
+    ws = cuda.local.array(HELD_WORDS, WORD)
+    bs = cuda.local.array(HELD_WORDS, WORD)
     base, width = vector_row(rows, cols)
     first = uint32(cuda.threadIdx.x * VECTOR)  # vector k of this thread: columns first + k * step ...
     step = uint32(cuda.blockDim.x * VECTOR)
     # HINT: load_vector each vector k of x whose column c = first + k * step is below width, all before any is used.
-    # HINT: widen each half once into d = x - x0; row_sum(d) * inv_cols is the mean; d -= mean; row_sum(d * d) -> rstd.
-    # HINT: per vector: load its weight and bias (WEIGHTS_AHEAD vectors early), four narrow2 words, one store8 at base + c.
+    # HINT: widen each element once (element) into d = x - x0; row_sum(d) * inv_cols is the mean; d -= mean; row_sum(d * d) -> rstd.
+    # HINT: per vector: load its weight and bias (WEIGHTS_AHEAD vectors early), d * rstd * w + b in place, store_vector at base + c.
     # BEGIN SOLUTION
     for k in range(VECTORS):
         c = column(first, step, k)
         if c < width:
             load_vector(held, k, x, base + c)
-    x0 = widen(uint32(x[base])) if width > uint32(0) else float32(0.0)  # the shift of the float32 ladder
+    x0 = value_at(x, base, widen) if width > uint32(0) else float32(0.0)  # the shift of the float32 ladder
     total = float32(0.0)
     for k in range(VECTORS):
-        for j in range(4 * k, 4 * k + 4):
-            d[2 * j] = widen(held[j]) - x0
-            d[2 * j + 1] = widen(held[j] >> SIXTEEN) - x0
+        for i in range(VECTOR * k, VECTOR * k + VECTOR):
+            d[i] = element(held, i, widen) - x0
         if column(first, step, k) < width:
-            for i in range(8 * k, 8 * k + 8):
+            for i in range(VECTOR * k, VECTOR * k + VECTOR):
                 total += d[i]
     mean = row_sum(total, partials, 0) * inv_cols
     squares = float32(0.0)
     for k in range(VECTORS):
-        for i in range(8 * k, 8 * k + 8):
+        for i in range(VECTOR * k, VECTOR * k + VECTOR):
             d[i] -= mean  # x - x0 - mean, never x - (x0 + mean): see layernorm_packed_row
         if column(first, step, k) < width:
-            for i in range(8 * k, 8 * k + 8):
+            for i in range(VECTOR * k, VECTOR * k + VECTOR):
                 squares += d[i] * d[i]
     rstd = rsqrt(row_sum(squares, partials, 1) * inv_cols + EPS)
     for k in range(-WEIGHTS_AHEAD, VECTORS):
@@ -2378,12 +2434,9 @@ def layernorm_vector_row(x, weight, bias, out, rows, cols, inv_cols, widen, narr
             load_vector(ws, ahead, weight, c)
             load_vector(bs, ahead, bias, c)
         if k >= 0 and column(first, step, k) < width:  # k < 0: a step that only loads ahead
-            for j in range(4):
-                w, b = ws[4 * k + j], bs[4 * k + j]
-                i = 8 * k + 2 * j
-                results[j] = narrow2(d[i] * rstd * widen(w) + widen(b),
-                                     d[i + 1] * rstd * widen(w >> SIXTEEN) + widen(b >> SIXTEEN))
-            store8(out, base + column(first, step, k), results[0], results[1], results[2], results[3])
+            for i in range(VECTOR * k, VECTOR * k + VECTOR):
+                d[i] = d[i] * rstd * element(ws, i, widen) + element(bs, i, widen)
+            store_vector(out, base + column(first, step, k), d, k, narrow2)
     # END SOLUTION
 
 
@@ -2438,10 +2491,9 @@ def layernorm_vector_rows(x, weight, bias, out):
 @cuda.jit(device=True, inline=True)
 def rmsnorm_vector_row(x, weight, out, rows, cols, inv_cols, widen, narrow2):
     partials = cuda.shared.array(GROUP_SLOTS, float32)
-    held = cuda.local.array(HELD_WORDS, uint32)
-    xs = cuda.local.array(HELD_HALVES, float32)  # x widened once, used twice
-    ws = cuda.local.array(HELD_WORDS, uint32)
-    results = cuda.local.array(4, uint32)
+    held = cuda.local.array(HELD_WORDS, WORD)
+    xs = cuda.local.array(HELD_VALUES, float32)  # x widened once, used twice
+    ws = cuda.local.array(HELD_WORDS, WORD)
     base, width = vector_row(rows, cols)
     first = uint32(cuda.threadIdx.x * VECTOR)
     step = uint32(cuda.blockDim.x * VECTOR)
@@ -2453,11 +2505,10 @@ def rmsnorm_vector_row(x, weight, out, rows, cols, inv_cols, widen, narrow2):
             load_vector(held, k, x, base + c)
     squares = float32(0.0)
     for k in range(VECTORS):
-        for j in range(4 * k, 4 * k + 4):
-            xs[2 * j] = widen(held[j])
-            xs[2 * j + 1] = widen(held[j] >> SIXTEEN)
+        for i in range(VECTOR * k, VECTOR * k + VECTOR):
+            xs[i] = element(held, i, widen)
         if column(first, step, k) < width:
-            for i in range(8 * k, 8 * k + 8):
+            for i in range(VECTOR * k, VECTOR * k + VECTOR):
                 squares += xs[i] * xs[i]
     rstd = rsqrt(row_sum(squares, partials, 0) * inv_cols + EPS)
     for k in range(-WEIGHTS_AHEAD, VECTORS):
@@ -2466,11 +2517,9 @@ def rmsnorm_vector_row(x, weight, out, rows, cols, inv_cols, widen, narrow2):
         if ahead < VECTORS and c < width:
             load_vector(ws, ahead, weight, c)
         if k >= 0 and column(first, step, k) < width:
-            for j in range(4):
-                w = ws[4 * k + j]
-                i = 8 * k + 2 * j
-                results[j] = narrow2(xs[i] * rstd * widen(w), xs[i + 1] * rstd * widen(w >> SIXTEEN))
-            store8(out, base + column(first, step, k), results[0], results[1], results[2], results[3])
+            for i in range(VECTOR * k, VECTOR * k + VECTOR):
+                xs[i] = xs[i] * rstd * element(ws, i, widen)
+            store_vector(out, base + column(first, step, k), xs, k, narrow2)
     # END SOLUTION
 
 
@@ -2495,6 +2544,51 @@ def rmsnorm_vector_rows(x, weight, out):
     kernel = capped(_rmsnorm_vectors.kernels[x.dtype], REGISTER_CAP)
     kernel[blocks, block](flat_bits16(x), bits16(weight), flat_bits16(out), rows, cols, np.float32(1.0 / cols))
 
+
+# -- by_shape's float32 vector_rows kernels (VECTOR_ROWS_COLS): the templates above, a vector of four floats ---
+
+@cuda.jit(device=True, inline=True)
+def load_floats(held, k, a, i):
+    """Elements i .. i + 3 of a float32 array, one 16-byte load4, as floats 4k .. 4k + 3 of a held array."""
+    held[4 * k], held[4 * k + 1], held[4 * k + 2], held[4 * k + 3] = load4(a, i)
+
+
+@cuda.jit(device=True, inline=True)
+def float_element(held, i, widen):
+    """Float i of a held array: it is one already (widen, the 16-bit formats' conversion, is not called)."""
+    return held[i]
+
+
+@cuda.jit(device=True, inline=True)
+def float_value_at(a, i, widen):
+    return a[i]
+
+
+@cuda.jit(device=True, inline=True)
+def store_floats(a, i, values, k, narrow2):
+    """values[4k .. 4k + 3] stored at a[i] in one 16-byte store4."""
+    store4(a, i, values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3])
+
+
+# The float32 format: what layernorm_vector_row and rmsnorm_vector_row leave to a format, bound to the above,
+# with the float32 kernel's own VECTORS and WEIGHTS_AHEAD (sweepable apart from the 16-bit ones).
+FLOAT_FORMAT = dict(VECTOR=4, VECTORS=FLOAT_VECTORS, HELD_WORDS=4 * FLOAT_VECTORS, HELD_VALUES=4 * FLOAT_VECTORS,
+                    WORD=float32, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD, load_vector=load_floats, element=float_element,
+                    value_at=float_value_at, store_vector=store_floats)
+layernorm_float_row = instantiate(layernorm_vector_row.py_func, dict(globals(), **FLOAT_FORMAT), "layernorm_float_row",
+                                  jit=dict(device=True, inline=True))
+rmsnorm_float_row = instantiate(rmsnorm_vector_row.py_func, dict(globals(), **FLOAT_FORMAT), "rmsnorm_float_row",
+                                jit=dict(device=True, inline=True))
+
+
+@cuda.jit
+def _layernorm_float_vectors(x, weight, bias, out, rows, cols, inv_cols):
+    layernorm_float_row(x, weight, bias, out, rows, cols, inv_cols, None, None)
+
+
+@cuda.jit
+def _rmsnorm_float_vectors(x, weight, out, rows, cols, inv_cols):
+    rmsnorm_float_row(x, weight, out, rows, cols, inv_cols, None, None)
 
 
 FLOAT32_OPERATORS = [op, bias_relu_layernorm_op, residual_layernorm_op, rmsnorm_op]

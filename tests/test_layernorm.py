@@ -48,7 +48,11 @@ BLOCK_ROWS = {"block_rows": layernorm.block_rows,
 SHARED_ROWS = {"shared_rows": lambda *arrays: layernorm.shared_rows(*arrays, threads=64)}
 
 
-@pytest.mark.parametrize("stage", [s.name for s in op.stages] + list(BLOCK_ROWS) + list(SHARED_ROWS))
+# by_shape's float32 vector_rows kernel (in the table from VECTOR_ROWS_COLS columns, 0 by default), run directly
+VECTOR_ROWS = {"float_vector_rows": layernorm.float_vector_rows}
+
+
+@pytest.mark.parametrize("stage", [s.name for s in op.stages] + list(BLOCK_ROWS) + list(SHARED_ROWS) + list(VECTOR_ROWS))
 @pytest.mark.parametrize("cols", [1, 1000])
 def test_constant_and_offset_rows_tightly(stage, cols):
     """A constant row's output is exactly the bias; a mean-1e4 row is as accurate as a mean-0 one
@@ -60,7 +64,7 @@ def test_constant_and_offset_rows_tightly(stage, cols):
     x = np.stack([constant, offset, plain])
     w = rng.uniform(0.5, 1.5, cols).astype(np.float32)
     b = rng.uniform(-1, 1, cols).astype(np.float32)
-    got = run({**BLOCK_ROWS, **SHARED_ROWS}.get(stage) or op[stage], x, w, b)
+    got = run({**BLOCK_ROWS, **SHARED_ROWS, **VECTOR_ROWS}.get(stage) or op[stage], x, w, b)
     assert (got[0] == b).all()
     ref = layernorm.layernorm64(x, w, b)
     assert np.abs(got[1:] - ref[1:]).max() < 2e-5
@@ -177,7 +181,10 @@ BY_SHAPE_KERNELS = {"layernorm.warp_rows": (op, layernorm.warp_rows),
                     "rmsnorm.block_rows": (layernorm.rmsnorm_op, layernorm.rmsnorm_block_rows),
                     "layernorm.shared_rows": (op, SHARED_ROWS["shared_rows"]),
                     "rmsnorm.shared_rows": (layernorm.rmsnorm_op,
-                                            lambda *arrays: layernorm.rmsnorm_shared_rows(*arrays, threads=64))}
+                                            lambda *arrays: layernorm.rmsnorm_shared_rows(*arrays, threads=64)),
+                    # widths not multiples of 4: these two hand the rows to the kernels the table gives them otherwise
+                    "layernorm.float_vector_rows": (op, layernorm.float_vector_rows),
+                    "rmsnorm.float_vector_rows": (layernorm.rmsnorm_op, layernorm.rmsnorm_float_vector_rows)}
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the float64 reference of NaN and inf inputs, put there on purpose
@@ -193,6 +200,70 @@ def test_by_shape_kernels(kernel, size):
     ref = operator.reference(*inputs)
     assert (np.isnan(got) == np.isnan(ref)).all()
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
+FLOAT_VECTOR_ROWS = {"layernorm": (op, layernorm.float_vector_rows),
+                     "rmsnorm": (layernorm.rmsnorm_op, layernorm.rmsnorm_float_vector_rows)}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the float64 reference of NaN and inf inputs
+@pytest.mark.parametrize("name", FLOAT_VECTOR_ROWS)
+@pytest.mark.parametrize("size", [(3, 40), (9, 40), (2, 1000), (4, 4)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_float_vector_rows(name, size, monkeypatch):
+    """The float32 vector_rows kernels at widths of whole vectors: a row of one warp (40: vectors past the
+    row in most threads), 9 rows of 8 a block (a second block of one row and seven past the last), 1000
+    columns (two warps a row, the last vector of some threads past the row), 4 columns (one thread holds
+    the row). The module's rows: mean 1e4, constant; a NaN and an inf row. No fallback may run."""
+    operator, launch = FLOAT_VECTOR_ROWS[name]
+    monkeypatch.setattr(layernorm, "ilp", None)  # the fallbacks: reaching one fails the test
+    monkeypatch.setattr(layernorm, "rmsnorm_block_rows", None)
+    inputs = operator.make_inputs(size, np.random.default_rng(size[1]))
+    x = inputs[0]
+    if size[0] > 2:
+        x[1, 2] = np.nan
+        x[2, size[1] - 1] = np.inf
+    got = run(launch, *inputs)
+    ref = operator.reference(*inputs)
+    assert (np.isnan(got) == np.isnan(ref)).all()
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
+@pytest.mark.parametrize("name", FLOAT_VECTOR_ROWS)
+def test_float_vector_rows_fall_back(name, monkeypatch):
+    """A width not a multiple of 4 never reaches the float32 vector kernel (its rows are not whole vectors)."""
+    operator, launch = FLOAT_VECTOR_ROWS[name]
+    monkeypatch.setattr(layernorm, "_layernorm_float_vectors", None)
+    monkeypatch.setattr(layernorm, "_rmsnorm_float_vectors", None)
+    inputs = operator.make_inputs((4, 42), np.random.default_rng(3))
+    np.testing.assert_allclose(run(launch, *inputs), operator.reference(*inputs), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["layernorm.by_shape", "rmsnorm.by_shape"])
+def test_by_shape_with_vector_rows(target):
+    """by_shape as the GPU sweep runs it (the module executed afresh with its constants replaced), with the
+    float32 vector_rows kernel in the table: from 9 columns (WARP_ROW_COLS = 8), so the simulator's sizes reach it."""
+    import sys
+
+    from workbench.sweep import stage_with
+    module = sys.modules["solutions.layernorm"]
+    try:
+        stage = stage_with(target, {"VECTOR_ROWS_COLS": "8192", "WARP_ROW_COLS": "8"})
+        fresh = sys.modules["solutions.layernorm"]
+        table = fresh.BY_SHAPE if target.startswith("layernorm") else fresh.RMSNORM_BY_SHAPE
+        assert fresh.kernel_for(40, table).__name__.endswith("float_vector_rows")
+        for size in [(5, 40), (3, 42)]:  # 42: not whole vectors, the fallback
+            result = check_stage(stage, size, np.random.default_rng(1))
+            assert result.passed, result
+    finally:
+        sys.modules["solutions.layernorm"] = module
+
+
+def test_float_vector_rows_shape():
+    """Threads a row from FLOAT_VECTORS vectors of 4 floats; rows a block up to FLOAT_BLOCK_ROWS_THREADS."""
+    def shape(rows, cols):
+        return layernorm.vector_rows_shape(rows, cols, 4, 4, 256)
+    assert shape(32768, 4096) == (32768, (256, 1)) and shape(9, 40) == (2, (32, 8)) and shape(2, 1000) == (1, (64, 2))
+    assert layernorm.vector_rows_shape(32768, 4096, 4, 8, 256) == (16384, (128, 2))
 
 
 def test_by_shape_table():
