@@ -268,9 +268,12 @@ def test_float_vector_rows_shape():
 
 def test_by_shape_table():
     """The dispatch tables pick the kernels their thresholds name; a kernel refuses rows too wide for it."""
-    assert layernorm.kernel_for(1024) is layernorm.warp_rows and layernorm.kernel_for(1025) is layernorm.ilp.launch
+    vector_rows = layernorm.VECTOR_ROWS_COLS  # float32 vector_rows from 1025 columns up to here
+    assert layernorm.kernel_for(1024) is layernorm.warp_rows
+    assert layernorm.kernel_for(1025) is (layernorm.float_vector_rows if vector_rows else layernorm.ilp.launch)
+    assert layernorm.kernel_for(max(vector_rows, 1025)) is (layernorm.float_vector_rows if vector_rows else layernorm.ilp.launch)
     # block_rows lost to stage 7 at 4096 and 12288 columns on the H200: the table may not pick it there
-    assert layernorm.kernel_for(4096) is layernorm.ilp.launch and layernorm.kernel_for(12288) is layernorm.ilp.launch
+    assert layernorm.kernel_for(vector_rows + 1) is layernorm.ilp.launch and layernorm.kernel_for(12288) is layernorm.ilp.launch
     limit, widest = layernorm.ILP_ROW_COLS, layernorm.SHARED_ROW_MAX_COLS
     assert layernorm.kernel_for(limit) is layernorm.ilp.launch and layernorm.kernel_for(limit + 1) is layernorm.shared_rows
     assert layernorm.kernel_for(widest) is layernorm.shared_rows and layernorm.kernel_for(widest + 1) is layernorm.ilp.launch
@@ -279,7 +282,8 @@ def test_by_shape_table():
     assert shared_row_threads(32768, 1024) == 1024 and shared_row_threads(4096, 1024, 4) == 256
     assert shared_row_threads(37, 1024) == 32 and shared_row_threads(1, 1024, 4) == 32
     table = layernorm.RMSNORM_BY_SHAPE
-    assert layernorm.kernel_for(4096, table) is layernorm.rmsnorm_block_rows
+    assert layernorm.kernel_for(4096, table) is (layernorm.rmsnorm_float_vector_rows if vector_rows >= 4096
+                                                  else layernorm.rmsnorm_block_rows)
     assert layernorm.kernel_for(32768, table) is layernorm.rmsnorm_shared_rows
     assert layernorm.kernel_for(widest + 1, table) is layernorm.rmsnorm_lean.launch
     assert layernorm.block_row_threads(4096) == 256 and layernorm.block_row_threads(12288) == 768
