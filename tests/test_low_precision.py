@@ -419,8 +419,8 @@ def test_each_per_format_kernel_is_one_template_instantiated_per_format():
                 assert kernel.__name__ == f"{name}_{_half.KERNEL_SUFFIX[dtype]}"
                 assert getattr(module, kernel.__name__) is kernel  # where the PTX check looks it up
                 assert kernel.py_func.__code__ is template.__code__
-    # softmax: widened, packed, fast, rows, registers; LayerNorm and RMSNorm five each; GELU two
-    assert len(templates) == 17, templates
+    # softmax: widened, packed, fast, rows, registers, vectors; LayerNorm and RMSNorm five each; GELU two
+    assert len(templates) == 18, templates
 
 
 def test_the_grader_reaches_each_16_bit_stages_exercise_through_its_template():
