@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: c62d3d1c2ffd48a4156a69ab5bb3417046e1cda40ac403e8a96121f92c0125a1
+# generated-sha256: 166bc0d6dd99222450cd864daa7198db442c5bf189694c9d1076f2dc83e04daf
 # --------------------------------------------------------------------------------------------------
 """Scaled dot-product attention in float32, from three kernels to a register-tiled FlashAttention.
 
@@ -1078,7 +1078,9 @@ for _dp in HEAD_DIM_STEPS:
     causal skip, and the rotation's price (each K tile rotated once per query block, a block now of
     128 queries at D = 64 where stage 2's had 64: half as often). What gets faster is the products:
     stage 2's 4 x 4 register tiles of FMAs become m16n8k8 TF32 mma, three a product, the step that
-    takes the plain ladder from stage 5 to stage 6.""",
+    takes the plain ladder from stage 5 to stage 6. On an H200 at 8x16x2048x64 under the mask:
+    2359.3 us against 2669.0 for torch's RoPE followed by SDPA in the same run (1.13x), where stage 2
+    took twice SDPA's time.""",
     bytes_moved=lambda size: (_io_bytes(size) // 2 + _kv_bytes(size, _tf32_block_queries(size), skips_masked=True)
                               + _table_bytes(size)))
 def on_tensor_cores(q, k, v, causal, cos, sin, out):

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: c6f33e536381841db0947f456b9809ffea45b6728458a3bacafae7216115103b
+# generated-sha256: ca0e62409ae4b6727a131d8e4cd081599eaa43ee4e81390edb889b626009891c
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync, then
 FlashAttention-3's on Hopper's wgmma, TMA and warp specialisation.
@@ -1597,7 +1597,10 @@ def lean_loop(q, k, v, causal, out):
     bf16 (611), 1.11x and 1.09x SDPA. At the smaller size the kernel now executes fewer instructions
     than cuDNN's (67 million warp instructions against 77) and is no longer bound by issuing them
     (issue slots busy 39% of cycles): Nsight Compute's largest stalls are waits on fixed-latency results
-    and on the named barriers of the turns, and the tensor pipe is busy 41% of the time.""")
+    and on the named barriers of the turns, and the tensor pipe is busy 41% of the time. cuDNN's kernel,
+    profiled beside it, has the same grid and shape (132 blocks of 384 threads, 168 registers) and keeps
+    the tensor pipe busy 46% of the time, issuing on 49% of cycles: the same products with fewer idle
+    cycles between them, which is the 4% between the two.""")
 def persistent(q, k, v, causal, out):
     launch_persistent(q, k, v, causal, out)
 

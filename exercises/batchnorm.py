@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: c9c9999d34f796a415937c5b82467ef856e244cacc4c5fc1a37cf9264ea7141f
+# generated-sha256: 30b208791f9648f78c309bf0ffb0f6c1c7fe5b4513488ee663eb0bf9f4ce6948
 # --------------------------------------------------------------------------------------------------
 """BatchNorm of NCHW float32 images: the training forward pass (statistics of the batch) and inference.
 
@@ -791,7 +791,11 @@ def _chunk_grid(N, C, HW):
     multiple of 4) gives its up to three head and tail elements to single loads; a view off a 16-byte
     boundary, or 2^31 elements or more, runs vectors. CHUNK_THREADS, CHUNK_VECTORS, CHUNK_BLOCKS_PER_SM
     (0: the grid covers the tensor once; k: k blocks per multiprocessor striding over the chunks) and
-    the cache hints CHUNK_LOAD_HINT / CHUNK_STORE_HINT are the sweep's.""")
+    the cache hints CHUNK_LOAD_HINT / CHUNK_STORE_HINT are the sweep's. On an H200 at 128x64x56x56:
+    52.2 us, 92% of the copy ceiling, where vectors took 56.0; torch.compile's pointwise kernel took
+    51.4 in the same run (0.98x). Nsight Compute, which runs each kernel alone from a cold cache,
+    orders them the other way (48.2 us at 78% of DRAM's peak against torch.compile's 55.2 at 70%):
+    what separates them is how they run back to back, not what one launch does.""")
 def batchnorm_infer_one_launch(x, gamma, beta, running_mean, running_var, out):
     N, C, H, W = x.shape
     flat_x, flat_out = x.reshape(x.size), out.reshape(out.size)
@@ -847,7 +851,12 @@ def _bn_apply_chunks(x, params, out, N, C, HW, lane_bits, chunks, items):
     a chunk of a plane each, their 16-byte loads issued before any store, 32-bit indices. The
     statistics kernel is vector_passes's (STATS_SPLIT blocks per channel, the last to finish folding
     the channel). NORMALIZE_IN_REVERSE = False takes the channels in order, for the comparison;
-    CHUNK_STORE_HINT = ".cs" marks the output streaming, so that the L2 evicts it before x.""")
+    CHUNK_STORE_HINT = ".cs" marks the output streaming, so that the L2 evicts it before x. On an
+    H200 at 128x64x56x56: 85.9 us against torch.compile's 84.2 in the same run (0.98x). Nsight Compute
+    puts the gap in the normalize pass: the statistics with their fused finalize take 30.6 us against
+    torch.compile's reduction and finalize, 32.5; but this pass takes 52.4 us at 72% of DRAM's peak
+    where torch.compile's pointwise kernel takes 47.4 at 79%, with 8 elements a thread in blocks of 128
+    at 32 registers filling 85% of the warp slots, against 60% at this kernel's 40 registers.""")
 def batchnorm_reverse_chunks(x, gamma, beta, out):
     N, C, H, W = x.shape
     HW = H * W

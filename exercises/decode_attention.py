@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 6bd2deaf5e20b792eaea7edff68c22da46a373d1eae7edb3569d0dcfc1020f91
+# generated-sha256: 3e9aa50b154f88b3f8da5a3fb11fafb00e602f4e6b532a98c0ca474fe90d915a
 # --------------------------------------------------------------------------------------------------
 """Decode attention: one new query token per sequence against its KV cache (fp16 cache, fp32 arithmetic).
 
@@ -924,7 +924,11 @@ RING_KERNELS = {group: _ring_kernel(group) for group in range(1, MAX_GROUP + 1)}
     (stage 5: none while computing, 128 while waiting), and three blocks a multiprocessor keep about
     150 KB in flight. A thread reads back only the bytes it copied, so no barrier is needed between
     steps: each warp runs its own pipeline. The arithmetic, the grouping of query heads, the splits and
-    the merge are stage 5's.""")
+    the merge are stage 5's. On an H200 at 16x32x32x8192x128: 495.3 us, 4,336 GB/s (95% of the read
+    ceiling), where SDPA took 480.3 (0.97x). What is left, by Nsight Compute: the chunk kernel reads the
+    2.15 GB cache at 92% of DRAM's peak (487 us under the profiler) and the merge of the splits adds 7
+    us; the number of splits is not it (8 to 65 blocks an SM all take 495-500 us). SDPA's kernel (cuDNN's)
+    reads the cache in one kernel with no split at all.""")
 def async_ring(q, k, v, out):
     group = q.shape[1] // k.shape[1]
     if not _wide_loads_fit(k, v):

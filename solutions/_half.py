@@ -18,7 +18,7 @@ from numba.cuda import libdevice
 
 from solutions._templates import instantiate
 from solutions._vector_io import (  # the two formats: a 16-bit pattern becomes a float32 and back
-    bf16_to_float, f16_to_float, float_to_bf16, float_to_f16, load4)
+    aligned16, bf16_to_float, f16_to_float, float_to_bf16, float_to_f16, load4, load8)
 from workbench import library_peers as peers
 from workbench.device import is_simulator
 from workbench.ladder import InputError, Operator, expect_device_array
@@ -125,6 +125,11 @@ if is_simulator() and libdevice.int_as_float(0) is None:
         def rsqrtf(value):
             return np.float32(1.0 / np.sqrt(np.float64(value)))
 
+        @staticmethod
+        def fast_fdividef(a, b):
+            with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+                return np.float32(np.float32(a) / np.float32(b))
+
     libdevice = SimulatorLibdevice  # noqa: F811 - the kernels call libdevice.* either way
 
 
@@ -188,6 +193,13 @@ def rsqrt(value):
     """1 / sqrt(value) in one instruction, rsqrt.approx.f32 (relative error below 2^-22): IEEE's sqrt and
     division each bring a slow path, a called subroutine whose registers count against every thread."""
     return libdevice.rsqrtf(value)
+
+
+@cuda.jit(device=True, inline=True)
+def reciprocal(value):
+    """1 / value as div.approx.f32 (libdevice's fast_fdividef: a reciprocal and a multiply, 2 ulp) where
+    IEEE division would bring a called slow path; exact enough for value in [2^-126, 2^126]."""
+    return libdevice.fast_fdividef(float32(1.0), value)
 
 
 def torch_peer(name, call, returns=False):
@@ -398,6 +410,98 @@ else:
 
     cvt_pair_f16 = _cvt_pair("cvt.rn.f16x2.f32")
     cvt_pair_bf16 = _cvt_pair("cvt.rn.bf16x2.f32")
+
+# -- vector_rows: rows held as 16-byte vectors, two-dimensional blocks (the 16-bit norms' and softmax's) -----
+# How many vectors a thread holds (VECTORS) and how many threads rows share a block (BLOCK_ROWS_THREADS) are
+# each ladder's own constants, passed in here: `workbench sweep` varies the constants of the stage's module.
+
+def vector_rows_shape(rows, cols, vectors, block_threads, vector=VECTOR):
+    """(blocks, (threads a row, rows a block)): the fewest threads a row, a power of two from 32, whose
+    ``vectors`` vectors of ``vector`` elements (8 halves; float32's 4) each cover it; rows share a block up
+    to ``block_threads`` threads."""
+    threads = 32
+    while threads * vectors * vector < cols:
+        threads *= 2
+    per_block = max(1, min(block_threads // threads, rows))
+    return -(-rows // per_block), (threads, per_block)
+
+
+def fits_vector_rows(cols, vectors, *arrays, vector=VECTOR):
+    """Every row starts on 16 bytes (a width that is a multiple of the ``vector`` elements of 16 bytes,
+    arrays that start on 16 bytes) and 1024 threads of ``vectors`` vectors hold it."""
+    return cols % vector == 0 and cols <= 1024 * vectors * vector and aligned16(*arrays)
+
+
+@cuda.jit(device=True, inline=True)
+def vector_row(rows, cols):
+    """Where this thread's row starts (flat element) and its width: blockDim.x threads a row, blockDim.y rows a
+    block. A row past the last gets width 0: its threads load and store nothing but meet the barriers."""
+    row = uint32(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y)
+    return uint64(row) * uint64(cols), uint32(cols) if row < uint32(rows) else uint32(0)
+
+
+@cuda.jit(device=True, inline=True)
+def add(a, b):
+    return a + b
+
+
+@cuda.jit(device=True, inline=True)
+def larger(a, b):
+    return max(a, b)
+
+
+@cuda.jit(device=True, inline=True)
+def row_reduce(value, partials, slot, combine):
+    """combine (add, larger) over the threads of this thread's row, in each of them: shuffles in each warp,
+    then (a row of several warps) each warp's result through shared memory and log2(warps) shuffles more.
+    Slot 0 or 1: a row's second reduction writes where its first was not read, so one barrier each.
+    (Unsigned 32-bit arithmetic throughout: numba's // and % on signed values are 64-bit with a floor
+    correction.)"""
+    offset = 16
+    while offset > 0:
+        value = combine(value, cuda.shfl_xor_sync(FULL_MASK, value, offset))
+        offset //= 2
+    warps = uint32(cuda.blockDim.x) >> uint32(5)
+    if warps == uint32(1):
+        return value
+    t = uint32(cuda.threadIdx.x)
+    lane = t & uint32(31)
+    first = uint32(slot * 32) + uint32(cuda.threadIdx.y) * warps
+    if lane == uint32(0):
+        partials[first + (t >> uint32(5))] = value
+    cuda.syncthreads()
+    value = partials[first + (lane & (warps - uint32(1)))]
+    offset = uint32(warps >> uint32(1))
+    while offset > uint32(0):
+        value = combine(value, cuda.shfl_xor_sync(FULL_MASK, value, offset))
+        offset = uint32(offset >> uint32(1))
+    return value
+
+
+@cuda.jit(device=True, inline=True)
+def row_sum(value, partials, slot):
+    """The sum over this thread's row (row_reduce); partials: GROUP_SLOTS floats of shared memory."""
+    return row_reduce(value, partials, slot, add)
+
+
+@cuda.jit(device=True, inline=True)
+def row_max(value, partials, slot):
+    """The maximum over this thread's row (row_reduce)."""
+    return row_reduce(value, partials, slot, larger)
+
+
+@cuda.jit(device=True, inline=True)
+def column(first, step, k):
+    """The first column of a thread's vector k, first + k * step, in 32 bits (numba widens a sum of two
+    32-bit integers to 64 bits, and an int64 range variable with a uint32 to float64)."""
+    return uint32(first + uint32(k) * step)
+
+
+@cuda.jit(device=True, inline=True)
+def load_vector(words, k, a, i):
+    """Halves i .. i + 7 of a, one 16-byte load8, as words 4k .. 4k + 3 of a held array."""
+    words[4 * k], words[4 * k + 1], words[4 * k + 2], words[4 * k + 3] = load8(a, i)
+
 
 # -- one kernel per format: a template instantiated with the format's conversions -------------------------
 

@@ -22,14 +22,15 @@ import numpy as np
 from numba import cuda, float32, uint16, uint32, uint64
 
 from solutions._half import (
-    CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, a_matrix,
-    as_float64, bits16, block_max, block_max_over, block_sum, block_sum_over, edge_element, expect_rows, flat_bits16,
-    group_max, group_row, group_sum, half_operator, libdevice, load_held, pack, per_format, registers_grid,
-    registers_threads, row_words, short_name, torch_peer, words)
+    CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, VECTOR,
+    a_matrix, as_float64, bits16, block_max, block_max_over, block_sum, block_sum_over, column, edge_element,
+    expect_rows, fits_vector_rows, flat_bits16, group_max, group_row, group_sum, half_operator, libdevice, load_held,
+    load_vector, pack, per_format, reciprocal, registers_grid, registers_threads, row_max, row_sum, row_words,
+    short_name, torch_peer, vector_row, vector_rows_shape, words)
 from solutions._references import softmax64
 from solutions._vector_io import (
     SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, expect_row_width, flat_view, launch_shared_row,
-    load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store_chunk)
+    load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, stage_of
 from workbench.targets import against_peer, of_ceiling
@@ -42,6 +43,8 @@ __doc__ += SIXTEEN_BIT_STORY + """\
    to a thousandth of a half's rounding.
 4. ``rows_in_flight``: blocks of 128 threads a row instead of 256, twice the rows in flight per
    multiprocessor: a block's time on a row is mostly fixed latency, and a 16-bit row is half the bytes.
+5. ``vector_rows``: the row read once, 16 bytes a load, held in registers as float32, and every
+   instruction that is not softmax's own taken out: at the copy ceiling there are few to spend.
 """
 
 THREADS = 256  # threads per block in the block-per-row stages; a multiple of the 32-lane warp
@@ -1134,7 +1137,7 @@ def softmax_rows_in_flight(x, out):
     kernel[x.shape[0], ROW_THREADS](flat_bits16(x), words(x), flat_bits16(out), words(out), x.shape[1])
 
 
-# -- 5. in_registers: the row read once, 16 bytes a load, two results rounded by one instruction --------------------------------------------------
+# -- in_registers (not a stage): the row read once, 16 bytes a load, two results rounded by one instruction --
 
 @cuda.jit(device=True, inline=True)
 def softmax_registers_row(x16, x32, out16, out32, rows, cols, threads, widen, narrow, narrow2):
@@ -1204,6 +1207,93 @@ def softmax_in_registers(x, out):
     H200 at 32768 x 4096 (fp16 266.7 us against 165.3, bf16 206.8 against 189.0; see RMSNORM_ONLY).
     Kept so that the occupancy explanation can be tested: timed with its registers capped, it should catch up."""
     softmax_registers_launch(_softmax_registers.kernels, x, out)
+
+
+# -- 5. vector_rows: the row held as 16-byte vectors, widened once, a lean kernel ------------------------------
+# The 16-bit norms' last stage (solutions/layernorm.py, VECTOR_ROWS) with softmax's two reductions; the shape,
+# the fit test and the row reductions are solutions/_half.py's. These constants are this ladder's (sweepable).
+
+VECTORS = 4  # 16-byte vectors of x each thread holds (8 halves each): a 4096-column row is 128 threads
+BLOCK_ROWS_THREADS = 128  # narrow rows share a block of up to this many threads (one row a warp, no barrier)
+REGISTER_CAP = None  # registers a thread (None: as ptxas chooses); a cap buys rows resident with spills
+HELD_WORDS = 4 * VECTORS  # a local array's shape must be a constant: a module global
+HELD_HALVES = 8 * VECTORS
+
+
+@cuda.jit(device=True, inline=True)
+def softmax_vector_row(x, out, rows, cols, widen, narrow2):
+    partials = cuda.shared.array(GROUP_SLOTS, float32)
+    held = cuda.local.array(HELD_WORDS, uint32)  # x as loaded: VECTORS vectors of four words, two halves a word
+    e = cuda.local.array(HELD_HALVES, float32)  # x widened once, then exp(x - max) in place
+    results = cuda.local.array(4, uint32)
+    base, width = vector_row(rows, cols)
+    first = uint32(cuda.threadIdx.x * VECTOR)  # vector k of this thread: columns first + k * step ...
+    step = uint32(cuda.blockDim.x * VECTOR)
+    # HINT: load_vector each vector k whose column c = column(first, step, k) is below width, all before any is used.
+    # HINT: widen each half once into e; row_max of the in-row ones; e = fast_exp(e - max) in place, row_sum of those.
+    # HINT: per vector: four narrow2 words of e * reciprocal(sum), one store8 at base + c.
+    # BEGIN SOLUTION
+    for k in range(VECTORS):
+        c = column(first, step, k)
+        if c < width:
+            load_vector(held, k, x, base + c)
+    m = NEG_INF
+    for k in range(VECTORS):
+        for j in range(4 * k, 4 * k + 4):
+            e[2 * j] = widen(held[j])
+            e[2 * j + 1] = widen(held[j] >> SIXTEEN)
+        if column(first, step, k) < width:
+            for i in range(8 * k, 8 * k + 8):
+                m = max(m, e[i])
+    m = row_max(m, partials, 0)
+    total = float32(0.0)
+    for k in range(VECTORS):
+        if column(first, step, k) < width:
+            for i in range(8 * k, 8 * k + 8):
+                e[i] = fast_exp(e[i] - m)
+                total += e[i]
+    inverse = reciprocal(row_sum(total, partials, 1))  # the sum is at least 1 (the maximum's own exp(0))
+    for k in range(VECTORS):
+        c = column(first, step, k)
+        if c < width:
+            for j in range(4):
+                i = 8 * k + 2 * j
+                results[j] = narrow2(e[i] * inverse, e[i + 1] * inverse)
+            store8(out, base + c, results[0], results[1], results[2], results[3])
+    # END SOLUTION
+
+
+@per_format
+def _softmax_vectors(x, out, rows, cols):
+    softmax_vector_row(x, out, rows, cols, widen, narrow2)  # noqa: F821 - bound per format
+
+
+@stage_of(HALF_OPERATORS, "vector_rows", """
+    The 16-bit norms' last stage (layernorm.py's vector_rows) with softmax's two reductions. What
+    changed from rows_in_flight: that kernel read the row a 32-bit word at a time three times (the
+    maximum, the sum of exponentials, the output; the second and third from L1), widened each half
+    three times and took its exponential twice, in 64-bit index arithmetic with a 16-bit head and tail
+    path for odd widths. Here each thread loads VECTORS = 4 vectors of its row, 16 bytes (eight halves)
+    a load, all issued before any is used (a 4096-column row is a block of 128 threads); each half is
+    widened to float32 once, its maximum taken, then exp2((x - max) log2 e) (mul and ex2.approx, as
+    fast_exp) computed once, in place, summed, and scaled by one approximate reciprocal of the sum; the
+    results are stored 16 bytes at a time, each pair rounded by one instruction. Why that is faster:
+    at the copy ceiling a multiprocessor must move about four elements a cycle (4258 GB/s, 4 bytes an
+    element read and written, 132 multiprocessors near 2 GHz) and it issues at most 128 thread-
+    instructions a cycle, so a 16-bit row operator has about 30 instructions an element at perfect
+    issue and half that in practice; three passes of word loads, conversions and index arithmetic
+    spent them. The rest is the norms' lean frame: a two-dimensional block (threads a row by rows a
+    block, so no thread divides to find its row), unsigned 32-bit indices, and each reduction (the
+    maximum, then the sum) as shuffles, one barrier and log2(warps) shuffles over the warps' results.
+    Widths not a multiple of 8 halves, arrays that do not start on 16 bytes and rows wider than 32768
+    take rows_in_flight, so the kernel has no head or tail path.""", dtype=np.float32)
+def softmax_vector_rows(x, out):
+    rows, cols = x.shape
+    if rows * cols == 0 or not fits_vector_rows(cols, VECTORS, x, out):
+        return softmax_rows_in_flight(x, out)
+    blocks, block = vector_rows_shape(rows, cols, VECTORS, BLOCK_ROWS_THREADS)
+    kernel = capped(_softmax_vectors.kernels[x.dtype], REGISTER_CAP)
+    kernel[blocks, block](flat_bits16(x), flat_bits16(out), rows, cols)
 
 
 OPERATORS = [op, *HALF_OPERATORS]

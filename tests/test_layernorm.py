@@ -261,9 +261,9 @@ def test_by_shape_with_vector_rows(target):
 def test_float_vector_rows_shape():
     """Threads a row from FLOAT_VECTORS vectors of 4 floats; rows a block up to FLOAT_BLOCK_ROWS_THREADS."""
     def shape(rows, cols):
-        return layernorm.vector_rows_shape(rows, cols, 4, 4, 256)
+        return layernorm.vector_rows_shape(rows, cols, 4, 256, vector=4)
     assert shape(32768, 4096) == (32768, (256, 1)) and shape(9, 40) == (2, (32, 8)) and shape(2, 1000) == (1, (64, 2))
-    assert layernorm.vector_rows_shape(32768, 4096, 4, 8, 256) == (16384, (128, 2))
+    assert layernorm.vector_rows_shape(32768, 4096, 8, 256, vector=4) == (16384, (128, 2))
 
 
 def test_by_shape_table():

@@ -149,6 +149,7 @@ def test_row_words_cover_each_element_once():
 # -- vector_rows: the row held as 16-byte vectors, 2-D blocks ---------------------------------------------
 
 NORMS16 = [f"{kind}[{fmt}]" for kind in ("layernorm", "rmsnorm") for fmt in ("fp16", "bf16")]
+VECTOR_ROWS16 = NORMS16 + ["softmax[fp16]", "softmax[bf16]"]
 
 
 def _vector_rows_failures(name, size, seed):
@@ -160,31 +161,36 @@ def _vector_rows_failures(name, size, seed):
     return [f"{r.key} @ {size} ({r.inputs}): {r.message}" for r in results if r.failed]
 
 
-@pytest.mark.parametrize("name", NORMS16)
+@pytest.mark.parametrize("name", VECTOR_ROWS16)
 @pytest.mark.parametrize("size", [(1, 8), (5, 40), (3, 1032)])
 def test_vector_rows_at_awkward_sizes(name, size):
     """One vector, one warp, one row (1 x 8); four one-warp rows a block, a second block with three empty
     rows, five of a warp's 32 lanes holding a vector (5 x 40); two-warp rows two a block, the last block's
-    second row empty but at its barriers, one lane holding a vector more (3 x 1032); each on the random,
-    constant, subnormal, mean-1e4 and past-65504 rows."""
+    second row empty but at its barriers, one lane holding a vector more (3 x 1032); each on the random
+    rows and the family's adversarial ones (norms: constant, subnormal, mean-1e4, past-65504; softmax:
+    constant, huge logits, tiny probabilities, subnormal inputs, -inf but one)."""
     assert not _vector_rows_failures(name, size, size[1])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", NORMS16)
+@pytest.mark.parametrize("name", VECTOR_ROWS16)
 def test_vector_rows_row_of_eight_warps_with_one_vector_over(name):
     """513 vectors: 256 threads, eight warps a row, thread 0 alone with a fifth vector at 4096..4103."""
     assert not _vector_rows_failures(name, (1, 4104), 4)
 
 
-def test_vector_rows_shape_threads_a_row_and_rows_a_block():
-    shape = layernorm.vector_rows_shape
-    assert layernorm.VECTORS == 4 and layernorm.BLOCK_ROWS_THREADS == 128  # the figures below assume these
+@pytest.mark.parametrize("module", [layernorm, softmax])
+def test_vector_rows_shape_threads_a_row_and_rows_a_block(module):
+    """The shape and fit test are _half's, one for every vector_rows ladder, given that ladder's constants."""
+    assert module.VECTORS == 4 and module.BLOCK_ROWS_THREADS == 128  # the figures below assume these
+
+    def shape(rows, cols):
+        return _half.vector_rows_shape(rows, cols, module.VECTORS, module.BLOCK_ROWS_THREADS)
     assert shape(32768, 4096) == (32768, (128, 1))  # the headline: 512 vectors, 128 threads of four
     assert shape(5, 40) == (2, (32, 4)) and shape(1, 8) == (1, (32, 1)) and shape(3, 1032) == (2, (64, 2))
-    assert shape(7, layernorm.VECTOR_COLS) == (7, (1024, 1))
-    assert layernorm.fits_vector_rows(4096) and not layernorm.fits_vector_rows(4100)
-    assert not layernorm.fits_vector_rows(layernorm.VECTOR_COLS + 8)
+    assert shape(7, 32768) == (7, (1024, 1))
+    assert _half.fits_vector_rows(4096, module.VECTORS) and not _half.fits_vector_rows(4100, module.VECTORS)
+    assert _half.fits_vector_rows(32768, module.VECTORS) and not _half.fits_vector_rows(32768 + 8, module.VECTORS)
 
 
 def test_vector_rows_keeps_x_minus_x0_before_the_mean():
@@ -202,10 +208,13 @@ def test_vector_rows_keeps_x_minus_x0_before_the_mean():
 @pytest.mark.parametrize("name, cols, kernel", [("layernorm[bf16]", 40, "_layernorm_vectors_bf16"),
                                                 ("layernorm[fp16]", 37, "_layernorm_rows_in_flight_f16"),
                                                 ("rmsnorm[fp16]", 40, "_rmsnorm_vectors_f16"),
-                                                ("rmsnorm[bf16]", 37, "_rmsnorm_registers_bf16")])
+                                                ("rmsnorm[bf16]", 37, "_rmsnorm_registers_bf16"),
+                                                ("softmax[fp16]", 40, "_softmax_vectors_f16"),
+                                                ("softmax[bf16]", 37, "_softmax_rows_bf16")])
 def test_vector_rows_takes_the_stage_before_for_rows_not_on_16_bytes(name, cols, kernel):
     """A width that is not a multiple of 8 halves puts rows off 16-byte boundaries: the launcher takes
-    the stage before (rows_in_flight for LayerNorm, in_registers for RMSNorm, which has a head and tail)."""
+    the stage before (rows_in_flight for LayerNorm and softmax, in_registers for RMSNorm, which has a
+    head and tail)."""
     from workbench.simulator import record_launches
 
     with record_launches() as launches:
@@ -236,8 +245,8 @@ def test_vector_rows_settings_a_sweep_may_try(monkeypatch, name, setting):
         assert not [r.message for r in results if r.failed], (setting, size)
 
 
-@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
-def test_vector_rows_on_a_view_off_16_bytes_takes_the_stage_before(monkeypatch, kind):
+@pytest.mark.parametrize("module, kind", [(layernorm, "layernorm"), (layernorm, "rmsnorm"), (softmax, "softmax")])
+def test_vector_rows_on_a_view_off_16_bytes_takes_the_stage_before(monkeypatch, module, kind):
     """On a GPU a view 2 bytes past a 16-byte boundary would fault in a 16-byte load: the launcher asks
     aligned16 (told here to say no, as the simulator counts every array aligned) and never launches the
     vector kernel."""
@@ -245,12 +254,49 @@ def test_vector_rows_on_a_view_off_16_bytes_takes_the_stage_before(monkeypatch, 
         def __getitem__(self, config):
             raise AssertionError("the 16-byte kernel was launched on a misaligned view")
 
-    template = getattr(layernorm, f"_{kind}_vectors")
-    monkeypatch.setattr(layernorm, "aligned16", lambda *arrays: False)
+    template = getattr(module, f"_{kind}_vectors")
+    monkeypatch.setattr(_half, "aligned16", lambda *arrays: False)  # fits_vector_rows asks it
+    monkeypatch.setattr(layernorm, "aligned16", lambda *arrays: False)  # in_registers (RMSNorm's stage before)
     monkeypatch.setattr(template, "kernels", {dtype: Refused() for dtype in template.kernels})
     op = OPS[f"{kind}[bf16]"]
     result = check_stage(op["vector_rows"], (2, 40), np.random.default_rng(1))
     assert result.passed, result.message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", [{"VECTORS": "2"}, {"VECTORS": "1", "BLOCK_ROWS_THREADS": "64"}],
+                         ids=lambda setting: ",".join(f"{k}={v}" for k, v in setting.items()))
+def test_softmax_vector_rows_settings_a_sweep_may_try(monkeypatch, setting):
+    """softmax.py's own VECTORS and BLOCK_ROWS_THREADS (the shared helpers take them as arguments), applied
+    as `workbench sweep` applies them."""
+    import sys
+
+    from workbench.sweep import stage_with
+
+    monkeypatch.setitem(sys.modules, softmax.__name__, softmax)
+    stage = stage_with("softmax[bf16].vector_rows", setting)
+    rng = np.random.default_rng(5)
+    for size in [(5, 40), (3, 1032)]:
+        results = [check_stage(stage, size, rng)]
+        results += [check_stage(stage, size, inputs=inputs, label=label)
+                    for label, inputs in adversarial_cases(stage.op, size, rng)]
+        assert not [r.message for r in results if r.failed], (setting, size)
+
+
+def test_softmax_vector_rows_large_logits_and_minus_inf_rows():
+    """Rows the vector kernel must not turn into NaN or inf: logits near each format's largest value
+    (exp overflows unless the row maximum is subtracted first), -inf everywhere but one element (a max of
+    -inf would make -inf - -inf = NaN), and a row of -inf but one beside a row of +-1e4 in one block."""
+    for fmt, big in (("fp16", 6.0e4), ("bf16", 3.0e38)):
+        op = OPS[f"softmax[{fmt}]"]
+        dtype = F16 if fmt == "fp16" else BF16
+        x = np.full((4, 40), -np.inf, np.float32)
+        x[0, 7] = 0.0
+        x[1] = np.linspace(-big, big, 40)
+        x[2, :] = big
+        x[3] = np.random.default_rng(2).uniform(-1e4, 1e4, 40)
+        result = check_stage(op["vector_rows"], (4, 40), inputs=(x.astype(dtype),), label="large and -inf rows")
+        assert result.passed, (fmt, result.message)
 
 
 # -- quantize: the reference's rounding rules and the fused layout ---------------------------------------
@@ -373,8 +419,8 @@ def test_each_per_format_kernel_is_one_template_instantiated_per_format():
                 assert kernel.__name__ == f"{name}_{_half.KERNEL_SUFFIX[dtype]}"
                 assert getattr(module, kernel.__name__) is kernel  # where the PTX check looks it up
                 assert kernel.py_func.__code__ is template.__code__
-    # softmax: widened, packed, fast, rows, registers; LayerNorm and RMSNorm five each; GELU two
-    assert len(templates) == 17, templates
+    # softmax: widened, packed, fast, rows, registers, vectors; LayerNorm and RMSNorm five each; GELU two
+    assert len(templates) == 18, templates
 
 
 def test_the_grader_reaches_each_16_bit_stages_exercise_through_its_template():
