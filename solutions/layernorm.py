@@ -1001,7 +1001,8 @@ def kernel_for(cols, table=BY_SHAPE):
     boundaries) is read a column at a time. On an H200, against torch.compile in the same run: at
     32768 x 4096, 262.3 us (96% of the copy ceiling) against 251.9 (0.96x, where stage 7 was 0.89x);
     at 4096 x 4096, 36.2 against 35.9; at 4096 x 32768 the shared row takes 314.7 against 286.9
-    (0.91x), where stage 7 took 549. At 1024 columns the warp kernel beats torch (torch.compile's
+    (0.91x), where stage 7 took 549 (where the last 4% at 4096 columns goes has not been profiled
+    yet). At 1024 columns the warp kernel beats torch (torch.compile's
     LayerNorm misses the 1e-3 tolerance there). A kernel is in the table where it was measured faster,
     not where it should be: 512 threads a row with Welford merges written here (an IEEE division a
     merge) was slower than stage 7, and so was a block that loads the next row while it reduces this
