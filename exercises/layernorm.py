@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 1d3186e55ab098dce27aa1977af3c5c11b4e16d96220a8924a1777e64e274e8d
+# generated-sha256: 66a87165988403da1830ed541b106a447a79754167a32a4ff0de846ef856ee93
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -742,32 +742,36 @@ def kernel_for(cols, table=BY_SHAPE):
     did not: its loads each sat in a branch followed by their use, so one was in flight at a time), and
     loads the weight and bias after the statistics, all of them before the first is used: each chunk's
     load sits in a branch (16 bytes, or a column at a time), and the compiler does not move a load up
-    past one, so loaded where it is used each would wait its own round trip. Rows up to 16384 wide take
-    stage 7's kernel. Wider rows take a kernel of their own: at 32768 columns a row is 128 KB, too much
-    for registers, and stage 7 reads it three times; with six such rows on each SM they fit neither the
-    L1 cache (256 KB an SM) nor, across the GPU, the L2, so the second and third reads go to memory.
-    Shared memory holds the row: up to 227 KB a block once the kernel opts in
-    (set_max_dynamic_shared_memory; 48 KB without). A block of 1024 threads copies its row in with
-    cp.async, 16 bytes a copy, which the memory system writes to shared memory itself: no register holds
-    the data, so every copy a thread issues is in flight at once, and one wait ends them. Each thread
-    copies the chunks it will read back, so no barrier is needed before the two passes (mean, then
-    squared deviations, over shared memory), and the output is written from shared memory with 16-byte
-    stores: one read and one write of memory, the least there is. The price: one such row fills an SM's
-    shared memory, so one block runs there at a time, and its reductions leave the memory idle for that
-    SM. A width not a multiple of 4 (rows not on 16-byte boundaries) is read a column at a time. On an
-    H200 the warp kernel beat torch at 1024 columns (torch.compile's LayerNorm missed the 1e-3 tolerance
-    there); at 4096 columns by_shape is stage 7, which torch.compile beats. torch.compile's kernel there
-    (Inductor's Triton) is 512 threads a row, 8 values a thread read 16 bytes at a time, mean and
-    variance in one Welford pass, and the row read again from cache to write it, at the copy rate. The
-    same shape in numba (block_rows' one-barrier kernel with ROW_CHUNKS = 2: 359 us against stage 7's
-    283 at 32768 x 4096) and a block that loads the next row while it reduces this one (452 us) were
-    both slower, and so was a block per row with the row in registers (block_rows), so the table does
-    not pick them: a kernel is in the table where it was measured faster, not where it should be. Nsight
-    Compute at 32768 x 4096 shows what stage 7 lacks: both kernels read and write each byte once, but
-    torch.compile's 512-thread blocks at 32 registers fill 93% of the warp slots and drive DRAM at 87%
-    of its peak, stage 7's 256-thread blocks at 40 registers 71% and 79%, on 1.13x the instructions. The
-    512-thread kernels written here fill the slots too, but their Welford merges (an IEEE division each)
-    cost more instructions an element than the memory leaves time for.""",
+    past one, so loaded where it is used each would wait its own round trip. Rows up to 8192 wide
+    take the 16-bit ladders' last kernel (vector_rows) with a vector of four floats: each thread issues
+    its 4 16-byte loads of the row before it uses any, the statistics come exactly, in two passes, from
+    those registers, and everything that is not the norm's arithmetic is gone: a two-dimensional block
+    (no thread divides to find its row), unsigned 32-bit indices, 1 / cols from the host, one
+    rsqrt.approx, weight and bias loaded 16 bytes at a time just before each 16-byte store. That is
+    about 20 instructions an element and 40 registers, where stage 7 spends more on indices and IEEE
+    arithmetic, and reads x three times (the second and third from L1). torch.compile's kernel at 4096
+    columns (Inductor's Triton) is the same idea with 512 threads a row, 8 values a thread, a Welford
+    pass and the row read again from cache to write it. Rows up to 16384 wide take stage 7's kernel.
+    Wider rows take a kernel of their own: at 32768 columns a row is 128 KB, too much for registers,
+    and stage 7 reads it three times; with six such rows on each SM they fit neither the L1 cache (256
+    KB an SM) nor, across the GPU, the L2, so the second and third reads go to memory. Shared memory
+    holds the row: up to 227 KB a block once the kernel opts in (set_max_dynamic_shared_memory; 48 KB
+    without). A block of 1024 threads copies its row in with cp.async, 16 bytes a copy, which the
+    memory system writes to shared memory itself: no register holds the data, so every copy a thread
+    issues is in flight at once, and one wait ends them. Each thread copies the chunks it will read
+    back, so no barrier is needed before the two passes over shared memory, and the output is written
+    from shared memory with 16-byte stores: one read and one write of memory, the least there is. The
+    price: one such row fills an SM's shared memory, so one block runs there at a time, and its
+    reductions leave the memory idle for that SM. A width not a multiple of 4 (rows not on 16-byte
+    boundaries) is read a column at a time. On an H200, against torch.compile in the same run: at
+    32768 x 4096, 262.3 us (96% of the copy ceiling) against 251.9 (0.96x, where stage 7 was 0.89x);
+    at 4096 x 4096, 36.2 against 35.9; at 4096 x 32768 the shared row takes 314.7 against 286.9
+    (0.91x), where stage 7 took 549 (where the last 4% at 4096 columns goes has not been profiled
+    yet). At 1024 columns the warp kernel beats torch (torch.compile's
+    LayerNorm misses the 1e-3 tolerance there). A kernel is in the table where it was measured faster,
+    not where it should be: 512 threads a row with Welford merges written here (an IEEE division a
+    merge) was slower than stage 7, and so was a block that loads the next row while it reduces this
+    one.""",
     boundaries={"cols": (WARP_ROW_COLS,)})
 def by_shape(x, weight, bias, out):
     kernel_for(x.shape[1])(x, weight, bias, out)
@@ -1304,17 +1308,20 @@ RMSNORM_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (VECTOR_ROWS_COLS, rmsno
 
 @rmsnorm_op.stage("by_shape", """
     LayerNorm's by_shape table for RMSNorm: a warp per row up to 1024 columns (32 values a lane, no
-    barrier), a block per row up to 16384 (16 values a thread, one barrier), the row read once with
-    16-byte loads and written once with 16-byte stores, every load of the row issued before the first is
-    used and the weight loaded before the first store. Wider rows do not fit in registers, and stage 3's
-    kernel, which reads them twice, would find the second read gone from the caches (a 32768-wide row is
-    128 KB): they are held in shared memory instead, as in LayerNorm's by_shape (copied in with
-    cp.async, one read and one write of memory), up to 57344 columns; wider still, stage 3's kernel. One
-    sum of squares, so one reduction and no shift. On an H200 it beat torch and torch.compile at 1024
-    and 8192 columns and lost to torch.compile at 4096 and 12288. Nsight Compute at 32768 x 4096: the
-    block-row kernel holds its 16 values in 64 registers, so only 47% of the warp slots are filled
-    (torch.compile's 512 threads at 28 registers fill 92%), and DRAM runs at 85% of its peak against
-    88%; the same row at 8 values a thread and 32 registers fills the slots and is no faster.""")
+    barrier), then up to 8192 the lean vector_rows kernel of the 16-bit ladders with a vector of four
+    floats (16 values a thread in 38 registers, about 14 instructions an element), a block per row up to
+    16384 (16 values a thread, one barrier), the row read once with 16-byte loads and written once with
+    16-byte stores, every load of the row issued before the first is used and the weight loaded before
+    the first store. Wider rows do not fit in registers, and stage 3's kernel, which reads them twice,
+    would find the second read gone from the caches (a 32768-wide row is 128 KB): they are held in
+    shared memory instead, as in LayerNorm's by_shape (copied in with cp.async, one read and one write
+    of memory), up to 57344 columns; wider still, stage 3's kernel. One sum of squares, so one
+    reduction and no shift. On an H200, against torch.compile in the same run: at 32768 x 4096, 262.2
+    us (96% of the copy ceiling) against 251.6 (0.96x, as the block-row kernel before it: 64
+    registers, 47% of the warp slots filled where torch.compile's 512 threads at 28 registers fill 92%,
+    by Nsight Compute); at 4096 x 4096, 35.8 against 35.0; at 4096 x 32768 the shared row takes 269.2
+    against 255.9 (0.95x). torch.compile's kernel runs at the copy ceiling at 32768 x 4096: what its
+    last 4% comes from has not been profiled yet.""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
 
