@@ -391,7 +391,7 @@ def test_fake_ncu_that_lacks_a_metric_still_gives_the_others(tmp_path):
                                                       + ["7"] * len(metrics)) + "\\n")
         """))
     fake.chmod(0o755)
-    kernels, why = profile.profile_stage(str(fake), stage("transpose.naive"), (64, 64), counters=True)
+    kernels, why = profile.profile_stage(str(fake), "transpose.naive", (64, 64), counters=True)
     assert why == "" and kernels[0]["kernel"] == "_naive"
     assert kernels[0]["metrics"]["global_load_sectors"] == 7 and "barriers" not in kernels[0]["metrics"]
     assert kernels[0]["metrics"]["instructions"] == 7  # smsp__inst_executed.sum is not the barrier's metric
