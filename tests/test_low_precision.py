@@ -120,18 +120,18 @@ def test_full_unrolled_steps(name, stage):
     assert result.passed, result.message
 
 
-def test_layernorm_subtracts_x0_before_the_mean():
+@pytest.mark.parametrize("stage, cols", [("rows_in_flight", 3278), ("vector_rows", 3280)])  # vector_rows: whole vectors
+def test_layernorm_subtracts_x0_before_the_mean(stage, cols):
     """The GPU run's fp16 LayerNorm failure at 32768 columns (relative error 0.0024-0.0035): rows of mean 1e4
     are near-constant in fp16 (1e4 + N(0, 1) rounds to steps of 8), and (x0 + mean) rounded to float32 (steps
     of 2^-10 at 1e4) moved every element by up to 1% of such a row's spread. This row (one element 8 above
     the rest, 3278 columns: the mean 8/3278 falls between float32 steps) gave 0.0035 that way; x - x0 - mean
-    gives the output's own rounding, 0.0002."""
+    gives the output's own rounding, 0.0002. The vector kernel keeps x - x0 before the mean too."""
     op = OPS["layernorm[fp16]"]
-    cols = 3278
     x = np.full((1, cols), 10000.0, np.float16)
     x[0, 1] = 10008.0
     inputs = (x, np.ones(cols, np.float16), np.zeros(cols, np.float16))
-    result = check_stage(op["rows_in_flight"], (1, cols), inputs=inputs, label="one element 8 above 1e4")
+    result = check_stage(op[stage], (1, cols), inputs=inputs, label="one element 8 above 1e4")
     assert result.passed and result.rel_err < 1e-3, result.message
 
 
@@ -193,17 +193,6 @@ def test_vector_rows_shape_threads_a_row_and_rows_a_block(module):
     assert _half.fits_vector_rows(32768, module.VECTORS) and not _half.fits_vector_rows(32768 + 8, module.VECTORS)
 
 
-def test_vector_rows_keeps_x_minus_x0_before_the_mean():
-    """test_layernorm_subtracts_x0_before_the_mean's row on the vector kernel (3280 columns: whole vectors)."""
-    op = OPS["layernorm[fp16]"]
-    cols = 3280
-    x = np.full((1, cols), 10000.0, np.float16)
-    x[0, 1] = 10008.0
-    inputs = (x, np.ones(cols, np.float16), np.zeros(cols, np.float16))
-    result = check_stage(op["vector_rows"], (1, cols), inputs=inputs, label="one element 8 above 1e4")
-    assert result.passed and result.rel_err < 1e-3, result.message
-
-
 @pytest.mark.sim_only
 @pytest.mark.parametrize("name, cols, kernel", [("layernorm[bf16]", 40, "_layernorm_vectors_bf16"),
                                                 ("layernorm[fp16]", 37, "_layernorm_rows_in_flight_f16"),
@@ -223,19 +212,26 @@ def test_vector_rows_takes_the_stage_before_for_rows_not_on_16_bytes(name, cols,
     assert {f.__name__ for f, _ in launches} == {kernel}
 
 
+NORM_SETTINGS = [{"WEIGHTS_AHEAD": "1"}, {"WEIGHTS_AHEAD": "4"}, {"VECTORS": "2"},
+                 {"VECTORS": "1", "BLOCK_ROWS_THREADS": "64", "WEIGHTS_AHEAD": "1"}]
+SOFTMAX_SETTINGS = [{"VECTORS": "2"}, {"VECTORS": "1", "BLOCK_ROWS_THREADS": "64"}]  # softmax.py's own constants
+SWEEP_CASES = ([(layernorm, name, setting) for name in ("layernorm[bf16]", "rmsnorm[fp16]") for setting in NORM_SETTINGS]
+               + [(softmax, "softmax[bf16]", setting) for setting in SOFTMAX_SETTINGS])
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("setting", [{"WEIGHTS_AHEAD": "1"}, {"WEIGHTS_AHEAD": "4"}, {"VECTORS": "2"},
-                                     {"VECTORS": "1", "BLOCK_ROWS_THREADS": "64", "WEIGHTS_AHEAD": "1"}],
-                         ids=lambda setting: ",".join(f"{k}={v}" for k, v in setting.items()))
-@pytest.mark.parametrize("name", ["layernorm[bf16]", "rmsnorm[fp16]"])
-def test_vector_rows_settings_a_sweep_may_try(monkeypatch, name, setting):
-    """The module constants the GPU sweeps vary, applied as `workbench sweep` applies them (the module
-    executed afresh with the setting), each correct at the awkward sizes."""
+@pytest.mark.parametrize("module, name, setting", SWEEP_CASES,
+                         ids=[f"{name}-" + ",".join(f"{k}={v}" for k, v in setting.items())
+                              for _, name, setting in SWEEP_CASES])
+def test_vector_rows_settings_a_sweep_may_try(monkeypatch, module, name, setting):
+    """The module constants the GPU sweeps vary (each ladder's own VECTORS and BLOCK_ROWS_THREADS: the shared
+    helpers take them as arguments), applied as `workbench sweep` applies them (the module executed afresh
+    with the setting), each correct at the awkward sizes."""
     import sys
 
     from workbench.sweep import stage_with
 
-    monkeypatch.setitem(sys.modules, layernorm.__name__, layernorm)  # put back after stage_with's fresh module
+    monkeypatch.setitem(sys.modules, module.__name__, module)  # put back after stage_with's fresh module
     stage = stage_with(f"{name}.vector_rows", setting)
     rng = np.random.default_rng(5)
     for size in [(5, 40), (3, 1032)]:
@@ -261,26 +257,6 @@ def test_vector_rows_on_a_view_off_16_bytes_takes_the_stage_before(monkeypatch, 
     op = OPS[f"{kind}[bf16]"]
     result = check_stage(op["vector_rows"], (2, 40), np.random.default_rng(1))
     assert result.passed, result.message
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("setting", [{"VECTORS": "2"}, {"VECTORS": "1", "BLOCK_ROWS_THREADS": "64"}],
-                         ids=lambda setting: ",".join(f"{k}={v}" for k, v in setting.items()))
-def test_softmax_vector_rows_settings_a_sweep_may_try(monkeypatch, setting):
-    """softmax.py's own VECTORS and BLOCK_ROWS_THREADS (the shared helpers take them as arguments), applied
-    as `workbench sweep` applies them."""
-    import sys
-
-    from workbench.sweep import stage_with
-
-    monkeypatch.setitem(sys.modules, softmax.__name__, softmax)
-    stage = stage_with("softmax[bf16].vector_rows", setting)
-    rng = np.random.default_rng(5)
-    for size in [(5, 40), (3, 1032)]:
-        results = [check_stage(stage, size, rng)]
-        results += [check_stage(stage, size, inputs=inputs, label=label)
-                    for label, inputs in adversarial_cases(stage.op, size, rng)]
-        assert not [r.message for r in results if r.failed], (setting, size)
 
 
 def test_softmax_vector_rows_large_logits_and_minus_inf_rows():
