@@ -69,6 +69,15 @@ def test_tables_and_plots_name_the_ceiling_they_divide_by():
     assert plots.time_floor(op, PEAKS, recs) == [(4250 * 1000, pytest.approx(1.0))]  # 1 µs at the read ceiling
 
 
+def test_the_floor_lies_under_every_size_that_moves_the_same_bytes():
+    """Attention causal or not moves the same bytes for half the flops: the floor there is the causal
+    size's, or a causal measurement could sit below a line no stage can cross."""
+    op = make_op(bound="compute", pattern="read")
+    flops = PEAKS["gemm_fp32_gflops"] * 1e3  # 1 µs of flops at the compute peak
+    recs = [{"bytes": 1000, "flops": 2 * flops}, {"bytes": 1000, "flops": flops}]  # non-causal, causal
+    assert plots.time_floor(op, PEAKS, recs) == [(1000, pytest.approx(1.0))]
+
+
 def test_registered_patterns_are_valid_and_reductions_read():
     ops = registry.load_operators()
     assert all(op.pattern in MEMORY_PATTERNS for op in ops.values())

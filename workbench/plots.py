@@ -320,7 +320,9 @@ def family_label(op: Operator, family: list[tuple]) -> str:
 def time_floor(op: Operator, peaks: dict, recs: list[dict]) -> list[tuple[float, float]]:
     """(bytes, µs) at each recorded size: the least time the roofline allows, the larger of the minimum
     bytes at the operator's memory ceiling (``memory_ceiling``) and (compute-bound) the flops at the
-    library's rate in the operator's precision. Empty without a measured memory ceiling."""
+    library's rate in the operator's precision. Sizes that move the same bytes (attention causal or not)
+    share a point: the least of their times, so that no measurement can sit below the line. Empty without
+    a measured memory ceiling."""
     memory = memory_ceiling(op, peaks)[0]
     compute = peak_of(op, peaks)[0] if op.bound == "compute" else None
     if not memory:
@@ -328,7 +330,7 @@ def time_floor(op: Operator, peaks: dict, recs: list[dict]) -> list[tuple[float,
     floor = {}
     for r in recs:
         us = max(r["bytes"] / memory, r["flops"] / compute if compute else 0.0) / 1e3
-        floor[r["bytes"]] = max(floor.get(r["bytes"], 0.0), us)
+        floor[r["bytes"]] = min(floor.get(r["bytes"], us), us)
     return sorted(floor.items())
 
 
