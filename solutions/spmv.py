@@ -37,7 +37,7 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32, int32
 
-from solutions._vector_io import aligned16, load4
+from solutions._vector_io import aligned16, load4, store4
 from workbench import device as _device
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, sm_count
@@ -935,6 +935,156 @@ def nonzero_split_with(row_ptr, col_idx, values, x, y, threads):
     carry_rows = scratch("spmv.nonzero_split.carry_rows", blocks, np.int32)
     carry_values = scratch("spmv.nonzero_split.carry_values", blocks, np.float32)
     _nonzero_split[blocks, threads](row_ptr, col_idx, values, x, y, carry_rows, carry_values)
+    _add_warp_carries[blocks_for(blocks, THREADS), THREADS](carry_rows, carry_values, y)
+
+
+# -- 7. the block's row ends marked in shared memory: each thread reads its rows instead of searching ------
+
+MAP_ITEMS = 8  # consecutive non-zeros a thread multiplies: a multiple of 4 (16-byte loads)
+MAP_THREADS = 512  # threads per block (the most a launch may use: the size of the shared row map)
+# shared_row_map's launch bound in blocks of MAP_THREADS per SM, 0 for none (4 blocks of 512 hold 32 registers).
+MAP_BLOCKS_PER_SM = 0
+NO_ROW = -1  # a slot of the row map whose non-zero ends no row
+
+
+@cuda.jit(device=True, inline=True)
+def _carry_into_warp(warp_carry, warp_ended, w, lane):
+    """The carry into warp w from the warps before it: the scanned carries of warps v < w, from the last
+    of them that ended a row (its carry already starts there) on. Lane v reads warp v's, a ballot finds
+    that last warp, and a warp sum adds what follows it: no loop over the warps. Every lane must call it."""
+    before = lane < w
+    ended = cuda.ballot_sync(FULL_MASK, before and warp_ended[lane] != 0)
+    last_ended = 31 - cuda.clz(ended) if ended != 0 else 0
+    mine = warp_carry[lane] if before and lane >= last_ended else float32(0.0)
+    return _warp_sum(mine)
+
+
+@cuda.jit(**(_gpu_options(launch_bounds=(MAP_THREADS, MAP_BLOCKS_PER_SM)) if MAP_BLOCKS_PER_SM else {}))
+def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
+    row_map = cuda.shared.array(MAP_THREADS * MAP_ITEMS, int32)  # [i]: the row whose last non-zero is the block's i-th
+    bounds = cuda.shared.array(2, int32)  # the rows this block ends: [first, last)
+    warp_carry = cuda.shared.array(MAX_WARPS, float32)  # each warp's scanned carry (its last lane's)
+    warp_ended = cuda.shared.array(MAX_WARPS, int32)  # did any lane of the warp end a row?
+    vals = cuda.local.array(MAP_ITEMS, float32)
+    cols = cuda.local.array(MAP_ITEMS, int32)
+    products = cuda.local.array(MAP_ITEMS, float32)
+    rows = y.size
+    nnz = values.size
+    last = nnz - 1
+    t = cuda.threadIdx.x
+    lane = t % 32
+    w = t // 32
+    block = cuda.blockIdx.x
+    first_nz = block * cuda.blockDim.x * MAP_ITEMS  # the block's non-zeros: [first_nz, end_nz)
+    end_nz = min(first_nz + cuda.blockDim.x * MAP_ITEMS, nnz)
+    s = first_nz + t * MAP_ITEMS  # this thread's non-zeros: [s, e), s a multiple of 4
+    e = min(s + MAP_ITEMS, nnz)
+    # HINT: The loads, the gathers and the block's rows [bounds[0], bounds[1]) as in nonzero_split; before the barrier each thread also fills its own MAP_ITEMS slots of row_map (slots t * MAP_ITEMS ...) with NO_ROW.
+    # HINT: After the barrier the block's threads walk its rows together, one row a thread: an empty row's y is 0; any other row r ends at non-zero row_ptr[r + 1] - 1, so row_map[row_ptr[r + 1] - 1 - first_nz] = r (no two rows share a last non-zero). A second barrier.
+    # HINT: Each thread walks its products and its slots side by side: add product k; if slot k holds a row, that row is finished (the first is the thread's head, later ones written at once). Then the segmented scan: _warp_segmented_sum, the warps' carries in shared memory, _carry_into_warp; y[head_row] = head + carry_in; the block's carry (row bounds[1]) to carry_rows/carry_values.
+    # BEGIN SOLUTION
+    for g in range(MAP_ITEMS // 4):  # all loads first: every group's two 16-byte loads in flight together
+        j = s + 4 * g
+        if j + 3 <= last:
+            v4 = load4(values, j)
+            c4 = load4(col_idx, j)
+            for i in range(4):
+                vals[4 * g + i] = v4[i]
+                cols[4 * g + i] = c4[i]
+        else:  # the matrix's last, partial group of four
+            for i in range(4):
+                if j + i <= last:
+                    vals[4 * g + i] = values[j + i]
+                    cols[4 * g + i] = col_idx[j + i]
+    if w == 0:  # the block's rows, by two warps at once while the loads are in flight
+        ra = 0 if block == 0 else _warp_rows_ended_by(first_nz, 0, rows, row_ptr, lane)
+        if lane == 0:
+            bounds[0] = ra
+    if w == 1 % (cuda.blockDim.x // 32):
+        rb = rows if end_nz == nnz else _warp_rows_ended_by(end_nz, 0, rows, row_ptr, lane)
+        if lane == 0:
+            bounds[1] = rb
+    for k in range(MAP_ITEMS):  # every gather of x issued before any is used (none past e: 0 * x may be NaN)
+        products[k] = float32(0.0)
+        if s + k < e:
+            products[k] = x[cols[k]]
+    for k in range(MAP_ITEMS):
+        products[k] *= vals[k]
+    for g in range(MAP_ITEMS // 4):  # this thread's slots, cleared for the rows marked after the barrier
+        store4(row_map, t * MAP_ITEMS + 4 * g, NO_ROW, NO_ROW, NO_ROW, NO_ROW)
+    cuda.syncthreads()
+    ra, rb = bounds[0], bounds[1]
+    for r in range(ra + t, rb, cuda.blockDim.x):  # the block's rows, one a thread: mark where each ends
+        row_end = row_ptr[r + 1]
+        if row_end == row_ptr[r]:
+            y[r] = float32(0.0)  # an empty row: no non-zero to mark
+        else:
+            row_map[row_end - 1 - first_nz] = r
+    cuda.syncthreads()
+    total = float32(0.0)
+    head = float32(0.0)
+    head_row = NO_ROW  # no row finished yet
+    for g in range(MAP_ITEMS // 4):
+        ends = load4(row_map, t * MAP_ITEMS + 4 * g)
+        for i in range(4):
+            total += products[4 * g + i]  # 0 past e, where no slot holds a row
+            if ends[i] != NO_ROW:  # non-zero 4 g + i is the last of row ends[i]: finish it
+                if head_row == NO_ROW:
+                    head, head_row = total, ends[i]  # may have begun in an earlier thread: settle it below
+                else:
+                    y[ends[i]] = total  # begun and ended in this thread
+                total = float32(0.0)
+    # Stitch the rows cut between threads: a segmented scan over the warp, then over the warps.
+    ended = int32(head_row != NO_ROW)
+    carry = _warp_segmented_sum(total, ended, lane)
+    ended_lanes = cuda.ballot_sync(FULL_MASK, ended)
+    if lane == 31:
+        warp_carry[w] = carry
+        warp_ended[w] = int32(ended_lanes != 0)
+    cuda.syncthreads()
+    warp_in = _carry_into_warp(warp_carry, warp_ended, w, lane)
+    carry_in = cuda.shfl_up_sync(FULL_MASK, carry, 1)
+    carry_in = carry_in if lane > 0 else float32(0.0)
+    if ended_lanes & ((1 << lane) - 1) == 0:  # no lane before this one ended a row: the warp's carry-in flows on
+        carry_in += warp_in
+    if ended:
+        y[head_row] = head + carry_in
+    if t == cuda.blockDim.x - 1:  # the block's carry: the row left open at its end, for _add_warp_carries
+        carry_rows[block] = rb
+        carry_values[block] = carry + (warp_in if ended_lanes == 0 else float32(0.0))
+    # END SOLUTION
+
+
+@op.stage("shared_row_map", """
+    nonzero_split's even split of the non-zeros and its loads-first order, with the rows found by marking
+    instead of searching. The block keeps a map of its 4,096 non-zeros in shared memory (16 KB): after a
+    barrier its threads take the block's rows one each, write 0 for an empty row and write every other
+    row's number into the slot of its last non-zero. After a second barrier a thread reads its 8 slots
+    (two 16-byte shared loads) and walks its products beside them: a slot with a row in it finishes that
+    row. The per-thread binary search (up to 11 dependent loads through L1 and L2) and the jump over runs
+    of empty rows are gone: the rows are read once, coalesced, by the threads they are spread over, and
+    the walk has no search and no loop of unknown length. The carry into a warp is one ballot and one
+    warp sum instead of a loop over the warps before it, and the block has 512 threads, as cuSPARSE's
+    kernel does.""")
+def shared_row_map(row_ptr, col_idx, values, x, y):
+    threads = MAP_THREADS
+    while threads > 64 and blocks_for(values.size, threads * MAP_ITEMS) < SPLIT_MIN_BLOCKS_PER_SM * sm_count():
+        threads //= 2
+    shared_row_map_with(row_ptr, col_idx, values, x, y, threads)
+
+
+def shared_row_map_with(row_ptr, col_idx, values, x, y, threads):
+    """shared_row_map with ``threads`` threads a block (at most MAP_THREADS; tests pass 32 and 64, so that
+    a small matrix spreads over several blocks and warps and their carries)."""
+    assert threads % 32 == 0 and threads <= MAP_THREADS, threads
+    if not aligned16(values, col_idx):  # views starting mid-buffer: a 16-byte load there would fault
+        merge_path(row_ptr, col_idx, values, x, y)
+        return
+    nnz = values.size
+    blocks = max(1, blocks_for(nnz, threads * MAP_ITEMS))
+    carry_rows = scratch("spmv.shared_row_map.carry_rows", blocks, np.int32)
+    carry_values = scratch("spmv.shared_row_map.carry_values", blocks, np.float32)
+    _shared_row_map[blocks, threads](row_ptr, col_idx, values, x, y, carry_rows, carry_values)
     _add_warp_carries[blocks_for(blocks, THREADS), THREADS](carry_rows, carry_values, y)
 
 
