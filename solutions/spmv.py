@@ -888,9 +888,10 @@ def _nonzero_split(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
         carry_in += warp_in
     if ended:
         y[head_row] = head + carry_in
-    if t == cuda.blockDim.x - 1:  # the block's carry: the row left open at its end, for _add_warp_carries
-        carry_rows[block] = rb
+    if t == cuda.blockDim.x - 1:  # the block's carry, for the row left open at its end (found by the next block)
         carry_values[block] = carry + (warp_in if ended_lanes == 0 else float32(0.0))
+        if end_nz == nnz:
+            carry_rows[block] = rows  # the last block: no row is left open
     # END SOLUTION
 
 
@@ -942,6 +943,7 @@ def nonzero_split_with(row_ptr, col_idx, values, x, y, threads):
 
 MAP_ITEMS = 8  # consecutive non-zeros a thread multiplies: a multiple of 4 (16-byte loads)
 MAP_THREADS = 512  # threads per block (the most a launch may use: the size of the shared row map)
+MAP_SLOTS = MAP_THREADS * MAP_ITEMS  # the row map: one slot per non-zero of the largest block
 # shared_row_map's launch bound in blocks of MAP_THREADS per SM, 0 for none (4 blocks of 512 hold 32 registers).
 MAP_BLOCKS_PER_SM = 0
 NO_ROW = -1  # a slot of the row map whose non-zero ends no row
@@ -961,8 +963,8 @@ def _carry_into_warp(warp_carry, warp_ended, w, lane):
 
 @cuda.jit(**(_gpu_options(launch_bounds=(MAP_THREADS, MAP_BLOCKS_PER_SM)) if MAP_BLOCKS_PER_SM else {}))
 def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
-    row_map = cuda.shared.array(MAP_THREADS * MAP_ITEMS, int32)  # [i]: the row whose last non-zero is the block's i-th
-    bounds = cuda.shared.array(2, int32)  # the rows this block ends: [first, last)
+    row_map = cuda.shared.array(MAP_SLOTS, int32)  # [i]: the row whose last non-zero is the block's i-th
+    first_row = cuda.shared.array(1, int32)  # the first row that ends among the block's non-zeros
     warp_carry = cuda.shared.array(MAX_WARPS, float32)  # each warp's scanned carry (its last lane's)
     warp_ended = cuda.shared.array(MAX_WARPS, int32)  # did any lane of the warp end a row?
     vals = cuda.local.array(MAP_ITEMS, float32)
@@ -996,14 +998,12 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
                 if j + i <= last:
                     vals[4 * g + i] = values[j + i]
                     cols[4 * g + i] = col_idx[j + i]
-    if w == 0:  # the block's rows, by two warps at once while the loads are in flight
+    if w == 0:  # the block's first row, by one warp while the loads are in flight
         ra = 0 if block == 0 else _warp_rows_ended_by(first_nz, 0, rows, row_ptr, lane)
         if lane == 0:
-            bounds[0] = ra
-    if w == 1 % (cuda.blockDim.x // 32):
-        rb = rows if end_nz == nnz else _warp_rows_ended_by(end_nz, 0, rows, row_ptr, lane)
-        if lane == 0:
-            bounds[1] = rb
+            first_row[0] = ra
+            if block > 0:  # it is the row the block before left open: that block's carry goes there
+                carry_rows[block - 1] = ra
     for k in range(MAP_ITEMS):  # every gather of x issued before any is used (none past e: 0 * x may be NaN)
         products[k] = float32(0.0)
         if s + k < e:
@@ -1013,13 +1013,16 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     for g in range(MAP_ITEMS // 4):  # this thread's slots, cleared for the rows marked after the barrier
         store4(row_map, t * MAP_ITEMS + 4 * g, NO_ROW, NO_ROW, NO_ROW, NO_ROW)
     cuda.syncthreads()
-    ra, rb = bounds[0], bounds[1]
-    for r in range(ra + t, rb, cuda.blockDim.x):  # the block's rows, one a thread: mark where each ends
+    r = first_row[0] + t
+    while r < rows:  # the block's rows, one a thread: mark where each ends
         row_end = row_ptr[r + 1]
+        if row_end > end_nz:  # this row and all after it end in later blocks
+            break
         if row_end == row_ptr[r]:
             y[r] = float32(0.0)  # an empty row: no non-zero to mark
         else:
             row_map[row_end - 1 - first_nz] = r
+        r += cuda.blockDim.x
     cuda.syncthreads()
     total = float32(0.0)
     head = float32(0.0)
@@ -1049,9 +1052,10 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
         carry_in += warp_in
     if ended:
         y[head_row] = head + carry_in
-    if t == cuda.blockDim.x - 1:  # the block's carry: the row left open at its end, for _add_warp_carries
-        carry_rows[block] = rb
+    if t == cuda.blockDim.x - 1:  # the block's carry, for the row left open at its end (found by the next block)
         carry_values[block] = carry + (warp_in if ended_lanes == 0 else float32(0.0))
+        if end_nz == nnz:
+            carry_rows[block] = rows  # the last block: no row is left open
     # END SOLUTION
 
 
