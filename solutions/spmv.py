@@ -888,10 +888,9 @@ def _nonzero_split(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
         carry_in += warp_in
     if ended:
         y[head_row] = head + carry_in
-    if t == cuda.blockDim.x - 1:  # the block's carry, for the row left open at its end (found by the next block)
+    if t == cuda.blockDim.x - 1:  # the block's carry: the row left open at its end, for _add_warp_carries
+        carry_rows[block] = rb
         carry_values[block] = carry + (warp_in if ended_lanes == 0 else float32(0.0))
-        if end_nz == nnz:
-            carry_rows[block] = rows  # the last block: no row is left open
     # END SOLUTION
 
 
