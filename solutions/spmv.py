@@ -980,9 +980,9 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     end_nz = min(first_nz + cuda.blockDim.x * MAP_ITEMS, nnz)
     s = first_nz + t * MAP_ITEMS  # this thread's non-zeros: [s, e), s a multiple of 4
     e = min(s + MAP_ITEMS, nnz)
-    # HINT: The loads, the gathers and the block's rows [bounds[0], bounds[1]) as in nonzero_split; before the barrier each thread also fills its own MAP_ITEMS slots of row_map (slots t * MAP_ITEMS ...) with NO_ROW.
-    # HINT: After the barrier the block's threads walk its rows together, one row a thread: an empty row's y is 0; any other row r ends at non-zero row_ptr[r + 1] - 1, so row_map[row_ptr[r + 1] - 1 - first_nz] = r (no two rows share a last non-zero). A second barrier.
-    # HINT: Each thread walks its products and its slots side by side: add product k; if slot k holds a row, that row is finished (the first is the thread's head, later ones written at once). Then the segmented scan: _warp_segmented_sum, the warps' carries in shared memory, _carry_into_warp; y[head_row] = head + carry_in; the block's carry (row bounds[1]) to carry_rows/carry_values.
+    # HINT: The loads and the gathers as in nonzero_split. Warp 0 finds the block's first row (_warp_rows_ended_by(first_nz, ...), 0 for block 0) into first_row[0]; it is also the row the block before left open, so carry_rows[block - 1] = it. Before the barrier each thread fills its own slots of row_map (t * MAP_ITEMS ...) with NO_ROW.
+    # HINT: After the barrier the threads walk the block's rows from first_row[0], one row a thread, until a row ends past end_nz: an empty row's y is 0; any other row r is marked at its last non-zero, row_map[row_ptr[r + 1] - 1 - first_nz] = r (no two rows share one). A second barrier.
+    # HINT: Each thread walks its products beside its slots: add product k; a slot holding a row finishes that row (the first is the thread's head, later ones written at once). Then the segmented scan: _warp_segmented_sum, the warps' carries in shared memory, _carry_into_warp; y[head_row] = head + carry_in; the block's carry to carry_values[block] (the last block sets carry_rows[block] = rows).
     # BEGIN SOLUTION
     for g in range(MAP_ITEMS // 4):  # all loads first: every group's two 16-byte loads in flight together
         j = s + 4 * g
