@@ -35,7 +35,7 @@ says (a stored 0 times an infinite x is NaN), and no other row.
 from functools import lru_cache
 
 import numpy as np
-from numba import cuda, float32, int32
+from numba import cuda, float32, int32, uint32
 
 from solutions._vector_io import aligned16, load4, store4
 from workbench import device as _device
@@ -971,22 +971,21 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     products = cuda.local.array(MAP_ITEMS, float32)
     rows = y.size
     nnz = values.size
-    last = nnz - 1
     t = cuda.threadIdx.x
     lane = t % 32
     w = t // 32
     block = cuda.blockIdx.x
     first_nz = block * cuda.blockDim.x * MAP_ITEMS  # the block's non-zeros: [first_nz, end_nz)
     end_nz = min(first_nz + cuda.blockDim.x * MAP_ITEMS, nnz)
-    s = first_nz + t * MAP_ITEMS  # this thread's non-zeros: [s, e), s a multiple of 4
-    e = min(s + MAP_ITEMS, nnz)
+    s = first_nz + t * MAP_ITEMS  # this thread's non-zeros: s, s + 1, ..., s + count - 1; s a multiple of 4
+    count = int32(min(MAP_ITEMS, nnz - s))  # 0 or less: none. 32 bits: each test against it is one compare
     # HINT: The loads and the gathers as in nonzero_split. Warp 0 finds the block's first row (_warp_rows_ended_by(first_nz, ...), 0 for block 0) into first_row[0]; it is also the row the block before left open, so carry_rows[block - 1] = it. Before the barrier each thread fills its own slots of row_map (t * MAP_ITEMS ...) with NO_ROW.
     # HINT: After the barrier the threads walk the block's rows from first_row[0], one row a thread, until a row ends past end_nz: an empty row's y is 0; any other row r is marked at its last non-zero, row_map[row_ptr[r + 1] - 1 - first_nz] = r (no two rows share one). A second barrier.
     # HINT: Each thread walks its products beside its slots: add product k; a slot holding a row finishes that row (the first is the thread's head, later ones written at once). Then the segmented scan: _warp_segmented_sum, the warps' carries in shared memory, _carry_into_warp; y[head_row] = head + carry_in; the block's carry to carry_values[block] (the last block sets carry_rows[block] = rows).
     # BEGIN SOLUTION
     for g in range(MAP_ITEMS // 4):  # all loads first: every group's two 16-byte loads in flight together
         j = s + 4 * g
-        if j + 3 <= last:
+        if 4 * g + 3 < count:
             v4 = load4(values, j)
             c4 = load4(col_idx, j)
             for i in range(4):
@@ -994,7 +993,7 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
                 cols[4 * g + i] = c4[i]
         else:  # the matrix's last, partial group of four
             for i in range(4):
-                if j + i <= last:
+                if 4 * g + i < count:
                     vals[4 * g + i] = values[j + i]
                     cols[4 * g + i] = col_idx[j + i]
     if w == 0:  # the block's first row, by one warp while the loads are in flight
@@ -1003,10 +1002,10 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
             first_row[0] = ra
             if block > 0:  # it is the row the block before left open: that block's carry goes there
                 carry_rows[block - 1] = ra
-    for k in range(MAP_ITEMS):  # every gather of x issued before any is used (none past e: 0 * x may be NaN)
+    for k in range(MAP_ITEMS):  # every gather of x issued before any is used (none past its non-zeros: 0 * x may be NaN)
         products[k] = float32(0.0)
-        if s + k < e:
-            products[k] = x[cols[k]]
+        if k < count:
+            products[k] = x[uint32(cols[k])]  # unsigned: no wraparound test for a negative index
     for k in range(MAP_ITEMS):
         products[k] *= vals[k]
     for g in range(MAP_ITEMS // 4):  # this thread's slots, cleared for the rows marked after the barrier
@@ -1020,7 +1019,7 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
         if row_end == row_ptr[r]:
             y[r] = float32(0.0)  # an empty row: no non-zero to mark
         else:
-            row_map[row_end - 1 - first_nz] = r
+            row_map[uint32(row_end - 1 - first_nz)] = r
         r += cuda.blockDim.x
     cuda.syncthreads()
     total = float32(0.0)
@@ -1029,7 +1028,7 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     for g in range(MAP_ITEMS // 4):
         ends = load4(row_map, t * MAP_ITEMS + 4 * g)
         for i in range(4):
-            total += products[4 * g + i]  # 0 past e, where no slot holds a row
+            total += products[4 * g + i]  # 0 past the thread's non-zeros, where no slot holds a row
             if ends[i] != NO_ROW:  # non-zero 4 g + i is the last of row ends[i]: finish it
                 if head_row == NO_ROW:
                     head, head_row = total, ends[i]  # may have begun in an earlier thread: settle it below
