@@ -946,6 +946,21 @@ MAP_SLOTS = MAP_THREADS * MAP_ITEMS  # the row map: one slot per non-zero of the
 # shared_row_map's launch bound in blocks of MAP_THREADS per SM, 0 for none (4 blocks of 512 hold 32 registers).
 MAP_BLOCKS_PER_SM = 0
 NO_ROW = -1  # a slot of the row map whose non-zero ends no row
+# Warp 0 searches for the block's first row before its own loads (34 registers: fewer values live during the
+# search) or after them, while they are in flight (40 registers). Both allow 3 blocks of 512 an SM unbounded;
+# at MAP_BLOCKS_PER_SM = 4 (32 registers) the first spills 32 bytes, the second 136 (sm_90, 2026-11-30).
+MAP_SEARCH_FIRST = True
+
+
+@cuda.jit(device=True, inline=True)
+def _find_first_row(first_nz, rows, row_ptr, lane, block, first_row, carry_rows):
+    """By one warp: the first row that ends after non-zero first_nz (0 for block 0) into first_row[0]. It is
+    also the row the block before left open, so that block's carry goes there: carry_rows[block - 1]."""
+    ra = 0 if block == 0 else _warp_rows_ended_by(first_nz, 0, rows, row_ptr, lane)
+    if lane == 0:
+        first_row[0] = ra
+        if block > 0:
+            carry_rows[block - 1] = ra
 
 
 @cuda.jit(device=True, inline=True)
@@ -979,10 +994,12 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     end_nz = min(first_nz + cuda.blockDim.x * MAP_ITEMS, nnz)
     s = first_nz + t * MAP_ITEMS  # this thread's non-zeros: s, s + 1, ..., s + count - 1; s a multiple of 4
     count = int32(min(MAP_ITEMS, nnz - s))  # 0 or less: none. 32 bits: each test against it is one compare
-    # HINT: The loads and the gathers as in nonzero_split. Warp 0 finds the block's first row (_warp_rows_ended_by(first_nz, ...), 0 for block 0) into first_row[0]; it is also the row the block before left open, so carry_rows[block - 1] = it. Before the barrier each thread fills its own slots of row_map (t * MAP_ITEMS ...) with NO_ROW.
+    # HINT: The loads and the gathers as in nonzero_split. Warp 0 finds the block's first row with _find_first_row (before its loads or after them: MAP_SEARCH_FIRST); it is also the row the block before left open, so that block's carry goes there. Before the barrier each thread fills its own slots of row_map (t * MAP_ITEMS ...) with NO_ROW.
     # HINT: After the barrier the threads walk the block's rows from first_row[0], one row a thread, until a row ends past end_nz: an empty row's y is 0; any other row r is marked at its last non-zero, row_map[row_ptr[r + 1] - 1 - first_nz] = r (no two rows share one). A second barrier.
     # HINT: Each thread walks its products beside its slots: add product k; a slot holding a row finishes that row (the first is the thread's head, later ones written at once). Then the segmented scan: _warp_segmented_sum, the warps' carries in shared memory, _carry_into_warp; y[head_row] = head + carry_in; the block's carry to carry_values[block] (the last block sets carry_rows[block] = rows).
     # BEGIN SOLUTION
+    if MAP_SEARCH_FIRST and w == 0:
+        _find_first_row(first_nz, rows, row_ptr, lane, block, first_row, carry_rows)
     for g in range(MAP_ITEMS // 4):  # all loads first: every group's two 16-byte loads in flight together
         j = s + 4 * g
         if 4 * g + 3 < count:
@@ -996,12 +1013,8 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
                 if 4 * g + i < count:
                     vals[4 * g + i] = values[j + i]
                     cols[4 * g + i] = col_idx[j + i]
-    if w == 0:  # the block's first row, by one warp while the loads are in flight
-        ra = 0 if block == 0 else _warp_rows_ended_by(first_nz, 0, rows, row_ptr, lane)
-        if lane == 0:
-            first_row[0] = ra
-            if block > 0:  # it is the row the block before left open: that block's carry goes there
-                carry_rows[block - 1] = ra
+    if not MAP_SEARCH_FIRST and w == 0:
+        _find_first_row(first_nz, rows, row_ptr, lane, block, first_row, carry_rows)
     for k in range(MAP_ITEMS):  # every gather of x issued before any is used (none past its non-zeros: 0 * x may be NaN)
         products[k] = float32(0.0)
         if k < count:
@@ -1058,16 +1071,19 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
 
 
 @op.stage("shared_row_map", """
-    nonzero_split's even split of the non-zeros and its loads-first order, with the rows found by marking
+    nonzero_split's even split of the non-zeros and its 16-byte loads, with the rows found by marking
     instead of searching. The block keeps a map of its 4,096 non-zeros in shared memory (16 KB): after a
-    barrier its threads take the block's rows one each, write 0 for an empty row and write every other
-    row's number into the slot of its last non-zero. After a second barrier a thread reads its 8 slots
-    (two 16-byte shared loads) and walks its products beside them: a slot with a row in it finishes that
-    row. The per-thread binary search (up to 11 dependent loads through L1 and L2) and the jump over runs
-    of empty rows are gone: the rows are read once, coalesced, by the threads they are spread over, and
-    the walk has no search and no loop of unknown length. The carry into a warp is one ballot and one
-    warp sum instead of a loop over the warps before it, and the block has 512 threads, as cuSPARSE's
-    kernel does.""")
+    barrier its threads take the block's rows one each, from its first row until one ends past the block,
+    write 0 for an empty row and write every other row's number into the slot of its last non-zero. After
+    a second barrier a thread reads its 8 slots (two 16-byte shared loads) and walks its products beside
+    them: a slot with a row in it finishes that row. Gone are each thread's binary search for its first
+    row (a chain of dependent loads), the jumps over runs of empty rows and the second warp's search for
+    the block's last row: the row a block leaves open is the next block's first row, which that block
+    finds anyway, so it writes the carry's row. The carry into a warp is one ballot and one warp sum
+    instead of a loop over the warps before it; the guards compare a 32-bit count of the thread's
+    non-zeros, and the gathers index x unsigned (no test for a negative index to wrap around). The kernel
+    is 864 SASS instructions in all against nonzero_split's 2,640, at 34 registers against 47, in blocks of 512
+    threads as cuSPARSE's kernel runs.""")
 def shared_row_map(row_ptr, col_idx, values, x, y):
     threads = MAP_THREADS
     while threads > 64 and blocks_for(values.size, threads * MAP_ITEMS) < SPLIT_MIN_BLOCKS_PER_SM * sm_count():
