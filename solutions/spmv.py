@@ -946,10 +946,6 @@ MAP_SLOTS = MAP_THREADS * MAP_ITEMS  # the row map: one slot per non-zero of the
 # shared_row_map's launch bound in blocks of MAP_THREADS per SM, 0 for none (4 blocks of 512 hold 32 registers).
 MAP_BLOCKS_PER_SM = 0
 NO_ROW = -1  # a slot of the row map whose non-zero ends no row
-# Warp 0 searches for the block's first row before its own loads (34 registers: fewer values live during the
-# search) or after them, while they are in flight (40 registers). Both allow 3 blocks of 512 an SM unbounded;
-# at MAP_BLOCKS_PER_SM = 4 (32 registers) the first spills 32 bytes, the second 136 (sm_90, 2026-11-30).
-MAP_SEARCH_FIRST = True
 
 
 @cuda.jit(device=True, inline=True)
@@ -975,6 +971,20 @@ def _carry_into_warp(warp_carry, warp_ended, w, lane):
     return _warp_sum(mine)
 
 
+@cuda.jit(device=True, inline=True)
+def _load_four(a, j, k, count, out):
+    """out[k .. k + 3] = a[j .. j + 3], those of the four below count (the thread's non-zeros): one 16-byte
+    load when all four are (j a multiple of 4), else one at a time (the matrix's last, partial group)."""
+    if k + 3 < count:
+        four = load4(a, j)
+        for i in range(4):
+            out[k + i] = four[i]
+    else:
+        for i in range(4):
+            if k + i < count:
+                out[k + i] = a[j + i]
+
+
 @cuda.jit(**(_gpu_options(launch_bounds=(MAP_THREADS, MAP_BLOCKS_PER_SM)) if MAP_BLOCKS_PER_SM else {}))
 def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     row_map = cuda.shared.array(MAP_SLOTS, int32)  # [i]: the row whose last non-zero is the block's i-th
@@ -998,29 +1008,26 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     # HINT: After the barrier the threads walk the block's rows from first_row[0], one row a thread, until a row ends past end_nz: an empty row's y is 0; any other row r is marked at its last non-zero, row_map[row_ptr[r + 1] - 1 - first_nz] = r (no two rows share one). A second barrier.
     # HINT: Each thread walks its products beside its slots: add product k; a slot holding a row finishes that row (the first is the thread's head, later ones written at once). Then the segmented scan: _warp_segmented_sum, the warps' carries in shared memory, _carry_into_warp; y[head_row] = head + carry_in; the block's carry to carry_values[block] (the last block sets carry_rows[block] = rows).
     # BEGIN SOLUTION
-    if MAP_SEARCH_FIRST and w == 0:
-        _find_first_row(first_nz, rows, row_ptr, lane, block, first_row, carry_rows)
-    for g in range(MAP_ITEMS // 4):  # all loads first: every group's two 16-byte loads in flight together
-        j = s + 4 * g
-        if 4 * g + 3 < count:
-            v4 = load4(values, j)
-            c4 = load4(col_idx, j)
+    if count == MAP_ITEMS:  # every thread but the matrix's last: no guards at all
+        for g in range(MAP_ITEMS // 4):  # the column indices first: 16-byte loads, all in flight together
+            four = load4(col_idx, s + 4 * g)
             for i in range(4):
-                vals[4 * g + i] = v4[i]
-                cols[4 * g + i] = c4[i]
-        else:  # the matrix's last, partial group of four
+                cols[4 * g + i] = four[i]
+        for k in range(MAP_ITEMS):  # every gather of x issued before any is used
+            products[k] = x[uint32(cols[k])]  # unsigned: no test for a negative index to wrap around
+        if w == 0:  # the block's first row, while this warp's gathers are in flight
+            _find_first_row(first_nz, rows, row_ptr, lane, block, first_row, carry_rows)
+        for g in range(MAP_ITEMS // 4):  # the values while the gathers are in flight (fewer registers live)
+            four = load4(values, s + 4 * g)
             for i in range(4):
-                if 4 * g + i < count:
-                    vals[4 * g + i] = values[j + i]
-                    cols[4 * g + i] = col_idx[j + i]
-    if not MAP_SEARCH_FIRST and w == 0:
-        _find_first_row(first_nz, rows, row_ptr, lane, block, first_row, carry_rows)
-    for k in range(MAP_ITEMS):  # every gather of x issued before any is used (none past its non-zeros: 0 * x may be NaN)
-        products[k] = float32(0.0)
-        if k < count:
-            products[k] = x[uint32(cols[k])]  # unsigned: no wraparound test for a negative index
-    for k in range(MAP_ITEMS):
-        products[k] *= vals[k]
+                products[4 * g + i] *= four[i]
+    else:  # the matrix's last, partial run of non-zeros (or none): one at a time
+        if w == 0:
+            _find_first_row(first_nz, rows, row_ptr, lane, block, first_row, carry_rows)
+        for k in range(MAP_ITEMS):
+            products[k] = float32(0.0)  # past the non-zeros: 0, never 0 * x[...] (which may be NaN)
+            if k < count:
+                products[k] = values[s + k] * x[col_idx[s + k]]
     for g in range(MAP_ITEMS // 4):  # this thread's slots, cleared for the rows marked after the barrier
         store4(row_map, t * MAP_ITEMS + 4 * g, NO_ROW, NO_ROW, NO_ROW, NO_ROW)
     cuda.syncthreads()
