@@ -1044,7 +1044,7 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     cuda.syncthreads()
     total = float32(0.0)
     head = float32(0.0)
-    head_row = NO_ROW  # no row finished yet
+    head_row = int32(NO_ROW)  # no row finished yet (32 bits, as the map's entries)
     for g in range(MAP_ITEMS // 4):
         ends = load4(row_map, t * MAP_ITEMS + 4 * g)
         for i in range(4):
@@ -1053,7 +1053,7 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
                 if head_row == NO_ROW:
                     head, head_row = total, ends[i]  # may have begun in an earlier thread: settle it below
                 else:
-                    y[ends[i]] = total  # begun and ended in this thread
+                    y[uint32(ends[i])] = total  # begun and ended in this thread
                 total = float32(0.0)
     # Stitch the rows cut between threads: a segmented scan over the warp, then over the warps.
     ended = int32(head_row != NO_ROW)
@@ -1069,7 +1069,7 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     if ended_lanes & ((1 << lane) - 1) == 0:  # no lane before this one ended a row: the warp's carry-in flows on
         carry_in += warp_in
     if ended:
-        y[head_row] = head + carry_in
+        y[uint32(head_row)] = head + carry_in
     if t == cuda.blockDim.x - 1:  # the block's carry, for the row left open at its end (found by the next block)
         carry_values[block] = carry + (warp_in if ended_lanes == 0 else float32(0.0))
         if end_nz == nnz:
