@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 088c9209eef4bfe65e9958152b01ffc9bb026d9183e8302728e36e0e7e894f97
+# generated-sha256: a779e00244fb75f3f2ef6da59010a3622dca187e2e52261d7f336fa2978d9c23
 # --------------------------------------------------------------------------------------------------
 """Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
 
@@ -762,13 +762,10 @@ def nonzero_split_with(row_ptr, col_idx, values, x, y, threads):
 MAP_ITEMS = 8  # consecutive non-zeros a thread multiplies: a multiple of 4 (16-byte loads)
 MAP_THREADS = 512  # threads per block (the most a launch may use: the size of the shared row map)
 MAP_SLOTS = MAP_THREADS * MAP_ITEMS  # the row map: one slot per non-zero of the largest block
-# shared_row_map's launch bound in blocks of MAP_THREADS per SM, 0 for none (4 blocks of 512 hold 32 registers).
+# shared_row_map's launch bound in blocks of MAP_THREADS per SM, 0 for none. Unbounded it takes 32 registers, no
+# spill (workbench ptx spmv, sm_90, 2026-11-30): 4 blocks of 512 an SM, every warp slot.
 MAP_BLOCKS_PER_SM = 0
 NO_ROW = -1  # a slot of the row map whose non-zero ends no row
-# Warp 0 searches for the block's first row before its own loads (34 registers: fewer values live during the
-# search) or after them, while they are in flight (40 registers). Both allow 3 blocks of 512 an SM unbounded;
-# at MAP_BLOCKS_PER_SM = 4 (32 registers) the first spills 32 bytes, the second 136 (sm_90, 2026-11-30).
-MAP_SEARCH_FIRST = True
 
 
 @cuda.jit(device=True, inline=True)
@@ -794,6 +791,20 @@ def _carry_into_warp(warp_carry, warp_ended, w, lane):
     return _warp_sum(mine)
 
 
+@cuda.jit(device=True, inline=True)
+def _load_four(a, j, k, count, out):
+    """out[k .. k + 3] = a[j .. j + 3], those of the four below count (the thread's non-zeros): one 16-byte
+    load when all four are (j a multiple of 4), else one at a time (the matrix's last, partial group)."""
+    if k + 3 < count:
+        four = load4(a, j)
+        for i in range(4):
+            out[k + i] = four[i]
+    else:
+        for i in range(4):
+            if k + i < count:
+                out[k + i] = a[j + i]
+
+
 @cuda.jit(**(_gpu_options(launch_bounds=(MAP_THREADS, MAP_BLOCKS_PER_SM)) if MAP_BLOCKS_PER_SM else {}))
 def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     row_map = cuda.shared.array(MAP_SLOTS, int32)  # [i]: the row whose last non-zero is the block's i-th
@@ -814,26 +825,28 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     s = first_nz + t * MAP_ITEMS  # this thread's non-zeros: s, s + 1, ..., s + count - 1; s a multiple of 4
     count = int32(min(MAP_ITEMS, nnz - s))  # 0 or less: none. 32 bits: each test against it is one compare
     # EXERCISE: write this part of `_shared_row_map`. Read the hints one at a time.
-    #   hint 1 (nudge): The loads and the gathers as in nonzero_split. Warp 0 finds the block's first row with _find_first_row (before its loads or after them: MAP_SEARCH_FIRST); it is also the row the block before left open, so that block's carry goes there. Before the barrier each thread fills its own slots of row_map (t * MAP_ITEMS ...) with NO_ROW.
+    #   hint 1 (nudge): A thread with all MAP_ITEMS non-zeros (every one but the matrix's last) loads its column indices with load4, issues every gather of x, then loads its values with load4 and multiplies: no guards. The others go one at a time (a product past the non-zeros is 0, never 0 * x). Warp 0 finds the block's first row with _find_first_row (which also gives the block before its carry's row). Before the barrier each thread fills its own slots of row_map (t * MAP_ITEMS ...) with NO_ROW.
     #   hint 2: After the barrier the threads walk the block's rows from first_row[0], one row a thread, until a row ends past end_nz: an empty row's y is 0; any other row r is marked at its last non-zero, row_map[row_ptr[r + 1] - 1 - first_nz] = r (no two rows share one). A second barrier.
     #   hint 3 (nearly the answer): Each thread walks its products beside its slots: add product k; a slot holding a row finishes that row (the first is the thread's head, later ones written at once). Then the segmented scan: _warp_segmented_sum, the warps' carries in shared memory, _carry_into_warp; y[head_row] = head + carry_in; the block's carry to carry_values[block] (the last block sets carry_rows[block] = rows).
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
 @op.stage("shared_row_map", """
-    nonzero_split's even split of the non-zeros and its 16-byte loads, with the rows found by marking
-    instead of searching. The block keeps a map of its 4,096 non-zeros in shared memory (16 KB): after a
-    barrier its threads take the block's rows one each, from its first row until one ends past the block,
-    write 0 for an empty row and write every other row's number into the slot of its last non-zero. After
-    a second barrier a thread reads its 8 slots (two 16-byte shared loads) and walks its products beside
-    them: a slot with a row in it finishes that row. Gone are each thread's binary search for its first
-    row (a chain of dependent loads), the jumps over runs of empty rows and the second warp's search for
-    the block's last row: the row a block leaves open is the next block's first row, which that block
-    finds anyway, so it writes the carry's row. The carry into a warp is one ballot and one warp sum
-    instead of a loop over the warps before it; the guards compare a 32-bit count of the thread's
-    non-zeros, and the gathers index x unsigned (no test for a negative index to wrap around). The kernel
-    is 864 SASS instructions in all against nonzero_split's 2,640, at 34 registers against 47, in blocks of 512
-    threads as cuSPARSE's kernel runs.""")
+    nonzero_split's even split of the non-zeros (8 a thread), with the rows found by marking instead of
+    searching. The block keeps a map of its 4,096 non-zeros in shared memory (16 KB). After a barrier its
+    threads take the block's rows one each, from its first row until one ends past the block: an empty
+    row gets its 0, any other row writes its number into the slot of its last non-zero. After a second
+    barrier a thread reads its 8 slots (two 16-byte shared loads) and walks its products beside them; a
+    slot with a row in it finishes that row. Gone are each thread's binary search for its first row (a
+    chain of dependent loads), the jumps over runs of empty rows, and the second warp's search for the
+    block's last row: the row a block leaves open is the next block's first row, which that block finds
+    anyway, so it records where the carry goes. The carry into a warp is one ballot and one warp sum
+    instead of a loop over the warps before it. Registers: every thread but the matrix's last has all 8
+    non-zeros, so it runs a path with no guards at all, loading its column indices, issuing its gathers,
+    then loading its values while the gathers are in flight (fewer values live at once); indices of x
+    and y are unsigned, so no test for a negative index to wrap around. The kernel is 1,048 SASS
+    instructions in all against nonzero_split's 2,640, at 32 registers with no spill against 47, in
+    blocks of 512 threads: 4 blocks fill an SM's 2,048 thread slots, as cuSPARSE's kernel does.""")
 def shared_row_map(row_ptr, col_idx, values, x, y):
     threads = MAP_THREADS
     while threads > 64 and blocks_for(values.size, threads * MAP_ITEMS) < SPLIT_MIN_BLOCKS_PER_SM * sm_count():

@@ -943,7 +943,8 @@ def nonzero_split_with(row_ptr, col_idx, values, x, y, threads):
 MAP_ITEMS = 8  # consecutive non-zeros a thread multiplies: a multiple of 4 (16-byte loads)
 MAP_THREADS = 512  # threads per block (the most a launch may use: the size of the shared row map)
 MAP_SLOTS = MAP_THREADS * MAP_ITEMS  # the row map: one slot per non-zero of the largest block
-# shared_row_map's launch bound in blocks of MAP_THREADS per SM, 0 for none (4 blocks of 512 hold 32 registers).
+# shared_row_map's launch bound in blocks of MAP_THREADS per SM, 0 for none. Unbounded it takes 32 registers, no
+# spill (workbench ptx spmv, sm_90, 2026-11-30): 4 blocks of 512 an SM, every warp slot.
 MAP_BLOCKS_PER_SM = 0
 NO_ROW = -1  # a slot of the row map whose non-zero ends no row
 
@@ -1004,7 +1005,7 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     end_nz = min(first_nz + cuda.blockDim.x * MAP_ITEMS, nnz)
     s = first_nz + t * MAP_ITEMS  # this thread's non-zeros: s, s + 1, ..., s + count - 1; s a multiple of 4
     count = int32(min(MAP_ITEMS, nnz - s))  # 0 or less: none. 32 bits: each test against it is one compare
-    # HINT: The loads and the gathers as in nonzero_split. Warp 0 finds the block's first row with _find_first_row (before its loads or after them: MAP_SEARCH_FIRST); it is also the row the block before left open, so that block's carry goes there. Before the barrier each thread fills its own slots of row_map (t * MAP_ITEMS ...) with NO_ROW.
+    # HINT: A thread with all MAP_ITEMS non-zeros (every one but the matrix's last) loads its column indices with load4, issues every gather of x, then loads its values with load4 and multiplies: no guards. The others go one at a time (a product past the non-zeros is 0, never 0 * x). Warp 0 finds the block's first row with _find_first_row (which also gives the block before its carry's row). Before the barrier each thread fills its own slots of row_map (t * MAP_ITEMS ...) with NO_ROW.
     # HINT: After the barrier the threads walk the block's rows from first_row[0], one row a thread, until a row ends past end_nz: an empty row's y is 0; any other row r is marked at its last non-zero, row_map[row_ptr[r + 1] - 1 - first_nz] = r (no two rows share one). A second barrier.
     # HINT: Each thread walks its products beside its slots: add product k; a slot holding a row finishes that row (the first is the thread's head, later ones written at once). Then the segmented scan: _warp_segmented_sum, the warps' carries in shared memory, _carry_into_warp; y[head_row] = head + carry_in; the block's carry to carry_values[block] (the last block sets carry_rows[block] = rows).
     # BEGIN SOLUTION
@@ -1078,19 +1079,21 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
 
 
 @op.stage("shared_row_map", """
-    nonzero_split's even split of the non-zeros and its 16-byte loads, with the rows found by marking
-    instead of searching. The block keeps a map of its 4,096 non-zeros in shared memory (16 KB): after a
-    barrier its threads take the block's rows one each, from its first row until one ends past the block,
-    write 0 for an empty row and write every other row's number into the slot of its last non-zero. After
-    a second barrier a thread reads its 8 slots (two 16-byte shared loads) and walks its products beside
-    them: a slot with a row in it finishes that row. Gone are each thread's binary search for its first
-    row (a chain of dependent loads), the jumps over runs of empty rows and the second warp's search for
-    the block's last row: the row a block leaves open is the next block's first row, which that block
-    finds anyway, so it writes the carry's row. The carry into a warp is one ballot and one warp sum
-    instead of a loop over the warps before it; the guards compare a 32-bit count of the thread's
-    non-zeros, and the gathers index x unsigned (no test for a negative index to wrap around). The kernel
-    is 864 SASS instructions in all against nonzero_split's 2,640, at 34 registers against 47, in blocks of 512
-    threads as cuSPARSE's kernel runs.""")
+    nonzero_split's even split of the non-zeros (8 a thread), with the rows found by marking instead of
+    searching. The block keeps a map of its 4,096 non-zeros in shared memory (16 KB). After a barrier its
+    threads take the block's rows one each, from its first row until one ends past the block: an empty
+    row gets its 0, any other row writes its number into the slot of its last non-zero. After a second
+    barrier a thread reads its 8 slots (two 16-byte shared loads) and walks its products beside them; a
+    slot with a row in it finishes that row. Gone are each thread's binary search for its first row (a
+    chain of dependent loads), the jumps over runs of empty rows, and the second warp's search for the
+    block's last row: the row a block leaves open is the next block's first row, which that block finds
+    anyway, so it records where the carry goes. The carry into a warp is one ballot and one warp sum
+    instead of a loop over the warps before it. Registers: every thread but the matrix's last has all 8
+    non-zeros, so it runs a path with no guards at all, loading its column indices, issuing its gathers,
+    then loading its values while the gathers are in flight (fewer values live at once); indices of x
+    and y are unsigned, so no test for a negative index to wrap around. The kernel is 1,048 SASS
+    instructions in all against nonzero_split's 2,640, at 32 registers with no spill against 47, in
+    blocks of 512 threads: 4 blocks fill an SM's 2,048 thread slots, as cuSPARSE's kernel does.""")
 def shared_row_map(row_ptr, col_idx, values, x, y):
     threads = MAP_THREADS
     while threads > 64 and blocks_for(values.size, threads * MAP_ITEMS) < SPLIT_MIN_BLOCKS_PER_SM * sm_count():
