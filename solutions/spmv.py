@@ -1005,11 +1005,13 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     end_nz = min(first_nz + cuda.blockDim.x * MAP_ITEMS, nnz)
     s = first_nz + t * MAP_ITEMS  # this thread's non-zeros: s, s + 1, ..., s + count - 1; s a multiple of 4
     count = int32(min(MAP_ITEMS, nnz - s))  # 0 or less: none. 32 bits: each test against it is one compare
-    # HINT: A thread with all MAP_ITEMS non-zeros (every one but the matrix's last) loads its column indices with load4, issues every gather of x, then loads its values with load4 and multiplies: no guards. The others go one at a time (a product past the non-zeros is 0, never 0 * x). Warp 0 finds the block's first row with _find_first_row (which also gives the block before its carry's row). Before the barrier each thread fills its own slots of row_map (t * MAP_ITEMS ...) with NO_ROW.
+    # HINT: A warp whose threads all have MAP_ITEMS non-zeros (cuda.all_sync; every warp but the one at the matrix's end) loads its column indices with load4, issues every gather of x, then loads its values with load4 and multiplies: no guards. That last warp goes one non-zero at a time (a product past the non-zeros is 0, never 0 * x). Warp 0 finds the block's first row with _find_first_row (which also gives the block before its carry's row). Before the barrier each thread fills its own slots of row_map (t * MAP_ITEMS ...) with NO_ROW.
     # HINT: After the barrier the threads walk the block's rows from first_row[0], one row a thread, until a row ends past end_nz: an empty row's y is 0; any other row r is marked at its last non-zero, row_map[row_ptr[r + 1] - 1 - first_nz] = r (no two rows share one). A second barrier.
     # HINT: Each thread walks its products beside its slots: add product k; a slot holding a row finishes that row (the first is the thread's head, later ones written at once). Then the segmented scan: _warp_segmented_sum, the warps' carries in shared memory, _carry_into_warp; y[head_row] = head + carry_in; the block's carry to carry_values[block] (the last block sets carry_rows[block] = rows).
     # BEGIN SOLUTION
-    if count == MAP_ITEMS:  # every thread but the matrix's last: no guards at all
+    # Every warp but the one holding the matrix's end has all its non-zeros: no guards at all. The test is the
+    # warp's, so that warp 0's search (its ballots want all 32 lanes) runs in one branch or the other, whole.
+    if cuda.all_sync(FULL_MASK, count == MAP_ITEMS):
         for g in range(MAP_ITEMS // 4):  # the column indices first: 16-byte loads, all in flight together
             four = load4(col_idx, s + 4 * g)
             for i in range(4):
@@ -1022,7 +1024,7 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
             four = load4(values, s + 4 * g)
             for i in range(4):
                 products[4 * g + i] *= four[i]
-    else:  # the matrix's last, partial run of non-zeros (or none): one at a time
+    else:  # the warp that holds the matrix's end: one non-zero at a time, guarded
         if w == 0:
             _find_first_row(first_nz, rows, row_ptr, lane, block, first_row, carry_rows)
         for k in range(MAP_ITEMS):
@@ -1088,10 +1090,10 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     chain of dependent loads), the jumps over runs of empty rows, and the second warp's search for the
     block's last row: the row a block leaves open is the next block's first row, which that block finds
     anyway, so it records where the carry goes. The carry into a warp is one ballot and one warp sum
-    instead of a loop over the warps before it. Registers: every thread but the matrix's last has all 8
-    non-zeros, so it runs a path with no guards at all, loading its column indices, issuing its gathers,
-    then loading its values while the gathers are in flight (fewer values live at once); indices of x
-    and y are unsigned, so no test for a negative index to wrap around. The kernel is 1,048 SASS
+    instead of a loop over the warps before it. Registers: every warp but the one holding the matrix's end
+    has all its non-zeros, so it runs a path with no guards at all, loading its column indices, issuing
+    its gathers, then loading its values while the gathers are in flight (fewer values live at once);
+    indices of x and y are unsigned, so no test for a negative index to wrap around. The kernel is 1,032 SASS
     instructions in all against nonzero_split's 2,640, at 32 registers with no spill against 47, in
     blocks of 512 threads: 4 blocks fill an SM's 2,048 thread slots, as cuSPARSE's kernel does.""")
 def shared_row_map(row_ptr, col_idx, values, x, y):
