@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: e879c108030d90cd5eaff691398c57315f2bf1b78283594d11651bdeff88103f
+# generated-sha256: f15de53b95aefb24a588e3a2efc2b4149197b0efabc86cc9f1d876c88d70bec4
 # --------------------------------------------------------------------------------------------------
 """Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
 
@@ -762,7 +762,7 @@ def nonzero_split_with(row_ptr, col_idx, values, x, y, threads):
 MAP_ITEMS = 8  # consecutive non-zeros a thread multiplies: a multiple of 4 (16-byte loads)
 MAP_THREADS = 512  # threads per block (the most a launch may use: the size of the shared row map)
 MAP_SLOTS = MAP_THREADS * MAP_ITEMS  # the row map: one slot per non-zero of the largest block
-# shared_row_map's launch bound in blocks of MAP_THREADS per SM, 0 for none. Unbounded it takes 32 registers, no
+# shared_row_map's launch bound in blocks of MAP_THREADS per SM, 0 for none. Unbounded it takes 30 registers, no
 # spill (workbench ptx spmv, sm_90, 2026-11-30): 4 blocks of 512 an SM, every warp slot.
 MAP_BLOCKS_PER_SM = 0
 NO_ROW = -1  # a slot of the row map whose non-zero ends no row
@@ -844,8 +844,8 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     instead of a loop over the warps before it. Registers: every warp but the one holding the matrix's end
     has all its non-zeros, so it runs a path with no guards at all, loading its column indices, issuing
     its gathers, then loading its values while the gathers are in flight (fewer values live at once);
-    indices of x and y are unsigned, so no test for a negative index to wrap around. The kernel is 1,032 SASS
-    instructions in all against nonzero_split's 2,640, at 32 registers with no spill against 47, in
+    indices of x and y are unsigned, so no test for a negative index to wrap around. The kernel is 1,016 SASS
+    instructions in all against nonzero_split's 2,640, at 30 registers with no spill against 47, in
     blocks of 512 threads: 4 blocks fill an SM's 2,048 thread slots, as cuSPARSE's kernel does.""")
 def shared_row_map(row_ptr, col_idx, values, x, y):
     threads = MAP_THREADS

@@ -943,7 +943,7 @@ def nonzero_split_with(row_ptr, col_idx, values, x, y, threads):
 MAP_ITEMS = 8  # consecutive non-zeros a thread multiplies: a multiple of 4 (16-byte loads)
 MAP_THREADS = 512  # threads per block (the most a launch may use: the size of the shared row map)
 MAP_SLOTS = MAP_THREADS * MAP_ITEMS  # the row map: one slot per non-zero of the largest block
-# shared_row_map's launch bound in blocks of MAP_THREADS per SM, 0 for none. Unbounded it takes 32 registers, no
+# shared_row_map's launch bound in blocks of MAP_THREADS per SM, 0 for none. Unbounded it takes 30 registers, no
 # spill (workbench ptx spmv, sm_90, 2026-11-30): 4 blocks of 512 an SM, every warp slot.
 MAP_BLOCKS_PER_SM = 0
 NO_ROW = -1  # a slot of the row map whose non-zero ends no row
@@ -1035,12 +1035,12 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
         store4(row_map, t * MAP_ITEMS + 4 * g, NO_ROW, NO_ROW, NO_ROW, NO_ROW)
     cuda.syncthreads()
     r = first_row[0] + t
-    while r < rows:  # the block's rows, one a thread: mark where each ends
-        row_end = row_ptr[r + 1]
+    while r < rows:  # the block's rows, one a thread: mark where each ends (unsigned indices, as above)
+        row_end = row_ptr[uint32(r + 1)]
         if row_end > end_nz:  # this row and all after it end in later blocks
             break
-        if row_end == row_ptr[r]:
-            y[r] = float32(0.0)  # an empty row: no non-zero to mark
+        if row_end == row_ptr[uint32(r)]:
+            y[uint32(r)] = float32(0.0)  # an empty row: no non-zero to mark
         else:
             row_map[uint32(row_end - 1 - first_nz)] = r
         r += cuda.blockDim.x
@@ -1093,8 +1093,8 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     instead of a loop over the warps before it. Registers: every warp but the one holding the matrix's end
     has all its non-zeros, so it runs a path with no guards at all, loading its column indices, issuing
     its gathers, then loading its values while the gathers are in flight (fewer values live at once);
-    indices of x and y are unsigned, so no test for a negative index to wrap around. The kernel is 1,032 SASS
-    instructions in all against nonzero_split's 2,640, at 32 registers with no spill against 47, in
+    indices of x and y are unsigned, so no test for a negative index to wrap around. The kernel is 1,016 SASS
+    instructions in all against nonzero_split's 2,640, at 30 registers with no spill against 47, in
     blocks of 512 threads: 4 blocks fill an SM's 2,048 thread slots, as cuSPARSE's kernel does.""")
 def shared_row_map(row_ptr, col_idx, values, x, y):
     threads = MAP_THREADS
