@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: f15de53b95aefb24a588e3a2efc2b4149197b0efabc86cc9f1d876c88d70bec4
+# generated-sha256: 4df46fa41a656435f435a16c85944a66ca3093f70dac74851374d23cf9703f57
 # --------------------------------------------------------------------------------------------------
 """Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
 
@@ -791,27 +791,12 @@ def _carry_into_warp(warp_carry, warp_ended, w, lane):
     return _warp_sum(mine)
 
 
-@cuda.jit(device=True, inline=True)
-def _load_four(a, j, k, count, out):
-    """out[k .. k + 3] = a[j .. j + 3], those of the four below count (the thread's non-zeros): one 16-byte
-    load when all four are (j a multiple of 4), else one at a time (the matrix's last, partial group)."""
-    if k + 3 < count:
-        four = load4(a, j)
-        for i in range(4):
-            out[k + i] = four[i]
-    else:
-        for i in range(4):
-            if k + i < count:
-                out[k + i] = a[j + i]
-
-
 @cuda.jit(**(_gpu_options(launch_bounds=(MAP_THREADS, MAP_BLOCKS_PER_SM)) if MAP_BLOCKS_PER_SM else {}))
 def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     row_map = cuda.shared.array(MAP_SLOTS, int32)  # [i]: the row whose last non-zero is the block's i-th
     first_row = cuda.shared.array(1, int32)  # the first row that ends among the block's non-zeros
     warp_carry = cuda.shared.array(MAX_WARPS, float32)  # each warp's scanned carry (its last lane's)
     warp_ended = cuda.shared.array(MAX_WARPS, int32)  # did any lane of the warp end a row?
-    vals = cuda.local.array(MAP_ITEMS, float32)
     cols = cuda.local.array(MAP_ITEMS, int32)
     products = cuda.local.array(MAP_ITEMS, float32)
     rows = y.size
