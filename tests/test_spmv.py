@@ -9,7 +9,7 @@ import workbench  # noqa: F401  (chooses GPU or simulator before numba is import
 from numba import cuda
 
 from solutions import spmv
-from workbench.ladder import InputError
+from workbench.ladder import InputError, scratch
 
 op = spmv.op
 
@@ -156,6 +156,17 @@ def test_chunked_carries_between_warps(label):
 SPLIT_LAUNCHERS = {"nonzero_split": spmv.nonzero_split_with, "shared_row_map": spmv.shared_row_map_with}
 
 
+def run_split(stage, inputs, y, threads):
+    """The stage's launcher on host inputs, its carry buffers first filled with row 0 and 1000: wrong
+    wherever a block leaves its carry's row or value unwritten (the buffers are reused between calls, so
+    what an earlier call left there could otherwise pass for it)."""
+    nnz = inputs[2].size
+    blocks = max(1, -(-nnz // (threads * 8)))  # 8 non-zeros a thread in both stages
+    scratch(f"spmv.{stage}.carry_rows", blocks, np.int32).copy_to_device(np.zeros(blocks, np.int32))
+    scratch(f"spmv.{stage}.carry_values", blocks, np.float32).copy_to_device(np.full(blocks, 1e3, np.float32))
+    SPLIT_LAUNCHERS[stage](*(cuda.to_device(a) for a in inputs), y, threads)
+
+
 @pytest.mark.parametrize("stage", SPLIT_LAUNCHERS)
 @pytest.mark.parametrize("label", ["random", "one-dense-row", "empty-rows", "all-empty", "nan-inf"])
 @pytest.mark.parametrize("size", [(133, 6, spmv.POWER_LAW), (61, 7, spmv.UNIFORM), (45, 5, spmv.BANDED)])
@@ -169,7 +180,7 @@ def test_nonzero_split_carries_between_blocks(label, size, stage):
     ref = op.reference(*inputs)
     for threads in (32, 64):
         y = cuda.to_device(np.full(size[0], 7.0, np.float32))
-        SPLIT_LAUNCHERS[stage](*(cuda.to_device(a) for a in inputs), y, threads)
+        run_split(stage, inputs, y, threads)
         np.testing.assert_allclose(y.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
 
 
@@ -184,7 +195,7 @@ def test_nonzero_split_leading_and_trailing_empty_rows(stage):
     x = rng.uniform(-1, 1, 300).astype(np.float32)
     ref = op.reference(row_ptr, col, values, x)
     y = cuda.to_device(np.full(lengths.size, 7.0, np.float32))
-    SPLIT_LAUNCHERS[stage](*(cuda.to_device(a) for a in (row_ptr, col, values, x)), y, 32)
+    run_split(stage, (row_ptr, col, values, x), y, 32)
     np.testing.assert_allclose(y.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
 
 
@@ -203,7 +214,7 @@ def test_split_rows_longer_than_blocks_and_one_row(stage, threads):
         x = rng.uniform(-1, 1, cols).astype(np.float32)
         ref = op.reference(row_ptr, col, values, x)
         y = cuda.to_device(np.full(lengths.size, 7.0, np.float32))
-        SPLIT_LAUNCHERS[stage](*(cuda.to_device(a) for a in (row_ptr, col, values, x)), y, threads)
+        run_split(stage, (row_ptr, col, values, x), y, threads)
         np.testing.assert_allclose(y.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
 
 
@@ -222,5 +233,5 @@ def test_nonzero_split_runs_of_empty_rows(seed, stage):
     ref = op.reference(row_ptr, col, values, x)
     for threads in (32, 64):
         y = cuda.to_device(np.full(rows, 7.0, np.float32))
-        SPLIT_LAUNCHERS[stage](*(cuda.to_device(a) for a in (row_ptr, col, values, x)), y, threads)
+        run_split(stage, (row_ptr, col, values, x), y, threads)
         np.testing.assert_allclose(y.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
