@@ -9,7 +9,7 @@ import workbench  # noqa: F401  (chooses GPU or simulator before numba is import
 from numba import cuda
 
 from solutions import spmv
-from workbench.ladder import InputError
+from workbench.ladder import InputError, scratch
 
 op = spmv.op
 
@@ -152,23 +152,40 @@ def test_chunked_carries_between_warps(label):
         np.testing.assert_allclose(y.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
 
 
+# The stages that split the non-zeros evenly, each with a launcher that takes the block's thread count.
+SPLIT_LAUNCHERS = {"nonzero_split": spmv.nonzero_split_with, "shared_row_map": spmv.shared_row_map_with}
+
+
+def run_split(stage, inputs, y, threads):
+    """The stage's launcher on host inputs, its carry buffers first filled with row 0 and 1000: wrong
+    wherever a block leaves its carry's row or value unwritten (the buffers are reused between calls, so
+    what an earlier call left there could otherwise pass for it)."""
+    nnz = inputs[2].size
+    blocks = max(1, -(-nnz // (threads * 8)))  # 8 non-zeros a thread in both stages
+    scratch(f"spmv.{stage}.carry_rows", blocks, np.int32).copy_to_device(np.zeros(blocks, np.int32))
+    scratch(f"spmv.{stage}.carry_values", blocks, np.float32).copy_to_device(np.full(blocks, 1e3, np.float32))
+    SPLIT_LAUNCHERS[stage](*(cuda.to_device(a) for a in inputs), y, threads)
+
+
+@pytest.mark.parametrize("stage", SPLIT_LAUNCHERS)
 @pytest.mark.parametrize("label", ["random", "one-dense-row", "empty-rows", "all-empty", "nan-inf"])
 @pytest.mark.parametrize("size", [(133, 6, spmv.POWER_LAW), (61, 7, spmv.UNIFORM), (45, 5, spmv.BANDED)])
-def test_nonzero_split_carries_between_blocks(label, size):
-    """nonzero_split with blocks of one and two warps: a matrix of a few hundred non-zeros spreads over
-    several blocks (256 or 512 non-zeros each), so the carries between threads, warps and blocks, and a
-    block whose rows are all empty or all one row, are exercised in the simulator. nnz is no multiple
-    of 4 or 8 here (the matrix's last, partial group of four)."""
+def test_nonzero_split_carries_between_blocks(label, size, stage):
+    """nonzero_split and shared_row_map with blocks of one and two warps: a matrix of a few hundred
+    non-zeros spreads over several blocks (256 or 512 non-zeros each), so the carries between threads,
+    warps and blocks, and a block whose rows are all empty or all one row, are exercised in the simulator.
+    nnz is no multiple of 4 or 8 here (the matrix's last, partial group of four)."""
     rng = np.random.default_rng(5)
     inputs = op.make_inputs(size, rng) if label == "random" else dict(op.adversarial_inputs(size, rng))[label]
     ref = op.reference(*inputs)
     for threads in (32, 64):
         y = cuda.to_device(np.full(size[0], 7.0, np.float32))
-        spmv.nonzero_split_with(*(cuda.to_device(a) for a in inputs), y, threads)
+        run_split(stage, inputs, y, threads)
         np.testing.assert_allclose(y.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
 
 
-def test_nonzero_split_leading_and_trailing_empty_rows():
+@pytest.mark.parametrize("stage", SPLIT_LAUNCHERS)
+def test_nonzero_split_leading_and_trailing_empty_rows(stage):
     """Rows that end at 0 (before any non-zero: block 0's first thread finishes them) and rows after the
     last non-zero, with a row cut between the two blocks of 32 threads (256 non-zeros each)."""
     lengths = np.array([0, 0, 0, 250, 0, 10, 3, 0, 0, 260, 0, 0], np.int64)
@@ -178,12 +195,32 @@ def test_nonzero_split_leading_and_trailing_empty_rows():
     x = rng.uniform(-1, 1, 300).astype(np.float32)
     ref = op.reference(row_ptr, col, values, x)
     y = cuda.to_device(np.full(lengths.size, 7.0, np.float32))
-    spmv.nonzero_split_with(*(cuda.to_device(a) for a in (row_ptr, col, values, x)), y, 32)
+    run_split(stage, (row_ptr, col, values, x), y, 32)
     np.testing.assert_allclose(y.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("stage", SPLIT_LAUNCHERS)
+@pytest.mark.parametrize("threads", [32, 64])
+def test_split_rows_longer_than_blocks_and_one_row(stage, threads):
+    """A row of 700 entries (three blocks of 32 threads: a block with no row ending in it, whose carry
+    goes on to a row that started two blocks back), a row ending exactly at a block's last non-zero
+    (256), then a 1-row matrix of 300 entries and a 1-row, 1-entry matrix."""
+    rng = np.random.default_rng(7)
+    for lengths in ([3, 253, 700, 0, 0, 5], [300], [1]):
+        lengths = np.array(lengths, np.int64)
+        cols = max(int(lengths.max()), 8)
+        row_ptr, col = spmv.csr_from_lengths(lengths, cols, rng)
+        values = rng.uniform(-1, 1, col.size).astype(np.float32)
+        x = rng.uniform(-1, 1, cols).astype(np.float32)
+        ref = op.reference(row_ptr, col, values, x)
+        y = cuda.to_device(np.full(lengths.size, 7.0, np.float32))
+        run_split(stage, (row_ptr, col, values, x), y, threads)
+        np.testing.assert_allclose(y.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("stage", SPLIT_LAUNCHERS)
 @pytest.mark.parametrize("seed", range(4))
-def test_nonzero_split_runs_of_empty_rows(seed):
+def test_nonzero_split_runs_of_empty_rows(seed, stage):
     """Mostly empty rows in runs of up to 40, between rows of 1 to 20 entries: a thread's eight non-zeros
     cross runs (the jump past them), and whole blocks of 32 threads may own nothing but a run's end."""
     rng = np.random.default_rng(seed)
@@ -196,5 +233,5 @@ def test_nonzero_split_runs_of_empty_rows(seed):
     ref = op.reference(row_ptr, col, values, x)
     for threads in (32, 64):
         y = cuda.to_device(np.full(rows, 7.0, np.float32))
-        spmv.nonzero_split_with(*(cuda.to_device(a) for a in (row_ptr, col, values, x)), y, threads)
+        run_split(stage, (row_ptr, col, values, x), y, threads)
         np.testing.assert_allclose(y.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
