@@ -235,7 +235,7 @@ CHAPTERS = (
     Chapter(61, "spmv", "Sparse matrix times vector (CSR)", ("spmv",),
             ("Why does a thread per row stall on uneven rows?",
              "How does merge-path split the work evenly whatever the rows?",
-             "What does tiling the merge path in shared memory save?"),
+             "Split the non-zeros evenly instead: how does a thread find its rows without searching?"),
             minutes=45, prerequisites=(11, 16)),
     Chapter(62, "coo_to_csr", "COO to CSR: count, scan, scatter", ("coo_to_csr",),
             ("How do a histogram and a scan build row offsets?",
