@@ -27,8 +27,8 @@ from solutions._half import (
     expect_rows, fits_vector_rows, flat_bits16, float_format, group_max, group_row, group_sum, half_operator,
     libdevice, load_held, load_vector, pack, per_format, reciprocal, registers_grid, registers_threads, row_max,
     row_sum, row_words, short_name, store_vector, torch_peer, vector_row, vector_rows_shape, words)
-from solutions._templates import instantiate
 from solutions._references import softmax64
+from solutions._templates import instantiate
 from solutions._vector_io import (
     SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, expect_row_width, flat_view, launch_shared_row,
     load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
@@ -882,9 +882,18 @@ def kernel_for(cols, table=BY_SHAPE):
     No one kernel wins at every shape, so the last stage chooses by row width. Rows up to 1024 wide get
     a warp each (four to a block; one, when rows are fewer than 4096, to spread them over every SM): the
     row sits in registers, 32 values a lane, read once with 16-byte loads (load4) and written once with
-    16-byte stores, and the reductions are shuffles alone, no barrier. Rows up to 16384 get a block
-    each, 16 values a thread, as many threads as that takes (256 at 4096, 768 at 12288), one read, two
-    barriers. Wider rows do not fit in registers, but up to 57344 columns (224 KB) they fit in shared
+    16-byte stores, and the reductions are shuffles alone, no barrier. Rows up to 8192 wide take the
+    fp16/bf16 ladders' last kernel (vector_rows) with a vector of four floats: each thread issues its 4
+    16-byte loads of the row before it uses any (a 4096-column row is a block of 256 threads), takes
+    their maximum, then exp(x - max) once, in place, and their sum from those registers, and stores them
+    scaled by one approximate reciprocal of the sum. Everything that is not softmax's own arithmetic is
+    gone: a two-dimensional block (narrower rows share one, and no thread divides to find its row),
+    unsigned 32-bit indices, and each reduction is shuffles, one barrier and log2(warps) shuffles over
+    the warps' results. It compiles to about 25 instructions an element (libdevice's expf, 2 ulp, is 8
+    of them) and 40 registers, where the block-per-row kernel, the same loads with 64-bit indices and
+    load_chunk's bounds checks, compiles to about 47 and 52 registers. That kernel takes rows up to
+    16384 wide, 16 values a thread (768 threads at 12288), one read, two barriers. Wider
+    rows do not fit in registers, but up to 57344 columns (224 KB) they fit in shared
     memory, which a block may have up to 227 KB of once the kernel opts in
     (set_max_dynamic_shared_memory; 48 KB without). A block of 1024 threads copies its row in with
     cp.async, 16 bytes a copy, which the memory system writes to shared memory itself, so no register
@@ -899,7 +908,8 @@ def kernel_for(cols, table=BY_SHAPE):
     it. 1024 threads beat 512 on the H200 (601 vs 724 us at 8192 x 32000, 1526 vs 1555 at 4096 x
     128256); at 56 registers an SM holds one block of 1024 or two of 512, the same threads, and the
     larger block goes through a row in half as many steps. A row whose width is not a multiple of 4 (its
-    rows do not start on 16-byte boundaries) is read a column at a time. On an H200 at 4096 x 32768 the
+    rows do not start on 16-byte boundaries) is read a column at a time, by the kernels the table has
+    without the vector one. On an H200 at 4096 x 32768 the
     shared row takes 276.5 us against torch.compile's 369.0 in the same run (1.33x), where stage 7 took
     533. It beat torch and torch.compile at 4096 columns too, and lost to torch.compile at 1024 columns,
     where no kernel of the table beat it (every kernel the table can pick was timed at those shapes).""",
