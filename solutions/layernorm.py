@@ -938,7 +938,7 @@ def shared_rows(x, weight, bias, out, threads=SHARED_ROW_THREADS):
 
 
 # Rows from WARP_ROW_COLS + 1 up to VECTOR_ROWS_COLS wide (0: no rows) take vector_rows' kernel of the 16-bit
-# ladders made float32: its template instantiated with a vector of four floats (see float_element, below).
+# ladders made float32: its template instantiated with a vector of four floats (solutions/_half.py: float_format).
 VECTOR_ROWS_COLS = 8192
 FLOAT_VECTORS = 4  # 16-byte vectors of four floats each thread holds: a 4096-column row is 256 threads (8: 128)
 FLOAT_BLOCK_ROWS_THREADS = 256  # narrower rows share a block of up to this many threads (2-D: threads a row x rows)
