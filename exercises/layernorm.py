@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 465fc02caa0da7e48bb4e4f28f44e647cf2b19e07a5b7d849358ca8e4d0716ec
+# generated-sha256: bee5c6bb257f5c5b5f17ba1344b6f01b3c7a808d9d3c82bac4b053c9be044cf9
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -703,7 +703,7 @@ def shared_rows(x, weight, bias, out, threads=SHARED_ROW_THREADS):
 
 
 # Rows from WARP_ROW_COLS + 1 up to VECTOR_ROWS_COLS wide (0: no rows) take vector_rows' kernel of the 16-bit
-# ladders made float32: its template instantiated with a vector of four floats (see float_element, below).
+# ladders made float32: its template instantiated with a vector of four floats (solutions/_half.py: float_format).
 VECTOR_ROWS_COLS = 8192
 FLOAT_VECTORS = 4  # 16-byte vectors of four floats each thread holds: a 4096-column row is 256 threads (8: 128)
 FLOAT_BLOCK_ROWS_THREADS = 256  # narrower rows share a block of up to this many threads (2-D: threads a row x rows)

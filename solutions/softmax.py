@@ -889,10 +889,11 @@ def kernel_for(cols, table=BY_SHAPE):
     scaled by one approximate reciprocal of the sum. Everything that is not softmax's own arithmetic is
     gone: a two-dimensional block (narrower rows share one, and no thread divides to find its row),
     unsigned 32-bit indices, and each reduction is shuffles, one barrier and log2(warps) shuffles over
-    the warps' results. It compiles to about 25 instructions an element (libdevice's expf, 2 ulp, is 8
-    of them) and 40 registers, where the block-per-row kernel, the same loads with 64-bit indices and
-    load_chunk's bounds checks, compiles to about 47 and 52 registers. That kernel takes rows up to
-    16384 wide, 16 values a thread (768 threads at 12288), one read, two barriers. Wider
+    the warps' results. It compiles to about 400 instructions a thread for its 16 values (libdevice's
+    expf, 2 ulp, is 8 an element of them) and 40 registers; the block-per-row kernel, the same loads
+    with 64-bit indices, load_chunk's bounds checks and its column-at-a-time path, to about 750 and 52
+    registers. That kernel takes rows up to 16384 wide, 16 values a thread (768 threads at 12288), one
+    read, two barriers. Wider
     rows do not fit in registers, but up to 57344 columns (224 KB) they fit in shared
     memory, which a block may have up to 227 KB of once the kernel opts in
     (set_max_dynamic_shared_memory; 48 KB without). A block of 1024 threads copies its row in with
