@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 66a87165988403da1830ed541b106a447a79754167a32a4ff0de846ef856ee93
+# generated-sha256: bee5c6bb257f5c5b5f17ba1344b6f01b3c7a808d9d3c82bac4b053c9be044cf9
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -46,10 +46,10 @@ from numba import cuda, float32, uint16, uint32, uint64
 
 from solutions._half import (
     CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, VECTOR,
-    a_matrix, as_float64, bits16, block_sum, block_sum_over, column, edge_element, expect_rows, expect_vectors,
-    fits_vector_rows, flat_bits16, group_row, group_sum, half_operator, load_held, load_vector, pack, per_format,
-    registers_grid, registers_threads, row_sum, row_words, rsqrt, short_name, torch_peer, vector_at, vector_row,
-    vector_rows_shape, words)
+    a_matrix, as_float64, bits16, block_sum, block_sum_over, column, edge_element, element, expect_rows,
+    expect_vectors, fits_vector_rows, flat_bits16, float_format, group_row, group_sum, half_operator, load_held,
+    load_vector, pack, per_format, registers_grid, registers_threads, row_sum, row_words, rsqrt, short_name,
+    store_vector, torch_peer, value_at, vector_at, vector_row, vector_rows_shape, words)
 # The float64 references (layernorm64: (x - mean) / sqrt(var + EPS) * weight + bias; rmsnorm64) and the random
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
@@ -703,12 +703,16 @@ def shared_rows(x, weight, bias, out, threads=SHARED_ROW_THREADS):
 
 
 # Rows from WARP_ROW_COLS + 1 up to VECTOR_ROWS_COLS wide (0: no rows) take vector_rows' kernel of the 16-bit
-# ladders made float32: its template instantiated with a vector of four floats (see float_element, below).
+# ladders made float32: its template instantiated with a vector of four floats (solutions/_half.py: float_format).
 VECTOR_ROWS_COLS = 8192
 FLOAT_VECTORS = 4  # 16-byte vectors of four floats each thread holds: a 4096-column row is 256 threads (8: 128)
 FLOAT_BLOCK_ROWS_THREADS = 256  # narrower rows share a block of up to this many threads (2-D: threads a row x rows)
 FLOAT_WEIGHTS_AHEAD = 0  # as WEIGHTS_AHEAD (16-bit vector_rows), for the float32 kernel
 FLOAT_REGISTER_CAP = None  # as REGISTER_CAP, for the float32 kernel
+# Rows up to NARROW_ROW_COLS wide (0: none) take the same kernel with one vector a thread, before the warp kernel:
+# a 1024-column row is then 256 threads, each with one 16-byte load in flight, where a warp holds it 32 values a lane.
+NARROW_ROW_COLS = 0
+NARROW_FLOAT_VECTORS = 1
 
 
 def float_vector_rows(x, weight, bias, out):
@@ -718,16 +722,32 @@ def float_vector_rows(x, weight, bias, out):
     rows, cols = x.shape
     if rows * cols == 0 or not fits_vector_rows(cols, FLOAT_VECTORS, x, weight, bias, out, vector=4):
         return ilp.launch(x, weight, bias, out)
-    blocks, block = vector_rows_shape(rows, cols, FLOAT_VECTORS, FLOAT_BLOCK_ROWS_THREADS, vector=4)
-    capped(_layernorm_float_vectors, FLOAT_REGISTER_CAP)[blocks, block](
-        flat_view(x), flat_view(weight), flat_view(bias), flat_view(out), rows, cols, np.float32(1.0 / cols))
+    launch_float_rows(_layernorm_float_vectors, FLOAT_VECTORS, x, weight, bias, out)
+
+
+def narrow_vector_rows(x, weight, bias, out):
+    """by_shape's kernel for rows up to NARROW_ROW_COLS wide: float_vector_rows' kernel with NARROW_FLOAT_VECTORS
+    vectors a thread. Rows it cannot hold take the kernel the table gives them without it."""
+    rows, cols = x.shape
+    if rows * cols == 0 or not fits_vector_rows(cols, NARROW_FLOAT_VECTORS, x, weight, bias, out, vector=4):
+        return (warp_rows if cols <= WARP_ROW_COLS else float_vector_rows)(x, weight, bias, out)
+    launch_float_rows(_layernorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, bias, out)
+
+
+def launch_float_rows(kernel, vectors, x, *arrays):
+    """One of the float32 vector_rows kernels (LayerNorm's or RMSNorm's: ``arrays`` are the rest of its matrices
+    and vectors, out last) on x's rows, ``vectors`` vectors of four floats a thread."""
+    rows, cols = x.shape
+    blocks, block = vector_rows_shape(rows, cols, vectors, FLOAT_BLOCK_ROWS_THREADS, vector=4)
+    capped(kernel, FLOAT_REGISTER_CAP)[blocks, block](
+        flat_view(x), *(flat_view(a) for a in arrays), rows, cols, np.float32(1.0 / cols))
 
 
 # The dispatch table: (widest row, kernel), first match wins; the last takes any width. block_rows is
 # not in it: on the H200 it was slower than stage 7 at 4096 and 12288 columns (350 vs 289 us at
 # 32768 x 4096, 205 vs 167 at 4096 x 12288; results/runs/gpu_norm_shapes.json).
-BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (VECTOR_ROWS_COLS, float_vector_rows), (ILP_ROW_COLS, ilp.launch),
-            (SHARED_ROW_MAX_COLS, shared_rows), (None, ilp.launch)]
+BY_SHAPE = [(NARROW_ROW_COLS, narrow_vector_rows), (WARP_ROW_COLS, warp_rows), (VECTOR_ROWS_COLS, float_vector_rows),
+            (ILP_ROW_COLS, ilp.launch), (SHARED_ROW_MAX_COLS, shared_rows), (None, ilp.launch)]
 
 
 def kernel_for(cols, table=BY_SHAPE):
@@ -1295,13 +1315,20 @@ def rmsnorm_float_vector_rows(x, weight, out):
     rows, cols = x.shape
     if rows * cols == 0 or not fits_vector_rows(cols, FLOAT_VECTORS, x, weight, out, vector=4):
         return (rmsnorm_block_rows if cols <= BLOCK_ROW_COLS else rmsnorm_shared_rows)(x, weight, out)
-    blocks, block = vector_rows_shape(rows, cols, FLOAT_VECTORS, FLOAT_BLOCK_ROWS_THREADS, vector=4)
-    capped(_rmsnorm_float_vectors, FLOAT_REGISTER_CAP)[blocks, block](
-        flat_view(x), flat_view(weight), flat_view(out), rows, cols, np.float32(1.0 / cols))
+    launch_float_rows(_rmsnorm_float_vectors, FLOAT_VECTORS, x, weight, out)
+
+
+def rmsnorm_narrow_vector_rows(x, weight, out):
+    """narrow_vector_rows for RMSNorm (rows up to NARROW_ROW_COLS)."""
+    rows, cols = x.shape
+    if rows * cols == 0 or not fits_vector_rows(cols, NARROW_FLOAT_VECTORS, x, weight, out, vector=4):
+        return (rmsnorm_warp_rows if cols <= WARP_ROW_COLS else rmsnorm_float_vector_rows)(x, weight, out)
+    launch_float_rows(_rmsnorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, out)
 
 
 # Rows up to BLOCK_ROW_COLS fit in registers (block_rows); wider ones, up to SHARED_ROW_MAX_COLS, in shared memory.
-RMSNORM_BY_SHAPE = [(WARP_ROW_COLS, rmsnorm_warp_rows), (VECTOR_ROWS_COLS, rmsnorm_float_vector_rows),
+RMSNORM_BY_SHAPE = [(NARROW_ROW_COLS, rmsnorm_narrow_vector_rows), (WARP_ROW_COLS, rmsnorm_warp_rows),
+                    (VECTOR_ROWS_COLS, rmsnorm_float_vector_rows),
                     (BLOCK_ROW_COLS, rmsnorm_block_rows), (SHARED_ROW_MAX_COLS, rmsnorm_shared_rows),
                     (None, rmsnorm_lean.launch)]
 
@@ -1714,28 +1741,8 @@ REGISTER_CAP = None  # registers a thread (None: as ptxas chooses); a cap buys r
 HELD_WORDS = 4 * VECTORS  # a local array's shape must be a constant: a module global
 HELD_VALUES = VECTOR * VECTORS
 WORD = uint32  # what a held vector is four of: 32-bit words, two halves each (float32 rows: floats, see below)
-
-
-# What the vector_rows templates ask of a format: load_vector (above), element, value_at and store_vector. These
-# are the 16-bit ones; float32's, a vector of four floats, are with by_shape's float32 kernel (float_element, ...).
-@cuda.jit(device=True, inline=True)
-def element(words, i, widen):
-    """Half i of a held array (of words, two halves each) as a float32; i is a constant once unrolled."""
-    return widen(words[i // 2] >> SIXTEEN) if i % 2 else widen(words[i // 2])
-
-
-@cuda.jit(device=True, inline=True)
-def value_at(a, i, widen):
-    """Element i of a 16-bit array in memory, as a float32."""
-    return widen(uint32(a[i]))
-
-
-@cuda.jit(device=True, inline=True)
-def store_vector(a, i, values, k, narrow2):
-    """values[8k .. 8k + 7] rounded to halves, a pair an instruction, and stored at a[i] in one 16-byte store8."""
-    v = VECTOR * k
-    store8(a, i, narrow2(values[v], values[v + 1]), narrow2(values[v + 2], values[v + 3]),
-           narrow2(values[v + 4], values[v + 5]), narrow2(values[v + 6], values[v + 7]))
+# What the templates ask of a format (load_vector, element, value_at, store_vector) is solutions/_half.py's: these
+# names are the 16-bit formats'; by_shape's float32 kernels bind float_format's instead (below).
 
 
 @cuda.jit(device=True, inline=True)
@@ -1841,38 +1848,18 @@ def rmsnorm_vector_rows(x, weight, out):
 
 # -- by_shape's float32 vector_rows kernels (VECTOR_ROWS_COLS): the templates above, a vector of four floats ---
 
-@cuda.jit(device=True, inline=True)
-def load_floats(held, k, a, i):
-    """Elements i .. i + 3 of a float32 array, one 16-byte load4, as floats 4k .. 4k + 3 of a held array."""
-    held[4 * k], held[4 * k + 1], held[4 * k + 2], held[4 * k + 3] = load4(a, i)
-
-
-@cuda.jit(device=True, inline=True)
-def float_element(held, i, widen):
-    """Float i of a held array: it is one already (widen, the 16-bit formats' conversion, is not called)."""
-    return held[i]
-
-
-@cuda.jit(device=True, inline=True)
-def float_value_at(a, i, widen):
-    return a[i]
-
-
-@cuda.jit(device=True, inline=True)
-def store_floats(a, i, values, k, narrow2):
-    """values[4k .. 4k + 3] stored at a[i] in one 16-byte store4."""
-    store4(a, i, values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3])
-
-
-# The float32 format: what layernorm_vector_row and rmsnorm_vector_row leave to a format, bound to the above,
-# with the float32 kernel's own VECTORS and WEIGHTS_AHEAD (sweepable apart from the 16-bit ones).
-FLOAT_FORMAT = dict(VECTOR=4, VECTORS=FLOAT_VECTORS, HELD_WORDS=4 * FLOAT_VECTORS, HELD_VALUES=4 * FLOAT_VECTORS,
-                    WORD=float32, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD, load_vector=load_floats, element=float_element,
-                    value_at=float_value_at, store_vector=store_floats)
+# The float32 format (solutions/_half.py: float_format) with the float32 kernel's own VECTORS and WEIGHTS_AHEAD,
+# sweepable apart from the 16-bit ones.
+FLOAT_FORMAT = float_format(FLOAT_VECTORS, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD)
+NARROW_FORMAT = float_format(NARROW_FLOAT_VECTORS, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD)
 layernorm_float_row = instantiate(layernorm_vector_row.py_func, dict(globals(), **FLOAT_FORMAT), "layernorm_float_row",
                                   jit=dict(device=True, inline=True))
 rmsnorm_float_row = instantiate(rmsnorm_vector_row.py_func, dict(globals(), **FLOAT_FORMAT), "rmsnorm_float_row",
                                 jit=dict(device=True, inline=True))
+layernorm_narrow_row = instantiate(layernorm_vector_row.py_func, dict(globals(), **NARROW_FORMAT),
+                                   "layernorm_narrow_row", jit=dict(device=True, inline=True))
+rmsnorm_narrow_row = instantiate(rmsnorm_vector_row.py_func, dict(globals(), **NARROW_FORMAT), "rmsnorm_narrow_row",
+                                 jit=dict(device=True, inline=True))
 
 
 @cuda.jit
@@ -1883,6 +1870,16 @@ def _layernorm_float_vectors(x, weight, bias, out, rows, cols, inv_cols):
 @cuda.jit
 def _rmsnorm_float_vectors(x, weight, out, rows, cols, inv_cols):
     rmsnorm_float_row(x, weight, out, rows, cols, inv_cols, None, None)
+
+
+@cuda.jit
+def _layernorm_narrow_vectors(x, weight, bias, out, rows, cols, inv_cols):
+    layernorm_narrow_row(x, weight, bias, out, rows, cols, inv_cols, None, None)
+
+
+@cuda.jit
+def _rmsnorm_narrow_vectors(x, weight, out, rows, cols, inv_cols):
+    rmsnorm_narrow_row(x, weight, out, rows, cols, inv_cols, None, None)
 
 
 FLOAT32_OPERATORS = [op, bias_relu_layernorm_op, residual_layernorm_op, rmsnorm_op]

@@ -18,7 +18,7 @@ from numba.cuda import libdevice
 
 from solutions._templates import instantiate
 from solutions._vector_io import (  # the two formats: a 16-bit pattern becomes a float32 and back
-    aligned16, bf16_to_float, f16_to_float, float_to_bf16, float_to_f16, load4, load8)
+    aligned16, bf16_to_float, f16_to_float, float_to_bf16, float_to_f16, load4, load8, store4, store8)
 from workbench import library_peers as peers
 from workbench.device import is_simulator
 from workbench.ladder import InputError, Operator, expect_device_array
@@ -497,10 +497,67 @@ def column(first, step, k):
     return uint32(first + uint32(k) * step)
 
 
+# What the vector_rows templates (softmax's and the norms') ask of a format: load_vector, element, value_at and
+# store_vector, and the constants VECTOR (elements in 16 bytes), VECTORS, HELD_WORDS, HELD_VALUES and WORD. The
+# 16-bit formats' are these; float32's, a vector of four floats, follow (float_format).
+
 @cuda.jit(device=True, inline=True)
 def load_vector(words, k, a, i):
     """Halves i .. i + 7 of a, one 16-byte load8, as words 4k .. 4k + 3 of a held array."""
     words[4 * k], words[4 * k + 1], words[4 * k + 2], words[4 * k + 3] = load8(a, i)
+
+
+@cuda.jit(device=True, inline=True)
+def element(words, i, widen):
+    """Half i of a held array (of words, two halves each) as a float32; i is a constant once unrolled."""
+    return widen(words[i // 2] >> SIXTEEN) if i % 2 else widen(words[i // 2])
+
+
+@cuda.jit(device=True, inline=True)
+def value_at(a, i, widen):
+    """Element i of a 16-bit array in memory, as a float32."""
+    return widen(uint32(a[i]))
+
+
+@cuda.jit(device=True, inline=True)
+def store_vector(a, i, values, k, narrow2):
+    """values[8k .. 8k + 7] rounded to halves, a pair an instruction, and stored at a[i] in one 16-byte store8."""
+    v = VECTOR * k
+    store8(a, i, narrow2(values[v], values[v + 1]), narrow2(values[v + 2], values[v + 3]),
+           narrow2(values[v + 4], values[v + 5]), narrow2(values[v + 6], values[v + 7]))
+
+
+@cuda.jit(device=True, inline=True)
+def load_floats(held, k, a, i):
+    """Elements i .. i + 3 of a float32 array, one 16-byte load4, as floats 4k .. 4k + 3 of a held array."""
+    held[4 * k], held[4 * k + 1], held[4 * k + 2], held[4 * k + 3] = load4(a, i)
+
+
+@cuda.jit(device=True, inline=True)
+def float_element(held, i, widen):
+    """Float i of a held array: it is one already (widen, the 16-bit formats' conversion, is not called)."""
+    return held[i]
+
+
+@cuda.jit(device=True, inline=True)
+def float_value_at(a, i, widen):
+    return a[i]
+
+
+@cuda.jit(device=True, inline=True)
+def store_floats(a, i, values, k, narrow2):
+    """values[4k .. 4k + 3] stored at a[i] in one 16-byte store4 (narrow2 is not called)."""
+    store4(a, i, values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3])
+
+
+def float_format(vectors, **constants):
+    """The names a vector_rows template leaves to a format, bound for float32: a vector of four floats (16
+    bytes), ``vectors`` of them a thread, held as floats. ``constants``: the ladder's own for its float32
+    kernel (the norms' WEIGHTS_AHEAD). A template instantiated with ``dict(globals(), **float_format(...))``
+    (solutions._templates.instantiate) is the float32 kernel; widen and narrow2 are passed as None."""
+    return dict(VECTOR=4, VECTORS=vectors, HELD_WORDS=4 * vectors, HELD_VALUES=4 * vectors, WORD=float32,
+                load_vector=load_floats, element=float_element, value_at=float_value_at, store_vector=store_floats,
+                **constants)
 
 
 # -- one kernel per format: a template instantiated with the format's conversions -------------------------

@@ -23,11 +23,12 @@ from numba import cuda, float32, uint16, uint32, uint64
 
 from solutions._half import (
     CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, VECTOR,
-    a_matrix, as_float64, bits16, block_max, block_max_over, block_sum, block_sum_over, column, edge_element,
-    expect_rows, fits_vector_rows, flat_bits16, group_max, group_row, group_sum, half_operator, libdevice, load_held,
-    load_vector, pack, per_format, reciprocal, registers_grid, registers_threads, row_max, row_sum, row_words,
-    short_name, torch_peer, vector_row, vector_rows_shape, words)
+    a_matrix, as_float64, bits16, block_max, block_max_over, block_sum, block_sum_over, column, edge_element, element,
+    expect_rows, fits_vector_rows, flat_bits16, float_format, group_max, group_row, group_sum, half_operator,
+    libdevice, load_held, load_vector, pack, per_format, reciprocal, registers_grid, registers_threads, row_max,
+    row_sum, row_words, short_name, store_vector, torch_peer, vector_row, vector_rows_shape, words)
 from solutions._references import softmax64
+from solutions._templates import instantiate
 from solutions._vector_io import (
     SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, expect_row_width, flat_view, launch_shared_row,
     load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
@@ -831,22 +832,69 @@ def shared_rows(x, out, threads=SHARED_ROW_THREADS):
     launch_shared_row(_softmax_shared_row, rows, threads, cols, flat_view(x), flat_view(out), cols, rows_fit_vectors(x, out))
 
 
+# Rows from WARP_ROW_COLS + 1 up to VECTOR_ROWS_COLS wide (0: no rows) take the fp16/bf16 ladders' vector_rows kernel
+# made float32: its template instantiated with a vector of four floats (softmax_float_row, at the end of the module).
+VECTOR_ROWS_COLS = 8192
+FLOAT_VECTORS = 4  # 16-byte vectors of four floats each thread holds: a 4096-column row is 256 threads (8: 128)
+FLOAT_BLOCK_ROWS_THREADS = 256  # narrower rows share a block of up to this many threads (2-D: threads a row x rows)
+FLOAT_REGISTER_CAP = None  # registers a thread (None: as ptxas chooses), as REGISTER_CAP for the 16-bit kernel
+# Rows up to NARROW_ROW_COLS wide (0: none) take the same kernel with one vector a thread, before the warp kernel:
+# a 1024-column row is then 256 threads, each with one 16-byte load in flight, where a warp holds it 32 values a lane.
+NARROW_ROW_COLS = 0
+NARROW_FLOAT_VECTORS = 1
+
+
+def float_vector_rows(x, out):
+    """by_shape's kernel for rows up to VECTOR_ROWS_COLS wide: the row held as 16-byte vectors, FLOAT_VECTORS a
+    thread. Rows it cannot hold as whole vectors (a width not a multiple of 4, arrays off 16 bytes, wider than
+    1024 threads of FLOAT_VECTORS vectors hold) take the block-per-row kernel, as they would without it."""
+    rows, cols = x.shape
+    if rows * cols == 0 or not fits_vector_rows(cols, FLOAT_VECTORS, x, out, vector=4):
+        return (block_rows if cols <= BLOCK_ROW_COLS else shared_rows)(x, out)
+    launch_float_rows(_softmax_float_vectors, FLOAT_VECTORS, x, out)
+
+
+def narrow_vector_rows(x, out):
+    """by_shape's kernel for rows up to NARROW_ROW_COLS wide: float_vector_rows' kernel with NARROW_FLOAT_VECTORS
+    vectors a thread. Rows it cannot hold take the kernel the table gives them without it."""
+    rows, cols = x.shape
+    if rows * cols == 0 or not fits_vector_rows(cols, NARROW_FLOAT_VECTORS, x, out, vector=4):
+        return (warp_rows if cols <= WARP_ROW_COLS else float_vector_rows)(x, out)
+    launch_float_rows(_softmax_narrow_vectors, NARROW_FLOAT_VECTORS, x, out)
+
+
+def launch_float_rows(kernel, vectors, x, out):
+    rows, cols = x.shape
+    blocks, block = vector_rows_shape(rows, cols, vectors, FLOAT_BLOCK_ROWS_THREADS, vector=4)
+    capped(kernel, FLOAT_REGISTER_CAP)[blocks, block](flat_view(x), flat_view(out), rows, cols)
+
+
 # The dispatch table: (widest row, kernel), first match wins. The kernel for any wider row last.
-BY_SHAPE = [(WARP_ROW_COLS, warp_rows), (BLOCK_ROW_COLS, block_rows), (SHARED_ROW_MAX_COLS, shared_rows),
-            (None, online_rows)]
+BY_SHAPE = [(NARROW_ROW_COLS, narrow_vector_rows), (WARP_ROW_COLS, warp_rows), (VECTOR_ROWS_COLS, float_vector_rows),
+            (BLOCK_ROW_COLS, block_rows), (SHARED_ROW_MAX_COLS, shared_rows), (None, online_rows)]
 
 
-def kernel_for(cols):
-    return next(launch for limit, launch in BY_SHAPE if limit is None or cols <= limit)
+def kernel_for(cols, table=BY_SHAPE):
+    return next(launch for limit, launch in table if limit is None or cols <= limit)
 
 
 @op.stage("by_shape", """
     No one kernel wins at every shape, so the last stage chooses by row width. Rows up to 1024 wide get
     a warp each (four to a block; one, when rows are fewer than 4096, to spread them over every SM): the
     row sits in registers, 32 values a lane, read once with 16-byte loads (load4) and written once with
-    16-byte stores, and the reductions are shuffles alone, no barrier. Rows up to 16384 get a block
-    each, 16 values a thread, as many threads as that takes (256 at 4096, 768 at 12288), one read, two
-    barriers. Wider rows do not fit in registers, but up to 57344 columns (224 KB) they fit in shared
+    16-byte stores, and the reductions are shuffles alone, no barrier. Rows up to 8192 wide take the
+    fp16/bf16 ladders' last kernel (vector_rows) with a vector of four floats: each thread issues its 4
+    16-byte loads of the row before it uses any (a 4096-column row is a block of 256 threads), takes
+    their maximum, then exp(x - max) once, in place, and their sum from those registers, and stores them
+    scaled by one approximate reciprocal of the sum. Everything that is not softmax's own arithmetic is
+    gone: a two-dimensional block (narrower rows share one, and no thread divides to find its row),
+    unsigned 32-bit indices, and each reduction is shuffles, one barrier and log2(warps) shuffles over
+    the warps' results. It compiles to about 400 instructions a thread for its 16 values (libdevice's
+    expf, 2 ulp, is 8 an element of them) and 40 registers; the block-per-row kernel, the same loads
+    with 64-bit indices, load_chunk's bounds checks and its column-at-a-time path, to about 750 and 52
+    registers. That kernel takes rows up to 16384 wide, 16 values a thread (768 threads at 12288), one
+    read, two barriers. Wider
+    rows do not fit in registers, but up to 57344 columns (224 KB) they fit in shared
     memory, which a block may have up to 227 KB of once the kernel opts in
     (set_max_dynamic_shared_memory; 48 KB without). A block of 1024 threads copies its row in with
     cp.async, 16 bytes a copy, which the memory system writes to shared memory itself, so no register
@@ -861,7 +909,8 @@ def kernel_for(cols):
     it. 1024 threads beat 512 on the H200 (601 vs 724 us at 8192 x 32000, 1526 vs 1555 at 4096 x
     128256); at 56 registers an SM holds one block of 1024 or two of 512, the same threads, and the
     larger block goes through a row in half as many steps. A row whose width is not a multiple of 4 (its
-    rows do not start on 16-byte boundaries) is read a column at a time. On an H200 at 4096 x 32768 the
+    rows do not start on 16-byte boundaries) is read a column at a time, by the kernels the table has
+    without the vector one. On an H200 at 4096 x 32768 the
     shared row takes 276.5 us against torch.compile's 369.0 in the same run (1.33x), where stage 7 took
     533. It beat torch and torch.compile at 4096 columns too, and lost to torch.compile at 1024 columns,
     where no kernel of the table beat it (every kernel the table can pick was timed at those shapes).""",
@@ -1218,21 +1267,23 @@ VECTORS = 4  # 16-byte vectors of x each thread holds (8 halves each): a 4096-co
 BLOCK_ROWS_THREADS = 128  # narrow rows share a block of up to this many threads (one row a warp, no barrier)
 REGISTER_CAP = None  # registers a thread (None: as ptxas chooses); a cap buys rows resident with spills
 HELD_WORDS = 4 * VECTORS  # a local array's shape must be a constant: a module global
-HELD_HALVES = 8 * VECTORS
+HELD_VALUES = VECTOR * VECTORS
+WORD = uint32  # what a held vector is four of: 32-bit words, two halves each (by_shape's float32 rows: floats)
+# What the template asks of a format (load_vector, element, store_vector) is solutions/_half.py's, as for the norms'
+# vector_rows: these names are the 16-bit formats'; by_shape's float32 kernel binds float_format's instead.
 
 
 @cuda.jit(device=True, inline=True)
-def softmax_vector_row(x, out, rows, cols, widen, narrow2):
+def softmax_vector_row(x, out, rows, cols, widen, narrow2, exp):
     partials = cuda.shared.array(GROUP_SLOTS, float32)
-    held = cuda.local.array(HELD_WORDS, uint32)  # x as loaded: VECTORS vectors of four words, two halves a word
-    e = cuda.local.array(HELD_HALVES, float32)  # x widened once, then exp(x - max) in place
-    results = cuda.local.array(4, uint32)
+    held = cuda.local.array(HELD_WORDS, WORD)  # x as loaded: VECTORS vectors of four words (two halves, or a float)
+    e = cuda.local.array(HELD_VALUES, float32)  # x widened once, then exp(x - max) in place, then scaled
     base, width = vector_row(rows, cols)
     first = uint32(cuda.threadIdx.x * VECTOR)  # vector k of this thread: columns first + k * step ...
     step = uint32(cuda.blockDim.x * VECTOR)
     # HINT: load_vector each vector k whose column c = column(first, step, k) is below width, all before any is used.
-    # HINT: widen each half once into e; row_max of the in-row ones; e = fast_exp(e - max) in place, row_sum of those.
-    # HINT: per vector: four narrow2 words of e * reciprocal(sum), one store8 at base + c.
+    # HINT: widen each element once (element) into e; row_max of the in-row ones; e = exp(e - max) in place, row_sum.
+    # HINT: per vector in the row: e * reciprocal(sum) in place, then one store_vector at base + c.
     # BEGIN SOLUTION
     for k in range(VECTORS):
         c = column(first, step, k)
@@ -1240,33 +1291,31 @@ def softmax_vector_row(x, out, rows, cols, widen, narrow2):
             load_vector(held, k, x, base + c)
     m = NEG_INF
     for k in range(VECTORS):
-        for j in range(4 * k, 4 * k + 4):
-            e[2 * j] = widen(held[j])
-            e[2 * j + 1] = widen(held[j] >> SIXTEEN)
+        for i in range(VECTOR * k, VECTOR * k + VECTOR):
+            e[i] = element(held, i, widen)
         if column(first, step, k) < width:
-            for i in range(8 * k, 8 * k + 8):
+            for i in range(VECTOR * k, VECTOR * k + VECTOR):
                 m = max(m, e[i])
     m = row_max(m, partials, 0)
     total = float32(0.0)
     for k in range(VECTORS):
         if column(first, step, k) < width:
-            for i in range(8 * k, 8 * k + 8):
-                e[i] = fast_exp(e[i] - m)
+            for i in range(VECTOR * k, VECTOR * k + VECTOR):
+                e[i] = exp(e[i] - m)
                 total += e[i]
     inverse = reciprocal(row_sum(total, partials, 1))  # the sum is at least 1 (the maximum's own exp(0))
     for k in range(VECTORS):
         c = column(first, step, k)
         if c < width:
-            for j in range(4):
-                i = 8 * k + 2 * j
-                results[j] = narrow2(e[i] * inverse, e[i + 1] * inverse)
-            store8(out, base + c, results[0], results[1], results[2], results[3])
+            for i in range(VECTOR * k, VECTOR * k + VECTOR):
+                e[i] *= inverse
+            store_vector(out, base + c, e, k, narrow2)
     # END SOLUTION
 
 
 @per_format
 def _softmax_vectors(x, out, rows, cols):
-    softmax_vector_row(x, out, rows, cols, widen, narrow2)  # noqa: F821 - bound per format
+    softmax_vector_row(x, out, rows, cols, widen, narrow2, fast_exp)  # noqa: F821 - bound per format
 
 
 @stage_of(HALF_OPERATORS, "vector_rows", """
@@ -1297,6 +1346,29 @@ def softmax_vector_rows(x, out):
     blocks, block = vector_rows_shape(rows, cols, VECTORS, BLOCK_ROWS_THREADS)
     kernel = capped(_softmax_vectors.kernels[x.dtype], REGISTER_CAP)
     kernel[blocks, block](flat_bits16(x), flat_bits16(out), rows, cols)
+
+
+# -- by_shape's float32 vector_rows kernels (VECTOR_ROWS_COLS, NARROW_ROW_COLS): the template above, four floats ---
+# a vector (solutions/_half.py: float_format), FLOAT_VECTORS or NARROW_FLOAT_VECTORS of them a thread. The exp is
+# libdevice's expf, as in the float32 ladder's other kernels (exact_exp: 2 ulp, 8 instructions an element on sm_90);
+# the 16-bit kernel's fast_exp (4) rounds (x - max) log2 e to float32 before its ex2.approx, an error that grows
+# with |x - max| (about 3e-6 relative near -87, where exp underflows), inside float32's 1e-5: FLOAT_EXP = fast_exp
+# compiles to 340 instructions a thread and 32 registers where exact_exp takes 396 and 40 (FLOAT_VECTORS = 4).
+FLOAT_EXP = exact_exp
+softmax_float_row = instantiate(softmax_vector_row.py_func, dict(globals(), **float_format(FLOAT_VECTORS)),
+                                "softmax_float_row", jit=dict(device=True, inline=True))
+softmax_narrow_row = instantiate(softmax_vector_row.py_func, dict(globals(), **float_format(NARROW_FLOAT_VECTORS)),
+                                 "softmax_narrow_row", jit=dict(device=True, inline=True))
+
+
+@cuda.jit
+def _softmax_float_vectors(x, out, rows, cols):
+    softmax_float_row(x, out, rows, cols, None, None, FLOAT_EXP)
+
+
+@cuda.jit
+def _softmax_narrow_vectors(x, out, rows, cols):
+    softmax_narrow_row(x, out, rows, cols, None, None, FLOAT_EXP)
 
 
 OPERATORS = [op, *HALF_OPERATORS]

@@ -210,7 +210,10 @@ def assert_nan_and_inf_rows_kept(operator, launch, inputs):
 
 
 FLOAT_VECTOR_ROWS = {"layernorm": (op, layernorm.float_vector_rows),
-                     "rmsnorm": (layernorm.rmsnorm_op, layernorm.rmsnorm_float_vector_rows)}
+                     "rmsnorm": (layernorm.rmsnorm_op, layernorm.rmsnorm_float_vector_rows),
+                     # one vector a thread (NARROW_ROW_COLS, off in the tables by default)
+                     "layernorm.narrow": (op, layernorm.narrow_vector_rows),
+                     "rmsnorm.narrow": (layernorm.rmsnorm_op, layernorm.rmsnorm_narrow_vector_rows)}
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the float64 reference of NaN and inf inputs
@@ -222,8 +225,8 @@ def test_float_vector_rows(name, size, monkeypatch):
     columns (two warps a row, the last vector of some threads past the row), 4 columns (one thread holds
     the row). The module's rows: mean 1e4, constant; a NaN and an inf row. No fallback may run."""
     operator, launch = FLOAT_VECTOR_ROWS[name]
-    monkeypatch.setattr(layernorm, "ilp", None)  # the fallbacks: reaching one fails the test
-    monkeypatch.setattr(layernorm, "rmsnorm_block_rows", None)
+    for fallback in ("ilp", "rmsnorm_block_rows", "warp_rows", "rmsnorm_warp_rows"):  # reaching one fails the test
+        monkeypatch.setattr(layernorm, fallback, None)
     assert_nan_and_inf_rows_kept(operator, launch, operator.make_inputs(size, np.random.default_rng(size[1])))
 
 
@@ -231,26 +234,31 @@ def test_float_vector_rows(name, size, monkeypatch):
 def test_float_vector_rows_fall_back(name, monkeypatch):
     """A width not a multiple of 4 never reaches the float32 vector kernel (its rows are not whole vectors)."""
     operator, launch = FLOAT_VECTOR_ROWS[name]
-    monkeypatch.setattr(layernorm, "_layernorm_float_vectors", None)
-    monkeypatch.setattr(layernorm, "_rmsnorm_float_vectors", None)
+    for kernel in ("_layernorm_float_vectors", "_rmsnorm_float_vectors", "_layernorm_narrow_vectors",
+                   "_rmsnorm_narrow_vectors"):
+        monkeypatch.setattr(layernorm, kernel, None)
     inputs = operator.make_inputs((4, 42), np.random.default_rng(3))
     np.testing.assert_allclose(run(launch, *inputs), operator.reference(*inputs), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("target", ["layernorm.by_shape", "rmsnorm.by_shape"])
-def test_by_shape_with_vector_rows(target):
+@pytest.mark.parametrize("setting, kernel", [({"VECTOR_ROWS_COLS": "8192", "WARP_ROW_COLS": "8"}, "float_vector_rows"),
+                                             ({"NARROW_ROW_COLS": "1024"}, "narrow_vector_rows")],
+                         ids=["vector_rows", "narrow"])
+def test_by_shape_with_vector_rows(target, setting, kernel):
     """by_shape as the GPU sweep runs it (the module executed afresh with its constants replaced), with the
-    float32 vector_rows kernel in the table: from 9 columns (WARP_ROW_COLS = 8), so the simulator's sizes reach it."""
+    float32 vector_rows kernels in the table: FLOAT_VECTORS vectors a thread from 9 columns (WARP_ROW_COLS = 8),
+    or one vector a thread up to 1024 columns, so the simulator's sizes reach them."""
     import sys
 
     from workbench.sweep import stage_with
     module = sys.modules["solutions.layernorm"]
     try:
-        stage = stage_with(target, {"VECTOR_ROWS_COLS": "8192", "WARP_ROW_COLS": "8"})
+        stage = stage_with(target, setting)
         fresh = sys.modules["solutions.layernorm"]
         table = fresh.BY_SHAPE if target.startswith("layernorm") else fresh.RMSNORM_BY_SHAPE
-        assert fresh.kernel_for(40, table).__name__.endswith("float_vector_rows")
-        for size in [(5, 40), (3, 42)]:  # 42: not whole vectors, the fallback
+        assert fresh.kernel_for(40, table).__name__.endswith(kernel)
+        for size in [(5, 40), (3, 42), (3, 1032)]:  # 42: not whole vectors, the fallback; 1032: past 1024
             result = check_stage(stage, size, np.random.default_rng(1))
             assert result.passed, result
     finally:
@@ -268,7 +276,10 @@ def test_float_vector_rows_shape():
 def test_by_shape_table():
     """The dispatch tables pick the kernels their thresholds name; a kernel refuses rows too wide for it."""
     vector_rows = layernorm.VECTOR_ROWS_COLS  # float32 vector_rows from 1025 columns up to here
-    assert layernorm.kernel_for(1024) is layernorm.warp_rows
+    narrow = layernorm.NARROW_ROW_COLS  # one vector a thread up to here (0: no rows)
+    assert layernorm.kernel_for(1024) is (layernorm.narrow_vector_rows if narrow >= 1024 else layernorm.warp_rows)
+    assert layernorm.kernel_for(1, layernorm.RMSNORM_BY_SHAPE) is (
+        layernorm.rmsnorm_narrow_vector_rows if narrow else layernorm.rmsnorm_warp_rows)
     assert layernorm.kernel_for(1025) is (layernorm.float_vector_rows if vector_rows else layernorm.ilp.launch)
     assert layernorm.kernel_for(max(vector_rows, 1025)) is (layernorm.float_vector_rows if vector_rows else layernorm.ilp.launch)
     # block_rows lost to stage 7 at 4096 and 12288 columns on the H200: the table may not pick it there

@@ -84,8 +84,12 @@ def test_by_shape_kernels(kernel, size):
 
 def test_by_shape_table():
     """The dispatch table picks the kernel its thresholds name, and the wider kernels can take any row."""
-    assert softmax.kernel_for(1) is softmax.warp_rows and softmax.kernel_for(1024) is softmax.warp_rows
-    assert softmax.kernel_for(1025) is softmax.block_rows and softmax.kernel_for(16384) is softmax.block_rows
+    narrow, vector_rows = softmax.NARROW_ROW_COLS, softmax.VECTOR_ROWS_COLS  # 0: that kernel takes no rows
+    assert softmax.kernel_for(1) is (softmax.narrow_vector_rows if narrow else softmax.warp_rows)
+    assert softmax.kernel_for(1024) is (softmax.narrow_vector_rows if narrow >= 1024 else softmax.warp_rows)
+    assert softmax.kernel_for(1025) is (softmax.float_vector_rows if vector_rows else softmax.block_rows)
+    assert softmax.kernel_for(max(vector_rows, 1025)) is (softmax.float_vector_rows if vector_rows else softmax.block_rows)
+    assert softmax.kernel_for(vector_rows + 1) is softmax.block_rows and softmax.kernel_for(16384) is softmax.block_rows
     assert softmax.kernel_for(16385) is softmax.shared_rows and softmax.kernel_for(32768) is softmax.shared_rows
     widest = softmax.SHARED_ROW_MAX_COLS
     assert softmax.kernel_for(widest) is softmax.shared_rows and softmax.kernel_for(widest + 1) is softmax.online_rows
@@ -95,6 +99,108 @@ def test_by_shape_table():
     wide = cuda.device_array((1, softmax.WARP_ROW_COLS + 4), np.float32)
     with pytest.raises(InputError, match="at most 1024"):
         softmax.warp_rows(wide, wide)
+
+
+# by_shape's float32 vector_rows kernels (the fp16/bf16 ladders' template, four floats a vector), run directly:
+# FLOAT_VECTORS vectors a thread (float_vector_rows) and one (narrow_vector_rows, off in the table by default).
+FLOAT_VECTOR_ROWS = {"float_vector_rows": softmax.float_vector_rows, "narrow_vector_rows": softmax.narrow_vector_rows}
+
+
+def no_fallback(monkeypatch):
+    """The kernels the float32 vector launchers hand rows they cannot hold to: reaching one fails the test."""
+    for name in ("warp_rows", "block_rows", "shared_rows"):
+        monkeypatch.setattr(softmax, name, None)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the float64 reference of NaN and inf inputs
+@pytest.mark.parametrize("kernel", FLOAT_VECTOR_ROWS)
+@pytest.mark.parametrize("size", [(3, 1032), (5, 4100), (9, 40), (2, 4)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_float_vector_rows(kernel, size, monkeypatch):
+    """At widths of whole vectors of 4: 1032 (the last vector of most threads past the row), 4100 (512 threads
+    a row of FLOAT_VECTORS = 4, one vector in 256 threads with one: a row of several warps, reduced through
+    shared memory), 9 rows of 40 (8 rows a block, the second block all but one row past the last), 4 (one
+    thread holds the row). The module's rows (+-1e4, -inf but one), a NaN row and an inf; no fallback."""
+    if kernel == "narrow_vector_rows" and size[1] > 1024 * 4 * softmax.NARROW_FLOAT_VECTORS:
+        pytest.skip("wider than 1024 threads of NARROW_FLOAT_VECTORS vectors hold")
+    no_fallback(monkeypatch)
+    (x,) = op.make_inputs(size, np.random.default_rng(size[1]))
+    if size[0] > 2:
+        x[-1, 3] = np.nan  # a NaN makes its row NaN, as in the float64 reference
+        x[2, size[1] - 1] = np.inf
+    got = run(FLOAT_VECTOR_ROWS[kernel], x)
+    np.testing.assert_allclose(got, softmax.softmax64(x), rtol=1e-5, atol=1e-7, equal_nan=True)
+
+
+@pytest.mark.parametrize("kernel", FLOAT_VECTOR_ROWS)
+def test_float_vector_rows_large_logits_and_minus_inf_rows(kernel, monkeypatch):
+    """Rows that must not come out NaN or inf: -inf but one element (one-hot), logits near float32's largest
+    (exp overflows unless the maximum is subtracted first), +-1e4, all of it in one block of rows."""
+    no_fallback(monkeypatch)
+    cols = 1032
+    x = np.full((4, cols), -np.inf, np.float32)
+    x[0, 1029] = 1.5
+    x[1] = np.linspace(-3.0e38, 3.0e38, cols)
+    x[2, :] = 3.0e38
+    x[3] = np.random.default_rng(2).uniform(-1e4, 1e4, cols)
+    got = run(FLOAT_VECTOR_ROWS[kernel], x)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, softmax.softmax64(x), rtol=1e-5, atol=1e-7)
+    assert got[0, 1029] == 1.0 and not got[0, np.arange(cols) != 1029].any()
+
+
+@pytest.mark.parametrize("kernel", FLOAT_VECTOR_ROWS)
+def test_float_vector_rows_fall_back(kernel, monkeypatch):
+    """A width not a multiple of 4 never reaches the float32 vector kernels (its rows are not whole vectors)."""
+    monkeypatch.setattr(softmax, "_softmax_float_vectors", None)
+    monkeypatch.setattr(softmax, "_softmax_narrow_vectors", None)
+    for size in [(3, 42), (2, 1030)]:  # 1030: past WARP_ROW_COLS, so the narrow kernel hands it to float_vector_rows
+        (x,) = op.make_inputs(size, np.random.default_rng(3))
+        np.testing.assert_allclose(run(FLOAT_VECTOR_ROWS[kernel], x), softmax.softmax64(x), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("kernel", FLOAT_VECTOR_ROWS)
+def test_float_vector_rows_never_launch_on_a_view_off_16_bytes(kernel, monkeypatch):
+    """On a GPU a view 4 bytes past a 16-byte boundary would fault in a 16-byte load: the launchers ask aligned16
+    (told here to say no, as the simulator counts every array aligned) and take the kernel the table gives."""
+    class Refused:
+        def __getitem__(self, config):
+            raise AssertionError("the 16-byte kernel was launched on a misaligned view")
+
+    from solutions import _half
+    monkeypatch.setattr(_half, "aligned16", lambda *arrays: False)  # fits_vector_rows asks it
+    monkeypatch.setattr(softmax, "_softmax_float_vectors", Refused())
+    monkeypatch.setattr(softmax, "_softmax_narrow_vectors", Refused())
+    (x,) = op.make_inputs((3, 40), np.random.default_rng(4))
+    np.testing.assert_allclose(run(FLOAT_VECTOR_ROWS[kernel], x), softmax.softmax64(x), rtol=1e-5, atol=1e-7)
+
+
+# Settings the GPU sweep may try for by_shape (the module executed afresh with them), each routing the
+# simulator's widths to the float32 vector kernels: WARP_ROW_COLS = 8 sends rows from 9 columns to float_vector_rows.
+BY_SHAPE_SETTINGS = [{"NARROW_ROW_COLS": "1024"}, {"WARP_ROW_COLS": "8"},
+                     {"WARP_ROW_COLS": "8", "FLOAT_VECTORS": "2", "FLOAT_BLOCK_ROWS_THREADS": "128"},
+                     {"WARP_ROW_COLS": "8", "FLOAT_VECTORS": "8", "FLOAT_EXP": "fast_exp"},
+                     {"NARROW_ROW_COLS": "1024", "NARROW_FLOAT_VECTORS": "2"}]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", BY_SHAPE_SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_by_shape_settings_a_sweep_may_try(setting, monkeypatch):
+    import sys
+
+    from workbench.check import adversarial_cases
+    from workbench.sweep import stage_with
+
+    monkeypatch.setitem(sys.modules, softmax.__name__, softmax)  # put back after stage_with's fresh module
+    stage = stage_with("softmax.by_shape", setting)
+    fresh = sys.modules[softmax.__name__]
+    want = fresh.narrow_vector_rows if "NARROW_ROW_COLS" in setting else fresh.float_vector_rows
+    assert fresh.kernel_for(40) is want
+    rng = np.random.default_rng(5)
+    for size in [(5, 40), (3, 42), (3, 1032)]:  # 42: not whole vectors, the fallback
+        results = [check_stage(stage, size, rng)]
+        results += [check_stage(stage, size, inputs=inputs, label=label)
+                    for label, inputs in adversarial_cases(stage.op, size, rng)]
+        assert not [r.message for r in results if r.failed], (setting, size)
 
 
 @pytest.mark.parametrize("stage", ["shared_rows"])
