@@ -946,7 +946,7 @@ FLOAT_WEIGHTS_AHEAD = 0  # as WEIGHTS_AHEAD (16-bit vector_rows), for the float3
 FLOAT_REGISTER_CAP = None  # as REGISTER_CAP, for the float32 kernel
 # Rows up to NARROW_ROW_COLS wide (0: none) take the same kernel with one vector a thread, before the warp kernel:
 # a 1024-column row is then 256 threads, each with one 16-byte load in flight, where a warp holds it 32 values a lane.
-NARROW_ROW_COLS = 0
+NARROW_ROW_COLS = 1024
 NARROW_FLOAT_VECTORS = 1
 
 

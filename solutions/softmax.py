@@ -840,7 +840,7 @@ FLOAT_BLOCK_ROWS_THREADS = 256  # narrower rows share a block of up to this many
 FLOAT_REGISTER_CAP = None  # registers a thread (None: as ptxas chooses), as REGISTER_CAP for the 16-bit kernel
 # Rows up to NARROW_ROW_COLS wide (0: none) take the same kernel with one vector a thread, before the warp kernel:
 # a 1024-column row is then 256 threads, each with one 16-byte load in flight, where a warp holds it 32 values a lane.
-NARROW_ROW_COLS = 0
+NARROW_ROW_COLS = 1024
 NARROW_FLOAT_VECTORS = 1
 
 
