@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 0091cb03b23c22799aa05cb0372d114e790c90f009327735638097f0d79ccd54
+# generated-sha256: a957f1dac012e89f8238d030f72dc7137a47f8c3623c40a5754f9f5a6b57237c
 # --------------------------------------------------------------------------------------------------
 """Softmax over the rows of a float32 matrix, in seven steps from a thread per row to 92% of copy bandwidth.
 
@@ -614,7 +614,7 @@ FLOAT_BLOCK_ROWS_THREADS = 256  # narrower rows share a block of up to this many
 FLOAT_REGISTER_CAP = None  # registers a thread (None: as ptxas chooses), as REGISTER_CAP for the 16-bit kernel
 # Rows up to NARROW_ROW_COLS wide (0: none) take the same kernel with one vector a thread, before the warp kernel:
 # a 1024-column row is then 256 threads, each with one 16-byte load in flight, where a warp holds it 32 values a lane.
-NARROW_ROW_COLS = 0
+NARROW_ROW_COLS = 0  # off: slower than the warp kernel on an H200 at 4096 and 32768 rows of 1024 (see by_shape)
 NARROW_FLOAT_VECTORS = 1
 
 
@@ -684,10 +684,14 @@ def kernel_for(cols, table=BY_SHAPE):
     128256); at 56 registers an SM holds one block of 1024 or two of 512, the same threads, and the
     larger block goes through a row in half as many steps. A row whose width is not a multiple of 4 (its
     rows do not start on 16-byte boundaries) is read a column at a time, by the kernels the table has
-    without the vector one. On an H200 at 4096 x 32768 the
-    shared row takes 276.5 us against torch.compile's 369.0 in the same run (1.33x), where stage 7 took
-    533. It beat torch and torch.compile at 4096 columns too, and lost to torch.compile at 1024 columns,
-    where no kernel of the table beat it (every kernel the table can pick was timed at those shapes).""",
+    without the vector one. On an H200, against torch.compile in the same run: at 32768 x 4096 the
+    vector kernel takes 262.7 us, 96% of the copy ceiling, against 316.6 (1.21x; the block-per-row
+    kernel took 267.4 in one process with it); at 4096 x 4096, 35.3 against 44.1 (1.25x); at 4096 x
+    32768 the shared row takes 276.5 against 369.0 (1.33x), where stage 7 took 533. At 1024 columns
+    the warp kernel loses to torch.compile at few rows (11.4 against 9.5 us at 4096 rows, 4.0 against
+    3.3 at 256, where a row's latency, not the memory, is the time) and wins at 32768 rows (67.2
+    against torch's 80.7); the vector kernel with one vector a thread (256 threads a row) was slower
+    still there (12.9 and 90.1 us), so the table leaves it out (NARROW_ROW_COLS).""",
     boundaries={"cols": (WARP_ROW_COLS,)})
 def by_shape(x, out):
     kernel_for(x.shape[1])(x, out)

@@ -946,8 +946,10 @@ FLOAT_WEIGHTS_AHEAD = 0  # as WEIGHTS_AHEAD (16-bit vector_rows), for the float3
 FLOAT_REGISTER_CAP = None  # as REGISTER_CAP, for the float32 kernel
 # Rows up to NARROW_ROW_COLS wide (0: none) take the same kernel with one vector a thread, before the warp kernel:
 # a 1024-column row is then 256 threads, each with one 16-byte load in flight, where a warp holds it 32 values a lane.
+# Only up to NARROW_MAX_ROWS rows, a few waves, where a row's latency is the time: more rows take the warp kernel.
 NARROW_ROW_COLS = 1024
 NARROW_FLOAT_VECTORS = 1
+NARROW_MAX_ROWS = 4096
 
 
 def float_vector_rows(x, weight, bias, out):
@@ -962,11 +964,18 @@ def float_vector_rows(x, weight, bias, out):
 
 def narrow_vector_rows(x, weight, bias, out):
     """by_shape's kernel for rows up to NARROW_ROW_COLS wide: float_vector_rows' kernel with NARROW_FLOAT_VECTORS
-    vectors a thread. Rows it cannot hold take the kernel the table gives them without it."""
+    vectors a thread, for up to NARROW_MAX_ROWS rows. Other rows take the kernel the table gives them without it."""
     rows, cols = x.shape
-    if rows * cols == 0 or not fits_vector_rows(cols, NARROW_FLOAT_VECTORS, x, weight, bias, out, vector=4):
+    if not narrow_fits(x, weight, bias, out):
         return (warp_rows if cols <= WARP_ROW_COLS else float_vector_rows)(x, weight, bias, out)
     launch_float_rows(_layernorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, bias, out)
+
+
+def narrow_fits(x, *arrays):
+    """Does narrow_vector_rows take x (and its other arrays, out last)?"""
+    rows, cols = x.shape
+    return 0 < rows * cols and rows <= NARROW_MAX_ROWS and fits_vector_rows(cols, NARROW_FLOAT_VECTORS, x, *arrays,
+                                                                            vector=4)
 
 
 def launch_float_rows(kernel, vectors, x, *arrays):
@@ -990,9 +999,11 @@ def kernel_for(cols, table=BY_SHAPE):
 
 
 @op.stage("by_shape", """
-    No one kernel wins at every shape, so the last stage chooses by row width. Rows up to 1024 wide get
-    a warp each (four to a block; one, when rows are fewer than 4096, to spread them over every SM): the
-    row sits in registers, 32 values a lane, read once with 16-byte loads (load4), and the sums are
+    No one kernel wins at every shape, so the last stage chooses by row width (and, for the narrowest
+    rows, by their number). Rows up to 1024 wide, when there are at most 4096 of them, take the vector
+    kernel described below with one vector of four floats a thread (256 threads a 1024-wide row): the
+    whole matrix is then a few waves, each row's latency is the time, and four times the threads a row
+    shorten it. More rows up to 1024 wide get a warp each (four to a block): the row sits in registers, 32 values a lane, read once with 16-byte loads (load4), and the sums are
     shuffles alone, no barrier. It issues every load of the row before it uses any (the fused stage 5
     did not: its loads each sat in a branch followed by their use, so one was in flight at a time), and
     loads the weight and bias after the statistics, all of them before the first is used: each chunk's
@@ -1021,9 +1032,14 @@ def kernel_for(cols, table=BY_SHAPE):
     boundaries) is read a column at a time. On an H200, against torch.compile in the same run: at
     32768 x 4096, 262.3 us (96% of the copy ceiling) against 251.9 (0.96x, where stage 7 was 0.89x);
     at 4096 x 4096, 36.2 against 35.9; at 4096 x 32768 the shared row takes 314.7 against 286.9
-    (0.91x), where stage 7 took 549 (where the last 4% at 4096 columns goes has not been profiled
-    yet). At 1024 columns the warp kernel beats torch (torch.compile's
-    LayerNorm misses the 1e-3 tolerance there). A kernel is in the table where it was measured faster,
+    (0.91x), where stage 7 took 549. Nsight Compute at 32768 x 4096 says where the last 4% goes: the
+    vector kernel executes 1.6x fewer instructions than torch.compile's, but at 40 registers against
+    32 it keeps 72% of the warp slots filled against 93%, so fewer loads are in flight (DRAM busy 84%
+    of the time against 88%); capped at 32 registers with 512 threads a row, as torch.compile runs,
+    it gained 1%. At 1024 columns, against torch (torch.compile's LayerNorm misses the 1e-3 tolerance
+    there, except at 256 rows): 256 rows take 3.8 us where the warp kernel took 4.6 (torch.compile
+    3.1), 4096 rows 12.8 where it took 13.7 (F.layer_norm 17.0), and at 32768 rows the warp kernel
+    70.2 against 103.1 (one vector a thread took 74.1 there). A kernel is in the table where it was measured faster,
     not where it should be: 512 threads a row with Welford merges written here (an IEEE division a
     merge) was slower than stage 7, and so was a block that loads the next row while it reduces this
     one.""",
@@ -1701,9 +1717,9 @@ def rmsnorm_float_vector_rows(x, weight, out):
 
 
 def rmsnorm_narrow_vector_rows(x, weight, out):
-    """narrow_vector_rows for RMSNorm (rows up to NARROW_ROW_COLS)."""
+    """narrow_vector_rows for RMSNorm (rows up to NARROW_ROW_COLS wide, up to NARROW_MAX_ROWS of them)."""
     rows, cols = x.shape
-    if rows * cols == 0 or not fits_vector_rows(cols, NARROW_FLOAT_VECTORS, x, weight, out, vector=4):
+    if not narrow_fits(x, weight, out):
         return (rmsnorm_warp_rows if cols <= WARP_ROW_COLS else rmsnorm_float_vector_rows)(x, weight, out)
     launch_float_rows(_rmsnorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, out)
 
@@ -1716,8 +1732,9 @@ RMSNORM_BY_SHAPE = [(NARROW_ROW_COLS, rmsnorm_narrow_vector_rows), (WARP_ROW_COL
 
 
 @rmsnorm_op.stage("by_shape", """
-    LayerNorm's by_shape table for RMSNorm: a warp per row up to 1024 columns (32 values a lane, no
-    barrier), then up to 8192 the lean vector_rows kernel of the 16-bit ladders with a vector of four
+    LayerNorm's by_shape table for RMSNorm: up to 1024 columns the vector kernel with one vector a
+    thread when there are at most 4096 rows (a few waves, where four times the threads a row shorten
+    each row's latency), a warp per row when there are more (32 values a lane, no barrier), then up to 8192 the lean vector_rows kernel of the 16-bit ladders with a vector of four
     floats (16 values a thread in 38 registers, about 14 instructions an element), a block per row up to
     16384 (16 values a thread, one barrier), the row read once with 16-byte loads and written once with
     16-byte stores, every load of the row issued before the first is used and the weight loaded before
@@ -1729,8 +1746,11 @@ RMSNORM_BY_SHAPE = [(NARROW_ROW_COLS, rmsnorm_narrow_vector_rows), (WARP_ROW_COL
     us (96% of the copy ceiling) against 251.6 (0.96x, as the block-row kernel before it: 64
     registers, 47% of the warp slots filled where torch.compile's 512 threads at 28 registers fill 92%,
     by Nsight Compute); at 4096 x 4096, 35.8 against 35.0; at 4096 x 32768 the shared row takes 269.2
-    against 255.9 (0.95x). torch.compile's kernel runs at the copy ceiling at 32768 x 4096: what its
-    last 4% comes from has not been profiled yet.""")
+    against 255.9 (0.95x). torch.compile's kernel runs at the copy ceiling at 32768 x 4096; LayerNorm's
+    profile of the same vector kernel says why this one does not: 40 registers against 32, fewer warps,
+    fewer loads in flight. At 1024 columns torch.compile still wins at few rows: 3.7 us against 3.0 at
+    256 rows (the warp kernel took 5.1), 11.5 against 9.9 at 4096 (13.3); at 32768 rows the warp kernel
+    takes 68.3 against 66.4.""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
 

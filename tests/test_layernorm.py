@@ -211,7 +211,7 @@ def assert_nan_and_inf_rows_kept(operator, launch, inputs):
 
 FLOAT_VECTOR_ROWS = {"layernorm": (op, layernorm.float_vector_rows),
                      "rmsnorm": (layernorm.rmsnorm_op, layernorm.rmsnorm_float_vector_rows),
-                     # one vector a thread (NARROW_ROW_COLS, off in the tables by default)
+                     # one vector a thread (NARROW_ROW_COLS), up to NARROW_MAX_ROWS rows
                      "layernorm.narrow": (op, layernorm.narrow_vector_rows),
                      "rmsnorm.narrow": (layernorm.rmsnorm_op, layernorm.rmsnorm_narrow_vector_rows)}
 
@@ -242,7 +242,8 @@ def test_float_vector_rows_fall_back(name, monkeypatch):
 
 
 @pytest.mark.parametrize("target", ["layernorm.by_shape", "rmsnorm.by_shape"])
-@pytest.mark.parametrize("setting, kernel", [({"VECTOR_ROWS_COLS": "8192", "WARP_ROW_COLS": "8"}, "float_vector_rows"),
+@pytest.mark.parametrize("setting, kernel", [({"VECTOR_ROWS_COLS": "8192", "WARP_ROW_COLS": "8", "NARROW_ROW_COLS": "0"},
+                                              "float_vector_rows"),
                                              ({"NARROW_ROW_COLS": "1024"}, "narrow_vector_rows")],
                          ids=["vector_rows", "narrow"])
 def test_by_shape_with_vector_rows(target, setting, kernel):
@@ -263,6 +264,17 @@ def test_by_shape_with_vector_rows(target, setting, kernel):
             assert result.passed, result
     finally:
         sys.modules["solutions.layernorm"] = module
+
+
+@pytest.mark.parametrize("name", ["layernorm", "rmsnorm"])
+def test_narrow_rows_only_up_to_narrow_max_rows(name, monkeypatch):
+    """More rows than NARROW_MAX_ROWS take the warp kernel (the narrow one is gone: reaching it fails)."""
+    operator, launch = FLOAT_VECTOR_ROWS[name + ".narrow"]
+    monkeypatch.setattr(layernorm, "NARROW_MAX_ROWS", 2)
+    for kernel in ("_layernorm_narrow_vectors", "_rmsnorm_narrow_vectors"):
+        monkeypatch.setattr(layernorm, kernel, None)
+    inputs = operator.make_inputs((3, 40), np.random.default_rng(4))
+    np.testing.assert_allclose(run(launch, *inputs), operator.reference(*inputs), rtol=1e-4, atol=1e-4)
 
 
 def test_float_vector_rows_shape():
