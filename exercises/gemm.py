@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 4968979dd3da2a77aea3026b52b356257e1019d1a3d04f07cfa6e6a20047d0d8
+# generated-sha256: 4dc7c7a5e778cc5d14a525f08dcaeaca0e30b3f6bd3a055f2a52264c711299d5
 # --------------------------------------------------------------------------------------------------
 """C = alpha * A @ B + beta * C in float32, from one thread per output to tensor cores.
 
@@ -643,6 +643,12 @@ WTN = 16  # by 16 columns (four 4-wide pieces, 16 apart)
 WBM = WARPS_M * 64  # block tile: 128 rows
 WBN = (THREADS // 32 // WARPS_M) * 64  # by 256 columns
 WBK = 16  # K-step: a multiple of 8 (see WSA)
+# The order of a k's 128 multiply-adds in the source (0 row by row, 1 serpentine rows, 2 serpentine columns).
+# An FFMA reads three registers from two banks (even and odd registers), one value a bank a cycle, so at
+# full rate one operand must come from the operand reuse cache (the `.reuse` flags in SASS: one register a
+# bank per operand slot, kept from the FFMA before) and the other two from different banks. ptxas picks
+# the registers and reorders the FFMAs itself; the source order only steers it (see the paragraph).
+FMA_ORDER = 0
 WSTAGES = 3  # K-steps in the cp.async ring: two in flight while the third is computed on
 WSA = WBK + 4  # A's tile row stride: (WBK + 4) / 4 odd, so a warp's 8 rows lie in 8 different bank groups
 WA_TILE = WBM * WSA  # floats of one ring slot of A (rows of WBK k, untransposed) ...
@@ -697,10 +703,21 @@ def _warp_tile_b_row(smem, ib, k, b):
 
 @cuda.jit(device=True, inline=True)
 def _warp_tile_products(a, k, b, acc):
-    """128 multiply-adds: column k of the A chunk a times the B row b."""
-    for i in range(WTM):
+    """128 multiply-adds: column k of the A chunk a times the B row b, in the order FMA_ORDER names."""
+    if FMA_ORDER == 0:  # row by row: a[i, k] stays for 16 multiply-adds, both operands change between rows
+        for i in range(WTM):
+            for n in range(WTN):
+                acc[i, n] += a[i, k] * b[n]
+    elif FMA_ORDER == 1:  # serpentine rows: each row starts with the b its predecessor ended on
+        for i in range(WTM):
+            for m in range(WTN):
+                n = m if i % 2 == 0 else WTN - 1 - m
+                acc[i, n] += a[i, k] * b[n]
+    else:  # serpentine columns: b[n] stays for 8 multiply-adds while a[i, k] changes
         for n in range(WTN):
-            acc[i, n] += a[i, k] * b[n]
+            for m in range(WTM):
+                i = m if n % 2 == 0 else WTM - 1 - m
+                acc[i, n] += a[i, k] * b[n]
 
 
 @cuda.jit(device=True, inline=True)
@@ -805,7 +822,14 @@ def _warp_tiles(A, B, C, alpha_beta, out):
     instruction), an instruction ready but held back by the dispatcher. What differs is how the same
     instructions are laid out for the hardware: the order of shared loads among the multiply-adds and
     the register banks their operands sit in, which cuBLAS's kernel sets instruction by instruction in
-    its machine code and which a PTX program (numba's, or CUDA C++'s) leaves to ptxas.""")
+    its machine code and which a PTX program (numba's, or CUDA C++'s) leaves to ptxas. The register
+    file has two banks (even and odd registers) that give one value a cycle each, and an FFMA reads
+    three: at full rate one operand comes from the operand reuse cache (the `.reuse` flags in SASS, kept
+    from the FFMA before) and the other two from different banks. In this loop ptxas manages that for
+    two FFMAs in three (a quarter read all three operands from the banks), and the order the 128
+    multiply-adds of a k are written in hardly steers it: ptxas reorders them around the shared loads
+    itself (FMA_ORDER = 1, serpentine rows as in hand-written SGEMMs, leaves the share where it is; 2,
+    serpentine columns, nearly doubles the conflicts, as all 8 values of A for one k sit in one bank).""")
 def warp_tiles(A, B, C, alpha_beta, out):
     M, N = out.shape
     K = A.shape[1]

@@ -952,7 +952,14 @@ def _warp_tiles(A, B, C, alpha_beta, out):
     instruction), an instruction ready but held back by the dispatcher. What differs is how the same
     instructions are laid out for the hardware: the order of shared loads among the multiply-adds and
     the register banks their operands sit in, which cuBLAS's kernel sets instruction by instruction in
-    its machine code and which a PTX program (numba's, or CUDA C++'s) leaves to ptxas.""")
+    its machine code and which a PTX program (numba's, or CUDA C++'s) leaves to ptxas. The register
+    file has two banks (even and odd registers) that give one value a cycle each, and an FFMA reads
+    three: at full rate one operand comes from the operand reuse cache (the `.reuse` flags in SASS, kept
+    from the FFMA before) and the other two from different banks. In this loop ptxas manages that for
+    two FFMAs in three (a quarter read all three operands from the banks), and the order the 128
+    multiply-adds of a k are written in hardly steers it: ptxas reorders them around the shared loads
+    itself (FMA_ORDER = 1, serpentine rows as in hand-written SGEMMs, leaves the share where it is; 2,
+    serpentine columns, nearly doubles the conflicts, as all 8 values of A for one k sit in one bank).""")
 def warp_tiles(A, B, C, alpha_beta, out):
     M, N = out.shape
     K = A.shape[1]
