@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 16a64d37556bafdf1ea1d168b03d46d0c702605fac654b1b2ab890cf32deb252
+# generated-sha256: ff3868e4c1f30771eba690496efd3bd8eabd2692cd6931f6e2eadf3794cdb1c8
 # --------------------------------------------------------------------------------------------------
 """C = alpha * A @ B + beta * C in float32, from one thread per output to tensor cores.
 
@@ -795,7 +795,9 @@ def _warp_tiles(A, B, C, alpha_beta, out):
     row0, col0 = _grouped_block()
     M, K = A.shape
     N = B.shape[1]
-    ka = t % 8 if A_KMAJOR else (t % (WBK // 4)) * 4  # this thread's copies: A's rows ra + j A_PASS at k ka .. ka + 3 ...
+    # This thread's copies: A's rows ra + j A_PASS at k ka .. ka + 3 (k-major: rows ra + j AT_PASS at k ka,
+    # ka + 8, ...) ...
+    ka = t % 8 if A_KMAJOR else (t % (WBK // 4)) * 4
     ra = t // 8 if A_KMAJOR else t // (WBK // 4)
     nb = (t % (WBN // 4)) * 4  # ... and B's rows kb + j B_PASS at columns nb .. nb + 3
     kb = t // (WBN // 4)

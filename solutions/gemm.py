@@ -858,7 +858,9 @@ def _warp_tiles(A, B, C, alpha_beta, out):
     row0, col0 = _grouped_block()
     M, K = A.shape
     N = B.shape[1]
-    ka = t % 8 if A_KMAJOR else (t % (WBK // 4)) * 4  # this thread's copies: A's rows ra + j A_PASS at k ka .. ka + 3 ...
+    # This thread's copies: A's rows ra + j A_PASS at k ka .. ka + 3 (k-major: rows ra + j AT_PASS at k ka,
+    # ka + 8, ...) ...
+    ka = t % 8 if A_KMAJOR else (t % (WBK // 4)) * 4
     ra = t // 8 if A_KMAJOR else t // (WBK // 4)
     nb = (t % (WBN // 4)) * 4  # ... and B's rows kb + j B_PASS at columns nb .. nb + 3
     kb = t // (WBN // 4)
