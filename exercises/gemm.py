@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 4968979dd3da2a77aea3026b52b356257e1019d1a3d04f07cfa6e6a20047d0d8
+# generated-sha256: ff3868e4c1f30771eba690496efd3bd8eabd2692cd6931f6e2eadf3794cdb1c8
 # --------------------------------------------------------------------------------------------------
 """C = alpha * A @ B + beta * C in float32, from one thread per output to tensor cores.
 
@@ -634,18 +634,33 @@ def async_copy(A, B, C, alpha_beta, out):
 
 # cp.async in 16-byte chunks, commit_group / wait_group N (hgemm_mma.cu; emulated in the simulator):
 # with several groups in flight, wait for the oldest.
-from solutions._ptx import cp_async_chunk16, cp_async_commit, cp_async_wait_pending  # noqa: E402
+from solutions._ptx import (cp_async_chunk4_s32, cp_async_chunk16, cp_async_commit,  # noqa: E402
+                            cp_async_wait_pending, shared_address32)
 from workbench.shared_memory import set_max_dynamic_shared_memory  # noqa: E402
 
 WARPS_M = 2  # warps down the block tile (8 // WARPS_M across it); each warp owns a 64x64 tile
-WTM = 8  # a thread's outputs: 8 rows (lane group g's rows g, g + 8, ..., g + 56 of its warp tile)
+WTM = 8  # a thread's outputs: 8 rows (lane group g's rows g, g + 8, ..., g + 56 of its warp tile; see A_KMAJOR)
 WTN = 16  # by 16 columns (four 4-wide pieces, 16 apart)
 WBM = WARPS_M * 64  # block tile: 128 rows
 WBN = (THREADS // 32 // WARPS_M) * 64  # by 256 columns
 WBK = 16  # K-step: a multiple of 8 (see WSA)
+# The order of a k's 128 multiply-adds in the source (0 row by row, 1 serpentine rows, 2 serpentine columns,
+# 3 strips of two columns down the rows, serpentine).
+# An FFMA reads three registers from two banks (even and odd registers), one value a bank a cycle, so at
+# full rate one operand must come from the operand reuse cache (the `.reuse` flags in SASS: one register a
+# bank per operand slot, kept from the FFMA before) and the other two from different banks. ptxas picks
+# the registers and reorders the FFMAs itself; the source order only steers it (see the paragraph).
+FMA_ORDER = 0
+# A's tile in shared memory: 0 in rows as in global memory (16-byte copies; a 16-byte load gives a thread
+# 4 k of one row, so its 8 values of A for one k come from 8 loads and sit in one register bank);
+# 1 transposed, k-major (4-byte copies, as cuBLAS's float32 kernel makes; a 16-byte load gives 4
+# neighbouring rows of one k, so a thread's rows are 4g .. 4g + 3 and 32 + 4g .. 32 + 4g + 3 of its warp
+# tile and its values of A for one k alternate between the banks, as its values of B do).
+A_KMAJOR = 0
 WSTAGES = 3  # K-steps in the cp.async ring: two in flight while the third is computed on
 WSA = WBK + 4  # A's tile row stride: (WBK + 4) / 4 odd, so a warp's 8 rows lie in 8 different bank groups
-WA_TILE = WBM * WSA  # floats of one ring slot of A (rows of WBK k, untransposed) ...
+WSAT = WBM + 4  # k-major A's row stride: a warp's copies (8 k x 4 rows) land in 32 different banks
+WA_TILE = WBK * WSAT if A_KMAJOR else WBM * WSA  # floats of one ring slot of A ...
 WB_TILE = WBK * WBN  # ... and of B
 WARP_TILES_BYTES = WSTAGES * (WA_TILE + WB_TILE) * 4  # 78 KiB: 3 x (128 x 20 + 16 x 256) floats, dynamic
 L2_GROUP = 8  # block rows that walk across N side by side, so their tiles of B are fetched once into L2
@@ -654,6 +669,7 @@ A_CHUNKS = WBM * WBK // 4 // THREADS  # 16-byte chunks a thread copies of A's ti
 B_CHUNKS = WBK * WBN // 4 // THREADS  # ... and of B's
 A_PASS = THREADS // (WBK // 4)  # rows of A's tile one chunk per thread covers
 B_PASS = THREADS // (WBN // 4)  # rows of B's tile likewise
+AT_PASS = THREADS // 8  # k-major A: rows of A's tile one float per thread covers (8 k a row at a time)
 
 assert WBK % 8 == 0 and WARPS_M in (1, 2, 4, 8)
 assert A_CHUNKS * THREADS * 4 == WBM * WBK and B_CHUNKS * THREADS * 4 == WBK * WBN  # whole chunks a thread
@@ -669,10 +685,17 @@ def _warp_tile_copy(A, B, a_src, b_src, a_dst, b_dst, k0, ka, kb, a_rows_left, b
     A: rows ra + j A_PASS (a_rows_left = M - row0 - ra), k ka .. ka + 3; B: rows kb + j B_PASS."""
     M, K = A.shape
     N = B.shape[1]
-    for j in range(A_CHUNKS):
-        inside = j * A_PASS < a_rows_left and k0 + ka < K
-        src = a_src + uint64(j * A_PASS * K * 4) if inside else A.ctypes.data
-        cp_async_chunk16(a_dst + uint64(j * A_PASS * WSA * 4), src, 16 if inside else 0)
+    if A_KMAJOR:  # a float at a time, to rows k of the slot: A's rows ra + j AT_PASS at k ka, ka + 8, ...
+        for j in range(WBM // AT_PASS):
+            for u in range(WBK // 8):
+                inside = j * AT_PASS < a_rows_left and k0 + ka + 8 * u < K
+                src = a_src + uint64((j * AT_PASS * K + 8 * u) * 4) if inside else A.ctypes.data
+                cp_async_chunk4_s32(a_dst + uint64((8 * u * WSAT + j * AT_PASS) * 4), src, 4 if inside else 0)
+    else:
+        for j in range(A_CHUNKS):
+            inside = j * A_PASS < a_rows_left and k0 + ka < K
+            src = a_src + uint64(j * A_PASS * K * 4) if inside else A.ctypes.data
+            cp_async_chunk16(a_dst + uint64(j * A_PASS * WSA * 4), src, 16 if inside else 0)
     for j in range(B_CHUNKS):
         inside = b_inside and k0 + kb + j * B_PASS < K
         src = b_src + uint64(j * B_PASS * N * 4) if inside else B.ctypes.data
@@ -688,6 +711,14 @@ def _warp_tile_a_chunk(smem, ia, a):
 
 
 @cuda.jit(device=True, inline=True)
+def _warp_tile_a_column(smem, ia, k, a):
+    """k-major A: this thread's 8 values of A at k (rows 4g .. 4g + 3, 32 + 4g ..): two 16-byte loads."""
+    for h in range(2):
+        for e in range(4):
+            a[4 * h + e, 0] = smem[ia + uint32(k * WSAT + 32 * h + e)]
+
+
+@cuda.jit(device=True, inline=True)
 def _warp_tile_b_row(smem, ib, k, b):
     """This thread's 16 floats of B's row k: four 16-byte loads."""
     for j in range(4):
@@ -697,10 +728,27 @@ def _warp_tile_b_row(smem, ib, k, b):
 
 @cuda.jit(device=True, inline=True)
 def _warp_tile_products(a, k, b, acc):
-    """128 multiply-adds: column k of the A chunk a times the B row b."""
-    for i in range(WTM):
+    """128 multiply-adds: column k of the A chunk a times the B row b, in the order FMA_ORDER names."""
+    if FMA_ORDER == 0:  # row by row: a[i, k] stays for 16 multiply-adds, both operands change between rows
+        for i in range(WTM):
+            for n in range(WTN):
+                acc[i, n] += a[i, k] * b[n]
+    elif FMA_ORDER == 1:  # serpentine rows: each row starts with the b its predecessor ended on
+        for i in range(WTM):
+            for m in range(WTN):
+                n = m if i % 2 == 0 else WTN - 1 - m
+                acc[i, n] += a[i, k] * b[n]
+    elif FMA_ORDER == 3:  # strips of two columns down the rows, serpentine: b[n], b[n + 1] stay for 16
+        for p in range(WTN // 2):
+            for m in range(WTM):
+                i = m if p % 2 == 0 else WTM - 1 - m
+                for e in range(2):
+                    acc[i, 2 * p + e] += a[i, k] * b[2 * p + e]
+    else:  # serpentine columns: b[n] stays for 8 multiply-adds while a[i, k] changes
         for n in range(WTN):
-            acc[i, n] += a[i, k] * b[n]
+            for m in range(WTM):
+                i = m if n % 2 == 0 else WTM - 1 - m
+                acc[i, n] += a[i, k] * b[n]
 
 
 @cuda.jit(device=True, inline=True)
@@ -720,10 +768,11 @@ def _grouped_block():
 
 @cuda.jit(device=True, inline=True)
 def _warp_tile_store(acc, j, r0, col, alpha, beta, C, out):
-    """Column piece j of this thread's outputs (columns col .. col + 3, rows r0 + 8 i) to out."""
+    """Column piece j of this thread's outputs (columns col .. col + 3, rows r0 + 8 i; k-major A:
+    r0 + i % 4 + 32 (i // 4)) to out."""
     M, N = out.shape
     for i in range(WTM):
-        row = r0 + 8 * i
+        row = r0 + (i % 4 + 32 * (i // 4) if A_KMAJOR else 8 * i)
         for e in range(4):
             if row < M and col + e < N:
                 out[row, col + e] = _scale_and_add(acc[i, 4 * j + e], alpha, beta, C, row, col + e)
@@ -740,20 +789,26 @@ def _warp_tiles(A, B, C, alpha_beta, out):
     q = ut % uint32(4)  # columns 4 q + 16 j + e
     warp_row = (warp // uint32(THREADS // 32 // WARPS_M)) * uint32(64)
     warp_col = (warp % uint32(THREADS // 32 // WARPS_M)) * uint32(64)
-    a_lane = (warp_row + g) * uint32(WSA)  # unsigned, as in stage 6: no wrap-around, 16-byte loads
+    # unsigned, as in stage 6: no wrap-around, 16-byte loads
+    a_lane = warp_row + g * uint32(4) if A_KMAJOR else (warp_row + g) * uint32(WSA)
     b_lane = uint32(WSTAGES * WA_TILE) + warp_col + q * uint32(4)
     row0, col0 = _grouped_block()
     M, K = A.shape
     N = B.shape[1]
-    ka = (t % (WBK // 4)) * 4  # this thread's copies: A's rows ra + j A_PASS at k ka .. ka + 3 ...
-    ra = t // (WBK // 4)
+    # This thread's copies: A's rows ra + j A_PASS at k ka .. ka + 3 (k-major: rows ra + j AT_PASS at k ka,
+    # ka + 8, ...) ...
+    ka = t % 8 if A_KMAJOR else (t % (WBK // 4)) * 4
+    ra = t // 8 if A_KMAJOR else t // (WBK // 4)
     nb = (t % (WBN // 4)) * 4  # ... and B's rows kb + j B_PASS at columns nb .. nb + 3
     kb = t // (WBN // 4)
     a_rows_left = M - row0 - ra
     b_inside = col0 + nb < N
     a_src = A.ctypes.data + uint64(((row0 + ra) * K + ka) * 4)  # used only where inside the matrix
     b_src = B.ctypes.data + uint64((kb * N + col0 + nb) * 4)
-    a_dst = smem.ctypes.data + uint64((ra * WSA + ka) * 4)
+    if A_KMAJOR:  # 4-byte copies take the shared-window address
+        a_dst = uint64(shared_address32(smem.ctypes.data)) + uint64((ka * WSAT + ra) * 4)
+    else:
+        a_dst = smem.ctypes.data + uint64((ra * WSA + ka) * 4)
     b_dst = smem.ctypes.data + uint64((WSTAGES * WA_TILE + kb * WBN + nb) * 4)
     for i in range(WTM):
         for n in range(WTN):
@@ -765,7 +820,7 @@ def _warp_tiles(A, B, C, alpha_beta, out):
     pass  # TODO(exercise): not implemented yet: replace this line with your code
     alpha = alpha_beta[0]
     beta = alpha_beta[1]
-    r0 = row0 + int64(warp_row + g)  # back to signed before meeting signed values (see _output_coords)
+    r0 = row0 + int64(warp_row + g * uint32(4 if A_KMAJOR else 1))  # back to signed before meeting signed values (see _output_coords)
     c0 = col0 + int64(warp_col + q * uint32(4))
     # Written out per 4-wide piece of columns, so every acc index is a constant and acc never leaves
     # the registers (a loop the compiler keeps would index it at run time, from local memory).
@@ -805,7 +860,18 @@ def _warp_tiles(A, B, C, alpha_beta, out):
     instruction), an instruction ready but held back by the dispatcher. What differs is how the same
     instructions are laid out for the hardware: the order of shared loads among the multiply-adds and
     the register banks their operands sit in, which cuBLAS's kernel sets instruction by instruction in
-    its machine code and which a PTX program (numba's, or CUDA C++'s) leaves to ptxas.""")
+    its machine code and which a PTX program (numba's, or CUDA C++'s) leaves to ptxas. The register
+    file has two banks (even and odd registers) that give one value a cycle each, and an FFMA reads
+    three: at full rate one operand comes from the operand reuse cache (the `.reuse` flags in SASS, kept
+    from the FFMA before) and the other two from different banks. In this loop ptxas manages that for
+    two FFMAs in three (a quarter read all three operands from the banks), and the order the 128
+    multiply-adds of a k are written in hardly steers it: ptxas reorders them around the shared loads
+    itself (FMA_ORDER = 1, serpentine rows as in hand-written SGEMMs, leaves the share where it is; 2,
+    serpentine columns, nearly doubles the conflicts, as all 8 values of A for one k sit in one bank).
+    What does steer it is where the values land: cuBLAS's kernel copies A's tile k-major (4-byte
+    copies), so a k's values of A come in two 16-byte loads into neighbouring registers, alternate banks
+    as B's do, and half its FFMAs take both A and B from the reuse cache. A_KMAJOR = 1 does the same
+    here, which cuts the FFMAs ptxas leaves in bank conflicts by about a third.""")
 def warp_tiles(A, B, C, alpha_beta, out):
     M, N = out.shape
     K = A.shape[1]

@@ -139,6 +139,30 @@ def test_warp_tiles_exact_on_its_own_path(size, monkeypatch):
         assert result.passed, f"alpha={alpha} beta={beta}: {result.message}"
 
 
+@pytest.mark.parametrize("setting", [{"FMA_ORDER": "1"}, {"FMA_ORDER": "2"}, {"FMA_ORDER": "1", "WBK": "32"},
+                                     {"A_KMAJOR": "1"}, {"A_KMAJOR": "1", "FMA_ORDER": "3"},
+                                     {"A_KMAJOR": "1", "FMA_ORDER": "3", "WBK": "32"}],
+                         ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_warp_tiles_settings_a_sweep_may_try(setting):
+    """The multiply-add orders, A's k-major tile (its own copies, loads and rows a thread) and the K-step
+    the GPU sweep pairs with them, applied as `workbench sweep` applies them (the module executed afresh
+    with the setting): exact on the stage's own kernel at a size whose K is 2.5 K-steps of 16 (1.25 of
+    32), with rows in both warp rows of the block tile and some of its rows empty."""
+    from workbench.sweep import stage_with
+
+    module = sys.modules["solutions.gemm"]
+    try:
+        stage = stage_with("gemm.warp_tiles", setting)
+        fresh = sys.modules["solutions.gemm"]
+        fresh.vectorized = fresh.async_copy = None  # taking a fallback would fail
+        A, B, C, ab = gemm._inputs((70, 12, 40), np.random.default_rng(9))
+        out, ref = _run_gemm(stage, A, B, C, float(ab[0]), float(ab[1]))
+        result = compare("warp_tiles", (70, 12, 40), out, ref, gemm._tolerance((70, 12, 40), np.float32))
+        assert result.passed, result.message
+    finally:
+        sys.modules["solutions.gemm"] = module
+
+
 @pytest.mark.parametrize("size", [(9, 13, 11), (8, 6, 12), (8, 12, 6)])  # K and N odd; N % 4; K % 4
 def test_warp_tiles_takes_stage_7_where_rows_are_not_16_byte_aligned(size, monkeypatch):
     """cp.async's 16-byte chunks need 16-byte aligned rows: otherwise the launcher hands the product
