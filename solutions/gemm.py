@@ -713,13 +713,13 @@ WBK = 16  # K-step: a multiple of 8 (see WSA)
 # full rate one operand must come from the operand reuse cache (the `.reuse` flags in SASS: one register a
 # bank per operand slot, kept from the FFMA before) and the other two from different banks. ptxas picks
 # the registers and reorders the FFMAs itself; the source order only steers it (see the paragraph).
-FMA_ORDER = 0
+FMA_ORDER = 3
 # A's tile in shared memory: 0 in rows as in global memory (16-byte copies; a 16-byte load gives a thread
 # 4 k of one row, so its 8 values of A for one k come from 8 loads and sit in one register bank);
 # 1 transposed, k-major (4-byte copies, as cuBLAS's float32 kernel makes; a 16-byte load gives 4
 # neighbouring rows of one k, so a thread's rows are 4g .. 4g + 3 and 32 + 4g .. 32 + 4g + 3 of its warp
 # tile and its values of A for one k alternate between the banks, as its values of B do).
-A_KMAJOR = 0
+A_KMAJOR = 1
 WSTAGES = 3  # K-steps in the cp.async ring: two in flight while the third is computed on
 WSA = WBK + 4  # A's tile row stride: (WBK + 4) / 4 odd, so a warp's 8 rows lie in 8 different bank groups
 WSAT = WBM + 4  # k-major A's row stride: a warp's copies (8 k x 4 rows) land in 32 different banks
