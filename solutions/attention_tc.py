@@ -75,7 +75,8 @@ from solutions._flash_mma import (ALIGN16, FULL_MASK, HEAD_DIM_STEPS, LOG2E, LOW
 from solutions._ptx import cp_async_commit, cp_async_wait_pending, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, \
     shared_address32
 from solutions._hopper import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
-                               mbarrier_wait, setmaxnreg_consumer, setmaxnreg_producer, shared_descriptor, tile_pad,
+                               mbarrier_wait, mbarrier_wait_backoff, setmaxnreg_consumer, setmaxnreg_producer,
+                               shared_descriptor, tile_pad,
                                advance_descriptor,
                                named_barrier_arrive, named_barrier_sync, tma_load_2d, wgmma_commit, wgmma_fence,
                                wgmma_wait0, wgmma_wait1)
@@ -975,33 +976,34 @@ def _hopper_device_functions(DP, BF16, PINGPONG):
             fence_o)
 
 
-def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True):
-    """lean_loop's key loop, for one consumer and one block of queries: the lean_loop kernel runs it once,
-    the persistent kernel once an item. Tile 0's S and softmax, then each step issues tile t's S and
-    tile t - 1's P V, waits for S only and runs tile t's softmax while P V is still on the tensor cores;
-    then the last P V. The mask only on tiles from ``whole`` on (_mask_tile, in 32 bits); the
-    descriptors made once by the caller and moved by the slot's offset; the slot and the parity of its
-    "full" phase carried in and out (the caller's are those of the tile before this block's first).
-    RELEASE_Q: once the last S has completed, every thread arrives on ``q_empty`` (the persistent
-    kernel's Q buffer may take the next item's Q). PINGPONG: the consumers take turns to issue."""
+def _lean_key_loop_parts(DP, BF16, RELEASE_Q, PINGPONG=True, BACKOFF_NS=0):
+    """_lean_key_loop's three parts, for a caller that puts other work between them (the persistent kernel
+    with OVERLAP_ITEM_SEAM): first_scores issues tile 0's S (one wgmma group, not waited for);
+    after_first_scores, once that S has been waited for, runs the rest up to the last P V, issued and not
+    waited for; last_values_done, once that P V has been waited for, frees its slot. BACKOFF_NS: the
+    consumers' waits on the "full" barriers sleep that long between tries (0: mbarrier_wait's loop)."""
     BKV_, STAGES_ = HOPPER_BKV, HOPPER_STAGES
     TILE = hopper_layout(DP)[1]
     (my_turn, your_turn, _, issue_scores_from, _, issue_values_from, pack_p, fence_s,
      fence_o) = _hopper_device_functions(DP, BF16, PINGPONG)
+    full_wait = _consumer_wait(BACKOFF_NS)
 
     @cuda.jit(device=True, inline=True)
-    def key_loop(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full, empty, q_empty, slot, phase,
-                 tiles, whole, i0, S32, is_causal, scale_log2e, c):
+    def first_scores(s, q_desc, k_desc, k_full, slot, phase, c):
         slot = int32(slot + 1)
         if slot == STAGES_:
             slot = int32(0)
             phase = int32(phase ^ 1)
-        mbarrier_wait(k_full + uint64(8 * slot), phase)
+        full_wait(k_full + uint64(8 * slot), phase)
         my_turn(c)
         wgmma_fence()
         issue_scores_from(s, q_desc, advance_descriptor(k_desc, slot * TILE))
         your_turn(c)
-        wgmma_wait0()
+        return slot, phase
+
+    @cuda.jit(device=True, inline=True)
+    def after_first_scores(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full, empty, q_empty,
+                           slot, phase, tiles, whole, i0, S32, is_causal, scale_log2e, c):
         fence_s(s)
         if whole == 0:
             _mask_tile(s, i0, int32(0), S32, is_causal, BKV_)
@@ -1014,8 +1016,8 @@ def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True):
             if slot == STAGES_:
                 slot = int32(0)
                 phase = int32(phase ^ 1)
-            mbarrier_wait(k_full + uint64(8 * slot), phase)
-            mbarrier_wait(v_full + uint64(8 * before), before_phase)
+            full_wait(k_full + uint64(8 * slot), phase)
+            full_wait(v_full + uint64(8 * before), before_phase)
             my_turn(c)
             wgmma_fence()
             issue_scores_from(s, q_desc, advance_descriptor(k_desc, slot * TILE))
@@ -1036,16 +1038,56 @@ def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True):
             # Every thread arrives, not one a warpgroup: each read the item's number, and its arrival
             # (a release) is what orders that read before the producer's next write.
             mbarrier_arrive(q_empty)
-        mbarrier_wait(v_full + uint64(8 * slot), phase)
+        full_wait(v_full + uint64(8 * slot), phase)
         my_turn(c)
         wgmma_fence()
         issue_values_from(o, pf, advance_descriptor(v_desc, slot * TILE))
         if c == 0:  # (consumer 1 answers at the next block's or item's start, if any)
             your_turn(c)
-        wgmma_wait0()
+        return slot, phase
+
+    @cuda.jit(device=True, inline=True)
+    def last_values_done(o, empty, slot):
         fence_o(o)
         if cuda.threadIdx.x % 128 == 0:
             mbarrier_arrive(empty + uint64(8 * slot))
+
+    return first_scores, after_first_scores, last_values_done
+
+
+def _consumer_wait(BACKOFF_NS):
+    """The consumers' wait on an mbarrier: mbarrier_wait, or with BACKOFF_NS > 0 mbarrier_wait_backoff."""
+    @cuda.jit(device=True, inline=True)
+    def wait(bar, parity):
+        if BACKOFF_NS > 0:
+            mbarrier_wait_backoff(bar, parity, uint32(BACKOFF_NS))
+        else:
+            mbarrier_wait(bar, parity)
+    return wait
+
+
+def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True, BACKOFF_NS=0):
+    """lean_loop's key loop, for one consumer and one block of queries: the lean_loop kernel runs it once,
+    the persistent kernel once an item. Tile 0's S and softmax, then each step issues tile t's S and
+    tile t - 1's P V, waits for S only and runs tile t's softmax while P V is still on the tensor cores;
+    then the last P V. The mask only on tiles from ``whole`` on (_mask_tile, in 32 bits); the
+    descriptors made once by the caller and moved by the slot's offset; the slot and the parity of its
+    "full" phase carried in and out (the caller's are those of the tile before this block's first).
+    RELEASE_Q: once the last S has completed, every thread arrives on ``q_empty`` (the persistent
+    kernel's Q buffer may take the next item's Q). PINGPONG: the consumers take turns to issue."""
+    first_scores, after_first_scores, last_values_done = _lean_key_loop_parts(DP, BF16, RELEASE_Q, PINGPONG,
+                                                                              BACKOFF_NS)
+
+    @cuda.jit(device=True, inline=True)
+    def key_loop(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full, empty, q_empty, slot, phase,
+                 tiles, whole, i0, S32, is_causal, scale_log2e, c):
+        slot, phase = first_scores(s, q_desc, k_desc, k_full, slot, phase, c)
+        wgmma_wait0()
+        slot, phase = after_first_scores(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full,
+                                         empty, q_empty, slot, phase, tiles, whole, i0, S32, is_causal, scale_log2e,
+                                         c)
+        wgmma_wait0()
+        last_values_done(o, empty, slot)
         return slot, phase
 
     return key_loop
@@ -1227,6 +1269,12 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG, LEAN=False):
 
 
 PERSISTENT_TURNS = True  # the consumers take turns to issue their wgmma (pingpong's named barriers)
+# The seam between two items of a consumer. False: the last P V is waited for and the rows are stored
+# before the next item's Q is waited for and its first S issued (the tensor cores idle through the
+# stores). True: the next item's first S is issued right after the last P V, and the rows are stored
+# while it runs.
+OVERLAP_ITEM_SEAM = False
+WAIT_BACKOFF_NS = 0  # > 0: the consumers' mbarrier waits sleep this long between tries (nanosleep)
 
 
 def persistent_layout(DP):
@@ -1249,7 +1297,31 @@ def _persistent_kernel_source(DP, BF16):
     O_SHAPE = (DP // 8, 4)
     P_REGS = BKV_ // 4
     your_turn = _hopper_device_functions(DP, BF16, PERSISTENT_TURNS)[1]
-    key_loop = _lean_key_loop(DP, BF16, True, PERSISTENT_TURNS)
+    key_loop = _lean_key_loop(DP, BF16, True, PERSISTENT_TURNS, WAIT_BACKOFF_NS)
+    first_scores, after_first_scores, last_values_done = _lean_key_loop_parts(DP, BF16, True, PERSISTENT_TURNS,
+                                                                              WAIT_BACKOFF_NS)
+    consumer_wait = _consumer_wait(WAIT_BACKOFF_NS)
+
+    @cuda.jit(device=True, inline=True)
+    def item_at_hand(smem, item_at, heads, blocks, is_causal, S, S32, row):
+        """The number of the item whose Q has landed, and for this lane: the head's first row in the
+        (B H S) x D views, its first query row, the item's key tiles and its unmasked ones."""
+        n = uint32(smem[item_at]) | (uint32(smem[item_at + uint32(1)]) << uint32(16))
+        bh, qb = _item_order32(n, heads, blocks, is_causal)
+        q0 = int32(qb * BQ_)
+        end = min(S32, int32(q0 + BQ_)) if is_causal else S32
+        tiles = max(int32(int32(end + int32(BKV_ - 1)) // BKV_), int32(1))  # (no path around the loop)
+        whole = int32(int32(min(S32, q0) if is_causal else S32) // BKV_)
+        return n, bh * S, int32(q0 + row), tiles, whole
+
+    @cuda.jit(device=True, inline=True)
+    def fresh_rows(o, m_run, l_run):
+        for half in range(2):
+            m_run[half] = LOWEST
+            l_run[half] = float32(0.0)
+        for d in range(DP // 8):
+            for e in range(4):
+                o[d, e] = float32(0.0)
 
     def kernel(q, k, v, out32, scale_log2e, causal, map_q, map_k, map_v, claims):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
@@ -1343,30 +1415,63 @@ def _persistent_kernel_source(DP, BF16):
             slot = int32(STAGES_ - 1)  # the last tile's slot and its "full" phase's parity, across items
             phase = int32(1)
             item_phase = int32(0)
-            while True:
-                mbarrier_wait(q_bar, item_phase)  # the item's Q has landed, and its number beside it
-                n = uint32(smem[item_at]) | (uint32(smem[item_at + uint32(1)]) << uint32(16))
-                if n >= items:
-                    break
-                bh, qb = _item_order32(n, heads, blocks, is_causal)
-                q0 = int32(qb * BQ_)
-                row0 = bh * S
-                i0 = int32(q0 + row)
-                end = min(S32, int32(q0 + BQ_)) if is_causal else S32
-                tiles = max(int32(int32(end + int32(BKV_ - 1)) // BKV_), int32(1))  # (no path around the loop)
-                whole = int32(int32(min(S32, q0) if is_causal else S32) // BKV_)
-                for half in range(2):
-                    m_run[half] = LOWEST
-                    l_run[half] = float32(0.0)
-                for d in range(DP // 8):
-                    for e in range(4):
-                        o[d, e] = float32(0.0)
-                if c == 1:
-                    your_turn(c)  # consumer 0 goes first, in every item
-                slot, phase = key_loop(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full, empty,
-                                       q_empty, slot, phase, tiles, whole, i0, S32, is_causal, scale_log2e, c)
-                _store_rows_unsigned(out32, row0, i0, o, l_run, S, DP, BF16)
-                item_phase = int32(item_phase ^ 1)
+            if OVERLAP_ITEM_SEAM:
+                consumer_wait(q_bar, item_phase)  # the first item's Q has landed, and its number beside it
+                n, row0, i0, tiles, whole = item_at_hand(smem, item_at, heads, blocks, is_causal, S, S32, row)
+                if n < items:
+                    fresh_rows(o, m_run, l_run)
+                    if c == 1:
+                        your_turn(c)  # consumer 0 goes first, in every item
+                    slot, phase = first_scores(s, q_desc, k_desc, k_full, slot, phase, c)
+                    while True:
+                        wgmma_wait0()  # the item's first S (and the item before's last P V)
+                        slot, phase = after_first_scores(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc,
+                                                         k_full, v_full, empty, q_empty, slot, phase, tiles, whole,
+                                                         i0, S32, is_causal, scale_log2e, c)
+                        # The last P V is on the tensor cores: before its rows are stored, the next item's
+                        # first S goes behind it, so that the stores overlap a product
+                        done_slot, done_row0, done_i0 = slot, row0, i0
+                        item_phase = int32(item_phase ^ 1)
+                        consumer_wait(q_bar, item_phase)
+                        n, row0, i0, tiles, whole = item_at_hand(smem, item_at, heads, blocks, is_causal, S, S32, row)
+                        more = n < items
+                        if more:
+                            if c == 1:
+                                your_turn(c)
+                            slot, phase = first_scores(s, q_desc, k_desc, k_full, slot, phase, c)
+                            wgmma_wait1()  # the last P V is done; the first S may still run
+                        else:
+                            wgmma_wait0()
+                        last_values_done(o, empty, done_slot)
+                        _store_rows_unsigned(out32, done_row0, done_i0, o, l_run, S, DP, BF16)
+                        if not more:
+                            break
+                        fresh_rows(o, m_run, l_run)
+            else:
+                while True:
+                    consumer_wait(q_bar, item_phase)  # the item's Q has landed, and its number beside it
+                    n = uint32(smem[item_at]) | (uint32(smem[item_at + uint32(1)]) << uint32(16))
+                    if n >= items:
+                        break
+                    bh, qb = _item_order32(n, heads, blocks, is_causal)
+                    q0 = int32(qb * BQ_)
+                    row0 = bh * S
+                    i0 = int32(q0 + row)
+                    end = min(S32, int32(q0 + BQ_)) if is_causal else S32
+                    tiles = max(int32(int32(end + int32(BKV_ - 1)) // BKV_), int32(1))  # (no path around the loop)
+                    whole = int32(int32(min(S32, q0) if is_causal else S32) // BKV_)
+                    for half in range(2):
+                        m_run[half] = LOWEST
+                        l_run[half] = float32(0.0)
+                    for d in range(DP // 8):
+                        for e in range(4):
+                            o[d, e] = float32(0.0)
+                    if c == 1:
+                        your_turn(c)  # consumer 0 goes first, in every item
+                    slot, phase = key_loop(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full, empty,
+                                           q_empty, slot, phase, tiles, whole, i0, S32, is_causal, scale_log2e, c)
+                    _store_rows_unsigned(out32, row0, i0, o, l_run, S, DP, BF16)
+                    item_phase = int32(item_phase ^ 1)
     return kernel
 
 
