@@ -1038,12 +1038,33 @@ def _lean_key_loop_parts(DP, BF16, RELEASE_Q, PINGPONG=True, BACKOFF_NS=0):
             # Every thread arrives, not one a warpgroup: each read the item's number, and its arrival
             # (a release) is what orders that read before the producer's next write.
             mbarrier_arrive(q_empty)
+        return slot, phase
+
+    @cuda.jit(device=True, inline=True)
+    def last_values(o, pf, v_desc, v_full, slot, phase, c):
         full_wait(v_full + uint64(8 * slot), phase)
         my_turn(c)
         wgmma_fence()
         issue_values_from(o, pf, advance_descriptor(v_desc, slot * TILE))
         if c == 0:  # (consumer 1 answers at the next block's or item's start, if any)
             your_turn(c)
+
+    @cuda.jit(device=True, inline=True)
+    def last_values_then_scores(s, o, pf, q_desc, k_desc, v_desc, k_full, v_full, slot, phase, c):
+        """An item's last P V and the next item's first S in one turn, in that order (wgmma_wait1 then
+        waits for the P V only); the next item's Q must have landed. The first S's slot and parity."""
+        before = slot
+        full_wait(v_full + uint64(8 * before), phase)
+        slot = int32(slot + 1)
+        if slot == STAGES_:
+            slot = int32(0)
+            phase = int32(phase ^ 1)
+        full_wait(k_full + uint64(8 * slot), phase)
+        my_turn(c)
+        wgmma_fence()
+        issue_values_from(o, pf, advance_descriptor(v_desc, before * TILE))
+        issue_scores_from(s, q_desc, advance_descriptor(k_desc, slot * TILE))
+        your_turn(c)
         return slot, phase
 
     @cuda.jit(device=True, inline=True)
@@ -1052,7 +1073,7 @@ def _lean_key_loop_parts(DP, BF16, RELEASE_Q, PINGPONG=True, BACKOFF_NS=0):
         if cuda.threadIdx.x % 128 == 0:
             mbarrier_arrive(empty + uint64(8 * slot))
 
-    return first_scores, after_first_scores, last_values_done
+    return first_scores, after_first_scores, last_values, last_values_then_scores, last_values_done
 
 
 def _consumer_wait(BACKOFF_NS):
@@ -1075,8 +1096,8 @@ def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True, BACKOFF_NS=0):
     "full" phase carried in and out (the caller's are those of the tile before this block's first).
     RELEASE_Q: once the last S has completed, every thread arrives on ``q_empty`` (the persistent
     kernel's Q buffer may take the next item's Q). PINGPONG: the consumers take turns to issue."""
-    first_scores, after_first_scores, last_values_done = _lean_key_loop_parts(DP, BF16, RELEASE_Q, PINGPONG,
-                                                                              BACKOFF_NS)
+    first_scores, after_first_scores, last_values, _, last_values_done = _lean_key_loop_parts(
+        DP, BF16, RELEASE_Q, PINGPONG, BACKOFF_NS)
 
     @cuda.jit(device=True, inline=True)
     def key_loop(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full, empty, q_empty, slot, phase,
@@ -1086,6 +1107,7 @@ def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True, BACKOFF_NS=0):
         slot, phase = after_first_scores(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full,
                                          empty, q_empty, slot, phase, tiles, whole, i0, S32, is_causal, scale_log2e,
                                          c)
+        last_values(o, pf, v_desc, v_full, slot, phase, c)
         wgmma_wait0()
         last_values_done(o, empty, slot)
         return slot, phase
@@ -1298,8 +1320,8 @@ def _persistent_kernel_source(DP, BF16):
     P_REGS = BKV_ // 4
     your_turn = _hopper_device_functions(DP, BF16, PERSISTENT_TURNS)[1]
     key_loop = _lean_key_loop(DP, BF16, True, PERSISTENT_TURNS, WAIT_BACKOFF_NS)
-    first_scores, after_first_scores, last_values_done = _lean_key_loop_parts(DP, BF16, True, PERSISTENT_TURNS,
-                                                                              WAIT_BACKOFF_NS)
+    first_scores, after_first_scores, last_values, last_values_then_scores, last_values_done = _lean_key_loop_parts(
+        DP, BF16, True, PERSISTENT_TURNS, WAIT_BACKOFF_NS)
     consumer_wait = _consumer_wait(WAIT_BACKOFF_NS)
 
     @cuda.jit(device=True, inline=True)
@@ -1421,31 +1443,31 @@ def _persistent_kernel_source(DP, BF16):
                 if n < items:
                     fresh_rows(o, m_run, l_run)
                     if c == 1:
-                        your_turn(c)  # consumer 0 goes first, in every item
+                        your_turn(c)  # consumer 0 goes first (once: from here on the turns alternate)
                     slot, phase = first_scores(s, q_desc, k_desc, k_full, slot, phase, c)
                     while True:
                         wgmma_wait0()  # the item's first S (and the item before's last P V)
                         slot, phase = after_first_scores(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc,
                                                          k_full, v_full, empty, q_empty, slot, phase, tiles, whole,
                                                          i0, S32, is_causal, scale_log2e, c)
-                        # The last P V is on the tensor cores: before its rows are stored, the next item's
-                        # first S goes behind it, so that the stores overlap a product
-                        done_slot, done_row0, done_i0 = slot, row0, i0
+                        done_row0, done_i0 = row0, i0
                         item_phase = int32(item_phase ^ 1)
-                        consumer_wait(q_bar, item_phase)
+                        consumer_wait(q_bar, item_phase)  # the next item's Q (released just above)
                         n, row0, i0, tiles, whole = item_at_hand(smem, item_at, heads, blocks, is_causal, S, S32, row)
-                        more = n < items
-                        if more:
-                            if c == 1:
-                                your_turn(c)
-                            slot, phase = first_scores(s, q_desc, k_desc, k_full, slot, phase, c)
-                            wgmma_wait1()  # the last P V is done; the first S may still run
-                        else:
+                        if n >= items:
+                            last_values(o, pf, v_desc, v_full, slot, phase, c)
                             wgmma_wait0()
+                            last_values_done(o, empty, slot)
+                            _store_rows_unsigned(out32, done_row0, done_i0, o, l_run, S, DP, BF16)
+                            break
+                        # The last P V and the next item's first S go to the tensor cores together, and
+                        # the rows are stored while that S runs
+                        done_slot = slot
+                        slot, phase = last_values_then_scores(s, o, pf, q_desc, k_desc, v_desc, k_full, v_full,
+                                                              slot, phase, c)
+                        wgmma_wait1()  # the last P V is done; the first S may still run
                         last_values_done(o, empty, done_slot)
                         _store_rows_unsigned(out32, done_row0, done_i0, o, l_run, S, DP, BF16)
-                        if not more:
-                            break
                         fresh_rows(o, m_run, l_run)
             else:
                 while True:
