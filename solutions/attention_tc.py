@@ -1452,20 +1452,35 @@ def _persistent_kernel_source(DP, BF16):
                                                          i0, S32, is_causal, scale_log2e, c)
                         done_row0, done_i0 = row0, i0
                         item_phase = int32(item_phase ^ 1)
-                        consumer_wait(q_bar, item_phase)  # the next item's Q (released just above)
-                        n, row0, i0, tiles, whole = item_at_hand(smem, item_at, heads, blocks, is_causal, S, S32, row)
-                        if n >= items:
-                            last_values(o, pf, v_desc, v_full, slot, phase, c)
-                            wgmma_wait0()
-                            last_values_done(o, empty, slot)
-                            _store_rows_unsigned(out32, done_row0, done_i0, o, l_run, S, DP, BF16)
-                            break
-                        # The last P V and the next item's first S go to the tensor cores together, and
-                        # the rows are stored while that S runs
                         done_slot = slot
-                        slot, phase = last_values_then_scores(s, o, pf, q_desc, k_desc, v_desc, k_full, v_full,
-                                                              slot, phase, c)
-                        wgmma_wait1()  # the last P V is done; the first S may still run
+                        if OVERLAP_ITEM_SEAM == 2:
+                            # The last P V in a turn of its own; the next item's Q is waited for while it runs
+                            last_values(o, pf, v_desc, v_full, slot, phase, c)
+                            consumer_wait(q_bar, item_phase)
+                            n, row0, i0, tiles, whole = item_at_hand(smem, item_at, heads, blocks, is_causal, S,
+                                                                     S32, row)
+                            if n >= items:
+                                wgmma_wait0()
+                                last_values_done(o, empty, done_slot)
+                                _store_rows_unsigned(out32, done_row0, done_i0, o, l_run, S, DP, BF16)
+                                break
+                            if c == 1:
+                                your_turn(c)
+                            slot, phase = first_scores(s, q_desc, k_desc, k_full, slot, phase, c)
+                        else:
+                            consumer_wait(q_bar, item_phase)  # the next item's Q (released just above)
+                            n, row0, i0, tiles, whole = item_at_hand(smem, item_at, heads, blocks, is_causal, S,
+                                                                     S32, row)
+                            if n >= items:
+                                last_values(o, pf, v_desc, v_full, slot, phase, c)
+                                wgmma_wait0()
+                                last_values_done(o, empty, done_slot)
+                                _store_rows_unsigned(out32, done_row0, done_i0, o, l_run, S, DP, BF16)
+                                break
+                            # The last P V and the next item's first S go to the tensor cores together
+                            slot, phase = last_values_then_scores(s, o, pf, q_desc, k_desc, v_desc, k_full, v_full,
+                                                                  slot, phase, c)
+                        wgmma_wait1()  # the last P V is done; the rows are stored while the first S runs
                         last_values_done(o, empty, done_slot)
                         _store_rows_unsigned(out32, done_row0, done_i0, o, l_run, S, DP, BF16)
                         fresh_rows(o, m_run, l_run)
