@@ -63,7 +63,7 @@ import numpy as np
 from numba import cuda, float32, int32, uint16, uint32, uint64
 
 from workbench import device as _device
-from workbench.shared_memory import STATIC_LIMIT, set_max_dynamic_shared_memory
+from workbench.shared_memory import SM90_OPTIN_LIMIT, STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, stage_of
 from workbench.targets import against_peer
 
@@ -1297,13 +1297,31 @@ PERSISTENT_TURNS = True  # the consumers take turns to issue their wgmma (pingpo
 # while it runs.
 OVERLAP_ITEM_SEAM = False
 WAIT_BACKOFF_NS = 0  # > 0: the consumers' mbarrier waits sleep this long between tries (nanosleep)
+# 2: two Q buffers, so that the producer loads an item's Q as soon as it claims the item instead of after
+# the item before's last S (where shared memory has room for a second Q: D = 64; at D = 128 one buffer)
+Q_BUFFERS = 1
 
 
 def persistent_layout(DP):
     """hopper_layout's, then after its barriers one more, "Q empty", and the number of the item whose Q
-    is in the buffer (8 bytes each): the persistent stage's."""
+    is in the buffer (8 bytes each): the persistent stage's. With a second Q buffer, its three (Q full,
+    Q empty, number) follow, then the buffer itself at the next 1024-byte boundary."""
     *offsets, nbytes = hopper_layout(DP)
+    if persistent_q_buffers(DP) == 2:
+        return (*offsets, second_q_at(DP) + offsets[0] + 1024)
     return (*offsets, nbytes + 16)
+
+
+def second_q_at(DP):
+    """Where the second Q buffer starts: past the barriers and both buffers' numbers, 1024-aligned."""
+    bars = hopper_layout(DP)[4]
+    return (bars + 8 * (1 + 3 * HOPPER_STAGES) + 16 + 24 + 1023) // 1024 * 1024
+
+
+def persistent_q_buffers(DP):
+    """Q_BUFFERS where two fit in an SM's shared memory (D = 64), else 1."""
+    two_fit = second_q_at(DP) + hopper_layout(DP)[0] + 1024 <= SM90_OPTIN_LIMIT
+    return 2 if Q_BUFFERS == 2 and two_fit else 1
 
 
 def _persistent_kernel_source(DP, BF16):
@@ -1318,6 +1336,11 @@ def _persistent_kernel_source(DP, BF16):
     S_SHAPE = (BKV_ // 8, 4)
     O_SHAPE = (DP // 8, 4)
     P_REGS = BKV_ // 4
+    Q_TWO = persistent_q_buffers(DP) == 2
+    Q_AT_2 = second_q_at(DP)
+    # The second buffer's Q full, Q empty and number are these many bytes past the first's
+    BAR_2, EMPTY_2, NUMBER_2 = 8 * (1 + 3 * STAGES_) + 16, 24, 24
+    NEW_ITEM_LOOP = OVERLAP_ITEM_SEAM or Q_TWO
     your_turn = _hopper_device_functions(DP, BF16, PERSISTENT_TURNS)[1]
     key_loop = _lean_key_loop(DP, BF16, True, PERSISTENT_TURNS, WAIT_BACKOFF_NS)
     first_scores, after_first_scores, last_values, last_values_then_scores, last_values_done = _lean_key_loop_parts(
@@ -1335,6 +1358,24 @@ def _persistent_kernel_source(DP, BF16):
         tiles = max(int32(int32(end + int32(BKV_ - 1)) // BKV_), int32(1))  # (no path around the loop)
         whole = int32(int32(min(S32, q0) if is_causal else S32) // BKV_)
         return n, bh * S, int32(q0 + row), tiles, whole
+
+    @cuda.jit(device=True, inline=True)
+    def q_buffer(k_item, q_bar, q_empty, item_at):
+        """Of this block's item k_item (0, 1, ...): its Q buffer's Q full and Q empty barriers, the place of
+        its number (in smem's uint16s) and the buffer's offset from the first."""
+        if Q_TWO:
+            b = int32(k_item & 1)
+            return (q_bar + uint64(BAR_2 * b), q_empty + uint64(EMPTY_2 * b),
+                    uint32(item_at + uint32(NUMBER_2 // 2 * b)), int32(Q_AT_2 * b))
+        return q_bar, q_empty, item_at, int32(0)
+
+    @cuda.jit(device=True, inline=True)
+    def next_item_phase(item_phase, k_item):
+        """The parity of item k_item + 1's Q barriers' phase, from item k_item's: each buffer's phases
+        alternate, and with two buffers an item's buffer was last used two items before."""
+        if not Q_TWO or (k_item & 1) == 1:
+            return int32(item_phase ^ 1)
+        return item_phase
 
     @cuda.jit(device=True, inline=True)
     def fresh_rows(o, m_run, l_run):
@@ -1373,6 +1414,9 @@ def _persistent_kernel_source(DP, BF16):
         if t == 0:  # once for all the block's items
             mbarrier_init(q_bar, 1)
             mbarrier_init(q_empty, HOPPER_THREADS - 128)  # every consumer thread: each has read the item's number
+            if Q_TWO:
+                mbarrier_init(q_bar + uint64(BAR_2), 1)
+                mbarrier_init(q_empty + uint64(EMPTY_2), HOPPER_THREADS - 128)
             for st in range(STAGES_):
                 mbarrier_init(k_full + uint64(8 * st), 1)
                 mbarrier_init(v_full + uint64(8 * st), 1)
@@ -1387,6 +1431,7 @@ def _persistent_kernel_source(DP, BF16):
                 # is past its phase of parity 1: the wait returns at once), then 0, 1, ... as it wraps.
                 wrapped = int32(1)
                 item_phase = int32(0)
+                k_item = int32(0)  # the block's items so far
                 n = cuda.atomic.add(claims, 0, uint32(1))  # this block's first item
                 while n < items:
                     bh, qb = _item_order32(n, heads, blocks, is_causal)
@@ -1404,21 +1449,24 @@ def _persistent_kernel_source(DP, BF16):
                         if tile == 0:  # the item's first K and V are on their way: now its Q, once the last
                             # item's (one buffer) is read by both consumers (the first item's wait returns at once),
                             # and its number, which the consumers read once Q has landed
-                            mbarrier_wait(q_empty, item_phase ^ 1)
-                            smem[item_at] = uint16(n & uint32(0xFFFF))
-                            smem[item_at + uint32(1)] = uint16(n >> uint32(16))
-                            _tma_tile(tiles_at, map_q.ctypes.data, row0 + q0, q_bar, BQ_, DP)
+                            q_full_at, q_empty_at, number_at, q_off = q_buffer(k_item, q_bar, q_empty, item_at)
+                            mbarrier_wait(q_empty_at, item_phase ^ 1)
+                            smem[number_at] = uint16(n & uint32(0xFFFF))
+                            smem[number_at + uint32(1)] = uint16(n >> uint32(16))
+                            _tma_tile(tiles_at + uint64(q_off), map_q.ctypes.data, row0 + q0, q_full_at, BQ_, DP)
                         slot = int32(slot + 1)
                         if slot == STAGES_:
                             slot = int32(0)
                             wrapped = int32(wrapped ^ 1)
-                    item_phase = int32(item_phase ^ 1)
+                    item_phase = next_item_phase(item_phase, k_item)
+                    k_item = int32(k_item + 1)
                     n = cuda.atomic.add(claims, 0, uint32(1))  # the next item not yet claimed by any block
                 # No item left: the consumers wake to an item number past the last (an arrival with no copy)
-                mbarrier_wait(q_empty, item_phase ^ 1)
-                smem[item_at] = uint16(n & uint32(0xFFFF))
-                smem[item_at + uint32(1)] = uint16(n >> uint32(16))
-                mbarrier_arrive(q_bar)
+                q_full_at, q_empty_at, number_at, _ = q_buffer(k_item, q_bar, q_empty, item_at)
+                mbarrier_wait(q_empty_at, item_phase ^ 1)
+                smem[number_at] = uint16(n & uint32(0xFFFF))
+                smem[number_at + uint32(1)] = uint16(n >> uint32(16))
+                mbarrier_arrive(q_full_at)
                 # Every block claims past the end once and then never again: the last to do so zeroes both
                 # counters for the next launch (which starts after this one ends).
                 if cuda.atomic.add(claims, 1, uint32(1)) == grid - uint32(1):
@@ -1437,39 +1485,31 @@ def _persistent_kernel_source(DP, BF16):
             slot = int32(STAGES_ - 1)  # the last tile's slot and its "full" phase's parity, across items
             phase = int32(1)
             item_phase = int32(0)
-            if OVERLAP_ITEM_SEAM:
-                consumer_wait(q_bar, item_phase)  # the first item's Q has landed, and its number beside it
-                n, row0, i0, tiles, whole = item_at_hand(smem, item_at, heads, blocks, is_causal, S, S32, row)
+            if NEW_ITEM_LOOP:
+                # Item k_item's Q buffer (its barriers, its number's place, its descriptor); the next item's
+                k_item = int32(0)
+                q_full_at, q_empty_at, number_at, q_off = q_buffer(k_item, q_bar, q_empty, item_at)
+                q_desc_at = advance_descriptor(q_desc, q_off)
+                consumer_wait(q_full_at, item_phase)  # the first item's Q has landed, and its number beside it
+                n, row0, i0, tiles, whole = item_at_hand(smem, number_at, heads, blocks, is_causal, S, S32, row)
                 if n < items:
                     fresh_rows(o, m_run, l_run)
                     if c == 1:
-                        your_turn(c)  # consumer 0 goes first (once: from here on the turns alternate)
-                    slot, phase = first_scores(s, q_desc, k_desc, k_full, slot, phase, c)
+                        your_turn(c)  # consumer 0 goes first
+                    slot, phase = first_scores(s, q_desc_at, k_desc, k_full, slot, phase, c)
                     while True:
                         wgmma_wait0()  # the item's first S (and the item before's last P V)
-                        slot, phase = after_first_scores(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc,
-                                                         k_full, v_full, empty, q_empty, slot, phase, tiles, whole,
-                                                         i0, S32, is_causal, scale_log2e, c)
-                        done_row0, done_i0 = row0, i0
-                        item_phase = int32(item_phase ^ 1)
-                        done_slot = slot
-                        if OVERLAP_ITEM_SEAM == 2:
-                            # The last P V in a turn of its own; the next item's Q is waited for while it runs
-                            last_values(o, pf, v_desc, v_full, slot, phase, c)
-                            consumer_wait(q_bar, item_phase)
-                            n, row0, i0, tiles, whole = item_at_hand(smem, item_at, heads, blocks, is_causal, S,
-                                                                     S32, row)
-                            if n >= items:
-                                wgmma_wait0()
-                                last_values_done(o, empty, done_slot)
-                                _store_rows_unsigned(out32, done_row0, done_i0, o, l_run, S, DP, BF16)
-                                break
-                            if c == 1:
-                                your_turn(c)
-                            slot, phase = first_scores(s, q_desc, k_desc, k_full, slot, phase, c)
-                        else:
-                            consumer_wait(q_bar, item_phase)  # the next item's Q (released just above)
-                            n, row0, i0, tiles, whole = item_at_hand(smem, item_at, heads, blocks, is_causal, S,
+                        slot, phase = after_first_scores(s, o, pf, alpha, m_run, l_run, q_desc_at, k_desc, v_desc,
+                                                         k_full, v_full, empty, q_empty_at, slot, phase, tiles,
+                                                         whole, i0, S32, is_causal, scale_log2e, c)
+                        done_slot, done_row0, done_i0 = slot, row0, i0
+                        item_phase = next_item_phase(item_phase, k_item)
+                        k_item = int32(k_item + 1)
+                        q_full_at, q_empty_at, number_at, q_off = q_buffer(k_item, q_bar, q_empty, item_at)
+                        q_desc_at = advance_descriptor(q_desc, q_off)
+                        if OVERLAP_ITEM_SEAM:
+                            consumer_wait(q_full_at, item_phase)  # the next item's Q
+                            n, row0, i0, tiles, whole = item_at_hand(smem, number_at, heads, blocks, is_causal, S,
                                                                      S32, row)
                             if n >= items:
                                 last_values(o, pf, v_desc, v_full, slot, phase, c)
@@ -1477,13 +1517,28 @@ def _persistent_kernel_source(DP, BF16):
                                 last_values_done(o, empty, done_slot)
                                 _store_rows_unsigned(out32, done_row0, done_i0, o, l_run, S, DP, BF16)
                                 break
-                            # The last P V and the next item's first S go to the tensor cores together
-                            slot, phase = last_values_then_scores(s, o, pf, q_desc, k_desc, v_desc, k_full, v_full,
-                                                                  slot, phase, c)
-                        wgmma_wait1()  # the last P V is done; the rows are stored while the first S runs
-                        last_values_done(o, empty, done_slot)
-                        _store_rows_unsigned(out32, done_row0, done_i0, o, l_run, S, DP, BF16)
-                        fresh_rows(o, m_run, l_run)
+                            # The last P V and the next item's first S go to the tensor cores in one turn,
+                            # and the rows are stored while that S runs
+                            slot, phase = last_values_then_scores(s, o, pf, q_desc_at, k_desc, v_desc, k_full,
+                                                                  v_full, slot, phase, c)
+                            wgmma_wait1()  # the last P V is done; the first S may still run
+                            last_values_done(o, empty, done_slot)
+                            _store_rows_unsigned(out32, done_row0, done_i0, o, l_run, S, DP, BF16)
+                            fresh_rows(o, m_run, l_run)
+                        else:  # the committed loop's order, with two Q buffers
+                            last_values(o, pf, v_desc, v_full, slot, phase, c)
+                            wgmma_wait0()
+                            last_values_done(o, empty, done_slot)
+                            _store_rows_unsigned(out32, done_row0, done_i0, o, l_run, S, DP, BF16)
+                            consumer_wait(q_full_at, item_phase)
+                            n, row0, i0, tiles, whole = item_at_hand(smem, number_at, heads, blocks, is_causal, S,
+                                                                     S32, row)
+                            if n >= items:
+                                break
+                            fresh_rows(o, m_run, l_run)
+                            if c == 1:
+                                your_turn(c)
+                            slot, phase = first_scores(s, q_desc_at, k_desc, k_full, slot, phase, c)
             else:
                 while True:
                     consumer_wait(q_bar, item_phase)  # the item's Q has landed, and its number beside it
