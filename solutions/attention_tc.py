@@ -1300,6 +1300,10 @@ WAIT_BACKOFF_NS = 0  # > 0: the consumers' mbarrier waits sleep this long betwee
 # 2: two Q buffers, so that the producer loads an item's Q as soon as it claims the item instead of after
 # the item before's last S (where shared memory has room for a second Q: D = 64; at D = 128 one buffer)
 Q_BUFFERS = 1
+# True: the producer, which works out each item's head and query block anyway, writes them beside Q in the
+# place of the item's number, and the consumers read them instead of repeating _item_order32's divisions
+# between an item's last P V and the next item's first S
+ITEM_FROM_PRODUCER = False
 
 
 def persistent_layout(DP):
@@ -1340,7 +1344,8 @@ def _persistent_kernel_source(DP, BF16):
     Q_AT_2 = second_q_at(DP)
     # The second buffer's Q full, Q empty and number are these many bytes past the first's
     BAR_2, EMPTY_2, NUMBER_2 = 8 * (1 + 3 * STAGES_) + 16, 24, 24
-    NEW_ITEM_LOOP = OVERLAP_ITEM_SEAM or Q_TWO
+    NEW_ITEM_LOOP = OVERLAP_ITEM_SEAM or Q_TWO or ITEM_FROM_PRODUCER
+    NO_ITEM = uint32(0xFFFFFFFF)  # (ITEM_FROM_PRODUCER) the query block that says no item is left
     your_turn = _hopper_device_functions(DP, BF16, PERSISTENT_TURNS)[1]
     key_loop = _lean_key_loop(DP, BF16, True, PERSISTENT_TURNS, WAIT_BACKOFF_NS)
     first_scores, after_first_scores, last_values, last_values_then_scores, last_values_done = _lean_key_loop_parts(
@@ -1348,16 +1353,34 @@ def _persistent_kernel_source(DP, BF16):
     consumer_wait = _consumer_wait(WAIT_BACKOFF_NS)
 
     @cuda.jit(device=True, inline=True)
-    def item_at_hand(smem, item_at, heads, blocks, is_causal, S, S32, row):
-        """The number of the item whose Q has landed, and for this lane: the head's first row in the
-        (B H S) x D views, its first query row, the item's key tiles and its unmasked ones."""
-        n = uint32(smem[item_at]) | (uint32(smem[item_at + uint32(1)]) << uint32(16))
-        bh, qb = _item_order32(n, heads, blocks, is_causal)
+    def item_at_hand(smem, item_at, heads, blocks, items, is_causal, S, S32, row):
+        """Of the item whose Q has landed: whether there is one, and for this lane the head's first row in
+        the (B H S) x D views, its first query row, the item's key tiles and its unmasked ones."""
+        first = uint32(smem[item_at]) | (uint32(smem[item_at + uint32(1)]) << uint32(16))
+        if ITEM_FROM_PRODUCER:
+            qb_bits = uint32(smem[item_at + uint32(2)]) | (uint32(smem[item_at + uint32(3)]) << uint32(16))
+            more = qb_bits != NO_ITEM
+            bh, qb = int32(first), int32(qb_bits & uint32(0x7FFFFFFF))  # (past the last item: any block)
+        else:  # the item's number
+            more = first < items
+            bh, qb = _item_order32(first, heads, blocks, is_causal)
         q0 = int32(qb * BQ_)
         end = min(S32, int32(q0 + BQ_)) if is_causal else S32
         tiles = max(int32(int32(end + int32(BKV_ - 1)) // BKV_), int32(1))  # (no path around the loop)
         whole = int32(int32(min(S32, q0) if is_causal else S32) // BKV_)
-        return n, bh * S, int32(q0 + row), tiles, whole
+        return more, bh * S, int32(q0 + row), tiles, whole
+
+    @cuda.jit(device=True, inline=True)
+    def post_item(smem, number_at, n, bh, qb):
+        """What the consumers read once the item's Q has landed: its number, or its head and query block."""
+        if ITEM_FROM_PRODUCER:
+            smem[number_at] = uint16(uint32(bh) & uint32(0xFFFF))
+            smem[number_at + uint32(1)] = uint16(uint32(bh) >> uint32(16))
+            smem[number_at + uint32(2)] = uint16(uint32(qb) & uint32(0xFFFF))
+            smem[number_at + uint32(3)] = uint16(uint32(qb) >> uint32(16))
+        else:
+            smem[number_at] = uint16(n & uint32(0xFFFF))
+            smem[number_at + uint32(1)] = uint16(n >> uint32(16))
 
     @cuda.jit(device=True, inline=True)
     def q_buffer(k_item, q_bar, q_empty, item_at):
@@ -1451,8 +1474,7 @@ def _persistent_kernel_source(DP, BF16):
                             # and its number, which the consumers read once Q has landed
                             q_full_at, q_empty_at, number_at, q_off = q_buffer(k_item, q_bar, q_empty, item_at)
                             mbarrier_wait(q_empty_at, item_phase ^ 1)
-                            smem[number_at] = uint16(n & uint32(0xFFFF))
-                            smem[number_at + uint32(1)] = uint16(n >> uint32(16))
+                            post_item(smem, number_at, n, bh, qb)
                             _tma_tile(tiles_at + uint64(q_off), map_q.ctypes.data, row0 + q0, q_full_at, BQ_, DP)
                         slot = int32(slot + 1)
                         if slot == STAGES_:
@@ -1464,8 +1486,7 @@ def _persistent_kernel_source(DP, BF16):
                 # No item left: the consumers wake to an item number past the last (an arrival with no copy)
                 q_full_at, q_empty_at, number_at, _ = q_buffer(k_item, q_bar, q_empty, item_at)
                 mbarrier_wait(q_empty_at, item_phase ^ 1)
-                smem[number_at] = uint16(n & uint32(0xFFFF))
-                smem[number_at + uint32(1)] = uint16(n >> uint32(16))
+                post_item(smem, number_at, n, uint32(0), NO_ITEM)
                 mbarrier_arrive(q_full_at)
                 # Every block claims past the end once and then never again: the last to do so zeroes both
                 # counters for the next launch (which starts after this one ends).
@@ -1491,8 +1512,9 @@ def _persistent_kernel_source(DP, BF16):
                 q_full_at, q_empty_at, number_at, q_off = q_buffer(k_item, q_bar, q_empty, item_at)
                 q_desc_at = advance_descriptor(q_desc, q_off)
                 consumer_wait(q_full_at, item_phase)  # the first item's Q has landed, and its number beside it
-                n, row0, i0, tiles, whole = item_at_hand(smem, number_at, heads, blocks, is_causal, S, S32, row)
-                if n < items:
+                more, row0, i0, tiles, whole = item_at_hand(smem, number_at, heads, blocks, items, is_causal, S,
+                                                            S32, row)
+                if more:
                     fresh_rows(o, m_run, l_run)
                     if c == 1:
                         your_turn(c)  # consumer 0 goes first
@@ -1509,9 +1531,9 @@ def _persistent_kernel_source(DP, BF16):
                         q_desc_at = advance_descriptor(q_desc, q_off)
                         if OVERLAP_ITEM_SEAM:
                             consumer_wait(q_full_at, item_phase)  # the next item's Q
-                            n, row0, i0, tiles, whole = item_at_hand(smem, number_at, heads, blocks, is_causal, S,
-                                                                     S32, row)
-                            if n >= items:
+                            more, row0, i0, tiles, whole = item_at_hand(smem, number_at, heads, blocks, items,
+                                                                        is_causal, S, S32, row)
+                            if not more:
                                 last_values(o, pf, v_desc, v_full, slot, phase, c)
                                 wgmma_wait0()
                                 last_values_done(o, empty, done_slot)
@@ -1531,9 +1553,9 @@ def _persistent_kernel_source(DP, BF16):
                             last_values_done(o, empty, done_slot)
                             _store_rows_unsigned(out32, done_row0, done_i0, o, l_run, S, DP, BF16)
                             consumer_wait(q_full_at, item_phase)
-                            n, row0, i0, tiles, whole = item_at_hand(smem, number_at, heads, blocks, is_causal, S,
-                                                                     S32, row)
-                            if n >= items:
+                            more, row0, i0, tiles, whole = item_at_hand(smem, number_at, heads, blocks, items,
+                                                                        is_causal, S, S32, row)
+                            if not more:
                                 break
                             fresh_rows(o, m_run, l_run)
                             if c == 1:
