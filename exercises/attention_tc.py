@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: be98ba2a0417ec1b36759350fb52410b28917f7fa67a9bd8699b53d3153acecc
+# generated-sha256: d59e6eb1db4b7280586c42c153f8d0fad701e105d234f9f42a9f0be67d11f4f9
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync, then
 FlashAttention-3's on Hopper's wgmma, TMA and warp specialisation.
@@ -1472,6 +1472,11 @@ def _persistent_kernel_source(DP, BF16):
                     row0 = bh * S
                     end = min(S32, int32(q0 + BQ_)) if is_causal else S32
                     tiles = max(int32(int32(end + int32(BKV_ - 1)) // BKV_), int32(1))
+                    if Q_TWO:  # Q first, as soon as the item is claimed: its buffer is the item before last's
+                        q_full_at, q_empty_at, number_at, q_off = q_buffer(k_item, q_bar, q_empty, item_at)
+                        mbarrier_wait(q_empty_at, item_phase ^ 1)
+                        post_item(smem, number_at, n, bh, qb)
+                        _tma_tile(tiles_at + uint64(q_off), map_q.ctypes.data, row0 + q0, q_full_at, BQ_, DP)
                     for tile in range(tiles):
                         mbarrier_wait(empty + uint64(8 * slot), wrapped)
                         j = row0 + tile * BKV_
@@ -1479,9 +1484,9 @@ def _persistent_kernel_source(DP, BF16):
                                   BKV_, DP)
                         _tma_tile(tiles_at + uint64(V_AT + slot * TILE), map_v.ctypes.data, j, v_full + uint64(8 * slot),
                                   BKV_, DP)
-                        if tile == 0:  # the item's first K and V are on their way: now its Q, once the last
-                            # item's (one buffer) is read by both consumers (the first item's wait returns at once),
-                            # and its number, which the consumers read once Q has landed
+                        if tile == 0 and not Q_TWO:  # the item's first K and V are on their way: now its Q, once
+                            # the last item's (one buffer) is read by both consumers (the first item's wait returns
+                            # at once), and its number, which the consumers read once Q has landed
                             q_full_at, q_empty_at, number_at, q_off = q_buffer(k_item, q_bar, q_empty, item_at)
                             mbarrier_wait(q_empty_at, item_phase ^ 1)
                             post_item(smem, number_at, n, bh, qb)
