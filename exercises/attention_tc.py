@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: d59e6eb1db4b7280586c42c153f8d0fad701e105d234f9f42a9f0be67d11f4f9
+# generated-sha256: 6a7a4abbfe8bb901a5a97d773c6dbfdac724bc52d760b61e22cba51e1eeded5e
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync, then
 FlashAttention-3's on Hopper's wgmma, TMA and warp specialisation.
@@ -987,11 +987,12 @@ def _hopper_device_functions(DP, BF16, PINGPONG):
 
 
 def _lean_key_loop_parts(DP, BF16, RELEASE_Q, PINGPONG=True, BACKOFF_NS=0):
-    """_lean_key_loop's three parts, for a caller that puts other work between them (the persistent kernel
-    with OVERLAP_ITEM_SEAM): first_scores issues tile 0's S (one wgmma group, not waited for);
-    after_first_scores, once that S has been waited for, runs the rest up to the last P V, issued and not
-    waited for; last_values_done, once that P V has been waited for, frees its slot. BACKOFF_NS: the
-    consumers' waits on the "full" barriers sleep that long between tries (0: mbarrier_wait's loop)."""
+    """_lean_key_loop in parts, for a caller that puts other work between them (the persistent kernel's
+    item loop): first_scores issues tile 0's S (one wgmma group, not waited for); after_first_scores,
+    once that S has been waited for, runs the tiles up to the last P V; last_values issues that P V (not
+    waited for), or last_values_then_scores issues it together with the next item's first S;
+    last_values_done, once the P V has been waited for, frees its slot. BACKOFF_NS: the consumers' waits
+    on the "full" barriers sleep that long between tries (0: mbarrier_wait's loop)."""
     BKV_, STAGES_ = HOPPER_BKV, HOPPER_STAGES
     TILE = hopper_layout(DP)[1]
     (my_turn, your_turn, _, issue_scores_from, _, issue_values_from, pack_p, fence_s,
@@ -1302,9 +1303,9 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG, LEAN=False):
 
 PERSISTENT_TURNS = True  # the consumers take turns to issue their wgmma (pingpong's named barriers)
 # The seam between two items of a consumer. False: the last P V is waited for and the rows are stored
-# before the next item's Q is waited for and its first S issued (the tensor cores idle through the
-# stores). True: the next item's first S is issued right after the last P V, and the rows are stored
-# while it runs.
+# before the next item's Q is waited for and its first S issued (this consumer's products idle through
+# the stores). True: once the next item's Q has landed, its first S is issued in the same turn as the last
+# P V, and the rows are stored while it runs.
 OVERLAP_ITEM_SEAM = False
 WAIT_BACKOFF_NS = 0  # > 0: the consumers' mbarrier waits sleep this long between tries (nanosleep)
 # 2: two Q buffers, so that the producer loads an item's Q as soon as it claims the item instead of after
@@ -1522,7 +1523,8 @@ def _persistent_kernel_source(DP, BF16):
             phase = int32(1)
             item_phase = int32(0)
             if NEW_ITEM_LOOP:
-                # Item k_item's Q buffer (its barriers, its number's place, its descriptor); the next item's
+                # This block's item k_item has Q buffer k_item % 2 (0 with one buffer): its barriers, the place
+                # of its number, its descriptor
                 k_item = int32(0)
                 q_full_at, q_empty_at, number_at, q_off = q_buffer(k_item, q_bar, q_empty, item_at)
                 q_desc_at = advance_descriptor(q_desc, q_off)
@@ -1532,7 +1534,9 @@ def _persistent_kernel_source(DP, BF16):
                 if more:
                     fresh_rows(o, m_run, l_run)
                     if c == 1:
-                        your_turn(c)  # consumer 0 goes first
+                        # consumer 0 goes first; consumer 1 answers again at each item's start, except with
+                        # OVERLAP_ITEM_SEAM, where its last P V hands the turn on as every other issue does
+                        your_turn(c)
                     slot, phase = first_scores(s, q_desc_at, k_desc, k_full, slot, phase, c)
                     while True:
                         wgmma_wait0()  # the item's first S (and the item before's last P V)
@@ -1562,7 +1566,7 @@ def _persistent_kernel_source(DP, BF16):
                             last_values_done(o, empty, done_slot)
                             _store_rows_unsigned(out32, done_row0, done_i0, o, l_run, S, DP, BF16)
                             fresh_rows(o, m_run, l_run)
-                        else:  # the committed loop's order, with two Q buffers
+                        else:  # the committed seam's order (with two Q buffers or the posted item)
                             last_values(o, pf, v_desc, v_full, slot, phase, c)
                             wgmma_wait0()
                             last_values_done(o, empty, done_slot)
