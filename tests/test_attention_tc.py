@@ -322,8 +322,8 @@ def test_the_persistent_settings_a_sweep_may_try_give_lean_loops_bits(setting, s
     issued with the last P V and the rows stored under it (OVERLAP_ITEM_SEAM), two Q buffers (the next
     item's Q loaded while the current one runs; at D = 128 they do not fit and one is used), the item's
     head and query block posted by the producer (ITEM_FROM_PRODUCER; the end as a query block of all
-    ones), the waits with a sleep (WAIT_BACKOFF_NS). Each at sizes not multiples of the tiles, under the mask and not, on
-    one or two blocks: lean_loop's bits, and the counters back at zero."""
+    ones), the waits with a sleep (WAIT_BACKOFF_NS). Each at sizes not multiples of the tiles, under the
+    mask and not, on one or two blocks: lean_loop's bits, and the counters back at zero."""
     from workbench.ladder import to_host
 
     variant = _persistent_variant(**setting)
