@@ -139,13 +139,12 @@ def test_warp_tiles_exact_on_its_own_path(size, monkeypatch):
         assert result.passed, f"alpha={alpha} beta={beta}: {result.message}"
 
 
-@pytest.mark.parametrize("setting", [{"FMA_ORDER": "1"}, {"FMA_ORDER": "2"}, {"FMA_ORDER": "1", "WBK": "32"},
-                                     {"A_KMAJOR": "1"}, {"A_KMAJOR": "1", "FMA_ORDER": "3"},
-                                     {"A_KMAJOR": "1", "FMA_ORDER": "3", "WBK": "32"}],
+@pytest.mark.parametrize("setting", [{"FMA_ORDER": "0"}, {"FMA_ORDER": "1"}, {"FMA_ORDER": "2"},
+                                     {"FMA_ORDER": "1", "WBK": "32"}, {"WBK": "32"}, {"WSTAGES": "4"}],
                          ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
 def test_warp_tiles_settings_a_sweep_may_try(setting):
-    """The multiply-add orders, A's k-major tile (its own copies, loads and rows a thread) and the K-step
-    the GPU sweep pairs with them, applied as `workbench sweep` applies them (the module executed afresh
+    """The multiply-add orders, the K-step and the ring's depth the GPU sweep may try, applied as
+    `workbench sweep` applies them (the module executed afresh
     with the setting): exact on the stage's own kernel at a size whose K is 2.5 K-steps of 16 (1.25 of
     32), with rows in both warp rows of the block tile and some of its rows empty."""
     from workbench.sweep import stage_with
