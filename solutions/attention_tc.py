@@ -1296,15 +1296,15 @@ PERSISTENT_TURNS = True  # the consumers take turns to issue their wgmma (pingpo
 # before the next item's Q is waited for and its first S issued (this consumer's products idle through
 # the stores). True: once the next item's Q has landed, its first S is issued in the same turn as the last
 # P V, and the rows are stored while it runs.
-OVERLAP_ITEM_SEAM = True
+OVERLAP_ITEM_SEAM = False
 WAIT_BACKOFF_NS = 0  # > 0: the consumers' mbarrier waits sleep this long between tries (nanosleep)
 # 2: two Q buffers, so that the producer loads an item's Q as soon as it claims the item instead of after
 # the item before's last S (where shared memory has room for a second Q: D = 64; at D = 128 one buffer)
-Q_BUFFERS = 2
+Q_BUFFERS = 1
 # True: the producer, which works out each item's head and query block anyway, writes them beside Q in the
 # place of the item's number, and the consumers read them instead of repeating _item_order32's divisions
 # between an item's last P V and the next item's first S
-ITEM_FROM_PRODUCER = True
+ITEM_FROM_PRODUCER = False
 
 
 def persistent_layout(DP):
