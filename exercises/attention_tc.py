@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 6a7a4abbfe8bb901a5a97d773c6dbfdac724bc52d760b61e22cba51e1eeded5e
+# generated-sha256: ca0e62409ae4b6727a131d8e4cd081599eaa43ee4e81390edb889b626009891c
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync, then
 FlashAttention-3's on Hopper's wgmma, TMA and warp specialisation.
@@ -77,7 +77,7 @@ import numpy as np
 from numba import cuda, float32, int32, uint16, uint32, uint64
 
 from workbench import device as _device
-from workbench.shared_memory import SM90_OPTIN_LIMIT, STATIC_LIMIT, set_max_dynamic_shared_memory
+from workbench.shared_memory import STATIC_LIMIT, set_max_dynamic_shared_memory
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, stage_of
 from workbench.targets import against_peer
 
@@ -89,8 +89,7 @@ from solutions._flash_mma import (ALIGN16, FULL_MASK, HEAD_DIM_STEPS, LOG2E, LOW
 from solutions._ptx import cp_async_commit, cp_async_wait_pending, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, \
     shared_address32
 from solutions._hopper import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
-                               mbarrier_wait, mbarrier_wait_backoff, setmaxnreg_consumer, setmaxnreg_producer,
-                               shared_descriptor, tile_pad,
+                               mbarrier_wait, setmaxnreg_consumer, setmaxnreg_producer, shared_descriptor, tile_pad,
                                advance_descriptor,
                                named_barrier_arrive, named_barrier_sync, tma_load_2d, wgmma_commit, wgmma_fence,
                                wgmma_wait0, wgmma_wait1)
@@ -986,35 +985,33 @@ def _hopper_device_functions(DP, BF16, PINGPONG):
             fence_o)
 
 
-def _lean_key_loop_parts(DP, BF16, RELEASE_Q, PINGPONG=True, BACKOFF_NS=0):
-    """_lean_key_loop in parts, for a caller that puts other work between them (the persistent kernel's
-    item loop): first_scores issues tile 0's S (one wgmma group, not waited for); after_first_scores,
-    once that S has been waited for, runs the tiles up to the last P V; last_values issues that P V (not
-    waited for), or last_values_then_scores issues it together with the next item's first S;
-    last_values_done, once the P V has been waited for, frees its slot. BACKOFF_NS: the consumers' waits
-    on the "full" barriers sleep that long between tries (0: mbarrier_wait's loop)."""
+def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True):
+    """lean_loop's key loop, for one consumer and one block of queries: the lean_loop kernel runs it once,
+    the persistent kernel once an item. Tile 0's S and softmax, then each step issues tile t's S and
+    tile t - 1's P V, waits for S only and runs tile t's softmax while P V is still on the tensor cores;
+    then the last P V. The mask only on tiles from ``whole`` on (_mask_tile, in 32 bits); the
+    descriptors made once by the caller and moved by the slot's offset; the slot and the parity of its
+    "full" phase carried in and out (the caller's are those of the tile before this block's first).
+    RELEASE_Q: once the last S has completed, every thread arrives on ``q_empty`` (the persistent
+    kernel's Q buffer may take the next item's Q). PINGPONG: the consumers take turns to issue."""
     BKV_, STAGES_ = HOPPER_BKV, HOPPER_STAGES
     TILE = hopper_layout(DP)[1]
     (my_turn, your_turn, _, issue_scores_from, _, issue_values_from, pack_p, fence_s,
      fence_o) = _hopper_device_functions(DP, BF16, PINGPONG)
-    full_wait = _consumer_wait(BACKOFF_NS)
 
     @cuda.jit(device=True, inline=True)
-    def first_scores(s, q_desc, k_desc, k_full, slot, phase, c):
+    def key_loop(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full, empty, q_empty, slot, phase,
+                 tiles, whole, i0, S32, is_causal, scale_log2e, c):
         slot = int32(slot + 1)
         if slot == STAGES_:
             slot = int32(0)
             phase = int32(phase ^ 1)
-        full_wait(k_full + uint64(8 * slot), phase)
+        mbarrier_wait(k_full + uint64(8 * slot), phase)
         my_turn(c)
         wgmma_fence()
         issue_scores_from(s, q_desc, advance_descriptor(k_desc, slot * TILE))
         your_turn(c)
-        return slot, phase
-
-    @cuda.jit(device=True, inline=True)
-    def after_first_scores(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full, empty, q_empty,
-                           slot, phase, tiles, whole, i0, S32, is_causal, scale_log2e, c):
+        wgmma_wait0()
         fence_s(s)
         if whole == 0:
             _mask_tile(s, i0, int32(0), S32, is_causal, BKV_)
@@ -1027,8 +1024,8 @@ def _lean_key_loop_parts(DP, BF16, RELEASE_Q, PINGPONG=True, BACKOFF_NS=0):
             if slot == STAGES_:
                 slot = int32(0)
                 phase = int32(phase ^ 1)
-            full_wait(k_full + uint64(8 * slot), phase)
-            full_wait(v_full + uint64(8 * before), before_phase)
+            mbarrier_wait(k_full + uint64(8 * slot), phase)
+            mbarrier_wait(v_full + uint64(8 * before), before_phase)
             my_turn(c)
             wgmma_fence()
             issue_scores_from(s, q_desc, advance_descriptor(k_desc, slot * TILE))
@@ -1049,78 +1046,16 @@ def _lean_key_loop_parts(DP, BF16, RELEASE_Q, PINGPONG=True, BACKOFF_NS=0):
             # Every thread arrives, not one a warpgroup: each read the item's number, and its arrival
             # (a release) is what orders that read before the producer's next write.
             mbarrier_arrive(q_empty)
-        return slot, phase
-
-    @cuda.jit(device=True, inline=True)
-    def last_values(o, pf, v_desc, v_full, slot, phase, c):
-        full_wait(v_full + uint64(8 * slot), phase)
+        mbarrier_wait(v_full + uint64(8 * slot), phase)
         my_turn(c)
         wgmma_fence()
         issue_values_from(o, pf, advance_descriptor(v_desc, slot * TILE))
         if c == 0:  # (consumer 1 answers at the next block's or item's start, if any)
             your_turn(c)
-
-    @cuda.jit(device=True, inline=True)
-    def last_values_then_scores(s, o, pf, q_desc, k_desc, v_desc, k_full, v_full, slot, phase, c):
-        """An item's last P V and the next item's first S in one turn, in that order (wgmma_wait1 then
-        waits for the P V only); the next item's Q must have landed. The first S's slot and parity."""
-        before = slot
-        full_wait(v_full + uint64(8 * before), phase)
-        slot = int32(slot + 1)
-        if slot == STAGES_:
-            slot = int32(0)
-            phase = int32(phase ^ 1)
-        full_wait(k_full + uint64(8 * slot), phase)
-        my_turn(c)
-        wgmma_fence()
-        issue_values_from(o, pf, advance_descriptor(v_desc, before * TILE))
-        issue_scores_from(s, q_desc, advance_descriptor(k_desc, slot * TILE))
-        your_turn(c)
-        return slot, phase
-
-    @cuda.jit(device=True, inline=True)
-    def last_values_done(o, empty, slot):
+        wgmma_wait0()
         fence_o(o)
         if cuda.threadIdx.x % 128 == 0:
             mbarrier_arrive(empty + uint64(8 * slot))
-
-    return first_scores, after_first_scores, last_values, last_values_then_scores, last_values_done
-
-
-def _consumer_wait(BACKOFF_NS):
-    """The consumers' wait on an mbarrier: mbarrier_wait, or with BACKOFF_NS > 0 mbarrier_wait_backoff."""
-    @cuda.jit(device=True, inline=True)
-    def wait(bar, parity):
-        if BACKOFF_NS > 0:
-            mbarrier_wait_backoff(bar, parity, uint32(BACKOFF_NS))
-        else:
-            mbarrier_wait(bar, parity)
-    return wait
-
-
-def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True, BACKOFF_NS=0):
-    """lean_loop's key loop, for one consumer and one block of queries: the lean_loop kernel runs it once,
-    the persistent kernel once an item. Tile 0's S and softmax, then each step issues tile t's S and
-    tile t - 1's P V, waits for S only and runs tile t's softmax while P V is still on the tensor cores;
-    then the last P V. The mask only on tiles from ``whole`` on (_mask_tile, in 32 bits); the
-    descriptors made once by the caller and moved by the slot's offset; the slot and the parity of its
-    "full" phase carried in and out (the caller's are those of the tile before this block's first).
-    RELEASE_Q: once the last S has completed, every thread arrives on ``q_empty`` (the persistent
-    kernel's Q buffer may take the next item's Q). PINGPONG: the consumers take turns to issue."""
-    first_scores, after_first_scores, last_values, _, last_values_done = _lean_key_loop_parts(
-        DP, BF16, RELEASE_Q, PINGPONG, BACKOFF_NS)
-
-    @cuda.jit(device=True, inline=True)
-    def key_loop(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full, empty, q_empty, slot, phase,
-                 tiles, whole, i0, S32, is_causal, scale_log2e, c):
-        slot, phase = first_scores(s, q_desc, k_desc, k_full, slot, phase, c)
-        wgmma_wait0()
-        slot, phase = after_first_scores(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full,
-                                         empty, q_empty, slot, phase, tiles, whole, i0, S32, is_causal, scale_log2e,
-                                         c)
-        last_values(o, pf, v_desc, v_full, slot, phase, c)
-        wgmma_wait0()
-        last_values_done(o, empty, slot)
         return slot, phase
 
     return key_loop
@@ -1302,41 +1237,13 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG, LEAN=False):
 
 
 PERSISTENT_TURNS = True  # the consumers take turns to issue their wgmma (pingpong's named barriers)
-# The seam between two items of a consumer. False: the last P V is waited for and the rows are stored
-# before the next item's Q is waited for and its first S issued (this consumer's products idle through
-# the stores). True: once the next item's Q has landed, its first S is issued in the same turn as the last
-# P V, and the rows are stored while it runs.
-OVERLAP_ITEM_SEAM = False
-WAIT_BACKOFF_NS = 0  # > 0: the consumers' mbarrier waits sleep this long between tries (nanosleep)
-# 2: two Q buffers, so that the producer loads an item's Q as soon as it claims the item instead of after
-# the item before's last S (where shared memory has room for a second Q: D = 64; at D = 128 one buffer)
-Q_BUFFERS = 1
-# True: the producer, which works out each item's head and query block anyway, writes them beside Q in the
-# place of the item's number, and the consumers read them instead of repeating _item_order32's divisions
-# between an item's last P V and the next item's first S
-ITEM_FROM_PRODUCER = False
 
 
 def persistent_layout(DP):
     """hopper_layout's, then after its barriers one more, "Q empty", and the number of the item whose Q
-    is in the buffer (8 bytes each): the persistent stage's. With a second Q buffer, its three (Q full,
-    Q empty, number) follow, then the buffer itself at the next 1024-byte boundary."""
+    is in the buffer (8 bytes each): the persistent stage's."""
     *offsets, nbytes = hopper_layout(DP)
-    if persistent_q_buffers(DP) == 2:
-        return (*offsets, second_q_at(DP) + offsets[0] + 1024)
     return (*offsets, nbytes + 16)
-
-
-def second_q_at(DP):
-    """Where the second Q buffer starts: past the barriers and both buffers' numbers, 1024-aligned."""
-    bars = hopper_layout(DP)[4]
-    return (bars + 8 * (1 + 3 * HOPPER_STAGES) + 16 + 24 + 1023) // 1024 * 1024
-
-
-def persistent_q_buffers(DP):
-    """Q_BUFFERS where two fit in an SM's shared memory (D = 64), else 1."""
-    two_fit = second_q_at(DP) + hopper_layout(DP)[0] + 1024 <= SM90_OPTIN_LIMIT
-    return 2 if Q_BUFFERS == 2 and two_fit else 1
 
 
 def _persistent_kernel_source(DP, BF16):
@@ -1351,74 +1258,8 @@ def _persistent_kernel_source(DP, BF16):
     S_SHAPE = (BKV_ // 8, 4)
     O_SHAPE = (DP // 8, 4)
     P_REGS = BKV_ // 4
-    Q_TWO = persistent_q_buffers(DP) == 2
-    Q_AT_2 = second_q_at(DP)
-    # The second buffer's Q full, Q empty and number are these many bytes past the first's
-    BAR_2, EMPTY_2, NUMBER_2 = 8 * (1 + 3 * STAGES_) + 16, 24, 24
-    NEW_ITEM_LOOP = OVERLAP_ITEM_SEAM or Q_TWO or ITEM_FROM_PRODUCER
-    NO_ITEM = uint32(0xFFFFFFFF)  # (ITEM_FROM_PRODUCER) the query block that says no item is left
     your_turn = _hopper_device_functions(DP, BF16, PERSISTENT_TURNS)[1]
-    key_loop = _lean_key_loop(DP, BF16, True, PERSISTENT_TURNS, WAIT_BACKOFF_NS)
-    first_scores, after_first_scores, last_values, last_values_then_scores, last_values_done = _lean_key_loop_parts(
-        DP, BF16, True, PERSISTENT_TURNS, WAIT_BACKOFF_NS)
-    consumer_wait = _consumer_wait(WAIT_BACKOFF_NS)
-
-    @cuda.jit(device=True, inline=True)
-    def item_at_hand(smem, item_at, heads, blocks, items, is_causal, S, S32, row):
-        """Of the item whose Q has landed: whether there is one, and for this lane the head's first row in
-        the (B H S) x D views, its first query row, the item's key tiles and its unmasked ones."""
-        first = uint32(smem[item_at]) | (uint32(smem[item_at + uint32(1)]) << uint32(16))
-        if ITEM_FROM_PRODUCER:
-            qb_bits = uint32(smem[item_at + uint32(2)]) | (uint32(smem[item_at + uint32(3)]) << uint32(16))
-            more = qb_bits != NO_ITEM
-            bh, qb = int32(first), int32(qb_bits & uint32(0x7FFFFFFF))  # (past the last item: any block)
-        else:  # the item's number
-            more = first < items
-            bh, qb = _item_order32(first, heads, blocks, is_causal)
-        q0 = int32(qb * BQ_)
-        end = min(S32, int32(q0 + BQ_)) if is_causal else S32
-        tiles = max(int32(int32(end + int32(BKV_ - 1)) // BKV_), int32(1))  # (no path around the loop)
-        whole = int32(int32(min(S32, q0) if is_causal else S32) // BKV_)
-        return more, bh * S, int32(q0 + row), tiles, whole
-
-    @cuda.jit(device=True, inline=True)
-    def post_item(smem, number_at, n, bh, qb):
-        """What the consumers read once the item's Q has landed: its number, or its head and query block."""
-        if ITEM_FROM_PRODUCER:
-            smem[number_at] = uint16(uint32(bh) & uint32(0xFFFF))
-            smem[number_at + uint32(1)] = uint16(uint32(bh) >> uint32(16))
-            smem[number_at + uint32(2)] = uint16(uint32(qb) & uint32(0xFFFF))
-            smem[number_at + uint32(3)] = uint16(uint32(qb) >> uint32(16))
-        else:
-            smem[number_at] = uint16(n & uint32(0xFFFF))
-            smem[number_at + uint32(1)] = uint16(n >> uint32(16))
-
-    @cuda.jit(device=True, inline=True)
-    def q_buffer(k_item, q_bar, q_empty, item_at):
-        """Of this block's item k_item (0, 1, ...): its Q buffer's Q full and Q empty barriers, the place of
-        its number (in smem's uint16s) and the buffer's offset from the first."""
-        if Q_TWO:
-            b = int32(k_item & 1)
-            return (q_bar + uint64(BAR_2 * b), q_empty + uint64(EMPTY_2 * b),
-                    uint32(item_at + uint32(NUMBER_2 // 2 * b)), int32(Q_AT_2 * b))
-        return q_bar, q_empty, item_at, int32(0)
-
-    @cuda.jit(device=True, inline=True)
-    def next_item_phase(item_phase, k_item):
-        """The parity of item k_item + 1's Q barriers' phase, from item k_item's: each buffer's phases
-        alternate, and with two buffers an item's buffer was last used two items before."""
-        if not Q_TWO or (k_item & 1) == 1:
-            return int32(item_phase ^ 1)
-        return item_phase
-
-    @cuda.jit(device=True, inline=True)
-    def fresh_rows(o, m_run, l_run):
-        for half in range(2):
-            m_run[half] = LOWEST
-            l_run[half] = float32(0.0)
-        for d in range(DP // 8):
-            for e in range(4):
-                o[d, e] = float32(0.0)
+    key_loop = _lean_key_loop(DP, BF16, True, PERSISTENT_TURNS)
 
     def kernel(q, k, v, out32, scale_log2e, causal, map_q, map_k, map_v, claims):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
@@ -1448,9 +1289,6 @@ def _persistent_kernel_source(DP, BF16):
         if t == 0:  # once for all the block's items
             mbarrier_init(q_bar, 1)
             mbarrier_init(q_empty, HOPPER_THREADS - 128)  # every consumer thread: each has read the item's number
-            if Q_TWO:
-                mbarrier_init(q_bar + uint64(BAR_2), 1)
-                mbarrier_init(q_empty + uint64(EMPTY_2), HOPPER_THREADS - 128)
             for st in range(STAGES_):
                 mbarrier_init(k_full + uint64(8 * st), 1)
                 mbarrier_init(v_full + uint64(8 * st), 1)
@@ -1465,7 +1303,6 @@ def _persistent_kernel_source(DP, BF16):
                 # is past its phase of parity 1: the wait returns at once), then 0, 1, ... as it wraps.
                 wrapped = int32(1)
                 item_phase = int32(0)
-                k_item = int32(0)  # the block's items so far
                 n = cuda.atomic.add(claims, 0, uint32(1))  # this block's first item
                 while n < items:
                     bh, qb = _item_order32(n, heads, blocks, is_causal)
@@ -1473,11 +1310,6 @@ def _persistent_kernel_source(DP, BF16):
                     row0 = bh * S
                     end = min(S32, int32(q0 + BQ_)) if is_causal else S32
                     tiles = max(int32(int32(end + int32(BKV_ - 1)) // BKV_), int32(1))
-                    if Q_TWO:  # Q first, as soon as the item is claimed: its buffer is the item before last's
-                        q_full_at, q_empty_at, number_at, q_off = q_buffer(k_item, q_bar, q_empty, item_at)
-                        mbarrier_wait(q_empty_at, item_phase ^ 1)
-                        post_item(smem, number_at, n, bh, qb)
-                        _tma_tile(tiles_at + uint64(q_off), map_q.ctypes.data, row0 + q0, q_full_at, BQ_, DP)
                     for tile in range(tiles):
                         mbarrier_wait(empty + uint64(8 * slot), wrapped)
                         j = row0 + tile * BKV_
@@ -1485,25 +1317,24 @@ def _persistent_kernel_source(DP, BF16):
                                   BKV_, DP)
                         _tma_tile(tiles_at + uint64(V_AT + slot * TILE), map_v.ctypes.data, j, v_full + uint64(8 * slot),
                                   BKV_, DP)
-                        if tile == 0 and not Q_TWO:  # the item's first K and V are on their way: now its Q, once
-                            # the last item's (one buffer) is read by both consumers (the first item's wait returns
-                            # at once), and its number, which the consumers read once Q has landed
-                            q_full_at, q_empty_at, number_at, q_off = q_buffer(k_item, q_bar, q_empty, item_at)
-                            mbarrier_wait(q_empty_at, item_phase ^ 1)
-                            post_item(smem, number_at, n, bh, qb)
-                            _tma_tile(tiles_at + uint64(q_off), map_q.ctypes.data, row0 + q0, q_full_at, BQ_, DP)
+                        if tile == 0:  # the item's first K and V are on their way: now its Q, once the last
+                            # item's (one buffer) is read by both consumers (the first item's wait returns at once),
+                            # and its number, which the consumers read once Q has landed
+                            mbarrier_wait(q_empty, item_phase ^ 1)
+                            smem[item_at] = uint16(n & uint32(0xFFFF))
+                            smem[item_at + uint32(1)] = uint16(n >> uint32(16))
+                            _tma_tile(tiles_at, map_q.ctypes.data, row0 + q0, q_bar, BQ_, DP)
                         slot = int32(slot + 1)
                         if slot == STAGES_:
                             slot = int32(0)
                             wrapped = int32(wrapped ^ 1)
-                    item_phase = next_item_phase(item_phase, k_item)
-                    k_item = int32(k_item + 1)
+                    item_phase = int32(item_phase ^ 1)
                     n = cuda.atomic.add(claims, 0, uint32(1))  # the next item not yet claimed by any block
                 # No item left: the consumers wake to an item number past the last (an arrival with no copy)
-                q_full_at, q_empty_at, number_at, _ = q_buffer(k_item, q_bar, q_empty, item_at)
-                mbarrier_wait(q_empty_at, item_phase ^ 1)
-                post_item(smem, number_at, n, uint32(0), NO_ITEM)
-                mbarrier_arrive(q_full_at)
+                mbarrier_wait(q_empty, item_phase ^ 1)
+                smem[item_at] = uint16(n & uint32(0xFFFF))
+                smem[item_at + uint32(1)] = uint16(n >> uint32(16))
+                mbarrier_arrive(q_bar)
                 # Every block claims past the end once and then never again: the last to do so zeroes both
                 # counters for the next launch (which starts after this one ends).
                 if cuda.atomic.add(claims, 1, uint32(1)) == grid - uint32(1):
@@ -1522,89 +1353,30 @@ def _persistent_kernel_source(DP, BF16):
             slot = int32(STAGES_ - 1)  # the last tile's slot and its "full" phase's parity, across items
             phase = int32(1)
             item_phase = int32(0)
-            if NEW_ITEM_LOOP:
-                # This block's item k_item has Q buffer k_item % 2 (0 with one buffer): its barriers, the place
-                # of its number, its descriptor
-                k_item = int32(0)
-                q_full_at, q_empty_at, number_at, q_off = q_buffer(k_item, q_bar, q_empty, item_at)
-                q_desc_at = advance_descriptor(q_desc, q_off)
-                consumer_wait(q_full_at, item_phase)  # the first item's Q has landed, and its number beside it
-                more, row0, i0, tiles, whole = item_at_hand(smem, number_at, heads, blocks, items, is_causal, S,
-                                                            S32, row)
-                if more:
-                    fresh_rows(o, m_run, l_run)
-                    if c == 1:
-                        # consumer 0 goes first; consumer 1 answers again at each item's start, except with
-                        # OVERLAP_ITEM_SEAM, where its last P V hands the turn on as every other issue does
-                        your_turn(c)
-                    slot, phase = first_scores(s, q_desc_at, k_desc, k_full, slot, phase, c)
-                    while True:
-                        wgmma_wait0()  # the item's first S (and the item before's last P V)
-                        slot, phase = after_first_scores(s, o, pf, alpha, m_run, l_run, q_desc_at, k_desc, v_desc,
-                                                         k_full, v_full, empty, q_empty_at, slot, phase, tiles,
-                                                         whole, i0, S32, is_causal, scale_log2e, c)
-                        done_slot, done_row0, done_i0 = slot, row0, i0
-                        item_phase = next_item_phase(item_phase, k_item)
-                        k_item = int32(k_item + 1)
-                        q_full_at, q_empty_at, number_at, q_off = q_buffer(k_item, q_bar, q_empty, item_at)
-                        q_desc_at = advance_descriptor(q_desc, q_off)
-                        if OVERLAP_ITEM_SEAM:
-                            consumer_wait(q_full_at, item_phase)  # the next item's Q
-                            more, row0, i0, tiles, whole = item_at_hand(smem, number_at, heads, blocks, items,
-                                                                        is_causal, S, S32, row)
-                            if not more:
-                                last_values(o, pf, v_desc, v_full, slot, phase, c)
-                                wgmma_wait0()
-                                last_values_done(o, empty, done_slot)
-                                _store_rows_unsigned(out32, done_row0, done_i0, o, l_run, S, DP, BF16)
-                                break
-                            # The last P V and the next item's first S go to the tensor cores in one turn,
-                            # and the rows are stored while that S runs
-                            slot, phase = last_values_then_scores(s, o, pf, q_desc_at, k_desc, v_desc, k_full,
-                                                                  v_full, slot, phase, c)
-                            wgmma_wait1()  # the last P V is done; the first S may still run
-                            last_values_done(o, empty, done_slot)
-                            _store_rows_unsigned(out32, done_row0, done_i0, o, l_run, S, DP, BF16)
-                            fresh_rows(o, m_run, l_run)
-                        else:  # the committed seam's order (with two Q buffers or the posted item)
-                            last_values(o, pf, v_desc, v_full, slot, phase, c)
-                            wgmma_wait0()
-                            last_values_done(o, empty, done_slot)
-                            _store_rows_unsigned(out32, done_row0, done_i0, o, l_run, S, DP, BF16)
-                            consumer_wait(q_full_at, item_phase)
-                            more, row0, i0, tiles, whole = item_at_hand(smem, number_at, heads, blocks, items,
-                                                                        is_causal, S, S32, row)
-                            if not more:
-                                break
-                            fresh_rows(o, m_run, l_run)
-                            if c == 1:
-                                your_turn(c)
-                            slot, phase = first_scores(s, q_desc_at, k_desc, k_full, slot, phase, c)
-            else:
-                while True:
-                    consumer_wait(q_bar, item_phase)  # the item's Q has landed, and its number beside it
-                    n = uint32(smem[item_at]) | (uint32(smem[item_at + uint32(1)]) << uint32(16))
-                    if n >= items:
-                        break
-                    bh, qb = _item_order32(n, heads, blocks, is_causal)
-                    q0 = int32(qb * BQ_)
-                    row0 = bh * S
-                    i0 = int32(q0 + row)
-                    end = min(S32, int32(q0 + BQ_)) if is_causal else S32
-                    tiles = max(int32(int32(end + int32(BKV_ - 1)) // BKV_), int32(1))  # (no path around the loop)
-                    whole = int32(int32(min(S32, q0) if is_causal else S32) // BKV_)
-                    for half in range(2):
-                        m_run[half] = LOWEST
-                        l_run[half] = float32(0.0)
-                    for d in range(DP // 8):
-                        for e in range(4):
-                            o[d, e] = float32(0.0)
-                    if c == 1:
-                        your_turn(c)  # consumer 0 goes first, in every item
-                    slot, phase = key_loop(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full, empty,
-                                           q_empty, slot, phase, tiles, whole, i0, S32, is_causal, scale_log2e, c)
-                    _store_rows_unsigned(out32, row0, i0, o, l_run, S, DP, BF16)
-                    item_phase = int32(item_phase ^ 1)
+            while True:
+                mbarrier_wait(q_bar, item_phase)  # the item's Q has landed, and its number beside it
+                n = uint32(smem[item_at]) | (uint32(smem[item_at + uint32(1)]) << uint32(16))
+                if n >= items:
+                    break
+                bh, qb = _item_order32(n, heads, blocks, is_causal)
+                q0 = int32(qb * BQ_)
+                row0 = bh * S
+                i0 = int32(q0 + row)
+                end = min(S32, int32(q0 + BQ_)) if is_causal else S32
+                tiles = max(int32(int32(end + int32(BKV_ - 1)) // BKV_), int32(1))  # (no path around the loop)
+                whole = int32(int32(min(S32, q0) if is_causal else S32) // BKV_)
+                for half in range(2):
+                    m_run[half] = LOWEST
+                    l_run[half] = float32(0.0)
+                for d in range(DP // 8):
+                    for e in range(4):
+                        o[d, e] = float32(0.0)
+                if c == 1:
+                    your_turn(c)  # consumer 0 goes first, in every item
+                slot, phase = key_loop(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full, empty,
+                                       q_empty, slot, phase, tiles, whole, i0, S32, is_causal, scale_log2e, c)
+                _store_rows_unsigned(out32, row0, i0, o, l_run, S, DP, BF16)
+                item_phase = int32(item_phase ^ 1)
     return kernel
 
 

@@ -40,7 +40,6 @@ In numba's CUDA simulator each name is a Python emulation, as ``_ptx.py`` does f
   kernel that reads a TMA buffer before waiting on its barrier reads stale data.
 * the sized wgmma reads B through its descriptor as K-major (n rows of 16 k) or MN-major, and A from
   the descriptor or from the 128 threads' registers, gathered by the fragment layout;
-* ``mbarrier_wait_backoff`` is ``mbarrier_wait`` (its sleep between tries has nothing to emulate);
 * a named barrier counts arrivals per block and id; bar.sync waits for its generation to complete;
 * ``setmaxnreg`` and the fences do nothing (the simulator has no registers and one memory proxy).
 
@@ -419,11 +418,6 @@ def _sim_mbarrier_wait(address, parity):
                 ctypes.memmove(dst, data, len(data))
 
 
-def _sim_mbarrier_wait_backoff(address, parity, _nanoseconds):
-    """The simulator's threads block in mbarrier_wait; there is no issue slot to give away."""
-    _sim_mbarrier_wait(address, parity)
-
-
 _NAMED: dict = {}  # (block, barrier id) -> [threads arrived in this generation, generations completed]
 
 
@@ -702,19 +696,6 @@ def _gpu_intrinsics():
         return op if with_value else op1
 
     @intrinsic
-    def mbarrier_wait_backoff(typingctx, address, parity, nanoseconds):
-        """mbarrier_wait that, each time try_wait returns with the phase not yet complete, sleeps about
-        ``nanoseconds`` (nanosleep) before asking again: the waiting warps leave the issue slots and
-        the MIO queue to the warps that have work."""
-        def codegen(context, builder, sig, args):
-            a = context.cast(builder, args[0], sig.args[0], types.uint64)
-            p, ns = (context.cast(builder, args[i], sig.args[i], types.uint32) for i in (1, 2))
-            asm(builder, SHARED + ".reg .pred p; WAIT: mbarrier.try_wait.parity.shared::cta.b64 p, [s], $1; "
-                "@p bra DONE; nanosleep.u32 $2; bra WAIT; DONE: }", "l,r,r,~{memory}", [a, p, ns])
-            return context.get_dummy_value()
-        return types.none(address, parity, nanoseconds), codegen
-
-    @intrinsic
     def tma_load_2d(typingctx, dst, tensor_map_address, inner, outer, bar):
         def codegen(context, builder, sig, args):
             d, m, b = (context.cast(builder, args[i], sig.args[i], types.uint64) for i in (0, 1, 4))
@@ -822,7 +803,6 @@ def _gpu_intrinsics():
         # phase of that parity has completed (braces scope the labels: the function is inlined many times)
         mbarrier_wait=on_barrier(".reg .pred p; WAIT: mbarrier.try_wait.parity.shared::cta.b64 p, [s], $1; "
                                  "@!p bra WAIT;", True),
-        mbarrier_wait_backoff=mbarrier_wait_backoff,
         tma_load_2d=tma_load_2d,
         pack_f16x2=pack("f16"), pack_bf16x2=pack("bf16"),
         zero_accumulators=zero_accumulators,
@@ -853,7 +833,6 @@ if _device.is_simulator():
     mbarrier_arrive_expect_tx = _sim_mbarrier_arrive_expect_tx
     mbarrier_arrive = _sim_mbarrier_arrive
     mbarrier_wait = _sim_mbarrier_wait
-    mbarrier_wait_backoff = _sim_mbarrier_wait_backoff
     tma_load_2d = _sim_tma_load_2d
 else:
     globals().update(_gpu_intrinsics())

@@ -5,9 +5,6 @@ tests/test_ladders.py."""
 
 from __future__ import annotations
 
-import functools
-import types
-
 import numpy as np
 import pytest
 
@@ -283,70 +280,6 @@ def test_the_persistent_grid_at_d128_and_odd_sizes(op, size):
     """Odd sizes at D = 128 (fp16 and bf16), four items on two blocks: lean_loop's bits."""
     expected, got, _ = _persistent_against_lean_loop(op, size, 2)
     np.testing.assert_array_equal(got, expected)
-
-
-@functools.lru_cache(maxsize=None)
-def _persistent_variant(**constants):
-    """solutions/attention_tc.py executed afresh with some module constants replaced, as `workbench sweep`
-    does (its own module object: the imported one is untouched)."""
-    from workbench.sweep import patched_source
-
-    path = attention_tc.__file__
-    with open(path) as f:
-        source = patched_source(f.read(), path, {k: str(v) for k, v in constants.items()})
-    module = types.ModuleType("attention_tc_variant")
-    module.__file__ = path
-    exec(compile(source, path, "exec"), module.__dict__)
-    return module
-
-
-SEAM, TWO_Q, BACKOFF = dict(OVERLAP_ITEM_SEAM=True), dict(Q_BUFFERS=2), dict(WAIT_BACKOFF_NS=32)
-FROM_PRODUCER = dict(ITEM_FROM_PRODUCER=True)
-ALL_SEAM = dict(**SEAM, **TWO_Q, **FROM_PRODUCER)
-
-
-@pytest.mark.sim_only
-@pytest.mark.parametrize("setting, size, blocks", [
-    (ALL_SEAM, (1, 3, 300, 64, 1), 2),  # items of 1 to 3 tiles, heaviest first
-    (dict(**SEAM, **TWO_Q), (1, 2, 130, 64, 0), 1),  # every item ends on a masked tail; one block: 4 seams
-    pytest.param(SEAM, (1, 3, 300, 64, 1), 2, marks=pytest.mark.slow),  # one Q buffer: Q waited at the seam
-    pytest.param(TWO_Q, (1, 3, 300, 64, 1), 1, marks=pytest.mark.slow),  # the committed seam, two Q buffers
-    pytest.param(FROM_PRODUCER, (1, 3, 300, 64, 0), 2, marks=pytest.mark.slow),  # the committed seam otherwise
-    pytest.param(BACKOFF, (1, 2, 130, 64, 0), 2, marks=pytest.mark.slow),
-    pytest.param(dict(**ALL_SEAM, **BACKOFF), (1, 2, 200, 128, 1), 2, marks=pytest.mark.slow),  # D = 128:
-    pytest.param(ALL_SEAM, (2, 1, 150, 128, 0), 1, marks=pytest.mark.slow)],  # one Q buffer
-    ids=lambda x: ",".join(f"{k}={v}" for k, v in x.items()) if isinstance(x, dict)
-    else "x".join(map(str, x)) if isinstance(x, tuple) else None)
-def test_the_persistent_settings_a_sweep_may_try_give_lean_loops_bits(setting, size, blocks):
-    """The persistent kernel's switches, applied as `workbench sweep` applies them: the next item's first S
-    issued with the last P V and the rows stored under it (OVERLAP_ITEM_SEAM), two Q buffers (the next
-    item's Q loaded while the current one runs; at D = 128 they do not fit and one is used), the item's
-    head and query block posted by the producer (ITEM_FROM_PRODUCER; the end as a query block of all
-    ones), the waits with a sleep (WAIT_BACKOFF_NS). Each at sizes not multiples of the tiles, under the
-    mask and not, on one or two blocks: lean_loop's bits, and the counters back at zero."""
-    from workbench.ladder import to_host
-
-    variant = _persistent_variant(**setting)
-    q, k, v, causal, out = _device_inputs(attention_tc.op, size)
-    attention_tc.launch_hopper("lean_loop", q, k, v, causal, out)
-    out2 = _device_inputs(attention_tc.op, size)[-1]
-    variant.launch_persistent(q, k, v, causal, out2, blocks=blocks)
-    np.testing.assert_array_equal(to_host(out2).view(np.uint16), to_host(out).view(np.uint16))
-    assert variant.item_claims().copy_to_host().tolist() == [0, 0]
-
-
-def test_two_q_buffers_only_where_they_fit_beside_the_ring():
-    """Q_BUFFERS = 2: D = 64 has room for a second Q (within an SM's 227 KiB), D = 128 does not and keeps one;
-    the committed setting asks for no more shared memory than before (16 bytes past hopper_layout's)."""
-    from workbench.shared_memory import SM90_OPTIN_LIMIT
-
-    two = _persistent_variant(Q_BUFFERS=2)
-    assert [two.persistent_q_buffers(d) for d in (64, 128)] == [2, 1]
-    assert two.persistent_layout(64)[-1] <= SM90_OPTIN_LIMIT
-    assert two.second_q_at(64) % 1024 == 0 and two.second_q_at(64) >= two.hopper_layout(64)[4] + 8 * 10 + 40
-    assert two.persistent_layout(128) == attention_tc.persistent_layout(128)
-    assert attention_tc.persistent_q_buffers(64) == 1
-    assert attention_tc.persistent_layout(64)[-1] == attention_tc.hopper_layout(64)[-1] + 16
 
 
 def test_the_persistent_grid_is_one_block_an_sm_and_never_more_than_the_items(monkeypatch):
