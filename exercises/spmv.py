@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: bd8ebe87230e5f3234b0888906e5bc423f498047e784af8287e4ed48edc8a408
+# generated-sha256: 2aba22d88f57451af0ae55b047a0a5ad685047d30d49f4582fee1633fc19b451
 # --------------------------------------------------------------------------------------------------
 """Sparse matrix times dense vector, y = A x, with A in CSR (compressed sparse row) form.
 
@@ -737,23 +737,34 @@ def _nonzero_split(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     whose barrier is its second stall), and at 46 registers it keeps 59% of the warp slots filled where
     cuSPARSE's 512-thread blocks at 32 registers keep 95%: fewer gathers in flight.""")
 def nonzero_split(row_ptr, col_idx, values, x, y):
-    threads = SPLIT_THREADS
-    while threads > 64 and blocks_for(values.size, threads * SPLIT_ITEMS) < SPLIT_MIN_BLOCKS_PER_SM * sm_count():
-        threads //= 2
-    nonzero_split_with(row_ptr, col_idx, values, x, y, threads)
+    nonzero_split_with(row_ptr, col_idx, values, x, y, split_threads(values.size, SPLIT_THREADS, SPLIT_ITEMS))
 
 
 def nonzero_split_with(row_ptr, col_idx, values, x, y, threads):
     """nonzero_split with ``threads`` threads a block (tests pass 32 and 64, so that a small matrix spreads
     over several blocks and warps and their carries)."""
-    if not aligned16(values, col_idx):  # views starting mid-buffer: a 16-byte load there would fault
+    launch_split(_nonzero_split, "nonzero_split", SPLIT_ITEMS, threads, row_ptr, col_idx, values, x, y)
+
+
+def split_threads(nnz, threads, items):
+    """Threads a block for an even split of nnz non-zeros, ``items`` a thread: ``threads``, halved (down to
+    64) while the blocks would be fewer than SPLIT_MIN_BLOCKS_PER_SM an SM."""
+    while threads > 64 and blocks_for(nnz, threads * items) < SPLIT_MIN_BLOCKS_PER_SM * sm_count():
+        threads //= 2
+    return threads
+
+
+def launch_split(kernel, name, items, threads, row_ptr, col_idx, values, x, y):
+    """An even-split kernel (``items`` non-zeros a thread, ``threads`` a block), then the fix-up that adds
+    each block's carry into the row it left open. Views starting mid-buffer take merge_path: a 16-byte
+    load there would fault."""
+    if not aligned16(values, col_idx):
         merge_path(row_ptr, col_idx, values, x, y)
         return
-    nnz = values.size
-    blocks = max(1, blocks_for(nnz, threads * SPLIT_ITEMS))
-    carry_rows = scratch("spmv.nonzero_split.carry_rows", blocks, np.int32)
-    carry_values = scratch("spmv.nonzero_split.carry_values", blocks, np.float32)
-    _nonzero_split[blocks, threads](row_ptr, col_idx, values, x, y, carry_rows, carry_values)
+    blocks = max(1, blocks_for(values.size, threads * items))
+    carry_rows = scratch(f"spmv.{name}.carry_rows", blocks, np.int32)
+    carry_values = scratch(f"spmv.{name}.carry_values", blocks, np.float32)
+    kernel[blocks, threads](row_ptr, col_idx, values, x, y, carry_rows, carry_values)
     _add_warp_carries[blocks_for(blocks, THREADS), THREADS](carry_rows, carry_values, y)
 
 
@@ -837,25 +848,14 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     columns 137.2 against 133.1 (0.97x). Where cuSPARSE's last 3% comes from has not been profiled
     yet.""")
 def shared_row_map(row_ptr, col_idx, values, x, y):
-    threads = MAP_THREADS
-    while threads > 64 and blocks_for(values.size, threads * MAP_ITEMS) < SPLIT_MIN_BLOCKS_PER_SM * sm_count():
-        threads //= 2
-    shared_row_map_with(row_ptr, col_idx, values, x, y, threads)
+    shared_row_map_with(row_ptr, col_idx, values, x, y, split_threads(values.size, MAP_THREADS, MAP_ITEMS))
 
 
 def shared_row_map_with(row_ptr, col_idx, values, x, y, threads):
     """shared_row_map with ``threads`` threads a block (at most MAP_THREADS; tests pass 32 and 64, so that
     a small matrix spreads over several blocks and warps and their carries)."""
     assert threads % 32 == 0 and threads <= MAP_THREADS, threads
-    if not aligned16(values, col_idx):  # views starting mid-buffer: a 16-byte load there would fault
-        merge_path(row_ptr, col_idx, values, x, y)
-        return
-    nnz = values.size
-    blocks = max(1, blocks_for(nnz, threads * MAP_ITEMS))
-    carry_rows = scratch("spmv.shared_row_map.carry_rows", blocks, np.int32)
-    carry_values = scratch("spmv.shared_row_map.carry_values", blocks, np.float32)
-    _shared_row_map[blocks, threads](row_ptr, col_idx, values, x, y, carry_rows, carry_values)
-    _add_warp_carries[blocks_for(blocks, THREADS), THREADS](carry_rows, carry_values, y)
+    launch_split(_shared_row_map, "shared_row_map", MAP_ITEMS, threads, row_ptr, col_idx, values, x, y)
 
 
 # == COO -> CSR ===================================================================================
