@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: c8081d123ba6b1814f9d9b3ef01aed14d709fa897e041946e3430b984d4fc5a3
+# generated-sha256: eb831868dc0c9d83bfc47ef9ae1866e497ee64e9a898f82afba95b7a511a99be
 # --------------------------------------------------------------------------------------------------
 """C = alpha * A @ B + beta * C in float32, from one thread per output to tensor cores.
 
@@ -809,42 +809,40 @@ def _warp_tiles(A, B, C, alpha_beta, out):
 
 
 @op.stage("warp_tiles", """
-    Stage 7 gives each thread 64 outputs and caps it at 128 registers so that two blocks share an SM;
-    in its compiled loop one instruction in five is not a multiply-add (shared loads, copy addresses,
-    index arithmetic). This stage takes the shape cuBLAS picks for its own float32 GEMM: one
-    256-thread block an SM (launch_bounds=(256, 1): up to 255 registers), a 128x256 block tile, each
-    warp a 64x64 tile, each thread 128 outputs (8 rows x 16 columns). Per k a thread loads 8 + 16
-    floats for 128 multiply-adds (8 + 8 for 64 before): 88% of the compiled K-step is multiply-adds,
-    against 79% in stage 7's. With only two warps a scheduler, no other warp covers a multiply-add
-    that waits on a shared load just issued, so the operands go in two sets of registers: k + 1's are
-    loaded while k's 128 multiply-adds run. The barrier of a K-step moves to before its last k, and
-    after it the next K-step's first operands are loaded, so those 128 multiply-adds cover them too
-    (with one set, the compiler put the loads right before their use at the start of every 8 k and
-    after every barrier: 2% slower). The copies run in a ring of three K-steps of 16
-    (cp.async.wait_group, as in the tensor-core stages) in 73 KiB of dynamic shared memory, each
-    thread's copy addresses computed once, and the blocks are handed out 8 block rows at a time, so the
-    blocks resident together share their tiles of B in L2. Rows that are not 16-byte aligned (K or N
-    not a multiple of 4) take stage 7.
-    The last 10% is in the register file. It has two banks (even and odd registers), each giving one
-    value a cycle, and an FFMA reads three: at full rate one operand comes from the operand reuse cache
-    (the `.reuse` flags in SASS, kept from the FFMA before) and the other two from different banks.
-    ptxas chooses the registers and the order of the multiply-adds, but it can only choose among what
-    the loads deliver. With A's tile kept in rows as in global memory, a 16-byte load gave a thread 4 k
-    of one row, so its 8 values of A for one k came from 8 loads into registers all in one bank, and a
-    third of the FFMAs read two operands from the same bank. So A's tile is kept k-major, as cuBLAS's
-    float32 kernel keeps it: A is copied a float at a time (4-byte cp.async, 32-byte runs of a row per
-    8 threads) into a transposed slot whose row stride puts a warp's copies in 32 different banks, and a
-    thread's rows become 4g .. 4g + 3 and 32 + 4g .. 32 + 4g + 3 of its warp tile, so its 8 values of A
-    for one k arrive in two 16-byte loads into neighbouring registers of alternating banks, as B's do.
-    The conflicting FFMAs fall from 332 to about 200 every 8 k (counted in the SASS; cuBLAS's kernel
-    has 161) and the registers from 255 to 230. The order the 128 multiply-adds are written in hardly
-    steers ptxas, which reorders them around the shared loads itself; FMA_ORDER = 3 (strips of two
-    columns down the rows) is the one whose SASS keeps both operands in the reuse cache most often. On
-    an H200 at 4096^3: 3017.8 us, 45.5 TFLOP/s, against cuBLAS's float32 kernel (the same tile shape
-    and pipeline) at 2743.1 in the same run: 0.91x; A in rows took 3331.9 in one sweep with it (1.10x
-    slower), where Nsight Compute had found it alike to cuBLAS's kernel in everything (the same 2.44
-    billion warp instructions, one block of 8 warps an SM, no stall on memory) but the issue rate: 72%
-    of the cycles against 89%, with four times cuBLAS's dispatch stalls.""")
+    Stage 7 gives each thread 64 outputs and caps it at 128 registers so that two blocks share an SM; in its
+    compiled loop one instruction in five is not a multiply-add (shared loads, copy addresses, index
+    arithmetic). This stage takes the shape cuBLAS picks for its own float32 GEMM: one 256-thread block an
+    SM (launch_bounds=(256, 1): up to 255 registers), a 128x256 block tile, each warp a 64x64 tile, each
+    thread 128 outputs (8 rows x 16 columns). Per k a thread loads 8 + 16 floats for 128 multiply-adds (8 +
+    8 for 64 before): 88% of the compiled K-step is multiply-adds, against 79% in stage 7's. With only two
+    warps a scheduler, no other warp covers a multiply-add that waits on a shared load just issued, so the
+    operands go in two sets of registers: k + 1's are loaded while k's 128 multiply-adds run. The barrier of
+    a K-step moves to before its last k, and after it the next K-step's first operands are loaded, so those
+    128 multiply-adds cover them too (with one set, the compiler put the loads right before their use at the
+    start of every 8 k and after every barrier: 2% slower). The copies run in a ring of three K-steps of 16
+    (cp.async.wait_group, as in the tensor-core stages) in 73 KiB of dynamic shared memory, each thread's
+    copy addresses computed once, and the blocks are handed out 8 block rows at a time, so the blocks
+    resident together share their tiles of B in L2. Rows that are not 16-byte aligned (K or N not a multiple
+    of 4) take stage 7. The last 10% is in the register file. It has two banks (even and odd registers),
+    each giving one value a cycle, and an FFMA reads three: at full rate one operand comes from the operand
+    reuse cache (the `.reuse` flags in SASS, kept from the FFMA before) and the other two from different
+    banks. ptxas chooses the registers and the order of the multiply-adds, but it can only choose among what
+    the loads deliver. With A's tile kept in rows as in global memory, a 16-byte load gave a thread 4 k of
+    one row, so its 8 values of A for one k came from 8 loads into registers all in one bank, and a third of
+    the FFMAs read two operands from the same bank. So A's tile is kept k-major, as cuBLAS's float32 kernel
+    keeps it: A is copied a float at a time (4-byte cp.async, 32-byte runs of a row per 8 threads) into a
+    transposed slot whose row stride puts a warp's copies in 32 different banks, and a thread's rows become
+    4g .. 4g + 3 and 32 + 4g .. 32 + 4g + 3 of its warp tile, so its 8 values of A for one k arrive in two
+    16-byte loads into neighbouring registers of alternating banks, as B's do. The conflicting FFMAs fall
+    from 332 to about 200 every 8 k (counted in the SASS; cuBLAS's kernel has 161) and the registers from
+    255 to 230. The order the 128 multiply-adds are written in hardly steers ptxas, which reorders them
+    around the shared loads itself; FMA_ORDER = 3 (strips of two columns down the rows) is the one whose
+    SASS keeps both operands in the reuse cache most often. On an H200 at 4096^3: 3017.8 us, 45.5 TFLOP/s,
+    against cuBLAS's float32 kernel (the same tile shape and pipeline) at 2743.1 in the same run: 0.91x; A
+    in rows took 3331.9 in one sweep with it (1.10x slower), where Nsight Compute had found it alike to
+    cuBLAS's kernel in everything (the same 2.44 billion warp instructions, one block of 8 warps an SM, no
+    stall on memory) but how often an instruction issued: 72% of the cycles against 89%, with four times
+    cuBLAS's dispatch stalls.""")
 def warp_tiles(A, B, C, alpha_beta, out):
     M, N = out.shape
     K = A.shape[1]

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 07632409da0b863e5127e4b22424eef1624341ead36e46f67952640cfdd45ce4
+# generated-sha256: 1565cba174b454fc6ac47d6dbe3463341785b9356b6ee03584420e44f32f8152
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -764,50 +764,48 @@ def kernel_for(cols, table=BY_SHAPE):
 
 
 @op.stage("by_shape", """
-    No one kernel wins at every shape, so the last stage chooses by row width (and, for the narrowest
-    rows, by their number). Rows up to 1024 wide, when there are at most 4096 of them, take the vector
-    kernel described below with one vector of four floats a thread (256 threads a 1024-wide row): the
-    whole matrix is then a few waves, each row's latency is the time, and four times the threads a row
-    shorten it. More rows up to 1024 wide get a warp each (four to a block): the row sits in registers, 32 values a lane, read once with 16-byte loads (load4), and the sums are
-    shuffles alone, no barrier. It issues every load of the row before it uses any (the fused stage 5
-    did not: its loads each sat in a branch followed by their use, so one was in flight at a time), and
-    loads the weight and bias after the statistics, all of them before the first is used: each chunk's
-    load sits in a branch (16 bytes, or a column at a time), and the compiler does not move a load up
-    past one, so loaded where it is used each would wait its own round trip. Rows up to 8192 wide
-    take the 16-bit ladders' last kernel (vector_rows) with a vector of four floats: each thread issues
-    its 4 16-byte loads of the row before it uses any, the statistics come exactly, in two passes, from
-    those registers, and everything that is not the norm's arithmetic is gone: a two-dimensional block
-    (no thread divides to find its row), unsigned 32-bit indices, 1 / cols from the host, one
-    rsqrt.approx, weight and bias loaded 16 bytes at a time just before each 16-byte store. That is
-    about 20 instructions an element and 40 registers, where stage 7 spends more on indices and IEEE
+    No one kernel wins at every shape, so the last stage chooses by row width (and, for the narrowest rows,
+    by their number). Rows up to 1024 wide, when there are at most 4096 of them, take the vector kernel
+    described below with one vector of four floats a thread (256 threads a 1024-wide row): the whole matrix
+    is then a few waves, each row's latency is the time, and four times the threads a row shorten it. More
+    rows up to 1024 wide get a warp each (four to a block): the row sits in registers, 32 values a lane,
+    read once with 16-byte loads (load4), and the sums are shuffles alone, no barrier. It issues every load
+    of the row before it uses any (the fused stage 5 did not: its loads each sat in a branch followed by
+    their use, so one was in flight at a time), and loads the weight and bias after the statistics, all of
+    them before the first is used: each chunk's load sits in a branch (16 bytes, or a column at a time), and
+    the compiler does not move a load up past one, so loaded where it is used each would wait its own round
+    trip. Rows up to 8192 wide take the 16-bit ladders' last kernel (vector_rows) with a vector of four
+    floats: each thread issues its 4 16-byte loads of the row before it uses any, the statistics come
+    exactly, in two passes, from those registers, and everything that is not the norm's arithmetic is gone:
+    a two-dimensional block (no thread divides to find its row), unsigned 32-bit indices, 1 / cols from the
+    host, one rsqrt.approx, weight and bias loaded 16 bytes at a time just before each 16-byte store. That
+    is about 20 instructions an element and 40 registers, where stage 7 spends more on indices and IEEE
     arithmetic, and reads x three times (the second and third from L1). torch.compile's kernel at 4096
-    columns (Inductor's Triton) is the same idea with 512 threads a row, 8 values a thread, a Welford
-    pass and the row read again from cache to write it. Rows up to 16384 wide take stage 7's kernel.
-    Wider rows take a kernel of their own: at 32768 columns a row is 128 KB, too much for registers,
-    and stage 7 reads it three times; with six such rows on each SM they fit neither the L1 cache (256
-    KB an SM) nor, across the GPU, the L2, so the second and third reads go to memory. Shared memory
-    holds the row: up to 227 KB a block once the kernel opts in (set_max_dynamic_shared_memory; 48 KB
-    without). A block of 1024 threads copies its row in with cp.async, 16 bytes a copy, which the
-    memory system writes to shared memory itself: no register holds the data, so every copy a thread
-    issues is in flight at once, and one wait ends them. Each thread copies the chunks it will read
-    back, so no barrier is needed before the two passes over shared memory, and the output is written
-    from shared memory with 16-byte stores: one read and one write of memory, the least there is. The
-    price: one such row fills an SM's shared memory, so one block runs there at a time, and its
-    reductions leave the memory idle for that SM. A width not a multiple of 4 (rows not on 16-byte
-    boundaries) is read a column at a time. On an H200, against torch.compile in the same run: at
-    32768 x 4096, 262.3 us (96% of the copy ceiling) against 251.9 (0.96x, where stage 7 was 0.89x);
-    at 4096 x 4096, 36.2 against 35.9; at 4096 x 32768 the shared row takes 314.7 against 286.9
-    (0.91x), where stage 7 took 549. Nsight Compute at 32768 x 4096 says where the last 4% goes: the
-    vector kernel executes 1.6x fewer instructions than torch.compile's, but at 40 registers against
-    32 it keeps 72% of the warp slots filled against 93%, so fewer loads are in flight (DRAM busy 84%
-    of the time against 88%); capped at 32 registers with 512 threads a row, as torch.compile runs,
-    it gained 1%. At 1024 columns, against torch (torch.compile's LayerNorm misses the 1e-3 tolerance
-    there, except at 256 rows): 256 rows take 3.8 us where the warp kernel took 4.6 (torch.compile
-    3.1), 4096 rows 12.8 where it took 13.7 (F.layer_norm 17.0), and at 32768 rows the warp kernel
-    70.2 against 103.1 (one vector a thread took 74.1 there). A kernel is in the table where it was measured faster,
-    not where it should be: 512 threads a row with Welford merges written here (an IEEE division a
-    merge) was slower than stage 7, and so was a block that loads the next row while it reduces this
-    one.""",
+    columns (Inductor's Triton) is the same idea with 512 threads a row, 8 values a thread, a Welford pass
+    and the row read again from cache to write it. Rows up to 16384 wide take stage 7's kernel. Wider rows
+    take a kernel of their own: at 32768 columns a row is 128 KB, too much for registers, and stage 7 reads
+    it three times; with six such rows on each SM they fit neither the L1 cache (256 KB an SM) nor, across
+    the GPU, the L2, so the second and third reads go to memory. Shared memory holds the row: up to 227 KB a
+    block once the kernel opts in (set_max_dynamic_shared_memory; 48 KB without). A block of 1024 threads
+    copies its row in with cp.async, 16 bytes a copy, which the memory system writes to shared memory
+    itself: no register holds the data, so every copy a thread issues is in flight at once, and one wait
+    ends them. Each thread copies the chunks it will read back, so no barrier is needed before the two
+    passes over shared memory, and the output is written from shared memory with 16-byte stores: one read
+    and one write of memory, the least there is. The price: one such row fills an SM's shared memory, so one
+    block runs there at a time, and its reductions leave the memory idle for that SM. A width not a multiple
+    of 4 (rows not on 16-byte boundaries) is read a column at a time. On an H200, against torch.compile in
+    the same run: at 32768 x 4096, 262.3 us (96% of the copy ceiling) against 251.9 (0.96x, where stage 7
+    was 0.89x); at 4096 x 4096, 36.2 against 35.9; at 4096 x 32768 the shared row takes 314.7 against 286.9
+    (0.91x), where stage 7 took 549. Nsight Compute at 32768 x 4096 says where the last 4% goes: the vector
+    kernel executes 1.6x fewer instructions than torch.compile's, but at 40 registers against 32 it keeps
+    72% of the warp slots filled against 93%, so fewer loads are in flight (DRAM busy 84% of the time
+    against 88%); capped at 32 registers with 512 threads a row, as torch.compile runs, it gained 1%. At
+    1024 columns, against torch (torch.compile's LayerNorm misses the 1e-3 tolerance there, except at 256
+    rows): 256 rows take 3.8 us where the warp kernel took 4.6 (torch.compile 3.1), 4096 rows 12.8 where it
+    took 13.7 (F.layer_norm 17.1), and at 32768 rows the warp kernel 70.2 against 103.1 (one vector a thread
+    took 74.1 there). A kernel is in the table where it was measured faster, not where it should be: 512
+    threads a row with Welford merges written here (an IEEE division a merge) was slower than stage 7, and
+    so was a block that loads the next row while it reduces this one.""",
     boundaries={"cols": (WARP_ROW_COLS,)})
 def by_shape(x, weight, bias, out):
     kernel_for(x.shape[1])(x, weight, bias, out)
@@ -1350,24 +1348,24 @@ RMSNORM_BY_SHAPE = [(NARROW_ROW_COLS, rmsnorm_narrow_vector_rows), (WARP_ROW_COL
 
 
 @rmsnorm_op.stage("by_shape", """
-    LayerNorm's by_shape table for RMSNorm: up to 1024 columns the vector kernel with one vector a
-    thread when there are at most 4096 rows (a few waves, where four times the threads a row shorten
-    each row's latency), a warp per row when there are more (32 values a lane, no barrier), then up to 8192 the lean vector_rows kernel of the 16-bit ladders with a vector of four
-    floats (16 values a thread in 38 registers, about 14 instructions an element), a block per row up to
-    16384 (16 values a thread, one barrier), the row read once with 16-byte loads and written once with
-    16-byte stores, every load of the row issued before the first is used and the weight loaded before
-    the first store. Wider rows do not fit in registers, and stage 3's kernel, which reads them twice,
-    would find the second read gone from the caches (a 32768-wide row is 128 KB): they are held in
-    shared memory instead, as in LayerNorm's by_shape (copied in with cp.async, one read and one write
-    of memory), up to 57344 columns; wider still, stage 3's kernel. One sum of squares, so one
-    reduction and no shift. On an H200, against torch.compile in the same run: at 32768 x 4096, 262.2
-    us (96% of the copy ceiling) against 251.6 (0.96x, as the block-row kernel before it: 64
-    registers, 47% of the warp slots filled where torch.compile's 512 threads at 28 registers fill 92%,
-    by Nsight Compute); at 4096 x 4096, 35.8 against 35.0; at 4096 x 32768 the shared row takes 269.2
-    against 255.9 (0.95x). torch.compile's kernel runs at the copy ceiling at 32768 x 4096; LayerNorm's
-    profile of the same vector kernel says why this one does not: 40 registers against 32, fewer warps,
-    fewer loads in flight. At 1024 columns torch.compile still wins at few rows: 3.7 us against 3.0 at
-    256 rows (the warp kernel took 5.1), 11.5 against 9.9 at 4096 (13.3); at 32768 rows the warp kernel
+    LayerNorm's by_shape table for RMSNorm: up to 1024 columns the vector kernel with one vector a thread
+    when there are at most 4096 rows (a few waves, where four times the threads a row shorten each row's
+    latency), a warp per row when there are more (32 values a lane, no barrier), then up to 8192 the lean
+    vector_rows kernel of the 16-bit ladders with a vector of four floats (16 values a thread in 38
+    registers, about 14 instructions an element), a block per row up to 16384 (16 values a thread, one
+    barrier), the row read once with 16-byte loads and written once with 16-byte stores, every load of the
+    row issued before the first is used and the weight loaded before the first store. Wider rows do not fit
+    in registers, and stage 3's kernel, which reads them twice, would find the second read gone from the
+    caches (a 32768-wide row is 128 KB): they are held in shared memory instead, as in LayerNorm's by_shape
+    (copied in with cp.async, one read and one write of memory), up to 57344 columns; wider still, stage 3's
+    kernel. One sum of squares, so one reduction and no shift. On an H200, against torch.compile in the same
+    run: at 32768 x 4096, 262.2 us (96% of the copy ceiling) against 251.6 (0.96x, as the block-row kernel
+    before it: 64 registers, 47% of the warp slots filled where torch.compile's 512 threads at 28 registers
+    fill 92%, by Nsight Compute); at 4096 x 4096, 35.8 against 35.0; at 4096 x 32768 the shared row takes
+    269.2 against 255.9 (0.95x). torch.compile's kernel runs at the copy ceiling at 32768 x 4096;
+    LayerNorm's profile of the same vector kernel says why this one does not: 40 registers against 32, fewer
+    warps, fewer loads in flight. At 1024 columns torch.compile still wins at few rows: 3.7 us against 3.0
+    at 256 rows (the warp kernel took 5.1), 11.5 against 9.9 at 4096 (13.3); at 32768 rows the warp kernel
     takes 68.3 against 66.4.""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)

@@ -879,45 +879,43 @@ def kernel_for(cols, table=BY_SHAPE):
 
 
 @op.stage("by_shape", """
-    No one kernel wins at every shape, so the last stage chooses by row width. Rows up to 1024 wide get
-    a warp each (four to a block; one, when rows are fewer than 4096, to spread them over every SM): the
-    row sits in registers, 32 values a lane, read once with 16-byte loads (load4) and written once with
-    16-byte stores, and the reductions are shuffles alone, no barrier. Rows up to 8192 wide take the
-    fp16/bf16 ladders' last kernel (vector_rows) with a vector of four floats: each thread issues its 4
-    16-byte loads of the row before it uses any (a 4096-column row is a block of 256 threads), takes
-    their maximum, then exp(x - max) once, in place, and their sum from those registers, and stores them
-    scaled by one approximate reciprocal of the sum. Everything that is not softmax's own arithmetic is
-    gone: a two-dimensional block (narrower rows share one, and no thread divides to find its row),
-    unsigned 32-bit indices, and each reduction is shuffles, one barrier and log2(warps) shuffles over
-    the warps' results. It compiles to about 400 instructions a thread for its 16 values (libdevice's
-    expf, 2 ulp, is 8 an element of them) and 40 registers; the block-per-row kernel, the same loads
-    with 64-bit indices, load_chunk's bounds checks and its column-at-a-time path, to about 750 and 52
-    registers. That kernel takes rows up to 16384 wide, 16 values a thread (768 threads at 12288), one
-    read, two barriers. Wider
-    rows do not fit in registers, but up to 57344 columns (224 KB) they fit in shared
-    memory, which a block may have up to 227 KB of once the kernel opts in
-    (set_max_dynamic_shared_memory; 48 KB without). A block of 1024 threads copies its row in with
-    cp.async, 16 bytes a copy, which the memory system writes to shared memory itself, so no register
-    holds the data and every copy a thread issues is in flight at once; each thread copies the chunks it
-    will read back, so no barrier is needed before it does. The maximum is a pass over shared memory;
-    the exponentials are written back over the row as they are summed, and the last pass scales them and
-    writes them out with 16-byte stores: one read and one write of memory, where the online softmax
-    below reads twice and stage 7 three times (at 32768 columns the re-reads miss the caches: a row is
-    128 KB). Wider rows take the online softmax, a block of 1024 threads a row, which reads each step of
-    16 values a thread, folds its maximum and sum of exponentials into a running pair (one exp per
-    element, one per step to rescale), merges the threads' pairs, and reads the row once more to write
-    it. 1024 threads beat 512 on the H200 (601 vs 724 us at 8192 x 32000, 1526 vs 1555 at 4096 x
-    128256); at 56 registers an SM holds one block of 1024 or two of 512, the same threads, and the
-    larger block goes through a row in half as many steps. A row whose width is not a multiple of 4 (its
-    rows do not start on 16-byte boundaries) is read a column at a time, by the kernels the table has
-    without the vector one. On an H200, against torch.compile in the same run: at 32768 x 4096 the
-    vector kernel takes 262.7 us, 96% of the copy ceiling, against 316.6 (1.21x; the block-per-row
-    kernel took 267.4 in one process with it); at 4096 x 4096, 35.3 against 44.1 (1.25x); at 4096 x
-    32768 the shared row takes 276.5 against 369.0 (1.33x), where stage 7 took 533. At 1024 columns
-    the warp kernel loses to torch.compile at few rows (11.4 against 9.5 us at 4096 rows, 4.0 against
-    3.3 at 256, where a row's latency, not the memory, is the time) and wins at 32768 rows (67.2
-    against torch's 80.7); the vector kernel with one vector a thread (256 threads a row) was slower
-    still there (12.9 and 90.1 us), so the table leaves it out (NARROW_ROW_COLS).""",
+    No one kernel wins at every shape, so the last stage chooses by row width. Rows up to 1024 wide get a
+    warp each (four to a block; one, when rows are fewer than 4096, to spread them over every SM): the row
+    sits in registers, 32 values a lane, read once with 16-byte loads (load4) and written once with 16-byte
+    stores, and the reductions are shuffles alone, no barrier. Rows up to 8192 wide take the fp16/bf16
+    ladders' last kernel (vector_rows) with a vector of four floats: each thread issues its 4 16-byte loads
+    of the row before it uses any (a 4096-column row is a block of 256 threads), takes their maximum, then
+    exp(x - max) once, in place, and their sum from those registers, and stores them scaled by one
+    approximate reciprocal of the sum. Everything that is not softmax's own arithmetic is gone: a
+    two-dimensional block (narrower rows share one, and no thread divides to find its row), unsigned 32-bit
+    indices, and each reduction is shuffles, one barrier and log2(warps) shuffles over the warps' results.
+    It compiles to about 400 instructions a thread for its 16 values (libdevice's expf, 2 ulp, is 8 an
+    element of them) and 40 registers; the block-per-row kernel, the same loads with 64-bit indices,
+    load_chunk's bounds checks and its column-at-a-time path, to about 750 and 52 registers. That kernel
+    takes rows up to 16384 wide, 16 values a thread (768 threads at 12288), one read, two barriers. Wider
+    rows do not fit in registers, but up to 57344 columns (224 KB) they fit in shared memory, which a block
+    may have up to 227 KB of once the kernel opts in (set_max_dynamic_shared_memory; 48 KB without). A block
+    of 1024 threads copies its row in with cp.async, 16 bytes a copy, which the memory system writes to
+    shared memory itself, so no register holds the data and every copy a thread issues is in flight at once;
+    each thread copies the chunks it will read back, so no barrier is needed before it does. The maximum is
+    a pass over shared memory; the exponentials are written back over the row as they are summed, and the
+    last pass scales them and writes them out with 16-byte stores: one read and one write of memory, where
+    the online softmax below reads twice and stage 7 three times (at 32768 columns the re-reads miss the
+    caches: a row is 128 KB). Wider rows take the online softmax, a block of 1024 threads a row, which reads
+    each step of 16 values a thread, folds its maximum and sum of exponentials into a running pair (one exp
+    per element, one per step to rescale), merges the threads' pairs, and reads the row once more to write
+    it. 1024 threads beat 512 on the H200 (601 vs 724 us at 8192 x 32000, 1526 vs 1555 at 4096 x 128256); at
+    56 registers an SM holds one block of 1024 or two of 512, the same threads, and the larger block goes
+    through a row in half as many steps. A row whose width is not a multiple of 4 (its rows do not start on
+    16-byte boundaries) is read a column at a time, by the kernels the table has without the vector one. On
+    an H200, against torch.compile in the same run: at 32768 x 4096 the vector kernel takes 262.7 us, 96% of
+    the copy ceiling, against 316.6 (1.21x; the block-per-row kernel took 267.4 in one process with it); at
+    4096 x 4096, 35.3 against 44.1 (1.25x); at 4096 x 32768 the shared row takes 276.5 against 369.0
+    (1.33x), where stage 7 took 533. At 1024 columns the warp kernel loses to torch.compile at few rows
+    (11.4 against 9.5 us at 4096 rows, 4.0 against 3.3 at 256, where a row's latency, not the memory, is the
+    time) and wins at 32768 rows (67.2 against torch's 80.7); the vector kernel with one vector a thread
+    (256 threads a row) was slower still there (12.9 and 90.1 us), so the table leaves it out
+    (NARROW_ROW_COLS).""",
     boundaries={"cols": (WARP_ROW_COLS,)})
 def by_shape(x, out):
     kernel_for(x.shape[1])(x, out)
