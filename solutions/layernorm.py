@@ -943,6 +943,7 @@ VECTOR_ROWS_COLS = 8192
 FLOAT_VECTORS = 4  # 16-byte vectors of four floats each thread holds: a 4096-column row is 256 threads (8: 128)
 FLOAT_BLOCK_ROWS_THREADS = 256  # narrower rows share a block of up to this many threads (2-D: threads a row x rows)
 FLOAT_WEIGHTS_AHEAD = 0  # as WEIGHTS_AHEAD (16-bit vector_rows), for the float32 kernel
+FLOAT_WEIGHTS_WITH_X = False  # as WEIGHTS_WITH_X, for the float32 kernel
 FLOAT_REGISTER_CAP = None  # as REGISTER_CAP, for the float32 kernel
 # Rows up to NARROW_ROW_COLS wide (0: none) take the same kernel with one vector a thread, before the warp kernel:
 # a 1024-column row is then 256 threads, each with one 16-byte load in flight, where a warp holds it 32 values a lane.
@@ -950,6 +951,10 @@ FLOAT_REGISTER_CAP = None  # as REGISTER_CAP, for the float32 kernel
 NARROW_ROW_COLS = 1024
 NARROW_FLOAT_VECTORS = 1
 NARROW_MAX_ROWS = 4096
+# The narrow kernel loads weight (and bias) with x: at a few waves of rows the time is one row's chain of
+# dependent waits, and a weight loaded after the statistics is one more trip to L2 in it (torch.compile's
+# Triton kernels issue every load first, too).
+NARROW_WEIGHTS_WITH_X = True
 
 
 def float_vector_rows(x, weight, bias, out):
@@ -2354,6 +2359,7 @@ VECTORS = 4  # 16-byte vectors of x each thread holds (8 halves each): a 4096-co
 BLOCK_ROWS_THREADS = 128  # narrow rows share a block of up to this many threads (one row a warp, no barrier)
 WEIGHTS_AHEAD = 0  # vectors whose weight (and bias) are loaded ahead of the store in progress: 0, each just before
 # its own store (a wait on L1 a vector); 1, the next one's before this one's store; VECTORS, all before the first
+WEIGHTS_WITH_X = False  # True: every weight (and bias) vector loaded with x's, before the statistics (WEIGHTS_AHEAD unused)
 REGISTER_CAP = None  # registers a thread (None: as ptxas chooses); a cap buys rows resident with spills
 HELD_WORDS = 4 * VECTORS  # a local array's shape must be a constant: a module global
 HELD_VALUES = VECTOR * VECTORS
@@ -2380,6 +2386,9 @@ def layernorm_vector_row(x, weight, bias, out, rows, cols, inv_cols, widen, narr
         c = column(first, step, k)
         if c < width:
             load_vector(held, k, x, base + c)
+            if WEIGHTS_WITH_X:  # issued with x, before the row sums' barriers: its trip to L2 overlaps x's
+                load_vector(ws, k, weight, c)
+                load_vector(bs, k, bias, c)
     x0 = value_at(x, base, widen) if width > uint32(0) else float32(0.0)  # the shift of the float32 ladder
     total = float32(0.0)
     for k in range(VECTORS):
@@ -2400,7 +2409,7 @@ def layernorm_vector_row(x, weight, bias, out, rows, cols, inv_cols, widen, narr
     for k in range(-WEIGHTS_AHEAD, VECTORS):
         ahead = k + WEIGHTS_AHEAD  # load its weight and bias now: the compiler will not move a load past a store
         c = column(first, step, ahead)
-        if ahead < VECTORS and c < width:
+        if not WEIGHTS_WITH_X and ahead < VECTORS and c < width:
             load_vector(ws, ahead, weight, c)
             load_vector(bs, ahead, bias, c)
         if k >= 0 and column(first, step, k) < width:  # k < 0: a step that only loads ahead
@@ -2473,6 +2482,8 @@ def rmsnorm_vector_row(x, weight, out, rows, cols, inv_cols, widen, narrow2):
         c = column(first, step, k)
         if c < width:
             load_vector(held, k, x, base + c)
+            if WEIGHTS_WITH_X:  # issued with x, before the row sum's barrier: its trip to L2 overlaps x's
+                load_vector(ws, k, weight, c)
     squares = float32(0.0)
     for k in range(VECTORS):
         for i in range(VECTOR * k, VECTOR * k + VECTOR):
@@ -2484,7 +2495,7 @@ def rmsnorm_vector_row(x, weight, out, rows, cols, inv_cols, widen, narrow2):
     for k in range(-WEIGHTS_AHEAD, VECTORS):
         ahead = k + WEIGHTS_AHEAD
         c = column(first, step, ahead)
-        if ahead < VECTORS and c < width:
+        if not WEIGHTS_WITH_X and ahead < VECTORS and c < width:
             load_vector(ws, ahead, weight, c)
         if k >= 0 and column(first, step, k) < width:
             for i in range(VECTOR * k, VECTOR * k + VECTOR):
@@ -2519,8 +2530,8 @@ def rmsnorm_vector_rows(x, weight, out):
 
 # The float32 format (solutions/_half.py: float_format) with the float32 kernel's own VECTORS and WEIGHTS_AHEAD,
 # sweepable apart from the 16-bit ones.
-FLOAT_FORMAT = float_format(FLOAT_VECTORS, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD)
-NARROW_FORMAT = float_format(NARROW_FLOAT_VECTORS, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD)
+FLOAT_FORMAT = float_format(FLOAT_VECTORS, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD, WEIGHTS_WITH_X=FLOAT_WEIGHTS_WITH_X)
+NARROW_FORMAT = float_format(NARROW_FLOAT_VECTORS, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD, WEIGHTS_WITH_X=NARROW_WEIGHTS_WITH_X)
 layernorm_float_row = instantiate(layernorm_vector_row.py_func, dict(globals(), **FLOAT_FORMAT), "layernorm_float_row",
                                   jit=dict(device=True, inline=True))
 rmsnorm_float_row = instantiate(rmsnorm_vector_row.py_func, dict(globals(), **FLOAT_FORMAT), "rmsnorm_float_row",
