@@ -507,8 +507,8 @@ def fast_math(x, out):
 
 # -- 7. short_erfc (GELU, erf form, only) -------------------------------------------------------------------
 
-SHORT_ERFC_THREADS = 512  # the block: erfc is now ~25 instructions, the cheap functions' in_flight block
-SHORT_ERFC_ON_SMALL_TILES = False  # True: build on small_tiles (a vector a thread) instead of in_flight
+SHORT_ERFC_THREADS = 128  # the block (on in_flight, 512 was the cheap functions' block)
+SHORT_ERFC_ON_SMALL_TILES = True  # build on small_tiles (a vector a thread); False: on in_flight
 
 
 def short_erfc_float32(x, out):
