@@ -983,10 +983,19 @@ def kernel_for(cols, table=BY_SHAPE):
 
 
 @op.stage("by_shape", """
-    No one kernel wins at every shape, so the last stage chooses by row width. Rows up to 1024 wide get a
-    warp each (four to a block; one, when rows are fewer than 4096, to spread them over every SM): the row
-    sits in registers, 32 values a lane, read once with 16-byte loads (load4) and written once with 16-byte
-    stores, and the reductions are shuffles alone, no barrier. Rows up to 8192 wide take the fp16/bf16
+    No one kernel wins at every shape, so the last stage chooses by row width, and up to 1024 columns by the
+    number of rows. Few rows (up to 4096 of up to 1024 columns) leave the GPU little work to overlap, and a
+    row's latency, not memory bandwidth, is much of the time: each row gets a block of threads holding one
+    16-byte vector each (256 threads at 1024 columns), and one reduction. Each thread's pair, its maximum m
+    and the sum s of exp(x - m) over its four values, merges with another as M = max(m, m'), S = s e^(m - M)
+    + s' e^(m' - M): shuffles within each warp, each warp's pair through shared memory, one barrier,
+    shuffles over the warps' pairs. The row's maximum and then its sum would be two reductions, a barrier
+    and a shared-memory round trip each, the second waiting on the first; the pair costs an exp a merge
+    instead. Each thread keeps its exp(x - m) in registers, scales them by e^(m - M) / S (one exp more) and
+    stores them with one 16-byte store. More rows up to 1024 wide get a warp each (four to a block; one,
+    when rows are fewer than 4096, to spread them over every SM): the row sits in registers, 32 values a
+    lane, read once with 16-byte loads (load4) and written once with 16-byte stores, and the reductions are
+    shuffles alone, no barrier. Rows up to 8192 wide take the fp16/bf16
     ladders' last kernel (vector_rows) with a vector of four floats: each thread issues its 4 16-byte loads
     of the row before it uses any (a 4096-column row is a block of 256 threads), takes their maximum, then
     exp(x - max) once, in place, and their sum from those registers, and stores them scaled by one
@@ -1011,16 +1020,16 @@ def kernel_for(cols, table=BY_SHAPE):
     it. 1024 threads beat 512 on the H200 (601 vs 724 us at 8192 x 32000, 1526 vs 1555 at 4096 x 128256); at
     56 registers an SM holds one block of 1024 or two of 512, the same threads, and the larger block goes
     through a row in half as many steps. A row whose width is not a multiple of 4 (its rows do not start on
-    16-byte boundaries) is read a column at a time, by the kernels the table has without the vector one. On
+    16-byte boundaries) is read a column at a time, by the kernels the table has without the vector ones. On
     an H200, against torch.compile in the same run: at 32768 x 4096 the vector kernel takes 262.7 us, 96% of
     the copy ceiling, against 316.6 (1.21x; the block-per-row kernel took 267.4 in one process with it); at
     4096 x 4096, 35.3 against 44.1 (1.25x); at 4096 x 32768 the shared row takes 276.5 against 369.0
-    (1.33x), where stage 7 took 533. At 1024 columns the warp kernel loses to torch.compile at few rows
-    (11.4 against 9.5 us at 4096 rows, 4.0 against 3.3 at 256, where a row's latency, not the memory, is the
-    time) and wins at 32768 rows (67.2 against torch's 80.7); the vector kernel with one vector a thread
-    (256 threads a row) was slower still there (12.9 and 90.1 us), so the table leaves it out
-    (NARROW_ROW_COLS).""",
-    boundaries={"cols": (WARP_ROW_COLS,)})
+    (1.33x), where stage 7 took 533. At 1024 columns the warp kernel lost to torch.compile at few rows
+    (11.4 against 9.5 us at 4096 rows, 4.0 against 3.3 at 256) and wins at 32768 rows (67.2 against torch's
+    80.7); the vector kernel with one vector a thread (256 threads a row, but two reductions) was slower
+    still (12.9 and 90.1 us), so the table leaves it out (NARROW_ROW_COLS) and gives the few rows to the
+    pair reduction (SMALL_MAX_ROWS).""",
+    boundaries={"cols": tuple(sorted({SMALL_ROW_COLS, WARP_ROW_COLS} - {0})), "rows": tuple({SMALL_MAX_ROWS} - {0})})
 def by_shape(x, out):
     kernel_for(x.shape[1])(x, out)
 
