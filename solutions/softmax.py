@@ -869,9 +869,113 @@ def launch_float_rows(kernel, vectors, x, out):
     capped(kernel, FLOAT_REGISTER_CAP)[blocks, block](flat_view(x), flat_view(out), rows, cols)
 
 
+# Few rows up to SMALL_ROW_COLS wide: the time is a row's latency, not memory, so a row gets a block of threads with
+# one 16-byte vector each (256 threads at 1024 columns) and ONE reduction, of (max, sum of exp) pairs.
+SMALL_ROW_COLS = 1024  # rows up to this wide, a multiple of 4 floats, on 16 bytes ...
+SMALL_MAX_ROWS = 4096  # ... when they are at most this many (0: never); more rows take warp_rows (32768 x 1024)
+SMALL_VECTORS = 1  # 16-byte vectors each thread holds: a 1024-column row is 256 threads (2: 128)
+SMALL_VALUES = 4 * SMALL_VECTORS
+SMALL_BLOCK_THREADS = 256  # rows narrower than 128 columns (32 threads) share a block of up to this many threads
+
+
+@cuda.jit(device=True, inline=True)
+def _merge_pair(m_a, s_a, m_b, s_b):
+    """_merge with FLOAT_EXP, by_shape's float32 exponential: M = max(m_a, m_b), S = s_a e^(m_a - M) +
+    s_b e^(m_b - M), one of the two factors 1."""
+    a_larger = m_a >= m_b
+    m = m_a if a_larger else m_b
+    smaller = m_b if a_larger else m_a
+    s_big = s_a if a_larger else s_b
+    s_small = s_b if a_larger else s_a
+    return m, s_big + s_small * FLOAT_EXP(smaller - m)
+
+
+@cuda.jit(device=True, inline=True)
+def _merge_lanes(m, s, offset):
+    """This lane's pair merged with the lanes offset, offset / 2, ..., 1 away (xor): each lane ends with the
+    merge of its group of 2 * offset lanes."""
+    while offset > uint32(0):
+        m_other = cuda.shfl_xor_sync(FULL_MASK, m, offset)
+        s_other = cuda.shfl_xor_sync(FULL_MASK, s, offset)
+        m, s = _merge_pair(m, s, m_other, s_other)
+        offset = uint32(offset >> uint32(1))
+    return m, s
+
+
+@cuda.jit(device=True, inline=True)
+def _row_merge(m, s, maxima, sums):
+    """The (max, sum) pair of this thread's row, in each of its threads: shuffles in each warp, then (a row of
+    several warps, a power of two) each warp's pair through shared memory, one barrier, and log2(warps)
+    shuffles more. Where _softmax_block_row reduces the maximum and then the sum, a barrier each, the pair
+    needs one. maxima, sums: a float a warp of the block."""
+    m, s = _merge_lanes(m, s, uint32(16))
+    warps = uint32(cuda.blockDim.x) >> uint32(5)
+    if warps == uint32(1):
+        return m, s
+    t = uint32(cuda.threadIdx.x)
+    lane = t & uint32(31)
+    first = uint32(cuda.threadIdx.y) * warps
+    if lane == uint32(0):
+        maxima[first + (t >> uint32(5))] = m
+        sums[first + (t >> uint32(5))] = s
+    cuda.syncthreads()
+    i = first + (lane & (warps - uint32(1)))  # each group of `warps` lanes reads every warp's pair
+    return _merge_lanes(maxima[i], sums[i], uint32(warps >> uint32(1)))
+
+
+@cuda.jit
+def _softmax_small_rows(x, out, rows, cols):
+    maxima = cuda.shared.array(32, float32)
+    sums = cuda.shared.array(32, float32)
+    e = cuda.local.array(SMALL_VALUES, float32)  # x, then exp(x - m) in place: registers once the loops unroll
+    base, width = vector_row(rows, cols)  # blockDim.x threads a row, blockDim.y rows a block
+    first = uint32(cuda.threadIdx.x * 4)  # vector k of this thread: columns first + k * step ...
+    step = uint32(cuda.blockDim.x * 4)
+    # HINT: load4 each vector k (its columns from column(first, step, k), if below width; else -inf) into e, all first.
+    # HINT: this thread's pair: m = the maximum of LOWEST and e; e = FLOAT_EXP(e - m) in place, s their sum.
+    # HINT: _row_merge gives the row's (M, S); out = e * (e^(m - M) / S), one store4 a vector.
+    # BEGIN SOLUTION
+    for k in range(SMALL_VECTORS):  # every load issued before any value is used
+        c = column(first, step, k)
+        if c < width:
+            e[4 * k], e[4 * k + 1], e[4 * k + 2], e[4 * k + 3] = load4(x, base + c)
+        else:
+            e[4 * k], e[4 * k + 1], e[4 * k + 2], e[4 * k + 3] = NEG_INF, NEG_INF, NEG_INF, NEG_INF
+    # LOWEST, not -inf: a thread that holds only -inf (or nothing of its row) then has exp(-inf - LOWEST) = 0
+    # and the pair (LOWEST, 0), where -inf would give exp(-inf + inf) = NaN.
+    m = LOWEST
+    for i in range(SMALL_VALUES):
+        m = max(m, e[i])
+    s = float32(0.0)
+    for i in range(SMALL_VALUES):
+        e[i] = FLOAT_EXP(e[i] - m)
+        s += e[i]
+    row_m, row_s = _row_merge(m, s, maxima, sums)
+    # e holds exp(x - m), against this thread's maximum: one exp more rescales them all to the row's. A row of
+    # -inf only has row_s = 0, and its 0 * inf is the NaN the float64 reference gives.
+    scale = FLOAT_EXP(m - row_m) * reciprocal(row_s)
+    for k in range(SMALL_VECTORS):
+        c = column(first, step, k)
+        if c < width:
+            store4(out, base + c, e[4 * k] * scale, e[4 * k + 1] * scale, e[4 * k + 2] * scale, e[4 * k + 3] * scale)
+    # END SOLUTION
+
+
+def small_rows(x, out):
+    """by_shape's kernel for at most SMALL_MAX_ROWS rows up to SMALL_ROW_COLS wide: a block of threads a row,
+    SMALL_VECTORS 16-byte vectors a thread, one reduction of (max, sum) pairs. More rows, and rows it cannot
+    hold as whole vectors (a width not a multiple of 4, arrays off 16 bytes), take the kernel the table
+    gives them without it."""
+    rows, cols = x.shape
+    if not 0 < rows <= SMALL_MAX_ROWS or cols == 0 or not fits_vector_rows(cols, SMALL_VECTORS, x, out, vector=4):
+        return (warp_rows if cols <= WARP_ROW_COLS else float_vector_rows)(x, out)
+    blocks, block = vector_rows_shape(rows, cols, SMALL_VECTORS, SMALL_BLOCK_THREADS, vector=4)
+    _softmax_small_rows[blocks, block](flat_view(x), flat_view(out), rows, cols)
+
+
 # The dispatch table: (widest row, kernel), first match wins. The kernel for any wider row last.
-BY_SHAPE = [(NARROW_ROW_COLS, narrow_vector_rows), (WARP_ROW_COLS, warp_rows), (VECTOR_ROWS_COLS, float_vector_rows),
-            (BLOCK_ROW_COLS, block_rows), (SHARED_ROW_MAX_COLS, shared_rows), (None, online_rows)]
+BY_SHAPE = [(NARROW_ROW_COLS, narrow_vector_rows), (SMALL_ROW_COLS, small_rows), (WARP_ROW_COLS, warp_rows),
+            (VECTOR_ROWS_COLS, float_vector_rows), (BLOCK_ROW_COLS, block_rows), (SHARED_ROW_MAX_COLS, shared_rows), (None, online_rows)]
 
 
 def kernel_for(cols, table=BY_SHAPE):
@@ -879,10 +983,19 @@ def kernel_for(cols, table=BY_SHAPE):
 
 
 @op.stage("by_shape", """
-    No one kernel wins at every shape, so the last stage chooses by row width. Rows up to 1024 wide get a
-    warp each (four to a block; one, when rows are fewer than 4096, to spread them over every SM): the row
-    sits in registers, 32 values a lane, read once with 16-byte loads (load4) and written once with 16-byte
-    stores, and the reductions are shuffles alone, no barrier. Rows up to 8192 wide take the fp16/bf16
+    No one kernel wins at every shape, so the last stage chooses by row width, and up to 1024 columns by the
+    number of rows. Few rows (up to 4096 of up to 1024 columns) leave the GPU little work to overlap, and a
+    row's latency, not memory bandwidth, is much of the time: each row gets a block of threads holding one
+    16-byte vector each (256 threads at 1024 columns), and one reduction. Each thread's pair, its maximum m
+    and the sum s of exp(x - m) over its four values, merges with another as M = max(m, m'), S = s e^(m - M)
+    + s' e^(m' - M): shuffles within each warp, each warp's pair through shared memory, one barrier,
+    shuffles over the warps' pairs. The row's maximum and then its sum would be two reductions, a barrier
+    and a shared-memory round trip each, the second waiting on the first; the pair costs an exp a merge
+    instead. Each thread keeps its exp(x - m) in registers, scales them by e^(m - M) / S (one exp more) and
+    stores them with one 16-byte store. More rows up to 1024 wide get a warp each (four to a block; one,
+    when rows are fewer than 4096, to spread them over every SM): the row sits in registers, 32 values a
+    lane, read once with 16-byte loads (load4) and written once with 16-byte stores, and the reductions are
+    shuffles alone, no barrier. Rows up to 8192 wide take the fp16/bf16
     ladders' last kernel (vector_rows) with a vector of four floats: each thread issues its 4 16-byte loads
     of the row before it uses any (a 4096-column row is a block of 256 threads), takes their maximum, then
     exp(x - max) once, in place, and their sum from those registers, and stores them scaled by one
@@ -907,16 +1020,16 @@ def kernel_for(cols, table=BY_SHAPE):
     it. 1024 threads beat 512 on the H200 (601 vs 724 us at 8192 x 32000, 1526 vs 1555 at 4096 x 128256); at
     56 registers an SM holds one block of 1024 or two of 512, the same threads, and the larger block goes
     through a row in half as many steps. A row whose width is not a multiple of 4 (its rows do not start on
-    16-byte boundaries) is read a column at a time, by the kernels the table has without the vector one. On
+    16-byte boundaries) is read a column at a time, by the kernels the table has without the vector ones. On
     an H200, against torch.compile in the same run: at 32768 x 4096 the vector kernel takes 262.7 us, 96% of
     the copy ceiling, against 316.6 (1.21x; the block-per-row kernel took 267.4 in one process with it); at
     4096 x 4096, 35.3 against 44.1 (1.25x); at 4096 x 32768 the shared row takes 276.5 against 369.0
-    (1.33x), where stage 7 took 533. At 1024 columns the warp kernel loses to torch.compile at few rows
-    (11.4 against 9.5 us at 4096 rows, 4.0 against 3.3 at 256, where a row's latency, not the memory, is the
-    time) and wins at 32768 rows (67.2 against torch's 80.7); the vector kernel with one vector a thread
-    (256 threads a row) was slower still there (12.9 and 90.1 us), so the table leaves it out
-    (NARROW_ROW_COLS).""",
-    boundaries={"cols": (WARP_ROW_COLS,)})
+    (1.33x), where stage 7 took 533. At 1024 columns the warp kernel lost to torch.compile at few rows
+    (11.4 against 9.5 us at 4096 rows, 4.0 against 3.3 at 256) and wins at 32768 rows (67.2 against torch's
+    80.7); the vector kernel with one vector a thread (256 threads a row, but two reductions) was slower
+    still (12.9 and 90.1 us), so the table leaves it out (NARROW_ROW_COLS) and gives the few rows to the
+    pair reduction (SMALL_MAX_ROWS).""",
+    boundaries={"cols": tuple(sorted({SMALL_ROW_COLS, WARP_ROW_COLS} - {0})), "rows": tuple({SMALL_MAX_ROWS} - {0})})
 def by_shape(x, out):
     kernel_for(x.shape[1])(x, out)
 

@@ -63,7 +63,7 @@ def test_fused_streaming_path():
 # by_shape's kernels, each run directly on narrow rows (the dispatch sends the simulator's sizes to
 # the warp kernel only): widths not multiples of 4 (read a column at a time), several online steps
 # (32 threads x 16 values = 512 columns a step), rows with NaN, +-inf and all -inf (NaN out).
-BY_SHAPE_KERNELS = {"warp_rows": softmax.warp_rows, "block_rows": softmax.block_rows,
+BY_SHAPE_KERNELS = {"small_rows": softmax.small_rows, "warp_rows": softmax.warp_rows, "block_rows": softmax.block_rows,
                     "online_rows": lambda x, out: softmax.online_rows(x, out, threads=32),
                     "shared_rows": lambda x, out: softmax.shared_rows(x, out, threads=64)}
 
@@ -85,8 +85,9 @@ def test_by_shape_kernels(kernel, size):
 def test_by_shape_table():
     """The dispatch table picks the kernel its thresholds name, and the wider kernels can take any row."""
     narrow, vector_rows = softmax.NARROW_ROW_COLS, softmax.VECTOR_ROWS_COLS  # 0: that kernel takes no rows
-    assert softmax.kernel_for(1) is (softmax.narrow_vector_rows if narrow else softmax.warp_rows)
-    assert softmax.kernel_for(1024) is (softmax.narrow_vector_rows if narrow >= 1024 else softmax.warp_rows)
+    small = softmax.small_rows if softmax.SMALL_ROW_COLS >= 1024 else softmax.warp_rows  # it hands on the many rows
+    assert softmax.kernel_for(1) is (softmax.narrow_vector_rows if narrow else small)
+    assert softmax.kernel_for(1024) is (softmax.narrow_vector_rows if narrow >= 1024 else small)
     assert softmax.kernel_for(1025) is (softmax.float_vector_rows if vector_rows else softmax.block_rows)
     assert softmax.kernel_for(max(vector_rows, 1025)) is (softmax.float_vector_rows if vector_rows else softmax.block_rows)
     assert softmax.kernel_for(vector_rows + 1) is softmax.block_rows and softmax.kernel_for(16384) is softmax.block_rows
@@ -99,6 +100,77 @@ def test_by_shape_table():
     wide = cuda.device_array((1, softmax.WARP_ROW_COLS + 4), np.float32)
     with pytest.raises(InputError, match="at most 1024"):
         softmax.warp_rows(wide, wide)
+
+
+# by_shape's kernel for few narrow rows (small_rows: a block a row, one 16-byte vector a thread, one reduction of
+# (max, sum of exp) pairs), run directly with its fallbacks made to fail.
+def no_small_fallback(monkeypatch):
+    for name in ("warp_rows", "float_vector_rows"):
+        monkeypatch.setattr(softmax, name, None)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the float64 reference of NaN and inf inputs
+@pytest.mark.parametrize("size", [(3, 1024), (5, 1000), (3, 516), (9, 40), (2, 4)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_small_rows(size, monkeypatch):
+    """Widths of whole vectors of 4: 1024 (256 threads, 8 warps merged through shared memory), 1000 and 516 (the
+    last threads of the row hold nothing: their pair is (LOWEST, 0)), 9 rows of 40 (8 rows of a warp to a block,
+    the second block all but one row past the last), 4 (one thread holds the row). The module's rows (+-1e4,
+    -inf but one), a NaN row, a +inf, an all -inf row (NaN out, as the float64 reference); no fallback."""
+    no_small_fallback(monkeypatch)
+    (x,) = op.make_inputs(size, np.random.default_rng(size[1]))
+    if size[0] > 2:
+        x[-1, 3] = np.nan
+        x[2, size[1] - 1] = np.inf
+        x[0] = -np.inf
+    got = run(softmax.small_rows, x)
+    np.testing.assert_allclose(got, softmax.softmax64(x), rtol=1e-5, atol=1e-7, equal_nan=True)
+
+
+def test_small_rows_large_logits_and_minus_inf_rows(monkeypatch):
+    """Rows that must not come out NaN: -inf but one element, in the last thread's vector and in one whose
+    neighbours hold only -inf (their pair (LOWEST, 0) merged with a finite one), logits near float32's largest
+    (exp overflows unless the maximum is subtracted first), a row of one value 3e38, +-1e4."""
+    no_small_fallback(monkeypatch)
+    cols = 1000
+    x = np.full((6, cols), -np.inf, np.float32)
+    x[0, 999] = 1.5
+    x[1, 130] = -2.0e4
+    x[2] = np.linspace(-3.0e38, 3.0e38, cols)
+    x[3, :] = 3.0e38
+    x[4] = np.random.default_rng(2).uniform(-1e4, 1e4, cols)
+    x[5, ::97] = np.random.default_rng(3).uniform(-1e4, -9e3, x[5, ::97].size)
+    got = run(softmax.small_rows, x)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, softmax.softmax64(x), rtol=1e-5, atol=1e-7)
+    assert got[0, 999] == 1.0 and got[1, 130] == 1.0 and got[0].sum() == 1.0 and got[1].sum() == 1.0
+
+
+def test_small_rows_hand_on(monkeypatch):
+    """Rows small_rows cannot hold as whole vectors (a width not a multiple of 4, a view off 16 bytes), and more than
+    SMALL_MAX_ROWS rows, go to the kernel the table gives without it: warp_rows (float_vector_rows past 1024)."""
+    class Refused:
+        def __getitem__(self, config):
+            raise AssertionError("small_rows' kernel was launched")
+
+    taken = []
+    monkeypatch.setattr(softmax, "_softmax_small_rows", Refused())
+    for name in ("warp_rows", "float_vector_rows"):
+        monkeypatch.setattr(softmax, name, lambda x, out, name=name, launch=getattr(softmax, name):
+                            taken.append(name) or launch(x, out))
+    rng = np.random.default_rng(6)
+    (odd,) = op.make_inputs((3, 42), rng)
+    np.testing.assert_allclose(run(softmax.small_rows, odd), softmax.softmax64(odd), rtol=1e-5, atol=1e-7)
+    monkeypatch.setattr(softmax, "SMALL_MAX_ROWS", 2)
+    (many,) = op.make_inputs((3, 40), rng)
+    np.testing.assert_allclose(run(softmax.small_rows, many), softmax.softmax64(many), rtol=1e-5, atol=1e-7)
+    (wide,) = op.make_inputs((3, 1036), rng)  # small_rows reached past 1024 columns (SMALL_ROW_COLS swept up)
+    np.testing.assert_allclose(run(softmax.small_rows, wide), softmax.softmax64(wide), rtol=1e-5, atol=1e-7)
+    monkeypatch.setattr(softmax, "SMALL_MAX_ROWS", 4096)
+    from solutions import _half
+    monkeypatch.setattr(_half, "aligned16", lambda *arrays: False)  # fits_vector_rows asks it
+    (x,) = op.make_inputs((3, 40), rng)
+    np.testing.assert_allclose(run(softmax.small_rows, x), softmax.softmax64(x), rtol=1e-5, atol=1e-7)
+    assert taken == ["warp_rows", "warp_rows", "float_vector_rows", "warp_rows"]
 
 
 # by_shape's float32 vector_rows kernels (the fp16/bf16 ladders' template, four floats a vector), run directly:
@@ -174,17 +246,22 @@ def test_float_vector_rows_never_launch_on_a_view_off_16_bytes(kernel, monkeypat
     np.testing.assert_allclose(run(FLOAT_VECTOR_ROWS[kernel], x), softmax.softmax64(x), rtol=1e-5, atol=1e-7)
 
 
-# Settings the GPU sweep may try for by_shape (the module executed afresh with them), each routing the
-# simulator's widths to the float32 vector kernels: WARP_ROW_COLS = 8 sends rows from 9 columns to float_vector_rows.
-BY_SHAPE_SETTINGS = [{"NARROW_ROW_COLS": "1024"}, {"WARP_ROW_COLS": "8"},
-                     {"WARP_ROW_COLS": "8", "FLOAT_VECTORS": "2", "FLOAT_BLOCK_ROWS_THREADS": "128"},
-                     {"WARP_ROW_COLS": "8", "FLOAT_VECTORS": "8", "FLOAT_EXP": "fast_exp"},
-                     {"NARROW_ROW_COLS": "1024", "NARROW_FLOAT_VECTORS": "2"}]
+# Settings the GPU sweep may try for by_shape (the module executed afresh with them), each with the kernel the table
+# gives 40 columns: WARP_ROW_COLS = 8 with SMALL_ROW_COLS = 0 sends rows from 9 columns to float_vector_rows;
+# SMALL_MAX_ROWS = 0 leaves them to small_rows, which hands them on to warp_rows.
+TO_VECTOR_ROWS = {"SMALL_ROW_COLS": "0", "WARP_ROW_COLS": "8"}
+BY_SHAPE_SETTINGS = [({"NARROW_ROW_COLS": "1024"}, "narrow_vector_rows"), (TO_VECTOR_ROWS, "float_vector_rows"),
+                     ({**TO_VECTOR_ROWS, "FLOAT_VECTORS": "2", "FLOAT_BLOCK_ROWS_THREADS": "128"}, "float_vector_rows"),
+                     ({**TO_VECTOR_ROWS, "FLOAT_VECTORS": "8", "FLOAT_EXP": "fast_exp"}, "float_vector_rows"),
+                     ({"NARROW_ROW_COLS": "1024", "NARROW_FLOAT_VECTORS": "2"}, "narrow_vector_rows"),
+                     ({"SMALL_MAX_ROWS": "0"}, "small_rows"), ({"FLOAT_EXP": "fast_exp"}, "small_rows"),
+                     ({"SMALL_VECTORS": "2", "SMALL_BLOCK_THREADS": "128"}, "small_rows")]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("setting", BY_SHAPE_SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
-def test_by_shape_settings_a_sweep_may_try(setting, monkeypatch):
+@pytest.mark.parametrize("setting, kernel", BY_SHAPE_SETTINGS,
+                         ids=[",".join(f"{k}={v}" for k, v in s.items()) for s, _ in BY_SHAPE_SETTINGS])
+def test_by_shape_settings_a_sweep_may_try(setting, kernel, monkeypatch):
     import sys
 
     from workbench.check import adversarial_cases
@@ -193,8 +270,7 @@ def test_by_shape_settings_a_sweep_may_try(setting, monkeypatch):
     monkeypatch.setitem(sys.modules, softmax.__name__, softmax)  # put back after stage_with's fresh module
     stage = stage_with("softmax.by_shape", setting)
     fresh = sys.modules[softmax.__name__]
-    want = fresh.narrow_vector_rows if "NARROW_ROW_COLS" in setting else fresh.float_vector_rows
-    assert fresh.kernel_for(40) is want
+    assert fresh.kernel_for(40) is getattr(fresh, kernel)
     rng = np.random.default_rng(5)
     for size in [(5, 40), (3, 42), (3, 1032)]:  # 42: not whole vectors, the fallback
         results = [check_stage(stage, size, rng)]
