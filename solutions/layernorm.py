@@ -680,10 +680,7 @@ FEW_ROWS = 4096  # ... but fewer rows than this get one warp a block, to spread 
 WARP_WEIGHT_CHUNKS = 8
 WARP_WEIGHT_VALUES = 4 * WARP_WEIGHT_CHUNKS
 RMSNORM_WEIGHT_CHUNKS = 2  # RMSNorm's: 2 at 64 registers (8 blocks an SM), 8 would take 84 (5 blocks), 1 takes 56
-# RMSNorm's warp kernel, True: every weight chunk loaded with x's, before the sum of squares (torch.compile's Triton
-# kernel at 1024 columns does so, a warp a row in 72 registers): no trip to L2 left after the shuffles.
-RMSNORM_WEIGHTS_WITH_X = False
-RMSNORM_WEIGHT_VALUES = 4 * (WARP_CHUNKS if RMSNORM_WEIGHTS_WITH_X else RMSNORM_WEIGHT_CHUNKS)
+RMSNORM_WEIGHT_VALUES = 4 * RMSNORM_WEIGHT_CHUNKS
 
 
 # block_rows' registers a thread: ptxas takes 68 on its own, which fits 3 blocks of 256 threads on an SM
@@ -1606,23 +1603,17 @@ def _rmsnorm_warp_rows(x, weight, out, rows, cols, vector):
         for k in range(WARP_CHUNKS):  # all eight loads issued before any value is used
             c = uint64(4) * (lane + uint64(32 * k))
             values[4 * k], values[4 * k + 1], values[4 * k + 2], values[4 * k + 3] = load_chunk(x, base, c, cols, vector, float32(0.0))
-            if RMSNORM_WEIGHTS_WITH_X:
-                ws[4 * k], ws[4 * k + 1], ws[4 * k + 2], ws[4 * k + 3] = load_chunk(weight, uint64(0), c, cols, vector, float32(0.0))
         squares = float32(0.0)
         for i in range(WARP_VALUES):
             squares += values[i] * values[i]
         rstd = float32(1.0) / math.sqrt(_warp_sum(squares) / float32(cols) + EPS)
-        if RMSNORM_WEIGHTS_WITH_X:
-            for i in range(WARP_VALUES):
-                values[i] *= rstd * ws[i]
-        else:
-            for g in range(WARP_CHUNKS // RMSNORM_WEIGHT_CHUNKS):  # a group's weight loads before their first use
-                for u in range(RMSNORM_WEIGHT_CHUNKS):
-                    c = uint64(4) * (lane + uint64(32 * (g * RMSNORM_WEIGHT_CHUNKS + u)))
-                    ws[4 * u], ws[4 * u + 1], ws[4 * u + 2], ws[4 * u + 3] = load_chunk(weight, uint64(0), c, cols, vector, float32(0.0))
-                for u in range(RMSNORM_WEIGHT_CHUNKS):
-                    for i in range(4):
-                        values[4 * (g * RMSNORM_WEIGHT_CHUNKS + u) + i] *= rstd * ws[4 * u + i]
+        for g in range(WARP_CHUNKS // RMSNORM_WEIGHT_CHUNKS):  # a group's weight loads before their first use
+            for u in range(RMSNORM_WEIGHT_CHUNKS):
+                c = uint64(4) * (lane + uint64(32 * (g * RMSNORM_WEIGHT_CHUNKS + u)))
+                ws[4 * u], ws[4 * u + 1], ws[4 * u + 2], ws[4 * u + 3] = load_chunk(weight, uint64(0), c, cols, vector, float32(0.0))
+            for u in range(RMSNORM_WEIGHT_CHUNKS):
+                for i in range(4):
+                    values[4 * (g * RMSNORM_WEIGHT_CHUNKS + u) + i] *= rstd * ws[4 * u + i]
         for k in range(WARP_CHUNKS):
             c = uint64(4) * (lane + uint64(32 * k))
             store_chunk(out, base, c, cols, vector, values[4 * k], values[4 * k + 1], values[4 * k + 2],
