@@ -579,16 +579,17 @@ SHORT_ERFC_FLOAT32 = """
     twenty multiply-adds), and at a copy's speed a multiprocessor has about 64 instruction slots an
     element: erfcf, not memory, sets the pace. Here erfcf gives way to the Numerical Recipes form the
     16-bit operators use (short_erfc below: one reciprocal, nine multiply-adds, one ex2.approx), in
-    the same kernel compiled with fastmath=True, and with a 512-thread block like the cheaper
-    functions' (SHORT_ERFC_THREADS). The reciprocal is asked for as div.approx
+    small_tiles' kernel (one 16-byte vector a thread, 128-thread blocks) compiled with fastmath=True.
+    The reciprocal is asked for as div.approx
     (libdevice.fast_fdividef): fastmath=True leaves numba's 1 / d an IEEE division, with a range check
     and a slow path, which alone cost as much as the polynomial. The sass is about 38 instructions an
-    element. On an H200 at 2^28 floats: 520.5 us, 97% of the copy ceiling, where fast_math took 594.5
-    in one process (1.14x); torch's GELU, at the ceiling, took 505.8 in the same run (0.97x).
-    Nsight Compute says what is left: DRAM at 86% of its peak and 79% of the warp slots filled, but
-    the top stall is still the wait for loads (19 cycles an instruction), with the special-function
-    pipe 26% busy and the FMA pipe 32%: at 38 instructions an element, fewer loads are in flight for
-    each element's arithmetic than a copy keeps (torch's kernel was not profiled beside it).
+    element. Built on in_flight's kernel (four vectors a thread, 512-thread blocks) it took 520.5 us on
+    an H200 at 2^28 floats, 0.97x torch's GELU. Nsight Compute, at 2^26, put the two kernels side by
+    side: the same instructions (59 M), the same wait for loads (19 cycles an instruction), but ours
+    80% of the warp slots filled against torch's 84%, in blocks of 512 threads that each end when their
+    slowest thread ends. On small_tiles' kernel, as torch runs it (a vector a thread, small blocks),
+    the same code took 128.4 us at 2^26 against 133.1 (1.04x, one sweep); at 2^28 it takes 499.7 us,
+    at the copy ceiling, against torch's 505.7 and torch.compile's 505.0 in the same run (1.01x).
     What accuracy does that cost? Less than it seems: the erfcf stages are not 4 ulps from the exact
     GELU either, because -x/sqrt 2 is rounded to float32 before erfc sees it, and far below 0 that
     rounding, multiplied by the derivative of log erfc (about 2|z|^2 relative per unit of relative

@@ -1041,9 +1041,11 @@ def kernel_for(cols, table=BY_SHAPE):
     72% of the warp slots filled against 93%, so fewer loads are in flight (DRAM busy 84% of the time
     against 88%); capped at 32 registers with 512 threads a row, as torch.compile runs, it gained 1%. At
     1024 columns, against torch (torch.compile's LayerNorm misses the 1e-3 tolerance there, except at 256
-    rows): 256 rows take 3.8 us where the warp kernel took 4.6 (torch.compile 3.1), 4096 rows 12.8 where it
-    took 13.7 (F.layer_norm 17.1), and at 32768 rows the warp kernel 70.2 against 103.1 (one vector a thread
-    took 74.1 there). A kernel is in the table where it was measured faster, not where it should be: 512
+    rows): 256 rows take 3.7 us where the warp kernel took 4.6 (torch.compile 3.1), 4096 rows 12.2 where it
+    took 13.7 (F.layer_norm 19.6), and at 32768 rows the warp kernel 70.2 against 103.1 (one vector a thread
+    took 74.1 there). At those few rows a row's time is its chain of waits, and the one-vector kernel loads
+    its weight and bias with x, before the two row sums, as torch.compile's kernel does: loaded after them
+    they were one more trip to L2 in the chain (4.0 against 3.7 us at 256 rows, one sweep). A kernel is in the table where it was measured faster, not where it should be: 512
     threads a row with Welford merges written here (an IEEE division a merge) was slower than stage 7, and
     so was a block that loads the next row while it reduces this one.""",
     boundaries={"cols": (WARP_ROW_COLS,)})
@@ -1751,9 +1753,12 @@ RMSNORM_BY_SHAPE = [(NARROW_ROW_COLS, rmsnorm_narrow_vector_rows), (WARP_ROW_COL
     fill 92%, by Nsight Compute); at 4096 x 4096, 35.8 against 35.0; at 4096 x 32768 the shared row takes
     269.2 against 255.9 (0.95x). torch.compile's kernel runs at the copy ceiling at 32768 x 4096;
     LayerNorm's profile of the same vector kernel says why this one does not: 40 registers against 32, fewer
-    warps, fewer loads in flight. At 1024 columns torch.compile still wins at few rows: 3.7 us against 3.0
-    at 256 rows (the warp kernel took 5.1), 11.5 against 9.9 at 4096 (13.3); at 32768 rows the warp kernel
-    takes 68.3 against 66.4.""")
+    warps, fewer loads in flight. At 1024 columns torch.compile still wins at few rows: 3.4 us against 2.9
+    at 256 rows (the warp kernel took 5.1), 11.3 against 9.8 at 4096 (13.3); at 32768 rows the warp kernel
+    takes 68.3 against 66.4. The weight loaded with x changed nothing here (3.5 us either way at 256 rows),
+    nor did a warp kernel holding all 32 of its weights from the start, as torch.compile's does at 4096
+    rows (11.7 against the one-vector kernel's 11.2; at 32768 rows its 72 registers cost 96.3 against
+    69.2).""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
 
