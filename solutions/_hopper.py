@@ -836,3 +836,35 @@ if _device.is_simulator():
     tma_load_2d = _sim_tma_load_2d
 else:
     globals().update(_gpu_intrinsics())
+
+
+# -- setmaxnreg at other counts (appended: the 40 / 232 pair above stays hgemm's and two consumers') --------
+
+SETMAXNREG_COUNTS = (24, 32, 160)  # setmaxnreg_dec_N / setmaxnreg_inc_N: one producer and three consumers
+
+
+def _setmaxnreg_intrinsics():
+    """setmaxnreg_dec_N and setmaxnreg_inc_N for N in SETMAXNREG_COUNTS (a warpgroup's registers a thread,
+    lowered or raised; a multiple of 8 from 24 to 256)."""
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    def statement(text):
+        @intrinsic
+        def op(typingctx):
+            def codegen(context, builder, sig, args):
+                fty = ir.FunctionType(ir.VoidType(), [])
+                builder.call(ir.InlineAsm(fty, text, "~{memory}", side_effect=True), [])
+                return context.get_dummy_value()
+            return types.none(), codegen
+        return op
+
+    return {f"setmaxnreg_{way}_{n}": statement(f"setmaxnreg.{way}.sync.aligned.u32 {n};")
+            for n in SETMAXNREG_COUNTS for way in ("dec", "inc")}
+
+
+if _device.is_simulator():
+    globals().update({f"setmaxnreg_{way}_{n}": _nothing for n in SETMAXNREG_COUNTS for way in ("dec", "inc")})
+else:
+    globals().update(_setmaxnreg_intrinsics())
