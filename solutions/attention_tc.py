@@ -1048,7 +1048,9 @@ def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True, CONSUMERS=HOPPER_CONSUMER
         my_turn(c)
         wgmma_fence()
         issue_values_from(o, pf, advance_descriptor(v_desc, slot * TILE))
-        if c != LAST:  # (the last consumer answers at the next block's or item's start, if any)
+        # (the last consumer answers at the next block's or item's start, if any; with two, c == 0 is
+        # how lean_loop's kernel has always said it)
+        if (c == 0) if CONSUMERS == 2 else (c != LAST):
             your_turn(c)
         wgmma_wait0()
         fence_o(o)
