@@ -868,3 +868,23 @@ if _device.is_simulator():
     globals().update({f"setmaxnreg_{way}_{n}": _nothing for n in SETMAXNREG_COUNTS for way in ("dec", "inc")})
 else:
     globals().update(_setmaxnreg_intrinsics())
+
+
+# -- wgmma m64n96 / m64n112 from two descriptors, and their fences (appended: key tiles of 96 or 112 keys
+# for S = Q K^T in attention's persistent kernel at D = 64) -----------------------------------------------
+
+EXTRA_SS_N = (96, 112)
+_EXTRA_WGMMA = {f"wgmma_{'bf16' if bf16 else 'f16'}_ss_n{n}": (bf16, n, False, False)
+                for bf16 in (False, True) for n in EXTRA_SS_N}
+_EXTRA_FENCES = tuple(n // 2 for n in EXTRA_SS_N)
+SIZED_WGMMA.update(_EXTRA_WGMMA)
+FENCED_COUNTS = FENCED_COUNTS + _EXTRA_FENCES
+
+if _device.is_simulator():
+    globals().update({name: _sim_wgmma_sized(*spec) for name, spec in _EXTRA_WGMMA.items()})
+    globals().update({f"wgmma_fence_operands_{n}": _nothing for n in _EXTRA_FENCES})
+else:
+    _made = _gpu_intrinsics()  # (reads SIZED_WGMMA and FENCED_COUNTS as they are now)
+    globals().update({name: _made[name] for name in _EXTRA_WGMMA})
+    globals().update({f"wgmma_fence_operands_{n}": _made[f"wgmma_fence_operands_{n}"] for n in _EXTRA_FENCES})
+    del _made

@@ -1332,10 +1332,11 @@ def _persistent_kernel_source(DP, BF16):
             producer_registers()
             if t == 0:
                 slot = int32(0)
-                # The parity of the "empty" phase to wait for: 1 in the ring's first round (a fresh barrier
-                # is past its phase of parity 1: the wait returns at once), then 0, 1, ... as it wraps.
-                wrapped = int32(1)
-                item_phase = int32(0)
+                # Two parities in one register (the producer has 32 a thread with three consumers, and
+                # one more value in its item loop is one spilled to local memory): bit 0, the "empty"
+                # phase's to wait for, 1 in the ring's first round (a fresh barrier is past its phase of
+                # parity 1: the wait returns at once), then 0, 1, ... as it wraps; bit 1, the items'.
+                parities = int32(1)
                 n = cuda.atomic.add(claims, 0, uint32(1))  # this block's first item
                 while n < items:
                     bh, qb = _item_order32(n, heads, blocks, is_causal)
@@ -1344,7 +1345,7 @@ def _persistent_kernel_source(DP, BF16):
                     end = min(S32, int32(q0 + BQ_)) if is_causal else S32
                     tiles = max(int32(int32(end + int32(BKV_ - 1)) // BKV_), int32(1))
                     for tile in range(tiles):
-                        mbarrier_wait(empty + uint64(8 * slot), wrapped)
+                        mbarrier_wait(empty + uint64(8 * slot), parities & 1)
                         j = row0 + tile * BKV_
                         _tma_tile(tiles_at + uint64(K_AT + slot * TILE), map_k.ctypes.data, j, k_full + uint64(8 * slot),
                                   BKV_, DP)
@@ -1353,18 +1354,18 @@ def _persistent_kernel_source(DP, BF16):
                         if tile == 0:  # the item's first K and V are on their way: now its Q, once the last
                             # item's (one buffer) is read by every consumer (the first item's wait returns at once),
                             # and its number, which the consumers read once Q has landed
-                            mbarrier_wait(q_empty, item_phase ^ 1)
+                            mbarrier_wait(q_empty, ((parities >> 1) & 1) ^ 1)
                             smem[item_at] = uint16(n & uint32(0xFFFF))
                             smem[item_at + uint32(1)] = uint16(n >> uint32(16))
                             _tma_tile(tiles_at, map_q.ctypes.data, row0 + q0, q_bar, BQ_, DP)
                         slot = int32(slot + 1)
                         if slot == STAGES_:
                             slot = int32(0)
-                            wrapped = int32(wrapped ^ 1)
-                    item_phase = int32(item_phase ^ 1)
+                            parities = int32(parities ^ 1)
+                    parities = int32(parities ^ 2)
                     n = cuda.atomic.add(claims, 0, uint32(1))  # the next item not yet claimed by any block
                 # No item left: the consumers wake to an item number past the last (an arrival with no copy)
-                mbarrier_wait(q_empty, item_phase ^ 1)
+                mbarrier_wait(q_empty, ((parities >> 1) & 1) ^ 1)
                 smem[item_at] = uint16(n & uint32(0xFFFF))
                 smem[item_at + uint32(1)] = uint16(n >> uint32(16))
                 mbarrier_arrive(q_bar)
