@@ -259,7 +259,7 @@ def test_the_persistent_blocks_claim_every_item_once_in_the_heaviest_first_order
     would leave it, items are skipped: the output keeps its poison there (the check would fail)."""
     from workbench.ladder import to_host
 
-    size = (1, 2, 300, 64, 1)  # six items of 1 to 3 tiles
+    size = (1, 2, 300, 64, 1)  # two items a head: queries 0..191 and 192..299 (three consumers), or three
     q, k, v, causal, _ = _device_inputs(attention_tc.op, size)
     out = to_device(np.full(size[:4], np.nan, np.float16))
     claims = attention_tc.item_claims()
@@ -267,9 +267,10 @@ def test_the_persistent_blocks_claim_every_item_once_in_the_heaviest_first_order
     attention_tc.launch_persistent(q, k, v, causal, out, blocks=2)
     got = to_host(out)
     assert claims.copy_to_host().tolist() == [0, 0]
-    # Item 0 under the mask is the heaviest: the last query block (rows 256..299) of head 0
-    assert np.isnan(got[0, 0, 256:].astype(np.float32)).all()
-    assert not np.isnan(got[0, 0, :256].astype(np.float32)).any() and not np.isnan(got[0, 1].astype(np.float32)).any()
+    # Item 0 under the mask is the heaviest: the last query block (rows 192..299 or 256..299) of head 0
+    last = (size[2] - 1) // attention_tc.persistent_shape(64)[1] * attention_tc.persistent_shape(64)[1]
+    assert np.isnan(got[0, 0, last:].astype(np.float32)).all()
+    assert not np.isnan(got[0, 0, :last].astype(np.float32)).any() and not np.isnan(got[0, 1].astype(np.float32)).any()
 
 
 @pytest.mark.sim_only
