@@ -48,7 +48,8 @@ and 128 (other head sizes run the tuned kernel):
    tiles that need it, descriptors moved by constants, the ring's slot and parity carried.
 10. ``persistent``: lean_loop's kernel on one block an SM, each claiming query blocks from a counter
     in global memory as it frees up: barriers set up once, the next item's Q and first K/V tiles
-    copied while the current item finishes.
+    copied while the current item finishes. At D = 64 three consumer warpgroups (192 queries an item,
+    160 registers a consumer thread).
 
 The bytes model of each stage (``stage_traffic``) counts what it reads from L2 or memory: Q read and the
 output written once, K and V fetched once per query block (64 queries; 128 in the tuned stage up to
@@ -1611,12 +1612,12 @@ def lean_loop(q, k, v, causal, out):
     loads Q and fills the ring of K and V slots while the consumers wait with nothing to overlap, and
     after its last tile the consumers store their rows while the tensor cores idle until the next
     block starts. cuDNN's kernel (SDPA's) launches one block an SM instead, and so does this stage: 132
-    blocks on an H200, each running items (a head's block of 128 queries) one after the other. Which
-    items matters. Dealt out in turn (block b items b, b + 132, ...) in the grid's old order (heaviest
-    first within groups of heads), the busiest block gets 200 key tiles where the average is 132, and the
-    kernel takes 272 us, slower than lean_loop: under the mask items differ sixteenfold, and the
-    hardware's block scheduler, which hands a freed SM the next block, had been balancing them for
-    free. So the producer claims each item from a counter in global memory (an atomic add: the next
+    blocks on an H200, each running items (a head's block of 128 queries; 192 at D = 64, below) one
+    after the other. Which items matters. Dealt out in turn (block b items b, b + 132, ...) in the
+    grid's old order (heaviest first within groups of heads), the busiest block gets 200 key tiles
+    where the average is 132, and the kernel takes 272 us, slower than lean_loop: under the mask items
+    differ sixteenfold, and the hardware's block scheduler, which hands a freed SM the next block, had
+    been balancing them for free. So the producer claims each item from a counter in global memory (an atomic add: the next
     item not yet taken) when it is ready for one, as a freed SM took the next block; the last block to
     find the items gone zeroes the counter for the next launch. It writes the item's number beside Q,
     and the consumers read it once Q has landed. The barriers are initialised once. The ring runs on
@@ -1637,7 +1638,20 @@ def lean_loop(q, k, v, causal, out):
     and on the named barriers of the turns, and the tensor pipe is busy 41% of the time. cuDNN's kernel,
     profiled beside it, has the same grid and shape (132 blocks of 384 threads, 168 registers) and keeps
     the tensor pipe busy 46% of the time, issuing on 49% of cycles: the same products with fewer idle
-    cycles between them, which is the 4% between the two.""")
+    cycles between them, which is the 4% between the two. All these figures are of the kernel with two
+    consumers. At D = 64 the block now has three consumer warpgroups, FlashAttention-3's shape there:
+    an item is 192 queries, so each K and V tile is copied into shared memory once for 192 queries
+    instead of 128 (a third fewer copies, and fewer "full" and "empty" waits a query), and the SM has
+    three independent chains of S, softmax and P V to interleave instead of two: while one consumer
+    runs its softmax, the other two can have products on the tensor cores. The turns go round robin:
+    consumer c waits on named barrier 1 + c and hands on to the next one's, and the last consumer
+    opens each item's first turn for consumer 0. The price is registers: 512 threads get 128 each at
+    launch, and setmaxnreg moves them to 32 for the producer and 160 for each consumer (32 + 3 x 160 =
+    4 x 128), against 232 with two consumers. A consumer holds S (64 values a thread at 128 keys), P
+    (32) and O (32) and fits in 160 with no spill; the producer fits in 32 once its two phase parities
+    share a register. At D = 128 O's 64 accumulators leave no room, so it keeps two consumers. Three
+    consumers at D = 64: not yet timed on the H200 (PERSISTENT_CONSUMERS_D64 = 2 gives back the
+    two-consumer kernel, and PERSISTENT_BKV_D64 = 96 or 112 smaller key tiles, for `workbench sweep`).""")
 def persistent(q, k, v, causal, out):
     launch_persistent(q, k, v, causal, out)
 
