@@ -286,9 +286,10 @@ def test_the_persistent_grid_at_d128_and_odd_sizes(op, size):
 @pytest.mark.sim_only
 def test_three_consumers_take_their_turns_round_robin():
     """At D = 64 a persistent item is 192 queries, one block of three consumer warpgroups: at 130 queries
-    under the mask one item, the third consumer with two rows, two key tiles (the ring's turns go 0, 1,
-    2, 0, ...; a turn left over or missing hangs the simulator). lean_loop's bits, row for row (its
-    blocks are 128 queries: the extra key tile the first rows walk here is wholly masked for them)."""
+    under the mask one item, the third consumer with two rows, two key tiles, of which the first
+    consumer's rows see only the first (it takes its turn for the second and frees its slot: the
+    ring's turns go 0, 1, 2, 0, ...; a turn left over or missing hangs the simulator). lean_loop's
+    bits, row for row."""
     assert attention_tc.persistent_shape(64) == (3, 192, 128) and attention_tc.persistent_threads(64) == 512
     expected, got, launches = _persistent_against_lean_loop(attention_tc.op, (1, 1, 130, 64, 1), 1)
     np.testing.assert_array_equal(got, expected)
@@ -308,17 +309,19 @@ def test_three_consumers_fetch_k_and_v_once_per_192_queries_at_d64():
 
 
 @pytest.mark.sim_only
-@pytest.mark.parametrize("consumers, keys, size", [
-    (2, 128, (1, 2, 300, 64, 1)),  # the two-consumer kernel of 128-query items, as before
-    (3, 96, (1, 2, 520, 64, 1)),  # 96-key tiles: 520 = 5 x 96 + 40 (the ring wraps; 192 = 2 tiles)
-    pytest.param(3, 112, (1, 1, 250, 64, 0), marks=pytest.mark.slow)],  # 112: 192 is no whole tile
-    ids=["2-consumers", "3-consumers-96-keys", "3-consumers-112-keys"])
-def test_the_persistent_kernel_at_each_setting_a_sweep_may_pick(monkeypatch, consumers, keys, size):
-    """PERSISTENT_CONSUMERS_D64 and PERSISTENT_BKV_D64 as `workbench sweep` sets them: checked against the
-    float64 reference at sizes not multiples of the item or the key tile (other tiles round
-    differently from lean_loop, so not bit for bit)."""
+@pytest.mark.parametrize("consumers, keys, own_tiles, size", [
+    (2, 128, True, (1, 2, 300, 64, 1)),  # the two-consumer kernel of 128-query items, as before
+    (3, 96, True, (1, 2, 520, 64, 1)),  # 96-key tiles: 520 = 5 x 96 + 40 (the ring wraps; 192 = 2 tiles)
+    (3, 128, False, (1, 2, 250, 64, 1)),  # every consumer walks all the item's tiles
+    pytest.param(3, 112, True, (1, 1, 250, 64, 0), marks=pytest.mark.slow)],  # 112: 192 is no whole tile
+    ids=["2-consumers", "3-consumers-96-keys", "3-consumers-all-tiles", "3-consumers-112-keys"])
+def test_the_persistent_kernel_at_each_setting_a_sweep_may_pick(monkeypatch, consumers, keys, own_tiles, size):
+    """PERSISTENT_CONSUMERS_D64, PERSISTENT_BKV_D64 and OWN_TILES_D64 as `workbench sweep` sets them:
+    checked against the float64 reference at sizes not multiples of the item or the key tile (other
+    tiles round differently from lean_loop, so not bit for bit)."""
     monkeypatch.setattr(attention_tc, "PERSISTENT_CONSUMERS_D64", consumers)
     monkeypatch.setattr(attention_tc, "PERSISTENT_BKV_D64", keys)
+    monkeypatch.setattr(attention_tc, "OWN_TILES_D64", own_tiles)
     monkeypatch.setattr(attention_tc, "_BUILT", {k: f for k, f in attention_tc._BUILT.items() if k[1] != "persistent"})
     result = check_stage(attention_tc.op["persistent"], size, np.random.default_rng(5))
     assert result.passed, result.message
