@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: a8d736355477f9c4fe10d5bf84ee59a40d2450734a4f6f62d453fe4cbe72d6e6
+# generated-sha256: c34077b53f589a82853ee2b6bc63021c50becec2f4e5c566908ccb0a0073ed3e
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync, then
 FlashAttention-3's on Hopper's wgmma, TMA and warp specialisation.
@@ -1010,7 +1010,7 @@ def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True, CONSUMERS=HOPPER_CONSUMER
 
     @cuda.jit(device=True, inline=True)
     def key_loop(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full, empty, q_empty, slot, phase,
-                 tiles, whole, i0, S32, is_causal, scale_log2e, c):
+                 tiles, whole, i0, S32, is_causal, scale_log2e, c, more_turns):
         slot = int32(slot + 1)
         if slot == STAGES_:
             slot = int32(0)
@@ -1059,9 +1059,9 @@ def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True, CONSUMERS=HOPPER_CONSUMER
         my_turn(c)
         wgmma_fence()
         issue_values_from(o, pf, advance_descriptor(v_desc, slot * TILE))
-        # (the last consumer answers at the next block's or item's start, if any; with two, c == 0 is
-        # how lean_loop's kernel has always said it)
-        if (c == 0) if CONSUMERS == 2 else (c != LAST):
+        # (the last consumer answers at the next block's or item's start, if any, unless more_turns: it
+        # has turns left in this item, without tiles of its own; with two, c == 0 as it has always been)
+        if (c == 0) if CONSUMERS == 2 else (c != LAST or more_turns):
             your_turn(c)
         wgmma_wait0()
         fence_o(o)
@@ -1175,7 +1175,7 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG, LEAN=False):
                          shared_descriptor(tiles_at + uint64(K_AT), 16, 1024),
                          shared_descriptor(tiles_at + uint64(V_AT), BKV_ * 128, 1024), k_full, v_full, empty,
                          uint64(0), int32(STAGES_ - 1), int32(1), tiles, whole, int32(i0), S32, is_causal,
-                         scale_log2e, c)
+                         scale_log2e, c, False)
             elif OVERLAP:
                 # Tile 0's S and softmax first; then each step issues tile t's S = Q K^T and tile t - 1's
                 # O += P V as two groups, waits for the first only (wgmma_wait1: groups finish in order),
@@ -1256,6 +1256,11 @@ PERSISTENT_BKV_D64 = 128  # keys a tile at D = 64 (a multiple of 16; wgmma's n: 
 # setmaxnreg with three consumers (128 registers a thread at launch, 512 threads): the producer's
 # warpgroup gives up what the consumers take, 32 + 3 x 160 = 4 x 128.
 THREE_CONSUMER_REGISTERS = (32, 160)
+# With three consumers each walks the key tiles its own rows need (under the mask, up to its own last
+# row; none past S) and only takes its turns and frees its slots for the item's remaining tiles:
+# at 8x16x2048x64 under the mask 192-query items would otherwise compute 11% more scores than
+# 128-query ones (the rows' masked keys), as much as they save in K and V copies.
+OWN_TILES_D64 = True
 
 
 def persistent_shape(DP):
@@ -1297,8 +1302,9 @@ def _persistent_kernel_source(DP, BF16):
     S_SHAPE = (BKV_ // 8, 4)
     O_SHAPE = (DP // 8, 4)
     P_REGS = BKV_ // 4
-    your_turn = _hopper_device_functions(DP, BF16, PERSISTENT_TURNS, CONSUMERS, BKV_)[1]
+    my_turn, your_turn = _hopper_device_functions(DP, BF16, PERSISTENT_TURNS, CONSUMERS, BKV_)[:2]
     key_loop = _lean_key_loop(DP, BF16, True, PERSISTENT_TURNS, CONSUMERS, BKV_)
+    OWN_TILES = OWN_TILES_D64 and CONSUMERS == 3
     if CONSUMERS == 2:
         producer_registers, consumer_registers = setmaxnreg_producer, setmaxnreg_consumer
     else:
@@ -1420,8 +1426,32 @@ def _persistent_kernel_source(DP, BF16):
                         o[d, e] = float32(0.0)
                 if c == LAST:
                     your_turn(c)  # consumer 0 goes first, in every item
+                mine = tiles
+                if OWN_TILES:  # the tiles this consumer's rows see (at least one: no path around the loop)
+                    first_row = int32(q0 + WG_QUERIES * c)
+                    mine_end = int32(min(S32, int32(first_row + WG_QUERIES)) if is_causal else S32)
+                    if first_row >= S32:
+                        mine_end = int32(1)
+                    mine = max(int32(int32(mine_end + int32(BKV_ - 1)) // BKV_), int32(1))
                 slot, phase = key_loop(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full, empty,
-                                       q_empty, slot, phase, tiles, whole, i0, S32, is_causal, scale_log2e, c)
+                                       q_empty, slot, phase, mine, whole, i0, S32, is_causal, scale_log2e, c,
+                                       mine < tiles)
+                if OWN_TILES:
+                    # The item's other tiles: the turns (the ring goes round every consumer) and the
+                    # slots' release, each once the slot holds the tile (else the arrival would count
+                    # toward the release of the tile before it).
+                    for tile in range(mine, tiles):
+                        slot = int32(slot + 1)
+                        if slot == STAGES_:
+                            slot = int32(0)
+                            phase = int32(phase ^ 1)
+                        mbarrier_wait(k_full + uint64(8 * slot), phase)
+                        mbarrier_wait(v_full + uint64(8 * slot), phase)
+                        my_turn(c)
+                        if c != LAST or tile + 1 < tiles:
+                            your_turn(c)
+                        if t % 128 == 0:
+                            mbarrier_arrive(empty + uint64(8 * slot))
                 _store_rows_unsigned(out32, row0, i0, o, l_run, S, DP, BF16)
                 item_phase = int32(item_phase ^ 1)
     return kernel
@@ -1655,13 +1685,19 @@ def lean_loop(q, k, v, causal, out):
     three independent chains of S, softmax and P V to interleave instead of two: while one consumer
     runs its softmax, the other two can have products on the tensor cores. The turns go round robin:
     consumer c waits on named barrier 1 + c and hands on to the next one's, and the last consumer
-    opens each item's first turn for consumer 0. The price is registers: 512 threads get 128 each at
+    opens each item's first turn for consumer 0. Under the mask a taller item has more keys past its
+    rows' diagonal: if all three consumers walked all of an item's tiles, 8x16x2048x64 would compute
+    11% more scores than with 128-query items. So each consumer walks only the tiles its own 64 rows
+    see (none past S), and for the item's remaining tiles only takes its turns and frees each slot once
+    the tile has landed (an earlier arrival would count toward the previous tile's release). The price
+    is registers: 512 threads get 128 each at
     launch, and setmaxnreg moves them to 32 for the producer and 160 for each consumer (32 + 3 x 160 =
     4 x 128), against 232 with two consumers. A consumer holds S (64 values a thread at 128 keys), P
     (32) and O (32) and fits in 160 with no spill; the producer fits in 32 once its two phase parities
     share a register. At D = 128 O's 64 accumulators leave no room, so it keeps two consumers. Three
-    consumers at D = 64: not yet timed on the H200 (PERSISTENT_CONSUMERS_D64 = 2 gives back the
-    two-consumer kernel, and PERSISTENT_BKV_D64 = 96 or 112 smaller key tiles, for `workbench sweep`).""")
+    consumers at D = 64: not yet timed on the H200 (for `workbench sweep`: PERSISTENT_CONSUMERS_D64 =
+    2 gives back the two-consumer kernel, PERSISTENT_BKV_D64 = 96 or 112 smaller key tiles,
+    OWN_TILES_D64 = False every consumer on every tile).""")
 def persistent(q, k, v, causal, out):
     launch_persistent(q, k, v, causal, out)
 
