@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: c34077b53f589a82853ee2b6bc63021c50becec2f4e5c566908ccb0a0073ed3e
+# generated-sha256: 64ff3d6fcddbdf35758dd85f6c0601653c765d82509ef89a2e1afc8471329432
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync, then
 FlashAttention-3's on Hopper's wgmma, TMA and warp specialisation.
@@ -1688,7 +1688,7 @@ def lean_loop(q, k, v, causal, out):
     opens each item's first turn for consumer 0. Under the mask a taller item has more keys past its
     rows' diagonal: if all three consumers walked all of an item's tiles, 8x16x2048x64 would compute
     11% more scores than with 128-query items. So each consumer walks only the tiles its own 64 rows
-    see (none past S), and for the item's remaining tiles only takes its turns and frees each slot once
+    see (one if they are all past S), and for the item's remaining tiles only takes its turns and frees each slot once
     the tile has landed (an earlier arrival would count toward the previous tile's release). The price
     is registers: 512 threads get 128 each at
     launch, and setmaxnreg moves them to 32 for the producer and 160 for each consumer (32 + 3 x 160 =

@@ -1678,7 +1678,7 @@ def lean_loop(q, k, v, causal, out):
     opens each item's first turn for consumer 0. Under the mask a taller item has more keys past its
     rows' diagonal: if all three consumers walked all of an item's tiles, 8x16x2048x64 would compute
     11% more scores than with 128-query items. So each consumer walks only the tiles its own 64 rows
-    see (none past S), and for the item's remaining tiles only takes its turns and frees each slot once
+    see (one if they are all past S), and for the item's remaining tiles only takes its turns and frees each slot once
     the tile has landed (an earlier arrival would count toward the previous tile's release). The price
     is registers: 512 threads get 128 each at
     launch, and setmaxnreg moves them to 32 for the producer and 160 for each consumer (32 + 3 x 160 =
