@@ -1669,25 +1669,24 @@ def lean_loop(q, k, v, causal, out):
     profiled beside it, has the same grid and shape (132 blocks of 384 threads, 168 registers) and keeps
     the tensor pipe busy 46% of the time, issuing on 49% of cycles: the same products with fewer idle
     cycles between them, which is the 4% between the two. All these figures are of the kernel with two
-    consumers. At D = 64 the block now has three consumer warpgroups, FlashAttention-3's shape there:
-    an item is 192 queries, so each K and V tile is copied into shared memory once for 192 queries
-    instead of 128 (a third fewer copies, and fewer "full" and "empty" waits a query), and the SM has
-    three independent chains of S, softmax and P V to interleave instead of two: while one consumer
-    runs its softmax, the other two can have products on the tensor cores. The turns go round robin:
-    consumer c waits on named barrier 1 + c and hands on to the next one's, and the last consumer
-    opens each item's first turn for consumer 0. Under the mask a taller item has more keys past its
-    rows' diagonal: if all three consumers walked all of an item's tiles, 8x16x2048x64 would compute
-    11% more scores than with 128-query items. So each consumer walks only the tiles its own 64 rows
-    see (one if they are all past S), and for the item's remaining tiles only takes its turns and frees each slot once
-    the tile has landed (an earlier arrival would count toward the previous tile's release). The price
-    is registers: 512 threads get 128 each at
-    launch, and setmaxnreg moves them to 32 for the producer and 160 for each consumer (32 + 3 x 160 =
-    4 x 128), against 232 with two consumers. A consumer holds S (64 values a thread at 128 keys), P
-    (32) and O (32) and fits in 160 with no spill; the producer fits in 32 once its two phase parities
-    share a register. At D = 128 O's 64 accumulators leave no room, so it keeps two consumers. Three
-    consumers at D = 64: not yet timed on the H200 (for `workbench sweep`: PERSISTENT_CONSUMERS_D64 =
-    2 gives back the two-consumer kernel, PERSISTENT_BKV_D64 = 96 or 112 smaller key tiles,
-    OWN_TILES_D64 = False every consumer on every tile).""")
+    consumers. At D = 64 the block now has three consumer warpgroups, FlashAttention-3's shape there: an
+    item is 192 queries, so each K and V tile is copied into shared memory once for 192 queries instead of
+    128 (a third fewer copies, and fewer "full" and "empty" waits a query), and the SM has three
+    independent chains of S, softmax and P V to interleave instead of two: while one consumer runs its
+    softmax, the other two can have products on the tensor cores. The turns go round robin: consumer c
+    waits on named barrier 1 + c and hands on to the next one's, and the last consumer opens each item's
+    first turn for consumer 0. Under the mask a taller item has more keys past its rows' diagonal: if all
+    three consumers walked all of an item's tiles, 8x16x2048x64 would compute 11% more scores than with
+    128-query items. So each consumer walks only the tiles its own 64 rows see (one if they are all past
+    S), and for the item's remaining tiles only takes its turns and frees each slot once the tile has
+    landed (an earlier arrival would count toward the previous tile's release). The price is registers:
+    512 threads get 128 each at launch, and setmaxnreg moves them to 32 for the producer and 160 for each
+    consumer (32 + 3 x 160 = 4 x 128), against 232 with two consumers. A consumer holds S (64 values a
+    thread at 128 keys), P (32) and O (32) and fits in 160 with no spill; the producer fits in 32 once its
+    two phase parities share a register. At D = 128 O's 64 accumulators leave no room, so it keeps two
+    consumers. Three consumers at D = 64: not yet timed on the H200 (for `workbench sweep`:
+    PERSISTENT_CONSUMERS_D64 = 2 gives back the two-consumer kernel, PERSISTENT_BKV_D64 = 96 or 112
+    smaller key tiles, OWN_TILES_D64 = False every consumer on every tile).""")
 def persistent(q, k, v, causal, out):
     launch_persistent(q, k, v, causal, out)
 
