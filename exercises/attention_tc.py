@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: c31f37bd651491ba97d6e1fbf629ae6a422356a256b92eaf8e8282e72066f931
+# generated-sha256: bb6f002d5d035581e28c49fbceaa3ba44ff85e1d59768bb4f528f98625f88392
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync, then
 FlashAttention-3's on Hopper's wgmma, TMA and warp specialisation.
@@ -1254,8 +1254,9 @@ PERSISTENT_TURNS = True  # the consumers take turns to issue their wgmma (pingpo
 PERSISTENT_CONSUMERS_D64 = 3
 PERSISTENT_BKV_D64 = 128  # keys a tile at D = 64 (a multiple of 16; wgmma's n: see hopper.SIZED_WGMMA)
 # setmaxnreg with three consumers (128 registers a thread at launch, 512 threads): the producer's
-# warpgroup gives up what the consumers take, 32 + 3 x 160 = 4 x 128.
-THREE_CONSUMER_REGISTERS = (32, 160)
+# warpgroup gives up what the consumers take, 32 + 3 x 160 = 4 x 128 (24 also leaves the consumers
+# 160, the most a multiple of 8 can be).
+THREE_CONSUMER_PRODUCER_REGISTERS = 32
 # With three consumers each walks the key tiles its own rows need (under the mask, up to its own last
 # row; none past S) and only takes its turns and frees its slots for the item's remaining tiles:
 # at 8x16x2048x64 under the mask 192-query items would otherwise compute 11% more scores than
@@ -1308,8 +1309,8 @@ def _persistent_kernel_source(DP, BF16):
     if CONSUMERS == 2:
         producer_registers, consumer_registers = setmaxnreg_producer, setmaxnreg_consumer
     else:
-        producer_registers = getattr(hopper, f"setmaxnreg_dec_{THREE_CONSUMER_REGISTERS[0]}")
-        consumer_registers = getattr(hopper, f"setmaxnreg_inc_{THREE_CONSUMER_REGISTERS[1]}")
+        producer_registers = getattr(hopper, f"setmaxnreg_dec_{THREE_CONSUMER_PRODUCER_REGISTERS}")
+        consumer_registers = hopper.setmaxnreg_inc_160
 
     def kernel(q, k, v, out32, scale_log2e, causal, map_q, map_k, map_v, claims):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
