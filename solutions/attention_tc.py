@@ -1248,7 +1248,7 @@ PERSISTENT_BKV_D64 = 128  # keys a tile at D = 64 (a multiple of 16; wgmma's n: 
 # 160, the most a multiple of 8 can be).
 THREE_CONSUMER_PRODUCER_REGISTERS = 32
 # With three consumers each walks the key tiles its own rows need (under the mask, up to its own last
-# row; none past S) and only takes its turns and frees its slots for the item's remaining tiles:
+# row; one tile if all its rows are past S) and only takes its turns and frees its slots for the item's remaining tiles:
 # at 8x16x2048x64 under the mask 192-query items would otherwise compute 11% more scores than
 # 128-query ones (the rows' masked keys), as much as they save in K and V copies.
 OWN_TILES_D64 = True
@@ -1637,55 +1637,54 @@ def lean_loop(q, k, v, causal, out):
 # -- 10. persistent --------------------------------------------------------------------------------
 
 @_stage("persistent", """
-    lean_loop's kernel on a persistent grid. At 8x16x2048x64 under the mask lean_loop launches 2048
-    blocks of 128 queries, one an SM at a time, and each walks only 8.5 key tiles on average; every
-    one of them pays, besides its tiles, the same fixed costs: it initialises its barriers, its producer
-    loads Q and fills the ring of K and V slots while the consumers wait with nothing to overlap, and
-    after its last tile the consumers store their rows while the tensor cores idle until the next
-    block starts. cuDNN's kernel (SDPA's) launches one block an SM instead, and so does this stage: 132
-    blocks on an H200, each running items (a head's block of 128 queries; 192 at D = 64, below) one
-    after the other. Which items matters. Dealt out in turn (block b items b, b + 132, ...) in the
-    grid's old order (heaviest first within groups of heads), the busiest block gets 200 key tiles
-    where the average is 132, and the kernel takes 272 us, slower than lean_loop: under the mask items
-    differ sixteenfold, and the hardware's block scheduler, which hands a freed SM the next block, had
-    been balancing them for free. So the producer claims each item from a counter in global memory (an atomic add: the next
-    item not yet taken) when it is ready for one, as a freed SM took the next block; the last block to
-    find the items gone zeroes the counter for the next launch. It writes the item's number beside Q,
-    and the consumers read it once Q has landed. The barriers are initialised once. The ring runs on
-    from item to item: the producer issues the next item's first K and V tiles as soon as slots free
-    up, while the consumers are still on the last tiles of the current one. Q has one buffer and a
-    barrier more, "Q empty", on which every consumer thread arrives once its item's last S = Q K^T has
-    completed; the producer waits for it before copying the next item's Q (and number), which then
-    overlaps the current item's last P V and its stores. The consumers' turns stay balanced per item,
-    so no arrival is left over when a block ends. Two things matter to ptxas in the item loop: which
-    consumer a warpgroup is comes from a warp vote (ballot_sync), not from threadIdx (derived from
-    threadIdx, the named barriers of id 1 + c made ptxas compile the whole loop as divergent code, 60
-    instructions more a tile), and there is still no path around the key loop. On the H200 under the
-    mask: at 8x16x2048x64 189 us in fp16 and 190 in bf16 (363 TFLOP/s), 1.13x lean_loop, 0.96x and
-    0.95x SDPA's 181 and 180 in the same run; at 4x32x4096x128 955 us fp16 (576 TFLOP/s) and 901 us
-    bf16 (611), 1.11x and 1.09x SDPA. At the smaller size the kernel now executes fewer instructions
-    than cuDNN's (67 million warp instructions against 77) and is no longer bound by issuing them
-    (issue slots busy 39% of cycles): Nsight Compute's largest stalls are waits on fixed-latency results
-    and on the named barriers of the turns, and the tensor pipe is busy 41% of the time. cuDNN's kernel,
-    profiled beside it, has the same grid and shape (132 blocks of 384 threads, 168 registers) and keeps
-    the tensor pipe busy 46% of the time, issuing on 49% of cycles: the same products with fewer idle
-    cycles between them, which is the 4% between the two. All these figures are of the kernel with two
-    consumers. At D = 64 the block now has three consumer warpgroups, FlashAttention-3's shape there: an
-    item is 192 queries, so each K and V tile is copied into shared memory once for 192 queries instead of
-    128 (a third fewer copies, and fewer "full" and "empty" waits a query), and the SM has three
-    independent chains of S, softmax and P V to interleave instead of two: while one consumer runs its
-    softmax, the other two can have products on the tensor cores. The turns go round robin: consumer c
-    waits on named barrier 1 + c and hands on to the next one's, and the last consumer opens each item's
-    first turn for consumer 0. Under the mask a taller item has more keys past its rows' diagonal: if all
-    three consumers walked all of an item's tiles, 8x16x2048x64 would compute 11% more scores than with
-    128-query items. So each consumer walks only the tiles its own 64 rows see (one if they are all past
-    S), and for the item's remaining tiles only takes its turns and frees each slot once the tile has
-    landed (an earlier arrival would count toward the previous tile's release). The price is registers:
-    512 threads get 128 each at launch, and setmaxnreg moves them to 32 for the producer and 160 for each
-    consumer (32 + 3 x 160 = 4 x 128), against 232 with two consumers. A consumer holds S (64 values a
-    thread at 128 keys), P (32) and O (32) and fits in 160 with no spill; the producer fits in 32 once its
-    two phase parities share a register. At D = 128 O's 64 accumulators leave no room, so it keeps two
-    consumers. Three consumers at D = 64: not yet timed on the H200 (for `workbench sweep`:
+    lean_loop's kernel on a persistent grid. At 8x16x2048x64 under the mask lean_loop launches 2048 blocks
+    of 128 queries, one an SM at a time, and each walks only 8.5 key tiles on average; every one of them
+    pays, besides its tiles, the same fixed costs: it initialises its barriers, its producer loads Q and
+    fills the ring of K and V slots while the consumers wait with nothing to overlap, and after its last
+    tile the consumers store their rows while the tensor cores idle until the next block starts. cuDNN's
+    kernel (SDPA's) launches one block an SM instead, and so does this stage: 132 blocks on an H200, each
+    running items (a head's block of 128 queries; 192 at D = 64, below) one after the other. Which items
+    matters. Dealt out in turn (block b items b, b + 132, ...) in the grid's old order (heaviest first
+    within groups of heads), the busiest block gets 200 key tiles where the average is 132, and the kernel
+    takes 272 us, slower than lean_loop: under the mask items differ sixteenfold, and the hardware's block
+    scheduler, which hands a freed SM the next block, had been balancing them for free. So the producer
+    claims each item from a counter in global memory (an atomic add: the next item not yet taken) when it
+    is ready for one, as a freed SM took the next block; the last block to find the items gone zeroes the
+    counter for the next launch. It writes the item's number beside Q, and the consumers read it once Q
+    has landed. The barriers are initialised once. The ring runs on from item to item: the producer issues
+    the next item's first K and V tiles as soon as slots free up, while the consumers are still on the
+    last tiles of the current one. Q has one buffer and a barrier more, "Q empty", on which every consumer
+    thread arrives once its item's last S = Q K^T has completed; the producer waits for it before copying
+    the next item's Q (and number), which then overlaps the current item's last P V and its stores. The
+    consumers' turns stay balanced per item, so no arrival is left over when a block ends. Two things
+    matter to ptxas in the item loop: which consumer a warpgroup is comes from a warp vote (ballot_sync),
+    not from threadIdx (derived from threadIdx, the named barriers of id 1 + c made ptxas compile the
+    whole loop as divergent code, 60 instructions more a tile), and there is still no path around the key
+    loop. On the H200 under the mask: at 8x16x2048x64 189 us in fp16 and 190 in bf16 (363 TFLOP/s), 1.13x
+    lean_loop, 0.96x and 0.95x SDPA's 181 and 180 in the same run; at 4x32x4096x128 955 us fp16 (576
+    TFLOP/s) and 901 us bf16 (611), 1.11x and 1.09x SDPA. At the smaller size the kernel now executes
+    fewer instructions than cuDNN's (67 million warp instructions against 77) and is no longer bound by
+    issuing them (issue slots busy 39% of cycles): Nsight Compute's largest stalls are waits on
+    fixed-latency results and on the named barriers of the turns, and the tensor pipe is busy 41% of the
+    time. cuDNN's kernel, profiled beside it, has the same grid and shape (132 blocks of 384 threads, 168
+    registers) and keeps the tensor pipe busy 46% of the time, issuing on 49% of cycles: the same products
+    with fewer idle cycles between them, which is the 4% between the two. All these figures are of the
+    kernel with two consumers. At D = 64 the block now has three consumer warpgroups, FlashAttention-3's
+    shape there: an item is 192 queries, so each K and V tile is copied into shared memory once for 192
+    queries instead of 128 (a third fewer copies, and fewer "full" and "empty" waits a query), and the SM
+    has three independent chains of S, softmax and P V to interleave instead of two: while one consumer
+    runs its softmax, the other two can have products on the tensor cores. The turns go round robin:
+    consumer c waits on named barrier 1 + c and hands on to the next one's, and the last consumer opens
+    each item's first turn for consumer 0. Under the mask a taller item has more keys past its rows'
+    diagonal: if all three consumers walked all of an item's tiles, 8x16x2048x64 would compute 11% more
+    scores than with 128-query items. So each consumer walks only the tiles its own 64 rows see (one if
+    they are all past S), and for the item's remaining tiles only takes its turns and frees each slot once
+    the tile has landed (an earlier arrival would count toward the previous tile's release). The price is
+    registers: 512 threads get 128 each at launch, and setmaxnreg moves them to 32 for the producer and
+    160 for each consumer (32 + 3 x 160 = 4 x 128), against 232 with two consumers. A consumer holds S (64
+    values a thread at 128 keys), P (32) and O (32) and fits in 160 with no spill; the producer fits in 32
+    once its two phase parities share a register. At D = 128 O's 64 accumulators leave no room, so it
+    keeps two consumers. Three consumers at D = 64: not yet timed on the H200 (for `workbench sweep`:
     PERSISTENT_CONSUMERS_D64 = 2 gives back the two-consumer kernel, PERSISTENT_BKV_D64 = 96 or 112
     smaller key tiles, OWN_TILES_D64 = False every consumer on every tile).""")
 def persistent(q, k, v, causal, out):
