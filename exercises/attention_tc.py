@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: ca0e62409ae4b6727a131d8e4cd081599eaa43ee4e81390edb889b626009891c
+# generated-sha256: 54860e261e17716608632450daa1adbf2b341251061855053b9ce87a8926ee8e
 # --------------------------------------------------------------------------------------------------
 """FlashAttention on tensor cores, fp16 and bf16: FlashAttention-2's forward pass on mma.sync, then
 FlashAttention-3's on Hopper's wgmma, TMA and warp specialisation.
@@ -62,7 +62,8 @@ and 128 (other head sizes run the tuned kernel):
    tiles that need it, descriptors moved by constants, the ring's slot and parity carried.
 10. ``persistent``: lean_loop's kernel on one block an SM, each claiming query blocks from a counter
     in global memory as it frees up: barriers set up once, the next item's Q and first K/V tiles
-    copied while the current item finishes.
+    copied while the current item finishes. At D = 64 three consumer warpgroups (192 queries an item,
+    160 registers a consumer thread).
 
 The bytes model of each stage (``stage_traffic``) counts what it reads from L2 or memory: Q read and the
 output written once, K and V fetched once per query block (64 queries; 128 in the tuned stage up to
@@ -220,8 +221,9 @@ def stage_traffic(stage, size):
     tuned stage up to D = 64); a stage that skips the tiles past the diagonal fetches, under the mask,
     only the keys up to its last query."""
     if stage in HOPPER_STAGE_NAMES:  # 128 queries a block where their kernel runs, the tuned stage's elsewhere
-        if size[3] in HOPPER_HEAD_DIMS:
-            return _io_bytes(size) // 2 + kv_fetch_bytes(size, HOPPER_BQ, True, itemsize=2)
+        if size[3] in HOPPER_HEAD_DIMS:  # (persistent: its item's queries, 192 at D = 64)
+            queries = persistent_shape(size[3])[1] if stage == "persistent" else HOPPER_BQ
+            return _io_bytes(size) // 2 + kv_fetch_bytes(size, queries, True, itemsize=2)
         stage = "tuned"
     _, _, skip, geometry = STAGE_SWITCHES[stage]
     if isinstance(geometry, dict):  # a geometry per padded head size
@@ -914,28 +916,33 @@ def _mask_tile(s, i0, j0, S, causal, BKV):
                     s[n, 2 * half + e] = NEG_INF
 
 
-def _hopper_device_functions(DP, BF16, PINGPONG):
-    """The Hopper kernels' device functions for head size DP, fp16 or bf16 (the turns of the consumers
-    only with PINGPONG): my_turn, your_turn, issue_scores, issue_scores_from, issue_values,
-    issue_values_from, pack_p, fence_s, fence_o."""
-    BQ_, BKV_ = HOPPER_BQ, HOPPER_BKV
+def _hopper_device_functions(DP, BF16, PINGPONG, CONSUMERS=HOPPER_CONSUMERS, BKV=HOPPER_BKV):
+    """The Hopper kernels' device functions for head size DP, fp16 or bf16, CONSUMERS consumer warpgroups
+    of 64 queries and key tiles of BKV (the turns of the consumers only with PINGPONG): my_turn,
+    your_turn, issue_scores, issue_scores_from, issue_values, issue_values_from, pack_p, fence_s, fence_o."""
+    BQ_, BKV_ = WG_QUERIES * CONSUMERS, BKV
     KIND = "bf16" if BF16 else "f16"
     scores_mma = getattr(hopper, f"wgmma_{KIND}_ss_n{BKV_}")  # S = Q K^T: n = the tile's keys
     values_mma = getattr(hopper, f"wgmma_{KIND}_rs_n{DP}")  # O += P V: n = the head size
     fence_s = getattr(hopper, f"wgmma_fence_operands_{BKV_ // 2}")
     fence_o = getattr(hopper, f"wgmma_fence_operands_{DP // 2}")
-    TURN_THREADS = 2 * 128  # a turn's named barrier: one consumer syncs on it, the other arrives
+    TURN_THREADS = 2 * 128  # a turn's named barrier: one consumer syncs on it, the one before it arrives
 
     @cuda.jit(device=True, inline=True)
     def my_turn(c):
-        """Wait until the other consumer has issued its wgmma (named barrier 1 + c; 0 is syncthreads')."""
+        """Wait until the consumer before this one has issued its wgmma (named barrier 1 + c; 0 is
+        syncthreads')."""
         if PINGPONG:
             named_barrier_sync(1 + c, TURN_THREADS)
 
     @cuda.jit(device=True, inline=True)
     def your_turn(c):
+        """Hand the turn on to the next consumer, round robin (with two: the other one)."""
         if PINGPONG:
-            named_barrier_arrive(2 - c, TURN_THREADS)
+            if CONSUMERS == 2:
+                named_barrier_arrive(2 - c, TURN_THREADS)
+            else:
+                named_barrier_arrive(c + 2 if c != CONSUMERS - 1 else 1, TURN_THREADS)
 
     @cuda.jit(device=True, inline=True)
     def issue_scores(s, q_at, k_tile):
@@ -985,7 +992,7 @@ def _hopper_device_functions(DP, BF16, PINGPONG):
             fence_o)
 
 
-def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True):
+def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True, CONSUMERS=HOPPER_CONSUMERS, BKV=HOPPER_BKV):
     """lean_loop's key loop, for one consumer and one block of queries: the lean_loop kernel runs it once,
     the persistent kernel once an item. Tile 0's S and softmax, then each step issues tile t's S and
     tile t - 1's P V, waits for S only and runs tile t's softmax while P V is still on the tensor cores;
@@ -993,15 +1000,17 @@ def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True):
     descriptors made once by the caller and moved by the slot's offset; the slot and the parity of its
     "full" phase carried in and out (the caller's are those of the tile before this block's first).
     RELEASE_Q: once the last S has completed, every thread arrives on ``q_empty`` (the persistent
-    kernel's Q buffer may take the next item's Q). PINGPONG: the consumers take turns to issue."""
-    BKV_, STAGES_ = HOPPER_BKV, HOPPER_STAGES
-    TILE = hopper_layout(DP)[1]
+    kernel's Q buffer may take the next item's Q). PINGPONG: the CONSUMERS consumers take turns to issue,
+    round robin. BKV: keys a tile."""
+    BKV_, STAGES_ = BKV, HOPPER_STAGES
+    TILE = BKV * DP * 2
+    LAST = CONSUMERS - 1
     (my_turn, your_turn, _, issue_scores_from, _, issue_values_from, pack_p, fence_s,
-     fence_o) = _hopper_device_functions(DP, BF16, PINGPONG)
+     fence_o) = _hopper_device_functions(DP, BF16, PINGPONG, CONSUMERS, BKV)
 
     @cuda.jit(device=True, inline=True)
     def key_loop(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full, empty, q_empty, slot, phase,
-                 tiles, whole, i0, S32, is_causal, scale_log2e, c):
+                 tiles, whole, i0, S32, is_causal, scale_log2e, c, more_turns):
         slot = int32(slot + 1)
         if slot == STAGES_:
             slot = int32(0)
@@ -1050,7 +1059,9 @@ def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True):
         my_turn(c)
         wgmma_fence()
         issue_values_from(o, pf, advance_descriptor(v_desc, slot * TILE))
-        if c == 0:  # (consumer 1 answers at the next block's or item's start, if any)
+        # (the last consumer answers at the next block's or item's start, if any, unless more_turns: it
+        # has turns left in this item, without tiles of its own; with two, c == 0 as it has always been)
+        if (c == 0) if CONSUMERS == 2 else (c != LAST or more_turns):
             your_turn(c)
         wgmma_wait0()
         fence_o(o)
@@ -1164,7 +1175,7 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG, LEAN=False):
                          shared_descriptor(tiles_at + uint64(K_AT), 16, 1024),
                          shared_descriptor(tiles_at + uint64(V_AT), BKV_ * 128, 1024), k_full, v_full, empty,
                          uint64(0), int32(STAGES_ - 1), int32(1), tiles, whole, int32(i0), S32, is_causal,
-                         scale_log2e, c)
+                         scale_log2e, c, False)
             elif OVERLAP:
                 # Tile 0's S and softmax first; then each step issues tile t's S = Q K^T and tile t - 1's
                 # O += P V as two groups, waits for the first only (wgmma_wait1: groups finish in order),
@@ -1237,29 +1248,69 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG, LEAN=False):
 
 
 PERSISTENT_TURNS = True  # the consumers take turns to issue their wgmma (pingpong's named barriers)
+# At D = 64 an item is 64 queries a consumer warpgroup: three (FlashAttention-3's D = 64 shape) load each
+# K and V tile once for 192 queries, and give the SM three S / P V chains to interleave. At D = 128
+# two: O's 64 accumulators leave no room in 160 registers a thread.
+PERSISTENT_CONSUMERS_D64 = 3
+PERSISTENT_BKV_D64 = 128  # keys a tile at D = 64 (a multiple of 16; wgmma's n: see hopper.SIZED_WGMMA)
+# setmaxnreg with three consumers (128 registers a thread at launch, 512 threads): the producer's
+# warpgroup gives up what the consumers take, 32 + 3 x 160 = 4 x 128 (24 also leaves the consumers
+# 160, the most a multiple of 8 can be).
+THREE_CONSUMER_PRODUCER_REGISTERS = 32
+# With three consumers each walks the key tiles its own rows need (under the mask, up to its own last
+# row; one tile if all its rows are past S) and only takes its turns and frees its slots for the item's remaining tiles:
+# at 8x16x2048x64 under the mask 192-query items would otherwise compute 11% more scores than
+# 128-query ones (the rows' masked keys), as much as they save in K and V copies.
+OWN_TILES_D64 = True
+
+
+def persistent_shape(DP):
+    """(consumer warpgroups, queries an item, keys a tile) of the persistent kernel at head size DP."""
+    if DP == 64:
+        return PERSISTENT_CONSUMERS_D64, WG_QUERIES * PERSISTENT_CONSUMERS_D64, PERSISTENT_BKV_D64
+    return HOPPER_CONSUMERS, HOPPER_BQ, HOPPER_BKV
+
+
+def persistent_threads(DP):
+    """A persistent block's threads: the producer's warpgroup and the consumers'."""
+    return 128 * (1 + persistent_shape(DP)[0])
 
 
 def persistent_layout(DP):
-    """hopper_layout's, then after its barriers one more, "Q empty", and the number of the item whose Q
-    is in the buffer (8 bytes each): the persistent stage's."""
-    *offsets, nbytes = hopper_layout(DP)
-    return (*offsets, nbytes + 16)
+    """hopper_layout's for the persistent kernel's shape (persistent_shape: Q of an item's queries, K and
+    V slots of its key tiles), then after its barriers one more, "Q empty", and the number of the item
+    whose Q is in the buffer (8 bytes each)."""
+    _, BQ_, BKV_ = persistent_shape(DP)
+    q_bytes = BQ_ * DP * 2
+    tile = BKV_ * DP * 2
+    k_at = q_bytes
+    v_at = k_at + HOPPER_STAGES * tile
+    bars = v_at + HOPPER_STAGES * tile
+    return q_bytes, tile, k_at, v_at, bars, bars + 8 * (1 + 3 * HOPPER_STAGES) + 1024 + 16
 
 
 def _persistent_kernel_source(DP, BF16):
     """The persistent stage's kernel for head size DP (64 or 128), fp16 or bf16: lean_loop's block, which
-    runs items (a head's query block of 128) one after the other, each claimed from a counter in global
-    memory (claims[0]: the next item of _item_order32's order) when its producer is ready for one, with
-    its barriers initialised once and its ring of K and V slots running on from one item to the next.
-    The last block to find the items exhausted zeroes the counters (claims[1]: blocks done) for the
-    next launch."""
+    runs items (a head's query block of 64 a consumer: persistent_shape's) one after the other, each
+    claimed from a counter in global memory (claims[0]: the next item of _item_order32's order) when its
+    producer is ready for one, with its barriers initialised once and its ring of K and V slots running
+    on from one item to the next. The last block to find the items exhausted zeroes the counters
+    (claims[1]: blocks done) for the next launch."""
     Q_BYTES, TILE, K_AT, V_AT, BARS, _ = persistent_layout(DP)
-    BQ_, BKV_, STAGES_ = HOPPER_BQ, HOPPER_BKV, HOPPER_STAGES
+    CONSUMERS, BQ_, BKV_ = persistent_shape(DP)
+    STAGES_ = HOPPER_STAGES
+    LAST = CONSUMERS - 1
     S_SHAPE = (BKV_ // 8, 4)
     O_SHAPE = (DP // 8, 4)
     P_REGS = BKV_ // 4
-    your_turn = _hopper_device_functions(DP, BF16, PERSISTENT_TURNS)[1]
-    key_loop = _lean_key_loop(DP, BF16, True, PERSISTENT_TURNS)
+    my_turn, your_turn = _hopper_device_functions(DP, BF16, PERSISTENT_TURNS, CONSUMERS, BKV_)[:2]
+    key_loop = _lean_key_loop(DP, BF16, True, PERSISTENT_TURNS, CONSUMERS, BKV_)
+    OWN_TILES = OWN_TILES_D64 and CONSUMERS == 3
+    if CONSUMERS == 2:
+        producer_registers, consumer_registers = setmaxnreg_producer, setmaxnreg_consumer
+    else:
+        producer_registers = getattr(hopper, f"setmaxnreg_dec_{THREE_CONSUMER_PRODUCER_REGISTERS}")
+        consumer_registers = hopper.setmaxnreg_inc_160
 
     def kernel(q, k, v, out32, scale_log2e, causal, map_q, map_k, map_v, claims):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
@@ -1288,21 +1339,22 @@ def _persistent_kernel_source(DP, BF16):
         item_at = uint32(uint32(pad + BARS + 8 * (2 + 3 * STAGES_)) // uint32(2))  # smem's uint16s: the item's number
         if t == 0:  # once for all the block's items
             mbarrier_init(q_bar, 1)
-            mbarrier_init(q_empty, HOPPER_THREADS - 128)  # every consumer thread: each has read the item's number
+            mbarrier_init(q_empty, 128 * CONSUMERS)  # every consumer thread: each has read the item's number
             for st in range(STAGES_):
                 mbarrier_init(k_full + uint64(8 * st), 1)
                 mbarrier_init(v_full + uint64(8 * st), 1)
-                mbarrier_init(empty + uint64(8 * st), HOPPER_CONSUMERS)
+                mbarrier_init(empty + uint64(8 * st), CONSUMERS)
             fence_proxy_async()
         cuda.syncthreads()
         if wg == 0:  # the producer: one thread keeps the ring full, item after item
-            setmaxnreg_producer()
+            producer_registers()
             if t == 0:
                 slot = int32(0)
-                # The parity of the "empty" phase to wait for: 1 in the ring's first round (a fresh barrier
-                # is past its phase of parity 1: the wait returns at once), then 0, 1, ... as it wraps.
-                wrapped = int32(1)
-                item_phase = int32(0)
+                # Two parities in one register (the producer has 32 a thread with three consumers, and
+                # one more value in its item loop is one spilled to local memory): bit 0, the "empty"
+                # phase's to wait for, 1 in the ring's first round (a fresh barrier is past its phase of
+                # parity 1: the wait returns at once), then 0, 1, ... as it wraps; bit 1, the items'.
+                parities = int32(1)
                 n = cuda.atomic.add(claims, 0, uint32(1))  # this block's first item
                 while n < items:
                     bh, qb = _item_order32(n, heads, blocks, is_causal)
@@ -1311,27 +1363,27 @@ def _persistent_kernel_source(DP, BF16):
                     end = min(S32, int32(q0 + BQ_)) if is_causal else S32
                     tiles = max(int32(int32(end + int32(BKV_ - 1)) // BKV_), int32(1))
                     for tile in range(tiles):
-                        mbarrier_wait(empty + uint64(8 * slot), wrapped)
+                        mbarrier_wait(empty + uint64(8 * slot), parities & 1)
                         j = row0 + tile * BKV_
                         _tma_tile(tiles_at + uint64(K_AT + slot * TILE), map_k.ctypes.data, j, k_full + uint64(8 * slot),
                                   BKV_, DP)
                         _tma_tile(tiles_at + uint64(V_AT + slot * TILE), map_v.ctypes.data, j, v_full + uint64(8 * slot),
                                   BKV_, DP)
                         if tile == 0:  # the item's first K and V are on their way: now its Q, once the last
-                            # item's (one buffer) is read by both consumers (the first item's wait returns at once),
+                            # item's (one buffer) is read by every consumer (the first item's wait returns at once),
                             # and its number, which the consumers read once Q has landed
-                            mbarrier_wait(q_empty, item_phase ^ 1)
+                            mbarrier_wait(q_empty, ((parities >> 1) & 1) ^ 1)
                             smem[item_at] = uint16(n & uint32(0xFFFF))
                             smem[item_at + uint32(1)] = uint16(n >> uint32(16))
                             _tma_tile(tiles_at, map_q.ctypes.data, row0 + q0, q_bar, BQ_, DP)
                         slot = int32(slot + 1)
                         if slot == STAGES_:
                             slot = int32(0)
-                            wrapped = int32(wrapped ^ 1)
-                    item_phase = int32(item_phase ^ 1)
+                            parities = int32(parities ^ 1)
+                    parities = int32(parities ^ 2)
                     n = cuda.atomic.add(claims, 0, uint32(1))  # the next item not yet claimed by any block
                 # No item left: the consumers wake to an item number past the last (an arrival with no copy)
-                mbarrier_wait(q_empty, item_phase ^ 1)
+                mbarrier_wait(q_empty, ((parities >> 1) & 1) ^ 1)
                 smem[item_at] = uint16(n & uint32(0xFFFF))
                 smem[item_at + uint32(1)] = uint16(n >> uint32(16))
                 mbarrier_arrive(q_bar)
@@ -1341,10 +1393,12 @@ def _persistent_kernel_source(DP, BF16):
                     claims[0] = uint32(0)
                     claims[1] = uint32(0)
         else:  # a consumer: 64 queries of each item
-            setmaxnreg_consumer()
+            consumer_registers()
             # Which consumer, from a warp vote: uniform in ptxas' eyes, so the item loop with its named
             # barriers of id 1 + c is not compiled as divergent code (threadIdx-derived, it was).
             c = 1 if cuda.ballot_sync(FULL_MASK, wg == 2) != 0 else 0
+            if CONSUMERS == 3:
+                c = 2 if cuda.ballot_sync(FULL_MASK, wg == 3) != 0 else c
             lane = t % 32
             row = WG_QUERIES * c + 16 * ((t % 128) // 32) + lane // 4  # this lane's rows of an item: row, row + 8
             q_desc = advance_descriptor(shared_descriptor(tiles_at, 16, 1024), c * (WG_QUERIES * 128))
@@ -1371,10 +1425,34 @@ def _persistent_kernel_source(DP, BF16):
                 for d in range(DP // 8):
                     for e in range(4):
                         o[d, e] = float32(0.0)
-                if c == 1:
+                if c == LAST:
                     your_turn(c)  # consumer 0 goes first, in every item
+                mine = tiles
+                if OWN_TILES:  # the tiles this consumer's rows see (at least one: no path around the loop)
+                    first_row = int32(q0 + WG_QUERIES * c)
+                    mine_end = int32(min(S32, int32(first_row + WG_QUERIES)) if is_causal else S32)
+                    if first_row >= S32:
+                        mine_end = int32(1)
+                    mine = max(int32(int32(mine_end + int32(BKV_ - 1)) // BKV_), int32(1))
                 slot, phase = key_loop(s, o, pf, alpha, m_run, l_run, q_desc, k_desc, v_desc, k_full, v_full, empty,
-                                       q_empty, slot, phase, tiles, whole, i0, S32, is_causal, scale_log2e, c)
+                                       q_empty, slot, phase, mine, whole, i0, S32, is_causal, scale_log2e, c,
+                                       mine < tiles)
+                if OWN_TILES:
+                    # The item's other tiles: the turns (the ring goes round every consumer) and the
+                    # slots' release, each once the slot holds the tile (else the arrival would count
+                    # toward the release of the tile before it).
+                    for tile in range(mine, tiles):
+                        slot = int32(slot + 1)
+                        if slot == STAGES_:
+                            slot = int32(0)
+                            phase = int32(phase ^ 1)
+                        mbarrier_wait(k_full + uint64(8 * slot), phase)
+                        mbarrier_wait(v_full + uint64(8 * slot), phase)
+                        my_turn(c)
+                        if c != LAST or tile + 1 < tiles:
+                            your_turn(c)
+                        if t % 128 == 0:
+                            mbarrier_arrive(empty + uint64(8 * slot))
                 _store_rows_unsigned(out32, row0, i0, o, l_run, S, DP, BF16)
                 item_phase = int32(item_phase ^ 1)
     return kernel
@@ -1398,7 +1476,8 @@ def build_hopper_kernel(stage, DP, bf16):
         kernel = _hopper_kernel_source(DP, bool(bf16), *HOPPER_STAGES_OVERLAP[stage])
     name = f"_flash_{stage}_d{DP}_{'bf16' if bf16 else 'f16'}"
     kernel.__name__ = kernel.__qualname__ = name
-    compiled = cuda.jit(**_gpu_options(launch_bounds=(HOPPER_THREADS, 1)))(kernel)
+    threads = persistent_threads(DP) if stage == "persistent" else HOPPER_THREADS
+    compiled = cuda.jit(**_gpu_options(launch_bounds=(threads, 1)))(kernel)
     globals()[name] = _BUILT[key] = compiled
     return compiled
 
@@ -1449,15 +1528,15 @@ def launch_persistent(q, k, v, causal, out, blocks=None):
         return launch("tuned", q, k, v, causal, out)
     q2, k2, v2 = (_bits(a).reshape(B * H * S, D) for a in (q, k, v))
     out32 = _bits(out).reshape(B * H * S, D).view(np.uint32)
-    maps = (host_tensor_map(q2, 64, HOPPER_BQ), host_tensor_map(k2, 64, HOPPER_BKV),
-            host_tensor_map(v2, 64, HOPPER_BKV))
+    _, BQ_, BKV_ = persistent_shape(D)
+    maps = (host_tensor_map(q2, 64, BQ_), host_tensor_map(k2, 64, BKV_), host_tensor_map(v2, 64, BKV_))
     kernel = build_hopper_kernel("persistent", D, np.dtype(q.dtype) != np.float16)
     args = (_bits(q), _bits(k), _bits(v), out32, np.float32(LOG2E / math.sqrt(D)), causal) + maps + (item_claims(),)
     nbytes = persistent_layout(D)[-1]
     set_max_dynamic_shared_memory(kernel, args, nbytes)
-    items = B * H * blocks_for(S, HOPPER_BQ)
+    items = B * H * blocks_for(S, BQ_)
     grid = persistent_blocks(items) if blocks is None else min(int(blocks), items)
-    kernel[grid, HOPPER_THREADS, 0, nbytes](*args)
+    kernel[grid, persistent_threads(D), 0, nbytes](*args)
 
 
 # -- 6. wgmma --------------------------------------------------------------------------------------
@@ -1568,39 +1647,56 @@ def lean_loop(q, k, v, causal, out):
 # -- 10. persistent --------------------------------------------------------------------------------
 
 @_stage("persistent", """
-    lean_loop's kernel on a persistent grid. At 8x16x2048x64 under the mask lean_loop launches 2048
-    blocks of 128 queries, one an SM at a time, and each walks only 8.5 key tiles on average; every
-    one of them pays, besides its tiles, the same fixed costs: it initialises its barriers, its producer
-    loads Q and fills the ring of K and V slots while the consumers wait with nothing to overlap, and
-    after its last tile the consumers store their rows while the tensor cores idle until the next
-    block starts. cuDNN's kernel (SDPA's) launches one block an SM instead, and so does this stage: 132
-    blocks on an H200, each running items (a head's block of 128 queries) one after the other. Which
-    items matters. Dealt out in turn (block b items b, b + 132, ...) in the grid's old order (heaviest
-    first within groups of heads), the busiest block gets 200 key tiles where the average is 132, and the
-    kernel takes 272 us, slower than lean_loop: under the mask items differ sixteenfold, and the
-    hardware's block scheduler, which hands a freed SM the next block, had been balancing them for
-    free. So the producer claims each item from a counter in global memory (an atomic add: the next
-    item not yet taken) when it is ready for one, as a freed SM took the next block; the last block to
-    find the items gone zeroes the counter for the next launch. It writes the item's number beside Q,
-    and the consumers read it once Q has landed. The barriers are initialised once. The ring runs on
-    from item to item: the producer issues the next item's first K and V tiles as soon as slots free
-    up, while the consumers are still on the last tiles of the current one. Q has one buffer and a
-    barrier more, "Q empty", on which every consumer thread arrives once its item's last S = Q K^T has
-    completed; the producer waits for it before copying the next item's Q (and number), which then
-    overlaps the current item's last P V and its stores. The consumers' turns stay balanced per item,
-    so no arrival is left over when a block ends. Two things matter to ptxas in the item loop: which
-    consumer a warpgroup is comes from a warp vote (ballot_sync), not from threadIdx (derived from
-    threadIdx, the named barriers of id 1 + c made ptxas compile the whole loop as divergent code, 60
-    instructions more a tile), and there is still no path around the key loop. On the H200 under the
-    mask: at 8x16x2048x64 189 us in fp16 and 190 in bf16 (363 TFLOP/s), 1.13x lean_loop, 0.96x and
-    0.95x SDPA's 181 and 180 in the same run; at 4x32x4096x128 955 us fp16 (576 TFLOP/s) and 901 us
-    bf16 (611), 1.11x and 1.09x SDPA. At the smaller size the kernel now executes fewer instructions
-    than cuDNN's (67 million warp instructions against 77) and is no longer bound by issuing them
-    (issue slots busy 39% of cycles): Nsight Compute's largest stalls are waits on fixed-latency results
-    and on the named barriers of the turns, and the tensor pipe is busy 41% of the time. cuDNN's kernel,
-    profiled beside it, has the same grid and shape (132 blocks of 384 threads, 168 registers) and keeps
-    the tensor pipe busy 46% of the time, issuing on 49% of cycles: the same products with fewer idle
-    cycles between them, which is the 4% between the two.""")
+    lean_loop's kernel on a persistent grid. At 8x16x2048x64 under the mask lean_loop launches 2048 blocks
+    of 128 queries, one an SM at a time, and each walks only 8.5 key tiles on average; every one of them
+    pays, besides its tiles, the same fixed costs: it initialises its barriers, its producer loads Q and
+    fills the ring of K and V slots while the consumers wait with nothing to overlap, and after its last
+    tile the consumers store their rows while the tensor cores idle until the next block starts. cuDNN's
+    kernel (SDPA's) launches one block an SM instead, and so does this stage: 132 blocks on an H200, each
+    running items (a head's block of 128 queries; 192 at D = 64, below) one after the other. Which items
+    matters. Dealt out in turn (block b items b, b + 132, ...) in the grid's old order (heaviest first
+    within groups of heads), the busiest block gets 200 key tiles where the average is 132, and the kernel
+    takes 272 us, slower than lean_loop: under the mask items differ sixteenfold, and the hardware's block
+    scheduler, which hands a freed SM the next block, had been balancing them for free. So the producer
+    claims each item from a counter in global memory (an atomic add: the next item not yet taken) when it
+    is ready for one, as a freed SM took the next block; the last block to find the items gone zeroes the
+    counter for the next launch. It writes the item's number beside Q, and the consumers read it once Q
+    has landed. The barriers are initialised once. The ring runs on from item to item: the producer issues
+    the next item's first K and V tiles as soon as slots free up, while the consumers are still on the
+    last tiles of the current one. Q has one buffer and a barrier more, "Q empty", on which every consumer
+    thread arrives once its item's last S = Q K^T has completed; the producer waits for it before copying
+    the next item's Q (and number), which then overlaps the current item's last P V and its stores. The
+    consumers' turns stay balanced per item, so no arrival is left over when a block ends. Two things
+    matter to ptxas in the item loop: which consumer a warpgroup is comes from a warp vote (ballot_sync),
+    not from threadIdx (derived from threadIdx, the named barriers of id 1 + c made ptxas compile the
+    whole loop as divergent code, 60 instructions more a tile), and there is still no path around the key
+    loop. On the H200 under the mask: at 8x16x2048x64 189 us in fp16 and 190 in bf16 (363 TFLOP/s), 1.13x
+    lean_loop, 0.96x and 0.95x SDPA's 181 and 180 in the same run; at 4x32x4096x128 955 us fp16 (576
+    TFLOP/s) and 901 us bf16 (611), 1.11x and 1.09x SDPA. At the smaller size the kernel now executes
+    fewer instructions than cuDNN's (67 million warp instructions against 77) and is no longer bound by
+    issuing them (issue slots busy 39% of cycles): Nsight Compute's largest stalls are waits on
+    fixed-latency results and on the named barriers of the turns, and the tensor pipe is busy 41% of the
+    time. cuDNN's kernel, profiled beside it, has the same grid and shape (132 blocks of 384 threads, 168
+    registers) and keeps the tensor pipe busy 46% of the time, issuing on 49% of cycles: the same products
+    with fewer idle cycles between them, which is the 4% between the two. All these figures are of the
+    kernel with two consumers. At D = 64 the block now has three consumer warpgroups, FlashAttention-3's
+    shape there: an item is 192 queries, so each K and V tile is copied into shared memory once for 192
+    queries instead of 128 (a third fewer copies, and fewer "full" and "empty" waits a query), and the SM
+    has three independent chains of S, softmax and P V to interleave instead of two: while one consumer
+    runs its softmax, the other two can have products on the tensor cores. The turns go round robin:
+    consumer c waits on named barrier 1 + c and hands on to the next one's, and the last consumer opens
+    each item's first turn for consumer 0. Under the mask a taller item has more keys past its rows'
+    diagonal: if all three consumers walked all of an item's tiles, 8x16x2048x64 would compute 11% more
+    scores than with 128-query items. So each consumer walks only the tiles its own 64 rows see (one if
+    they are all past S), and for the item's remaining tiles only takes its turns and frees each slot once
+    the tile has landed (an earlier arrival would count toward the previous tile's release). The price is
+    registers: 512 threads get 128 each at launch, and setmaxnreg moves them to 32 for the producer and
+    160 for each consumer (32 + 3 x 160 = 4 x 128), against 232 with two consumers. A consumer holds S (64
+    values a thread at 128 keys), P (32) and O (32) and fits in 160 with no spill; the producer fits in 32
+    once its two phase parities share a register. At D = 128 O's 64 accumulators leave no room, so it
+    keeps two consumers. Three consumers at D = 64: not yet timed on the H200 (for `workbench sweep`:
+    PERSISTENT_CONSUMERS_D64 = 2 gives back the two-consumer kernel, PERSISTENT_BKV_D64 = 96 or 112
+    smaller key tiles, OWN_TILES_D64 = False every consumer on every tile).""")
 def persistent(q, k, v, causal, out):
     launch_persistent(q, k, v, causal, out)
 

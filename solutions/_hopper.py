@@ -836,3 +836,55 @@ if _device.is_simulator():
     tma_load_2d = _sim_tma_load_2d
 else:
     globals().update(_gpu_intrinsics())
+
+
+# -- setmaxnreg at other counts (appended: the 40 / 232 pair above stays hgemm's and two consumers') --------
+
+SETMAXNREG_COUNTS = (24, 32, 160)  # setmaxnreg_dec_N / setmaxnreg_inc_N: one producer and three consumers
+
+
+def _setmaxnreg_intrinsics():
+    """setmaxnreg_dec_N and setmaxnreg_inc_N for N in SETMAXNREG_COUNTS (a warpgroup's registers a thread,
+    lowered or raised; a multiple of 8 from 24 to 256)."""
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    def statement(text):
+        @intrinsic
+        def op(typingctx):
+            def codegen(context, builder, sig, args):
+                fty = ir.FunctionType(ir.VoidType(), [])
+                builder.call(ir.InlineAsm(fty, text, "~{memory}", side_effect=True), [])
+                return context.get_dummy_value()
+            return types.none(), codegen
+        return op
+
+    return {f"setmaxnreg_{way}_{n}": statement(f"setmaxnreg.{way}.sync.aligned.u32 {n};")
+            for n in SETMAXNREG_COUNTS for way in ("dec", "inc")}
+
+
+if _device.is_simulator():
+    globals().update({f"setmaxnreg_{way}_{n}": _nothing for n in SETMAXNREG_COUNTS for way in ("dec", "inc")})
+else:
+    globals().update(_setmaxnreg_intrinsics())
+
+
+# -- wgmma m64n96 / m64n112 from two descriptors, and their fences (appended: key tiles of 96 or 112 keys
+# for S = Q K^T in attention's persistent kernel at D = 64) -----------------------------------------------
+
+EXTRA_SS_N = (96, 112)
+_EXTRA_WGMMA = {f"wgmma_{'bf16' if bf16 else 'f16'}_ss_n{n}": (bf16, n, False, False)
+                for bf16 in (False, True) for n in EXTRA_SS_N}
+_EXTRA_FENCES = tuple(n // 2 for n in EXTRA_SS_N)
+SIZED_WGMMA.update(_EXTRA_WGMMA)
+FENCED_COUNTS = FENCED_COUNTS + _EXTRA_FENCES
+
+if _device.is_simulator():
+    globals().update({name: _sim_wgmma_sized(*spec) for name, spec in _EXTRA_WGMMA.items()})
+    globals().update({f"wgmma_fence_operands_{n}": _nothing for n in _EXTRA_FENCES})
+else:
+    _made = _gpu_intrinsics()  # (reads SIZED_WGMMA and FENCED_COUNTS as they are now)
+    globals().update({name: _made[name] for name in _EXTRA_WGMMA})
+    globals().update({f"wgmma_fence_operands_{n}": _made[f"wgmma_fence_operands_{n}"] for n in _EXTRA_FENCES})
+    del _made

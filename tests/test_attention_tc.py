@@ -259,7 +259,7 @@ def test_the_persistent_blocks_claim_every_item_once_in_the_heaviest_first_order
     would leave it, items are skipped: the output keeps its poison there (the check would fail)."""
     from workbench.ladder import to_host
 
-    size = (1, 2, 300, 64, 1)  # six items of 1 to 3 tiles
+    size = (1, 2, 300, 64, 1)  # two items a head: queries 0..191 and 192..299 (three consumers), or three
     q, k, v, causal, _ = _device_inputs(attention_tc.op, size)
     out = to_device(np.full(size[:4], np.nan, np.float16))
     claims = attention_tc.item_claims()
@@ -267,9 +267,10 @@ def test_the_persistent_blocks_claim_every_item_once_in_the_heaviest_first_order
     attention_tc.launch_persistent(q, k, v, causal, out, blocks=2)
     got = to_host(out)
     assert claims.copy_to_host().tolist() == [0, 0]
-    # Item 0 under the mask is the heaviest: the last query block (rows 256..299) of head 0
-    assert np.isnan(got[0, 0, 256:].astype(np.float32)).all()
-    assert not np.isnan(got[0, 0, :256].astype(np.float32)).any() and not np.isnan(got[0, 1].astype(np.float32)).any()
+    # Item 0 under the mask is the heaviest: the last query block (rows 192..299 or 256..299) of head 0
+    last = (size[2] - 1) // attention_tc.persistent_shape(64)[1] * attention_tc.persistent_shape(64)[1]
+    assert np.isnan(got[0, 0, last:].astype(np.float32)).all()
+    assert not np.isnan(got[0, 0, :last].astype(np.float32)).any() and not np.isnan(got[0, 1].astype(np.float32)).any()
 
 
 @pytest.mark.sim_only
@@ -280,6 +281,51 @@ def test_the_persistent_grid_at_d128_and_odd_sizes(op, size):
     """Odd sizes at D = 128 (fp16 and bf16), four items on two blocks: lean_loop's bits."""
     expected, got, _ = _persistent_against_lean_loop(op, size, 2)
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.sim_only
+def test_three_consumers_take_their_turns_round_robin():
+    """At D = 64 a persistent item is 192 queries, one block of three consumer warpgroups: at 130 queries
+    under the mask one item, the third consumer with two rows, two key tiles, of which the first
+    consumer's rows see only the first (it takes its turn for the second and frees its slot: the
+    ring's turns go 0, 1, 2, 0, ...; a turn left over or missing hangs the simulator). lean_loop's
+    bits, row for row."""
+    assert attention_tc.persistent_shape(64) == (3, 192, 128) and attention_tc.persistent_threads(64) == 512
+    expected, got, launches = _persistent_against_lean_loop(attention_tc.op, (1, 1, 130, 64, 1), 1)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_three_consumers_fetch_k_and_v_once_per_192_queries_at_d64():
+    """The persistent stage's traffic at D = 64: K and V once per 192 queries (up to each item's last
+    query under the mask); at D = 128 once per 128, as the other Hopper stages."""
+    op = attention_tc.op
+    B, H, S, D = 1, 2, 768, 64
+    q_and_out = 2 * B * H * S * D * 2
+    kv_per_fetch = B * H * S * 2 * D * 2
+    assert op["persistent"].traffic((B, H, S, D, 0)) == q_and_out + 4 * kv_per_fetch
+    causal_keys = sum(192 * (n + 1) for n in range(4))  # item n's queries see keys up to 192 (n + 1)
+    assert op["persistent"].traffic((B, H, S, D, 1)) == q_and_out + kv_per_fetch * causal_keys // S
+    assert op["persistent"].traffic((B, H, S, 128, 1)) == op["lean_loop"].traffic((B, H, S, 128, 1))
+
+
+@pytest.mark.sim_only
+@pytest.mark.parametrize("consumers, keys, own_tiles, size", [
+    (2, 128, True, (1, 2, 300, 64, 1)),  # the two-consumer kernel of 128-query items, as before
+    (3, 96, True, (1, 2, 520, 64, 1)),  # 96-key tiles: 520 = 5 x 96 + 40 (the ring wraps; 192 = 2 tiles)
+    (3, 128, False, (1, 2, 250, 64, 1)),  # every consumer walks all the item's tiles
+    pytest.param(3, 112, True, (1, 1, 250, 64, 0), marks=pytest.mark.slow)],  # 112: 192 is no whole tile
+    ids=["2-consumers", "3-consumers-96-keys", "3-consumers-all-tiles", "3-consumers-112-keys"])
+def test_the_persistent_kernel_at_each_setting_a_sweep_may_pick(monkeypatch, consumers, keys, own_tiles, size):
+    """PERSISTENT_CONSUMERS_D64, PERSISTENT_BKV_D64 and OWN_TILES_D64 as `workbench sweep` sets them:
+    checked against the float64 reference at sizes not multiples of the item or the key tile (other
+    tiles round differently from lean_loop, so not bit for bit)."""
+    monkeypatch.setattr(attention_tc, "PERSISTENT_CONSUMERS_D64", consumers)
+    monkeypatch.setattr(attention_tc, "PERSISTENT_BKV_D64", keys)
+    monkeypatch.setattr(attention_tc, "OWN_TILES_D64", own_tiles)
+    monkeypatch.setattr(attention_tc, "_BUILT", {k: f for k, f in attention_tc._BUILT.items() if k[1] != "persistent"})
+    result = check_stage(attention_tc.op["persistent"], size, np.random.default_rng(5))
+    assert result.passed, result.message
+    assert attention_tc.item_claims().copy_to_host().tolist() == [0, 0]
 
 
 def test_the_persistent_grid_is_one_block_an_sm_and_never_more_than_the_items(monkeypatch):
