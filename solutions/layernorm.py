@@ -943,7 +943,7 @@ VECTOR_ROWS_COLS = 8192
 FLOAT_VECTORS = 4  # 16-byte vectors of four floats each thread holds: a 4096-column row is 256 threads (8: 128)
 FLOAT_BLOCK_ROWS_THREADS = 256  # narrower rows share a block of up to this many threads (2-D: threads a row x rows)
 FLOAT_WEIGHTS_AHEAD = 0  # as WEIGHTS_AHEAD (16-bit vector_rows), for the float32 kernel
-FLOAT_WEIGHTS_WITH_X = False  # as WEIGHTS_WITH_X, for the float32 kernel
+FLOAT_WEIGHTS_WITH_X = True  # as WEIGHTS_WITH_X, for the float32 kernel
 FLOAT_REGISTER_CAP = None  # as REGISTER_CAP, for the float32 kernel
 # Rows up to NARROW_ROW_COLS wide (0: none) take the same kernel with one vector a thread, before the warp kernel:
 # a 1024-column row is then 256 threads, each with one 16-byte load in flight, where a warp holds it 32 values a lane.
