@@ -35,7 +35,7 @@ The ladder, and what each rung changes:
 That is where Ampere's instruction stops: ``mma.sync`` is a synchronous warp-level instruction that
 Hopper still runs, at about half of its tensor-core peak per SM (each warp waits for its own product,
 operands go through registers, ldmatrix must feed them). On the H200 stage 6 reached 315 TFLOP/s
-against cuBLAS's 680. The last three stages use the instructions cuBLAS uses on Hopper (sm_90a),
+against cuBLAS's 680. The last four stages use the instructions cuBLAS uses on Hopper (sm_90a),
 each a numba intrinsic of one inline-assembly instruction (``solutions/_hopper.py``), so the kernels
 stay Python:
 
@@ -48,6 +48,8 @@ stay Python:
 9. ``warp_specialized``: a producer warpgroup keeps the ring full while two consumer warpgroups only
    multiply, coupled by "full" and "empty" mbarriers, with ``setmaxnreg`` moving registers from the
    producer to the consumers (the design of cuBLAS's, CUTLASS's and FlashAttention-3's Hopper kernels).
+10. ``persistent``: stage 9's block on a grid of one block an SM, each walking tiles in turn; the ring runs
+    on across tiles, so the next tile's copies overlap this tile's stores.
 
 Why Hopper needed new instructions at all. Stage 6 keeps ``mma.sync`` and reaches 0.44x of cuBLAS at 8192³
 (3750 µs against 1639, recorded on the H200); cuBLAS uses the instructions below. ``mma.sync`` is a
