@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: b711f07596cb1481c6708bde532b000cb2ccc860007c22ac5f69929b270863b9
+# generated-sha256: 9ac307c4f1c5884287f865dd52b7002bef8f294718c8862729af8b465ae898e3
 # --------------------------------------------------------------------------------------------------
 """Half-precision GEMM on tensor cores: out = A B with A (M x K) and B (K x N) in fp16 or bf16,
 accumulated in float32, written in the inputs' precision (what ``torch.matmul`` does at that dtype).
@@ -49,7 +49,7 @@ The ladder, and what each rung changes:
 That is where Ampere's instruction stops: ``mma.sync`` is a synchronous warp-level instruction that
 Hopper still runs, at about half of its tensor-core peak per SM (each warp waits for its own product,
 operands go through registers, ldmatrix must feed them). On the H200 stage 6 reached 315 TFLOP/s
-against cuBLAS's 680. The last three stages use the instructions cuBLAS uses on Hopper (sm_90a),
+against cuBLAS's 680. The last four stages use the instructions cuBLAS uses on Hopper (sm_90a),
 each a numba intrinsic of one inline-assembly instruction (``solutions/_hopper.py``), so the kernels
 stay Python:
 
@@ -62,6 +62,8 @@ stay Python:
 9. ``warp_specialized``: a producer warpgroup keeps the ring full while two consumer warpgroups only
    multiply, coupled by "full" and "empty" mbarriers, with ``setmaxnreg`` moving registers from the
    producer to the consumers (the design of cuBLAS's, CUTLASS's and FlashAttention-3's Hopper kernels).
+10. ``persistent``: stage 9's block on a grid of one block an SM, each walking tiles in turn; the ring runs
+    on across tiles, so the next tile's copies overlap this tile's stores.
 
 Why Hopper needed new instructions at all. Stage 6 keeps ``mma.sync`` and reaches 0.44x of cuBLAS at 8192³
 (3750 µs against 1639, recorded on the H200); cuBLAS uses the instructions below. ``mma.sync`` is a
