@@ -35,7 +35,7 @@ The ladder, and what each rung changes:
 That is where Ampere's instruction stops: ``mma.sync`` is a synchronous warp-level instruction that
 Hopper still runs, at about half of its tensor-core peak per SM (each warp waits for its own product,
 operands go through registers, ldmatrix must feed them). On the H200 stage 6 reached 315 TFLOP/s
-against cuBLAS's 680. The last three stages use the instructions cuBLAS uses on Hopper (sm_90a),
+against cuBLAS's 680. The last four stages use the instructions cuBLAS uses on Hopper (sm_90a),
 each a numba intrinsic of one inline-assembly instruction (``solutions/_hopper.py``), so the kernels
 stay Python:
 
@@ -48,6 +48,8 @@ stay Python:
 9. ``warp_specialized``: a producer warpgroup keeps the ring full while two consumer warpgroups only
    multiply, coupled by "full" and "empty" mbarriers, with ``setmaxnreg`` moving registers from the
    producer to the consumers (the design of cuBLAS's, CUTLASS's and FlashAttention-3's Hopper kernels).
+10. ``persistent``: stage 9's block on a grid of one block an SM, each walking tiles in turn; the ring runs
+    on across tiles, so the next tile's copies overlap this tile's stores.
 
 Why Hopper needed new instructions at all. Stage 6 keeps ``mma.sync`` and reaches 0.44x of cuBLAS at 8192³
 (3750 µs against 1639, recorded on the H200); cuBLAS uses the instructions below. ``mma.sync`` is a
@@ -1170,8 +1172,115 @@ def _warp_specialized_kernel_source(bf16):
     return kernel
 
 
+# -- the persistent grid (stage 10) ------------------------------------------------------------------------
+#
+# 8192^3 is 2048 tiles of 128 x 256: 15.5 waves of 132 blocks. Stage 9 launches one block a tile, so each
+# block pays its prologue (barriers, the ring's first fill: nothing to multiply yet) and its epilogue
+# (128 accumulators a thread stored while the copy engine has nothing to fetch) with the tensor cores idle.
+# Stage 10 launches one block an SM and lets each walk tiles; the ring never drains between them.
+
+PERSISTENT_STAGES = 4  # ring slots of 48 KiB: 4 is the most that fits (5 x 48 KiB > 227 KiB)
+PERSISTENT_RASTER = 8  # tile rows a band of the walk holds (tile_of_index), as HRASTER for stage 9
+PERSISTENT_BLOCKS_PER_SM = 1  # 193 KiB of shared memory a block: one is all an SM holds
+SIM_PERSISTENT_BLOCKS = 2  # the simulator's "SMs": few, so that each block walks several tiles
+
+
+@cuda.jit(device=True, forceinline=True)
+def tile_of_index(index, tiles_m, tiles_n, raster):
+    """(tile row, tile column) of tile number ``index`` (uint32) in tile_of_block's order
+    (solutions/_hopper.py: bands of ``raster`` tile rows, each walked column by column), for a block that
+    walks several tiles. The same 32-bit unsigned arithmetic: a 64-bit division by a run-time number is a
+    subroutine call, and a call makes ptxas serialise every wgmma of the kernel (C7509)."""
+    per_group = uint32(uint32(raster) * uint32(tiles_n))
+    first_row = uint32(uint32(index // per_group) * uint32(raster))
+    rows = uint32(min(uint32(tiles_m) - first_row, uint32(raster)))
+    within = uint32(index % per_group)
+    return int32(first_row + within % rows), int32(within // rows)
+
+
+def _persistent_kernel_source(bf16):
+    """Stage 10's kernel: stage 9's warpgroups on a grid of about one block an SM, each block walking tiles
+    blockIdx.x, blockIdx.x + gridDim.x, ...; the ring's slot and phase counters run on across tiles."""
+    BF16, STAGES, RASTER = bool(bf16), PERSISTENT_STAGES, PERSISTENT_RASTER
+
+    def kernel(A, B, out, map_a, map_b):
+        smem = cuda.shared.array(0, uint16, alignment=ALIGN16)
+        acc = cuda.local.array(128, float32)
+        t = cuda.threadIdx.x
+        wg = t // 128
+        M, K = A.shape
+        N = B.shape[1]
+        tiles_m = uint32((M + HBM - 1) // HBM)
+        tiles_n = uint32((N + HBN - 1) // HBN)
+        tile_count = uint32(tiles_m * tiles_n)
+        first_tile = uint32(cuda.blockIdx.x)
+        stride = uint32(cuda.gridDim.x)  # a while loop: range() with a run-time step divides in 64 bits
+        tiles = smem.ctypes.data + uint64(tile_pad(smem))
+        base = shared_base(smem)
+        full = tiles + uint64(STAGES * HSTEP)
+        empty = full + uint64(8 * STAGES)
+        steps = max((K + HBK - 1) // HBK, 1)  # at least one K-step (stage 9 says why)
+        if t == 0:
+            for s in range(STAGES):
+                mbarrier_init(full + uint64(8 * s), 1)
+                mbarrier_init(empty + uint64(8 * s), 2)
+            fence_proxy_async()
+        cuda.syncthreads()
+        if wg == 0:
+            setmaxnreg_producer()
+            if t == 0:
+                a_map = map_a.ctypes.data
+                b_map = map_b.ctypes.data
+                filled = uint32(0)  # K-steps this block has loaded, over all its tiles so far
+                tile = first_tile
+                while tile < tile_count:
+                    tile_row, tile_col = tile_of_index(tile, tiles_m, tiles_n, RASTER)
+                    for kt in range(steps):
+                        # HINT: stage 9's producer loop, with one change: the ring does not start again at each tile. Count the K-steps filled so far over all of this block's tiles (filled), and use that count where stage 9 used kt for the slot and the phase; kt stays the K offset in the tile.
+                        # HINT: slot = filled % STAGES; from the second lap of the ring (filled >= STAGES) wait on the slot's "empty" barrier with parity (filled // STAGES - 1) % 2; then _tma_k_step(..., tile_row * HBM, tile_col * HBN, kt * HBK); then filled = uint32(filled + 1).
+                        # BEGIN SOLUTION
+                        slot = filled % STAGES
+                        if filled >= STAGES:  # the consumers released this slot's previous fill, maybe a tile ago
+                            mbarrier_wait(empty + uint64(8 * slot), (filled // STAGES - 1) % 2)
+                        _tma_k_step(a_map, b_map, tiles + uint64(slot * HSTEP), full + uint64(8 * slot),
+                                    tile_row * HBM, tile_col * HBN, kt * HBK)
+                        filled = uint32(filled + 1)
+                        # END SOLUTION
+                    tile = uint32(tile + stride)
+        else:
+            setmaxnreg_consumer()
+            used = uint32(0)  # K-steps this block has multiplied, over all its tiles so far
+            tile = first_tile
+            while tile < tile_count:
+                tile_row, tile_col = tile_of_index(tile, tiles_m, tiles_n, RASTER)
+                zero_accumulators(acc)
+                for kt in range(steps):
+                    # HINT: stage 9's consumer loop on the running count `used` instead of kt: wait for step used's tiles, multiply them, wgmma_wait1, release the slot of step used - 1 if it belongs to this tile (kt > 0), then count the step.
+                    # HINT: _wait_for_tiles(full, used, STAGES); at = tiles + uint64((used % STAGES) * HSTEP); _wgmma_k_step(acc, at, at + uint64(A_TILE), base, wg - 1, BF16); wgmma_wait1(); if kt > 0 and t % 128 == 0: mbarrier_arrive(empty + uint64(8 * ((used - 1) % STAGES))); used = uint32(used + 1).
+                    # BEGIN SOLUTION
+                    _wait_for_tiles(full, used, STAGES)
+                    at = tiles + uint64((used % STAGES) * HSTEP)
+                    _wgmma_k_step(acc, at, at + uint64(A_TILE), base, wg - 1, BF16)
+                    wgmma_wait1()
+                    if kt > 0 and t % 128 == 0:
+                        mbarrier_arrive(empty + uint64(8 * ((used - 1) % STAGES)))
+                    used = uint32(used + 1)
+                    # END SOLUTION
+                wgmma_wait0()
+                # HINT: the tile's last slot is still held (stage 9 never gave it back: its block ended here). Release it before the stores, so the producer can fill it with the next tile's K-steps while the accumulators go out.
+                # HINT: one thread of the warpgroup (t % 128 == 0) arrives on the "empty" barrier of slot (used - 1) % STAGES.
+                # BEGIN SOLUTION
+                if t % 128 == 0:  # before the stores: the next tile's copies overlap them
+                    mbarrier_arrive(empty + uint64(8 * ((used - 1) % STAGES)))
+                # END SOLUTION
+                _store_warpgroup(out, acc, tile_row * HBM + 64 * (wg - 1), tile_col * HBN, t % 128, BF16)
+                tile = uint32(tile + stride)
+    return kernel
+
+
 HOPPER_SOURCES = {"wgmma": (_wgmma_kernel_source, 256, WGMMA_STAGES), "tma": (_tma_kernel_source, 256, TMA_STAGES),
-                  "warp_specialized": (_warp_specialized_kernel_source, 384, WS_STAGES)}
+                  "warp_specialized": (_warp_specialized_kernel_source, 384, WS_STAGES),
+                  "persistent": (_persistent_kernel_source, 384, PERSISTENT_STAGES)}
 
 
 def hopper_smem_bytes(stage):
@@ -1194,11 +1303,19 @@ def build_hopper_kernel(stage, bf16, vec=True):
     return compiled
 
 
-def launch_hopper(source, A, B, out):
+def persistent_blocks(tiles):
+    """The persistent stage's grid: PERSISTENT_BLOCKS_PER_SM blocks an SM (the simulator: SIM_PERSISTENT_BLOCKS
+    blocks), never more blocks than tiles."""
+    sms = SIM_PERSISTENT_BLOCKS if _device.is_simulator() else cuda.get_current_device().MULTIPROCESSOR_COUNT
+    return max(1, min(tiles, sms * PERSISTENT_BLOCKS_PER_SM))
+
+
+def launch_hopper(source, A, B, out, blocks=None):
     """Run the Hopper stage whose kernel ``source`` makes, on half arrays. Each stage's launcher names its
     source function, so what it runs (and what the grader reads as its path) is in view. The TMA stages need
     rows of a multiple of 16 bytes (K and N multiples of 8) and 16-byte aligned arrays; other shapes run
-    stage 7's cp.async kernel (_wgmma_kernel_source)."""
+    stage 7's cp.async kernel (_wgmma_kernel_source). ``blocks``: the persistent stage's grid, if not
+    persistent_blocks' (tests give it more blocks than tiles, or fewer)."""
     bf16 = _is_bf16(A)
     A, B, out = _bits(A), _bits(B), _bits(out)
     M, N = out.shape
@@ -1211,8 +1328,12 @@ def launch_hopper(source, A, B, out):
     if stage != "wgmma":
         args += (tensor_map(A, HBK, HBM), tensor_map(B, 64, HBK))
     set_max_dynamic_shared_memory(kernel, args, nbytes)
-    blocks = blocks_for(M, HBM) * blocks_for(N, HBN)
-    kernel[blocks, HOPPER_SOURCES[stage][1], 0, nbytes](*args)
+    tiles = blocks_for(M, HBM) * blocks_for(N, HBN)
+    if stage == "persistent":
+        grid = persistent_blocks(tiles) if blocks is None else int(blocks)
+    else:
+        grid = tiles
+    kernel[grid, HOPPER_SOURCES[stage][1], 0, nbytes](*args)
 
 
 # -- 7. wgmma ------------------------------------------------------------------------------------------
@@ -1276,6 +1397,28 @@ def tma(A, B, out):
     647 TFLOP/s, 0.94x cuBLAS; bf16 1618 us, 679 TFLOP/s, 0.93x.""")
 def warp_specialized(A, B, out):
     launch_hopper(_warp_specialized_kernel_source, A, B, out)
+
+
+# -- 10. persistent grid ----------------------------------------------------------------------------------
+
+@stage_of(OPERATORS, "persistent", """
+    Stage 9 launches one block a 128x256 tile: 2048 blocks at 8192^3, 15.5 waves of 132 SMs. Each block
+    starts with an empty ring (its first K-step's copies in flight, nothing to multiply) and ends with
+    its two consumers storing 128 accumulators a thread while the copy engine has nothing to fetch; the
+    next block on that SM starts only then, with an empty ring again. Here the grid is one block an SM,
+    and block b walks tiles b, b + 132, b + 264, ... in stage 9's order (tile_of_index: the same bands
+    of 8 tile rows, on a tile number instead of the block's). The producer's ring and the consumers'
+    phases run on across tiles: the K-step counters do not restart, a slot filled with tile i's last
+    K-step is refilled with tile i+1's as soon as it is released. The consumers release the tile's last
+    slot right after their final wgmma_wait, before their stores, so while the accumulators go out the
+    producer is already loading the next tile's first four K-steps, and the consumers find them landed
+    when they return. Prologue and epilogue latency is paid once a block, not once a tile. The tile
+    walk is a while loop in 32-bit unsigned arithmetic: range() with a run-time step computes its trip
+    count with a 64-bit division, a subroutine call, and ptxas would serialise every wgmma (C7509). The
+    15.5 waves remain (some SMs get 16 tiles, others 15): a persistent grid does not remove the tail by
+    itself, it removes the gaps between tiles. Not yet timed on the H200.""")
+def persistent(A, B, out):
+    launch_hopper(_persistent_kernel_source, A, B, out)
 
 
 KERNELS.update({name: {(bf16, vec): build_hopper_kernel(name, bf16, vec) for bf16 in (False, True)

@@ -40,7 +40,7 @@ from tests.test_ladders import SPILL_BUDGET, SPILL_EXPECTED
 ROOT = Path(__file__).resolve().parent.parent
 OPS = {o.name: o for o in [*hgemm.OPERATORS, *int8_gemm.OPERATORS]}
 TENSOR_CORE = {"mma", "ldmatrix", "swizzle", "pipeline", "tuned"}
-HOPPER = {"wgmma", "tma", "warp_specialized"}  # sm_90a: wgmma, TMA, mbarrier, setmaxnreg (solutions/_hopper.py)
+HOPPER = {"wgmma", "tma", "warp_specialized", "persistent"}  # sm_90a: wgmma, TMA, mbarrier, setmaxnreg (solutions/_hopper.py)
 
 
 # -- 1. fragment layouts, in NumPy ------------------------------------------------------------------------
@@ -193,6 +193,20 @@ def test_block_tile_visits_every_tile_once(raster, tiles_m, tiles_n):
     assert sorted(tiles) == [(r, c) for r in range(tiles_m) for c in range(tiles_n)]
     if raster > 1 and tiles_m >= raster:  # a band of `raster` rows is walked column by column
         assert tiles[:raster] == [(r, 0) for r in range(raster)]
+
+
+@pytest.mark.parametrize("raster", [1, 3, 8])
+@pytest.mark.parametrize("tiles_m, tiles_n", [(1, 1), (5, 3), (9, 7), (2, 9)])
+def test_persistent_walk_gives_each_tile_to_one_block_once(raster, tiles_m, tiles_n):
+    """tile_of_index is block_tile's order on a tile number, and the persistent kernel's walk (block b takes
+    tiles b, b + grid, ...) hands every tile out exactly once, for grids smaller and larger than the tiles."""
+    tiles = tiles_m * tiles_n
+    order = [tuple(int(v) for v in hgemm.tile_of_index.py_func(np.uint32(i), tiles_m, tiles_n, raster))
+             for i in range(tiles)]
+    assert order == [hgemm.block_tile.py_func(i, tiles_m, tiles_n, raster) for i in range(tiles)]
+    for grid in (1, 2, 3, tiles, tiles + 4):
+        walked = [order[i] for b in range(grid) for i in range(b, tiles, grid)]
+        assert sorted(walked) == sorted(order) and len(set(walked)) == tiles
 
 
 def test_geometry_problems_are_named():
@@ -426,6 +440,64 @@ def test_reading_a_tma_buffer_before_its_barrier_fails_the_check():
     got = out.copy_to_host().view(np.float16).astype(np.float64)
     want = A.astype(np.float64) @ B.astype(np.float64)
     assert not np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3  # stale garbage: wrong, or NaN
+
+
+def _persistent_run(A, B, blocks, store=None):
+    """The persistent kernel (fp16) on ``blocks`` blocks; ``store`` replaces its _store_warpgroup."""
+    from numba import cuda
+
+    kernel = hgemm.build_hopper_kernel("persistent", False)
+    if store is not None:
+        import inspect
+
+        namespace = dict(vars(hgemm), _store_warpgroup=store)
+        exec(compile(inspect.getsource(hgemm._persistent_kernel_source), "<persistent>", "exec"), namespace)
+        kernel = cuda.jit(namespace["_persistent_kernel_source"](False))
+    a, b = cuda.to_device(A.view(np.uint16)), cuda.to_device(B.view(np.uint16))
+    out = cuda.to_device(np.full((A.shape[0], B.shape[1]), np.nan, np.float16).view(np.uint16))
+    nbytes = hgemm.hopper_smem_bytes("persistent")
+    set_max_dynamic_shared_memory(kernel, (), nbytes)
+    kernel[blocks, 384, 0, nbytes](a, b, out, _hopper.tensor_map(a, hgemm.HBK, hgemm.HBM),
+                                   _hopper.tensor_map(b, 64, hgemm.HBK))
+    return out.copy_to_host().view(np.float16).astype(np.float64)
+
+
+@pytest.mark.sim_only
+@pytest.mark.parametrize("blocks", [2, 4, 12])
+def test_persistent_blocks_walking_several_tiles_store_each_tile_once(blocks):
+    """9 tiles of 3 K-steps each (the ring of 4 slots wraps in the middle of tiles, its phases run on
+    across them) on 2 or 4 blocks walking several tiles each, and on 12 blocks (3 without a tile): every
+    warpgroup tile is stored exactly once (128 threads), the product is right, no NaN of the poison left."""
+    import threading
+
+    rng = np.random.default_rng(12)
+    M, N, K = 300, 520, 136  # tiles 3 x 3 (the last row and column partial), K-steps 64, 64, 8
+    A = rng.uniform(-1, 1, (M, K)).astype(np.float16)
+    B = rng.uniform(-1, 1, (K, N)).astype(np.float16)
+    stores, lock = {}, threading.Lock()
+
+    def counting_store(out, acc, row0, col0, thread, bf16):
+        with lock:
+            stores[(int(row0), int(col0))] = stores.get((int(row0), int(col0)), 0) + 1
+        hgemm._store_warpgroup(out, acc, row0, col0, thread, bf16)
+
+    got = _persistent_run(A, B, blocks, counting_store)
+    assert stores == {(r, c): 128 for r in range(0, 384, 64) for c in range(0, 768, 256)}, stores
+    want = A.astype(np.float64) @ B.astype(np.float64)
+    assert np.isfinite(got).all()
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
+
+
+@pytest.mark.sim_only
+def test_persistent_launcher_uses_one_block_a_simulated_sm():
+    """The stage's own launch: SIM_PERSISTENT_BLOCKS blocks walk the 6 tiles (2 x 3, ragged) of a TMA shape."""
+    from workbench.simulator import record_launches
+
+    assert hgemm.persistent_blocks(6) == min(6, hgemm.SIM_PERSISTENT_BLOCKS) and hgemm.persistent_blocks(1) == 1
+    with record_launches() as launches:
+        result = check_stage(OPS["gemm[fp16]"]["persistent"], (130, 520, 200), np.random.default_rng(13))
+    assert result.passed, result.message
+    assert {f.__name__ for f, _ in launches} == {"_persistent_f16"}, launches
 
 
 @pytest.mark.sim_only
@@ -728,10 +800,11 @@ def test_hopper_kernels_compile_for_sm90a_with_their_instructions():
     for name, r in found.items():
         stage = name.split(".")[0]
         assert r["target"] == "sm_90a", (name, r)
-        assert r["wgmma"] == 4, (name, r)  # a K-step's four k16 products, the loop not unrolled
+        # a K-step's four k16 products, the loop not unrolled; persistent's K loop LLVM unrolls twice (+ remainder)
+        assert r["wgmma"] == (12 if stage == "persistent" else 4), (name, r)
         assert (r["tma"] > 0) == (stage != "wgmma"), (name, r)
         assert (r["try_wait"] > 0) == (stage != "wgmma"), (name, r)
-        assert (r["setmaxnreg"] == 2) == (stage == "warp_specialized"), (name, r)
+        assert (r["setmaxnreg"] == 2) == (stage in ("warp_specialized", "persistent")), (name, r)
         assert not r["f64"], (name, r)
         assert not r["warnings"], (name, r)  # wgmma overlapped, setmaxnreg honoured
         assert r["spill_bytes"] == 0, (name, r)  # the 128 accumulators stay in registers
