@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 1565cba174b454fc6ac47d6dbe3463341785b9356b6ee03584420e44f32f8152
+# generated-sha256: 16900e6837d1c8d3453bd046b4f407ee4b4369e5b77f74573e3aa7305be84a59
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -708,6 +708,7 @@ VECTOR_ROWS_COLS = 8192
 FLOAT_VECTORS = 4  # 16-byte vectors of four floats each thread holds: a 4096-column row is 256 threads (8: 128)
 FLOAT_BLOCK_ROWS_THREADS = 256  # narrower rows share a block of up to this many threads (2-D: threads a row x rows)
 FLOAT_WEIGHTS_AHEAD = 0  # as WEIGHTS_AHEAD (16-bit vector_rows), for the float32 kernel
+FLOAT_WEIGHTS_WITH_X = True  # as WEIGHTS_WITH_X, for the float32 kernel
 FLOAT_REGISTER_CAP = None  # as REGISTER_CAP, for the float32 kernel
 # Rows up to NARROW_ROW_COLS wide (0: none) take the same kernel with one vector a thread, before the warp kernel:
 # a 1024-column row is then 256 threads, each with one 16-byte load in flight, where a warp holds it 32 values a lane.
@@ -715,6 +716,10 @@ FLOAT_REGISTER_CAP = None  # as REGISTER_CAP, for the float32 kernel
 NARROW_ROW_COLS = 1024
 NARROW_FLOAT_VECTORS = 1
 NARROW_MAX_ROWS = 4096
+# The narrow kernel loads weight (and bias) with x: at a few waves of rows the time is one row's chain of
+# dependent waits, and a weight loaded after the statistics is one more trip to L2 in it (torch.compile's
+# Triton kernels issue every load first, too).
+NARROW_WEIGHTS_WITH_X = True
 
 
 def float_vector_rows(x, weight, bias, out):
@@ -801,9 +806,11 @@ def kernel_for(cols, table=BY_SHAPE):
     72% of the warp slots filled against 93%, so fewer loads are in flight (DRAM busy 84% of the time
     against 88%); capped at 32 registers with 512 threads a row, as torch.compile runs, it gained 1%. At
     1024 columns, against torch (torch.compile's LayerNorm misses the 1e-3 tolerance there, except at 256
-    rows): 256 rows take 3.8 us where the warp kernel took 4.6 (torch.compile 3.1), 4096 rows 12.8 where it
-    took 13.7 (F.layer_norm 17.1), and at 32768 rows the warp kernel 70.2 against 103.1 (one vector a thread
-    took 74.1 there). A kernel is in the table where it was measured faster, not where it should be: 512
+    rows): 256 rows take 3.7 us where the warp kernel took 4.6 (torch.compile 3.1), 4096 rows 12.2 where it
+    took 13.7 (F.layer_norm 19.6), and at 32768 rows the warp kernel 70.2 against 103.1 (one vector a thread
+    took 74.1 there). At those few rows a row's time is its chain of waits, and the one-vector kernel loads
+    its weight and bias with x, before the two row sums, as torch.compile's kernel does: loaded after them
+    they were one more trip to L2 in the chain (4.0 against 3.7 us at 256 rows, one sweep). A kernel is in the table where it was measured faster, not where it should be: 512
     threads a row with Welford merges written here (an IEEE division a merge) was slower than stage 7, and
     so was a block that loads the next row while it reduces this one.""",
     boundaries={"cols": (WARP_ROW_COLS,)})
@@ -1364,9 +1371,12 @@ RMSNORM_BY_SHAPE = [(NARROW_ROW_COLS, rmsnorm_narrow_vector_rows), (WARP_ROW_COL
     fill 92%, by Nsight Compute); at 4096 x 4096, 35.8 against 35.0; at 4096 x 32768 the shared row takes
     269.2 against 255.9 (0.95x). torch.compile's kernel runs at the copy ceiling at 32768 x 4096;
     LayerNorm's profile of the same vector kernel says why this one does not: 40 registers against 32, fewer
-    warps, fewer loads in flight. At 1024 columns torch.compile still wins at few rows: 3.7 us against 3.0
-    at 256 rows (the warp kernel took 5.1), 11.5 against 9.9 at 4096 (13.3); at 32768 rows the warp kernel
-    takes 68.3 against 66.4.""")
+    warps, fewer loads in flight. At 1024 columns torch.compile still wins at few rows: 3.4 us against 2.9
+    at 256 rows (the warp kernel took 5.1), 11.3 against 9.8 at 4096 (13.3); at 32768 rows the warp kernel
+    takes 68.3 against 66.4. The weight loaded with x changed nothing here (3.5 us either way at 256 rows),
+    nor did a warp kernel holding all 32 of its weights from the start, as torch.compile's does at 4096
+    rows (11.7 against the one-vector kernel's 11.2; at 32768 rows its 72 registers cost 96.3 against
+    69.2).""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
 
@@ -1755,6 +1765,7 @@ VECTORS = 4  # 16-byte vectors of x each thread holds (8 halves each): a 4096-co
 BLOCK_ROWS_THREADS = 128  # narrow rows share a block of up to this many threads (one row a warp, no barrier)
 WEIGHTS_AHEAD = 0  # vectors whose weight (and bias) are loaded ahead of the store in progress: 0, each just before
 # its own store (a wait on L1 a vector); 1, the next one's before this one's store; VECTORS, all before the first
+WEIGHTS_WITH_X = False  # True: every weight (and bias) vector loaded with x's, before the statistics (WEIGHTS_AHEAD unused)
 REGISTER_CAP = None  # registers a thread (None: as ptxas chooses); a cap buys rows resident with spills
 HELD_WORDS = 4 * VECTORS  # a local array's shape must be a constant: a module global
 HELD_VALUES = VECTOR * VECTORS
@@ -1868,8 +1879,8 @@ def rmsnorm_vector_rows(x, weight, out):
 
 # The float32 format (solutions/_half.py: float_format) with the float32 kernel's own VECTORS and WEIGHTS_AHEAD,
 # sweepable apart from the 16-bit ones.
-FLOAT_FORMAT = float_format(FLOAT_VECTORS, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD)
-NARROW_FORMAT = float_format(NARROW_FLOAT_VECTORS, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD)
+FLOAT_FORMAT = float_format(FLOAT_VECTORS, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD, WEIGHTS_WITH_X=FLOAT_WEIGHTS_WITH_X)
+NARROW_FORMAT = float_format(NARROW_FLOAT_VECTORS, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD, WEIGHTS_WITH_X=NARROW_WEIGHTS_WITH_X)
 layernorm_float_row = instantiate(layernorm_vector_row.py_func, dict(globals(), **FLOAT_FORMAT), "layernorm_float_row",
                                   jit=dict(device=True, inline=True))
 rmsnorm_float_row = instantiate(rmsnorm_vector_row.py_func, dict(globals(), **FLOAT_FORMAT), "rmsnorm_float_row",
