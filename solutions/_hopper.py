@@ -83,18 +83,23 @@ def descriptor_fields(start, leading_bytes, stride_bytes, swizzle=SWIZZLE_128B):
 # -- device functions the Hopper kernels share -------------------------------------------------------
 
 @cuda.jit(device=True, forceinline=True)
-def tile_of_block(tiles_m, tiles_n, raster):
-    """(tile row, tile column) of this block of a 1-D grid: the tile rows in bands of ``raster``, each band
+def tile_of_index(index, tiles_m, tiles_n, raster):
+    """(tile row, tile column) of tile number ``index``: the tile rows in bands of ``raster``, each band
     walked column by column (hgemm's block_tile), in 32-bit unsigned arithmetic. Numba computes in 64
     bits, and ptxas implements a 64-bit division by a run-time number as a call to a subroutine; a call
     anywhere in a kernel makes ptxas serialise its wgmma (warning C7509). Unsigned 32-bit operands,
     zero-extended, let LLVM divide in 32 bits, inline."""
-    block = uint32(cuda.blockIdx.x)
     per_group = uint32(uint32(raster) * uint32(tiles_n))
-    first_row = uint32(block // per_group) * uint32(raster)
+    first_row = uint32(uint32(index) // per_group) * uint32(raster)
     rows = uint32(min(uint32(tiles_m) - first_row, uint32(raster)))
-    within = uint32(block % per_group)
+    within = uint32(uint32(index) % per_group)
     return int32(first_row + within % rows), int32(within // rows)
+
+
+@cuda.jit(device=True, forceinline=True)
+def tile_of_block(tiles_m, tiles_n, raster):
+    """tile_of_index of this block of a 1-D grid: a block a tile."""
+    return tile_of_index(uint32(cuda.blockIdx.x), tiles_m, tiles_n, raster)
 
 
 @cuda.jit(device=True, forceinline=True)
