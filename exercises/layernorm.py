@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 0f39165cb8085ab8b078cee9c12064489a61e52cfd9fbd282c521fec13022d1b
+# generated-sha256: f3182f238b82bd0e6fc2406bc9d2acd2bc6a677e5f518efe2a7c50361c01471c
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -783,8 +783,8 @@ def kernel_for(cols, table=BY_SHAPE):
     floats: each thread issues its 4 16-byte loads of the row before it uses any, the statistics come
     exactly, in two passes, from those registers, and everything that is not the norm's arithmetic is gone:
     a two-dimensional block (no thread divides to find its row), unsigned 32-bit indices, 1 / cols from the
-    host, one rsqrt.approx, weight and bias loaded 16 bytes at a time with x, before the statistics. That
-    is about 20 instructions an element and 64 registers, where stage 7 spends more on indices and IEEE
+    host, one rsqrt.approx, weight and bias loaded 16 bytes at a time with x, before the statistics. That is
+    about 20 instructions an element and 64 registers, where stage 7 spends more on indices and IEEE
     arithmetic, and reads x three times (the second and third from L1). torch.compile's kernel at 4096
     columns (Inductor's Triton) is the same idea with 512 threads a row, 8 values a thread, a Welford pass
     and the row read again from cache to write it. Rows up to 16384 wide take stage 7's kernel. Wider rows
@@ -802,20 +802,21 @@ def kernel_for(cols, table=BY_SHAPE):
     the same run: at 32768 x 4096, 258.7 us (97% of the copy ceiling) against 251.3 (0.97x, where stage 7
     was 0.89x); at 4096 x 4096, 35.0 against 35.9 (1.02x); at 4096 x 32768 the shared row takes 314.7
     against 286.9 (0.91x), where stage 7 took 549. Nsight Compute at 32768 x 4096 says where the last few
-    percent go. With weight and bias loaded just before each store, the vector kernel took 40 registers
-    and executed 1.6x fewer instructions than torch.compile's, but it kept 72% of the warp slots filled
-    against 93%, so fewer loads were in flight (DRAM busy 84% of the time against 88%); capped at 32
-    registers with 512 threads a row, as torch.compile runs, it gained 1%. Loading them with x costs 24
-    registers more, so fewer warps still, and gains more: after the two row sums no thread waits on L2
-    again (258.8 against 261.0 us at 32768 x 4096 and 35.6 against 36.5 at 4096 x 4096, one sweep each). At
-    1024 columns, against torch (torch.compile's LayerNorm misses the 1e-3 tolerance there, except at 256
-    rows): 256 rows take 3.7 us where the warp kernel took 4.6 (torch.compile 3.1), 4096 rows 12.2 where it
-    took 13.7 (F.layer_norm 19.6), and at 32768 rows the warp kernel 70.2 against 103.1 (one vector a thread
-    took 74.1 there). At those few rows a row's time is its chain of waits, and the one-vector kernel loads
-    its weight and bias with x, before the two row sums, as torch.compile's kernel does: loaded after them
-    they were one more trip to L2 in the chain (4.0 against 3.7 us at 256 rows, one sweep). A kernel is in the table where it was measured faster, not where it should be: 512
-    threads a row with Welford merges written here (an IEEE division a merge) was slower than stage 7, and
-    so was a block that loads the next row while it reduces this one.""",
+    percent go. With weight and bias loaded just before each store, the vector kernel took 40 registers and
+    executed 1.6x fewer instructions than torch.compile's, but it kept 72% of the warp slots filled against
+    93%, so fewer loads were in flight (DRAM busy 84% of the time against 88%); capped at 32 registers with
+    512 threads a row, as torch.compile runs, it gained 1%. Loading them with x costs 24 registers more, so
+    fewer warps still, and gains more: after the two row sums no thread waits on L2 again (258.8 against
+    261.0 us at 32768 x 4096 and 35.6 against 36.5 at 4096 x 4096, one sweep each). At 1024 columns, against
+    torch (torch.compile's LayerNorm misses the 1e-3 tolerance there, except at 256 rows): 256 rows take 3.7
+    us where the warp kernel took 4.6 (torch.compile 3.1), 4096 rows 12.2 where it took 13.7 (F.layer_norm
+    19.6), and at 32768 rows the warp kernel 70.2 against 103.1 (one vector a thread took 74.1 there). At
+    those few rows a row's time is its chain of waits, and the one-vector kernel loads its weight and bias
+    with x, before the two row sums, as torch.compile's kernel does: loaded after them they were one more
+    trip to L2 in the chain (4.0 against 3.7 us at 256 rows, one sweep). A kernel is in the table where it
+    was measured faster, not where it should be: 512 threads a row with Welford merges written here (an IEEE
+    division a merge) was slower than stage 7, and so was a block that loads the next row while it reduces
+    this one.""",
     boundaries={"cols": (WARP_ROW_COLS,)})
 def by_shape(x, weight, bias, out):
     kernel_for(x.shape[1])(x, weight, bias, out)
@@ -1364,25 +1365,24 @@ RMSNORM_BY_SHAPE = [(NARROW_ROW_COLS, rmsnorm_narrow_vector_rows), (WARP_ROW_COL
     vector_rows kernel of the 16-bit ladders with a vector of four floats (16 values a thread and their 16
     weights, loaded with them, in 48 registers; about 14 instructions an element), a block per row up to
     16384 (16 values a thread, one barrier), the row read once with 16-byte loads and written once with
-    16-byte stores, every load of the row issued before the first is used and the weight loaded before
-    the first store. Wider rows do not fit
-    in registers, and stage 3's kernel, which reads them twice, would find the second read gone from the
-    caches (a 32768-wide row is 128 KB): they are held in shared memory instead, as in LayerNorm's by_shape
-    (copied in with cp.async, one read and one write of memory), up to 57344 columns; wider still, stage 3's
-    kernel. One sum of squares, so one reduction and no shift. On an H200, against torch.compile in the same
-    run: at 32768 x 4096, 255.7 us (99% of the copy ceiling) against 250.7 (0.98x; the block-row kernel
-    before it was 0.96x: 64 registers, 47% of the warp slots filled where torch.compile's 512 threads at 28
-    registers fill 92%, by Nsight Compute); at 4096 x 4096, before the weight moved, 35.8 against 35.0;
-    at 4096 x 32768 the shared row takes 269.2 against 255.9 (0.95x). The weight loaded with x instead of before each store
-    took 255.4 us against 260.8 at 32768 x 4096 (one sweep): 38 registers became 48, and the row's last
-    trip to L2 left its chain. torch.compile's kernel runs at the copy ceiling at 32768 x 4096; LayerNorm's
-    profile of the same vector kernel says why this one does not quite: more registers than its 32, fewer
-    warps, fewer loads in flight. At 1024 columns torch.compile still wins at few rows: 3.4 us against 2.9
-    at 256 rows (the warp kernel took 5.1), 11.3 against 9.8 at 4096 (13.3); at 32768 rows the warp kernel
-    takes 68.3 against 66.4. The weight loaded with x changed nothing here (3.5 us either way at 256 rows),
-    nor did a warp kernel holding all 32 of its weights from the start, as torch.compile's does at 4096
-    rows (11.7 against the one-vector kernel's 11.2; at 32768 rows its 72 registers cost 96.3 against
-    69.2).""")
+    16-byte stores, every load of the row issued before the first is used. Wider rows do not fit in
+    registers, and stage 3's kernel, which reads them twice, would find the second read gone from the caches
+    (a 32768-wide row is 128 KB): they are held in shared memory instead, as in LayerNorm's by_shape (copied
+    in with cp.async, one read and one write of memory), up to 57344 columns; wider still, stage 3's kernel.
+    One sum of squares, so one reduction and no shift. On an H200, against torch.compile in the same run: at
+    32768 x 4096, 255.7 us (99% of the copy ceiling) against 250.7 (0.98x; the block-row kernel before it
+    was 0.96x: 64 registers, 47% of the warp slots filled where torch.compile's 512 threads at 28 registers
+    fill 92%, by Nsight Compute); at 4096 x 4096, before the weight moved, 35.8 against 35.0; at 4096 x
+    32768 the shared row takes 269.2 against 255.9 (0.95x). The weight loaded with x instead of before each
+    store took 255.4 us against 260.8 at 32768 x 4096 (one sweep): 38 registers became 48, and the row's
+    last trip to L2 left its chain. torch.compile's kernel runs at the copy ceiling at 32768 x 4096;
+    LayerNorm's profile of the same vector kernel says why this one does not quite: more registers than its
+    32, fewer warps, fewer loads in flight. At 1024 columns torch.compile still wins at few rows: 3.4 us
+    against 2.9 at 256 rows (the warp kernel took 5.1), 11.3 against 9.8 at 4096 (13.3); at 32768 rows the
+    warp kernel takes 68.3 against 66.4. The weight loaded with x changed nothing here (3.5 us either way at
+    256 rows), nor did a warp kernel holding all 32 of its weights from the start, as torch.compile's does
+    at 4096 rows (11.7 against the one-vector kernel's 11.2; at 32768 rows its 72 registers cost 96.3
+    against 69.2).""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
 
