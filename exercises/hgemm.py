@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 0ab18bb8f61f7da25d8a46fd7f4b4e8bb88d0e95b8db82535585070903e7827a
+# generated-sha256: 50d8ba42a67b34f2f3393a64e3628d43ff7521c7cd4853789a8e660c531a7d49
 # --------------------------------------------------------------------------------------------------
 """Half-precision GEMM on tensor cores: out = A B with A (M x K) and B (K x N) in fp16 or bf16,
 accumulated in float32, written in the inputs' precision (what ``torch.matmul`` does at that dtype).
@@ -104,7 +104,7 @@ from solutions._ptx import (cp_async_chunk16, cp_async_commit, cp_async_wait_pen
 from solutions._hopper import (SWIZZLE_128B, fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx,
                                mbarrier_init, mbarrier_wait, setmaxnreg_consumer, setmaxnreg_producer,
                                shared_descriptor, store_accumulators_bf16, store_accumulators_f16, tensor_map,
-                               tile_of_block, tile_of_index, tile_pad, tma_load_2d, tma_ok,
+                               tile_of_block, tile_pad, tma_load_2d, tma_ok,
                                wgmma_bf16, wgmma_commit, wgmma_f16, wgmma_fence, wgmma_wait0, wgmma_wait1,
                                zero_accumulators)
 from solutions._tile_layout import aligned, chunk_offset
@@ -1159,6 +1159,21 @@ PERSISTENT_STAGES = 4  # ring slots of 48 KiB: 4 is the most that fits (5 x 48 K
 PERSISTENT_RASTER = 8  # tile rows a band of the walk holds (tile_of_index), as HRASTER for stage 9
 PERSISTENT_BLOCKS_PER_SM = 1  # 193 KiB of shared memory a block: one is all an SM holds
 SIM_PERSISTENT_BLOCKS = 2  # the simulator's "SMs": few, so that each block walks several tiles
+
+
+@cuda.jit(device=True, forceinline=True)
+def tile_of_index(index, tiles_m, tiles_n, raster):
+    """(tile row, tile column) of tile number ``index`` (uint32) in tile_of_block's order
+    (solutions/_hopper.py: bands of ``raster`` tile rows, each walked column by column), for a block that
+    walks several tiles. The same 32-bit unsigned arithmetic: a 64-bit division by a run-time number is a
+    subroutine call, and a call makes ptxas serialise every wgmma of the kernel (C7509). (Not shared with
+    tile_of_block: here every product is held to 32 bits, which compiles stages 7-9 to other PTX than the
+    kernels timed on the H200.)"""
+    per_group = uint32(uint32(raster) * uint32(tiles_n))
+    first_row = uint32(uint32(index // per_group) * uint32(raster))
+    rows = uint32(min(uint32(tiles_m) - first_row, uint32(raster)))
+    within = uint32(index % per_group)
+    return int32(first_row + within % rows), int32(within // rows)
 
 
 def _persistent_kernel_source(bf16):

@@ -83,23 +83,18 @@ def descriptor_fields(start, leading_bytes, stride_bytes, swizzle=SWIZZLE_128B):
 # -- device functions the Hopper kernels share -------------------------------------------------------
 
 @cuda.jit(device=True, forceinline=True)
-def tile_of_index(index, tiles_m, tiles_n, raster):
-    """(tile row, tile column) of tile number ``index``: the tile rows in bands of ``raster``, each band
+def tile_of_block(tiles_m, tiles_n, raster):
+    """(tile row, tile column) of this block of a 1-D grid: the tile rows in bands of ``raster``, each band
     walked column by column (hgemm's block_tile), in 32-bit unsigned arithmetic. Numba computes in 64
     bits, and ptxas implements a 64-bit division by a run-time number as a call to a subroutine; a call
     anywhere in a kernel makes ptxas serialise its wgmma (warning C7509). Unsigned 32-bit operands,
     zero-extended, let LLVM divide in 32 bits, inline."""
+    block = uint32(cuda.blockIdx.x)
     per_group = uint32(uint32(raster) * uint32(tiles_n))
-    first_row = uint32(uint32(index) // per_group) * uint32(raster)
+    first_row = uint32(block // per_group) * uint32(raster)
     rows = uint32(min(uint32(tiles_m) - first_row, uint32(raster)))
-    within = uint32(uint32(index) % per_group)
+    within = uint32(block % per_group)
     return int32(first_row + within % rows), int32(within // rows)
-
-
-@cuda.jit(device=True, forceinline=True)
-def tile_of_block(tiles_m, tiles_n, raster):
-    """tile_of_index of this block of a 1-D grid: a block a tile."""
-    return tile_of_index(uint32(cuda.blockIdx.x), tiles_m, tiles_n, raster)
 
 
 @cuda.jit(device=True, forceinline=True)
@@ -544,7 +539,13 @@ def tma_ok(*arrays) -> bool:
 # O += P V: A (P) from registers, B (V, n = the head size) MN-major, as hgemm's B.
 SIZED_WGMMA = {f"wgmma_{'bf16' if bf16 else 'f16'}_{what}_n{n}": (bf16, n, what == "rs", what == "rs")
                for bf16 in (False, True) for what in ("ss", "rs") for n in (64, 128)}
-FENCED_COUNTS = (32, 64)  # wgmma_fence_operands_N: for accumulator arrays of N float32 (n64 and n128 tiles)
+# S = Q K^T at key tiles of 96 or 112 (the persistent kernel's PERSISTENT_BKV_D64, swept)
+SIZED_WGMMA.update({f"wgmma_{'bf16' if bf16 else 'f16'}_ss_n{n}": (bf16, n, False, False)
+                    for bf16 in (False, True) for n in (96, 112)})
+FENCED_COUNTS = (32, 48, 56, 64)  # wgmma_fence_operands_N: accumulator arrays of N float32 (n64, n96, n112, n128)
+# setmaxnreg_dec_N / setmaxnreg_inc_N besides the 40 / 232 pair of setmaxnreg_producer / _consumer: a producer
+# and three consumer warpgroups (attention's persistent kernel at D = 64: 32 + 3 x 160 = 4 x 128; 24 swept)
+SETMAXNREG_COUNTS = (24, 32, 160)
 
 
 # -- on the GPU: one inline-asm instruction each ------------------------------------------------------
@@ -801,6 +802,8 @@ def _gpu_intrinsics():
         fence_proxy_async=statement("fence.proxy.async.shared::cta;"),
         setmaxnreg_producer=statement("setmaxnreg.dec.sync.aligned.u32 40;"),
         setmaxnreg_consumer=statement("setmaxnreg.inc.sync.aligned.u32 232;"),
+        **{f"setmaxnreg_{way}_{n}": statement(f"setmaxnreg.{way}.sync.aligned.u32 {n};")
+           for n in SETMAXNREG_COUNTS for way in ("dec", "inc")},
         mbarrier_init=on_barrier("mbarrier.init.shared::cta.b64 [s], $1;", True),
         mbarrier_arrive_expect_tx=on_barrier("mbarrier.arrive.expect_tx.shared::cta.b64 _, [s], $1;", True),
         mbarrier_arrive=on_barrier("mbarrier.arrive.shared::cta.b64 _, [s];", False),
@@ -832,6 +835,7 @@ if _device.is_simulator():
     store_accumulators_s32 = _sim_store_accumulators_s32
     wgmma_fence = wgmma_commit = wgmma_wait0 = wgmma_wait1 = fence_proxy_async = _nothing
     setmaxnreg_producer = setmaxnreg_consumer = _nothing
+    globals().update({f"setmaxnreg_{way}_{n}": _nothing for n in SETMAXNREG_COUNTS for way in ("dec", "inc")})
     mbarrier_init = _sim_mbarrier_init
     named_barrier_sync = _sim_named_barrier_sync
     named_barrier_arrive = _sim_named_barrier_arrive
@@ -841,55 +845,3 @@ if _device.is_simulator():
     tma_load_2d = _sim_tma_load_2d
 else:
     globals().update(_gpu_intrinsics())
-
-
-# -- setmaxnreg at other counts (appended: the 40 / 232 pair above stays hgemm's and two consumers') --------
-
-SETMAXNREG_COUNTS = (24, 32, 160)  # setmaxnreg_dec_N / setmaxnreg_inc_N: one producer and three consumers
-
-
-def _setmaxnreg_intrinsics():
-    """setmaxnreg_dec_N and setmaxnreg_inc_N for N in SETMAXNREG_COUNTS (a warpgroup's registers a thread,
-    lowered or raised; a multiple of 8 from 24 to 256)."""
-    from llvmlite import ir
-    from numba.cuda import types
-    from numba.cuda.extending import intrinsic
-
-    def statement(text):
-        @intrinsic
-        def op(typingctx):
-            def codegen(context, builder, sig, args):
-                fty = ir.FunctionType(ir.VoidType(), [])
-                builder.call(ir.InlineAsm(fty, text, "~{memory}", side_effect=True), [])
-                return context.get_dummy_value()
-            return types.none(), codegen
-        return op
-
-    return {f"setmaxnreg_{way}_{n}": statement(f"setmaxnreg.{way}.sync.aligned.u32 {n};")
-            for n in SETMAXNREG_COUNTS for way in ("dec", "inc")}
-
-
-if _device.is_simulator():
-    globals().update({f"setmaxnreg_{way}_{n}": _nothing for n in SETMAXNREG_COUNTS for way in ("dec", "inc")})
-else:
-    globals().update(_setmaxnreg_intrinsics())
-
-
-# -- wgmma m64n96 / m64n112 from two descriptors, and their fences (appended: key tiles of 96 or 112 keys
-# for S = Q K^T in attention's persistent kernel at D = 64) -----------------------------------------------
-
-EXTRA_SS_N = (96, 112)
-_EXTRA_WGMMA = {f"wgmma_{'bf16' if bf16 else 'f16'}_ss_n{n}": (bf16, n, False, False)
-                for bf16 in (False, True) for n in EXTRA_SS_N}
-_EXTRA_FENCES = tuple(n // 2 for n in EXTRA_SS_N)
-SIZED_WGMMA.update(_EXTRA_WGMMA)
-FENCED_COUNTS = FENCED_COUNTS + _EXTRA_FENCES
-
-if _device.is_simulator():
-    globals().update({name: _sim_wgmma_sized(*spec) for name, spec in _EXTRA_WGMMA.items()})
-    globals().update({f"wgmma_fence_operands_{n}": _nothing for n in _EXTRA_FENCES})
-else:
-    _made = _gpu_intrinsics()  # (reads SIZED_WGMMA and FENCED_COUNTS as they are now)
-    globals().update({name: _made[name] for name in _EXTRA_WGMMA})
-    globals().update({f"wgmma_fence_operands_{n}": _made[f"wgmma_fence_operands_{n}"] for n in _EXTRA_FENCES})
-    del _made
