@@ -172,3 +172,20 @@ def test_percent_of_peak_divides_by_the_precision_the_arithmetic_runs_in():
     assert peak_key(qlinear, peaks) is None and percent_of_peak(qlinear, 1.0, 400_000.0, peaks) is None
     assert peak_key(gemm, peaks) == "gemm_fp32_gflops"
     assert percent_of_peak(gemm, 1.0, 25_500.0, peaks) == 50.0
+
+
+def test_records_above_their_ceiling_are_named_by_workbench_peaks(tmp_path, monkeypatch, capsys):
+    """A record that moved more than its ceiling shows the ceiling is wrong: `workbench peaks` names it."""
+    below = {"op": "reduction", "stage": "one_pass", "size_label": "268435456", "date": "2026-11-24T00:00:00",
+             "gbps": 4200.0, "peak_kind": "read_gbps"}
+    above = {**below, "op": "activation[gelu]", "stage": "short_erfc", "gbps": 4040.0, "peak_kind": "copy_gbps"}
+    compute = {**below, "op": "gemm", "stage": "warp_tiles", "gbps": 9000.0, "peak_kind": "gemm_fp32_gflops"}
+    assert ceilings.records_above(PEAKS, [below, above, compute]) == [(above, "copy_gbps", pytest.approx(1.01))]
+    _write_results(tmp_path, monkeypatch, PEAKS)
+    data = results.load(results.path_for("NVIDIA H200"))
+    data["records"] = [below, above, compute]
+    results.write_atomic(results.path_for("NVIDIA H200"), data)
+    assert main(["peaks"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 records moved more than their ceiling" in out
+    assert "activation[gelu].short_erfc at 268435456 (2026-11-24): 4040 GB/s, 101.0% of copy" in out

@@ -401,6 +401,27 @@ def peaks_table(peaks: dict, heading: str) -> Table:
     return table
 
 
+def _say_records_above(peaks: dict) -> None:
+    """Name the stored records of this device that moved more than their ceiling: the ceiling is then wrong."""
+    from . import results
+    from rich.markup import escape
+
+    from .ceilings import records_above
+
+    device = (peaks.get("environment") or {}).get("device")
+    records = [r for data in results.load_all() if data.get("device") == device for r in data.get("records", [])]
+    above = records_above(peaks, records)
+    if not above:
+        return
+    console.print(f"[yellow]{len(above)} records moved more than their ceiling[/] (a ceiling a kernel beats is "
+                  "wrong: `workbench peaks --measure` on that GPU measures it again, with every layout it knows):")
+    for rec, key, ratio in above[:8]:
+        console.print(f"  {escape(rec['op'])}.{escape(rec['stage'])} at {rec['size_label']} ({rec['date'][:10]}): "
+                      f"{rec['gbps']:.0f} GB/s, {100 * ratio:.1f}% of {key.replace('_gbps', '')}")
+    if len(above) > 8:
+        console.print(f"  ... and {len(above) - 8} more (`workbench peaks --json` and the records file hold them)")
+
+
 def cmd_peaks(args) -> int:
     from . import results
     from .bench import PATTERN_PEAK
@@ -424,6 +445,7 @@ def cmd_peaks(args) -> int:
         return 0
     for heading, peaks in found:
         console.print(peaks_table(peaks, heading))
+        _say_records_above(peaks)
         missing = [p for p, k in PATTERN_PEAK.items() if not peaks.get(k)]
         if missing:
             console.print(f"{' and '.join(missing)}: not measured when this file was recorded; operators of "
