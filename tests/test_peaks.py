@@ -189,3 +189,15 @@ def test_records_above_their_ceiling_are_named_by_workbench_peaks(tmp_path, monk
     out = " ".join(capsys.readouterr().out.split())
     assert "1 records moved more than their ceiling" in out
     assert "activation[gelu].short_erfc at 268435456 (2026-11-24): 4040 GB/s, 101.0% of copy" in out
+
+
+def test_a_ceiling_only_rises_and_says_which_run_measured_it():
+    """A slower H200 measured later does not lower a ceiling that records of a faster one reached."""
+    stored = {"date": "2026-11-24T11:00:00+00:00", "read_gbps": 4581.0, "copy_gbps": 4258.0, "gemm_fp16_gflops": 710e3}
+    measured = {"date": "2026-12-01T03:00:00+00:00", "read_gbps": 4396.0, "copy_gbps": 4288.0, "gemm_fp16_gflops": 746e3}
+    best = ceilings.keep_best(stored, measured)
+    assert (best["read_gbps"], best["copy_gbps"], best["gemm_fp16_gflops"]) == (4581.0, 4288.0, 746e3)
+    assert best["kept"] == {"read_gbps": {"date": "2026-11-24T11:00:00+00:00", "value": 4581.0}}
+    again = ceilings.keep_best(best, {**measured, "date": "2026-12-02T00:00:00+00:00"})
+    assert again["kept"]["read_gbps"]["date"] == "2026-11-24T11:00:00+00:00"  # the run that measured it
+    assert ceilings.keep_best(None, measured) == {**measured, "kept": {}}

@@ -215,15 +215,14 @@ def _need_gpu(what: str) -> bool:
 
 def _peaks_for_device(remeasure: bool = False) -> dict:
     from . import results
-    from .ceilings import measure_peaks
+    from .ceilings import keep_best, measure_peaks
 
     env = results.environment()
-    if not remeasure:
-        stored = results.stored_peaks(env["device"])
-        if stored:
-            return stored
+    stored = results.stored_peaks(env["device"])
+    if stored and not remeasure:
+        return stored
     err.print("measuring this device's peaks (copy bandwidth, library GEMM)...")
-    peaks = measure_peaks()
+    peaks = keep_best(stored, measure_peaks())
     results.save_records(env["device"], [], peaks=peaks)
     return peaks
 
@@ -390,13 +389,18 @@ def peaks_table(peaks: dict, heading: str) -> Table:
         how = MEASURED_BY[pattern]
         if candidates:
             how = "best of " + ", ".join(f"{k} {v:.0f}" for k, v in candidates.items())
+        kept = (peaks.get("kept") or {}).get(key)
+        if kept:  # an earlier run on this device model measured more: the ceiling keeps that
+            how = f"{kept['value']:.0f} on {(kept.get('date') or '?')[:10]}, above this run's {how}"
         table.add_row(pattern, how, f"{gbps:.0f}" if gbps else "not measured",
                       f"{100 * gbps / sheet:.0f}" if gbps and sheet else "—")
     table.add_row("datasheet", "NVIDIA's figure (not a ceiling)", f"{sheet:.0f}" if sheet else "unknown",
                   "100" if sheet else "—")
     for k in ("gemm_fp32_gflops", "gemm_tf32_gflops", "gemm_fp16_gflops"):
         if peaks.get(k):
-            table.add_row(k.replace("_gflops", ""), peaks.get("gemm_library", "library GEMM"),
+            kept = (peaks.get("kept") or {}).get(k)
+            how = peaks.get("gemm_library", "library GEMM")
+            table.add_row(k.replace("_gflops", ""), f"{how}, on {kept['date'][:10]}" if kept else how,
                           f"{peaks[k] / 1e3:.1f} TFLOP/s", "")
     return table
 
