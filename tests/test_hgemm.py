@@ -849,12 +849,22 @@ def test_dynamic_shared_memory_past_48_kib_on_the_gpu():
 @pytest.mark.timing
 @pytest.mark.parametrize("op_name", [o.name for o in hgemm.OPERATORS], ids=str)
 def test_hgemm_targets(op_name):
-    """At 8192^3, in one run: each stage faster than the one before; the best (warp_specialized) at >= 80%
-    of cuBLAS (torch.matmul at the same dtype): 545 TFLOP/s on an H200 where cuBLAS ran at 680."""
+    """At 8192^3, in one run: each stage faster than the one before; the best at >= 80% of cuBLAS
+    (torch.matmul at the same dtype): 545 TFLOP/s on an H200 where cuBLAS ran at 680. The last two stages
+    differ by less than the spread of one timing there (8-10%: the clocks follow the power drawn), so
+    they are compared as `bench --against` does, in turn over three rounds, median against median."""
     from tests.headline import assert_each_stage_faster, headline
+    from workbench.bench import alternate, middle_record
+    from workbench.results import environment
 
-    _, stages, peer = headline(OPS[op_name])
-    assert_each_stage_faster(stages)
+    op = OPS[op_name]
+    _, stages, peer = headline(op)
+    assert_each_stage_faster(stages[:-1])
+    last_two = [s for s in op.stages if s.name in ("warp_specialized", "persistent")]
+    by_stage, failures = alternate(op, last_two, op.headline_size, {}, np.random.default_rng(), environment())
+    assert not failures, failures
+    medians = {name: middle_record(recs)["median_us"] for name, recs in by_stage.items()}
+    assert medians["persistent"] < medians["warp_specialized"], medians
     assert peer is not None, "torch is needed for the comparison with cuBLAS"
     best = max(r["gflops"] for r in stages)
     assert best >= 0.8 * peer["gflops"], ([(r["stage"], round(r["gflops"])) for r in stages], peer["gflops"])
