@@ -162,3 +162,50 @@ def test_a_table_without_torch_compile_names_what_it_took_in_its_own_run(monkeyp
     other_size = dict(compiled, size=[7])
     (tmp_path / "runs" / "gpu_compile_peer.json").write_text(json.dumps({"rows": [{"records": [other_size]}]}))
     assert "torch.compile" not in tables.ladder_table(op, {"device": "GPU", "records": records})
+
+
+def test_other_peers_are_timed_after_torch_compile_and_the_strongest_wins(monkeypatch):
+    other = lambda size: [("cub", _labelled("cub", lambda x, out: _launch_double(x, out))), None]  # None: not installed
+    records, failures = _bench(monkeypatch, _operator(peer=_eager_peer, other_peers=other),
+                               {"eager": 8.0, "torch.compile": 6.0, "cub": 5.0, "stage": 10.0}, _compiled([]))
+    assert not failures
+    assert [r["stage"] for r in records if r["kind"] == "peer"] == ["eager", "torch.compile", "cub"]
+    assert [r for r in records if r["kind"] == "stage"][0]["peer"]["name"] == "cub"
+
+
+class _FakeCudaCompute:
+    """cuda.compute's calling convention, in numba: make_* builds an algorithm object; calling it with
+    temp_storage=None returns the scratch bytes it needs, with scratch it runs."""
+    _BINDINGS_AVAILABLE = True
+
+    class OpKind:
+        PLUS = "plus"
+
+    def __init__(self):
+        self.built, self.sized, self.ran = 0, 0, []
+
+    def make_inclusive_scan(self, d_in, d_out, op):
+        self.built += 1
+
+        def algorithm(temp_storage, d_in, d_out, num_items, op, init_value):
+            if temp_storage is None:
+                self.sized += 1
+                return 96
+            assert temp_storage.nbytes == 96 and op == "plus" and init_value is None
+            self.ran.append(num_items)
+            d_out.copy_to_device(np.cumsum(d_in.copy_to_host(), dtype=np.float32))
+        return algorithm
+
+
+def test_a_cuda_compute_peer_builds_once_sizes_its_scratch_once_and_runs_each_call(monkeypatch):
+    assert library_peers.cuda_compute() is None  # the simulator: no cuda.compute peer, never a stub
+    assert library_peers.cub_inclusive_sum_peer((5,)) is None
+    fake = _FakeCudaCompute()
+    monkeypatch.setattr(library_peers, "cuda_compute", lambda: fake)
+    name, launch = library_peers.cub_inclusive_sum_peer((5,))
+    x = np.arange(1, 6, dtype=np.float32)
+    d_x, d_y = cuda.to_device(x), cuda.device_array(5, np.float32)
+    launch(d_x, d_y)
+    launch(d_x, d_y)
+    assert name == "cuda.compute.inclusive_scan" and (fake.built, fake.sized, fake.ran) == (1, 1, [5, 5])
+    np.testing.assert_array_equal(d_y.copy_to_host(), np.cumsum(x))

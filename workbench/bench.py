@@ -81,9 +81,11 @@ def _figures(op: Operator, size: Size, timing: Timing, traffic: int, peaks: dict
 
 def peer_launches(op: Operator, size: Size, with_compile: bool) -> list[tuple[str, Callable]]:
     """The libraries a size is compared with, as (name, launch): the operator's own peer (eager torch,
-    else CuPy) first, then its torch expression under torch.compile where it gives one. Records keep
+    else CuPy) first, then its torch expression under torch.compile where it gives one, then its other
+    peers (cuda.compute's algorithm) where installed. Records keep
     this order, so the first peer record is still the eager one that the GPU tests' targets name."""
-    found = [op.peer(size) if op.peer else None, library_peers.compiled_peer(op, size) if with_compile else None]
+    found = [op.peer(size) if op.peer else None, library_peers.compiled_peer(op, size) if with_compile else None,
+             *(op.other_peers(size) if op.other_peers else [])]
     return [p for p in found if p is not None]
 
 

@@ -108,6 +108,7 @@ class Operator:
     bytes_moved(size) / flops(size) -> the minimum a kernel must move / compute
     validate(*device_arrays) -> raise InputError naming what was expected
     peer(size) -> (library name, callable(*device_inputs, out)) or None where no library is installed
+    other_peers(size) -> [(library name, callable(*device_inputs, out)), ...] of the installed ones
     torch_expression(torch, size) -> f(*input_tensors) -> output tensor: the operator as plain torch
         code, for ``torch.compile`` (the bench times it beside ``peer``; see ``library_peers.compiled_peer``)
     """
@@ -147,6 +148,9 @@ class Operator:
 
     # -- how it is measured: its peers, its bound, its targets
     peer: Callable[[Size], tuple[str, Callable] | None] | None = None
+    # More libraries a user could call instead (cuda.compute's device-wide algorithms): (name, launch)
+    # pairs, each timed after ``peer`` and torch.compile; those not installed are simply absent.
+    other_peers: Callable[[Size], list[tuple[str, Callable]]] | None = None
     # The torch module is passed in, not imported, because solutions import without torch (a CPU
     # machine has none); the size is passed so that a size field (attention's causal flag) can choose
     # the expression at trace time. The returned function takes the inputs as tensors in make_inputs'

@@ -149,10 +149,69 @@ def compiled_peer(op, size) -> tuple[str, Callable] | None:
     return COMPILED_NAME, launch
 
 
+# -- cuda.compute (cuda-cccl): CUB's device-wide algorithms from Python ----------------------------------
+
+def cuda_compute():
+    """cuda.compute if installed with its compiled bindings (none on a machine without a driver), else None."""
+    module = library("cuda.compute")
+    return module if module is not None and getattr(module, "_BINDINGS_AVAILABLE", False) else None
+
+
+def _cub_call(make, call_args: Callable):
+    """A launch(*device_inputs, out) running a cuda.compute algorithm object: ``make(first_call_arrays)``
+    builds it (CUB's kernels compiled for this GPU, once), its scratch memory is sized and allocated at the
+    first call, and every call passes ``call_args(arrays)`` (d_in, d_out, num_items, ...). As a CUB user
+    does: build once, keep the scratch, launch."""
+    from numba import cuda
+
+    built = {}
+
+    def launch(*arrays):
+        if not built:
+            built["algorithm"] = algorithm = make(arrays)
+            need = algorithm(temp_storage=None, **call_args(arrays))
+            built["scratch"] = cuda.device_array(max(int(need), 1), "uint8")
+        built["algorithm"](temp_storage=built["scratch"], **call_args(arrays))
+
+    return launch
+
+
+def cub_sum_peer(size) -> tuple[str, Callable] | None:
+    """("cuda.compute.reduce_into", launch(x, out)): CUB's device reduction (sum, float32) into out[0]."""
+    cc = cuda_compute()
+    if cc is None:
+        return None
+    import numpy as np
+
+    zero = np.zeros(1, np.float32)
+    args = lambda arrays: dict(d_in=arrays[0], d_out=arrays[1], num_items=arrays[0].size, op=cc.OpKind.PLUS,
+                               h_init=zero)
+    make = lambda arrays: cc.make_reduce_into(d_in=arrays[0], d_out=arrays[1], op=cc.OpKind.PLUS, h_init=zero)
+    return "cuda.compute.reduce_into", _cub_call(make, args)
+
+
+def cub_inclusive_sum_peer(size) -> tuple[str, Callable] | None:
+    """("cuda.compute.inclusive_scan", launch(x, y)): CUB's device scan (inclusive sum, float32)."""
+    cc = cuda_compute()
+    if cc is None:
+        return None
+    args = lambda arrays: dict(d_in=arrays[0], d_out=arrays[1], num_items=arrays[0].size, op=cc.OpKind.PLUS,
+                               init_value=None)
+    make = lambda arrays: cc.make_inclusive_scan(d_in=arrays[0], d_out=arrays[1], op=cc.OpKind.PLUS)
+    return "cuda.compute.inclusive_scan", _cub_call(make, args)
+
+
 def versions() -> dict:
     out = {}
     for name in ("torch", "cupy"):
         module = library(name)
         if module is not None:
             out[name] = module.__version__
+    try:
+        from importlib.metadata import version
+
+        if cuda_compute() is not None:
+            out["cuda_cccl"] = version("cuda-cccl")
+    except Exception:  # not installed as a distribution: no version to report
+        pass
     return out
