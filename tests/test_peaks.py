@@ -94,9 +94,10 @@ def test_stream_kernels_compute_what_they_claim(n):
         total = cuda.to_device(np.zeros(1))
         ceilings._read_sum[blocks, ceilings.STREAM_THREADS](cuda.to_device(x), total)
         assert total.copy_to_host()[0] == pytest.approx(x.sum(dtype=np.float64), rel=1e-6)
-    z = cuda.device_array(n, np.float32)
-    ceilings.add(cuda.to_device(x), cuda.to_device(y), z)
-    np.testing.assert_array_equal(z.copy_to_host(), x + y)
+    for quads, threads in ceilings.ADD_LAYOUTS:  # every layout the read2_write1 ceiling is the best of
+        z = cuda.device_array(n, np.float32)
+        ceilings.add(cuda.to_device(x), cuda.to_device(y), z, quads, threads)
+        np.testing.assert_array_equal(z.copy_to_host(), x + y)
     total = cuda.to_device(np.zeros(1))
     ceilings.read_sum_resident(cuda.to_device(x), total)
     assert total.copy_to_host()[0] == pytest.approx(x.sum(dtype=np.float64), rel=1e-6)

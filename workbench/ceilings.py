@@ -40,7 +40,9 @@ READ_QUADS = 4  # 16-byte loads in flight per thread in the read stream
 # ceiling is the best of them, so that no elementwise kernel of another block size moves more than "copy" does.
 VECTOR_COPY_THREADS = (128, 256, 512)
 ADD_QUADS = 2  # quads of each input per thread in z = x + y: four 16-byte loads in flight
-ADD_LAYOUTS = (1, ADD_QUADS)  # z = x + y is timed with each: one quad of each input a thread, as vector_tiles
+# z = x + y is timed with each (quads of each input a thread, threads a block): one quad a thread in blocks
+# of 128, as the elementwise ladder's vector_tiles, of 256, and two quads in blocks of 256
+ADD_LAYOUTS = ((1, 128), (1, STREAM_THREADS), (ADD_QUADS, STREAM_THREADS))
 SAMPLES = 15
 
 # NVIDIA's memory bandwidth for each device, in GB/s, from its product pages (nvidia.com/en-us/data-center/
@@ -244,11 +246,10 @@ def read_sum_resident(src, total) -> None:
         src, total)
 
 
-def add(x, y, z, quads_per_thread: int = ADD_QUADS) -> None:
+def add(x, y, z, quads_per_thread: int = ADD_QUADS, threads: int = STREAM_THREADS) -> None:
     """z = x + y for float32 device vectors of one size (16-byte aligned), on a grid sized to the data:
-    ``quads_per_thread`` quads of each input a thread (1: one vector of each, as the elementwise ladder's
-    vector_tiles)."""
-    _add[stream_blocks(x.size, quads_per_thread), STREAM_THREADS](x, y, z)
+    ``quads_per_thread`` quads of each input a thread, ``threads`` a block."""
+    _add[blocks_for(x.size, threads * quads_per_thread * 4), threads](x, y, z)
 
 
 def _random_vector(n: int, seed: int):
@@ -308,20 +309,20 @@ def read_bandwidth(nbytes: int = COPY_BYTES) -> dict:
 
 def read2_write1_bandwidth(nbytes: int = COPY_BYTES) -> dict:
     """Two streams read, one written: z = x + y on nbytes float32 buffers each, checked element by element,
-    with one and with two quads of each input a thread (the best of the two)."""
+    in each of ADD_LAYOUTS (the best of them)."""
     n = nbytes // 4
     x, y = _random_vector(n, 2), _random_vector(n, 3)
     z = cuda.device_array(n, np.float32)
     want = x.copy_to_host() + y.copy_to_host()
     moved = 3 * n * 4
     gbps = {}
-    for quads in ADD_LAYOUTS:
+    for quads, threads in ADD_LAYOUTS:
         z.copy_to_device(np.full(n, np.nan, np.float32))  # the other layout's output would pass the check
-        add(x, y, z, quads)
+        add(x, y, z, quads, threads)
         if not np.array_equal(z.copy_to_host(), want):
             raise RuntimeError("z = x + y kernel produced wrong data; peak not recorded")
-        t = timing.measure(lambda a, b, c: add(a, b, c, quads), [(x, y, z)], samples=SAMPLES)
-        gbps[f"add_{quads}_quads"] = moved / t.median_us / 1e3
+        t = timing.measure(lambda a, b, c: add(a, b, c, quads, threads), [(x, y, z)], samples=SAMPLES)
+        gbps[f"add_{quads}x{threads}"] = moved / t.median_us / 1e3
     return {"read2_write1_gbps": max(gbps.values()), "read2_write1_detail_gbps": gbps, "read2_write1_bytes": moved}
 
 
