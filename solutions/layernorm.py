@@ -860,6 +860,10 @@ SHARED_ROW_THREADS = 1024  # threads a row at most ...
 SHARED_ROW_CHUNKS = 1  # ... and fewer where a row has fewer than this many chunks of 4 columns a thread
 SHARED_WRITE_CHUNKS = 2  # write pass: chunks a thread loads the weight and bias of before its first store
 SHARED_WRITE_VALUES = 4 * SHARED_WRITE_CHUNKS
+# LayerNorm's statistics in one block reduction (True): each thread's own (count, mean, sum of squared deviations)
+# from its own chunks, which it alone copied in (no barrier), then one block-wide merge of those triples (Chan's).
+# False: the mean's block sum, then the squared deviations' block sum: two barriers.
+SHARED_ROW_ONE_REDUCTION = True
 
 
 @cuda.jit(device=True, inline=True)
@@ -888,16 +892,23 @@ def _layernorm_shared_row(x, weight, bias, out, cols, vector):
     x0 = x[base]
     # HINT: copy_row_to_shared: the row read once from memory, 16 bytes a copy; then the two passes of
     # HINT: block_rows over this thread's chunks of the shared copy (load4), each chunk's shifted values added by _chunk_sum.
+    # HINT: SHARED_ROW_ONE_REDUCTION: the first pass gives this thread's own mean (and count), the second the squares
+    # HINT: around it, and one _block_merge of (count, mean, squares) replaces the two block sums.
     # HINT: write: SHARED_WRITE_CHUNKS chunks a step, every weight and bias load of the step before its first store.
     # BEGIN SOLUTION
     copy_row_to_shared(x, base, cols, vector, row, float32(0.0))
     total = float32(0.0)
+    count = float32(0.0)  # columns of this thread's chunks inside the row (one reduction only)
     c = first
     while c < cols:
         v0, v1, v2, v3 = load4(row, c)
         total += _chunk_sum(v0 - x0, v1 - x0, v2 - x0, v3 - x0, c, whole, cols)
+        count += float32(min(uint32(4), cols - c))
         c += step
-    mean = _block_sum_into(total, sums) / float32(cols)
+    if SHARED_ROW_ONE_REDUCTION:  # the mean of this thread's own columns: no barrier yet
+        mean = total / max(count, float32(1.0))
+    else:
+        mean = _block_sum_into(total, sums) / float32(cols)
     squares = float32(0.0)
     c = first
     while c < cols:
@@ -908,7 +919,11 @@ def _layernorm_shared_row(x, weight, bias, out, cols, vector):
         d3 = v3 - x0 - mean
         squares += _chunk_sum(d0 * d0, d1 * d1, d2 * d2, d3 * d3, c, whole, cols)
         c += step
-    rstd = float32(1.0) / math.sqrt(_block_sum_into(squares, squares_of) / float32(cols) + EPS)
+    if SHARED_ROW_ONE_REDUCTION:  # every thread's (count, mean, squares) merged: the row's mean and its squares
+        count, mean, squares = _block_merge(count, mean, squares)
+    else:
+        squares = _block_sum_into(squares, squares_of)
+    rstd = float32(1.0) / math.sqrt(squares / float32(cols) + EPS)
     c = first
     while c < cols:
         for u in range(SHARED_WRITE_CHUNKS):  # a store to out may alias weight and bias: their loads first
