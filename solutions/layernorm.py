@@ -42,7 +42,8 @@ from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
 from solutions._templates import instantiate
 from solutions._vector_io import (
     SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, expect_row_width, flat_view, launch_shared_row,
-    load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
+    load4, load4_hinted, load4_l2_priority, load_chunk, rows_fit_vectors, shared_row_threads, store4, store4_hinted, store8,
+    store_chunk)
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, stage_of
 from workbench.targets import against_peer, of_ceiling
@@ -952,6 +953,139 @@ def shared_rows(x, weight, bias, out, threads=SHARED_ROW_THREADS):
                       flat_view(out), cols, rows_fit_vectors(x, weight, bias, out))
 
 
+# Rows too wide for registers, without shared memory: the row read twice, the second time from the L2 cache, as
+# torch.compile's Triton kernel does at these widths. A block of 128 KB of shared memory fills an SM, so its loads
+# and its reductions take turns; with none, several blocks an SM overlap one another's loads, sums and stores, and
+# the rows in flight (L2_ROW_THREADS threads a row, 2048 threads an SM) stay small enough for the L2 to hold them
+# until their second read: 2 rows an SM at 1024 threads, 264 rows of 128 KB (34 MB) at 32768 columns.
+L2_ROW_COLS = 0  # rows wider than the table's entry before (16384 columns), up to here, take it (0: no rows)
+L2_ROW_THREADS = 1024  # threads a row at most (fewer where a row has fewer than L2_ROW_CHUNKS chunks a thread)
+L2_ROW_CHUNKS = 2  # statistics pass: 16-byte chunks of x a thread loads before it uses any (a step)
+L2_WRITE_CHUNKS = 1  # write pass: chunks of x, weight (and bias) a thread loads before its first store
+L2_ROW_REGISTERS = 32  # registers a thread at most (None: 65536 / threads): 32 fits 2048 threads on an SM
+L2_FIRST_READ = "evict_last"  # the L2's eviction priority for the first read of x ("": none; see load4_l2_priority)
+L2_SECOND_READ = ".lu"  # a qualifier on the second read of x (".lu": last use, evicted first; "": none)
+L2_STORE = ".cs"  # a qualifier on the stores to out (".cs": streaming, evicted before the rows still to be re-read)
+L2_ROW_VALUES = 4 * L2_ROW_CHUNKS
+L2_WRITE_VALUES = 4 * L2_WRITE_CHUNKS
+
+
+def _norm_l2_row(x, weight, bias, out, cols, vector):
+    """Template (instantiated below) of the L2-row kernels: a block per row. Its names: CENTERED (True: LayerNorm,
+    the shifted row's mean and squared deviations; False: RMSNorm, the sum of squares, ``bias`` not read),
+    first_load4 / second_load4 / out_store4 (load4 and store4 with the cache hints of L2_FIRST_READ, ...)."""
+    xs = cuda.local.array(L2_ROW_VALUES, float32)  # unrolled loops with constant indices: registers
+    held = cuda.local.array(L2_WRITE_VALUES, float32)
+    ws = cuda.local.array(L2_WRITE_VALUES, float32)
+    bs = cuda.local.array(L2_WRITE_VALUES, float32)
+    squares_of = cuda.shared.array(32, float32)
+    first = uint32(4) * uint32(cuda.threadIdx.x)  # this thread's chunks: first + k * step
+    step = uint32(4) * uint32(cuda.blockDim.x)
+    base = uint64(cuda.blockIdx.x) * uint64(cols)
+    cols = uint32(cols)
+    whole = cols - cols % uint32(4)  # columns in whole chunks
+    x0 = x[base] if CENTERED else float32(0.0)
+    # HINT: a step: L2_ROW_CHUNKS chunks c + k * step loaded (first_load4 where the row is whole vectors, else
+    # HINT: load_chunk a column at a time) before any is used; LayerNorm: the step's own count, mean and squared
+    # HINT: deviations, _merge'd into the thread's; RMSNorm: the sum of squares. Then one block reduction and
+    # HINT: a write pass that reads x again (from L2), L2_WRITE_CHUNKS chunks' loads before their stores.
+    # BEGIN SOLUTION
+    n = float32(0.0)
+    mean = float32(0.0)
+    m2 = float32(0.0)
+    c = first
+    while c < cols:
+        for k in range(L2_ROW_CHUNKS):  # every load of the step issued before any value is used
+            at = c + uint32(k) * step
+            if vector and at < cols:
+                xs[4 * k], xs[4 * k + 1], xs[4 * k + 2], xs[4 * k + 3] = first_load4(x, base + uint64(at))
+            else:
+                xs[4 * k], xs[4 * k + 1], xs[4 * k + 2], xs[4 * k + 3] = load_chunk(x, base, uint64(at), uint64(cols),
+                                                                                    False, x0)
+        if CENTERED:  # the step's (count, mean, squared deviations), merged into the thread's: one division each
+            part = float32(0.0)
+            total = float32(0.0)
+            for k in range(L2_ROW_CHUNKS):
+                at = c + uint32(k) * step
+                total += _chunk_sum(xs[4 * k] - x0, xs[4 * k + 1] - x0, xs[4 * k + 2] - x0, xs[4 * k + 3] - x0,
+                                    at, whole, cols)
+                part += float32(min(uint32(4), cols - at) if at < cols else uint32(0))
+            part_mean = total / max(part, float32(1.0))
+            squares = float32(0.0)
+            for k in range(L2_ROW_CHUNKS):
+                d0 = xs[4 * k] - x0 - part_mean
+                d1 = xs[4 * k + 1] - x0 - part_mean
+                d2 = xs[4 * k + 2] - x0 - part_mean
+                d3 = xs[4 * k + 3] - x0 - part_mean
+                squares += _chunk_sum(d0 * d0, d1 * d1, d2 * d2, d3 * d3, c + uint32(k) * step, whole, cols)
+            n, mean, m2 = _merge(n, mean, m2, part, part_mean, squares)
+        else:  # columns past the row read as 0: they add nothing
+            for i in range(L2_ROW_VALUES):
+                m2 += xs[i] * xs[i]
+        c += step * uint32(L2_ROW_CHUNKS)
+    if CENTERED:
+        n, mean, m2 = _block_merge(n, mean, m2)
+    else:
+        m2 = _block_sum_into(m2, squares_of)
+    rstd = float32(1.0) / math.sqrt(m2 / float32(cols) + EPS)
+    c = first
+    while c < cols:
+        for u in range(L2_WRITE_CHUNKS):  # a store to out may alias x, weight and bias: their loads first
+            at = c + uint32(u) * step
+            if vector and at < cols:
+                held[4 * u], held[4 * u + 1], held[4 * u + 2], held[4 * u + 3] = second_load4(x, base + uint64(at))
+            else:
+                held[4 * u], held[4 * u + 1], held[4 * u + 2], held[4 * u + 3] = load_chunk(
+                    x, base, uint64(at), uint64(cols), False, float32(0.0))
+            ws[4 * u], ws[4 * u + 1], ws[4 * u + 2], ws[4 * u + 3] = load_chunk(weight, uint64(0), uint64(at), cols,
+                                                                                vector, float32(0.0))
+            if CENTERED:
+                bs[4 * u], bs[4 * u + 1], bs[4 * u + 2], bs[4 * u + 3] = load_chunk(bias, uint64(0), uint64(at), cols,
+                                                                                    vector, float32(0.0))
+        for u in range(L2_WRITE_CHUNKS):
+            at = c + uint32(u) * step
+            if at < cols:
+                for i in range(4):
+                    if CENTERED:
+                        held[4 * u + i] = (held[4 * u + i] - x0 - mean) * rstd * ws[4 * u + i] + bs[4 * u + i]
+                    else:
+                        held[4 * u + i] = held[4 * u + i] * rstd * ws[4 * u + i]
+                if vector:
+                    out_store4(out, base + uint64(at), held[4 * u], held[4 * u + 1], held[4 * u + 2], held[4 * u + 3])
+                else:
+                    store_chunk(out, base, uint64(at), cols, False, held[4 * u], held[4 * u + 1], held[4 * u + 2],
+                                held[4 * u + 3])
+        c += step * uint32(L2_WRITE_CHUNKS)
+    # END SOLUTION
+
+
+_L2_HINTS = dict(first_load4=load4_l2_priority(L2_FIRST_READ), second_load4=load4_hinted(L2_SECOND_READ),
+                 out_store4=store4_hinted(L2_STORE))
+_layernorm_l2_row = instantiate(_norm_l2_row, dict(globals(), CENTERED=True, **_L2_HINTS), "_layernorm_l2_row", jit={})
+_rmsnorm_l2_row = instantiate(_norm_l2_row, dict(globals(), CENTERED=False, **_L2_HINTS), "_rmsnorm_l2_row", jit={})
+
+
+def launch_l2_rows(kernel, x, *arrays, threads=None):
+    """An L2-row kernel (LayerNorm's or RMSNorm's: ``arrays`` are weight, bias and out) on x's rows, a block of up
+    to ``threads`` (L2_ROW_THREADS) a row, at most L2_ROW_REGISTERS registers a thread."""
+    rows, cols = x.shape
+    threads = shared_row_threads(cols, threads or L2_ROW_THREADS, L2_ROW_CHUNKS)
+    registers = min(L2_ROW_REGISTERS or 255, 65536 // threads)  # a block must fit the SM's 65536 registers
+    capped(kernel, registers)[rows, threads](*(flat_view(a) for a in (x,) + arrays), cols, rows_fit_vectors(x, *arrays))
+
+
+def l2_rows(x, weight, bias, out, threads=None):
+    """by_shape's kernel for rows wider than ILP_ROW_COLS, up to L2_ROW_COLS: a block per row, the row read twice
+    (the second time from the L2 cache), no shared memory but the block sums'; any width."""
+    launch_l2_rows(_layernorm_l2_row, x, weight, bias, out, threads=threads)
+
+
+def rmsnorm_l2_rows(x, weight, out, threads=None):
+    """l2_rows for RMSNorm (rows wider than BLOCK_ROW_COLS, up to L2_ROW_COLS): the kernel's bias is the weight,
+    never read."""
+    launch_l2_rows(_rmsnorm_l2_row, x, weight, weight, out, threads=threads)
+
+
 # Rows from WARP_ROW_COLS + 1 up to VECTOR_ROWS_COLS wide (0: no rows) take vector_rows' kernel of the 16-bit
 # ladders made float32: its template instantiated with a vector of four floats (solutions/_half.py: float_format).
 VECTOR_ROWS_COLS = 8192
@@ -1011,7 +1145,7 @@ def launch_float_rows(kernel, vectors, x, *arrays):
 # not in it: on the H200 it was slower than stage 7 at 4096 and 12288 columns (350 vs 289 us at
 # 32768 x 4096, 205 vs 167 at 4096 x 12288; results/runs/gpu_norm_shapes.json).
 BY_SHAPE = [(NARROW_ROW_COLS, narrow_vector_rows), (WARP_ROW_COLS, warp_rows), (VECTOR_ROWS_COLS, float_vector_rows),
-            (ILP_ROW_COLS, ilp.launch), (SHARED_ROW_MAX_COLS, shared_rows), (None, ilp.launch)]
+            (ILP_ROW_COLS, ilp.launch), (L2_ROW_COLS, l2_rows), (SHARED_ROW_MAX_COLS, shared_rows), (None, ilp.launch)]
 
 
 def kernel_for(cols, table=BY_SHAPE):
@@ -1751,7 +1885,8 @@ def rmsnorm_narrow_vector_rows(x, weight, out):
 # Rows up to BLOCK_ROW_COLS fit in registers (block_rows); wider ones, up to SHARED_ROW_MAX_COLS, in shared memory.
 RMSNORM_BY_SHAPE = [(NARROW_ROW_COLS, rmsnorm_narrow_vector_rows), (WARP_ROW_COLS, rmsnorm_warp_rows),
                     (VECTOR_ROWS_COLS, rmsnorm_float_vector_rows),
-                    (BLOCK_ROW_COLS, rmsnorm_block_rows), (SHARED_ROW_MAX_COLS, rmsnorm_shared_rows),
+                    (BLOCK_ROW_COLS, rmsnorm_block_rows), (L2_ROW_COLS, rmsnorm_l2_rows),
+                    (SHARED_ROW_MAX_COLS, rmsnorm_shared_rows),
                     (None, rmsnorm_lean.launch)]
 
 
