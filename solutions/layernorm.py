@@ -963,8 +963,10 @@ L2_ROW_THREADS = 1024  # threads a row at most (fewer where a row has fewer than
 L2_ROW_CHUNKS = 2  # statistics pass: 16-byte chunks of x a thread loads before it uses any (a step)
 L2_WRITE_CHUNKS = 1  # write pass: chunks of x, weight (and bias) a thread loads before its first store
 L2_ROW_REGISTERS = 32  # registers a thread at most (None: 65536 / threads): 32 fits 2048 threads on an SM
-L2_FIRST_READ = "evict_last"  # the L2's eviction priority for the first read of x ("": none; see load4_l2_priority)
-L2_SECOND_READ = ".lu"  # a qualifier on the second read of x (".lu": last use, evicted first; "": none)
+# The three cache hints: an L2 eviction priority ("evict_last", "evict_first", ...: load4_l2_priority) or a qualifier
+# on the instruction (".lu", ".cs", ...: load4_hinted, store4_hinted); "": none. As torch.compile's kernel marks them.
+L2_FIRST_READ = "evict_last"  # the first read of x: kept in L2 past everything else until its second read
+L2_SECOND_READ = "evict_first"  # the second: x's last use, first out
 L2_STORE = ".cs"  # a qualifier on the stores to out (".cs": streaming, evicted before the rows still to be re-read)
 L2_ROW_VALUES = 4 * L2_ROW_CHUNKS
 L2_WRITE_VALUES = 4 * L2_WRITE_CHUNKS
@@ -1059,7 +1061,11 @@ def _norm_l2_row(x, weight, bias, out, cols, vector):
     # END SOLUTION
 
 
-_L2_HINTS = dict(first_load4=load4_l2_priority(L2_FIRST_READ), second_load4=load4_hinted(L2_SECOND_READ),
+def _hinted_load4(hint):
+    return load4_hinted(hint) if hint.startswith(".") else load4_l2_priority(hint)
+
+
+_L2_HINTS = dict(first_load4=_hinted_load4(L2_FIRST_READ), second_load4=_hinted_load4(L2_SECOND_READ),
                  out_store4=store4_hinted(L2_STORE))
 _layernorm_l2_row = instantiate(_norm_l2_row, dict(globals(), CENTERED=True, **_L2_HINTS), "_layernorm_l2_row", jit={})
 _rmsnorm_l2_row = instantiate(_norm_l2_row, dict(globals(), CENTERED=False, **_L2_HINTS), "_rmsnorm_l2_row", jit={})
