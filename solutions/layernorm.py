@@ -891,10 +891,8 @@ def _layernorm_shared_row(x, weight, bias, out, cols, vector):
     cols = uint32(cols)
     whole = cols - cols % uint32(4)  # columns in whole chunks
     x0 = x[base]
-    # HINT: copy_row_to_shared: the row read once from memory, 16 bytes a copy; then the two passes of
-    # HINT: block_rows over this thread's chunks of the shared copy (load4), each chunk's shifted values added by _chunk_sum.
-    # HINT: SHARED_ROW_ONE_REDUCTION: the first pass gives this thread's own mean (and count), the second the squares
-    # HINT: around it, and one _block_merge of (count, mean, squares) replaces the two block sums.
+    # HINT: copy_row_to_shared (the row read once, 16 bytes a copy); two passes over this thread's chunks of it (load4, _chunk_sum).
+    # HINT: SHARED_ROW_ONE_REDUCTION: this thread's own count and mean, its squares around that mean, one _block_merge.
     # HINT: write: SHARED_WRITE_CHUNKS chunks a step, every weight and bias load of the step before its first store.
     # BEGIN SOLUTION
     copy_row_to_shared(x, base, cols, vector, row, float32(0.0))
@@ -987,10 +985,9 @@ def _norm_l2_row(x, weight, bias, out, cols, vector):
     cols = uint32(cols)
     whole = cols - cols % uint32(4)  # columns in whole chunks
     x0 = x[base] if CENTERED else float32(0.0)
-    # HINT: a step: L2_ROW_CHUNKS chunks c + k * step loaded (first_load4 where the row is whole vectors, else
-    # HINT: load_chunk a column at a time) before any is used; LayerNorm: the step's own count, mean and squared
-    # HINT: deviations, _merge'd into the thread's; RMSNorm: the sum of squares. Then one block reduction and
-    # HINT: a write pass that reads x again (from L2), L2_WRITE_CHUNKS chunks' loads before their stores.
+    # HINT: a step loads L2_ROW_CHUNKS chunks c + k * step (first_load4, or load_chunk a column at a time) before using any.
+    # HINT: LayerNorm: the step's count, mean and squares around it, _merge'd into the thread's; RMSNorm: the sum of squares.
+    # HINT: one block reduction; the write pass reads x again (from L2), L2_WRITE_CHUNKS chunks' loads before their stores.
     # BEGIN SOLUTION
     n = float32(0.0)
     mean = float32(0.0)
