@@ -1181,14 +1181,22 @@ def kernel_for(cols, table=BY_SHAPE):
     block once the kernel opts in (set_max_dynamic_shared_memory; 48 KB without). A block of 1024 threads
     copies its row in with cp.async, 16 bytes a copy, which the memory system writes to shared memory
     itself: no register holds the data, so every copy a thread issues is in flight at once, and one wait
-    ends them. Each thread copies the chunks it will read back, so no barrier is needed before the two
-    passes over shared memory, and the output is written from shared memory with 16-byte stores: one read
-    and one write of memory, the least there is. The price: one such row fills an SM's shared memory, so one
+    ends them. Each thread copies the chunks it will read back, so it reduces them with no barrier: its own
+    count, mean and squared deviations from that mean (two passes over its chunks), then one block-wide merge
+    of those triples (Chan's: the counts add, the means average by count, and the squares add plus the
+    squared difference of the two means times na nb / (na + nb)), one barrier where the mean's block sum and
+    then the squares' took two. The output is written from shared memory with 16-byte stores: one read and
+    one write of memory, the least there is. The price: one such row fills an SM's shared memory, so one
     block runs there at a time, and its reductions leave the memory idle for that SM. A width not a multiple
-    of 4 (rows not on 16-byte boundaries) is read a column at a time. On an H200, against torch.compile in
-    the same run: at 32768 x 4096, 258.7 us (97% of the copy ceiling) against 251.3 (0.97x, where stage 7
-    was 0.89x); at 4096 x 4096, 35.0 against 35.9 (1.02x); at 4096 x 32768 the shared row takes 314.7
-    against 286.9 (0.91x), where stage 7 took 549. Nsight Compute at 32768 x 4096 says where the last few
+    of 4 (rows not on 16-byte boundaries) is read a column at a time. The table holds a second kernel for
+    these rows (L2_ROW_COLS, 0: none), as torch.compile's: no shared memory, 1024 threads a row and 32
+    registers, so two rows an SM overlap each other's loads, sums and stores; it reads the row twice, the
+    statistics pass a step of two 16-byte loads at a time merged into each thread's (count, mean, squares),
+    its loads marked for the L2 to keep (evict_last), and the write pass reads it again from the L2, which
+    holds the 264 rows in flight (34 MB). On an H200, against torch.compile in the same run: at 32768 x
+    4096, 258.7 us (97% of the copy ceiling) against 251.3 (0.97x, where stage 7 was 0.89x); at 4096 x 4096,
+    35.0 against 35.9 (1.02x); at 4096 x 32768 the shared row with two block sums took 314.7 against 286.9
+    (0.91x), where stage 7 took 549. Nsight Compute at 32768 x 4096 says where the last few
     percent go. With weight and bias loaded just before each store, the vector kernel took 40 registers and
     executed 1.6x fewer instructions than torch.compile's, but it kept 72% of the warp slots filled against
     93%, so fewer loads were in flight (DRAM busy 84% of the time against 88%); capped at 32 registers with
@@ -1904,7 +1912,9 @@ RMSNORM_BY_SHAPE = [(NARROW_ROW_COLS, rmsnorm_narrow_vector_rows), (WARP_ROW_COL
     registers, and stage 3's kernel, which reads them twice, would find the second read gone from the caches
     (a 32768-wide row is 128 KB): they are held in shared memory instead, as in LayerNorm's by_shape (copied
     in with cp.async, one read and one write of memory), up to 57344 columns; wider still, stage 3's kernel.
-    One sum of squares, so one reduction and no shift. On an H200, against torch.compile in the same run: at
+    One sum of squares, so one reduction and no shift. LayerNorm's second kernel for these rows, the row read
+    twice, the second time from the L2, is in this table too (L2_ROW_COLS), the same template with the sum of
+    squares for its statistics. On an H200, against torch.compile in the same run: at
     32768 x 4096, 255.7 us (99% of the copy ceiling) against 250.7 (0.98x; the block-row kernel before it
     was 0.96x: 64 registers, 47% of the warp slots filled where torch.compile's 512 threads at 28 registers
     fill 92%, by Nsight Compute); at 4096 x 4096, before the weight moved, 35.8 against 35.0; at 4096 x
