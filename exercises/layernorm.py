@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 63dfcc3eba93886ed1e7d887bdaa8baceec412d007d8da9f871bd5c81bba8a36
+# generated-sha256: 9e1ed6f6178b888043d8adf5c70dfdb78e73cddcad5d9cf56efe23d6505e8a40
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -48,7 +48,7 @@ from solutions._half import (
     CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, VECTOR,
     a_matrix, as_float64, bits16, block_sum, block_sum_over, column, edge_element, element, expect_rows,
     expect_vectors, fits_vector_rows, flat_bits16, float_format, group_row, group_sum, half_operator, load_held,
-    load_vector, pack, per_format, registers_grid, registers_threads, row_sum, row_words, rsqrt, short_name,
+    load_vector, pack, per_format, reciprocal, registers_grid, registers_threads, row_sum, row_words, rsqrt, short_name,
     store_vector, torch_peer, value_at, vector_at, vector_row, vector_rows_shape, words)
 # The float64 references (layernorm64: (x - mean) / sqrt(var + EPS) * weight + bias; rmsnorm64) and the random
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
@@ -666,6 +666,36 @@ SHARED_WRITE_VALUES = 4 * SHARED_WRITE_CHUNKS
 SHARED_ROW_ONE_REDUCTION = True
 
 
+# The wide-row kernels' merges (and their threads' own means) divide with div.approx (a reciprocal and a multiply,
+# 2 ulp; FAST_MERGES = True) rather than IEEE division: a division there is of two counts, and IEEE's brings a
+# check and a called slow path into every merge, ten of them in a block merge's chain of shuffles.
+FAST_MERGES = True
+
+
+@cuda.jit(device=True, inline=True)
+def _divide(a, b):
+    """a / b for the wide-row kernels' statistics (b a positive count): see FAST_MERGES."""
+    if FAST_MERGES:
+        return a * reciprocal(b)
+    return a / b
+
+
+@cuda.jit(device=True, inline=True)
+def _wide_merge(n_a, mean_a, m2_a, n_b, mean_b, m2_b):
+    """_merge with _divide: Chan's merge of two (count, mean, squares) summaries, in the wide-row kernels."""
+    n = n_a + n_b
+    fraction_b = _divide(n_b, max(n, float32(1.0)))  # 0 when both parts are empty
+    delta = mean_b - mean_a
+    return n, mean_a + delta * fraction_b, m2_a + m2_b + delta * delta * n_a * fraction_b
+
+
+# _block_merge (its _warp_merge) with _wide_merge: the templates of stage 5's block merge, instantiated
+_wide_warp_merge = instantiate(_warp_merge.py_func, dict(globals(), _merge=_wide_merge), "_wide_warp_merge",
+                               jit=dict(device=True, inline=True))
+_wide_block_merge = instantiate(_block_merge.py_func, dict(globals(), _warp_merge=_wide_warp_merge), "_wide_block_merge",
+                                jit=dict(device=True, inline=True))
+
+
 @cuda.jit(device=True, inline=True)
 def _chunk_sum(v0, v1, v2, v3, c, whole, cols):
     """v0 + v1 + v2 + v3, the values of columns c .. c + 3; in a row's ragged last chunk (c >= whole, a
@@ -692,7 +722,7 @@ def _layernorm_shared_row(x, weight, bias, out, cols, vector):
     x0 = x[base]
     # EXERCISE: write this part of `_layernorm_shared_row`. Read the hints one at a time.
     #   hint 1 (nudge): copy_row_to_shared (the row read once, 16 bytes a copy); two passes over this thread's chunks of it (load4, _chunk_sum).
-    #   hint 2: SHARED_ROW_ONE_REDUCTION: this thread's own count and mean, its squares around that mean, one _block_merge.
+    #   hint 2: SHARED_ROW_ONE_REDUCTION: this thread's own count and mean, its squares around that mean, one _wide_block_merge.
     #   hint 3 (nearly the answer): write: SHARED_WRITE_CHUNKS chunks a step, every weight and bias load of the step before its first store.
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
@@ -743,7 +773,7 @@ def _norm_l2_row(x, weight, bias, out, cols, vector):
     x0 = x[base] if CENTERED else float32(0.0)
     # EXERCISE: write this part of `_norm_l2_row`. Read the hints one at a time.
     #   hint 1 (nudge): a step loads L2_ROW_CHUNKS chunks c + k * step (first_load4, or load_chunk a column at a time) before using any.
-    #   hint 2: LayerNorm: the step's count, mean and squares around it, _merge'd into the thread's; RMSNorm: the sum of squares.
+    #   hint 2: LayerNorm: the step's count, mean and squares around it, _wide_merge'd into the thread's; RMSNorm: the sum of squares.
     #   hint 3 (nearly the answer): one block reduction; the write pass reads x again (from L2), L2_WRITE_CHUNKS chunks' loads before their stores.
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
@@ -871,14 +901,22 @@ def kernel_for(cols, table=BY_SHAPE):
     block once the kernel opts in (set_max_dynamic_shared_memory; 48 KB without). A block of 1024 threads
     copies its row in with cp.async, 16 bytes a copy, which the memory system writes to shared memory
     itself: no register holds the data, so every copy a thread issues is in flight at once, and one wait
-    ends them. Each thread copies the chunks it will read back, so no barrier is needed before the two
-    passes over shared memory, and the output is written from shared memory with 16-byte stores: one read
-    and one write of memory, the least there is. The price: one such row fills an SM's shared memory, so one
+    ends them. Each thread copies the chunks it will read back, so it reduces them with no barrier: its own
+    count, mean and squared deviations from that mean (two passes over its chunks), then one block-wide merge
+    of those triples (Chan's: the counts add, the means average by count, and the squares add plus the
+    squared difference of the two means times na nb / (na + nb)), one barrier where the mean's block sum and
+    then the squares' took two. The output is written from shared memory with 16-byte stores: one read and
+    one write of memory, the least there is. The price: one such row fills an SM's shared memory, so one
     block runs there at a time, and its reductions leave the memory idle for that SM. A width not a multiple
-    of 4 (rows not on 16-byte boundaries) is read a column at a time. On an H200, against torch.compile in
-    the same run: at 32768 x 4096, 258.7 us (97% of the copy ceiling) against 251.3 (0.97x, where stage 7
-    was 0.89x); at 4096 x 4096, 35.0 against 35.9 (1.02x); at 4096 x 32768 the shared row takes 314.7
-    against 286.9 (0.91x), where stage 7 took 549. Nsight Compute at 32768 x 4096 says where the last few
+    of 4 (rows not on 16-byte boundaries) is read a column at a time. The table holds a second kernel for
+    these rows (L2_ROW_COLS, 0: none), as torch.compile's: no shared memory, 1024 threads a row and 32
+    registers, so two rows an SM overlap each other's loads, sums and stores; it reads the row twice, the
+    statistics pass a step of two 16-byte loads at a time merged into each thread's (count, mean, squares),
+    its loads marked for the L2 to keep (evict_last), and the write pass reads it again from the L2, which
+    holds the 264 rows in flight (34 MB). On an H200, against torch.compile in the same run: at 32768 x
+    4096, 258.7 us (97% of the copy ceiling) against 251.3 (0.97x, where stage 7 was 0.89x); at 4096 x 4096,
+    35.0 against 35.9 (1.02x); at 4096 x 32768 the shared row with two block sums took 314.7 against 286.9
+    (0.91x), where stage 7 took 549. Nsight Compute at 32768 x 4096 says where the last few
     percent go. With weight and bias loaded just before each store, the vector kernel took 40 registers and
     executed 1.6x fewer instructions than torch.compile's, but it kept 72% of the warp slots filled against
     93%, so fewer loads were in flight (DRAM busy 84% of the time against 88%); capped at 32 registers with
@@ -1447,7 +1485,9 @@ RMSNORM_BY_SHAPE = [(NARROW_ROW_COLS, rmsnorm_narrow_vector_rows), (WARP_ROW_COL
     registers, and stage 3's kernel, which reads them twice, would find the second read gone from the caches
     (a 32768-wide row is 128 KB): they are held in shared memory instead, as in LayerNorm's by_shape (copied
     in with cp.async, one read and one write of memory), up to 57344 columns; wider still, stage 3's kernel.
-    One sum of squares, so one reduction and no shift. On an H200, against torch.compile in the same run: at
+    One sum of squares, so one reduction and no shift. LayerNorm's second kernel for these rows, the row read
+    twice, the second time from the L2, is in this table too (L2_ROW_COLS), the same template with the sum of
+    squares for its statistics. On an H200, against torch.compile in the same run: at
     32768 x 4096, 255.7 us (99% of the copy ceiling) against 250.7 (0.98x; the block-row kernel before it
     was 0.96x: 64 registers, 47% of the warp slots filled where torch.compile's 512 threads at 28 registers
     fill 92%, by Nsight Compute); at 4096 x 4096, before the weight moved, 35.8 against 35.0; at 4096 x

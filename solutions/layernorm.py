@@ -34,7 +34,7 @@ from solutions._half import (
     CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, VECTOR,
     a_matrix, as_float64, bits16, block_sum, block_sum_over, column, edge_element, element, expect_rows,
     expect_vectors, fits_vector_rows, flat_bits16, float_format, group_row, group_sum, half_operator, load_held,
-    load_vector, pack, per_format, registers_grid, registers_threads, row_sum, row_words, rsqrt, short_name,
+    load_vector, pack, per_format, reciprocal, registers_grid, registers_threads, row_sum, row_words, rsqrt, short_name,
     store_vector, torch_peer, value_at, vector_at, vector_row, vector_rows_shape, words)
 # The float64 references (layernorm64: (x - mean) / sqrt(var + EPS) * weight + bias; rmsnorm64) and the random
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
@@ -867,6 +867,36 @@ SHARED_WRITE_VALUES = 4 * SHARED_WRITE_CHUNKS
 SHARED_ROW_ONE_REDUCTION = True
 
 
+# The wide-row kernels' merges (and their threads' own means) divide with div.approx (a reciprocal and a multiply,
+# 2 ulp; FAST_MERGES = True) rather than IEEE division: a division there is of two counts, and IEEE's brings a
+# check and a called slow path into every merge, ten of them in a block merge's chain of shuffles.
+FAST_MERGES = True
+
+
+@cuda.jit(device=True, inline=True)
+def _divide(a, b):
+    """a / b for the wide-row kernels' statistics (b a positive count): see FAST_MERGES."""
+    if FAST_MERGES:
+        return a * reciprocal(b)
+    return a / b
+
+
+@cuda.jit(device=True, inline=True)
+def _wide_merge(n_a, mean_a, m2_a, n_b, mean_b, m2_b):
+    """_merge with _divide: Chan's merge of two (count, mean, squares) summaries, in the wide-row kernels."""
+    n = n_a + n_b
+    fraction_b = _divide(n_b, max(n, float32(1.0)))  # 0 when both parts are empty
+    delta = mean_b - mean_a
+    return n, mean_a + delta * fraction_b, m2_a + m2_b + delta * delta * n_a * fraction_b
+
+
+# _block_merge (its _warp_merge) with _wide_merge: the templates of stage 5's block merge, instantiated
+_wide_warp_merge = instantiate(_warp_merge.py_func, dict(globals(), _merge=_wide_merge), "_wide_warp_merge",
+                               jit=dict(device=True, inline=True))
+_wide_block_merge = instantiate(_block_merge.py_func, dict(globals(), _warp_merge=_wide_warp_merge), "_wide_block_merge",
+                                jit=dict(device=True, inline=True))
+
+
 @cuda.jit(device=True, inline=True)
 def _chunk_sum(v0, v1, v2, v3, c, whole, cols):
     """v0 + v1 + v2 + v3, the values of columns c .. c + 3; in a row's ragged last chunk (c >= whole, a
@@ -892,7 +922,7 @@ def _layernorm_shared_row(x, weight, bias, out, cols, vector):
     whole = cols - cols % uint32(4)  # columns in whole chunks
     x0 = x[base]
     # HINT: copy_row_to_shared (the row read once, 16 bytes a copy); two passes over this thread's chunks of it (load4, _chunk_sum).
-    # HINT: SHARED_ROW_ONE_REDUCTION: this thread's own count and mean, its squares around that mean, one _block_merge.
+    # HINT: SHARED_ROW_ONE_REDUCTION: this thread's own count and mean, its squares around that mean, one _wide_block_merge.
     # HINT: write: SHARED_WRITE_CHUNKS chunks a step, every weight and bias load of the step before its first store.
     # BEGIN SOLUTION
     copy_row_to_shared(x, base, cols, vector, row, float32(0.0))
@@ -905,7 +935,7 @@ def _layernorm_shared_row(x, weight, bias, out, cols, vector):
         count += float32(min(uint32(4), cols - c))
         c += step
     if SHARED_ROW_ONE_REDUCTION:  # the mean of this thread's own columns: no barrier yet
-        mean = total / max(count, float32(1.0))
+        mean = _divide(total, max(count, float32(1.0)))
     else:
         mean = _block_sum_into(total, sums) / float32(cols)
     squares = float32(0.0)
@@ -919,7 +949,7 @@ def _layernorm_shared_row(x, weight, bias, out, cols, vector):
         squares += _chunk_sum(d0 * d0, d1 * d1, d2 * d2, d3 * d3, c, whole, cols)
         c += step
     if SHARED_ROW_ONE_REDUCTION:  # every thread's (count, mean, squares) merged: the row's mean and its squares
-        count, mean, squares = _block_merge(count, mean, squares)
+        count, mean, squares = _wide_block_merge(count, mean, squares)
     else:
         squares = _block_sum_into(squares, squares_of)
     rstd = float32(1.0) / math.sqrt(squares / float32(cols) + EPS)
@@ -986,7 +1016,7 @@ def _norm_l2_row(x, weight, bias, out, cols, vector):
     whole = cols - cols % uint32(4)  # columns in whole chunks
     x0 = x[base] if CENTERED else float32(0.0)
     # HINT: a step loads L2_ROW_CHUNKS chunks c + k * step (first_load4, or load_chunk a column at a time) before using any.
-    # HINT: LayerNorm: the step's count, mean and squares around it, _merge'd into the thread's; RMSNorm: the sum of squares.
+    # HINT: LayerNorm: the step's count, mean and squares around it, _wide_merge'd into the thread's; RMSNorm: the sum of squares.
     # HINT: one block reduction; the write pass reads x again (from L2), L2_WRITE_CHUNKS chunks' loads before their stores.
     # BEGIN SOLUTION
     n = float32(0.0)
@@ -1009,7 +1039,7 @@ def _norm_l2_row(x, weight, bias, out, cols, vector):
                 total += _chunk_sum(xs[4 * k] - x0, xs[4 * k + 1] - x0, xs[4 * k + 2] - x0, xs[4 * k + 3] - x0,
                                     at, whole, cols)
                 part += float32(min(uint32(4), cols - at) if at < cols else uint32(0))
-            part_mean = total / max(part, float32(1.0))
+            part_mean = _divide(total, max(part, float32(1.0)))
             squares = float32(0.0)
             for k in range(L2_ROW_CHUNKS):
                 d0 = xs[4 * k] - x0 - part_mean
@@ -1017,13 +1047,13 @@ def _norm_l2_row(x, weight, bias, out, cols, vector):
                 d2 = xs[4 * k + 2] - x0 - part_mean
                 d3 = xs[4 * k + 3] - x0 - part_mean
                 squares += _chunk_sum(d0 * d0, d1 * d1, d2 * d2, d3 * d3, c + uint32(k) * step, whole, cols)
-            n, mean, m2 = _merge(n, mean, m2, part, part_mean, squares)
+            n, mean, m2 = _wide_merge(n, mean, m2, part, part_mean, squares)
         else:  # columns past the row read as 0: they add nothing
             for i in range(L2_ROW_VALUES):
                 m2 += xs[i] * xs[i]
         c += step * uint32(L2_ROW_CHUNKS)
     if CENTERED:
-        n, mean, m2 = _block_merge(n, mean, m2)
+        n, mean, m2 = _wide_block_merge(n, mean, m2)
     else:
         m2 = _block_sum_into(m2, squares_of)
     rstd = float32(1.0) / math.sqrt(m2 / float32(cols) + EPS)
