@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 9e1ed6f6178b888043d8adf5c70dfdb78e73cddcad5d9cf56efe23d6505e8a40
+# generated-sha256: f3182f238b82bd0e6fc2406bc9d2acd2bc6a677e5f518efe2a7c50361c01471c
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -48,7 +48,7 @@ from solutions._half import (
     CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, VECTOR,
     a_matrix, as_float64, bits16, block_sum, block_sum_over, column, edge_element, element, expect_rows,
     expect_vectors, fits_vector_rows, flat_bits16, float_format, group_row, group_sum, half_operator, load_held,
-    load_vector, pack, per_format, reciprocal, registers_grid, registers_threads, row_sum, row_words, rsqrt, short_name,
+    load_vector, pack, per_format, registers_grid, registers_threads, row_sum, row_words, rsqrt, short_name,
     store_vector, torch_peer, value_at, vector_at, vector_row, vector_rows_shape, words)
 # The float64 references (layernorm64: (x - mean) / sqrt(var + EPS) * weight + bias; rmsnorm64) and the random
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
@@ -56,8 +56,7 @@ from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
 from solutions._templates import instantiate
 from solutions._vector_io import (
     SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, expect_row_width, flat_view, launch_shared_row,
-    load4, load4_hinted, load4_l2_priority, load_chunk, rows_fit_vectors, shared_row_threads, store4, store4_hinted, store8,
-    store_chunk)
+    load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, stage_of
 from workbench.targets import against_peer, of_ceiling
@@ -660,40 +659,6 @@ SHARED_ROW_THREADS = 1024  # threads a row at most ...
 SHARED_ROW_CHUNKS = 1  # ... and fewer where a row has fewer than this many chunks of 4 columns a thread
 SHARED_WRITE_CHUNKS = 2  # write pass: chunks a thread loads the weight and bias of before its first store
 SHARED_WRITE_VALUES = 4 * SHARED_WRITE_CHUNKS
-# LayerNorm's statistics in one block reduction (True): each thread's own (count, mean, sum of squared deviations)
-# from its own chunks, which it alone copied in (no barrier), then one block-wide merge of those triples (Chan's).
-# False: the mean's block sum, then the squared deviations' block sum: two barriers.
-SHARED_ROW_ONE_REDUCTION = True
-
-
-# The wide-row kernels' merges (and their threads' own means) divide with div.approx (a reciprocal and a multiply,
-# 2 ulp; FAST_MERGES = True) rather than IEEE division: a division there is of two counts, and IEEE's brings a
-# check and a called slow path into every merge, ten of them in a block merge's chain of shuffles.
-FAST_MERGES = True
-
-
-@cuda.jit(device=True, inline=True)
-def _divide(a, b):
-    """a / b for the wide-row kernels' statistics (b a positive count): see FAST_MERGES."""
-    if FAST_MERGES:
-        return a * reciprocal(b)
-    return a / b
-
-
-@cuda.jit(device=True, inline=True)
-def _wide_merge(n_a, mean_a, m2_a, n_b, mean_b, m2_b):
-    """_merge with _divide: Chan's merge of two (count, mean, squares) summaries, in the wide-row kernels."""
-    n = n_a + n_b
-    fraction_b = _divide(n_b, max(n, float32(1.0)))  # 0 when both parts are empty
-    delta = mean_b - mean_a
-    return n, mean_a + delta * fraction_b, m2_a + m2_b + delta * delta * n_a * fraction_b
-
-
-# _block_merge (its _warp_merge) with _wide_merge: the templates of stage 5's block merge, instantiated
-_wide_warp_merge = instantiate(_warp_merge.py_func, dict(globals(), _merge=_wide_merge), "_wide_warp_merge",
-                               jit=dict(device=True, inline=True))
-_wide_block_merge = instantiate(_block_merge.py_func, dict(globals(), _warp_merge=_wide_warp_merge), "_wide_block_merge",
-                                jit=dict(device=True, inline=True))
 
 
 @cuda.jit(device=True, inline=True)
@@ -721,8 +686,8 @@ def _layernorm_shared_row(x, weight, bias, out, cols, vector):
     whole = cols - cols % uint32(4)  # columns in whole chunks
     x0 = x[base]
     # EXERCISE: write this part of `_layernorm_shared_row`. Read the hints one at a time.
-    #   hint 1 (nudge): copy_row_to_shared (the row read once, 16 bytes a copy); two passes over this thread's chunks of it (load4, _chunk_sum).
-    #   hint 2: SHARED_ROW_ONE_REDUCTION: this thread's own count and mean, its squares around that mean, one _wide_block_merge.
+    #   hint 1 (nudge): copy_row_to_shared: the row read once from memory, 16 bytes a copy; then the two passes of
+    #   hint 2: block_rows over this thread's chunks of the shared copy (load4), each chunk's shifted values added by _chunk_sum.
     #   hint 3 (nearly the answer): write: SHARED_WRITE_CHUNKS chunks a step, every weight and bias load of the step before its first store.
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
@@ -735,78 +700,6 @@ def shared_rows(x, weight, bias, out, threads=SHARED_ROW_THREADS):
     threads = shared_row_threads(cols, threads, SHARED_ROW_CHUNKS)
     launch_shared_row(_layernorm_shared_row, rows, threads, cols, flat_view(x), flat_view(weight), flat_view(bias),
                       flat_view(out), cols, rows_fit_vectors(x, weight, bias, out))
-
-
-# Rows too wide for registers, without shared memory: the row read twice, the second time from the L2 cache, as
-# torch.compile's Triton kernel does at these widths. A block of 128 KB of shared memory fills an SM, so its loads
-# and its reductions take turns; with none, several blocks an SM overlap one another's loads, sums and stores, and
-# the rows in flight (L2_ROW_THREADS threads a row, 2048 threads an SM) stay small enough for the L2 to hold them
-# until their second read: 2 rows an SM at 1024 threads, 264 rows of 128 KB (34 MB) at 32768 columns.
-L2_ROW_COLS = 0  # rows wider than the table's entry before (16384 columns), up to here, take it (0: no rows)
-L2_ROW_THREADS = 1024  # threads a row at most (fewer where a row has fewer than L2_ROW_CHUNKS chunks a thread)
-L2_ROW_CHUNKS = 2  # statistics pass: 16-byte chunks of x a thread loads before it uses any (a step)
-L2_WRITE_CHUNKS = 1  # write pass: chunks of x, weight (and bias) a thread loads before its first store
-L2_ROW_REGISTERS = 32  # registers a thread at most (None: 65536 / threads): 32 fits 2048 threads on an SM
-# The three cache hints: an L2 eviction priority ("evict_last", "evict_first", ...: load4_l2_priority) or a qualifier
-# on the instruction (".lu", ".cs", ...: load4_hinted, store4_hinted); "": none. As torch.compile's kernel marks them.
-L2_FIRST_READ = "evict_last"  # the first read of x: kept in L2 past everything else until its second read
-L2_SECOND_READ = "evict_first"  # the second: x's last use, first out
-L2_STORE = ".cs"  # a qualifier on the stores to out (".cs": streaming, evicted before the rows still to be re-read)
-L2_ROW_VALUES = 4 * L2_ROW_CHUNKS
-L2_WRITE_VALUES = 4 * L2_WRITE_CHUNKS
-
-
-def _norm_l2_row(x, weight, bias, out, cols, vector):
-    """Template (instantiated below) of the L2-row kernels: a block per row. Its names: CENTERED (True: LayerNorm,
-    the shifted row's mean and squared deviations; False: RMSNorm, the sum of squares, ``bias`` not read),
-    first_load4 / second_load4 / out_store4 (load4 and store4 with the cache hints of L2_FIRST_READ, ...)."""
-    xs = cuda.local.array(L2_ROW_VALUES, float32)  # unrolled loops with constant indices: registers
-    held = cuda.local.array(L2_WRITE_VALUES, float32)
-    ws = cuda.local.array(L2_WRITE_VALUES, float32)
-    bs = cuda.local.array(L2_WRITE_VALUES, float32)
-    squares_of = cuda.shared.array(32, float32)
-    first = uint32(4) * uint32(cuda.threadIdx.x)  # this thread's chunks: first + k * step
-    step = uint32(4) * uint32(cuda.blockDim.x)
-    base = uint64(cuda.blockIdx.x) * uint64(cols)
-    cols = uint32(cols)
-    whole = cols - cols % uint32(4)  # columns in whole chunks
-    x0 = x[base] if CENTERED else float32(0.0)
-    # EXERCISE: write this part of `_norm_l2_row`. Read the hints one at a time.
-    #   hint 1 (nudge): a step loads L2_ROW_CHUNKS chunks c + k * step (first_load4, or load_chunk a column at a time) before using any.
-    #   hint 2: LayerNorm: the step's count, mean and squares around it, _wide_merge'd into the thread's; RMSNorm: the sum of squares.
-    #   hint 3 (nearly the answer): one block reduction; the write pass reads x again (from L2), L2_WRITE_CHUNKS chunks' loads before their stores.
-    pass  # TODO(exercise): not implemented yet: replace this line with your code
-
-
-def _hinted_load4(hint):
-    return load4_hinted(hint) if hint.startswith(".") else load4_l2_priority(hint)
-
-
-_L2_HINTS = dict(first_load4=_hinted_load4(L2_FIRST_READ), second_load4=_hinted_load4(L2_SECOND_READ),
-                 out_store4=store4_hinted(L2_STORE))
-_layernorm_l2_row = instantiate(_norm_l2_row, dict(globals(), CENTERED=True, **_L2_HINTS), "_layernorm_l2_row", jit={})
-_rmsnorm_l2_row = instantiate(_norm_l2_row, dict(globals(), CENTERED=False, **_L2_HINTS), "_rmsnorm_l2_row", jit={})
-
-
-def launch_l2_rows(kernel, x, *arrays, threads=None):
-    """An L2-row kernel (LayerNorm's or RMSNorm's: ``arrays`` are weight, bias and out) on x's rows, a block of up
-    to ``threads`` (L2_ROW_THREADS) a row, at most L2_ROW_REGISTERS registers a thread."""
-    rows, cols = x.shape
-    threads = shared_row_threads(cols, threads or L2_ROW_THREADS, L2_ROW_CHUNKS)
-    registers = min(L2_ROW_REGISTERS or 255, 65536 // threads)  # a block must fit the SM's 65536 registers
-    capped(kernel, registers)[rows, threads](*(flat_view(a) for a in (x,) + arrays), cols, rows_fit_vectors(x, *arrays))
-
-
-def l2_rows(x, weight, bias, out, threads=None):
-    """by_shape's kernel for rows wider than ILP_ROW_COLS, up to L2_ROW_COLS: a block per row, the row read twice
-    (the second time from the L2 cache), no shared memory but the block sums'; any width."""
-    launch_l2_rows(_layernorm_l2_row, x, weight, bias, out, threads=threads)
-
-
-def rmsnorm_l2_rows(x, weight, out, threads=None):
-    """l2_rows for RMSNorm (rows wider than BLOCK_ROW_COLS, up to L2_ROW_COLS): the kernel's bias is the weight,
-    never read."""
-    launch_l2_rows(_rmsnorm_l2_row, x, weight, weight, out, threads=threads)
 
 
 # Rows from WARP_ROW_COLS + 1 up to VECTOR_ROWS_COLS wide (0: no rows) take vector_rows' kernel of the 16-bit
@@ -868,7 +761,7 @@ def launch_float_rows(kernel, vectors, x, *arrays):
 # not in it: on the H200 it was slower than stage 7 at 4096 and 12288 columns (350 vs 289 us at
 # 32768 x 4096, 205 vs 167 at 4096 x 12288; results/runs/gpu_norm_shapes.json).
 BY_SHAPE = [(NARROW_ROW_COLS, narrow_vector_rows), (WARP_ROW_COLS, warp_rows), (VECTOR_ROWS_COLS, float_vector_rows),
-            (ILP_ROW_COLS, ilp.launch), (L2_ROW_COLS, l2_rows), (SHARED_ROW_MAX_COLS, shared_rows), (None, ilp.launch)]
+            (ILP_ROW_COLS, ilp.launch), (SHARED_ROW_MAX_COLS, shared_rows), (None, ilp.launch)]
 
 
 def kernel_for(cols, table=BY_SHAPE):
@@ -901,22 +794,14 @@ def kernel_for(cols, table=BY_SHAPE):
     block once the kernel opts in (set_max_dynamic_shared_memory; 48 KB without). A block of 1024 threads
     copies its row in with cp.async, 16 bytes a copy, which the memory system writes to shared memory
     itself: no register holds the data, so every copy a thread issues is in flight at once, and one wait
-    ends them. Each thread copies the chunks it will read back, so it reduces them with no barrier: its own
-    count, mean and squared deviations from that mean (two passes over its chunks), then one block-wide merge
-    of those triples (Chan's: the counts add, the means average by count, and the squares add plus the
-    squared difference of the two means times na nb / (na + nb)), one barrier where the mean's block sum and
-    then the squares' took two. The output is written from shared memory with 16-byte stores: one read and
-    one write of memory, the least there is. The price: one such row fills an SM's shared memory, so one
+    ends them. Each thread copies the chunks it will read back, so no barrier is needed before the two
+    passes over shared memory, and the output is written from shared memory with 16-byte stores: one read
+    and one write of memory, the least there is. The price: one such row fills an SM's shared memory, so one
     block runs there at a time, and its reductions leave the memory idle for that SM. A width not a multiple
-    of 4 (rows not on 16-byte boundaries) is read a column at a time. The table holds a second kernel for
-    these rows (L2_ROW_COLS, 0: none), as torch.compile's: no shared memory, 1024 threads a row and 32
-    registers, so two rows an SM overlap each other's loads, sums and stores; it reads the row twice, the
-    statistics pass a step of two 16-byte loads at a time merged into each thread's (count, mean, squares),
-    its loads marked for the L2 to keep (evict_last), and the write pass reads it again from the L2, which
-    holds the 264 rows in flight (34 MB). On an H200, against torch.compile in the same run: at 32768 x
-    4096, 258.7 us (97% of the copy ceiling) against 251.3 (0.97x, where stage 7 was 0.89x); at 4096 x 4096,
-    35.0 against 35.9 (1.02x); at 4096 x 32768 the shared row with two block sums took 314.7 against 286.9
-    (0.91x), where stage 7 took 549. Nsight Compute at 32768 x 4096 says where the last few
+    of 4 (rows not on 16-byte boundaries) is read a column at a time. On an H200, against torch.compile in
+    the same run: at 32768 x 4096, 258.7 us (97% of the copy ceiling) against 251.3 (0.97x, where stage 7
+    was 0.89x); at 4096 x 4096, 35.0 against 35.9 (1.02x); at 4096 x 32768 the shared row takes 314.7
+    against 286.9 (0.91x), where stage 7 took 549. Nsight Compute at 32768 x 4096 says where the last few
     percent go. With weight and bias loaded just before each store, the vector kernel took 40 registers and
     executed 1.6x fewer instructions than torch.compile's, but it kept 72% of the warp slots filled against
     93%, so fewer loads were in flight (DRAM busy 84% of the time against 88%); capped at 32 registers with
@@ -1469,8 +1354,7 @@ def rmsnorm_narrow_vector_rows(x, weight, out):
 # Rows up to BLOCK_ROW_COLS fit in registers (block_rows); wider ones, up to SHARED_ROW_MAX_COLS, in shared memory.
 RMSNORM_BY_SHAPE = [(NARROW_ROW_COLS, rmsnorm_narrow_vector_rows), (WARP_ROW_COLS, rmsnorm_warp_rows),
                     (VECTOR_ROWS_COLS, rmsnorm_float_vector_rows),
-                    (BLOCK_ROW_COLS, rmsnorm_block_rows), (L2_ROW_COLS, rmsnorm_l2_rows),
-                    (SHARED_ROW_MAX_COLS, rmsnorm_shared_rows),
+                    (BLOCK_ROW_COLS, rmsnorm_block_rows), (SHARED_ROW_MAX_COLS, rmsnorm_shared_rows),
                     (None, rmsnorm_lean.launch)]
 
 
@@ -1485,9 +1369,7 @@ RMSNORM_BY_SHAPE = [(NARROW_ROW_COLS, rmsnorm_narrow_vector_rows), (WARP_ROW_COL
     registers, and stage 3's kernel, which reads them twice, would find the second read gone from the caches
     (a 32768-wide row is 128 KB): they are held in shared memory instead, as in LayerNorm's by_shape (copied
     in with cp.async, one read and one write of memory), up to 57344 columns; wider still, stage 3's kernel.
-    One sum of squares, so one reduction and no shift. LayerNorm's second kernel for these rows, the row read
-    twice, the second time from the L2, is in this table too (L2_ROW_COLS), the same template with the sum of
-    squares for its statistics. On an H200, against torch.compile in the same run: at
+    One sum of squares, so one reduction and no shift. On an H200, against torch.compile in the same run: at
     32768 x 4096, 255.7 us (99% of the copy ceiling) against 250.7 (0.98x; the block-row kernel before it
     was 0.96x: 64 registers, 47% of the warp slots filled where torch.compile's 512 threads at 28 registers
     fill 92%, by Nsight Compute); at 4096 x 4096, before the weight moved, 35.8 against 35.0; at 4096 x

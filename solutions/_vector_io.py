@@ -317,36 +317,6 @@ def load4_hinted(qualifier: str):
     return _HINTED[key]
 
 
-def load4_l2_priority(priority: str):
-    """load4 whose line the L2 keeps with eviction priority ``priority`` (``"evict_last"``: evicted after every
-    other line, ``"evict_first"``, ``"evict_normal"``, ``"evict_unchanged"``; ``""`` gives load4 itself): a
-    ``createpolicy.fractional.L2::{priority}`` (a 64-bit policy covering the whole access), then
-    ``ld.global.L2::cache_hint.v4.f32`` with that policy, as Triton emits for ``eviction_policy=``. The policy is
-    a constant: ptxas makes it once. In the simulator: load4 (a hint changes no value)."""
-    if is_simulator() or not priority:
-        return load4
-    key = ("L2 priority", priority)
-    if key not in _HINTED:
-        text = ("{ .reg .b64 policy; createpolicy.fractional.L2::" + priority + ".b64 policy, 1.0; "
-                "ld.global.L2::cache_hint.v4.f32 {$0, $1, $2, $3}, [$4], policy; }")
-
-        @intrinsic
-        def prioritized_load4(typingctx, array, index):
-            _check(array, index)
-
-            def codegen(context, builder, signature, args):
-                data = context.make_array(signature.args[0])(context, builder, value=args[0]).data
-                address = builder.ptrtoint(builder.gep(data, [args[1]]), ir.IntType(64))
-                four = ir.LiteralStructType([ir.FloatType()] * 4)
-                vector = _asm(builder, text, "=f,=f,=f,=f,l", [address], four)
-                parts = [builder.extract_value(vector, k) for k in range(4)]
-                return context.make_tuple(builder, signature.return_type, parts)
-
-            return types.UniTuple(types.float32, 4)(array, index), codegen
-        _HINTED[key] = prioritized_load4
-    return _HINTED[key]
-
-
 def store4_hinted(qualifier: str):
     """store4 as ``st.global{qualifier}.v4.f32``: e.g. ``.cs`` (streaming: written once, not read again
     soon, so the L2 evicts it first); ``""`` gives store4 itself. In the simulator: store4."""
@@ -477,7 +447,7 @@ def store_chunk(flat, base, c, cols, vector, v0, v1, v2, v3):
 # the sums. 16 bytes a copy (cp.async) where the row allows it, else a column at a time.
 
 SHARED_ROW_FITS = 56 * 1024  # floats: 224 KiB, inside the 227 KiB an sm_90 block may opt in to (the sums' buffers too)
-SHARED_ROW_STATIC_BYTES = 1024  # the shared-row kernels' own shared buffers: at most eight of 32 floats (block sums, merges)
+SHARED_ROW_STATIC_BYTES = 256  # the shared-row kernels' own shared buffers: at most two of 32 floats (the block sums)
 SHARED_ALIGN16 = None if is_simulator() else 16  # the row's 16-byte alignment (numba's simulator takes no alignment=)
 
 
@@ -501,7 +471,7 @@ def launch_shared_row(kernel, rows, threads, cols, *args):
 
     kernel = capped(kernel, min(255, 65536 // threads))
     nbytes = shared_row_bytes(cols)
-    # The opt-in covers the kernels' static buffers too (SHARED_ROW_STATIC_BYTES): the GPU bounds only the dynamic
+    # The opt-in covers the kernels' static buffers too (at most two of 32 floats): the GPU bounds only the dynamic
     # part by it, the simulator the sum.
     set_max_dynamic_shared_memory(kernel, args, nbytes + SHARED_ROW_STATIC_BYTES)
     kernel[rows, threads, 0, nbytes](*args)

@@ -45,9 +45,7 @@ BLOCK_ROWS = {"block_rows": layernorm.block_rows,
 
 # shared_rows (by_shape's kernel for rows wider than ILP_ROW_COLS) at the simulator's widths: 64 threads a row, so
 # that a row of 1000 columns is four chunks a thread and two write steps
-SHARED_ROWS = {"shared_rows": lambda *arrays: layernorm.shared_rows(*arrays, threads=64),
-               # the row re-read from L2 (by_shape's table from ILP_ROW_COLS up to L2_ROW_COLS): 64 threads a row too
-               "l2_rows": lambda *arrays: layernorm.l2_rows(*arrays, threads=64)}
+SHARED_ROWS = {"shared_rows": lambda *arrays: layernorm.shared_rows(*arrays, threads=64)}
 
 
 # by_shape's float32 vector_rows kernel (in the table from VECTOR_ROWS_COLS columns, 0 by default), run directly
@@ -184,8 +182,6 @@ BY_SHAPE_KERNELS = {"layernorm.warp_rows": (op, layernorm.warp_rows),
                     "layernorm.shared_rows": (op, SHARED_ROWS["shared_rows"]),
                     "rmsnorm.shared_rows": (layernorm.rmsnorm_op,
                                             lambda *arrays: layernorm.rmsnorm_shared_rows(*arrays, threads=64)),
-                    "layernorm.l2_rows": (op, SHARED_ROWS["l2_rows"]),
-                    "rmsnorm.l2_rows": (layernorm.rmsnorm_op, lambda *arrays: layernorm.rmsnorm_l2_rows(*arrays, threads=64)),
                     # widths not multiples of 4: these two hand the rows to the kernels the table gives them otherwise
                     "layernorm.float_vector_rows": (op, layernorm.float_vector_rows),
                     "rmsnorm.float_vector_rows": (layernorm.rmsnorm_op, layernorm.rmsnorm_float_vector_rows)}
@@ -301,11 +297,8 @@ def test_by_shape_table():
     # block_rows lost to stage 7 at 4096 and 12288 columns on the H200: the table may not pick it there
     assert layernorm.kernel_for(vector_rows + 1) is layernorm.ilp.launch and layernorm.kernel_for(12288) is layernorm.ilp.launch
     limit, widest = layernorm.ILP_ROW_COLS, layernorm.SHARED_ROW_MAX_COLS
-    assert layernorm.kernel_for(limit) is layernorm.ilp.launch
-    assert layernorm.kernel_for(limit + 1) is (layernorm.l2_rows if layernorm.L2_ROW_COLS > limit else layernorm.shared_rows)
-    l2 = layernorm.L2_ROW_COLS  # the L2-row kernel's rows (none at 0) come before the shared row's
-    assert layernorm.kernel_for(widest) is (layernorm.l2_rows if l2 >= widest else layernorm.shared_rows)
-    assert layernorm.kernel_for(widest + 1) is (layernorm.l2_rows if l2 > widest else layernorm.ilp.launch)
+    assert layernorm.kernel_for(limit) is layernorm.ilp.launch and layernorm.kernel_for(limit + 1) is layernorm.shared_rows
+    assert layernorm.kernel_for(widest) is layernorm.shared_rows and layernorm.kernel_for(widest + 1) is layernorm.ilp.launch
     assert 4 * widest <= 227 * 1024 - 1024  # the row and the sums' buffers fit the shared memory a block may opt in to
     from solutions._vector_io import shared_row_threads
     assert shared_row_threads(32768, 1024) == 1024 and shared_row_threads(4096, 1024, 4) == 256
@@ -313,8 +306,7 @@ def test_by_shape_table():
     table = layernorm.RMSNORM_BY_SHAPE
     assert layernorm.kernel_for(4096, table) is (layernorm.rmsnorm_float_vector_rows if vector_rows >= 4096
                                                   else layernorm.rmsnorm_block_rows)
-    assert layernorm.kernel_for(32768, table) is (layernorm.rmsnorm_l2_rows if layernorm.L2_ROW_COLS >= 32768
-                                                   else layernorm.rmsnorm_shared_rows)
+    assert layernorm.kernel_for(32768, table) is layernorm.rmsnorm_shared_rows
     assert layernorm.kernel_for(widest + 1, table) is layernorm.rmsnorm_lean.launch
     assert layernorm.block_row_threads(4096) == 256 and layernorm.block_row_threads(12288) == 768
     wide = cuda.device_array((1, layernorm.WARP_ROW_COLS + 4), np.float32)
@@ -333,48 +325,6 @@ def test_shared_rows_past_48_kib():
     cols = 12300  # not a multiple of 4: the column-at-a-time copy and the ragged last chunk
     inputs = op.make_inputs((2, cols), np.random.default_rng(4))
     np.testing.assert_allclose(run(layernorm.shared_rows, *inputs), op.reference(*inputs), rtol=1e-4, atol=1e-4)
-
-
-WIDE_ROW_KERNELS = {"layernorm.shared_rows": (op, layernorm.shared_rows),
-                    "layernorm.l2_rows": (op, layernorm.l2_rows),
-                    "rmsnorm.l2_rows": (layernorm.rmsnorm_op, layernorm.rmsnorm_l2_rows)}
-
-
-@pytest.mark.parametrize("kernel, size", [("layernorm.shared_rows", (2, 20001)), ("layernorm.l2_rows", (3, 16390)),
-                                          ("rmsnorm.l2_rows", (2, 20001))], ids=lambda v: v if isinstance(v, str) else "")
-def test_wide_rows_at_full_blocks(kernel, size):
-    """by_shape's wide-row kernels at widths past ILP_ROW_COLS with their full blocks of 1024 threads: widths not a
-    multiple of 4 (read a column at a time, a ragged last chunk), threads whose chunks end past the row (16390 is
-    4098 chunks: the last warp of a step holds two), and the module's rows with mean 1e4 and constant rows."""
-    operator, launch = WIDE_ROW_KERNELS[kernel]
-    inputs = operator.make_inputs(size, np.random.default_rng(size[1]))
-    np.testing.assert_allclose(run(launch, *inputs), operator.reference(*inputs), rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("target", ["layernorm.by_shape", "rmsnorm.by_shape"])
-@pytest.mark.parametrize("setting, kernel", [({"L2_ROW_COLS": "65536"}, "l2_rows"),
-                                             ({"SHARED_ROW_ONE_REDUCTION": "False"}, "shared_rows")],
-                         ids=["l2_rows", "shared_rows_two_reductions"])
-def test_by_shape_with_wide_row_kernels(target, setting, kernel):
-    """by_shape as the GPU sweep runs it, every narrower kernel taken out of the table (its limit 8 or 0) so that
-    the simulator's widths reach the wide-row kernels: the L2-row kernels (L2_ROW_COLS), and LayerNorm's shared
-    row with two block sums instead of one merge (SHARED_ROW_ONE_REDUCTION = False). Random and adversarial rows."""
-    import sys
-
-    from workbench.sweep import stage_with
-    narrower = {"NARROW_ROW_COLS": "0", "WARP_ROW_COLS": "8", "VECTOR_ROWS_COLS": "0", "ILP_ROW_COLS": "8",
-                "BLOCK_ROW_COLS": "8"}
-    module = sys.modules["solutions.layernorm"]
-    try:
-        stage = stage_with(target, {**narrower, **setting})
-        fresh = sys.modules["solutions.layernorm"]
-        table = fresh.BY_SHAPE if target.startswith("layernorm") else fresh.RMSNORM_BY_SHAPE
-        assert fresh.kernel_for(1000, table).__name__.endswith(kernel)
-        for size in [(3, 9), (2, 1000), (3, 1001)]:
-            result = check_stage(stage, size, np.random.default_rng(2))
-            assert result.passed, result
-    finally:
-        sys.modules["solutions.layernorm"] = module
 
 
 @pytest.mark.sim_only
