@@ -41,8 +41,8 @@ from solutions._half import (
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
 from solutions._templates import instantiate
 from solutions._vector_io import (
-    SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, expect_row_width, flat_view, launch_shared_row,
-    load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
+    SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, device_address, expect_row_width, flat_view,
+    floats_at, launch_shared_row, load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, stage_of
 from workbench.targets import against_peer, of_ceiling
@@ -955,6 +955,10 @@ NARROW_MAX_ROWS = 4096
 # dependent waits, and a weight loaded after the statistics is one more trip to L2 in it (torch.compile's
 # Triton kernels issue every load first, too).
 NARROW_WEIGHTS_WITH_X = True
+# The narrow kernel takes each array as its address (device_address: one 8-byte parameter, not numba's seven) and
+# rows and cols as 32-bit integers: every parameter it reads then sits in one line of the constant cache, and its
+# index arithmetic is 32-bit. False: the arrays and 64-bit integers, as the other kernels take them.
+NARROW_ADDRESSES = True
 
 
 def float_vector_rows(x, weight, bias, out):
@@ -973,7 +977,7 @@ def narrow_vector_rows(x, weight, bias, out):
     rows, cols = x.shape
     if not narrow_fits(x, weight, bias, out):
         return (warp_rows if cols <= WARP_ROW_COLS else float_vector_rows)(x, weight, bias, out)
-    launch_float_rows(_layernorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, bias, out)
+    launch_float_rows(_layernorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, bias, out, addresses=NARROW_ADDRESSES)
 
 
 def narrow_fits(x, *arrays):
@@ -983,13 +987,18 @@ def narrow_fits(x, *arrays):
                                                                             vector=4)
 
 
-def launch_float_rows(kernel, vectors, x, *arrays):
+def launch_float_rows(kernel, vectors, x, *arrays, addresses=False):
     """One of the float32 vector_rows kernels (LayerNorm's or RMSNorm's: ``arrays`` are the rest of its matrices
-    and vectors, out last) on x's rows, ``vectors`` vectors of four floats a thread."""
+    and vectors, out last) on x's rows, ``vectors`` vectors of four floats a thread. With ``addresses``, each
+    array goes as its address and rows and cols as 32-bit integers (NARROW_ADDRESSES)."""
     rows, cols = x.shape
     blocks, block = vector_rows_shape(rows, cols, vectors, FLOAT_BLOCK_ROWS_THREADS, vector=4)
-    capped(kernel, FLOAT_REGISTER_CAP)[blocks, block](
-        flat_view(x), *(flat_view(a) for a in arrays), rows, cols, np.float32(1.0 / cols))
+    views = (flat_view(x), *(flat_view(a) for a in arrays))
+    if addresses:
+        args = (*(device_address(v) for v in views), np.uint32(rows), np.uint32(cols))
+    else:
+        args = (*views, rows, cols)
+    capped(kernel, FLOAT_REGISTER_CAP)[blocks, block](*args, np.float32(1.0 / cols))
 
 
 # The dispatch table: (widest row, kernel), first match wins; the last takes any width. block_rows is
@@ -1730,7 +1739,7 @@ def rmsnorm_narrow_vector_rows(x, weight, out):
     rows, cols = x.shape
     if not narrow_fits(x, weight, out):
         return (rmsnorm_warp_rows if cols <= WARP_ROW_COLS else rmsnorm_float_vector_rows)(x, weight, out)
-    launch_float_rows(_rmsnorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, out)
+    launch_float_rows(_rmsnorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, out, addresses=NARROW_ADDRESSES)
 
 
 # Rows up to BLOCK_ROW_COLS fit in registers (block_rows); wider ones, up to SHARED_ROW_MAX_COLS, in shared memory.
@@ -2564,13 +2573,14 @@ def _rmsnorm_float_vectors(x, weight, out, rows, cols, inv_cols):
 
 
 @cuda.jit
-def _layernorm_narrow_vectors(x, weight, bias, out, rows, cols, inv_cols):
-    layernorm_narrow_row(x, weight, bias, out, rows, cols, inv_cols, None, None)
+def _layernorm_narrow_vectors(x, weight, bias, out, rows, cols, inv_cols):  # arrays, or their addresses
+    layernorm_narrow_row(floats_at(x), floats_at(weight), floats_at(bias), floats_at(out), rows, cols, inv_cols,
+                         None, None)
 
 
 @cuda.jit
 def _rmsnorm_narrow_vectors(x, weight, out, rows, cols, inv_cols):
-    rmsnorm_narrow_row(x, weight, out, rows, cols, inv_cols, None, None)
+    rmsnorm_narrow_row(floats_at(x), floats_at(weight), floats_at(out), rows, cols, inv_cols, None, None)
 
 
 FLOAT32_OPERATORS = [op, bias_relu_layernorm_op, residual_layernorm_op, rmsnorm_op]

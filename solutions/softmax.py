@@ -30,8 +30,8 @@ from solutions._half import (
 from solutions._references import softmax64
 from solutions._templates import instantiate
 from solutions._vector_io import (
-    SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, expect_row_width, flat_view, launch_shared_row,
-    load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
+    SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, device_address, expect_row_width, flat_view,
+    floats_at, launch_shared_row, load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, stage_of
 from workbench.targets import against_peer, of_ceiling
@@ -876,6 +876,9 @@ SMALL_MAX_ROWS = 256  # ... when they are at most this many (0: never); more row
 SMALL_VECTORS = 1  # 16-byte vectors each thread holds: a 1024-column row is 256 threads (2: 128)
 SMALL_VALUES = 4 * SMALL_VECTORS
 SMALL_BLOCK_THREADS = 256  # rows narrower than 128 columns (32 threads) share a block of up to this many threads
+# The kernel takes x and out as their addresses (device_address: one 8-byte parameter each, not numba's seven) and
+# rows and cols as 32-bit integers: the parameters it reads sit in one line of the constant cache. False: as arrays.
+SMALL_ADDRESSES = True
 
 
 @cuda.jit(device=True, inline=True)
@@ -924,7 +927,9 @@ def _row_merge(m, s, maxima, sums):
 
 
 @cuda.jit
-def _softmax_small_rows(x, out, rows, cols):
+def _softmax_small_rows(x, out, rows, cols):  # x, out: the arrays or their addresses (SMALL_ADDRESSES)
+    x = floats_at(x)
+    out = floats_at(out)
     maxima = cuda.shared.array(32, float32)
     sums = cuda.shared.array(32, float32)
     e = cuda.local.array(SMALL_VALUES, float32)  # x, then exp(x - m) in place: registers once the loops unroll
@@ -970,7 +975,11 @@ def small_rows(x, out):
     if not 0 < rows <= SMALL_MAX_ROWS or cols == 0 or not fits_vector_rows(cols, SMALL_VECTORS, x, out, vector=4):
         return (warp_rows if cols <= WARP_ROW_COLS else float_vector_rows)(x, out)
     blocks, block = vector_rows_shape(rows, cols, SMALL_VECTORS, SMALL_BLOCK_THREADS, vector=4)
-    _softmax_small_rows[blocks, block](flat_view(x), flat_view(out), rows, cols)
+    x, out = flat_view(x), flat_view(out)
+    if SMALL_ADDRESSES:
+        _softmax_small_rows[blocks, block](device_address(x), device_address(out), np.uint32(rows), np.uint32(cols))
+    else:
+        _softmax_small_rows[blocks, block](x, out, rows, cols)
 
 
 # The dispatch table: (widest row, kernel), first match wins. The kernel for any wider row last.
