@@ -479,6 +479,31 @@ def row_reduce(value, partials, slot, combine):
 
 
 @cuda.jit(device=True, inline=True)
+def row_reduce_direct(value, partials, slot, combine, most_warps):
+    """row_reduce with its second step read from shared memory: after the barrier every thread reads each of
+    its row's warps' results (broadcast reads, up to ``most_warps`` of them, a constant: the loop unrolls) and
+    combines them itself, where row_reduce reads one and shuffles log2(warps) times, each shuffle waiting on
+    the one before. The loads are issued together; the combines are a few cycles each."""
+    offset = 16
+    while offset > 0:
+        value = combine(value, cuda.shfl_xor_sync(FULL_MASK, value, offset))
+        offset //= 2
+    warps = uint32(cuda.blockDim.x) >> uint32(5)
+    if warps == uint32(1):
+        return value
+    t = uint32(cuda.threadIdx.x)
+    first = uint32(slot * 32) + uint32(cuda.threadIdx.y) * warps
+    if t & uint32(31) == uint32(0):
+        partials[first + (t >> uint32(5))] = value
+    cuda.syncthreads()
+    value = partials[first]
+    for j in range(1, most_warps):
+        if uint32(j) < warps:
+            value = combine(value, partials[first + uint32(j)])
+    return value
+
+
+@cuda.jit(device=True, inline=True)
 def row_sum(value, partials, slot):
     """The sum over this thread's row (row_reduce); partials: GROUP_SLOTS floats of shared memory."""
     return row_reduce(value, partials, slot, add)

@@ -32,9 +32,10 @@ from numba import cuda, float32, uint16, uint32, uint64
 
 from solutions._half import (
     CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, VECTOR,
-    a_matrix, as_float64, bits16, block_sum, block_sum_over, column, edge_element, element, expect_rows,
+    a_matrix, add, as_float64, bits16, block_sum, block_sum_over, column, edge_element, element, expect_rows,
     expect_vectors, fits_vector_rows, flat_bits16, float_format, group_row, group_sum, half_operator, load_held,
-    load_vector, pack, per_format, registers_grid, registers_threads, row_sum, row_words, rsqrt, short_name,
+    load_vector, pack, per_format, registers_grid, registers_threads, row_reduce_direct, row_sum, row_words, rsqrt,
+    short_name,
     store_vector, torch_peer, value_at, vector_at, vector_row, vector_rows_shape, words)
 # The float64 references (layernorm64: (x - mean) / sqrt(var + EPS) * weight + bias; rmsnorm64) and the random
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
@@ -959,6 +960,9 @@ NARROW_WEIGHTS_WITH_X = True
 # rows and cols as 32-bit integers: every parameter it reads then sits in one line of the constant cache, and its
 # index arithmetic is 32-bit. False: the arrays and 64-bit integers, as the other kernels take them.
 NARROW_ADDRESSES = True
+# The narrow kernel's row sums read every warp's partial sum from shared memory after the barrier (row_reduce_direct)
+# instead of reading one and shuffling log2(warps) times. False: row_reduce, as the other vector_rows kernels.
+NARROW_DIRECT_PARTIALS = True
 
 
 def float_vector_rows(x, weight, bias, out):
@@ -983,7 +987,7 @@ def narrow_vector_rows(x, weight, bias, out):
 def narrow_fits(x, *arrays):
     """Does narrow_vector_rows take x (and its other arrays, out last)?"""
     rows, cols = x.shape
-    return 0 < rows * cols and rows <= NARROW_MAX_ROWS and fits_vector_rows(cols, NARROW_FLOAT_VECTORS, x, *arrays,
+    return 0 < rows * cols and cols <= NARROW_ROW_COLS and rows <= NARROW_MAX_ROWS and fits_vector_rows(cols, NARROW_FLOAT_VECTORS, x, *arrays,
                                                                             vector=4)
 
 
@@ -2551,7 +2555,18 @@ def rmsnorm_vector_rows(x, weight, out):
 # The float32 format (solutions/_half.py: float_format) with the float32 kernel's own VECTORS and WEIGHTS_AHEAD,
 # sweepable apart from the 16-bit ones.
 FLOAT_FORMAT = float_format(FLOAT_VECTORS, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD, WEIGHTS_WITH_X=FLOAT_WEIGHTS_WITH_X)
-NARROW_FORMAT = float_format(NARROW_FLOAT_VECTORS, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD, WEIGHTS_WITH_X=NARROW_WEIGHTS_WITH_X)
+# The most warps a narrow row has (its block's threads for NARROW_ROW_COLS columns): row_reduce_direct's loop.
+NARROW_ROW_WARPS = vector_rows_shape(1, NARROW_ROW_COLS, NARROW_FLOAT_VECTORS, 1024, vector=4)[1][0] // 32
+
+
+@cuda.jit(device=True, inline=True)
+def narrow_row_sum(value, partials, slot):
+    """row_sum for the narrow kernel: every warp's partial read after the barrier (NARROW_DIRECT_PARTIALS)."""
+    return row_reduce_direct(value, partials, slot, add, NARROW_ROW_WARPS)
+
+
+NARROW_FORMAT = float_format(NARROW_FLOAT_VECTORS, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD, WEIGHTS_WITH_X=NARROW_WEIGHTS_WITH_X,
+                             row_sum=narrow_row_sum if NARROW_DIRECT_PARTIALS else row_sum)
 layernorm_float_row = instantiate(layernorm_vector_row.py_func, dict(globals(), **FLOAT_FORMAT), "layernorm_float_row",
                                   jit=dict(device=True, inline=True))
 rmsnorm_float_row = instantiate(rmsnorm_vector_row.py_func, dict(globals(), **FLOAT_FORMAT), "rmsnorm_float_row",

@@ -879,6 +879,15 @@ SMALL_BLOCK_THREADS = 256  # rows narrower than 128 columns (32 threads) share a
 # The kernel takes x and out as their addresses (device_address: one 8-byte parameter each, not numba's seven) and
 # rows and cols as 32-bit integers: the parameters it reads sit in one line of the constant cache. False: as arrays.
 SMALL_ADDRESSES = True
+# In each warp the maximum first (five shuffles, no exp), then each thread's exps against the warp's maximum and their
+# sum (five shuffles): the warp's pair with no exp between shuffles. False: each thread's pair, merged five times by
+# shuffles, an exp a merge, each waiting on the one before (_merge_lanes).
+SMALL_WARP_MAX_FIRST = True
+# After the barrier every thread reads each of its row's warps' pairs from shared memory and merges them itself: the
+# maximum of the maxima, then the sum of s e^(m - M), the exps independent of each other (_merge_warps_direct).
+# False: one pair read and log2(warps) rounds of shuffles and merges, each waiting on the one before (_merge_warps).
+SMALL_DIRECT_PARTIALS = True
+SMALL_ROW_WARPS = max(1, SMALL_ROW_COLS // (4 * SMALL_VECTORS * 32))  # the most warps a row has: the loops' bound
 
 
 @cuda.jit(device=True, inline=True)
@@ -906,24 +915,49 @@ def _merge_lanes(m, s, offset):
 
 
 @cuda.jit(device=True, inline=True)
-def _row_merge(m, s, maxima, sums):
-    """The (max, sum) pair of this thread's row, in each of its threads: shuffles in each warp, then (a row of
-    several warps, a power of two) each warp's pair through shared memory, one barrier, and log2(warps)
-    shuffles more. Where _softmax_block_row reduces the maximum and then the sum, a barrier each, the pair
-    needs one. maxima, sums: a float a warp of the block."""
-    m, s = _merge_lanes(m, s, uint32(16))
+def _share_warp_pairs(m, s, maxima, sums):
+    """Lane 0 of each warp writes the warp's pair to shared memory, one barrier; returns (warps a row, where this
+    row's pairs start). maxima, sums: a float a warp of the block."""
     warps = uint32(cuda.blockDim.x) >> uint32(5)
-    if warps == uint32(1):
-        return m, s
     t = uint32(cuda.threadIdx.x)
-    lane = t & uint32(31)
     first = uint32(cuda.threadIdx.y) * warps
-    if lane == uint32(0):
+    if t & uint32(31) == uint32(0):
         maxima[first + (t >> uint32(5))] = m
         sums[first + (t >> uint32(5))] = s
     cuda.syncthreads()
-    i = first + (lane & (warps - uint32(1)))  # each group of `warps` lanes reads every warp's pair
+    return warps, first
+
+
+@cuda.jit(device=True, inline=True)
+def _merge_warps(m, s, maxima, sums):
+    """The row's pair from its warps' (a power of two of them), in each thread: each warp's pair through shared
+    memory, one barrier, and log2(warps) rounds of shuffles, each group of `warps` lanes reading them all. Where
+    _softmax_block_row reduces the maximum and then the sum, a barrier each, the pair needs one."""
+    if uint32(cuda.blockDim.x) == uint32(32):
+        return m, s
+    warps, first = _share_warp_pairs(m, s, maxima, sums)
+    i = first + (uint32(cuda.threadIdx.x) & (warps - uint32(1)))
     return _merge_lanes(maxima[i], sums[i], uint32(warps >> uint32(1)))
+
+
+@cuda.jit(device=True, inline=True)
+def _merge_warps_direct(m, s, maxima, sums):
+    """_merge_warps with its second step read from shared memory: each thread reads every warp's pair of its row
+    (broadcast reads, at most SMALL_ROW_WARPS: the loops unroll), takes the largest maximum M and sums s e^(m - M),
+    one exp a warp, none waiting on another, where _merge_warps' shuffle rounds each wait on the last."""
+    if uint32(cuda.blockDim.x) == uint32(32):
+        return m, s
+    warps, first = _share_warp_pairs(m, s, maxima, sums)
+    last = warps - uint32(1)
+    row_m = maxima[first]
+    for j in range(1, SMALL_ROW_WARPS):  # past the row's warps: its last warp's pair again (no branch, no exp skipped)
+        row_m = max(row_m, maxima[first + min(uint32(j), last)])
+    row_s = float32(0.0)
+    for j in range(SMALL_ROW_WARPS):  # +inf or NaN in a maximum gives a NaN sum (inf - inf), as _merge_pair does
+        i = first + min(uint32(j), last)
+        term = sums[i] * FLOAT_EXP(maxima[i] - row_m)
+        row_s += term if uint32(j) <= last else float32(0.0)
+    return row_m, row_s
 
 
 @cuda.jit
@@ -937,8 +971,8 @@ def _softmax_small_rows(x, out, rows, cols):  # x, out: the arrays or their addr
     first = uint32(cuda.threadIdx.x * 4)  # vector k of this thread: columns first + k * step ...
     step = uint32(cuda.blockDim.x * 4)
     # HINT: load4 each vector k (its columns from column(first, step, k), if below width; else -inf) into e, all first.
-    # HINT: this thread's pair: m = the maximum of LOWEST and e; e = FLOAT_EXP(e - m) in place, s their sum.
-    # HINT: _row_merge gives the row's (M, S); out = e * (e^(m - M) / S), one store4 a vector.
+    # HINT: this thread's pair: m = the maximum of LOWEST and e (the warp's, SMALL_WARP_MAX_FIRST); e = FLOAT_EXP(e - m) in place, s their sum.
+    # HINT: the row's (M, S) from the warps' pairs; out = e * (e^(m - M) / S), one store4 a vector.
     # BEGIN SOLUTION
     for k in range(SMALL_VECTORS):  # every load issued before any value is used
         c = column(first, step, k)
@@ -951,13 +985,19 @@ def _softmax_small_rows(x, out, rows, cols):  # x, out: the arrays or their addr
     m = LOWEST
     for i in range(SMALL_VALUES):
         m = max(m, e[i])
+    if SMALL_WARP_MAX_FIRST:
+        m = _warp_max(m)  # every lane of the warp: its exps against the warp's maximum, so the sums just add
     s = float32(0.0)
     for i in range(SMALL_VALUES):
         e[i] = FLOAT_EXP(e[i] - m)
         s += e[i]
-    row_m, row_s = _row_merge(m, s, maxima, sums)
-    # e holds exp(x - m), against this thread's maximum: one exp more rescales them all to the row's. A row of
-    # -inf only has row_s = 0, and its 0 * inf is the NaN the float64 reference gives.
+    if SMALL_WARP_MAX_FIRST:
+        s = _warp_sum(s)
+    else:
+        m, s = _merge_lanes(m, s, uint32(16))
+    row_m, row_s = (_merge_warps_direct if SMALL_DIRECT_PARTIALS else _merge_warps)(m, s, maxima, sums)
+    # e holds exp(x - m), against this thread's (warp's) maximum: one exp more rescales them all to the row's. A row
+    # of -inf only has row_s = 0, and its 0 * inf is the NaN the float64 reference gives.
     scale = FLOAT_EXP(m - row_m) * reciprocal(row_s)
     for k in range(SMALL_VECTORS):
         c = column(first, step, k)
