@@ -426,6 +426,13 @@ def vector_rows_shape(rows, cols, vectors, block_threads, vector=VECTOR):
     return -(-rows // per_block), (threads, per_block)
 
 
+def fills_launch(rows, cols, block, vector_elements):
+    """Do the rows fill a vector_rows launch of ``block`` (threads a row, rows a block) exactly, each thread's
+    ``vector_elements`` elements inside its row and no row past the last (whole_row's launches)?"""
+    threads, per_block = block
+    return cols == threads * vector_elements and rows % per_block == 0
+
+
 def fits_vector_rows(cols, vectors, *arrays, vector=VECTOR):
     """Every row starts on 16 bytes (a width that is a multiple of the ``vector`` elements of 16 bytes,
     arrays that start on 16 bytes) and 1024 threads of ``vectors`` vectors hold it."""
@@ -438,6 +445,20 @@ def vector_row(rows, cols):
     block. A row past the last gets width 0: its threads load and store nothing but meet the barriers."""
     row = uint32(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y)
     return uint64(row) * uint64(cols), uint32(cols) if row < uint32(rows) else uint32(0)
+
+
+# whole_row's width: every column a thread of a whole-rows launch computes (a multiple of 4 below 2^32) is below it.
+PAST_EVERY_COLUMN = uint32(0xFFFFFFFF)
+
+
+@cuda.jit(device=True, inline=True)
+def whole_row(rows, cols):
+    """vector_row for a launch whose rows fill it exactly: every thread's vectors inside its row (cols = threads x
+    vectors x VECTOR) and no row past the last (rows a multiple of blockDim.y). Its width is a constant every column
+    is below, so the compiler drops the bounds checks: the loads and stores are not predicated, and nothing waits
+    on rows or cols but the row's address."""
+    row = uint32(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y)
+    return uint64(row) * uint64(cols), PAST_EVERY_COLUMN
 
 
 @cuda.jit(device=True, inline=True)

@@ -33,10 +33,10 @@ from numba import cuda, float32, uint16, uint32, uint64
 from solutions._half import (
     CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, VECTOR,
     a_matrix, add, as_float64, bits16, block_sum, block_sum_over, column, edge_element, element, expect_rows,
-    expect_vectors, fits_vector_rows, flat_bits16, float_format, group_row, group_sum, half_operator, load_held,
-    load_vector, pack, per_format, registers_grid, registers_threads, row_reduce_direct, row_sum, row_words, rsqrt,
-    short_name,
-    store_vector, torch_peer, value_at, vector_at, vector_row, vector_rows_shape, words)
+    expect_vectors, fills_launch, fits_vector_rows, flat_bits16, float_format, group_row, group_sum, half_operator,
+    load_held, load_vector, pack, per_format, registers_grid, registers_threads, row_reduce_direct, row_sum,
+    row_words, rsqrt, short_name, store_vector, torch_peer, value_at, vector_at, vector_row, vector_rows_shape,
+    whole_row, words)
 # The float64 references (layernorm64: (x - mean) / sqrt(var + EPS) * weight + bias; rmsnorm64) and the random
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
@@ -963,6 +963,10 @@ NARROW_ADDRESSES = True
 # The narrow kernel's row sums read every warp's partial sum from shared memory after the barrier (row_reduce_direct)
 # instead of reading one and shuffling log2(warps) times. False: row_reduce, as the other vector_rows kernels.
 NARROW_DIRECT_PARTIALS = True
+# Rows that fill the launch exactly (cols = 4 x NARROW_FLOAT_VECTORS x the threads a row, rows a multiple of the rows
+# a block: 256 x 1024, 4096 x 1024) take the narrow kernel compiled with whole_row, which has no bounds checks: its
+# loads wait on nothing but the row's address. False: every launch takes the kernel with the checks.
+NARROW_WHOLE_ROWS = True
 
 
 def float_vector_rows(x, weight, bias, out):
@@ -981,7 +985,8 @@ def narrow_vector_rows(x, weight, bias, out):
     rows, cols = x.shape
     if not narrow_fits(x, weight, bias, out):
         return (warp_rows if cols <= WARP_ROW_COLS else float_vector_rows)(x, weight, bias, out)
-    launch_float_rows(_layernorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, bias, out, addresses=NARROW_ADDRESSES)
+    launch_float_rows(_layernorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, bias, out, addresses=NARROW_ADDRESSES,
+                      whole=_layernorm_whole_vectors if NARROW_WHOLE_ROWS else None)
 
 
 def narrow_fits(x, *arrays):
@@ -991,12 +996,15 @@ def narrow_fits(x, *arrays):
                                                                             vector=4)
 
 
-def launch_float_rows(kernel, vectors, x, *arrays, addresses=False):
+def launch_float_rows(kernel, vectors, x, *arrays, addresses=False, whole=None):
     """One of the float32 vector_rows kernels (LayerNorm's or RMSNorm's: ``arrays`` are the rest of its matrices
     and vectors, out last) on x's rows, ``vectors`` vectors of four floats a thread. With ``addresses``, each
-    array goes as its address and rows and cols as 32-bit integers (NARROW_ADDRESSES)."""
+    array goes as its address and rows and cols as 32-bit integers (NARROW_ADDRESSES); ``whole``, the kernel
+    without bounds checks, takes rows that fill the launch exactly (NARROW_WHOLE_ROWS)."""
     rows, cols = x.shape
     blocks, block = vector_rows_shape(rows, cols, vectors, FLOAT_BLOCK_ROWS_THREADS, vector=4)
+    if whole is not None and fills_launch(rows, cols, block, vectors * 4):
+        kernel = whole
     views = (flat_view(x), *(flat_view(a) for a in arrays))
     if addresses:
         args = (*(device_address(v) for v in views), np.uint32(rows), np.uint32(cols))
@@ -1743,7 +1751,8 @@ def rmsnorm_narrow_vector_rows(x, weight, out):
     rows, cols = x.shape
     if not narrow_fits(x, weight, out):
         return (rmsnorm_warp_rows if cols <= WARP_ROW_COLS else rmsnorm_float_vector_rows)(x, weight, out)
-    launch_float_rows(_rmsnorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, out, addresses=NARROW_ADDRESSES)
+    launch_float_rows(_rmsnorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, out, addresses=NARROW_ADDRESSES,
+                      whole=_rmsnorm_whole_vectors if NARROW_WHOLE_ROWS else None)
 
 
 # Rows up to BLOCK_ROW_COLS fit in registers (block_rows); wider ones, up to SHARED_ROW_MAX_COLS, in shared memory.
@@ -2596,6 +2605,25 @@ def _layernorm_narrow_vectors(x, weight, bias, out, rows, cols, inv_cols):  # ar
 @cuda.jit
 def _rmsnorm_narrow_vectors(x, weight, out, rows, cols, inv_cols):
     rmsnorm_narrow_row(floats_at(x), floats_at(weight), floats_at(out), rows, cols, inv_cols, None, None)
+
+
+# The narrow kernels for rows that fill their launch (NARROW_WHOLE_ROWS): the same rows with whole_row's constant width.
+WHOLE_FORMAT = dict(NARROW_FORMAT, vector_row=whole_row)
+layernorm_whole_row = instantiate(layernorm_vector_row.py_func, dict(globals(), **WHOLE_FORMAT), "layernorm_whole_row",
+                                  jit=dict(device=True, inline=True))
+rmsnorm_whole_row = instantiate(rmsnorm_vector_row.py_func, dict(globals(), **WHOLE_FORMAT), "rmsnorm_whole_row",
+                                jit=dict(device=True, inline=True))
+
+
+@cuda.jit
+def _layernorm_whole_vectors(x, weight, bias, out, rows, cols, inv_cols):
+    layernorm_whole_row(floats_at(x), floats_at(weight), floats_at(bias), floats_at(out), rows, cols, inv_cols,
+                        None, None)
+
+
+@cuda.jit
+def _rmsnorm_whole_vectors(x, weight, out, rows, cols, inv_cols):
+    rmsnorm_whole_row(floats_at(x), floats_at(weight), floats_at(out), rows, cols, inv_cols, None, None)
 
 
 FLOAT32_OPERATORS = [op, bias_relu_layernorm_op, residual_layernorm_op, rmsnorm_op]

@@ -24,9 +24,9 @@ from numba import cuda, float32, uint16, uint32, uint64
 from solutions._half import (
     CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, VECTOR,
     a_matrix, as_float64, bits16, block_max, block_max_over, block_sum, block_sum_over, column, edge_element, element,
-    expect_rows, fits_vector_rows, flat_bits16, float_format, group_max, group_row, group_sum, half_operator,
+    expect_rows, fills_launch, fits_vector_rows, flat_bits16, float_format, group_max, group_row, group_sum, half_operator,
     libdevice, load_held, load_vector, pack, per_format, reciprocal, registers_grid, registers_threads, row_max,
-    row_sum, row_words, short_name, store_vector, torch_peer, vector_row, vector_rows_shape, words)
+    row_sum, row_words, short_name, store_vector, torch_peer, vector_row, vector_rows_shape, whole_row, words)
 from solutions._references import softmax64
 from solutions._templates import instantiate
 from solutions._vector_io import (
@@ -887,6 +887,9 @@ SMALL_WARP_MAX_FIRST = True
 # maximum of the maxima, then the sum of s e^(m - M), the exps independent of each other (_merge_warps_direct).
 # False: one pair read and log2(warps) rounds of shuffles and merges, each waiting on the one before (_merge_warps).
 SMALL_DIRECT_PARTIALS = True
+# Rows that fill the launch exactly (cols = 4 x SMALL_VECTORS x the threads a row, rows a multiple of the rows a block:
+# 256 x 1024) take the kernel compiled with whole_row, which has no bounds checks. False: every launch has them.
+SMALL_WHOLE_ROWS = True
 SMALL_ROW_WARPS = max(1, SMALL_ROW_COLS // (4 * SMALL_VECTORS * 32))  # the most warps a row has: the loops' bound
 
 
@@ -948,14 +951,14 @@ def _merge_warps_direct(m, s, maxima, sums):
     if uint32(cuda.blockDim.x) == uint32(32):
         return m, s
     warps, first = _share_warp_pairs(m, s, maxima, sums)
-    last = warps - uint32(1)
+    last = warps - uint32(1)  # warps is a power of two: j & last is j for j < warps, an earlier warp's pair past them
     row_m = maxima[first]
-    for j in range(1, SMALL_ROW_WARPS):  # past the row's warps: its last warp's pair again (no branch, no exp skipped)
-        row_m = max(row_m, maxima[first + min(uint32(j), last)])
+    for j in range(1, SMALL_ROW_WARPS):
+        row_m = max(row_m, maxima[first + (uint32(j) & last)])
     row_s = float32(0.0)
     for j in range(SMALL_ROW_WARPS):  # +inf or NaN in a maximum gives a NaN sum (inf - inf), as _merge_pair does
-        i = first + min(uint32(j), last)
-        term = sums[i] * FLOAT_EXP(maxima[i] - row_m)
+        i = first + (uint32(j) & last)
+        term = sums[i] * FLOAT_EXP(maxima[i] - row_m)  # every pair's exp, none skipped by a branch
         row_s += term if uint32(j) <= last else float32(0.0)
     return row_m, row_s
 
@@ -1015,11 +1018,13 @@ def small_rows(x, out):
     if not 0 < rows <= SMALL_MAX_ROWS or cols == 0 or not fits_vector_rows(cols, SMALL_VECTORS, x, out, vector=4):
         return (warp_rows if cols <= WARP_ROW_COLS else float_vector_rows)(x, out)
     blocks, block = vector_rows_shape(rows, cols, SMALL_VECTORS, SMALL_BLOCK_THREADS, vector=4)
+    kernel = _softmax_small_whole_rows if SMALL_WHOLE_ROWS and fills_launch(rows, cols, block, 4 * SMALL_VECTORS) \
+        else _softmax_small_rows
     x, out = flat_view(x), flat_view(out)
     if SMALL_ADDRESSES:
-        _softmax_small_rows[blocks, block](device_address(x), device_address(out), np.uint32(rows), np.uint32(cols))
+        kernel[blocks, block](device_address(x), device_address(out), np.uint32(rows), np.uint32(cols))
     else:
-        _softmax_small_rows[blocks, block](x, out, rows, cols)
+        kernel[blocks, block](x, out, rows, cols)
 
 
 # The dispatch table: (widest row, kernel), first match wins. The kernel for any wider row last.
@@ -1537,5 +1542,10 @@ def _softmax_float_vectors(x, out, rows, cols):
 def _softmax_narrow_vectors(x, out, rows, cols):
     softmax_narrow_row(x, out, rows, cols, None, None, FLOAT_EXP)
 
+
+# small_rows' kernel for rows that fill the launch (SMALL_WHOLE_ROWS): whole_row's constant width drops the checks.
+# Made here, where the names it uses (FLOAT_EXP) are all defined.
+_softmax_small_whole_rows = instantiate(_softmax_small_rows.py_func, dict(globals(), vector_row=whole_row),
+                                        "_softmax_small_whole_rows", jit={})
 
 OPERATORS = [op, *HALF_OPERATORS]
