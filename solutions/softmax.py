@@ -890,7 +890,8 @@ SMALL_DIRECT_PARTIALS = True
 # Rows that fill the launch exactly (cols = 4 x SMALL_VECTORS x the threads a row, rows a multiple of the rows a block:
 # 256 x 1024) take the kernel compiled with whole_row, which has no bounds checks. False: every launch has them.
 SMALL_WHOLE_ROWS = True
-SMALL_ROW_WARPS = max(1, SMALL_ROW_COLS // (4 * SMALL_VECTORS * 32))  # the most warps a row has: the loops' bound
+# The most warps a row has (its threads at SMALL_ROW_COLS columns): _merge_warps_direct's loops' bound.
+SMALL_ROW_WARPS = vector_rows_shape(1, SMALL_ROW_COLS, SMALL_VECTORS, 1024, vector=4)[1][0] // 32
 
 
 @cuda.jit(device=True, inline=True)
@@ -995,10 +996,10 @@ def _softmax_small_rows(x, out, rows, cols):  # x, out: the arrays or their addr
         e[i] = FLOAT_EXP(e[i] - m)
         s += e[i]
     if SMALL_WARP_MAX_FIRST:
-        s = _warp_sum(s)
+        warp_m, warp_s = m, _warp_sum(s)
     else:
-        m, s = _merge_lanes(m, s, uint32(16))
-    row_m, row_s = (_merge_warps_direct if SMALL_DIRECT_PARTIALS else _merge_warps)(m, s, maxima, sums)
+        warp_m, warp_s = _merge_lanes(m, s, uint32(16))
+    row_m, row_s = (_merge_warps_direct if SMALL_DIRECT_PARTIALS else _merge_warps)(warp_m, warp_s, maxima, sums)
     # e holds exp(x - m), against this thread's (warp's) maximum: one exp more rescales them all to the row's. A row
     # of -inf only has row_s = 0, and its 0 * inf is the NaN the float64 reference gives.
     scale = FLOAT_EXP(m - row_m) * reciprocal(row_s)
@@ -1011,11 +1012,12 @@ def _softmax_small_rows(x, out, rows, cols):  # x, out: the arrays or their addr
 
 def small_rows(x, out):
     """by_shape's kernel for at most SMALL_MAX_ROWS rows up to SMALL_ROW_COLS wide: a block of threads a row,
-    SMALL_VECTORS 16-byte vectors a thread, one reduction of (max, sum) pairs. More rows, and rows it cannot
-    hold as whole vectors (a width not a multiple of 4, arrays off 16 bytes), take the kernel the table
-    gives them without it."""
+    SMALL_VECTORS 16-byte vectors a thread, one reduction of (max, sum) pairs. More rows, wider ones (its merge
+    reads at most SMALL_ROW_WARPS warps' pairs) and rows it cannot hold as whole vectors (a width not a multiple
+    of 4, arrays off 16 bytes) take the kernel the table gives them without it."""
     rows, cols = x.shape
-    if not 0 < rows <= SMALL_MAX_ROWS or cols == 0 or not fits_vector_rows(cols, SMALL_VECTORS, x, out, vector=4):
+    fits = 0 < cols <= SMALL_ROW_COLS and fits_vector_rows(cols, SMALL_VECTORS, x, out, vector=4)
+    if not 0 < rows <= SMALL_MAX_ROWS or not fits:
         return (warp_rows if cols <= WARP_ROW_COLS else float_vector_rows)(x, out)
     blocks, block = vector_rows_shape(rows, cols, SMALL_VECTORS, SMALL_BLOCK_THREADS, vector=4)
     kernel = _softmax_small_whole_rows if SMALL_WHOLE_ROWS and fills_launch(rows, cols, block, 4 * SMALL_VECTORS) \
