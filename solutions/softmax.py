@@ -883,8 +883,8 @@ SMALL_ADDRESSES = True
 # sum (five shuffles): the warp's pair with no exp between shuffles. False: each thread's pair, merged five times by
 # shuffles, an exp a merge, each waiting on the one before (_merge_lanes).
 SMALL_WARP_MAX_FIRST = True
-# After the barrier every thread reads each of its row's warps' pairs from shared memory and merges them itself: the
-# maximum of the maxima, then the sum of s e^(m - M), the exps independent of each other (_merge_warps_direct).
+# After the barrier every thread reads each of its row's warps' maxima from shared memory and takes the largest, M;
+# lane k rescales warp k's sum to it (one exp) and shuffles add them (_merge_warps_direct): no exp between shuffles.
 # False: one pair read and log2(warps) rounds of shuffles and merges, each waiting on the one before (_merge_warps).
 SMALL_DIRECT_PARTIALS = True
 # Rows that fill the launch exactly (cols = 4 x SMALL_VECTORS x the threads a row, rows a multiple of the rows a block:
@@ -946,21 +946,25 @@ def _merge_warps(m, s, maxima, sums):
 
 @cuda.jit(device=True, inline=True)
 def _merge_warps_direct(m, s, maxima, sums):
-    """_merge_warps with its second step read from shared memory: each thread reads every warp's pair of its row
-    (broadcast reads, at most SMALL_ROW_WARPS: the loops unroll), takes the largest maximum M and sums s e^(m - M),
-    one exp a warp, none waiting on another, where _merge_warps' shuffle rounds each wait on the last."""
+    """_merge_warps without a merge after a shuffle: each thread reads every maximum of its row's warps (broadcast
+    reads, at most SMALL_ROW_WARPS: the loop unrolls) and takes the largest, M; then lane k of each group of
+    SMALL_ROW_WARPS lanes rescales warp k's sum to it, s e^(m - M) (one exp a lane), and log2(SMALL_ROW_WARPS)
+    shuffles add the group's, where _merge_warps' rounds each wait on a shuffle, then an exp."""
     if uint32(cuda.blockDim.x) == uint32(32):
         return m, s
     warps, first = _share_warp_pairs(m, s, maxima, sums)
-    last = warps - uint32(1)  # warps is a power of two: j & last is j for j < warps, an earlier warp's pair past them
+    last = warps - uint32(1)  # warps is a power of two: j & last is j for j < warps, an earlier warp past them
     row_m = maxima[first]
     for j in range(1, SMALL_ROW_WARPS):
         row_m = max(row_m, maxima[first + (uint32(j) & last)])
-    row_s = float32(0.0)
-    for j in range(SMALL_ROW_WARPS):  # +inf or NaN in a maximum gives a NaN sum (inf - inf), as _merge_pair does
-        i = first + (uint32(j) & last)
-        term = sums[i] * FLOAT_EXP(maxima[i] - row_m)  # every pair's exp, none skipped by a branch
-        row_s += term if uint32(j) <= last else float32(0.0)
+    k = uint32(cuda.threadIdx.x) & uint32(SMALL_ROW_WARPS - 1)
+    i = first + (k & last)
+    term = sums[i] * FLOAT_EXP(maxima[i] - row_m)  # +inf or NaN in a maximum: inf - inf, a NaN sum, as _merge_pair
+    row_s = term if k <= last else float32(0.0)  # each warp's term once in each group of SMALL_ROW_WARPS lanes
+    offset = SMALL_ROW_WARPS // 2
+    while offset > 0:
+        row_s += cuda.shfl_xor_sync(FULL_MASK, row_s, offset)
+        offset //= 2
     return row_m, row_s
 
 
