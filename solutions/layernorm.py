@@ -992,8 +992,8 @@ def narrow_vector_rows(x, weight, bias, out):
 def narrow_fits(x, *arrays):
     """Does narrow_vector_rows take x (and its other arrays, out last)?"""
     rows, cols = x.shape
-    return 0 < rows * cols and cols <= NARROW_ROW_COLS and rows <= NARROW_MAX_ROWS and fits_vector_rows(cols, NARROW_FLOAT_VECTORS, x, *arrays,
-                                                                            vector=4)
+    return (0 < rows * cols and cols <= NARROW_ROW_COLS and rows <= NARROW_MAX_ROWS
+            and fits_vector_rows(cols, NARROW_FLOAT_VECTORS, x, *arrays, vector=4))
 
 
 def launch_float_rows(kernel, vectors, x, *arrays, addresses=False, whole=None):
@@ -1069,7 +1069,16 @@ def kernel_for(cols, table=BY_SHAPE):
     19.6), and at 32768 rows the warp kernel 70.2 against 103.1 (one vector a thread took 74.1 there). At
     those few rows a row's time is its chain of waits, and the one-vector kernel loads its weight and bias
     with x, before the two row sums, as torch.compile's kernel does: loaded after them they were one more
-    trip to L2 in the chain (4.0 against 3.7 us at 256 rows, one sweep). A kernel is in the table where it
+    trip to L2 in the chain (4.0 against 3.7 us at 256 rows, one sweep). The rest of the chain is
+    bookkeeping that torch.compile's kernel, compiled for one shape, does not have, so the one-vector
+    kernel sheds it: it takes each array as its address, one 8-byte parameter (numba passes an array as
+    seven: item count, shape, strides and more beside the data pointer), and rows and cols as 32-bit
+    integers, so every parameter it reads lies in one line of the constant cache, which each
+    multiprocessor misses once a launch, and its index arithmetic is 32-bit; rows that fill their launch
+    exactly (1024 wide) take it compiled without bounds checks (its loads wait on nothing but the row's
+    address); and after each row sum's barrier every thread reads each warp's partial sum from shared
+    memory, where it read one and shuffled three times, each shuffle waiting on the last. It compiles to
+    146 instructions a thread where it took 163 (SASS, each loop counted as it runs). A kernel is in the table where it
     was measured faster, not where it should be: 512 threads a row with Welford merges written here (an IEEE
     division a merge) was slower than stage 7, and so was a block that loads the next row while it reduces
     this one.""",
@@ -1786,7 +1795,10 @@ RMSNORM_BY_SHAPE = [(NARROW_ROW_COLS, rmsnorm_narrow_vector_rows), (WARP_ROW_COL
     warp kernel takes 68.3 against 66.4. The weight loaded with x changed nothing here (3.5 us either way at
     256 rows), nor did a warp kernel holding all 32 of its weights from the start, as torch.compile's does
     at 4096 rows (11.7 against the one-vector kernel's 11.2; at 32768 rows its 72 registers cost 96.3
-    against 69.2).""")
+    against 69.2). The one-vector kernel sheds the bookkeeping LayerNorm's by_shape describes (its arrays as
+    addresses, no bounds checks where rows fill the launch, the warps' partial sums read from shared
+    memory): 89 instructions a thread by its SASS, where Nsight Compute counted 101 (torch.compile's
+    kernel: 77).""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
 
@@ -2574,7 +2586,8 @@ def narrow_row_sum(value, partials, slot):
     return row_reduce_direct(value, partials, slot, add, NARROW_ROW_WARPS)
 
 
-NARROW_FORMAT = float_format(NARROW_FLOAT_VECTORS, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD, WEIGHTS_WITH_X=NARROW_WEIGHTS_WITH_X,
+NARROW_FORMAT = float_format(NARROW_FLOAT_VECTORS, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD,
+                             WEIGHTS_WITH_X=NARROW_WEIGHTS_WITH_X,
                              row_sum=narrow_row_sum if NARROW_DIRECT_PARTIALS else row_sum)
 layernorm_float_row = instantiate(layernorm_vector_row.py_func, dict(globals(), **FLOAT_FORMAT), "layernorm_float_row",
                                   jit=dict(device=True, inline=True))

@@ -24,9 +24,9 @@ from numba import cuda, float32, uint16, uint32, uint64
 from solutions._half import (
     CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, VECTOR,
     a_matrix, as_float64, bits16, block_max, block_max_over, block_sum, block_sum_over, column, edge_element, element,
-    expect_rows, fills_launch, fits_vector_rows, flat_bits16, float_format, group_max, group_row, group_sum, half_operator,
-    libdevice, load_held, load_vector, pack, per_format, reciprocal, registers_grid, registers_threads, row_max,
-    row_sum, row_words, short_name, store_vector, torch_peer, vector_row, vector_rows_shape, whole_row, words)
+    expect_rows, fills_launch, fits_vector_rows, flat_bits16, float_format, group_max, group_row, group_sum,
+    half_operator, libdevice, load_held, load_vector, pack, per_format, reciprocal, registers_grid, registers_threads,
+    row_max, row_sum, row_words, short_name, store_vector, torch_peer, vector_row, vector_rows_shape, whole_row, words)
 from solutions._references import softmax64
 from solutions._templates import instantiate
 from solutions._vector_io import (
@@ -979,8 +979,8 @@ def _softmax_small_rows(x, out, rows, cols):  # x, out: the arrays or their addr
     first = uint32(cuda.threadIdx.x * 4)  # vector k of this thread: columns first + k * step ...
     step = uint32(cuda.blockDim.x * 4)
     # HINT: load4 each vector k (its columns from column(first, step, k), if below width; else -inf) into e, all first.
-    # HINT: this thread's pair: m = the maximum of LOWEST and e (the warp's, SMALL_WARP_MAX_FIRST); e = FLOAT_EXP(e - m) in place, s their sum.
-    # HINT: the row's (M, S) from the warps' pairs; out = e * (e^(m - M) / S), one store4 a vector.
+    # HINT: m = the maximum of LOWEST and e, then of the warp (_warp_max); e = FLOAT_EXP(e - m) in place, s their sum.
+    # HINT: the warp's pair (m, _warp_sum(s)); _merge_warps_direct gives the row's (M, S); out = e * (e^(m - M) / S).
     # BEGIN SOLUTION
     for k in range(SMALL_VECTORS):  # every load issued before any value is used
         c = column(first, step, k)
@@ -1046,13 +1046,22 @@ def kernel_for(cols, table=BY_SHAPE):
     No one kernel wins at every shape, so the last stage chooses by row width, and up to 1024 columns by the
     number of rows. Few rows (up to 256 of up to 1024 columns) leave the GPU little work to overlap, and a
     row's latency, not memory bandwidth, is much of the time: each row gets a block of threads holding one
-    16-byte vector each (256 threads at 1024 columns), and one reduction. Each thread's pair, its maximum m
-    and the sum s of exp(x - m) over its four values, merges with another as M = max(m, m'), S = s e^(m - M)
-    + s' e^(m' - M): shuffles within each warp, each warp's pair through shared memory, one barrier,
-    shuffles over the warps' pairs. The row's maximum and then its sum would be two reductions, a barrier
-    and a shared-memory round trip each, the second waiting on the first; the pair costs an exp a merge
-    instead. Each thread keeps its exp(x - m) in registers, scales them by e^(m - M) / S (one exp more) and
-    stores them with one 16-byte store. More rows up to 1024 wide get a warp each (four to a block; one,
+    16-byte vector each (256 threads at 1024 columns), and one trip through shared memory. In each warp the
+    maximum m comes first, five shuffles; each thread takes exp(x - m) of its four values in place, and five
+    shuffles more add their sums: the warp's pair (m, s). Lane 0 of each warp writes it to shared memory;
+    after the one barrier each thread reads every warp's maximum and takes the largest, M, and lane k
+    rescales warp k's sum by e^(m - M), one exp, for three shuffles to add. The row's maximum and then its
+    sum through shared memory would be two barriers, the second waiting on the first; merging (max, sum)
+    pairs lane by lane, M = max(m, m'), S = s e^(m - M) + s' e^(m' - M), needs one barrier but puts an exp
+    after each shuffle, eight in a row at 256 threads, each waiting on the last. Each thread keeps its
+    exp(x - m) in registers, scales them by e^(m - M) / S (one exp more) and stores them with one 16-byte
+    store. What is left is the bookkeeping torch.compile's kernel, compiled for one shape, does not have:
+    the kernel takes x and out as their addresses, a parameter each (numba passes an array as seven:
+    item count, shape, strides and more beside the data pointer), so every parameter it reads lies in one
+    line of the constant cache, which each multiprocessor misses once a launch, and rows that fill their
+    launch exactly (1024 wide) take it compiled without bounds checks, its load waiting on nothing but the
+    row's address. It compiles to about 190 instructions a thread, where the pairs merged lane by lane
+    took about 300. More rows up to 1024 wide get a warp each (four to a block; one,
     when rows are fewer than 4096, to spread them over every SM): the row sits in registers, 32 values a
     lane, read once with 16-byte loads (load4) and written once with 16-byte stores, and the reductions are
     shuffles alone, no barrier. Rows up to 8192 wide take the fp16/bf16
@@ -1087,8 +1096,8 @@ def kernel_for(cols, table=BY_SHAPE):
     (1.33x), where stage 7 took 533. At 1024 columns the warp kernel lost to torch.compile at few rows
     (11.4 against 9.5 us at 4096 rows, 4.0 against 3.3 at 256) and wins at 32768 rows (67.2 against torch's
     80.7); the vector kernel with one vector a thread (256 threads a row, but two reductions) was slower
-    still (12.9 and 90.1 us), so the table leaves it out (NARROW_ROW_COLS). The pair reduction took 3.6 us at
-    256 rows where the warp kernel took 4.0 in the same sweep (torch.compile, whose Triton kernel is the same
+    still (12.9 and 90.1 us), so the table leaves it out (NARROW_ROW_COLS). The pairs merged lane by lane took
+    3.6 us at 256 rows where the warp kernel took 4.0 in the same sweep (torch.compile, whose Triton kernel is the same
     design, 3.1), but 15.0 at 4096 rows against the warp kernel's 11.2: with four waves of rows, memory is
     the time again, and a warp a row keeps more of it in flight than 256 threads waiting on one barrier. So
     the pair reduction takes at most 256 rows (SMALL_MAX_ROWS).""",

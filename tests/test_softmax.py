@@ -132,7 +132,8 @@ def test_small_rows(size, monkeypatch):
     np.testing.assert_allclose(got, softmax.softmax64(x), rtol=1e-5, atol=1e-7, equal_nan=True)
 
 
-SMALL_MERGES = {"pairs merged lane by lane, then shuffled": {"SMALL_WARP_MAX_FIRST": False, "SMALL_DIRECT_PARTIALS": False},
+SMALL_MERGES = {"pairs merged lane by lane, then shuffled": {"SMALL_WARP_MAX_FIRST": False,
+                                                              "SMALL_DIRECT_PARTIALS": False},
                 "warp max first, warps' pairs shuffled": {"SMALL_DIRECT_PARTIALS": False},
                 "pairs merged lane by lane, warps' pairs read": {"SMALL_WARP_MAX_FIRST": False},
                 "with bounds checks everywhere": {"SMALL_WHOLE_ROWS": False}}
