@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 2127cfa6e101097070cd74d8a4cad744312a289b474696811d6e6596c9718769
+# generated-sha256: 17b4d30337ab13bc563b9558d8c0b6abd61e4ba717bb36da83de1b3e34fbe253
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -49,8 +49,8 @@ from solutions._half import (
     a_matrix, add, as_float64, bits16, block_sum, block_sum_over, column, edge_element, element, expect_rows,
     expect_vectors, fills_launch, fits_vector_rows, flat_bits16, float_format, group_row, group_sum, half_operator,
     load_held, load_vector, pack, per_format, registers_grid, registers_threads, row_reduce_direct, row_sum,
-    row_words, rsqrt, short_name, store_vector, torch_peer, value_at, vector_at, vector_row, vector_rows_shape,
-    whole_row, words)
+    row_words, rsqrt, rsqrt_ftz, short_name, store_vector, torch_peer, value_at, vector_at, vector_row,
+    vector_rows_shape, whole_row, words)
 # The float64 references (layernorm64: (x - mean) / sqrt(var + EPS) * weight + bias; rmsnorm64) and the random
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
@@ -842,8 +842,9 @@ def kernel_for(cols, table=BY_SHAPE):
     multiprocessor misses once a launch, and its index arithmetic is 32-bit; rows that fill their launch
     exactly (1024 wide) take it compiled without bounds checks (its loads wait on nothing but the row's
     address); and after each row sum's barrier every thread reads each warp's partial sum from shared
-    memory, where it read one and shuffled three times, each shuffle waiting on the last. It compiles to
-    146 instructions a thread where it took 163 (SASS, each loop counted as it runs). A kernel is in the table where it
+    memory, where it read one and shuffled three times, each shuffle waiting on the last; 1 / sqrt is
+    rsqrt.approx.ftz, without the subnormal fixup a variance plus EPS never needs. It compiles to 143
+    instructions a thread where it took 163 (SASS, each loop counted as it runs). A kernel is in the table where it
     was measured faster, not where it should be: 512 threads a row with Welford merges written here (an IEEE
     division a merge) was slower than stage 7, and so was a block that loads the next row while it reduces
     this one.""",
@@ -1415,8 +1416,8 @@ RMSNORM_BY_SHAPE = [(NARROW_ROW_COLS, rmsnorm_narrow_vector_rows), (WARP_ROW_COL
     at 4096 rows (11.7 against the one-vector kernel's 11.2; at 32768 rows its 72 registers cost 96.3
     against 69.2). The one-vector kernel sheds the bookkeeping LayerNorm's by_shape describes (its arrays as
     addresses, no bounds checks where rows fill the launch, the warps' partial sums read from shared
-    memory): 89 instructions a thread by its SASS, where Nsight Compute counted 101 (torch.compile's
-    kernel: 77).""")
+    memory, rsqrt.approx.ftz): 86 instructions a thread by its SASS, where Nsight Compute counted 101
+    (torch.compile's kernel: 77).""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
 
@@ -1932,7 +1933,7 @@ def narrow_row_sum(value, partials, slot):
 
 NARROW_FORMAT = float_format(NARROW_FLOAT_VECTORS, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD,
                              WEIGHTS_WITH_X=NARROW_WEIGHTS_WITH_X,
-                             row_sum=narrow_row_sum if NARROW_DIRECT_PARTIALS else row_sum)
+                             row_sum=narrow_row_sum if NARROW_DIRECT_PARTIALS else row_sum, rsqrt=rsqrt_ftz)
 layernorm_float_row = instantiate(layernorm_vector_row.py_func, dict(globals(), **FLOAT_FORMAT), "layernorm_float_row",
                                   jit=dict(device=True, inline=True))
 rmsnorm_float_row = instantiate(rmsnorm_vector_row.py_func, dict(globals(), **FLOAT_FORMAT), "rmsnorm_float_row",

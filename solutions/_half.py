@@ -411,6 +411,29 @@ else:
     cvt_pair_f16 = _cvt_pair("cvt.rn.f16x2.f32")
     cvt_pair_bf16 = _cvt_pair("cvt.rn.bf16x2.f32")
 
+# rsqrt and reciprocal as one instruction each, with subnormals flushed (.ftz): rsqrt.approx.f32 and div.approx.f32
+# without it scale a subnormal input first, three instructions more (a compare and two predicated multiplies) in a
+# chain that waits on each. Where the input is never subnormal (a variance plus EPS; a softmax's sum, at least 1,
+# or 0) the results are the same bits. numba asks libdevice for neither, so they are inline PTX; the simulator runs
+# rsqrt and reciprocal.
+if is_simulator():
+    rsqrt_ftz = rsqrt
+    reciprocal_ftz = reciprocal
+else:
+    def _float_op(instruction):
+        @intrinsic
+        def float_op(typingctx, value):
+            def codegen(context, builder, signature, args):
+                x = context.cast(builder, args[0], signature.args[0], types.float32)
+                asm = ir.InlineAsm(ir.FunctionType(ir.FloatType(), [ir.FloatType()]), f"{instruction} $0, $1;", "=f,f")
+                return builder.call(asm, [x])
+
+            return types.float32(value), codegen
+        return float_op
+
+    rsqrt_ftz = _float_op("rsqrt.approx.ftz.f32")
+    reciprocal_ftz = _float_op("rcp.approx.ftz.f32")
+
 # -- vector_rows: rows held as 16-byte vectors, two-dimensional blocks (the 16-bit norms' and softmax's) -----
 # How many vectors a thread holds (VECTORS) and how many threads rows share a block (BLOCK_ROWS_THREADS) are
 # each ladder's own constants, passed in here: `workbench sweep` varies the constants of the stage's module.

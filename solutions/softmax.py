@@ -25,8 +25,9 @@ from solutions._half import (
     CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, VECTOR,
     a_matrix, as_float64, bits16, block_max, block_max_over, block_sum, block_sum_over, column, edge_element, element,
     expect_rows, fills_launch, fits_vector_rows, flat_bits16, float_format, group_max, group_row, group_sum,
-    half_operator, libdevice, load_held, load_vector, pack, per_format, reciprocal, registers_grid, registers_threads,
-    row_max, row_sum, row_words, short_name, store_vector, torch_peer, vector_row, vector_rows_shape, whole_row, words)
+    half_operator, libdevice, load_held, load_vector, pack, per_format, reciprocal, reciprocal_ftz, registers_grid,
+    registers_threads, row_max, row_sum, row_words, short_name, store_vector, torch_peer, vector_row,
+    vector_rows_shape, whole_row, words)
 from solutions._references import softmax64
 from solutions._templates import instantiate
 from solutions._vector_io import (
@@ -1006,7 +1007,7 @@ def _softmax_small_rows(x, out, rows, cols):  # x, out: the arrays or their addr
     row_m, row_s = (_merge_warps_direct if SMALL_DIRECT_PARTIALS else _merge_warps)(warp_m, warp_s, maxima, sums)
     # e holds exp(x - m), against this thread's (warp's) maximum: one exp more rescales them all to the row's. A row
     # of -inf only has row_s = 0, and its 0 * inf is the NaN the float64 reference gives.
-    scale = FLOAT_EXP(m - row_m) * reciprocal(row_s)
+    scale = FLOAT_EXP(m - row_m) * reciprocal_ftz(row_s)  # row_s is at least 1 (or 0): never subnormal
     for k in range(SMALL_VECTORS):
         c = column(first, step, k)
         if c < width:
@@ -1060,7 +1061,7 @@ def kernel_for(cols, table=BY_SHAPE):
     item count, shape, strides and more beside the data pointer), so every parameter it reads lies in one
     line of the constant cache, which each multiprocessor misses once a launch, and rows that fill their
     launch exactly (1024 wide) take it compiled without bounds checks, its load waiting on nothing but the
-    row's address. It compiles to about 190 instructions a thread, where the pairs merged lane by lane
+    row's address. It compiles to about 185 instructions a thread, where the pairs merged lane by lane
     took about 300. More rows up to 1024 wide get a warp each (four to a block; one,
     when rows are fewer than 4096, to spread them over every SM): the row sits in registers, 32 values a
     lane, read once with 16-byte loads (load4) and written once with 16-byte stores, and the reductions are
