@@ -297,10 +297,10 @@ else:
         data pointer, marked global memory so the loads are ld.global; its shape and stride are constants no
         kernel of these reads. An array passed instead is returned as it is (the simulator's launches, whose
         argument types the PTX check compiles)."""
-        if isinstance(address, types.Array):
+        if isinstance(address, types.Array) and address.dtype == types.float32 and address.ndim == 1:
             return address(address), lambda context, builder, signature, args: args[0]
         if not isinstance(address, types.Integer):
-            raise TypingError(f"floats_at takes a device address (an integer), got {address}")
+            raise TypingError(f"floats_at takes a device address (an integer) or a 1-D float32 array, got {address}")
         array_type = types.Array(types.float32, 1, "C")
 
         def codegen(context, builder, signature, args):
