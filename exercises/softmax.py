@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 0383f884b8c9310c0e2f58fb099c5a73ccdffd99030e39da100fd1f065ee820e
+# generated-sha256: 0eba54dd381386788ef71a0afa23b2d813b784549a4fd198b01719f5c4e81155
 # --------------------------------------------------------------------------------------------------
 """Softmax over the rows of a float32 matrix, in seven steps from a thread per row to 92% of copy bandwidth.
 
@@ -38,14 +38,15 @@ from numba import cuda, float32, uint16, uint32, uint64
 from solutions._half import (
     CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, VECTOR,
     a_matrix, as_float64, bits16, block_max, block_max_over, block_sum, block_sum_over, column, edge_element, element,
-    expect_rows, fits_vector_rows, flat_bits16, float_format, group_max, group_row, group_sum, half_operator,
-    libdevice, load_held, load_vector, pack, per_format, reciprocal, registers_grid, registers_threads, row_max,
-    row_sum, row_words, short_name, store_vector, torch_peer, vector_row, vector_rows_shape, words)
+    expect_rows, fills_launch, fits_vector_rows, flat_bits16, float_format, group_max, group_row, group_sum,
+    half_operator, libdevice, load_held, load_vector, pack, per_format, reciprocal, reciprocal_ftz, registers_grid,
+    registers_threads, row_max, row_sum, row_words, short_name, store_vector, torch_peer, vector_row,
+    vector_rows_shape, whole_row, words)
 from solutions._references import softmax64
 from solutions._templates import instantiate
 from solutions._vector_io import (
-    SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, expect_row_width, flat_view, launch_shared_row,
-    load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
+    SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, device_address, expect_row_width, flat_view,
+    floats_at, launch_shared_row, load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, stage_of
 from workbench.targets import against_peer, of_ceiling
@@ -650,6 +651,22 @@ SMALL_MAX_ROWS = 256  # ... when they are at most this many (0: never); more row
 SMALL_VECTORS = 1  # 16-byte vectors each thread holds: a 1024-column row is 256 threads (2: 128)
 SMALL_VALUES = 4 * SMALL_VECTORS
 SMALL_BLOCK_THREADS = 256  # rows narrower than 128 columns (32 threads) share a block of up to this many threads
+# The kernel takes x and out as their addresses (device_address: one 8-byte parameter each, not numba's seven) and
+# rows and cols as 32-bit integers: the parameters it reads sit in one line of the constant cache. False: as arrays.
+SMALL_ADDRESSES = True
+# In each warp the maximum first (five shuffles, no exp), then each thread's exps against the warp's maximum and their
+# sum (five shuffles): the warp's pair with no exp between shuffles. False: each thread's pair, merged five times by
+# shuffles, an exp a merge, each waiting on the one before (_merge_lanes).
+SMALL_WARP_MAX_FIRST = True
+# After the barrier every thread reads each of its row's warps' maxima from shared memory and takes the largest, M;
+# lane k rescales warp k's sum to it (one exp) and shuffles add them (_merge_warps_direct): no exp between shuffles.
+# False: one pair read and log2(warps) rounds of shuffles and merges, each waiting on the one before (_merge_warps).
+SMALL_DIRECT_PARTIALS = True
+# Rows that fill the launch exactly (cols = 4 x SMALL_VECTORS x the threads a row, rows a multiple of the rows a block:
+# 256 x 1024) take the kernel compiled with whole_row, which has no bounds checks. False: every launch has them.
+SMALL_WHOLE_ROWS = True
+# The most warps a row has (its threads at SMALL_ROW_COLS columns): _merge_warps_direct's loops' bound.
+SMALL_ROW_WARPS = vector_rows_shape(1, SMALL_ROW_COLS, SMALL_VECTORS, 1024, vector=4)[1][0] // 32
 
 
 @cuda.jit(device=True, inline=True)
@@ -677,28 +694,59 @@ def _merge_lanes(m, s, offset):
 
 
 @cuda.jit(device=True, inline=True)
-def _row_merge(m, s, maxima, sums):
-    """The (max, sum) pair of this thread's row, in each of its threads: shuffles in each warp, then (a row of
-    several warps, a power of two) each warp's pair through shared memory, one barrier, and log2(warps)
-    shuffles more. Where _softmax_block_row reduces the maximum and then the sum, a barrier each, the pair
-    needs one. maxima, sums: a float a warp of the block."""
-    m, s = _merge_lanes(m, s, uint32(16))
+def _share_warp_pairs(m, s, maxima, sums):
+    """Lane 0 of each warp writes the warp's pair to shared memory, one barrier; returns (warps a row, where this
+    row's pairs start). maxima, sums: a float a warp of the block."""
     warps = uint32(cuda.blockDim.x) >> uint32(5)
-    if warps == uint32(1):
-        return m, s
     t = uint32(cuda.threadIdx.x)
-    lane = t & uint32(31)
     first = uint32(cuda.threadIdx.y) * warps
-    if lane == uint32(0):
+    if t & uint32(31) == uint32(0):
         maxima[first + (t >> uint32(5))] = m
         sums[first + (t >> uint32(5))] = s
     cuda.syncthreads()
-    i = first + (lane & (warps - uint32(1)))  # each group of `warps` lanes reads every warp's pair
+    return warps, first
+
+
+@cuda.jit(device=True, inline=True)
+def _merge_warps(m, s, maxima, sums):
+    """The row's pair from its warps' (a power of two of them), in each thread: each warp's pair through shared
+    memory, one barrier, and log2(warps) rounds of shuffles, each group of `warps` lanes reading them all. Where
+    _softmax_block_row reduces the maximum and then the sum, a barrier each, the pair needs one."""
+    if uint32(cuda.blockDim.x) == uint32(32):
+        return m, s
+    warps, first = _share_warp_pairs(m, s, maxima, sums)
+    i = first + (uint32(cuda.threadIdx.x) & (warps - uint32(1)))
     return _merge_lanes(maxima[i], sums[i], uint32(warps >> uint32(1)))
 
 
+@cuda.jit(device=True, inline=True)
+def _merge_warps_direct(m, s, maxima, sums):
+    """_merge_warps without a merge after a shuffle: each thread reads every maximum of its row's warps (broadcast
+    reads, at most SMALL_ROW_WARPS: the loop unrolls) and takes the largest, M; then lane k of each group of
+    SMALL_ROW_WARPS lanes rescales warp k's sum to it, s e^(m - M) (one exp a lane), and log2(SMALL_ROW_WARPS)
+    shuffles add the group's, where _merge_warps' rounds each wait on a shuffle, then an exp."""
+    if uint32(cuda.blockDim.x) == uint32(32):
+        return m, s
+    warps, first = _share_warp_pairs(m, s, maxima, sums)
+    last = warps - uint32(1)  # warps is a power of two: j & last is j for j < warps, an earlier warp past them
+    row_m = maxima[first]
+    for j in range(1, SMALL_ROW_WARPS):
+        row_m = max(row_m, maxima[first + (uint32(j) & last)])
+    k = uint32(cuda.threadIdx.x) & uint32(SMALL_ROW_WARPS - 1)
+    i = first + (k & last)
+    term = sums[i] * FLOAT_EXP(maxima[i] - row_m)  # +inf or NaN in a maximum: inf - inf, a NaN sum, as _merge_pair
+    row_s = term if k <= last else float32(0.0)  # each warp's term once in each group of SMALL_ROW_WARPS lanes
+    offset = SMALL_ROW_WARPS // 2
+    while offset > 0:
+        row_s += cuda.shfl_xor_sync(FULL_MASK, row_s, offset)
+        offset //= 2
+    return row_m, row_s
+
+
 @cuda.jit
-def _softmax_small_rows(x, out, rows, cols):
+def _softmax_small_rows(x, out, rows, cols):  # x, out: the arrays or their addresses (SMALL_ADDRESSES)
+    x = floats_at(x)
+    out = floats_at(out)
     maxima = cuda.shared.array(32, float32)
     sums = cuda.shared.array(32, float32)
     e = cuda.local.array(SMALL_VALUES, float32)  # x, then exp(x - m) in place: registers once the loops unroll
@@ -707,21 +755,28 @@ def _softmax_small_rows(x, out, rows, cols):
     step = uint32(cuda.blockDim.x * 4)
     # EXERCISE: write this part of `_softmax_small_rows`. Read the hints one at a time.
     #   hint 1 (nudge): load4 each vector k (its columns from column(first, step, k), if below width; else -inf) into e, all first.
-    #   hint 2: this thread's pair: m = the maximum of LOWEST and e; e = FLOAT_EXP(e - m) in place, s their sum.
-    #   hint 3 (nearly the answer): _row_merge gives the row's (M, S); out = e * (e^(m - M) / S), one store4 a vector.
+    #   hint 2: m = the maximum of LOWEST and e, then of the warp (_warp_max); e = FLOAT_EXP(e - m) in place, s their sum.
+    #   hint 3 (nearly the answer): the warp's pair (m, _warp_sum(s)); _merge_warps_direct gives the row's (M, S); out = e * (e^(m - M) / S).
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
 def small_rows(x, out):
     """by_shape's kernel for at most SMALL_MAX_ROWS rows up to SMALL_ROW_COLS wide: a block of threads a row,
-    SMALL_VECTORS 16-byte vectors a thread, one reduction of (max, sum) pairs. More rows, and rows it cannot
-    hold as whole vectors (a width not a multiple of 4, arrays off 16 bytes), take the kernel the table
-    gives them without it."""
+    SMALL_VECTORS 16-byte vectors a thread, one reduction of (max, sum) pairs. More rows, wider ones (its merge
+    reads at most SMALL_ROW_WARPS warps' pairs) and rows it cannot hold as whole vectors (a width not a multiple
+    of 4, arrays off 16 bytes) take the kernel the table gives them without it."""
     rows, cols = x.shape
-    if not 0 < rows <= SMALL_MAX_ROWS or cols == 0 or not fits_vector_rows(cols, SMALL_VECTORS, x, out, vector=4):
+    fits = 0 < cols <= SMALL_ROW_COLS and fits_vector_rows(cols, SMALL_VECTORS, x, out, vector=4)
+    if not 0 < rows <= SMALL_MAX_ROWS or not fits:
         return (warp_rows if cols <= WARP_ROW_COLS else float_vector_rows)(x, out)
     blocks, block = vector_rows_shape(rows, cols, SMALL_VECTORS, SMALL_BLOCK_THREADS, vector=4)
-    _softmax_small_rows[blocks, block](flat_view(x), flat_view(out), rows, cols)
+    kernel = _softmax_small_whole_rows if SMALL_WHOLE_ROWS and fills_launch(rows, cols, block, 4 * SMALL_VECTORS) \
+        else _softmax_small_rows
+    x, out = flat_view(x), flat_view(out)
+    if SMALL_ADDRESSES:
+        kernel[blocks, block](device_address(x), device_address(out), np.uint32(rows), np.uint32(cols))
+    else:
+        kernel[blocks, block](x, out, rows, cols)
 
 
 # The dispatch table: (widest row, kernel), first match wins. The kernel for any wider row last.
@@ -737,13 +792,22 @@ def kernel_for(cols, table=BY_SHAPE):
     No one kernel wins at every shape, so the last stage chooses by row width, and up to 1024 columns by the
     number of rows. Few rows (up to 256 of up to 1024 columns) leave the GPU little work to overlap, and a
     row's latency, not memory bandwidth, is much of the time: each row gets a block of threads holding one
-    16-byte vector each (256 threads at 1024 columns), and one reduction. Each thread's pair, its maximum m
-    and the sum s of exp(x - m) over its four values, merges with another as M = max(m, m'), S = s e^(m - M)
-    + s' e^(m' - M): shuffles within each warp, each warp's pair through shared memory, one barrier,
-    shuffles over the warps' pairs. The row's maximum and then its sum would be two reductions, a barrier
-    and a shared-memory round trip each, the second waiting on the first; the pair costs an exp a merge
-    instead. Each thread keeps its exp(x - m) in registers, scales them by e^(m - M) / S (one exp more) and
-    stores them with one 16-byte store. More rows up to 1024 wide get a warp each (four to a block; one,
+    16-byte vector each (256 threads at 1024 columns), and one trip through shared memory. In each warp the
+    maximum m comes first, five shuffles; each thread takes exp(x - m) of its four values in place, and five
+    shuffles more add their sums: the warp's pair (m, s). Lane 0 of each warp writes it to shared memory;
+    after the one barrier each thread reads every warp's maximum and takes the largest, M, and lane k
+    rescales warp k's sum by e^(m - M), one exp, for three shuffles to add. The row's maximum and then its
+    sum through shared memory would be two barriers, the second waiting on the first; merging (max, sum)
+    pairs lane by lane, M = max(m, m'), S = s e^(m - M) + s' e^(m' - M), needs one barrier but puts an exp
+    after each shuffle, eight in a row at 256 threads, each waiting on the last. Each thread keeps its
+    exp(x - m) in registers, scales them by e^(m - M) / S (one exp more) and stores them with one 16-byte
+    store. What is left is the bookkeeping torch.compile's kernel, compiled for one shape, does not have:
+    the kernel takes x and out as their addresses, a parameter each (numba passes an array as seven:
+    item count, shape, strides and more beside the data pointer), so every parameter it reads lies in one
+    line of the constant cache, which each multiprocessor misses once a launch, and rows that fill their
+    launch exactly (1024 wide) take it compiled without bounds checks, its load waiting on nothing but the
+    row's address. It compiles to about 185 instructions a thread, where the pairs merged lane by lane
+    took about 300. More rows up to 1024 wide get a warp each (four to a block; one,
     when rows are fewer than 4096, to spread them over every SM): the row sits in registers, 32 values a
     lane, read once with 16-byte loads (load4) and written once with 16-byte stores, and the reductions are
     shuffles alone, no barrier. Rows up to 8192 wide take the fp16/bf16
@@ -778,8 +842,8 @@ def kernel_for(cols, table=BY_SHAPE):
     (1.33x), where stage 7 took 533. At 1024 columns the warp kernel lost to torch.compile at few rows
     (11.4 against 9.5 us at 4096 rows, 4.0 against 3.3 at 256) and wins at 32768 rows (67.2 against torch's
     80.7); the vector kernel with one vector a thread (256 threads a row, but two reductions) was slower
-    still (12.9 and 90.1 us), so the table leaves it out (NARROW_ROW_COLS). The pair reduction took 3.6 us at
-    256 rows where the warp kernel took 4.0 in the same sweep (torch.compile, whose Triton kernel is the same
+    still (12.9 and 90.1 us), so the table leaves it out (NARROW_ROW_COLS). The pairs merged lane by lane took
+    3.6 us at 256 rows where the warp kernel took 4.0 in the same sweep (torch.compile, whose Triton kernel is the same
     design, 3.1), but 15.0 at 4096 rows against the warp kernel's 11.2: with four waves of rows, memory is
     the time again, and a warp a row keeps more of it in flight than 256 threads waiting on one barrier. So
     the pair reduction takes at most 256 rows (SMALL_MAX_ROWS).""",
@@ -1110,5 +1174,10 @@ def _softmax_float_vectors(x, out, rows, cols):
 def _softmax_narrow_vectors(x, out, rows, cols):
     softmax_narrow_row(x, out, rows, cols, None, None, FLOAT_EXP)
 
+
+# small_rows' kernel for rows that fill the launch (SMALL_WHOLE_ROWS): whole_row's constant width drops the checks.
+# Made here, where the names it uses (FLOAT_EXP) are all defined.
+_softmax_small_whole_rows = instantiate(_softmax_small_rows.py_func, dict(globals(), vector_row=whole_row),
+                                        "_softmax_small_whole_rows", jit={})
 
 OPERATORS = [op, *HALF_OPERATORS]

@@ -411,6 +411,29 @@ else:
     cvt_pair_f16 = _cvt_pair("cvt.rn.f16x2.f32")
     cvt_pair_bf16 = _cvt_pair("cvt.rn.bf16x2.f32")
 
+# rsqrt and reciprocal as one instruction each, with subnormals flushed (.ftz): rsqrt.approx.f32 and div.approx.f32
+# without it scale a subnormal input first, three instructions more (a compare and two predicated multiplies) in a
+# chain that waits on each. Where the input is never subnormal (a variance plus EPS; a softmax's sum, at least 1,
+# or 0) the results are the same bits. numba asks libdevice for neither, so they are inline PTX; the simulator runs
+# rsqrt and reciprocal.
+if is_simulator():
+    rsqrt_ftz = rsqrt
+    reciprocal_ftz = reciprocal
+else:
+    def _float_op(instruction):
+        @intrinsic
+        def float_op(typingctx, value):
+            def codegen(context, builder, signature, args):
+                x = context.cast(builder, args[0], signature.args[0], types.float32)
+                asm = ir.InlineAsm(ir.FunctionType(ir.FloatType(), [ir.FloatType()]), f"{instruction} $0, $1;", "=f,f")
+                return builder.call(asm, [x])
+
+            return types.float32(value), codegen
+        return float_op
+
+    rsqrt_ftz = _float_op("rsqrt.approx.ftz.f32")
+    reciprocal_ftz = _float_op("rcp.approx.ftz.f32")
+
 # -- vector_rows: rows held as 16-byte vectors, two-dimensional blocks (the 16-bit norms' and softmax's) -----
 # How many vectors a thread holds (VECTORS) and how many threads rows share a block (BLOCK_ROWS_THREADS) are
 # each ladder's own constants, passed in here: `workbench sweep` varies the constants of the stage's module.
@@ -426,6 +449,13 @@ def vector_rows_shape(rows, cols, vectors, block_threads, vector=VECTOR):
     return -(-rows // per_block), (threads, per_block)
 
 
+def fills_launch(rows, cols, block, vector_elements):
+    """Do the rows fill a vector_rows launch of ``block`` (threads a row, rows a block) exactly, each thread's
+    ``vector_elements`` elements inside its row and no row past the last (whole_row's launches)?"""
+    threads, per_block = block
+    return cols == threads * vector_elements and rows % per_block == 0
+
+
 def fits_vector_rows(cols, vectors, *arrays, vector=VECTOR):
     """Every row starts on 16 bytes (a width that is a multiple of the ``vector`` elements of 16 bytes,
     arrays that start on 16 bytes) and 1024 threads of ``vectors`` vectors hold it."""
@@ -438,6 +468,20 @@ def vector_row(rows, cols):
     block. A row past the last gets width 0: its threads load and store nothing but meet the barriers."""
     row = uint32(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y)
     return uint64(row) * uint64(cols), uint32(cols) if row < uint32(rows) else uint32(0)
+
+
+# whole_row's width: every column a thread of a whole-rows launch computes (a multiple of 4 below 2^32) is below it.
+PAST_EVERY_COLUMN = uint32(0xFFFFFFFF)
+
+
+@cuda.jit(device=True, inline=True)
+def whole_row(rows, cols):
+    """vector_row for a launch whose rows fill it exactly: every thread's vectors inside its row (cols = threads x
+    vectors x VECTOR) and no row past the last (rows a multiple of blockDim.y). Its width is a constant every column
+    is below, so the compiler drops the bounds checks: the loads and stores are not predicated, and nothing waits
+    on rows or cols but the row's address."""
+    row = uint32(cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y)
+    return uint64(row) * uint64(cols), PAST_EVERY_COLUMN
 
 
 @cuda.jit(device=True, inline=True)
@@ -475,6 +519,31 @@ def row_reduce(value, partials, slot, combine):
     while offset > uint32(0):
         value = combine(value, cuda.shfl_xor_sync(FULL_MASK, value, offset))
         offset = uint32(offset >> uint32(1))
+    return value
+
+
+@cuda.jit(device=True, inline=True)
+def row_reduce_direct(value, partials, slot, combine, most_warps):
+    """row_reduce with its second step read from shared memory: after the barrier every thread reads each of
+    its row's warps' results (broadcast reads, up to ``most_warps`` of them, a constant: the loop unrolls) and
+    combines them itself, where row_reduce reads one and shuffles log2(warps) times, each shuffle waiting on
+    the one before. The loads are issued together; the combines are a few cycles each."""
+    offset = 16
+    while offset > 0:
+        value = combine(value, cuda.shfl_xor_sync(FULL_MASK, value, offset))
+        offset //= 2
+    warps = uint32(cuda.blockDim.x) >> uint32(5)
+    if warps == uint32(1):
+        return value
+    t = uint32(cuda.threadIdx.x)
+    first = uint32(slot * 32) + uint32(cuda.threadIdx.y) * warps
+    if t & uint32(31) == uint32(0):
+        partials[first + (t >> uint32(5))] = value
+    cuda.syncthreads()
+    value = partials[first]
+    for j in range(1, most_warps):
+        if uint32(j) < warps:
+            value = combine(value, partials[first + uint32(j)])
     return value
 
 

@@ -32,17 +32,18 @@ from numba import cuda, float32, uint16, uint32, uint64
 
 from solutions._half import (
     CHUNKS, FLOAT16, FORMATS, GROUP_SLOTS, HELD, LAST, ROW_SIZES, ROW_THREADS, SIXTEEN, SIXTEEN_BIT_STORY, VECTOR,
-    a_matrix, as_float64, bits16, block_sum, block_sum_over, column, edge_element, element, expect_rows,
-    expect_vectors, fits_vector_rows, flat_bits16, float_format, group_row, group_sum, half_operator, load_held,
-    load_vector, pack, per_format, registers_grid, registers_threads, row_sum, row_words, rsqrt, short_name,
-    store_vector, torch_peer, value_at, vector_at, vector_row, vector_rows_shape, words)
+    a_matrix, add, as_float64, bits16, block_sum, block_sum_over, column, edge_element, element, expect_rows,
+    expect_vectors, fills_launch, fits_vector_rows, flat_bits16, float_format, group_row, group_sum, half_operator,
+    load_held, load_vector, pack, per_format, registers_grid, registers_threads, row_reduce_direct, row_sum,
+    row_words, rsqrt, rsqrt_ftz, short_name, store_vector, torch_peer, value_at, vector_at, vector_row,
+    vector_rows_shape, whole_row, words)
 # The float64 references (layernorm64: (x - mean) / sqrt(var + EPS) * weight + bias; rmsnorm64) and the random
 # rows (layernorm_rows) live in solutions/_references.py, with the other row ladders' references.
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
 from solutions._templates import instantiate
 from solutions._vector_io import (
-    SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, expect_row_width, flat_view, launch_shared_row,
-    load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
+    SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, device_address, expect_row_width, flat_view,
+    floats_at, launch_shared_row, load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, stage_of
 from workbench.targets import against_peer, of_ceiling
@@ -955,6 +956,17 @@ NARROW_MAX_ROWS = 4096
 # dependent waits, and a weight loaded after the statistics is one more trip to L2 in it (torch.compile's
 # Triton kernels issue every load first, too).
 NARROW_WEIGHTS_WITH_X = True
+# The narrow kernel takes each array as its address (device_address: one 8-byte parameter, not numba's seven) and
+# rows and cols as 32-bit integers: every parameter it reads then sits in one line of the constant cache, and its
+# index arithmetic is 32-bit. False: the arrays and 64-bit integers, as the other kernels take them.
+NARROW_ADDRESSES = True
+# The narrow kernel's row sums read every warp's partial sum from shared memory after the barrier (row_reduce_direct)
+# instead of reading one and shuffling log2(warps) times. False: row_reduce, as the other vector_rows kernels.
+NARROW_DIRECT_PARTIALS = True
+# Rows that fill the launch exactly (cols = 4 x NARROW_FLOAT_VECTORS x the threads a row, rows a multiple of the rows
+# a block: 256 x 1024, 4096 x 1024) take the narrow kernel compiled with whole_row, which has no bounds checks: its
+# loads wait on nothing but the row's address. False: every launch takes the kernel with the checks.
+NARROW_WHOLE_ROWS = True
 
 
 def float_vector_rows(x, weight, bias, out):
@@ -973,23 +985,32 @@ def narrow_vector_rows(x, weight, bias, out):
     rows, cols = x.shape
     if not narrow_fits(x, weight, bias, out):
         return (warp_rows if cols <= WARP_ROW_COLS else float_vector_rows)(x, weight, bias, out)
-    launch_float_rows(_layernorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, bias, out)
+    launch_float_rows(_layernorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, bias, out, addresses=NARROW_ADDRESSES,
+                      whole=_layernorm_whole_vectors if NARROW_WHOLE_ROWS else None)
 
 
 def narrow_fits(x, *arrays):
     """Does narrow_vector_rows take x (and its other arrays, out last)?"""
     rows, cols = x.shape
-    return 0 < rows * cols and rows <= NARROW_MAX_ROWS and fits_vector_rows(cols, NARROW_FLOAT_VECTORS, x, *arrays,
-                                                                            vector=4)
+    return (0 < rows * cols and cols <= NARROW_ROW_COLS and rows <= NARROW_MAX_ROWS
+            and fits_vector_rows(cols, NARROW_FLOAT_VECTORS, x, *arrays, vector=4))
 
 
-def launch_float_rows(kernel, vectors, x, *arrays):
+def launch_float_rows(kernel, vectors, x, *arrays, addresses=False, whole=None):
     """One of the float32 vector_rows kernels (LayerNorm's or RMSNorm's: ``arrays`` are the rest of its matrices
-    and vectors, out last) on x's rows, ``vectors`` vectors of four floats a thread."""
+    and vectors, out last) on x's rows, ``vectors`` vectors of four floats a thread. With ``addresses``, each
+    array goes as its address and rows and cols as 32-bit integers (NARROW_ADDRESSES); ``whole``, the kernel
+    without bounds checks, takes rows that fill the launch exactly (NARROW_WHOLE_ROWS)."""
     rows, cols = x.shape
     blocks, block = vector_rows_shape(rows, cols, vectors, FLOAT_BLOCK_ROWS_THREADS, vector=4)
-    capped(kernel, FLOAT_REGISTER_CAP)[blocks, block](
-        flat_view(x), *(flat_view(a) for a in arrays), rows, cols, np.float32(1.0 / cols))
+    if whole is not None and fills_launch(rows, cols, block, vectors * 4):
+        kernel = whole
+    views = (flat_view(x), *(flat_view(a) for a in arrays))
+    if addresses:
+        args = (*(device_address(v) for v in views), np.uint32(rows), np.uint32(cols))
+    else:
+        args = (*views, rows, cols)
+    capped(kernel, FLOAT_REGISTER_CAP)[blocks, block](*args, np.float32(1.0 / cols))
 
 
 # The dispatch table: (widest row, kernel), first match wins; the last takes any width. block_rows is
@@ -1048,7 +1069,17 @@ def kernel_for(cols, table=BY_SHAPE):
     19.6), and at 32768 rows the warp kernel 70.2 against 103.1 (one vector a thread took 74.1 there). At
     those few rows a row's time is its chain of waits, and the one-vector kernel loads its weight and bias
     with x, before the two row sums, as torch.compile's kernel does: loaded after them they were one more
-    trip to L2 in the chain (4.0 against 3.7 us at 256 rows, one sweep). A kernel is in the table where it
+    trip to L2 in the chain (4.0 against 3.7 us at 256 rows, one sweep). The rest of the chain is
+    bookkeeping that torch.compile's kernel, compiled for one shape, does not have, so the one-vector
+    kernel sheds it: it takes each array as its address, one 8-byte parameter (numba passes an array as
+    seven: item count, shape, strides and more beside the data pointer), and rows and cols as 32-bit
+    integers, so every parameter it reads lies in one line of the constant cache, which each
+    multiprocessor misses once a launch, and its index arithmetic is 32-bit; rows that fill their launch
+    exactly (1024 wide) take it compiled without bounds checks (its loads wait on nothing but the row's
+    address); and after each row sum's barrier every thread reads each warp's partial sum from shared
+    memory, where it read one and shuffled three times, each shuffle waiting on the last; 1 / sqrt is
+    rsqrt.approx.ftz, without the subnormal fixup a variance plus EPS never needs. It compiles to 143
+    instructions a thread where it took 163 (SASS, each loop counted as it runs). A kernel is in the table where it
     was measured faster, not where it should be: 512 threads a row with Welford merges written here (an IEEE
     division a merge) was slower than stage 7, and so was a block that loads the next row while it reduces
     this one.""",
@@ -1730,7 +1761,8 @@ def rmsnorm_narrow_vector_rows(x, weight, out):
     rows, cols = x.shape
     if not narrow_fits(x, weight, out):
         return (rmsnorm_warp_rows if cols <= WARP_ROW_COLS else rmsnorm_float_vector_rows)(x, weight, out)
-    launch_float_rows(_rmsnorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, out)
+    launch_float_rows(_rmsnorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, out, addresses=NARROW_ADDRESSES,
+                      whole=_rmsnorm_whole_vectors if NARROW_WHOLE_ROWS else None)
 
 
 # Rows up to BLOCK_ROW_COLS fit in registers (block_rows); wider ones, up to SHARED_ROW_MAX_COLS, in shared memory.
@@ -1764,7 +1796,10 @@ RMSNORM_BY_SHAPE = [(NARROW_ROW_COLS, rmsnorm_narrow_vector_rows), (WARP_ROW_COL
     warp kernel takes 68.3 against 66.4. The weight loaded with x changed nothing here (3.5 us either way at
     256 rows), nor did a warp kernel holding all 32 of its weights from the start, as torch.compile's does
     at 4096 rows (11.7 against the one-vector kernel's 11.2; at 32768 rows its 72 registers cost 96.3
-    against 69.2).""")
+    against 69.2). The one-vector kernel sheds the bookkeeping LayerNorm's by_shape describes (its arrays as
+    addresses, no bounds checks where rows fill the launch, the warps' partial sums read from shared
+    memory, rsqrt.approx.ftz): 86 instructions a thread by its SASS, where Nsight Compute counted 101
+    (torch.compile's kernel: 77).""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
 
@@ -2542,7 +2577,19 @@ def rmsnorm_vector_rows(x, weight, out):
 # The float32 format (solutions/_half.py: float_format) with the float32 kernel's own VECTORS and WEIGHTS_AHEAD,
 # sweepable apart from the 16-bit ones.
 FLOAT_FORMAT = float_format(FLOAT_VECTORS, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD, WEIGHTS_WITH_X=FLOAT_WEIGHTS_WITH_X)
-NARROW_FORMAT = float_format(NARROW_FLOAT_VECTORS, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD, WEIGHTS_WITH_X=NARROW_WEIGHTS_WITH_X)
+# The most warps a narrow row has (its block's threads for NARROW_ROW_COLS columns): row_reduce_direct's loop.
+NARROW_ROW_WARPS = vector_rows_shape(1, NARROW_ROW_COLS, NARROW_FLOAT_VECTORS, 1024, vector=4)[1][0] // 32
+
+
+@cuda.jit(device=True, inline=True)
+def narrow_row_sum(value, partials, slot):
+    """row_sum for the narrow kernel: every warp's partial read after the barrier (NARROW_DIRECT_PARTIALS)."""
+    return row_reduce_direct(value, partials, slot, add, NARROW_ROW_WARPS)
+
+
+NARROW_FORMAT = float_format(NARROW_FLOAT_VECTORS, WEIGHTS_AHEAD=FLOAT_WEIGHTS_AHEAD,
+                             WEIGHTS_WITH_X=NARROW_WEIGHTS_WITH_X,
+                             row_sum=narrow_row_sum if NARROW_DIRECT_PARTIALS else row_sum, rsqrt=rsqrt_ftz)
 layernorm_float_row = instantiate(layernorm_vector_row.py_func, dict(globals(), **FLOAT_FORMAT), "layernorm_float_row",
                                   jit=dict(device=True, inline=True))
 rmsnorm_float_row = instantiate(rmsnorm_vector_row.py_func, dict(globals(), **FLOAT_FORMAT), "rmsnorm_float_row",
@@ -2564,13 +2611,33 @@ def _rmsnorm_float_vectors(x, weight, out, rows, cols, inv_cols):
 
 
 @cuda.jit
-def _layernorm_narrow_vectors(x, weight, bias, out, rows, cols, inv_cols):
-    layernorm_narrow_row(x, weight, bias, out, rows, cols, inv_cols, None, None)
+def _layernorm_narrow_vectors(x, weight, bias, out, rows, cols, inv_cols):  # arrays, or their addresses
+    layernorm_narrow_row(floats_at(x), floats_at(weight), floats_at(bias), floats_at(out), rows, cols, inv_cols,
+                         None, None)
 
 
 @cuda.jit
 def _rmsnorm_narrow_vectors(x, weight, out, rows, cols, inv_cols):
-    rmsnorm_narrow_row(x, weight, out, rows, cols, inv_cols, None, None)
+    rmsnorm_narrow_row(floats_at(x), floats_at(weight), floats_at(out), rows, cols, inv_cols, None, None)
+
+
+# The narrow kernels for rows that fill their launch (NARROW_WHOLE_ROWS): the same rows with whole_row's constant width.
+WHOLE_FORMAT = dict(NARROW_FORMAT, vector_row=whole_row)
+layernorm_whole_row = instantiate(layernorm_vector_row.py_func, dict(globals(), **WHOLE_FORMAT), "layernorm_whole_row",
+                                  jit=dict(device=True, inline=True))
+rmsnorm_whole_row = instantiate(rmsnorm_vector_row.py_func, dict(globals(), **WHOLE_FORMAT), "rmsnorm_whole_row",
+                                jit=dict(device=True, inline=True))
+
+
+@cuda.jit
+def _layernorm_whole_vectors(x, weight, bias, out, rows, cols, inv_cols):
+    layernorm_whole_row(floats_at(x), floats_at(weight), floats_at(bias), floats_at(out), rows, cols, inv_cols,
+                        None, None)
+
+
+@cuda.jit
+def _rmsnorm_whole_vectors(x, weight, out, rows, cols, inv_cols):
+    rmsnorm_whole_row(floats_at(x), floats_at(weight), floats_at(out), rows, cols, inv_cols, None, None)
 
 
 FLOAT32_OPERATORS = [op, bias_relu_layernorm_op, residual_layernorm_op, rmsnorm_op]

@@ -230,6 +230,65 @@ def test_float_vector_rows(name, size, monkeypatch):
     assert_nan_and_inf_rows_kept(operator, launch, operator.make_inputs(size, np.random.default_rng(size[1])))
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("name", ["layernorm", "rmsnorm"])
+def test_narrow_rows_with_and_without_bounds_checks(name, monkeypatch):
+    """The narrow kernel compiled with whole_row (no bounds checks) takes rows that fill their launch exactly (4 x the
+    threads a row wide, a multiple of the rows a block): 1024 (8 warps a row, their partial sums read by every
+    thread), 128 x 8 rows (one block of one-warp rows), 256 x 4 (2 warps a row, 4 rows a block); the others take the
+    kernel with the checks: 1000 (the last threads of the row hold nothing), 200 x 5 (2 warps a row, the second
+    block all but one row past the last), 300 (4 warps a row, 2 rows a block), 128 x 9. NaN and inf rows kept."""
+    operator, launch = FLOAT_VECTOR_ROWS[name + ".narrow"]
+    taken = []
+
+    class Watched:
+        def __init__(self, name):
+            self.name, self.kernel = name, getattr(layernorm, name)
+
+        def __getitem__(self, config):
+            taken.append(self.name)
+            return self.kernel[config]
+
+    for fallback in ("ilp", "warp_rows", "rmsnorm_warp_rows", "float_vector_rows", "rmsnorm_float_vector_rows"):
+        monkeypatch.setattr(layernorm, fallback, None)
+    kernels = [f"_{name}_whole_vectors", f"_{name}_narrow_vectors"]
+    for kernel in kernels:
+        monkeypatch.setattr(layernorm, kernel, Watched(kernel))
+    sizes = [(3, 1024), (8, 128), (4, 256), (2, 1000), (5, 200), (3, 300), (9, 128)]
+    for size in sizes:
+        assert_nan_and_inf_rows_kept(operator, launch, operator.make_inputs(size, np.random.default_rng(size[1])))
+    assert taken == [kernels[0]] * 3 + [kernels[1]] * 4
+
+
+@pytest.mark.slow
+@pytest.mark.sim_only
+def test_narrow_kernels_take_addresses_and_32_bit_sizes():
+    """On the GPU the narrow kernels take each array as its address (NARROW_ADDRESSES) and rows, cols as uint32: each
+    compiles for that signature to one parameter an array, 16-byte loads of x and the weight (and bias), one 16-byte
+    store; the ones for whole rows read neither rows nor a row's width."""
+    import os
+    import subprocess
+    import sys
+
+    program = (
+        "import re, workbench\n"
+        "from numba import cuda, types\n"
+        "import solutions.layernorm as L\n"
+        "for name, arrays in [('_layernorm_narrow_vectors', 4), ('_layernorm_whole_vectors', 4),\n"
+        "                     ('_rmsnorm_narrow_vectors', 3), ('_rmsnorm_whole_vectors', 3)]:\n"
+        "    sig = (types.uint64,) * arrays + (types.uint32, types.uint32, types.float32)\n"
+        "    ptx, _ = cuda.compile_ptx(getattr(L, name).py_func, sig, cc=(9, 0))\n"
+        "    used = sorted(set(re.findall(r'ld\\.param\\.\\w+\\s+%\\w+, \\[\\w+_param_(\\d+)\\]', ptx)))\n"
+        "    print(name, ptx.count('.param '), ptx.count('ld.global.v4.f32'), ptx.count('st.global.v4.f32'),"
+        " ','.join(used))\n")
+    env = dict(os.environ, WORKBENCH_MODE="compile", NUMBA_ENABLE_CUDASIM="0")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for line in ["_layernorm_narrow_vectors 7 3 1 0,1,2,3,4,5,6", "_layernorm_whole_vectors 7 3 1 0,1,2,3,5,6",
+                 "_rmsnorm_narrow_vectors 6 2 1 0,1,2,3,4,5", "_rmsnorm_whole_vectors 6 2 1 0,1,2,4,5"]:
+        assert line in done.stdout, done.stdout
+
+
 @pytest.mark.parametrize("name", FLOAT_VECTOR_ROWS)
 def test_float_vector_rows_fall_back(name, monkeypatch):
     """A width not a multiple of 4 never reaches the float32 vector kernel (its rows are not whole vectors)."""
@@ -244,8 +303,10 @@ def test_float_vector_rows_fall_back(name, monkeypatch):
 @pytest.mark.parametrize("target", ["layernorm.by_shape", "rmsnorm.by_shape"])
 @pytest.mark.parametrize("setting, kernel", [({"VECTOR_ROWS_COLS": "8192", "WARP_ROW_COLS": "8", "NARROW_ROW_COLS": "0"},
                                               "float_vector_rows"),
-                                             ({"NARROW_ROW_COLS": "1024"}, "narrow_vector_rows")],
-                         ids=["vector_rows", "narrow"])
+                                             ({"NARROW_ROW_COLS": "1024"}, "narrow_vector_rows"),
+                                             ({"NARROW_ADDRESSES": "False", "NARROW_DIRECT_PARTIALS": "False",
+                                               "NARROW_WHOLE_ROWS": "False"}, "narrow_vector_rows")],
+                         ids=["vector_rows", "narrow", "narrow_switches_off"])
 def test_by_shape_with_vector_rows(target, setting, kernel):
     """by_shape as the GPU sweep runs it (the module executed afresh with its constants replaced), with the
     float32 vector_rows kernels in the table: FLOAT_VECTORS vectors a thread from 9 columns (WARP_ROW_COLS = 8),
@@ -259,7 +320,7 @@ def test_by_shape_with_vector_rows(target, setting, kernel):
         fresh = sys.modules["solutions.layernorm"]
         table = fresh.BY_SHAPE if target.startswith("layernorm") else fresh.RMSNORM_BY_SHAPE
         assert fresh.kernel_for(40, table).__name__.endswith(kernel)
-        for size in [(5, 40), (3, 42), (3, 1032)]:  # 42: not whole vectors, the fallback; 1032: past 1024
+        for size in [(5, 40), (3, 42), (3, 1032), (5, 200)]:  # 42: not whole vectors, the fallback; 1032: past 1024
             result = check_stage(stage, size, np.random.default_rng(1))
             assert result.passed, result
     finally:

@@ -109,13 +109,19 @@ def no_small_fallback(monkeypatch):
         monkeypatch.setattr(softmax, name, None)
 
 
+SMALL_SIZES = [(3, 1024), (5, 1000), (3, 516), (5, 200), (3, 300), (9, 40), (8, 128), (2, 4)]
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the float64 reference of NaN and inf inputs
-@pytest.mark.parametrize("size", [(3, 1024), (5, 1000), (3, 516), (9, 40), (2, 4)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("size", SMALL_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_small_rows(size, monkeypatch):
-    """Widths of whole vectors of 4: 1024 (256 threads, 8 warps merged through shared memory), 1000 and 516 (the
-    last threads of the row hold nothing: their pair is (LOWEST, 0)), 9 rows of 40 (8 rows of a warp to a block,
-    the second block all but one row past the last), 4 (one thread holds the row). The module's rows (+-1e4,
-    -inf but one), a NaN row, a +inf, an all -inf row (NaN out, as the float64 reference); no fallback."""
+    """Widths of whole vectors of 4: 1024 (256 threads, 8 warps merged through shared memory; the rows fill the
+    launch: the kernel without bounds checks), 1000 and 516 (the last threads of the row hold nothing: their pair
+    is (LOWEST, 0)), 5 rows of 200 (2 warps a row, 4 rows a block, the second block all but one row past the last),
+    3 of 300 (4 warps, 2 rows a block), 9 rows of 40 (8 rows of a warp to a block, the second block all but one
+    row past the last), 8 of 128 (one block of 8 one-warp rows that fill it), 4 (one thread holds the row). The
+    module's rows (+-1e4, -inf but one), a NaN row, a +inf, an all -inf row (NaN out, as the float64 reference);
+    no fallback."""
     no_small_fallback(monkeypatch)
     (x,) = op.make_inputs(size, np.random.default_rng(size[1]))
     if size[0] > 2:
@@ -124,6 +130,81 @@ def test_small_rows(size, monkeypatch):
         x[0] = -np.inf
     got = run(softmax.small_rows, x)
     np.testing.assert_allclose(got, softmax.softmax64(x), rtol=1e-5, atol=1e-7, equal_nan=True)
+
+
+SMALL_MERGES = {"pairs merged lane by lane, then shuffled": {"SMALL_WARP_MAX_FIRST": False,
+                                                              "SMALL_DIRECT_PARTIALS": False},
+                "warp max first, warps' pairs shuffled": {"SMALL_DIRECT_PARTIALS": False},
+                "pairs merged lane by lane, warps' pairs read": {"SMALL_WARP_MAX_FIRST": False},
+                "with bounds checks everywhere": {"SMALL_WHOLE_ROWS": False}}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("setting", SMALL_MERGES)
+def test_small_rows_each_way_to_merge(setting, monkeypatch):
+    """small_rows with its switches off, one by one (the simulator reads the module's constants as it runs; the
+    whole-rows kernel, instantiated at import, does not, so it is off): the same rows as test_small_rows at 1024 (8
+    warps), 200 (2 warps a row, rows past the last) and 300 (4 warps)."""
+    no_small_fallback(monkeypatch)
+    for name, value in {"SMALL_WHOLE_ROWS": False, **SMALL_MERGES[setting]}.items():
+        monkeypatch.setattr(softmax, name, value)
+    for size in [(3, 1024), (5, 200), (3, 300)]:
+        (x,) = op.make_inputs(size, np.random.default_rng(size[1]))
+        x[-1, 3] = np.nan
+        x[2, size[1] - 1] = np.inf
+        x[0] = -np.inf
+        got = run(softmax.small_rows, x)
+        np.testing.assert_allclose(got, softmax.softmax64(x), rtol=1e-5, atol=1e-7, equal_nan=True)
+
+
+def test_small_rows_without_bounds_checks_only_where_rows_fill_the_launch(monkeypatch):
+    """The kernel compiled with whole_row (no bounds checks) takes rows that fill their launch exactly (4 x the
+    threads a row wide, a multiple of the rows a block); the rest take the kernel with the checks."""
+    taken = []
+
+    class Watched:
+        def __init__(self, name):
+            self.name, self.kernel = name, getattr(softmax, name)
+
+        def __getitem__(self, config):
+            taken.append(self.name)
+            return self.kernel[config]
+
+    no_small_fallback(monkeypatch)
+    for name in ("_softmax_small_rows", "_softmax_small_whole_rows"):
+        monkeypatch.setattr(softmax, name, Watched(name))
+    for size in [(2, 1024), (2, 1000), (8, 128), (9, 128), (4, 256)]:
+        (x,) = op.make_inputs(size, np.random.default_rng(1))
+        np.testing.assert_allclose(run(softmax.small_rows, x), softmax.softmax64(x), rtol=1e-5, atol=1e-7)
+    assert taken == ["_softmax_small_whole_rows", "_softmax_small_rows", "_softmax_small_whole_rows",
+                     "_softmax_small_rows", "_softmax_small_whole_rows"]
+
+
+@pytest.mark.slow
+@pytest.mark.sim_only
+def test_small_rows_takes_addresses_and_32_bit_sizes():
+    """On the GPU small_rows passes x and out as addresses (SMALL_ADDRESSES) and rows, cols as uint32: both kernels
+    compile for that signature to four parameters, one 16-byte load and one 16-byte store; the one for whole rows
+    reads neither rows nor a row's width past its address (no bounds check)."""
+    import os
+    import subprocess
+    import sys
+
+    program = (
+        "import re, workbench\n"
+        "from numba import cuda, types\n"
+        "import solutions.softmax as S\n"
+        "sig = (types.uint64, types.uint64, types.uint32, types.uint32)\n"
+        "for name in ('_softmax_small_rows', '_softmax_small_whole_rows'):\n"
+        "    ptx, _ = cuda.compile_ptx(getattr(S, name).py_func, sig, cc=(9, 0))\n"
+        "    used = sorted(set(re.findall(r'ld\\.param\\.\\w+\\s+%\\w+, \\[\\w+_param_(\\d+)\\]', ptx)))\n"
+        "    print(name, ptx.count('.param '), ptx.count('ld.global.v4.f32'), ptx.count('st.global.v4.f32'),"
+        " ','.join(used))\n")
+    env = dict(os.environ, WORKBENCH_MODE="compile", NUMBA_ENABLE_CUDASIM="0")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "_softmax_small_rows 4 1 1 0,1,2,3" in done.stdout, done.stdout
+    assert "_softmax_small_whole_rows 4 1 1 0,1,3" in done.stdout, done.stdout
 
 
 def test_small_rows_large_logits_and_minus_inf_rows(monkeypatch):
@@ -255,7 +336,9 @@ BY_SHAPE_SETTINGS = [({"NARROW_ROW_COLS": "1024"}, "narrow_vector_rows"), (TO_VE
                      ({**TO_VECTOR_ROWS, "FLOAT_VECTORS": "8", "FLOAT_EXP": "fast_exp"}, "float_vector_rows"),
                      ({"NARROW_ROW_COLS": "1024", "NARROW_FLOAT_VECTORS": "2"}, "narrow_vector_rows"),
                      ({"SMALL_MAX_ROWS": "0"}, "small_rows"), ({"FLOAT_EXP": "fast_exp"}, "small_rows"),
-                     ({"SMALL_VECTORS": "2", "SMALL_BLOCK_THREADS": "128"}, "small_rows")]
+                     ({"SMALL_VECTORS": "2", "SMALL_BLOCK_THREADS": "128"}, "small_rows"),
+                     ({"SMALL_ADDRESSES": "False", "SMALL_WARP_MAX_FIRST": "False", "SMALL_DIRECT_PARTIALS": "False",
+                       "SMALL_WHOLE_ROWS": "False"}, "small_rows")]
 
 
 @pytest.mark.slow
