@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 17b4d30337ab13bc563b9558d8c0b6abd61e4ba717bb36da83de1b3e34fbe253
+# generated-sha256: a8078ec0db9c32b0c1ce65df420ea55fbfdcbf411bfac9951763f91948f3c22e
 # --------------------------------------------------------------------------------------------------
 """LayerNorm over the rows of a float32 matrix, in seven steps, then the fusions that make it cheap in a network.
 
@@ -56,8 +56,8 @@ from solutions._half import (
 from solutions._references import EPS, layernorm64, layernorm_rows, rmsnorm64
 from solutions._templates import instantiate
 from solutions._vector_io import (
-    SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, device_address, expect_row_width, flat_view,
-    floats_at, launch_shared_row, load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
+    SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, expect_row_width, flat_view,
+    launch_shared_row, load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch, stage_of
 from workbench.targets import against_peer, of_ceiling
@@ -721,10 +721,6 @@ NARROW_MAX_ROWS = 4096
 # dependent waits, and a weight loaded after the statistics is one more trip to L2 in it (torch.compile's
 # Triton kernels issue every load first, too).
 NARROW_WEIGHTS_WITH_X = True
-# The narrow kernel takes each array as its address (device_address: one 8-byte parameter, not numba's seven) and
-# rows and cols as 32-bit integers: every parameter it reads then sits in one line of the constant cache, and its
-# index arithmetic is 32-bit. False: the arrays and 64-bit integers, as the other kernels take them.
-NARROW_ADDRESSES = True
 # The narrow kernel's row sums read every warp's partial sum from shared memory after the barrier (row_reduce_direct)
 # instead of reading one and shuffling log2(warps) times. False: row_reduce, as the other vector_rows kernels.
 NARROW_DIRECT_PARTIALS = True
@@ -750,7 +746,7 @@ def narrow_vector_rows(x, weight, bias, out):
     rows, cols = x.shape
     if not narrow_fits(x, weight, bias, out):
         return (warp_rows if cols <= WARP_ROW_COLS else float_vector_rows)(x, weight, bias, out)
-    launch_float_rows(_layernorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, bias, out, addresses=NARROW_ADDRESSES,
+    launch_float_rows(_layernorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, bias, out,
                       whole=_layernorm_whole_vectors if NARROW_WHOLE_ROWS else None)
 
 
@@ -761,21 +757,16 @@ def narrow_fits(x, *arrays):
             and fits_vector_rows(cols, NARROW_FLOAT_VECTORS, x, *arrays, vector=4))
 
 
-def launch_float_rows(kernel, vectors, x, *arrays, addresses=False, whole=None):
+def launch_float_rows(kernel, vectors, x, *arrays, whole=None):
     """One of the float32 vector_rows kernels (LayerNorm's or RMSNorm's: ``arrays`` are the rest of its matrices
-    and vectors, out last) on x's rows, ``vectors`` vectors of four floats a thread. With ``addresses``, each
-    array goes as its address and rows and cols as 32-bit integers (NARROW_ADDRESSES); ``whole``, the kernel
+    and vectors, out last) on x's rows, ``vectors`` vectors of four floats a thread; ``whole``, the kernel
     without bounds checks, takes rows that fill the launch exactly (NARROW_WHOLE_ROWS)."""
     rows, cols = x.shape
     blocks, block = vector_rows_shape(rows, cols, vectors, FLOAT_BLOCK_ROWS_THREADS, vector=4)
     if whole is not None and fills_launch(rows, cols, block, vectors * 4):
         kernel = whole
-    views = (flat_view(x), *(flat_view(a) for a in arrays))
-    if addresses:
-        args = (*(device_address(v) for v in views), np.uint32(rows), np.uint32(cols))
-    else:
-        args = (*views, rows, cols)
-    capped(kernel, FLOAT_REGISTER_CAP)[blocks, block](*args, np.float32(1.0 / cols))
+    capped(kernel, FLOAT_REGISTER_CAP)[blocks, block](
+        flat_view(x), *(flat_view(a) for a in arrays), rows, cols, np.float32(1.0 / cols))
 
 
 # The dispatch table: (widest row, kernel), first match wins; the last takes any width. block_rows is
@@ -836,15 +827,15 @@ def kernel_for(cols, table=BY_SHAPE):
     with x, before the two row sums, as torch.compile's kernel does: loaded after them they were one more
     trip to L2 in the chain (4.0 against 3.7 us at 256 rows, one sweep). The rest of the chain is
     bookkeeping that torch.compile's kernel, compiled for one shape, does not have, so the one-vector
-    kernel sheds it: it takes each array as its address, one 8-byte parameter (numba passes an array as
-    seven: item count, shape, strides and more beside the data pointer), and rows and cols as 32-bit
-    integers, so every parameter it reads lies in one line of the constant cache, which each
-    multiprocessor misses once a launch, and its index arithmetic is 32-bit; rows that fill their launch
-    exactly (1024 wide) take it compiled without bounds checks (its loads wait on nothing but the row's
-    address); and after each row sum's barrier every thread reads each warp's partial sum from shared
-    memory, where it read one and shuffled three times, each shuffle waiting on the last; 1 / sqrt is
-    rsqrt.approx.ftz, without the subnormal fixup a variance plus EPS never needs. It compiles to 143
-    instructions a thread where it took 163 (SASS, each loop counted as it runs). A kernel is in the table where it
+    kernel sheds some of it: rows that fill their launch exactly (1024 wide) take it compiled without
+    bounds checks (its loads wait on nothing but the row's address); after each row sum's barrier every
+    thread reads each warp's partial sum from shared memory, where it read one and shuffled three times,
+    each shuffle waiting on the last; 1 / sqrt is rsqrt.approx.ftz, without the subnormal fixup a variance
+    plus EPS never needs. It compiles to 143 instructions a thread where it took 163 (SASS, each loop
+    counted as it runs). Not the parameters: numba passes an array as seven values (item count, shape,
+    strides and more beside the data pointer), and Nsight Compute counted twice torch.compile's
+    constant-cache misses, but the kernel taking each array as one 8-byte address ran no faster (RMSNorm
+    at 256x1024: 3.3 us either way). A kernel is in the table where it
     was measured faster, not where it should be: 512 threads a row with Welford merges written here (an IEEE
     division a merge) was slower than stage 7, and so was a block that loads the next row while it reduces
     this one.""",
@@ -1379,7 +1370,7 @@ def rmsnorm_narrow_vector_rows(x, weight, out):
     rows, cols = x.shape
     if not narrow_fits(x, weight, out):
         return (rmsnorm_warp_rows if cols <= WARP_ROW_COLS else rmsnorm_float_vector_rows)(x, weight, out)
-    launch_float_rows(_rmsnorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, out, addresses=NARROW_ADDRESSES,
+    launch_float_rows(_rmsnorm_narrow_vectors, NARROW_FLOAT_VECTORS, x, weight, out,
                       whole=_rmsnorm_whole_vectors if NARROW_WHOLE_ROWS else None)
 
 
@@ -1414,10 +1405,11 @@ RMSNORM_BY_SHAPE = [(NARROW_ROW_COLS, rmsnorm_narrow_vector_rows), (WARP_ROW_COL
     warp kernel takes 68.3 against 66.4. The weight loaded with x changed nothing here (3.5 us either way at
     256 rows), nor did a warp kernel holding all 32 of its weights from the start, as torch.compile's does
     at 4096 rows (11.7 against the one-vector kernel's 11.2; at 32768 rows its 72 registers cost 96.3
-    against 69.2). The one-vector kernel sheds the bookkeeping LayerNorm's by_shape describes (its arrays as
-    addresses, no bounds checks where rows fill the launch, the warps' partial sums read from shared
-    memory, rsqrt.approx.ftz): 86 instructions a thread by its SASS, where Nsight Compute counted 101
-    (torch.compile's kernel: 77).""")
+    against 69.2). The one-vector kernel sheds the bookkeeping LayerNorm's by_shape describes (no bounds checks
+    where rows fill the launch, the warps' partial sums read from shared memory, rsqrt.approx.ftz): 86
+    instructions a thread by its SASS, where Nsight Compute counted 101 (torch.compile's kernel: 77). At
+    256x1024 on the H200: 3.2 us against 3.3 without those changes, torch.compile 2.9 in the same run;
+    at 4096x1024 11.0 against 9.8.""")
 def rmsnorm_by_shape(x, weight, out):
     kernel_for(x.shape[1], RMSNORM_BY_SHAPE)(x, weight, out)
 
@@ -1955,14 +1947,13 @@ def _rmsnorm_float_vectors(x, weight, out, rows, cols, inv_cols):
 
 
 @cuda.jit
-def _layernorm_narrow_vectors(x, weight, bias, out, rows, cols, inv_cols):  # arrays, or their addresses
-    layernorm_narrow_row(floats_at(x), floats_at(weight), floats_at(bias), floats_at(out), rows, cols, inv_cols,
-                         None, None)
+def _layernorm_narrow_vectors(x, weight, bias, out, rows, cols, inv_cols):
+    layernorm_narrow_row(x, weight, bias, out, rows, cols, inv_cols, None, None)
 
 
 @cuda.jit
 def _rmsnorm_narrow_vectors(x, weight, out, rows, cols, inv_cols):
-    rmsnorm_narrow_row(floats_at(x), floats_at(weight), floats_at(out), rows, cols, inv_cols, None, None)
+    rmsnorm_narrow_row(x, weight, out, rows, cols, inv_cols, None, None)
 
 
 # The narrow kernels for rows that fill their launch (NARROW_WHOLE_ROWS): the same rows with whole_row's constant width.
@@ -1975,13 +1966,12 @@ rmsnorm_whole_row = instantiate(rmsnorm_vector_row.py_func, dict(globals(), **WH
 
 @cuda.jit
 def _layernorm_whole_vectors(x, weight, bias, out, rows, cols, inv_cols):
-    layernorm_whole_row(floats_at(x), floats_at(weight), floats_at(bias), floats_at(out), rows, cols, inv_cols,
-                        None, None)
+    layernorm_whole_row(x, weight, bias, out, rows, cols, inv_cols, None, None)
 
 
 @cuda.jit
 def _rmsnorm_whole_vectors(x, weight, out, rows, cols, inv_cols):
-    rmsnorm_whole_row(floats_at(x), floats_at(weight), floats_at(out), rows, cols, inv_cols, None, None)
+    rmsnorm_whole_row(x, weight, out, rows, cols, inv_cols, None, None)
 
 
 FLOAT32_OPERATORS = [op, bias_relu_layernorm_op, residual_layernorm_op, rmsnorm_op]

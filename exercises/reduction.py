@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 8032e3f83d63059696484ed5f9992f724edda9bf1b3d03a6a6358d7dbf7bcde5
+# generated-sha256: edacac81968007e7a90960046d662aa97d182396885aedeaadd884ba4b8f6452
 # --------------------------------------------------------------------------------------------------
 """Sum of a float32 vector, in six steps from one atomic per element to one pass at memory speed.
 
@@ -88,6 +88,7 @@ op = Operator(
     validate=_validate,
     tolerance=_tolerance,
     peer=_peer,
+    other_peers=lambda size: [peers.cub_sum_peer(size)],  # CUB's algorithm, through cuda.compute where installed
     torch_expression=lambda torch, size: lambda x: torch.sum(x, dim=0, keepdim=True),  # for torch.compile
     adversarial_inputs=_adversarial,
     check_sizes=[1, 31, 33, 1000, 1_000_003, 2**24 + 1, 2**28],

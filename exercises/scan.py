@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: fb489b6c7a7a84d46fa582d28c116913436b1071fdc7bda902275c896f93cd63
+# generated-sha256: 060cd397e98987985111dcc4761e5478033a3457eab4af5da63d1ab5e105bb6e
 # --------------------------------------------------------------------------------------------------
 """Inclusive prefix sum (scan) of a float32 vector: y[i] = x[0] + x[1] + ... + x[i].
 
@@ -104,6 +104,7 @@ op = Operator(
     validate=_validate,
     tolerance=_tolerance,
     peer=_peer,
+    other_peers=lambda size: [peers.cub_inclusive_sum_peer(size)],  # CUB's algorithm, through cuda.compute where installed
     torch_expression=lambda torch, size: lambda x: torch.cumsum(x, dim=0),  # for torch.compile
     adversarial_inputs=_adversarial,
     check_sizes=[1, 31, 257, 2049, 65_537, 1_000_003, 2**24 + 1, 2**28],

@@ -269,56 +269,6 @@ else:
         return uint32(libdevice.float_as_int(value))
 
 
-# -- an array passed as its address: one kernel parameter instead of seven ----------------------------------
-# numba passes a 1-D array to a kernel as seven parameters (meminfo, parent, item count, item size, data,
-# shape, stride), 56 bytes of the parameter block, of which a kernel that indexes it without bounds checks
-# reads only the data pointer. A kernel that takes the address (device_address, an integer) and makes the
-# array from it inside (floats_at) has one 8-byte parameter an array: every parameter it reads sits in
-# one or two lines of the constant cache, which each multiprocessor misses once a line at a launch.
-# The simulator has no device addresses: there the launcher passes the array and floats_at returns it.
-
-def device_address(a):
-    """The device address of a's first element as a kernel argument (np.uint64); the array itself in the
-    simulator. The caller keeps a alive for as long as a launch may use it."""
-    if is_simulator():
-        return a
-    return np.uint64(a.__cuda_array_interface__["data"][0])
-
-
-if is_simulator():
-    @cuda.jit(device=True)
-    def floats_at(address):
-        """The float32 array at a device address; the simulator passes the array."""
-        return address
-else:
-    @intrinsic
-    def floats_at(typingctx, address):
-        """The 1-D float32 array whose first element is at ``address`` (an integer from device_address): the
-        data pointer, marked global memory so the loads are ld.global; its shape and stride are constants no
-        kernel of these reads. An array passed instead is returned as it is (the simulator's launches, whose
-        argument types the PTX check compiles)."""
-        if isinstance(address, types.Array) and address.dtype == types.float32 and address.ndim == 1:
-            return address(address), lambda context, builder, signature, args: args[0]
-        if not isinstance(address, types.Integer):
-            raise TypingError(f"floats_at takes a device address (an integer) or a 1-D float32 array, got {address}")
-        array_type = types.Array(types.float32, 1, "C")
-
-        def codegen(context, builder, signature, args):
-            from numba.cuda.np.arrayobj import populate_array
-
-            element = ir.FloatType()
-            at = context.cast(builder, args[0], signature.args[0], types.uint64)
-            global_pointer = builder.inttoptr(at, ir.PointerType(element, addrspace=1))
-            data = builder.addrspacecast(global_pointer, ir.PointerType(element))
-            array = context.make_array(array_type)(context, builder)
-            i64 = context.get_value_type(types.intp)
-            populate_array(array, data=data, shape=[ir.Constant(i64, 2 ** 62)], strides=[ir.Constant(i64, 4)],
-                           itemsize=ir.Constant(i64, 4), meminfo=None)
-            return array._getvalue()
-
-        return array_type(address), codegen
-
-
 if is_simulator():
     @cuda.jit(device=True)
     def byte_of(word, k):

@@ -31,8 +31,8 @@ from solutions._half import (
 from solutions._references import softmax64
 from solutions._templates import instantiate
 from solutions._vector_io import (
-    SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, device_address, expect_row_width, flat_view,
-    floats_at, launch_shared_row, load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
+    SHARED_ALIGN16, SHARED_ROW_FITS, aligned16, capped, copy_row_to_shared, expect_row_width, flat_view,
+    launch_shared_row, load4, load_chunk, rows_fit_vectors, shared_row_threads, store4, store8, store_chunk)
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, stage_of
 from workbench.targets import against_peer, of_ceiling
@@ -877,46 +877,11 @@ SMALL_MAX_ROWS = 256  # ... when they are at most this many (0: never); more row
 SMALL_VECTORS = 1  # 16-byte vectors each thread holds: a 1024-column row is 256 threads (2: 128)
 SMALL_VALUES = 4 * SMALL_VECTORS
 SMALL_BLOCK_THREADS = 256  # rows narrower than 128 columns (32 threads) share a block of up to this many threads
-# The kernel takes x and out as their addresses (device_address: one 8-byte parameter each, not numba's seven) and
-# rows and cols as 32-bit integers: the parameters it reads sit in one line of the constant cache. False: as arrays.
-SMALL_ADDRESSES = True
-# In each warp the maximum first (five shuffles, no exp), then each thread's exps against the warp's maximum and their
-# sum (five shuffles): the warp's pair with no exp between shuffles. False: each thread's pair, merged five times by
-# shuffles, an exp a merge, each waiting on the one before (_merge_lanes).
-SMALL_WARP_MAX_FIRST = True
-# After the barrier every thread reads each of its row's warps' maxima from shared memory and takes the largest, M;
-# lane k rescales warp k's sum to it (one exp) and shuffles add them (_merge_warps_direct): no exp between shuffles.
-# False: one pair read and log2(warps) rounds of shuffles and merges, each waiting on the one before (_merge_warps).
-SMALL_DIRECT_PARTIALS = True
 # Rows that fill the launch exactly (cols = 4 x SMALL_VECTORS x the threads a row, rows a multiple of the rows a block:
 # 256 x 1024) take the kernel compiled with whole_row, which has no bounds checks. False: every launch has them.
 SMALL_WHOLE_ROWS = True
-# The most warps a row has (its threads at SMALL_ROW_COLS columns): _merge_warps_direct's loops' bound.
+# The most warps a row has (its threads at SMALL_ROW_COLS columns): _merge_warps' loops' bound.
 SMALL_ROW_WARPS = vector_rows_shape(1, SMALL_ROW_COLS, SMALL_VECTORS, 1024, vector=4)[1][0] // 32
-
-
-@cuda.jit(device=True, inline=True)
-def _merge_pair(m_a, s_a, m_b, s_b):
-    """_merge with FLOAT_EXP, by_shape's float32 exponential: M = max(m_a, m_b), S = s_a e^(m_a - M) +
-    s_b e^(m_b - M), one of the two factors 1."""
-    a_larger = m_a >= m_b
-    m = m_a if a_larger else m_b
-    smaller = m_b if a_larger else m_a
-    s_big = s_a if a_larger else s_b
-    s_small = s_b if a_larger else s_a
-    return m, s_big + s_small * FLOAT_EXP(smaller - m)
-
-
-@cuda.jit(device=True, inline=True)
-def _merge_lanes(m, s, offset):
-    """This lane's pair merged with the lanes offset, offset / 2, ..., 1 away (xor): each lane ends with the
-    merge of its group of 2 * offset lanes."""
-    while offset > uint32(0):
-        m_other = cuda.shfl_xor_sync(FULL_MASK, m, offset)
-        s_other = cuda.shfl_xor_sync(FULL_MASK, s, offset)
-        m, s = _merge_pair(m, s, m_other, s_other)
-        offset = uint32(offset >> uint32(1))
-    return m, s
 
 
 @cuda.jit(device=True, inline=True)
@@ -935,22 +900,11 @@ def _share_warp_pairs(m, s, maxima, sums):
 
 @cuda.jit(device=True, inline=True)
 def _merge_warps(m, s, maxima, sums):
-    """The row's pair from its warps' (a power of two of them), in each thread: each warp's pair through shared
-    memory, one barrier, and log2(warps) rounds of shuffles, each group of `warps` lanes reading them all. Where
-    _softmax_block_row reduces the maximum and then the sum, a barrier each, the pair needs one."""
-    if uint32(cuda.blockDim.x) == uint32(32):
-        return m, s
-    warps, first = _share_warp_pairs(m, s, maxima, sums)
-    i = first + (uint32(cuda.threadIdx.x) & (warps - uint32(1)))
-    return _merge_lanes(maxima[i], sums[i], uint32(warps >> uint32(1)))
-
-
-@cuda.jit(device=True, inline=True)
-def _merge_warps_direct(m, s, maxima, sums):
-    """_merge_warps without a merge after a shuffle: each thread reads every maximum of its row's warps (broadcast
-    reads, at most SMALL_ROW_WARPS: the loop unrolls) and takes the largest, M; then lane k of each group of
-    SMALL_ROW_WARPS lanes rescales warp k's sum to it, s e^(m - M) (one exp a lane), and log2(SMALL_ROW_WARPS)
-    shuffles add the group's, where _merge_warps' rounds each wait on a shuffle, then an exp."""
+    """The row's (max, sum) pair from its warps' pairs, in each thread, with no exp between two shuffles: each
+    warp's pair through shared memory, one barrier; each thread reads every maximum of its row's warps
+    (broadcast reads, at most SMALL_ROW_WARPS: the loop unrolls) and takes the largest, M; then lane k of each
+    group of SMALL_ROW_WARPS lanes rescales warp k's sum to it, s e^(m - M) (one exp a lane), and
+    log2(SMALL_ROW_WARPS) shuffles add the group's."""
     if uint32(cuda.blockDim.x) == uint32(32):
         return m, s
     warps, first = _share_warp_pairs(m, s, maxima, sums)
@@ -960,7 +914,7 @@ def _merge_warps_direct(m, s, maxima, sums):
         row_m = max(row_m, maxima[first + (uint32(j) & last)])
     k = uint32(cuda.threadIdx.x) & uint32(SMALL_ROW_WARPS - 1)
     i = first + (k & last)
-    term = sums[i] * FLOAT_EXP(maxima[i] - row_m)  # +inf or NaN in a maximum: inf - inf, a NaN sum, as _merge_pair
+    term = sums[i] * FLOAT_EXP(maxima[i] - row_m)  # +inf or NaN in a maximum: inf - inf, a NaN sum
     row_s = term if k <= last else float32(0.0)  # each warp's term once in each group of SMALL_ROW_WARPS lanes
     offset = SMALL_ROW_WARPS // 2
     while offset > 0:
@@ -970,9 +924,7 @@ def _merge_warps_direct(m, s, maxima, sums):
 
 
 @cuda.jit
-def _softmax_small_rows(x, out, rows, cols):  # x, out: the arrays or their addresses (SMALL_ADDRESSES)
-    x = floats_at(x)
-    out = floats_at(out)
+def _softmax_small_rows(x, out, rows, cols):
     maxima = cuda.shared.array(32, float32)
     sums = cuda.shared.array(32, float32)
     e = cuda.local.array(SMALL_VALUES, float32)  # x, then exp(x - m) in place: registers once the loops unroll
@@ -981,7 +933,7 @@ def _softmax_small_rows(x, out, rows, cols):  # x, out: the arrays or their addr
     step = uint32(cuda.blockDim.x * 4)
     # HINT: load4 each vector k (its columns from column(first, step, k), if below width; else -inf) into e, all first.
     # HINT: m = the maximum of LOWEST and e, then of the warp (_warp_max); e = FLOAT_EXP(e - m) in place, s their sum.
-    # HINT: the warp's pair (m, _warp_sum(s)); _merge_warps_direct gives the row's (M, S); out = e * (e^(m - M) / S).
+    # HINT: the warp's pair (m, _warp_sum(s)); _merge_warps gives the row's (M, S); out = e * (e^(m - M) / S).
     # BEGIN SOLUTION
     for k in range(SMALL_VECTORS):  # every load issued before any value is used
         c = column(first, step, k)
@@ -994,17 +946,12 @@ def _softmax_small_rows(x, out, rows, cols):  # x, out: the arrays or their addr
     m = LOWEST
     for i in range(SMALL_VALUES):
         m = max(m, e[i])
-    if SMALL_WARP_MAX_FIRST:
-        m = _warp_max(m)  # every lane of the warp: its exps against the warp's maximum, so the sums just add
+    m = _warp_max(m)  # every lane of the warp: its exps against the warp's maximum, so the sums just add
     s = float32(0.0)
     for i in range(SMALL_VALUES):
         e[i] = FLOAT_EXP(e[i] - m)
         s += e[i]
-    if SMALL_WARP_MAX_FIRST:
-        warp_m, warp_s = m, _warp_sum(s)
-    else:
-        warp_m, warp_s = _merge_lanes(m, s, uint32(16))
-    row_m, row_s = (_merge_warps_direct if SMALL_DIRECT_PARTIALS else _merge_warps)(warp_m, warp_s, maxima, sums)
+    row_m, row_s = _merge_warps(m, _warp_sum(s), maxima, sums)
     # e holds exp(x - m), against this thread's (warp's) maximum: one exp more rescales them all to the row's. A row
     # of -inf only has row_s = 0, and its 0 * inf is the NaN the float64 reference gives.
     scale = FLOAT_EXP(m - row_m) * reciprocal_ftz(row_s)  # row_s is at least 1 (or 0): never subnormal
@@ -1027,11 +974,7 @@ def small_rows(x, out):
     blocks, block = vector_rows_shape(rows, cols, SMALL_VECTORS, SMALL_BLOCK_THREADS, vector=4)
     kernel = _softmax_small_whole_rows if SMALL_WHOLE_ROWS and fills_launch(rows, cols, block, 4 * SMALL_VECTORS) \
         else _softmax_small_rows
-    x, out = flat_view(x), flat_view(out)
-    if SMALL_ADDRESSES:
-        kernel[blocks, block](device_address(x), device_address(out), np.uint32(rows), np.uint32(cols))
-    else:
-        kernel[blocks, block](x, out, rows, cols)
+    kernel[blocks, block](flat_view(x), flat_view(out), rows, cols)
 
 
 # The dispatch table: (widest row, kernel), first match wins. The kernel for any wider row last.
@@ -1057,12 +1000,13 @@ def kernel_for(cols, table=BY_SHAPE):
     after each shuffle, eight in a row at 256 threads, each waiting on the last. Each thread keeps its
     exp(x - m) in registers, scales them by e^(m - M) / S (one exp more) and stores them with one 16-byte
     store. What is left is the bookkeeping torch.compile's kernel, compiled for one shape, does not have:
-    the kernel takes x and out as their addresses, a parameter each (numba passes an array as seven:
-    item count, shape, strides and more beside the data pointer), so every parameter it reads lies in one
-    line of the constant cache, which each multiprocessor misses once a launch, and rows that fill their
-    launch exactly (1024 wide) take it compiled without bounds checks, its load waiting on nothing but the
-    row's address. It compiles to about 185 instructions a thread, where the pairs merged lane by lane
-    took about 300. More rows up to 1024 wide get a warp each (four to a block; one,
+    rows that fill their launch exactly (1024 wide) take the kernel compiled without bounds checks, its
+    load waiting on nothing but the row's address: 3.4 us at 256 rows against 3.6 with the checks
+    (torch.compile 3.1 in the same run). It compiles to about 185 instructions a thread, where the pairs
+    merged lane by lane took about 300, yet the two merges ran level (3.4 us both): the time is the
+    row's memory round trips, not its instructions. So were x and out passed as one 8-byte address each
+    instead of numba's seven values an array (3.6 us both), though Nsight Compute had counted twice
+    torch.compile's constant-cache misses. More rows up to 1024 wide get a warp each (four to a block; one,
     when rows are fewer than 4096, to spread them over every SM): the row sits in registers, 32 values a
     lane, read once with 16-byte loads (load4) and written once with 16-byte stores, and the reductions are
     shuffles alone, no barrier. Rows up to 8192 wide take the fp16/bf16

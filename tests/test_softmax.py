@@ -132,22 +132,12 @@ def test_small_rows(size, monkeypatch):
     np.testing.assert_allclose(got, softmax.softmax64(x), rtol=1e-5, atol=1e-7, equal_nan=True)
 
 
-SMALL_MERGES = {"pairs merged lane by lane, then shuffled": {"SMALL_WARP_MAX_FIRST": False,
-                                                              "SMALL_DIRECT_PARTIALS": False},
-                "warp max first, warps' pairs shuffled": {"SMALL_DIRECT_PARTIALS": False},
-                "pairs merged lane by lane, warps' pairs read": {"SMALL_WARP_MAX_FIRST": False},
-                "with bounds checks everywhere": {"SMALL_WHOLE_ROWS": False}}
-
-
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@pytest.mark.parametrize("setting", SMALL_MERGES)
-def test_small_rows_each_way_to_merge(setting, monkeypatch):
-    """small_rows with its switches off, one by one (the simulator reads the module's constants as it runs; the
-    whole-rows kernel, instantiated at import, does not, so it is off): the same rows as test_small_rows at 1024 (8
-    warps), 200 (2 warps a row, rows past the last) and 300 (4 warps)."""
+def test_small_rows_with_bounds_checks_everywhere(monkeypatch):
+    """small_rows with SMALL_WHOLE_ROWS off (the simulator reads the module's constants as it runs): the same rows
+    as test_small_rows at 1024 (8 warps), 200 (2 warps a row, rows past the last) and 300 (4 warps)."""
     no_small_fallback(monkeypatch)
-    for name, value in {"SMALL_WHOLE_ROWS": False, **SMALL_MERGES[setting]}.items():
-        monkeypatch.setattr(softmax, name, value)
+    monkeypatch.setattr(softmax, "SMALL_WHOLE_ROWS", False)
     for size in [(3, 1024), (5, 200), (3, 300)]:
         (x,) = op.make_inputs(size, np.random.default_rng(size[1]))
         x[-1, 3] = np.nan
@@ -182,10 +172,10 @@ def test_small_rows_without_bounds_checks_only_where_rows_fill_the_launch(monkey
 
 @pytest.mark.slow
 @pytest.mark.sim_only
-def test_small_rows_takes_addresses_and_32_bit_sizes():
-    """On the GPU small_rows passes x and out as addresses (SMALL_ADDRESSES) and rows, cols as uint32: both kernels
-    compile for that signature to four parameters, one 16-byte load and one 16-byte store; the one for whole rows
-    reads neither rows nor a row's width past its address (no bounds check)."""
+def test_small_rows_kernel_for_whole_rows_reads_no_row_count():
+    """Compiled as the GPU launches them (two 1-D arrays, rows, cols): both kernels make one 16-byte load and one
+    16-byte store a thread; the one for rows that fill the launch never reads rows (parameter 14, after the
+    arrays' seven values each): no bounds check is left in it."""
     import os
     import subprocess
     import sys
@@ -194,17 +184,19 @@ def test_small_rows_takes_addresses_and_32_bit_sizes():
         "import re, workbench\n"
         "from numba import cuda, types\n"
         "import solutions.softmax as S\n"
-        "sig = (types.uint64, types.uint64, types.uint32, types.uint32)\n"
+        "sig = (types.float32[::1], types.float32[::1], types.int64, types.int64)\n"
         "for name in ('_softmax_small_rows', '_softmax_small_whole_rows'):\n"
         "    ptx, _ = cuda.compile_ptx(getattr(S, name).py_func, sig, cc=(9, 0))\n"
-        "    used = sorted(set(re.findall(r'ld\\.param\\.\\w+\\s+%\\w+, \\[\\w+_param_(\\d+)\\]', ptx)))\n"
-        "    print(name, ptx.count('.param '), ptx.count('ld.global.v4.f32'), ptx.count('st.global.v4.f32'),"
-        " ','.join(used))\n")
+        "    used = sorted(set(re.findall(r'ld\\.param\\.\\w+\\s+%\\w+, \\[\\w+_param_(\\d+)\\]', ptx)), key=int)\n"
+        "    print(name, ptx.count('ld.global.v4.f32'), ptx.count('st.global.v4.f32'), ','.join(used))\n")
     env = dict(os.environ, WORKBENCH_MODE="compile", NUMBA_ENABLE_CUDASIM="0")
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "_softmax_small_rows 4 1 1 0,1,2,3" in done.stdout, done.stdout
-    assert "_softmax_small_whole_rows 4 1 1 0,1,3" in done.stdout, done.stdout
+    found = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines() if line.startswith("_softmax")}
+    for name in ("_softmax_small_rows", "_softmax_small_whole_rows"):
+        assert found[name][:2] == ["1", "1"], done.stdout
+    assert "14" in found["_softmax_small_rows"][2].split(","), done.stdout
+    assert "14" not in found["_softmax_small_whole_rows"][2].split(","), done.stdout
 
 
 def test_small_rows_large_logits_and_minus_inf_rows(monkeypatch):
@@ -337,8 +329,7 @@ BY_SHAPE_SETTINGS = [({"NARROW_ROW_COLS": "1024"}, "narrow_vector_rows"), (TO_VE
                      ({"NARROW_ROW_COLS": "1024", "NARROW_FLOAT_VECTORS": "2"}, "narrow_vector_rows"),
                      ({"SMALL_MAX_ROWS": "0"}, "small_rows"), ({"FLOAT_EXP": "fast_exp"}, "small_rows"),
                      ({"SMALL_VECTORS": "2", "SMALL_BLOCK_THREADS": "128"}, "small_rows"),
-                     ({"SMALL_ADDRESSES": "False", "SMALL_WARP_MAX_FIRST": "False", "SMALL_DIRECT_PARTIALS": "False",
-                       "SMALL_WHOLE_ROWS": "False"}, "small_rows")]
+                     ({"SMALL_WHOLE_ROWS": "False"}, "small_rows")]
 
 
 @pytest.mark.slow
