@@ -209,3 +209,53 @@ def test_a_cuda_compute_peer_builds_once_sizes_its_scratch_once_and_runs_each_ca
     launch(d_x, d_y)
     assert name == "cuda.compute.inclusive_scan" and (fake.built, fake.sized, fake.ran) == (1, 1, [5, 5])
     np.testing.assert_array_equal(d_y.copy_to_host(), np.cumsum(x))
+
+
+class _EventsTheGpuPassedAtOnce:
+    """CUDA events of a GPU that had finished its sleep before Python queued the sample: each start has
+    already been passed when it is queried (what a call that waits for the GPU, or a stalled host, looks like)."""
+
+    def record(self):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def query(self):
+        return True
+
+
+def test_samples_the_gpu_waited_for_python_in_are_counted(monkeypatch):
+    """measure() retakes a starved sample behind longer sleeps; one starved at every take is counted, so that a
+    time of the host is never reported as a kernel's."""
+    import time
+
+    from numba import cuda as numba_cuda
+
+    from workbench import timing
+
+    monkeypatch.setattr(numba_cuda, "event", lambda: _EventsTheGpuPassedAtOnce())
+    monkeypatch.setattr(numba_cuda, "event_elapsed_time", lambda a, b: 0.001, raising=False)  # 1 us: quicker than Python
+    monkeypatch.setattr(numba_cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(timing, "keep_gpu_busy", lambda us: None)
+
+    def slow_python_call():
+        until = time.perf_counter() + 20e-6
+        while time.perf_counter() < until:
+            pass
+
+    measured = timing.measure(slow_python_call, [()], samples=5, budget_s=0.5)
+    assert measured.starved_samples == measured.samples == 5
+
+
+def test_a_host_bound_timing_is_a_failure_not_a_record(monkeypatch):
+    def measure(launch, arg_sets):
+        launch(*arg_sets[0])
+        return bench.Timing(90.0, 60.0, 100.0, 50.0, 7, 1, 850.0, starved_samples=5)
+
+    monkeypatch.setattr(bench, "measure", measure)
+    op = _operator(peer=_eager_peer)
+    records, failures = bench.bench_size(op, op.stages, SIZE, {}, np.random.default_rng(0), ENV)
+    assert records == []
+    assert failures[0] == ("eager @ 5: the GPU waited for Python in 5 of 7 samples (each call 850 us on the host): "
+                           "a time of the host, not of the kernels; not recorded")

@@ -158,6 +158,11 @@ def bench_size(op: Operator, stages: list[Stage], size, peaks: dict, rng: np.ran
                 return None
             rel_err = result.rel_err
         timing = measure(launch, arg_sets)
+        if 2 * timing.starved_samples > timing.samples:
+            failures.append(f"{name} @ {size_label(size)}: the GPU waited for Python in {timing.starved_samples} of "
+                            f"{timing.samples} samples (each call {timing.host_call_us:.0f} us on the host): a time "
+                            "of the host, not of the kernels; not recorded")
+            return None
         return {**base, "rel_err": rel_err, **_figures(op, size, timing, traffic, peaks, stage)}
 
     peer_records = []

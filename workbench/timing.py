@@ -41,6 +41,9 @@ class Timing:
     samples: int
     launches_per_sample: int
     host_call_us: float  # one synchronous call from Python: launch overhead + run + wait
+    # samples whose every take found the GPU idle before Python had queued them (the sleep ran out each time:
+    # a call that waits for the GPU, or a host much slower than its 20-call estimate): they time Python
+    starved_samples: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -135,6 +138,7 @@ def measure(fn: Callable, arg_sets: Sequence[tuple], *, samples: int = 25, min_s
     launches = int(min(max_launches, max(1, math.ceil(min_sample_us / max(one, 0.5)))))
     start, end = cuda.event(), cuda.event()
     per_launch = []
+    still_starved = 0
     deadline = time.perf_counter() + budget_s
     k = 0
     sleep_us = launches * enqueue_us * 1.5 + 50
@@ -161,13 +165,14 @@ def measure(fn: Callable, arg_sets: Sequence[tuple], *, samples: int = 25, min_s
             end.synchronize()
             if not starved:
                 break
-            sleep_us *= 2  # (the last attempt is kept, whatever it says)
+            sleep_us *= 2  # (the last attempt is kept, and counted if it still says so)
+        still_starved += starved
         per_launch.append(cuda.event_elapsed_time(start, end) * 1000 / launches)
         if s >= 4 and time.perf_counter() > deadline:
             break
     t = np.array(per_launch)
     return Timing(float(np.median(t)), float(np.percentile(t, 10)), float(np.percentile(t, 90)),
-                  float(t.min()), len(t), launches, host_us)
+                  float(t.min()), len(t), launches, host_us, int(still_starved))
 
 
 def rotation_count(bytes_per_set: int, l2_bytes: int, max_sets: int = 64) -> int:
