@@ -245,7 +245,7 @@ def bench_target(target: str, given_sizes, seed, save: bool, quick: bool = False
     import numpy as np
 
     from . import results
-    from .bench import bench_size
+    from .bench import bench_size, check_ceilings
 
     op, stages = registry.resolve(target)
     peaks = _peaks_for_device()
@@ -262,6 +262,7 @@ def bench_target(target: str, given_sizes, seed, save: bool, quick: bool = False
 
         for size in chosen:
             recs, fails = bench_size(op, stages, size, peaks, rng, env, step, with_compile=with_compile)
+            peaks = check_ceilings(recs, peaks, lambda line: err.print(line, markup=False, highlight=False))
             records += recs
             failures += fails
             if save and recs:  # after every size: an interrupted run keeps what it measured
@@ -369,6 +370,8 @@ def cmd_sweep(args) -> int:
 
 def peaks_table(peaks: dict, heading: str) -> Table:
     """The memory ceilings by access pattern beside NVIDIA's figure, then the library GEMM rates."""
+    from rich.markup import escape
+
     from .bench import PATTERN_PEAK
     from .ceilings import MEASURED_BY, datasheet_gbps
 
@@ -392,6 +395,9 @@ def peaks_table(peaks: dict, heading: str) -> Table:
         kept = (peaks.get("kept") or {}).get(key)
         if kept:  # an earlier run on this device model measured more: the ceiling keeps that
             how = f"{kept['value']:.0f} on {(kept.get('date') or '?')[:10]}, above this run's {how}"
+        again = (peaks.get("remeasured") or {}).get(key)
+        if again:  # measured again during a bench run, because a record had moved more
+            how += f"; measured again on {again['date'][:10]} ({again['gbps']:.0f}) as {escape(again['because'])}"
         table.add_row(pattern, how, f"{gbps:.0f}" if gbps else "not measured",
                       f"{100 * gbps / sheet:.0f}" if gbps and sheet else "—")
     table.add_row("datasheet", "NVIDIA's figure (not a ceiling)", f"{sheet:.0f}" if sheet else "unknown",
