@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 71a5684b2beeea3f9b78aca44464d4ab3cd0469b064be4ed427313a53bbfe662
+# generated-sha256: 87871da3f78f60bbb0cd16cc901a7e9bbbe22d176c2f88d598159484a05455d5
 # --------------------------------------------------------------------------------------------------
 """Decode attention: one new query token per sequence against its KV cache (fp16 cache, fp32 arithmetic).
 
@@ -911,10 +911,12 @@ def _chunk_ring(q, k, v, part_o, part_ml, scale_log2e, S, Hkv, chunk):
 
 def _ring_kernel(group):
     namespace = {**globals(), "GROUP": group}
-    namespace["STEP"] = instantiate(_group_step, namespace, f"_group_step{group}", jit={"device": True, "inline": True})
+    namespace["STEP"] = GROUP_STEPS[group] = instantiate(_group_step, namespace, f"_group_step{group}",
+                                                         jit={"device": True, "inline": True})
     return instantiate(_chunk_ring, namespace, f"_chunk_ring{group}", jit={})
 
 
+GROUP_STEPS = {}  # each group size's _group_step (stage 7 takes the same arithmetic)
 RING_KERNELS = {group: _ring_kernel(group) for group in range(1, MAX_GROUP + 1)}
 
 
@@ -1058,12 +1060,13 @@ def _chunk_tma(q, part_o, part_ml, scale_log2e, S, Hkv, chunk, map_k, map_v):
             l[i] = float32(0.0)
             for t in range(HALVES):
                 o[i, t] = float32(0.0)
-        lane_word = pad // 4 + _tile_lane_word()  # in the first slot
+        lane_word = _tile_lane_word()  # from the start of a slot
         inside = HALVES * (cuda.threadIdx.x % ROW_LANES) < D  # at D = 64 a row's last 8 lanes have nothing
         for tile in range(tiles):
             mbarrier_wait(full + uint64(8 * slot), phase)  # the tile's bytes have landed
             for step in range(STEPS_PER_TILE):
-                _read_tile_step(smem, lane_word + slot * (SLOT_BYTES // 4), inside, step, kw, vw)
+                slot_word = (pad + slot * SLOT_BYTES) // 4
+                _read_tile_step(smem, slot_word + lane_word, inside, step, kw, vw)
                 if step == STEPS_PER_TILE - 1:  # the tile is in registers: the slot may be refilled now
                     mbarrier_arrive(empty + uint64(8 * slot))
                 STEP(kw, vw, qr, o, m, l, s, m_new, f, start + tile * TILE_KEYS + step * STEP_KEYS, end)  # noqa: F821
@@ -1077,7 +1080,7 @@ def _chunk_tma(q, part_o, part_ml, scale_log2e, S, Hkv, chunk, map_k, map_v):
 
 
 def _tma_kernel(group):
-    namespace = {**globals(), "GROUP": group, "STEP": globals()[f"_group_step{group}"]}  # stage 6's STEP
+    namespace = {**globals(), "GROUP": group, "STEP": GROUP_STEPS[group]}  # stage 6's arithmetic
     return instantiate(_chunk_tma, namespace, f"_chunk_tma{group}", jit={})
 
 
@@ -1091,22 +1094,23 @@ def _cache_rows(a):
 
 @op.stage("tma_ring", """
     In stage 6 each of a block's 128 threads copied its own 16-byte pieces: per step, eight cp.async,
-    each with its row, its place in the ring and its bounds worked out in registers, all of it issued
-    by the same warps that compute the scores. Hopper has a copy engine for this, TMA: given a tensor
-    map (built once on the host: the cache as a (B Hkv S) x D matrix, boxes of 64 columns, rows past
-    the matrix read as zeros), one cp.async.bulk.tensor instruction copies a whole box, and the engine
-    does the address arithmetic. The block is now warp-specialised: one thread of a fifth warp, the
-    producer, keeps a ring of six slots full, each slot a tile of 32 keys of K and of V (16 KiB, four
-    copies at D = 128), each copy completing on the slot's "full" mbarrier, which the producer first
-    tells how many bytes to expect. Stage 6's four warps are the consumers: they wait on "full", read
-    their words with ld.shared.v4 at constant offsets from one address (the tile is 128-byte
-    swizzled; a lane's keys are whole swizzle atoms apart, so the swizzle is worked out once), arrive
-    on the slot's "empty" barrier as soon as the tile is in registers, and run stage 5's arithmetic;
-    the producer waits on "empty" before it refills the slot. Rows past the chunk's end are the next
-    head's (or zeros): finite, so their scores masked to -inf give weights of exactly 0. The consumers
-    no longer spend instructions or registers on copies (the group-1 kernel needs 56 registers a
-    thread, stage 6's 64), and the bytes on their way no longer depend on the consumers' progress:
-    with two blocks of 96 KiB of ring on a multiprocessor, up to five tiles of each block, 160 KiB a
+    each with its row, its place in the ring and its bounds worked out in registers, all of it issued by
+    the same warps that compute the scores. Hopper has a copy engine for this, TMA: given a tensor map
+    (built once on the host: the cache as a (B Hkv S) x D matrix, boxes of 64 columns, rows past the
+    matrix read as zeros), one cp.async.bulk.tensor instruction copies a whole box, and the engine does
+    the address arithmetic. The block is now warp-specialised: one thread of a fifth warp, the producer,
+    keeps a ring of six slots full, each slot a tile of 32 keys of K and of V (16 KiB: the 1,024
+    cp.async of a stage-6 step become four copies at D = 128), each copy completing on the slot's "full"
+    mbarrier, which the producer first tells how many bytes to expect. Stage 6's four warps are the
+    consumers: they wait on "full", read their words with ld.shared.v4 at constant offsets from one
+    address (the tile is 128-byte swizzled; a lane's keys are whole swizzle atoms apart, so the swizzle
+    is worked out once), arrive on the slot's "empty" barrier as soon as the tile is in registers, and
+    run stage 5's arithmetic; the producer waits on "empty" before it refills the slot. Rows past the
+    chunk's end are the next head's (or zeros): finite, so their scores masked to -inf give weights of
+    exactly 0. The consumers no longer spend instructions or registers on copies (the group-1 kernel
+    needs 56 registers a thread, stage 6's 64), and the bytes on their way no longer depend on the
+    consumers' progress: two blocks fit a multiprocessor (96 KiB of ring each; with 8 query heads a KV
+    head, the merge's arrays leave room for one), and up to five tiles of each, 160 KiB a
     multiprocessor, are in flight while the consumers work on a sixth. A head size that is not a
     multiple of 64 (no whole 128-byte box), or a cache the copy engine cannot read, runs stage 6.""")
 def tma_ring(q, k, v, out):

@@ -140,7 +140,8 @@ def test_tma_ring_consumers_wait_for_their_tile(monkeypatch):
     size = (1, 2, 1, 70, 64)
     kernel = da.TMA_KERNELS[2]
     monkeypatch.setitem(kernel.py_func.__globals__, "mbarrier_wait", wait_unless_full)
-    assert _check_all_inputs(da.op["tma_ring"], size, seed=3)
+    failures = _check_all_inputs(da.op["tma_ring"], size, seed=3)
+    assert failures and all("NaN" in f for f in failures), failures  # unwritten shared memory: NaN in the simulator
 
 
 @pytest.mark.sim_only
@@ -185,7 +186,8 @@ def test_tma_ring_kernels_compile_without_spills():
         "for g in (1, 2, 4):\n"
         "    r = compile_kernel('x', 'solutions.decode_attention', f'_chunk_tma{g}', sig, True)\n"
         "    ptx, _ = cuda.compile_ptx(getattr(da, f'_chunk_tma{g}').py_func, sig, cc=(9, 0))\n"
-        "    shape = ('v4' if 'ld.shared.v4' in ptx else 'no-v4') + ('-bulk' if 'cp.async.bulk.tensor' in ptx else '')\n"
+        "    shape = 'v4' if 'ld.shared.v4' in ptx else 'no-v4'\n"
+        "    shape += '-bulk' if 'cp.async.bulk.tensor' in ptx else ''\n"
         "    shape += '-cpasync' if 'cp.async.ca' in ptx or 'cp.async.cg' in ptx else ''\n"
         "    print('tma', g, r.status, r.registers, r.spill_bytes, shape)\n"
     )
