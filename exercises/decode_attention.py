@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 87871da3f78f60bbb0cd16cc901a7e9bbbe22d176c2f88d598159484a05455d5
+# generated-sha256: 315a45cdd5a57c6a95ebb8b3bf8a1a032a5108223eacfbeec7b126a987d87267
 # --------------------------------------------------------------------------------------------------
 """Decode attention: one new query token per sequence against its KV cache (fp16 cache, fp32 arithmetic).
 
@@ -947,13 +947,13 @@ def async_ring(q, k, v, out):
 
 # -- 7. tma_ring: one producer thread streams whole tiles by TMA, four consumer warps compute ----------
 
-TILE_KEYS = 32  # keys a tile, a multiple of STEP_KEYS (the consumers take it a step at a time)
+TILE_KEYS = 32  # keys a tile, a multiple of STEP_KEYS (the consumers take it a step at a time), at most 128
 RING_SLOTS = 6  # tiles in the ring: while the consumers use one, the copy engine fills the others
 TMA_BLOCKS_PER_SM = 32  # the splits: about this many blocks a multiprocessor over the whole grid
 TMA_THREADS = THREADS + 32  # stage 6's four warps (the consumers), then the producer warp
 STEPS_PER_TILE = TILE_KEYS // STEP_KEYS
-BOX_BYTES = TILE_KEYS * 128  # one TMA box: the tile's rows, 64 columns (128 bytes: the swizzle's row) each
-TILE_BYTES = TILE_KEYS * MAX_HEAD_DIM * 2  # a tile of K (or V): its two boxes one after the other
+BOX_HALVES = 64  # the copy engine's box is 64 halves wide: 128 bytes, the row of its 128-byte swizzle
+TILE_BYTES = TILE_KEYS * MAX_HEAD_DIM * 2  # a slot's room for a tile of K (or V)
 SLOT_BYTES = 2 * TILE_BYTES  # a slot of the ring: K's tile, then V's
 BARRIERS_AT = RING_SLOTS * SLOT_BYTES  # after the slots: RING_SLOTS "full" mbarriers, then RING_SLOTS "empty"
 TMA_SHARED_BYTES = 1024 + BARRIERS_AT + 2 * 8 * RING_SLOTS  # 1 KiB more, to reach a 1024-byte boundary
@@ -962,39 +962,38 @@ _swizzled = cuda.jit(device=True, inline=True)(swizzle_128b)  # the host's rule,
 
 
 @cuda.jit(device=True, inline=True)
-def _copy_tile(slot_at, map_k, map_v, row, D, full):
-    """The producer's copies of rows row .. row + TILE_KEYS - 1 of the (B Hkv S) x D cache, K and V, into
-    the slot at slot_at: one TMA instruction per 64-column box, D / 64 for each, all completing on the
-    slot's ``full`` barrier, told first how many bytes to wait for. Rows past the chunk's end are the next
-    head's (past the cache, zeros): finite, and their scores are masked to -inf."""
+def _copy_tile(slot_at, map_k, map_v, key_row, D, full):
+    """The producer's copies of keys key_row .. key_row + TILE_KEYS - 1 (rows of the (B Hkv S) x D cache),
+    K and V, into the slot at slot_at: one TMA instruction each, both completing on the slot's ``full``
+    barrier, told first how many bytes to wait for. The maps see the cache as rows of BOX_HALVES halves, a
+    key D / 64 of them, so that one box is TILE_KEYS whole keys, contiguous in memory. Keys past the
+    chunk's end are the next head's (past the cache, zeros): finite, and their scores are masked."""
     mbarrier_arrive_expect_tx(full, 2 * TILE_KEYS * D * 2)
-    for box in range(D // 64):
-        tma_load_2d(slot_at + uint64(box * BOX_BYTES), map_k, 64 * box, row, full)
-        tma_load_2d(slot_at + uint64(TILE_BYTES + box * BOX_BYTES), map_v, 64 * box, row, full)
+    row = key_row * (D // BOX_HALVES)
+    tma_load_2d(slot_at, map_k, 0, row, full)
+    tma_load_2d(slot_at + uint64(TILE_BYTES), map_v, 0, row, full)
 
 
 @cuda.jit(device=True, inline=True)
-def _tile_lane_word():
-    """Where this lane's 16 bytes of its first key sit in a slot's K tile, in 32-bit words.
-    The lane has stage 4's place (row thread // 16, 16-byte chunk thread % 16 of the 256-byte row); the
-    chunk is in box chunk // 8, where the 128-byte swizzle moved it. The lane's other keys of the tile are
-    whole multiples of 8 rows (a swizzle atom) further, where the swizzle is the same: each is a constant
-    distance from this one, so this is all the address arithmetic a consumer does. A half-warp reads one
-    row's 16 chunks, each 8 of them a permutation of one 128-byte row: no bank conflicts."""
-    chunk = cuda.threadIdx.x % ROW_LANES
-    at = _swizzled((chunk // 8) * BOX_BYTES + (cuda.threadIdx.x // ROW_LANES) * 128 + (chunk % 8) * 16)
-    return at // 4
+def _tile_lane_word(D):
+    """Where this lane's 16 bytes of its first key sit in a slot's K tile, in 32-bit words from the slot's
+    start. The tile is the keys' rows as in memory (2D bytes each), each 16-byte chunk moved by the
+    128-byte swizzle; the lane has stage 4's place (row thread // 16, chunk thread % 16 of the row). Its
+    other keys are multiples of 8 rows further (of 1024 bytes or more: whole swizzle atoms), where the
+    swizzle is the same, so this is the one swizzle a consumer computes. A half-warp reads one key's
+    chunks: 128-byte rows of shared memory, each permuted, so no two lanes of a quarter-warp share a bank."""
+    return _swizzled((cuda.threadIdx.x // ROW_LANES) * 2 * D + 16 * (cuda.threadIdx.x % ROW_LANES)) // 4
 
 
 @cuda.jit(device=True, inline=True)
-def _read_tile_step(ring, lane_word, inside, step, kw, vw):
-    """This lane's words of step ``step`` of a landed tile (lane_word: its first key's, in the tile's
-    slot): the KEYS_AT_ONCE keys stage 6 gave it, ROWS_AT_ONCE rows apart, K's and V's, one ld.shared.v4
-    each at a constant offset; zeros where its features are past D (not ``inside``), as in stage 4."""
+def _read_tile_step(ring, lane_word, key_words, inside, step, kw, vw):
+    """This lane's words of step ``step`` of a landed tile (lane_word: its first key's; keys key_words
+    apart): the KEYS_AT_ONCE keys stage 6 gave it, ROWS_AT_ONCE rows apart, K's and V's, one ld.shared.v4
+    each; zeros where its features are past D (not ``inside``), as in stage 4."""
     for key in range(KEYS_AT_ONCE):
         w0 = w1 = w2 = w3 = u0 = u1 = u2 = u3 = uint32(0)
         if inside:
-            at = lane_word + (STEP_KEYS * step + ROWS_AT_ONCE * key) * 32  # rows of 128 bytes: 32 words
+            at = lane_word + (STEP_KEYS * step + ROWS_AT_ONCE * key) * key_words
             w0, w1, w2, w3 = load4(ring, at)
             u0, u1, u2, u3 = load4(ring, at + TILE_BYTES // 4)
         kw[key, 0] = w0
@@ -1044,14 +1043,14 @@ def _chunk_tma(q, part_o, part_ml, scale_log2e, S, Hkv, chunk, map_k, map_v):
     slot = 0  # the slot of the ring that tile n uses: n % RING_SLOTS, and the parity of the phase
     phase = 0  # of its barriers that tile n completes: (n // RING_SLOTS) % 2, flipped each round
     if cuda.threadIdx.x == THREADS:  # the producer
-        first_row = (b * Hkv + g) * S + start  # the chunk's first row in the (B Hkv S) x D views
+        first_key = (b * Hkv + g) * S + start  # the chunk's first key: its row of the (B Hkv S) x D cache
         for tile in range(tiles):
             # Wait until the consumers have read the slot's tile of the round before. In the first round
             # there is none: a fresh barrier counts as having completed the phase "before" its first,
             # of parity 1, so that wait returns at once.
             mbarrier_wait(empty + uint64(8 * slot), phase ^ 1)
             _copy_tile(ring_at + uint64(slot * SLOT_BYTES), map_k.ctypes.data, map_v.ctypes.data,
-                       first_row + tile * TILE_KEYS, D, full + uint64(8 * slot))
+                       first_key + tile * TILE_KEYS, D, full + uint64(8 * slot))
             slot, phase = (0, phase ^ 1) if slot == RING_SLOTS - 1 else (slot + 1, phase)
     elif cuda.threadIdx.x < THREADS:  # a consumer: stage 6's arithmetic, its words from the slots
         for i in range(GROUP):  # noqa: F821
@@ -1060,13 +1059,13 @@ def _chunk_tma(q, part_o, part_ml, scale_log2e, S, Hkv, chunk, map_k, map_v):
             l[i] = float32(0.0)
             for t in range(HALVES):
                 o[i, t] = float32(0.0)
-        lane_word = _tile_lane_word()  # from the start of a slot
-        inside = HALVES * (cuda.threadIdx.x % ROW_LANES) < D  # at D = 64 a row's last 8 lanes have nothing
+        lane_word = _tile_lane_word(D)  # from the start of a slot
+        inside = HALVES * (cuda.threadIdx.x % ROW_LANES) < D  # at D = 64 a half-warp's last 8 lanes have no features
         for tile in range(tiles):
             mbarrier_wait(full + uint64(8 * slot), phase)  # the tile's bytes have landed
             for step in range(STEPS_PER_TILE):
                 slot_word = (pad + slot * SLOT_BYTES) // 4
-                _read_tile_step(smem, slot_word + lane_word, inside, step, kw, vw)
+                _read_tile_step(smem, slot_word + lane_word, D // 2, inside, step, kw, vw)
                 if step == STEPS_PER_TILE - 1:  # the tile is in registers: the slot may be refilled now
                     mbarrier_arrive(empty + uint64(8 * slot))
                 STEP(kw, vw, qr, o, m, l, s, m_new, f, start + tile * TILE_KEYS + step * STEP_KEYS, end)  # noqa: F821
@@ -1087,44 +1086,46 @@ def _tma_kernel(group):
 TMA_KERNELS = {group: _tma_kernel(group) for group in range(1, MAX_GROUP + 1)}
 
 
-def _cache_rows(a):
-    """The B x H x S x D cache as its (B H S) x D view, the 2-D tensor a TMA map describes."""
-    return _rows(a if hasattr(a, "is_c_contiguous") else cuda.as_cuda_array(a))
+def _box_rows(a):
+    """The B x H x S x D cache as rows of BOX_HALVES halves (a view): the 2-D tensor the TMA maps describe."""
+    a = a if hasattr(a, "is_c_contiguous") else cuda.as_cuda_array(a)
+    return a.reshape(a.size // BOX_HALVES, BOX_HALVES)
 
 
 @op.stage("tma_ring", """
     In stage 6 each of a block's 128 threads copied its own 16-byte pieces: per step, eight cp.async,
     each with its row, its place in the ring and its bounds worked out in registers, all of it issued by
     the same warps that compute the scores. Hopper has a copy engine for this, TMA: given a tensor map
-    (built once on the host: the cache as a (B Hkv S) x D matrix, boxes of 64 columns, rows past the
-    matrix read as zeros), one cp.async.bulk.tensor instruction copies a whole box, and the engine does
-    the address arithmetic. The block is now warp-specialised: one thread of a fifth warp, the producer,
-    keeps a ring of six slots full, each slot a tile of 32 keys of K and of V (16 KiB: the 1,024
-    cp.async of a stage-6 step become four copies at D = 128), each copy completing on the slot's "full"
-    mbarrier, which the producer first tells how many bytes to expect. Stage 6's four warps are the
-    consumers: they wait on "full", read their words with ld.shared.v4 at constant offsets from one
-    address (the tile is 128-byte swizzled; a lane's keys are whole swizzle atoms apart, so the swizzle
-    is worked out once), arrive on the slot's "empty" barrier as soon as the tile is in registers, and
-    run stage 5's arithmetic; the producer waits on "empty" before it refills the slot. Rows past the
-    chunk's end are the next head's (or zeros): finite, so their scores masked to -inf give weights of
-    exactly 0. The consumers no longer spend instructions or registers on copies (the group-1 kernel
-    needs 56 registers a thread, stage 6's 64), and the bytes on their way no longer depend on the
-    consumers' progress: two blocks fit a multiprocessor (96 KiB of ring each; with 8 query heads a KV
-    head, the merge's arrays leave room for one), and up to five tiles of each, 160 KiB a
-    multiprocessor, are in flight while the consumers work on a sixth. A head size that is not a
-    multiple of 64 (no whole 128-byte box), or a cache the copy engine cannot read, runs stage 6.""")
+    (built once on the host: here the cache seen as rows of 64 halves, 128 bytes, so that a box of 64 of
+    them is 32 whole keys of D = 128, 8 KiB in one piece; rows past the cache read as zeros), one
+    cp.async.bulk.tensor instruction copies a whole box, and the engine does the address arithmetic. The
+    block is now warp-specialised: one thread of a fifth warp, the producer, keeps a ring of six slots
+    full, each slot a tile of 32 keys of K and of V (16 KiB: the 1,024 cp.async of a stage-6 step become
+    two copies), each copy completing on the slot's "full" mbarrier, which the producer first tells how
+    many bytes to expect. Stage 6's four warps are the consumers: they wait on "full", read their words
+    with ld.shared.v4, each a fixed distance from one address (the tile lands 128-byte swizzled; a
+    lane's keys are whole swizzle atoms apart, so the swizzle is worked out once), arrive on the slot's
+    "empty" barrier as soon as the tile is in registers, and run stage 5's arithmetic; the producer
+    waits on "empty" before it refills the slot. Rows past the chunk's end are the next head's (or
+    zeros): finite, so their scores masked to -inf give weights of exactly 0. The consumers no longer
+    spend instructions or registers on copies (the group-1 kernel needs 61 registers a thread, stage 6's
+    64), and the bytes on their way no longer depend on the consumers' progress: two blocks fit a
+    multiprocessor (96 KiB of ring each; with 8 query heads a KV head, the merge's arrays leave room for
+    one), and up to five tiles of each, 160 KiB a multiprocessor, are in flight while the consumers work
+    on a sixth. A head size that is not a multiple of 64 (no whole 128-byte box), or a cache the copy
+    engine cannot read, runs stage 6.""")
 def tma_ring(q, k, v, out):
     B, Hq, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
-    k_rows, v_rows = _cache_rows(k), _cache_rows(v)  # (kept alive here: the simulator's maps name them)
-    if D % 64 or not tma_ok(k_rows, v_rows):  # whole 128-byte boxes of TMA-readable rows, or stage 6
+    if D % BOX_HALVES or not tma_ok(_box_rows(k), _box_rows(v)):  # a key of whole 128-byte rows, or stage 6
         async_ring.launch(q, k, v, out)
         return
     group = Hq // Hkv
     splits, chunk = _wide_splits(B * Hkv, S, TILE_KEYS, TMA_BLOCKS_PER_SM)
     part_o = scratch("decode_attention.part_o", (B * Hq * splits, D))
     part_ml = scratch("decode_attention.part_ml", (B * Hq * splits, 2))
-    maps = (tensor_map(k_rows, 64, TILE_KEYS), tensor_map(v_rows, 64, TILE_KEYS))
+    k_rows, v_rows = _box_rows(k), _box_rows(v)  # (kept alive here: the simulator's maps name them)
+    maps = tuple(tensor_map(rows, BOX_HALVES, TILE_KEYS * D // BOX_HALVES) for rows in (k_rows, v_rows))
     kernel = TMA_KERNELS[group]
     args = (q, part_o, part_ml, _scale_log2e(D), S, Hkv, chunk) + maps
     set_max_dynamic_shared_memory(kernel, args, TMA_SHARED_BYTES + merge_shared_bytes(group))  # as _launch_wide
