@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 315a45cdd5a57c6a95ebb8b3bf8a1a032a5108223eacfbeec7b126a987d87267
+# generated-sha256: 3e9aa50b154f88b3f8da5a3fb11fafb00e602f4e6b532a98c0ca474fe90d915a
 # --------------------------------------------------------------------------------------------------
 """Decode attention: one new query token per sequence against its KV cache (fp16 cache, fp32 arithmetic).
 
@@ -37,8 +37,6 @@ cache once, plus q and out). The ladder:
    element is read once per group instead of once per query head (stage 4's loads, shared).
 6. ``async_ring``: the loads become ``cp.async`` copies into a ring of shared memory, three steps
    ahead of the arithmetic, so the cache streams while the scores and sums are computed.
-7. ``tma_ring``: Hopper's copy engine (TMA) fills the ring: one producer thread copies whole tiles of K
-   and V with one instruction each, four consumer warps wait on each slot's mbarrier and compute.
 """
 
 import math
@@ -48,8 +46,6 @@ from numba import cuda, float32, int16, uint32, uint64
 from numba.cuda import libdevice
 from numba.types import float16
 
-from solutions._hopper import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
-                               mbarrier_wait, swizzle_128b, tensor_map, tile_pad, tma_load_2d, tma_ok)
 from solutions._ptx import cp_async_chunk16, cp_async_commit, cp_async_wait_pending
 from solutions._templates import instantiate
 from solutions._vector_io import aligned16, load4
@@ -668,13 +664,11 @@ def merge_shared_bytes(group):
     return 4 * group * WARPS * (MAX_HEAD_DIM + 2)
 
 
-def _wide_splits(blocks_per_split, S, keys=STEP_KEYS, blocks_per_sm=None):
-    """(splits, chunk) for stages 4-7: chunks of whole steps of ``keys`` keys (stage 7: whole tiles), enough
-    of them for about ``blocks_per_sm`` (WIDE_BLOCKS_PER_SM) blocks per multiprocessor, where each split
-    takes ``blocks_per_split`` blocks."""
-    per_sm = WIDE_BLOCKS_PER_SM if blocks_per_sm is None else blocks_per_sm
-    splits = max(1, min(blocks_for(S, keys), blocks_for(per_sm * sm_count(), blocks_per_split)))
-    chunk = keys * blocks_for(blocks_for(S, splits), keys)
+def _wide_splits(blocks_per_split, S):
+    """(splits, chunk) for stages 4-6: chunks of whole steps of STEP_KEYS keys, enough of them for about
+    WIDE_BLOCKS_PER_SM blocks per multiprocessor, where each split takes ``blocks_per_split`` blocks."""
+    splits = max(1, min(blocks_for(S, STEP_KEYS), blocks_for(WIDE_BLOCKS_PER_SM * sm_count(), blocks_per_split)))
+    chunk = STEP_KEYS * blocks_for(blocks_for(S, splits), STEP_KEYS)
     return blocks_for(S, chunk), chunk
 
 
@@ -911,12 +905,10 @@ def _chunk_ring(q, k, v, part_o, part_ml, scale_log2e, S, Hkv, chunk):
 
 def _ring_kernel(group):
     namespace = {**globals(), "GROUP": group}
-    namespace["STEP"] = GROUP_STEPS[group] = instantiate(_group_step, namespace, f"_group_step{group}",
-                                                         jit={"device": True, "inline": True})
+    namespace["STEP"] = instantiate(_group_step, namespace, f"_group_step{group}", jit={"device": True, "inline": True})
     return instantiate(_chunk_ring, namespace, f"_chunk_ring{group}", jit={})
 
 
-GROUP_STEPS = {}  # each group size's _group_step (stage 7 takes the same arithmetic)
 RING_KERNELS = {group: _ring_kernel(group) for group in range(1, MAX_GROUP + 1)}
 
 
@@ -943,191 +935,3 @@ def async_ring(q, k, v, out):
         _launch_split(_chunk_keys_in_flight, q, k, v, out)
         return
     _launch_wide(RING_KERNELS[group], q, k, v, out, group=group, shared_bytes=RING_BYTES)
-
-
-# -- 7. tma_ring: one producer thread streams whole tiles by TMA, four consumer warps compute ----------
-
-TILE_KEYS = 32  # keys a tile, a multiple of STEP_KEYS (the consumers take it a step at a time), at most 128
-RING_SLOTS = 6  # tiles in the ring: while the consumers use one, the copy engine fills the others
-TMA_BLOCKS_PER_SM = 32  # the splits: about this many blocks a multiprocessor over the whole grid
-TMA_THREADS = THREADS + 32  # stage 6's four warps (the consumers), then the producer warp
-STEPS_PER_TILE = TILE_KEYS // STEP_KEYS
-BOX_HALVES = 64  # the copy engine's box is 64 halves wide: 128 bytes, the row of its 128-byte swizzle
-TILE_BYTES = TILE_KEYS * MAX_HEAD_DIM * 2  # a slot's room for a tile of K (or V)
-SLOT_BYTES = 2 * TILE_BYTES  # a slot of the ring: K's tile, then V's
-BARRIERS_AT = RING_SLOTS * SLOT_BYTES  # after the slots: RING_SLOTS "full" mbarriers, then RING_SLOTS "empty"
-TMA_SHARED_BYTES = 1024 + BARRIERS_AT + 2 * 8 * RING_SLOTS  # 1 KiB more, to reach a 1024-byte boundary
-
-_swizzled = cuda.jit(device=True, inline=True)(swizzle_128b)  # the host's rule, compiled for the consumers
-
-
-@cuda.jit(device=True, inline=True)
-def _copy_tile(slot_at, map_k, map_v, key_row, D, full):
-    """The producer's copies of keys key_row .. key_row + TILE_KEYS - 1 (rows of the (B Hkv S) x D cache),
-    K and V, into the slot at slot_at: one TMA instruction each, both completing on the slot's ``full``
-    barrier, told first how many bytes to wait for. The maps see the cache as rows of BOX_HALVES halves, a
-    key D / 64 of them, so that one box is TILE_KEYS whole keys, contiguous in memory. Keys past the
-    chunk's end are the next head's (past the cache, zeros): finite, and their scores are masked."""
-    mbarrier_arrive_expect_tx(full, 2 * TILE_KEYS * D * 2)
-    row = key_row * (D // BOX_HALVES)
-    tma_load_2d(slot_at, map_k, 0, row, full)
-    tma_load_2d(slot_at + uint64(TILE_BYTES), map_v, 0, row, full)
-
-
-@cuda.jit(device=True, inline=True)
-def _tile_lane_word(D):
-    """Where this lane's 16 bytes of its first key sit in a slot's K tile, in 32-bit words from the slot's
-    start. The tile is the keys' rows as in memory (2D bytes each), each 16-byte chunk moved by the
-    128-byte swizzle; the lane has stage 4's place (row thread // 16, chunk thread % 16 of the row). Its
-    other keys are multiples of 8 rows further (of 1024 bytes or more: whole swizzle atoms), where the
-    swizzle is the same, so this is the one swizzle a consumer computes. A half-warp reads one key's
-    chunks: 128-byte rows of shared memory, each permuted, so no two lanes of a quarter-warp share a bank."""
-    return _swizzled((cuda.threadIdx.x // ROW_LANES) * 2 * D + 16 * (cuda.threadIdx.x % ROW_LANES)) // 4
-
-
-@cuda.jit(device=True, inline=True)
-def _read_tile_step(ring, lane_word, key_words, inside, step, kw, vw):
-    """This lane's words of step ``step`` of a landed tile (lane_word: its first key's; keys key_words
-    apart): the KEYS_AT_ONCE keys stage 6 gave it, ROWS_AT_ONCE rows apart, K's and V's, one ld.shared.v4
-    each; zeros where its features are past D (not ``inside``), as in stage 4."""
-    for key in range(KEYS_AT_ONCE):
-        w0 = w1 = w2 = w3 = u0 = u1 = u2 = u3 = uint32(0)
-        if inside:
-            at = lane_word + (STEP_KEYS * step + ROWS_AT_ONCE * key) * key_words
-            w0, w1, w2, w3 = load4(ring, at)
-            u0, u1, u2, u3 = load4(ring, at + TILE_BYTES // 4)
-        kw[key, 0] = w0
-        kw[key, 1] = w1
-        kw[key, 2] = w2
-        kw[key, 3] = w3
-        vw[key, 0] = u0
-        vw[key, 1] = u1
-        vw[key, 2] = u2
-        vw[key, 3] = u3
-
-
-def _chunk_tma(q, part_o, part_ml, scale_log2e, S, Hkv, chunk, map_k, map_v):
-    # A template per GROUP with its STEP, as stage 6's kernel. Threads 0-127 are stage 6's four warps, now
-    # consumers only; thread 128 (of the fifth warp) is the producer and issues every copy.
-    smem = cuda.shared.array(0, uint32, alignment=ALIGN16)  # TMA_SHARED_BYTES: the slots, then the barriers
-    wm = cuda.shared.array((GROUP, WARPS), float32)  # noqa: F821
-    wl = cuda.shared.array((GROUP, WARPS), float32)  # noqa: F821
-    wo = cuda.shared.array((GROUP, WARPS, MAX_HEAD_DIM), float32)  # noqa: F821
-    qr = cuda.local.array((GROUP, HALVES), float32)  # noqa: F821
-    o = cuda.local.array((GROUP, HALVES), float32)  # noqa: F821
-    m = cuda.local.array(GROUP, float32)  # noqa: F821
-    l = cuda.local.array(GROUP, float32)  # noqa: F821
-    kw = cuda.local.array((KEYS_AT_ONCE, WORDS), uint32)
-    vw = cuda.local.array((KEYS_AT_ONCE, WORDS), uint32)
-    s = cuda.local.array((GROUP, KEYS_AT_ONCE), float32)  # noqa: F821
-    m_new = cuda.local.array(GROUP, float32)  # noqa: F821
-    f = cuda.local.array(HALVES, float32)
-    split = cuda.blockIdx.x
-    g = cuda.blockIdx.y
-    b = cuda.blockIdx.z
-    Hq = q.shape[1]
-    D = q.shape[2]
-    start = split * chunk
-    end = min(S, start + chunk)
-    tiles = (end - start + TILE_KEYS - 1) // TILE_KEYS
-    pad = tile_pad(smem)  # bytes to the first 1024-byte boundary, where the swizzle's atoms start
-    ring_at = smem.ctypes.data + uint64(pad)
-    full = ring_at + uint64(BARRIERS_AT)  # slot n's "full" at full + 8n: its tile has landed
-    empty = full + uint64(8 * RING_SLOTS)  # slot n's "empty": every consumer thread has read its tile
-    if cuda.threadIdx.x == 0:
-        for n in range(RING_SLOTS):
-            mbarrier_init(full + uint64(8 * n), 1)  # the producer's arrive (with the bytes to expect)
-            mbarrier_init(empty + uint64(8 * n), THREADS)
-        fence_proxy_async()  # the copy engine must see the initialised barriers
-    cuda.syncthreads()
-    slot = 0  # the slot of the ring that tile n uses: n % RING_SLOTS, and the parity of the phase
-    phase = 0  # of its barriers that tile n completes: (n // RING_SLOTS) % 2, flipped each round
-    if cuda.threadIdx.x == THREADS:  # the producer
-        first_key = (b * Hkv + g) * S + start  # the chunk's first key: its row of the (B Hkv S) x D cache
-        for tile in range(tiles):
-            # Wait until the consumers have read the slot's tile of the round before. In the first round
-            # there is none: a fresh barrier counts as having completed the phase "before" its first,
-            # of parity 1, so that wait returns at once.
-            mbarrier_wait(empty + uint64(8 * slot), phase ^ 1)
-            _copy_tile(ring_at + uint64(slot * SLOT_BYTES), map_k.ctypes.data, map_v.ctypes.data,
-                       first_key + tile * TILE_KEYS, D, full + uint64(8 * slot))
-            slot, phase = (0, phase ^ 1) if slot == RING_SLOTS - 1 else (slot + 1, phase)
-    elif cuda.threadIdx.x < THREADS:  # a consumer: stage 6's arithmetic, its words from the slots
-        for i in range(GROUP):  # noqa: F821
-            _load_query_wide(q, b, g * GROUP + i, D, scale_log2e, qr, i)  # noqa: F821
-            m[i] = LOWEST
-            l[i] = float32(0.0)
-            for t in range(HALVES):
-                o[i, t] = float32(0.0)
-        lane_word = _tile_lane_word(D)  # from the start of a slot
-        inside = HALVES * (cuda.threadIdx.x % ROW_LANES) < D  # at D = 64 a half-warp's last 8 lanes have no features
-        for tile in range(tiles):
-            mbarrier_wait(full + uint64(8 * slot), phase)  # the tile's bytes have landed
-            for step in range(STEPS_PER_TILE):
-                slot_word = (pad + slot * SLOT_BYTES) // 4
-                _read_tile_step(smem, slot_word + lane_word, D // 2, inside, step, kw, vw)
-                if step == STEPS_PER_TILE - 1:  # the tile is in registers: the slot may be refilled now
-                    mbarrier_arrive(empty + uint64(8 * slot))
-                STEP(kw, vw, qr, o, m, l, s, m_new, f, start + tile * TILE_KEYS + step * STEP_KEYS, end)  # noqa: F821
-            slot, phase = (0, phase ^ 1) if slot == RING_SLOTS - 1 else (slot + 1, phase)
-        for i in range(GROUP):  # noqa: F821
-            _stash_head(m[i], l[i], o, i, D, wm, wl, wo)
-    cuda.syncthreads()
-    if cuda.threadIdx.x < THREADS:
-        _write_partials(D, wm, wl, wo, part_o, part_ml, (b * Hq + g * GROUP) * cuda.gridDim.x + split,  # noqa: F821
-                        cuda.gridDim.x)
-
-
-def _tma_kernel(group):
-    namespace = {**globals(), "GROUP": group, "STEP": GROUP_STEPS[group]}  # stage 6's arithmetic
-    return instantiate(_chunk_tma, namespace, f"_chunk_tma{group}", jit={})
-
-
-TMA_KERNELS = {group: _tma_kernel(group) for group in range(1, MAX_GROUP + 1)}
-
-
-def _box_rows(a):
-    """The B x H x S x D cache as rows of BOX_HALVES halves (a view): the 2-D tensor the TMA maps describe."""
-    a = a if hasattr(a, "is_c_contiguous") else cuda.as_cuda_array(a)
-    return a.reshape(a.size // BOX_HALVES, BOX_HALVES)
-
-
-@op.stage("tma_ring", """
-    In stage 6 each of a block's 128 threads copied its own 16-byte pieces: per step, eight cp.async,
-    each with its row, its place in the ring and its bounds worked out in registers, all of it issued by
-    the same warps that compute the scores. Hopper has a copy engine for this, TMA: given a tensor map
-    (built once on the host: here the cache seen as rows of 64 halves, 128 bytes, so that a box of 64 of
-    them is 32 whole keys of D = 128, 8 KiB in one piece; rows past the cache read as zeros), one
-    cp.async.bulk.tensor instruction copies a whole box, and the engine does the address arithmetic. The
-    block is now warp-specialised: one thread of a fifth warp, the producer, keeps a ring of six slots
-    full, each slot a tile of 32 keys of K and of V (16 KiB: the 1,024 cp.async of a stage-6 step become
-    two copies), each copy completing on the slot's "full" mbarrier, which the producer first tells how
-    many bytes to expect. Stage 6's four warps are the consumers: they wait on "full", read their words
-    with ld.shared.v4, each a fixed distance from one address (the tile lands 128-byte swizzled; a
-    lane's keys are whole swizzle atoms apart, so the swizzle is worked out once), arrive on the slot's
-    "empty" barrier as soon as the tile is in registers, and run stage 5's arithmetic; the producer
-    waits on "empty" before it refills the slot. Rows past the chunk's end are the next head's (or
-    zeros): finite, so their scores masked to -inf give weights of exactly 0. The consumers no longer
-    spend instructions or registers on copies (the group-1 kernel needs 61 registers a thread, stage 6's
-    64), and the bytes on their way no longer depend on the consumers' progress: two blocks fit a
-    multiprocessor (96 KiB of ring each; with 8 query heads a KV head, the merge's arrays leave room for
-    one), and up to five tiles of each, 160 KiB a multiprocessor, are in flight while the consumers work
-    on a sixth. A head size that is not a multiple of 64 (no whole 128-byte box), or a cache the copy
-    engine cannot read, runs stage 6.""")
-def tma_ring(q, k, v, out):
-    B, Hq, D = q.shape
-    Hkv, S = k.shape[1], k.shape[2]
-    if D % BOX_HALVES or not tma_ok(_box_rows(k), _box_rows(v)):  # a key of whole 128-byte rows, or stage 6
-        async_ring.launch(q, k, v, out)
-        return
-    group = Hq // Hkv
-    splits, chunk = _wide_splits(B * Hkv, S, TILE_KEYS, TMA_BLOCKS_PER_SM)
-    part_o = scratch("decode_attention.part_o", (B * Hq * splits, D))
-    part_ml = scratch("decode_attention.part_ml", (B * Hq * splits, 2))
-    k_rows, v_rows = _box_rows(k), _box_rows(v)  # (kept alive here: the simulator's maps name them)
-    maps = tuple(tensor_map(rows, BOX_HALVES, TILE_KEYS * D // BOX_HALVES) for rows in (k_rows, v_rows))
-    kernel = TMA_KERNELS[group]
-    args = (q, part_o, part_ml, _scale_log2e(D), S, Hkv, chunk) + maps
-    set_max_dynamic_shared_memory(kernel, args, TMA_SHARED_BYTES + merge_shared_bytes(group))  # as _launch_wide
-    kernel[(splits, Hkv, B), TMA_THREADS, 0, TMA_SHARED_BYTES](*args)
-    _merge_splits[(Hq, B), THREADS](part_o, part_ml, out, splits)

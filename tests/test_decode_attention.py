@@ -1,9 +1,7 @@
-"""decode_attention's last stages, ``async_ring`` (cp.async copies into a ring of shared memory) and ``tma_ring``
-(TMA copies by a producer thread, mbarriers, consumer warps): a block that takes many steps of keys, so that its
-ring wraps (the ladder's check sizes give each block one or two steps), at group sizes 1, 2, 3 and 8, batch !=
-heads and a last step cut short; tma_ring's fallback and its consumers' wait on "full"; the grid and the bytes at
-the headline; the kernels compiled for sm_90 (slow). Every stage at the simulator and check sizes is tested by
-tests/test_ladders.py."""
+"""decode_attention's last stage, ``async_ring`` (cp.async copies into a ring of shared memory): a block that
+takes many steps of keys, so that its ring wraps (the ladder's check sizes give each block one or two steps),
+at group sizes 1, 2, 3 and 8, batch != heads and a last step cut short; the grid and the bytes at the headline; the
+kernels compiled for sm_90 (slow). Every stage at the simulator and check sizes is tested by tests/test_ladders.py."""
 
 from __future__ import annotations
 
@@ -97,103 +95,3 @@ def test_async_ring_kernels_compile_without_spills():
     for group, status, registers, spills, v4 in lines:
         assert status == "passed" and spills in ("0", "None") and v4 == "v4", done.stdout
     assert int(lines[0][2]) <= 64, done.stdout
-
-
-# -- tma_ring ----------------------------------------------------------------------------------------
-
-def _check_all_inputs(stage, size, seed=33):
-    """check_stage on random and adversarial (large-logit) inputs: the failures' messages."""
-    rng = np.random.default_rng(seed)
-    results = [check_stage(stage, size, rng)]
-    results += [check_stage(stage, size, inputs=i, label=l) for l, i in adversarial_cases(da.op, size, rng)]
-    return [r.message for r in results if not r.passed]
-
-
-@pytest.mark.sim_only
-@pytest.mark.parametrize("size", [  # the quick tier's one takes about 10 s; the others 15-40 s each
-    pytest.param((1, 2, 1, 230, 64), id="group-2-D64"),
-    pytest.param((1, 1, 1, 250, 128), id="group-1-D128", marks=pytest.mark.slow),
-    pytest.param((2, 8, 1, 200, 128), id="group-8-batch-2", marks=pytest.mark.slow),
-    pytest.param((1, 6, 2, 260, 64), id="group-3-two-kv-heads", marks=pytest.mark.slow)])
-def test_tma_ring_wraps_its_ring(size, monkeypatch):
-    """One split per head, so each block's producer refills every slot of its ring of RING_SLOTS tiles, waiting
-    on the slot's "empty" barrier, and its last tile is cut short (the rows past the head are the next head's
-    or zeros): a wrong parity, slot or mask reads stale bytes or other heads' keys."""
-    monkeypatch.setattr(da, "TMA_BLOCKS_PER_SM", 0)  # fewest splits: one
-    B, Hq, Hkv, S, D = size
-    assert da._wide_splits(B * Hkv, S, da.TILE_KEYS, 0) == (1, da.TILE_KEYS * blocks_for(S, da.TILE_KEYS))
-    assert blocks_for(S, da.TILE_KEYS) > da.RING_SLOTS and S % da.TILE_KEYS
-    assert not _check_all_inputs(da.op["tma_ring"], size)
-
-
-@pytest.mark.sim_only
-def test_tma_ring_consumers_wait_for_their_tile(monkeypatch):
-    """The simulator lands a TMA copy's bytes only when a thread waits on its barrier and sees the phase
-    complete (solutions/_hopper.py): consumers that skip their wait on "full" read a slot before its tile is
-    there, and the check fails. (So the passing tests above show the consumers do wait.)"""
-    from solutions import _hopper
-
-    def wait_unless_full(address, parity):  # "full" barriers expect 1 arrival, "empty" ones THREADS
-        if _hopper._barrier(address).count != 1:
-            _hopper._sim_mbarrier_wait(address, parity)
-
-    size = (1, 2, 1, 70, 64)
-    kernel = da.TMA_KERNELS[2]
-    monkeypatch.setitem(kernel.py_func.__globals__, "mbarrier_wait", wait_unless_full)
-    failures = _check_all_inputs(da.op["tma_ring"], size, seed=3)
-    assert failures and all("NaN" in f for f in failures), failures  # unwritten shared memory: NaN in the simulator
-
-
-@pytest.mark.sim_only
-def test_tma_ring_falls_back_to_async_ring(monkeypatch):
-    """A head size that is not whole 128-byte rows (D = 80, D = 24) has no TMA box: stage 6 runs it, right."""
-    monkeypatch.setattr(da, "TMA_KERNELS", {})  # the Hopper kernels are not reached
-    for size in ((1, 2, 1, 40, 80), (1, 4, 2, 9, 24)):
-        r = check_stage(da.op["tma_ring"], size, np.random.default_rng(5))
-        assert r.passed, r.message
-
-
-def test_tma_ring_grid_at_the_headline():
-    """At the headline each block gets whole tiles, many more than its ring holds (the ring's fill and drain
-    are a small part of a block's time), the grid covers the keys exactly, and the ring leaves room for two
-    blocks a multiprocessor (eight consumer warps, each block's RING_SLOTS - 1 tiles in flight)."""
-    B, Hq, Hkv, S, D = HEADLINE
-    assert da.TILE_KEYS % da.STEP_KEYS == 0
-    splits, chunk = da._wide_splits(B * Hkv, S, da.TILE_KEYS, da.TMA_BLOCKS_PER_SM)
-    assert chunk % da.TILE_KEYS == 0 and chunk >= 4 * da.RING_SLOTS * da.TILE_KEYS
-    assert splits * chunk >= S > (splits - 1) * chunk
-    resident = SHARED_PER_SM // (da.TMA_SHARED_BYTES + da.merge_shared_bytes(Hq // Hkv) + 1024)
-    assert resident >= 2
-
-
-@pytest.mark.slow
-@pytest.mark.sim_only
-def test_tma_ring_kernels_compile_without_spills():
-    """The TMA kernels at group sizes 1, 2, 4 compiled for sm_90a: no spills, one cp.async.bulk.tensor per box
-    and no cp.async of 16 bytes (the consumers copy nothing), the ring read back with ld.shared.v4."""
-    import os
-    import subprocess
-    import sys
-
-    code = (
-        "from workbench.ptxcheck import compile_kernel\n"
-        "from numba import cuda\n"
-        "from numba.cuda import types\n"
-        "from solutions import decode_attention as da\n"
-        "m = types.Array(types.uint8, 1, 'C')\n"
-        "p = types.Array(types.float32, 2, 'C')\n"
-        "sig = (types.Array(types.float16, 3, 'C'), p, p, types.float32, types.int64, types.int64, types.int64, m, m)\n"
-        "for g in (1, 2, 4):\n"
-        "    r = compile_kernel('x', 'solutions.decode_attention', f'_chunk_tma{g}', sig, True)\n"
-        "    ptx, _ = cuda.compile_ptx(getattr(da, f'_chunk_tma{g}').py_func, sig, cc=(9, 0))\n"
-        "    shape = 'v4' if 'ld.shared.v4' in ptx else 'no-v4'\n"
-        "    shape += '-bulk' if 'cp.async.bulk.tensor' in ptx else ''\n"
-        "    shape += '-cpasync' if 'cp.async.ca' in ptx or 'cp.async.cg' in ptx else ''\n"
-        "    print('tma', g, r.status, r.registers, r.spill_bytes, shape)\n"
-    )
-    env = {**os.environ, "WORKBENCH_MODE": "compile", "NUMBA_ENABLE_CUDASIM": "0"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900)
-    lines = [ln.split()[1:] for ln in done.stdout.splitlines() if ln.startswith("tma ")]
-    assert len(lines) == 3, done.stdout + done.stderr
-    for group, status, registers, spills, shape in lines:
-        assert status == "passed" and spills in ("0", "None") and shape == "v4-bulk", done.stdout
