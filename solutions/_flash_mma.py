@@ -131,15 +131,12 @@ def issue_async(src, bh, row0, rows, S, D, base, at, DP, THREADS, A32, E):
                 cp_async_chunk16(dst, src_at, 16 if inside else 0)
 
 
-EVERY_GROWTH = float32(0.0)  # softmax_tile's rescale_above: rescale a row whenever its maximum grows
-
-
 @cuda.jit(device=True, inline=True)
 def online_softmax(s, o, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, DP, BKV, FAST):
     """Scores -> probabilities against each row's new running maximum; the running sum and the output
     rows rescaled by how much the maximum grew (softmax_tile, then rescale_rows)."""
     alpha = cuda.local.array(2, float32)
-    softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, BKV, FAST, EVERY_GROWTH)
+    softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, BKV, FAST)
     rescale_rows(o, alpha, DP)
 
 
@@ -153,7 +150,7 @@ def rescale_rows(o, alpha, DP):
 
 
 @cuda.jit(device=True, inline=True)
-def softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, BKV, FAST, rescale_above):
+def softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, causal, BKV, FAST):
     """online_softmax without the output: scores -> probabilities against each row's new running
     maximum, the running sum updated, and alpha[half] = how much the row's output must shrink (the
     caller rescales it when it is ready: the Hopper stage, after the P V still running on it). This
@@ -161,10 +158,7 @@ def softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, causal,
     the lanes 1 and 2 away (its quad). FAST keeps the scores and the maximum unscaled and scales inside
     the exponent: exp2(s scale - m scale) is one fused multiply-add (the scale is positive: the maximum
     of the scaled scores is the scaled maximum); otherwise the scores are scaled first (a multiply of 1
-    is no instruction). rescale_above (a compile-time constant; EVERY_GROWTH: 0): where above 0, a row
-    keeps its running maximum until a tile's maximum exceeds it by more than that many powers of two
-    (alpha stays 1), so its probabilities may reach 2^rescale_above before the row is rescaled: exact
-    all the same, as the sum and the output carry the same factor (FlashAttention-4's lazy rescale)."""
+    is no instruction)."""
     factor = float32(1.0) if FAST else scale_log2e  # applied to the scores now
     scale = scale_log2e if FAST else float32(1.0)  # applied inside exp2
     for half in range(2):
@@ -181,8 +175,6 @@ def softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, causal,
         tile_max = max(tile_max, cuda.shfl_xor_sync(FULL_MASK, tile_max, 1))
         tile_max = max(tile_max, cuda.shfl_xor_sync(FULL_MASK, tile_max, 2))
         m_new = max(m_run[half], tile_max)
-        if rescale_above > 0 and not (m_new - m_run[half]) * scale > rescale_above:
-            m_new = m_run[half]  # grown by too little to be worth a rescale (or not at all): keep it
         row_alpha = exp2_of((m_run[half] - m_new) * scale, FAST)
         m_run[half] = m_new
         shift = m_new * scale

@@ -70,9 +70,9 @@ from workbench.targets import against_peer
 
 from solutions._attention_common import (attention_flops, extreme_logits, kv_fetch_bytes, naive_expression, reference,
                                          sdpa_peer)
-from solutions._flash_mma import (ALIGN16, EVERY_GROWTH, FULL_MASK, HEAD_DIM_STEPS, LOG2E, LOWEST, NEG_INF,
-                                  block_order, issue_async, ldsm, ldsm_trans, online_softmax, padded_head_dim,
-                                  rescale_rows, softmax_tile, tile_offset)
+from solutions._flash_mma import (ALIGN16, FULL_MASK, HEAD_DIM_STEPS, LOG2E, LOWEST, NEG_INF, block_order,
+                                  issue_async, ldsm, ldsm_trans, online_softmax, padded_head_dim, rescale_rows,
+                                  softmax_tile, tile_offset)
 from solutions._ptx import cp_async_commit, cp_async_wait_pending, mma_bf16, mma_f16, pack_bf16x2, pack_f16x2, \
     shared_address32
 from solutions._hopper import (fence_proxy_async, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_init,
@@ -982,8 +982,7 @@ def _hopper_device_functions(DP, BF16, PINGPONG, CONSUMERS=HOPPER_CONSUMERS, BKV
             fence_o)
 
 
-def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True, CONSUMERS=HOPPER_CONSUMERS, BKV=HOPPER_BKV,
-                   RESCALE_ABOVE=EVERY_GROWTH):
+def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True, CONSUMERS=HOPPER_CONSUMERS, BKV=HOPPER_BKV):
     """lean_loop's key loop, for one consumer and one block of queries: the lean_loop kernel runs it once,
     the persistent kernel once an item. Tile 0's S and softmax, then each step issues tile t's S and
     tile t - 1's P V, waits for S only and runs tile t's softmax while P V is still on the tensor cores;
@@ -992,10 +991,8 @@ def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True, CONSUMERS=HOPPER_CONSUMER
     "full" phase carried in and out (the caller's are those of the tile before this block's first).
     RELEASE_Q: once the last S has completed, every thread arrives on ``q_empty`` (the persistent
     kernel's Q buffer may take the next item's Q). PINGPONG: the CONSUMERS consumers take turns to issue,
-    round robin. BKV: keys a tile. RESCALE_ABOVE: softmax_tile's (above 0: a row's maximum is moved only
-    when it grows by more than that many powers of two, and a warp whose rows all kept theirs skips
-    rescaling O)."""
-    BKV_, STAGES_, RESCALE_ABOVE_ = BKV, HOPPER_STAGES, float32(RESCALE_ABOVE)
+    round robin. BKV: keys a tile."""
+    BKV_, STAGES_ = BKV, HOPPER_STAGES
     TILE = BKV * DP * 2
     LAST = CONSUMERS - 1
     (my_turn, your_turn, _, issue_scores_from, _, issue_values_from, pack_p, fence_s,
@@ -1017,7 +1014,7 @@ def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True, CONSUMERS=HOPPER_CONSUMER
         fence_s(s)
         if whole == 0:
             _mask_tile(s, i0, int32(0), S32, is_causal, BKV_)
-        softmax_tile(s, alpha, m_run, l_run, i0, 0, S32, scale_log2e, False, is_causal, BKV_, True, RESCALE_ABOVE_)
+        softmax_tile(s, alpha, m_run, l_run, i0, 0, S32, scale_log2e, False, is_causal, BKV_, True)
         pack_p(pf, s)
         for tile in range(int32(1), tiles):
             before = slot
@@ -1037,13 +1034,12 @@ def _lean_key_loop(DP, BF16, RELEASE_Q, PINGPONG=True, CONSUMERS=HOPPER_CONSUMER
             fence_s(s)
             if tile >= whole:  # a branch around the mask, not a select per score
                 _mask_tile(s, i0, int32(tile * BKV_), S32, is_causal, BKV_)
-            softmax_tile(s, alpha, m_run, l_run, i0, 0, S32, scale_log2e, False, is_causal, BKV_, True, RESCALE_ABOVE_)
+            softmax_tile(s, alpha, m_run, l_run, i0, 0, S32, scale_log2e, False, is_causal, BKV_, True)
             wgmma_wait0()  # P V is done: its slot may be refilled, pf rewritten, O rescaled
             fence_o(o)
             if cuda.threadIdx.x % 128 == 0:
                 mbarrier_arrive(empty + uint64(8 * before))
-            if RESCALE_ABOVE_ == 0 or cuda.any_sync(FULL_MASK, alpha[0] != float32(1.0) or alpha[1] != float32(1.0)):
-                rescale_rows(o, alpha, DP)
+            rescale_rows(o, alpha, DP)
             pack_p(pf, s)
         if RELEASE_Q:
             # Every thread arrives, not one a warpgroup: each read the item's number, and its arrival
@@ -1183,7 +1179,7 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG, LEAN=False):
                 wgmma_wait0()
                 fence_s(s)  # nothing reads S's registers before the wait (see _hopper's wgmma_fence_operands)
                 masked = BKV_ > S or (is_causal and BKV_ > q0)
-                softmax_tile(s, alpha, m_run, l_run, i0, 0, S, scale_log2e, masked, is_causal, BKV_, True, EVERY_GROWTH)
+                softmax_tile(s, alpha, m_run, l_run, i0, 0, S, scale_log2e, masked, is_causal, BKV_, True)
                 pack_p(pf, s)
                 for tile in range(1, tiles):
                     slot = tile % STAGES_
@@ -1199,7 +1195,7 @@ def _hopper_kernel_source(DP, BF16, OVERLAP, PINGPONG, LEAN=False):
                     fence_s(s)
                     j0 = tile * BKV_
                     masked = j0 + BKV_ > S or (is_causal and j0 + BKV_ > q0)  # the tail tile, the diagonal one
-                    softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, BKV_, True, EVERY_GROWTH)
+                    softmax_tile(s, alpha, m_run, l_run, i0, j0, S, scale_log2e, masked, is_causal, BKV_, True)
                     wgmma_wait0()  # P V is done: its slot may be refilled, pf rewritten, O rescaled
                     fence_o(o)
                     if t % 128 == 0:
@@ -1256,10 +1252,6 @@ THREE_CONSUMER_PRODUCER_REGISTERS = 32
 # at 8x16x2048x64 under the mask 192-query items would otherwise compute 11% more scores than
 # 128-query ones (the rows' masked keys), as much as they save in K and V copies.
 OWN_TILES_D64 = True
-# A row's running maximum moves only when a tile's maximum exceeds it by more than this many powers of two
-# (FlashAttention-4's lazy rescale; 0: at every growth, as the other stages). Its probabilities then reach at
-# most 2^8 = 256, which fp16 and bf16 hold, and after the first tiles most warps skip rescaling O.
-PERSISTENT_RESCALE_ABOVE = 8.0
 
 
 def persistent_shape(DP):
@@ -1302,7 +1294,7 @@ def _persistent_kernel_source(DP, BF16):
     O_SHAPE = (DP // 8, 4)
     P_REGS = BKV_ // 4
     my_turn, your_turn = _hopper_device_functions(DP, BF16, PERSISTENT_TURNS, CONSUMERS, BKV_)[:2]
-    key_loop = _lean_key_loop(DP, BF16, True, PERSISTENT_TURNS, CONSUMERS, BKV_, PERSISTENT_RESCALE_ABOVE)
+    key_loop = _lean_key_loop(DP, BF16, True, PERSISTENT_TURNS, CONSUMERS, BKV_)
     OWN_TILES = OWN_TILES_D64 and CONSUMERS == 3
     if CONSUMERS == 2:
         producer_registers, consumer_registers = setmaxnreg_producer, setmaxnreg_consumer

@@ -218,14 +218,11 @@ def test_the_lean_loop_masks_only_its_diagonal_and_tail_tiles(size):
     assert {f.__name__ for f, _ in launches} == {"_flash_lean_loop_d64_f16"}
 
 
-def _persistent_against_lean_loop(op, size, blocks, monkeypatch):
+def _persistent_against_lean_loop(op, size, blocks):
     """The persistent kernel on ``blocks`` blocks and lean_loop's on its grid, on the same inputs: their
-    outputs (as bits) and the persistent launch's grid. The persistent kernel rescales at every growth
-    of a row's maximum, as lean_loop does (its lazy rescale rounds differently, by design)."""
+    outputs (as bits) and the persistent launch's grid."""
     from workbench.ladder import to_host
     from workbench.simulator import record_launches
-
-    _rebuild_persistent(monkeypatch, PERSISTENT_RESCALE_ABOVE=0.0)
 
     q, k, v, causal, out = _device_inputs(op, size)
     attention_tc.launch_hopper("lean_loop", q, k, v, causal, out)
@@ -238,13 +235,6 @@ def _persistent_against_lean_loop(op, size, blocks, monkeypatch):
     return expected, to_host(out2).view(np.uint16), launches
 
 
-def _rebuild_persistent(monkeypatch, **settings):
-    """The persistent kernel built again with these module constants, as `workbench sweep` sets them."""
-    for name, value in settings.items():
-        monkeypatch.setattr(attention_tc, name, value)
-    monkeypatch.setattr(attention_tc, "_BUILT", {k: f for k, f in attention_tc._BUILT.items() if k[1] != "persistent"})
-
-
 @pytest.mark.sim_only
 @pytest.mark.parametrize("blocks", [1, 2])
 @pytest.mark.parametrize("size", [
@@ -252,11 +242,11 @@ def _rebuild_persistent(monkeypatch, **settings):
     pytest.param((1, 3, 300, 64, 0), marks=pytest.mark.slow),  # nine items of 3 tiles: the ring wraps mid-item
     pytest.param((1, 2, 130, 64, 0), id="tail-2-heads")],  # 130 = 128 + 2: every item ends on a masked tail
     ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else None)
-def test_the_persistent_grid_gives_lean_loops_bits_on_one_or_two_blocks(size, blocks, monkeypatch):
+def test_the_persistent_grid_gives_lean_loops_bits_on_one_or_two_blocks(size, blocks):
     """The persistent kernel runs many items on a forced grid of 1 or 2 blocks: its ring, its "Q empty"
     barrier and its consumers' turns carried from item to item, and every item's output bit for bit
     what lean_loop's block of the same query block computes."""
-    expected, got, _ = _persistent_against_lean_loop(attention_tc.op, size, blocks, monkeypatch)
+    expected, got, _ = _persistent_against_lean_loop(attention_tc.op, size, blocks)
     np.testing.assert_array_equal(got, expected)
     # The item counter and the count of blocks done are back at zero for the next launch
     assert attention_tc.item_claims().copy_to_host().tolist() == [0, 0]
@@ -287,21 +277,21 @@ def test_the_persistent_blocks_claim_every_item_once_in_the_heaviest_first_order
 @pytest.mark.slow  # the simulator at D = 128 and in bf16: about a minute each
 @pytest.mark.parametrize("op", [pytest.param(o, id=o.name) for o in OPS])
 @pytest.mark.parametrize("size", [(1, 2, 200, 128, 1), (2, 1, 150, 128, 0)], ids=["d128-causal", "d128-full"])
-def test_the_persistent_grid_at_d128_and_odd_sizes(op, size, monkeypatch):
+def test_the_persistent_grid_at_d128_and_odd_sizes(op, size):
     """Odd sizes at D = 128 (fp16 and bf16), four items on two blocks: lean_loop's bits."""
-    expected, got, _ = _persistent_against_lean_loop(op, size, 2, monkeypatch)
+    expected, got, _ = _persistent_against_lean_loop(op, size, 2)
     np.testing.assert_array_equal(got, expected)
 
 
 @pytest.mark.sim_only
-def test_three_consumers_take_their_turns_round_robin(monkeypatch):
+def test_three_consumers_take_their_turns_round_robin():
     """At D = 64 a persistent item is 192 queries, one block of three consumer warpgroups: at 130 queries
     under the mask one item, the third consumer with two rows, two key tiles, of which the first
     consumer's rows see only the first (it takes its turn for the second and frees its slot: the
     ring's turns go 0, 1, 2, 0, ...; a turn left over or missing hangs the simulator). lean_loop's
     bits, row for row."""
     assert attention_tc.persistent_shape(64) == (3, 192, 128) and attention_tc.persistent_threads(64) == 512
-    expected, got, launches = _persistent_against_lean_loop(attention_tc.op, (1, 1, 130, 64, 1), 1, monkeypatch)
+    expected, got, launches = _persistent_against_lean_loop(attention_tc.op, (1, 1, 130, 64, 1), 1)
     np.testing.assert_array_equal(got, expected)
 
 
@@ -329,31 +319,13 @@ def test_the_persistent_kernel_at_each_setting_a_sweep_may_pick(monkeypatch, con
     """PERSISTENT_CONSUMERS_D64, PERSISTENT_BKV_D64 and OWN_TILES_D64 as `workbench sweep` sets them:
     checked against the float64 reference at sizes not multiples of the item or the key tile (other
     tiles round differently from lean_loop, so not bit for bit)."""
-    _rebuild_persistent(monkeypatch, PERSISTENT_CONSUMERS_D64=consumers, PERSISTENT_BKV_D64=keys,
-                        OWN_TILES_D64=own_tiles)
+    monkeypatch.setattr(attention_tc, "PERSISTENT_CONSUMERS_D64", consumers)
+    monkeypatch.setattr(attention_tc, "PERSISTENT_BKV_D64", keys)
+    monkeypatch.setattr(attention_tc, "OWN_TILES_D64", own_tiles)
+    monkeypatch.setattr(attention_tc, "_BUILT", {k: f for k, f in attention_tc._BUILT.items() if k[1] != "persistent"})
     result = check_stage(attention_tc.op["persistent"], size, np.random.default_rng(5))
     assert result.passed, result.message
     assert attention_tc.item_claims().copy_to_host().tolist() == [0, 0]
-
-
-@pytest.mark.sim_only
-@pytest.mark.parametrize("size", [(1, 1, 300, 64, 1), (1, 1, 200, 64, 0)], ids=["causal", "full"])
-def test_the_lazy_rescale_is_exact_and_is_taken(monkeypatch, size):
-    """PERSISTENT_RESCALE_ABOVE = 8: a row's maximum moves only when a tile's grows by more than 2^8, so
-    most tiles after the first skip the rescale of O. The outputs pass the float64 check, with the
-    adversarial logits in the thousands (every tile rescaled), and differ in their last bits from the
-    kernel that rescales at every growth (lean_loop's bits): the lazy path ran."""
-    from workbench.ladder import to_host
-
-    _rebuild_persistent(monkeypatch, PERSISTENT_RESCALE_ABOVE=8.0)
-    result = check_stage(attention_tc.op["persistent"], size, np.random.default_rng(11))
-    assert result.passed, result.message
-    q, k, v, causal, out = _device_inputs(attention_tc.op, size)
-    attention_tc.launch_persistent(q, k, v, causal, out, blocks=2)
-    lazy = to_host(out).view(np.uint16)
-    lean, every_growth, _ = _persistent_against_lean_loop(attention_tc.op, size, 2, monkeypatch)
-    np.testing.assert_array_equal(every_growth, lean)
-    assert (lazy != every_growth).any()
 
 
 def test_the_persistent_grid_is_one_block_an_sm_and_never_more_than_the_items(monkeypatch):
