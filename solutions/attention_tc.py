@@ -1690,9 +1690,9 @@ def lean_loop(q, k, v, causal, out):
     against 183.4; key tiles of 96 or 112 (PERSISTENT_BKV_D64) 187.2 and 191.5 against 182.3. With SDPA
     in the same run: fp16 181.4 us (379 TFLOP/s) against 180.2, bf16 180.2 against 179.0: 0.99x both,
     level within 1%. A fourth slot in the K/V ring (HOPPER_STAGES = 4) gives 183.4 against 182.7, two
-    slots 212.6; the producer at 24 registers 183.2 against 182.6; FlashAttention-4's lazy rescale (a row's maximum moved
-    only when it grows past 2^8, a warp whose rows all kept theirs skipping O's rescale) 186.7 against 183.2:
-    the vote and the branch cost more than the 32 multiplies they save. Without the mask, at 4x32x4096x128
+    slots 212.6; the producer at 24 registers 183.2 against 182.6; FlashAttention-4's lazy rescale (a
+    row's maximum moved only when it grows past 2^8, a warp whose rows all kept theirs skipping O's
+    rescale) 186.7 against 183.2: the vote and the branch cost more than the 32 multiplies they save. Without the mask, at 4x32x4096x128
     (two consumers): fp16 1831 us (600 TFLOP/s) against SDPA's 1895 in the same run, 1.03x; bf16 1729
     us (636 TFLOP/s) against 1771, 1.02x.""")
 def persistent(q, k, v, causal, out):
