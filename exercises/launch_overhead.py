@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 28c66b5e7a849657a30dd032ddd59b9781033b0618b5b91cce271186f5a894e1
+# generated-sha256: 86aebdaf723d6f5d47f5d5190e3655d788f6df3df031134f6614ffe877a92920
 # --------------------------------------------------------------------------------------------------
 """The cost of calling a kernel from Python, and how to remove it: LayerNorm as three small kernels.
 
@@ -316,7 +316,11 @@ _FUSED = prepared.PlanCache()
     re-reading its row from the L1 cache, so the matrix is read from memory once instead of three
     times, and there is one launch to pay for instead of three. Launched prepared. Fusion is the
     cure when the kernels are yours to merge; a graph is the cure when they are not (library calls,
-    a framework's ops).""")
+    a framework's ops). What this chapter measures is the host's share: at 4096x1024 one call and its
+    synchronize took 31 us here against F.layer_norm's 36 on an H200. On the GPU this kernel, the
+    plainest fusion (256 threads a row, three passes over the row through L1, no vector loads), takes
+    19.8 us against F.layer_norm's 16.8: the fast LayerNorm is chapter 22's by_shape (one read into
+    registers, 16-byte loads), at 12.1 us there against F.layer_norm's 19.6 in its run.""")
 def fused(x, weight, bias, out):
     if device.is_simulator():
         return _layernorm_rows[x.shape[0], THREADS](x, weight, bias, out)

@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: edacac81968007e7a90960046d662aa97d182396885aedeaadd884ba4b8f6452
+# generated-sha256: 51538d4635c65133bc0e5f53d41c1bb1666a6c8e5dacdfd72a41e0a79e78c8f5
 # --------------------------------------------------------------------------------------------------
 """Sum of a float32 vector, in six steps from one atomic per element to one pass at memory speed.
 
@@ -349,8 +349,11 @@ def _vector_loads(x, block_sums, blocks_done, out):
     n % 4 elements past the last whole vector, one per thread. A vector that does not start on a
     16-byte boundary (a view starting mid-buffer) takes the fused kernel. On an H200 at 2^28
     elements: 240.5 us, 4,464 GB/s, 97% of the read ceiling, against fused's 247.9 in the same
-    process (1.03x); torch.sum took 249.3 and torch.compile's kernel 239.5 in the same run, so the
-    ladder ends level with it (0.996x): both now read at the rate the machine gives a sum.""",
+    process (1.03x). Against the libraries in one run: 235.8 us (4,554 GB/s), torch.sum 245.3, CUB's
+    reduce_into (cuda.compute) 237.7, torch.compile's Triton kernels 234.5 (0.99x). Under Nsight
+    Compute the gap closes: this kernel takes 236.4 us, torch.compile's two kernels 233.9 + 2.3 (a
+    split reduction, then a kernel that sums the partials) = 236.3, so both read at the rate the
+    machine gives a sum; the 1.3 us the event timing shows is inside its run-to-run spread.""",
     boundaries={"n": (THREADS * 4 * VECTORS_PER_THREAD,)})
 def vector_loads(x, out):
     if not aligned16(x):  # 16-byte loads would fault on a vector that starts mid-buffer
