@@ -1097,7 +1097,7 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     columns 137.2 against 133.1 (0.97x). Nsight Compute on the power-law matrix: this kernel 135.7 us
     plus 2.8 for the carries, cuSPARSE's partition 9.8 plus csrmv_v3 126.8: the same DRAM bytes (22 and 24%
     of peak: the bound is latency, not bandwidth), the same instructions (28.3 M against 29.2 M), 95% of the
-    warp slots filled each. What differs is the wait: this kernel's warps stall 25 cycles an instruction
+    warp slots filled in both (97 and 95%). What differs is the wait: this kernel's warps stall 25 cycles an instruction
     at its block barriers (the map is written, then read), cuSPARSE's 8; its own top stalls are the
     shared-memory pipe (18) and its loads (17). A block that needs no barrier between marking the row ends
     and reading them is what is left to find.""")
