@@ -1096,7 +1096,7 @@ def _shared_row_map(row_ptr, col_idx, values, x, y, carry_rows, carry_values):
     in one process (1.06x), and 139.3 against cuSPARSE's 134.5 in the same run (0.97x); on random
     columns 137.2 against 133.1 (0.97x). Nsight Compute on the power-law matrix: this kernel 135.7 us plus
     2.8 for the carries, cuSPARSE's partition 9.8 plus csrmv_v3 126.8: the same DRAM bytes (22 and 24% of
-    peak: the bound is latency, not bandwidth), the same instructions (28.3 M against 29.2 M), 95% of the
+    peak: the bound is latency, not bandwidth), the same instructions (28.3 M against 29.2 M), most of the
     warp slots filled in both (97 and 95%). What differs is the wait: this kernel's warps stall 25 cycles an
     instruction at its block barriers (the map is written, then read), cuSPARSE's 8; its own top stalls are
     the shared-memory pipe (18) and its loads (17). A block that needs no barrier between marking the row
