@@ -260,3 +260,26 @@ def test_workbench_peaks_says_when_a_stream_was_measured_again(tmp_path, monkeyp
     assert main(["peaks"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "measured again on" in out and "activation[gelu].short_erfc at 268435456 moved 4299 GB/s" in out
+
+
+def test_record_measures_a_beaten_stream_again_and_saves_the_ceiling(tmp_path, monkeypatch):
+    """`workbench record`'s measuring step: a record above its ceiling has the stream measured again, the
+    new ceiling saved to the results file at once and used for the next items."""
+    from workbench import record
+
+    _fake_streams(monkeypatch, copy_now=4310.0)
+    _write_results(tmp_path, monkeypatch, STORED)
+    seen = []
+
+    def bench_size(op, stages, size, peaks, rng, env, with_compile=True):
+        seen.append(peaks["copy_gbps"])
+        return [dict(GELU)], []
+
+    monkeypatch.setattr(bench, "bench_size", bench_size)
+    measure = record.gpu_measure_item(STORED, {"device": "NVIDIA H200"})
+    item = type("Item", (), {"op": type("Op", (), {"stages": []})(), "size": (1,)})()
+    recs, fails = measure(item)
+    assert not fails and recs[0]["pct_of_peak"] == pytest.approx(100 * 4299 / 4310)
+    assert results.load(results.path_for("NVIDIA H200"))["peaks"]["copy_gbps"] == 4310.0
+    measure(item)
+    assert seen == [4288.0, 4310.0]
