@@ -227,7 +227,7 @@ def test_a_record_above_its_ceiling_has_that_stream_measured_again_in_the_same_r
     calls = _fake_streams(monkeypatch, copy_now=4310.0)
     said = []
     below = {**GELU, "stage": "in_flight", "gbps": 4100.0}
-    peaks = bench.check_ceilings([GELU, below], STORED, said.append)
+    peaks = ceilings.check_ceilings([GELU, below], STORED, said.append)
     assert len(calls) == 1  # one stream, once, however many records beat it
     assert peaks["copy_gbps"] == 4310.0 and "copy_gbps" not in peaks["kept"]
     assert peaks["kept"]["read_gbps"] == STORED["kept"]["read_gbps"]  # the others untouched
@@ -245,17 +245,17 @@ def test_a_stream_measured_again_slower_keeps_the_ceiling_and_says_the_record_is
     _fake_streams(monkeypatch, copy_now=4250.0)
     said = []
     record = dict(GELU)
-    peaks = bench.check_ceilings([record], STORED, said.append)
+    peaks = ceilings.check_ceilings([record], STORED, said.append)
     assert peaks["copy_gbps"] == 4288.0
     assert peaks["kept"]["copy_gbps"] == {"date": STORED["date"], "value": 4288.0}
     assert peaks["copy_detail_gbps"] == {"numba_vector_128": 4250.0}  # this run's measurement, shown beside
     assert said[1] == "  copy now 4288 GB/s; still above it: short_erfc"
-    assert bench.check_ceilings([], STORED, said.append) is STORED  # nothing beaten: nothing measured
+    assert ceilings.check_ceilings([], STORED, said.append) is STORED  # nothing beaten: nothing measured
 
 
 def test_workbench_peaks_says_when_a_stream_was_measured_again(tmp_path, monkeypatch, capsys):
     _fake_streams(monkeypatch, copy_now=4310.0)
-    peaks = bench.check_ceilings([dict(GELU)], {**PEAKS, "date": "2026-11-30T00:00:00"}, lambda line: None)
+    peaks = ceilings.check_ceilings([dict(GELU)], {**PEAKS, "date": "2026-11-30T00:00:00"}, lambda line: None)
     _write_results(tmp_path, monkeypatch, peaks)
     assert main(["peaks"]) == 0
     out = " ".join(capsys.readouterr().out.split())

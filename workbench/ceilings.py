@@ -24,6 +24,8 @@ library GEMM in its precision (``workbench.bench.peak_key``).
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 from numba import cuda, float32, float64
 
@@ -466,4 +468,26 @@ def measure_peaks() -> dict:
     peaks = {"date": now(), "environment": environment()}
     peaks.update(stream_ceilings())
     peaks.update(gemm_rates())
+    return peaks
+
+
+def check_ceilings(records: list[dict], peaks: dict, say: Callable[[str], None]) -> dict:
+    """The ceilings after this run's records: where one moved more bytes a second than its pattern's
+    ceiling, that stream is measured again now, in this process (``remeasure_stream``), and every
+    record's "% of peak" divided by the ceiling that results."""
+    from .bench import PATTERN_PEAK
+
+    for key in beaten_ceilings(peaks, records):
+        rec = next(r for r, k, _ in records_above(peaks, records) if k == key)
+        pattern = key.replace("_gbps", "")
+        say(f"{rec['op']}.{rec['stage']} moved {rec['gbps']:.0f} GB/s, above the {pattern} ceiling of "
+            f"{peaks[key]:.0f}: measuring the {pattern} stream again now")
+        peaks = remeasure_stream(peaks, key, rec)
+        still = [r for r, k, _ in records_above(peaks, records) if k == key]
+        say(f"  {pattern} now {peaks[key]:.0f} GB/s" + (f"; still above it: {', '.join(r['stage'] for r in still)}"
+                                                          if still else ""))
+    for r in records:
+        key = r.get("peak_kind")
+        if key in PATTERN_PEAK.values() and peaks.get(key):
+            r["pct_of_peak"] = 100 * r["gbps"] / peaks[key]
     return peaks

@@ -245,7 +245,8 @@ def bench_target(target: str, given_sizes, seed, save: bool, quick: bool = False
     import numpy as np
 
     from . import results
-    from .bench import bench_size, check_ceilings
+    from .bench import bench_size
+    from .ceilings import check_ceilings
 
     op, stages = registry.resolve(target)
     peaks = _peaks_for_device()

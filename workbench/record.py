@@ -314,7 +314,8 @@ def gpu_measure_item(peaks: dict, env: dict, seed: int | None = None,
     """The measuring step on a GPU: ``bench.bench_size`` at the item's size, every stage and peer."""
     import numpy as np
 
-    from .bench import bench_size, check_ceilings
+    from .bench import bench_size
+    from .ceilings import check_ceilings
 
     rng = np.random.default_rng(seed)
     ceilings = dict(peaks)
