@@ -29,6 +29,7 @@ import numpy as np
 from numba import cuda, float32, int8, int32, uint8, uint32, uint64
 
 from solutions._half import ILP, LOW_PRECISION_GROUP, THREADS, TWO_WARPS, block_max, libdevice, torch_peer
+from solutions._vector_io import aligned16, as_bits32, as_float32, flat_view, load4, rows_fit_vectors, store4
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import of_ceiling
@@ -139,8 +140,10 @@ def _torch_quantize(torch, x, out):
 
 
 ROW_SIZES = dict(
-    check_sizes=[(1, 1), (3, 37), (300, 1001), (300, 4097), (200, 32768), (32768, 4096)],
-    sim_sizes=[(1, 1), (2, 5), (3, 37), (3, 130), (1, 8300)],  # the last: full unrolled steps
+    check_sizes=[(1, 1), (3, 37), (300, 1001), (301, 1000), (300, 4097), (200, 32768), (32768, 4096)],
+    # (3, 132), the quick tier's: rows on 16 bytes (vector_rows' path); the last: full unrolled steps, and two
+    # of vector_rows' (8300 = 4 x 2075)
+    sim_sizes=[(1, 1), (2, 5), (3, 37), (3, 132), (3, 130), (1, 8300)],
     bench_sizes=[(4096, 1024), (4096, 4096), (32768, 1024), (32768, 4096)],
     headline_size=(32768, 4096),
 )
@@ -172,6 +175,14 @@ def quantize_value(v, scale):
     conversion rounds to nearest even itself), then a min and a max."""
     q = libdevice.float2int_rn(v / scale)
     return int8(min(max(q, int32(-QMAX)), int32(QMAX)))
+
+
+@cuda.jit(device=True, inline=True)
+def quantized_word(v0, v1, v2, v3, scale):
+    """Four values quantized into one 32-bit word, the first in the low byte (first in memory)."""
+    return (uint32(uint8(quantize_value(v0, scale))) | (uint32(uint8(quantize_value(v1, scale))) << EIGHT)
+            | (uint32(uint8(quantize_value(v2, scale))) << uint32(16))
+            | (uint32(uint8(quantize_value(v3, scale))) << uint32(24)))
 
 
 @cuda.jit(device=True, inline=True)
@@ -310,17 +321,12 @@ def _quantize_vectorized(x, out, out32):
             for k in range(4):
                 xs[4 * u + k] = x[row, c + uint64(k)]
         for u in range(2):
-            word = uint32(0)
-            for k in range(4):
-                word |= uint32(uint8(quantize_value(xs[4 * u + k], scale))) << (uint32(k) * EIGHT)
-            out32[w + uint64(u * THREADS)] = word
+            out32[w + uint64(u * THREADS)] = quantized_word(xs[4 * u], xs[4 * u + 1], xs[4 * u + 2], xs[4 * u + 3],
+                                                            scale)
         w += uint64(2 * THREADS)
     while w < stop:
         c = w * FOUR - start
-        word = uint32(0)
-        for k in range(4):
-            word |= uint32(uint8(quantize_value(x[row, c + uint64(k)], scale))) << (uint32(k) * EIGHT)
-        out32[w] = word
+        out32[w] = quantized_word(x[row, c], x[row, c + uint64(1)], x[row, c + uint64(2)], x[row, c + uint64(3)], scale)
         w += uint64(THREADS)
     head_end = min(first * FOUR, end)
     tail_start = max(stop * FOUR, head_end)
@@ -351,6 +357,75 @@ def flat_words(a):
     would overwrite bytes that another block writes).""")
 def vectorized(x, out):
     _quantize_vectorized[x.shape[0], THREADS](x, out, flat_words(out))
+
+
+# -- 4. vector_rows: 16-byte loads, a row of up to 4096 read from memory once -------------------------------
+
+HELD = 4  # 16-byte vectors a thread holds per step: a 4096-wide row in one step of 256 threads
+
+
+@cuda.jit
+def _quantize_vector_rows(x, out32, cols):
+    # x: the matrix as one flat vector; cols is a multiple of 4, so row r's values start at word r (cols + 4) / 4
+    # of the output, its scale is the whole word after them, and vector c / 4 of the row is word c / 4 of it.
+    reduced = cuda.shared.array(TWO_WARPS, float32)
+    held = cuda.local.array((HELD, 4), float32)  # the step's vectors (constant indices after unrolling: registers)
+    row = uint64(cuda.blockIdx.x)
+    t = uint64(cuda.threadIdx.x)
+    cols = uint64(cols)
+    base = row * cols
+    step = uint64(4 * HELD * THREADS)
+    # HINT: first pass, in steps of HELD vectors a thread (vector k of a step at columns c0 + 4 (t + k THREADS)):
+    # HINT: load4 all of a step's vectors into held (zeros past the row's end) before taking |x|'s maximum.
+    # HINT: second pass: a row that fitted one step is still in held; a wider one is loaded again, step by step.
+    # HINT: each vector becomes one word, quantized_word(..., scale); thread 0 stores the scale's bits as the word after the row.
+    # BEGIN SOLUTION
+    amax = float32(0.0)
+    c0 = uint64(0)
+    while c0 < cols:
+        for k in range(HELD):
+            c = c0 + FOUR * (t + uint64(k * THREADS))
+            if c < cols:
+                held[k, 0], held[k, 1], held[k, 2], held[k, 3] = load4(x, base + c)
+            else:
+                for j in range(4):
+                    held[k, j] = float32(0.0)
+        for k in range(HELD):
+            for j in range(4):
+                amax = max(amax, abs(held[k, j]))
+        c0 += step
+    scale = scale_of(block_max(amax, reduced))
+    first_word = row * (cols + FOUR) // FOUR
+    c0 = uint64(0)
+    while c0 < cols:
+        for k in range(HELD):
+            c = c0 + FOUR * (t + uint64(k * THREADS))
+            if c < cols and cols > step:  # a row of one step is still in held
+                held[k, 0], held[k, 1], held[k, 2], held[k, 3] = load4(x, base + c)
+        for k in range(HELD):
+            c = c0 + FOUR * (t + uint64(k * THREADS))
+            if c < cols:
+                out32[first_word + c // FOUR] = quantized_word(held[k, 0], held[k, 1], held[k, 2], held[k, 3], scale)
+        c0 += step
+    if t == uint64(0):
+        out32[first_word + cols // FOUR] = as_bits32(scale)
+    # END SOLUTION
+
+
+@op.stage("vector_rows", """
+    vectorized keeps eight 4-byte loads in flight a thread and reads each row twice, the second time
+    from L1. Here a row's width is a multiple of 4, so every row starts on a 16-byte boundary (and, in
+    the output, on a word: row r's int8 values start at byte r (cols + 4)): a thread loads its part of
+    the row as 16-byte vectors, four of them (64 bytes) in flight at once, and a row of up to 4096
+    floats stays in those registers between the maximum and the quantization, so it is read from
+    memory once and never from L1. Each vector becomes one 32-bit word of the output, and the scale is
+    one more word after the row: no byte stores at all. Other widths, and views off a 16-byte
+    boundary, run vectorized.""")
+def vector_rows(x, out):
+    if not (rows_fit_vectors(x) and aligned16(out)):
+        vectorized(x, out)
+        return
+    _quantize_vector_rows[x.shape[0], THREADS](flat_view(x), flat_words(out), x.shape[1])
 
 
 # ======================================================================================================
@@ -499,6 +574,53 @@ def _dequantize_vectorized(packed, packed32, out):
     neighbour and are read a byte at a time.""")
 def dequantize_vectorized(packed, out):
     _dequantize_vectorized[out.shape[0], THREADS](packed, flat_words(packed), out)
+
+
+# -- 3. vector_rows: all of a thread's words in flight, 16-byte stores ----------------------------------------
+
+@cuda.jit
+def _dequantize_vector_rows(packed32, out, cols):
+    # out: the matrix as one flat vector; cols is a multiple of 4, so row r's values are whole words from
+    # word r (cols + 4) / 4 of packed, its scale the word after them, and word w's four values are the
+    # 16-byte vector at column 4 w of the output row.
+    ws = cuda.local.array(ILP, uint32)
+    row = uint64(cuda.blockIdx.x)
+    t = uint64(cuda.threadIdx.x)
+    cols = uint64(cols)
+    words = cols // FOUR
+    first_word = row * (words + uint64(1))
+    # HINT: the scale is the word after the row's values (as_float32). In steps of ILP words a thread (word
+    # HINT: w0 + t + u THREADS), load every word of the step that lies in the row before storing any; then each
+    # HINT: word's four byte_value(word, k) * scale go out as one store4 at column 4 w of the row.
+    # BEGIN SOLUTION
+    scale = as_float32(packed32[first_word + words])
+    w0 = uint64(0)
+    while w0 < words:
+        for u in range(ILP):
+            w = w0 + t + uint64(u * THREADS)
+            ws[u] = packed32[first_word + w] if w < words else uint32(0)
+        for u in range(ILP):
+            w = w0 + t + uint64(u * THREADS)
+            if w < words:
+                store4(out, row * cols + FOUR * w, byte_value(ws[u], 0) * scale, byte_value(ws[u], 1) * scale,
+                       byte_value(ws[u], 2) * scale, byte_value(ws[u], 3) * scale)
+        w0 += uint64(ILP * THREADS)
+    # END SOLUTION
+
+
+@dequantize_op.stage("vector_rows", """
+    vectorized needs eight words a thread (a row of 8192) for its unrolled step: at 4096 columns every
+    thread takes the one-word loop, one 4-byte load in flight, then four 4-byte stores. Here each step
+    loads all the words a thread owns in it (up to eight, those past the row's end skipped) before
+    the first store. With the width a multiple of 4, every row's values are whole words of packed and
+    its scale the word after them, one load, and a word's four floats are one 16-byte store4 into an
+    output row that starts on a 16-byte boundary: a quarter of the store instructions. Other widths run
+    vectorized.""")
+def dequantize_vector_rows(packed, out):
+    if not (rows_fit_vectors(out) and aligned16(packed)):
+        dequantize_vectorized(packed, out)
+        return
+    _dequantize_vector_rows[out.shape[0], THREADS](flat_words(packed), flat_view(out), out.shape[1])
 
 
 OPERATORS = [op, dequantize_op]

@@ -103,7 +103,7 @@ def test_packed_rows_of_one_and_two_columns(fmt):
 
 SLOW = pytest.mark.slow
 UNROLLED = [("softmax[bf16]", "packed"), ("layernorm[fp16]", "widened"), ("layernorm[bf16]", "rows_in_flight"), ("quantize", "vectorized"),
-            ("dequantize", "vectorized"),
+            ("dequantize", "vectorized"), ("quantize", "vector_rows"), ("dequantize", "vector_rows"),
             *(pytest.param(*case, marks=SLOW) for case in [
                 ("softmax[fp16]", "widened"), ("softmax[fp16]", "fast_exp"), ("layernorm[bf16]", "packed"),
                 ("rmsnorm[fp16]", "packed"), ("softmax[fp16]", "rows_in_flight"),
@@ -317,12 +317,28 @@ def test_quantize_explains_a_tie_rounded_away_from_zero():
     assert "scale" in quantize.op.explain((x,), wrong, ref)
 
 
-@pytest.mark.parametrize("stage", ["block_per_row", "vectorized"])
+@pytest.mark.parametrize("stage", ["block_per_row", "vectorized", "vector_rows"])
 def test_quantize_short_rows_and_unaligned_rows(stage):
-    """Rows of 1 to 5 values: each starts at another byte of a word, some within one word."""
-    for cols in (1, 5):
+    """Rows of 1 to 5 values: each starts at another byte of a word, some within one word; rows of 4 and 8
+    (vector_rows' path: one or two vectors, the scale a word)."""
+    for cols in (1, 4, 5, 8):
         x = np.random.default_rng(cols).standard_normal((3, cols)).astype(np.float32)
         np.testing.assert_array_equal(run(quantize.op[stage], x), quantize.op.reference(x))
+
+
+@pytest.mark.parametrize("op_name, kernel", [("quantize", "_quantize_vector_rows"), ("dequantize", "_dequantize_vector_rows")])
+def test_quantize_vector_rows_off_16_bytes_takes_vectorized(monkeypatch, op_name, kernel):
+    """A width that is not a multiple of 4, or (told here, as the simulator counts every array aligned) a view
+    off a 16-byte boundary, never launches the 16-byte kernel: vectorized runs, and the values are right."""
+    class Refused:
+        def __getitem__(self, config):
+            raise AssertionError("the 16-byte kernel was launched on rows off 16 bytes")
+
+    monkeypatch.setattr(quantize, kernel, Refused())
+    assert check_stage(OPS[op_name]["vector_rows"], (3, 37), np.random.default_rng(0)).passed
+    monkeypatch.setattr(quantize, "aligned16", lambda *arrays: False)
+    monkeypatch.setattr(quantize, "rows_fit_vectors", lambda *arrays: False)
+    assert check_stage(OPS[op_name]["vector_rows"], (3, 132), np.random.default_rng(0)).passed
 
 
 # -- bad input ---------------------------------------------------------------------------------------------

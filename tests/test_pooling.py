@@ -91,6 +91,48 @@ def test_avgpool_refuses_a_window_it_has_no_kernel_for():
     assert sizes.accepted_size(pooling.avg_op, (2, 4, 8, 10, 3)) == (2, 4, 8, 10, 3)
 
 
+def test_fast_divisor_divides_exactly_below_2_to_the_31():
+    """avg vectors splits a group's index with (n m) >> p instead of n // d: exact for every n < 2^31, the
+    multiplier within 32 bits, at the divisors a pool meets (W / 4, Ho) and at the hardest ones (powers of
+    two and their neighbours, the largest). Checked at the multiples of d and their neighbours, where an
+    error would first show, and at random n."""
+    rng = np.random.default_rng(1)
+    divisors = [1, 2, 3, 5, 7, 14, 28, 641, 2 ** 16 - 1, 2 ** 16 + 1, 2 ** 30 - 1, 2 ** 31 - 1]
+    divisors += [2 ** k + e for k in range(1, 31) for e in (-1, 0, 1)] + rng.integers(1, 2 ** 31, 64).tolist()
+    for d in divisors:
+        m, p = pooling.fast_divisor(d)
+        assert 0 < m < 2 ** 32 and p < 64, (d, m, p)
+        last = (2 ** 31 - 1) // d  # the 2000 largest multiples below 2^31, and the first ones
+        multiples = d * np.concatenate([np.arange(max(0, last - 2000), last + 1), np.arange(0, min(last, 50))])
+        n = np.concatenate([multiples - 1, multiples, multiples + 1, [2 ** 31 - 1],
+                            rng.integers(0, 2 ** 31, 2000)]).astype(np.uint64)
+        n = n[n < 2 ** 31]
+        # the kernel's product: 32 x 32 bits, at most 63, so it never wraps in 64
+        assert np.array_equal((n * np.uint64(m)) >> np.uint64(p), n // np.uint64(d)), d
+
+
+@pytest.mark.parametrize("size", [(2, 3, 9, 12, 3), (1, 2, 10, 8, 2), (3, 1, 5, 4, 3)], ids=str)
+def test_avgpool_vectors_at_widths_that_take_the_vector_path(size):
+    """W a multiple of 4 takes the load4 kernel: the 3x3 window's extra column 4q - 1 (zero at q = 0), odd
+    and even H (the bottom window half off the image), a single group per row (W = 4)."""
+    result = check_stage(pooling.avg_op["vectors"], size, np.random.default_rng(2))
+    assert result.passed, result.message
+
+
+def test_avgpool_vectors_falls_back_on_a_view_off_16_bytes():
+    """A view that starts one float into its buffer cannot take load4: on a GPU the in_flight kernel runs
+    instead (the simulator's load4 reads element by element, so there the vectors kernel runs); either way
+    the values are right."""
+    base = np.random.default_rng(3).standard_normal(1 + 2 * 3 * 8 * 8).astype(np.float32)
+    x_host = base[1:].reshape(2, 3, 8, 8)
+    window = np.array([3], np.int32)
+    device_base = to_device(base)
+    x = device_base[1:].reshape(2, 3, 8, 8)
+    out = to_device(np.full((2, 3, 4, 4), np.nan, np.float32))
+    pooling.avgpool_vectors(x, to_device(window), out)
+    np.testing.assert_allclose(out.copy_to_host(), pooling._avg_reference(x_host, window), rtol=1e-5, atol=1e-6)
+
+
 # -- on a GPU: the last stages at the headline size ----------------------------------------------------------------
 
 @pytest.mark.gpu
