@@ -90,12 +90,21 @@ def _quantize_adversarial(size, rng):
     ties_scale_two = ties * np.float32(2.0)  # scale 2: the same ties after a division
     saturated = np.where(rng.random(size) < 0.5, 1.0, -1.0).astype(np.float32) * np.float32(3.75)
     saturated[:, -1] = np.float32(3.75 * 126.5 / 127)  # rounds to 126.5 of 127 steps: a tie, to 126
+    # near-ties at any scale: (k + 1/2) scale rounded to float32, and its neighbours one ulp either side; the
+    # quotient lands on, just below or just above a half-integer (where a division without its correction errs)
+    amax = (2.0 ** rng.integers(-60, 60, (rows, 1)) * rng.uniform(1, 2, (rows, 1))).astype(np.float32)
+    scale = (amax.astype(np.float64) / QMAX).astype(np.float32)
+    tie = ((rng.integers(-126, 126, size) + 0.5) * scale.astype(np.float64)).astype(np.float32)
+    near = np.nextafter(tie, np.where(rng.random(size) < 0.5, np.inf, -np.inf).astype(np.float32))
+    near_ties = np.where(rng.random(size) < 0.3, tie, near).astype(np.float32)
+    near_ties[:, 0] = amax[:, 0]
     zero = np.zeros(size, np.float32)
     zero[:, cols // 2] = np.where(np.arange(rows) % 2 == 0, 0.0, -5.0)  # zero rows and one-element rows
     subnormal = (rng.standard_normal(size) * 1e-40).astype(np.float32)  # scale subnormal too: no flush to 0
     huge = (rng.uniform(-1, 1, size) * 3e38).astype(np.float32)
     return [(label, (a,)) for label, a in
-            [("ties (scale 1)", ties), ("ties (scale 2)", ties_scale_two), ("+-max and 126.5", saturated),
+            [("ties (scale 1)", ties), ("ties (scale 2)", ties_scale_two), ("near-ties", near_ties),
+             ("+-max and 126.5", saturated),
              ("zero rows", zero), ("subnormal rows", subnormal), ("huge rows", huge)]]
 
 
@@ -183,6 +192,41 @@ def quantized_word(v0, v1, v2, v3, scale):
     return (uint32(uint8(quantize_value(v0, scale))) | (uint32(uint8(quantize_value(v1, scale))) << EIGHT)
             | (uint32(uint8(quantize_value(v2, scale))) << uint32(16))
             | (uint32(uint8(quantize_value(v3, scale))) << uint32(24)))
+
+
+# Dividing without a division: for a row's scale, 1 / scale once (correctly rounded), then each quotient
+# v * (1 / scale), its residual v - q scale (exact in one fma), and one fma that corrects q by it: the
+# correctly rounded v / scale again (Markstein's correction; the compiler's own div.rn does the same after
+# computing 1 / scale for every element, plus a range check). Exact when the residual is a normal float,
+# which FAST_SCALES guarantees for every quotient that can round to a nonzero integer; tests/test_low_precision
+# holds it to IEEE division on near-ties. Then rounding half to even without a conversion: adding 1.5 x 2^23
+# leaves round(t) in the low mantissa bits, so the int8 is the low byte of the sum's bits.
+FAST_SCALES = (float32(2.0 ** -100), float32(2.0 ** 100))
+ROUND_BIAS = float32(1.5 * 2 ** 23)
+
+
+@cuda.jit(device=True, inline=True)
+def divide(v, scale, inverse):
+    """v / scale correctly rounded, given inverse = 1 / scale correctly rounded (scale in FAST_SCALES)."""
+    q = v * inverse
+    return libdevice.fmaf(libdevice.fmaf(-q, scale, v), inverse, q)
+
+
+@cuda.jit(device=True, inline=True)
+def rounded_bits(q):
+    """round-half-even(q) saturated to [-127, 127], in the low byte of the result (clamping first is the
+    same: the bounds are integers)."""
+    return libdevice.float_as_int(min(max(q, float32(-QMAX)), float32(QMAX)) + ROUND_BIAS)
+
+
+@cuda.jit(device=True, inline=True)
+def quantized_word_fast(v0, v1, v2, v3, scale, inverse):
+    """quantized_word without division or conversion: three byte permutes (PRMT) gather the four low bytes."""
+    low = libdevice.byte_perm(rounded_bits(divide(v0, scale, inverse)), rounded_bits(divide(v1, scale, inverse)),
+                              0x40)
+    high = libdevice.byte_perm(rounded_bits(divide(v2, scale, inverse)), rounded_bits(divide(v3, scale, inverse)),
+                               0x40)
+    return uint32(libdevice.byte_perm(low, high, 0x5410))
 
 
 @cuda.jit(device=True, inline=True)
@@ -375,10 +419,9 @@ def _quantize_vector_rows(x, out32, cols):
     cols = uint64(cols)
     base = row * cols
     step = uint64(4 * HELD * THREADS)
-    # HINT: first pass, in steps of HELD vectors a thread (vector k of a step at columns c0 + 4 (t + k THREADS)):
-    # HINT: load4 all of a step's vectors into held (zeros past the row's end) before taking |x|'s maximum.
-    # HINT: second pass: a row that fitted one step is still in held; a wider one is loaded again, step by step.
-    # HINT: each vector becomes one word, quantized_word(..., scale); thread 0 stores the scale's bits as the word after the row.
+    # HINT: two passes in steps of HELD 16-byte vectors a thread; a row that fits one step is read from memory once.
+    # HINT: first pass: load4 every vector of a step into held (zeros past the row's end: c0 + 4 (t + k THREADS) >= cols) before taking |x|'s maximum; block_max and scale_of give the scale.
+    # HINT: second pass: reload held only if cols > one step; each vector is one word of out32 (quantized_word_fast with 1 / scale where scale is in FAST_SCALES, else quantized_word); thread 0 stores the scale's bits (as_bits32) as the word after the row.
     # BEGIN SOLUTION
     amax = float32(0.0)
     c0 = uint64(0)
@@ -395,6 +438,8 @@ def _quantize_vector_rows(x, out32, cols):
                 amax = max(amax, abs(held[k, j]))
         c0 += step
     scale = scale_of(block_max(amax, reduced))
+    inverse = float32(1.0) / scale
+    fast = FAST_SCALES[0] <= scale <= FAST_SCALES[1]  # the same for the whole block: no divergence
     first_word = row * (cols + FOUR) // FOUR
     c0 = uint64(0)
     while c0 < cols:
@@ -405,7 +450,11 @@ def _quantize_vector_rows(x, out32, cols):
         for k in range(HELD):
             c = c0 + FOUR * (t + uint64(k * THREADS))
             if c < cols:
-                out32[first_word + c // FOUR] = quantized_word(held[k, 0], held[k, 1], held[k, 2], held[k, 3], scale)
+                if fast:
+                    word = quantized_word_fast(held[k, 0], held[k, 1], held[k, 2], held[k, 3], scale, inverse)
+                else:
+                    word = quantized_word(held[k, 0], held[k, 1], held[k, 2], held[k, 3], scale)
+                out32[first_word + c // FOUR] = word
         c0 += step
     if t == uint64(0):
         out32[first_word + cols // FOUR] = as_bits32(scale)
@@ -589,9 +638,9 @@ def _dequantize_vector_rows(packed32, out, cols):
     cols = uint64(cols)
     words = cols // FOUR
     first_word = row * (words + uint64(1))
-    # HINT: the scale is the word after the row's values (as_float32). In steps of ILP words a thread (word
-    # HINT: w0 + t + u THREADS), load every word of the step that lies in the row before storing any; then each
-    # HINT: word's four byte_value(word, k) * scale go out as one store4 at column 4 w of the row.
+    # HINT: in steps of ILP words a thread, all of a step's loads issued before its first store.
+    # HINT: the scale is the word after the row's values (as_float32); word w = w0 + t + u THREADS of the row (those below words) holds columns 4 w .. 4 w + 3.
+    # HINT: each word's byte_value(word, k) * scale for k = 0..3 go out as one store4 at out[row cols + 4 w].
     # BEGIN SOLUTION
     scale = as_float32(packed32[first_word + words])
     w0 = uint64(0)

@@ -299,6 +299,25 @@ def test_quantize_reference_only_bends_to_float32_on_near_ties():
     assert (np.abs(np.abs(quotient - np.trunc(quotient)) - 0.5) < 1e-5).all()
 
 
+def test_division_by_the_reciprocal_and_one_fma_is_ieee_division():
+    """quantize's divide (v * (1 / scale), corrected by its exact residual) gives float32 division's quotient bit
+    for bit, at scales across FAST_SCALES' range, on quotients at, one ulp below and one above half-integers."""
+    rng = np.random.default_rng(11)
+    for _ in range(3000):
+        scale = np.float32(2.0 ** rng.integers(-100, 100) * rng.uniform(1, 2))
+        tie = np.float32((rng.integers(-127, 127) + 0.5) * np.float64(scale))
+        for v in (tie, np.nextafter(tie, np.float32(np.inf)), np.nextafter(tie, np.float32(-np.inf)),
+                  np.float32(rng.uniform(-127, 127) * np.float64(scale))):
+            got = quantize.divide.py_func(v, scale, np.float32(1) / scale)
+            assert np.float32(got) == v / scale, (v, scale)
+
+
+def test_rounding_by_adding_one_and_a_half_times_2_to_the_23_is_half_to_even_saturated():
+    q = np.array([-200, -127.5, -126.5, -2.5, -0.5, -0.49, 0, 0.5, 1.5, 2.5, 126.5, 126.51, 127.4, 1e30], np.float32)
+    low_bytes = [np.int8(np.uint8(int(quantize.rounded_bits.py_func(v)) & 0xFF)) for v in q]
+    assert low_bytes == [-127, -127, -126, -2, 0, 0, 0, 0, 2, 2, 126, 127, 127, 127]
+
+
 def test_dequantize_reference_is_q_times_scale():
     x = np.random.default_rng(5).standard_normal((4, 9)).astype(np.float32)
     (packed,) = (quantize.fuse(*quantize.quantize_reference(x)[:2]),)
