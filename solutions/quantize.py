@@ -29,7 +29,7 @@ import numpy as np
 from numba import cuda, float32, int8, int32, uint8, uint32, uint64
 
 from solutions._half import ILP, LOW_PRECISION_GROUP, THREADS, TWO_WARPS, block_max, libdevice, torch_peer
-from solutions._vector_io import aligned16, as_bits32, as_float32, flat_view, load4, rows_fit_vectors, store4
+from solutions._vector_io import aligned16, as_bits32, as_float32, capped, flat_view, load4, rows_fit_vectors, store4
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import of_ceiling
@@ -405,7 +405,9 @@ def vectorized(x, out):
 
 # -- 4. vector_rows: 16-byte loads, a row of up to 4096 read from memory once -------------------------------
 
-HELD = 4  # 16-byte vectors a thread holds per step: a 4096-wide row in one step of 256 threads
+HELD = 2  # 16-byte vectors a thread holds per step (4 would hold a 4096-wide row whole: 51 registers, half the
+# threads resident, slower; 2 re-reads the row from L1 with 29 registers)
+ROW_REGISTERS = None  # a cap on the kernel's registers a thread (capped); None: as ptxas chooses
 
 
 @cuda.jit
@@ -474,7 +476,7 @@ def vector_rows(x, out):
     if not (rows_fit_vectors(x) and aligned16(out)):
         vectorized(x, out)
         return
-    _quantize_vector_rows[x.shape[0], THREADS](flat_view(x), flat_words(out), x.shape[1])
+    capped(_quantize_vector_rows, ROW_REGISTERS)[x.shape[0], THREADS](flat_view(x), flat_words(out), x.shape[1])
 
 
 # ======================================================================================================
