@@ -29,7 +29,8 @@ quantize a division and a rounding rewritten as a multiply, two fmas and an add.
 import numpy as np
 from numba import cuda, float32, int8, int32, uint8, uint32, uint64
 
-from solutions._half import ILP, LOW_PRECISION_GROUP, THREADS, TWO_WARPS, block_max, libdevice, torch_peer
+from solutions._half import (ILP, LOW_PRECISION_GROUP, THREADS, TWO_WARPS, block_max, block_max_over, libdevice,
+                            torch_peer)
 from solutions._vector_io import aligned16, as_bits32, as_float32, capped, flat_view, load4, rows_fit_vectors, store4
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
@@ -409,6 +410,7 @@ def vectorized(x, out):
 HELD = 2  # 16-byte vectors a thread holds per step (4 would hold a 4096-wide row whole: 51 registers, half the
 # threads resident, slower; with 2 the second pass re-reads the row from L1, at 40 registers)
 ROW_REGISTERS = None  # a cap on the kernel's registers a thread (capped); None: as ptxas chooses
+ROW_THREADS = 128  # threads a row: fewer give each thread more values to share the row's fixed costs over
 
 
 @cuda.jit
@@ -421,16 +423,16 @@ def _quantize_vector_rows(x, out32, cols):
     t = uint64(cuda.threadIdx.x)
     cols = uint64(cols)
     base = row * cols
-    step = uint64(4 * HELD * THREADS)
+    step = uint64(4 * HELD * ROW_THREADS)
     # HINT: two passes in steps of HELD 16-byte vectors a thread; a row that fits one step is read from memory once.
-    # HINT: first pass: load4 every vector of a step into held (zeros past the row's end: c0 + 4 (t + k THREADS) >= cols) before taking |x|'s maximum; block_max and scale_of give the scale.
+    # HINT: first pass: load4 every vector of a step into held (zeros past the row's end: c0 + 4 (t + k ROW_THREADS) >= cols) before taking |x|'s maximum; block_max_over (ROW_THREADS // 32 warps) and scale_of give the scale.
     # HINT: second pass: reload held only if cols > one step; each vector is one word of out32 (quantized_word_fast with 1 / scale where scale is in FAST_SCALES, else quantized_word); thread 0 stores the scale's bits (as_bits32) as the word after the row.
     # BEGIN SOLUTION
     amax = float32(0.0)
     c0 = uint64(0)
     while c0 < cols:
         for k in range(HELD):
-            c = c0 + FOUR * (t + uint64(k * THREADS))
+            c = c0 + FOUR * (t + uint64(k * ROW_THREADS))
             if c < cols:
                 held[k, 0], held[k, 1], held[k, 2], held[k, 3] = load4(x, base + c)
             else:
@@ -440,18 +442,18 @@ def _quantize_vector_rows(x, out32, cols):
             for j in range(4):
                 amax = max(amax, abs(held[k, j]))
         c0 += step
-    scale = scale_of(block_max(amax, reduced))
+    scale = scale_of(block_max_over(amax, reduced, ROW_THREADS // 32))
     inverse = float32(1.0) / scale
     fast = FAST_SCALES[0] <= scale <= FAST_SCALES[1]  # the same for the whole block: no divergence
     first_word = row * (cols + FOUR) // FOUR
     c0 = uint64(0)
     while c0 < cols:
         for k in range(HELD):
-            c = c0 + FOUR * (t + uint64(k * THREADS))
+            c = c0 + FOUR * (t + uint64(k * ROW_THREADS))
             if c < cols and cols > step:  # a row of one step is still in held
                 held[k, 0], held[k, 1], held[k, 2], held[k, 3] = load4(x, base + c)
         for k in range(HELD):
-            c = c0 + FOUR * (t + uint64(k * THREADS))
+            c = c0 + FOUR * (t + uint64(k * ROW_THREADS))
             if c < cols:
                 if fast:
                     word = quantized_word_fast(held[k, 0], held[k, 1], held[k, 2], held[k, 3], scale, inverse)
@@ -481,7 +483,7 @@ def vector_rows(x, out):
     if not (rows_fit_vectors(x) and aligned16(out)):
         vectorized(x, out)
         return
-    capped(_quantize_vector_rows, ROW_REGISTERS)[x.shape[0], THREADS](flat_view(x), flat_words(out), x.shape[1])
+    capped(_quantize_vector_rows, ROW_REGISTERS)[x.shape[0], ROW_THREADS](flat_view(x), flat_words(out), x.shape[1])
 
 
 # ======================================================================================================
