@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: fc0de95c87998512d5a6067a0de1f26df43a2ef379014db5ae8ad9e7dd5eff01
+# generated-sha256: c95aa774a49620f771a5bf3684cb130fb78e656b83e457ca7d63ad51d3443b22
 # --------------------------------------------------------------------------------------------------
 """int8 quantization of a float32 matrix, per row and symmetric, and back: two memory-bound ladders.
 
@@ -43,7 +43,8 @@ quantize a division and a rounding rewritten as a multiply, two fmas and an add.
 import numpy as np
 from numba import cuda, float32, int8, int32, uint8, uint32, uint64
 
-from solutions._half import ILP, LOW_PRECISION_GROUP, THREADS, TWO_WARPS, block_max, libdevice, torch_peer
+from solutions._half import (ILP, LOW_PRECISION_GROUP, THREADS, TWO_WARPS, block_max, block_max_over, libdevice,
+                            torch_peer)
 from solutions._vector_io import aligned16, as_bits32, as_float32, capped, flat_view, load4, rows_fit_vectors, store4
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
@@ -369,6 +370,7 @@ def vectorized(x, out):
 HELD = 2  # 16-byte vectors a thread holds per step (4 would hold a 4096-wide row whole: 51 registers, half the
 # threads resident, slower; with 2 the second pass re-reads the row from L1, at 40 registers)
 ROW_REGISTERS = None  # a cap on the kernel's registers a thread (capped); None: as ptxas chooses
+ROW_THREADS = 128  # threads a row: fewer give each thread more values to share the row's fixed costs over
 
 
 @cuda.jit
@@ -381,32 +383,34 @@ def _quantize_vector_rows(x, out32, cols):
     t = uint64(cuda.threadIdx.x)
     cols = uint64(cols)
     base = row * cols
-    step = uint64(4 * HELD * THREADS)
+    step = uint64(4 * HELD * ROW_THREADS)
     # EXERCISE: write this part of `_quantize_vector_rows`. Read the hints one at a time.
     #   hint 1 (nudge): two passes in steps of HELD 16-byte vectors a thread; a row that fits one step is read from memory once.
-    #   hint 2: first pass: load4 every vector of a step into held (zeros past the row's end: c0 + 4 (t + k THREADS) >= cols) before taking |x|'s maximum; block_max and scale_of give the scale.
+    #   hint 2: first pass: load4 every vector of a step into held (zeros past the row's end: c0 + 4 (t + k ROW_THREADS) >= cols) before taking |x|'s maximum; block_max_over (ROW_THREADS // 32 warps) and scale_of give the scale.
     #   hint 3 (nearly the answer): second pass: reload held only if cols > one step; each vector is one word of out32 (quantized_word_fast with 1 / scale where scale is in FAST_SCALES, else quantized_word); thread 0 stores the scale's bits (as_bits32) as the word after the row.
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
 @op.stage("vector_rows", """
     vectorized issues a 4-byte load per value and, per value, a division (div.rn.f32: a reciprocal, several
-    fmas and a range check) and a conversion (cvt.rni, a quarter-rate instruction): instructions, more than
-    bytes, set its pace. When the width is a multiple of 4, every row starts on 16 bytes in x and on a word
-    in out (row r's values start at byte r (cols + 4)): two 16-byte loads a thread a step, each vector
-    quantized into one 32-bit word, the scale the word after the row, no byte stores. And the arithmetic
-    shrinks: 1 / scale once a row; each quotient v (1 / scale) corrected by one fma with its exact residual,
-    which is IEEE division bit for bit at these scales (the near-ties input checks it); rounding half to
-    even by adding 1.5 x 2^23, whose low byte is the int8; three byte permutes pack a word. 82% of copy,
-    against vectorized's 77%. Still short of the ceiling: the profiler counts one warp instruction per
-    value and the issue slots busy 71% of cycles at 40 registers (70% occupancy); holding a whole 4096 row
-    in registers (four vectors a thread) took 51 and ran slower, and capping registers at 32 or 40 did too.
-    Other widths, and views off a 16-byte boundary, run vectorized.""")
+    fmas and a range check) and a conversion (cvt.rni, a quarter-rate instruction); and its 256 threads a
+    row give each thread 16 values of a 4096 row to share the row's fixed costs (the block's maximum, its
+    barrier, the scale) with. Instructions, more than bytes, set its pace. Three changes. Where the width is
+    a multiple of 4, every row starts on 16 bytes in x and on a word in out (row r's values start at byte r
+    (cols + 4)): 16-byte loads, two a thread a step, each vector quantized into one 32-bit word, the scale
+    the word after the row, no byte stores. The arithmetic shrinks: 1/scale once a row; each quotient v
+    (1/scale) corrected by one fma with its exact residual, which is IEEE division bit for bit at these
+    scales (the near-ties input checks it); rounding half to even by adding 1.5 x 2^23, whose low byte is
+    the int8; three byte permutes pack a word. And 128 threads a row, 32 values each. 89% of copy at
+    32768x4096, against vectorized's 77%; the profiler counts 104 million warp instructions against
+    vectorized's 169 million (issue slots busy 63% of cycles, not 84%). With 256 or 64 threads a row, or a
+    whole 4096 row held in registers (four vectors a thread: 51 registers, half the threads resident), it
+    was slower. Other widths, and views off a 16-byte boundary, run vectorized.""")
 def vector_rows(x, out):
     if not (rows_fit_vectors(x) and aligned16(out)):
         vectorized(x, out)
         return
-    capped(_quantize_vector_rows, ROW_REGISTERS)[x.shape[0], THREADS](flat_view(x), flat_words(out), x.shape[1])
+    capped(_quantize_vector_rows, ROW_REGISTERS)[x.shape[0], ROW_THREADS](flat_view(x), flat_words(out), x.shape[1])
 
 
 # ======================================================================================================

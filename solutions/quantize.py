@@ -468,17 +468,19 @@ def _quantize_vector_rows(x, out32, cols):
 
 @op.stage("vector_rows", """
     vectorized issues a 4-byte load per value and, per value, a division (div.rn.f32: a reciprocal, several
-    fmas and a range check) and a conversion (cvt.rni, a quarter-rate instruction): instructions, more than
-    bytes, set its pace. When the width is a multiple of 4, every row starts on 16 bytes in x and on a word
-    in out (row r's values start at byte r (cols + 4)): two 16-byte loads a thread a step, each vector
-    quantized into one 32-bit word, the scale the word after the row, no byte stores. And the arithmetic
-    shrinks: 1 / scale once a row; each quotient v (1 / scale) corrected by one fma with its exact residual,
-    which is IEEE division bit for bit at these scales (the near-ties input checks it); rounding half to
-    even by adding 1.5 x 2^23, whose low byte is the int8; three byte permutes pack a word. 82% of copy,
-    against vectorized's 77%. Still short of the ceiling: the profiler counts one warp instruction per
-    value and the issue slots busy 71% of cycles at 40 registers (70% occupancy); holding a whole 4096 row
-    in registers (four vectors a thread) took 51 and ran slower, and capping registers at 32 or 40 did too.
-    Other widths, and views off a 16-byte boundary, run vectorized.""")
+    fmas and a range check) and a conversion (cvt.rni, a quarter-rate instruction); and its 256 threads a
+    row give each thread 16 values of a 4096 row to share the row's fixed costs (the block's maximum, its
+    barrier, the scale) with. Instructions, more than bytes, set its pace. Three changes. Where the width is
+    a multiple of 4, every row starts on 16 bytes in x and on a word in out (row r's values start at byte r
+    (cols + 4)): 16-byte loads, two a thread a step, each vector quantized into one 32-bit word, the scale
+    the word after the row, no byte stores. The arithmetic shrinks: 1/scale once a row; each quotient v
+    (1/scale) corrected by one fma with its exact residual, which is IEEE division bit for bit at these
+    scales (the near-ties input checks it); rounding half to even by adding 1.5 x 2^23, whose low byte is
+    the int8; three byte permutes pack a word. And 128 threads a row, 32 values each. 89% of copy at
+    32768x4096, against vectorized's 77%; the profiler counts 104 million warp instructions against
+    vectorized's 169 million (issue slots busy 63% of cycles, not 84%). With 256 or 64 threads a row, or a
+    whole 4096 row held in registers (four vectors a thread: 51 registers, half the threads resident), it
+    was slower. Other widths, and views off a 16-byte boundary, run vectorized.""")
 def vector_rows(x, out):
     if not (rows_fit_vectors(x) and aligned16(out)):
         vectorized(x, out)
