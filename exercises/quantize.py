@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: c95aa774a49620f771a5bf3684cb130fb78e656b83e457ca7d63ad51d3443b22
+# generated-sha256: 68a30762c99c1dddf63ac166141f3b209c255926fa3583b3e0a284c5e522c24b
 # --------------------------------------------------------------------------------------------------
 """int8 quantization of a float32 matrix, per row and symmetric, and back: two memory-bound ladders.
 
@@ -45,7 +45,7 @@ from numba import cuda, float32, int8, int32, uint8, uint32, uint64
 
 from solutions._half import (ILP, LOW_PRECISION_GROUP, THREADS, TWO_WARPS, block_max, block_max_over, libdevice,
                             torch_peer)
-from solutions._vector_io import aligned16, as_bits32, as_float32, capped, flat_view, load4, rows_fit_vectors, store4
+from solutions._vector_io import aligned16, as_bits32, as_float32, flat_view, load4, rows_fit_vectors, store4
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array, scratch
 from workbench.targets import of_ceiling
@@ -237,12 +237,13 @@ def rounded_bits(q):
 
 @cuda.jit(device=True, inline=True)
 def quantized_word_fast(v0, v1, v2, v3, scale, inverse):
-    """quantized_word without division or conversion: three byte permutes (PRMT) gather the four low bytes."""
-    low = libdevice.byte_perm(rounded_bits(divide(v0, scale, inverse)), rounded_bits(divide(v1, scale, inverse)),
-                              0x40)
-    high = libdevice.byte_perm(rounded_bits(divide(v2, scale, inverse)), rounded_bits(divide(v3, scale, inverse)),
-                               0x40)
-    return uint32(libdevice.byte_perm(low, high, 0x5410))
+    """quantized_word without division or conversion: three byte permutes (PRMT) gather the four low bytes
+    (selector 0x40: byte 0 of each of two words; 0x5410: the low two bytes of each)."""
+    b0 = rounded_bits(divide(v0, scale, inverse))
+    b1 = rounded_bits(divide(v1, scale, inverse))
+    b2 = rounded_bits(divide(v2, scale, inverse))
+    b3 = rounded_bits(divide(v3, scale, inverse))
+    return uint32(libdevice.byte_perm(libdevice.byte_perm(b0, b1, 0x40), libdevice.byte_perm(b2, b3, 0x40), 0x5410))
 
 
 @cuda.jit(device=True, inline=True)
@@ -365,11 +366,11 @@ def vectorized(x, out):
     _quantize_vectorized[x.shape[0], THREADS](x, out, flat_words(out))
 
 
-# -- 4. vector_rows: 16-byte loads, a row of up to 4096 read from memory once -------------------------------
+# -- 4. vector_rows: 16-byte loads, no division, 128 threads a row --------------------------------------------
 
-HELD = 2  # 16-byte vectors a thread holds per step (4 would hold a 4096-wide row whole: 51 registers, half the
-# threads resident, slower; with 2 the second pass re-reads the row from L1, at 40 registers)
-ROW_REGISTERS = None  # a cap on the kernel's registers a thread (capped); None: as ptxas chooses
+HELD = 2  # 16-byte vectors a thread holds per step; a row of one step (1024 floats) is read from memory once
+# (holding more costs registers, so resident threads: 4 a thread at 256 threads a row, a whole 4096 row, took
+# 51 registers, half the threads resident, and ran slower)
 ROW_THREADS = 128  # threads a row: fewer give each thread more values to share the row's fixed costs over
 
 
@@ -410,7 +411,7 @@ def vector_rows(x, out):
     if not (rows_fit_vectors(x) and aligned16(out)):
         vectorized(x, out)
         return
-    capped(_quantize_vector_rows, ROW_REGISTERS)[x.shape[0], ROW_THREADS](flat_view(x), flat_words(out), x.shape[1])
+    _quantize_vector_rows[x.shape[0], ROW_THREADS](flat_view(x), flat_words(out), x.shape[1])
 
 
 # ======================================================================================================
