@@ -17,7 +17,7 @@ reading each byte once, with many loads in flight, and filling the GPU:
 import numpy as np
 from numba import cuda, float32, int64, uint32, uint64
 
-from solutions._nchw import BENCH_SIZES, CHECK_SIZES, GROUP, HEADLINE, SIM_SIZES, nchw_bytes, nchw_images
+from solutions._nchw import BENCH_SIZES, CHECK_SIZES, GROUP, HEADLINE, nchw_bytes, nchw_images
 from solutions._vector_io import aligned16, load4, store4
 from workbench import library_peers as peers
 from workbench.ladder import Operator, blocks_for, expect_device_array
@@ -95,7 +95,7 @@ depthwise_op = Operator(
     torch_expression=_depthwise_expression,
     adversarial_inputs=_depthwise_adversarial,
     size_names=("N", "C", "H", "W"),
-    sim_sizes=SIM_SIZES,
+    sim_sizes=[(1, 2, 3, 5), (2, 3, 7, 6), (1, 3, 9, 8), (1, 3, 9, 10)],  # the third (quick) one: W % 4 == 0, quad_columns' path
     check_sizes=CHECK_SIZES,
     bench_sizes=BENCH_SIZES,
     headline_size=HEADLINE,
@@ -322,6 +322,94 @@ def depthwise_stepped_addresses(x, w, out):
     n = N * C * blocks_for(H, STRIP) * W
     _depthwise_stepped_addresses[blocks_for(n, STEPPED_THREADS), STEPPED_THREADS](
         x.reshape(x.size), w.reshape(w.size), out.reshape(out.size), N, C, H, W)
+
+# -- 5. four columns a thread: 16-byte loads and stores ---------------------------------------------------------
+
+QUAD_STRIP = 4  # output rows per thread: the window is (QUAD_STRIP + 2) x 6 registers (at 8 the compiler no longer unrolls the output loop, and the window moves to local memory)
+QUAD_WINDOW_ROWS = QUAD_STRIP + 2
+QUAD_THREADS = 256  # a block of quad_columns
+
+
+@cuda.jit(device=True, inline=True)
+def _quad_output(taps, window, r, j):
+    """Output column col + j of the strip's row r: a chain of 9 multiply-adds, one FFMA a tap."""
+    acc = taps[0] * window[r, j]
+    for k in range(1, 9):
+        acc += taps[k] * window[r + k // 3, j + k % 3]
+    return acc
+
+
+@cuda.jit
+def _depthwise_quad_columns(x, w, out, N, C, H, W):
+    # As _depthwise_stepped_addresses, with thread i owning four neighbouring output columns col .. col + 3
+    # (W a multiple of 4, so every row starts on a 16-byte boundary): a window row is one 16-byte load of
+    # the four columns plus the column on each side, two 4-byte loads that hit L1 (the neighbouring lanes'
+    # 16-byte loads fetched those lines).
+    i = cuda.grid(1)
+    quads = uint32(W // 4)
+    strips = uint32((H + QUAD_STRIP - 1) // QUAD_STRIP)
+    if i < N * C * strips * quads:
+        t = uint32(i)
+        col = t % quads * uint32(4)
+        t //= quads
+        row0 = t % strips * uint32(QUAD_STRIP)
+        plane = t // strips
+        c = plane % uint32(C)
+        zero = float32(0.0)
+        has_left = col > uint32(0)
+        has_right = col + uint32(4) < uint32(W)
+        taps = cuda.local.array(9, float32)
+        window = cuda.local.array((QUAD_WINDOW_ROWS, 6), float32)  # window[r, s]: image column col + s - 1
+        # HINT: at = the flat index of x[plane, row0 - 1, col] (it wraps for row0 = 0, a row never loaded); for each window row on the image: window[r, 1:5] is load4(x, at), window[r, 0] is x[at - 1] if has_left, window[r, 5] is x[at + 4] if has_right (zeros otherwise, and for rows off the image); then at += W.
+        # HINT: output column col + j of row r is the 9 taps against window[r + k // 3, j + k % 3]; the four of a row go out as one store4 at x's flat index of (plane, row0 + r, col), if row0 + r < H.
+        # BEGIN SOLUTION
+        at = (uint64(plane) * uint64(H) + uint64(row0)) * uint64(W) + uint64(col) - uint64(W)
+        has_top = row0 > uint32(0)
+        rows_left = uint32(H) - row0  # window row r (image row row0 + r - 1) is on the image if r <= rows_left
+        for r in range(QUAD_WINDOW_ROWS):
+            inside = (r > 0 or has_top) and uint32(r) <= rows_left
+            if inside:
+                a, b, c4, d = load4(x, at)
+            else:
+                a, b, c4, d = zero, zero, zero, zero
+            window[r, 0] = x[at - uint64(1)] if inside and has_left else zero
+            window[r, 1] = a
+            window[r, 2] = b
+            window[r, 3] = c4
+            window[r, 4] = d
+            window[r, 5] = x[at + uint64(4)] if inside and has_right else zero
+            at += uint64(W)
+        for k in range(9):
+            taps[k] = w[uint64(c) * uint64(9) + uint64(k)]
+        at = (uint64(plane) * uint64(H) + uint64(row0)) * uint64(W) + uint64(col)
+        for r in range(QUAD_STRIP):
+            if uint32(r) < rows_left:
+                store4(out, at, _quad_output(taps, window, r, 0), _quad_output(taps, window, r, 1),
+                       _quad_output(taps, window, r, 2), _quad_output(taps, window, r, 3))
+            at += uint64(W)
+        # END SOLUTION
+
+
+@depthwise_op.stage("quad_columns", """
+    stepped_addresses issues three 4-byte loads for each input row of each output: 30 load
+    instructions for a strip of 8 outputs, two of every three of them L1 hits on words a neighbouring
+    lane also loads. Here a thread owns four neighbouring columns of its strip: a window row is one
+    16-byte load of those four columns plus one 4-byte load on each side, 3 instructions for 4
+    columns instead of 12, and each output row leaves as one 16-byte store. The multiply-adds stay
+    9 an output; the loads, stores and address steps that surrounded them shrink about fourfold.
+    It needs W a multiple of 4 (each image row then starts on a 16-byte boundary) and 16-byte
+    aligned arrays; otherwise the launcher runs stepped_addresses' kernel.""")
+def depthwise_quad_columns(x, w, out):
+    N, C, H, W = x.shape
+    flat_x, flat_w, flat_out = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
+    if W % 4 != 0 or not aligned16(flat_x, flat_out):
+        n = N * C * blocks_for(H, STRIP) * W
+        _depthwise_stepped_addresses[blocks_for(n, STEPPED_THREADS), STEPPED_THREADS](flat_x, flat_w, flat_out,
+                                                                                        N, C, H, W)
+        return
+    n = N * C * blocks_for(H, QUAD_STRIP) * (W // 4)
+    _depthwise_quad_columns[blocks_for(n, QUAD_THREADS), QUAD_THREADS](flat_x, flat_w, flat_out, N, C, H, W)
+
 
 # == depthwise3x3[nhwc]: the same layer, channels last =====================================================
 
