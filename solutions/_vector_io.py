@@ -13,7 +13,8 @@ The caller promises what the instruction needs: ``i`` is a multiple of 4 and the
 element is 16-byte aligned (:func:`aligned16` checks the second on the host; a fresh device
 allocation always is, a view that starts mid-buffer may not be). In numba's CUDA simulator, which
 runs kernels as Python, the two are plain element-by-element functions with the same meaning, and
-every array counts as aligned.
+every array counts as aligned. :func:`load2` and :func:`store2` are the same for two elements, one 8-byte
+``ld.global.v2.f32`` (``i`` even, the array 8-byte aligned, which a 16-byte aligned one is).
 
 :func:`load8` and :func:`store8` are the same 16-byte access for arrays of 2-byte elements (fp16 or bf16
 bits): eight halves in one instruction, handed over as four 32-bit words of two halves each (element
@@ -77,6 +78,19 @@ if is_simulator():
 
     @vector_access
     @cuda.jit(device=True)
+    def load2(a, i):
+        """Elements i, i + 1 of a 1-D array of 4-byte elements (i even)."""
+        return a[i], a[i + 1]
+
+    @vector_access
+    @cuda.jit(device=True)
+    def store2(a, i, v0, v1):
+        """a[i], a[i + 1] = v0, v1 (i even)."""
+        a[i] = v0
+        a[i + 1] = v1
+
+    @vector_access
+    @cuda.jit(device=True)
     def load8(a, i):
         """Elements i .. i + 7 of a 1-D array of 2-byte elements (i a multiple of 8), as four 32-bit words
         of two elements each (the lower-indexed element in the low 16 bits)."""
@@ -128,11 +142,11 @@ else:
     from numba.core.errors import TypingError
     from numba.cuda.extending import intrinsic
 
-    def _vector_pointer(context, builder, array_type, array, index):
-        """The address of element ``index`` as a pointer to four elements, for a 16-byte access."""
+    def _vector_pointer(context, builder, array_type, array, index, lanes=4):
+        """The address of element ``index`` as a pointer to ``lanes`` elements (4: a 16-byte access, 2: 8)."""
         data = context.make_array(array_type)(context, builder, value=array).data
         element = builder.gep(data, [index])
-        vector = ir.VectorType(context.get_value_type(array_type.dtype), 4)
+        vector = ir.VectorType(context.get_value_type(array_type.dtype), lanes)
         return builder.bitcast(element, vector.as_pointer())
 
     def _vector_pointer_words(context, builder, array_type, array, index):
@@ -149,41 +163,60 @@ else:
 
     def _check(array, index):
         if not (isinstance(array, types.Array) and array.ndim == 1 and array.dtype.bitwidth == 32):
-            raise TypingError(f"load4/store4 take a 1-D array of 4-byte elements, got {array}")
+            raise TypingError(f"load4/store4/load2/store2 take a 1-D array of 4-byte elements, got {array}")
         if not isinstance(index, types.Integer):
-            raise TypingError(f"load4/store4 take an integer index, got {index}")
+            raise TypingError(f"load4/store4/load2/store2 take an integer index, got {index}")
 
-    @intrinsic
-    def load4(typingctx, array, index):
-        """Elements i, i + 1, i + 2, i + 3 of a 1-D array of 4-byte elements, in one 16-byte load."""
+    def _vector_load(array, index, lanes):
+        """The typing and code of a ``lanes``-element vector load (load4, load2)."""
         _check(array, index)
-        sig = types.UniTuple(array.dtype, 4)(array, index)
+        sig = types.UniTuple(array.dtype, lanes)(array, index)
 
         def codegen(context, builder, signature, args):
-            pointer = _vector_pointer(context, builder, signature.args[0], args[0], args[1])
-            vector = builder.load(pointer, align=VECTOR_BYTES)
-            parts = [builder.extract_element(vector, ir.Constant(ir.IntType(32), k)) for k in range(4)]
+            pointer = _vector_pointer(context, builder, signature.args[0], args[0], args[1], lanes)
+            vector = builder.load(pointer, align=4 * lanes)
+            parts = [builder.extract_element(vector, ir.Constant(ir.IntType(32), k)) for k in range(lanes)]
             return context.make_tuple(builder, signature.return_type, parts)
 
         return sig, codegen
 
-    @intrinsic
-    def store4(typingctx, array, index, v0, v1, v2, v3):
-        """a[i], ..., a[i + 3] = v0, ..., v3 in one 16-byte store."""
+    def _vector_store(array, index, values):
+        """The typing and code of a vector store of ``values`` (store4, store2)."""
         _check(array, index)
-        sig = types.void(array, index, v0, v1, v2, v3)
+        lanes = len(values)
+        sig = types.void(array, index, *values)
 
         def codegen(context, builder, signature, args):
             element_type = signature.args[0].dtype
-            pointer = _vector_pointer(context, builder, signature.args[0], args[0], args[1])
+            pointer = _vector_pointer(context, builder, signature.args[0], args[0], args[1], lanes)
             vector = ir.Constant(pointer.type.pointee, ir.Undefined)
             for k, (value, value_type) in enumerate(zip(args[2:], signature.args[2:])):
                 value = context.cast(builder, value, value_type, element_type)
                 vector = builder.insert_element(vector, value, ir.Constant(ir.IntType(32), k))
-            builder.store(vector, pointer, align=VECTOR_BYTES)
+            builder.store(vector, pointer, align=4 * lanes)
             return context.get_dummy_value()
 
         return sig, codegen
+
+    @intrinsic
+    def load4(typingctx, array, index):
+        """Elements i, i + 1, i + 2, i + 3 of a 1-D array of 4-byte elements, in one 16-byte load."""
+        return _vector_load(array, index, 4)
+
+    @intrinsic
+    def store4(typingctx, array, index, v0, v1, v2, v3):
+        """a[i], ..., a[i + 3] = v0, ..., v3 in one 16-byte store."""
+        return _vector_store(array, index, (v0, v1, v2, v3))
+
+    @intrinsic
+    def load2(typingctx, array, index):
+        """Elements i, i + 1 of a 1-D array of 4-byte elements (i even), in one 8-byte load."""
+        return _vector_load(array, index, 2)
+
+    @intrinsic
+    def store2(typingctx, array, index, v0, v1):
+        """a[i], a[i + 1] = v0, v1 (i even) in one 8-byte store."""
+        return _vector_store(array, index, (v0, v1))
 
 
     @intrinsic

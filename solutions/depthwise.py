@@ -18,7 +18,7 @@ import numpy as np
 from numba import cuda, float32, int64, uint32, uint64
 
 from solutions._nchw import BENCH_SIZES, CHECK_SIZES, GROUP, HEADLINE, nchw_bytes, nchw_images
-from solutions._vector_io import aligned16, load4, store4
+from solutions._vector_io import aligned16, load2, load4, store2, store4
 from workbench import library_peers as peers
 from workbench.ladder import Operator, blocks_for, expect_device_array
 from workbench.targets import against_peer, of_ceiling
@@ -768,5 +768,86 @@ def depthwise_nhwc_window_in_flight(x, w, out):
     _depthwise_nhwc_window_in_flight[blocks_for(n, NHWC_THREADS), NHWC_THREADS](flat_x, flat_w, flat_out,
                                                                                 N, H, W, C)
 
+
+
+# -- 5. two channels a thread: half the registers, twice the warps --------------------------------------------
+
+PAIR_STRIP = 4  # output rows per thread: the window is (PAIR_STRIP + 2) rows x 3 pixels x 2 channels of registers
+PAIR_WINDOW_ROWS = PAIR_STRIP + 2
+PAIR_THREADS = 256  # a block
+
+
+@cuda.jit
+def _depthwise_nhwc_channel_pairs(x, w, out, N, H, W, C):
+    # As _depthwise_nhwc_window_in_flight, with thread i owning channels c2, c2 + 1 (C even): 8-byte loads
+    # and stores, 18 weights and a window of 36 values instead of 36 and 72.
+    i = cuda.grid(1)
+    pairs = uint32(C // 2)
+    strips = uint32((H + PAIR_STRIP - 1) // PAIR_STRIP)
+    if i < N * strips * W * pairs:
+        t = uint32(i)
+        c2 = t % pairs * uint32(2)
+        t //= pairs
+        col = t % uint32(W)
+        t //= uint32(W)
+        row0 = t % strips * uint32(PAIR_STRIP)
+        n = t // strips
+        zero = float32(0.0)
+        has_left = col > uint32(0)
+        has_right = col + uint32(1) < uint32(W)
+        row_step = uint64(W) * uint64(C)
+        taps = cuda.local.array(18, float32)
+        window = cuda.local.array((PAIR_WINDOW_ROWS, 3, 2), float32)
+        # HINT: window_in_flight's kernel with two channels instead of four: each pixel of the window is one load2 (x[.., c2], x[.., c2 + 1]), zeros off the image.
+        # HINT: the 18 weights of channels c2, c2 + 1 start at w[9 c2] (even, so 8-byte aligned): nine load2; each output row is two chains of 9 multiply-adds and one store2.
+        # BEGIN SOLUTION
+        at = (uint64(n) * uint64(H) + uint64(row0)) * row_step + uint64(col) * uint64(C) + uint64(c2) - row_step
+        has_top = row0 > uint32(0)
+        rows_left = uint32(H) - row0  # window row r (image row row0 + r - 1) is on the image if r <= rows_left
+        for r in range(PAIR_WINDOW_ROWS):
+            row_inside = (r > 0 or has_top) and uint32(r) <= rows_left
+            for s in range(3):
+                inside = row_inside and (s != 0 or has_left) and (s != 2 or has_right)
+                if inside:
+                    a, b = load2(x, at + uint64(s) * uint64(C) - uint64(C))
+                else:
+                    a, b = zero, zero
+                window[r, s, 0] = a
+                window[r, s, 1] = b
+            at += row_step
+        for m in range(9):
+            a, b = load2(w, uint64(c2) * uint64(9) + uint64(2 * m))
+            taps[2 * m] = a
+            taps[2 * m + 1] = b
+        at = (uint64(n) * uint64(H) + uint64(row0)) * row_step + uint64(col) * uint64(C) + uint64(c2)
+        for r in range(PAIR_STRIP):
+            if uint32(r) < rows_left:
+                acc = cuda.local.array(2, float32)
+                for j in range(2):
+                    acc[j] = taps[9 * j] * window[r, 0, j]
+                    for k in range(1, 9):
+                        acc[j] += taps[9 * j + k] * window[r + k // 3, k % 3, j]
+                store2(out, at, acc[0], acc[1])
+            at += row_step
+        # END SOLUTION
+
+
+@depthwise_nhwc_op.stage("channel_pairs", """
+    window_in_flight holds 108 values a thread (its 72-value window and the 36 weights of four
+    channels): 128 registers, so an H200 multiprocessor runs 16 warps of it, and while they compute
+    their 144 multiply-adds nothing else is loading. Here a thread takes two channels instead of
+    four: 8-byte loads and stores, the same strip of 4 rows, 36 window values and 18 weights. That is
+    twice the load instructions an output, but about half the registers, so twice the warps share a
+    multiprocessor and one warp's arithmetic hides another's loads. It needs C even and aligned
+    arrays; otherwise the launcher runs the strips kernel.""")
+def depthwise_nhwc_channel_pairs(x, w, out):
+    N, H, W, C = x.shape
+    flat_x, flat_w, flat_out = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
+    if C % 2 != 0 or not aligned16(flat_x, flat_w, flat_out):
+        n = N * blocks_for(H, STRIP) * W * C
+        _depthwise_nhwc_strips[blocks_for(n, THREADS), THREADS](flat_x, flat_w, flat_out, N, H, W, C)
+        return
+    n = N * blocks_for(H, PAIR_STRIP) * W * (C // 2)
+    _depthwise_nhwc_channel_pairs[blocks_for(n, PAIR_THREADS), PAIR_THREADS](flat_x, flat_w, flat_out, N, H, W, C)
 
 OPERATORS = [depthwise_op, depthwise_nhwc_op]
