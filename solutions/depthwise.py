@@ -18,7 +18,7 @@ import numpy as np
 from numba import cuda, float32, int64, uint32, uint64
 
 from solutions._nchw import BENCH_SIZES, CHECK_SIZES, GROUP, HEADLINE, nchw_bytes, nchw_images
-from solutions._vector_io import aligned16, load2, load4, store2, store4
+from solutions._vector_io import aligned16, capped, load2, load4, store2, store4
 from workbench import library_peers as peers
 from workbench.ladder import Operator, blocks_for, expect_device_array
 from workbench.targets import against_peer, of_ceiling
@@ -772,43 +772,46 @@ def depthwise_nhwc_window_in_flight(x, w, out):
 
 # -- 5. two channels a thread: half the registers, twice the warps --------------------------------------------
 
-PAIR_STRIP = 4  # output rows per thread: the window is (PAIR_STRIP + 2) rows x 3 pixels x 2 channels of registers
+PAIR_STRIP = 4  # output rows per thread
+PAIR_PIXELS = 2  # neighbouring output pixels per thread: the window is (PAIR_STRIP + 2) x (PAIR_PIXELS + 2) x 2 registers
 PAIR_WINDOW_ROWS = PAIR_STRIP + 2
-PAIR_THREADS = 256  # a block
+PAIR_WINDOW_COLS = PAIR_PIXELS + 2
+PAIR_THREADS = 128  # a block
+PAIR_REGISTERS = None  # a cap on registers a thread (None: as ptxas chooses)
 
 
 @cuda.jit
 def _depthwise_nhwc_channel_pairs(x, w, out, N, H, W, C):
-    # As _depthwise_nhwc_window_in_flight, with thread i owning channels c2, c2 + 1 (C even): 8-byte loads
-    # and stores, 18 weights and a window of 36 values instead of 36 and 72.
+    # As _depthwise_nhwc_window_in_flight, with thread i owning channels c2, c2 + 1 (C even) of PAIR_PIXELS
+    # neighbouring pixels: 8-byte loads and stores, 18 weights, and a window shared by the pixels.
     i = cuda.grid(1)
     pairs = uint32(C // 2)
+    groups = uint32((W + PAIR_PIXELS - 1) // PAIR_PIXELS)
     strips = uint32((H + PAIR_STRIP - 1) // PAIR_STRIP)
-    if i < N * strips * W * pairs:
+    if i < N * strips * groups * pairs:
         t = uint32(i)
         c2 = t % pairs * uint32(2)
         t //= pairs
-        col = t % uint32(W)
-        t //= uint32(W)
+        col0 = t % groups * uint32(PAIR_PIXELS)
+        t //= groups
         row0 = t % strips * uint32(PAIR_STRIP)
         n = t // strips
         zero = float32(0.0)
-        has_left = col > uint32(0)
-        has_right = col + uint32(1) < uint32(W)
         row_step = uint64(W) * uint64(C)
         taps = cuda.local.array(18, float32)
-        window = cuda.local.array((PAIR_WINDOW_ROWS, 3, 2), float32)
-        # HINT: window_in_flight's kernel with two channels instead of four: each pixel of the window is one load2 (x[.., c2], x[.., c2 + 1]), zeros off the image.
-        # HINT: the 18 weights of channels c2, c2 + 1 start at w[9 c2] (even, so 8-byte aligned): nine load2; each output row is two chains of 9 multiply-adds and one store2.
+        window = cuda.local.array((PAIR_WINDOW_ROWS, PAIR_WINDOW_COLS, 2), float32)
+        # HINT: window_in_flight's kernel with two channels instead of four and PAIR_PIXELS pixels: window[r, s] is pixel col0 + s - 1 of image row row0 + r - 1, one load2 (zeros off the image).
+        # HINT: the 18 weights of channels c2, c2 + 1 start at w[9 c2] (even, so 8-byte aligned): nine load2; each output is a chain of 9 multiply-adds, each output pixel's pair one store2.
         # BEGIN SOLUTION
-        at = (uint64(n) * uint64(H) + uint64(row0)) * row_step + uint64(col) * uint64(C) + uint64(c2) - row_step
+        at = (uint64(n) * uint64(H) + uint64(row0)) * row_step + uint64(col0) * uint64(C) + uint64(c2) - row_step
         has_top = row0 > uint32(0)
         rows_left = uint32(H) - row0  # window row r (image row row0 + r - 1) is on the image if r <= rows_left
+        cols_left = uint32(W) - col0  # window column s (pixel col0 + s - 1) is on the image if s <= cols_left
+        has_left = col0 > uint32(0)
         for r in range(PAIR_WINDOW_ROWS):
             row_inside = (r > 0 or has_top) and uint32(r) <= rows_left
-            for s in range(3):
-                inside = row_inside and (s != 0 or has_left) and (s != 2 or has_right)
-                if inside:
+            for s in range(PAIR_WINDOW_COLS):
+                if row_inside and (s > 0 or has_left) and uint32(s) <= cols_left:
                     a, b = load2(x, at + uint64(s) * uint64(C) - uint64(C))
                 else:
                     a, b = zero, zero
@@ -819,27 +822,26 @@ def _depthwise_nhwc_channel_pairs(x, w, out, N, H, W, C):
             a, b = load2(w, uint64(c2) * uint64(9) + uint64(2 * m))
             taps[2 * m] = a
             taps[2 * m + 1] = b
-        at = (uint64(n) * uint64(H) + uint64(row0)) * row_step + uint64(col) * uint64(C) + uint64(c2)
+        at = (uint64(n) * uint64(H) + uint64(row0)) * row_step + uint64(col0) * uint64(C) + uint64(c2)
         for r in range(PAIR_STRIP):
-            if uint32(r) < rows_left:
-                acc = cuda.local.array(2, float32)
-                for j in range(2):
-                    acc[j] = taps[9 * j] * window[r, 0, j]
-                    for k in range(1, 9):
-                        acc[j] += taps[9 * j + k] * window[r + k // 3, k % 3, j]
-                store2(out, at, acc[0], acc[1])
+            for p in range(PAIR_PIXELS):
+                if uint32(r) < rows_left and uint32(p) < cols_left:
+                    acc = cuda.local.array(2, float32)
+                    for j in range(2):
+                        acc[j] = taps[9 * j] * window[r, p, j]
+                        for k in range(1, 9):
+                            acc[j] += taps[9 * j + k] * window[r + k // 3, p + k % 3, j]
+                    store2(out, at + uint64(p) * uint64(C), acc[0], acc[1])
             at += row_step
         # END SOLUTION
 
 
 @depthwise_nhwc_op.stage("channel_pairs", """
     window_in_flight holds 108 values a thread (its 72-value window and the 36 weights of four
-    channels): 128 registers, so an H200 multiprocessor runs 16 warps of it, and while they compute
-    their 144 multiply-adds nothing else is loading. Here a thread takes two channels instead of
-    four: 8-byte loads and stores, the same strip of 4 rows, 36 window values and 18 weights. That is
-    twice the load instructions an output, but about half the registers, so twice the warps share a
-    multiprocessor and one warp's arithmetic hides another's loads. It needs C even and aligned
-    arrays; otherwise the launcher runs the strips kernel.""")
+    channels): 128 registers, so an H200 multiprocessor runs 16 warps of it. Here a thread takes two
+    channels of two neighbouring pixels: 8-byte loads and stores, 18 weights, and a window of 6 rows
+    x 4 pixels that both pixels share, so each input is loaded by two threads instead of three. It
+    needs C even and aligned arrays; otherwise the launcher runs the strips kernel.""")
 def depthwise_nhwc_channel_pairs(x, w, out):
     N, H, W, C = x.shape
     flat_x, flat_w, flat_out = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
@@ -847,7 +849,9 @@ def depthwise_nhwc_channel_pairs(x, w, out):
         n = N * blocks_for(H, STRIP) * W * C
         _depthwise_nhwc_strips[blocks_for(n, THREADS), THREADS](flat_x, flat_w, flat_out, N, H, W, C)
         return
-    n = N * blocks_for(H, PAIR_STRIP) * W * (C // 2)
-    _depthwise_nhwc_channel_pairs[blocks_for(n, PAIR_THREADS), PAIR_THREADS](flat_x, flat_w, flat_out, N, H, W, C)
+    n = N * blocks_for(H, PAIR_STRIP) * blocks_for(W, PAIR_PIXELS) * (C // 2)
+    capped(_depthwise_nhwc_channel_pairs, PAIR_REGISTERS)[blocks_for(n, PAIR_THREADS), PAIR_THREADS](
+        flat_x, flat_w, flat_out, N, H, W, C)
+
 
 OPERATORS = [depthwise_op, depthwise_nhwc_op]
