@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: 9471bb547f721248dd3dd8e502cf36f4ecd260e211af217a4c9b5ab842208416
+# generated-sha256: 289aebc627cbd08fb89cb51679e8feceef620b8c9fe5d4675576b6028ae69657
 # --------------------------------------------------------------------------------------------------
 """Pooling of NCHW float32 images: 2x2 max-pooling with its argmax indices, K x K average pooling, and the
 global average of each plane.
@@ -39,7 +39,7 @@ import numpy as np
 from numba import cuda, float32, uint32, uint64
 
 from solutions._nchw import BENCH_SIZES, CHECK_SIZES, GROUP, HEADLINE, nchw_bytes, nchw_images
-from solutions._vector_io import aligned16, load4
+from solutions._vector_io import aligned16, load4, store2
 from workbench import library_peers as peers
 from workbench.ladder import InputError, Operator, blocks_for, expect_device_array
 from workbench.targets import against_peer, of_ceiling
@@ -470,7 +470,7 @@ def _avg_vectors(x, window, out, H, W, Ho, groups, by_Wq, by_Ho):
     left = cuda.local.array((AVG_GROUPS, 3), float32)  # column 4q - 1 (K = 3)
     # EXERCISE: write this part of `_avg_vectors`. Read the hints one at a time.
     #   hint 1 (nudge): first loop: for each of the AVG_GROUPS groups g = first + k THREADS, split g into (plane, ho, q) with _divide (row = g // (W / 4), plane = row // Ho) instead of //; for each of 3 padded rows h = 2 ho + r, load4 columns 4q .. 4q + 3 of image row h - pad where the row is in the window (r < K) and on the image (pad <= h < H + pad), zeros elsewhere; with K = 3 and q > 0 also column 4q - 1 into left.
-    #   hint 2 (nearly the answer): second loop: window 2q adds columns 4q, 4q + 1 (and, K = 3, 4q - 1) of each row, window 2q + 1 columns 4q + 2, 4q + 3 (and, K = 3, 4q + 1); store each sum times 1 / (K K) at out[2g] and out[2g + 1].
+    #   hint 2 (nearly the answer): second loop: window 2q adds columns 4q, 4q + 1 (and, K = 3, 4q - 1) of each row, window 2q + 1 columns 4q + 2, 4q + 3 (and, K = 3, 4q + 1); store the two sums times 1 / (K K) at out[2g], out[2g + 1] with one store2.
     pass  # TODO(exercise): not implemented yet: replace this line with your code
 
 
@@ -494,7 +494,7 @@ def avgpool_vectors(x, window, out):
     Ho, Wo = out.shape[2], out.shape[3]
     flat_x = x.reshape(x.size)
     flat_out = out.reshape(out.size)
-    if W % 4 != 0 or x.size >= 2 ** 32 or not aligned16(flat_x):
+    if W % 4 != 0 or x.size >= 2 ** 32 or not aligned16(flat_x, flat_out):
         _avg_in_flight[blocks_for(blocks_for(out.size, WINDOWS), THREADS), THREADS](flat_x, window, flat_out,
                                                                                     N, C, H, W, Ho, Wo)
         return

@@ -8,7 +8,8 @@ reading each byte once, with many loads in flight, and filling the GPU:
 
 * ``depthwise3x3`` (NCHW): a thread per output issues 9 loads per output; a thread per column strip
   keeps a 3-row window in registers and issues 3 (each of them shared with the neighbouring threads
-  through L1); then the whole strip's window is loaded before any of it is used.
+  through L1); then the whole strip's window is loaded before any of it is used, the index arithmetic is
+  taken out of the loop, and a thread takes four neighbouring columns in 16-byte loads and stores.
 * ``depthwise3x3[nhwc]``: the same layer with a pixel's channels contiguous (what cuDNN's tensor-core
   kernels and torch's channels_last use), so a warp puts 32 neighbouring channels of one pixel across
   its lanes: the same strips, then four channels a thread in 16-byte loads.
@@ -325,7 +326,8 @@ def depthwise_stepped_addresses(x, w, out):
 
 # -- 5. four columns a thread: 16-byte loads and stores ---------------------------------------------------------
 
-QUAD_STRIP = 4  # output rows per thread: the window is (QUAD_STRIP + 2) x 6 registers (at 8 the compiler no longer unrolls the output loop, and the window moves to local memory)
+QUAD_STRIP = 4  # output rows per thread: the window is (QUAD_STRIP + 2) x 6 registers (at 8 the compiler
+#                no longer unrolls the output loop, and the window goes to local memory)
 QUAD_WINDOW_ROWS = QUAD_STRIP + 2
 QUAD_THREADS = 256  # a block of quad_columns
 
@@ -396,9 +398,13 @@ def _depthwise_quad_columns(x, w, out, N, C, H, W):
     lane also loads. Here a thread owns four neighbouring columns of its strip: a window row is one
     16-byte load of those four columns plus one 4-byte load on each side, 3 instructions for 4
     columns instead of 12, and each output row leaves as one 16-byte store. The multiply-adds stay
-    9 an output; the loads, stores and address steps that surrounded them shrink about fourfold.
-    It needs W a multiple of 4 (each image row then starts on a 16-byte boundary) and 16-byte
-    aligned arrays; otherwise the launcher runs stepped_addresses' kernel.""")
+    9 an output; the loads, stores and address steps around them shrink about fourfold. The strip
+    is 4 rows (its window, 6 x 6 values, stays in 62 registers). Nsight Compute on an H200 at
+    128x64x56x56: 22 M warp instructions where stepped_addresses issued 45 M, issue slots 45% busy
+    instead of 73%, DRAM at 76% of its peak instead of 63%. Timed: 53.8 us, 3,823 GB/s, 89% of the
+    copy ceiling; stepped_addresses took 64.6 in the same run (1.20x), torch.compile's kernels 171.3
+    and cuDNN's 241.6. It needs W a multiple of 4 (each image row then starts on a 16-byte
+    boundary) and 16-byte aligned arrays; otherwise the launcher runs stepped_addresses' kernel.""")
 def depthwise_quad_columns(x, w, out):
     N, C, H, W = x.shape
     flat_x, flat_w, flat_out = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)
@@ -655,10 +661,11 @@ def _depthwise_nhwc_vector4(x, w, out, N, H, W, C):
 @depthwise_nhwc_op.stage("vector4", """
     What channels-last makes possible: a thread takes four neighbouring channels, so each tap of its
     window is one 16-byte load (load4) instead of four 4-byte ones, and each output row one 16-byte
-    store: a quarter of the load and store instructions, a warp's access 512 contiguous bytes. NCHW
-    cannot do this for a 3x3 window: its four neighbouring floats are four columns, whose windows
-    overlap and whose row starts are not 16-byte aligned. It needs C a multiple of 4 and 16-byte
-    aligned arrays; otherwise the launcher runs the strips kernel.""")
+    store: a quarter of the load and store instructions, a warp's access 512 contiguous bytes. In
+    NCHW four neighbouring floats are four columns whose windows overlap, so a row of them also needs
+    the column on each side, and its rows start 16-byte aligned only when W is a multiple of 4
+    (depthwise3x3's quad_columns). Here it needs C a multiple of 4 and 16-byte aligned arrays;
+    otherwise the launcher runs the strips kernel.""")
 def depthwise_nhwc_vector4(x, w, out):
     N, H, W, C = x.shape
     flat_x, flat_w, flat_out = x.reshape(x.size), w.reshape(w.size), out.reshape(out.size)

@@ -191,6 +191,10 @@ def test_fast_conv_stages_correct_at_the_issue_layers(stage, size):
 @pytest.mark.parametrize("key, size", [
     ("depthwise3x3.stepped_addresses", (2, 3, 17, 5)),  # H not a multiple of STRIP, W below a warp
     ("depthwise3x3.stepped_addresses", (1, 2, 1, 1)),  # a one-pixel image: every tap off it but the centre
+    ("depthwise3x3.quad_columns", (2, 3, 17, 8)),  # H not a multiple of QUAD_STRIP, two quads a row
+    ("depthwise3x3.quad_columns", (1, 2, 1, 4)),  # one quad, one row: no column or row beside it
+    ("depthwise3x3.quad_columns", (1, 1, 6, 12)),  # three quads: the middle one has both neighbours
+    ("depthwise3x3.quad_columns", (2, 3, 5, 7)),  # W not a multiple of 4: stepped_addresses' kernel
     ("depthwise3x3[nhwc].window_in_flight", (2, 7, 1, 8)),  # H not a multiple of NHWC_STRIP, one column
     ("depthwise3x3[nhwc].window_in_flight", (1, 5, 3, 12)),  # three quads: channels 0-11 kept apart
     ("depthwise3x3[nhwc].window_in_flight", (1, 6, 4, 6)),  # C not a multiple of 4: the strips fallback
