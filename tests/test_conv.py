@@ -198,6 +198,10 @@ def test_fast_conv_stages_correct_at_the_issue_layers(stage, size):
     ("depthwise3x3[nhwc].window_in_flight", (2, 7, 1, 8)),  # H not a multiple of NHWC_STRIP, one column
     ("depthwise3x3[nhwc].window_in_flight", (1, 5, 3, 12)),  # three quads: channels 0-11 kept apart
     ("depthwise3x3[nhwc].window_in_flight", (1, 6, 4, 6)),  # C not a multiple of 4: the strips fallback
+    ("depthwise3x3[nhwc].channel_pairs", (2, 7, 4, 6)),  # H not a multiple of PAIR_STRIP, W of PAIR_PIXELS
+    ("depthwise3x3[nhwc].channel_pairs", (1, 3, 3, 2)),  # one pixel group, one channel pair
+    ("depthwise3x3[nhwc].channel_pairs", (1, 2, 1, 10)),  # one column: a group with one pixel on the image
+    ("depthwise3x3[nhwc].channel_pairs", (1, 4, 5, 3)),  # C odd: the strips fallback
 ])
 def test_depthwise_last_stages_exact_at_awkward_sizes(key, size):
     op_name, stage_name = key.rsplit(".", 1)
