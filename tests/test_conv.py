@@ -210,6 +210,39 @@ def test_depthwise_last_stages_exact_at_awkward_sizes(key, size):
     assert result.passed, result.message
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel, load, store, loads, stores", [
+    ("_depthwise_quad_columns", "ld.global.v4.f32", "st.global.v4.f32",
+     depthwise.QUAD_WINDOW_ROWS, depthwise.QUAD_STRIP),
+    ("_depthwise_nhwc_channel_pairs", "ld.global.v2.f32", "st.global.v2.f32",  # the window, then 9 of weights
+     depthwise.PAIR_WINDOW_ROWS * depthwise.PAIR_WINDOW_COLS + 9, depthwise.PAIR_STRIP * depthwise.PAIR_PIXELS),
+], ids=["quad_columns", "channel_pairs"])
+def test_depthwise_vector_kernels_keep_their_window_in_registers(kernel, load, store, loads, stores):
+    """On sm_90 the last stages' window loads and output stores are vector instructions, every one of them
+    in the straight-line code (the loops unrolled), and nothing goes to local memory: a strip too long for
+    the compiler to unroll leaves the window in a stack array (QUAD_STRIP = 8 did)."""
+    import os
+    import subprocess
+    import sys
+
+    code = f"""
+import workbench
+from numba import cuda
+from numba.cuda import types
+from solutions import depthwise
+f32 = types.Array(types.float32, 1, "C")
+ptx, _ = cuda.compile_ptx(depthwise.{kernel}.py_func, (f32, f32, f32) + (types.int64,) * 4, cc=(9, 0))
+print(ptx)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "WORKBENCH_MODE": "compile"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    ptx = done.stdout
+    assert ptx.count(load) == loads, ptx[-3000:]
+    assert ptx.count(store) == stores, ptx[-3000:]
+    assert ".local" not in ptx, "the window went to local memory"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", depthwise.OPERATORS, ids=lambda o: o.name)
 def test_depthwise_final_stages_correct_at_the_headline(op):
