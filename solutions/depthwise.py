@@ -96,7 +96,8 @@ depthwise_op = Operator(
     torch_expression=_depthwise_expression,
     adversarial_inputs=_depthwise_adversarial,
     size_names=("N", "C", "H", "W"),
-    sim_sizes=[(1, 2, 3, 5), (2, 3, 7, 6), (1, 3, 9, 8), (1, 3, 9, 10)],  # the third (quick) one: W % 4 == 0, quad_columns' path
+    # the third (quick) simulator size takes quad_columns' 16-byte path (W % 4 == 0); the others its fallback
+    sim_sizes=[(1, 2, 3, 5), (2, 3, 7, 6), (1, 3, 9, 8), (1, 3, 9, 10)],
     check_sizes=CHECK_SIZES,
     bench_sizes=BENCH_SIZES,
     headline_size=HEADLINE,
@@ -323,6 +324,7 @@ def depthwise_stepped_addresses(x, w, out):
     n = N * C * blocks_for(H, STRIP) * W
     _depthwise_stepped_addresses[blocks_for(n, STEPPED_THREADS), STEPPED_THREADS](
         x.reshape(x.size), w.reshape(w.size), out.reshape(out.size), N, C, H, W)
+
 
 # -- 5. four columns a thread: 16-byte loads and stores ---------------------------------------------------------
 
