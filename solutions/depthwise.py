@@ -851,7 +851,7 @@ def _depthwise_nhwc_channel_pairs(x, w, out, N, H, W, C):
     A wider window shares its loads: here a thread takes two channels of three neighbouring output
     pixels, and its window of 6 rows x 5 pixels serves all three, so each input is loaded 5/3 times
     instead of 3, in 8-byte loads (a 16-byte window that wide would not fit in registers; this one,
-    60 values and 18 weights, takes 100). On an H200 at 128x56x56x64: 61.5 us, 3,344 GB/s, 78% of
+    60 values and 18 weights, takes 100). On an H200 at 128x56x56x64: 60.8 us, 3,383 GB/s, 79% of
     the copy ceiling (a sweep of the pixels a thread: 3 pixels 61.5, 2 pixels 63.9, 1 pixel 67.2;
     window_in_flight took 66.6 beside the 2-pixel kernel). Strips of 6 rows were slower (77.5 us at
     1 pixel, 121 at 2; at 3 the compiler stops unrolling and the window goes to local memory: 197),
