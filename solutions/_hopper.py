@@ -344,10 +344,24 @@ _WAIT_SECONDS = 300
 
 def _barrier(address):
     from solutions._ptx import block_key
+    return _barrier_of(block_key(), int(address))
+
+
+def _barrier_of(block, address):
     try:
-        return _BARRIERS[(id(block_key()), int(address))]
+        return _BARRIERS[(id(block), address)]
     except KeyError:
-        raise RuntimeError(f"mbarrier at {int(address):#x} used before mbarrier_init") from None
+        raise RuntimeError(f"mbarrier at {address:#x} used before mbarrier_init") from None
+
+
+def _aborted():
+    """Has the calling thread's block failed (another of its cluster did, or one of its own threads)?"""
+    return getattr(getattr(threading.current_thread(), "sim_block", None), "failure", None) is not None
+
+
+def _raise_if_aborted():
+    if _aborted():
+        raise RuntimeError("stopped: another thread of the block or cluster failed")
 
 
 def _complete_if_done(bar):
@@ -409,9 +423,10 @@ def _sim_mbarrier_wait(address, parity):
     then land the copies of every completed phase."""
     with _BARRIERS_CHANGED:
         bar = _barrier(address)
-        if not _BARRIERS_CHANGED.wait_for(lambda: bar.phase % 2 != int(parity) % 2, _WAIT_SECONDS):
+        if not _BARRIERS_CHANGED.wait_for(lambda: bar.phase % 2 != int(parity) % 2 or _aborted(), _WAIT_SECONDS):
             raise RuntimeError(f"mbarrier_wait(parity {int(parity)}) waited {_WAIT_SECONDS} s: a missing arrive, "
                                "or a transaction count that never reaches zero")
+        _raise_if_aborted()
         _acquire_from(bar)
         for phase in sorted(p for p in bar.copies if p < bar.phase):
             for dst, data in bar.copies.pop(phase):
@@ -425,7 +440,11 @@ def _named_arrive(barrier, count):
     """One thread arrives at named barrier ``barrier`` of its block; the count-th arrival completes the
     generation. Returns (the state, the generation this thread arrived in)."""
     from solutions._ptx import block_key
-    state = _NAMED.setdefault((id(block_key()), int(barrier)), [0, 0])
+    return _named_arrive_at((id(block_key()), int(barrier)), count)
+
+
+def _named_arrive_at(key, count):
+    state = _NAMED.setdefault(key, [0, 0])
     generation = state[1]
     state[0] += 1
     if state[0] == int(count):
@@ -456,7 +475,9 @@ def _sim_named_barrier_arrive(barrier, count):
 _SIM_TENSORS: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
 
 
-def _sim_tma_load_2d(dst, tensor_map, inner, outer, bar_address):
+def _box_as_landed(dst, tensor_map, inner, outer):
+    """The bytes a TMA copy of the box at (inner, outer) writes from shared address ``dst`` on: the box read
+    from the global tensor (zero outside it), each 16-byte chunk at its 128B-swizzled place."""
     words = np.frombuffer(ctypes.string_at(int(tensor_map), 128), np.uint64)
     handle, elem, dim0, dim1, stride1, box0, box1 = (int(w) for w in words[:7])
     array = _SIM_TENSORS[handle]
@@ -476,11 +497,86 @@ def _sim_tma_load_2d(dst, tensor_map, inner, outer, bar_address):
         for c in range(row_bytes // 16):
             at = swizzle_128b(dst + r * row_bytes + 16 * c) - dst
             landed[at:at + 16] = box[r, 16 * c:16 * c + 16]
+    return landed.tobytes()
+
+
+def _land_later(bar, dst, data):
+    """Count a copy's bytes off ``bar``'s current phase; the bytes land when a waiter sees that phase complete."""
+    bar.copies.setdefault(bar.phase, []).append((dst, data))
+    bar.tx -= len(data)
+    _complete_if_done(bar)
+
+
+def _sim_tma_load_2d(dst, tensor_map, inner, outer, bar_address):
+    data = _box_as_landed(dst, tensor_map, inner, outer)
     with _BARRIERS_CHANGED:
-        bar = _barrier(bar_address)
-        bar.copies.setdefault(bar.phase, []).append((dst, landed.tobytes()))
-        bar.tx -= landed.size
+        _land_later(_barrier(bar_address), int(dst), data)
+
+
+# -- thread-block clusters ------------------------------------------------------------------------------
+#
+# The simulator runs the blocks of a cluster side by side (workbench.simulator's in_clusters), each with its
+# own shared memory at the same alignment, so "the same offset in block r's shared memory" (PTX's mapa) is
+# an address computed from the two blocks' bases.
+
+def _cluster_of_caller():
+    """(the calling thread's block, its cluster's blocks by rank): a block launched without a cluster is a
+    cluster of one."""
+    block = threading.current_thread().sim_block
+    cluster = getattr(block, "cluster", None)
+    return block, (cluster.blocks if cluster is not None else [block])
+
+
+def _in_block(address, rank):
+    """(block, address) of ``address`` (a shared address of the calling block) mapped into the shared memory
+    of block ``rank`` of its cluster, as mapa.shared::cluster does."""
+    block, blocks = _cluster_of_caller()
+    rank = int(rank)
+    if not 0 <= rank < len(blocks):
+        raise RuntimeError(f"block rank {rank} is outside the cluster of {len(blocks)} blocks")
+    own = block.sim_shared_base
+    if own is None:
+        return block, int(address)
+    return blocks[rank], int(address) - own + blocks[rank].sim_shared_base
+
+
+def _sim_cluster_ctarank():
+    block, _ = _cluster_of_caller()
+    return uint32(getattr(block, "cluster_rank", 0))
+
+
+def _sim_cluster_sync():
+    """barrier.cluster.arrive.release + wait.acquire: every thread of every block of the cluster arrives,
+    then waits for the others (a launch without clusters: the threads of the block)."""
+    block, blocks = _cluster_of_caller()
+    key = ("cluster", id(blocks[0]))
+    with _BARRIERS_CHANGED:
+        state, generation = _named_arrive_at(key, sum(len(b.threads) for b in blocks))
+        if not _BARRIERS_CHANGED.wait_for(lambda: state[1] != generation or _aborted(), _WAIT_SECONDS):
+            raise RuntimeError(f"barrier.cluster waited {_WAIT_SECONDS} s: a thread of the cluster never arrived")
+        _raise_if_aborted()
+
+
+def _sim_mbarrier_arrive_cluster(address, rank):
+    """mbarrier.arrive on the barrier at the same offset in block ``rank``'s shared memory (mapa)."""
+    block, at = _in_block(address, rank)
+    with _BARRIERS_CHANGED:
+        bar = _barrier_of(block, at)
+        bar.pending -= 1
+        _release_at(bar)
         _complete_if_done(bar)
+
+
+def _sim_tma_load_2d_multicast(dst, tensor_map, inner, outer, bar_address, mask):
+    """One copy of a box into the shared memory of every block of the cluster whose bit is set in ``mask``,
+    each at the same offset, each counting the bytes off its own barrier at bar_address's offset."""
+    data = _box_as_landed(dst, tensor_map, inner, outer)
+    _, blocks = _cluster_of_caller()
+    with _BARRIERS_CHANGED:
+        for rank in range(len(blocks)):
+            if int(mask) >> rank & 1:
+                block, at = _in_block(dst, rank)
+                _land_later(_barrier_of(block, _in_block(bar_address, rank)[1]), at, data)
 
 
 # -- host side: tensor maps -----------------------------------------------------------------------------
@@ -526,6 +622,42 @@ def tensor_map(array, box_inner, box_outer):
         raw = np.frombuffer(ctypes.string_at(encoded.getPtr(), 128), np.uint8).copy()
         _MAPS[key] = cuda.to_device(raw)
     return _MAPS[key]
+
+
+# -- host side: launching in clusters ----------------------------------------------------------------------
+
+def launch_in_clusters(kernel, blocks_a_cluster, grid, threads, shared_bytes, args):
+    """``kernel[grid, threads, 0, shared_bytes](*args)`` with its blocks grouped in thread-block clusters of
+    ``blocks_a_cluster`` consecutive blocks along x (grid a multiple of it). numba's launch has no cluster
+    parameter: on the GPU the launch is the driver's cuLaunchKernelEx with the cluster-dimension attribute
+    (workbench.prepared.KernelLaunch); the simulator runs each cluster's blocks side by side."""
+    if _device.is_simulator():
+        from workbench.simulator.launches import in_clusters
+
+        with in_clusters(blocks_a_cluster):
+            kernel[grid, threads, 0, shared_bytes](*args)
+        return
+    from workbench.prepared import KernelLaunch
+
+    KernelLaunch.of(kernel, grid, threads, args, shared_bytes, cluster=blocks_a_cluster).launch()
+
+
+_ACTIVE_CLUSTERS: dict = {}
+
+
+def clusters_that_fit(kernel, blocks_a_cluster, threads, shared_bytes, args, simulated):
+    """How many clusters of ``blocks_a_cluster`` blocks the GPU runs at once (cuOccupancyMaxActiveClusters:
+    a cluster's blocks must find room on SMs of one GPC together), the grid of a persistent kernel of
+    clusters; ``simulated`` in the simulator."""
+    if _device.is_simulator():
+        return simulated
+    from workbench.prepared import KernelLaunch
+
+    key = (id(kernel), blocks_a_cluster, threads, shared_bytes)
+    if key not in _ACTIVE_CLUSTERS:
+        launch = KernelLaunch.of(kernel, blocks_a_cluster, threads, args, shared_bytes, cluster=blocks_a_cluster)
+        _ACTIVE_CLUSTERS[key] = launch.max_active_clusters()
+    return _ACTIVE_CLUSTERS[key]
 
 
 def tma_ok(*arrays) -> bool:
@@ -713,6 +845,27 @@ def _gpu_intrinsics():
         return types.none(dst, tensor_map_address, inner, outer, bar), codegen
 
     @intrinsic
+    def tma_load_2d_multicast(typingctx, dst, tensor_map_address, inner, outer, bar, mask):
+        """tma_load_2d into every block of the cluster whose bit is set in ``mask`` (16 bits), at the same
+        shared-memory offset in each, completing on the barrier at the same offset in each."""
+        def codegen(context, builder, sig, args):
+            d, m, b = (context.cast(builder, args[i], sig.args[i], types.uint64) for i in (0, 1, 4))
+            x, y = (context.cast(builder, args[i], sig.args[i], types.int32) for i in (2, 3))
+            bits = context.cast(builder, args[5], sig.args[5], types.uint16)
+            asm(builder, "{ .reg .u64 d, b; cvta.to.shared.u64 d, $0; cvta.to.shared.u64 b, $4; "
+                "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+                "[d], [$1, {$2, $3}], [b], $5; }", "l,l,r,r,l,h,~{memory}", [d, m, x, y, b, bits])
+            return context.get_dummy_value()
+        return types.none(dst, tensor_map_address, inner, outer, bar, mask), codegen
+
+    @intrinsic
+    def cluster_ctarank(typingctx):
+        """This block's rank in its cluster (%cluster_ctarank): 0 .. blocks a cluster - 1."""
+        def codegen(context, builder, sig, args):
+            return asm(builder, "mov.u32 $0, %cluster_ctarank;", "=r", [], i32)
+        return types.uint32(), codegen
+
+    @intrinsic
     def zero_accumulators(typingctx, acc):
         """acc[0..127] = 0, as 128 stores at constant indices (a loop would index the array at run time,
         and an array indexed at run time lives in local memory, not registers)."""
@@ -812,14 +965,36 @@ def _gpu_intrinsics():
         mbarrier_wait=on_barrier(".reg .pred p; WAIT: mbarrier.try_wait.parity.shared::cta.b64 p, [s], $1; "
                                  "@!p bra WAIT;", True),
         tma_load_2d=tma_load_2d,
+        tma_load_2d_multicast=tma_load_2d_multicast,
+        cluster_ctarank=cluster_ctarank,
+        # every thread of every block of the cluster: arrive (releasing what it wrote), then wait (acquiring
+        # what the others wrote); .aligned: all threads of a warp execute it together
+        cluster_sync=statement("barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;"),
+        # makes mbarrier_init visible to the other blocks of the cluster (and their copies) before they use it
+        fence_mbarrier_init=statement("fence.mbarrier_init.release.cluster;"),
+        # mapa: this shared address's place in block $1's shared memory; arrive there. The default semantics
+        # (release at CTA scope, as CUTLASS's ClusterBarrier) suffice: what the arrival publishes is that this
+        # block's wgmma are done reading the slot, and they completed before the wait that precedes it;
+        # .release.cluster would put a GPU-wide memory barrier (MEMBAR.ALL.GPU) before every arrival.
+        mbarrier_arrive_cluster=on_barrier(".reg .u32 a, r; cvt.u32.u64 a, s; mapa.shared::cluster.u32 r, a, $1; "
+                                           "mbarrier.arrive.shared::cluster.b64 _, [r];", True),
         pack_f16x2=pack("f16"), pack_bf16x2=pack("bf16"),
         zero_accumulators=zero_accumulators,
         store_accumulators_f16=store_accumulators("f16"), store_accumulators_bf16=store_accumulators("bf16"),
     )
 
 
+def _wake_waiters():
+    with _BARRIERS_CHANGED:
+        _BARRIERS_CHANGED.notify_all()
+
+
 if _device.is_simulator():
     from solutions._ptx import pack_bf16x2, pack_f16x2  # the simulator's conversions
+    from workbench.simulator.blocks import ON_CLUSTER_ABORT
+
+    if _wake_waiters not in ON_CLUSTER_ABORT:
+        ON_CLUSTER_ABORT.append(_wake_waiters)
 
     zero_accumulators = _sim_zero_accumulators
     store_accumulators_f16 = _sim_store_accumulators(pack_f16x2)
@@ -843,5 +1018,10 @@ if _device.is_simulator():
     mbarrier_arrive = _sim_mbarrier_arrive
     mbarrier_wait = _sim_mbarrier_wait
     tma_load_2d = _sim_tma_load_2d
+    tma_load_2d_multicast = _sim_tma_load_2d_multicast
+    cluster_ctarank = _sim_cluster_ctarank
+    cluster_sync = _sim_cluster_sync
+    fence_mbarrier_init = _nothing
+    mbarrier_arrive_cluster = _sim_mbarrier_arrive_cluster
 else:
     globals().update(_gpu_intrinsics())

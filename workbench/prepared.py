@@ -133,10 +133,12 @@ class KernelLaunch:
     once: the overload found, the arguments flattened and packed. Calling it launches it again with
     the same arguments (the same buffers: their contents may change between calls)."""
 
-    def __init__(self, function, grid, block, flat_args: Sequence, shared_bytes: int = 0, keep=(), py_func=None):
+    def __init__(self, function, grid, block, flat_args: Sequence, shared_bytes: int = 0, keep=(), py_func=None,
+                 cluster=1):
         self.function = function
         self.py_func = py_func  # the kernel's Python function, where known: the grader's record of a launch
         self.grid, self.block = _dim3(grid), _dim3(block)
+        self.cluster = _dim3(cluster)  # blocks a thread-block cluster (sm_90): (1, 1, 1) launches without clusters
         self.shared_bytes = int(shared_bytes)
         self.flat_args = list(flat_args)
         self.params, self._holders = pack(self.flat_args)
@@ -144,28 +146,55 @@ class KernelLaunch:
         self.keep = tuple(keep)  # the arrays the flat arguments point into
 
     @classmethod
-    def of(cls, kernel, grid, block, args: Sequence, shared_bytes: int = 0) -> "KernelLaunch":
+    def of(cls, kernel, grid, block, args: Sequence, shared_bytes: int = 0, cluster=1) -> "KernelLaunch":
         """Prepare numba kernel ``kernel`` (a ``@cuda.jit`` dispatcher) for ``args``, compiling it if needed."""
         argtypes = tuple(kernel.typeof_pyval(a) for a in args)
         overload = kernel.compile(argtypes)
         flat = [v for a, t in zip(args, argtypes) for v in flatten(a, t)]
         return cls(cufunction(overload.library.get_cufunc().handle), grid, block, flat, shared_bytes, keep=args,
-                   py_func=kernel.py_func)
+                   py_func=kernel.py_func, cluster=cluster)
 
     def launch(self, stream=0) -> None:
         gx, gy, gz = self.grid
         bx, by, bz = self.block
+        if self.cluster != (1, 1, 1):
+            err = _driver().cuLaunchKernelEx(self.launch_config(stream), self.function, self.params_address, 0)
+            if int(err[0]) != 0:
+                raise PreparedCallError(f"cuLaunchKernelEx (clusters of {self.cluster}) failed: {err[0].name}")
+            return
         err = _driver().cuLaunchKernel(self.function, gx, gy, gz, bx, by, bz, self.shared_bytes, stream,
                                        self.params_address, 0)
         if int(err[0]) != 0:
             raise PreparedCallError(f"cuLaunchKernel failed: {err[0].name}")
+
+    def launch_config(self, stream=0):
+        """The ``CUlaunchConfig`` of this launch, its cluster shape as a launch attribute (numba's launch
+        has no parameter for one: this is the driver's own way, ``cuLaunchKernelEx``)."""
+        driver = _driver()
+        config = driver.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = self.grid
+        config.blockDimX, config.blockDimY, config.blockDimZ = self.block
+        config.sharedMemBytes = self.shared_bytes
+        config.hStream = driver.CUstream(int(stream))
+        attribute = driver.CUlaunchAttribute()
+        attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = self.cluster
+        config.attrs = [attribute]
+        config.numAttrs = 1
+        return config
+
+    def max_active_clusters(self) -> int:
+        """How many clusters of this launch's shape the device can hold at once (its shared memory and
+        threads a block, the SMs of each GPC): the most a persistent grid of clusters should launch."""
+        return int(_ok(_driver().cuOccupancyMaxActiveClusters(self.function, self.launch_config()),
+                       "cuOccupancyMaxActiveClusters"))
 
     def __call__(self, stream=0) -> None:  # through launch, which the grader watches
         self.launch(stream)
 
     def same_as(self, other: "KernelLaunch") -> bool:
         return (int(self.function) == int(other.function) and self.grid == other.grid and self.block == other.block
-                and self.shared_bytes == other.shared_bytes and _values(self.flat_args) == _values(other.flat_args))
+                and self.cluster == other.cluster and self.shared_bytes == other.shared_bytes and _values(self.flat_args) == _values(other.flat_args))
 
 
 def _values(flat) -> list:

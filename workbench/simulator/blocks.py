@@ -4,6 +4,7 @@ import os
 import queue
 import sys
 import threading
+import time
 
 import numba
 import numpy as np
@@ -98,6 +99,12 @@ class _Block:
         self.warps = [
             _Warp(self.lock, w, min(WARP_SIZE, size - w * WARP_SIZE)) for w in range(-(-size // WARP_SIZE))
         ]
+        # A block of a thread-block cluster (run_cluster): its cluster, its rank there, and the address of
+        # its own dynamic shared memory, which the cluster's instructions translate addresses between.
+        self.cluster = None
+        self.cluster_rank = 0
+        self.sim_shared = None
+        self.sim_shared_base = None
 
     def add(self, thread):
         thread.sim_block = self
@@ -112,11 +119,19 @@ class _Block:
 
     def run(self):
         """Start the threads; return when all have exited, or raise the block's failure."""
-        for thread in self.threads:
-            thread.start()
+        self.start()
         with self.lock:
             while self.live and self.failure is None:
                 self.finished.wait()
+        self.finish()
+
+    def start(self):
+        for thread in self.threads:
+            thread.start()
+
+    def finish(self):
+        """After the threads have exited or the block has failed: raise the race or failure, if any."""
+        with self.lock:
             if self.failure is not None:
                 # Give the woken threads a moment to stop, so none runs on into the next launch.
                 self.finished.wait_for(lambda: self.live == 0, timeout=_UNWIND_SECONDS)
@@ -125,6 +140,11 @@ class _Block:
         if self.failure is not None:
             exception, traceback = self.failure
             raise exception.with_traceback(traceback)
+
+    def abort(self, why):
+        """Stop the block because another block of its cluster failed."""
+        with self.lock:
+            self._fail((_Aborted(why), None))
 
     # All methods below run with the lock held.
 
@@ -337,6 +357,72 @@ def run_block(workers, fn, grid_dim, block_dim, grid_point, args, debug, races):
         worker.assign(job, grid_point, index, block_dim)
         block.add(worker)
     block.run()
+
+
+class Cluster:
+    """The blocks of one thread-block cluster, by rank, run side by side (a cluster's blocks are resident
+    together on a GPU, and may wait for each other)."""
+
+    def __init__(self, blocks):
+        self.blocks = blocks
+        for rank, block in enumerate(blocks):
+            block.cluster, block.cluster_rank = self, rank
+
+
+_CLUSTER_POLL_SECONDS = 0.002
+# Called when a cluster's blocks are stopped: whoever keeps threads waiting on conditions of its own (the
+# mbarriers of solutions/_hopper.py) wakes them there, to find their block failed.
+ON_CLUSTER_ABORT = []
+
+
+def run_cluster(workers, fn, grid_dim, block_dim, grid_points, args, debug, races, dynamic_shared_bytes):
+    """run_block for the blocks of one cluster at once, each with its own shared memory (allocated at the
+    same alignment, so an offset means the same place in each, as mapa assumes). When one block fails,
+    the others are stopped (their threads may be waiting for it) and its failure is raised."""
+    threads = len(list(np.ndindex(*block_dim)))
+
+    def job():
+        if debug:
+            np.seterr(divide="raise")  # numba's debug=True: division by zero raises
+        fn(*args)
+
+    blocks = []
+    for rank, point in enumerate(grid_points):
+        block = _Block(block_dim, point, grid_dim, races)
+        block.sim_shared = _kernelapi.FakeCUDAShared(dynamic_shared_bytes)
+        block.sim_shared._dynshared = _aligned_bytes(dynamic_shared_bytes)
+        block.sim_shared_base = block.sim_shared._dynshared.ctypes.data
+        poison_shared_memory(block.sim_shared)
+        blocks.append(block)
+        for worker, index in zip(workers[rank * threads:(rank + 1) * threads], np.ndindex(*block_dim)):
+            worker.assign(job, point, index, block_dim)
+            block.add(worker)
+    Cluster(blocks)
+    for block in blocks:
+        block.start()
+    failed = None
+    while failed is None and any(block.live for block in blocks):
+        failed = next((block for block in blocks if block.failure is not None), None)
+        time.sleep(_CLUSTER_POLL_SECONDS)
+    failed = failed or next((block for block in blocks if block.failure is not None), None)
+    if failed is not None:
+        for block in blocks:
+            if block is not failed:
+                block.abort(f"block {tuple(failed.block_idx)} of the cluster failed")
+        for wake in ON_CLUSTER_ABORT:
+            wake()
+        failed.finish()
+    for block in blocks:
+        block.finish()
+
+
+_ALIGNMENT = 1024  # a GPU block's shared memory starts on (at least) a 1 KiB boundary
+
+
+def _aligned_bytes(nbytes):
+    raw = np.empty(nbytes + _ALIGNMENT, dtype=np.byte)
+    skip = -raw.ctypes.data % _ALIGNMENT
+    return raw[skip:skip + nbytes]
 
 
 # Errors whose message is complete as it is: numba's thread runner prefixes every message with

@@ -9,7 +9,7 @@ import numpy as np
 from . import counters as counting
 from . import races as race_detector
 from . import shared
-from .blocks import give_back_workers, run_block, take_workers
+from .blocks import give_back_workers, run_block, run_cluster, take_workers
 from .core import MAX_BLOCK_DIM, MAX_GRID_DIM, MAX_THREADS_PER_BLOCK, LaunchLimitError, NeedsGPU
 from .switches import charge_budgets, racecheck_enabled, simulated_threads
 
@@ -26,6 +26,42 @@ _original_kernel_call = None  # numba's FakeCUDAKernel.__call__, which kernel_ca
 
 
 _recordings = []  # the lists of the active record_launches() blocks
+
+_cluster = threading.local()  # .blocks: the cluster size of the launches made in in_clusters(), in this thread
+
+
+@contextmanager
+def in_clusters(blocks):
+    """Run the kernel launches made inside the ``with`` block as thread-block clusters of ``blocks``
+    consecutive blocks along x (sm_90's cluster launch attribute): the blocks of each cluster run side by
+    side, each with its own shared memory, and the cluster instructions of solutions/_hopper.py
+    (cluster_ctarank, cluster_sync, mbarrier_arrive_cluster, tma_load_2d_multicast) reach across them."""
+    blocks = int(blocks)
+    if not 1 <= blocks <= MAX_CLUSTER_BLOCKS:
+        raise LaunchLimitError(f"a cluster of {blocks} blocks: a portable cluster has 1 to {MAX_CLUSTER_BLOCKS}")
+    outer = getattr(_cluster, "blocks", 1)
+    _cluster.blocks = blocks
+    try:
+        yield
+    finally:
+        _cluster.blocks = outer
+
+
+MAX_CLUSTER_BLOCKS = 8  # the portable cluster size (16 needs a non-portable opt-in)
+
+
+class _SharedOfEachBlock:
+    """``cuda.shared`` for a launch in clusters: the blocks of a cluster run at the same time, so each one
+    reads its own shared memory (its _Block's), not the launch's one buffer that blocks run one after
+    another reuse."""
+
+    def __init__(self, launch_shared):
+        self._launch_shared = launch_shared
+
+    def __getattr__(self, name):
+        block = getattr(threading.current_thread(), "sim_block", None)
+        own = getattr(block, "sim_shared", None)
+        return getattr(own if own is not None else self._launch_shared, name)
 
 
 @contextmanager
@@ -122,12 +158,23 @@ def _run_kernel(kernel, grid_dim, block_dim, args, races):
             _fake_argument(kernel, arg, retr, races, names[i] if i < len(names) else f"argument {i}")
             for i, arg in enumerate(args)
         ]
-        workers = take_workers(simulated_threads(1, block_dim))
+        cluster = getattr(_cluster, "blocks", 1)
+        if grid_dim[0] % cluster:
+            raise LaunchLimitError(f"gridDim.x = {grid_dim[0]} is not a multiple of the cluster's {cluster} blocks")
+        workers = take_workers(simulated_threads(cluster, block_dim))
         shared.running_races = races
         try:
             with _kernelapi.swapped_cuda_module(kernel.fn, fake_cuda_module):
-                for grid_point in np.ndindex(*grid_dim):
-                    run_block(workers, kernel.fn, grid_dim, block_dim, grid_point, fake_args, kernel._debug, races)
+                if cluster == 1:
+                    for grid_point in np.ndindex(*grid_dim):
+                        run_block(workers, kernel.fn, grid_dim, block_dim, grid_point, fake_args, kernel._debug, races)
+                else:
+                    fake_cuda_module._shared = _SharedOfEachBlock(fake_cuda_module._shared)
+                    for z, y, x in np.ndindex(*reversed(grid_dim)):
+                        if x % cluster == 0:
+                            points = [(x + r, y, z) for r in range(cluster)]
+                            run_cluster(workers, kernel.fn, grid_dim, block_dim, points, fake_args, kernel._debug,
+                                        races, kernel.dynshared_size)
         finally:
             shared.running_races = None
             give_back_workers(workers)
