@@ -35,7 +35,7 @@ The ladder, and what each rung changes:
 That is where Ampere's instruction stops: ``mma.sync`` is a synchronous warp-level instruction that
 Hopper still runs, at about half of its tensor-core peak per SM (each warp waits for its own product,
 operands go through registers, ldmatrix must feed them). On the H200 stage 6 reached 315 TFLOP/s
-against cuBLAS's 680. The last four stages use the instructions cuBLAS uses on Hopper (sm_90a),
+against cuBLAS's 680. The last five stages use the instructions cuBLAS uses on Hopper (sm_90a),
 each a numba intrinsic of one inline-assembly instruction (``solutions/_hopper.py``), so the kernels
 stay Python:
 
@@ -50,6 +50,8 @@ stay Python:
    producer to the consumers (the design of cuBLAS's, CUTLASS's and FlashAttention-3's Hopper kernels).
 10. ``persistent``: stage 9's block on a grid of one block an SM, each walking tiles in turn; the ring runs
     on across tiles, so the next tile's copies overlap this tile's stores.
+11. ``clusters``: stage 10's blocks launched in thread-block clusters of two that walk pairs of tiles one
+    above the other; each block copies half of their shared B tile for both, with TMA multicast.
 
 Why Hopper needed new instructions at all. Stage 6 keeps ``mma.sync`` and reaches 0.44x of cuBLAS at 8192³
 (3750 µs against 1639, recorded on the H200); cuBLAS uses the instructions below. ``mma.sync`` is a
@@ -70,8 +72,9 @@ reaches 0.94x cuBLAS (1700 µs against 1599, same record).
 None of it needs what numba lacks: a tensor map need not be a ``__grid_constant__`` parameter
 (``cp.async.bulk.tensor`` takes its address in global memory), the accumulators are a local array
 whose constant indices keep it in registers across the asynchronous wgmma (the intrinsic passes its
-128 values as tied inline-asm operands), and numba compiles for ``sm_90a`` on a Hopper GPU.
-Thread-block clusters with TMA multicast (cuBLAS's next step) are not used.
+128 values as tied inline-asm operands), and numba compiles for ``sm_90a`` on a Hopper GPU. A thread-block cluster launch is the one thing numba's
+launch cannot express: the cluster stage launches through the driver's ``cuLaunchKernelEx``
+(``_hopper.launch_in_clusters``).
 """
 
 from dataclasses import dataclass
@@ -1586,7 +1589,16 @@ def persistent(A, B, out):
     barrier of both blocks (mapa finds the other block's copy of the barrier), the barriers are
     initialised and fenced at cluster scope before a cluster barrier, and each producer ends with one
     more lap of the ring, copying nothing, waiting until both blocks' consumers have released every
-    slot: only then can nothing more reach its block, and the block may exit.""")
+    slot: only then can nothing more reach its block, and the block may exit. The grid is as many
+    clusters as the GPU holds at once (cuOccupancyMaxActiveClusters: 66 on the H200, all 132 SMs). What
+    it buys here is small. At 8192^3 on the H200, with cuBLAS in the same run: fp16 1607 us, 684
+    TFLOP/s, 1.02x cuBLAS's 1634; bf16 1453 us, 757 TFLOP/s, 1.09x its 1581. With the 8-10% spread
+    between runs at this size (stage 10 says why), that is level with cuBLAS, not past it. Timed in
+    turn with stage 10 over three rounds: 1.10x in fp16 and 1.03x in bf16, both within the spread of
+    the two kernels' samples. Nsight Compute says why: both kernels keep the tensor cores busy 93% of the time. With a
+    128x256 tile, stage 10 was not waiting for L2, so halving B's L2 reads shows up mainly as a lower
+    L2 hit rate (73% against 81%): the repeated reads of B that used to hit are gone. Clusters pay
+    where a kernel is short of L2 bandwidth: smaller tiles, or more blocks sharing an operand.""")
 def clusters(A, B, out):
     launch_hopper(_cluster_kernel_source, A, B, out)
 

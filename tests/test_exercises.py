@@ -511,6 +511,7 @@ HOPPER_EXERCISES = {  # stage -> the marked functions the grader must find on it
     "tma": {"matrix_descriptor", "_tma_k_step", "_wait_for_tiles"},
     "warp_specialized": {"matrix_descriptor", "_tma_k_step", "_wait_for_tiles", "_warp_specialized_kernel_source"},
     "persistent": {"matrix_descriptor", "_tma_k_step", "_wait_for_tiles", "_persistent_kernel_source"},
+    "clusters": {"matrix_descriptor", "_multicast_k_step", "_wait_for_tiles", "_cluster_kernel_source"},
 }
 
 

@@ -40,7 +40,7 @@ from tests.test_ladders import SPILL_BUDGET, SPILL_EXPECTED
 ROOT = Path(__file__).resolve().parent.parent
 OPS = {o.name: o for o in [*hgemm.OPERATORS, *int8_gemm.OPERATORS]}
 TENSOR_CORE = {"mma", "ldmatrix", "swizzle", "pipeline", "tuned"}
-HOPPER = {"wgmma", "tma", "warp_specialized", "persistent"}  # sm_90a: wgmma, TMA, mbarrier, setmaxnreg (solutions/_hopper.py)
+HOPPER = {"wgmma", "tma", "warp_specialized", "persistent", "clusters"}  # sm_90a: wgmma, TMA, mbarrier, setmaxnreg (solutions/_hopper.py)
 
 
 # -- 1. fragment layouts, in NumPy ------------------------------------------------------------------------
@@ -500,6 +500,143 @@ def test_persistent_launcher_uses_one_block_a_simulated_sm():
     assert {f.__name__ for f, _ in launches} == {"_persistent_f16"}, launches
 
 
+# -- thread-block clusters (stage 11) -----------------------------------------------------------------------
+
+@pytest.mark.sim_only
+def test_a_multicast_box_lands_in_every_block_of_its_mask_at_its_barrier():
+    """Two blocks of a cluster each copy one 64 x 64 box with tma_load_2d_multicast, mask 0b11: each block's
+    barrier (expecting both boxes) completes, and each block's shared memory holds both boxes, its own and
+    the other block's, at the same offsets; rank 1 of a plain launch does not exist."""
+    from numba import int32, uint16, uint64
+
+    G = np.arange(64 * 128, dtype=np.uint16).reshape(64, 128)
+    g = cuda.to_device(G)
+    tmap = _hopper.tensor_map(g, 64, 64)
+
+    @cuda.jit
+    def kernel(tensor_map, out, ranks):
+        smem = cuda.shared.array(0, uint16)
+        tiles = smem.ctypes.data + uint64(_hopper.tile_pad(smem))
+        bar = tiles + uint64(16384)
+        t = cuda.threadIdx.x
+        rank = _hopper.cluster_ctarank()
+        if t == 0:
+            _hopper.mbarrier_init(bar, 1)
+        _hopper.cluster_sync()
+        if t == 0:
+            _hopper.mbarrier_arrive_expect_tx(bar, 16384)
+            _hopper.tma_load_2d_multicast(tiles + uint64(8192 * rank), tensor_map.ctypes.data, 64 * int32(rank), 0,
+                                          bar, uint16(3))
+        _hopper.mbarrier_wait(bar, 0)
+        pad = _hopper.tile_pad(smem) // 2
+        for i in range(t, 8192, cuda.blockDim.x):
+            out[cuda.blockIdx.x, i] = smem[pad + i]
+        ranks[cuda.blockIdx.x] = rank
+
+    out = cuda.to_device(np.zeros((4, 8192), np.uint16))
+    ranks = cuda.to_device(np.full(4, 9, np.uint32))
+    _hopper.launch_in_clusters(kernel, 2, 4, 64, 16384 + 1024 + 8, (tmap, out, ranks))
+    assert list(ranks.copy_to_host()) == [0, 1, 0, 1]
+    got = out.copy_to_host()
+    for block in range(4):
+        for box in range(2):
+            landed = got[block, 4096 * box:4096 * (box + 1)].view(np.uint8)
+            unswizzled = np.empty(8192, np.uint8)
+            for at in range(0, 8192, 16):
+                src = _hopper.swizzle_128b(at)
+                unswizzled[at:at + 16] = landed[src:src + 16]
+            assert (unswizzled.view(np.uint16).reshape(64, 64) == G[:, 64 * box:64 * (box + 1)]).all(), (block, box)
+
+
+@pytest.mark.sim_only
+def test_a_cluster_launch_needs_whole_clusters():
+    from workbench.simulator import LaunchLimitError
+
+    @cuda.jit
+    def nothing(out):
+        pass
+
+    with pytest.raises(LaunchLimitError, match="gridDim.x = 3 is not a multiple of the cluster's 2 blocks"):
+        _hopper.launch_in_clusters(nothing, 2, 3, 32, 0, (cuda.to_device(np.zeros(1)),))
+
+
+def _cluster_run(A, B, clusters, replace=()):
+    """The cluster kernel (fp16) on ``clusters`` clusters of two blocks; ``replace``: (name, value) pairs
+    that take the place of the module's functions in the kernel's source."""
+    from numba import cuda
+
+    kernel = hgemm.build_hopper_kernel("clusters", False)
+    if replace:
+        import inspect
+
+        namespace = dict(vars(hgemm), **dict(replace))
+        exec(compile(inspect.getsource(hgemm._cluster_kernel_source), "<clusters>", "exec"), namespace)
+        kernel = cuda.jit(namespace["_cluster_kernel_source"](False))
+    a, b = cuda.to_device(A.view(np.uint16)), cuda.to_device(B.view(np.uint16))
+    out = cuda.to_device(np.full((A.shape[0], B.shape[1]), np.nan, np.float16).view(np.uint16))
+    nbytes = hgemm.hopper_smem_bytes("clusters")
+    set_max_dynamic_shared_memory(kernel, (), nbytes)
+    args = (a, b, out, _hopper.tensor_map(a, hgemm.HBK, hgemm.HBM), _hopper.tensor_map(b, 64, hgemm.HBK))
+    _hopper.launch_in_clusters(kernel, hgemm.CLUSTER_BLOCKS, 2 * clusters, 384, nbytes, args)
+    return out.copy_to_host().view(np.float16).astype(np.float64)
+
+
+@pytest.mark.sim_only
+@pytest.mark.parametrize("clusters", [1, 2, 7])
+def test_clusters_walking_pairs_of_tiles_store_each_tile_once(clusters):
+    """6 pairs of tiles (3 tile rows: the second pair's lower tile lies wholly below the matrix, its A box
+    all zeros; 3 tile columns; 3 K-steps, so the ring of 4 slots wraps inside a tile) on 1 or 2 clusters
+    walking several pairs, and on 7 (one without a pair): every warpgroup tile of every pair is stored
+    once (its 128 threads; below the matrix the stores are masked), the product is right, no poison left."""
+    import threading
+
+    rng = np.random.default_rng(12)
+    M, N, K = 300, 520, 136
+    A = rng.uniform(-1, 1, (M, K)).astype(np.float16)
+    B = rng.uniform(-1, 1, (K, N)).astype(np.float16)
+    stores, lock = {}, threading.Lock()
+
+    def counting_store(out, acc, row0, col0, thread, bf16):
+        with lock:
+            stores[(int(row0), int(col0))] = stores.get((int(row0), int(col0)), 0) + 1
+        hgemm._store_warpgroup(out, acc, row0, col0, thread, bf16)
+
+    got = _cluster_run(A, B, clusters, [("_store_warpgroup", counting_store)])
+    assert stores == {(r, c): 128 for r in range(0, 512, 64) for c in range(0, 768, 256)}, stores
+    want = A.astype(np.float64) @ B.astype(np.float64)
+    assert np.isfinite(got).all()
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
+
+
+@pytest.mark.sim_only
+def test_a_consumer_releasing_only_its_own_block_stalls_the_other_producer(monkeypatch):
+    """The slot a consumer frees also holds the other block's B boxes: released to its own block only, each
+    "empty" barrier gets 2 of its 4 arrivals, the producers wait forever for the ring's second lap, and the
+    simulator says so instead of hanging (its wait limit shortened here)."""
+    from numba import uint64
+
+    @cuda.jit(device=True)
+    def own_block_only(empty, slot):
+        _hopper.mbarrier_arrive(empty + uint64(8 * slot))
+
+    monkeypatch.setattr(_hopper, "_WAIT_SECONDS", 3)
+    rng = np.random.default_rng(3)
+    A = rng.uniform(-1, 1, (256, 64 * 6)).astype(np.float16)  # 6 K-steps: the 4-slot ring wraps
+    B = rng.uniform(-1, 1, (64 * 6, 256)).astype(np.float16)
+    with pytest.raises(Exception, match=r"mbarrier_wait\(parity 0\) waited 3 s"):
+        _cluster_run(A, B, 1, [("_release_in_cluster", own_block_only)])
+
+
+@pytest.mark.sim_only
+def test_the_cluster_launcher_walks_with_the_simulated_clusters():
+    from workbench.simulator import record_launches
+
+    with record_launches() as launches:
+        result = check_stage(OPS["gemm[bf16]"]["clusters"], (300, 520, 136), np.random.default_rng(14))
+    assert result.passed, result.message
+    assert {f.__name__ for f, _ in launches} == {"_clusters_bf16"}, launches
+
+
 @pytest.mark.sim_only
 def test_int8_wgmma_takes_its_tma_path_in_the_quick_tier():
     """int8_gemm's quick size (K = 35) sends its wgmma stage to the mma fallback (TMA needs K % 16 == 0):
@@ -783,7 +920,8 @@ for (stage, bf16), kernel, sig in jobs:
     out[f"{stage}{'.' + bf16 if isinstance(bf16, str) else '.bf16' if bf16 else ''}"] = dict(
         target=re.search(r"^\.target (\S+)", ptx, re.M).group(1), wgmma=count(r"wgmma\.mma_async"),
         tma=count(r"cp\.async\.bulk\.tensor"), try_wait=count(r"mbarrier\.try_wait"), setmaxnreg=count(r"setmaxnreg"),
-        f64=count(r"\.f64\b"), warnings=sorted(set(re.findall(r"C75\d\d", log))), **parse_assembler_log(log))
+        f64=count(r"\.f64\b"), mapa=count(r"\bmapa\."), multicast=count(r"\.multicast::cluster"),
+        cluster_barrier=count(r"barrier\.cluster\.wait"), warnings=sorted(set(re.findall(r"C75\d\d", log))), **parse_assembler_log(log))
 print(json.dumps(out))
 """
 
@@ -800,11 +938,14 @@ def test_hopper_kernels_compile_for_sm90a_with_their_instructions():
     for name, r in found.items():
         stage = name.split(".")[0]
         assert r["target"] == "sm_90a", (name, r)
-        # a K-step's four k16 products, the loop not unrolled; persistent's K loop LLVM unrolls twice (+ remainder)
-        assert r["wgmma"] == (12 if stage == "persistent" else 4), (name, r)
+        # a K-step's four k16 products, the loop not unrolled; the persistent K loops LLVM unrolls twice (+ remainder)
+        assert r["wgmma"] == (12 if stage in ("persistent", "clusters") else 4), (name, r)
         assert (r["tma"] > 0) == (stage != "wgmma"), (name, r)
         assert (r["try_wait"] > 0) == (stage != "wgmma"), (name, r)
-        assert (r["setmaxnreg"] == 2) == (stage in ("warp_specialized", "persistent")), (name, r)
+        assert (r["setmaxnreg"] == 2) == (stage in ("warp_specialized", "persistent", "clusters")), (name, r)
+        # the cluster stage: B by multicast, releases to both blocks through mapa, one cluster barrier
+        in_clusters = stage == "clusters"
+        assert (r["multicast"] > 0, r["mapa"] > 0, r["cluster_barrier"]) == (in_clusters, in_clusters, int(in_clusters)), (name, r)
         assert not r["f64"], (name, r)
         assert not r["warnings"], (name, r)  # wgmma overlapped, setmaxnreg honoured
         assert r["spill_bytes"] == 0, (name, r)  # the 128 accumulators stay in registers
