@@ -1,5 +1,6 @@
 """Hopper's own instructions (sm_90a) as device functions numba kernels call: ``wgmma``, TMA, ``mbarrier``,
-``setmaxnreg``.
+``setmaxnreg``, and those of thread-block clusters (TMA multicast, another block's mbarrier, the cluster
+barrier).
 
 On a GPU each one is a numba ``@intrinsic`` whose code is one ``llvmlite`` ``InlineAsm`` call: the PTX
 instruction written out, its operands bound to LLVM values. No CUDA C++ is linked, and the kernel that
@@ -41,7 +42,12 @@ In numba's CUDA simulator each name is a Python emulation, as ``_ptx.py`` does f
 * the sized wgmma reads B through its descriptor as K-major (n rows of 16 k) or MN-major, and A from
   the descriptor or from the 128 threads' registers, gathered by the fragment layout;
 * a named barrier counts arrivals per block and id; bar.sync waits for its generation to complete;
-* ``setmaxnreg`` and the fences do nothing (the simulator has no registers and one memory proxy).
+* ``setmaxnreg`` and the fences do nothing (the simulator has no registers and one memory proxy);
+* a cluster's blocks run side by side (``launch_in_clusters``; ``workbench.simulator.launches.in_clusters``),
+  each with its own shared memory at the same alignment: ``cluster_ctarank`` is the block's rank,
+  ``cluster_sync`` a barrier of all their threads, ``mbarrier_arrive_cluster`` arrives on the barrier at the
+  same offset in another block's shared memory (PTX's ``mapa``), and ``tma_load_2d_multicast`` lands its box
+  at the same offset in every block of its mask, counted off each block's own barrier.
 
 Host side, :func:`tensor_map` builds the 128-byte ``CUtensorMap`` of a 2-D array with the driver's
 ``cuTensorMapEncodeTiled`` and copies it to a device buffer; ``cp.async.bulk.tensor`` takes its global

@@ -331,6 +331,20 @@ def test_kernel_launches_compare_by_what_they_launch():
     b = prepared.KernelLaunch(0, (4, 1, 1), (256,), [0, 0, 10, 4, 1234, 10, 4])
     c = prepared.KernelLaunch(0, 4, 256, [0, 0, 10, 4, 9999, 10, 4])
     assert a.same_as(b) and not a.same_as(c)
+    assert not a.same_as(prepared.KernelLaunch(0, 4, 256, [0, 0, 10, 4, 1234, 10, 4], cluster=2))
+
+
+def test_a_cluster_launch_carries_its_cluster_shape_as_a_launch_attribute():
+    """cuLaunchKernelEx's configuration: the grid in blocks (not clusters), the cluster shape as the
+    CLUSTER_DIMENSION attribute, the dynamic shared memory; built without a GPU."""
+    from cuda.bindings import driver
+
+    config = prepared.KernelLaunch(0, 132, 384, [], 197696, cluster=2).launch_config()
+    assert (config.gridDimX, config.gridDimY, config.gridDimZ) == (132, 1, 1)
+    assert (config.blockDimX, config.sharedMemBytes, config.numAttrs) == (384, 197696, 1)
+    attribute = config.attrs[0]
+    assert attribute.id == driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    assert (attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z) == (2, 1, 1)
 
 
 class _Tensor:

@@ -194,7 +194,8 @@ class KernelLaunch:
 
     def same_as(self, other: "KernelLaunch") -> bool:
         return (int(self.function) == int(other.function) and self.grid == other.grid and self.block == other.block
-                and self.cluster == other.cluster and self.shared_bytes == other.shared_bytes and _values(self.flat_args) == _values(other.flat_args))
+                and self.cluster == other.cluster and self.shared_bytes == other.shared_bytes
+                and _values(self.flat_args) == _values(other.flat_args))
 
 
 def _values(flat) -> list:

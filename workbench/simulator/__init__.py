@@ -38,6 +38,11 @@ GPU is not, and it lacks parts of numba's CUDA API. ``install()`` patches its cl
   what the simulator cannot run (code linked with ``link=`` or ``cuda.declare_device``, a grid-wide
   ``this_grid().sync()`` over several blocks, a block waiting for a later one) raises
   :class:`NeedsGPU` with the reason, never a wrong answer;
+* a launch made inside ``launches.in_clusters(n)`` runs as thread-block clusters of ``n`` blocks (sm_90's
+  cluster launch): the blocks of a cluster run side by side, each with its own shared memory at the same
+  alignment, so the cluster instructions of ``solutions/_hopper.py`` (a TMA multicast, an arrival on
+  another block's mbarrier, the cluster barrier) reach across them, and a block that fails stops the
+  others;
 * :func:`record_launches` lists every kernel launch with numba's types for its arguments, so the
   same kernels can be compiled for a real GPU elsewhere.
 

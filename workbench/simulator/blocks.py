@@ -400,11 +400,9 @@ def run_cluster(workers, fn, grid_dim, block_dim, grid_points, args, debug, race
     Cluster(blocks)
     for block in blocks:
         block.start()
-    failed = None
-    while failed is None and any(block.live for block in blocks):
-        failed = next((block for block in blocks if block.failure is not None), None)
+    while any(block.live for block in blocks) and not any(block.failure is not None for block in blocks):
         time.sleep(_CLUSTER_POLL_SECONDS)
-    failed = failed or next((block for block in blocks if block.failure is not None), None)
+    failed = next((block for block in blocks if block.failure is not None), None)
     if failed is not None:
         for block in blocks:
             if block is not failed:

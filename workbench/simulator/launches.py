@@ -28,6 +28,7 @@ _original_kernel_call = None  # numba's FakeCUDAKernel.__call__, which kernel_ca
 _recordings = []  # the lists of the active record_launches() blocks
 
 _cluster = threading.local()  # .blocks: the cluster size of the launches made in in_clusters(), in this thread
+MAX_CLUSTER_BLOCKS = 8  # the portable cluster size (16 needs a non-portable opt-in)
 
 
 @contextmanager
@@ -45,9 +46,6 @@ def in_clusters(blocks):
         yield
     finally:
         _cluster.blocks = outer
-
-
-MAX_CLUSTER_BLOCKS = 8  # the portable cluster size (16 needs a non-portable opt-in)
 
 
 class _SharedOfEachBlock:
