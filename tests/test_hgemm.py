@@ -468,12 +468,20 @@ def test_persistent_blocks_walking_several_tiles_store_each_tile_once(blocks):
     """9 tiles of 3 K-steps each (the ring of 4 slots wraps in the middle of tiles, its phases run on
     across them) on 2 or 4 blocks walking several tiles each, and on 12 blocks (3 without a tile): every
     warpgroup tile is stored exactly once (128 threads), the product is right, no NaN of the poison left."""
+    A, B, stores, counting_store = _tiles_and_a_counting_store()  # tiles 3 x 3 (the last row and column partial)
+    got = _persistent_run(A, B, blocks, counting_store)
+    assert stores == {(r, c): 128 for r in range(0, 384, 64) for c in range(0, 768, 256)}, stores
+    _assert_the_product(A, B, got)
+
+
+def _tiles_and_a_counting_store():
+    """A (300 x 136) and B (136 x 520): 3 x 3 tiles of 128 x 256, K-steps 64, 64, 8; and a _store_warpgroup
+    that counts the calls for each warpgroup tile (row0, col0) in ``stores``."""
     import threading
 
     rng = np.random.default_rng(12)
-    M, N, K = 300, 520, 136  # tiles 3 x 3 (the last row and column partial), K-steps 64, 64, 8
-    A = rng.uniform(-1, 1, (M, K)).astype(np.float16)
-    B = rng.uniform(-1, 1, (K, N)).astype(np.float16)
+    A = rng.uniform(-1, 1, (300, 136)).astype(np.float16)
+    B = rng.uniform(-1, 1, (136, 520)).astype(np.float16)
     stores, lock = {}, threading.Lock()
 
     def counting_store(out, acc, row0, col0, thread, bf16):
@@ -481,8 +489,10 @@ def test_persistent_blocks_walking_several_tiles_store_each_tile_once(blocks):
             stores[(int(row0), int(col0))] = stores.get((int(row0), int(col0)), 0) + 1
         hgemm._store_warpgroup(out, acc, row0, col0, thread, bf16)
 
-    got = _persistent_run(A, B, blocks, counting_store)
-    assert stores == {(r, c): 128 for r in range(0, 384, 64) for c in range(0, 768, 256)}, stores
+    return A, B, stores, counting_store
+
+
+def _assert_the_product(A, B, got):
     want = A.astype(np.float64) @ B.astype(np.float64)
     assert np.isfinite(got).all()
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
@@ -588,24 +598,10 @@ def test_clusters_walking_pairs_of_tiles_store_each_tile_once(clusters):
     all zeros; 3 tile columns; 3 K-steps, so the ring of 4 slots wraps inside a tile) on 1 or 2 clusters
     walking several pairs, and on 7 (one without a pair): every warpgroup tile of every pair is stored
     once (its 128 threads; below the matrix the stores are masked), the product is right, no poison left."""
-    import threading
-
-    rng = np.random.default_rng(12)
-    M, N, K = 300, 520, 136
-    A = rng.uniform(-1, 1, (M, K)).astype(np.float16)
-    B = rng.uniform(-1, 1, (K, N)).astype(np.float16)
-    stores, lock = {}, threading.Lock()
-
-    def counting_store(out, acc, row0, col0, thread, bf16):
-        with lock:
-            stores[(int(row0), int(col0))] = stores.get((int(row0), int(col0)), 0) + 1
-        hgemm._store_warpgroup(out, acc, row0, col0, thread, bf16)
-
+    A, B, stores, counting_store = _tiles_and_a_counting_store()
     got = _cluster_run(A, B, clusters, [("_store_warpgroup", counting_store)])
     assert stores == {(r, c): 128 for r in range(0, 512, 64) for c in range(0, 768, 256)}, stores
-    want = A.astype(np.float64) @ B.astype(np.float64)
-    assert np.isfinite(got).all()
-    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
+    _assert_the_product(A, B, got)
 
 
 @pytest.mark.sim_only
