@@ -1418,29 +1418,51 @@ def _cluster_kernel_source(bf16):
     return kernel
 
 
-HOPPER_SOURCES = {"wgmma": (_wgmma_kernel_source, 256, WGMMA_STAGES), "tma": (_tma_kernel_source, 256, TMA_STAGES),
-                  "warp_specialized": (_warp_specialized_kernel_source, 384, WS_STAGES),
-                  "persistent": (_persistent_kernel_source, 384, PERSISTENT_STAGES),
-                  "clusters": (_cluster_kernel_source, 384, CLUSTER_STAGES)}
+@dataclass(frozen=True)
+class HopperKernel:
+    """What launch_hopper needs of a Hopper stage: the function that makes its kernel, its threads a block
+    and its ring's slots."""
+    source: object
+    threads: int
+    slots: int
+
+
+HOPPER_SOURCES = {"wgmma": HopperKernel(_wgmma_kernel_source, 256, WGMMA_STAGES),
+                  "tma": HopperKernel(_tma_kernel_source, 256, TMA_STAGES),
+                  "warp_specialized": HopperKernel(_warp_specialized_kernel_source, 384, WS_STAGES),
+                  "persistent": HopperKernel(_persistent_kernel_source, 384, PERSISTENT_STAGES),
+                  "clusters": HopperKernel(_cluster_kernel_source, 384, CLUSTER_STAGES)}
+
+
+class _Compiled:
+    """The Hopper kernels compiled so far, by (hopper, stage, bf16?, cp.async path?): a cache. Not a dict:
+    workbench.introspect reads a dict or list of kernels that a launcher reaches as a table the stage
+    chooses from, and would show every kernel compiled so far as part of every Hopper stage's source."""
+
+    def __init__(self):
+        self.kernels = {}
+
+
+_HOPPER_BUILT = _Compiled()
 
 
 def hopper_smem_bytes(stage):
     """Dynamic shared memory of a Hopper stage: its ring, 1 KiB to align the tiles, two mbarriers a slot."""
-    stages = HOPPER_SOURCES[stage][2]
-    return stages * HSTEP + 1024 + 16 * stages
+    slots = HOPPER_SOURCES[stage].slots
+    return slots * HSTEP + 1024 + 16 * slots
 
 
 def build_hopper_kernel(stage, bf16, vec=True):
     """The kernel of Hopper stage ``stage`` for (bf16?, cp.async path?), made once, named for `workbench ptx`."""
     key = ("hopper", stage, bool(bf16), bool(vec))
-    if key in _BUILT:
-        return _BUILT[key]
-    source, threads, _ = HOPPER_SOURCES[stage]
-    kernel = source(bf16, vec) if stage == "wgmma" else source(bf16)
+    if key in _HOPPER_BUILT.kernels:
+        return _HOPPER_BUILT.kernels[key]
+    made = HOPPER_SOURCES[stage]
+    kernel = made.source(bf16, vec) if stage == "wgmma" else made.source(bf16)
     name = f"_{stage}_{'bf16' if bf16 else 'f16'}" + ("" if stage != "wgmma" else ("_vec" if vec else "_scalar"))
     kernel.__name__ = kernel.__qualname__ = name
-    compiled = cuda.jit(**_gpu_options(launch_bounds=(threads, 1)))(kernel)
-    globals()[name] = _BUILT[key] = compiled
+    compiled = cuda.jit(**_gpu_options(launch_bounds=(made.threads, 1)))(kernel)
+    globals()[name] = _HOPPER_BUILT.kernels[key] = compiled
     return compiled
 
 
@@ -1463,14 +1485,14 @@ def launch_hopper(source, A, B, out, blocks=None):
     M, N = out.shape
     if not tma_ok(A, B):
         source = _wgmma_kernel_source
-    stage = next(name for name, (made_by, _, _) in HOPPER_SOURCES.items() if made_by is source)
+    stage = next(name for name, made in HOPPER_SOURCES.items() if made.source is source)
     kernel = build_hopper_kernel(stage, bf16, _vec_ok(A, B))
     nbytes = hopper_smem_bytes(stage)
     args = (A, B, out)
     if stage != "wgmma":
         args += (tensor_map(A, HBK, HBM), tensor_map(B, 64, HBK))
     set_max_dynamic_shared_memory(kernel, args, nbytes)
-    threads = HOPPER_SOURCES[stage][1]
+    threads = HOPPER_SOURCES[stage].threads
     tiles = blocks_for(M, HBM) * blocks_for(N, HBN)
     if stage == "clusters":
         pairs = blocks_for(M, CLUSTER_BLOCKS * HBM) * blocks_for(N, HBN)

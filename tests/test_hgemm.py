@@ -899,7 +899,7 @@ u2, b1 = types.Array(types.uint16, 2, "C"), types.Array(types.uint8, 1, "C")
 out = {}
 i2, o2 = types.Array(types.int8, 2, "C"), types.Array(types.int32, 2, "C")
 jobs = [((key[1], key[2]), kernel, (u2, u2, u2) + (() if key[1] == "wgmma" else (b1, b1)))
-        for key, kernel in hgemm._BUILT.items() if key[0] == "hopper" and key[3]]  # key: (hopper, stage, bf16, vec)
+        for key, kernel in hgemm._HOPPER_BUILT.kernels.items() if key[3]]  # key: (hopper, stage, bf16, vec)
 jobs.append((("warp_specialized", "int8"), int8_gemm._wgmma_int8, (i2, i2, o2, b1, b1)))
 f1, f2 = types.Array(types.float32, 1, "C"), types.Array(types.float32, 2, "C")
 jobs.append((("warp_specialized", "qlinear"), int8_gemm._wgmma_qlinear, (i2, i2, f1, f1, f2, b1, b1)))

@@ -72,12 +72,14 @@ def _reachable(func, seen: dict, helpers: dict | None = None, defaults: bool = T
 
 
 def _launches(helper) -> bool:
-    """Does ``helper`` launch a kernel: name one, or a dispatch table holding one?"""
+    """Does ``helper`` launch a kernel (name one, or a dispatch table holding one), or make one (a kernel
+    factory, such as the Hopper stages' ``_*_kernel_source``: its nested kernel names device functions)?"""
     for name in helper.__code__.co_names:
         obj = helper.__globals__.get(name)
         if _is_kernel(obj) or any(_is_kernel(v) for _, v in _table_entries(name, obj)):
             return True
-    return False
+    nested = [const for const in helper.__code__.co_consts if hasattr(const, "co_names")]
+    return any(_is_kernel(helper.__globals__.get(name)) for code in nested for name in code.co_names)
 
 
 def kernels_of(stage) -> dict:
