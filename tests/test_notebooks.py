@@ -530,6 +530,10 @@ def test_elide_paragraph_keeps_the_code():
     src = 'x = 1\n@op.stage("a", """\n  long\n  prose\n""", tolerance=1e-3)\ndef a(x, out):\n    pass\n'
     assert diff.elide_paragraph(src) == ('x = 1\n@op.stage("a", ' + diff.PARAGRAPH_PLACEHOLDER
                                          + ', tolerance=1e-3)\ndef a(x, out):\n    pass\n')
+    # a launcher serving several variants: the paragraph is stage_of's third argument
+    shared = '@stage_of(OPERATORS, "b", """\n  prose\n""")\ndef b(x, out):\n    pass\n'
+    assert diff.elide_paragraph(shared) == ('@stage_of(OPERATORS, "b", ' + diff.PARAGRAPH_PLACEHOLDER
+                                            + ')\ndef b(x, out):\n    pass\n')
 
 
 def test_check_counts_skipped_apart_and_says_why():

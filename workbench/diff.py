@@ -28,8 +28,8 @@ PARAGRAPH_PLACEHOLDER = '"""(the paragraph above)"""'
 
 
 def elide_paragraph(source: str, placeholder: str = PARAGRAPH_PLACEHOLDER) -> str:
-    """``source`` with the paragraph of each ``@<op>.stage("name", "...")`` decorator replaced by
-    ``placeholder`` (read with ``ast``, so any quoting or layout of the decorator works)."""
+    """``source`` with the paragraph of each ``@<op>.stage("name", "...")`` or ``@stage_of(ops, "name", "...")``
+    decorator replaced by ``placeholder`` (read with ``ast``, so any quoting or layout of the decorator works)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -39,10 +39,16 @@ def elide_paragraph(source: str, placeholder: str = PARAGRAPH_PLACEHOLDER) -> st
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for deco in node.decorator_list:
-            if (isinstance(deco, ast.Call) and isinstance(deco.func, ast.Attribute) and deco.func.attr == "stage"
-                    and len(deco.args) >= 2 and isinstance(deco.args[1], ast.Constant)
-                    and isinstance(deco.args[1].value, str)):
-                spans.append(deco.args[1])
+            if not isinstance(deco, ast.Call):
+                continue
+            if isinstance(deco.func, ast.Attribute) and deco.func.attr == "stage":  # @op.stage(name, paragraph)
+                at = 1
+            elif isinstance(deco.func, ast.Name) and deco.func.id == "stage_of":  # @stage_of(ops, name, paragraph)
+                at = 2
+            else:
+                continue
+            if len(deco.args) > at and isinstance(deco.args[at], ast.Constant) and isinstance(deco.args[at].value, str):
+                spans.append(deco.args[at])
     lines = source.splitlines(keepends=True)
     starts = [0]
     for line in lines:
