@@ -10,7 +10,7 @@
 # `workbench exercises build` never overwrites this file once you have edited it (the line below
 # tells it whether you have). `workbench exercises reset OP[.STAGE]` gives you a fresh stub back
 # and keeps your version beside it as a .bak file.
-# generated-sha256: b9d784df4d69c7c9288771c4f999d608f7d134afd1af4d2da51e0cba48fc9be4
+# generated-sha256: bddf30c4d634efbb046f1b0ae0d612a8ada2a44c523387bf9a975eaaa24c76f6
 # --------------------------------------------------------------------------------------------------
 """Half-precision GEMM on tensor cores: out = A B with A (M x K) and B (K x N) in fp16 or bf16,
 accumulated in float32, written in the inputs' precision (what ``torch.matmul`` does at that dtype).
@@ -86,9 +86,9 @@ reaches 0.94x cuBLAS (1700 µs against 1599, same record).
 None of it needs what numba lacks: a tensor map need not be a ``__grid_constant__`` parameter
 (``cp.async.bulk.tensor`` takes its address in global memory), the accumulators are a local array
 whose constant indices keep it in registers across the asynchronous wgmma (the intrinsic passes its
-128 values as tied inline-asm operands), and numba compiles for ``sm_90a`` on a Hopper GPU. A thread-block cluster launch is the one thing numba's
-launch cannot express: the cluster stage launches through the driver's ``cuLaunchKernelEx``
-(``_hopper.launch_in_clusters``).
+128 values as tied inline-asm operands), and numba compiles for ``sm_90a`` on a Hopper GPU. A
+thread-block cluster launch is the one thing numba's launch cannot express: the cluster stage launches
+through the driver's ``cuLaunchKernelEx`` (``_hopper.launch_in_clusters``).
 """
 
 from dataclasses import dataclass
@@ -1372,29 +1372,51 @@ def _cluster_kernel_source(bf16):
     return kernel
 
 
-HOPPER_SOURCES = {"wgmma": (_wgmma_kernel_source, 256, WGMMA_STAGES), "tma": (_tma_kernel_source, 256, TMA_STAGES),
-                  "warp_specialized": (_warp_specialized_kernel_source, 384, WS_STAGES),
-                  "persistent": (_persistent_kernel_source, 384, PERSISTENT_STAGES),
-                  "clusters": (_cluster_kernel_source, 384, CLUSTER_STAGES)}
+@dataclass(frozen=True)
+class HopperKernel:
+    """What launch_hopper needs of a Hopper stage: the function that makes its kernel, its threads a block
+    and its ring's slots."""
+    source: object
+    threads: int
+    slots: int
+
+
+HOPPER_SOURCES = {"wgmma": HopperKernel(_wgmma_kernel_source, 256, WGMMA_STAGES),
+                  "tma": HopperKernel(_tma_kernel_source, 256, TMA_STAGES),
+                  "warp_specialized": HopperKernel(_warp_specialized_kernel_source, 384, WS_STAGES),
+                  "persistent": HopperKernel(_persistent_kernel_source, 384, PERSISTENT_STAGES),
+                  "clusters": HopperKernel(_cluster_kernel_source, 384, CLUSTER_STAGES)}
+
+
+class _Compiled:
+    """The Hopper kernels compiled so far, by (hopper, stage, bf16?, cp.async path?): a cache. Not a dict:
+    workbench.introspect reads a dict or list of kernels that a launcher reaches as a table the stage
+    chooses from, and would show every kernel compiled so far as part of every Hopper stage's source."""
+
+    def __init__(self):
+        self.kernels = {}
+
+
+_HOPPER_BUILT = _Compiled()
 
 
 def hopper_smem_bytes(stage):
     """Dynamic shared memory of a Hopper stage: its ring, 1 KiB to align the tiles, two mbarriers a slot."""
-    stages = HOPPER_SOURCES[stage][2]
-    return stages * HSTEP + 1024 + 16 * stages
+    slots = HOPPER_SOURCES[stage].slots
+    return slots * HSTEP + 1024 + 16 * slots
 
 
 def build_hopper_kernel(stage, bf16, vec=True):
     """The kernel of Hopper stage ``stage`` for (bf16?, cp.async path?), made once, named for `workbench ptx`."""
     key = ("hopper", stage, bool(bf16), bool(vec))
-    if key in _BUILT:
-        return _BUILT[key]
-    source, threads, _ = HOPPER_SOURCES[stage]
-    kernel = source(bf16, vec) if stage == "wgmma" else source(bf16)
+    if key in _HOPPER_BUILT.kernels:
+        return _HOPPER_BUILT.kernels[key]
+    made = HOPPER_SOURCES[stage]
+    kernel = made.source(bf16, vec) if stage == "wgmma" else made.source(bf16)
     name = f"_{stage}_{'bf16' if bf16 else 'f16'}" + ("" if stage != "wgmma" else ("_vec" if vec else "_scalar"))
     kernel.__name__ = kernel.__qualname__ = name
-    compiled = cuda.jit(**_gpu_options(launch_bounds=(threads, 1)))(kernel)
-    globals()[name] = _BUILT[key] = compiled
+    compiled = cuda.jit(**_gpu_options(launch_bounds=(made.threads, 1)))(kernel)
+    globals()[name] = _HOPPER_BUILT.kernels[key] = compiled
     return compiled
 
 
@@ -1417,14 +1439,14 @@ def launch_hopper(source, A, B, out, blocks=None):
     M, N = out.shape
     if not tma_ok(A, B):
         source = _wgmma_kernel_source
-    stage = next(name for name, (made_by, _, _) in HOPPER_SOURCES.items() if made_by is source)
+    stage = next(name for name, made in HOPPER_SOURCES.items() if made.source is source)
     kernel = build_hopper_kernel(stage, bf16, _vec_ok(A, B))
     nbytes = hopper_smem_bytes(stage)
     args = (A, B, out)
     if stage != "wgmma":
         args += (tensor_map(A, HBK, HBM), tensor_map(B, 64, HBK))
     set_max_dynamic_shared_memory(kernel, args, nbytes)
-    threads = HOPPER_SOURCES[stage][1]
+    threads = HOPPER_SOURCES[stage].threads
     tiles = blocks_for(M, HBM) * blocks_for(N, HBN)
     if stage == "clusters":
         pairs = blocks_for(M, CLUSTER_BLOCKS * HBM) * blocks_for(N, HBN)
@@ -1549,10 +1571,11 @@ def persistent(A, B, out):
     TFLOP/s, 1.02x cuBLAS's 1634; bf16 1453 us, 757 TFLOP/s, 1.09x its 1581. With the 8-10% spread
     between runs at this size (stage 10 says why), that is level with cuBLAS, not past it. Timed in
     turn with stage 10 over three rounds: 1.10x in fp16 and 1.03x in bf16, both within the spread of
-    the two kernels' samples. Nsight Compute says why: both kernels keep the tensor cores busy 93% of the time. With a
-    128x256 tile, stage 10 was not waiting for L2, so halving B's L2 reads shows up mainly as a lower
-    L2 hit rate (73% against 81%): the repeated reads of B that used to hit are gone. Clusters pay
-    where a kernel is short of L2 bandwidth: smaller tiles, or more blocks sharing an operand.""")
+    the two kernels' samples. Nsight Compute says why: both kernels keep the tensor cores busy 93% of
+    the time. With a 128x256 tile, stage 10 was not waiting for L2, so halving B's L2 reads shows up
+    mainly as a lower L2 hit rate (73% against 81%): the repeated reads of B that used to hit are
+    gone. Clusters pay where a kernel is short of L2 bandwidth: smaller tiles, or more blocks sharing
+    an operand.""")
 def clusters(A, B, out):
     launch_hopper(_cluster_kernel_source, A, B, out)
 

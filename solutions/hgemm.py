@@ -72,9 +72,9 @@ reaches 0.94x cuBLAS (1700 µs against 1599, same record).
 None of it needs what numba lacks: a tensor map need not be a ``__grid_constant__`` parameter
 (``cp.async.bulk.tensor`` takes its address in global memory), the accumulators are a local array
 whose constant indices keep it in registers across the asynchronous wgmma (the intrinsic passes its
-128 values as tied inline-asm operands), and numba compiles for ``sm_90a`` on a Hopper GPU. A thread-block cluster launch is the one thing numba's
-launch cannot express: the cluster stage launches through the driver's ``cuLaunchKernelEx``
-(``_hopper.launch_in_clusters``).
+128 values as tied inline-asm operands), and numba compiles for ``sm_90a`` on a Hopper GPU. A
+thread-block cluster launch is the one thing numba's launch cannot express: the cluster stage launches
+through the driver's ``cuLaunchKernelEx`` (``_hopper.launch_in_clusters``).
 """
 
 from dataclasses import dataclass
@@ -1617,10 +1617,11 @@ def persistent(A, B, out):
     TFLOP/s, 1.02x cuBLAS's 1634; bf16 1453 us, 757 TFLOP/s, 1.09x its 1581. With the 8-10% spread
     between runs at this size (stage 10 says why), that is level with cuBLAS, not past it. Timed in
     turn with stage 10 over three rounds: 1.10x in fp16 and 1.03x in bf16, both within the spread of
-    the two kernels' samples. Nsight Compute says why: both kernels keep the tensor cores busy 93% of the time. With a
-    128x256 tile, stage 10 was not waiting for L2, so halving B's L2 reads shows up mainly as a lower
-    L2 hit rate (73% against 81%): the repeated reads of B that used to hit are gone. Clusters pay
-    where a kernel is short of L2 bandwidth: smaller tiles, or more blocks sharing an operand.""")
+    the two kernels' samples. Nsight Compute says why: both kernels keep the tensor cores busy 93% of
+    the time. With a 128x256 tile, stage 10 was not waiting for L2, so halving B's L2 reads shows up
+    mainly as a lower L2 hit rate (73% against 81%): the repeated reads of B that used to hit are
+    gone. Clusters pay where a kernel is short of L2 bandwidth: smaller tiles, or more blocks sharing
+    an operand.""")
 def clusters(A, B, out):
     launch_hopper(_cluster_kernel_source, A, B, out)
 
