@@ -134,12 +134,29 @@ def group_collective(value, combine, width):
             raise
         finally:
             meeting.done.set()
-    elif not meeting.done.wait(_WAIT_SECONDS):
-        raise RuntimeError(f"lane {lane}: the other threads of its group did not all reach this {width}-thread "
-                           f"instruction within {_WAIT_SECONDS} s (all {width} must call it)")
+    else:
+        _wait_for_the_group(meeting, lane, width)
     if meeting.error is not None:
         raise RuntimeError(f"lane {lane}: the warp-wide instruction failed in another lane") from meeting.error
     return meeting.outputs[lane]
+
+
+_GROUP_POLL_SECONDS = 0.05
+
+
+def _wait_for_the_group(meeting, lane, width):
+    """Wait for the last lane of the meeting, or stop at once if the block has failed meanwhile (another of
+    its threads raised, or another block of its cluster did): a thread left waiting here would run on
+    after its launch has returned."""
+    block = getattr(threading.current_thread(), "sim_block", None)
+    waited = 0.0
+    while not meeting.done.wait(_GROUP_POLL_SECONDS):
+        waited += _GROUP_POLL_SECONDS
+        if getattr(block, "failure", None) is not None:
+            raise RuntimeError(f"lane {lane}: stopped, another thread of the block or cluster failed")
+        if waited >= _WAIT_SECONDS:
+            raise RuntimeError(f"lane {lane}: the other threads of its group did not all reach this {width}-thread "
+                               f"instruction within {_WAIT_SECONDS} s (all {width} must call it)")
 
 
 def _read(address, nbytes):
